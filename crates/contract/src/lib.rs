@@ -1,0 +1,18 @@
+//! The wire contract shared by the Wallcrawler controller and the control plane.
+//!
+//! Everything here is plain data and pure functions — no async runtime, no I/O — so both sides
+//! agree on the same rules without the control plane depending on the proxy's runtime.
+//!
+//! - [`token`]: the CDP access token (HS256 JWT): claims, minting, and every acceptance rule.
+//! - [`secret`]: the JSON shape of the signing secret kept in Secrets Manager.
+//! - [`session`]: the session item's lifecycle statuses and their SDK-visible mapping.
+//! - [`storage`]: the S3 key layout of context profile archives.
+
+pub mod secret;
+pub mod session;
+pub mod storage;
+pub mod token;
+
+pub use secret::SigningSecret;
+pub use session::{InternalStatus, SdkStatus};
+pub use token::{Claims, SigningKey, TokenError, Validation};

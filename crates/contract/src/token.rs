@@ -1,0 +1,485 @@
+//! The CDP access token: an HS256 JWT minted by the control plane and checked by the proxy.
+//!
+//! The rules are written out here rather than delegated to a general JWT library so that each
+//! one is visible, tested, and reported with its own refusal reason:
+//!
+//! - at most [`MAX_TOKEN_BYTES`]; three base64url (unpadded) segments;
+//! - header `alg` exactly `HS256` (no `none`, no other HMAC size, nothing asymmetric), no `crit`;
+//! - the HMAC-SHA256 signature matches one of the given keys (constant-time comparison);
+//! - `exp` present and not passed; `nbf` and `iat`, when present, not in the future — each time
+//!   check allowing `leeway` seconds of clock skew;
+//! - `iss` is `wallcrawler`; `aud` contains `cdp-access` (a string or an array);
+//! - `sessionId` present and equal to the expected session, `sub` equal too when present;
+//! - `projectId` equal to the expected project when one is configured.
+//!
+//! `jti`, `nonce`, `userId` and `ipAddress` are informational: a token may be reused for several
+//! connections until it expires.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+/// `iss` of every token.
+pub const ISSUER: &str = "wallcrawler";
+/// The audience the proxy requires in `aud`.
+pub const AUDIENCE: &str = "cdp-access";
+/// Longest token the proxy will look at.
+pub const MAX_TOKEN_BYTES: usize = 4096;
+/// Default lifetime of a minted token when nothing else is said (the default session timeout).
+pub const DEFAULT_TTL_SECONDS: u64 = 3600;
+
+const HEADER_B64: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"; // {"alg":"HS256","typ":"JWT"}
+
+/// An HMAC-SHA256 key, pre-keyed so each verification only clones the inner state.
+#[derive(Clone)]
+pub struct SigningKey {
+    mac: Hmac<Sha256>,
+}
+
+impl SigningKey {
+    /// A key from raw bytes (for a Secrets Manager secret: the UTF-8 bytes of `signingKey`).
+    pub fn new(key: &[u8]) -> Self {
+        // HMAC accepts keys of any length; this cannot fail.
+        let mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+        Self { mac }
+    }
+
+    fn sign(&self, signing_input: &[u8]) -> [u8; 32] {
+        let mut mac = self.mac.clone();
+        mac.update(signing_input);
+        mac.finalize().into_bytes().into()
+    }
+
+    fn verify(&self, signing_input: &[u8], signature: &[u8]) -> bool {
+        let mut mac = self.mac.clone();
+        mac.update(signing_input);
+        mac.verify_slice(signature).is_ok()
+    }
+}
+
+impl std::fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SigningKey(<redacted>)")
+    }
+}
+
+/// The claims the control plane mints.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Claims {
+    pub iss: String,
+    pub sub: String,
+    pub aud: Vec<String>,
+    pub exp: u64,
+    pub iat: u64,
+    pub nbf: u64,
+    pub jti: String,
+    #[serde(rename = "sessionId")]
+    pub session_id: String,
+    #[serde(rename = "projectId")]
+    pub project_id: String,
+    pub nonce: String,
+    #[serde(rename = "userId", skip_serializing_if = "Option::is_none", default)]
+    pub user_id: Option<String>,
+    #[serde(rename = "ipAddress", skip_serializing_if = "Option::is_none", default)]
+    pub ip_address: Option<String>,
+}
+
+impl Claims {
+    /// Claims for `session_id` valid from `now` for `ttl_seconds`, with a fresh 128-bit nonce.
+    pub fn new(session_id: &str, project_id: &str, now: u64, ttl_seconds: u64) -> Self {
+        let nonce = random_hex(16);
+        Self {
+            iss: ISSUER.to_owned(),
+            sub: session_id.to_owned(),
+            aud: vec![AUDIENCE.to_owned()],
+            exp: now.saturating_add(ttl_seconds),
+            iat: now,
+            nbf: now,
+            jti: nonce.clone(),
+            session_id: session_id.to_owned(),
+            project_id: project_id.to_owned(),
+            nonce,
+            user_id: None,
+            ip_address: None,
+        }
+    }
+
+    /// Signs these claims with `key` (HS256).
+    pub fn mint(&self, key: &SigningKey) -> String {
+        let payload = serde_json::to_vec(self).expect("claims always serialize");
+        sign_raw(HEADER_B64, &payload, key)
+    }
+}
+
+/// Signs an arbitrary payload under the fixed HS256 header. Tests use it to build tokens that
+/// break one rule at a time.
+pub fn sign_raw(header_b64: &str, payload_json: &[u8], key: &SigningKey) -> String {
+    let mut token = String::with_capacity(header_b64.len() + payload_json.len() * 4 / 3 + 48);
+    token.push_str(header_b64);
+    token.push('.');
+    URL_SAFE_NO_PAD.encode_string(payload_json, &mut token);
+    let signature = key.sign(token.as_bytes());
+    token.push('.');
+    URL_SAFE_NO_PAD.encode_string(signature, &mut token);
+    token
+}
+
+/// `n` random bytes, lower-case hex. Used for nonces and generated keys.
+pub fn random_hex(n: usize) -> String {
+    let mut bytes = vec![0u8; n];
+    getrandom::fill(&mut bytes).expect("the OS random source is available");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What the verifier expects of a token, and the time it checks against.
+#[derive(Debug, Clone, Copy)]
+pub struct Validation<'a> {
+    pub session_id: &'a str,
+    pub project_id: Option<&'a str>,
+    pub leeway_seconds: u64,
+    /// Seconds since the Unix epoch.
+    pub now: u64,
+}
+
+/// What a verified token says that the proxy uses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verified {
+    pub session_id: String,
+    pub project_id: Option<String>,
+    pub exp: f64,
+    /// Index into the key list of the key that verified the signature.
+    pub key_index: usize,
+}
+
+/// Why a token was refused. Messages are for logs and never contain the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("no token was presented")]
+    Missing,
+    #[error("more than one token of the same kind was presented")]
+    Ambiguous,
+    #[error("the token is longer than 4096 bytes")]
+    TooLarge,
+    #[error("the token is not a well-formed JWT")]
+    Malformed,
+    #[error("the token's algorithm is not HS256")]
+    Algorithm,
+    #[error("the token's signature matches no current signing key")]
+    Signature,
+    #[error("the token has no exp claim")]
+    MissingExpiry,
+    #[error("the token has expired")]
+    Expired,
+    #[error("the token is not valid yet (nbf in the future)")]
+    NotYetValid,
+    #[error("the token was issued in the future (iat)")]
+    IssuedInFuture,
+    #[error("the token's issuer is not wallcrawler")]
+    Issuer,
+    #[error("the token's audience does not include cdp-access")]
+    Audience,
+    #[error("the token is for another session")]
+    Session,
+    #[error("the token is for another project")]
+    Project,
+}
+
+impl TokenError {
+    /// A short stable label (metrics, structured logs).
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Ambiguous => "ambiguous",
+            Self::TooLarge => "too_large",
+            Self::Malformed => "malformed",
+            Self::Algorithm => "algorithm",
+            Self::Signature => "signature",
+            Self::MissingExpiry => "missing_exp",
+            Self::Expired => "expired",
+            Self::NotYetValid => "not_yet_valid",
+            Self::IssuedInFuture => "issued_in_future",
+            Self::Issuer => "issuer",
+            Self::Audience => "audience",
+            Self::Session => "session",
+            Self::Project => "project",
+        }
+    }
+
+    /// Every reason, for pre-registering metric series.
+    pub const ALL: [TokenError; 14] = [
+        Self::Missing,
+        Self::Ambiguous,
+        Self::TooLarge,
+        Self::Malformed,
+        Self::Algorithm,
+        Self::Signature,
+        Self::MissingExpiry,
+        Self::Expired,
+        Self::NotYetValid,
+        Self::IssuedInFuture,
+        Self::Issuer,
+        Self::Audience,
+        Self::Session,
+        Self::Project,
+    ];
+}
+
+#[derive(Deserialize)]
+struct Header<'a> {
+    #[serde(borrow)]
+    alg: Option<std::borrow::Cow<'a, str>>,
+    crit: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Audience {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Deserialize)]
+struct RawClaims {
+    iss: Option<String>,
+    sub: Option<String>,
+    aud: Option<Audience>,
+    exp: Option<f64>,
+    nbf: Option<f64>,
+    iat: Option<f64>,
+    #[serde(rename = "sessionId")]
+    session_id: Option<String>,
+    #[serde(rename = "projectId")]
+    project_id: Option<String>,
+}
+
+/// Checks `token` against `keys` and `v`. Returns what the token says once every rule holds.
+pub fn validate(token: &str, keys: &[SigningKey], v: &Validation<'_>) -> Result<Verified, TokenError> {
+    let (signing_input, key_index, claims) = verify_signature(token, keys)?;
+    let _ = signing_input;
+    check_claims(claims, key_index, v)
+}
+
+/// Structure, header and signature only. Separated so a caller can tell "no key matched"
+/// (worth refreshing the key set) from every other refusal.
+fn verify_signature<'t>(
+    token: &'t str,
+    keys: &[SigningKey],
+) -> Result<(&'t str, usize, RawClaims), TokenError> {
+    if token.is_empty() {
+        return Err(TokenError::Missing);
+    }
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(TokenError::TooLarge);
+    }
+    let (signing_input, signature_b64) = token.rsplit_once('.').ok_or(TokenError::Malformed)?;
+    let (header_b64, payload_b64) = signing_input.split_once('.').ok_or(TokenError::Malformed)?;
+    if payload_b64.contains('.') {
+        return Err(TokenError::Malformed);
+    }
+    let header_json = URL_SAFE_NO_PAD.decode(header_b64).map_err(|_| TokenError::Malformed)?;
+    let header: Header<'_> = serde_json::from_slice(&header_json).map_err(|_| TokenError::Malformed)?;
+    if header.alg.as_deref() != Some("HS256") {
+        return Err(TokenError::Algorithm);
+    }
+    if header.crit.is_some() {
+        return Err(TokenError::Malformed);
+    }
+    let mut signature = [0u8; 33];
+    let n = URL_SAFE_NO_PAD
+        .decode_slice(signature_b64, &mut signature)
+        .map_err(|_| TokenError::Signature)?;
+    if n != 32 {
+        return Err(TokenError::Signature);
+    }
+    let key_index = keys
+        .iter()
+        .position(|k| k.verify(signing_input.as_bytes(), &signature[..32]))
+        .ok_or(TokenError::Signature)?;
+    let payload = URL_SAFE_NO_PAD.decode(payload_b64).map_err(|_| TokenError::Malformed)?;
+    let claims: RawClaims = serde_json::from_slice(&payload).map_err(|_| TokenError::Malformed)?;
+    Ok((signing_input, key_index, claims))
+}
+
+fn check_claims(c: RawClaims, key_index: usize, v: &Validation<'_>) -> Result<Verified, TokenError> {
+    let now = v.now as f64;
+    let leeway = v.leeway_seconds as f64;
+    let exp = c.exp.ok_or(TokenError::MissingExpiry)?;
+    if !exp.is_finite() || exp + leeway <= now {
+        return Err(TokenError::Expired);
+    }
+    if let Some(nbf) = c.nbf
+        && (!nbf.is_finite() || nbf - leeway > now)
+    {
+        return Err(TokenError::NotYetValid);
+    }
+    if let Some(iat) = c.iat
+        && (!iat.is_finite() || iat - leeway > now)
+    {
+        return Err(TokenError::IssuedInFuture);
+    }
+    if c.iss.as_deref() != Some(ISSUER) {
+        return Err(TokenError::Issuer);
+    }
+    let audience_ok = match &c.aud {
+        Some(Audience::One(a)) => a == AUDIENCE,
+        Some(Audience::Many(list)) => list.iter().any(|a| a == AUDIENCE),
+        None => false,
+    };
+    if !audience_ok {
+        return Err(TokenError::Audience);
+    }
+    let session_id = c.session_id.ok_or(TokenError::Session)?;
+    if session_id != v.session_id || c.sub.as_deref().is_some_and(|s| s != v.session_id) {
+        return Err(TokenError::Session);
+    }
+    if let Some(expected) = v.project_id
+        && c.project_id.as_deref() != Some(expected)
+    {
+        return Err(TokenError::Project);
+    }
+    Ok(Verified { session_id, project_id: c.project_id, exp, key_index })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn key() -> SigningKey {
+        SigningKey::new(b"test-key")
+    }
+
+    fn v() -> Validation<'static> {
+        Validation { session_id: "sess_a", project_id: Some("proj_a"), leeway_seconds: 30, now: NOW }
+    }
+
+    fn claims() -> serde_json::Value {
+        serde_json::to_value(Claims::new("sess_a", "proj_a", NOW, 3600)).unwrap()
+    }
+
+    fn with(f: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) -> String {
+        let mut c = claims();
+        f(c.as_object_mut().unwrap());
+        sign_raw(HEADER_B64, &serde_json::to_vec(&c).unwrap(), &key())
+    }
+
+    fn with_header(header: serde_json::Value) -> String {
+        let h = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&header).unwrap());
+        sign_raw(&h, &serde_json::to_vec(&claims()).unwrap(), &key())
+    }
+
+    #[test]
+    fn minted_token_validates() {
+        let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
+        let ok = validate(&t, &[key()], &v()).unwrap();
+        assert_eq!(ok.session_id, "sess_a");
+        assert_eq!(ok.project_id.as_deref(), Some("proj_a"));
+        assert_eq!(ok.key_index, 0);
+    }
+
+    #[test]
+    fn header_constant_is_what_it_claims() {
+        let h = URL_SAFE_NO_PAD.decode(HEADER_B64).unwrap();
+        assert_eq!(h, br#"{"alg":"HS256","typ":"JWT"}"#);
+    }
+
+    #[test]
+    fn second_key_is_tried_and_reported() {
+        let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
+        let ok = validate(&t, &[SigningKey::new(b"other"), key()], &v()).unwrap();
+        assert_eq!(ok.key_index, 1);
+    }
+
+    #[test]
+    fn structural_refusals() {
+        let keys = [key()];
+        assert_eq!(validate("", &keys, &v()), Err(TokenError::Missing));
+        assert_eq!(validate("garbage", &keys, &v()), Err(TokenError::Malformed));
+        assert_eq!(validate("a.b.c.d", &keys, &v()), Err(TokenError::Malformed));
+        assert_eq!(validate(&"a".repeat(4097), &keys, &v()), Err(TokenError::TooLarge));
+        let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
+        assert_eq!(validate(&format!("{t}="), &keys, &v()), Err(TokenError::Signature));
+    }
+
+    #[test]
+    fn wrong_key_and_tampering_are_signature_failures() {
+        let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
+        assert_eq!(validate(&t, &[SigningKey::new(b"nope")], &v()), Err(TokenError::Signature));
+        let parts: Vec<&str> = t.split('.').collect();
+        let forged = URL_SAFE_NO_PAD.encode(
+            serde_json::to_vec(&Claims::new("sess_a", "proj_b", NOW, 99999)).unwrap(),
+        );
+        let tampered = format!("{}.{}.{}", parts[0], forged, parts[2]);
+        assert_eq!(validate(&tampered, &[key()], &v()), Err(TokenError::Signature));
+    }
+
+    #[test]
+    fn algorithm_must_be_exactly_hs256() {
+        for alg in ["none", "HS512", "HS384", "RS256", "ES256", "hs256"] {
+            let t = with_header(json!({"alg": alg, "typ": "JWT"}));
+            assert_eq!(validate(&t, &[key()], &v()), Err(TokenError::Algorithm), "{alg}");
+        }
+        assert_eq!(validate(&with_header(json!({"typ": "JWT"})), &[key()], &v()), Err(TokenError::Algorithm));
+        // alg:none with an empty signature, the classic bypass.
+        let h = URL_SAFE_NO_PAD.encode(br#"{"alg":"none"}"#);
+        let p = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims()).unwrap());
+        assert_eq!(validate(&format!("{h}.{p}."), &[key()], &v()), Err(TokenError::Algorithm));
+        let crit = with_header(json!({"alg": "HS256", "crit": ["b64"]}));
+        assert_eq!(validate(&crit, &[key()], &v()), Err(TokenError::Malformed));
+    }
+
+    #[test]
+    fn time_rules_with_leeway() {
+        let k = [key()];
+        let at = |f: &str, x: u64| with(|c| { c.insert(f.into(), json!(x)); });
+        assert_eq!(validate(&with(|c| { c.remove("exp"); }), &k, &v()), Err(TokenError::MissingExpiry));
+        assert_eq!(validate(&at("exp", NOW - 31), &k, &v()), Err(TokenError::Expired));
+        assert!(validate(&at("exp", NOW - 29), &k, &v()).is_ok(), "inside the leeway");
+        assert_eq!(validate(&at("nbf", NOW + 31), &k, &v()), Err(TokenError::NotYetValid));
+        assert!(validate(&at("nbf", NOW + 29), &k, &v()).is_ok());
+        assert_eq!(validate(&at("iat", NOW + 31), &k, &v()), Err(TokenError::IssuedInFuture));
+        assert!(validate(&with(|c| { c.remove("nbf"); c.remove("iat"); }), &k, &v()).is_ok());
+        let zero = Validation { leeway_seconds: 0, ..v() };
+        assert_eq!(validate(&at("exp", NOW), &k, &zero), Err(TokenError::Expired));
+        assert_eq!(validate(&with(|c| { c.insert("exp".into(), json!("soon")); }), &k, &v()), Err(TokenError::Malformed));
+    }
+
+    #[test]
+    fn identity_rules() {
+        let k = [key()];
+        let set = |f: &str, x: serde_json::Value| with(|c| { c.insert(f.into(), x); });
+        assert_eq!(validate(&set("iss", json!("evil")), &k, &v()), Err(TokenError::Issuer));
+        assert_eq!(validate(&with(|c| { c.remove("iss"); }), &k, &v()), Err(TokenError::Issuer));
+        assert_eq!(validate(&set("aud", json!(["other"])), &k, &v()), Err(TokenError::Audience));
+        assert_eq!(validate(&set("aud", json!("other")), &k, &v()), Err(TokenError::Audience));
+        assert!(validate(&set("aud", json!("cdp-access")), &k, &v()).is_ok());
+        assert!(validate(&set("aud", json!(["x", "cdp-access"])), &k, &v()).is_ok());
+        assert_eq!(validate(&with(|c| { c.remove("aud"); }), &k, &v()), Err(TokenError::Audience));
+        assert_eq!(validate(&set("sessionId", json!("sess_b")), &k, &v()), Err(TokenError::Session));
+        assert_eq!(validate(&with(|c| { c.remove("sessionId"); }), &k, &v()), Err(TokenError::Session));
+        assert_eq!(validate(&set("sub", json!("sess_b")), &k, &v()), Err(TokenError::Session));
+        assert!(validate(&with(|c| { c.remove("sub"); }), &k, &v()).is_ok());
+        assert_eq!(validate(&set("projectId", json!("proj_b")), &k, &v()), Err(TokenError::Project));
+        let any_project = Validation { project_id: None, ..v() };
+        assert!(validate(&set("projectId", json!("proj_b")), &k, &any_project).is_ok());
+    }
+
+    #[test]
+    fn nonce_has_128_bits() {
+        let c = Claims::new("s", "p", NOW, 1);
+        assert_eq!(c.nonce.len(), 32);
+        assert_ne!(c.nonce, Claims::new("s", "p", NOW, 1).nonce);
+    }
+
+    #[test]
+    fn reasons_are_unique() {
+        let mut r: Vec<_> = TokenError::ALL.iter().map(|e| e.reason()).collect();
+        r.sort();
+        r.dedup();
+        assert_eq!(r.len(), TokenError::ALL.len());
+    }
+}
