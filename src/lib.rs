@@ -1,1 +1,23 @@
-//! placeholder
+//! Wallcrawler's per-task browser controller.
+//!
+//! One process per ECS task: it runs Chrome with DevTools on loopback only and exposes it
+//! through an authenticating WebSocket proxy. Map of the modules:
+//!
+//! - [`config`]: flags and environment variables → checked configuration (exit 64 on errors).
+//! - [`telemetry`]: logging to stderr and the proxy's Prometheus metrics.
+//! - [`auth`]: token extraction from requests and validation against the signing keys
+//!   (the rules themselves live in the shared `wallcrawler-contract` crate).
+//! - [`proxy`]: the listener, handshake, routing, discovery rewriting, relay and health.
+//! - [`upstream`]: the CDP endpoint behind the proxy and a tiny HTTP client for `/json/*`.
+//! - [`chrome`]: finding, launching, readiness, supervision and clean closing of Chrome.
+//! - [`app`]: wiring of the serving modes and the shutdown sequence.
+//! - [`cli`]: the subcommands as `main` runs them.
+
+pub mod app;
+pub mod auth;
+pub mod chrome;
+pub mod cli;
+pub mod config;
+pub mod proxy;
+pub mod telemetry;
+pub mod upstream;

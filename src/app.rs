@@ -1,0 +1,262 @@
+//! Wiring of the serving modes: a supervised Chrome behind the proxy (`local`, `run`), or the
+//! proxy alone (`proxy`), each run until a signal or the session's own end.
+//!
+//! Ownership of the shutdown: `main` owns the signal token; [`run_session`] owns the listener's
+//! stop token, the connection tracker and Chrome, and performs the shutdown sequence in order —
+//! stop admitting → close Chrome cleanly → end relays → wait for connection tasks — within the
+//! configured budget.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info, warn};
+
+use crate::auth::Authenticator;
+use crate::chrome::{Chrome, ChromeError, LaunchOptions, describe_exit};
+use crate::proxy::{Limits, Proxy};
+use crate::telemetry::{self, Metrics};
+use crate::upstream::{self, Upstream, UpstreamState};
+
+/// Why a session ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndReason {
+    /// SIGTERM/SIGINT (a release in ECS).
+    Signal,
+    /// A client sent `Browser.close`.
+    ClientClosedBrowser,
+    /// No client for the disconnect timeout.
+    IdleTimeout,
+    /// The session's `expiresAt` passed.
+    Expired,
+    /// Chrome exited without being asked to.
+    ChromeCrashed(String),
+}
+
+impl EndReason {
+    /// Process exit status for this end.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::ChromeCrashed(_) => 1,
+            _ => 0,
+        }
+    }
+}
+
+/// Failures that stop a session from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("could not listen on {addr}")]
+    Bind { addr: SocketAddr, #[source] source: std::io::Error },
+    #[error(transparent)]
+    Chrome(#[from] ChromeError),
+}
+
+/// Everything a Chrome-backed session needs.
+pub struct SessionOptions {
+    pub auth: Authenticator,
+    pub listen: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
+    pub chrome: LaunchOptions,
+    pub limits: Limits,
+    /// `None` = keepAlive (no idle timeout).
+    pub idle_timeout: Option<Duration>,
+    /// Unix seconds.
+    pub expires_at: Option<u64>,
+    pub shutdown_budget: Duration,
+}
+
+/// What a running session tells its owner once it is ready.
+#[derive(Debug, Clone)]
+pub struct Ready {
+    pub proxy_addr: SocketAddr,
+    pub chrome_pid: u32,
+}
+
+/// Shared plumbing of the serving modes: the listener, metrics, connection tracking.
+struct Serving {
+    proxy: Arc<Proxy>,
+    addr: SocketAddr,
+    stop_accepting: CancellationToken,
+    tracker: TaskTracker,
+    metrics_cancel: CancellationToken,
+}
+
+impl Serving {
+    async fn start(
+        auth: Authenticator,
+        listen: SocketAddr,
+        metrics_addr: Option<SocketAddr>,
+        limits: Limits,
+        upstream: watch::Receiver<UpstreamState>,
+    ) -> Result<Self, AppError> {
+        let listener = TcpListener::bind(listen).await.map_err(|source| AppError::Bind { addr: listen, source })?;
+        let addr = listener.local_addr().map_err(|source| AppError::Bind { addr: listen, source })?;
+        let metrics = Metrics::new();
+        let metrics_cancel = CancellationToken::new();
+        if let Some(maddr) = metrics_addr {
+            let ml = telemetry::bind_metrics(maddr).await.map_err(|source| AppError::Bind { addr: maddr, source })?;
+            info!(addr = %ml.local_addr().unwrap_or(maddr), "metrics listening");
+            tokio::spawn(telemetry::serve_metrics(ml, metrics.clone(), metrics_cancel.clone()));
+        }
+        let proxy = Proxy::new(auth, upstream, metrics, limits);
+        let stop_accepting = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        tokio::spawn(proxy.clone().serve(listener, stop_accepting.clone(), tracker.clone()));
+        info!(%addr, "proxy listening");
+        Ok(Self { proxy, addr, stop_accepting, tracker, metrics_cancel })
+    }
+
+    /// Ends every connection and waits (bounded) for their tasks.
+    async fn stop(self, grace: Duration) {
+        self.stop_accepting.cancel();
+        self.proxy.close_all_relays();
+        self.tracker.close();
+        if tokio::time::timeout(grace, self.tracker.wait()).await.is_err() {
+            warn!("some connections did not finish in time");
+        }
+        self.metrics_cancel.cancel();
+    }
+}
+
+/// Runs a Chrome-backed session until it ends. `on_ready` is called once Chrome and the proxy
+/// both answer.
+pub async fn run_session(
+    opts: SessionOptions,
+    signal: CancellationToken,
+    on_ready: impl FnOnce(&Ready),
+) -> Result<EndReason, AppError> {
+    let (upstream_tx, upstream_rx) = upstream::upstream_channel();
+    let serving = Serving::start(opts.auth, opts.listen, opts.metrics_addr, opts.limits, upstream_rx).await?;
+    let chrome = tokio::select! {
+        c = Chrome::launch(&opts.chrome) => c,
+        () = signal.cancelled() => {
+            info!("signal received while Chrome was starting");
+            serving.stop(Duration::from_secs(1)).await;
+            return Ok(EndReason::Signal);
+        }
+    };
+    let chrome = match chrome {
+        Ok(c) => c,
+        Err(e) => {
+            serving.stop(Duration::from_secs(1)).await;
+            return Err(e.into());
+        }
+    };
+    let _ = upstream_tx.send(UpstreamState::Ready(Arc::new(Upstream::new(chrome.addr, Some(chrome.browser_path.clone())))));
+    on_ready(&Ready { proxy_addr: serving.addr, chrome_pid: chrome.pid() });
+
+    let events = serving.proxy.events();
+    let clients = serving.proxy.clients();
+    let reason = tokio::select! {
+        biased;
+        () = signal.cancelled() => EndReason::Signal,
+        () = events.browser_close.notified() => EndReason::ClientClosedBrowser,
+        status = chrome.exited() => EndReason::ChromeCrashed(describe_exit(&status)),
+        () = idle(clients, opts.idle_timeout) => EndReason::IdleTimeout,
+        () = until_unix(opts.expires_at) => EndReason::Expired,
+    };
+    match &reason {
+        EndReason::ChromeCrashed(how) => error!(chrome.exit = %how, "chrome exited unexpectedly"),
+        r => info!(reason = ?r, "session ending"),
+    }
+    // Stop admitting first, so nobody new attaches to a browser that is going away.
+    serving.stop_accepting.cancel();
+    let _ = upstream_tx.send(UpstreamState::Gone);
+    if matches!(reason, EndReason::ChromeCrashed(_)) {
+        chrome.kill_group();
+    } else {
+        let outcome = chrome.close(opts.shutdown_budget.mul_f32(0.8)).await;
+        info!(outcome = ?outcome, clean = outcome.is_clean(), "chrome closed");
+    }
+    serving.stop(Duration::from_secs(2)).await;
+    Ok(reason)
+}
+
+/// Runs the proxy alone in front of `upstream` until `signal`.
+pub async fn run_proxy(
+    auth: Authenticator,
+    listen: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    upstream_addr: SocketAddr,
+    mut limits: Limits,
+    signal: CancellationToken,
+    on_ready: impl FnOnce(SocketAddr),
+) -> Result<EndReason, AppError> {
+    limits.intercept_browser_close = false;
+    let up = Arc::new(Upstream::new(upstream_addr, None));
+    match up.browser_path(Duration::from_secs(2)).await {
+        Ok(_) => info!(upstream = %upstream_addr, "upstream answers /json/version"),
+        Err(e) => warn!(upstream = %upstream_addr, error = %e, "upstream does not answer /json/version yet; will retry per connection"),
+    }
+    let (_upstream_tx, upstream_rx) = watch::channel(UpstreamState::Ready(up));
+    let serving = Serving::start(auth, listen, metrics_addr, limits, upstream_rx).await?;
+    on_ready(serving.addr);
+    signal.cancelled().await;
+    serving.stop(Duration::from_secs(2)).await;
+    Ok(EndReason::Signal)
+}
+
+/// Completes when no upgraded client has been connected for `timeout` (never when `None`).
+pub async fn idle(mut clients: watch::Receiver<usize>, timeout: Option<Duration>) {
+    let Some(timeout) = timeout else { return std::future::pending().await };
+    loop {
+        while *clients.borrow_and_update() > 0 {
+            if clients.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(timeout) => return,
+            r = clients.changed() => if r.is_err() { return std::future::pending().await },
+        }
+    }
+}
+
+/// Completes at the given unix time (never when `None`).
+pub async fn until_unix(at: Option<u64>) {
+    let Some(at) = at else { return std::future::pending().await };
+    let now = crate::auth::unix_now();
+    tokio::time::sleep(Duration::from_secs(at.saturating_sub(now))).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_fires_only_after_the_last_client_left() {
+        let (tx, rx) = watch::channel(0usize);
+        let timer = tokio::spawn(idle(rx, Some(Duration::from_secs(10))));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        tx.send_modify(|c| *c += 1);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!timer.is_finished(), "a connected client keeps the session");
+        tx.send_modify(|c| *c -= 1);
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        assert!(!timer.is_finished(), "the timeout restarts when the last client leaves");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(timer.is_finished());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keep_alive_never_idles() {
+        let (_tx, rx) = watch::channel(0usize);
+        let timer = tokio::spawn(idle(rx, None));
+        tokio::time::sleep(Duration::from_secs(86_400)).await;
+        assert!(!timer.is_finished());
+    }
+
+    #[test]
+    fn only_a_crash_is_a_failure() {
+        assert_eq!(EndReason::Signal.exit_code(), 0);
+        assert_eq!(EndReason::ClientClosedBrowser.exit_code(), 0);
+        assert_eq!(EndReason::IdleTimeout.exit_code(), 0);
+        assert_eq!(EndReason::Expired.exit_code(), 0);
+        assert_eq!(EndReason::ChromeCrashed("x".into()).exit_code(), 1);
+    }
+}

@@ -1,0 +1,234 @@
+//! Who may connect: token extraction from a request and validation against the signing keys.
+//!
+//! Tokens come from the `signingKey` query parameter and from `Authorization: Bearer`; when both
+//! are present both must be valid. The keys come from a [`KeySource`], which may be a literal
+//! key or the Secrets Manager cache.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use wallcrawler_contract::token::{self, Validation, Verified};
+use wallcrawler_contract::{SigningKey, TokenError};
+
+use crate::proxy::discovery::token_params;
+use crate::proxy::http::RequestHead;
+
+/// The keys currently accepted.
+pub type KeySet = Arc<Vec<SigningKey>>;
+
+/// Where signing keys come from.
+pub trait KeySource: Send + Sync + 'static {
+    /// The keys accepted now, or `None` while none has been loaded.
+    fn keys(&self) -> Option<KeySet>;
+
+    /// Called when a token's signature matched no key: may refresh (rate-limited) and return
+    /// the new set to check again; `None` means "nothing new".
+    fn refresh_after_miss(&self) -> Pin<Box<dyn Future<Output = Option<KeySet>> + Send + '_>> {
+        Box::pin(async { None })
+    }
+}
+
+/// A fixed key (development, tests, local mode).
+pub struct StaticKeys(KeySet);
+
+impl StaticKeys {
+    pub fn new(key: &[u8]) -> Self {
+        Self(Arc::new(vec![SigningKey::new(key)]))
+    }
+}
+
+impl KeySource for StaticKeys {
+    fn keys(&self) -> Option<KeySet> {
+        Some(self.0.clone())
+    }
+}
+
+/// Why a request was not authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("{0}")]
+    Token(#[from] TokenError),
+    #[error("no signing key is loaded yet")]
+    KeysUnavailable,
+}
+
+/// The credentials a request presented.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Presented {
+    /// From `?signingKey=`.
+    pub query: Option<String>,
+    /// From `Authorization: Bearer`.
+    pub bearer: Option<String>,
+}
+
+/// Extracts credentials. `use_query` is false for routes whose query is not ours (`/json/new`).
+pub fn extract(head: &RequestHead, use_query: bool) -> Result<Presented, TokenError> {
+    let query = if use_query {
+        let mut values = head.query().map(token_params).unwrap_or_default();
+        match values.len() {
+            0 => None,
+            1 => values.pop(),
+            _ => return Err(TokenError::Ambiguous),
+        }
+    } else {
+        None
+    };
+    let mut auth = head.header_values("authorization");
+    let bearer = match (auth.next(), auth.next()) {
+        (None, _) => None,
+        (Some(_), Some(_)) => return Err(TokenError::Ambiguous),
+        (Some(v), None) => {
+            let v = std::str::from_utf8(v).map_err(|_| TokenError::Malformed)?.trim();
+            let (scheme, rest) = v.split_once(' ').ok_or(TokenError::Malformed)?;
+            if !scheme.eq_ignore_ascii_case("bearer") {
+                return Err(TokenError::Malformed);
+            }
+            Some(rest.trim().to_owned())
+        }
+    };
+    if query.is_none() && bearer.is_none() {
+        return Err(TokenError::Missing);
+    }
+    Ok(Presented { query, bearer })
+}
+
+/// Checks tokens for one session.
+pub struct Authenticator {
+    keys: Arc<dyn KeySource>,
+    session_id: String,
+    project_id: Option<String>,
+    leeway_seconds: u64,
+}
+
+impl Authenticator {
+    pub fn new(keys: Arc<dyn KeySource>, session_id: String, project_id: Option<String>, leeway_seconds: u64) -> Self {
+        Self { keys, session_id, project_id, leeway_seconds }
+    }
+
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// Whether a key is loaded (part of readiness).
+    pub fn keys_loaded(&self) -> bool {
+        self.keys.keys().is_some()
+    }
+
+    /// Validates every presented token; all must pass.
+    pub async fn check(&self, presented: &Presented) -> Result<Verified, AuthError> {
+        let mut verified = None;
+        for t in [&presented.query, &presented.bearer].into_iter().flatten() {
+            verified = Some(self.check_one(t).await?);
+        }
+        verified.ok_or(AuthError::Token(TokenError::Missing))
+    }
+
+    /// Validates one token, refreshing the keys once if its signature matched none.
+    pub async fn check_one(&self, token: &str) -> Result<Verified, AuthError> {
+        let keys = self.keys.keys().ok_or(AuthError::KeysUnavailable)?;
+        match self.validate_with(token, &keys) {
+            Err(TokenError::Signature) => match self.keys.refresh_after_miss().await {
+                Some(fresh) => Ok(self.validate_with(token, &fresh)?),
+                None => Err(AuthError::Token(TokenError::Signature)),
+            },
+            other => Ok(other?),
+        }
+    }
+
+    fn validate_with(&self, token: &str, keys: &[SigningKey]) -> Result<Verified, TokenError> {
+        let v = Validation {
+            session_id: &self.session_id,
+            project_id: self.project_id.as_deref(),
+            leeway_seconds: self.leeway_seconds,
+            now: unix_now(),
+        };
+        token::validate(token, keys, &v)
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::http::parse_request_head;
+    use wallcrawler_contract::Claims;
+
+    fn head(raw: &str) -> RequestHead {
+        parse_request_head(raw.as_bytes(), 65536).unwrap().unwrap().0
+    }
+
+    fn auth() -> Authenticator {
+        Authenticator::new(Arc::new(StaticKeys::new(b"k")), "sess_1".into(), None, 30)
+    }
+
+    fn token(session: &str) -> String {
+        Claims::new(session, "p", unix_now(), 600).mint(&SigningKey::new(b"k"))
+    }
+
+    #[test]
+    fn extraction_rules() {
+        assert_eq!(extract(&head("GET / HTTP/1.1\r\n\r\n"), true), Err(TokenError::Missing));
+        assert_eq!(
+            extract(&head("GET /?signingKey=a HTTP/1.1\r\n\r\n"), true).unwrap(),
+            Presented { query: Some("a".into()), bearer: None }
+        );
+        assert_eq!(extract(&head("GET /?signingKey=a HTTP/1.1\r\n\r\n"), false), Err(TokenError::Missing));
+        assert_eq!(extract(&head("GET /?signingKey=a&signingKey=b HTTP/1.1\r\n\r\n"), true), Err(TokenError::Ambiguous));
+        assert_eq!(
+            extract(&head("GET / HTTP/1.1\r\nAuthorization: bearer xyz\r\n\r\n"), true).unwrap(),
+            Presented { query: None, bearer: Some("xyz".into()) }
+        );
+        assert_eq!(extract(&head("GET / HTTP/1.1\r\nAuthorization: Basic xyz\r\n\r\n"), true), Err(TokenError::Malformed));
+        assert_eq!(
+            extract(&head("GET / HTTP/1.1\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n\r\n"), true),
+            Err(TokenError::Ambiguous)
+        );
+    }
+
+    #[tokio::test]
+    async fn both_sources_must_be_valid() {
+        let a = auth();
+        let good = token("sess_1");
+        let bad = token("sess_2");
+        let both_good = Presented { query: Some(good.clone()), bearer: Some(good.clone()) };
+        assert!(a.check(&both_good).await.is_ok());
+        let one_bad = Presented { query: Some(good.clone()), bearer: Some(bad.clone()) };
+        assert_eq!(a.check(&one_bad).await, Err(AuthError::Token(TokenError::Session)));
+        let other_bad = Presented { query: Some(bad), bearer: Some(good) };
+        assert_eq!(a.check(&other_bad).await, Err(AuthError::Token(TokenError::Session)));
+    }
+
+    struct Rotating {
+        fresh: KeySet,
+        refreshed: std::sync::atomic::AtomicUsize,
+    }
+
+    impl KeySource for Rotating {
+        fn keys(&self) -> Option<KeySet> {
+            Some(Arc::new(vec![SigningKey::new(b"old")]))
+        }
+        fn refresh_after_miss(&self) -> Pin<Box<dyn Future<Output = Option<KeySet>> + Send + '_>> {
+            self.refreshed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let fresh = self.fresh.clone();
+            Box::pin(async move { Some(fresh) })
+        }
+    }
+
+    #[tokio::test]
+    async fn signature_miss_refreshes_once_and_rechecks() {
+        let src = Arc::new(Rotating { fresh: Arc::new(vec![SigningKey::new(b"k")]), refreshed: Default::default() });
+        let a = Authenticator::new(src.clone(), "sess_1".into(), None, 30);
+        assert!(a.check_one(&token("sess_1")).await.is_ok());
+        assert_eq!(src.refreshed.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // An expired token with a good signature does not trigger a refresh.
+        let expired = Claims::new("sess_1", "p", unix_now() - 7200, 60).mint(&SigningKey::new(b"old"));
+        assert_eq!(a.check_one(&expired).await, Err(AuthError::Token(TokenError::Expired)));
+        assert_eq!(src.refreshed.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+}

@@ -1,0 +1,119 @@
+//! Chrome's command line: the reviewed flags file plus the flags the controller owns.
+
+use std::path::Path;
+
+/// The flags file shipped in `chrome/flags.conf`, compiled in.
+pub const BUILTIN_FLAGS: &str = include_str!("../../chrome/flags.conf");
+
+/// Flags the controller sets itself; the flags file may not contain them.
+const OWNED: [&str; 5] = [
+    "--user-data-dir",
+    "--remote-debugging-port",
+    "--remote-debugging-address",
+    "--remote-debugging-pipe",
+    "--headless",
+];
+
+/// Flags that would weaken isolation and are refused outright.
+const FORBIDDEN: [&str; 2] = ["--disable-web-security", "--remote-allow-origins"];
+
+/// A problem in a flags file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlagsError {
+    #[error("line {line}: {flag} is set by the controller and may not appear in the flags file")]
+    Owned { line: usize, flag: String },
+    #[error("line {line}: {flag} is not allowed")]
+    Forbidden { line: usize, flag: String },
+    #[error("line {line}: {text:?} is not a flag (flags start with --)")]
+    NotAFlag { line: usize, text: String },
+}
+
+/// Parses a flags file: one flag per line, `#` comments, every `--disable-features=` merged
+/// into one flag placed last.
+pub fn parse_flags(text: &str) -> Result<Vec<String>, FlagsError> {
+    let mut flags = Vec::new();
+    let mut disabled: Vec<String> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        let l = raw.split_once('#').map_or(raw, |(a, _)| a).trim();
+        if l.is_empty() {
+            continue;
+        }
+        if !l.starts_with("--") || l.contains(char::is_whitespace) {
+            return Err(FlagsError::NotAFlag { line, text: l.to_owned() });
+        }
+        let name = l.split_once('=').map_or(l, |(n, _)| n);
+        if OWNED.contains(&name) {
+            return Err(FlagsError::Owned { line, flag: name.to_owned() });
+        }
+        if FORBIDDEN.contains(&name) {
+            return Err(FlagsError::Forbidden { line, flag: name.to_owned() });
+        }
+        if let Some(list) = l.strip_prefix("--disable-features=") {
+            for f in list.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+                if !disabled.iter().any(|d| d == f) {
+                    disabled.push(f.to_owned());
+                }
+            }
+            continue;
+        }
+        flags.push(l.to_owned());
+    }
+    if !disabled.is_empty() {
+        flags.push(format!("--disable-features={}", disabled.join(",")));
+    }
+    Ok(flags)
+}
+
+/// The full argument list: file flags, then the controller's own.
+pub fn chrome_args(file_flags: &[String], user_data_dir: &Path, debug_port: u16) -> Vec<String> {
+    let mut args = file_flags.to_vec();
+    args.push("--headless=new".to_owned());
+    args.push(format!("--user-data-dir={}", user_data_dir.display()));
+    args.push("--remote-debugging-address=127.0.0.1".to_owned());
+    args.push(format!("--remote-debugging-port={debug_port}"));
+    args.push("about:blank".to_owned());
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_flags_parse_with_one_disable_features() {
+        let flags = parse_flags(BUILTIN_FLAGS).unwrap();
+        let df: Vec<_> = flags.iter().filter(|f| f.starts_with("--disable-features")).collect();
+        assert_eq!(df.len(), 1);
+        assert!(df[0].contains("Translate") && df[0].contains("MediaRouter"));
+        assert!(flags.iter().any(|f| f == "--no-sandbox"));
+        assert!(!flags.iter().any(|f| f.contains("disable-web-security")));
+    }
+
+    #[test]
+    fn owned_and_forbidden_flags_are_refused() {
+        assert_eq!(
+            parse_flags("--no-first-run\n--user-data-dir=/x\n"),
+            Err(FlagsError::Owned { line: 2, flag: "--user-data-dir".into() })
+        );
+        assert_eq!(
+            parse_flags("--disable-web-security"),
+            Err(FlagsError::Forbidden { line: 1, flag: "--disable-web-security".into() })
+        );
+        assert!(matches!(parse_flags("no-dashes"), Err(FlagsError::NotAFlag { .. })));
+    }
+
+    #[test]
+    fn disable_features_are_merged_and_deduplicated() {
+        let f = parse_flags("--disable-features=A,B\n--mute-audio # c\n--disable-features=B,C\n").unwrap();
+        assert_eq!(f, vec!["--mute-audio".to_owned(), "--disable-features=A,B,C".to_owned()]);
+    }
+
+    #[test]
+    fn controller_flags_bind_loopback() {
+        let a = chrome_args(&[], Path::new("/p"), 0);
+        assert!(a.contains(&"--remote-debugging-address=127.0.0.1".to_owned()));
+        assert!(a.contains(&"--user-data-dir=/p".to_owned()));
+        assert!(a.contains(&"--headless=new".to_owned()));
+    }
+}

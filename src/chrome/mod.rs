@@ -1,0 +1,332 @@
+//! Chrome: finding the binary, launching it with the reviewed flags, draining its output into
+//! the log, waiting until DevTools answers, watching for its exit, and closing it cleanly.
+//!
+//! Closing goes through CDP `Browser.close` first — SIGTERM loses cookies written in the last
+//! second and leaves the profile's lock files — then signals, escalating within a deadline.
+//! Chrome runs in its own process group so a terminal's Ctrl-C reaches only the controller, and
+//! the whole group is killed at the end so no renderer outlives the session.
+
+pub mod cdp;
+pub mod flags;
+
+use std::net::SocketAddr;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::upstream;
+
+/// Files in a user-data-dir that must not survive into a new launch: Chrome refuses a profile
+/// whose `SingletonLock` names another host, and a stale `DevToolsActivePort` would give a wrong
+/// port.
+pub const STALE_FILES: [&str; 4] = ["SingletonLock", "SingletonSocket", "SingletonCookie", "DevToolsActivePort"];
+
+/// Binary names searched on the PATH, in order.
+const CANDIDATES: [&str; 5] = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"];
+
+/// What can go wrong with Chrome.
+#[derive(Debug, thiserror::Error)]
+pub enum ChromeError {
+    #[error("no Chrome binary found: set CHROME_PATH or --chrome-path, or install chromium (searched PATH for {})", CANDIDATES.join(", "))]
+    NotFound,
+    #[error("the Chrome binary {0} does not exist or is not a file")]
+    BadPath(PathBuf),
+    #[error("could not prepare the profile directory {path}")]
+    Profile { path: PathBuf, #[source] source: std::io::Error },
+    #[error("starting Chrome failed")]
+    Spawn(#[source] std::io::Error),
+    #[error("Chrome exited during startup ({0})")]
+    ExitedEarly(String),
+    #[error("Chrome's DevTools did not answer within {0:?}")]
+    NotReady(Duration),
+}
+
+/// Finds the Chrome binary: the explicit path, else the first candidate on the PATH. Debian's
+/// `/usr/bin/chromium` is a wrapper script that adds its own flags; the real binary beside it is
+/// preferred so Chrome runs with exactly our flags.
+pub fn find_chrome(explicit: Option<&Path>, path_var: Option<&std::ffi::OsStr>) -> Result<PathBuf, ChromeError> {
+    if let Some(p) = explicit {
+        return if p.is_file() { Ok(p.to_owned()) } else { Err(ChromeError::BadPath(p.to_owned())) };
+    }
+    let dirs: Vec<PathBuf> = path_var.map(|v| std::env::split_paths(v).collect()).unwrap_or_default();
+    for name in CANDIDATES {
+        for d in &dirs {
+            let p = d.join(name);
+            if p.is_file() {
+                let real = Path::new("/usr/lib/chromium/chromium");
+                if p == Path::new("/usr/bin/chromium") && real.is_file() {
+                    return Ok(real.to_owned());
+                }
+                return Ok(p);
+            }
+        }
+    }
+    Err(ChromeError::NotFound)
+}
+
+/// How to launch Chrome.
+#[derive(Debug, Clone)]
+pub struct LaunchOptions {
+    pub binary: PathBuf,
+    pub user_data_dir: PathBuf,
+    /// 0 = any free port, read back from `DevToolsActivePort`.
+    pub debug_port: u16,
+    pub flags: Vec<String>,
+    pub ready_timeout: Duration,
+}
+
+/// A running, ready Chrome.
+pub struct Chrome {
+    pid: Pid,
+    /// DevTools HTTP/WebSocket address on loopback.
+    pub addr: SocketAddr,
+    /// `/devtools/browser/<id>`.
+    pub browser_path: String,
+    exit: watch::Receiver<Option<ExitStatus>>,
+}
+
+/// Human-readable exit description.
+pub fn describe_exit(status: &ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(s)) => match Signal::try_from(s) {
+            Ok(sig) => format!("killed by {sig}"),
+            Err(_) => format!("killed by signal {s}"),
+        },
+        _ => "unknown exit".to_owned(),
+    }
+}
+
+/// Removes the lock files and `DevToolsActivePort` of a previous run.
+pub fn remove_stale_files(user_data_dir: &Path) -> std::io::Result<()> {
+    for f in STALE_FILES {
+        let p = user_data_dir.join(f);
+        match std::fs::remove_file(&p) {
+            Ok(()) => debug!(file = f, "removed stale profile file"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+impl Chrome {
+    /// Launches Chrome and waits (bounded, with backoff) until `/json/version` answers.
+    pub async fn launch(opts: &LaunchOptions) -> Result<Chrome, ChromeError> {
+        let started = Instant::now();
+        let profile_err = |source| ChromeError::Profile { path: opts.user_data_dir.clone(), source };
+        std::fs::create_dir_all(&opts.user_data_dir).map_err(profile_err)?;
+        remove_stale_files(&opts.user_data_dir).map_err(profile_err)?;
+        let args = flags::chrome_args(&opts.flags, &opts.user_data_dir, opts.debug_port);
+        let mut child = Command::new(&opts.binary)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(ChromeError::Spawn)?;
+        let pid = Pid::from_raw(child.id().map(|p| p as i32).ok_or(ChromeError::ExitedEarly("no pid".into()))?);
+        info!(pid = pid.as_raw(), binary = %opts.binary.display(), "chrome started");
+        if let Some(out) = child.stdout.take() {
+            tokio::spawn(drain(BufReader::new(out), "stdout"));
+        }
+        if let Some(err) = child.stderr.take() {
+            tokio::spawn(drain(BufReader::new(err), "stderr"));
+        }
+        // The wait task owns the child; it publishes the exit once. Dropping the child there
+        // (kill_on_drop) only happens after it has exited.
+        let (exit_tx, exit_rx) = watch::channel(None);
+        tokio::spawn(async move {
+            let status = child.wait().await;
+            let status = match status {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(error = %e, "waiting for chrome failed");
+                    ExitStatus::from_raw(1 << 8)
+                }
+            };
+            let _ = exit_tx.send(Some(status));
+        });
+        let mut chrome = Chrome { pid, addr: SocketAddr::from(([127, 0, 0, 1], opts.debug_port)), browser_path: String::new(), exit: exit_rx };
+        match tokio::time::timeout(opts.ready_timeout, chrome.wait_ready(opts)).await {
+            Ok(Ok(())) => {
+                info!(elapsed_ms = started.elapsed().as_millis() as u64, "chrome devtools ready");
+                Ok(chrome)
+            }
+            Ok(Err(e)) => {
+                chrome.kill_group();
+                Err(e)
+            }
+            Err(_) => {
+                chrome.kill_group();
+                Err(ChromeError::NotReady(opts.ready_timeout))
+            }
+        }
+    }
+
+    async fn wait_ready(&mut self, opts: &LaunchOptions) -> Result<(), ChromeError> {
+        let mut backoff = Duration::from_millis(5);
+        let port_file = opts.user_data_dir.join("DevToolsActivePort");
+        loop {
+            if let Some(status) = *self.exit.borrow() {
+                return Err(ChromeError::ExitedEarly(describe_exit(&status)));
+            }
+            if self.addr.port() == 0 {
+                if let Ok(text) = std::fs::read_to_string(&port_file)
+                    && let Some(port) = text.lines().next().and_then(|l| l.trim().parse::<u16>().ok())
+                {
+                    self.addr.set_port(port);
+                    continue;
+                }
+            } else if let Ok(path) = upstream::fetch_browser_path(self.addr, Duration::from_secs(2)).await {
+                self.browser_path = path;
+                return Ok(());
+            }
+            let mut exit = self.exit.clone();
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                _ = exit.changed() => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid.as_raw() as u32
+    }
+
+    /// `ws://127.0.0.1:<port>/devtools/browser/<id>`.
+    pub fn browser_ws_url(&self) -> String {
+        format!("ws://{}{}", self.addr, self.browser_path)
+    }
+
+    /// A receiver that sees Chrome's exit status once it has exited.
+    pub fn exit_watch(&self) -> watch::Receiver<Option<ExitStatus>> {
+        self.exit.clone()
+    }
+
+    /// Waits until Chrome has exited.
+    pub async fn exited(&self) -> ExitStatus {
+        let mut rx = self.exit.clone();
+        loop {
+            if let Some(s) = *rx.borrow_and_update() {
+                return s;
+            }
+            if rx.changed().await.is_err() {
+                return ExitStatus::from_raw(1 << 8);
+            }
+        }
+    }
+
+    async fn exited_within(&self, d: Duration) -> Option<ExitStatus> {
+        tokio::time::timeout(d, self.exited()).await.ok()
+    }
+
+    /// Closes Chrome within `budget`: CDP `Browser.close`, then SIGTERM, then SIGKILL to the
+    /// whole process group. Returns how it ended.
+    pub async fn close(&self, budget: Duration) -> CloseOutcome {
+        let deadline = Instant::now() + budget;
+        let left = || deadline.saturating_duration_since(Instant::now());
+        if let Some(s) = *self.exit.borrow() {
+            self.kill_group();
+            return CloseOutcome::AlreadyExited(s);
+        }
+        let cdp_budget = left().mul_f32(0.6);
+        match cdp::browser_close(&self.browser_ws_url(), cdp_budget).await {
+            Ok(()) => debug!("Browser.close acknowledged"),
+            Err(e) => warn!(error = %e, "Browser.close over CDP failed; falling back to signals"),
+        }
+        if let Some(s) = self.exited_within(left().mul_f32(0.7)).await {
+            self.kill_group();
+            return CloseOutcome::Clean(s);
+        }
+        warn!("chrome did not exit after Browser.close; sending SIGTERM");
+        let _ = kill(self.pid, Signal::SIGTERM);
+        if let Some(s) = self.exited_within(left().mul_f32(0.5)).await {
+            self.kill_group();
+            return CloseOutcome::Terminated(s);
+        }
+        warn!("chrome ignored SIGTERM; killing its process group");
+        self.kill_group();
+        match self.exited_within(left().max(Duration::from_millis(500))).await {
+            Some(s) => CloseOutcome::Killed(s),
+            None => CloseOutcome::Stuck,
+        }
+    }
+
+    /// SIGKILL to Chrome's process group (renderers included). Harmless when already gone.
+    pub fn kill_group(&self) {
+        let _ = killpg(self.pid, Signal::SIGKILL);
+    }
+}
+
+/// How [`Chrome::close`] ended.
+#[derive(Debug)]
+pub enum CloseOutcome {
+    AlreadyExited(ExitStatus),
+    /// Exited after `Browser.close`: profile flushed.
+    Clean(ExitStatus),
+    Terminated(ExitStatus),
+    Killed(ExitStatus),
+    Stuck,
+}
+
+impl CloseOutcome {
+    pub fn is_clean(&self) -> bool {
+        matches!(self, Self::Clean(_))
+    }
+}
+
+async fn drain<R: tokio::io::AsyncBufRead + Unpin>(reader: R, stream: &'static str) {
+    let mut lines = reader.lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        debug!(target: "chrome", stream, "{line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn find_chrome_prefers_explicit_then_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("chromium");
+        std::fs::write(&bin, "").unwrap();
+        assert_eq!(find_chrome(Some(&bin), None).unwrap(), bin);
+        assert!(matches!(find_chrome(Some(&dir.path().join("nope")), None), Err(ChromeError::BadPath(_))));
+        assert_eq!(find_chrome(None, Some(dir.path().as_os_str())).unwrap(), bin);
+        let empty = tempfile::tempdir().unwrap();
+        assert!(matches!(find_chrome(None, Some(empty.path().as_os_str())), Err(ChromeError::NotFound)));
+    }
+
+    #[test]
+    fn stale_files_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in STALE_FILES {
+            std::fs::write(dir.path().join(f), "x").unwrap();
+        }
+        std::fs::write(dir.path().join("Local State"), "{}").unwrap();
+        remove_stale_files(dir.path()).unwrap();
+        for f in STALE_FILES {
+            assert!(!dir.path().join(f).exists());
+        }
+        assert!(dir.path().join("Local State").exists());
+    }
+
+    #[test]
+    fn exits_are_described() {
+        assert_eq!(describe_exit(&ExitStatus::from_raw(21 << 8)), "exit code 21");
+        assert_eq!(describe_exit(&ExitStatus::from_raw(9)), "killed by SIGKILL");
+    }
+}

@@ -1,0 +1,269 @@
+//! The subcommands, as `main` runs them: configuration checked first (exit 64 with every
+//! problem), then the mode until it ends, mapped to an exit status.
+
+use std::io::Write as _;
+
+use clap::Parser as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+use wallcrawler_contract::{Claims, SigningKey};
+
+use crate::app::{self, SessionOptions};
+use crate::auth::{Authenticator, KeySource, StaticKeys, unix_now};
+use crate::chrome::{self, LaunchOptions, flags};
+use crate::config::{
+    self, ChromeSettings, Cli, Command, ConfigErrors, ContextSource, KeyConfig, LocalConfig, LogFormat, ProxyConfig,
+    ProxyTuning, RunConfig, SessionStoreConfig, TokenConfig,
+};
+use crate::proxy::Limits;
+use crate::telemetry;
+
+/// Exit status of a failed run.
+pub const EXIT_FAILURE: i32 = 1;
+
+/// Parses the command line and runs it; returns the process exit status.
+pub fn main_with(cli: Cli) -> i32 {
+    let command = cli.command.unwrap_or_else(|| match Cli::try_parse_from(["wallcrawler-controller", "local"]) {
+        Ok(Cli { command: Some(c) }) => c,
+        _ => Command::Local(Default::default()),
+    });
+    match command {
+        Command::Token(a) => match TokenConfig::from_args(&a) {
+            Ok(c) => token(&c),
+            Err(e) => config_error(&e),
+        },
+        Command::Local(a) => match LocalConfig::from_args(&a).and_then(|c| flags_for(&c.chrome).map(|f| (c, f))) {
+            Ok((c, f)) => with_runtime(c.tuning.log_format, local(c, f)),
+            Err(e) => config_error(&e),
+        },
+        Command::Run(a) => {
+            let mut s = a.auth.settings();
+            s.extend(a.run.settings());
+            s.extend(a.tuning.settings());
+            match RunConfig::from_settings(&s).and_then(|c| flags_for(&c.chrome).map(|f| (c, f))) {
+                Ok((c, f)) => with_runtime(c.tuning.log_format, run(c, f)),
+                Err(e) => config_error(&e),
+            }
+        }
+        Command::Proxy(a) => match ProxyConfig::from_args(&a) {
+            Ok(c) => with_runtime(c.tuning.log_format, proxy(c)),
+            Err(e) => config_error(&e),
+        },
+    }
+}
+
+fn config_error(e: &ConfigErrors) -> i32 {
+    eprintln!("wallcrawler-controller: {e}");
+    config::EXIT_CONFIG
+}
+
+fn flags_for(c: &ChromeSettings) -> Result<Vec<String>, ConfigErrors> {
+    let text = match &c.flags_file {
+        Some(p) => std::fs::read_to_string(p)
+            .map_err(|e| ConfigErrors(vec![format!("CHROME_FLAGS_FILE {}: {e}", p.display())]))?,
+        None => flags::BUILTIN_FLAGS.to_owned(),
+    };
+    flags::parse_flags(&text).map_err(|e| ConfigErrors(vec![format!("Chrome flags: {e}")]))
+}
+
+fn with_runtime(format: LogFormat, fut: impl Future<Output = i32>) -> i32 {
+    telemetry::init_logging(format);
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            error!(error = %e, "could not start the async runtime");
+            return EXIT_FAILURE;
+        }
+    };
+    let code = rt.block_on(fut);
+    // Connection tasks were ended by the shutdown sequence; don't wait on stragglers.
+    rt.shutdown_timeout(Duration::from_millis(200));
+    code
+}
+
+/// A token fired on SIGTERM or SIGINT.
+fn signal_token() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+            error!("could not install signal handlers");
+            return;
+        };
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        info!(signal = name, "shutting down");
+        t.cancel();
+    });
+    token
+}
+
+fn token(c: &TokenConfig) -> i32 {
+    let t = Claims::new(&c.session_id, &c.project_id, unix_now(), c.ttl).mint(&SigningKey::new(c.key.as_bytes()));
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{t}").and_then(|_| out.flush()).is_err() {
+        return EXIT_FAILURE;
+    }
+    0
+}
+
+fn limits(t: &ProxyTuning) -> Limits {
+    Limits { max_connections: t.max_connections, header_timeout: t.header_timeout, ..Limits::default() }
+}
+
+fn launch_options(c: &ChromeSettings, flags: Vec<String>, user_data_dir: PathBuf) -> Result<LaunchOptions, chrome::ChromeError> {
+    let binary = chrome::find_chrome(c.path.as_deref(), std::env::var_os("PATH").as_deref())?;
+    Ok(LaunchOptions { binary, user_data_dir, debug_port: c.debug_port, flags, ready_timeout: Duration::from_secs(30) })
+}
+
+async fn local(c: LocalConfig, flags: Vec<String>) -> i32 {
+    let signal = signal_token();
+    let session_id = format!("sess_{}", uuid::Uuid::new_v4());
+    let key = c.key.clone().unwrap_or_else(|| wallcrawler_contract::token::random_hex(32));
+    let token = Claims::new(&session_id, "", unix_now(), c.token_ttl).mint(&SigningKey::new(key.as_bytes()));
+    let profile = match tempfile::Builder::new().prefix("wallcrawler-profile-").tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            error!(error = %e, "could not create a profile directory");
+            return EXIT_FAILURE;
+        }
+    };
+    let chrome = match launch_options(&c.chrome, flags, profile.path().to_owned()) {
+        Ok(o) => o,
+        Err(e) => {
+            error!("{e}");
+            return EXIT_FAILURE;
+        }
+    };
+    let keys: Arc<dyn KeySource> = Arc::new(StaticKeys::new(key.as_bytes()));
+    let opts = SessionOptions {
+        auth: Authenticator::new(keys, session_id.clone(), None, 30),
+        listen: SocketAddr::from(([127, 0, 0, 1], c.port)),
+        metrics_addr: c.tuning.metrics_addr,
+        chrome,
+        limits: limits(&c.tuning),
+        idle_timeout: None,
+        expires_at: None,
+        shutdown_budget: Duration::from_secs(25),
+    };
+    let result = app::run_session(opts, signal, |ready| {
+        info!(
+            session.id = %session_id,
+            proxy = %ready.proxy_addr,
+            chrome.pid = ready.chrome_pid,
+            "local session ready; connect with the connectUrl printed on stdout"
+        );
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "connectUrl: ws://{}?signingKey={token}", ready.proxy_addr);
+        let _ = out.flush();
+    })
+    .await;
+    finish(result)
+}
+
+fn finish(result: Result<app::EndReason, app::AppError>) -> i32 {
+    match result {
+        Ok(reason) => {
+            info!(reason = ?reason, "session ended");
+            reason.exit_code()
+        }
+        Err(e) => {
+            error!(error = %e, cause = ?std::error::Error::source(&e).map(|s| s.to_string()), "session failed");
+            EXIT_FAILURE
+        }
+    }
+}
+
+fn key_source(k: &KeyConfig) -> Result<Arc<dyn KeySource>, String> {
+    match k {
+        KeyConfig::Literal(key) => Ok(Arc::new(StaticKeys::new(key.as_bytes()))),
+        KeyConfig::SecretArn(_) => Err(
+            "WALLCRAWLER_JWT_SIGNING_SECRET_ARN is not supported by this build yet (Secrets Manager arrives with the \
+             ECS integration); set WALLCRAWLER_JWT_SIGNING_KEY"
+                .to_owned(),
+        ),
+    }
+}
+
+async fn run(c: RunConfig, flags: Vec<String>) -> i32 {
+    let signal = signal_token();
+    if c.store != SessionStoreConfig::None || c.context != ContextSource::None {
+        error!("SESSIONS_TABLE_NAME/SESSIONS_DIR and context settings are not supported by this build yet");
+        return EXIT_FAILURE;
+    }
+    let keys = match key_source(&c.auth.key) {
+        Ok(k) => k,
+        Err(e) => {
+            error!("{e}");
+            return EXIT_FAILURE;
+        }
+    };
+    let (profile, _tmp) = match &c.chrome.user_data_dir {
+        Some(d) => (d.clone(), None),
+        None => match tempfile::Builder::new().prefix("wallcrawler-profile-").tempdir() {
+            Ok(t) => (t.path().to_owned(), Some(t)),
+            Err(e) => {
+                error!(error = %e, "could not create a profile directory");
+                return EXIT_FAILURE;
+            }
+        },
+    };
+    let chrome = match launch_options(&c.chrome, flags, profile) {
+        Ok(o) => o,
+        Err(e) => {
+            error!("{e}");
+            return EXIT_FAILURE;
+        }
+    };
+    if c.public_ip.is_some() {
+        warn!("PUBLIC_IP is only used for the session table, which this build does not write");
+    }
+    let opts = SessionOptions {
+        auth: Authenticator::new(keys, c.auth.session_id.clone(), c.auth.project_id.clone(), c.auth.leeway_seconds),
+        listen: SocketAddr::from(([0, 0, 0, 0], c.proxy_port)),
+        metrics_addr: c.tuning.metrics_addr,
+        chrome,
+        limits: limits(&c.tuning),
+        idle_timeout: (!c.keep_alive).then_some(c.disconnect_timeout),
+        expires_at: c.expires_at,
+        shutdown_budget: c.shutdown_budget,
+    };
+    let session_id = c.auth.session_id.clone();
+    let result = app::run_session(opts, signal, |ready| {
+        info!(session.id = %session_id, proxy = %ready.proxy_addr, chrome.pid = ready.chrome_pid, "session ready");
+    })
+    .await;
+    finish(result)
+}
+
+async fn proxy(c: ProxyConfig) -> i32 {
+    let signal = signal_token();
+    let keys = match key_source(&c.auth.key) {
+        Ok(k) => k,
+        Err(e) => {
+            error!("{e}");
+            return EXIT_FAILURE;
+        }
+    };
+    let upstream = match tokio::net::lookup_host(&c.upstream).await.map(|mut a| a.next()) {
+        Ok(Some(a)) => a,
+        _ => {
+            error!(upstream = %c.upstream, "cannot resolve the upstream address");
+            return EXIT_FAILURE;
+        }
+    };
+    let auth = Authenticator::new(keys, c.auth.session_id.clone(), c.auth.project_id.clone(), c.auth.leeway_seconds);
+    let result = app::run_proxy(auth, c.listen, c.tuning.metrics_addr, upstream, limits(&c.tuning), signal, |addr| {
+        info!(listen = %addr, upstream = %upstream, "proxy ready");
+    })
+    .await;
+    finish(result)
+}

@@ -1,0 +1,748 @@
+//! Command line and environment: what the operator can set, and the checked configuration built
+//! from it.
+//!
+//! Every setting is read as text (from a flag or its environment variable, the names of the
+//! existing ECS task definition) into a [`Settings`] map keyed by the variable name; the typed
+//! configs are built from that map by pure functions that list **every** problem at once, so
+//! tests pass a map and `main` exits 64 with the full list.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Raw settings keyed by environment-variable name.
+pub type Settings = BTreeMap<&'static str, String>;
+
+/// Exit status for configuration errors (EX_USAGE).
+pub const EXIT_CONFIG: i32 = 64;
+
+/// Declares a clap argument group whose fields are all optional strings backed by environment
+/// variables, and its conversion into [`Settings`].
+macro_rules! settings_group {
+    ($(#[$meta:meta])* $name:ident { $( $(#[$fmeta:meta])* $field:ident = $env:literal ),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Args, Debug, Default, Clone)]
+        pub struct $name {
+            $(
+                $(#[$fmeta])*
+                #[arg(long, env = $env, hide_env_values = true, value_name = "VALUE")]
+                pub $field: Option<String>,
+            )*
+        }
+
+        impl $name {
+            /// The settings given, keyed by environment-variable name.
+            pub fn settings(&self) -> Settings {
+                let mut m = Settings::new();
+                $( if let Some(v) = &self.$field { m.insert($env, v.clone()); } )*
+                m
+            }
+        }
+    };
+}
+
+settings_group! {
+    /// Token checking, shared by `run` and `proxy`.
+    AuthArgs {
+        /// Session this task serves (sess_…); tokens for any other session are refused. Required.
+        session_id = "SESSION_ID",
+        /// Owning project; when set, tokens for another project are refused.
+        project_id = "PROJECT_ID",
+        /// Literal HS256 signing key (development); overrides the Secrets Manager secret.
+        jwt_signing_key = "WALLCRAWLER_JWT_SIGNING_KEY",
+        /// Secrets Manager secret holding {"algorithm":"HS256","signingKey":…}.
+        jwt_signing_secret_arn = "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+        /// Clock-skew leeway in seconds for exp/nbf/iat [default: 30].
+        jwt_leeway_seconds = "JWT_LEEWAY_SECONDS",
+    }
+}
+
+settings_group! {
+    /// Limits and telemetry of the proxy, shared by every serving mode.
+    ProxyTuningArgs {
+        /// Concurrent client connections; beyond it new ones get 503 [default: 4096].
+        max_connections = "MAX_CONNECTIONS",
+        /// Prometheus metrics listener, empty = off [default: 127.0.0.1:9224 in run, off otherwise].
+        metrics_addr = "METRICS_ADDR",
+        /// Seconds a client has to send complete request headers before 408 [default: 10].
+        header_timeout_seconds = "PROXY_HEADER_TIMEOUT_SECONDS",
+        /// Log format on stderr: json or text [default: json in run, text otherwise].
+        log_format = "LOG_FORMAT",
+    }
+}
+
+settings_group! {
+    /// Everything `run` reads besides auth and tuning.
+    RunSettingsArgs {
+        /// DynamoDB sessions table (unset = no table writes).
+        sessions_table_name = "SESSIONS_TABLE_NAME",
+        /// Directory of local session documents, instead of the table (local platform).
+        sessions_dir = "SESSIONS_DIR",
+        /// Context to hydrate (with CONTEXTS_BUCKET_NAME and CONTEXT_S3_KEY).
+        context_id = "CONTEXT_ID",
+        /// S3 bucket of context archives.
+        contexts_bucket_name = "CONTEXTS_BUCKET_NAME",
+        /// Key of the profile archive: <projectId>/<contextId>/profile.tar.gz.
+        context_s3_key = "CONTEXT_S3_KEY",
+        /// Directory holding archives at <dir>/<CONTEXT_S3_KEY>, instead of the bucket.
+        contexts_dir = "CONTEXTS_DIR",
+        /// true = upload the profile on shutdown [default: false].
+        context_persist = "CONTEXT_PERSIST",
+        /// Proxy listen port on 0.0.0.0 [default: 9223].
+        cdp_proxy_port = "CDP_PROXY_PORT",
+        /// Seconds with no client connected before the task ends itself; not applied while keepAlive [default: 120].
+        cdp_disconnect_timeout = "CDP_DISCONNECT_TIMEOUT",
+        /// Chrome binary [default: chromium/chrome found on the PATH].
+        chrome_path = "CHROME_PATH",
+        /// Chrome's DevTools port on 127.0.0.1; 0 = any free port [default: 9222].
+        chrome_debug_port = "CHROME_DEBUG_PORT",
+        /// Chrome user-data-dir [default: a fresh temporary directory].
+        user_data_dir = "USER_DATA_DIR",
+        /// Address to announce instead of discovering it.
+        public_ip = "PUBLIC_IP",
+        /// true = survive client disconnects until release or expiry (when no table is configured) [default: false].
+        keep_alive = "KEEP_ALIVE",
+        /// Session expiry, unix seconds (when no table is configured).
+        session_expires_at = "SESSION_EXPIRES_AT",
+        /// Largest total unpacked size of a profile archive, bytes [default: 2147483648].
+        profile_max_bytes = "PROFILE_MAX_BYTES",
+        /// Most entries in a profile archive [default: 100000].
+        profile_max_entries = "PROFILE_MAX_ENTRIES",
+        /// Seconds for the whole shutdown sequence, upload included [default: 25].
+        shutdown_budget_seconds = "SHUTDOWN_BUDGET_SECONDS",
+        /// Chrome flags file replacing the built-in chrome/flags.conf.
+        chrome_flags_file = "CHROME_FLAGS_FILE",
+    }
+}
+
+/// Browserbase-compatible remote browser: one supervised Chrome behind an authenticating CDP proxy.
+///
+/// Without a subcommand, runs `local`.
+#[derive(Parser, Debug)]
+#[command(name = "wallcrawler-controller", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Local mode (the default): launch Chromium, serve the proxy on 127.0.0.1, print a connectUrl.
+    ///
+    /// No AWS, fresh profile, keepAlive: runs until Ctrl-C/SIGTERM or a client's Browser.close.
+    /// The signing key comes from WALLCRAWLER_JWT_SIGNING_KEY or is generated.
+    Local(LocalArgs),
+    /// ECS mode: the per-task controller, configured by the task's environment variables.
+    Run(RunArgs),
+    /// Only the authenticating proxy, in front of an already running CDP endpoint.
+    Proxy(ProxyArgs),
+    /// Print a signed token for a session (bare token and a newline on stdout).
+    Token(TokenArgs),
+}
+
+#[derive(Args, Debug, Default, Clone)]
+pub struct LocalArgs {
+    /// Proxy port on 127.0.0.1; 0 = any free port (the real one is printed) [default: 9223].
+    #[arg(long, value_name = "N")]
+    pub port: Option<String>,
+    /// Chrome binary [default: found on the PATH].
+    #[arg(long, env = "CHROME_PATH", value_name = "PATH")]
+    pub chrome_path: Option<String>,
+    /// Lifetime of the printed token in seconds [default: 3600].
+    #[arg(long, value_name = "SECONDS")]
+    pub token_ttl: Option<String>,
+    /// Literal signing key; generated when unset.
+    #[arg(long, env = "WALLCRAWLER_JWT_SIGNING_KEY", hide_env_values = true, value_name = "KEY")]
+    pub jwt_signing_key: Option<String>,
+    /// Chrome's DevTools port on 127.0.0.1; 0 = any free port [default: 0].
+    #[arg(long, env = "CHROME_DEBUG_PORT", value_name = "N")]
+    pub chrome_debug_port: Option<String>,
+    /// Chrome flags file replacing the built-in chrome/flags.conf.
+    #[arg(long, env = "CHROME_FLAGS_FILE", value_name = "PATH")]
+    pub chrome_flags_file: Option<String>,
+    #[command(flatten)]
+    pub tuning: ProxyTuningArgs,
+}
+
+#[derive(Args, Debug, Default, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub auth: AuthArgs,
+    #[command(flatten)]
+    pub run: RunSettingsArgs,
+    #[command(flatten)]
+    pub tuning: ProxyTuningArgs,
+}
+
+#[derive(Args, Debug, Default, Clone)]
+pub struct ProxyArgs {
+    /// Address to listen on, e.g. 0.0.0.0:9223.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// The CDP endpoint to protect, HOST:PORT (its /json/version must answer).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub upstream: Option<String>,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+    #[command(flatten)]
+    pub tuning: ProxyTuningArgs,
+}
+
+#[derive(Args, Debug, Default, Clone)]
+pub struct TokenArgs {
+    /// Session the token is for.
+    #[arg(long, value_name = "SESSION_ID")]
+    pub session_id: Option<String>,
+    /// Project the token is for [default: none, an empty projectId].
+    #[arg(long, value_name = "PROJECT_ID")]
+    pub project_id: Option<String>,
+    /// Lifetime in seconds [default: 3600].
+    #[arg(long, value_name = "SECONDS")]
+    pub ttl: Option<String>,
+    /// Signing key.
+    #[arg(long, env = "WALLCRAWLER_JWT_SIGNING_KEY", hide_env_values = true, value_name = "KEY")]
+    pub jwt_signing_key: Option<String>,
+}
+
+/// Every problem found in the configuration, one line each.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
+pub struct ConfigErrors(pub Vec<String>);
+
+/// How logs are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// Where the signing key comes from.
+#[derive(Clone, PartialEq, Eq)]
+pub enum KeyConfig {
+    /// A literal key (development, tests, local mode).
+    Literal(String),
+    /// A Secrets Manager secret id or ARN.
+    SecretArn(String),
+}
+
+impl std::fmt::Debug for KeyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Literal(_) => f.write_str("Literal(<redacted>)"),
+            Self::SecretArn(arn) => f.debug_tuple("SecretArn").field(arn).finish(),
+        }
+    }
+}
+
+/// How tokens are checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthConfig {
+    pub session_id: String,
+    pub project_id: Option<String>,
+    pub key: KeyConfig,
+    pub leeway_seconds: u64,
+}
+
+/// Limits and telemetry of the proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyTuning {
+    pub max_connections: usize,
+    pub metrics_addr: Option<SocketAddr>,
+    pub header_timeout: Duration,
+    pub log_format: LogFormat,
+}
+
+/// Which profile the task starts from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContextSource {
+    /// A fresh empty profile.
+    None,
+    /// `s3://bucket/key`.
+    Bucket { context_id: String, bucket: String, key: String },
+    /// `<dir>/<key>` (local platform).
+    Directory { context_id: String, dir: PathBuf, key: String },
+}
+
+/// Where the session item lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionStoreConfig {
+    None,
+    Table(String),
+    Directory(PathBuf),
+}
+
+/// `wallcrawler-controller run`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunConfig {
+    pub auth: AuthConfig,
+    pub tuning: ProxyTuning,
+    pub proxy_port: u16,
+    pub disconnect_timeout: Duration,
+    pub chrome: ChromeSettings,
+    pub store: SessionStoreConfig,
+    pub context: ContextSource,
+    pub context_persist: bool,
+    pub public_ip: Option<std::net::IpAddr>,
+    pub keep_alive: bool,
+    pub expires_at: Option<u64>,
+    pub profile_max_bytes: u64,
+    pub profile_max_entries: u64,
+    pub shutdown_budget: Duration,
+}
+
+/// Chrome launch settings common to `run` and `local`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChromeSettings {
+    pub path: Option<PathBuf>,
+    pub debug_port: u16,
+    pub user_data_dir: Option<PathBuf>,
+    pub flags_file: Option<PathBuf>,
+}
+
+/// `wallcrawler-controller local`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalConfig {
+    pub port: u16,
+    pub token_ttl: u64,
+    pub key: Option<String>,
+    pub chrome: ChromeSettings,
+    pub tuning: ProxyTuning,
+}
+
+/// `wallcrawler-controller proxy`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyConfig {
+    pub listen: SocketAddr,
+    pub upstream: String,
+    pub auth: AuthConfig,
+    pub tuning: ProxyTuning,
+}
+
+/// `wallcrawler-controller token`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenConfig {
+    pub session_id: String,
+    pub project_id: String,
+    pub ttl: u64,
+    pub key: String,
+}
+
+/// Which mode a setting default is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Run,
+    Local,
+    Proxy,
+}
+
+/// Collects typed values and problems from a [`Settings`] map.
+struct Reader<'a> {
+    s: &'a Settings,
+    errors: Vec<String>,
+}
+
+impl<'a> Reader<'a> {
+    fn new(s: &'a Settings) -> Self {
+        Self { s, errors: Vec::new() }
+    }
+
+    /// A non-empty value, trimmed.
+    fn text(&self, name: &str) -> Option<String> {
+        self.s.get(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+    }
+
+    fn required(&mut self, name: &str) -> String {
+        self.text(name).unwrap_or_else(|| {
+            self.errors.push(format!("{name} is required"));
+            String::new()
+        })
+    }
+
+    fn parse<T: std::str::FromStr>(&mut self, name: &str, what: &str) -> Option<T> {
+        let raw = self.text(name)?;
+        match raw.parse::<T>() {
+            Ok(v) => Some(v),
+            Err(_) => {
+                self.errors.push(format!("{name} must be {what}, got {raw:?}"));
+                None
+            }
+        }
+    }
+
+    fn number(&mut self, name: &str, default: u64, min: u64, max: u64) -> u64 {
+        match self.parse::<u64>(name, "a whole number") {
+            Some(v) if v < min || v > max => {
+                self.errors.push(format!("{name} must be between {min} and {max}, got {v}"));
+                default
+            }
+            Some(v) => v,
+            None => default,
+        }
+    }
+
+    fn boolean(&mut self, name: &str, default: bool) -> bool {
+        match self.text(name).map(|v| v.to_ascii_lowercase()) {
+            None => default,
+            Some(v) if v == "true" || v == "1" || v == "yes" => true,
+            Some(v) if v == "false" || v == "0" || v == "no" => false,
+            Some(v) => {
+                self.errors.push(format!("{name} must be true or false, got {v:?}"));
+                default
+            }
+        }
+    }
+
+    fn finish<T>(self, value: T) -> Result<T, ConfigErrors> {
+        if self.errors.is_empty() { Ok(value) } else { Err(ConfigErrors(self.errors)) }
+    }
+}
+
+fn auth_config(r: &mut Reader<'_>) -> AuthConfig {
+    let session_id = r.required("SESSION_ID");
+    let project_id = r.text("PROJECT_ID");
+    let key = match (r.s.get("WALLCRAWLER_JWT_SIGNING_KEY"), r.text("WALLCRAWLER_JWT_SIGNING_SECRET_ARN")) {
+        (Some(k), _) if !k.is_empty() => KeyConfig::Literal(k.clone()),
+        (_, Some(arn)) => KeyConfig::SecretArn(arn),
+        _ => {
+            r.errors.push(
+                "a signing key is required: set WALLCRAWLER_JWT_SIGNING_SECRET_ARN or WALLCRAWLER_JWT_SIGNING_KEY"
+                    .to_owned(),
+            );
+            KeyConfig::Literal(String::new())
+        }
+    };
+    let leeway_seconds = r.number("JWT_LEEWAY_SECONDS", 30, 0, 3600);
+    AuthConfig { session_id, project_id, key, leeway_seconds }
+}
+
+fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
+    let max_connections = r.number("MAX_CONNECTIONS", 4096, 1, 1_000_000) as usize;
+    let metrics_addr = match r.s.get("METRICS_ADDR").map(|v| v.trim()) {
+        Some("") => None,
+        Some(_) => r.parse::<SocketAddr>("METRICS_ADDR", "an address such as 127.0.0.1:9224"),
+        None if mode == Mode::Run => Some(SocketAddr::from(([127, 0, 0, 1], 9224))),
+        None => None,
+    };
+    let header_timeout = Duration::from_secs(r.number("PROXY_HEADER_TIMEOUT_SECONDS", 10, 1, 600));
+    let log_format = match r.text("LOG_FORMAT").as_deref() {
+        None if mode == Mode::Run => LogFormat::Json,
+        None => LogFormat::Text,
+        Some("json") => LogFormat::Json,
+        Some("text") => LogFormat::Text,
+        Some(other) => {
+            r.errors.push(format!("LOG_FORMAT must be json or text, got {other:?}"));
+            LogFormat::Text
+        }
+    };
+    ProxyTuning { max_connections, metrics_addr, header_timeout, log_format }
+}
+
+fn chrome_settings(r: &mut Reader<'_>, default_port: u16) -> ChromeSettings {
+    ChromeSettings {
+        path: r.text("CHROME_PATH").map(PathBuf::from),
+        debug_port: r.number("CHROME_DEBUG_PORT", default_port as u64, 0, 65535) as u16,
+        user_data_dir: r.text("USER_DATA_DIR").map(PathBuf::from),
+        flags_file: r.text("CHROME_FLAGS_FILE").map(PathBuf::from),
+    }
+}
+
+impl RunConfig {
+    pub fn from_settings(s: &Settings) -> Result<Self, ConfigErrors> {
+        let mut r = Reader::new(s);
+        let auth = auth_config(&mut r);
+        let tuning = tuning(&mut r, Mode::Run);
+        let proxy_port = r.number("CDP_PROXY_PORT", 9223, 0, 65535) as u16;
+        let disconnect_timeout = Duration::from_secs(r.number("CDP_DISCONNECT_TIMEOUT", 120, 1, 86_400));
+        let chrome = chrome_settings(&mut r, 9222);
+        let store = match (r.text("SESSIONS_TABLE_NAME"), r.text("SESSIONS_DIR")) {
+            (Some(_), Some(_)) => {
+                r.errors.push("set SESSIONS_TABLE_NAME or SESSIONS_DIR, not both".to_owned());
+                SessionStoreConfig::None
+            }
+            (Some(t), None) => SessionStoreConfig::Table(t),
+            (None, Some(d)) => SessionStoreConfig::Directory(PathBuf::from(d)),
+            (None, None) => SessionStoreConfig::None,
+        };
+        let context = context_source(&mut r);
+        let context_persist = r.boolean("CONTEXT_PERSIST", false);
+        if context_persist && context == ContextSource::None {
+            r.errors.push("CONTEXT_PERSIST=true needs a context (CONTEXT_ID, CONTEXTS_BUCKET_NAME or CONTEXTS_DIR, CONTEXT_S3_KEY)".to_owned());
+        }
+        let public_ip = r.parse("PUBLIC_IP", "an IP address");
+        let keep_alive = r.boolean("KEEP_ALIVE", false);
+        let expires_at = r.parse::<u64>("SESSION_EXPIRES_AT", "unix seconds");
+        let profile_max_bytes = r.number("PROFILE_MAX_BYTES", 2_147_483_648, 1, u64::MAX);
+        let profile_max_entries = r.number("PROFILE_MAX_ENTRIES", 100_000, 1, u64::MAX);
+        let shutdown_budget = Duration::from_secs(r.number("SHUTDOWN_BUDGET_SECONDS", 25, 1, 120));
+        r.finish(RunConfig {
+            auth,
+            tuning,
+            proxy_port,
+            disconnect_timeout,
+            chrome,
+            store,
+            context,
+            context_persist,
+            public_ip,
+            keep_alive,
+            expires_at,
+            profile_max_bytes,
+            profile_max_entries,
+            shutdown_budget,
+        })
+    }
+}
+
+fn context_source(r: &mut Reader<'_>) -> ContextSource {
+    let id = r.text("CONTEXT_ID");
+    let bucket = r.text("CONTEXTS_BUCKET_NAME");
+    let key = r.text("CONTEXT_S3_KEY");
+    let dir = r.text("CONTEXTS_DIR");
+    if bucket.is_some() && dir.is_some() {
+        r.errors.push("set CONTEXTS_BUCKET_NAME or CONTEXTS_DIR, not both".to_owned());
+        return ContextSource::None;
+    }
+    let place = bucket.clone().or(dir.clone());
+    match (id, place, key) {
+        (None, None, None) => ContextSource::None,
+        (Some(context_id), Some(_), Some(key)) => match (bucket, dir) {
+            (Some(bucket), _) => ContextSource::Bucket { context_id, bucket, key },
+            (_, Some(dir)) => ContextSource::Directory { context_id, dir: PathBuf::from(dir), key },
+            _ => unreachable!("place is one of them"),
+        },
+        (id, place, key) => {
+            let missing: Vec<&str> = [
+                ("CONTEXT_ID", id.is_none()),
+                ("CONTEXTS_BUCKET_NAME (or CONTEXTS_DIR)", place.is_none()),
+                ("CONTEXT_S3_KEY", key.is_none()),
+            ]
+            .into_iter()
+            .filter_map(|(n, m)| m.then_some(n))
+            .collect();
+            r.errors.push(format!(
+                "context mode needs CONTEXT_ID, CONTEXTS_BUCKET_NAME (or CONTEXTS_DIR) and CONTEXT_S3_KEY together; missing {}",
+                missing.join(", ")
+            ));
+            ContextSource::None
+        }
+    }
+}
+
+impl LocalConfig {
+    pub fn from_args(a: &LocalArgs) -> Result<Self, ConfigErrors> {
+        let mut s = a.tuning.settings();
+        let mut put = |k: &'static str, v: &Option<String>| {
+            if let Some(v) = v {
+                s.insert(k, v.clone());
+            }
+        };
+        put("CDP_PROXY_PORT", &a.port);
+        put("CHROME_PATH", &a.chrome_path);
+        put("TOKEN_TTL", &a.token_ttl);
+        put("WALLCRAWLER_JWT_SIGNING_KEY", &a.jwt_signing_key);
+        put("CHROME_DEBUG_PORT", &a.chrome_debug_port);
+        put("CHROME_FLAGS_FILE", &a.chrome_flags_file);
+        Self::from_settings(&s)
+    }
+
+    pub fn from_settings(s: &Settings) -> Result<Self, ConfigErrors> {
+        let mut r = Reader::new(s);
+        let port = r.number("CDP_PROXY_PORT", 9223, 0, 65535) as u16;
+        let token_ttl = r.number("TOKEN_TTL", 3600, 1, 31 * 86_400);
+        let key = r.text("WALLCRAWLER_JWT_SIGNING_KEY");
+        let chrome = chrome_settings(&mut r, 0);
+        let tuning = tuning(&mut r, Mode::Local);
+        r.finish(LocalConfig { port, token_ttl, key, chrome, tuning })
+    }
+}
+
+impl ProxyConfig {
+    pub fn from_args(a: &ProxyArgs) -> Result<Self, ConfigErrors> {
+        let mut s = a.auth.settings();
+        s.extend(a.tuning.settings());
+        if let Some(l) = &a.listen {
+            s.insert("LISTEN", l.clone());
+        }
+        if let Some(u) = &a.upstream {
+            s.insert("UPSTREAM", u.clone());
+        }
+        Self::from_settings(&s)
+    }
+
+    pub fn from_settings(s: &Settings) -> Result<Self, ConfigErrors> {
+        let mut r = Reader::new(s);
+        let listen = match r.text("LISTEN") {
+            None => {
+                r.errors.push("--listen ADDR is required".to_owned());
+                None
+            }
+            Some(_) => r.parse::<SocketAddr>("LISTEN", "an address such as 0.0.0.0:9223"),
+        };
+        let upstream = match r.text("UPSTREAM") {
+            Some(u) if u.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) => u,
+            Some(u) => {
+                r.errors.push(format!("--upstream must be HOST:PORT, got {u:?}"));
+                String::new()
+            }
+            None => {
+                r.errors.push("--upstream HOST:PORT is required".to_owned());
+                String::new()
+            }
+        };
+        let auth = auth_config(&mut r);
+        let tuning = tuning(&mut r, Mode::Proxy);
+        r.finish(ProxyConfig {
+            listen: listen.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
+            upstream,
+            auth,
+            tuning,
+        })
+    }
+}
+
+impl TokenConfig {
+    pub fn from_args(a: &TokenArgs) -> Result<Self, ConfigErrors> {
+        let mut s = Settings::new();
+        for (k, v) in [
+            ("SESSION_ID", &a.session_id),
+            ("PROJECT_ID", &a.project_id),
+            ("TOKEN_TTL", &a.ttl),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", &a.jwt_signing_key),
+        ] {
+            if let Some(v) = v {
+                s.insert(k, v.clone());
+            }
+        }
+        Self::from_settings(&s)
+    }
+
+    pub fn from_settings(s: &Settings) -> Result<Self, ConfigErrors> {
+        let mut r = Reader::new(s);
+        let session_id = r.required("SESSION_ID");
+        let project_id = r.text("PROJECT_ID").unwrap_or_default();
+        let ttl = r.number("TOKEN_TTL", 3600, 1, 366 * 86_400);
+        let key = match r.s.get("WALLCRAWLER_JWT_SIGNING_KEY") {
+            Some(k) if !k.is_empty() => k.clone(),
+            _ => {
+                r.errors.push("WALLCRAWLER_JWT_SIGNING_KEY is required to sign a token".to_owned());
+                String::new()
+            }
+        };
+        r.finish(TokenConfig { session_id, project_id, ttl, key })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&'static str, &str)]) -> Settings {
+        pairs.iter().map(|(k, v)| (*k, v.to_string())).collect()
+    }
+
+    #[test]
+    fn run_defaults() {
+        let c = RunConfig::from_settings(&map(&[("SESSION_ID", "sess_1"), ("WALLCRAWLER_JWT_SIGNING_KEY", "k")])).unwrap();
+        assert_eq!(c.proxy_port, 9223);
+        assert_eq!(c.chrome.debug_port, 9222);
+        assert_eq!(c.disconnect_timeout, Duration::from_secs(120));
+        assert_eq!(c.auth.leeway_seconds, 30);
+        assert_eq!(c.tuning.max_connections, 4096);
+        assert_eq!(c.tuning.metrics_addr, Some("127.0.0.1:9224".parse().unwrap()));
+        assert_eq!(c.tuning.log_format, LogFormat::Json);
+        assert_eq!(c.shutdown_budget, Duration::from_secs(25));
+        assert_eq!(c.profile_max_bytes, 2_147_483_648);
+        assert_eq!(c.profile_max_entries, 100_000);
+        assert_eq!(c.context, ContextSource::None);
+        assert!(!c.keep_alive && !c.context_persist);
+    }
+
+    #[test]
+    fn every_problem_is_listed() {
+        let e = RunConfig::from_settings(&map(&[
+            ("CDP_PROXY_PORT", "99999"),
+            ("JWT_LEEWAY_SECONDS", "soon"),
+            ("CONTEXT_ID", "ctx_1"),
+            ("LOG_FORMAT", "xml"),
+            ("KEEP_ALIVE", "maybe"),
+        ]))
+        .unwrap_err();
+        let text = e.to_string();
+        for needle in [
+            "SESSION_ID is required",
+            "a signing key is required",
+            "CDP_PROXY_PORT must be between",
+            "JWT_LEEWAY_SECONDS must be a whole number",
+            "missing CONTEXTS_BUCKET_NAME (or CONTEXTS_DIR), CONTEXT_S3_KEY",
+            "LOG_FORMAT must be json or text",
+            "KEEP_ALIVE must be true or false",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in {text}");
+        }
+        assert_eq!(e.0.len(), 7);
+    }
+
+    #[test]
+    fn context_modes() {
+        let base = [("SESSION_ID", "s"), ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "arn:x")];
+        let mut m = map(&base);
+        m.extend(map(&[("CONTEXT_ID", "c"), ("CONTEXTS_BUCKET_NAME", "b"), ("CONTEXT_S3_KEY", "p/c/profile.tar.gz")]));
+        let c = RunConfig::from_settings(&m).unwrap();
+        assert_eq!(c.auth.key, KeyConfig::SecretArn("arn:x".into()));
+        assert!(matches!(c.context, ContextSource::Bucket { .. }));
+        m.insert("CONTEXTS_DIR", "/tmp".into());
+        assert!(RunConfig::from_settings(&m).unwrap_err().to_string().contains("not both"));
+        let mut persist_alone = map(&base);
+        persist_alone.insert("CONTEXT_PERSIST", "true".into());
+        assert!(RunConfig::from_settings(&persist_alone).is_err());
+    }
+
+    #[test]
+    fn literal_key_wins_and_is_never_printed() {
+        let c = RunConfig::from_settings(&map(&[
+            ("SESSION_ID", "s"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "hunter2"),
+            ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "arn:x"),
+        ]))
+        .unwrap();
+        assert_eq!(c.auth.key, KeyConfig::Literal("hunter2".into()));
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn metrics_can_be_turned_off() {
+        let c = RunConfig::from_settings(&map(&[("SESSION_ID", "s"), ("WALLCRAWLER_JWT_SIGNING_KEY", "k"), ("METRICS_ADDR", "")])).unwrap();
+        assert_eq!(c.tuning.metrics_addr, None);
+    }
+
+    #[test]
+    fn local_defaults() {
+        let c = LocalConfig::from_settings(&Settings::new()).unwrap();
+        assert_eq!((c.port, c.token_ttl, c.chrome.debug_port), (9223, 3600, 0));
+        assert_eq!(c.tuning.metrics_addr, None);
+        assert_eq!(c.tuning.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn proxy_requires_listen_upstream_and_session() {
+        let e = ProxyConfig::from_settings(&map(&[("UPSTREAM", "nohost")])).unwrap_err().to_string();
+        assert!(e.contains("--listen ADDR is required"));
+        assert!(e.contains("--upstream must be HOST:PORT"));
+        assert!(e.contains("SESSION_ID is required"));
+    }
+
+    #[test]
+    fn token_needs_a_key() {
+        let e = TokenConfig::from_settings(&map(&[("SESSION_ID", "s")])).unwrap_err();
+        assert_eq!(e.0, vec!["WALLCRAWLER_JWT_SIGNING_KEY is required to sign a token".to_owned()]);
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

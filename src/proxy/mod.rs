@@ -1,0 +1,518 @@
+//! The authenticating CDP proxy: listener, per-connection handshake, routing, discovery
+//! rewriting, relay and health.
+//!
+//! Per connection: read the request head (size limit, deadline) → route → authenticate →
+//! check Chrome is ready → either answer a `/json/*` request from Chrome with URLs rewritten,
+//! or dial Chrome's WebSocket *before* answering the client's upgrade, hand Chrome's 101 back,
+//! and relay bytes until either side closes. Toward Chrome the `Host` is Chrome's loopback
+//! address, `Origin` and credentials are dropped, and `Sec-WebSocket-Extensions` is removed so
+//! no compression hides the client's commands from the `Browser.close` inspector.
+
+pub mod discovery;
+pub mod http;
+pub mod inspect;
+pub mod relay;
+pub mod route;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, debug, error, info, warn};
+
+use crate::auth::{self, AuthError, Authenticator, Presented};
+use crate::telemetry::{Metrics, Outcome};
+use crate::upstream::{self, Upstream, UpstreamError, UpstreamState};
+use http::{HeadError, RequestHead, simple_response};
+use route::{Route, RouteError};
+
+/// Largest request head accepted (431 beyond).
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+
+/// Limits of the proxy.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub header_timeout: Duration,
+    pub max_head_bytes: usize,
+    /// Connecting to Chrome and getting its answer to the upgrade or a `/json` request.
+    pub upstream_timeout: Duration,
+    /// Withhold a client's `Browser.close` and tell the session owner (who closes Chrome
+    /// itself, cleanly). Off in `proxy` mode, where the browser is not ours to manage.
+    pub intercept_browser_close: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 4096,
+            header_timeout: Duration::from_secs(10),
+            max_head_bytes: MAX_HEAD_BYTES,
+            upstream_timeout: Duration::from_secs(10),
+            intercept_browser_close: true,
+        }
+    }
+}
+
+/// Signals from the proxy to whoever runs the session.
+#[derive(Default)]
+pub struct ProxyEvents {
+    /// Notified when a client's `Browser.close` was withheld: end the session normally.
+    pub browser_close: Notify,
+}
+
+/// The proxy's shared state.
+pub struct Proxy {
+    auth: Authenticator,
+    upstream: watch::Receiver<UpstreamState>,
+    metrics: Arc<Metrics>,
+    /// Upgraded clients connected now. The proxy owns the sender; the lifecycle (idle timer)
+    /// subscribes.
+    clients: watch::Sender<usize>,
+    events: Arc<ProxyEvents>,
+    limits: Limits,
+    permits: Arc<Semaphore>,
+    /// Fired at shutdown to end every relay.
+    relays_cancel: CancellationToken,
+}
+
+impl Proxy {
+    pub fn new(
+        auth: Authenticator,
+        upstream: watch::Receiver<UpstreamState>,
+        metrics: Arc<Metrics>,
+        limits: Limits,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            auth,
+            upstream,
+            metrics,
+            clients: watch::Sender::new(0),
+            events: Arc::new(ProxyEvents::default()),
+            permits: Arc::new(Semaphore::new(limits.max_connections)),
+            limits,
+            relays_cancel: CancellationToken::new(),
+        })
+    }
+
+    /// Follows the number of upgraded clients.
+    pub fn clients(&self) -> watch::Receiver<usize> {
+        self.clients.subscribe()
+    }
+
+    pub fn events(&self) -> Arc<ProxyEvents> {
+        self.events.clone()
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Ends every relay (shutdown).
+    pub fn close_all_relays(&self) {
+        self.relays_cancel.cancel();
+    }
+
+    fn ready(&self) -> bool {
+        matches!(*self.upstream.borrow(), UpstreamState::Ready(_)) && self.auth.keys_loaded()
+    }
+
+    /// Accepts connections until `stop` fires. Connection tasks are spawned on `tracker`.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: CancellationToken, tracker: TaskTracker) {
+        loop {
+            let (stream, peer) = tokio::select! {
+                r = listener.accept() => match r {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // EMFILE and friends: back off briefly instead of spinning.
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = stop.cancelled() => return,
+            };
+            let _ = stream.set_nodelay(true);
+            match self.permits.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    let this = self.clone();
+                    let span = tracing::info_span!("conn", session.id = %self.auth.session_id(), client.addr = %peer);
+                    tracker.spawn(
+                        async move {
+                            this.metrics.connections_open.fetch_add(1, Ordering::Relaxed);
+                            this.handle(stream).await;
+                            this.metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
+                            drop(permit);
+                        }
+                        .instrument(span),
+                    );
+                }
+                Err(_) => {
+                    self.metrics.outcome(Outcome::AtCapacity);
+                    debug!(client.addr = %peer, "connection cap reached");
+                    tokio::spawn(respond_and_close(
+                        stream,
+                        simple_response(503, &[("Retry-After", "1")], "too many connections\n"),
+                    ));
+                }
+            }
+        }
+    }
+
+    async fn handle(&self, mut stream: TcpStream) {
+        let local = stream.local_addr().ok();
+        let mut buf = Vec::with_capacity(2048);
+        let read = http::read_request_head(&mut stream, &mut buf, self.limits.max_head_bytes, self.limits.header_timeout).await;
+        let (head, used) = match read {
+            Ok(h) => h,
+            Err(e) => {
+                let (status, outcome, body) = match e {
+                    HeadError::Timeout => (408, Outcome::HeaderTimeout, "request timeout\n"),
+                    HeadError::TooLarge => (431, Outcome::HeadersTooLarge, "request headers too large\n"),
+                    HeadError::Malformed => (400, Outcome::BadRequest, "bad request\n"),
+                    HeadError::Closed | HeadError::Io(_) => {
+                        self.metrics.outcome(Outcome::ClientGone);
+                        return;
+                    }
+                };
+                debug!(status, "refused before routing: {e}");
+                self.metrics.outcome(outcome);
+                respond_and_close(stream, simple_response(status, &[], body)).await;
+                return;
+            }
+        };
+        let early = buf.split_off(used);
+        drop(buf);
+        let wants_upgrade = head.header_values("upgrade").next().is_some();
+        let route = match route::route(&head.method, head.path(), wants_upgrade) {
+            Ok(r) => r,
+            Err(RouteError::NotFound) => return self.finish(stream, Outcome::NotFound, simple_response(404, &[], "not found\n")).await,
+            Err(RouteError::MethodNotAllowed) => {
+                return self.finish(stream, Outcome::NotFound, simple_response(405, &[], "method not allowed\n")).await;
+            }
+        };
+        if route == Route::Health {
+            let (status, body) = if self.ready() { (200, "{\"status\":\"ok\"}\n") } else { (503, "{\"status\":\"unavailable\"}\n") };
+            let resp = http::body_response(status, "application/json", body.as_bytes());
+            return self.finish(stream, Outcome::Health, resp).await;
+        }
+        let is_ws = matches!(route, Route::BrowserRoot | Route::Devtools(_));
+        if is_ws && !is_valid_upgrade(&head) {
+            return self.finish(stream, Outcome::BadRequest, simple_response(400, &[], "bad websocket upgrade\n")).await;
+        }
+        let presented = match self.authenticate(&head, route != Route::JsonNew).await {
+            Ok(p) => p,
+            Err(AuthError::Token(e)) => {
+                self.metrics.refusal(e);
+                info!(reason = e.reason(), "credential refused: {e}");
+                return self.finish(stream, Outcome::Unauthorized, simple_response(401, &[], "unauthorized\n")).await;
+            }
+            Err(AuthError::KeysUnavailable) => {
+                return self
+                    .finish(stream, Outcome::NotReady, simple_response(503, &[("Retry-After", "1")], "not ready\n"))
+                    .await;
+            }
+        };
+        let up = match &*self.upstream.borrow() {
+            UpstreamState::Ready(u) => Some(u.clone()),
+            _ => None,
+        };
+        let Some(up) = up else {
+            return self
+                .finish(stream, Outcome::NotReady, simple_response(503, &[("Retry-After", "1")], "browser not ready\n"))
+                .await;
+        };
+        if is_ws {
+            self.upgrade(stream, &head, &route, &early, &up).await;
+        } else {
+            let resp = self.json(&head, &route, &presented, &up, local).await;
+            let outcome = if resp.starts_with(b"HTTP/1.1 502") { Outcome::UpstreamFailed } else { Outcome::Http };
+            self.finish(stream, outcome, resp).await;
+        }
+    }
+
+    async fn authenticate(&self, head: &RequestHead, use_query: bool) -> Result<Presented, AuthError> {
+        let presented = auth::extract(head, use_query)?;
+        self.auth.check(&presented).await?;
+        Ok(presented)
+    }
+
+    async fn finish(&self, stream: TcpStream, outcome: Outcome, response: Vec<u8>) {
+        self.metrics.outcome(outcome);
+        respond_and_close(stream, response).await;
+    }
+
+    async fn json(&self, head: &RequestHead, route: &Route, presented: &Presented, up: &Upstream, local: Option<SocketAddr>) -> Vec<u8> {
+        let authority = match head.header("host") {
+            Some(h) if discovery::is_valid_authority(h) => h.to_owned(),
+            Some(_) => return simple_response(400, &[], "bad host header\n"),
+            None => local.map(|a| a.to_string()).unwrap_or_else(|| "127.0.0.1".to_owned()),
+        };
+        let (target, rewrite, token) = match route {
+            Route::JsonVersion => ("/json/version".to_owned(), true, presented.query.as_deref()),
+            Route::JsonList => ("/json/list".to_owned(), true, presented.query.as_deref()),
+            Route::JsonNew => (
+                match head.query() {
+                    Some(q) => format!("/json/new?{q}"),
+                    None => "/json/new".to_owned(),
+                },
+                true,
+                None,
+            ),
+            Route::JsonPassthrough(path) => (
+                match head.query().and_then(discovery::strip_token_param) {
+                    Some(q) => format!("{path}?{q}"),
+                    None => path.clone(),
+                },
+                false,
+                None,
+            ),
+            _ => unreachable!("websocket routes are upgraded"),
+        };
+        let answer = match upstream::http_request(up.addr, &head.method, &target, self.limits.upstream_timeout).await {
+            Ok(a) => a,
+            Err(e) => {
+                warn!(error = %e, "discovery request to chrome failed");
+                return simple_response(502, &[], "bad gateway\n");
+            }
+        };
+        let content_type = answer.content_type.as_deref().unwrap_or("application/json; charset=UTF-8");
+        if rewrite && answer.status == 200 {
+            match discovery::rewrite_discovery(&answer.body, &authority, token) {
+                Ok(body) => http::body_response(200, "application/json; charset=UTF-8", &body),
+                Err(_) => {
+                    warn!("chrome sent a discovery answer that is not JSON");
+                    simple_response(502, &[], "bad gateway\n")
+                }
+            }
+        } else {
+            http::body_response(answer.status, content_type, &answer.body)
+        }
+    }
+
+    async fn upgrade(&self, mut client: TcpStream, head: &RequestHead, route: &Route, early: &[u8], up: &Upstream) {
+        let started = Instant::now();
+        let path = match route {
+            Route::BrowserRoot => match up.browser_path(self.limits.upstream_timeout).await {
+                Ok(p) => p,
+                Err(e) => {
+                    warn!(error = %e, "could not learn the browser target");
+                    return self.finish(client, Outcome::UpstreamFailed, simple_response(502, &[], "bad gateway\n")).await;
+                }
+            },
+            Route::Devtools(p) => p.clone(),
+            _ => unreachable!("only websocket routes are upgraded"),
+        };
+        let dialled = tokio::time::timeout(self.limits.upstream_timeout, dial_upgrade(up.addr, &path, head)).await;
+        let (chrome, response_head, chrome_extra) = match dialled {
+            Ok(Ok(x)) => x,
+            Ok(Err(DialError::Refused(status))) => {
+                if *route == Route::BrowserRoot {
+                    up.forget_browser_path();
+                }
+                info!(chrome.status = status, "chrome refused the upgrade");
+                let (code, body) = if status == 404 { (404, "no such target\n") } else { (502, "bad gateway\n") };
+                return self.finish(client, Outcome::UpstreamFailed, simple_response(code, &[], body)).await;
+            }
+            Ok(Err(DialError::Upstream(e))) => {
+                error!(error = %e, "dialling chrome failed");
+                return self.finish(client, Outcome::UpstreamFailed, simple_response(502, &[], "bad gateway\n")).await;
+            }
+            Err(_) => {
+                error!("dialling chrome timed out");
+                return self.finish(client, Outcome::UpstreamFailed, simple_response(502, &[], "bad gateway\n")).await;
+            }
+        };
+        if let Err(e) = client.write_all(&response_head).await {
+            debug!(error = %e, "client left during the upgrade");
+            self.metrics.outcome(Outcome::ClientGone);
+            return;
+        }
+        let _guard = ClientGuard::new(&self.clients, &self.metrics);
+        let events = self.events.clone();
+        let on_close = move || {
+            info!("client sent Browser.close; ending the session normally");
+            events.browser_close.notify_one();
+        };
+        let counters = || relay::ByteCounters {
+            client_to_chrome: &self.metrics.bytes_client_to_chrome,
+            chrome_to_client: &self.metrics.bytes_chrome_to_client,
+        };
+        let outcome = if self.limits.intercept_browser_close {
+            let mut inspector = inspect::Inspector::default();
+            relay::relay(&client, &chrome, early, &chrome_extra, &mut inspector, counters(), &on_close, &self.relays_cancel).await
+        } else {
+            relay::relay(&client, &chrome, early, &chrome_extra, &mut relay::Plain, counters(), &on_close, &self.relays_cancel).await
+        };
+        self.metrics.outcome(Outcome::Relayed);
+        let duration_ms = started.elapsed().as_millis() as u64;
+        let end = match &outcome.end {
+            relay::RelayEnd::ClientClosed => "client_closed".to_owned(),
+            relay::RelayEnd::ChromeClosed => "chrome_closed".to_owned(),
+            relay::RelayEnd::ClientError(e) => format!("client_error: {e}"),
+            relay::RelayEnd::ChromeError(e) => format!("chrome_error: {e}"),
+            relay::RelayEnd::Cancelled => "shutdown".to_owned(),
+        };
+        info!(
+            bytes.client_to_chrome = outcome.client_to_chrome,
+            bytes.chrome_to_client = outcome.chrome_to_client,
+            duration_ms,
+            end = %end,
+            "cdp connection closed"
+        );
+    }
+}
+
+/// Counts an upgraded client for as long as it lives.
+struct ClientGuard<'a> {
+    clients: &'a watch::Sender<usize>,
+    metrics: &'a Metrics,
+}
+
+impl<'a> ClientGuard<'a> {
+    fn new(clients: &'a watch::Sender<usize>, metrics: &'a Metrics) -> Self {
+        clients.send_modify(|c| *c += 1);
+        metrics.clients_active.fetch_add(1, Ordering::Relaxed);
+        Self { clients, metrics }
+    }
+}
+
+impl Drop for ClientGuard<'_> {
+    fn drop(&mut self) {
+        self.metrics.clients_active.fetch_sub(1, Ordering::Relaxed);
+        self.clients.send_modify(|c| *c = c.saturating_sub(1));
+    }
+}
+
+/// A WebSocket upgrade request as RFC 6455 §4.2.1 requires.
+fn is_valid_upgrade(head: &RequestHead) -> bool {
+    head.method == "GET"
+        && head.version == 1
+        && head.header_has_token("upgrade", "websocket")
+        && head.header_has_token("connection", "upgrade")
+        && head.header("sec-websocket-key").is_some_and(|k| !k.is_empty())
+        && head.header("sec-websocket-version") == Some("13")
+}
+
+/// Headers never forwarded to Chrome.
+fn is_dropped_header(name: &str) -> bool {
+    ["host", "origin", "authorization", "sec-websocket-extensions", "proxy-authorization", "cookie"]
+        .iter()
+        .any(|d| name.eq_ignore_ascii_case(d))
+}
+
+/// The client's upgrade request as sent to Chrome.
+pub fn upstream_request(addr: SocketAddr, path: &str, head: &RequestHead) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(b"GET ");
+    out.extend_from_slice(path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+    out.extend_from_slice(addr.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &head.headers {
+        if is_dropped_header(name) {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+enum DialError {
+    Upstream(UpstreamError),
+    Refused(u16),
+}
+
+/// Connects to Chrome and performs the upgrade. Returns the socket, Chrome's 101 head, and any
+/// bytes Chrome sent after it.
+async fn dial_upgrade(addr: SocketAddr, path: &str, head: &RequestHead) -> Result<(TcpStream, Vec<u8>, Vec<u8>), DialError> {
+    let mut chrome = TcpStream::connect(addr).await.map_err(|e| DialError::Upstream(UpstreamError::Connect(e)))?;
+    let _ = chrome.set_nodelay(true);
+    chrome
+        .write_all(&upstream_request(addr, path, head))
+        .await
+        .map_err(|e| DialError::Upstream(UpstreamError::Io(e)))?;
+    let mut buf = Vec::with_capacity(1024);
+    loop {
+        let mut chunk = [0u8; 2048];
+        let n = chrome.read(&mut chunk).await.map_err(|e| DialError::Upstream(UpstreamError::Io(e)))?;
+        if n == 0 {
+            return Err(DialError::Upstream(UpstreamError::BadResponse));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut resp = httparse::Response::new(&mut headers);
+        match resp.parse(&buf) {
+            Ok(httparse::Status::Complete(len)) => {
+                let code = resp.code.unwrap_or(0);
+                if code != 101 {
+                    return Err(DialError::Refused(code));
+                }
+                let extra = buf.split_off(len);
+                return Ok((chrome, buf, extra));
+            }
+            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD_BYTES => {}
+            _ => return Err(DialError::Upstream(UpstreamError::BadResponse)),
+        }
+    }
+}
+
+/// Writes `response`, half-closes, and drains what the client still sends for a moment so the
+/// answer is not lost to a reset.
+pub async fn respond_and_close(mut stream: TcpStream, response: Vec<u8>) {
+    if stream.write_all(&response).await.is_err() {
+        return;
+    }
+    let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut sink = [0u8; 4096];
+        let mut total = 0usize;
+        while total < 256 * 1024 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_request_rewrites_host_and_drops_credentials() {
+        let raw = b"GET /?signingKey=secret HTTP/1.1\r\nHost: browser.example.test:9223\r\nOrigin: https://evil\r\nAuthorization: Bearer x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: k==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n";
+        let (head, _) = http::parse_request_head(raw, 65536).unwrap().unwrap();
+        assert!(is_valid_upgrade(&head));
+        let out = String::from_utf8(upstream_request("127.0.0.1:9222".parse().unwrap(), "/devtools/browser/x", &head)).unwrap();
+        assert!(out.starts_with("GET /devtools/browser/x HTTP/1.1\r\nHost: 127.0.0.1:9222\r\n"));
+        for gone in ["secret", "Origin", "Authorization", "permessage-deflate", "example.test"] {
+            assert!(!out.contains(gone), "{gone} leaked into {out}");
+        }
+        assert!(out.contains("Sec-WebSocket-Key: k==\r\n"));
+        assert!(out.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn upgrade_validation() {
+        let ok = "GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Key: a\r\nSec-WebSocket-Version: 13\r\n\r\n";
+        let (h, _) = http::parse_request_head(ok.as_bytes(), 65536).unwrap().unwrap();
+        assert!(is_valid_upgrade(&h));
+        for bad in [ok.replace("Sec-WebSocket-Key: a\r\n", ""), ok.replace("13", "8"), ok.replace("HTTP/1.1", "HTTP/1.0")] {
+            let (h, _) = http::parse_request_head(bad.as_bytes(), 65536).unwrap().unwrap();
+            assert!(!is_valid_upgrade(&h), "{bad}");
+        }
+    }
+}
