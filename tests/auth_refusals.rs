@@ -1,0 +1,167 @@
+//! Each refused credential: 401 with a generic body, no upgrade, the upstream never contacted,
+//! and the token nowhere in the proxy's log.
+
+use std::sync::atomic::Ordering;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use serde_json::{Value, json};
+
+use crate::support::upstream::FakeUpstream;
+use crate::support::{KEY, SESSION, now, proxy, raw_http, status_of, token, upgrade_request};
+
+fn b64(v: &[u8]) -> String {
+    URL_SAFE_NO_PAD.encode(v)
+}
+
+fn claims() -> Value {
+    let t = now();
+    json!({
+        "iss": "wallcrawler", "sub": SESSION, "aud": ["cdp-access"],
+        "exp": t + 600, "iat": t, "nbf": t, "jti": "n", "nonce": "n",
+        "sessionId": SESSION, "projectId": "proj_a"
+    })
+}
+
+/// Signs `payload` under `header` with HS256 (or HS512 when the header says so) and `key`.
+fn sign(header: Value, payload: &Value, key: &str) -> String {
+    let input = format!("{}.{}", b64(header.to_string().as_bytes()), b64(payload.to_string().as_bytes()));
+    let sig = if header["alg"] == "HS512" {
+        let mut m = Hmac::<sha2::Sha512>::new_from_slice(key.as_bytes()).unwrap();
+        m.update(input.as_bytes());
+        m.finalize().into_bytes().to_vec()
+    } else {
+        let mut m = Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).unwrap();
+        m.update(input.as_bytes());
+        m.finalize().into_bytes().to_vec()
+    };
+    format!("{input}.{}", b64(&sig))
+}
+
+fn hs256(payload: &Value) -> String {
+    sign(json!({"alg": "HS256", "typ": "JWT"}), payload, KEY)
+}
+
+fn with(field: &str, value: Value) -> String {
+    let mut c = claims();
+    c[field] = value;
+    hs256(&c)
+}
+
+/// Presents `credential` (query form unless it starts with "Authorization:") and checks the
+/// refusal. `envs` configure the proxy.
+fn refused(credential: Option<&str>, envs: &[(&str, &str)]) {
+    let upstream = FakeUpstream::idle();
+    let (c, addr) = proxy(upstream.addr, envs);
+    // The proxy asked the upstream's /json/version once at startup; nothing may follow.
+    let baseline = upstream.connections.load(Ordering::SeqCst);
+    let host = addr.to_string();
+    let (path, headers) = match credential {
+        None => ("/".to_owned(), vec![]),
+        Some(h) if h.starts_with("Authorization:") => ("/".to_owned(), vec![h]),
+        Some(t) => (format!("/?signingKey={t}"), vec![]),
+    };
+    let answer = raw_http(addr, &upgrade_request(&path, &host, &headers));
+    assert_eq!(status_of(&answer), 401, "{answer}");
+    assert!(!answer.contains("101"), "{answer}");
+    assert!(answer.ends_with("\r\n\r\nunauthorized\n"), "generic body: {answer}");
+    assert_eq!(upstream.connections.load(Ordering::SeqCst), baseline, "the upstream was contacted");
+    assert!(upstream.heads.lock().unwrap().iter().all(|h| h.starts_with("GET /json/version ")));
+    if let Some(t) = credential.filter(|t| t.len() > 20) {
+        let tail = &t[t.len() - 20..];
+        assert!(!c.stderr.text().contains(tail), "credential text in the log");
+    }
+}
+
+#[test]
+fn no_token() {
+    refused(None, &[]);
+}
+
+#[test]
+fn garbage() {
+    refused(Some("not-a-jwt-at-all"), &[]);
+}
+
+#[test]
+fn wrong_key() {
+    refused(Some(&token("another-key", SESSION, "proj_a", 600)), &[]);
+}
+
+#[test]
+fn tampered_payload() {
+    let good = token(KEY, SESSION, "proj_a", 600);
+    let parts: Vec<&str> = good.split('.').collect();
+    let mut c = claims();
+    c["exp"] = json!(now() + 999_999);
+    let forged = format!("{}.{}.{}", parts[0], b64(c.to_string().as_bytes()), parts[2]);
+    refused(Some(&forged), &[]);
+}
+
+#[test]
+fn expired() {
+    refused(Some(&with("exp", json!(now() - 3600))), &[]);
+}
+
+#[test]
+fn not_before_in_the_future() {
+    refused(Some(&with("nbf", json!(now() + 3600))), &[]);
+}
+
+#[test]
+fn alg_none() {
+    let unsigned = format!("{}.{}.", b64(br#"{"alg":"none","typ":"JWT"}"#), b64(claims().to_string().as_bytes()));
+    refused(Some(&unsigned), &[]);
+}
+
+#[test]
+fn hs512() {
+    refused(Some(&sign(json!({"alg": "HS512", "typ": "JWT"}), &claims(), KEY)), &[]);
+}
+
+#[test]
+fn wrong_issuer() {
+    refused(Some(&with("iss", json!("someone-else"))), &[]);
+}
+
+#[test]
+fn wrong_audience() {
+    refused(Some(&with("aud", json!(["other-audience"]))), &[]);
+}
+
+#[test]
+fn another_sessions_token() {
+    refused(Some(&token(KEY, "sess_99999999-0000-0000-0000-000000000000", "proj_a", 600)), &[]);
+}
+
+#[test]
+fn another_projects_token_when_project_id_is_set() {
+    refused(Some(&token(KEY, SESSION, "proj_other", 600)), &[("PROJECT_ID", "proj_a")]);
+}
+
+#[test]
+fn a_bad_bearer_header_with_a_good_query_token() {
+    let good = token(KEY, SESSION, "proj_a", 600);
+    let upstream = FakeUpstream::idle();
+    let (_c, addr) = proxy(upstream.addr, &[]);
+    let baseline = upstream.connections.load(Ordering::SeqCst);
+    let bad = format!("Authorization: Bearer {}", token("another-key", SESSION, "proj_a", 600));
+    let answer = raw_http(addr, &upgrade_request(&format!("/?signingKey={good}"), &addr.to_string(), &[&bad]));
+    assert_eq!(status_of(&answer), 401, "both credentials must be valid: {answer}");
+    assert_eq!(upstream.connections.load(Ordering::SeqCst), baseline);
+}
+
+#[test]
+fn the_right_project_is_accepted() {
+    // The counterpart of the refusals above: the same setup with a valid token upgrades.
+    let upstream = FakeUpstream::idle();
+    let (_c, addr) = proxy(upstream.addr, &[("PROJECT_ID", "proj_a")]);
+    let t = token(KEY, SESSION, "proj_a", 600);
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    std::io::Write::write_all(&mut s, &upgrade_request(&format!("/?signingKey={t}"), &addr.to_string(), &[])).unwrap();
+    s.set_read_timeout(Some(crate::support::WAIT)).unwrap();
+    let mut buf = [0u8; 12];
+    std::io::Read::read_exact(&mut s, &mut buf).unwrap();
+    assert_eq!(&buf, b"HTTP/1.1 101");
+}

@@ -1,0 +1,106 @@
+//! How a session ends: SIGTERM and a client's Browser.close are normal ends (exit 0, Chrome
+//! closed through CDP, nothing left running); a Chrome crash closes clients and fails.
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::support::{Controller, WAIT, chrome_path, node, node_spawn, processes_with, user_data_dir_of};
+
+/// Waits (bounded) until no process mentions `profile` any more.
+fn assert_no_chrome_left(profile: &str) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left = processes_with(profile);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "chrome processes left behind: {left:?}");
+        // No event announces that the kernel finished tearing a process down; poll /proc.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_closes_chrome_through_cdp_and_exits_zero() {
+    let (mut c, _s) = Controller::local(&[], &[]);
+    let pid = c.chrome_pid();
+    let profile = user_data_dir_of(pid);
+    c.signal(Signal::SIGTERM);
+    let status = c.wait_exit();
+    assert_eq!(status.code(), Some(0), "{}", c.stderr.text());
+    let log = c.stderr.text();
+    assert!(log.contains("Browser.close acknowledged"), "{log}");
+    assert!(log.contains("clean=true"), "chrome must exit from Browser.close, not a signal: {log}");
+    assert_no_chrome_left(&profile);
+    assert!(!std::path::Path::new(&profile).exists(), "the local profile is removed");
+}
+
+#[test]
+fn sigint_is_a_normal_end_too() {
+    let (mut c, _s) = Controller::local(&[], &[]);
+    c.signal(Signal::SIGINT);
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+}
+
+#[test]
+fn puppeteer_browser_close_ends_the_session_normally() {
+    let (mut c, s) = Controller::local(&[], &[]);
+    let profile = user_data_dir_of(c.chrome_pid());
+    let r = node("close-browser.mjs", &["--url", &s.connect_url]);
+    assert_eq!(r["ok"], true, "{r}");
+    let status = c.wait_exit();
+    assert_eq!(status.code(), Some(0), "{}", c.stderr.text());
+    let log = c.stderr.text();
+    assert!(log.contains("ClientClosedBrowser"), "{log}");
+    assert!(log.contains("clean=true"), "{log}");
+    assert_no_chrome_left(&profile);
+}
+
+#[test]
+fn chrome_crash_closes_clients_and_fails() {
+    let (mut c, s) = Controller::local(&[], &[]);
+    let chrome = c.chrome_pid();
+    let profile = user_data_dir_of(chrome);
+    let (mut holder, lines) = node_spawn("hold.mjs", &["--url", &s.connect_url]);
+    let first = lines.recv_timeout(WAIT).expect("hold.mjs connected");
+    assert_eq!(first["connected"], true, "{first}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(chrome), Signal::SIGKILL).unwrap();
+    let closed = lines.recv_timeout(WAIT).expect("the client saw its socket close");
+    assert_eq!(closed["closed"], true, "{closed}");
+    let status = c.wait_exit();
+    assert_ne!(status.code(), Some(0), "a crash is a failure");
+    assert!(c.stderr.text().contains("chrome exited unexpectedly"), "{}", c.stderr.text());
+    let _ = holder.wait();
+    assert_no_chrome_left(&profile);
+}
+
+#[test]
+fn a_missing_chrome_is_a_clear_failure() {
+    let mut c = Controller::spawn(&["local", "--port", "0", "--chrome-path", "/nonexistent/chrome"], &[]);
+    let status = c.wait_exit();
+    assert_eq!(status.code(), Some(1));
+    assert!(c.stderr.text().contains("/nonexistent/chrome does not exist"), "{}", c.stderr.text());
+}
+
+#[test]
+fn run_mode_ends_itself_when_idle() {
+    let chrome = chrome_path();
+    let mut c = Controller::spawn(
+        &["run"],
+        &[
+            ("SESSION_ID", crate::support::SESSION),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", crate::support::KEY),
+            ("CHROME_PATH", chrome.to_str().unwrap()),
+            ("CHROME_DEBUG_PORT", "0"),
+            ("CDP_PROXY_PORT", "0"),
+            ("CDP_DISCONNECT_TIMEOUT", "1"),
+            ("METRICS_ADDR", ""),
+        ],
+    );
+    let ready = c.wait_event(|e| e["message"] == "session ready");
+    assert!(ready["proxy"].as_str().unwrap().starts_with("0.0.0.0:"), "{ready}");
+    let status = c.wait_exit();
+    assert_eq!(status.code(), Some(0), "{}", c.stderr.text());
+    assert!(c.stderr.text().contains("IdleTimeout"), "{}", c.stderr.text());
+}

@@ -1,0 +1,20 @@
+//! Integration tests of `wallcrawler-controller`: the real binary, real Debian Chromium, the
+//! real Node clients (puppeteer-core, playwright-core, chrome-remote-interface, Stagehand), and
+//! a stand-in upstream where an edge case cannot be produced with real Chrome.
+
+mod support;
+
+/// Real clients drive the browser through the proxy (every connection form).
+mod clients;
+/// Every token refusal: 401, no upgrade, the upstream never contacted.
+mod auth_refusals;
+/// Host/Origin handling and discovery URLs pointing back at the proxy.
+mod discovery;
+/// Chrome lifecycle: SIGTERM, Browser.close, crash, exit codes, no leftover processes.
+mod lifecycle;
+/// No token text in any log line of a debug-level run.
+mod secrets_in_logs;
+/// The command line: token, --help, configuration errors (exit 64).
+mod cli;
+/// Proxy edge cases against a stand-in upstream: huge frames, closes, bad requests, cap, metrics.
+mod proxy_edges;

@@ -1,0 +1,43 @@
+//! A whole session at debug level — valid clients by query and header, discovery, refused
+//! tokens — leaves no token text in the log, and stdout holds only the connectUrl line.
+
+use nix::sys::signal::Signal;
+
+use crate::support::{Controller, KEY, node, raw_http, token};
+
+#[test]
+fn no_token_text_in_a_debug_log() {
+    let (mut c, s) = Controller::local(&[], &[("WALLCRAWLER_JWT_SIGNING_KEY", KEY)]);
+    let session = s.session_id();
+    let other = token(KEY, "sess_someone-else", "", 600);
+    let expired = crate::support::token(KEY, &session, "", 1);
+
+    let r = node("drive.mjs", &["--client", "puppeteer", "--url", &s.connect_url]);
+    assert_eq!(r["ok"], true, "{r}");
+    let http = format!("{}?signingKey={}", s.http_url(), s.token);
+    let r = node("drive.mjs", &["--client", "playwright", "--url", &http]);
+    assert_eq!(r["ok"], true, "{r}");
+    let r = node("drive.mjs", &["--client", "playwright", "--url", &s.http_url(), "--bearer", &s.token]);
+    assert_eq!(r["ok"], true, "{r}");
+    for bad in [&other, &format!("{}x", s.token)] {
+        let a = raw_http(s.addr, format!("GET /json/version?signingKey={bad} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+        assert!(a.starts_with("HTTP/1.1 401"), "{a}");
+        let a = raw_http(s.addr, format!("GET /json/list HTTP/1.1\r\nAuthorization: Bearer {bad}\r\n\r\n").as_bytes());
+        assert!(a.starts_with("HTTP/1.1 401"), "{a}");
+    }
+    let _ = expired;
+
+    c.signal(Signal::SIGTERM);
+    assert_eq!(c.wait_exit().code(), Some(0));
+    let log = c.stderr.text();
+    assert!(log.lines().count() > 20, "a debug log was captured");
+    assert!(log.contains("DEBUG"), "the run logged at debug level");
+    for secret in [s.token.as_str(), other.as_str(), KEY] {
+        // The signature part alone is enough to replay nothing, but no part may appear.
+        for part in secret.split('.').filter(|p| p.len() >= 16) {
+            assert!(!log.contains(part), "token/key text found in the log");
+        }
+    }
+    assert!(!log.contains("signingKey="), "a query string was logged");
+    assert_eq!(c.stdout.len(), 1, "stdout carries only the connectUrl: {:?}", c.stdout);
+}

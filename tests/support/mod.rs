@@ -1,0 +1,381 @@
+//! Shared helpers of the integration tests: the controller binary as a child process, real
+//! Chromium, the Node clients, token minting and raw sockets.
+//!
+//! Every wait here is on an event (a line printed, a socket closing, a process exiting) with a
+//! generous bound that only exists to turn a hang into a failure.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use wallcrawler_contract::{Claims, SigningKey};
+
+pub mod upstream;
+
+/// Bound on any single wait in these tests (a hang guard, not a speed assertion).
+pub const WAIT: Duration = Duration::from_secs(45);
+
+/// The signing key the tests use.
+pub const KEY: &str = "integration-test-signing-key";
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-controller"))
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The real Chromium binary (Debian's, installed by `.ci/run`). Panics — never skips — when
+/// missing.
+pub fn chrome_path() -> PathBuf {
+    if let Ok(p) = std::env::var("CHROME_PATH") {
+        return PathBuf::from(p);
+    }
+    for p in ["/usr/lib/chromium/chromium", "/usr/bin/chromium", "/usr/bin/google-chrome"] {
+        if Path::new(p).is_file() {
+            return PathBuf::from(p);
+        }
+    }
+    panic!("Chromium is not installed: run scripts/install-test-deps.sh (apt-get install chromium)");
+}
+
+/// A token for `session` (and `project`) signed with `key`, valid for `ttl` seconds.
+pub fn token(key: &str, session: &str, project: &str, ttl: u64) -> String {
+    Claims::new(session, project, now(), ttl).mint(&SigningKey::new(key.as_bytes()))
+}
+
+pub fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+/// Everything a child wrote to stderr so far, shared with the reader thread.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<String>>>);
+
+impl Captured {
+    pub fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+    pub fn text(&self) -> String {
+        self.lines().join("\n")
+    }
+}
+
+/// A running `wallcrawler-controller`.
+pub struct Controller {
+    pub child: Child,
+    pub stderr: Captured,
+    /// Lines printed on stdout, as they arrive.
+    stdout_rx: mpsc::Receiver<String>,
+    pub stdout: Vec<String>,
+    /// JSON log events (when LOG_FORMAT=json), as they arrive.
+    events_rx: mpsc::Receiver<serde_json::Value>,
+    pub events: Vec<serde_json::Value>,
+}
+
+impl Controller {
+    /// Starts the binary with exactly `args` and `envs` (the test environment is cleared of
+    /// the controller's own variables so nothing leaks in from the outside).
+    pub fn spawn(args: &[&str], envs: &[(&str, &str)]) -> Controller {
+        let mut cmd = Command::new(bin());
+        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        for (k, _) in std::env::vars() {
+            if k.starts_with("WALLCRAWLER_") || k.starts_with("CDP_") || k == "SESSION_ID" || k == "PROJECT_ID" || k == "RUST_LOG" {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("RUST_LOG", "debug");
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn wallcrawler-controller");
+        let stderr = Captured::default();
+        let (events_tx, events_rx) = mpsc::channel();
+        {
+            let err = child.stderr.take().unwrap();
+            let cap = stderr.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(err).lines().map_while(Result::ok) {
+                    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+                        let _ = events_tx.send(v);
+                    }
+                    cap.0.lock().unwrap().push(line);
+                }
+            });
+        }
+        let (stdout_tx, stdout_rx) = mpsc::channel();
+        {
+            let out = child.stdout.take().unwrap();
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    let _ = stdout_tx.send(line);
+                }
+            });
+        }
+        Controller { child, stderr, stdout_rx, stdout: Vec::new(), events_rx, events: Vec::new() }
+    }
+
+    /// `local --port 0` with real Chromium; waits for the connectUrl.
+    pub fn local(extra_args: &[&str], envs: &[(&str, &str)]) -> (Controller, LocalSession) {
+        let chrome = chrome_path();
+        let mut args = vec!["local", "--port", "0", "--chrome-path", chrome.to_str().unwrap()];
+        args.extend_from_slice(extra_args);
+        let mut c = Controller::spawn(&args, envs);
+        let line = c.wait_stdout_line(|l| l.starts_with("connectUrl: "));
+        let url = line.trim_start_matches("connectUrl: ").to_owned();
+        let s = LocalSession::parse(&url);
+        (c, s)
+    }
+
+    /// Waits for a stdout line matching `pred`.
+    pub fn wait_stdout_line(&mut self, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stdout_rx.recv_timeout(left) {
+                Ok(l) => {
+                    self.stdout.push(l.clone());
+                    if pred(&l) {
+                        return l;
+                    }
+                }
+                Err(_) => panic!(
+                    "no matching stdout line in time; stdout: {:?}\nstderr:\n{}",
+                    self.stdout,
+                    self.stderr.text()
+                ),
+            }
+        }
+    }
+
+    /// Waits for a JSON log event matching `pred` (needs LOG_FORMAT=json).
+    pub fn wait_event(&mut self, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        if let Some(e) = self.events.iter().find(|e| pred(e)) {
+            return e.clone();
+        }
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events_rx.recv_timeout(left) {
+                Ok(e) => {
+                    self.events.push(e.clone());
+                    if pred(&e) {
+                        return e;
+                    }
+                }
+                Err(_) => panic!("no matching log event in time; stderr:\n{}", self.stderr.text()),
+            }
+        }
+    }
+
+    /// Waits for the process to exit (bounded).
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("controller did not exit in time; stderr:\n{}", self.stderr.text());
+            }
+            // Polling a child's exit status has no event to wait on in std; 20 ms steps.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
+    }
+
+    /// The pid of the Chrome this controller launched (from its "chrome started" log line).
+    pub fn chrome_pid(&self) -> i32 {
+        let text = self.stderr.text();
+        let re = regex_lite::Regex::new(r#"pid[="]+:?(\d+)[^\n]*chrome started|chrome started[^\n]*pid[=":]+(\d+)"#).unwrap();
+        for line in text.lines().filter(|l| l.contains("chrome started")) {
+            if let Some(c) = re.captures(line) {
+                let m = c.get(1).or(c.get(2)).unwrap();
+                return m.as_str().parse().unwrap();
+            }
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(line)
+                && let Some(p) = v["pid"].as_i64()
+            {
+                return p as i32;
+            }
+        }
+        panic!("no 'chrome started' line in:\n{text}");
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The parts of a local connectUrl.
+#[derive(Debug, Clone)]
+pub struct LocalSession {
+    pub connect_url: String,
+    pub addr: SocketAddr,
+    pub token: String,
+}
+
+impl LocalSession {
+    pub fn parse(url: &str) -> LocalSession {
+        let rest = url.strip_prefix("ws://").expect("ws url");
+        let (hostport, query) = rest.split_once('?').expect("query");
+        let token = query.strip_prefix("signingKey=").expect("signingKey").to_owned();
+        LocalSession { connect_url: url.to_owned(), addr: hostport.parse().unwrap(), token }
+    }
+
+    pub fn ws_url(&self) -> String {
+        format!("ws://{}", self.addr)
+    }
+
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The session id inside the local token.
+    pub fn session_id(&self) -> String {
+        use base64::Engine;
+        let payload = self.token.split('.').nth(1).unwrap();
+        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        v["sessionId"].as_str().unwrap().to_owned()
+    }
+}
+
+/// Runs a script of `tests/node` and returns the JSON of its last stdout line.
+pub fn node(script: &str, args: &[&str]) -> serde_json::Value {
+    let out = node_output(script, args);
+    let last = out.stdout.lines().last().unwrap_or_default().to_owned();
+    serde_json::from_str(&last).unwrap_or_else(|_| panic!("{script} printed no JSON: {out:?}"))
+}
+
+#[derive(Debug)]
+pub struct NodeOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn node_output(script: &str, args: &[&str]) -> NodeOutput {
+    let dir = repo_root().join("tests/node");
+    assert!(
+        dir.join("node_modules").is_dir(),
+        "tests/node/node_modules is missing: run scripts/install-test-deps.sh"
+    );
+    let out = Command::new("node").arg(dir.join(script)).args(args).current_dir(&dir).output().expect("run node");
+    NodeOutput {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Starts a node script in the background, returning the child and a receiver of its stdout
+/// lines parsed as JSON.
+pub fn node_spawn(script: &str, args: &[&str]) -> (Child, mpsc::Receiver<serde_json::Value>) {
+    let dir = repo_root().join("tests/node");
+    let mut child = Command::new("node")
+        .arg(dir.join(script))
+        .args(args)
+        .current_dir(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run node");
+    let (tx, rx) = mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// One raw HTTP exchange: sends `request` bytes, reads until the server closes (bounded).
+/// Returns the whole answer as text.
+pub fn raw_http(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Status code of an HTTP answer.
+pub fn status_of(answer: &str) -> u16 {
+    answer.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("not HTTP: {answer:?}"))
+}
+
+/// A WebSocket upgrade request for `path` with the given extra header lines.
+pub fn upgrade_request(path: &str, host: &str, extra: &[&str]) -> Vec<u8> {
+    let mut r = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+    );
+    for h in extra {
+        r.push_str(h);
+        r.push_str("\r\n");
+    }
+    r.push_str("\r\n");
+    r.into_bytes()
+}
+
+/// Chrome processes whose command line mentions `needle`.
+pub fn processes_with(needle: &str) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        // Zombies have an empty cmdline and hold nothing.
+        if String::from_utf8_lossy(&cmd).contains(needle) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The user-data-dir of the Chrome with `pid`.
+pub fn user_data_dir_of(pid: i32) -> String {
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    String::from_utf8_lossy(&cmd)
+        .split('\0')
+        .find_map(|a| a.strip_prefix("--user-data-dir=").map(str::to_owned))
+        .expect("user-data-dir flag")
+}
+
+/// The session id the proxy-mode tests serve.
+pub const SESSION: &str = "sess_11111111-2222-3333-4444-555555555555";
+
+/// `proxy --listen 127.0.0.1:0 --upstream <upstream>` for [`SESSION`] signed by [`KEY`];
+/// returns the controller and the address it listens on.
+pub fn proxy(upstream: SocketAddr, envs: &[(&str, &str)]) -> (Controller, SocketAddr) {
+    let up = upstream.to_string();
+    let mut all = vec![
+        ("SESSION_ID", SESSION),
+        ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+        ("LOG_FORMAT", "json"),
+        ("METRICS_ADDR", ""),
+    ];
+    all.extend_from_slice(envs);
+    let mut c = Controller::spawn(&["proxy", "--listen", "127.0.0.1:0", "--upstream", &up], &all);
+    let ev = c.wait_event(|e| e["message"] == "proxy ready");
+    let addr = ev["listen"].as_str().expect("listen field").parse().unwrap();
+    (c, addr)
+}
