@@ -1,0 +1,76 @@
+# syntax=docker/dockerfile:1
+#
+# Wallcrawler controller image: one ECS Fargate task per browser session.
+# Stage 1 builds the release binary; stage 2 is a slim Debian runtime with Chromium, fonts and an
+# init (tini), running as an unprivileged user.
+
+########## build ##########
+FROM rust:1.95-bookworm AS builder
+WORKDIR /src
+
+# rust-toolchain.toml is deliberately not copied: the image tag pins the toolchain, and the file's
+# exact channel and components would make rustup download another toolchain during the build.
+COPY Cargo.toml Cargo.lock ./
+COPY crates ./crates
+COPY benches ./benches
+COPY chrome ./chrome
+COPY src ./src
+
+# The registry and target caches survive between builds (BuildKit); the binary is copied out of the
+# cached target directory in the same step because cache mounts are not part of the image.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --bin wallcrawler-controller \
+    && install -D -m 0755 target/release/wallcrawler-controller /out/wallcrawler-controller
+
+########## runtime ##########
+FROM debian:bookworm-slim
+
+# Versions are not pinned (DL3008): Debian's bookworm(-security) archive keeps only the current
+# chromium build, so a pin would break every rebuild after the next security update; the
+# debian:bookworm-slim base and the rebuild date fix what gets installed.
+# curl is for the ECS container health check: `curl -fsS http://127.0.0.1:9223/health`.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends \
+        ca-certificates \
+        chromium \
+        curl \
+        fonts-liberation \
+        fonts-noto-color-emoji \
+        tini \
+    && rm -rf /var/lib/apt/lists/*
+
+# Unprivileged user with a home: Chrome's profile and downloads live under it.
+RUN groupadd --gid 10001 wallcrawler \
+    && useradd --uid 10001 --gid 10001 --create-home --home-dir /home/wallcrawler \
+        --shell /usr/sbin/nologin wallcrawler \
+    && install -d -o 10001 -g 10001 -m 0700 /home/wallcrawler/profile \
+    && install -d -o 10001 -g 10001 -m 0755 /home/wallcrawler/downloads
+
+COPY chrome/policies/managed/wallcrawler.json /etc/chromium/policies/managed/wallcrawler.json
+COPY --chmod=0755 entrypoint.sh /usr/local/bin/entrypoint.sh
+COPY --from=builder /out/wallcrawler-controller /usr/local/bin/wallcrawler-controller
+
+# Run Chromium's real binary, not Debian's /usr/bin/chromium wrapper, so the controller's flags are
+# exactly the ones in chrome/flags.conf.
+ENV HOME=/home/wallcrawler \
+    CHROME_PATH=/usr/lib/chromium/chromium \
+    USER_DATA_DIR=/home/wallcrawler/profile
+
+USER 10001:10001
+WORKDIR /home/wallcrawler
+
+# The authenticating CDP proxy. Chrome's own DevTools port (9222) listens on 127.0.0.1 only, and so
+# do the Prometheus metrics (METRICS_ADDR defaults to 127.0.0.1:9224), so neither is exposed; set
+# METRICS_ADDR=0.0.0.0:9224 and publish the port to scrape from outside the task.
+EXPOSE 9223
+
+# No HEALTHCHECK here: the ECS task definition defines it, as
+#   ["CMD-SHELL", "curl -fsS http://127.0.0.1:9223/health || exit 1"]
+# ECS sends SIGTERM on stop, then SIGKILL after stopTimeout; the controller's shutdown budget
+# (SHUTDOWN_BUDGET_SECONDS, 25 s) must fit inside it. tini is PID 1 and reaps Chrome's orphans, so
+# ECS's initProcessEnabled is not needed (harmless if set).
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/entrypoint.sh"]
+CMD ["run"]
