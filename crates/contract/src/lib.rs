@@ -7,10 +7,12 @@
 //! - [`secret`]: the JSON shape of the signing secret kept in Secrets Manager.
 //! - [`session`]: the session item's lifecycle statuses and their SDK-visible mapping.
 //! - [`storage`]: the S3 key layout of context profile archives.
+//! - [`time`]: ISO 8601 timestamps as the session table stores them.
 
 pub mod secret;
 pub mod session;
 pub mod storage;
+pub mod time;
 pub mod token;
 
 pub use secret::SigningSecret;

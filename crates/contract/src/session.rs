@@ -130,3 +130,35 @@ mod tests {
         assert_eq!(ready, [InternalStatus::Creating, InternalStatus::Provisioning, InternalStatus::Starting]);
     }
 }
+
+/// Attribute names of the `wallcrawler-sessions` item (see the DynamoDB schema).
+pub mod attr {
+    pub const SESSION_ID: &str = "sessionId";
+    pub const STATUS: &str = "status";
+    pub const INTERNAL_STATUS: &str = "internalStatus";
+    pub const PROJECT_ID: &str = "projectId";
+    pub const CREATED_AT: &str = "createdAt";
+    pub const UPDATED_AT: &str = "updatedAt";
+    pub const STARTED_AT: &str = "startedAt";
+    pub const READY_AT: &str = "readyAt";
+    pub const ENDED_AT: &str = "endedAt";
+    pub const EXPIRES_AT: &str = "expiresAt";
+    pub const KEEP_ALIVE: &str = "keepAlive";
+    pub const REGION: &str = "region";
+    pub const PUBLIC_IP: &str = "publicIP";
+    pub const ECS_TASK_ARN: &str = "ecsTaskArn";
+    pub const CONNECT_URL: &str = "connectUrl";
+    pub const SIGNING_KEY: &str = "signingKey";
+    pub const CONTEXT_ID: &str = "contextId";
+    pub const CONTEXT_PERSIST: &str = "contextPersist";
+    pub const CONTEXT_STORAGE_KEY: &str = "contextStorageKey";
+    pub const PROXY_BYTES: &str = "proxyBytes";
+    pub const TERMINATION_REASON: &str = "terminationReason";
+    pub const USER_METADATA: &str = "userMetadata";
+}
+
+/// `ws://<publicIP>:<port>?signingKey=<token>`, the URL clients connect to.
+pub fn connect_url(public_ip: &str, port: u16, signing_key: &str) -> String {
+    let host = if public_ip.contains(':') { format!("[{public_ip}]") } else { public_ip.to_owned() };
+    format!("ws://{host}:{port}?signingKey={signing_key}")
+}
