@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::auth::Authenticator;
-use crate::chrome::{Chrome, ChromeError, LaunchOptions, describe_exit};
+use crate::chrome::{Chrome, ChromeError, CloseOutcome, LaunchOptions, describe_exit};
 use crate::proxy::{Limits, Proxy};
 use crate::telemetry::{self, Metrics};
 use crate::upstream::{self, Upstream, UpstreamState};
@@ -51,7 +51,11 @@ impl EndReason {
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
     #[error("could not listen on {addr}")]
-    Bind { addr: SocketAddr, #[source] source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Chrome(#[from] ChromeError),
 }
@@ -94,21 +98,48 @@ impl Serving {
         limits: Limits,
         upstream: watch::Receiver<UpstreamState>,
     ) -> Result<Self, AppError> {
-        let listener = TcpListener::bind(listen).await.map_err(|source| AppError::Bind { addr: listen, source })?;
-        let addr = listener.local_addr().map_err(|source| AppError::Bind { addr: listen, source })?;
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|source| AppError::Bind {
+                addr: listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| AppError::Bind {
+            addr: listen,
+            source,
+        })?;
         let metrics = Metrics::new();
         let metrics_cancel = CancellationToken::new();
         if let Some(maddr) = metrics_addr {
-            let ml = telemetry::bind_metrics(maddr).await.map_err(|source| AppError::Bind { addr: maddr, source })?;
+            let ml = telemetry::bind_metrics(maddr)
+                .await
+                .map_err(|source| AppError::Bind {
+                    addr: maddr,
+                    source,
+                })?;
             info!(addr = %ml.local_addr().unwrap_or(maddr), "metrics listening");
-            tokio::spawn(telemetry::serve_metrics(ml, metrics.clone(), metrics_cancel.clone()));
+            tokio::spawn(telemetry::serve_metrics(
+                ml,
+                metrics.clone(),
+                metrics_cancel.clone(),
+            ));
         }
         let proxy = Proxy::new(auth, upstream, metrics, limits);
         let stop_accepting = CancellationToken::new();
         let tracker = TaskTracker::new();
-        tokio::spawn(proxy.clone().serve(listener, stop_accepting.clone(), tracker.clone()));
+        tokio::spawn(
+            proxy
+                .clone()
+                .serve(listener, stop_accepting.clone(), tracker.clone()),
+        );
         info!(%addr, "proxy listening");
-        Ok(Self { proxy, addr, stop_accepting, tracker, metrics_cancel })
+        Ok(Self {
+            proxy,
+            addr,
+            stop_accepting,
+            tracker,
+            metrics_cancel,
+        })
     }
 
     /// Ends every connection and waits (bounded) for their tasks.
@@ -116,64 +147,154 @@ impl Serving {
         self.stop_accepting.cancel();
         self.proxy.close_all_relays();
         self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait()).await.is_err() {
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
             warn!("some connections did not finish in time");
         }
         self.metrics_cancel.cancel();
     }
 }
 
-/// Runs a Chrome-backed session until it ends. `on_ready` is called once Chrome and the proxy
-/// both answer.
+/// A running Chrome behind the proxy. The steps are separate so the ECS task can put its own
+/// work between them (READY write, cookie export, profile upload).
+pub struct Session {
+    serving: Serving,
+    pub chrome: Chrome,
+    upstream_tx: watch::Sender<UpstreamState>,
+    idle_timeout: Option<Duration>,
+    expires_at: Option<u64>,
+}
+
+/// Result of [`Session::start`].
+pub enum Started {
+    Running(Session),
+    /// A signal arrived while Chrome was starting; everything is stopped again.
+    Interrupted,
+}
+
+impl Session {
+    /// Binds the proxy (answering 503 until Chrome is ready), launches Chrome and waits for it.
+    pub async fn start(
+        opts: SessionOptions,
+        signal: &CancellationToken,
+    ) -> Result<Started, AppError> {
+        let (upstream_tx, upstream_rx) = upstream::upstream_channel();
+        let serving = Serving::start(
+            opts.auth,
+            opts.listen,
+            opts.metrics_addr,
+            opts.limits,
+            upstream_rx,
+        )
+        .await?;
+        let chrome = tokio::select! {
+            c = Chrome::launch(&opts.chrome) => c,
+            () = signal.cancelled() => {
+                info!("signal received while Chrome was starting");
+                serving.stop(Duration::from_secs(1)).await;
+                return Ok(Started::Interrupted);
+            }
+        };
+        let chrome = match chrome {
+            Ok(c) => c,
+            Err(e) => {
+                serving.stop(Duration::from_secs(1)).await;
+                return Err(e.into());
+            }
+        };
+        let _ = upstream_tx.send(UpstreamState::Ready(Arc::new(Upstream::new(
+            chrome.addr,
+            Some(chrome.browser_path.clone()),
+        ))));
+        Ok(Started::Running(Session {
+            serving,
+            chrome,
+            upstream_tx,
+            idle_timeout: opts.idle_timeout,
+            expires_at: opts.expires_at,
+        }))
+    }
+
+    pub fn ready(&self) -> Ready {
+        Ready {
+            proxy_addr: self.serving.addr,
+            chrome_pid: self.chrome.pid(),
+        }
+    }
+
+    /// Bytes relayed so far, both directions.
+    pub fn proxy_bytes(&self) -> u64 {
+        self.serving.proxy.metrics().proxy_bytes()
+    }
+
+    /// Waits for whatever ends the session first.
+    pub async fn wait_end(&self, signal: &CancellationToken) -> EndReason {
+        let events = self.serving.proxy.events();
+        let clients = self.serving.proxy.clients();
+        let reason = tokio::select! {
+            biased;
+            () = signal.cancelled() => EndReason::Signal,
+            () = events.browser_close.notified() => EndReason::ClientClosedBrowser,
+            status = self.chrome.exited() => EndReason::ChromeCrashed(describe_exit(&status)),
+            () = idle(clients, self.idle_timeout) => EndReason::IdleTimeout,
+            () = until_unix(self.expires_at) => EndReason::Expired,
+        };
+        match &reason {
+            EndReason::ChromeCrashed(how) => {
+                error!(chrome.exit = %how, "chrome exited unexpectedly")
+            }
+            r => info!(reason = ?r, "session ending"),
+        }
+        reason
+    }
+
+    /// Stops admitting new connections: `/health` and every route answer no more.
+    pub fn stop_admitting(&self) {
+        self.serving.stop_accepting.cancel();
+        let _ = self.upstream_tx.send(UpstreamState::Gone);
+    }
+
+    /// Closes Chrome: cleanly through CDP within `budget`, or kills it after a crash.
+    pub async fn close_chrome(&self, crashed: bool, budget: Duration) -> Option<CloseOutcome> {
+        self.stop_admitting();
+        if crashed {
+            self.chrome.kill_group();
+            return None;
+        }
+        let outcome = self.chrome.close(budget).await;
+        info!(outcome = ?outcome, clean = outcome.is_clean(), "chrome closed");
+        Some(outcome)
+    }
+
+    /// Ends every connection and the listeners.
+    pub async fn finish(self) {
+        self.serving.stop(Duration::from_secs(2)).await;
+    }
+}
+
+/// Runs a Chrome-backed session until it ends (local mode). `on_ready` is called once Chrome
+/// and the proxy both answer.
 pub async fn run_session(
     opts: SessionOptions,
     signal: CancellationToken,
     on_ready: impl FnOnce(&Ready),
 ) -> Result<EndReason, AppError> {
-    let (upstream_tx, upstream_rx) = upstream::upstream_channel();
-    let serving = Serving::start(opts.auth, opts.listen, opts.metrics_addr, opts.limits, upstream_rx).await?;
-    let chrome = tokio::select! {
-        c = Chrome::launch(&opts.chrome) => c,
-        () = signal.cancelled() => {
-            info!("signal received while Chrome was starting");
-            serving.stop(Duration::from_secs(1)).await;
-            return Ok(EndReason::Signal);
-        }
+    let budget = opts.shutdown_budget;
+    let session = match Session::start(opts, &signal).await? {
+        Started::Running(s) => s,
+        Started::Interrupted => return Ok(EndReason::Signal),
     };
-    let chrome = match chrome {
-        Ok(c) => c,
-        Err(e) => {
-            serving.stop(Duration::from_secs(1)).await;
-            return Err(e.into());
-        }
-    };
-    let _ = upstream_tx.send(UpstreamState::Ready(Arc::new(Upstream::new(chrome.addr, Some(chrome.browser_path.clone())))));
-    on_ready(&Ready { proxy_addr: serving.addr, chrome_pid: chrome.pid() });
-
-    let events = serving.proxy.events();
-    let clients = serving.proxy.clients();
-    let reason = tokio::select! {
-        biased;
-        () = signal.cancelled() => EndReason::Signal,
-        () = events.browser_close.notified() => EndReason::ClientClosedBrowser,
-        status = chrome.exited() => EndReason::ChromeCrashed(describe_exit(&status)),
-        () = idle(clients, opts.idle_timeout) => EndReason::IdleTimeout,
-        () = until_unix(opts.expires_at) => EndReason::Expired,
-    };
-    match &reason {
-        EndReason::ChromeCrashed(how) => error!(chrome.exit = %how, "chrome exited unexpectedly"),
-        r => info!(reason = ?r, "session ending"),
-    }
-    // Stop admitting first, so nobody new attaches to a browser that is going away.
-    serving.stop_accepting.cancel();
-    let _ = upstream_tx.send(UpstreamState::Gone);
-    if matches!(reason, EndReason::ChromeCrashed(_)) {
-        chrome.kill_group();
-    } else {
-        let outcome = chrome.close(opts.shutdown_budget.mul_f32(0.8)).await;
-        info!(outcome = ?outcome, clean = outcome.is_clean(), "chrome closed");
-    }
-    serving.stop(Duration::from_secs(2)).await;
+    on_ready(&session.ready());
+    let reason = session.wait_end(&signal).await;
+    session
+        .close_chrome(
+            matches!(reason, EndReason::ChromeCrashed(_)),
+            budget.mul_f32(0.8),
+        )
+        .await;
+    session.finish().await;
     Ok(reason)
 }
 
@@ -191,7 +312,9 @@ pub async fn run_proxy(
     let up = Arc::new(Upstream::new(upstream_addr, None));
     match up.browser_path(Duration::from_secs(2)).await {
         Ok(_) => info!(upstream = %upstream_addr, "upstream answers /json/version"),
-        Err(e) => warn!(upstream = %upstream_addr, error = %e, "upstream does not answer /json/version yet; will retry per connection"),
+        Err(e) => {
+            warn!(upstream = %upstream_addr, error = %e, "upstream does not answer /json/version yet; will retry per connection")
+        }
     }
     let (_upstream_tx, upstream_rx) = watch::channel(UpstreamState::Ready(up));
     let serving = Serving::start(auth, listen, metrics_addr, limits, upstream_rx).await?;
@@ -203,7 +326,9 @@ pub async fn run_proxy(
 
 /// Completes when no upgraded client has been connected for `timeout` (never when `None`).
 pub async fn idle(mut clients: watch::Receiver<usize>, timeout: Option<Duration>) {
-    let Some(timeout) = timeout else { return std::future::pending().await };
+    let Some(timeout) = timeout else {
+        return std::future::pending().await;
+    };
     loop {
         while *clients.borrow_and_update() > 0 {
             if clients.changed().await.is_err() {
@@ -219,7 +344,9 @@ pub async fn idle(mut clients: watch::Receiver<usize>, timeout: Option<Duration>
 
 /// Completes at the given unix time (never when `None`).
 pub async fn until_unix(at: Option<u64>) {
-    let Some(at) = at else { return std::future::pending().await };
+    let Some(at) = at else {
+        return std::future::pending().await;
+    };
     let now = crate::auth::unix_now();
     tokio::time::sleep(Duration::from_secs(at.saturating_sub(now))).await;
 }
@@ -238,7 +365,10 @@ mod tests {
         assert!(!timer.is_finished(), "a connected client keeps the session");
         tx.send_modify(|c| *c -= 1);
         tokio::time::sleep(Duration::from_secs(9)).await;
-        assert!(!timer.is_finished(), "the timeout restarts when the last client leaves");
+        assert!(
+            !timer.is_finished(),
+            "the timeout restarts when the last client leaves"
+        );
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(timer.is_finished());
     }

@@ -80,7 +80,9 @@ pub fn extract(head: &RequestHead, use_query: bool) -> Result<Presented, TokenEr
         (None, _) => None,
         (Some(_), Some(_)) => return Err(TokenError::Ambiguous),
         (Some(v), None) => {
-            let v = std::str::from_utf8(v).map_err(|_| TokenError::Malformed)?.trim();
+            let v = std::str::from_utf8(v)
+                .map_err(|_| TokenError::Malformed)?
+                .trim();
             let (scheme, rest) = v.split_once(' ').ok_or(TokenError::Malformed)?;
             if !scheme.eq_ignore_ascii_case("bearer") {
                 return Err(TokenError::Malformed);
@@ -103,8 +105,18 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    pub fn new(keys: Arc<dyn KeySource>, session_id: String, project_id: Option<String>, leeway_seconds: u64) -> Self {
-        Self { keys, session_id, project_id, leeway_seconds }
+    pub fn new(
+        keys: Arc<dyn KeySource>,
+        session_id: String,
+        project_id: Option<String>,
+        leeway_seconds: u64,
+    ) -> Self {
+        Self {
+            keys,
+            session_id,
+            project_id,
+            leeway_seconds,
+        }
     }
 
     pub fn session_id(&self) -> &str {
@@ -150,7 +162,10 @@ impl Authenticator {
 
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -160,7 +175,10 @@ mod tests {
     use wallcrawler_contract::Claims;
 
     fn head(raw: &str) -> RequestHead {
-        parse_request_head(raw.as_bytes(), 65536).unwrap().unwrap().0
+        parse_request_head(raw.as_bytes(), 65536)
+            .unwrap()
+            .unwrap()
+            .0
     }
 
     fn auth() -> Authenticator {
@@ -173,20 +191,53 @@ mod tests {
 
     #[test]
     fn extraction_rules() {
-        assert_eq!(extract(&head("GET / HTTP/1.1\r\n\r\n"), true), Err(TokenError::Missing));
+        assert_eq!(
+            extract(&head("GET / HTTP/1.1\r\n\r\n"), true),
+            Err(TokenError::Missing)
+        );
         assert_eq!(
             extract(&head("GET /?signingKey=a HTTP/1.1\r\n\r\n"), true).unwrap(),
-            Presented { query: Some("a".into()), bearer: None }
+            Presented {
+                query: Some("a".into()),
+                bearer: None
+            }
         );
-        assert_eq!(extract(&head("GET /?signingKey=a HTTP/1.1\r\n\r\n"), false), Err(TokenError::Missing));
-        assert_eq!(extract(&head("GET /?signingKey=a&signingKey=b HTTP/1.1\r\n\r\n"), true), Err(TokenError::Ambiguous));
         assert_eq!(
-            extract(&head("GET / HTTP/1.1\r\nAuthorization: bearer xyz\r\n\r\n"), true).unwrap(),
-            Presented { query: None, bearer: Some("xyz".into()) }
+            extract(&head("GET /?signingKey=a HTTP/1.1\r\n\r\n"), false),
+            Err(TokenError::Missing)
         );
-        assert_eq!(extract(&head("GET / HTTP/1.1\r\nAuthorization: Basic xyz\r\n\r\n"), true), Err(TokenError::Malformed));
         assert_eq!(
-            extract(&head("GET / HTTP/1.1\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n\r\n"), true),
+            extract(
+                &head("GET /?signingKey=a&signingKey=b HTTP/1.1\r\n\r\n"),
+                true
+            ),
+            Err(TokenError::Ambiguous)
+        );
+        assert_eq!(
+            extract(
+                &head("GET / HTTP/1.1\r\nAuthorization: bearer xyz\r\n\r\n"),
+                true
+            )
+            .unwrap(),
+            Presented {
+                query: None,
+                bearer: Some("xyz".into())
+            }
+        );
+        assert_eq!(
+            extract(
+                &head("GET / HTTP/1.1\r\nAuthorization: Basic xyz\r\n\r\n"),
+                true
+            ),
+            Err(TokenError::Malformed)
+        );
+        assert_eq!(
+            extract(
+                &head(
+                    "GET / HTTP/1.1\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n\r\n"
+                ),
+                true
+            ),
             Err(TokenError::Ambiguous)
         );
     }
@@ -196,12 +247,27 @@ mod tests {
         let a = auth();
         let good = token("sess_1");
         let bad = token("sess_2");
-        let both_good = Presented { query: Some(good.clone()), bearer: Some(good.clone()) };
+        let both_good = Presented {
+            query: Some(good.clone()),
+            bearer: Some(good.clone()),
+        };
         assert!(a.check(&both_good).await.is_ok());
-        let one_bad = Presented { query: Some(good.clone()), bearer: Some(bad.clone()) };
-        assert_eq!(a.check(&one_bad).await, Err(AuthError::Token(TokenError::Session)));
-        let other_bad = Presented { query: Some(bad), bearer: Some(good) };
-        assert_eq!(a.check(&other_bad).await, Err(AuthError::Token(TokenError::Session)));
+        let one_bad = Presented {
+            query: Some(good.clone()),
+            bearer: Some(bad.clone()),
+        };
+        assert_eq!(
+            a.check(&one_bad).await,
+            Err(AuthError::Token(TokenError::Session))
+        );
+        let other_bad = Presented {
+            query: Some(bad),
+            bearer: Some(good),
+        };
+        assert_eq!(
+            a.check(&other_bad).await,
+            Err(AuthError::Token(TokenError::Session))
+        );
     }
 
     struct Rotating {
@@ -214,7 +280,8 @@ mod tests {
             Some(Arc::new(vec![SigningKey::new(b"old")]))
         }
         fn refresh_after_miss(&self) -> Pin<Box<dyn Future<Output = Option<KeySet>> + Send + '_>> {
-            self.refreshed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.refreshed
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let fresh = self.fresh.clone();
             Box::pin(async move { Some(fresh) })
         }
@@ -222,13 +289,20 @@ mod tests {
 
     #[tokio::test]
     async fn signature_miss_refreshes_once_and_rechecks() {
-        let src = Arc::new(Rotating { fresh: Arc::new(vec![SigningKey::new(b"k")]), refreshed: Default::default() });
+        let src = Arc::new(Rotating {
+            fresh: Arc::new(vec![SigningKey::new(b"k")]),
+            refreshed: Default::default(),
+        });
         let a = Authenticator::new(src.clone(), "sess_1".into(), None, 30);
         assert!(a.check_one(&token("sess_1")).await.is_ok());
         assert_eq!(src.refreshed.load(std::sync::atomic::Ordering::SeqCst), 1);
         // An expired token with a good signature does not trigger a refresh.
-        let expired = Claims::new("sess_1", "p", unix_now() - 7200, 60).mint(&SigningKey::new(b"old"));
-        assert_eq!(a.check_one(&expired).await, Err(AuthError::Token(TokenError::Expired)));
+        let expired =
+            Claims::new("sess_1", "p", unix_now() - 7200, 60).mint(&SigningKey::new(b"old"));
+        assert_eq!(
+            a.check_one(&expired).await,
+            Err(AuthError::Token(TokenError::Expired))
+        );
         assert_eq!(src.refreshed.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 }

@@ -10,17 +10,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{error, info};
 use wallcrawler_contract::{Claims, SigningKey};
 
 use crate::app::{self, SessionOptions};
 use crate::auth::{Authenticator, KeySource, StaticKeys, unix_now};
+use crate::aws;
 use crate::chrome::{self, LaunchOptions, flags};
 use crate::config::{
-    self, ChromeSettings, Cli, Command, ConfigErrors, ContextSource, KeyConfig, LocalConfig, LogFormat, ProxyConfig,
-    ProxyTuning, RunConfig, SessionStoreConfig, TokenConfig,
+    self, ChromeSettings, Cli, Command, ConfigErrors, ContextSource, KeyConfig, LocalConfig,
+    LogFormat, ProxyConfig, ProxyTuning, RunConfig, SessionStoreConfig, TokenConfig,
 };
 use crate::proxy::Limits;
+use crate::secrets::SecretKeyCache;
+use crate::stores::DirectoryArchives;
+use crate::task::{self, TaskDeps};
 use crate::telemetry;
 
 /// Exit status of a failed run.
@@ -28,19 +32,23 @@ pub const EXIT_FAILURE: i32 = 1;
 
 /// Parses the command line and runs it; returns the process exit status.
 pub fn main_with(cli: Cli) -> i32 {
-    let command = cli.command.unwrap_or_else(|| match Cli::try_parse_from(["wallcrawler-controller", "local"]) {
-        Ok(Cli { command: Some(c) }) => c,
-        _ => Command::Local(Default::default()),
+    let command = cli.command.unwrap_or_else(|| {
+        match Cli::try_parse_from(["wallcrawler-controller", "local"]) {
+            Ok(Cli { command: Some(c) }) => c,
+            _ => Command::Local(Default::default()),
+        }
     });
     match command {
         Command::Token(a) => match TokenConfig::from_args(&a) {
             Ok(c) => token(&c),
             Err(e) => config_error(&e),
         },
-        Command::Local(a) => match LocalConfig::from_args(&a).and_then(|c| flags_for(&c.chrome).map(|f| (c, f))) {
-            Ok((c, f)) => with_runtime(c.tuning.log_format, local(c, f)),
-            Err(e) => config_error(&e),
-        },
+        Command::Local(a) => {
+            match LocalConfig::from_args(&a).and_then(|c| flags_for(&c.chrome).map(|f| (c, f))) {
+                Ok((c, f)) => with_runtime(c.tuning.log_format, local(c, f)),
+                Err(e) => config_error(&e),
+            }
+        }
         Command::Run(a) => {
             let mut s = a.auth.settings();
             s.extend(a.run.settings());
@@ -73,7 +81,10 @@ fn flags_for(c: &ChromeSettings) -> Result<Vec<String>, ConfigErrors> {
 
 fn with_runtime(format: LogFormat, fut: impl Future<Output = i32>) -> i32 {
     telemetry::init_logging(format);
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             error!(error = %e, "could not start the async runtime");
@@ -92,7 +103,10 @@ fn signal_token() -> CancellationToken {
     let t = token.clone();
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
             error!("could not install signal handlers");
             return;
         };
@@ -107,7 +121,8 @@ fn signal_token() -> CancellationToken {
 }
 
 fn token(c: &TokenConfig) -> i32 {
-    let t = Claims::new(&c.session_id, &c.project_id, unix_now(), c.ttl).mint(&SigningKey::new(c.key.as_bytes()));
+    let t = Claims::new(&c.session_id, &c.project_id, unix_now(), c.ttl)
+        .mint(&SigningKey::new(c.key.as_bytes()));
     let mut out = std::io::stdout().lock();
     if writeln!(out, "{t}").and_then(|_| out.flush()).is_err() {
         return EXIT_FAILURE;
@@ -116,20 +131,41 @@ fn token(c: &TokenConfig) -> i32 {
 }
 
 fn limits(t: &ProxyTuning) -> Limits {
-    Limits { max_connections: t.max_connections, header_timeout: t.header_timeout, ..Limits::default() }
+    Limits {
+        max_connections: t.max_connections,
+        header_timeout: t.header_timeout,
+        ..Limits::default()
+    }
 }
 
-fn launch_options(c: &ChromeSettings, flags: Vec<String>, user_data_dir: PathBuf) -> Result<LaunchOptions, chrome::ChromeError> {
+fn launch_options(
+    c: &ChromeSettings,
+    flags: Vec<String>,
+    user_data_dir: PathBuf,
+) -> Result<LaunchOptions, chrome::ChromeError> {
     let binary = chrome::find_chrome(c.path.as_deref(), std::env::var_os("PATH").as_deref())?;
-    Ok(LaunchOptions { binary, user_data_dir, debug_port: c.debug_port, flags, ready_timeout: Duration::from_secs(30) })
+    Ok(LaunchOptions {
+        binary,
+        user_data_dir,
+        debug_port: c.debug_port,
+        flags,
+        ready_timeout: Duration::from_secs(30),
+    })
 }
 
 async fn local(c: LocalConfig, flags: Vec<String>) -> i32 {
     let signal = signal_token();
     let session_id = format!("sess_{}", uuid::Uuid::new_v4());
-    let key = c.key.clone().unwrap_or_else(|| wallcrawler_contract::token::random_hex(32));
-    let token = Claims::new(&session_id, "", unix_now(), c.token_ttl).mint(&SigningKey::new(key.as_bytes()));
-    let profile = match tempfile::Builder::new().prefix("wallcrawler-profile-").tempdir() {
+    let key = c
+        .key
+        .clone()
+        .unwrap_or_else(|| wallcrawler_contract::token::random_hex(32));
+    let token = Claims::new(&session_id, "", unix_now(), c.token_ttl)
+        .mint(&SigningKey::new(key.as_bytes()));
+    let profile = match tempfile::Builder::new()
+        .prefix("wallcrawler-profile-")
+        .tempdir()
+    {
         Ok(d) => d,
         Err(e) => {
             error!(error = %e, "could not create a profile directory");
@@ -162,7 +198,11 @@ async fn local(c: LocalConfig, flags: Vec<String>) -> i32 {
             "local session ready; connect with the connectUrl printed on stdout"
         );
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "connectUrl: ws://{}?signingKey={token}", ready.proxy_addr);
+        let _ = writeln!(
+            out,
+            "connectUrl: ws://{}?signingKey={token}",
+            ready.proxy_addr
+        );
         let _ = out.flush();
     })
     .await;
@@ -182,25 +222,54 @@ fn finish(result: Result<app::EndReason, app::AppError>) -> i32 {
     }
 }
 
-fn key_source(k: &KeyConfig) -> Result<Arc<dyn KeySource>, String> {
-    match k {
-        KeyConfig::Literal(key) => Ok(Arc::new(StaticKeys::new(key.as_bytes()))),
-        KeyConfig::SecretArn(_) => Err(
-            "WALLCRAWLER_JWT_SIGNING_SECRET_ARN is not supported by this build yet (Secrets Manager arrives with the \
-             ECS integration); set WALLCRAWLER_JWT_SIGNING_KEY"
-                .to_owned(),
-        ),
+/// The outside services `run` needs, built once from one SDK configuration.
+async fn task_deps(c: &RunConfig) -> Result<TaskDeps, String> {
+    let needs_aws = matches!(c.store, SessionStoreConfig::Table(_))
+        || matches!(c.context, ContextSource::Bucket { .. })
+        || matches!(c.auth.key, KeyConfig::SecretArn(_))
+        || (c.metadata_uri.is_some() && c.public_ip.is_none());
+    let sdk = if needs_aws {
+        Some(aws::sdk_config().await)
+    } else {
+        None
+    };
+    let mut deps = TaskDeps::default();
+    match (&c.store, &sdk) {
+        (SessionStoreConfig::Table(t), Some(sdk)) => {
+            deps.sessions = Some(Arc::new(aws::DynamoSessions::new(sdk, t.clone())))
+        }
+        (SessionStoreConfig::Directory(_), _) => {
+            return Err("SESSIONS_DIR is not supported by this build yet".to_owned());
+        }
+        _ => {}
     }
+    match (&c.context, &sdk) {
+        (ContextSource::Bucket { bucket, .. }, Some(sdk)) => {
+            deps.archives = Some(Arc::new(aws::S3Archives::new(sdk, bucket.clone())))
+        }
+        (ContextSource::Directory { dir, .. }, _) => {
+            deps.archives = Some(Arc::new(DirectoryArchives { dir: dir.clone() }))
+        }
+        _ => {}
+    }
+    if let (KeyConfig::SecretArn(arn), Some(sdk)) = (&c.auth.key, &sdk) {
+        deps.secrets = Some(Arc::new(aws::SecretsManagerSecret {
+            client: aws_sdk_secretsmanager::Client::new(sdk),
+            secret_id: arn.clone(),
+        }));
+    }
+    if let (Some(_), None, Some(sdk)) = (&c.metadata_uri, &c.public_ip, &sdk) {
+        deps.network = Some(Arc::new(aws::Ec2Network {
+            client: aws_sdk_ec2::Client::new(sdk),
+        }));
+    }
+    Ok(deps)
 }
 
 async fn run(c: RunConfig, flags: Vec<String>) -> i32 {
     let signal = signal_token();
-    if c.store != SessionStoreConfig::None || c.context != ContextSource::None {
-        error!("SESSIONS_TABLE_NAME/SESSIONS_DIR and context settings are not supported by this build yet");
-        return EXIT_FAILURE;
-    }
-    let keys = match key_source(&c.auth.key) {
-        Ok(k) => k,
+    let deps = match task_deps(&c).await {
+        Ok(d) => d,
         Err(e) => {
             error!("{e}");
             return EXIT_FAILURE;
@@ -208,7 +277,10 @@ async fn run(c: RunConfig, flags: Vec<String>) -> i32 {
     };
     let (profile, _tmp) = match &c.chrome.user_data_dir {
         Some(d) => (d.clone(), None),
-        None => match tempfile::Builder::new().prefix("wallcrawler-profile-").tempdir() {
+        None => match tempfile::Builder::new()
+            .prefix("wallcrawler-profile-")
+            .tempdir()
+        {
             Ok(t) => (t.path().to_owned(), Some(t)),
             Err(e) => {
                 error!(error = %e, "could not create a profile directory");
@@ -216,54 +288,73 @@ async fn run(c: RunConfig, flags: Vec<String>) -> i32 {
             }
         },
     };
-    let chrome = match launch_options(&c.chrome, flags, profile) {
+    let launch = match launch_options(&c.chrome, flags, profile) {
         Ok(o) => o,
         Err(e) => {
             error!("{e}");
             return EXIT_FAILURE;
         }
     };
-    if c.public_ip.is_some() {
-        warn!("PUBLIC_IP is only used for the session table, which this build does not write");
+    task::run_task(c, launch, deps, signal).await
+}
+
+/// The key source of `proxy`: a literal key, or the Secrets Manager cache loaded before serving.
+async fn proxy_keys(k: &KeyConfig) -> Result<Arc<dyn KeySource>, String> {
+    match k {
+        KeyConfig::Literal(key) => Ok(Arc::new(StaticKeys::new(key.as_bytes()))),
+        KeyConfig::SecretArn(arn) => {
+            let sdk = aws::sdk_config().await;
+            let fetcher = Arc::new(aws::SecretsManagerSecret {
+                client: aws_sdk_secretsmanager::Client::new(&sdk),
+                secret_id: arn.clone(),
+            });
+            let cache = SecretKeyCache::new(fetcher);
+            cache
+                .load_initial(Duration::from_secs(10))
+                .await
+                .map_err(|e| format!("the signing secret is unavailable: {e}"))?;
+            cache.spawn_refresher(CancellationToken::new());
+            Ok(cache)
+        }
     }
-    let opts = SessionOptions {
-        auth: Authenticator::new(keys, c.auth.session_id.clone(), c.auth.project_id.clone(), c.auth.leeway_seconds),
-        listen: SocketAddr::from(([0, 0, 0, 0], c.proxy_port)),
-        metrics_addr: c.tuning.metrics_addr,
-        chrome,
-        limits: limits(&c.tuning),
-        idle_timeout: (!c.keep_alive).then_some(c.disconnect_timeout),
-        expires_at: c.expires_at,
-        shutdown_budget: c.shutdown_budget,
-    };
-    let session_id = c.auth.session_id.clone();
-    let result = app::run_session(opts, signal, |ready| {
-        info!(session.id = %session_id, proxy = %ready.proxy_addr, chrome.pid = ready.chrome_pid, "session ready");
-    })
-    .await;
-    finish(result)
 }
 
 async fn proxy(c: ProxyConfig) -> i32 {
     let signal = signal_token();
-    let keys = match key_source(&c.auth.key) {
+    let keys = match proxy_keys(&c.auth.key).await {
         Ok(k) => k,
         Err(e) => {
             error!("{e}");
             return EXIT_FAILURE;
         }
     };
-    let upstream = match tokio::net::lookup_host(&c.upstream).await.map(|mut a| a.next()) {
+    let upstream = match tokio::net::lookup_host(&c.upstream)
+        .await
+        .map(|mut a| a.next())
+    {
         Ok(Some(a)) => a,
         _ => {
             error!(upstream = %c.upstream, "cannot resolve the upstream address");
             return EXIT_FAILURE;
         }
     };
-    let auth = Authenticator::new(keys, c.auth.session_id.clone(), c.auth.project_id.clone(), c.auth.leeway_seconds);
-    let result = app::run_proxy(auth, c.listen, c.tuning.metrics_addr, upstream, limits(&c.tuning), signal, |addr| {
-        info!(listen = %addr, upstream = %upstream, "proxy ready");
-    })
+    let auth = Authenticator::new(
+        keys,
+        c.auth.session_id.clone(),
+        c.auth.project_id.clone(),
+        c.auth.leeway_seconds,
+    );
+    let result = app::run_proxy(
+        auth,
+        c.listen,
+        c.tuning.metrics_addr,
+        upstream,
+        limits(&c.tuning),
+        signal,
+        |addr| {
+            info!(listen = %addr, upstream = %upstream, "proxy ready");
+        },
+    )
     .await;
     finish(result)
 }

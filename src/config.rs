@@ -115,6 +115,8 @@ settings_group! {
         shutdown_budget_seconds = "SHUTDOWN_BUDGET_SECONDS",
         /// Chrome flags file replacing the built-in chrome/flags.conf.
         chrome_flags_file = "CHROME_FLAGS_FILE",
+        /// ECS task metadata v4 endpoint (set by ECS): task ARN and network interface.
+        ecs_container_metadata_uri_v4 = "ECS_CONTAINER_METADATA_URI_V4",
     }
 }
 
@@ -155,7 +157,12 @@ pub struct LocalArgs {
     #[arg(long, value_name = "SECONDS")]
     pub token_ttl: Option<String>,
     /// Literal signing key; generated when unset.
-    #[arg(long, env = "WALLCRAWLER_JWT_SIGNING_KEY", hide_env_values = true, value_name = "KEY")]
+    #[arg(
+        long,
+        env = "WALLCRAWLER_JWT_SIGNING_KEY",
+        hide_env_values = true,
+        value_name = "KEY"
+    )]
     pub jwt_signing_key: Option<String>,
     /// Chrome's DevTools port on 127.0.0.1; 0 = any free port [default: 0].
     #[arg(long, env = "CHROME_DEBUG_PORT", value_name = "N")]
@@ -203,7 +210,12 @@ pub struct TokenArgs {
     #[arg(long, value_name = "SECONDS")]
     pub ttl: Option<String>,
     /// Signing key.
-    #[arg(long, env = "WALLCRAWLER_JWT_SIGNING_KEY", hide_env_values = true, value_name = "KEY")]
+    #[arg(
+        long,
+        env = "WALLCRAWLER_JWT_SIGNING_KEY",
+        hide_env_values = true,
+        value_name = "KEY"
+    )]
     pub jwt_signing_key: Option<String>,
 }
 
@@ -261,9 +273,17 @@ pub enum ContextSource {
     /// A fresh empty profile.
     None,
     /// `s3://bucket/key`.
-    Bucket { context_id: String, bucket: String, key: String },
+    Bucket {
+        context_id: String,
+        bucket: String,
+        key: String,
+    },
     /// `<dir>/<key>` (local platform).
-    Directory { context_id: String, dir: PathBuf, key: String },
+    Directory {
+        context_id: String,
+        dir: PathBuf,
+        key: String,
+    },
 }
 
 /// Where the session item lives.
@@ -291,6 +311,7 @@ pub struct RunConfig {
     pub profile_max_bytes: u64,
     pub profile_max_entries: u64,
     pub shutdown_budget: Duration,
+    pub metadata_uri: Option<String>,
 }
 
 /// Chrome launch settings common to `run` and `local`.
@@ -346,12 +367,18 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn new(s: &'a Settings) -> Self {
-        Self { s, errors: Vec::new() }
+        Self {
+            s,
+            errors: Vec::new(),
+        }
     }
 
     /// A non-empty value, trimmed.
     fn text(&self, name: &str) -> Option<String> {
-        self.s.get(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+        self.s
+            .get(name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
     }
 
     fn required(&mut self, name: &str) -> String {
@@ -366,7 +393,8 @@ impl<'a> Reader<'a> {
         match raw.parse::<T>() {
             Ok(v) => Some(v),
             Err(_) => {
-                self.errors.push(format!("{name} must be {what}, got {raw:?}"));
+                self.errors
+                    .push(format!("{name} must be {what}, got {raw:?}"));
                 None
             }
         }
@@ -375,7 +403,8 @@ impl<'a> Reader<'a> {
     fn number(&mut self, name: &str, default: u64, min: u64, max: u64) -> u64 {
         match self.parse::<u64>(name, "a whole number") {
             Some(v) if v < min || v > max => {
-                self.errors.push(format!("{name} must be between {min} and {max}, got {v}"));
+                self.errors
+                    .push(format!("{name} must be between {min} and {max}, got {v}"));
                 default
             }
             Some(v) => v,
@@ -389,21 +418,29 @@ impl<'a> Reader<'a> {
             Some(v) if v == "true" || v == "1" || v == "yes" => true,
             Some(v) if v == "false" || v == "0" || v == "no" => false,
             Some(v) => {
-                self.errors.push(format!("{name} must be true or false, got {v:?}"));
+                self.errors
+                    .push(format!("{name} must be true or false, got {v:?}"));
                 default
             }
         }
     }
 
     fn finish<T>(self, value: T) -> Result<T, ConfigErrors> {
-        if self.errors.is_empty() { Ok(value) } else { Err(ConfigErrors(self.errors)) }
+        if self.errors.is_empty() {
+            Ok(value)
+        } else {
+            Err(ConfigErrors(self.errors))
+        }
     }
 }
 
 fn auth_config(r: &mut Reader<'_>) -> AuthConfig {
     let session_id = r.required("SESSION_ID");
     let project_id = r.text("PROJECT_ID");
-    let key = match (r.s.get("WALLCRAWLER_JWT_SIGNING_KEY"), r.text("WALLCRAWLER_JWT_SIGNING_SECRET_ARN")) {
+    let key = match (
+        r.s.get("WALLCRAWLER_JWT_SIGNING_KEY"),
+        r.text("WALLCRAWLER_JWT_SIGNING_SECRET_ARN"),
+    ) {
         (Some(k), _) if !k.is_empty() => KeyConfig::Literal(k.clone()),
         (_, Some(arn)) => KeyConfig::SecretArn(arn),
         _ => {
@@ -415,7 +452,12 @@ fn auth_config(r: &mut Reader<'_>) -> AuthConfig {
         }
     };
     let leeway_seconds = r.number("JWT_LEEWAY_SECONDS", 30, 0, 3600);
-    AuthConfig { session_id, project_id, key, leeway_seconds }
+    AuthConfig {
+        session_id,
+        project_id,
+        key,
+        leeway_seconds,
+    }
 }
 
 fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
@@ -433,11 +475,17 @@ fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
         Some("json") => LogFormat::Json,
         Some("text") => LogFormat::Text,
         Some(other) => {
-            r.errors.push(format!("LOG_FORMAT must be json or text, got {other:?}"));
+            r.errors
+                .push(format!("LOG_FORMAT must be json or text, got {other:?}"));
             LogFormat::Text
         }
     };
-    ProxyTuning { max_connections, metrics_addr, header_timeout, log_format }
+    ProxyTuning {
+        max_connections,
+        metrics_addr,
+        header_timeout,
+        log_format,
+    }
 }
 
 fn chrome_settings(r: &mut Reader<'_>, default_port: u16) -> ChromeSettings {
@@ -455,11 +503,13 @@ impl RunConfig {
         let auth = auth_config(&mut r);
         let tuning = tuning(&mut r, Mode::Run);
         let proxy_port = r.number("CDP_PROXY_PORT", 9223, 0, 65535) as u16;
-        let disconnect_timeout = Duration::from_secs(r.number("CDP_DISCONNECT_TIMEOUT", 120, 1, 86_400));
+        let disconnect_timeout =
+            Duration::from_secs(r.number("CDP_DISCONNECT_TIMEOUT", 120, 1, 86_400));
         let chrome = chrome_settings(&mut r, 9222);
         let store = match (r.text("SESSIONS_TABLE_NAME"), r.text("SESSIONS_DIR")) {
             (Some(_), Some(_)) => {
-                r.errors.push("set SESSIONS_TABLE_NAME or SESSIONS_DIR, not both".to_owned());
+                r.errors
+                    .push("set SESSIONS_TABLE_NAME or SESSIONS_DIR, not both".to_owned());
                 SessionStoreConfig::None
             }
             (Some(t), None) => SessionStoreConfig::Table(t),
@@ -477,6 +527,7 @@ impl RunConfig {
         let profile_max_bytes = r.number("PROFILE_MAX_BYTES", 2_147_483_648, 1, u64::MAX);
         let profile_max_entries = r.number("PROFILE_MAX_ENTRIES", 100_000, 1, u64::MAX);
         let shutdown_budget = Duration::from_secs(r.number("SHUTDOWN_BUDGET_SECONDS", 25, 1, 120));
+        let metadata_uri = r.text("ECS_CONTAINER_METADATA_URI_V4");
         r.finish(RunConfig {
             auth,
             tuning,
@@ -492,6 +543,7 @@ impl RunConfig {
             profile_max_bytes,
             profile_max_entries,
             shutdown_budget,
+            metadata_uri,
         })
     }
 }
@@ -502,15 +554,24 @@ fn context_source(r: &mut Reader<'_>) -> ContextSource {
     let key = r.text("CONTEXT_S3_KEY");
     let dir = r.text("CONTEXTS_DIR");
     if bucket.is_some() && dir.is_some() {
-        r.errors.push("set CONTEXTS_BUCKET_NAME or CONTEXTS_DIR, not both".to_owned());
+        r.errors
+            .push("set CONTEXTS_BUCKET_NAME or CONTEXTS_DIR, not both".to_owned());
         return ContextSource::None;
     }
     let place = bucket.clone().or(dir.clone());
     match (id, place, key) {
         (None, None, None) => ContextSource::None,
         (Some(context_id), Some(_), Some(key)) => match (bucket, dir) {
-            (Some(bucket), _) => ContextSource::Bucket { context_id, bucket, key },
-            (_, Some(dir)) => ContextSource::Directory { context_id, dir: PathBuf::from(dir), key },
+            (Some(bucket), _) => ContextSource::Bucket {
+                context_id,
+                bucket,
+                key,
+            },
+            (_, Some(dir)) => ContextSource::Directory {
+                context_id,
+                dir: PathBuf::from(dir),
+                key,
+            },
             _ => unreachable!("place is one of them"),
         },
         (id, place, key) => {
@@ -555,7 +616,13 @@ impl LocalConfig {
         let key = r.text("WALLCRAWLER_JWT_SIGNING_KEY");
         let chrome = chrome_settings(&mut r, 0);
         let tuning = tuning(&mut r, Mode::Local);
-        r.finish(LocalConfig { port, token_ttl, key, chrome, tuning })
+        r.finish(LocalConfig {
+            port,
+            token_ttl,
+            key,
+            chrome,
+            tuning,
+        })
     }
 }
 
@@ -582,9 +649,15 @@ impl ProxyConfig {
             Some(_) => r.parse::<SocketAddr>("LISTEN", "an address such as 0.0.0.0:9223"),
         };
         let upstream = match r.text("UPSTREAM") {
-            Some(u) if u.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) => u,
+            Some(u)
+                if u.rsplit_once(':')
+                    .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) =>
+            {
+                u
+            }
             Some(u) => {
-                r.errors.push(format!("--upstream must be HOST:PORT, got {u:?}"));
+                r.errors
+                    .push(format!("--upstream must be HOST:PORT, got {u:?}"));
                 String::new()
             }
             None => {
@@ -627,11 +700,17 @@ impl TokenConfig {
         let key = match r.s.get("WALLCRAWLER_JWT_SIGNING_KEY") {
             Some(k) if !k.is_empty() => k.clone(),
             _ => {
-                r.errors.push("WALLCRAWLER_JWT_SIGNING_KEY is required to sign a token".to_owned());
+                r.errors
+                    .push("WALLCRAWLER_JWT_SIGNING_KEY is required to sign a token".to_owned());
                 String::new()
             }
         };
-        r.finish(TokenConfig { session_id, project_id, ttl, key })
+        r.finish(TokenConfig {
+            session_id,
+            project_id,
+            ttl,
+            key,
+        })
     }
 }
 
@@ -645,13 +724,20 @@ mod tests {
 
     #[test]
     fn run_defaults() {
-        let c = RunConfig::from_settings(&map(&[("SESSION_ID", "sess_1"), ("WALLCRAWLER_JWT_SIGNING_KEY", "k")])).unwrap();
+        let c = RunConfig::from_settings(&map(&[
+            ("SESSION_ID", "sess_1"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+        ]))
+        .unwrap();
         assert_eq!(c.proxy_port, 9223);
         assert_eq!(c.chrome.debug_port, 9222);
         assert_eq!(c.disconnect_timeout, Duration::from_secs(120));
         assert_eq!(c.auth.leeway_seconds, 30);
         assert_eq!(c.tuning.max_connections, 4096);
-        assert_eq!(c.tuning.metrics_addr, Some("127.0.0.1:9224".parse().unwrap()));
+        assert_eq!(
+            c.tuning.metrics_addr,
+            Some("127.0.0.1:9224".parse().unwrap())
+        );
         assert_eq!(c.tuning.log_format, LogFormat::Json);
         assert_eq!(c.shutdown_budget, Duration::from_secs(25));
         assert_eq!(c.profile_max_bytes, 2_147_483_648);
@@ -687,14 +773,26 @@ mod tests {
 
     #[test]
     fn context_modes() {
-        let base = [("SESSION_ID", "s"), ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "arn:x")];
+        let base = [
+            ("SESSION_ID", "s"),
+            ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "arn:x"),
+        ];
         let mut m = map(&base);
-        m.extend(map(&[("CONTEXT_ID", "c"), ("CONTEXTS_BUCKET_NAME", "b"), ("CONTEXT_S3_KEY", "p/c/profile.tar.gz")]));
+        m.extend(map(&[
+            ("CONTEXT_ID", "c"),
+            ("CONTEXTS_BUCKET_NAME", "b"),
+            ("CONTEXT_S3_KEY", "p/c/profile.tar.gz"),
+        ]));
         let c = RunConfig::from_settings(&m).unwrap();
         assert_eq!(c.auth.key, KeyConfig::SecretArn("arn:x".into()));
         assert!(matches!(c.context, ContextSource::Bucket { .. }));
         m.insert("CONTEXTS_DIR", "/tmp".into());
-        assert!(RunConfig::from_settings(&m).unwrap_err().to_string().contains("not both"));
+        assert!(
+            RunConfig::from_settings(&m)
+                .unwrap_err()
+                .to_string()
+                .contains("not both")
+        );
         let mut persist_alone = map(&base);
         persist_alone.insert("CONTEXT_PERSIST", "true".into());
         assert!(RunConfig::from_settings(&persist_alone).is_err());
@@ -714,7 +812,12 @@ mod tests {
 
     #[test]
     fn metrics_can_be_turned_off() {
-        let c = RunConfig::from_settings(&map(&[("SESSION_ID", "s"), ("WALLCRAWLER_JWT_SIGNING_KEY", "k"), ("METRICS_ADDR", "")])).unwrap();
+        let c = RunConfig::from_settings(&map(&[
+            ("SESSION_ID", "s"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("METRICS_ADDR", ""),
+        ]))
+        .unwrap();
         assert_eq!(c.tuning.metrics_addr, None);
     }
 
@@ -728,7 +831,9 @@ mod tests {
 
     #[test]
     fn proxy_requires_listen_upstream_and_session() {
-        let e = ProxyConfig::from_settings(&map(&[("UPSTREAM", "nohost")])).unwrap_err().to_string();
+        let e = ProxyConfig::from_settings(&map(&[("UPSTREAM", "nohost")]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--listen ADDR is required"));
         assert!(e.contains("--upstream must be HOST:PORT"));
         assert!(e.contains("SESSION_ID is required"));
@@ -737,7 +842,10 @@ mod tests {
     #[test]
     fn token_needs_a_key() {
         let e = TokenConfig::from_settings(&map(&[("SESSION_ID", "s")])).unwrap_err();
-        assert_eq!(e.0, vec!["WALLCRAWLER_JWT_SIGNING_KEY is required to sign a token".to_owned()]);
+        assert_eq!(
+            e.0,
+            vec!["WALLCRAWLER_JWT_SIGNING_KEY is required to sign a token".to_owned()]
+        );
     }
 
     #[test]

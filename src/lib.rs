@@ -11,13 +11,25 @@
 //! - [`upstream`]: the CDP endpoint behind the proxy and a tiny HTTP client for `/json/*`.
 //! - [`chrome`]: finding, launching, readiness, supervision and clean closing of Chrome.
 //! - [`app`]: wiring of the serving modes and the shutdown sequence.
+//! - [`task`]: the ECS task's lifecycle: session item, signing secret, profile, READY, persist.
+//! - [`profile`]: the profile archive, packed and (safely) unpacked.
+//! - [`secrets`]: the Secrets Manager key cache (TTL, coalescing, rotation).
+//! - [`public_ip`]: which address the task announces.
+//! - [`stores`]: the narrow interfaces to outside services, and a local archive directory.
+//! - [`aws`]: the AWS SDK adapters behind those interfaces.
 //! - [`cli`]: the subcommands as `main` runs them.
 
 pub mod app;
 pub mod auth;
+pub mod aws;
 pub mod chrome;
 pub mod cli;
 pub mod config;
+pub mod profile;
 pub mod proxy;
+pub mod public_ip;
+pub mod secrets;
+pub mod stores;
+pub mod task;
 pub mod telemetry;
 pub mod upstream;

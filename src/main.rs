@@ -7,7 +7,11 @@ fn main() {
     let parsed = match config::Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let code = if e.use_stderr() { config::EXIT_CONFIG } else { 0 };
+            let code = if e.use_stderr() {
+                config::EXIT_CONFIG
+            } else {
+                0
+            };
             let _ = e.print();
             std::process::exit(code);
         }

@@ -20,9 +20,16 @@ use crate::config::LogFormat;
 pub fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let _ = match format {
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .try_init(),
         LogFormat::Text => builder.with_target(false).try_init(),
     };
 }
@@ -114,7 +121,10 @@ impl Metrics {
     }
 
     pub fn refusal(&self, e: TokenError) {
-        let i = TokenError::ALL.iter().position(|x| *x == e).expect("listed");
+        let i = TokenError::ALL
+            .iter()
+            .position(|x| *x == e)
+            .expect("listed");
         self.refusals[i].fetch_add(1, Ordering::Relaxed);
     }
 
@@ -125,19 +135,37 @@ impl Metrics {
 
     /// Bytes relayed in both directions so far (`proxyBytes`).
     pub fn proxy_bytes(&self) -> u64 {
-        self.bytes_client_to_chrome.load(Ordering::Relaxed) + self.bytes_chrome_to_client.load(Ordering::Relaxed)
+        self.bytes_client_to_chrome.load(Ordering::Relaxed)
+            + self.bytes_chrome_to_client.load(Ordering::Relaxed)
     }
 
     /// Prometheus text exposition format.
     pub fn render(&self) -> String {
         let mut s = String::with_capacity(2048);
-        let _ = writeln!(s, "# HELP wallcrawler_proxy_clients Upgraded CDP client connections open now.");
+        let _ = writeln!(
+            s,
+            "# HELP wallcrawler_proxy_clients Upgraded CDP client connections open now."
+        );
         let _ = writeln!(s, "# TYPE wallcrawler_proxy_clients gauge");
-        let _ = writeln!(s, "wallcrawler_proxy_clients {}", self.clients_active.load(Ordering::Relaxed));
-        let _ = writeln!(s, "# HELP wallcrawler_proxy_connections_open TCP connections being handled now.");
+        let _ = writeln!(
+            s,
+            "wallcrawler_proxy_clients {}",
+            self.clients_active.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            s,
+            "# HELP wallcrawler_proxy_connections_open TCP connections being handled now."
+        );
         let _ = writeln!(s, "# TYPE wallcrawler_proxy_connections_open gauge");
-        let _ = writeln!(s, "wallcrawler_proxy_connections_open {}", self.connections_open.load(Ordering::Relaxed));
-        let _ = writeln!(s, "# HELP wallcrawler_proxy_bytes_total Bytes relayed, by direction.");
+        let _ = writeln!(
+            s,
+            "wallcrawler_proxy_connections_open {}",
+            self.connections_open.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            s,
+            "# HELP wallcrawler_proxy_bytes_total Bytes relayed, by direction."
+        );
         let _ = writeln!(s, "# TYPE wallcrawler_proxy_bytes_total counter");
         let _ = writeln!(
             s,
@@ -149,7 +177,10 @@ impl Metrics {
             "wallcrawler_proxy_bytes_total{{direction=\"chrome_to_client\"}} {}",
             self.bytes_chrome_to_client.load(Ordering::Relaxed)
         );
-        let _ = writeln!(s, "# HELP wallcrawler_proxy_connections_total Client connections by outcome.");
+        let _ = writeln!(
+            s,
+            "# HELP wallcrawler_proxy_connections_total Client connections by outcome."
+        );
         let _ = writeln!(s, "# TYPE wallcrawler_proxy_connections_total counter");
         for (o, c) in Outcome::ALL.iter().zip(&self.outcomes) {
             let _ = writeln!(
@@ -159,7 +190,10 @@ impl Metrics {
                 c.load(Ordering::Relaxed)
             );
         }
-        let _ = writeln!(s, "# HELP wallcrawler_proxy_auth_refusals_total Refused credentials by reason.");
+        let _ = writeln!(
+            s,
+            "# HELP wallcrawler_proxy_auth_refusals_total Refused credentials by reason."
+        );
         let _ = writeln!(s, "# TYPE wallcrawler_proxy_auth_refusals_total counter");
         for (e, c) in TokenError::ALL.iter().zip(&self.refusals) {
             let _ = writeln!(
@@ -174,7 +208,11 @@ impl Metrics {
 }
 
 /// Serves `GET /metrics` on `listener` until `cancel` fires. Any other path gets 404.
-pub async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>, cancel: CancellationToken) {
+pub async fn serve_metrics(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) {
     loop {
         let (mut stream, _) = tokio::select! {
             r = listener.accept() => match r { Ok(c) => c, Err(_) => continue },
@@ -183,13 +221,21 @@ pub async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>, cancel:
         let metrics = metrics.clone();
         tokio::spawn(async move {
             let mut buf = Vec::with_capacity(1024);
-            let head = crate::proxy::http::read_request_head(&mut stream, &mut buf, 8192, std::time::Duration::from_secs(5)).await;
+            let head = crate::proxy::http::read_request_head(
+                &mut stream,
+                &mut buf,
+                8192,
+                std::time::Duration::from_secs(5),
+            )
+            .await;
             let response = match head {
-                Ok((h, _)) if h.method == "GET" && h.path() == "/metrics" => crate::proxy::http::body_response(
-                    200,
-                    "text/plain; version=0.0.4",
-                    metrics.render().as_bytes(),
-                ),
+                Ok((h, _)) if h.method == "GET" && h.path() == "/metrics" => {
+                    crate::proxy::http::body_response(
+                        200,
+                        "text/plain; version=0.0.4",
+                        metrics.render().as_bytes(),
+                    )
+                }
                 Ok(_) => crate::proxy::http::simple_response(404, &[], "not found\n"),
                 Err(_) => crate::proxy::http::simple_response(400, &[], "bad request\n"),
             };

@@ -25,7 +25,10 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn new(addr: SocketAddr, browser_path: Option<String>) -> Self {
-        Self { addr, browser_path: Mutex::new(browser_path) }
+        Self {
+            addr,
+            browser_path: Mutex::new(browser_path),
+        }
     }
 
     /// The browser target's path, asking Chrome when it is not known yet.
@@ -83,16 +86,31 @@ pub struct HttpAnswer {
 }
 
 /// `METHOD target` against the upstream, answer read whole (bounded).
-pub async fn http_request(addr: SocketAddr, method: &str, target: &str, timeout: Duration) -> Result<HttpAnswer, UpstreamError> {
+pub async fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    timeout: Duration,
+) -> Result<HttpAnswer, UpstreamError> {
     tokio::time::timeout(timeout, http_request_inner(addr, method, target))
         .await
         .unwrap_or(Err(UpstreamError::Timeout))
 }
 
-async fn http_request_inner(addr: SocketAddr, method: &str, target: &str) -> Result<HttpAnswer, UpstreamError> {
-    let mut s = TcpStream::connect(addr).await.map_err(UpstreamError::Connect)?;
-    let req = format!("{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
-    s.write_all(req.as_bytes()).await.map_err(UpstreamError::Io)?;
+async fn http_request_inner(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+) -> Result<HttpAnswer, UpstreamError> {
+    let mut s = TcpStream::connect(addr)
+        .await
+        .map_err(UpstreamError::Connect)?;
+    let req = format!(
+        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    );
+    s.write_all(req.as_bytes())
+        .await
+        .map_err(UpstreamError::Io)?;
     let mut buf = Vec::with_capacity(8192);
     let (status, content_type, head_len, content_length) = loop {
         let mut chunk = [0u8; 8192];
@@ -135,14 +153,24 @@ async fn http_request_inner(addr: SocketAddr, method: &str, target: &str) -> Res
         }
         None => {
             let mut limited = (&mut s).take((MAX_JSON_BODY - body.len().min(MAX_JSON_BODY)) as u64);
-            limited.read_to_end(&mut body).await.map_err(UpstreamError::Io)?;
+            limited
+                .read_to_end(&mut body)
+                .await
+                .map_err(UpstreamError::Io)?;
         }
     }
-    Ok(HttpAnswer { status, content_type, body })
+    Ok(HttpAnswer {
+        status,
+        content_type,
+        body,
+    })
 }
 
 /// `/devtools/browser/<id>` from the endpoint's `/json/version`.
-pub async fn fetch_browser_path(addr: SocketAddr, timeout: Duration) -> Result<String, UpstreamError> {
+pub async fn fetch_browser_path(
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<String, UpstreamError> {
     let answer = http_request(addr, "GET", "/json/version", timeout).await?;
     if answer.status != 200 {
         return Err(UpstreamError::Status(answer.status));
@@ -156,7 +184,8 @@ pub fn browser_path_from_version(body: &[u8]) -> Option<String> {
     let url = v.get("webSocketDebuggerUrl")?.as_str()?;
     let rest = url.split_once("://")?.1;
     let path = &rest[rest.find('/')?..];
-    path.starts_with("/devtools/browser/").then(|| path.to_owned())
+    path.starts_with("/devtools/browser/")
+        .then(|| path.to_owned())
 }
 
 #[cfg(test)]
@@ -166,8 +195,14 @@ mod tests {
     #[test]
     fn browser_path_is_extracted() {
         let body = br#"{"webSocketDebuggerUrl":"ws://127.0.0.1:9222/devtools/browser/ab-12"}"#;
-        assert_eq!(browser_path_from_version(body).as_deref(), Some("/devtools/browser/ab-12"));
+        assert_eq!(
+            browser_path_from_version(body).as_deref(),
+            Some("/devtools/browser/ab-12")
+        );
         assert_eq!(browser_path_from_version(b"{}"), None);
-        assert_eq!(browser_path_from_version(br#"{"webSocketDebuggerUrl":"ws://h/other"}"#), None);
+        assert_eq!(
+            browser_path_from_version(br#"{"webSocketDebuggerUrl":"ws://h/other"}"#),
+            None
+        );
     }
 }

@@ -1,9 +1,13 @@
-//! A minimal CDP client for the controller's own commands to Chrome (closing the browser).
+//! A minimal CDP client for the controller's own commands to Chrome: closing the browser, and
+//! carrying session cookies across a persist/hydrate cycle (Chrome never writes them to disk).
 
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 /// Failures of a controller-side CDP command.
 #[derive(Debug, thiserror::Error)]
@@ -12,27 +16,147 @@ pub enum CdpError {
     Connect(#[source] tokio_tungstenite::tungstenite::Error),
     #[error("the devtools socket failed")]
     Socket(#[source] tokio_tungstenite::tungstenite::Error),
+    #[error("the devtools socket closed before the answer")]
+    Closed,
     #[error("chrome did not answer in time")]
     Timeout,
+    #[error("chrome refused {method}: {message}")]
+    Command { method: String, message: String },
 }
 
-/// Sends `Browser.close` to the browser target at `ws_url` and waits until Chrome answers or
-/// drops the socket.
-pub async fn browser_close(ws_url: &str, timeout: Duration) -> Result<(), CdpError> {
-    tokio::time::timeout(timeout, async {
-        let (mut ws, _) = tokio_tungstenite::connect_async(ws_url).await.map_err(CdpError::Connect)?;
-        ws.send(Message::text(r#"{"id":1,"method":"Browser.close"}"#))
+/// One browser-level CDP connection.
+pub struct Cdp {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    next_id: u64,
+}
+
+impl Cdp {
+    pub async fn connect(ws_url: &str) -> Result<Cdp, CdpError> {
+        let (ws, _) = tokio_tungstenite::connect_async(ws_url)
+            .await
+            .map_err(CdpError::Connect)?;
+        Ok(Cdp { ws, next_id: 1 })
+    }
+
+    /// Sends a command and waits for its answer (events in between are ignored).
+    pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, CdpError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let msg = json!({"id": id, "method": method, "params": params});
+        self.ws
+            .send(Message::text(msg.to_string()))
             .await
             .map_err(CdpError::Socket)?;
-        while let Some(msg) = ws.next().await {
-            match msg {
-                Ok(Message::Text(t)) if t.as_str().contains("\"id\":1") => return Ok(()),
-                Ok(Message::Close(_)) | Err(_) => return Ok(()),
-                Ok(_) => {}
+        while let Some(m) = self.ws.next().await {
+            let Message::Text(t) = m.map_err(CdpError::Socket)? else {
+                continue;
+            };
+            let Ok(v) = serde_json::from_str::<Value>(t.as_str()) else {
+                continue;
+            };
+            if v["id"].as_u64() != Some(id) {
+                continue;
             }
+            if let Some(err) = v.get("error") {
+                return Err(CdpError::Command {
+                    method: method.to_owned(),
+                    message: err["message"].as_str().unwrap_or("error").to_owned(),
+                });
+            }
+            return Ok(v["result"].clone());
         }
+        Err(CdpError::Closed)
+    }
+}
+
+/// Sends `Browser.close` and waits until Chrome answers or drops the socket.
+pub async fn browser_close(ws_url: &str, timeout: Duration) -> Result<(), CdpError> {
+    tokio::time::timeout(timeout, async {
+        let mut cdp = Cdp::connect(ws_url).await?;
+        match cdp.call("Browser.close", json!({})).await {
+            Ok(_) | Err(CdpError::Closed) | Err(CdpError::Socket(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    })
+    .await
+    .unwrap_or(Err(CdpError::Timeout))
+}
+
+/// Every cookie of the browser's default context.
+pub async fn all_cookies(ws_url: &str, timeout: Duration) -> Result<Vec<Value>, CdpError> {
+    tokio::time::timeout(timeout, async {
+        let mut cdp = Cdp::connect(ws_url).await?;
+        let r = cdp.call("Storage.getCookies", json!({})).await?;
+        Ok(r["cookies"].as_array().cloned().unwrap_or_default())
+    })
+    .await
+    .unwrap_or(Err(CdpError::Timeout))
+}
+
+/// Sets cookies (as `Storage.setCookies` params).
+pub async fn set_cookies(
+    ws_url: &str,
+    cookies: Vec<Value>,
+    timeout: Duration,
+) -> Result<(), CdpError> {
+    tokio::time::timeout(timeout, async {
+        let mut cdp = Cdp::connect(ws_url).await?;
+        cdp.call("Storage.setCookies", json!({ "cookies": cookies }))
+            .await?;
         Ok(())
     })
     .await
     .unwrap_or(Err(CdpError::Timeout))
+}
+
+/// The session cookies (no expiry: Chrome keeps them in memory only) of `cookies`, as
+/// `CookieParam` objects ready for `Storage.setCookies`.
+pub fn session_cookie_params(cookies: &[Value]) -> Vec<Value> {
+    const KEEP: [&str; 11] = [
+        "name",
+        "value",
+        "domain",
+        "path",
+        "secure",
+        "httpOnly",
+        "sameSite",
+        "priority",
+        "sourceScheme",
+        "sourcePort",
+        "partitionKey",
+    ];
+    cookies
+        .iter()
+        .filter(|c| c["session"].as_bool() == Some(true))
+        .map(|c| {
+            let mut p = serde_json::Map::new();
+            for k in KEEP {
+                if let Some(v) = c.get(k)
+                    && !v.is_null()
+                {
+                    p.insert(k.to_owned(), v.clone());
+                }
+            }
+            Value::Object(p)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_session_cookies_are_carried_without_expiry() {
+        let cookies = vec![
+            json!({"name":"s","value":"1","domain":"a.test","path":"/","expires":-1,"size":2,"session":true,"secure":false,"httpOnly":true,"sameSite":"Lax","priority":"Medium"}),
+            json!({"name":"p","value":"2","domain":"a.test","path":"/","expires":1.9e9,"session":false}),
+        ];
+        let params = session_cookie_params(&cookies);
+        assert_eq!(params.len(), 1);
+        assert_eq!(params[0]["name"], "s");
+        assert!(params[0].get("expires").is_none());
+        assert!(params[0].get("size").is_none() && params[0].get("session").is_none());
+        assert_eq!(params[0]["httpOnly"], true);
+    }
 }

@@ -40,14 +40,23 @@ pub fn parse_flags(text: &str) -> Result<Vec<String>, FlagsError> {
             continue;
         }
         if !l.starts_with("--") || l.contains(char::is_whitespace) {
-            return Err(FlagsError::NotAFlag { line, text: l.to_owned() });
+            return Err(FlagsError::NotAFlag {
+                line,
+                text: l.to_owned(),
+            });
         }
         let name = l.split_once('=').map_or(l, |(n, _)| n);
         if OWNED.contains(&name) {
-            return Err(FlagsError::Owned { line, flag: name.to_owned() });
+            return Err(FlagsError::Owned {
+                line,
+                flag: name.to_owned(),
+            });
         }
         if FORBIDDEN.contains(&name) {
-            return Err(FlagsError::Forbidden { line, flag: name.to_owned() });
+            return Err(FlagsError::Forbidden {
+                line,
+                flag: name.to_owned(),
+            });
         }
         if let Some(list) = l.strip_prefix("--disable-features=") {
             for f in list.split(',').map(str::trim).filter(|f| !f.is_empty()) {
@@ -83,7 +92,10 @@ mod tests {
     #[test]
     fn builtin_flags_parse_with_one_disable_features() {
         let flags = parse_flags(BUILTIN_FLAGS).unwrap();
-        let df: Vec<_> = flags.iter().filter(|f| f.starts_with("--disable-features")).collect();
+        let df: Vec<_> = flags
+            .iter()
+            .filter(|f| f.starts_with("--disable-features"))
+            .collect();
         assert_eq!(df.len(), 1);
         assert!(df[0].contains("Translate") && df[0].contains("MediaRouter"));
         assert!(flags.iter().any(|f| f == "--no-sandbox"));
@@ -94,19 +106,35 @@ mod tests {
     fn owned_and_forbidden_flags_are_refused() {
         assert_eq!(
             parse_flags("--no-first-run\n--user-data-dir=/x\n"),
-            Err(FlagsError::Owned { line: 2, flag: "--user-data-dir".into() })
+            Err(FlagsError::Owned {
+                line: 2,
+                flag: "--user-data-dir".into()
+            })
         );
         assert_eq!(
             parse_flags("--disable-web-security"),
-            Err(FlagsError::Forbidden { line: 1, flag: "--disable-web-security".into() })
+            Err(FlagsError::Forbidden {
+                line: 1,
+                flag: "--disable-web-security".into()
+            })
         );
-        assert!(matches!(parse_flags("no-dashes"), Err(FlagsError::NotAFlag { .. })));
+        assert!(matches!(
+            parse_flags("no-dashes"),
+            Err(FlagsError::NotAFlag { .. })
+        ));
     }
 
     #[test]
     fn disable_features_are_merged_and_deduplicated() {
-        let f = parse_flags("--disable-features=A,B\n--mute-audio # c\n--disable-features=B,C\n").unwrap();
-        assert_eq!(f, vec!["--mute-audio".to_owned(), "--disable-features=A,B,C".to_owned()]);
+        let f = parse_flags("--disable-features=A,B\n--mute-audio # c\n--disable-features=B,C\n")
+            .unwrap();
+        assert_eq!(
+            f,
+            vec![
+                "--mute-audio".to_owned(),
+                "--disable-features=A,B,C".to_owned()
+            ]
+        );
     }
 
     #[test]

@@ -27,10 +27,21 @@ use crate::upstream;
 /// Files in a user-data-dir that must not survive into a new launch: Chrome refuses a profile
 /// whose `SingletonLock` names another host, and a stale `DevToolsActivePort` would give a wrong
 /// port.
-pub const STALE_FILES: [&str; 4] = ["SingletonLock", "SingletonSocket", "SingletonCookie", "DevToolsActivePort"];
+pub const STALE_FILES: [&str; 4] = [
+    "SingletonLock",
+    "SingletonSocket",
+    "SingletonCookie",
+    "DevToolsActivePort",
+];
 
 /// Binary names searched on the PATH, in order.
-const CANDIDATES: [&str; 5] = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"];
+const CANDIDATES: [&str; 5] = [
+    "chromium",
+    "chromium-browser",
+    "google-chrome",
+    "google-chrome-stable",
+    "chrome",
+];
 
 /// What can go wrong with Chrome.
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +51,11 @@ pub enum ChromeError {
     #[error("the Chrome binary {0} does not exist or is not a file")]
     BadPath(PathBuf),
     #[error("could not prepare the profile directory {path}")]
-    Profile { path: PathBuf, #[source] source: std::io::Error },
+    Profile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("starting Chrome failed")]
     Spawn(#[source] std::io::Error),
     #[error("Chrome exited during startup ({0})")]
@@ -52,11 +67,20 @@ pub enum ChromeError {
 /// Finds the Chrome binary: the explicit path, else the first candidate on the PATH. Debian's
 /// `/usr/bin/chromium` is a wrapper script that adds its own flags; the real binary beside it is
 /// preferred so Chrome runs with exactly our flags.
-pub fn find_chrome(explicit: Option<&Path>, path_var: Option<&std::ffi::OsStr>) -> Result<PathBuf, ChromeError> {
+pub fn find_chrome(
+    explicit: Option<&Path>,
+    path_var: Option<&std::ffi::OsStr>,
+) -> Result<PathBuf, ChromeError> {
     if let Some(p) = explicit {
-        return if p.is_file() { Ok(p.to_owned()) } else { Err(ChromeError::BadPath(p.to_owned())) };
+        return if p.is_file() {
+            Ok(p.to_owned())
+        } else {
+            Err(ChromeError::BadPath(p.to_owned()))
+        };
     }
-    let dirs: Vec<PathBuf> = path_var.map(|v| std::env::split_paths(v).collect()).unwrap_or_default();
+    let dirs: Vec<PathBuf> = path_var
+        .map(|v| std::env::split_paths(v).collect())
+        .unwrap_or_default();
     for name in CANDIDATES {
         for d in &dirs {
             let p = d.join(name);
@@ -122,7 +146,10 @@ impl Chrome {
     /// Launches Chrome and waits (bounded, with backoff) until `/json/version` answers.
     pub async fn launch(opts: &LaunchOptions) -> Result<Chrome, ChromeError> {
         let started = Instant::now();
-        let profile_err = |source| ChromeError::Profile { path: opts.user_data_dir.clone(), source };
+        let profile_err = |source| ChromeError::Profile {
+            path: opts.user_data_dir.clone(),
+            source,
+        };
         std::fs::create_dir_all(&opts.user_data_dir).map_err(profile_err)?;
         remove_stale_files(&opts.user_data_dir).map_err(profile_err)?;
         let args = flags::chrome_args(&opts.flags, &opts.user_data_dir, opts.debug_port);
@@ -135,7 +162,12 @@ impl Chrome {
             .kill_on_drop(true)
             .spawn()
             .map_err(ChromeError::Spawn)?;
-        let pid = Pid::from_raw(child.id().map(|p| p as i32).ok_or(ChromeError::ExitedEarly("no pid".into()))?);
+        let pid = Pid::from_raw(
+            child
+                .id()
+                .map(|p| p as i32)
+                .ok_or(ChromeError::ExitedEarly("no pid".into()))?,
+        );
         info!(pid = pid.as_raw(), binary = %opts.binary.display(), "chrome started");
         if let Some(out) = child.stdout.take() {
             tokio::spawn(drain(BufReader::new(out), "stdout"));
@@ -157,10 +189,18 @@ impl Chrome {
             };
             let _ = exit_tx.send(Some(status));
         });
-        let mut chrome = Chrome { pid, addr: SocketAddr::from(([127, 0, 0, 1], opts.debug_port)), browser_path: String::new(), exit: exit_rx };
+        let mut chrome = Chrome {
+            pid,
+            addr: SocketAddr::from(([127, 0, 0, 1], opts.debug_port)),
+            browser_path: String::new(),
+            exit: exit_rx,
+        };
         match tokio::time::timeout(opts.ready_timeout, chrome.wait_ready(opts)).await {
             Ok(Ok(())) => {
-                info!(elapsed_ms = started.elapsed().as_millis() as u64, "chrome devtools ready");
+                info!(
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "chrome devtools ready"
+                );
                 Ok(chrome)
             }
             Ok(Err(e)) => {
@@ -183,12 +223,17 @@ impl Chrome {
             }
             if self.addr.port() == 0 {
                 if let Ok(text) = std::fs::read_to_string(&port_file)
-                    && let Some(port) = text.lines().next().and_then(|l| l.trim().parse::<u16>().ok())
+                    && let Some(port) = text
+                        .lines()
+                        .next()
+                        .and_then(|l| l.trim().parse::<u16>().ok())
                 {
                     self.addr.set_port(port);
                     continue;
                 }
-            } else if let Ok(path) = upstream::fetch_browser_path(self.addr, Duration::from_secs(2)).await {
+            } else if let Ok(path) =
+                upstream::fetch_browser_path(self.addr, Duration::from_secs(2)).await
+            {
                 self.browser_path = path;
                 return Ok(());
             }
@@ -258,7 +303,10 @@ impl Chrome {
         }
         warn!("chrome ignored SIGTERM; killing its process group");
         self.kill_group();
-        match self.exited_within(left().max(Duration::from_millis(500))).await {
+        match self
+            .exited_within(left().max(Duration::from_millis(500)))
+            .await
+        {
             Some(s) => CloseOutcome::Killed(s),
             None => CloseOutcome::Stuck,
         }
@@ -304,10 +352,19 @@ mod tests {
         let bin = dir.path().join("chromium");
         std::fs::write(&bin, "").unwrap();
         assert_eq!(find_chrome(Some(&bin), None).unwrap(), bin);
-        assert!(matches!(find_chrome(Some(&dir.path().join("nope")), None), Err(ChromeError::BadPath(_))));
-        assert_eq!(find_chrome(None, Some(dir.path().as_os_str())).unwrap(), bin);
+        assert!(matches!(
+            find_chrome(Some(&dir.path().join("nope")), None),
+            Err(ChromeError::BadPath(_))
+        ));
+        assert_eq!(
+            find_chrome(None, Some(dir.path().as_os_str())).unwrap(),
+            bin
+        );
         let empty = tempfile::tempdir().unwrap();
-        assert!(matches!(find_chrome(None, Some(empty.path().as_os_str())), Err(ChromeError::NotFound)));
+        assert!(matches!(
+            find_chrome(None, Some(empty.path().as_os_str())),
+            Err(ChromeError::NotFound)
+        ));
     }
 
     #[test]
@@ -326,7 +383,10 @@ mod tests {
 
     #[test]
     fn exits_are_described() {
-        assert_eq!(describe_exit(&ExitStatus::from_raw(21 << 8)), "exit code 21");
+        assert_eq!(
+            describe_exit(&ExitStatus::from_raw(21 << 8)),
+            "exit code 21"
+        );
         assert_eq!(describe_exit(&ExitStatus::from_raw(9)), "killed by SIGKILL");
     }
 }

@@ -15,17 +15,23 @@ pub const TOKEN_PARAM: &str = "signingKey";
 pub fn is_valid_authority(host: &str) -> bool {
     !host.is_empty()
         && host.len() <= 255
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']'))
+        && host.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']')
+        })
 }
 
 /// Rewrites every `webSocketDebuggerUrl` and `devtoolsFrontendUrl` in a `/json/version` or
 /// `/json/list` body to point at `authority`, carrying `token` when given.
-pub fn rewrite_discovery(body: &[u8], authority: &str, token: Option<&str>) -> Result<Vec<u8>, serde_json::Error> {
+pub fn rewrite_discovery(
+    body: &[u8],
+    authority: &str,
+    token: Option<&str>,
+) -> Result<Vec<u8>, serde_json::Error> {
     let mut value: Value = serde_json::from_slice(body)?;
     match &mut value {
-        Value::Array(items) => items.iter_mut().for_each(|i| rewrite_object(i, authority, token)),
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|i| rewrite_object(i, authority, token)),
         other => rewrite_object(other, authority, token),
     }
     serde_json::to_vec_pretty(&value)
@@ -60,7 +66,9 @@ pub fn rewrite_frontend_url(url: &str, authority: &str, token: Option<&str>) -> 
     for key in ["?ws=", "&ws=", "?wss=", "&wss="] {
         if let Some(start) = url.find(key) {
             let value_start = start + key.len();
-            let value_end = url[value_start..].find('&').map_or(url.len(), |i| value_start + i);
+            let value_end = url[value_start..]
+                .find('&')
+                .map_or(url.len(), |i| value_start + i);
             let value = &url[value_start..value_end];
             let path = value.find('/').map_or("", |i| &value[i..]);
             let mut new_value = format!("{authority}{path}");
@@ -87,7 +95,11 @@ pub fn strip_token_param(query: &str) -> Option<String> {
             !pair.is_empty() && name != TOKEN_PARAM
         })
         .collect();
-    if kept.is_empty() { None } else { Some(kept.join("&")) }
+    if kept.is_empty() {
+        None
+    } else {
+        Some(kept.join("&"))
+    }
 }
 
 /// Every value of the `signingKey` query parameter, percent-decoded.
@@ -107,9 +119,17 @@ mod tests {
 
     #[test]
     fn version_points_back_at_the_proxy_with_the_token() {
-        let out = rewrite_discovery(VERSION.as_bytes(), "browser.example.test:9223", Some("t.k.n")).unwrap();
+        let out = rewrite_discovery(
+            VERSION.as_bytes(),
+            "browser.example.test:9223",
+            Some("t.k.n"),
+        )
+        .unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v["webSocketDebuggerUrl"], "ws://browser.example.test:9223/devtools/browser/abc?signingKey=t.k.n");
+        assert_eq!(
+            v["webSocketDebuggerUrl"],
+            "ws://browser.example.test:9223/devtools/browser/abc?signingKey=t.k.n"
+        );
         assert_eq!(v["Browser"], "Chrome/156");
     }
 
@@ -117,7 +137,10 @@ mod tests {
     fn list_rewrites_every_url_and_keeps_other_entries() {
         let out = rewrite_discovery(LIST.as_bytes(), "10.0.0.1:9223", None).unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v[0]["webSocketDebuggerUrl"], "ws://10.0.0.1:9223/devtools/page/P1");
+        assert_eq!(
+            v[0]["webSocketDebuggerUrl"],
+            "ws://10.0.0.1:9223/devtools/page/P1"
+        );
         assert_eq!(
             v[0]["devtoolsFrontendUrl"],
             "https://chrome-devtools-frontend.appspot.com/serve_rev/@x/inspector.html?ws=10.0.0.1:9223/devtools/page/P1"
@@ -128,21 +151,42 @@ mod tests {
 
     #[test]
     fn frontend_url_carries_an_encoded_token() {
-        let u = rewrite_frontend_url("/devtools/inspector.html?ws=127.0.0.1:1/devtools/page/P&x=1", "h:2", Some("a.b"));
-        assert_eq!(u, "/devtools/inspector.html?ws=h:2/devtools/page/P%3FsigningKey%3Da.b&x=1");
+        let u = rewrite_frontend_url(
+            "/devtools/inspector.html?ws=127.0.0.1:1/devtools/page/P&x=1",
+            "h:2",
+            Some("a.b"),
+        );
+        assert_eq!(
+            u,
+            "/devtools/inspector.html?ws=h:2/devtools/page/P%3FsigningKey%3Da.b&x=1"
+        );
     }
 
     #[test]
     fn token_param_handling() {
         assert_eq!(strip_token_param("signingKey=abc"), None);
-        assert_eq!(strip_token_param("a=1&signingKey=abc&b=2"), Some("a=1&b=2".into()));
-        assert_eq!(strip_token_param("signingKeyX=1"), Some("signingKeyX=1".into()));
-        assert_eq!(token_params("a=1&signingKey=x%2Ey&signingKey=z"), vec!["x.y".to_owned(), "z".to_owned()]);
+        assert_eq!(
+            strip_token_param("a=1&signingKey=abc&b=2"),
+            Some("a=1&b=2".into())
+        );
+        assert_eq!(
+            strip_token_param("signingKeyX=1"),
+            Some("signingKeyX=1".into())
+        );
+        assert_eq!(
+            token_params("a=1&signingKey=x%2Ey&signingKey=z"),
+            vec!["x.y".to_owned(), "z".to_owned()]
+        );
     }
 
     #[test]
     fn authority_validation() {
-        for ok in ["127.0.0.1:9223", "browser.example.test:9223", "[::1]:9223", "localhost"] {
+        for ok in [
+            "127.0.0.1:9223",
+            "browser.example.test:9223",
+            "[::1]:9223",
+            "localhost",
+        ] {
             assert!(is_valid_authority(ok), "{ok}");
         }
         for bad in ["", "a/b", "a?b", "a b", "a@b", "a#b", "evil\r\nx"] {

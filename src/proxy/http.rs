@@ -25,7 +25,10 @@ pub struct RequestHead {
 
 impl RequestHead {
     /// Values of every header called `name` (case-insensitive).
-    pub fn header_values<'a, 'n>(&'a self, name: &'n str) -> impl Iterator<Item = &'a [u8]> + use<'a, 'n> {
+    pub fn header_values<'a, 'n>(
+        &'a self,
+        name: &'n str,
+    ) -> impl Iterator<Item = &'a [u8]> + use<'a, 'n> {
         self.headers
             .iter()
             .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
@@ -53,7 +56,9 @@ impl RequestHead {
 
     /// Path without the query.
     pub fn path(&self) -> &str {
-        self.target.split_once('?').map_or(self.target.as_str(), |(p, _)| p)
+        self.target
+            .split_once('?')
+            .map_or(self.target.as_str(), |(p, _)| p)
     }
 
     /// The raw query, if any.
@@ -90,7 +95,11 @@ pub async fn read_request_head(
         .unwrap_or(Err(HeadError::Timeout))
 }
 
-async fn read_loop(stream: &mut TcpStream, buf: &mut Vec<u8>, limit: usize) -> Result<(RequestHead, usize), HeadError> {
+async fn read_loop(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> Result<(RequestHead, usize), HeadError> {
     loop {
         if let Some(parsed) = parse_request_head(buf, limit)? {
             return Ok(parsed);
@@ -106,7 +115,11 @@ async fn read_loop(stream: &mut TcpStream, buf: &mut Vec<u8>, limit: usize) -> R
         match n {
             Ok(0) => {
                 buf.truncate(start);
-                return Err(if start == 0 { HeadError::Closed } else { HeadError::Malformed });
+                return Err(if start == 0 {
+                    HeadError::Closed
+                } else {
+                    HeadError::Malformed
+                });
             }
             Ok(n) => buf.truncate(start + n),
             Err(e) => {
@@ -118,7 +131,10 @@ async fn read_loop(stream: &mut TcpStream, buf: &mut Vec<u8>, limit: usize) -> R
 }
 
 /// Parses a complete request head from `buf`, or `None` when more bytes are needed.
-pub fn parse_request_head(buf: &[u8], limit: usize) -> Result<Option<(RequestHead, usize)>, HeadError> {
+pub fn parse_request_head(
+    buf: &[u8],
+    limit: usize,
+) -> Result<Option<(RequestHead, usize)>, HeadError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(buf) {
@@ -130,7 +146,11 @@ pub fn parse_request_head(buf: &[u8], limit: usize) -> Result<Option<(RequestHea
                 method: req.method.unwrap_or_default().to_owned(),
                 target: req.path.unwrap_or_default().to_owned(),
                 version: req.version.unwrap_or(1),
-                headers: req.headers.iter().map(|h| (h.name.to_owned(), h.value.to_vec())).collect(),
+                headers: req
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.to_owned(), h.value.to_vec()))
+                    .collect(),
             };
             if !head.target.starts_with('/') {
                 return Err(HeadError::Malformed);
@@ -216,14 +236,24 @@ mod tests {
 
     #[test]
     fn partial_then_too_large() {
-        assert!(parse_request_head(b"GET / HTTP/1.1\r\nHost: a", 1024).unwrap().is_none());
+        assert!(
+            parse_request_head(b"GET / HTTP/1.1\r\nHost: a", 1024)
+                .unwrap()
+                .is_none()
+        );
         let big = format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(2000));
-        assert!(matches!(parse_request_head(big.as_bytes(), 1024), Err(HeadError::TooLarge)));
+        assert!(matches!(
+            parse_request_head(big.as_bytes(), 1024),
+            Err(HeadError::TooLarge)
+        ));
     }
 
     #[test]
     fn malformed_and_absolute_form_are_refused() {
-        assert!(matches!(parse_request_head(b"NOT HTTP\r\n\r\n", 1024), Err(HeadError::Malformed)));
+        assert!(matches!(
+            parse_request_head(b"NOT HTTP\r\n\r\n", 1024),
+            Err(HeadError::Malformed)
+        ));
         assert!(matches!(
             parse_request_head(b"GET http://evil/ HTTP/1.1\r\n\r\n", 1024),
             Err(HeadError::Malformed)
@@ -237,7 +267,10 @@ mod tests {
             raw.push_str(&format!("X-{i}: v\r\n"));
         }
         raw.push_str("\r\n");
-        assert!(matches!(parse_request_head(raw.as_bytes(), 64 * 1024), Err(HeadError::TooLarge)));
+        assert!(matches!(
+            parse_request_head(raw.as_bytes(), 64 * 1024),
+            Err(HeadError::TooLarge)
+        ));
     }
 
     #[test]

@@ -26,7 +26,11 @@ enum State {
     /// Collecting a frame header (2..=14 bytes).
     Header { buf: [u8; 14], have: usize },
     /// Holding a small text frame until it is complete.
-    Collect { frame: Vec<u8>, header_len: usize, total: usize },
+    Collect {
+        frame: Vec<u8>,
+        header_len: usize,
+        total: usize,
+    },
     /// Passing `remaining` payload bytes of a frame that is not inspected.
     Stream { remaining: u64 },
 }
@@ -39,7 +43,12 @@ pub struct Inspector {
 
 impl Default for Inspector {
     fn default() -> Self {
-        Self { state: State::Header { buf: [0; 14], have: 0 } }
+        Self {
+            state: State::Header {
+                buf: [0; 14],
+                have: 0,
+            },
+        }
     }
 }
 
@@ -60,7 +69,10 @@ fn parse_header(h: &[u8]) -> (bool, u8, u64, Option<[u8; 4]>) {
     let opcode = h[0] & 0x0f;
     let (len, mut at) = match h[1] & 0x7f {
         126 => (u16::from_be_bytes([h[2], h[3]]) as u64, 4),
-        127 => (u64::from_be_bytes(h[2..10].try_into().expect("8 bytes")), 10),
+        127 => (
+            u64::from_be_bytes(h[2..10].try_into().expect("8 bytes")),
+            10,
+        ),
         n => (n as u64, 2),
     };
     let mask = if h[1] & 0x80 != 0 {
@@ -85,7 +97,12 @@ pub fn is_browser_close(payload: &[u8], mask: Option<[u8; 4]>) -> bool {
         return false;
     }
     let plain: std::borrow::Cow<'_, [u8]> = match mask {
-        Some(m) => payload.iter().enumerate().map(|(i, b)| b ^ m[i & 3]).collect::<Vec<u8>>().into(),
+        Some(m) => payload
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b ^ m[i & 3])
+            .collect::<Vec<u8>>()
+            .into(),
         None => payload.into(),
     };
     if memchr::memmem::find(&plain, NEEDLE).is_none() {
@@ -137,12 +154,19 @@ impl Inspector {
                             let header_len = header.len();
                             let mut frame = header;
                             frame.reserve_exact(len as usize);
-                            self.state = State::Collect { frame, header_len, total };
+                            self.state = State::Collect {
+                                frame,
+                                header_len,
+                                total,
+                            };
                             self.finish_collect_if_complete(out, &mut close_seen);
                         } else {
                             out.push(Segment::Owned(header));
                             self.state = if len == 0 {
-                                State::Header { buf: [0; 14], have: 0 }
+                                State::Header {
+                                    buf: [0; 14],
+                                    have: 0,
+                                }
                             } else {
                                 State::Stream { remaining: len }
                             };
@@ -161,7 +185,10 @@ impl Inspector {
                     pos += take;
                     *remaining -= take as u64;
                     if *remaining == 0 {
-                        self.state = State::Header { buf: [0; 14], have: 0 };
+                        self.state = State::Header {
+                            buf: [0; 14],
+                            have: 0,
+                        };
                     }
                 }
             }
@@ -170,7 +197,11 @@ impl Inspector {
     }
 
     fn finish_collect_if_complete(&mut self, out: &mut Vec<Segment>, close_seen: &mut bool) {
-        if let State::Collect { frame, header_len, total } = &mut self.state
+        if let State::Collect {
+            frame,
+            header_len,
+            total,
+        } = &mut self.state
             && frame.len() == *total
         {
             let (_, _, _, mask) = parse_header(&frame[..*header_len]);
@@ -179,7 +210,10 @@ impl Inspector {
             } else {
                 out.push(Segment::Owned(std::mem::take(frame)));
             }
-            self.state = State::Header { buf: [0; 14], have: 0 };
+            self.state = State::Header {
+                buf: [0; 14],
+                have: 0,
+            };
         }
     }
 }
@@ -253,7 +287,11 @@ pub(crate) mod tests {
         stream.extend(frame(1, true, &vec![b'x'; 70_000])); // streamed, not inspected
         stream.extend(frame(2, true, &[0u8; 300])); // binary
         stream.extend(frame(9, true, b"")); // ping
-        stream.extend(frame(1, true, br#"{"id":2,"method":"Page.navigate","params":{"url":"Browser.close"}}"#));
+        stream.extend(frame(
+            1,
+            true,
+            br#"{"id":2,"method":"Page.navigate","params":{"url":"Browser.close"}}"#,
+        ));
         for chunk in [1, 2, 3, 7, 100, 4096, 1 << 20] {
             let (out, seen) = run(&stream, chunk);
             assert!(!seen, "chunk {chunk}");
@@ -270,7 +308,11 @@ pub(crate) mod tests {
         for chunk in [1, 2, 5, 13, 4096] {
             let (out, seen) = run(&stream, chunk);
             assert!(seen, "chunk {chunk}");
-            assert_eq!(out, [before.clone(), after.clone()].concat(), "chunk {chunk}");
+            assert_eq!(
+                out,
+                [before.clone(), after.clone()].concat(),
+                "chunk {chunk}"
+            );
         }
     }
 
@@ -287,10 +329,22 @@ pub(crate) mod tests {
 
     #[test]
     fn browser_close_detection() {
-        assert!(is_browser_close(br#"{"id":1,"method":"Browser.close"}"#, None));
-        assert!(is_browser_close(br#"{"method":"Browser.close","id":1,"sessionId":"S"}"#, None));
-        assert!(!is_browser_close(br#"{"id":1,"method":"Browser.closeX"}"#, None));
-        assert!(!is_browser_close(br#"{"id":1,"method":"Browser.getVersion","x":"Browser.close"}"#, None));
+        assert!(is_browser_close(
+            br#"{"id":1,"method":"Browser.close"}"#,
+            None
+        ));
+        assert!(is_browser_close(
+            br#"{"method":"Browser.close","id":1,"sessionId":"S"}"#,
+            None
+        ));
+        assert!(!is_browser_close(
+            br#"{"id":1,"method":"Browser.closeX"}"#,
+            None
+        ));
+        assert!(!is_browser_close(
+            br#"{"id":1,"method":"Browser.getVersion","x":"Browser.close"}"#,
+            None
+        ));
         assert!(!is_browser_close(b"Browser.close", None));
     }
 }

@@ -124,7 +124,12 @@ impl Proxy {
     }
 
     /// Accepts connections until `stop` fires. Connection tasks are spawned on `tracker`.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: CancellationToken, tracker: TaskTracker) {
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        stop: CancellationToken,
+        tracker: TaskTracker,
+    ) {
         loop {
             let (stream, peer) = tokio::select! {
                 r = listener.accept() => match r {
@@ -145,9 +150,13 @@ impl Proxy {
                     let span = tracing::info_span!("conn", session.id = %self.auth.session_id(), client.addr = %peer);
                     tracker.spawn(
                         async move {
-                            this.metrics.connections_open.fetch_add(1, Ordering::Relaxed);
+                            this.metrics
+                                .connections_open
+                                .fetch_add(1, Ordering::Relaxed);
                             this.handle(stream).await;
-                            this.metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
+                            this.metrics
+                                .connections_open
+                                .fetch_sub(1, Ordering::Relaxed);
                             drop(permit);
                         }
                         .instrument(span),
@@ -168,13 +177,21 @@ impl Proxy {
     async fn handle(&self, mut stream: TcpStream) {
         let local = stream.local_addr().ok();
         let mut buf = Vec::with_capacity(2048);
-        let read = http::read_request_head(&mut stream, &mut buf, self.limits.max_head_bytes, self.limits.header_timeout).await;
+        let read = http::read_request_head(
+            &mut stream,
+            &mut buf,
+            self.limits.max_head_bytes,
+            self.limits.header_timeout,
+        )
+        .await;
         let (head, used) = match read {
             Ok(h) => h,
             Err(e) => {
                 let (status, outcome, body) = match e {
                     HeadError::Timeout => (408, Outcome::HeaderTimeout, "request timeout\n"),
-                    HeadError::TooLarge => (431, Outcome::HeadersTooLarge, "request headers too large\n"),
+                    HeadError::TooLarge => {
+                        (431, Outcome::HeadersTooLarge, "request headers too large\n")
+                    }
                     HeadError::Malformed => (400, Outcome::BadRequest, "bad request\n"),
                     HeadError::Closed | HeadError::Io(_) => {
                         self.metrics.outcome(Outcome::ClientGone);
@@ -192,30 +209,64 @@ impl Proxy {
         let wants_upgrade = head.header_values("upgrade").next().is_some();
         let route = match route::route(&head.method, head.path(), wants_upgrade) {
             Ok(r) => r,
-            Err(RouteError::NotFound) => return self.finish(stream, Outcome::NotFound, simple_response(404, &[], "not found\n")).await,
+            Err(RouteError::NotFound) => {
+                return self
+                    .finish(
+                        stream,
+                        Outcome::NotFound,
+                        simple_response(404, &[], "not found\n"),
+                    )
+                    .await;
+            }
             Err(RouteError::MethodNotAllowed) => {
-                return self.finish(stream, Outcome::NotFound, simple_response(405, &[], "method not allowed\n")).await;
+                return self
+                    .finish(
+                        stream,
+                        Outcome::NotFound,
+                        simple_response(405, &[], "method not allowed\n"),
+                    )
+                    .await;
             }
         };
         if route == Route::Health {
-            let (status, body) = if self.ready() { (200, "{\"status\":\"ok\"}\n") } else { (503, "{\"status\":\"unavailable\"}\n") };
+            let (status, body) = if self.ready() {
+                (200, "{\"status\":\"ok\"}\n")
+            } else {
+                (503, "{\"status\":\"unavailable\"}\n")
+            };
             let resp = http::body_response(status, "application/json", body.as_bytes());
             return self.finish(stream, Outcome::Health, resp).await;
         }
         let is_ws = matches!(route, Route::BrowserRoot | Route::Devtools(_));
         if is_ws && !is_valid_upgrade(&head) {
-            return self.finish(stream, Outcome::BadRequest, simple_response(400, &[], "bad websocket upgrade\n")).await;
+            return self
+                .finish(
+                    stream,
+                    Outcome::BadRequest,
+                    simple_response(400, &[], "bad websocket upgrade\n"),
+                )
+                .await;
         }
         let presented = match self.authenticate(&head, route != Route::JsonNew).await {
             Ok(p) => p,
             Err(AuthError::Token(e)) => {
                 self.metrics.refusal(e);
                 info!(reason = e.reason(), "credential refused: {e}");
-                return self.finish(stream, Outcome::Unauthorized, simple_response(401, &[], "unauthorized\n")).await;
+                return self
+                    .finish(
+                        stream,
+                        Outcome::Unauthorized,
+                        simple_response(401, &[], "unauthorized\n"),
+                    )
+                    .await;
             }
             Err(AuthError::KeysUnavailable) => {
                 return self
-                    .finish(stream, Outcome::NotReady, simple_response(503, &[("Retry-After", "1")], "not ready\n"))
+                    .finish(
+                        stream,
+                        Outcome::NotReady,
+                        simple_response(503, &[("Retry-After", "1")], "not ready\n"),
+                    )
                     .await;
             }
         };
@@ -225,19 +276,31 @@ impl Proxy {
         };
         let Some(up) = up else {
             return self
-                .finish(stream, Outcome::NotReady, simple_response(503, &[("Retry-After", "1")], "browser not ready\n"))
+                .finish(
+                    stream,
+                    Outcome::NotReady,
+                    simple_response(503, &[("Retry-After", "1")], "browser not ready\n"),
+                )
                 .await;
         };
         if is_ws {
             self.upgrade(stream, &head, &route, &early, &up).await;
         } else {
             let resp = self.json(&head, &route, &presented, &up, local).await;
-            let outcome = if resp.starts_with(b"HTTP/1.1 502") { Outcome::UpstreamFailed } else { Outcome::Http };
+            let outcome = if resp.starts_with(b"HTTP/1.1 502") {
+                Outcome::UpstreamFailed
+            } else {
+                Outcome::Http
+            };
             self.finish(stream, outcome, resp).await;
         }
     }
 
-    async fn authenticate(&self, head: &RequestHead, use_query: bool) -> Result<Presented, AuthError> {
+    async fn authenticate(
+        &self,
+        head: &RequestHead,
+        use_query: bool,
+    ) -> Result<Presented, AuthError> {
         let presented = auth::extract(head, use_query)?;
         self.auth.check(&presented).await?;
         Ok(presented)
@@ -248,11 +311,20 @@ impl Proxy {
         respond_and_close(stream, response).await;
     }
 
-    async fn json(&self, head: &RequestHead, route: &Route, presented: &Presented, up: &Upstream, local: Option<SocketAddr>) -> Vec<u8> {
+    async fn json(
+        &self,
+        head: &RequestHead,
+        route: &Route,
+        presented: &Presented,
+        up: &Upstream,
+        local: Option<SocketAddr>,
+    ) -> Vec<u8> {
         let authority = match head.header("host") {
             Some(h) if discovery::is_valid_authority(h) => h.to_owned(),
             Some(_) => return simple_response(400, &[], "bad host header\n"),
-            None => local.map(|a| a.to_string()).unwrap_or_else(|| "127.0.0.1".to_owned()),
+            None => local
+                .map(|a| a.to_string())
+                .unwrap_or_else(|| "127.0.0.1".to_owned()),
         };
         let (target, rewrite, token) = match route {
             Route::JsonVersion => ("/json/version".to_owned(), true, presented.query.as_deref()),
@@ -275,14 +347,24 @@ impl Proxy {
             ),
             _ => unreachable!("websocket routes are upgraded"),
         };
-        let answer = match upstream::http_request(up.addr, &head.method, &target, self.limits.upstream_timeout).await {
+        let answer = match upstream::http_request(
+            up.addr,
+            &head.method,
+            &target,
+            self.limits.upstream_timeout,
+        )
+        .await
+        {
             Ok(a) => a,
             Err(e) => {
                 warn!(error = %e, "discovery request to chrome failed");
                 return simple_response(502, &[], "bad gateway\n");
             }
         };
-        let content_type = answer.content_type.as_deref().unwrap_or("application/json; charset=UTF-8");
+        let content_type = answer
+            .content_type
+            .as_deref()
+            .unwrap_or("application/json; charset=UTF-8");
         if rewrite && answer.status == 200 {
             match discovery::rewrite_discovery(&answer.body, &authority, token) {
                 Ok(body) => http::body_response(200, "application/json; charset=UTF-8", &body),
@@ -296,20 +378,37 @@ impl Proxy {
         }
     }
 
-    async fn upgrade(&self, mut client: TcpStream, head: &RequestHead, route: &Route, early: &[u8], up: &Upstream) {
+    async fn upgrade(
+        &self,
+        mut client: TcpStream,
+        head: &RequestHead,
+        route: &Route,
+        early: &[u8],
+        up: &Upstream,
+    ) {
         let started = Instant::now();
         let path = match route {
             Route::BrowserRoot => match up.browser_path(self.limits.upstream_timeout).await {
                 Ok(p) => p,
                 Err(e) => {
                     warn!(error = %e, "could not learn the browser target");
-                    return self.finish(client, Outcome::UpstreamFailed, simple_response(502, &[], "bad gateway\n")).await;
+                    return self
+                        .finish(
+                            client,
+                            Outcome::UpstreamFailed,
+                            simple_response(502, &[], "bad gateway\n"),
+                        )
+                        .await;
                 }
             },
             Route::Devtools(p) => p.clone(),
             _ => unreachable!("only websocket routes are upgraded"),
         };
-        let dialled = tokio::time::timeout(self.limits.upstream_timeout, dial_upgrade(up.addr, &path, head)).await;
+        let dialled = tokio::time::timeout(
+            self.limits.upstream_timeout,
+            dial_upgrade(up.addr, &path, head),
+        )
+        .await;
         let (chrome, response_head, chrome_extra) = match dialled {
             Ok(Ok(x)) => x,
             Ok(Err(DialError::Refused(status))) => {
@@ -317,16 +416,38 @@ impl Proxy {
                     up.forget_browser_path();
                 }
                 info!(chrome.status = status, "chrome refused the upgrade");
-                let (code, body) = if status == 404 { (404, "no such target\n") } else { (502, "bad gateway\n") };
-                return self.finish(client, Outcome::UpstreamFailed, simple_response(code, &[], body)).await;
+                let (code, body) = if status == 404 {
+                    (404, "no such target\n")
+                } else {
+                    (502, "bad gateway\n")
+                };
+                return self
+                    .finish(
+                        client,
+                        Outcome::UpstreamFailed,
+                        simple_response(code, &[], body),
+                    )
+                    .await;
             }
             Ok(Err(DialError::Upstream(e))) => {
                 error!(error = %e, "dialling chrome failed");
-                return self.finish(client, Outcome::UpstreamFailed, simple_response(502, &[], "bad gateway\n")).await;
+                return self
+                    .finish(
+                        client,
+                        Outcome::UpstreamFailed,
+                        simple_response(502, &[], "bad gateway\n"),
+                    )
+                    .await;
             }
             Err(_) => {
                 error!("dialling chrome timed out");
-                return self.finish(client, Outcome::UpstreamFailed, simple_response(502, &[], "bad gateway\n")).await;
+                return self
+                    .finish(
+                        client,
+                        Outcome::UpstreamFailed,
+                        simple_response(502, &[], "bad gateway\n"),
+                    )
+                    .await;
             }
         };
         if let Err(e) = client.write_all(&response_head).await {
@@ -346,9 +467,29 @@ impl Proxy {
         };
         let outcome = if self.limits.intercept_browser_close {
             let mut inspector = inspect::Inspector::default();
-            relay::relay(&client, &chrome, early, &chrome_extra, &mut inspector, counters(), &on_close, &self.relays_cancel).await
+            relay::relay(
+                &client,
+                &chrome,
+                early,
+                &chrome_extra,
+                &mut inspector,
+                counters(),
+                &on_close,
+                &self.relays_cancel,
+            )
+            .await
         } else {
-            relay::relay(&client, &chrome, early, &chrome_extra, &mut relay::Plain, counters(), &on_close, &self.relays_cancel).await
+            relay::relay(
+                &client,
+                &chrome,
+                early,
+                &chrome_extra,
+                &mut relay::Plain,
+                counters(),
+                &on_close,
+                &self.relays_cancel,
+            )
+            .await
         };
         self.metrics.outcome(Outcome::Relayed);
         let duration_ms = started.elapsed().as_millis() as u64;
@@ -396,15 +537,24 @@ fn is_valid_upgrade(head: &RequestHead) -> bool {
         && head.version == 1
         && head.header_has_token("upgrade", "websocket")
         && head.header_has_token("connection", "upgrade")
-        && head.header("sec-websocket-key").is_some_and(|k| !k.is_empty())
+        && head
+            .header("sec-websocket-key")
+            .is_some_and(|k| !k.is_empty())
         && head.header("sec-websocket-version") == Some("13")
 }
 
 /// Headers never forwarded to Chrome.
 fn is_dropped_header(name: &str) -> bool {
-    ["host", "origin", "authorization", "sec-websocket-extensions", "proxy-authorization", "cookie"]
-        .iter()
-        .any(|d| name.eq_ignore_ascii_case(d))
+    [
+        "host",
+        "origin",
+        "authorization",
+        "sec-websocket-extensions",
+        "proxy-authorization",
+        "cookie",
+    ]
+    .iter()
+    .any(|d| name.eq_ignore_ascii_case(d))
 }
 
 /// The client's upgrade request as sent to Chrome.
@@ -435,8 +585,14 @@ enum DialError {
 
 /// Connects to Chrome and performs the upgrade. Returns the socket, Chrome's 101 head, and any
 /// bytes Chrome sent after it.
-async fn dial_upgrade(addr: SocketAddr, path: &str, head: &RequestHead) -> Result<(TcpStream, Vec<u8>, Vec<u8>), DialError> {
-    let mut chrome = TcpStream::connect(addr).await.map_err(|e| DialError::Upstream(UpstreamError::Connect(e)))?;
+async fn dial_upgrade(
+    addr: SocketAddr,
+    path: &str,
+    head: &RequestHead,
+) -> Result<(TcpStream, Vec<u8>, Vec<u8>), DialError> {
+    let mut chrome = TcpStream::connect(addr)
+        .await
+        .map_err(|e| DialError::Upstream(UpstreamError::Connect(e)))?;
     let _ = chrome.set_nodelay(true);
     chrome
         .write_all(&upstream_request(addr, path, head))
@@ -445,7 +601,10 @@ async fn dial_upgrade(addr: SocketAddr, path: &str, head: &RequestHead) -> Resul
     let mut buf = Vec::with_capacity(1024);
     loop {
         let mut chunk = [0u8; 2048];
-        let n = chrome.read(&mut chunk).await.map_err(|e| DialError::Upstream(UpstreamError::Io(e)))?;
+        let n = chrome
+            .read(&mut chunk)
+            .await
+            .map_err(|e| DialError::Upstream(UpstreamError::Io(e)))?;
         if n == 0 {
             return Err(DialError::Upstream(UpstreamError::BadResponse));
         }
@@ -496,9 +655,20 @@ mod tests {
         let raw = b"GET /?signingKey=secret HTTP/1.1\r\nHost: browser.example.test:9223\r\nOrigin: https://evil\r\nAuthorization: Bearer x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: k==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n";
         let (head, _) = http::parse_request_head(raw, 65536).unwrap().unwrap();
         assert!(is_valid_upgrade(&head));
-        let out = String::from_utf8(upstream_request("127.0.0.1:9222".parse().unwrap(), "/devtools/browser/x", &head)).unwrap();
+        let out = String::from_utf8(upstream_request(
+            "127.0.0.1:9222".parse().unwrap(),
+            "/devtools/browser/x",
+            &head,
+        ))
+        .unwrap();
         assert!(out.starts_with("GET /devtools/browser/x HTTP/1.1\r\nHost: 127.0.0.1:9222\r\n"));
-        for gone in ["secret", "Origin", "Authorization", "permessage-deflate", "example.test"] {
+        for gone in [
+            "secret",
+            "Origin",
+            "Authorization",
+            "permessage-deflate",
+            "example.test",
+        ] {
             assert!(!out.contains(gone), "{gone} leaked into {out}");
         }
         assert!(out.contains("Sec-WebSocket-Key: k==\r\n"));
@@ -508,10 +678,18 @@ mod tests {
     #[test]
     fn upgrade_validation() {
         let ok = "GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Key: a\r\nSec-WebSocket-Version: 13\r\n\r\n";
-        let (h, _) = http::parse_request_head(ok.as_bytes(), 65536).unwrap().unwrap();
+        let (h, _) = http::parse_request_head(ok.as_bytes(), 65536)
+            .unwrap()
+            .unwrap();
         assert!(is_valid_upgrade(&h));
-        for bad in [ok.replace("Sec-WebSocket-Key: a\r\n", ""), ok.replace("13", "8"), ok.replace("HTTP/1.1", "HTTP/1.0")] {
-            let (h, _) = http::parse_request_head(bad.as_bytes(), 65536).unwrap().unwrap();
+        for bad in [
+            ok.replace("Sec-WebSocket-Key: a\r\n", ""),
+            ok.replace("13", "8"),
+            ok.replace("HTTP/1.1", "HTTP/1.0"),
+        ] {
+            let (h, _) = http::parse_request_head(bad.as_bytes(), 65536)
+                .unwrap()
+                .unwrap();
             assert!(!is_valid_upgrade(&h), "{bad}");
         }
     }

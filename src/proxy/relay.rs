@@ -109,17 +109,35 @@ pub async fn relay<T: Transform>(
                     Segment::Input(r) => &client_prefix[r.clone()],
                     Segment::Owned(v) => v.as_slice(),
                 };
-                write_all(chrome, data).await.map_err(RelayEnd::ChromeError)?;
+                write_all(chrome, data)
+                    .await
+                    .map_err(RelayEnd::ChromeError)?;
             }
             add(&up_local, counters.client_to_chrome, client_prefix.len());
         }
         if !chrome_prefix.is_empty() {
-            write_all(client, chrome_prefix).await.map_err(RelayEnd::ClientError)?;
+            write_all(client, chrome_prefix)
+                .await
+                .map_err(RelayEnd::ClientError)?;
             add(&down_local, counters.chrome_to_client, chrome_prefix.len());
         }
-        let up = pump(client, chrome, upstream_transform, &up_local, counters.client_to_chrome, on_browser_close);
+        let up = pump(
+            client,
+            chrome,
+            upstream_transform,
+            &up_local,
+            counters.client_to_chrome,
+            on_browser_close,
+        );
         let mut plain = Plain;
-        let down = pump(chrome, client, &mut plain, &down_local, counters.chrome_to_client, &|| {});
+        let down = pump(
+            chrome,
+            client,
+            &mut plain,
+            &down_local,
+            counters.chrome_to_client,
+            &|| {},
+        );
         let end = tokio::select! {
             e = up => match e {
                 PumpEnd::SrcEof => RelayEnd::ClientClosed,

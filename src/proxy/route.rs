@@ -27,13 +27,23 @@ pub enum RouteError {
 }
 
 fn is_target_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.') && id != "." && id != ".."
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && id != "."
+        && id != ".."
 }
 
 /// Routes `method` + `path` (query removed). `upgrade` says whether the request asks for a
 /// WebSocket upgrade.
 pub fn route(method: &str, path: &str, upgrade: bool) -> Result<Route, RouteError> {
-    let trimmed = if path.len() > 1 { path.strip_suffix('/').unwrap_or(path) } else { path };
+    let trimmed = if path.len() > 1 {
+        path.strip_suffix('/').unwrap_or(path)
+    } else {
+        path
+    };
     let r = match trimmed {
         "/health" => Route::Health,
         "/" => {
@@ -55,7 +65,10 @@ pub fn route(method: &str, path: &str, upgrade: bool) -> Result<Route, RouteErro
         }
         "/json/protocol" => Route::JsonPassthrough(trimmed.to_owned()),
         p => {
-            if let Some(id) = p.strip_prefix("/devtools/browser/").or_else(|| p.strip_prefix("/devtools/page/")) {
+            if let Some(id) = p
+                .strip_prefix("/devtools/browser/")
+                .or_else(|| p.strip_prefix("/devtools/page/"))
+            {
                 if !is_target_id(id) {
                     return Err(RouteError::NotFound);
                 }
@@ -64,7 +77,10 @@ pub fn route(method: &str, path: &str, upgrade: bool) -> Result<Route, RouteErro
                 }
                 return Ok(Route::Devtools(p.to_owned()));
             }
-            match p.strip_prefix("/json/activate/").or_else(|| p.strip_prefix("/json/close/")) {
+            match p
+                .strip_prefix("/json/activate/")
+                .or_else(|| p.strip_prefix("/json/close/"))
+            {
                 Some(id) if is_target_id(id) => Route::JsonPassthrough(p.to_owned()),
                 _ => return Err(RouteError::NotFound),
             }
@@ -86,15 +102,30 @@ mod tests {
         assert_eq!(route("GET", "/", true), Ok(Route::BrowserRoot));
         assert_eq!(route("GET", "/", false), Err(RouteError::NotFound));
         assert_eq!(route("GET", "/json/version", false), Ok(Route::JsonVersion));
-        assert_eq!(route("GET", "/json/version/", false), Ok(Route::JsonVersion));
+        assert_eq!(
+            route("GET", "/json/version/", false),
+            Ok(Route::JsonVersion)
+        );
         assert_eq!(route("GET", "/json", false), Ok(Route::JsonList));
         assert_eq!(route("GET", "/json/", false), Ok(Route::JsonList));
         assert_eq!(route("GET", "/json/list/", false), Ok(Route::JsonList));
         assert_eq!(route("PUT", "/json/new", false), Ok(Route::JsonNew));
-        assert_eq!(route("POST", "/json/new", false), Err(RouteError::MethodNotAllowed));
-        assert_eq!(route("GET", "/json/protocol", false), Ok(Route::JsonPassthrough("/json/protocol".into())));
-        assert_eq!(route("GET", "/json/activate/ABC", false), Ok(Route::JsonPassthrough("/json/activate/ABC".into())));
-        assert_eq!(route("GET", "/json/close/ABC/", false), Ok(Route::JsonPassthrough("/json/close/ABC".into())));
+        assert_eq!(
+            route("POST", "/json/new", false),
+            Err(RouteError::MethodNotAllowed)
+        );
+        assert_eq!(
+            route("GET", "/json/protocol", false),
+            Ok(Route::JsonPassthrough("/json/protocol".into()))
+        );
+        assert_eq!(
+            route("GET", "/json/activate/ABC", false),
+            Ok(Route::JsonPassthrough("/json/activate/ABC".into()))
+        );
+        assert_eq!(
+            route("GET", "/json/close/ABC/", false),
+            Ok(Route::JsonPassthrough("/json/close/ABC".into()))
+        );
         assert_eq!(
             route("GET", "/devtools/page/ABC-1", true),
             Ok(Route::Devtools("/devtools/page/ABC-1".into()))
@@ -103,7 +134,10 @@ mod tests {
             route("GET", "/devtools/browser/1f2e", true),
             Ok(Route::Devtools("/devtools/browser/1f2e".into()))
         );
-        assert_eq!(route("POST", "/json/version", false), Err(RouteError::MethodNotAllowed));
+        assert_eq!(
+            route("POST", "/json/version", false),
+            Err(RouteError::MethodNotAllowed)
+        );
     }
 
     #[test]

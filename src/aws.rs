@@ -1,0 +1,474 @@
+//! AWS adapters: the SDK clients behind the controller's narrow interfaces (see
+//! [`crate::stores`]). SDK types stay in this module.
+//!
+//! Clients are built once from one shared configuration with bounded retries and timeouts, so a
+//! dead dependency is a clear error within seconds, never a hang. `AWS_ENDPOINT_URL` points every
+//! client at a local emulator (S3 then uses path-style addressing).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use futures_util::future::BoxFuture;
+use tokio::io::AsyncReadExt;
+use tracing::{debug, warn};
+use wallcrawler_contract::session::attr;
+use wallcrawler_contract::{InternalStatus, SigningSecret};
+
+use crate::stores::{
+    ArchiveStore, BoxRead, NetworkLookup, ReadyResult, ReadyUpdate, SecretFetcher, SessionRecord,
+    SessionStore, StoreError,
+};
+
+/// Size of one multipart upload part (S3's minimum is 5 MiB).
+pub const PART_SIZE: usize = 8 * 1024 * 1024;
+
+/// The shared SDK configuration: region and credentials from the standard chain, at most three
+/// attempts per call, short connect timeout.
+pub async fn sdk_config() -> aws_config::SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .retry_config(RetryConfig::standard().with_max_attempts(3))
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(3))
+                .operation_attempt_timeout(Duration::from_secs(30))
+                .build(),
+        )
+        .load()
+        .await
+}
+
+fn sdk_error<E, R>(service: &'static str, e: SdkError<E, R>) -> StoreError
+where
+    E: std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let detail = DisplayErrorContext(&e).to_string();
+    match e {
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_) => {
+            StoreError::Unavailable { service, detail }
+        }
+        SdkError::ServiceError(_) => StoreError::Refused { service, detail },
+        _ => StoreError::Other { service, detail },
+    }
+}
+
+/// The sessions table.
+pub struct DynamoSessions {
+    pub client: aws_sdk_dynamodb::Client,
+    pub table: String,
+}
+
+impl DynamoSessions {
+    pub fn new(sdk: &aws_config::SdkConfig, table: String) -> Self {
+        Self {
+            client: aws_sdk_dynamodb::Client::new(sdk),
+            table,
+        }
+    }
+}
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_owned())
+}
+
+fn record_from(item: &HashMap<String, AttributeValue>) -> SessionRecord {
+    let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
+    SessionRecord {
+        internal_status: text(attr::INTERNAL_STATUS)
+            .as_deref()
+            .and_then(InternalStatus::parse),
+        signing_key: text(attr::SIGNING_KEY),
+        keep_alive: item
+            .get(attr::KEEP_ALIVE)
+            .and_then(|v| v.as_bool().ok())
+            .copied()
+            .unwrap_or(false),
+        expires_at: item
+            .get(attr::EXPIRES_AT)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse::<f64>().ok())
+            .map(|n| n as u64),
+        project_id: text(attr::PROJECT_ID),
+    }
+}
+
+const TABLE: &str = "sessions table";
+
+impl SessionStore for DynamoSessions {
+    fn load<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>> {
+        Box::pin(async move {
+            let out = self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .key(attr::SESSION_ID, s(session_id))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| sdk_error(TABLE, e))?;
+            Ok(out.item().map(record_from))
+        })
+    }
+
+    fn mark_ready<'a>(
+        &'a self,
+        session_id: &'a str,
+        u: &'a ReadyUpdate,
+    ) -> BoxFuture<'a, Result<ReadyResult, StoreError>> {
+        Box::pin(async move {
+            let mut set = vec![
+                "internalStatus = :ready",
+                "#st = :running",
+                "publicIP = :ip",
+                "readyAt = :now",
+                "updatedAt = :now",
+            ];
+            let mut req = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key(attr::SESSION_ID, s(session_id))
+                .condition_expression("internalStatus IN (:c, :p, :s)")
+                .expression_attribute_names("#st", attr::STATUS)
+                .expression_attribute_values(":ready", s(InternalStatus::Ready.as_str()))
+                .expression_attribute_values(
+                    ":running",
+                    s(InternalStatus::Ready.sdk_status().as_str()),
+                )
+                .expression_attribute_values(":ip", s(&u.public_ip))
+                .expression_attribute_values(":now", s(&u.at))
+                .expression_attribute_values(":c", s(InternalStatus::Creating.as_str()))
+                .expression_attribute_values(":p", s(InternalStatus::Provisioning.as_str()))
+                .expression_attribute_values(":s", s(InternalStatus::Starting.as_str()))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+            if let Some(arn) = &u.task_arn {
+                set.push("ecsTaskArn = :arn");
+                req = req.expression_attribute_values(":arn", s(arn));
+            }
+            if let Some(url) = &u.connect_url {
+                set.push("connectUrl = :url");
+                req = req.expression_attribute_values(":url", s(url));
+            }
+            match req
+                .update_expression(format!("SET {}", set.join(", ")))
+                .send()
+                .await
+            {
+                Ok(_) => Ok(ReadyResult::Ready),
+                Err(e) => {
+                    if let Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(ccf)) =
+                        e.as_service_error()
+                    {
+                        let current = ccf.item().map(record_from).and_then(|r| r.internal_status);
+                        return Ok(ReadyResult::NotPending(current));
+                    }
+                    Err(sdk_error(TABLE, e))
+                }
+            }
+        })
+    }
+
+    fn mark_terminal<'a>(
+        &'a self,
+        session_id: &'a str,
+        status: InternalStatus,
+        reason: Option<&'a str>,
+        at: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let mut expr = String::from("SET internalStatus = :st, #st = :sdk, updatedAt = :now");
+            let mut req = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key(attr::SESSION_ID, s(session_id))
+                .condition_expression(
+                    "attribute_exists(sessionId) AND NOT (internalStatus IN (:t1, :t2, :t3))",
+                )
+                .expression_attribute_names("#st", attr::STATUS)
+                .expression_attribute_values(":st", s(status.as_str()))
+                .expression_attribute_values(":sdk", s(status.sdk_status().as_str()))
+                .expression_attribute_values(":now", s(at))
+                .expression_attribute_values(":t1", s(InternalStatus::Stopped.as_str()))
+                .expression_attribute_values(":t2", s(InternalStatus::Failed.as_str()))
+                .expression_attribute_values(":t3", s(InternalStatus::TimedOut.as_str()));
+            if let Some(r) = reason {
+                expr.push_str(", terminationReason = :reason");
+                req = req.expression_attribute_values(":reason", s(r));
+            }
+            match req.update_expression(expr).send().await {
+                Ok(_) => Ok(true),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+                {
+                    Ok(false)
+                }
+                Err(e) => Err(sdk_error(TABLE, e)),
+            }
+        })
+    }
+
+    fn mark_ended<'a>(
+        &'a self,
+        session_id: &'a str,
+        proxy_bytes: u64,
+        at: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.client
+                .update_item()
+                .table_name(&self.table)
+                .key(attr::SESSION_ID, s(session_id))
+                .condition_expression("attribute_exists(sessionId)")
+                .update_expression("SET proxyBytes = :b, endedAt = :now, updatedAt = :now")
+                .expression_attribute_values(":b", AttributeValue::N(proxy_bytes.to_string()))
+                .expression_attribute_values(":now", s(at))
+                .send()
+                .await
+                .map_err(|e| sdk_error(TABLE, e))?;
+            Ok(())
+        })
+    }
+}
+
+/// The contexts bucket.
+pub struct S3Archives {
+    pub client: aws_sdk_s3::Client,
+    pub bucket: String,
+}
+
+impl S3Archives {
+    pub fn new(sdk: &aws_config::SdkConfig, bucket: String) -> Self {
+        let mut b = aws_sdk_s3::config::Builder::from(sdk);
+        if sdk.endpoint_url().is_some() {
+            b = b.force_path_style(true);
+        }
+        Self {
+            client: aws_sdk_s3::Client::from_conf(b.build()),
+            bucket,
+        }
+    }
+}
+
+const BUCKET: &str = "contexts bucket";
+
+/// Reads until `buf` holds `limit` bytes or the stream ends.
+async fn fill(body: &mut BoxRead, limit: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(limit);
+    while buf.len() < limit {
+        let n = (&mut *body)
+            .take((limit - buf.len()) as u64)
+            .read_to_end(&mut buf)
+            .await?;
+        if n == 0 {
+            break;
+        }
+    }
+    Ok(buf)
+}
+
+impl ArchiveStore for S3Archives {
+    fn open<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<BoxRead>, StoreError>> {
+        Box::pin(async move {
+            match self
+                .client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(key)
+                .send()
+                .await
+            {
+                Ok(out) => Ok(Some(Box::pin(out.body.into_async_read()) as BoxRead)),
+                Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => Ok(None),
+                Err(e) => Err(sdk_error(BUCKET, e)),
+            }
+        })
+    }
+
+    fn put<'a>(
+        &'a self,
+        key: &'a str,
+        mut body: BoxRead,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let read_err = |e: std::io::Error| StoreError::Other {
+                service: BUCKET,
+                detail: format!("reading the archive: {e}"),
+            };
+            let first = fill(&mut body, PART_SIZE).await.map_err(read_err)?;
+            if first.len() < PART_SIZE {
+                let n = first.len() as u64;
+                self.client
+                    .put_object()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .body(ByteStream::from(first))
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error(BUCKET, e))?;
+                return Ok(n);
+            }
+            let created = self
+                .client
+                .create_multipart_upload()
+                .bucket(&self.bucket)
+                .key(key)
+                .send()
+                .await
+                .map_err(|e| sdk_error(BUCKET, e))?;
+            let upload_id = created.upload_id().unwrap_or_default().to_owned();
+            let result: Result<u64, StoreError> = async {
+                let mut parts = Vec::new();
+                let mut total = 0u64;
+                let mut chunk = first;
+                let mut number = 1;
+                loop {
+                    total += chunk.len() as u64;
+                    let out = self
+                        .client
+                        .upload_part()
+                        .bucket(&self.bucket)
+                        .key(key)
+                        .upload_id(&upload_id)
+                        .part_number(number)
+                        .body(ByteStream::from(chunk))
+                        .send()
+                        .await
+                        .map_err(|e| sdk_error(BUCKET, e))?;
+                    parts.push(
+                        CompletedPart::builder()
+                            .set_e_tag(out.e_tag().map(str::to_owned))
+                            .part_number(number)
+                            .build(),
+                    );
+                    debug!(part = number, total, "uploaded profile part");
+                    chunk = fill(&mut body, PART_SIZE).await.map_err(read_err)?;
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    number += 1;
+                }
+                self.client
+                    .complete_multipart_upload()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .upload_id(&upload_id)
+                    .multipart_upload(
+                        CompletedMultipartUpload::builder()
+                            .set_parts(Some(parts))
+                            .build(),
+                    )
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error(BUCKET, e))?;
+                Ok(total)
+            }
+            .await;
+            if result.is_err() {
+                // The previous archive stays: an incomplete multipart upload never replaces it.
+                if let Err(e) = self
+                    .client
+                    .abort_multipart_upload()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .upload_id(&upload_id)
+                    .send()
+                    .await
+                {
+                    warn!(error = %DisplayErrorContext(&e), "aborting the incomplete upload failed");
+                }
+            }
+            result
+        })
+    }
+}
+
+/// The signing secret in Secrets Manager.
+pub struct SecretsManagerSecret {
+    pub client: aws_sdk_secretsmanager::Client,
+    pub secret_id: String,
+}
+
+const SECRETS: &str = "Secrets Manager";
+
+impl SecretFetcher for SecretsManagerSecret {
+    fn fetch(&self) -> BoxFuture<'_, Result<Vec<SigningSecret>, StoreError>> {
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(2);
+            for stage in ["AWSCURRENT", "AWSPREVIOUS"] {
+                match self
+                    .client
+                    .get_secret_value()
+                    .secret_id(&self.secret_id)
+                    .version_stage(stage)
+                    .send()
+                    .await
+                {
+                    Ok(v) => {
+                        let text = v.secret_string().unwrap_or_default();
+                        match SigningSecret::parse(text) {
+                            Ok(secret) => out.push(secret),
+                            Err(e) if stage == "AWSCURRENT" => {
+                                return Err(StoreError::Other {
+                                    service: SECRETS,
+                                    detail: format!("the {stage} secret is unusable: {e}"),
+                                });
+                            }
+                            Err(e) => warn!(stage, "ignoring the previous secret version: {e}"),
+                        }
+                    }
+                    Err(e)
+                        if stage == "AWSPREVIOUS"
+                            && e.as_service_error()
+                                .is_some_and(|se| se.is_resource_not_found_exception()) => {}
+                    Err(e) => return Err(sdk_error(SECRETS, e)),
+                }
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// EC2's view of the task's network interface.
+pub struct Ec2Network {
+    pub client: aws_sdk_ec2::Client,
+}
+
+impl NetworkLookup for Ec2Network {
+    fn public_ip_for<'a>(
+        &'a self,
+        private_ip: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(async move {
+            let filter = aws_sdk_ec2::types::Filter::builder()
+                .name("addresses.private-ip-address")
+                .values(private_ip)
+                .build();
+            let out = self
+                .client
+                .describe_network_interfaces()
+                .filters(filter)
+                .send()
+                .await
+                .map_err(|e| sdk_error("EC2", e))?;
+            Ok(out.network_interfaces().iter().find_map(|ni| {
+                ni.association()
+                    .and_then(|a| a.public_ip())
+                    .map(str::to_owned)
+            }))
+        })
+    }
+}

@@ -1,0 +1,683 @@
+//! The profile archive: a gzip-compressed tar of the *contents* of Chrome's user-data-dir.
+//!
+//! Archives are customer-supplied and hostile until proven otherwise. Unpacking refuses
+//! absolute paths, `..`, links that leave the profile, device files and FIFOs; caps the total
+//! unpacked size and the entry count; never follows a link on the way to a file it writes; and
+//! never writes outside the profile directory. A refusal names the offending entry.
+//!
+//! Packing leaves out what must not travel between sessions: the `Singleton*` lock files,
+//! `DevToolsActivePort`, sockets, and caches.
+
+use std::collections::HashSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use flate2::Compression;
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use tar::EntryType;
+
+/// Limits applied while unpacking.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_bytes: u64,
+    pub max_entries: u64,
+}
+
+/// Why an archive was refused or could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("archive entry {0:?} has an absolute path")]
+    AbsolutePath(String),
+    #[error("archive entry {0:?} leaves the profile directory (..)")]
+    ParentTraversal(String),
+    #[error("archive entry {0:?} is a link pointing outside the profile directory")]
+    LinkOutside(String),
+    #[error("archive entry {0:?} would be written through a link")]
+    ThroughLink(String),
+    #[error("archive entry {0:?} is a device file or FIFO")]
+    SpecialFile(String),
+    #[error("archive entry {0:?} has an unsupported type")]
+    UnsupportedType(String),
+    #[error("archive unpacks to more than {0} bytes")]
+    TooLarge(u64),
+    #[error("archive has more than {0} entries")]
+    TooManyEntries(u64),
+    #[error("archive is truncated or corrupt: {0}")]
+    Corrupt(String),
+    #[error("writing the profile failed at {path:?}")]
+    Write {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("reading the profile failed at {path:?}")]
+    Read {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What unpacking did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct UnpackStats {
+    pub entries: u64,
+    pub bytes: u64,
+    pub skipped: u64,
+}
+
+/// Names never restored or saved (compared with the file name at any depth).
+pub fn is_excluded_name(name: &str) -> bool {
+    name.starts_with("Singleton")
+        || name == "DevToolsActivePort"
+        || name == "lockfile"
+        || name == "LOCK"
+}
+
+/// Directories not worth carrying between sessions (caches Chrome rebuilds).
+pub fn is_cache_dir(name: &str) -> bool {
+    matches!(
+        name,
+        "Cache"
+            | "Code Cache"
+            | "GPUCache"
+            | "GrShaderCache"
+            | "ShaderCache"
+            | "DawnCache"
+            | "DawnGraphiteCache"
+            | "DawnWebGPUCache"
+            | "GraphiteDawnCache"
+            | "component_crx_cache"
+            | "Crashpad"
+            | "BrowserMetrics"
+            | "optimization_guide_model_store"
+            | "Safe Browsing"
+    )
+}
+
+/// Validates an entry path: relative, no `..`, no root or prefix. Returns the clean path.
+pub fn safe_relative(raw: &Path) -> Result<PathBuf, ArchiveError> {
+    let display = raw.to_string_lossy().into_owned();
+    let mut out = PathBuf::new();
+    for c in raw.components() {
+        match c {
+            Component::Normal(p) => out.push(p),
+            Component::CurDir => {}
+            Component::ParentDir => return Err(ArchiveError::ParentTraversal(display)),
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(ArchiveError::AbsolutePath(display));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `target` of a symlink at `link` (both relative to the profile) stays inside.
+fn link_stays_inside(link: &Path, target: &Path) -> bool {
+    if target.is_absolute() {
+        return false;
+    }
+    let mut depth: i64 = link.parent().map_or(0, |p| p.components().count() as i64);
+    for c in target.components() {
+        match c {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir => {
+                depth -= 1;
+                if depth < 0 {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Makes sure every existing ancestor of `rel` under `root` is a real directory (not a link),
+/// creating missing ones.
+fn prepare_parents(root: &Path, rel: &Path, display: &str) -> Result<(), ArchiveError> {
+    let mut cur = root.to_path_buf();
+    let Some(parent) = rel.parent() else {
+        return Ok(());
+    };
+    for c in parent.components() {
+        cur.push(c);
+        match fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(ArchiveError::ThroughLink(display.to_owned()));
+            }
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(ArchiveError::ThroughLink(display.to_owned())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir(&cur).map_err(|source| ArchiveError::Write {
+                    path: display.to_owned(),
+                    source,
+                })?;
+            }
+            Err(source) => {
+                return Err(ArchiveError::Write {
+                    path: display.to_owned(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Unpacks a gzip-compressed tar stream into `dest` (created if needed).
+pub fn unpack_gz(
+    reader: impl Read,
+    dest: &Path,
+    limits: Limits,
+) -> Result<UnpackStats, ArchiveError> {
+    unpack_tar(GzDecoder::new(reader), dest, limits)
+}
+
+/// Unpacks a tar stream into `dest` under every rule of the module.
+pub fn unpack_tar(
+    reader: impl Read,
+    dest: &Path,
+    limits: Limits,
+) -> Result<UnpackStats, ArchiveError> {
+    fs::create_dir_all(dest).map_err(|source| ArchiveError::Write {
+        path: dest.display().to_string(),
+        source,
+    })?;
+    let corrupt = |e: io::Error| ArchiveError::Corrupt(e.to_string());
+    let mut archive = tar::Archive::new(reader);
+    let mut stats = UnpackStats::default();
+    let mut written_files: HashSet<PathBuf> = HashSet::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    for entry in archive.entries().map_err(corrupt)? {
+        let mut entry = entry.map_err(corrupt)?;
+        stats.entries += 1;
+        if stats.entries > limits.max_entries {
+            return Err(ArchiveError::TooManyEntries(limits.max_entries));
+        }
+        let raw_path = entry.path().map_err(corrupt)?.into_owned();
+        let display = raw_path.to_string_lossy().into_owned();
+        let rel = safe_relative(&raw_path)?;
+        if rel.as_os_str().is_empty() {
+            continue; // "./" itself
+        }
+        let kind = entry.header().entry_type();
+        let name = rel
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if is_excluded_name(&name) && kind != EntryType::Directory {
+            stats.skipped += 1;
+            continue;
+        }
+        let target = dest.join(&rel);
+        match kind {
+            EntryType::Directory => {
+                prepare_parents(dest, &rel, &display)?;
+                match fs::symlink_metadata(&target) {
+                    Ok(m) if m.is_dir() && !m.file_type().is_symlink() => {}
+                    Ok(_) => return Err(ArchiveError::ThroughLink(display)),
+                    Err(_) => fs::create_dir(&target).map_err(|source| ArchiveError::Write {
+                        path: display.clone(),
+                        source,
+                    })?,
+                }
+            }
+            EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
+                let size = entry.header().size().map_err(corrupt)?;
+                if stats.bytes.saturating_add(size) > limits.max_bytes {
+                    return Err(ArchiveError::TooLarge(limits.max_bytes));
+                }
+                prepare_parents(dest, &rel, &display)?;
+                remove_existing(&target, &display)?;
+                // O_NOFOLLOW | O_EXCL: never through a link, never onto something else.
+                let mut file = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+                    .mode(0o600)
+                    .open(&target)
+                    .map_err(|source| ArchiveError::Write {
+                        path: display.clone(),
+                        source,
+                    })?;
+                let mut copied: u64 = 0;
+                loop {
+                    let n = entry.read(&mut buf).map_err(corrupt)?;
+                    if n == 0 {
+                        break;
+                    }
+                    copied += n as u64;
+                    if stats.bytes + copied > limits.max_bytes {
+                        return Err(ArchiveError::TooLarge(limits.max_bytes));
+                    }
+                    file.write_all(&buf[..n])
+                        .map_err(|source| ArchiveError::Write {
+                            path: display.clone(),
+                            source,
+                        })?;
+                }
+                if copied != size {
+                    return Err(ArchiveError::Corrupt(format!(
+                        "entry {display:?} is shorter than its header says"
+                    )));
+                }
+                stats.bytes += copied;
+                written_files.insert(rel);
+            }
+            EntryType::Symlink => {
+                let link = entry.link_name().map_err(corrupt)?.ok_or_else(|| {
+                    ArchiveError::Corrupt(format!("symlink {display:?} has no target"))
+                })?;
+                if !link_stays_inside(&rel, &link) {
+                    return Err(ArchiveError::LinkOutside(display));
+                }
+                prepare_parents(dest, &rel, &display)?;
+                remove_existing(&target, &display)?;
+                std::os::unix::fs::symlink(&link, &target).map_err(|source| {
+                    ArchiveError::Write {
+                        path: display.clone(),
+                        source,
+                    }
+                })?;
+            }
+            EntryType::Link => {
+                let link = entry.link_name().map_err(corrupt)?.ok_or_else(|| {
+                    ArchiveError::Corrupt(format!("hard link {display:?} has no target"))
+                })?;
+                let link_rel =
+                    safe_relative(&link).map_err(|_| ArchiveError::LinkOutside(display.clone()))?;
+                // Only to a regular file this archive already wrote: never to anything outside.
+                if !written_files.contains(&link_rel) {
+                    return Err(ArchiveError::LinkOutside(display));
+                }
+                prepare_parents(dest, &rel, &display)?;
+                remove_existing(&target, &display)?;
+                fs::hard_link(dest.join(&link_rel), &target).map_err(|source| {
+                    ArchiveError::Write {
+                        path: display.clone(),
+                        source,
+                    }
+                })?;
+                written_files.insert(rel);
+            }
+            EntryType::Char | EntryType::Block | EntryType::Fifo => {
+                return Err(ArchiveError::SpecialFile(display));
+            }
+            EntryType::XGlobalHeader
+            | EntryType::XHeader
+            | EntryType::GNULongName
+            | EntryType::GNULongLink => {}
+            _ => return Err(ArchiveError::UnsupportedType(display)),
+        }
+    }
+    Ok(stats)
+}
+
+/// Removes whatever is at `target` (a previous entry of the same name), but never a directory.
+fn remove_existing(target: &Path, display: &str) -> Result<(), ArchiveError> {
+    match fs::symlink_metadata(target) {
+        Ok(m) if m.is_dir() => Err(ArchiveError::ThroughLink(display.to_owned())),
+        Ok(_) => fs::remove_file(target).map_err(|source| ArchiveError::Write {
+            path: display.to_owned(),
+            source,
+        }),
+        Err(_) => Ok(()),
+    }
+}
+
+/// What packing wrote.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PackStats {
+    pub entries: u64,
+    pub bytes: u64,
+}
+
+/// Packs the contents of `src` as a gzip-compressed tar into `writer`, plus `extra` files at the
+/// archive root. Fast deflate (level 1): profiles are large and mostly already compact.
+pub fn pack_gz<W: Write>(
+    src: &Path,
+    writer: W,
+    extra: &[(&str, &[u8])],
+) -> Result<(PackStats, W), ArchiveError> {
+    let gz = GzEncoder::new(writer, Compression::fast());
+    let mut builder = tar::Builder::new(gz);
+    builder.follow_symlinks(false);
+    let mut stats = PackStats::default();
+    pack_dir(&mut builder, src, Path::new(""), &mut stats)?;
+    for (name, data) in extra {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o600);
+        h.set_entry_type(EntryType::Regular);
+        h.set_mtime(wallcrawler_contract::time::unix_millis() / 1000);
+        builder
+            .append_data(&mut h, name, *data)
+            .map_err(|source| ArchiveError::Write {
+                path: (*name).to_owned(),
+                source,
+            })?;
+        stats.entries += 1;
+        stats.bytes += data.len() as u64;
+    }
+    let gz = builder.into_inner().map_err(|source| ArchiveError::Write {
+        path: "<archive>".into(),
+        source,
+    })?;
+    let w = gz.finish().map_err(|source| ArchiveError::Write {
+        path: "<archive>".into(),
+        source,
+    })?;
+    Ok((stats, w))
+}
+
+fn pack_dir<W: Write>(
+    b: &mut tar::Builder<W>,
+    root: &Path,
+    rel: &Path,
+    stats: &mut PackStats,
+) -> Result<(), ArchiveError> {
+    let dir = root.join(rel);
+    let read_err = |source| ArchiveError::Read {
+        path: dir.display().to_string(),
+        source,
+    };
+    let mut entries: Vec<_> = fs::read_dir(&dir)
+        .map_err(read_err)?
+        .collect::<Result<_, _>>()
+        .map_err(read_err)?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let child_rel = rel.join(&name);
+        let path = root.join(&child_rel);
+        let display = child_rel.display().to_string();
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        }; // vanished meanwhile
+        let ft = meta.file_type();
+        if is_excluded_name(&name)
+            || ft.is_socket()
+            || ft.is_fifo()
+            || ft.is_char_device()
+            || ft.is_block_device()
+        {
+            continue;
+        }
+        if ft.is_dir() {
+            if is_cache_dir(&name) {
+                continue;
+            }
+            b.append_dir(&child_rel, &path)
+                .map_err(|source| ArchiveError::Read {
+                    path: display.clone(),
+                    source,
+                })?;
+            stats.entries += 1;
+            pack_dir(b, root, &child_rel, stats)?;
+        } else if ft.is_symlink() {
+            let target = fs::read_link(&path).map_err(|source| ArchiveError::Read {
+                path: display.clone(),
+                source,
+            })?;
+            if !link_stays_inside(&child_rel, &target) {
+                continue; // never carry a link that would be refused on the way back in
+            }
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(EntryType::Symlink);
+            h.set_size(0);
+            h.set_mode(0o777);
+            b.append_link(&mut h, &child_rel, &target)
+                .map_err(|source| ArchiveError::Read {
+                    path: display.clone(),
+                    source,
+                })?;
+            stats.entries += 1;
+        } else if ft.is_file() {
+            let mut f = match File::open(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(source) => {
+                    return Err(ArchiveError::Read {
+                        path: display,
+                        source,
+                    });
+                }
+            };
+            b.append_file(&child_rel, &mut f)
+                .map_err(|source| ArchiveError::Read {
+                    path: display.clone(),
+                    source,
+                })?;
+            stats.entries += 1;
+            stats.bytes += meta.len();
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_bytes: 1 << 20,
+        max_entries: 100,
+    };
+
+    /// A tar with raw headers (the tar crate's safe builders refuse what we need to test).
+    fn raw_tar(entries: &[(&str, EntryType, &[u8], Option<&str>)]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, kind, data, link) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(*kind);
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            {
+                let name = &mut h.as_gnu_mut().unwrap().name;
+                name[..path.len()].copy_from_slice(path.as_bytes());
+            }
+            if let Some(l) = link {
+                let ln = &mut h.as_gnu_mut().unwrap().linkname;
+                ln[..l.len()].copy_from_slice(l.as_bytes());
+            }
+            h.set_cksum();
+            b.append(&h, *data).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let root = tempfile::tempdir().unwrap();
+        let profile = root.path().join("profile");
+        let canary = root.path().join("canary");
+        fs::create_dir_all(&canary).unwrap();
+        fs::write(canary.join("keep.txt"), "untouched").unwrap();
+        (root, profile, canary)
+    }
+
+    fn canary_intact(canary: &Path) {
+        let names: Vec<_> = fs::read_dir(canary)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("keep.txt")]);
+        assert_eq!(
+            fs::read_to_string(canary.join("keep.txt")).unwrap(),
+            "untouched"
+        );
+    }
+
+    #[test]
+    fn round_trip_keeps_content_and_drops_locks_and_caches() {
+        let src = tempfile::tempdir().unwrap();
+        fs::create_dir_all(src.path().join("Default/Cache")).unwrap();
+        fs::write(src.path().join("Default/Cookies"), b"cookies").unwrap();
+        fs::write(src.path().join("Default/Cache/data_0"), b"cache").unwrap();
+        fs::write(src.path().join("Local State"), b"{}").unwrap();
+        fs::write(src.path().join("DevToolsActivePort"), b"9222").unwrap();
+        std::os::unix::fs::symlink("host-123", src.path().join("SingletonLock")).unwrap();
+        std::os::unix::fs::symlink("Cookies", src.path().join("Default/CookiesLink")).unwrap();
+        let (stats, gz) = pack_gz(
+            src.path(),
+            Vec::new(),
+            &[("wallcrawler-session-cookies.json", b"[]")],
+        )
+        .unwrap();
+        assert_eq!(stats.bytes, 7 + 2 + 2);
+        let dest = tempfile::tempdir().unwrap();
+        unpack_gz(&gz[..], dest.path(), LIMITS).unwrap();
+        assert_eq!(
+            fs::read(dest.path().join("Default/Cookies")).unwrap(),
+            b"cookies"
+        );
+        assert_eq!(fs::read(dest.path().join("Local State")).unwrap(), b"{}");
+        assert_eq!(
+            fs::read(dest.path().join("wallcrawler-session-cookies.json")).unwrap(),
+            b"[]"
+        );
+        assert_eq!(
+            fs::read(dest.path().join("Default/CookiesLink")).unwrap(),
+            b"cookies"
+        );
+        assert!(!dest.path().join("DevToolsActivePort").exists());
+        assert!(fs::symlink_metadata(dest.path().join("SingletonLock")).is_err());
+        assert!(!dest.path().join("Default/Cache").exists());
+    }
+
+    #[test]
+    fn parent_traversal_is_refused() {
+        let (_r, profile, canary) = setup();
+        let tar = raw_tar(&[("../canary/evil.txt", EntryType::Regular, b"x", None)]);
+        let e = unpack_tar(&tar[..], &profile, LIMITS).unwrap_err();
+        assert!(matches!(e, ArchiveError::ParentTraversal(_)), "{e}");
+        canary_intact(&canary);
+    }
+
+    #[test]
+    fn absolute_paths_are_refused() {
+        let (_r, profile, canary) = setup();
+        let p = format!("{}/evil.txt", canary.display());
+        let tar = raw_tar(&[(&p, EntryType::Regular, b"x", None)]);
+        let e = unpack_tar(&tar[..], &profile, LIMITS).unwrap_err();
+        assert!(matches!(e, ArchiveError::AbsolutePath(_)), "{e}");
+        canary_intact(&canary);
+    }
+
+    #[test]
+    fn symlink_out_then_write_through_it_is_refused() {
+        let (_r, profile, canary) = setup();
+        let c = canary.display().to_string();
+        let tar = raw_tar(&[
+            ("escape", EntryType::Symlink, b"", Some(&c)),
+            ("escape/evil.txt", EntryType::Regular, b"x", None),
+        ]);
+        let e = unpack_tar(&tar[..], &profile, LIMITS).unwrap_err();
+        assert!(matches!(e, ArchiveError::LinkOutside(_)), "{e}");
+        let rel = raw_tar(&[
+            ("escape", EntryType::Symlink, b"", Some("../canary")),
+            ("escape/evil.txt", EntryType::Regular, b"x", None),
+        ]);
+        assert!(matches!(
+            unpack_tar(&rel[..], &profile, LIMITS).unwrap_err(),
+            ArchiveError::LinkOutside(_)
+        ));
+        // A link that stays inside is fine, but nothing is ever written through it.
+        let inside = raw_tar(&[
+            ("d", EntryType::Directory, b"", None),
+            ("l", EntryType::Symlink, b"", Some("d")),
+            ("l/f", EntryType::Regular, b"x", None),
+        ]);
+        assert!(matches!(
+            unpack_tar(&inside[..], &profile, LIMITS).unwrap_err(),
+            ArchiveError::ThroughLink(_)
+        ));
+        canary_intact(&canary);
+    }
+
+    #[test]
+    fn hard_link_to_outside_is_refused() {
+        let (_r, profile, canary) = setup();
+        let target = canary.join("keep.txt").display().to_string();
+        let tar = raw_tar(&[("hl", EntryType::Link, b"", Some(&target))]);
+        assert!(matches!(
+            unpack_tar(&tar[..], &profile, LIMITS).unwrap_err(),
+            ArchiveError::LinkOutside(_)
+        ));
+        let rel = raw_tar(&[("hl", EntryType::Link, b"", Some("../canary/keep.txt"))]);
+        assert!(matches!(
+            unpack_tar(&rel[..], &profile, LIMITS).unwrap_err(),
+            ArchiveError::LinkOutside(_)
+        ));
+        canary_intact(&canary);
+        // A hard link to a file of the archive itself is allowed.
+        let ok = raw_tar(&[
+            ("a", EntryType::Regular, b"abc", None),
+            ("b", EntryType::Link, b"", Some("a")),
+        ]);
+        unpack_tar(&ok[..], &profile, LIMITS).unwrap();
+        assert_eq!(fs::read(profile.join("b")).unwrap(), b"abc");
+    }
+
+    #[test]
+    fn device_nodes_and_fifos_are_refused() {
+        let (_r, profile, canary) = setup();
+        for kind in [EntryType::Char, EntryType::Block, EntryType::Fifo] {
+            let tar = raw_tar(&[("dev", kind, b"", None)]);
+            assert!(matches!(
+                unpack_tar(&tar[..], &profile, LIMITS).unwrap_err(),
+                ArchiveError::SpecialFile(_)
+            ));
+        }
+        canary_intact(&canary);
+    }
+
+    #[test]
+    fn size_and_entry_limits() {
+        let (_r, profile, _c) = setup();
+        let big = vec![7u8; 2000];
+        let tar = raw_tar(&[("a", EntryType::Regular, &big, None)]);
+        let small = Limits {
+            max_bytes: 1000,
+            max_entries: 10,
+        };
+        assert!(matches!(
+            unpack_tar(&tar[..], &profile, small).unwrap_err(),
+            ArchiveError::TooLarge(1000)
+        ));
+        let many: Vec<(String, EntryType, &[u8], Option<&str>)> = (0..11)
+            .map(|i| (format!("f{i}"), EntryType::Regular, &b"x"[..], None))
+            .collect();
+        let refs: Vec<(&str, EntryType, &[u8], Option<&str>)> = many
+            .iter()
+            .map(|(p, k, d, l)| (p.as_str(), *k, *d, *l))
+            .collect();
+        let tar = raw_tar(&refs);
+        assert!(matches!(
+            unpack_tar(&tar[..], &profile, small).unwrap_err(),
+            ArchiveError::TooManyEntries(10)
+        ));
+    }
+
+    #[test]
+    fn truncated_gzip_is_reported() {
+        let src = tempfile::tempdir().unwrap();
+        fs::write(src.path().join("f"), vec![1u8; 100_000]).unwrap();
+        let (_, gz) = pack_gz(src.path(), Vec::new(), &[]).unwrap();
+        let dest = tempfile::tempdir().unwrap();
+        let e = unpack_gz(&gz[..gz.len() / 2], dest.path(), LIMITS).unwrap_err();
+        assert!(matches!(e, ArchiveError::Corrupt(_)), "{e}");
+    }
+
+    #[test]
+    fn link_containment_rule() {
+        assert!(link_stays_inside(Path::new("a/b"), Path::new("c")));
+        assert!(link_stays_inside(Path::new("a/b"), Path::new("../c")));
+        assert!(!link_stays_inside(Path::new("a/b"), Path::new("../../c")));
+        assert!(!link_stays_inside(Path::new("b"), Path::new("/etc/passwd")));
+    }
+}

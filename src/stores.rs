@@ -1,0 +1,238 @@
+//! The narrow interfaces the controller needs from the outside world, named for what it needs:
+//! where the session item lives ([`SessionStore`]), where profile archives live
+//! ([`ArchiveStore`]), where the signing secret comes from ([`SecretFetcher`]), and how a
+//! private address maps to a public one ([`NetworkLookup`]). AWS implementations are in
+//! [`crate::aws`]; a local directory implementation of the archive store is here.
+
+use std::path::PathBuf;
+use std::pin::Pin;
+
+use futures_util::future::BoxFuture;
+use tokio::io::{AsyncRead, AsyncWriteExt};
+use wallcrawler_contract::{InternalStatus, SigningSecret};
+
+/// A stream of archive bytes.
+pub type BoxRead = Pin<Box<dyn AsyncRead + Send>>;
+
+/// Failures of an outside service. Messages never contain secrets.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{service} is unreachable: {detail}")]
+    Unavailable {
+        service: &'static str,
+        detail: String,
+    },
+    #[error("{service} refused the request: {detail}")]
+    Refused {
+        service: &'static str,
+        detail: String,
+    },
+    #[error("{service}: {detail}")]
+    Other {
+        service: &'static str,
+        detail: String,
+    },
+}
+
+impl StoreError {
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
+    }
+}
+
+/// What the controller reads from the session item at start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionRecord {
+    pub internal_status: Option<InternalStatus>,
+    pub signing_key: Option<String>,
+    pub keep_alive: bool,
+    pub expires_at: Option<u64>,
+    pub project_id: Option<String>,
+}
+
+/// The READY write.
+#[derive(Debug, Clone)]
+pub struct ReadyUpdate {
+    pub public_ip: String,
+    pub task_arn: Option<String>,
+    pub connect_url: Option<String>,
+    pub at: String,
+}
+
+/// Outcome of the conditional READY write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadyResult {
+    Ready,
+    /// The session was no longer CREATING/PROVISIONING/STARTING (released or ended meanwhile).
+    NotPending(Option<InternalStatus>),
+}
+
+/// The session item, written only with conditional updates.
+pub trait SessionStore: Send + Sync {
+    fn load<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>>;
+    /// READY, only from a pending status.
+    fn mark_ready<'a>(
+        &'a self,
+        session_id: &'a str,
+        u: &'a ReadyUpdate,
+    ) -> BoxFuture<'a, Result<ReadyResult, StoreError>>;
+    /// A terminal status, unless the item is terminal already (then false, nothing written).
+    fn mark_terminal<'a>(
+        &'a self,
+        session_id: &'a str,
+        status: InternalStatus,
+        reason: Option<&'a str>,
+        at: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+    /// `proxyBytes` and, last of all, `endedAt`.
+    fn mark_ended<'a>(
+        &'a self,
+        session_id: &'a str,
+        proxy_bytes: u64,
+        at: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+/// Profile archives by key.
+pub trait ArchiveStore: Send + Sync {
+    /// The archive's bytes, or `None` when there is none yet (a new context).
+    fn open<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<BoxRead>, StoreError>>;
+    /// Stores the archive read from `body`. The previous archive is replaced only once the new
+    /// one is complete; a failed upload leaves it as it was. Returns the bytes stored.
+    fn put<'a>(&'a self, key: &'a str, body: BoxRead) -> BoxFuture<'a, Result<u64, StoreError>>;
+}
+
+/// The signing secret's current and previous versions.
+pub trait SecretFetcher: Send + Sync {
+    /// `AWSCURRENT` first, then `AWSPREVIOUS` when there is one.
+    fn fetch(&self) -> BoxFuture<'_, Result<Vec<SigningSecret>, StoreError>>;
+}
+
+/// Public address of the network interface holding a private address.
+pub trait NetworkLookup: Send + Sync {
+    fn public_ip_for<'a>(
+        &'a self,
+        private_ip: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>>;
+}
+
+/// Archives in a local directory (`<dir>/<key>`), for the local platform and benchmarks.
+pub struct DirectoryArchives {
+    pub dir: PathBuf,
+}
+
+impl DirectoryArchives {
+    fn path(&self, key: &str) -> Result<PathBuf, StoreError> {
+        let rel = crate::profile::safe_relative(std::path::Path::new(key)).map_err(|e| {
+            StoreError::Refused {
+                service: "contexts directory",
+                detail: e.to_string(),
+            }
+        })?;
+        Ok(self.dir.join(rel))
+    }
+}
+
+impl ArchiveStore for DirectoryArchives {
+    fn open<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<BoxRead>, StoreError>> {
+        Box::pin(async move {
+            let path = self.path(key)?;
+            match tokio::fs::File::open(&path).await {
+                Ok(f) => Ok(Some(
+                    Box::pin(tokio::io::BufReader::with_capacity(256 * 1024, f)) as BoxRead,
+                )),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(StoreError::Unavailable {
+                    service: "contexts directory",
+                    detail: e.to_string(),
+                }),
+            }
+        })
+    }
+
+    fn put<'a>(
+        &'a self,
+        key: &'a str,
+        mut body: BoxRead,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let io = |e: std::io::Error| StoreError::Other {
+                service: "contexts directory",
+                detail: e.to_string(),
+            };
+            let path = self.path(key)?;
+            let parent = path
+                .parent()
+                .map(PathBuf::from)
+                .unwrap_or_else(|| self.dir.clone());
+            tokio::fs::create_dir_all(&parent).await.map_err(io)?;
+            let tmp = parent.join(format!(
+                ".{}.partial-{}",
+                path.file_name()
+                    .map(|n| n.to_string_lossy())
+                    .unwrap_or_default(),
+                uuid::Uuid::new_v4()
+            ));
+            let result = async {
+                let mut f = tokio::fs::File::create(&tmp).await.map_err(io)?;
+                let n = tokio::io::copy(&mut body, &mut f).await.map_err(io)?;
+                f.flush().await.map_err(io)?;
+                f.sync_all().await.map_err(io)?;
+                tokio::fs::rename(&tmp, &path).await.map_err(io)?;
+                Ok(n)
+            }
+            .await;
+            if result.is_err() {
+                let _ = tokio::fs::remove_file(&tmp).await;
+            }
+            result
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn directory_archives_replace_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirectoryArchives {
+            dir: dir.path().to_owned(),
+        };
+        assert!(store.open("p/c/profile.tar.gz").await.unwrap().is_none());
+        store
+            .put("p/c/profile.tar.gz", Box::pin(&b"first"[..]))
+            .await
+            .unwrap();
+        // A failing body leaves the previous archive in place.
+        struct Failing;
+        impl AsyncRead for Failing {
+            fn poll_read(
+                self: Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                _: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::task::Poll::Ready(Err(std::io::Error::other("interrupted")))
+            }
+        }
+        assert!(
+            store
+                .put("p/c/profile.tar.gz", Box::pin(Failing))
+                .await
+                .is_err()
+        );
+        let mut r = store.open("p/c/profile.tar.gz").await.unwrap().unwrap();
+        let mut s = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut r, &mut s)
+            .await
+            .unwrap();
+        assert_eq!(s, "first");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("p/c")).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no partial file left behind");
+        assert!(store.open("../escape").await.is_err());
+    }
+}

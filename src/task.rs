@@ -1,0 +1,583 @@
+//! The ECS task (`run`): the session item, the signing secret, the profile, Chrome and the
+//! proxy, from start to the terminal status.
+//!
+//! Start: read the session item (keepAlive, expiry, the token for connectUrl) → load the signing
+//! keys → hydrate the profile → start Chrome and the proxy → restore session cookies → choose the
+//! public address → conditional READY. A session released meanwhile is never brought back: the
+//! task closes Chrome, writes only `proxyBytes` and `endedAt`, and exits 0. Any failure before
+//! READY is written as FAILED with a reason, and the exit is non-zero.
+//!
+//! End (signal, a client's Browser.close, idle, expiry, crash): terminal status → (persist:
+//! session cookies exported over CDP) → Chrome closed through CDP → (persist: tar → gzip →
+//! store, atomically) → `proxyBytes` and, last, `endedAt` — all within the shutdown budget.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+use wallcrawler_contract::storage::SESSION_COOKIES_FILE;
+use wallcrawler_contract::time::now_iso8601;
+use wallcrawler_contract::{InternalStatus, session};
+
+use crate::app::{EndReason, Session, SessionOptions, Started};
+use crate::auth::{Authenticator, KeySource, StaticKeys};
+use crate::chrome::{Chrome, LaunchOptions, cdp};
+use crate::config::{ContextSource, KeyConfig, RunConfig};
+use crate::profile::{self, ArchiveError, Limits, UnpackStats};
+use crate::proxy::Limits as ProxyLimits;
+use crate::public_ip;
+use crate::secrets::SecretKeyCache;
+use crate::stores::{
+    ArchiveStore, BoxRead, NetworkLookup, ReadyResult, ReadyUpdate, SecretFetcher, SessionStore,
+    StoreError,
+};
+
+/// Exit status of a failed task.
+pub const EXIT_FAILURE: i32 = 1;
+
+/// The outside services the task uses, each optional.
+#[derive(Default, Clone)]
+pub struct TaskDeps {
+    pub sessions: Option<Arc<dyn SessionStore>>,
+    pub archives: Option<Arc<dyn ArchiveStore>>,
+    pub secrets: Option<Arc<dyn SecretFetcher>>,
+    pub network: Option<Arc<dyn NetworkLookup>>,
+}
+
+/// Writes to the session item, tolerant of its absence (no table configured).
+struct Item<'a> {
+    store: Option<&'a dyn SessionStore>,
+    id: &'a str,
+}
+
+impl Item<'_> {
+    async fn terminal(&self, status: InternalStatus, reason: Option<&str>) {
+        let Some(store) = self.store else { return };
+        match store
+            .mark_terminal(self.id, status, reason, &now_iso8601())
+            .await
+        {
+            Ok(true) => info!(status = status.as_str(), "terminal status written"),
+            Ok(false) => info!("the session was already terminal; its status is kept"),
+            Err(e) => error!(error = %e, "writing the terminal status failed"),
+        }
+    }
+
+    async fn ended(&self, proxy_bytes: u64) {
+        let Some(store) = self.store else { return };
+        match store.mark_ended(self.id, proxy_bytes, &now_iso8601()).await {
+            Ok(()) => info!(proxy_bytes, "endedAt written"),
+            Err(e) => error!(error = %e, "writing endedAt failed"),
+        }
+    }
+
+    /// FAILED with `reason`, then `endedAt`; the task's exit status.
+    async fn fail(&self, reason: &str, proxy_bytes: u64) -> i32 {
+        error!(reason, "session failed");
+        self.terminal(InternalStatus::Failed, Some(reason)).await;
+        self.ended(proxy_bytes).await;
+        EXIT_FAILURE
+    }
+}
+
+/// Retries `op` on unavailability with backoff, for up to `within`.
+async fn retry<T, F, Fut>(what: &str, within: Duration, mut op: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let deadline = Instant::now() + within;
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match op().await {
+            Err(e) if e.is_unavailable() && Instant::now() + backoff < deadline => {
+                warn!(error = %e, "{what} failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Runs the task until it ends; returns the exit status.
+pub async fn run_task(
+    c: RunConfig,
+    launch: LaunchOptions,
+    deps: TaskDeps,
+    signal: CancellationToken,
+) -> i32 {
+    let sid = c.auth.session_id.clone();
+    let item = Item {
+        store: deps.sessions.as_deref(),
+        id: &sid,
+    };
+    let startup_retry = Duration::from_secs(10);
+
+    // The session item: lifecycle settings and the token for connectUrl.
+    let record = match &deps.sessions {
+        Some(store) => match retry("reading the session item", startup_retry, || {
+            store.load(&sid)
+        })
+        .await
+        {
+            Ok(Some(r)) => Some(r),
+            Ok(None) => {
+                error!("the session item does not exist");
+                return EXIT_FAILURE;
+            }
+            Err(e) => {
+                error!(error = %e, "the sessions table cannot be read");
+                return EXIT_FAILURE;
+            }
+        },
+        None => None,
+    };
+    if let Some(status) = record.as_ref().and_then(|r| r.internal_status)
+        && status.is_terminal()
+    {
+        info!(
+            status = status.as_str(),
+            "the session ended before the task started"
+        );
+        item.ended(0).await;
+        return 0;
+    }
+    let keep_alive = record.as_ref().map_or(c.keep_alive, |r| r.keep_alive);
+    let expires_at = record.as_ref().and_then(|r| r.expires_at).or(c.expires_at);
+
+    // The signing keys.
+    let keys_cancel = CancellationToken::new();
+    let _stop_refresher = keys_cancel.clone().drop_guard();
+    let keys: Arc<dyn KeySource> = match &c.auth.key {
+        KeyConfig::Literal(k) => Arc::new(StaticKeys::new(k.as_bytes())),
+        KeyConfig::SecretArn(_) => {
+            let Some(fetcher) = deps.secrets.clone() else {
+                return item.fail("no Secrets Manager client", 0).await;
+            };
+            let cache = SecretKeyCache::new(fetcher);
+            if let Err(e) = cache.load_initial(startup_retry).await {
+                return item
+                    .fail(&format!("the signing secret is unavailable: {e}"), 0)
+                    .await;
+            }
+            cache.spawn_refresher(keys_cancel.clone());
+            cache
+        }
+    };
+
+    // The profile.
+    let profile = launch.user_data_dir.clone();
+    let context_key = match &c.context {
+        ContextSource::None => None,
+        ContextSource::Bucket { key, .. } | ContextSource::Directory { key, .. } => {
+            Some(key.clone())
+        }
+    };
+    if let (Some(key), Some(archives)) = (&context_key, &deps.archives) {
+        let limits = Limits {
+            max_bytes: c.profile_max_bytes,
+            max_entries: c.profile_max_entries,
+        };
+        match hydrate(archives.as_ref(), key, &profile, limits, startup_retry).await {
+            Ok(Some(stats)) => info!(
+                entries = stats.entries,
+                bytes = stats.bytes,
+                "profile restored"
+            ),
+            Ok(None) => info!("no archive for this context yet; starting with an empty profile"),
+            Err(e) => {
+                return item
+                    .fail(&format!("the profile could not be restored: {e}"), 0)
+                    .await;
+            }
+        }
+    }
+
+    // Chrome and the proxy.
+    let opts = SessionOptions {
+        auth: Authenticator::new(
+            keys,
+            sid.clone(),
+            c.auth.project_id.clone(),
+            c.auth.leeway_seconds,
+        ),
+        listen: std::net::SocketAddr::from(([0, 0, 0, 0], c.proxy_port)),
+        metrics_addr: c.tuning.metrics_addr,
+        chrome: launch,
+        limits: ProxyLimits {
+            max_connections: c.tuning.max_connections,
+            header_timeout: c.tuning.header_timeout,
+            ..ProxyLimits::default()
+        },
+        idle_timeout: (!keep_alive).then_some(c.disconnect_timeout),
+        expires_at,
+        shutdown_budget: c.shutdown_budget,
+    };
+    let session = match Session::start(opts, &signal).await {
+        Ok(Started::Running(s)) => s,
+        Ok(Started::Interrupted) => {
+            item.terminal(InternalStatus::Stopped, None).await;
+            item.ended(0).await;
+            return 0;
+        }
+        Err(e) => {
+            return item
+                .fail(&format!("the browser could not be started: {e}"), 0)
+                .await;
+        }
+    };
+    restore_session_cookies(&session.chrome, &profile).await;
+
+    // READY, only from a pending status.
+    let ready = session.ready();
+    let announced = public_ip::discover(
+        c.public_ip,
+        c.metadata_uri.as_deref(),
+        deps.network.as_deref(),
+    )
+    .await;
+    if let Some(store) = &deps.sessions {
+        let connect_url = record
+            .as_ref()
+            .and_then(|r| r.signing_key.as_deref())
+            .map(|k| session::connect_url(&announced.ip, ready.proxy_addr.port(), k));
+        let update = ReadyUpdate {
+            public_ip: announced.ip.clone(),
+            task_arn: announced.task_arn.clone(),
+            connect_url,
+            at: now_iso8601(),
+        };
+        match store.mark_ready(&sid, &update).await {
+            Ok(ReadyResult::Ready) => info!(public_ip = %announced.ip, "session READY"),
+            Ok(ReadyResult::NotPending(status)) => {
+                info!(status = ?status.map(|s| s.as_str()), "the session was released before it was ready; shutting down");
+                session
+                    .close_chrome(false, c.shutdown_budget.mul_f32(0.5))
+                    .await;
+                let bytes = session.proxy_bytes();
+                session.finish().await;
+                item.ended(bytes).await;
+                return 0;
+            }
+            Err(e) => {
+                session
+                    .close_chrome(false, c.shutdown_budget.mul_f32(0.5))
+                    .await;
+                let bytes = session.proxy_bytes();
+                session.finish().await;
+                return item
+                    .fail(&format!("announcing READY failed: {e}"), bytes)
+                    .await;
+            }
+        }
+    }
+    info!(session.id = %sid, proxy = %ready.proxy_addr, chrome.pid = ready.chrome_pid, "session ready");
+
+    // Until something ends it.
+    let reason = session.wait_end(&signal).await;
+    let deadline = Instant::now() + c.shutdown_budget;
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let crashed = matches!(reason, EndReason::ChromeCrashed(_));
+    match &reason {
+        EndReason::Expired => {
+            item.terminal(InternalStatus::TimedOut, Some("the session expired"))
+                .await
+        }
+        EndReason::ChromeCrashed(how) => {
+            item.terminal(
+                InternalStatus::Failed,
+                Some(&format!("the browser exited unexpectedly ({how})")),
+            )
+            .await
+        }
+        _ => item.terminal(InternalStatus::Stopped, None).await,
+    }
+
+    let persist = c.context_persist && !crashed && context_key.is_some() && deps.archives.is_some();
+    let mut extra: Vec<(String, Vec<u8>)> = Vec::new();
+    if persist {
+        match cdp::all_cookies(&session.chrome.browser_ws_url(), left().mul_f32(0.2)).await {
+            Ok(all) => {
+                let params = cdp::session_cookie_params(&all);
+                info!(session_cookies = params.len(), "session cookies exported");
+                extra.push((
+                    SESSION_COOKIES_FILE.to_owned(),
+                    serde_json::to_vec(&params).unwrap_or_default(),
+                ));
+            }
+            Err(e) => {
+                warn!(error = %e, "exporting session cookies failed; persisting without them")
+            }
+        }
+    }
+    let closed = session.close_chrome(crashed, left().mul_f32(0.4)).await;
+    if crashed {
+        info!("the browser crashed; the previous archive is kept");
+    } else if let (true, Some(key), Some(archives)) = (persist, &context_key, &deps.archives) {
+        if closed.as_ref().is_some_and(|o| !o.is_clean()) {
+            warn!("chrome did not close cleanly; persisting what it left on disk");
+        }
+        let started = Instant::now();
+        match tokio::time::timeout(
+            left().saturating_sub(Duration::from_secs(2)),
+            persist_profile(archives.clone(), key, &profile, extra),
+        )
+        .await
+        {
+            Ok(Ok(bytes)) => info!(
+                bytes,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "profile saved"
+            ),
+            Ok(Err(e)) => {
+                error!(error = %e, "saving the profile failed; the previous archive is kept")
+            }
+            Err(_) => error!(
+                "saving the profile ran out of shutdown budget; the previous archive is kept"
+            ),
+        }
+    }
+    let bytes = session.proxy_bytes();
+    session.finish().await;
+    item.ended(bytes).await;
+    reason.exit_code()
+}
+
+/// Why the profile could not be restored or saved.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+    #[error("the archive worker stopped: {0}")]
+    Worker(String),
+}
+
+/// Streams the archive from the store through gunzip and untar into `dest`. `None` when the
+/// store has no archive (a new context).
+pub async fn hydrate(
+    store: &dyn ArchiveStore,
+    key: &str,
+    dest: &Path,
+    limits: Limits,
+    retry_for: Duration,
+) -> Result<Option<UnpackStats>, ProfileError> {
+    let Some(reader) = retry("fetching the profile archive", retry_for, || {
+        store.open(key)
+    })
+    .await?
+    else {
+        return Ok(None);
+    };
+    let dest = dest.to_owned();
+    let stats = tokio::task::spawn_blocking(move || {
+        let sync = tokio_util::io::SyncIoBridge::new(reader);
+        profile::unpack_gz(
+            std::io::BufReader::with_capacity(256 * 1024, sync),
+            &dest,
+            limits,
+        )
+    })
+    .await
+    .map_err(|e| ProfileError::Worker(e.to_string()))??;
+    Ok(Some(stats))
+}
+
+/// A chunk of archive bytes from the packer, or how the packing ended.
+enum Chunk {
+    Data(Bytes),
+    End,
+    Failed(String),
+}
+
+/// `std::io::Write` for the blocking packer, sending chunks to the async uploader.
+struct ChunkWriter {
+    tx: mpsc::Sender<Chunk>,
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for ChunkWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= 1 << 20 {
+            self.flush()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(
+            &mut self.buf,
+            Vec::with_capacity(1 << 20),
+        ));
+        self.tx
+            .blocking_send(Chunk::Data(chunk))
+            .map_err(|_| std::io::Error::other("the uploader stopped"))
+    }
+}
+
+/// An `AsyncRead` over the packer's chunks that ends only after an explicit end marker, so a
+/// packer that fails or dies can never look like a complete (truncated) archive.
+fn chunk_reader(rx: mpsc::Receiver<Chunk>) -> BoxRead {
+    let stream = futures_util::stream::unfold((rx, false), |(mut rx, done)| async move {
+        if done {
+            return None;
+        }
+        match rx.recv().await {
+            Some(Chunk::Data(b)) => Some((Ok(b), (rx, false))),
+            Some(Chunk::End) => None,
+            Some(Chunk::Failed(e)) => Some((Err(std::io::Error::other(e)), (rx, true))),
+            None => Some((
+                Err(std::io::Error::other("the archive writer stopped early")),
+                (rx, true),
+            )),
+        }
+    });
+    Box::pin(tokio_util::io::StreamReader::new(stream))
+}
+
+/// Packs `src` (plus `extra` root files) and stores it under `key`, streaming.
+pub async fn persist_profile(
+    store: Arc<dyn ArchiveStore>,
+    key: &str,
+    src: &Path,
+    extra: Vec<(String, Vec<u8>)>,
+) -> Result<u64, ProfileError> {
+    let (tx, rx) = mpsc::channel::<Chunk>(8);
+    let src: PathBuf = src.to_owned();
+    let packer = tokio::task::spawn_blocking(move || {
+        let refs: Vec<(&str, &[u8])> = extra
+            .iter()
+            .map(|(n, d)| (n.as_str(), d.as_slice()))
+            .collect();
+        let mut writer = ChunkWriter {
+            tx: tx.clone(),
+            buf: Vec::with_capacity(1 << 20),
+        };
+        let packed = profile::pack_gz(&src, &mut writer, &refs).and_then(|(stats, w)| {
+            std::io::Write::flush(w).map_err(|source| ArchiveError::Write {
+                path: "<archive>".into(),
+                source,
+            })?;
+            Ok(stats)
+        });
+        match &packed {
+            Ok(_) => {
+                let _ = tx.blocking_send(Chunk::End);
+            }
+            Err(e) => {
+                let _ = tx.blocking_send(Chunk::Failed(e.to_string()));
+            }
+        }
+        packed
+    });
+    let uploaded = store.put(key, chunk_reader(rx)).await;
+    let packed = packer
+        .await
+        .map_err(|e| ProfileError::Worker(e.to_string()))?;
+    packed?;
+    Ok(uploaded?)
+}
+
+/// Puts back the session cookies a previous session saved (Chrome never writes them to disk).
+async fn restore_session_cookies(chrome: &Chrome, profile: &Path) {
+    let file = profile.join(SESSION_COOKIES_FILE);
+    let Ok(data) = tokio::fs::read(&file).await else {
+        return;
+    };
+    let _ = tokio::fs::remove_file(&file).await;
+    let cookies: Vec<serde_json::Value> = match serde_json::from_slice(&data) {
+        Ok(v) => v,
+        Err(_) => {
+            warn!("the saved session cookies are not a JSON array; ignoring them");
+            return;
+        }
+    };
+    let n = cookies.len();
+    match cdp::set_cookies(&chrome.browser_ws_url(), cookies, Duration::from_secs(5)).await {
+        Ok(()) => info!(session_cookies = n, "session cookies restored"),
+        Err(e) => warn!(error = %e, "restoring session cookies failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stores::DirectoryArchives;
+
+    #[tokio::test]
+    async fn persist_then_hydrate_through_a_directory_store() {
+        let store: Arc<dyn ArchiveStore> = Arc::new(DirectoryArchives {
+            dir: tempfile::tempdir().unwrap().keep(),
+        });
+        let src = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(src.path().join("Default")).unwrap();
+        std::fs::write(src.path().join("Default/Cookies"), vec![42u8; 3 << 20]).unwrap();
+        let n = persist_profile(
+            store.clone(),
+            "p/c/profile.tar.gz",
+            src.path(),
+            vec![(SESSION_COOKIES_FILE.into(), b"[]".to_vec())],
+        )
+        .await
+        .unwrap();
+        assert!(n > 0);
+        let dest = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            max_bytes: 1 << 30,
+            max_entries: 1000,
+        };
+        let stats = hydrate(
+            store.as_ref(),
+            "p/c/profile.tar.gz",
+            dest.path(),
+            limits,
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(stats.bytes, (3 << 20) + 2);
+        assert_eq!(
+            std::fs::read(dest.path().join("Default/Cookies")).unwrap(),
+            vec![42u8; 3 << 20]
+        );
+        assert!(
+            hydrate(
+                store.as_ref(),
+                "p/none/profile.tar.gz",
+                dest.path(),
+                limits,
+                Duration::from_secs(1)
+            )
+            .await
+            .unwrap()
+            .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failing_packer_never_completes_an_upload() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ArchiveStore> = Arc::new(DirectoryArchives {
+            dir: dir.path().to_owned(),
+        });
+        store.put("k", Box::pin(&b"previous"[..])).await.unwrap();
+        let missing = dir.path().join("no-such-profile");
+        assert!(
+            persist_profile(store.clone(), "k", &missing, vec![])
+                .await
+                .is_err()
+        );
+        assert_eq!(std::fs::read(dir.path().join("k")).unwrap(), b"previous");
+    }
+}
