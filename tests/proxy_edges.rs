@@ -1,0 +1,460 @@
+//! The proxy's edges against a stand-in upstream (`proxy` subcommand in front of
+//! [`FakeUpstream`]): huge messages in both directions in bounded memory, close propagation
+//! both ways, refusal of broken and hostile requests, the connection cap, exactly what reaches
+//! the upstream, and the metrics.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use crate::support::upstream::{FakeUpstream, UpEvent, read_big_frame, read_head, write_big_frame};
+use crate::support::{self, KEY, SESSION, WAIT, raw_http, status_of, upgrade_request};
+
+const MIB: u64 = 1024 * 1024;
+
+fn valid_token() -> String {
+    support::token(KEY, SESSION, "", 3600)
+}
+
+/// Connects to `addr`, sends a WebSocket upgrade for `target` (path and query) and reads the
+/// answer's head — nothing after it. Returns the socket (bounded reads and writes) and the head.
+fn upgrade(addr: SocketAddr, target: &str, extra: &[&str]) -> (TcpStream, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.set_write_timeout(Some(WAIT)).unwrap();
+    s.write_all(&upgrade_request(target, &addr.to_string(), extra))
+        .unwrap();
+    let head =
+        read_head(&mut s).unwrap_or_else(|| panic!("no answer head to the upgrade of {target}"));
+    (s, head)
+}
+
+/// An upgrade of `/devtools/page/P1` authenticated with the query form; asserts the 101.
+fn upgraded(addr: SocketAddr) -> TcpStream {
+    let (s, head) = upgrade(
+        addr,
+        &format!("/devtools/page/P1?signingKey={}", valid_token()),
+        &[],
+    );
+    assert_eq!(status_of(&head), 101, "{head}");
+    s
+}
+
+/// The next upstream event, which must be an upgrade; returns its request head.
+fn next_upgrade(up: &FakeUpstream) -> String {
+    match up.next_event() {
+        UpEvent::Upgraded(head) => head,
+        other => panic!("expected an upgrade at the upstream, got {other:?}"),
+    }
+}
+
+/// `VmHWM` (peak resident set) of process `pid`, in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM in /proc/<pid>/status");
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// Header lines of a raw head as (lowercase name, value).
+fn headers_of(head: &str) -> Vec<(String, String)> {
+    head.lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect()
+}
+
+/// Reads until the peer closes, bounded by [`WAIT`]; a timeout or reset fails the test.
+fn read_until_eof(s: &mut TcpStream) -> String {
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap_or_else(|e| {
+        panic!(
+            "no clean close from the proxy ({e}); got {:?}",
+            String::from_utf8_lossy(&out)
+        )
+    });
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// One value of a Prometheus exposition, by its full series name.
+fn metric(text: &str, series: &str) -> u64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_256_mib_message_passes_each_way_in_bounded_memory() {
+    const BIG: u64 = 256 * MIB;
+    let (received_tx, received_rx) = mpsc::channel::<io::Result<(u8, u64)>>();
+    let received_tx = Mutex::new(received_tx);
+    let up = FakeUpstream::start(Arc::new(move |s: &mut TcpStream| {
+        let got = read_big_frame(s);
+        let ok = got.is_ok();
+        let _ = received_tx.lock().unwrap().send(got);
+        if ok {
+            write_big_frame(s, 0x2, BIG, false)?;
+        }
+        Ok(())
+    }));
+    let (c, addr) = support::proxy(up.addr, &[]);
+    let pid = c.child.id();
+    let before = peak_rss(pid);
+    let started = Instant::now();
+
+    let mut client = upgraded(addr);
+    write_big_frame(&mut client, 0x2, BIG, true).expect("client streams 256 MiB up");
+    let up_result = received_rx
+        .recv_timeout(WAIT)
+        .expect("the upstream read the big frame in time");
+    assert_eq!(
+        up_result.expect("the upstream got the message intact"),
+        (0x2, BIG)
+    );
+    assert_eq!(
+        read_big_frame(&mut client).expect("the client got the message intact"),
+        (0x2, BIG)
+    );
+    let elapsed = started.elapsed();
+
+    let peak = peak_rss(pid);
+    eprintln!(
+        "256 MiB each way: {:.1} s; proxy VmHWM {:.1} MiB (before the transfer {:.1} MiB)",
+        elapsed.as_secs_f64(),
+        peak as f64 / MIB as f64,
+        before as f64 / MIB as f64
+    );
+    assert!(
+        peak < 64 * MIB,
+        "the proxy's peak RSS reached {} MiB for a {} MiB message",
+        peak / MIB,
+        BIG / MIB
+    );
+}
+
+#[test]
+fn a_client_vanishing_closes_the_upstream_socket() {
+    let up = FakeUpstream::idle();
+    let (_c, addr) = support::proxy(up.addr, &[]);
+    let client = upgraded(addr);
+    next_upgrade(&up);
+    // No WebSocket close frame: the socket just goes away.
+    drop(client);
+    assert_eq!(
+        up.next_event(),
+        UpEvent::Closed,
+        "the proxy did not close its upstream socket"
+    );
+}
+
+#[test]
+fn the_upstream_closing_ends_the_client_connection_after_its_last_bytes() {
+    let up = FakeUpstream::start(Arc::new(|s: &mut TcpStream| {
+        write_big_frame(s, 0x1, 100, false)?;
+        s.shutdown(Shutdown::Both)
+    }));
+    let (_c, addr) = support::proxy(up.addr, &[]);
+    let mut client = upgraded(addr);
+    assert_eq!(
+        read_big_frame(&mut client).expect("the last frame before the close"),
+        (0x1, 100)
+    );
+    let mut b = [0u8; 1];
+    match client.read(&mut b) {
+        Ok(0) => {}
+        Ok(_) => panic!("unexpected bytes after the upstream closed"),
+        Err(e) => panic!("the client saw no EOF after the upstream closed: {e}"),
+    }
+}
+
+#[test]
+fn bad_requests_get_a_clear_4xx_and_never_reach_the_upstream() {
+    let up = FakeUpstream::idle();
+    let (mut c, addr) = support::proxy(up.addr, &[("PROXY_HEADER_TIMEOUT_SECONDS", "1")]);
+    // `proxy` asks the upstream's /json/version once at startup, before it is ready.
+    let baseline = up.connections.load(std::sync::atomic::Ordering::SeqCst);
+    let token = valid_token();
+
+    for malformed in [
+        &b"HELLO THERE\r\n\r\n"[..],
+        b"GET / HTTP/9.9\r\nHost: a\r\n\r\n",
+        b"GET /devtools/page/P1 HTTP/1.1\r\nNo colon here\r\n\r\n",
+        b"GET http://127.0.0.1:1/devtools/page/P1 HTTP/1.1\r\nHost: a\r\n\r\n",
+    ] {
+        let answer = raw_http(addr, malformed);
+        assert_eq!(
+            status_of(&answer),
+            400,
+            "{:?} → {answer}",
+            String::from_utf8_lossy(malformed)
+        );
+    }
+
+    let no_key = format!(
+        "GET /devtools/page/P1?signingKey={token} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    let answer = raw_http(addr, no_key.as_bytes());
+    assert_eq!(
+        status_of(&answer),
+        400,
+        "upgrade without Sec-WebSocket-Key → {answer}"
+    );
+
+    let pad = format!("X-Pad: {}", "a".repeat(20 * 1024));
+    let answer = raw_http(
+        addr,
+        &upgrade_request(
+            &format!("/devtools/page/P1?signingKey={token}"),
+            &addr.to_string(),
+            &[&pad],
+        ),
+    );
+    assert_eq!(status_of(&answer), 431, "20 KiB of headers → {answer}");
+    let many: Vec<String> = (0..100).map(|i| format!("X-H{i}: v")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let answer = raw_http(
+        addr,
+        &upgrade_request(
+            &format!("/devtools/page/P1?signingKey={token}"),
+            &addr.to_string(),
+            &many,
+        ),
+    );
+    assert_eq!(status_of(&answer), 431, "100 header lines → {answer}");
+
+    // A head that never completes (and a client that sends nothing at all): 408, then the proxy
+    // closes — read_until_eof fails on a timeout instead.
+    for partial in [
+        format!("GET /devtools/page/P1?signingKey={token} HTTP/1.1\r\nHost: {addr}\r\nUpgr"),
+        String::new(),
+    ] {
+        let started = Instant::now();
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(partial.as_bytes()).unwrap();
+        let answer = read_until_eof(&mut s);
+        assert_eq!(status_of(&answer), 408, "{partial:?} → {answer}");
+        assert!(
+            started.elapsed() >= Duration::from_millis(900),
+            "408 before the 1 s header timeout"
+        );
+    }
+
+    assert_eq!(
+        up.connections.load(std::sync::atomic::Ordering::SeqCst),
+        baseline,
+        "a refused request reached the upstream"
+    );
+    assert!(
+        c.child.try_wait().unwrap().is_none(),
+        "the proxy died:\n{}",
+        c.stderr.text()
+    );
+    let _client = upgraded(addr);
+    next_upgrade(&up);
+    assert_eq!(
+        up.connections.load(std::sync::atomic::Ordering::SeqCst),
+        baseline + 1
+    );
+}
+
+#[test]
+fn the_connection_cap_answers_503_and_frees_its_slot_when_a_client_leaves() {
+    let up = FakeUpstream::idle();
+    let (_c, addr) = support::proxy(up.addr, &[("MAX_CONNECTIONS", "2")]);
+    let first = upgraded(addr);
+    let _second = upgraded(addr);
+    next_upgrade(&up);
+    next_upgrade(&up);
+    let dialled = up.connections.load(std::sync::atomic::Ordering::SeqCst);
+
+    let request = upgrade_request(
+        &format!("/devtools/page/P1?signingKey={}", valid_token()),
+        &addr.to_string(),
+        &[],
+    );
+    let answer = raw_http(addr, &request);
+    assert_eq!(status_of(&answer), 503, "{answer}");
+    assert!(
+        headers_of(&answer)
+            .iter()
+            .any(|(n, v)| n == "retry-after" && !v.is_empty()),
+        "503 without Retry-After: {answer}"
+    );
+    assert_eq!(
+        up.connections.load(std::sync::atomic::Ordering::SeqCst),
+        dialled,
+        "the refused client reached the upstream"
+    );
+
+    drop(first);
+    assert_eq!(up.next_event(), UpEvent::Closed);
+    // The slot is released when the connection's task ends, a moment *after* the proxy closed
+    // its upstream socket (the event just seen); nothing outside the proxy observes that
+    // moment, so poll — bounded by WAIT — until an upgrade is admitted again.
+    let deadline = Instant::now() + WAIT;
+    let _third = loop {
+        let (s, head) = upgrade(
+            addr,
+            &format!("/devtools/page/P1?signingKey={}", valid_token()),
+            &[],
+        );
+        match status_of(&head) {
+            101 => break s,
+            503 if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            status => panic!("after a client left, an upgrade got {status}: {head}"),
+        }
+    };
+    next_upgrade(&up);
+}
+
+#[test]
+fn the_upstream_sees_its_own_host_and_no_origin_credentials_or_extensions() {
+    let up = FakeUpstream::idle();
+    let (_c, addr) = support::proxy(up.addr, &[]);
+    let token = valid_token();
+    let bearer = format!("Authorization: Bearer {token}");
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(&upgrade_request(
+        &format!("/?signingKey={token}"),
+        "browser.example.test:9223",
+        &[
+            "Origin: https://evil.example",
+            &bearer,
+            "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits",
+        ],
+    ))
+    .unwrap();
+    let answer = read_head(&mut s).expect("an answer");
+    assert_eq!(status_of(&answer), 101, "{answer}");
+
+    let head = next_upgrade(&up);
+    assert!(
+        head.starts_with("GET /devtools/browser/fake-browser HTTP/1.1\r\n"),
+        "`/` was not mapped to the browser target: {head}"
+    );
+    let headers = headers_of(&head);
+    let hosts: Vec<&str> = headers
+        .iter()
+        .filter(|(n, _)| n == "host")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(hosts, [up.addr.to_string()], "{head}");
+    for gone in ["origin", "authorization", "sec-websocket-extensions"] {
+        assert!(
+            !headers.iter().any(|(n, _)| n == gone),
+            "{gone} reached the upstream: {head}"
+        );
+    }
+    for text in [
+        token.as_str(),
+        "signingKey",
+        "evil.example",
+        "browser.example.test",
+        "permessage-deflate",
+    ] {
+        assert!(
+            !head.contains(text),
+            "{text:?} reached the upstream: {head}"
+        );
+    }
+    assert!(
+        !headers_of(&answer)
+            .iter()
+            .any(|(n, _)| n == "sec-websocket-extensions"),
+        "{answer}"
+    );
+}
+
+#[test]
+fn metrics_count_refusals_and_relayed_bytes_and_hold_no_token() {
+    let (frame_tx, frame_rx) = mpsc::channel::<io::Result<(u8, u64)>>();
+    let frame_tx = Mutex::new(frame_tx);
+    let up = FakeUpstream::start(Arc::new(move |s: &mut TcpStream| {
+        let _ = frame_tx.lock().unwrap().send(read_big_frame(s));
+        Ok(())
+    }));
+    let (mut c, addr) = support::proxy(up.addr, &[("METRICS_ADDR", "127.0.0.1:0")]);
+    let ev = c.wait_event(|e| e["message"] == "metrics listening");
+    let metrics_addr: SocketAddr = ev["addr"].as_str().expect("addr field").parse().unwrap();
+    let token = valid_token();
+
+    let answer = raw_http(
+        addr,
+        &upgrade_request("/devtools/page/P1", &addr.to_string(), &[]),
+    );
+    assert_eq!(status_of(&answer), 401, "{answer}");
+    let garbage = "leaky-garbage-token-text";
+    let answer = raw_http(
+        addr,
+        &upgrade_request(
+            &format!("/devtools/page/P1?signingKey={garbage}"),
+            &addr.to_string(),
+            &[],
+        ),
+    );
+    assert_eq!(status_of(&answer), 401, "{answer}");
+
+    let (mut client, head) = upgrade(addr, &format!("/devtools/page/P1?signingKey={token}"), &[]);
+    assert_eq!(status_of(&head), 101, "{head}");
+    next_upgrade(&up);
+    // 1000 payload bytes: a 2-byte header, a 2-byte length and a 4-byte mask.
+    write_big_frame(&mut client, 0x2, 1000, true).unwrap();
+    let got = frame_rx
+        .recv_timeout(WAIT)
+        .expect("the frame reached the upstream in time");
+    assert_eq!(got.unwrap(), (0x2, 1000));
+    drop(client);
+    // The relay is counted as it ends, before the proxy closes the upstream socket.
+    assert_eq!(up.next_event(), UpEvent::Closed);
+
+    let text = raw_http(
+        metrics_addr,
+        b"GET /metrics HTTP/1.1\r\nHost: metrics\r\n\r\n",
+    );
+    assert_eq!(status_of(&text), 200, "{text}");
+    assert_eq!(
+        metric(
+            &text,
+            r#"wallcrawler_proxy_auth_refusals_total{reason="missing"}"#
+        ),
+        1
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"wallcrawler_proxy_bytes_total{direction="client_to_chrome"}"#
+        ),
+        1008
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"wallcrawler_proxy_connections_total{outcome="relayed"}"#
+        ),
+        1
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"wallcrawler_proxy_connections_total{outcome="unauthorized"}"#
+        ),
+        2
+    );
+    let signature = token.rsplit('.').next().unwrap();
+    for secret in [token.as_str(), signature, garbage, "signingKey", KEY] {
+        assert!(!text.contains(secret), "{secret:?} in /metrics:\n{text}");
+    }
+}
