@@ -138,7 +138,7 @@ pub enum Command {
     /// The signing key comes from WALLCRAWLER_JWT_SIGNING_KEY or is generated.
     Local(LocalArgs),
     /// ECS mode: the per-task controller, configured by the task's environment variables.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Only the authenticating proxy, in front of an already running CDP endpoint.
     Proxy(ProxyArgs),
     /// Print a signed token for a session (bare token and a newline on stdout).

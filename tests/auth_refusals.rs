@@ -26,7 +26,11 @@ fn claims() -> Value {
 
 /// Signs `payload` under `header` with HS256 (or HS512 when the header says so) and `key`.
 fn sign(header: Value, payload: &Value, key: &str) -> String {
-    let input = format!("{}.{}", b64(header.to_string().as_bytes()), b64(payload.to_string().as_bytes()));
+    let input = format!(
+        "{}.{}",
+        b64(header.to_string().as_bytes()),
+        b64(payload.to_string().as_bytes())
+    );
     let sig = if header["alg"] == "HS512" {
         let mut m = Hmac::<sha2::Sha512>::new_from_slice(key.as_bytes()).unwrap();
         m.update(input.as_bytes());
@@ -65,12 +69,29 @@ fn refused(credential: Option<&str>, envs: &[(&str, &str)]) {
     let answer = raw_http(addr, &upgrade_request(&path, &host, &headers));
     assert_eq!(status_of(&answer), 401, "{answer}");
     assert!(!answer.contains("101"), "{answer}");
-    assert!(answer.ends_with("\r\n\r\nunauthorized\n"), "generic body: {answer}");
-    assert_eq!(upstream.connections.load(Ordering::SeqCst), baseline, "the upstream was contacted");
-    assert!(upstream.heads.lock().unwrap().iter().all(|h| h.starts_with("GET /json/version ")));
+    assert!(
+        answer.ends_with("\r\n\r\nunauthorized\n"),
+        "generic body: {answer}"
+    );
+    assert_eq!(
+        upstream.connections.load(Ordering::SeqCst),
+        baseline,
+        "the upstream was contacted"
+    );
+    assert!(
+        upstream
+            .heads
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|h| h.starts_with("GET /json/version "))
+    );
     if let Some(t) = credential.filter(|t| t.len() > 20) {
         let tail = &t[t.len() - 20..];
-        assert!(!c.stderr.text().contains(tail), "credential text in the log");
+        assert!(
+            !c.stderr.text().contains(tail),
+            "credential text in the log"
+        );
     }
 }
 
@@ -95,7 +116,12 @@ fn tampered_payload() {
     let parts: Vec<&str> = good.split('.').collect();
     let mut c = claims();
     c["exp"] = json!(now() + 999_999);
-    let forged = format!("{}.{}.{}", parts[0], b64(c.to_string().as_bytes()), parts[2]);
+    let forged = format!(
+        "{}.{}.{}",
+        parts[0],
+        b64(c.to_string().as_bytes()),
+        parts[2]
+    );
     refused(Some(&forged), &[]);
 }
 
@@ -111,13 +137,20 @@ fn not_before_in_the_future() {
 
 #[test]
 fn alg_none() {
-    let unsigned = format!("{}.{}.", b64(br#"{"alg":"none","typ":"JWT"}"#), b64(claims().to_string().as_bytes()));
+    let unsigned = format!(
+        "{}.{}.",
+        b64(br#"{"alg":"none","typ":"JWT"}"#),
+        b64(claims().to_string().as_bytes())
+    );
     refused(Some(&unsigned), &[]);
 }
 
 #[test]
 fn hs512() {
-    refused(Some(&sign(json!({"alg": "HS512", "typ": "JWT"}), &claims(), KEY)), &[]);
+    refused(
+        Some(&sign(json!({"alg": "HS512", "typ": "JWT"}), &claims(), KEY)),
+        &[],
+    );
 }
 
 #[test]
@@ -132,12 +165,23 @@ fn wrong_audience() {
 
 #[test]
 fn another_sessions_token() {
-    refused(Some(&token(KEY, "sess_99999999-0000-0000-0000-000000000000", "proj_a", 600)), &[]);
+    refused(
+        Some(&token(
+            KEY,
+            "sess_99999999-0000-0000-0000-000000000000",
+            "proj_a",
+            600,
+        )),
+        &[],
+    );
 }
 
 #[test]
 fn another_projects_token_when_project_id_is_set() {
-    refused(Some(&token(KEY, SESSION, "proj_other", 600)), &[("PROJECT_ID", "proj_a")]);
+    refused(
+        Some(&token(KEY, SESSION, "proj_other", 600)),
+        &[("PROJECT_ID", "proj_a")],
+    );
 }
 
 #[test]
@@ -146,9 +190,19 @@ fn a_bad_bearer_header_with_a_good_query_token() {
     let upstream = FakeUpstream::idle();
     let (_c, addr) = proxy(upstream.addr, &[]);
     let baseline = upstream.connections.load(Ordering::SeqCst);
-    let bad = format!("Authorization: Bearer {}", token("another-key", SESSION, "proj_a", 600));
-    let answer = raw_http(addr, &upgrade_request(&format!("/?signingKey={good}"), &addr.to_string(), &[&bad]));
-    assert_eq!(status_of(&answer), 401, "both credentials must be valid: {answer}");
+    let bad = format!(
+        "Authorization: Bearer {}",
+        token("another-key", SESSION, "proj_a", 600)
+    );
+    let answer = raw_http(
+        addr,
+        &upgrade_request(&format!("/?signingKey={good}"), &addr.to_string(), &[&bad]),
+    );
+    assert_eq!(
+        status_of(&answer),
+        401,
+        "both credentials must be valid: {answer}"
+    );
     assert_eq!(upstream.connections.load(Ordering::SeqCst), baseline);
 }
 
@@ -159,7 +213,11 @@ fn the_right_project_is_accepted() {
     let (_c, addr) = proxy(upstream.addr, &[("PROJECT_ID", "proj_a")]);
     let t = token(KEY, SESSION, "proj_a", 600);
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    std::io::Write::write_all(&mut s, &upgrade_request(&format!("/?signingKey={t}"), &addr.to_string(), &[])).unwrap();
+    std::io::Write::write_all(
+        &mut s,
+        &upgrade_request(&format!("/?signingKey={t}"), &addr.to_string(), &[]),
+    )
+    .unwrap();
     s.set_read_timeout(Some(crate::support::WAIT)).unwrap();
     let mut buf = [0u8; 12];
     std::io::Read::read_exact(&mut s, &mut buf).unwrap();

@@ -9,7 +9,9 @@ use crate::support::{KEY, bin, now};
 
 fn run(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
     let mut c = Command::new(bin());
-    c.args(args).env_remove("WALLCRAWLER_JWT_SIGNING_KEY").env_remove("SESSION_ID");
+    c.args(args)
+        .env_remove("WALLCRAWLER_JWT_SIGNING_KEY")
+        .env_remove("SESSION_ID");
     for (k, v) in envs {
         c.env(k, v);
     }
@@ -18,12 +20,31 @@ fn run(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
 
 #[test]
 fn token_prints_one_valid_token_line() {
-    let out = run(&["token", "--session-id", "sess_x", "--project-id", "proj_y", "--ttl", "120"], &[("WALLCRAWLER_JWT_SIGNING_KEY", KEY)]);
+    let out = run(
+        &[
+            "token",
+            "--session-id",
+            "sess_x",
+            "--project-id",
+            "proj_y",
+            "--ttl",
+            "120",
+        ],
+        &[("WALLCRAWLER_JWT_SIGNING_KEY", KEY)],
+    );
     assert!(out.status.success(), "{out:?}");
     let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(stdout.ends_with('\n') && stdout.lines().count() == 1, "{stdout:?}");
+    assert!(
+        stdout.ends_with('\n') && stdout.lines().count() == 1,
+        "{stdout:?}"
+    );
     let t = stdout.trim_end();
-    let v = Validation { session_id: "sess_x", project_id: Some("proj_y"), leeway_seconds: 0, now: now() };
+    let v = Validation {
+        session_id: "sess_x",
+        project_id: Some("proj_y"),
+        leeway_seconds: 0,
+        now: now(),
+    };
     let ok = validate(t, &[SigningKey::new(KEY.as_bytes())], &v).unwrap();
     assert!(ok.exp <= (now() + 121) as f64 && ok.exp >= (now() + 100) as f64);
 }
@@ -33,15 +54,30 @@ fn token_without_a_key_is_a_configuration_error() {
     let out = run(&["token", "--session-id", "s"], &[]);
     assert_eq!(out.status.code(), Some(64));
     assert!(out.stdout.is_empty());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("WALLCRAWLER_JWT_SIGNING_KEY is required"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("WALLCRAWLER_JWT_SIGNING_KEY is required")
+    );
 }
 
 #[test]
 fn run_lists_every_configuration_problem_and_exits_64() {
-    let out = run(&["run"], &[("CDP_PROXY_PORT", "70000"), ("CONTEXT_ID", "ctx_1"), ("LOG_FORMAT", "yaml")]);
+    let out = run(
+        &["run"],
+        &[
+            ("CDP_PROXY_PORT", "70000"),
+            ("CONTEXT_ID", "ctx_1"),
+            ("LOG_FORMAT", "yaml"),
+        ],
+    );
     assert_eq!(out.status.code(), Some(64), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
-    for needle in ["SESSION_ID is required", "a signing key is required", "CDP_PROXY_PORT", "CONTEXT_S3_KEY", "LOG_FORMAT"] {
+    for needle in [
+        "SESSION_ID is required",
+        "a signing key is required",
+        "CDP_PROXY_PORT",
+        "CONTEXT_S3_KEY",
+        "LOG_FORMAT",
+    ] {
         assert!(err.contains(needle), "{needle} missing from: {err}");
     }
     assert!(out.stdout.is_empty());

@@ -3,27 +3,46 @@ use crate::support::{Controller, node};
 fn assert_drove(result: &serde_json::Value, client: &str) {
     assert_eq!(result["ok"], true, "{client}: {result}");
     assert_eq!(result["eval"], 2, "{client}: {result}");
-    assert!(result["screenshotBytes"].as_u64().unwrap_or(0) > 0, "{client}: {result}");
+    assert!(
+        result["screenshotBytes"].as_u64().unwrap_or(0) > 0,
+        "{client}: {result}"
+    );
 }
 
 #[test]
 fn puppeteer_with_the_connect_url() {
     let (_c, s) = Controller::local(&[], &[]);
-    let r = node("drive.mjs", &["--client", "puppeteer", "--url", &s.connect_url]);
+    let r = node(
+        "drive.mjs",
+        &["--client", "puppeteer", "--url", &s.connect_url],
+    );
     assert_drove(&r, "puppeteer");
 }
 
 #[test]
 fn puppeteer_with_the_token_in_an_authorization_header() {
     let (_c, s) = Controller::local(&[], &[]);
-    let r = node("drive.mjs", &["--client", "puppeteer", "--url", &s.ws_url(), "--bearer", &s.token]);
+    let r = node(
+        "drive.mjs",
+        &[
+            "--client",
+            "puppeteer",
+            "--url",
+            &s.ws_url(),
+            "--bearer",
+            &s.token,
+        ],
+    );
     assert_drove(&r, "puppeteer (header)");
 }
 
 #[test]
 fn playwright_with_the_ws_url() {
     let (_c, s) = Controller::local(&[], &[]);
-    let r = node("drive.mjs", &["--client", "playwright", "--url", &s.connect_url]);
+    let r = node(
+        "drive.mjs",
+        &["--client", "playwright", "--url", &s.connect_url],
+    );
     assert_drove(&r, "playwright ws");
 }
 
@@ -38,7 +57,17 @@ fn playwright_with_the_http_url_and_query_token() {
 #[test]
 fn playwright_with_the_http_url_and_header() {
     let (_c, s) = Controller::local(&[], &[]);
-    let r = node("drive.mjs", &["--client", "playwright", "--url", &s.http_url(), "--bearer", &s.token]);
+    let r = node(
+        "drive.mjs",
+        &[
+            "--client",
+            "playwright",
+            "--url",
+            &s.http_url(),
+            "--bearer",
+            &s.token,
+        ],
+    );
     assert_drove(&r, "playwright http+header");
 }
 
@@ -52,7 +81,10 @@ fn chrome_remote_interface_with_the_connect_url() {
 #[test]
 fn stagehand_with_the_connect_url() {
     let (_c, s) = Controller::local(&[], &[]);
-    let r = node("drive.mjs", &["--client", "stagehand", "--url", &s.connect_url]);
+    let r = node(
+        "drive.mjs",
+        &["--client", "stagehand", "--url", &s.connect_url],
+    );
     assert_drove(&r, "stagehand");
 }
 
@@ -68,7 +100,10 @@ fn puppeteer_and_playwright_attached_at_once() {
 #[test]
 fn a_client_without_the_token_cannot_connect() {
     let (_c, s) = Controller::local(&[], &[]);
-    let out = crate::support::node_output("drive.mjs", &["--client", "puppeteer", "--url", &s.ws_url()]);
+    let out = crate::support::node_output(
+        "drive.mjs",
+        &["--client", "puppeteer", "--url", &s.ws_url()],
+    );
     assert!(!out.status.success());
     assert!(out.stdout.contains("401"), "{out:?}");
 }

@@ -12,7 +12,10 @@ fn json_body(answer: &str) -> Value {
 }
 
 fn get(addr: std::net::SocketAddr, target: &str, host: &str) -> String {
-    raw_http(addr, format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
+    raw_http(
+        addr,
+        format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
 }
 
 #[test]
@@ -25,7 +28,10 @@ fn discovery_urls_use_the_name_the_client_used() {
     assert_eq!(status_of(&version), 200, "{version}");
     let v = json_body(&version);
     let ws = v["webSocketDebuggerUrl"].as_str().unwrap();
-    assert!(ws.starts_with(&format!("ws://{host}/devtools/browser/")), "{ws}");
+    assert!(
+        ws.starts_with(&format!("ws://{host}/devtools/browser/")),
+        "{ws}"
+    );
     assert!(ws.ends_with(&q), "a query client gets its token back: {ws}");
 
     // Open a page so /json/list has one, through the proxy, with the header credential.
@@ -39,18 +45,35 @@ fn discovery_urls_use_the_name_the_client_used() {
     );
     assert_eq!(status_of(&new), 200, "{new}");
     let page = json_body(&new);
-    assert!(page["webSocketDebuggerUrl"].as_str().unwrap().starts_with(&format!("ws://{host}/devtools/page/")), "{page}");
+    assert!(
+        page["webSocketDebuggerUrl"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("ws://{host}/devtools/page/")),
+        "{page}"
+    );
 
     for target in ["/json/list", "/json", "/json/list/", "/json/"] {
         let list = get(s.addr, &format!("{target}{q}"), &host);
         assert_eq!(status_of(&list), 200, "{target}: {list}");
-        assert!(!list.contains("127.0.0.1"), "{target} leaks Chrome's address: {list}");
+        assert!(
+            !list.contains("127.0.0.1"),
+            "{target} leaks Chrome's address: {list}"
+        );
         let items = json_body(&list);
-        let pages: Vec<&Value> = items.as_array().unwrap().iter().filter(|i| i["type"] == "page").collect();
+        let pages: Vec<&Value> = items
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["type"] == "page")
+            .collect();
         assert!(!pages.is_empty(), "{list}");
         for p in pages {
             let ws = p["webSocketDebuggerUrl"].as_str().unwrap();
-            assert!(ws.starts_with(&format!("ws://{host}/devtools/page/")) && ws.ends_with(&q), "{ws}");
+            assert!(
+                ws.starts_with(&format!("ws://{host}/devtools/page/")) && ws.ends_with(&q),
+                "{ws}"
+            );
             let fe = p["devtoolsFrontendUrl"].as_str().unwrap();
             assert!(fe.contains(&format!("ws={host}/devtools/page/")), "{fe}");
         }
@@ -62,11 +85,21 @@ fn a_header_client_gets_urls_without_the_token() {
     let (_c, s) = Controller::local(&[], &[]);
     let answer = raw_http(
         s.addr,
-        format!("GET /json/version/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n", s.addr, s.token).as_bytes(),
+        format!(
+            "GET /json/version/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
+            s.addr, s.token
+        )
+        .as_bytes(),
     );
     assert_eq!(status_of(&answer), 200, "{answer}");
-    let ws = json_body(&answer)["webSocketDebuggerUrl"].as_str().unwrap().to_owned();
-    assert!(ws.starts_with(&format!("ws://{}/devtools/browser/", s.addr)), "{ws}");
+    let ws = json_body(&answer)["webSocketDebuggerUrl"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        ws.starts_with(&format!("ws://{}/devtools/browser/", s.addr)),
+        "{ws}"
+    );
     assert!(!ws.contains("signingKey"), "{ws}");
 }
 
@@ -75,20 +108,29 @@ fn a_header_client_gets_urls_without_the_token() {
 #[test]
 fn a_client_using_a_dns_name_and_an_origin_works() {
     let (_c, s) = Controller::local(&[], &[]);
-    let url = format!("ws://browser.example.test:{}/?signingKey={}", s.addr.port(), s.token);
+    let url = format!(
+        "ws://browser.example.test:{}/?signingKey={}",
+        s.addr.port(),
+        s.token
+    );
     let mut req = url.into_client_request().unwrap();
-    req.headers_mut().insert("Origin", "https://app.example.test".parse().unwrap());
+    req.headers_mut()
+        .insert("Origin", "https://app.example.test".parse().unwrap());
     let tcp = std::net::TcpStream::connect(s.addr).unwrap();
     tcp.set_read_timeout(Some(crate::support::WAIT)).unwrap();
     let (mut ws, resp) = tungstenite::client(req, tcp).expect("upgrade through the proxy");
     assert_eq!(resp.status(), 101);
-    ws.send(Message::text(r#"{"id":1,"method":"Browser.getVersion"}"#)).unwrap();
+    ws.send(Message::text(r#"{"id":1,"method":"Browser.getVersion"}"#))
+        .unwrap();
     loop {
         match ws.read().unwrap() {
             Message::Text(t) => {
                 let v: Value = serde_json::from_str(t.as_str()).unwrap();
                 if v["id"] == 1 {
-                    assert!(v["result"]["product"].as_str().unwrap().contains("Chrome"), "{v}");
+                    assert!(
+                        v["result"]["product"].as_str().unwrap().contains("Chrome"),
+                        "{v}"
+                    );
                     break;
                 }
             }

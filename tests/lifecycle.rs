@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use crate::support::{Controller, WAIT, chrome_path, node, node_spawn, processes_with, user_data_dir_of};
+use crate::support::{
+    Controller, WAIT, chrome_path, node, node_spawn, processes_with, user_data_dir_of,
+};
 
 /// Waits (bounded) until no process mentions `profile` any more.
 fn assert_no_chrome_left(profile: &str) {
@@ -15,7 +17,10 @@ fn assert_no_chrome_left(profile: &str) {
         if left.is_empty() {
             return;
         }
-        assert!(Instant::now() < deadline, "chrome processes left behind: {left:?}");
+        assert!(
+            Instant::now() < deadline,
+            "chrome processes left behind: {left:?}"
+        );
         // No event announces that the kernel finished tearing a process down; poll /proc.
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -31,9 +36,15 @@ fn sigterm_closes_chrome_through_cdp_and_exits_zero() {
     assert_eq!(status.code(), Some(0), "{}", c.stderr.text());
     let log = c.stderr.text();
     assert!(log.contains("Browser.close acknowledged"), "{log}");
-    assert!(log.contains("clean=true"), "chrome must exit from Browser.close, not a signal: {log}");
+    assert!(
+        log.contains("clean=true"),
+        "chrome must exit from Browser.close, not a signal: {log}"
+    );
     assert_no_chrome_left(&profile);
-    assert!(!std::path::Path::new(&profile).exists(), "the local profile is removed");
+    assert!(
+        !std::path::Path::new(&profile).exists(),
+        "the local profile is removed"
+    );
 }
 
 #[test]
@@ -66,21 +77,42 @@ fn chrome_crash_closes_clients_and_fails() {
     let first = lines.recv_timeout(WAIT).expect("hold.mjs connected");
     assert_eq!(first["connected"], true, "{first}");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(chrome), Signal::SIGKILL).unwrap();
-    let closed = lines.recv_timeout(WAIT).expect("the client saw its socket close");
+    let closed = lines
+        .recv_timeout(WAIT)
+        .expect("the client saw its socket close");
     assert_eq!(closed["closed"], true, "{closed}");
     let status = c.wait_exit();
     assert_ne!(status.code(), Some(0), "a crash is a failure");
-    assert!(c.stderr.text().contains("chrome exited unexpectedly"), "{}", c.stderr.text());
+    assert!(
+        c.stderr.text().contains("chrome exited unexpectedly"),
+        "{}",
+        c.stderr.text()
+    );
     let _ = holder.wait();
     assert_no_chrome_left(&profile);
 }
 
 #[test]
 fn a_missing_chrome_is_a_clear_failure() {
-    let mut c = Controller::spawn(&["local", "--port", "0", "--chrome-path", "/nonexistent/chrome"], &[]);
+    let mut c = Controller::spawn(
+        &[
+            "local",
+            "--port",
+            "0",
+            "--chrome-path",
+            "/nonexistent/chrome",
+        ],
+        &[],
+    );
     let status = c.wait_exit();
     assert_eq!(status.code(), Some(1));
-    assert!(c.stderr.text().contains("/nonexistent/chrome does not exist"), "{}", c.stderr.text());
+    assert!(
+        c.stderr
+            .text()
+            .contains("/nonexistent/chrome does not exist"),
+        "{}",
+        c.stderr.text()
+    );
 }
 
 #[test]
@@ -99,8 +131,15 @@ fn run_mode_ends_itself_when_idle() {
         ],
     );
     let ready = c.wait_event(|e| e["message"] == "session ready");
-    assert!(ready["proxy"].as_str().unwrap().starts_with("0.0.0.0:"), "{ready}");
+    assert!(
+        ready["proxy"].as_str().unwrap().starts_with("0.0.0.0:"),
+        "{ready}"
+    );
     let status = c.wait_exit();
     assert_eq!(status.code(), Some(0), "{}", c.stderr.text());
-    assert!(c.stderr.text().contains("IdleTimeout"), "{}", c.stderr.text());
+    assert!(
+        c.stderr.text().contains("IdleTimeout"),
+        "{}",
+        c.stderr.text()
+    );
 }

@@ -4,17 +4,19 @@
 
 mod support;
 
-/// Real clients drive the browser through the proxy (every connection form).
-mod clients;
 /// Every token refusal: 401, no upgrade, the upstream never contacted.
 mod auth_refusals;
+/// The command line: token, --help, configuration errors (exit 64).
+mod cli;
+/// Real clients drive the browser through the proxy (every connection form).
+mod clients;
 /// Host/Origin handling and discovery URLs pointing back at the proxy.
 mod discovery;
 /// Chrome lifecycle: SIGTERM, Browser.close, crash, exit codes, no leftover processes.
 mod lifecycle;
-/// No token text in any log line of a debug-level run.
-mod secrets_in_logs;
-/// The command line: token, --help, configuration errors (exit 64).
-mod cli;
 /// Proxy edge cases against a stand-in upstream: huge frames, closes, bad requests, cap, metrics.
 mod proxy_edges;
+/// No token text in any log line of a debug-level run.
+mod secrets_in_logs;
+/// The ECS task against a local AWS: READY, context restore/save, every way to end.
+mod task;

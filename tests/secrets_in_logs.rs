@@ -12,17 +12,36 @@ fn no_token_text_in_a_debug_log() {
     let other = token(KEY, "sess_someone-else", "", 600);
     let expired = crate::support::token(KEY, &session, "", 1);
 
-    let r = node("drive.mjs", &["--client", "puppeteer", "--url", &s.connect_url]);
+    let r = node(
+        "drive.mjs",
+        &["--client", "puppeteer", "--url", &s.connect_url],
+    );
     assert_eq!(r["ok"], true, "{r}");
     let http = format!("{}?signingKey={}", s.http_url(), s.token);
     let r = node("drive.mjs", &["--client", "playwright", "--url", &http]);
     assert_eq!(r["ok"], true, "{r}");
-    let r = node("drive.mjs", &["--client", "playwright", "--url", &s.http_url(), "--bearer", &s.token]);
+    let r = node(
+        "drive.mjs",
+        &[
+            "--client",
+            "playwright",
+            "--url",
+            &s.http_url(),
+            "--bearer",
+            &s.token,
+        ],
+    );
     assert_eq!(r["ok"], true, "{r}");
     for bad in [&other, &format!("{}x", s.token)] {
-        let a = raw_http(s.addr, format!("GET /json/version?signingKey={bad} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+        let a = raw_http(
+            s.addr,
+            format!("GET /json/version?signingKey={bad} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+        );
         assert!(a.starts_with("HTTP/1.1 401"), "{a}");
-        let a = raw_http(s.addr, format!("GET /json/list HTTP/1.1\r\nAuthorization: Bearer {bad}\r\n\r\n").as_bytes());
+        let a = raw_http(
+            s.addr,
+            format!("GET /json/list HTTP/1.1\r\nAuthorization: Bearer {bad}\r\n\r\n").as_bytes(),
+        );
         assert!(a.starts_with("HTTP/1.1 401"), "{a}");
     }
     let _ = expired;
@@ -39,5 +58,10 @@ fn no_token_text_in_a_debug_log() {
         }
     }
     assert!(!log.contains("signingKey="), "a query string was logged");
-    assert_eq!(c.stdout.len(), 1, "stdout carries only the connectUrl: {:?}", c.stdout);
+    assert_eq!(
+        c.stdout.len(),
+        1,
+        "stdout carries only the connectUrl: {:?}",
+        c.stdout
+    );
 }

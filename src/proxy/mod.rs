@@ -35,6 +35,9 @@ use route::{Route, RouteError};
 /// Largest request head accepted (431 beyond).
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 
+/// Connections answered 503 at the same time, at most.
+pub const REJECT_BACKLOG: usize = 256;
+
 /// Limits of the proxy.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -78,6 +81,9 @@ pub struct Proxy {
     events: Arc<ProxyEvents>,
     limits: Limits,
     permits: Arc<Semaphore>,
+    /// Bounds the connections being turned away with 503 (each lingers up to a second);
+    /// beyond it a refused connection is dropped without an answer.
+    reject_permits: Arc<Semaphore>,
     /// Fired at shutdown to end every relay.
     relays_cancel: CancellationToken,
 }
@@ -96,6 +102,7 @@ impl Proxy {
             clients: watch::Sender::new(0),
             events: Arc::new(ProxyEvents::default()),
             permits: Arc::new(Semaphore::new(limits.max_connections)),
+            reject_permits: Arc::new(Semaphore::new(REJECT_BACKLOG)),
             limits,
             relays_cancel: CancellationToken::new(),
         })
@@ -165,10 +172,20 @@ impl Proxy {
                 Err(_) => {
                     self.metrics.outcome(Outcome::AtCapacity);
                     debug!(client.addr = %peer, "connection cap reached");
-                    tokio::spawn(respond_and_close(
-                        stream,
-                        simple_response(503, &[("Retry-After", "1")], "too many connections\n"),
-                    ));
+                    if let Ok(permit) = self.reject_permits.clone().try_acquire_owned() {
+                        tokio::spawn(async move {
+                            respond_and_close(
+                                stream,
+                                simple_response(
+                                    503,
+                                    &[("Retry-After", "1")],
+                                    "too many connections\n",
+                                ),
+                            )
+                            .await;
+                            drop(permit);
+                        });
+                    }
                 }
             }
         }

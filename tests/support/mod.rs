@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use wallcrawler_contract::{Claims, SigningKey};
 
+pub mod aws;
 pub mod upstream;
 
 /// Bound on any single wait in these tests (a hang guard, not a speed assertion).
@@ -37,12 +38,18 @@ pub fn chrome_path() -> PathBuf {
     if let Ok(p) = std::env::var("CHROME_PATH") {
         return PathBuf::from(p);
     }
-    for p in ["/usr/lib/chromium/chromium", "/usr/bin/chromium", "/usr/bin/google-chrome"] {
+    for p in [
+        "/usr/lib/chromium/chromium",
+        "/usr/bin/chromium",
+        "/usr/bin/google-chrome",
+    ] {
         if Path::new(p).is_file() {
             return PathBuf::from(p);
         }
     }
-    panic!("Chromium is not installed: run scripts/install-test-deps.sh (apt-get install chromium)");
+    panic!(
+        "Chromium is not installed: run scripts/install-test-deps.sh (apt-get install chromium)"
+    );
 }
 
 /// A token for `session` (and `project`) signed with `key`, valid for `ttl` seconds.
@@ -51,7 +58,10 @@ pub fn token(key: &str, session: &str, project: &str, ttl: u64) -> String {
 }
 
 pub fn now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 /// Everything a child wrote to stderr so far, shared with the reader thread.
@@ -84,9 +94,17 @@ impl Controller {
     /// the controller's own variables so nothing leaks in from the outside).
     pub fn spawn(args: &[&str], envs: &[(&str, &str)]) -> Controller {
         let mut cmd = Command::new(bin());
-        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         for (k, _) in std::env::vars() {
-            if k.starts_with("WALLCRAWLER_") || k.starts_with("CDP_") || k == "SESSION_ID" || k == "PROJECT_ID" || k == "RUST_LOG" {
+            if k.starts_with("WALLCRAWLER_")
+                || k.starts_with("CDP_")
+                || k == "SESSION_ID"
+                || k == "PROJECT_ID"
+                || k == "RUST_LOG"
+            {
                 cmd.env_remove(k);
             }
         }
@@ -118,13 +136,26 @@ impl Controller {
                 }
             });
         }
-        Controller { child, stderr, stdout_rx, stdout: Vec::new(), events_rx, events: Vec::new() }
+        Controller {
+            child,
+            stderr,
+            stdout_rx,
+            stdout: Vec::new(),
+            events_rx,
+            events: Vec::new(),
+        }
     }
 
     /// `local --port 0` with real Chromium; waits for the connectUrl.
     pub fn local(extra_args: &[&str], envs: &[(&str, &str)]) -> (Controller, LocalSession) {
         let chrome = chrome_path();
-        let mut args = vec!["local", "--port", "0", "--chrome-path", chrome.to_str().unwrap()];
+        let mut args = vec![
+            "local",
+            "--port",
+            "0",
+            "--chrome-path",
+            chrome.to_str().unwrap(),
+        ];
         args.extend_from_slice(extra_args);
         let mut c = Controller::spawn(&args, envs);
         let line = c.wait_stdout_line(|l| l.starts_with("connectUrl: "));
@@ -169,7 +200,10 @@ impl Controller {
                         return e;
                     }
                 }
-                Err(_) => panic!("no matching log event in time; stderr:\n{}", self.stderr.text()),
+                Err(_) => panic!(
+                    "no matching log event in time; stderr:\n{}",
+                    self.stderr.text()
+                ),
             }
         }
     }
@@ -183,7 +217,10 @@ impl Controller {
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!("controller did not exit in time; stderr:\n{}", self.stderr.text());
+                panic!(
+                    "controller did not exit in time; stderr:\n{}",
+                    self.stderr.text()
+                );
             }
             // Polling a child's exit status has no event to wait on in std; 20 ms steps.
             std::thread::sleep(Duration::from_millis(20));
@@ -197,7 +234,10 @@ impl Controller {
     /// The pid of the Chrome this controller launched (from its "chrome started" log line).
     pub fn chrome_pid(&self) -> i32 {
         let text = self.stderr.text();
-        let re = regex_lite::Regex::new(r#"pid[="]+:?(\d+)[^\n]*chrome started|chrome started[^\n]*pid[=":]+(\d+)"#).unwrap();
+        let re = regex_lite::Regex::new(
+            r#"pid[="]+:?(\d+)[^\n]*chrome started|chrome started[^\n]*pid[=":]+(\d+)"#,
+        )
+        .unwrap();
         for line in text.lines().filter(|l| l.contains("chrome started")) {
             if let Some(c) = re.captures(line) {
                 let m = c.get(1).or(c.get(2)).unwrap();
@@ -234,8 +274,15 @@ impl LocalSession {
     pub fn parse(url: &str) -> LocalSession {
         let rest = url.strip_prefix("ws://").expect("ws url");
         let (hostport, query) = rest.split_once('?').expect("query");
-        let token = query.strip_prefix("signingKey=").expect("signingKey").to_owned();
-        LocalSession { connect_url: url.to_owned(), addr: hostport.parse().unwrap(), token }
+        let token = query
+            .strip_prefix("signingKey=")
+            .expect("signingKey")
+            .to_owned();
+        LocalSession {
+            connect_url: url.to_owned(),
+            addr: hostport.parse().unwrap(),
+            token,
+        }
     }
 
     pub fn ws_url(&self) -> String {
@@ -250,7 +297,9 @@ impl LocalSession {
     pub fn session_id(&self) -> String {
         use base64::Engine;
         let payload = self.token.split('.').nth(1).unwrap();
-        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap();
+        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
         v["sessionId"].as_str().unwrap().to_owned()
     }
@@ -276,7 +325,12 @@ pub fn node_output(script: &str, args: &[&str]) -> NodeOutput {
         dir.join("node_modules").is_dir(),
         "tests/node/node_modules is missing: run scripts/install-test-deps.sh"
     );
-    let out = Command::new("node").arg(dir.join(script)).args(args).current_dir(&dir).output().expect("run node");
+    let out = Command::new("node")
+        .arg(dir.join(script))
+        .args(args)
+        .current_dir(&dir)
+        .output()
+        .expect("run node");
     NodeOutput {
         status: out.status,
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -321,7 +375,11 @@ pub fn raw_http(addr: SocketAddr, request: &[u8]) -> String {
 
 /// Status code of an HTTP answer.
 pub fn status_of(answer: &str) -> u16 {
-    answer.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("not HTTP: {answer:?}"))
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not HTTP: {answer:?}"))
 }
 
 /// A WebSocket upgrade request for `path` with the given extra header lines.
@@ -341,8 +399,12 @@ pub fn upgrade_request(path: &str, host: &str, extra: &[&str]) -> Vec<u8> {
 pub fn processes_with(needle: &str) -> Vec<i32> {
     let mut pids = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
         // Zombies have an empty cmdline and hold nothing.
         if String::from_utf8_lossy(&cmd).contains(needle) {
             pids.push(pid);
@@ -374,8 +436,58 @@ pub fn proxy(upstream: SocketAddr, envs: &[(&str, &str)]) -> (Controller, Socket
         ("METRICS_ADDR", ""),
     ];
     all.extend_from_slice(envs);
-    let mut c = Controller::spawn(&["proxy", "--listen", "127.0.0.1:0", "--upstream", &up], &all);
+    let mut c = Controller::spawn(
+        &["proxy", "--listen", "127.0.0.1:0", "--upstream", &up],
+        &all,
+    );
     let ev = c.wait_event(|e| e["message"] == "proxy ready");
-    let addr = ev["listen"].as_str().expect("listen field").parse().unwrap();
+    let addr = ev["listen"]
+        .as_str()
+        .expect("listen field")
+        .parse()
+        .unwrap();
     (c, addr)
+}
+
+/// A stand-in for the ECS task metadata v4 endpoint: answers every GET with a task document
+/// naming `task_arn` and `private_ip`. Returns the `ECS_CONTAINER_METADATA_URI_V4` value.
+pub fn task_metadata_server(task_arn: &str, private_ip: &str) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let body = serde_json::json!({
+        "Cluster": "wallcrawler",
+        "TaskARN": task_arn,
+        "Family": "wallcrawler-browser",
+        "Containers": [{"Name": "controller", "Networks": [{"NetworkMode": "awsvpc", "IPv4Addresses": [private_ip]}]}]
+    })
+    .to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let _ = upstream::read_head(&mut s);
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("http://{addr}/v4/test-container")
+}
+
+/// `wallcrawler-controller run` with JSON logs, real Chromium on free ports, no metrics, the
+/// local AWS, and `envs` on top.
+pub fn run_task(envs: &[(&str, &str)]) -> Controller {
+    let chrome = chrome_path();
+    let aws = aws::env();
+    let mut all: Vec<(&str, &str)> = vec![
+        ("LOG_FORMAT", "json"),
+        ("CHROME_PATH", chrome.to_str().unwrap()),
+        ("CHROME_DEBUG_PORT", "0"),
+        ("CDP_PROXY_PORT", "0"),
+        ("METRICS_ADDR", ""),
+    ];
+    all.extend(aws.iter().map(|(k, v)| (*k, v.as_str())));
+    all.extend_from_slice(envs);
+    Controller::spawn(&["run"], &all)
 }

@@ -49,31 +49,45 @@ impl FakeUpstream {
                     let tx = tx.clone();
                     let handler = handler.clone();
                     std::thread::spawn(move || {
-                        let Some(head) = read_head(&mut stream) else { return };
+                        let Some(head) = read_head(&mut stream) else {
+                            return;
+                        };
                         heads.lock().unwrap().push(head.clone());
                         let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
                         if path.starts_with("/json/version") {
                             let body = format!(
                                 r#"{{"Browser":"Fake/1.0","webSocketDebuggerUrl":"ws://{addr}/devtools/browser/fake-browser"}}"#
                             );
-                            let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                            let _ = write!(
+                                stream,
+                                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                                body.len()
+                            );
                             return;
                         }
                         if path.starts_with("/json") {
                             let body = format!(
                                 r#"[{{"id":"P1","type":"page","devtoolsFrontendUrl":"/devtools/inspector.html?ws={addr}/devtools/page/P1","webSocketDebuggerUrl":"ws://{addr}/devtools/page/P1"}}]"#
                             );
-                            let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                            let _ = write!(
+                                stream,
+                                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                                body.len()
+                            );
                             return;
                         }
                         let key = head
                             .lines()
                             .find_map(|l| {
                                 let (n, v) = l.split_once(':')?;
-                                n.trim().eq_ignore_ascii_case("sec-websocket-key").then(|| v.trim().to_owned())
+                                n.trim()
+                                    .eq_ignore_ascii_case("sec-websocket-key")
+                                    .then(|| v.trim().to_owned())
                             })
                             .unwrap_or_default();
-                        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+                        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(
+                            key.as_bytes(),
+                        );
                         if write!(stream, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n").is_err() {
                             return;
                         }
@@ -91,7 +105,12 @@ impl FakeUpstream {
                 }
             });
         }
-        FakeUpstream { addr, connections, heads, events }
+        FakeUpstream {
+            addr,
+            connections,
+            heads,
+            events,
+        }
     }
 
     /// An upstream whose WebSocket connections just wait for the peer to close.
@@ -101,7 +120,9 @@ impl FakeUpstream {
 
     /// Waits for the next event (bounded).
     pub fn next_event(&self) -> UpEvent {
-        self.events.recv_timeout(super::WAIT).expect("an upstream event in time")
+        self.events
+            .recv_timeout(super::WAIT)
+            .expect("an upstream event in time")
     }
 }
 
@@ -123,7 +144,12 @@ pub fn read_head(stream: &mut TcpStream) -> Option<String> {
 
 /// Writes one WebSocket frame of `len` payload bytes, generated in chunks (never whole in
 /// memory). `masked` for client-to-server frames. Payload byte i is `(i % 251) as u8`.
-pub fn write_big_frame(stream: &mut impl Write, opcode: u8, len: u64, masked: bool) -> io::Result<()> {
+pub fn write_big_frame(
+    stream: &mut impl Write,
+    opcode: u8,
+    len: u64,
+    masked: bool,
+) -> io::Result<()> {
     let mut header = vec![0x80 | opcode];
     let mask_bit = if masked { 0x80 } else { 0 };
     if len < 126 {
@@ -147,7 +173,11 @@ pub fn write_big_frame(stream: &mut impl Write, opcode: u8, len: u64, masked: bo
         for (j, b) in chunk[..n].iter_mut().enumerate() {
             let i = sent + j as u64;
             let plain = (i % 251) as u8;
-            *b = if masked { plain ^ mask[(i % 4) as usize] } else { plain };
+            *b = if masked {
+                plain ^ mask[(i % 4) as usize]
+            } else {
+                plain
+            };
         }
         stream.write_all(&chunk[..n])?;
         sent += n as u64;
@@ -186,9 +216,16 @@ pub fn read_big_frame(stream: &mut impl Read) -> io::Result<(u8, u64)> {
         stream.read_exact(&mut chunk[..n])?;
         for (j, b) in chunk[..n].iter().enumerate() {
             let i = got + j as u64;
-            let plain = if masked { b ^ mask[(i % 4) as usize] } else { *b };
+            let plain = if masked {
+                b ^ mask[(i % 4) as usize]
+            } else {
+                *b
+            };
             if plain != (i % 251) as u8 {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("payload byte {i} corrupted")));
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("payload byte {i} corrupted"),
+                ));
             }
         }
         got += n as u64;

@@ -67,7 +67,10 @@ mod tests {
             SigningSecret::parse(r#"{"algorithm":"HS256","signingKey":""}"#),
             Err(SecretError::EmptyKey)
         );
-        let dbg = format!("{:?}", SigningSecret::parse(r#"{"algorithm":"HS256","signingKey":"topsecret"}"#).unwrap());
+        let dbg = format!(
+            "{:?}",
+            SigningSecret::parse(r#"{"algorithm":"HS256","signingKey":"topsecret"}"#).unwrap()
+        );
         assert!(!dbg.contains("topsecret"));
     }
 }

@@ -119,15 +119,28 @@ mod tests {
     fn string_forms_round_trip_and_match_serde() {
         for s in InternalStatus::ALL {
             assert_eq!(InternalStatus::parse(s.as_str()), Some(s));
-            assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{}\"", s.as_str()));
+            assert_eq!(
+                serde_json::to_string(&s).unwrap(),
+                format!("\"{}\"", s.as_str())
+            );
         }
         assert_eq!(InternalStatus::parse("running"), None);
     }
 
     #[test]
     fn only_pending_states_may_become_ready() {
-        let ready: Vec<_> = InternalStatus::ALL.into_iter().filter(|s| s.may_become_ready()).collect();
-        assert_eq!(ready, [InternalStatus::Creating, InternalStatus::Provisioning, InternalStatus::Starting]);
+        let ready: Vec<_> = InternalStatus::ALL
+            .into_iter()
+            .filter(|s| s.may_become_ready())
+            .collect();
+        assert_eq!(
+            ready,
+            [
+                InternalStatus::Creating,
+                InternalStatus::Provisioning,
+                InternalStatus::Starting
+            ]
+        );
     }
 }
 
@@ -159,6 +172,10 @@ pub mod attr {
 
 /// `ws://<publicIP>:<port>?signingKey=<token>`, the URL clients connect to.
 pub fn connect_url(public_ip: &str, port: u16, signing_key: &str) -> String {
-    let host = if public_ip.contains(':') { format!("[{public_ip}]") } else { public_ip.to_owned() };
+    let host = if public_ip.contains(':') {
+        format!("[{public_ip}]")
+    } else {
+        public_ip.to_owned()
+    };
     format!("ws://{host}:{port}?signingKey={signing_key}")
 }

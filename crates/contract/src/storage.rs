@@ -15,6 +15,9 @@ pub fn profile_key(project_id: &str, context_id: &str) -> String {
 mod tests {
     #[test]
     fn key_layout() {
-        assert_eq!(super::profile_key("proj_1", "ctx_2"), "proj_1/ctx_2/profile.tar.gz");
+        assert_eq!(
+            super::profile_key("proj_1", "ctx_2"),
+            "proj_1/ctx_2/profile.tar.gz"
+        );
     }
 }

@@ -86,15 +86,28 @@ mod tests {
     fn known_instants() {
         assert_eq!(iso8601_millis(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(iso8601_millis(951_782_400_000), "2000-02-29T00:00:00.000Z");
-        assert_eq!(iso8601_millis(1_795_297_972_123), "2026-11-21T21:52:52.123Z");
+        assert_eq!(
+            iso8601_millis(1_795_297_972_123),
+            "2026-11-21T21:52:52.123Z"
+        );
     }
 
     #[test]
     fn round_trip() {
-        for ms in [0u64, 1, 86_399_999, 951_782_400_000, 1_795_297_972_123, 4_102_444_800_000] {
+        for ms in [
+            0u64,
+            1,
+            86_399_999,
+            951_782_400_000,
+            1_795_297_972_123,
+            4_102_444_800_000,
+        ] {
             assert_eq!(parse_iso8601(&iso8601_millis(ms)), Some(ms), "{ms}");
         }
-        assert_eq!(parse_iso8601("2026-11-21T21:52:52Z"), Some(1_795_297_972_000));
+        assert_eq!(
+            parse_iso8601("2026-11-21T21:52:52Z"),
+            Some(1_795_297_972_000)
+        );
         assert_eq!(parse_iso8601("2026-13-01T00:00:00Z"), None);
         assert_eq!(parse_iso8601("yesterday"), None);
     }

@@ -255,7 +255,11 @@ struct RawClaims {
 }
 
 /// Checks `token` against `keys` and `v`. Returns what the token says once every rule holds.
-pub fn validate(token: &str, keys: &[SigningKey], v: &Validation<'_>) -> Result<Verified, TokenError> {
+pub fn validate(
+    token: &str,
+    keys: &[SigningKey],
+    v: &Validation<'_>,
+) -> Result<Verified, TokenError> {
     let (signing_input, key_index, claims) = verify_signature(token, keys)?;
     let _ = signing_input;
     check_claims(claims, key_index, v)
@@ -278,8 +282,11 @@ fn verify_signature<'t>(
     if payload_b64.contains('.') {
         return Err(TokenError::Malformed);
     }
-    let header_json = URL_SAFE_NO_PAD.decode(header_b64).map_err(|_| TokenError::Malformed)?;
-    let header: Header<'_> = serde_json::from_slice(&header_json).map_err(|_| TokenError::Malformed)?;
+    let header_json = URL_SAFE_NO_PAD
+        .decode(header_b64)
+        .map_err(|_| TokenError::Malformed)?;
+    let header: Header<'_> =
+        serde_json::from_slice(&header_json).map_err(|_| TokenError::Malformed)?;
     if header.alg.as_deref() != Some("HS256") {
         return Err(TokenError::Algorithm);
     }
@@ -297,12 +304,18 @@ fn verify_signature<'t>(
         .iter()
         .position(|k| k.verify(signing_input.as_bytes(), &signature[..32]))
         .ok_or(TokenError::Signature)?;
-    let payload = URL_SAFE_NO_PAD.decode(payload_b64).map_err(|_| TokenError::Malformed)?;
+    let payload = URL_SAFE_NO_PAD
+        .decode(payload_b64)
+        .map_err(|_| TokenError::Malformed)?;
     let claims: RawClaims = serde_json::from_slice(&payload).map_err(|_| TokenError::Malformed)?;
     Ok((signing_input, key_index, claims))
 }
 
-fn check_claims(c: RawClaims, key_index: usize, v: &Validation<'_>) -> Result<Verified, TokenError> {
+fn check_claims(
+    c: RawClaims,
+    key_index: usize,
+    v: &Validation<'_>,
+) -> Result<Verified, TokenError> {
     let now = v.now as f64;
     let leeway = v.leeway_seconds as f64;
     let exp = c.exp.ok_or(TokenError::MissingExpiry)?;
@@ -339,7 +352,12 @@ fn check_claims(c: RawClaims, key_index: usize, v: &Validation<'_>) -> Result<Ve
     {
         return Err(TokenError::Project);
     }
-    Ok(Verified { session_id, project_id: c.project_id, exp, key_index })
+    Ok(Verified {
+        session_id,
+        project_id: c.project_id,
+        exp,
+        key_index,
+    })
 }
 
 #[cfg(test)]
@@ -354,7 +372,12 @@ mod tests {
     }
 
     fn v() -> Validation<'static> {
-        Validation { session_id: "sess_a", project_id: Some("proj_a"), leeway_seconds: 30, now: NOW }
+        Validation {
+            session_id: "sess_a",
+            project_id: Some("proj_a"),
+            leeway_seconds: 30,
+            now: NOW,
+        }
     }
 
     fn claims() -> serde_json::Value {
@@ -400,34 +423,55 @@ mod tests {
         assert_eq!(validate("", &keys, &v()), Err(TokenError::Missing));
         assert_eq!(validate("garbage", &keys, &v()), Err(TokenError::Malformed));
         assert_eq!(validate("a.b.c.d", &keys, &v()), Err(TokenError::Malformed));
-        assert_eq!(validate(&"a".repeat(4097), &keys, &v()), Err(TokenError::TooLarge));
+        assert_eq!(
+            validate(&"a".repeat(4097), &keys, &v()),
+            Err(TokenError::TooLarge)
+        );
         let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
-        assert_eq!(validate(&format!("{t}="), &keys, &v()), Err(TokenError::Signature));
+        assert_eq!(
+            validate(&format!("{t}="), &keys, &v()),
+            Err(TokenError::Signature)
+        );
     }
 
     #[test]
     fn wrong_key_and_tampering_are_signature_failures() {
         let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
-        assert_eq!(validate(&t, &[SigningKey::new(b"nope")], &v()), Err(TokenError::Signature));
-        let parts: Vec<&str> = t.split('.').collect();
-        let forged = URL_SAFE_NO_PAD.encode(
-            serde_json::to_vec(&Claims::new("sess_a", "proj_b", NOW, 99999)).unwrap(),
+        assert_eq!(
+            validate(&t, &[SigningKey::new(b"nope")], &v()),
+            Err(TokenError::Signature)
         );
+        let parts: Vec<&str> = t.split('.').collect();
+        let forged = URL_SAFE_NO_PAD
+            .encode(serde_json::to_vec(&Claims::new("sess_a", "proj_b", NOW, 99999)).unwrap());
         let tampered = format!("{}.{}.{}", parts[0], forged, parts[2]);
-        assert_eq!(validate(&tampered, &[key()], &v()), Err(TokenError::Signature));
+        assert_eq!(
+            validate(&tampered, &[key()], &v()),
+            Err(TokenError::Signature)
+        );
     }
 
     #[test]
     fn algorithm_must_be_exactly_hs256() {
         for alg in ["none", "HS512", "HS384", "RS256", "ES256", "hs256"] {
             let t = with_header(json!({"alg": alg, "typ": "JWT"}));
-            assert_eq!(validate(&t, &[key()], &v()), Err(TokenError::Algorithm), "{alg}");
+            assert_eq!(
+                validate(&t, &[key()], &v()),
+                Err(TokenError::Algorithm),
+                "{alg}"
+            );
         }
-        assert_eq!(validate(&with_header(json!({"typ": "JWT"})), &[key()], &v()), Err(TokenError::Algorithm));
+        assert_eq!(
+            validate(&with_header(json!({"typ": "JWT"})), &[key()], &v()),
+            Err(TokenError::Algorithm)
+        );
         // alg:none with an empty signature, the classic bypass.
         let h = URL_SAFE_NO_PAD.encode(br#"{"alg":"none"}"#);
         let p = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims()).unwrap());
-        assert_eq!(validate(&format!("{h}.{p}."), &[key()], &v()), Err(TokenError::Algorithm));
+        assert_eq!(
+            validate(&format!("{h}.{p}."), &[key()], &v()),
+            Err(TokenError::Algorithm)
+        );
         let crit = with_header(json!({"alg": "HS256", "crit": ["b64"]}));
         assert_eq!(validate(&crit, &[key()], &v()), Err(TokenError::Malformed));
     }
@@ -435,36 +479,147 @@ mod tests {
     #[test]
     fn time_rules_with_leeway() {
         let k = [key()];
-        let at = |f: &str, x: u64| with(|c| { c.insert(f.into(), json!(x)); });
-        assert_eq!(validate(&with(|c| { c.remove("exp"); }), &k, &v()), Err(TokenError::MissingExpiry));
-        assert_eq!(validate(&at("exp", NOW - 31), &k, &v()), Err(TokenError::Expired));
-        assert!(validate(&at("exp", NOW - 29), &k, &v()).is_ok(), "inside the leeway");
-        assert_eq!(validate(&at("nbf", NOW + 31), &k, &v()), Err(TokenError::NotYetValid));
+        let at = |f: &str, x: u64| {
+            with(|c| {
+                c.insert(f.into(), json!(x));
+            })
+        };
+        assert_eq!(
+            validate(
+                &with(|c| {
+                    c.remove("exp");
+                }),
+                &k,
+                &v()
+            ),
+            Err(TokenError::MissingExpiry)
+        );
+        assert_eq!(
+            validate(&at("exp", NOW - 31), &k, &v()),
+            Err(TokenError::Expired)
+        );
+        assert!(
+            validate(&at("exp", NOW - 29), &k, &v()).is_ok(),
+            "inside the leeway"
+        );
+        assert_eq!(
+            validate(&at("nbf", NOW + 31), &k, &v()),
+            Err(TokenError::NotYetValid)
+        );
         assert!(validate(&at("nbf", NOW + 29), &k, &v()).is_ok());
-        assert_eq!(validate(&at("iat", NOW + 31), &k, &v()), Err(TokenError::IssuedInFuture));
-        assert!(validate(&with(|c| { c.remove("nbf"); c.remove("iat"); }), &k, &v()).is_ok());
-        let zero = Validation { leeway_seconds: 0, ..v() };
-        assert_eq!(validate(&at("exp", NOW), &k, &zero), Err(TokenError::Expired));
-        assert_eq!(validate(&with(|c| { c.insert("exp".into(), json!("soon")); }), &k, &v()), Err(TokenError::Malformed));
+        assert_eq!(
+            validate(&at("iat", NOW + 31), &k, &v()),
+            Err(TokenError::IssuedInFuture)
+        );
+        assert!(
+            validate(
+                &with(|c| {
+                    c.remove("nbf");
+                    c.remove("iat");
+                }),
+                &k,
+                &v()
+            )
+            .is_ok()
+        );
+        let zero = Validation {
+            leeway_seconds: 0,
+            ..v()
+        };
+        assert_eq!(
+            validate(&at("exp", NOW), &k, &zero),
+            Err(TokenError::Expired)
+        );
+        assert_eq!(
+            validate(
+                &with(|c| {
+                    c.insert("exp".into(), json!("soon"));
+                }),
+                &k,
+                &v()
+            ),
+            Err(TokenError::Malformed)
+        );
     }
 
     #[test]
     fn identity_rules() {
         let k = [key()];
-        let set = |f: &str, x: serde_json::Value| with(|c| { c.insert(f.into(), x); });
-        assert_eq!(validate(&set("iss", json!("evil")), &k, &v()), Err(TokenError::Issuer));
-        assert_eq!(validate(&with(|c| { c.remove("iss"); }), &k, &v()), Err(TokenError::Issuer));
-        assert_eq!(validate(&set("aud", json!(["other"])), &k, &v()), Err(TokenError::Audience));
-        assert_eq!(validate(&set("aud", json!("other")), &k, &v()), Err(TokenError::Audience));
+        let set = |f: &str, x: serde_json::Value| {
+            with(|c| {
+                c.insert(f.into(), x);
+            })
+        };
+        assert_eq!(
+            validate(&set("iss", json!("evil")), &k, &v()),
+            Err(TokenError::Issuer)
+        );
+        assert_eq!(
+            validate(
+                &with(|c| {
+                    c.remove("iss");
+                }),
+                &k,
+                &v()
+            ),
+            Err(TokenError::Issuer)
+        );
+        assert_eq!(
+            validate(&set("aud", json!(["other"])), &k, &v()),
+            Err(TokenError::Audience)
+        );
+        assert_eq!(
+            validate(&set("aud", json!("other")), &k, &v()),
+            Err(TokenError::Audience)
+        );
         assert!(validate(&set("aud", json!("cdp-access")), &k, &v()).is_ok());
         assert!(validate(&set("aud", json!(["x", "cdp-access"])), &k, &v()).is_ok());
-        assert_eq!(validate(&with(|c| { c.remove("aud"); }), &k, &v()), Err(TokenError::Audience));
-        assert_eq!(validate(&set("sessionId", json!("sess_b")), &k, &v()), Err(TokenError::Session));
-        assert_eq!(validate(&with(|c| { c.remove("sessionId"); }), &k, &v()), Err(TokenError::Session));
-        assert_eq!(validate(&set("sub", json!("sess_b")), &k, &v()), Err(TokenError::Session));
-        assert!(validate(&with(|c| { c.remove("sub"); }), &k, &v()).is_ok());
-        assert_eq!(validate(&set("projectId", json!("proj_b")), &k, &v()), Err(TokenError::Project));
-        let any_project = Validation { project_id: None, ..v() };
+        assert_eq!(
+            validate(
+                &with(|c| {
+                    c.remove("aud");
+                }),
+                &k,
+                &v()
+            ),
+            Err(TokenError::Audience)
+        );
+        assert_eq!(
+            validate(&set("sessionId", json!("sess_b")), &k, &v()),
+            Err(TokenError::Session)
+        );
+        assert_eq!(
+            validate(
+                &with(|c| {
+                    c.remove("sessionId");
+                }),
+                &k,
+                &v()
+            ),
+            Err(TokenError::Session)
+        );
+        assert_eq!(
+            validate(&set("sub", json!("sess_b")), &k, &v()),
+            Err(TokenError::Session)
+        );
+        assert!(
+            validate(
+                &with(|c| {
+                    c.remove("sub");
+                }),
+                &k,
+                &v()
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            validate(&set("projectId", json!("proj_b")), &k, &v()),
+            Err(TokenError::Project)
+        );
+        let any_project = Validation {
+            project_id: None,
+            ..v()
+        };
         assert!(validate(&set("projectId", json!("proj_b")), &k, &any_project).is_ok());
     }
 

@@ -1,0 +1,263 @@
+//! A local AWS for the tests: one moto server per test binary (started on first use, on a free
+//! port, stopped when the test binary exits), and SDK clients pointed at it. Every test uses
+//! its own table, bucket and secret names, so tests run in parallel on the one server.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+pub use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+};
+
+pub struct Moto {
+    pub endpoint: String,
+    _child: Child,
+}
+
+static MOTO: OnceLock<Moto> = OnceLock::new();
+
+/// The shared moto server.
+pub fn moto() -> &'static Moto {
+    MOTO.get_or_init(|| {
+        let bin = super::repo_root().join(".venv/bin/moto_server");
+        assert!(
+            bin.is_file(),
+            "moto is not installed: run scripts/install-test-deps.sh"
+        );
+        // moto runs under a shell that ends it when our stdin pipe closes, i.e. when the test
+        // binary exits, so no server outlives the tests.
+        let script = format!(
+            "{} -H 127.0.0.1 -p 0 2>&1 & m=$!; cat >/dev/null; kill $m",
+            bin.display()
+        );
+        let mut child = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto");
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if !sent && let Some(i) = line.find("http://127.0.0.1:") {
+                    let url: String = line[i..]
+                        .chars()
+                        .take_while(|c| !c.is_whitespace())
+                        .collect();
+                    let _ = tx.send(url);
+                    sent = true;
+                }
+            }
+        });
+        let endpoint = rx
+            .recv_timeout(super::WAIT)
+            .expect("moto printed its address");
+        Moto {
+            endpoint,
+            _child: child,
+        }
+    })
+}
+
+/// Environment for a child process talking to moto.
+pub fn env() -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ENDPOINT_URL", moto().endpoint.clone()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_ACCESS_KEY_ID", "testing".into()),
+        ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+        ("AWS_EC2_METADATA_DISABLED", "true".into()),
+    ]
+}
+
+/// A runtime for the tests' own SDK calls.
+pub fn rt() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    })
+}
+
+/// The SDK configuration for moto (built once; call outside `rt().block_on`).
+pub fn sdk() -> aws_config::SdkConfig {
+    static SDK: OnceLock<aws_config::SdkConfig> = OnceLock::new();
+    SDK.get_or_init(build_sdk).clone()
+}
+
+fn build_sdk() -> aws_config::SdkConfig {
+    let endpoint = moto().endpoint.clone();
+    rt().block_on(async move {
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(endpoint)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_s3::config::Credentials::new(
+                "testing", "testing", None, None, "test",
+            ))
+            .retry_config(aws_config::retry::RetryConfig::disabled())
+            .load()
+            .await
+    })
+}
+
+pub fn dynamo() -> aws_sdk_dynamodb::Client {
+    aws_sdk_dynamodb::Client::new(&sdk())
+}
+
+pub fn s3() -> aws_sdk_s3::Client {
+    aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&sdk())
+            .force_path_style(true)
+            .build(),
+    )
+}
+
+pub fn secrets() -> aws_sdk_secretsmanager::Client {
+    aws_sdk_secretsmanager::Client::new(&sdk())
+}
+
+pub fn ec2() -> aws_sdk_ec2::Client {
+    aws_sdk_ec2::Client::new(&sdk())
+}
+
+/// A unique resource name.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Creates a sessions table (key `sessionId`).
+pub fn create_sessions_table() -> String {
+    let name = unique("sessions");
+    let c = dynamo();
+    rt().block_on(
+        c.create_table()
+            .table_name(&name)
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name("sessionId")
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .unwrap(),
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name("sessionId")
+                    .key_type(KeyType::Hash)
+                    .build()
+                    .unwrap(),
+            )
+            .billing_mode(BillingMode::PayPerRequest)
+            .send(),
+    )
+    .unwrap();
+    name
+}
+
+pub fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_owned())
+}
+
+/// Puts a session item.
+pub fn put_session(table: &str, item: Vec<(&str, AttributeValue)>) {
+    let c = dynamo();
+    let mut req = c.put_item().table_name(table);
+    for (k, v) in item {
+        req = req.item(k, v);
+    }
+    rt().block_on(req.send()).unwrap();
+}
+
+/// Reads a session item (strongly consistent).
+pub fn get_session(table: &str, id: &str) -> std::collections::HashMap<String, AttributeValue> {
+    let c = dynamo();
+    let out = rt()
+        .block_on(
+            c.get_item()
+                .table_name(table)
+                .key("sessionId", s(id))
+                .consistent_read(true)
+                .send(),
+        )
+        .unwrap();
+    out.item().cloned().unwrap_or_default()
+}
+
+pub fn text(item: &std::collections::HashMap<String, AttributeValue>, k: &str) -> Option<String> {
+    item.get(k).and_then(|v| v.as_s().ok()).cloned()
+}
+
+pub fn number(item: &std::collections::HashMap<String, AttributeValue>, k: &str) -> Option<f64> {
+    item.get(k)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|n| n.parse().ok())
+}
+
+pub fn create_bucket() -> String {
+    let name = unique("contexts");
+    rt().block_on(s3().create_bucket().bucket(&name).send())
+        .unwrap();
+    name
+}
+
+pub fn put_object(bucket: &str, key: &str, body: Vec<u8>) {
+    rt().block_on(
+        s3().put_object()
+            .bucket(bucket)
+            .key(key)
+            .body(body.into())
+            .send(),
+    )
+    .unwrap();
+}
+
+pub fn get_object(bucket: &str, key: &str) -> Option<Vec<u8>> {
+    let client = s3();
+    rt().block_on(async move {
+        let out = client
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .ok()?;
+        Some(out.body.collect().await.ok()?.into_bytes().to_vec())
+    })
+}
+
+/// Creates a signing secret; returns its ARN.
+pub fn create_secret(signing_key: &str) -> String {
+    let name = unique("jwt");
+    let out = rt()
+        .block_on(
+            secrets()
+                .create_secret()
+                .name(&name)
+                .secret_string(secret_json(signing_key))
+                .send(),
+        )
+        .unwrap();
+    out.arn().unwrap().to_owned()
+}
+
+pub fn rotate_secret(arn: &str, signing_key: &str) {
+    rt().block_on(
+        secrets()
+            .put_secret_value()
+            .secret_id(arn)
+            .secret_string(secret_json(signing_key))
+            .send(),
+    )
+    .unwrap();
+}
+
+pub fn secret_json(signing_key: &str) -> String {
+    serde_json::json!({"algorithm": "HS256", "signingKey": signing_key}).to_string()
+}

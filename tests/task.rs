@@ -1,0 +1,450 @@
+//! The ECS task against a local AWS (moto) with real Chromium: READY with every attribute, the
+//! context restored and saved (cookies of both kinds, localStorage), every normal end, crash,
+//! idle, keepAlive, expiry, and a session released before it was ready.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use wallcrawler_contract::storage::{SESSION_COOKIES_FILE, profile_key};
+
+use crate::support::aws::{self, AttributeValue, get_session, number, put_session, s, text};
+use crate::support::{Controller, node, node_output, now, run_task, task_metadata_server, token};
+
+const PROJECT: &str = "proj_task";
+const TASK_ARN: &str = "arn:aws:ecs:us-east-1:123456789012:task/wallcrawler/0123456789abcdef";
+
+/// What one test's AWS side looks like.
+struct World {
+    table: String,
+    bucket: String,
+    secret_arn: String,
+    signing_key: String,
+    context: String,
+}
+
+impl World {
+    fn new() -> World {
+        let signing_key = aws::unique("key");
+        World {
+            table: aws::create_sessions_table(),
+            bucket: aws::create_bucket(),
+            secret_arn: aws::create_secret(&signing_key),
+            signing_key,
+            context: aws::unique("ctx"),
+        }
+    }
+
+    fn key(&self) -> String {
+        profile_key(PROJECT, &self.context)
+    }
+
+    /// A session item in `status` with a token signed by the secret; returns (id, token).
+    fn session(&self, status: &str, extra: Vec<(&str, AttributeValue)>) -> (String, String) {
+        let id = format!("sess_{}", uuid::Uuid::new_v4());
+        let t = token(&self.signing_key, &id, PROJECT, 3600);
+        let mut item = vec![
+            ("sessionId", s(&id)),
+            ("internalStatus", s(status)),
+            (
+                "status",
+                s(if status == "STOPPED" {
+                    "COMPLETED"
+                } else {
+                    "PENDING"
+                }),
+            ),
+            ("projectId", s(PROJECT)),
+            ("signingKey", s(&t)),
+            ("keepAlive", AttributeValue::Bool(false)),
+            ("createdAt", s("2026-11-21T00:00:00.000Z")),
+            ("expiresAt", AttributeValue::N((now() + 3600).to_string())),
+        ];
+        item.extend(extra);
+        put_session(&self.table, item);
+        (id, t)
+    }
+
+    fn env<'a>(&'a self, session: &'a str, persist: bool) -> Vec<(&'a str, String)> {
+        vec![
+            ("SESSION_ID", session.to_owned()),
+            ("PROJECT_ID", PROJECT.to_owned()),
+            ("SESSIONS_TABLE_NAME", self.table.clone()),
+            (
+                "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+                self.secret_arn.clone(),
+            ),
+            ("CONTEXT_ID", self.context.clone()),
+            ("CONTEXTS_BUCKET_NAME", self.bucket.clone()),
+            ("CONTEXT_S3_KEY", self.key()),
+            ("CONTEXT_PERSIST", persist.to_string()),
+        ]
+    }
+
+    fn start(&self, session: &str, persist: bool, more: &[(&str, &str)]) -> Controller {
+        let env = self.env(session, persist);
+        let mut all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        all.extend_from_slice(more);
+        run_task(&all)
+    }
+}
+
+/// An archive holding one session cookie for the test origin (restored over CDP at start).
+fn archive_with_cookie() -> Vec<u8> {
+    let cookies = serde_json::json!([{"name": "seeded", "value": "from-archive", "domain": "app.example.test", "path": "/"}]);
+    let empty = tempfile::tempdir().unwrap();
+    let data = serde_json::to_vec(&cookies).unwrap();
+    let (_, gz) = wallcrawler_controller::profile::pack_gz(
+        empty.path(),
+        Vec::new(),
+        &[(SESSION_COOKIES_FILE, &data)],
+    )
+    .unwrap();
+    gz
+}
+
+/// Waits for READY in the log and returns the local ws URL for `token`.
+fn wait_ready(c: &mut Controller, token: &str) -> String {
+    let ev = c.wait_event(|e| e["message"] == "session ready");
+    let port = ev["proxy"]
+        .as_str()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    format!("ws://127.0.0.1:{port}?signingKey={token}")
+}
+
+/// A network interface with a public address in moto's default VPC: (private, public).
+fn eni_with_public_ip() -> (String, String) {
+    let ec2 = aws::ec2();
+    aws::rt().block_on(async move {
+        let subnets = ec2.describe_subnets().send().await.unwrap();
+        let subnet = subnets.subnets()[0].subnet_id().unwrap().to_owned();
+        let eni = ec2
+            .create_network_interface()
+            .subnet_id(subnet)
+            .send()
+            .await
+            .unwrap();
+        let eni = eni.network_interface().unwrap();
+        let alloc = ec2
+            .allocate_address()
+            .domain(aws_sdk_ec2::types::DomainType::Vpc)
+            .send()
+            .await
+            .unwrap();
+        ec2.associate_address()
+            .allocation_id(alloc.allocation_id().unwrap())
+            .network_interface_id(eni.network_interface_id().unwrap())
+            .send()
+            .await
+            .unwrap();
+        (
+            eni.private_ip_address().unwrap().to_owned(),
+            alloc.public_ip().unwrap().to_owned(),
+        )
+    })
+}
+
+enum End {
+    Sigterm,
+    BrowserClose,
+}
+
+fn full_lifecycle(end: End) {
+    let w = World::new();
+    aws::put_object(&w.bucket, &w.key(), archive_with_cookie());
+    let (private_ip, public_ip) = eni_with_public_ip();
+    let metadata = task_metadata_server(TASK_ARN, &private_ip);
+
+    let (first, t1) = w.session("PROVISIONING", vec![]);
+    let mut c = w.start(
+        &first,
+        true,
+        &[("ECS_CONTAINER_METADATA_URI_V4", &metadata)],
+    );
+    let url = wait_ready(&mut c, &t1);
+    let item = get_session(&w.table, &first);
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("READY"));
+    assert_eq!(text(&item, "status").as_deref(), Some("RUNNING"));
+    assert_eq!(
+        text(&item, "publicIP").as_deref(),
+        Some(public_ip.as_str()),
+        "public IP from the task's interface"
+    );
+    assert_eq!(text(&item, "ecsTaskArn").as_deref(), Some(TASK_ARN));
+    assert!(
+        text(&item, "readyAt")
+            .is_some_and(|t| wallcrawler_contract::time::parse_iso8601(&t).is_some())
+    );
+    let port = url.split(':').nth(2).unwrap().split('?').next().unwrap();
+    assert_eq!(
+        text(&item, "connectUrl"),
+        Some(format!("ws://{public_ip}:{port}?signingKey={t1}"))
+    );
+
+    let seen = node("context.mjs", &["--url", &url, "--mode", "read"]);
+    assert_eq!(
+        seen["cookies"]["seeded"], "from-archive",
+        "the archived cookie is restored: {seen}"
+    );
+    let args: Vec<&str> = match end {
+        End::Sigterm => vec!["--url", &url, "--mode", "write"],
+        End::BrowserClose => vec!["--url", &url, "--mode", "write", "--close"],
+    };
+    let wrote = node("context.mjs", &args);
+    assert_eq!(wrote["ok"], true, "{wrote}");
+    let session_cookies = wrote["sessionCookies"].as_array().unwrap();
+    assert!(
+        session_cookies.contains(&serde_json::json!("session")),
+        "{wrote}"
+    );
+    if let End::Sigterm = end {
+        c.signal(Signal::SIGTERM);
+    }
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+    let item = get_session(&w.table, &first);
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
+    assert_eq!(text(&item, "status").as_deref(), Some("COMPLETED"));
+    assert!(text(&item, "endedAt").is_some());
+    assert!(number(&item, "proxyBytes").unwrap_or(0.0) > 0.0, "{item:?}");
+
+    let (second, t2) = w.session("PROVISIONING", vec![]);
+    let mut c2 = w.start(&second, false, &[("PUBLIC_IP", "198.51.100.9")]);
+    let url2 = wait_ready(&mut c2, &t2);
+    assert_eq!(
+        text(&get_session(&w.table, &second), "publicIP").as_deref(),
+        Some("198.51.100.9")
+    );
+    let back = node("context.mjs", &["--url", &url2, "--mode", "read"]);
+    assert_eq!(back["cookies"]["persistent"], "p-value", "{back}");
+    assert_eq!(
+        back["cookies"]["session"], "s-value",
+        "the session cookie travels too: {back}"
+    );
+    assert_eq!(back["localStorage"], "ls-value", "{back}");
+    c2.signal(Signal::SIGTERM);
+    assert_eq!(c2.wait_exit().code(), Some(0));
+}
+
+#[test]
+fn full_lifecycle_ending_with_sigterm() {
+    full_lifecycle(End::Sigterm);
+}
+
+#[test]
+fn full_lifecycle_ending_with_puppeteer_browser_close() {
+    full_lifecycle(End::BrowserClose);
+}
+
+#[test]
+fn released_before_start_writes_only_proxy_bytes_and_ended_at() {
+    let w = World::new();
+    let (id, _) = w.session("STOPPED", vec![]);
+    let mut c = w.start(&id, true, &[]);
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+    let item = get_session(&w.table, &id);
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
+    assert!(text(&item, "readyAt").is_none() && text(&item, "connectUrl").is_none());
+    assert!(text(&item, "endedAt").is_some());
+    assert_eq!(number(&item, "proxyBytes"), Some(0.0));
+}
+
+/// The release lands while Chrome is starting (held at a gate by a wrapper script): the READY
+/// write's condition fails, nothing is brought back to life, the task ends normally.
+#[test]
+fn released_while_starting_is_not_brought_back() {
+    let w = World::new();
+    let (id, _) = w.session("PROVISIONING", vec![]);
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let wrapper = dir.path().join("chrome-at-gate.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nwhile [ ! -e '{}' ]; do sleep 0.05; done\nexec '{}' \"$@\"\n",
+            gate.display(),
+            crate::support::chrome_path().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let mut c = w.start(&id, true, &[("CHROME_PATH", wrapper.to_str().unwrap())]);
+    c.wait_event(|e| e["message"] == "chrome started");
+    aws::rt()
+        .block_on(
+            aws::dynamo()
+                .update_item()
+                .table_name(&w.table)
+                .key("sessionId", s(&id))
+                .update_expression("SET internalStatus = :s, #st = :c")
+                .expression_attribute_names("#st", "status")
+                .expression_attribute_values(":s", s("STOPPED"))
+                .expression_attribute_values(":c", s("COMPLETED"))
+                .send(),
+        )
+        .unwrap();
+    std::fs::write(&gate, "").unwrap();
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+    let item = get_session(&w.table, &id);
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
+    assert!(
+        text(&item, "readyAt").is_none(),
+        "READY must not be written"
+    );
+    assert!(text(&item, "endedAt").is_some());
+    assert!(number(&item, "proxyBytes").is_some());
+    assert!(
+        aws::get_object(&w.bucket, &w.key()).is_none(),
+        "nothing persisted"
+    );
+}
+
+#[test]
+fn idle_timeout_without_keep_alive() {
+    let w = World::new();
+    let (id, t) = w.session("PROVISIONING", vec![]);
+    // Generous enough that the client surely attaches first (the timer also runs from READY).
+    let mut c = w.start(&id, false, &[("CDP_DISCONNECT_TIMEOUT", "5")]);
+    let url = wait_ready(&mut c, &t);
+    let (mut holder, lines) = crate::support::node_spawn("hold.mjs", &["--url", &url]);
+    assert_eq!(
+        lines
+            .recv_timeout(crate::support::WAIT)
+            .expect("client attached")["connected"],
+        true
+    );
+    assert!(
+        c.child.try_wait().unwrap().is_none(),
+        "an attached client keeps the session"
+    );
+    holder.kill().unwrap();
+    let _ = holder.wait();
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+    assert!(c.stderr.text().contains("IdleTimeout"));
+    let item = get_session(&w.table, &id);
+    assert_eq!(text(&item, "status").as_deref(), Some("COMPLETED"));
+    assert!(text(&item, "endedAt").is_some());
+}
+
+#[test]
+fn keep_alive_survives_a_disconnect() {
+    let w = World::new();
+    let (id, t) = w.session(
+        "PROVISIONING",
+        vec![("keepAlive", AttributeValue::Bool(true))],
+    );
+    let mut c = w.start(&id, false, &[("CDP_DISCONNECT_TIMEOUT", "1")]);
+    let url = wait_ready(&mut c, &t);
+    assert_eq!(
+        node("drive.mjs", &["--client", "puppeteer", "--url", &url])["ok"],
+        true
+    );
+    // Proving an absence: three disconnect timeouts pass with no client, and the task is
+    // still there to serve the next one.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        c.child.try_wait().unwrap().is_none(),
+        "a keepAlive session must survive: {}",
+        c.stderr.text()
+    );
+    assert_eq!(
+        node("drive.mjs", &["--client", "puppeteer", "--url", &url])["ok"],
+        true
+    );
+    c.signal(Signal::SIGTERM);
+    assert_eq!(c.wait_exit().code(), Some(0));
+    assert_eq!(
+        text(&get_session(&w.table, &id), "status").as_deref(),
+        Some("COMPLETED")
+    );
+}
+
+#[test]
+fn expiry_ends_the_session_as_timed_out() {
+    let w = World::new();
+    let expires = now() + 4;
+    let (id, t) = w.session(
+        "PROVISIONING",
+        vec![
+            ("keepAlive", AttributeValue::Bool(true)),
+            ("expiresAt", AttributeValue::N(expires.to_string())),
+        ],
+    );
+    let mut c = w.start(&id, false, &[]);
+    wait_ready(&mut c, &t);
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+    let item = get_session(&w.table, &id);
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("TIMED_OUT"));
+    assert_eq!(text(&item, "status").as_deref(), Some("TIMED_OUT"));
+    assert!(text(&item, "endedAt").is_some());
+    assert!(now() >= expires);
+}
+
+#[test]
+fn chrome_crash_fails_and_keeps_the_previous_archive() {
+    let w = World::new();
+    let previous = archive_with_cookie();
+    aws::put_object(&w.bucket, &w.key(), previous.clone());
+    let (id, t) = w.session("PROVISIONING", vec![]);
+    let mut c = w.start(&id, true, &[]);
+    let url = wait_ready(&mut c, &t);
+    assert_eq!(
+        node("context.mjs", &["--url", &url, "--mode", "write"])["ok"],
+        true
+    );
+    let chrome = c.chrome_pid();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(chrome), Signal::SIGKILL).unwrap();
+    assert_ne!(c.wait_exit().code(), Some(0));
+    let item = get_session(&w.table, &id);
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("FAILED"));
+    assert_eq!(text(&item, "status").as_deref(), Some("ERROR"));
+    assert!(
+        text(&item, "terminationReason")
+            .unwrap()
+            .contains("exited unexpectedly"),
+        "{item:?}"
+    );
+    assert!(text(&item, "endedAt").is_some());
+    assert_eq!(
+        aws::get_object(&w.bucket, &w.key()),
+        Some(previous),
+        "a crashed profile is not uploaded"
+    );
+}
+
+#[test]
+fn a_token_for_this_session_from_the_item_works_and_others_do_not() {
+    let w = World::new();
+    let (id, t) = w.session("PROVISIONING", vec![]);
+    let mut c = w.start(&id, false, &[]);
+    let url = wait_ready(&mut c, &t);
+    let other = token(&w.signing_key, "sess_other", PROJECT, 600);
+    let bad_url = url.replace(&t, &other);
+    let out = node_output("drive.mjs", &["--client", "puppeteer", "--url", &bad_url]);
+    assert!(
+        !out.status.success() && out.stdout.contains("401"),
+        "{out:?}"
+    );
+    let wrong_project = token(&w.signing_key, &id, "proj_other", 600);
+    let out = node_output(
+        "drive.mjs",
+        &[
+            "--client",
+            "puppeteer",
+            "--url",
+            &url.replace(&t, &wrong_project),
+        ],
+    );
+    assert!(
+        !out.status.success() && out.stdout.contains("401"),
+        "{out:?}"
+    );
+    c.signal(Signal::SIGTERM);
+    assert_eq!(c.wait_exit().code(), Some(0));
+}
