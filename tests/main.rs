@@ -16,7 +16,11 @@ mod discovery;
 mod lifecycle;
 /// Proxy edge cases against a stand-in upstream: huge frames, closes, bad requests, cap, metrics.
 mod proxy_edges;
+/// Secrets Manager rotation: new key at once, previous key still, others refused.
+mod rotation;
 /// No token text in any log line of a debug-level run.
 mod secrets_in_logs;
 /// The ECS task against a local AWS: READY, context restore/save, every way to end.
 mod task;
+/// Hostile archives, dead dependencies and interrupted uploads: clear refusals, nothing harmed.
+mod task_failures;
