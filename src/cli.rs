@@ -23,7 +23,7 @@ use crate::config::{
 };
 use crate::proxy::Limits;
 use crate::secrets::SecretKeyCache;
-use crate::stores::DirectoryArchives;
+use crate::stores::{DirectoryArchives, DirectorySessions};
 use crate::task::{self, TaskDeps};
 use crate::telemetry;
 
@@ -238,8 +238,8 @@ async fn task_deps(c: &RunConfig) -> Result<TaskDeps, String> {
         (SessionStoreConfig::Table(t), Some(sdk)) => {
             deps.sessions = Some(Arc::new(aws::DynamoSessions::new(sdk, t.clone())))
         }
-        (SessionStoreConfig::Directory(_), _) => {
-            return Err("SESSIONS_DIR is not supported by this build yet".to_owned());
+        (SessionStoreConfig::Directory(dir), _) => {
+            deps.sessions = Some(Arc::new(DirectorySessions::new(dir.clone())));
         }
         _ => {}
     }

@@ -236,3 +236,149 @@ mod tests {
         assert!(store.open("../escape").await.is_err());
     }
 }
+
+/// Session documents in a directory (`SESSIONS_DIR`, the local platform's table), with the same
+/// conditional semantics as the DynamoDB adapter.
+pub struct DirectorySessions {
+    store: wallcrawler_contract::session_doc::DirStore,
+}
+
+impl DirectorySessions {
+    pub fn new(dir: PathBuf) -> Self {
+        Self {
+            store: wallcrawler_contract::session_doc::DirStore::new(dir),
+        }
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(
+            &wallcrawler_contract::session_doc::DirStore,
+        ) -> Result<T, wallcrawler_contract::session_doc::DocError>
+        + Send
+        + 'static,
+    ) -> Result<T, StoreError> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .map_err(|e| StoreError::Other {
+                service: "sessions directory",
+                detail: e.to_string(),
+            })?
+            .map_err(|e| StoreError::Other {
+                service: "sessions directory",
+                detail: e.to_string(),
+            })
+    }
+}
+
+impl SessionStore for DirectorySessions {
+    fn load<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>> {
+        let id = session_id.to_owned();
+        Box::pin(async move {
+            let doc = self.blocking(move |s| s.get(&id)).await?;
+            Ok(doc.map(|d| SessionRecord {
+                internal_status: d.internal(),
+                signing_key: d.signing_key,
+                keep_alive: d.keep_alive,
+                expires_at: Some(d.expires_at).filter(|e| *e > 0),
+                project_id: Some(d.project_id),
+            }))
+        })
+    }
+
+    fn mark_ready<'a>(
+        &'a self,
+        session_id: &'a str,
+        u: &'a ReadyUpdate,
+    ) -> BoxFuture<'a, Result<ReadyResult, StoreError>> {
+        let id = session_id.to_owned();
+        let u = u.clone();
+        Box::pin(async move {
+            let (written, doc) = self
+                .blocking(move |s| {
+                    s.update::<std::convert::Infallible>(&id, |d| {
+                        if !d.internal().is_some_and(InternalStatus::may_become_ready) {
+                            return Ok(false);
+                        }
+                        d.set_status(InternalStatus::Ready);
+                        d.public_ip = Some(u.public_ip.clone());
+                        d.ready_at = Some(u.at.clone());
+                        d.updated_at = Some(u.at.clone());
+                        if u.task_arn.is_some() {
+                            d.ecs_task_arn = u.task_arn.clone();
+                        }
+                        if u.connect_url.is_some() {
+                            d.connect_url = u.connect_url.clone();
+                        }
+                        Ok(true)
+                    })
+                })
+                .await?
+                .unwrap_or_else(|never| match never {});
+            Ok(if written {
+                ReadyResult::Ready
+            } else {
+                ReadyResult::NotPending(doc.internal())
+            })
+        })
+    }
+
+    fn mark_terminal<'a>(
+        &'a self,
+        session_id: &'a str,
+        status: InternalStatus,
+        reason: Option<&'a str>,
+        at: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let (id, reason, at) = (
+            session_id.to_owned(),
+            reason.map(str::to_owned),
+            at.to_owned(),
+        );
+        Box::pin(async move {
+            let (written, _) = self
+                .blocking(move |s| {
+                    s.update::<std::convert::Infallible>(&id, |d| {
+                        if d.internal().is_some_and(InternalStatus::is_terminal) {
+                            return Ok(false);
+                        }
+                        d.set_status(status);
+                        d.updated_at = Some(at.clone());
+                        if reason.is_some() {
+                            d.termination_reason = reason.clone();
+                        }
+                        Ok(true)
+                    })
+                })
+                .await?
+                .unwrap_or_else(|never| match never {});
+            Ok(written)
+        })
+    }
+
+    fn mark_ended<'a>(
+        &'a self,
+        session_id: &'a str,
+        proxy_bytes: u64,
+        at: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let (id, at) = (session_id.to_owned(), at.to_owned());
+        Box::pin(async move {
+            self.blocking(move |s| {
+                s.update::<std::convert::Infallible>(&id, |d| {
+                    d.proxy_bytes = Some(proxy_bytes);
+                    d.ended_at = Some(at.clone());
+                    d.updated_at = Some(at.clone());
+                    Ok(true)
+                })
+            })
+            .await?
+            .unwrap_or_else(|never| match never {});
+            Ok(())
+        })
+    }
+}

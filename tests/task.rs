@@ -448,3 +448,63 @@ fn a_token_for_this_session_from_the_item_works_and_others_do_not() {
     c.signal(Signal::SIGTERM);
     assert_eq!(c.wait_exit().code(), Some(0));
 }
+
+/// The local platform's stand-ins: session documents in `SESSIONS_DIR` and archives in
+/// `CONTEXTS_DIR`, with the same lifecycle as the table and the bucket.
+#[test]
+fn local_session_documents_and_archive_directory() {
+    use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
+    let root = tempfile::tempdir().unwrap();
+    let sessions = DirStore::new(root.path().join("sessions"));
+    let contexts = root.path().join("contexts");
+    let key = profile_key(PROJECT, "ctx_local");
+    let id = format!("sess_{}", uuid::Uuid::new_v4());
+    let t = token(crate::support::KEY, &id, PROJECT, 600);
+    let mut doc = SessionDoc {
+        session_id: id.clone(),
+        project_id: PROJECT.into(),
+        created_at: wallcrawler_contract::time::now_iso8601(),
+        expires_at: now() + 600,
+        signing_key: Some(t.clone()),
+        ..Default::default()
+    };
+    doc.set_status(wallcrawler_contract::InternalStatus::Creating);
+    sessions.create(&doc).unwrap();
+    let dirs = (
+        root.path().join("sessions").display().to_string(),
+        contexts.display().to_string(),
+    );
+    let mut c = run_task(&[
+        ("SESSION_ID", &id),
+        ("WALLCRAWLER_JWT_SIGNING_KEY", crate::support::KEY),
+        ("SESSIONS_DIR", &dirs.0),
+        ("CONTEXT_ID", "ctx_local"),
+        ("CONTEXTS_DIR", &dirs.1),
+        ("CONTEXT_S3_KEY", &key),
+        ("CONTEXT_PERSIST", "true"),
+        ("PUBLIC_IP", "127.0.0.1"),
+    ]);
+    let url = wait_ready(&mut c, &t);
+    let ready = sessions.get(&id).unwrap().unwrap();
+    assert_eq!(
+        (ready.internal_status.as_str(), ready.status.as_str()),
+        ("READY", "RUNNING")
+    );
+    assert_eq!(ready.connect_url.as_deref(), Some(url.as_str()));
+    assert_eq!(
+        node("context.mjs", &["--url", &url, "--mode", "write"])["ok"],
+        true
+    );
+    c.signal(Signal::SIGTERM);
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+    let done = sessions.get(&id).unwrap().unwrap();
+    assert_eq!(
+        (done.internal_status.as_str(), done.status.as_str()),
+        ("STOPPED", "COMPLETED")
+    );
+    assert!(done.ended_at.is_some() && done.proxy_bytes.unwrap_or(0) > 0);
+    assert!(
+        contexts.join(&key).is_file(),
+        "the profile was saved to the directory"
+    );
+}

@@ -6,11 +6,13 @@
 //! - [`token`]: the CDP access token (HS256 JWT): claims, minting, and every acceptance rule.
 //! - [`secret`]: the JSON shape of the signing secret kept in Secrets Manager.
 //! - [`session`]: the session item's lifecycle statuses and their SDK-visible mapping.
+//! - [`session_doc`]: the session item as a document, and the directory store of the local platform.
 //! - [`storage`]: the S3 key layout of context profile archives.
 //! - [`time`]: ISO 8601 timestamps as the session table stores them.
 
 pub mod secret;
 pub mod session;
+pub mod session_doc;
 pub mod storage;
 pub mod time;
 pub mod token;

@@ -1,0 +1,324 @@
+//! The session item as a document: the same attributes as the `wallcrawler-sessions` DynamoDB
+//! item, used by the control plane's API model and — one JSON file per session in a directory —
+//! as the local platform's session table, shared by the local API and the controllers it starts.
+//!
+//! [`DirStore`] gives the directory the properties the controller relies on in DynamoDB:
+//! conditional updates (a read-modify-write under an exclusive file lock) and atomic
+//! replacement (write to a temporary file, then rename). It is synchronous; async callers run
+//! it on a blocking thread.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::session::InternalStatus;
+
+/// One session. Field names are the table's attribute names.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionDoc {
+    pub session_id: String,
+    /// SDK-visible status.
+    pub status: String,
+    pub internal_status: String,
+    pub project_id: String,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+    /// Unix seconds.
+    pub expires_at: u64,
+    #[serde(default)]
+    pub keep_alive: bool,
+    #[serde(default)]
+    pub region: String,
+    #[serde(rename = "publicIP", default, skip_serializing_if = "Option::is_none")]
+    pub public_ip: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecs_task_arn: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_persist: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_storage_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_metadata: Option<serde_json::Value>,
+}
+
+impl SessionDoc {
+    pub fn internal(&self) -> Option<InternalStatus> {
+        InternalStatus::parse(&self.internal_status)
+    }
+
+    /// Sets both status attributes from the internal one.
+    pub fn set_status(&mut self, s: InternalStatus) {
+        self.internal_status = s.as_str().to_owned();
+        self.status = s.sdk_status().as_str().to_owned();
+    }
+}
+
+/// Why a document operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DocError {
+    #[error("session {0} does not exist")]
+    Missing(String),
+    #[error("session {0} already exists")]
+    Exists(String),
+    #[error("session id {0:?} is not a valid file name")]
+    BadId(String),
+    #[error("session document {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("session document {path} is not valid JSON: {source}")]
+    Json {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Session documents in a directory: `<dir>/<sessionId>.json`.
+#[derive(Debug, Clone)]
+pub struct DirStore {
+    dir: PathBuf,
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+impl DirStore {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, id: &str) -> Result<PathBuf, DocError> {
+        if !valid_id(id) {
+            return Err(DocError::BadId(id.to_owned()));
+        }
+        Ok(self.dir.join(format!("{id}.json")))
+    }
+
+    fn io(path: &Path) -> impl FnOnce(io::Error) -> DocError + '_ {
+        move |source| DocError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+
+    /// Holds the directory-wide lock for the duration of `f` (documents are small; one lock
+    /// keeps create-if-absent and read-modify-write simple and correct across processes).
+    fn locked<T>(&self, f: impl FnOnce() -> Result<T, DocError>) -> Result<T, DocError> {
+        fs::create_dir_all(&self.dir).map_err(Self::io(&self.dir))?;
+        let lock_path = self.dir.join(".lock");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(Self::io(&lock_path))?;
+        lock.lock().map_err(Self::io(&lock_path))?;
+        let r = f();
+        let _ = lock.unlock();
+        r
+    }
+
+    fn read_path(path: &Path) -> Result<Option<SessionDoc>, DocError> {
+        match fs::read(path) {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|source| DocError::Json {
+                        path: path.display().to_string(),
+                        source,
+                    })
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(DocError::Io {
+                path: path.display().to_string(),
+                source,
+            }),
+        }
+    }
+
+    fn write_path(path: &Path, doc: &SessionDoc) -> Result<(), DocError> {
+        let tmp = path.with_extension(format!("json.tmp-{}", std::process::id()));
+        let data = serde_json::to_vec_pretty(doc).expect("documents serialize");
+        let mut f = File::create(&tmp).map_err(Self::io(&tmp))?;
+        f.write_all(&data)
+            .and_then(|_| f.sync_all())
+            .map_err(Self::io(&tmp))?;
+        fs::rename(&tmp, path).map_err(Self::io(path))
+    }
+
+    /// The document, if any.
+    pub fn get(&self, id: &str) -> Result<Option<SessionDoc>, DocError> {
+        let path = self.path(id)?;
+        Self::read_path(&path)
+    }
+
+    /// Creates the document; fails if it exists.
+    pub fn create(&self, doc: &SessionDoc) -> Result<(), DocError> {
+        let path = self.path(&doc.session_id)?;
+        self.locked(|| {
+            if path.exists() {
+                return Err(DocError::Exists(doc.session_id.clone()));
+            }
+            Self::write_path(&path, doc)
+        })
+    }
+
+    /// Conditional update: `f` sees the current document and returns whether to write it
+    /// (`Ok(false)` = condition failed, nothing written). Returns `f`'s verdict and the document
+    /// as it is afterwards.
+    pub fn update<E>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut SessionDoc) -> Result<bool, E>,
+    ) -> Result<Result<(bool, SessionDoc), E>, DocError> {
+        let path = self.path(id)?;
+        self.locked(|| {
+            let mut doc =
+                Self::read_path(&path)?.ok_or_else(|| DocError::Missing(id.to_owned()))?;
+            let before = doc.clone();
+            match f(&mut doc) {
+                Ok(true) => {
+                    Self::write_path(&path, &doc)?;
+                    Ok(Ok((true, doc)))
+                }
+                Ok(false) => Ok(Ok((false, before))),
+                Err(e) => Ok(Err(e)),
+            }
+        })
+    }
+
+    /// Every document (unreadable files are skipped).
+    pub fn list(&self) -> Result<Vec<SessionDoc>, DocError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(DocError::Io {
+                    path: self.dir.display().to_string(),
+                    source,
+                });
+            }
+        };
+        let mut out = Vec::new();
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.extension().and_then(|x| x.to_str()) == Some("json")
+                && let Ok(Some(d)) = Self::read_path(&p)
+            {
+                out.push(d);
+            }
+        }
+        out.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then(a.session_id.cmp(&b.session_id))
+        });
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(id: &str) -> SessionDoc {
+        let mut d = SessionDoc {
+            session_id: id.into(),
+            project_id: "p".into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            expires_at: 5,
+            ..Default::default()
+        };
+        d.set_status(InternalStatus::Creating);
+        d
+    }
+
+    #[test]
+    fn attribute_names_match_the_table() {
+        let mut d = doc("sess_1");
+        d.public_ip = Some("1.2.3.4".into());
+        d.proxy_bytes = Some(7);
+        let v = serde_json::to_value(&d).unwrap();
+        for k in [
+            "sessionId",
+            "status",
+            "internalStatus",
+            "projectId",
+            "createdAt",
+            "expiresAt",
+            "keepAlive",
+            "publicIP",
+            "proxyBytes",
+        ] {
+            assert!(v.get(k).is_some(), "{k}");
+        }
+        assert_eq!(v["internalStatus"], "CREATING");
+        assert_eq!(v["status"], "PENDING");
+    }
+
+    #[test]
+    fn create_is_conditional_and_update_is_read_modify_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirStore::new(dir.path());
+        store.create(&doc("sess_1")).unwrap();
+        assert!(matches!(
+            store.create(&doc("sess_1")),
+            Err(DocError::Exists(_))
+        ));
+        let r = store.update::<()>("sess_1", |d| {
+            if d.internal().is_some_and(|s| s.may_become_ready()) {
+                d.set_status(InternalStatus::Ready);
+                Ok(true)
+            } else {
+                Ok(false)
+            }
+        });
+        assert!(r.unwrap().unwrap().0);
+        let again = store
+            .update::<()>("sess_1", |d| {
+                Ok(d.internal().is_some_and(|s| s.may_become_ready()))
+            })
+            .unwrap()
+            .unwrap();
+        assert!(!again.0);
+        assert_eq!(store.get("sess_1").unwrap().unwrap().status, "RUNNING");
+        assert!(matches!(
+            store.update::<()>("sess_2", |_| Ok(true)),
+            Err(DocError::Missing(_))
+        ));
+        assert!(matches!(store.get("../x"), Err(DocError::BadId(_))));
+        assert_eq!(store.list().unwrap().len(), 1);
+    }
+}
