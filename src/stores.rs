@@ -193,50 +193,6 @@ impl ArchiveStore for DirectoryArchives {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn directory_archives_replace_atomically() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = DirectoryArchives {
-            dir: dir.path().to_owned(),
-        };
-        assert!(store.open("p/c/profile.tar.gz").await.unwrap().is_none());
-        store
-            .put("p/c/profile.tar.gz", Box::pin(&b"first"[..]))
-            .await
-            .unwrap();
-        // A failing body leaves the previous archive in place.
-        struct Failing;
-        impl AsyncRead for Failing {
-            fn poll_read(
-                self: Pin<&mut Self>,
-                _: &mut std::task::Context<'_>,
-                _: &mut tokio::io::ReadBuf<'_>,
-            ) -> std::task::Poll<std::io::Result<()>> {
-                std::task::Poll::Ready(Err(std::io::Error::other("interrupted")))
-            }
-        }
-        assert!(
-            store
-                .put("p/c/profile.tar.gz", Box::pin(Failing))
-                .await
-                .is_err()
-        );
-        let mut r = store.open("p/c/profile.tar.gz").await.unwrap().unwrap();
-        let mut s = String::new();
-        tokio::io::AsyncReadExt::read_to_string(&mut r, &mut s)
-            .await
-            .unwrap();
-        assert_eq!(s, "first");
-        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("p/c")).unwrap().collect();
-        assert_eq!(leftovers.len(), 1, "no partial file left behind");
-        assert!(store.open("../escape").await.is_err());
-    }
-}
-
 /// Session documents in a directory (`SESSIONS_DIR`, the local platform's table), with the same
 /// conditional semantics as the DynamoDB adapter.
 pub struct DirectorySessions {
@@ -380,5 +336,49 @@ impl SessionStore for DirectorySessions {
             .unwrap_or_else(|never| match never {});
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn directory_archives_replace_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirectoryArchives {
+            dir: dir.path().to_owned(),
+        };
+        assert!(store.open("p/c/profile.tar.gz").await.unwrap().is_none());
+        store
+            .put("p/c/profile.tar.gz", Box::pin(&b"first"[..]))
+            .await
+            .unwrap();
+        // A failing body leaves the previous archive in place.
+        struct Failing;
+        impl AsyncRead for Failing {
+            fn poll_read(
+                self: Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                _: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::task::Poll::Ready(Err(std::io::Error::other("interrupted")))
+            }
+        }
+        assert!(
+            store
+                .put("p/c/profile.tar.gz", Box::pin(Failing))
+                .await
+                .is_err()
+        );
+        let mut r = store.open("p/c/profile.tar.gz").await.unwrap().unwrap();
+        let mut s = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut r, &mut s)
+            .await
+            .unwrap();
+        assert_eq!(s, "first");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("p/c")).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no partial file left behind");
+        assert!(store.open("../escape").await.is_err());
     }
 }
