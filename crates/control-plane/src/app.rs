@@ -1,0 +1,56 @@
+//! The handlers' shared state: the ports and the settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::ports::{
+    ArchiveUrls, Clock, ContextRepo, KeyRepo, Launcher, ProjectRepo, SessionRepo, Signer,
+};
+
+/// Settings of the API (from the environment in the binaries).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long `POST /v1/sessions` waits for READY before answering PENDING.
+    pub create_wait: Duration,
+    /// Poll interval while waiting (strongly consistent reads).
+    pub poll_every: Duration,
+    /// Default region reported when the request names none.
+    pub region: String,
+    /// Lifetime of presigned upload URLs.
+    pub upload_url_ttl: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            create_wait: Duration::from_secs(25),
+            poll_every: Duration::from_millis(250),
+            region: "us-east-1".to_owned(),
+            upload_url_ttl: 3600,
+        }
+    }
+}
+
+/// Everything a handler uses.
+#[derive(Clone)]
+pub struct App {
+    pub sessions: Arc<dyn SessionRepo>,
+    pub projects: Arc<dyn ProjectRepo>,
+    pub keys: Arc<dyn KeyRepo>,
+    pub contexts: Arc<dyn ContextRepo>,
+    pub archives: Arc<dyn ArchiveUrls>,
+    pub launcher: Arc<dyn Launcher>,
+    pub signer: Arc<dyn Signer>,
+    pub clock: Arc<dyn Clock>,
+    pub settings: Settings,
+}
+
+impl App {
+    pub fn now_iso(&self) -> String {
+        wallcrawler_contract::time::iso8601_millis(self.clock.now_millis())
+    }
+
+    pub fn now_secs(&self) -> u64 {
+        self.clock.now_millis() / 1000
+    }
+}

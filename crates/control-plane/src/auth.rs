@@ -1,0 +1,92 @@
+//! API-key authorisation: `x-wc-api-key` (or Browserbase's `x-bb-api-key`) → SHA-256 hex →
+//! the key record (ACTIVE) → the selected project (`x-wc-project-id` when given, which must be
+//! one of the key's projects, else the key's own) → the project must be ACTIVE.
+//! Missing or unknown key: 401; inactive key or project, or a foreign project: 403. The raw key
+//! goes nowhere past this function.
+
+use axum::http::HeaderMap;
+
+use crate::app::App;
+use crate::error::ApiError;
+use crate::model::{Project, hash_api_key};
+
+/// Who is calling.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    pub project: Project,
+    /// Every project the key may use.
+    pub project_ids: Vec<String>,
+    pub key_hash: String,
+}
+
+impl Principal {
+    pub fn project_id(&self) -> &str {
+        &self.project.project_id
+    }
+}
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+/// Authorises a request from its headers.
+pub async fn authorize(app: &App, headers: &HeaderMap) -> Result<Principal, ApiError> {
+    let raw = header(headers, "x-wc-api-key")
+        .or_else(|| header(headers, "x-bb-api-key"))
+        .ok_or_else(|| {
+            ApiError::unauthorized(
+                "missing API key: send it in the x-wc-api-key (or x-bb-api-key) header",
+            )
+        })?;
+    let hash = hash_api_key(raw);
+    let key = app
+        .keys
+        .get(&hash)
+        .await?
+        .ok_or_else(|| ApiError::unauthorized("unknown API key"))?;
+    if key.status != "ACTIVE" {
+        return Err(ApiError::forbidden("this API key is not active"));
+    }
+    let mut project_ids = key.project_ids.clone();
+    if !project_ids.contains(&key.project_id) {
+        project_ids.insert(0, key.project_id.clone());
+    }
+    let selected = match header(headers, "x-wc-project-id") {
+        Some(p) if project_ids.iter().any(|k| k == p) => p.to_owned(),
+        Some(p) => {
+            return Err(ApiError::forbidden(format!(
+                "project {p} is not one of this API key's projects"
+            )));
+        }
+        None => key.project_id.clone(),
+    };
+    let project = app
+        .projects
+        .get(&selected)
+        .await?
+        .ok_or_else(|| ApiError::forbidden(format!("project {selected} does not exist")))?;
+    if !project.is_active() {
+        return Err(ApiError::forbidden(format!(
+            "project {selected} is not active"
+        )));
+    }
+    Ok(Principal {
+        project,
+        project_ids,
+        key_hash: hash,
+    })
+}
+
+/// A body `projectId` must be the selected project.
+pub fn check_body_project(p: &Principal, body_project: Option<&str>) -> Result<(), ApiError> {
+    match body_project {
+        Some(b) if !b.is_empty() && b != p.project_id() => Err(ApiError::forbidden(format!(
+            "projectId {b} in the body is not the selected project {}",
+            p.project_id()
+        ))),
+        _ => Ok(()),
+    }
+}

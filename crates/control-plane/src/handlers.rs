@@ -1,0 +1,551 @@
+//! The API's handlers, written once over the ports and served by one router — locally and in
+//! Lambda alike. Every handler authorises first and only ever touches the selected project's
+//! records: ids of other projects answer 404.
+
+use std::time::Instant;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tracing::{info, warn};
+use wallcrawler_contract::session_doc::SessionDoc;
+use wallcrawler_contract::storage::profile_key;
+use wallcrawler_contract::{Claims, InternalStatus};
+
+use crate::app::App;
+use crate::auth::{Principal, authorize, check_body_project};
+use crate::error::ApiError;
+use crate::model::{ContextRecord, session_create_to_api, session_to_api};
+use crate::ports::{Cond, LaunchSpec};
+
+/// Shortest and longest session timeout, seconds.
+pub const TIMEOUT_RANGE: std::ops::RangeInclusive<u64> = 60..=21_600;
+
+/// Regions a session may name.
+pub const REGIONS: [&str; 4] = ["us-west-2", "us-east-1", "eu-central-1", "ap-southeast-1"];
+
+type ApiResult = Result<Response, ApiError>;
+
+/// Parses a JSON body leniently: empty = `{}`, unknown fields ignored, malformed → 400 naming
+/// the problem.
+fn parse_body<T: for<'de> Deserialize<'de> + Default>(body: &Bytes) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ContextSettings {
+    id: Option<String>,
+    #[serde(default)]
+    persist: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BrowserSettings {
+    context: Option<ContextSettings>,
+    // viewport, fingerprint, blockAds, solveCaptchas, recordSession, logSession, …: accepted
+    // and ignored until implemented.
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateSession {
+    project_id: Option<String>,
+    browser_settings: Option<BrowserSettings>,
+    keep_alive: Option<bool>,
+    timeout: Option<Value>,
+    region: Option<String>,
+    user_metadata: Option<Value>,
+    // proxies, extensionId, …: accepted and ignored.
+}
+
+fn timeout_of(v: &Option<Value>, default: u64) -> Result<u64, ApiError> {
+    let Some(v) = v else { return Ok(default) };
+    let t = v.as_u64().ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "timeout must be a whole number of seconds, got {v}"
+        ))
+    })?;
+    if !TIMEOUT_RANGE.contains(&t) {
+        return Err(ApiError::bad_request(format!(
+            "timeout must be between {} and {} seconds, got {t}",
+            TIMEOUT_RANGE.start(),
+            TIMEOUT_RANGE.end()
+        )));
+    }
+    Ok(t)
+}
+
+/// `POST /v1/sessions`.
+pub async fn create_session(State(app): State<App>, headers: HeaderMap, body: Bytes) -> ApiResult {
+    let started = Instant::now();
+    let deadline = started + app.settings.create_wait;
+    let p = authorize(&app, &headers).await?;
+    let req: CreateSession = parse_body(&body)?;
+    check_body_project(&p, req.project_id.as_deref())?;
+    let timeout = timeout_of(
+        &req.timeout,
+        p.project
+            .default_timeout
+            .clamp(*TIMEOUT_RANGE.start(), *TIMEOUT_RANGE.end()),
+    )?;
+    let region = match req.region.as_deref() {
+        None | Some("") => app.settings.region.clone(),
+        Some(r) if REGIONS.contains(&r) => r.to_owned(),
+        Some(r) => {
+            return Err(ApiError::bad_request(format!(
+                "region must be one of {}, got {r:?}",
+                REGIONS.join(", ")
+            )));
+        }
+    };
+    if let Some(m) = &req.user_metadata
+        && !m.is_object()
+    {
+        return Err(ApiError::bad_request("userMetadata must be a JSON object"));
+    }
+    let context = req.browser_settings.and_then(|b| b.context);
+    let context = match context {
+        Some(ContextSettings {
+            id: Some(id),
+            persist,
+        }) => {
+            let c = app.contexts.get(&id).await?;
+            match c {
+                Some(c) if c.project_id == p.project_id() => Some((c, persist)),
+                _ => return Err(ApiError::not_found(format!("context {id} not found"))),
+            }
+        }
+        Some(ContextSettings { id: None, .. }) => {
+            return Err(ApiError::bad_request(
+                "browserSettings.context.id is required",
+            ));
+        }
+        None => None,
+    };
+
+    let sessions = app.sessions.list_project(p.project_id()).await?;
+    let active = sessions
+        .iter()
+        .filter(|s| !s.internal().is_some_and(InternalStatus::is_terminal))
+        .count() as u64;
+    if active >= p.project.concurrency {
+        return Err(ApiError::too_many(format!(
+            "project {} already has {active} active sessions, its concurrency limit",
+            p.project_id()
+        )));
+    }
+
+    // One writer per context: wait (within the create budget) for a persisting session to
+    // finish saving, else 409.
+    if let Some((ctx, _)) = &context {
+        loop {
+            let busy = app
+                .sessions
+                .list_context(&ctx.context_id)
+                .await?
+                .into_iter()
+                .find(|s| s.context_persist == Some(true) && s.ended_at.is_none());
+            let Some(busy) = busy else { break };
+            if Instant::now() + app.settings.poll_every >= deadline {
+                return Err(ApiError::conflict(format!(
+                    "context {} is in use by session {}, which is still saving it; retry once that session has ended",
+                    ctx.context_id, busy.session_id
+                )));
+            }
+            tokio::time::sleep(app.settings.poll_every).await;
+        }
+    }
+
+    let now_ms = app.clock.now_millis();
+    let now = wallcrawler_contract::time::iso8601_millis(now_ms);
+    let id = format!("sess_{}", uuid::Uuid::new_v4());
+    let token = app
+        .signer
+        .sign(Claims::new(&id, p.project_id(), now_ms / 1000, timeout))
+        .await?;
+    let mut doc = SessionDoc {
+        session_id: id.clone(),
+        project_id: p.project_id().to_owned(),
+        created_at: now.clone(),
+        updated_at: Some(now.clone()),
+        started_at: Some(now.clone()),
+        expires_at: now_ms / 1000 + timeout,
+        keep_alive: req.keep_alive.unwrap_or(false),
+        region,
+        signing_key: Some(token),
+        user_metadata: req.user_metadata,
+        ..Default::default()
+    };
+    doc.set_status(InternalStatus::Creating);
+    if let Some((c, persist)) = &context {
+        doc.context_id = Some(c.context_id.clone());
+        doc.context_persist = Some(*persist);
+        doc.context_storage_key = Some(c.storage_key.clone());
+    }
+    if let Cond::Failed(_) = app.sessions.create(doc.clone()).await? {
+        return Err(ApiError::internal("session id collision; retry"));
+    }
+    let spec = LaunchSpec {
+        session_id: id.clone(),
+        project_id: p.project_id().to_owned(),
+        context: context
+            .as_ref()
+            .map(|(c, persist)| (c.context_id.clone(), c.storage_key.clone(), *persist)),
+        env: Vec::new(),
+    };
+    let task_arn = match app.launcher.launch(spec).await {
+        Ok(arn) => arn,
+        Err(e) => {
+            let reason = format!("the browser task could not be started: {e}");
+            let _ = app
+                .sessions
+                .mark_terminal(
+                    &id,
+                    InternalStatus::Failed,
+                    Some(&reason),
+                    &app.now_iso(),
+                    true,
+                )
+                .await;
+            return Err(ApiError::from(e));
+        }
+    };
+    let _ = app
+        .sessions
+        .mark_provisioning(&id, task_arn.as_deref(), &app.now_iso())
+        .await?;
+    info!(session.id = %id, project.id = %p.project_id(), "session created; waiting for READY");
+
+    loop {
+        let current = app.sessions.get(&id).await?.unwrap_or_else(|| doc.clone());
+        match current.internal() {
+            Some(InternalStatus::Ready | InternalStatus::Active) => {
+                return Ok(
+                    (StatusCode::CREATED, Json(session_create_to_api(&current))).into_response()
+                );
+            }
+            Some(s) if s.is_terminal() => {
+                return Err(ApiError::internal(format!(
+                    "the browser failed to start: {}",
+                    current
+                        .termination_reason
+                        .as_deref()
+                        .unwrap_or("unknown reason")
+                )));
+            }
+            _ => {}
+        }
+        if Instant::now() + app.settings.poll_every >= deadline {
+            info!(session.id = %id, "not READY within the create budget; answering PENDING");
+            return Ok((StatusCode::CREATED, Json(session_create_to_api(&current))).into_response());
+        }
+        tokio::time::sleep(app.settings.poll_every).await;
+    }
+}
+
+/// The session, if it belongs to the caller's project.
+async fn own_session(app: &App, p: &Principal, id: &str) -> Result<SessionDoc, ApiError> {
+    match app.sessions.get(id).await? {
+        Some(s) if s.project_id == p.project_id() => Ok(s),
+        _ => Err(ApiError::not_found(format!("session {id} not found"))),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    status: Option<String>,
+}
+
+/// `GET /v1/sessions[?status=…]`.
+pub async fn list_sessions(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> ApiResult {
+    let p = authorize(&app, &headers).await?;
+    let status = match q.status.as_deref() {
+        None | Some("") => None,
+        Some(s @ ("RUNNING" | "ERROR" | "TIMED_OUT" | "COMPLETED" | "PENDING")) => {
+            Some(s.to_owned())
+        }
+        Some(s) => {
+            return Err(ApiError::bad_request(format!(
+                "status must be one of RUNNING, ERROR, TIMED_OUT, COMPLETED, PENDING, got {s:?}"
+            )));
+        }
+    };
+    let list: Vec<Value> = app
+        .sessions
+        .list_project(p.project_id())
+        .await?
+        .iter()
+        .filter(|s| status.as_ref().is_none_or(|want| &s.status == want))
+        .map(session_to_api)
+        .collect();
+    Ok(Json(list).into_response())
+}
+
+/// `GET /v1/sessions/{id}`: includes `connectUrl` and `signingKey` while running, so a client
+/// that got PENDING can poll for them.
+pub async fn get_session(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let p = authorize(&app, &headers).await?;
+    let s = own_session(&app, &p, &id).await?;
+    Ok(Json(session_create_to_api(&s)).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UpdateSession {
+    status: Option<String>,
+    project_id: Option<String>,
+}
+
+/// `POST /v1/sessions/{id}` with `{"status":"REQUEST_RELEASE"}`.
+pub async fn update_session(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let p = authorize(&app, &headers).await?;
+    let req: UpdateSession = parse_body(&body)?;
+    check_body_project(&p, req.project_id.as_deref())?;
+    match req.status.as_deref() {
+        Some("REQUEST_RELEASE") => {}
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "status must be REQUEST_RELEASE, got {other:?}"
+            )));
+        }
+        None => {
+            return Err(ApiError::bad_request(
+                "status is required (REQUEST_RELEASE)",
+            ));
+        }
+    }
+    let s = own_session(&app, &p, &id).await?;
+    let after = match app
+        .sessions
+        .mark_terminal(&id, InternalStatus::Stopped, None, &app.now_iso(), false)
+        .await?
+    {
+        Cond::Done(d) => d,
+        Cond::Failed(current) => current.unwrap_or(s.clone()),
+    };
+    if let Err(e) = app.launcher.stop(&id, s.ecs_task_arn.as_deref()).await {
+        warn!(session.id = %id, error = %e, "stopping the task failed; it ends itself at its idle timeout or expiry");
+    }
+    info!(session.id = %id, "session released");
+    Ok(Json(session_to_api(&after)).into_response())
+}
+
+/// `GET /v1/sessions/{id}/debug`: the live page list from the running browser.
+pub async fn debug_session(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let p = authorize(&app, &headers).await?;
+    let s = own_session(&app, &p, &id).await?;
+    let (Some(url), Some(token), true) = (
+        s.connect_url.as_deref(),
+        s.signing_key.as_deref(),
+        s.status == "RUNNING",
+    ) else {
+        return Err(ApiError::conflict(format!("session {id} is not running")));
+    };
+    let pages = crate::debug::page_list(url, token).await.map_err(|e| {
+        warn!(session.id = %id, error = %e, "reading the browser's page list failed");
+        ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "the session's browser did not answer",
+        )
+    })?;
+    Ok(Json(json!({
+        "wsUrl": url,
+        "debuggerUrl": Value::Null,
+        "debuggerFullscreenUrl": Value::Null,
+        "pages": pages,
+    }))
+    .into_response())
+}
+
+/// Browserbase endpoints not implemented yet.
+pub async fn not_implemented(State(app): State<App>, headers: HeaderMap) -> ApiResult {
+    authorize(&app, &headers).await?;
+    Err(ApiError::not_implemented(
+        "this endpoint (downloads, uploads, logs, recordings, extensions) is not implemented by Wallcrawler yet",
+    ))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateContext {
+    project_id: Option<String>,
+}
+
+async fn upload_answer(app: &App, c: &ContextRecord) -> Result<Value, ApiError> {
+    let url = app
+        .archives
+        .presign_put(&c.storage_key, app.settings.upload_url_ttl)
+        .await?;
+    Ok(json!({
+        "id": c.context_id,
+        "uploadUrl": url,
+        // Browserbase encrypts uploads; Wallcrawler archives are plain gzip-compressed tars of
+        // the user-data-dir (see the README), so there is no key.
+        "publicKey": "",
+        "cipherAlgorithm": "NONE",
+        "initializationVectorSize": 0,
+    }))
+}
+
+/// `POST /v1/contexts`.
+pub async fn create_context(State(app): State<App>, headers: HeaderMap, body: Bytes) -> ApiResult {
+    let p = authorize(&app, &headers).await?;
+    let req: CreateContext = parse_body(&body)?;
+    check_body_project(&p, req.project_id.as_deref())?;
+    let id = format!("ctx_{}", uuid::Uuid::new_v4().simple());
+    let now = app.now_iso();
+    let c = ContextRecord {
+        storage_key: profile_key(p.project_id(), &id),
+        context_id: id,
+        project_id: p.project_id().to_owned(),
+        status: "CREATED".to_owned(),
+        created_at: now.clone(),
+        updated_at: now,
+    };
+    app.contexts.create(c.clone()).await?;
+    Ok((StatusCode::CREATED, Json(upload_answer(&app, &c).await?)).into_response())
+}
+
+async fn own_context(app: &App, p: &Principal, id: &str) -> Result<ContextRecord, ApiError> {
+    match app.contexts.get(id).await? {
+        Some(c) if c.project_id == p.project_id() => Ok(c),
+        _ => Err(ApiError::not_found(format!("context {id} not found"))),
+    }
+}
+
+/// `GET /v1/contexts/{id}`.
+pub async fn get_context(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let p = authorize(&app, &headers).await?;
+    Ok(Json(own_context(&app, &p, &id).await?.to_api()).into_response())
+}
+
+/// `PUT /v1/contexts/{id}`: a fresh upload URL.
+pub async fn update_context(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let p = authorize(&app, &headers).await?;
+    let c = own_context(&app, &p, &id).await?;
+    app.contexts.touch(&id, &app.now_iso()).await?;
+    Ok(Json(upload_answer(&app, &c).await?).into_response())
+}
+
+/// `DELETE /v1/contexts/{id}`: refused while a session still uses it.
+pub async fn delete_context(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let p = authorize(&app, &headers).await?;
+    let c = own_context(&app, &p, &id).await?;
+    if let Some(s) = app
+        .sessions
+        .list_context(&id)
+        .await?
+        .into_iter()
+        .find(|s| s.ended_at.is_none())
+    {
+        return Err(ApiError::conflict(format!(
+            "context {id} is in use by session {}",
+            s.session_id
+        )));
+    }
+    app.archives.delete(&c.storage_key).await?;
+    app.contexts.delete(&id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `GET /v1/projects`: the projects this key may use.
+pub async fn list_projects(State(app): State<App>, headers: HeaderMap) -> ApiResult {
+    let p = authorize(&app, &headers).await?;
+    let mut out = Vec::new();
+    for id in &p.project_ids {
+        if let Some(project) = app.projects.get(id).await? {
+            out.push(project.to_api());
+        }
+    }
+    Ok(Json(out).into_response())
+}
+
+async fn own_project(
+    app: &App,
+    p: &Principal,
+    id: &str,
+) -> Result<crate::model::Project, ApiError> {
+    if !p.project_ids.iter().any(|k| k == id) {
+        return Err(ApiError::not_found(format!("project {id} not found")));
+    }
+    app.projects
+        .get(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("project {id} not found")))
+}
+
+/// `GET /v1/projects/{id}`.
+pub async fn get_project(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let p = authorize(&app, &headers).await?;
+    Ok(Json(own_project(&app, &p, &id).await?.to_api()).into_response())
+}
+
+/// `GET /v1/projects/{id}/usage`: browser minutes (per session, (`endedAt` or now) −
+/// `startedAt`, rounded up) and proxy bytes.
+pub async fn project_usage(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let p = authorize(&app, &headers).await?;
+    own_project(&app, &p, &id).await?;
+    let now = app.clock.now_millis();
+    let (mut minutes, mut bytes) = (0u64, 0u64);
+    for s in app.sessions.list_project(&id).await? {
+        let parse = |t: &Option<String>| {
+            t.as_deref()
+                .and_then(wallcrawler_contract::time::parse_iso8601)
+        };
+        let start = parse(&s.started_at)
+            .or_else(|| wallcrawler_contract::time::parse_iso8601(&s.created_at));
+        if let Some(start) = start {
+            let end = parse(&s.ended_at).unwrap_or(now).max(start);
+            minutes += (end - start).div_ceil(60_000);
+        }
+        bytes += s.proxy_bytes.unwrap_or(0);
+    }
+    Ok(Json(json!({ "browserMinutes": minutes, "proxyBytes": bytes })).into_response())
+}

@@ -1,0 +1,25 @@
+//! Wallcrawler's control plane: the Browserbase-compatible API behind `POST /v1/sessions` and
+//! friends, written once over narrow ports and served locally (`wallcrawler-control-plane
+//! serve`) or from AWS Lambda. Depends on the shared contract, never on the controller.
+//!
+//! - [`error`]: Browserbase's error shape.
+//! - [`model`]: project, API key and context records; the JSON the API answers with.
+//! - [`ports`]: what the handlers need (stores, presigned URLs, task launcher, signer, clock).
+//! - [`auth`]: API-key authorisation and project selection.
+//! - [`handlers`] and [`router`]: the endpoints, one router for every deployment.
+//! - [`debug`]: a running session's page list, from its proxy.
+//! - [`memory`]: in-memory ports (tests, reference semantics).
+//! - [`local`]: the local platform: file-backed stores shared with local controllers, a
+//!   launcher that runs `wallcrawler-controller run` as child processes; [`serve`] wires it up.
+
+pub mod app;
+pub mod auth;
+pub mod debug;
+pub mod error;
+pub mod handlers;
+pub mod local;
+pub mod memory;
+pub mod model;
+pub mod ports;
+pub mod router;
+pub mod serve;

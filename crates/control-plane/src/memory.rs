@@ -1,0 +1,339 @@
+//! In-memory implementations of the ports, for handler tests (and as the reference semantics
+//! the DynamoDB and local implementations follow).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::BoxFuture;
+use wallcrawler_contract::session_doc::SessionDoc;
+use wallcrawler_contract::{Claims, InternalStatus, SigningKey};
+
+use crate::model::{ApiKeyRecord, ContextRecord, Project};
+use crate::ports::*;
+
+/// Applies the shared conditional rules to a document: the one place they are written down
+/// for the non-DynamoDB stores.
+pub mod rules {
+    use super::*;
+
+    pub fn provisioning(d: &mut SessionDoc, task_arn: Option<&str>, at: &str) -> bool {
+        if d.internal() != Some(InternalStatus::Creating) {
+            return false;
+        }
+        d.set_status(InternalStatus::Provisioning);
+        if let Some(a) = task_arn {
+            d.ecs_task_arn = Some(a.to_owned());
+        }
+        d.updated_at = Some(at.to_owned());
+        true
+    }
+
+    /// Sets `status` unless the session is terminal already (then its status is kept); with
+    /// `ended`, also sets a missing `endedAt`. Returns whether anything changed.
+    pub fn terminal(
+        d: &mut SessionDoc,
+        status: InternalStatus,
+        reason: Option<&str>,
+        at: &str,
+        ended: bool,
+    ) -> bool {
+        let already = d.internal().is_some_and(InternalStatus::is_terminal);
+        let add_end = ended && d.ended_at.is_none();
+        if already && !add_end {
+            return false;
+        }
+        if !already {
+            d.set_status(status);
+            if let Some(r) = reason {
+                d.termination_reason = Some(r.to_owned());
+            }
+        }
+        if add_end {
+            d.ended_at = Some(at.to_owned());
+        }
+        d.updated_at = Some(at.to_owned());
+        true
+    }
+}
+
+#[derive(Default, Clone)]
+pub struct MemSessions(pub Arc<Mutex<BTreeMap<String, SessionDoc>>>);
+
+impl MemSessions {
+    fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<String, SessionDoc>) -> T) -> T {
+        f(&mut self.0.lock().expect("not poisoned"))
+    }
+}
+
+impl SessionRepo for MemSessions {
+    fn create(&self, doc: SessionDoc) -> BoxFuture<'_, PortResult<Cond<SessionDoc>>> {
+        let r = self.with(|m| {
+            if let Some(cur) = m.get(&doc.session_id) {
+                Cond::Failed(Some(cur.clone()))
+            } else {
+                m.insert(doc.session_id.clone(), doc.clone());
+                Cond::Done(doc)
+            }
+        });
+        Box::pin(async move { Ok(r) })
+    }
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<SessionDoc>>> {
+        let r = self.with(|m| m.get(id).cloned());
+        Box::pin(async move { Ok(r) })
+    }
+    fn list_project<'a>(
+        &'a self,
+        project_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
+        let mut r: Vec<_> = self.with(|m| {
+            m.values()
+                .filter(|d| d.project_id == project_id)
+                .cloned()
+                .collect()
+        });
+        r.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        Box::pin(async move { Ok(r) })
+    }
+    fn list_context<'a>(
+        &'a self,
+        context_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
+        let r = self.with(|m| {
+            m.values()
+                .filter(|d| d.context_id.as_deref() == Some(context_id))
+                .cloned()
+                .collect()
+        });
+        Box::pin(async move { Ok(r) })
+    }
+    fn mark_provisioning<'a>(
+        &'a self,
+        id: &'a str,
+        task_arn: Option<&'a str>,
+        at: &'a str,
+    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
+        let r = self.with(|m| match m.get_mut(id) {
+            Some(d) => {
+                if rules::provisioning(d, task_arn, at) {
+                    Cond::Done(d.clone())
+                } else {
+                    Cond::Failed(Some(d.clone()))
+                }
+            }
+            None => Cond::Failed(None),
+        });
+        Box::pin(async move { Ok(r) })
+    }
+    fn mark_terminal<'a>(
+        &'a self,
+        id: &'a str,
+        status: InternalStatus,
+        reason: Option<&'a str>,
+        at: &'a str,
+        ended: bool,
+    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
+        let r = self.with(|m| match m.get_mut(id) {
+            Some(d) => {
+                if rules::terminal(d, status, reason, at, ended) {
+                    Cond::Done(d.clone())
+                } else {
+                    Cond::Failed(Some(d.clone()))
+                }
+            }
+            None => Cond::Failed(None),
+        });
+        Box::pin(async move { Ok(r) })
+    }
+    fn mark_ended_if_missing<'a>(
+        &'a self,
+        id: &'a str,
+        at: &'a str,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        self.with(|m| {
+            if let Some(d) = m.get_mut(id)
+                && d.ended_at.is_none()
+            {
+                d.ended_at = Some(at.to_owned());
+            }
+        });
+        Box::pin(async { Ok(()) })
+    }
+}
+
+#[derive(Default, Clone)]
+pub struct MemProjects(pub Arc<Mutex<BTreeMap<String, Project>>>);
+
+impl ProjectRepo for MemProjects {
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<Project>>> {
+        let r = self.0.lock().expect("not poisoned").get(id).cloned();
+        Box::pin(async move { Ok(r) })
+    }
+    fn put(&self, p: Project) -> BoxFuture<'_, PortResult<()>> {
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .insert(p.project_id.clone(), p);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+#[derive(Default, Clone)]
+pub struct MemKeys(pub Arc<Mutex<BTreeMap<String, ApiKeyRecord>>>);
+
+impl KeyRepo for MemKeys {
+    fn get<'a>(&'a self, hash: &'a str) -> BoxFuture<'a, PortResult<Option<ApiKeyRecord>>> {
+        let r = self.0.lock().expect("not poisoned").get(hash).cloned();
+        Box::pin(async move { Ok(r) })
+    }
+    fn put(&self, k: ApiKeyRecord) -> BoxFuture<'_, PortResult<()>> {
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .insert(k.api_key_hash.clone(), k);
+        Box::pin(async { Ok(()) })
+    }
+    fn set_status<'a>(&'a self, hash: &'a str, status: &'a str) -> BoxFuture<'a, PortResult<bool>> {
+        let r = match self.0.lock().expect("not poisoned").get_mut(hash) {
+            Some(k) => {
+                k.status = status.to_owned();
+                true
+            }
+            None => false,
+        };
+        Box::pin(async move { Ok(r) })
+    }
+}
+
+#[derive(Default, Clone)]
+pub struct MemContexts(pub Arc<Mutex<BTreeMap<String, ContextRecord>>>);
+
+impl ContextRepo for MemContexts {
+    fn create(&self, c: ContextRecord) -> BoxFuture<'_, PortResult<()>> {
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .insert(c.context_id.clone(), c);
+        Box::pin(async { Ok(()) })
+    }
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<ContextRecord>>> {
+        let r = self.0.lock().expect("not poisoned").get(id).cloned();
+        Box::pin(async move { Ok(r) })
+    }
+    fn touch<'a>(&'a self, id: &'a str, at: &'a str) -> BoxFuture<'a, PortResult<()>> {
+        if let Some(c) = self.0.lock().expect("not poisoned").get_mut(id) {
+            c.updated_at = at.to_owned();
+        }
+        Box::pin(async { Ok(()) })
+    }
+    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<()>> {
+        self.0.lock().expect("not poisoned").remove(id);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Presigned URLs that name the key; deletions recorded.
+#[derive(Default, Clone)]
+pub struct MemArchives(pub Arc<Mutex<Vec<String>>>);
+
+impl ArchiveUrls for MemArchives {
+    fn presign_put<'a>(
+        &'a self,
+        key: &'a str,
+        ttl_seconds: u64,
+    ) -> BoxFuture<'a, PortResult<String>> {
+        Box::pin(async move { Ok(format!("https://archives.test/{key}?expires={ttl_seconds}")) })
+    }
+    fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, PortResult<()>> {
+        self.0.lock().expect("not poisoned").push(key.to_owned());
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// What a [`MemLauncher`] does when asked to launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaunchBehaviour {
+    /// Play the controller: write READY with a connect URL at once.
+    BecomeReady,
+    /// Leave the session starting (PENDING answers).
+    StayPending,
+    /// Fail to launch.
+    Fail,
+}
+
+/// Records launches and stops; may play the controller's READY write.
+#[derive(Clone)]
+pub struct MemLauncher {
+    pub sessions: MemSessions,
+    pub behaviour: Arc<Mutex<LaunchBehaviour>>,
+    pub launched: Arc<Mutex<Vec<LaunchSpec>>>,
+    pub stopped: Arc<Mutex<Vec<String>>>,
+}
+
+impl MemLauncher {
+    pub fn new(sessions: MemSessions, behaviour: LaunchBehaviour) -> Self {
+        Self {
+            sessions,
+            behaviour: Arc::new(Mutex::new(behaviour)),
+            launched: Default::default(),
+            stopped: Default::default(),
+        }
+    }
+}
+
+impl Launcher for MemLauncher {
+    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>> {
+        let behaviour = *self.behaviour.lock().expect("not poisoned");
+        self.launched
+            .lock()
+            .expect("not poisoned")
+            .push(spec.clone());
+        let sessions = self.sessions.clone();
+        Box::pin(async move {
+            match behaviour {
+                LaunchBehaviour::Fail => Err(crate::error::PortError::Unavailable(
+                    "the task launcher".into(),
+                )),
+                LaunchBehaviour::StayPending => {
+                    Ok(Some(format!("arn:test:task/{}", spec.session_id)))
+                }
+                LaunchBehaviour::BecomeReady => {
+                    let id = spec.session_id.clone();
+                    tokio::spawn(async move {
+                        sessions.with(|m| {
+                            if let Some(d) = m.get_mut(&id) {
+                                d.set_status(InternalStatus::Ready);
+                                d.public_ip = Some("203.0.113.10".into());
+                                d.connect_url = Some(format!(
+                                    "ws://203.0.113.10:9223?signingKey={}",
+                                    d.signing_key.clone().unwrap_or_default()
+                                ));
+                            }
+                        });
+                    });
+                    Ok(Some(format!("arn:test:task/{}", spec.session_id)))
+                }
+            }
+        })
+    }
+    fn stop<'a>(
+        &'a self,
+        session_id: &'a str,
+        _task_arn: Option<&'a str>,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        self.stopped
+            .lock()
+            .expect("not poisoned")
+            .push(session_id.to_owned());
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Signs with a fixed key.
+pub struct StaticSigner(pub SigningKey);
+
+impl Signer for StaticSigner {
+    fn sign(&self, claims: Claims) -> BoxFuture<'_, PortResult<String>> {
+        let t = claims.mint(&self.0);
+        Box::pin(async move { Ok(t) })
+    }
+}

@@ -1,0 +1,150 @@
+//! Records the control plane keeps besides sessions (which use the shared
+//! [`SessionDoc`](wallcrawler_contract::session_doc::SessionDoc)), and the Browserbase-shaped
+//! JSON it answers with.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use wallcrawler_contract::session_doc::SessionDoc;
+
+/// `wallcrawler-projects` item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Project {
+    pub project_id: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_id: Option<String>,
+    /// Seconds.
+    pub default_timeout: u64,
+    pub concurrency: u64,
+    /// ACTIVE or INACTIVE.
+    pub status: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl Project {
+    pub fn is_active(&self) -> bool {
+        self.status == "ACTIVE"
+    }
+
+    pub fn to_api(&self) -> Value {
+        json!({
+            "id": self.project_id,
+            "name": self.name,
+            "ownerId": self.owner_id.clone().unwrap_or_default(),
+            "defaultTimeout": self.default_timeout,
+            "concurrency": self.concurrency,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+        })
+    }
+}
+
+/// `wallcrawler-api-keys` item (the raw key is never stored).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyRecord {
+    /// SHA-256 of the raw key, lower-case hex.
+    pub api_key_hash: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+    pub project_id: String,
+    #[serde(default)]
+    pub project_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// ACTIVE or INACTIVE.
+    pub status: String,
+    pub created_at: String,
+}
+
+/// `wallcrawler-contexts` item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextRecord {
+    pub context_id: String,
+    pub project_id: String,
+    pub storage_key: String,
+    pub status: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl ContextRecord {
+    pub fn to_api(&self) -> Value {
+        json!({ "id": self.context_id, "projectId": self.project_id, "createdAt": self.created_at, "updatedAt": self.updated_at })
+    }
+}
+
+/// SHA-256 hex of a raw API key.
+pub fn hash_api_key(raw: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(raw.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Browserbase's session object (timestamps as ISO 8601 strings).
+pub fn session_to_api(d: &SessionDoc) -> Value {
+    let mut v = json!({
+        "id": d.session_id,
+        "createdAt": d.created_at,
+        "updatedAt": d.updated_at.clone().unwrap_or_else(|| d.created_at.clone()),
+        "projectId": d.project_id,
+        "startedAt": d.started_at.clone().unwrap_or_else(|| d.created_at.clone()),
+        "endedAt": d.ended_at,
+        "expiresAt": wallcrawler_contract::time::iso8601_millis(d.expires_at * 1000),
+        "status": d.status,
+        "proxyBytes": d.proxy_bytes.unwrap_or(0),
+        "keepAlive": d.keep_alive,
+        "region": d.region,
+        "contextId": d.context_id,
+        "userMetadata": d.user_metadata.clone().unwrap_or_else(|| json!({})),
+    });
+    if let Some(ip) = &d.public_ip {
+        v["publicIp"] = json!(ip);
+    }
+    v
+}
+
+/// The create answer: the session plus how to connect (while it is running).
+pub fn session_create_to_api(d: &SessionDoc) -> Value {
+    let mut v = session_to_api(d);
+    if d.status == "RUNNING" {
+        v["connectUrl"] = json!(d.connect_url);
+        v["signingKey"] = json!(d.signing_key);
+        v["seleniumRemoteUrl"] = Value::Null;
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_hash_is_sha256_hex() {
+        assert_eq!(
+            hash_api_key("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn pending_sessions_carry_no_connect_url() {
+        let mut d = SessionDoc {
+            session_id: "sess_1".into(),
+            connect_url: Some("ws://x".into()),
+            signing_key: Some("t".into()),
+            ..Default::default()
+        };
+        d.set_status(wallcrawler_contract::InternalStatus::Provisioning);
+        let v = session_create_to_api(&d);
+        assert_eq!(v["status"], "PENDING");
+        assert!(v.get("connectUrl").is_none() && v.get("signingKey").is_none());
+        d.set_status(wallcrawler_contract::InternalStatus::Ready);
+        assert_eq!(session_create_to_api(&d)["connectUrl"], "ws://x");
+    }
+}

@@ -1,0 +1,130 @@
+//! What the handlers need from the outside world, as narrow traits: stores for sessions,
+//! projects, API keys and contexts, presigned URLs for archives, a task launcher, the token
+//! signer and a clock. DynamoDB/S3/ECS implementations are in `aws`, local ones in `local`,
+//! in-memory ones for tests in `memory`.
+
+use futures_util::future::BoxFuture;
+use wallcrawler_contract::session_doc::SessionDoc;
+
+use crate::error::PortError;
+use crate::model::{ApiKeyRecord, ContextRecord, Project};
+
+pub type PortResult<T> = Result<T, PortError>;
+
+/// Outcome of a conditional write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cond<T> {
+    Done(T),
+    /// The condition did not hold; the current record, when there is one.
+    Failed(Option<T>),
+}
+
+pub trait SessionRepo: Send + Sync {
+    /// Creates the item; fails the condition if the id exists.
+    fn create(&self, doc: SessionDoc) -> BoxFuture<'_, PortResult<Cond<SessionDoc>>>;
+    /// Strongly consistent read.
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<SessionDoc>>>;
+    /// Every session of a project, oldest first.
+    fn list_project<'a>(
+        &'a self,
+        project_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>>;
+    /// Sessions that use a context.
+    fn list_context<'a>(
+        &'a self,
+        context_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>>;
+    /// CREATING → PROVISIONING with the task's ARN (only from CREATING).
+    fn mark_provisioning<'a>(
+        &'a self,
+        id: &'a str,
+        task_arn: Option<&'a str>,
+        at: &'a str,
+    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>>;
+    /// A terminal status unless already terminal (then the status is kept); `ended` also sets a
+    /// missing `endedAt`. `Done` when anything was written.
+    fn mark_terminal<'a>(
+        &'a self,
+        id: &'a str,
+        status: wallcrawler_contract::InternalStatus,
+        reason: Option<&'a str>,
+        at: &'a str,
+        ended: bool,
+    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>>;
+    /// Sets `endedAt` if missing (orphaned tasks).
+    fn mark_ended_if_missing<'a>(
+        &'a self,
+        id: &'a str,
+        at: &'a str,
+    ) -> BoxFuture<'a, PortResult<()>>;
+}
+
+pub trait ProjectRepo: Send + Sync {
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<Project>>>;
+    fn put(&self, p: Project) -> BoxFuture<'_, PortResult<()>>;
+}
+
+pub trait KeyRepo: Send + Sync {
+    fn get<'a>(&'a self, hash: &'a str) -> BoxFuture<'a, PortResult<Option<ApiKeyRecord>>>;
+    fn put(&self, k: ApiKeyRecord) -> BoxFuture<'_, PortResult<()>>;
+    /// Sets ACTIVE/INACTIVE; false when there is no such key.
+    fn set_status<'a>(&'a self, hash: &'a str, status: &'a str) -> BoxFuture<'a, PortResult<bool>>;
+}
+
+pub trait ContextRepo: Send + Sync {
+    fn create(&self, c: ContextRecord) -> BoxFuture<'_, PortResult<()>>;
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<ContextRecord>>>;
+    fn touch<'a>(&'a self, id: &'a str, at: &'a str) -> BoxFuture<'a, PortResult<()>>;
+    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<()>>;
+}
+
+/// Where context archives live.
+pub trait ArchiveUrls: Send + Sync {
+    /// A URL accepting one `PUT` of the archive at `key`, valid for `ttl_seconds`.
+    fn presign_put<'a>(
+        &'a self,
+        key: &'a str,
+        ttl_seconds: u64,
+    ) -> BoxFuture<'a, PortResult<String>>;
+    fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, PortResult<()>>;
+}
+
+/// What a task needs to know (becomes the controller's environment).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchSpec {
+    pub session_id: String,
+    pub project_id: String,
+    pub context: Option<(String, String, bool)>,
+    /// Extra variables (keep-alive/expiry are in the session item).
+    pub env: Vec<(String, String)>,
+}
+
+/// Starts and stops controller tasks.
+pub trait Launcher: Send + Sync {
+    /// Returns the task's ARN (or local handle).
+    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>>;
+    fn stop<'a>(
+        &'a self,
+        session_id: &'a str,
+        task_arn: Option<&'a str>,
+    ) -> BoxFuture<'a, PortResult<()>>;
+}
+
+/// Signs CDP tokens.
+pub trait Signer: Send + Sync {
+    fn sign(&self, claims: wallcrawler_contract::Claims) -> BoxFuture<'_, PortResult<String>>;
+}
+
+/// Time, injectable for tests.
+pub trait Clock: Send + Sync {
+    fn now_millis(&self) -> u64;
+}
+
+/// The system clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_millis(&self) -> u64 {
+        wallcrawler_contract::time::unix_millis()
+    }
+}
