@@ -1,1 +1,54 @@
-fn main() {}
+//! Token costs on the connection path: validating a typical minted token (one key, and two
+//! keys during a rotation where the second one matches) and minting one.
+//!
+//! Keys, claims and the token are built once, outside the timed loop; `now` is fixed so the
+//! result does not depend on the clock.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use wallcrawler_contract::token::{Validation, validate};
+use wallcrawler_contract::{Claims, SigningKey};
+
+const NOW: u64 = 1_800_000_000;
+
+fn bench_token(c: &mut Criterion) {
+    let key = SigningKey::new(b"0123456789abcdef0123456789abcdef");
+    let retired = SigningKey::new(b"fedcba9876543210fedcba9876543210");
+    let claims = Claims::new(
+        "sess_0f4c2a9e-5b7d-4e21-9c3a-7d8e1f2a3b4c",
+        "proj_bench",
+        NOW,
+        3600,
+    );
+    let token = claims.mint(&key);
+    let v = Validation {
+        session_id: &claims.session_id,
+        project_id: Some("proj_bench"),
+        leeway_seconds: 30,
+        now: NOW,
+    };
+    let one = [key.clone()];
+    let two = [retired, key.clone()];
+    assert_eq!(validate(&token, &one, &v).map(|ok| ok.key_index), Ok(0));
+    assert_eq!(validate(&token, &two, &v).map(|ok| ok.key_index), Ok(1));
+
+    let mut g = c.benchmark_group("token");
+    g.bench_function("validate/1_key", |b| {
+        b.iter(|| validate(black_box(&token), black_box(&one), black_box(&v)))
+    });
+    g.bench_function("validate/2_keys_second_matches", |b| {
+        b.iter(|| validate(black_box(&token), black_box(&two), black_box(&v)))
+    });
+    g.bench_function("mint", |b| {
+        b.iter(|| black_box(&claims).mint(black_box(&key)))
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(3));
+    targets = bench_token
+}
+criterion_main!(benches);
