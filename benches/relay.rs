@@ -1,1 +1,184 @@
-fn main() {}
+//! The proxy's hot paths, in process: the real [`Proxy`] (token check, upstream dial, relay)
+//! on 127.0.0.1:0 in front of a raw WebSocket echo upstream, each figure also taken straight
+//! to the upstream so the proxy's share is the difference.
+//!
+//! - `rtt_256B`: one 256-byte text frame there and back over an established connection.
+//! - `echo_1MiB`: one 1 MiB binary frame there and back (throughput = payload echoed).
+//! - `setup`: TCP connect + upgrade request (with a valid token) + the 101 read.
+//!
+//! Everything runs on one current-thread runtime (client, proxy and upstream take turns on
+//! this thread), so a figure is the sum of the work along the path with no cross-thread
+//! wake-ups: steady enough to catch regressions. The proxy uses the default limits, as in
+//! `run` mode: the client's frames pass the `Browser.close` inspector. For proxy-vs-nginx
+//! figures across processes see `scripts/bench/compare.sh`.
+
+#[path = "support/ws.rs"]
+mod ws;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::Runtime;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use wallcrawler_contract::{Claims, SigningKey};
+use wallcrawler_controller::auth::{Authenticator, KeySource, StaticKeys, unix_now};
+use wallcrawler_controller::proxy::{Limits, Proxy};
+use wallcrawler_controller::telemetry::Metrics;
+use wallcrawler_controller::upstream::{Upstream, UpstreamState};
+
+const KEY: &[u8] = b"bench-signing-key-0123456789abcdef";
+const SESSION: &str = "sess_bench";
+const MIB: usize = 1024 * 1024;
+
+/// The echo upstream and the proxy in front of it, running on `rt`.
+struct Bed {
+    rt: Runtime,
+    upstream: SocketAddr,
+    proxy: SocketAddr,
+    /// Upgrade request with a valid token, for either address (neither checks `Host`).
+    request: Vec<u8>,
+    _upstream_tx: watch::Sender<UpstreamState>,
+    stop: CancellationToken,
+}
+
+impl Bed {
+    fn start() -> Self {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (upstream, proxy, upstream_tx, stop) = rt.block_on(async {
+            let up = TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind upstream");
+            let upstream = up.local_addr().expect("upstream addr");
+            tokio::spawn(ws::serve_echo(up));
+
+            let keys: Arc<dyn KeySource> = Arc::new(StaticKeys::new(KEY));
+            let auth = Authenticator::new(keys, SESSION.to_owned(), None, 30);
+            let state = UpstreamState::Ready(Arc::new(Upstream::new(
+                upstream,
+                Some("/devtools/browser/echo".to_owned()),
+            )));
+            let (upstream_tx, upstream_rx) = watch::channel(state);
+            let proxy = Proxy::new(auth, upstream_rx, Metrics::new(), Limits::default());
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+            let proxy_addr = listener.local_addr().expect("proxy addr");
+            let stop = CancellationToken::new();
+            tokio::spawn(proxy.serve(listener, stop.clone(), TaskTracker::new()));
+            (upstream, proxy_addr, upstream_tx, stop)
+        });
+        let token = Claims::new(SESSION, "", unix_now(), 3600).mint(&SigningKey::new(KEY));
+        let request = ws::upgrade_request(
+            "127.0.0.1",
+            &format!("/devtools/page/bench?signingKey={token}"),
+        );
+        Self {
+            rt,
+            upstream,
+            proxy,
+            request,
+            _upstream_tx: upstream_tx,
+            stop,
+        }
+    }
+
+    fn targets(&self) -> [(&'static str, SocketAddr); 2] {
+        [("direct", self.upstream), ("proxy", self.proxy)]
+    }
+
+    fn connect(&self, addr: SocketAddr) -> TcpStream {
+        self.rt
+            .block_on(ws::connect_upgraded(addr, &self.request))
+            .expect("upgrade")
+    }
+
+    /// Times `iters` round trips of `frame` over one upgraded connection to `addr`.
+    fn round_trips(
+        &self,
+        conn: &mut TcpStream,
+        frame: &[u8],
+        scratch: &mut [u8],
+        iters: u64,
+    ) -> Duration {
+        self.rt.block_on(async {
+            let start = Instant::now();
+            for _ in 0..iters {
+                ws::round_trip(conn, frame, scratch)
+                    .await
+                    .expect("round trip");
+            }
+            start.elapsed()
+        })
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+fn bench_relay(c: &mut Criterion) {
+    let bed = Bed::start();
+
+    let frame = ws::masked_frame(1, 256);
+    let mut scratch = vec![0u8; frame.len()];
+    let mut g = c.benchmark_group("rtt_256B");
+    g.sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    for (name, addr) in bed.targets() {
+        let mut conn = bed.connect(addr);
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| bed.round_trips(&mut conn, &frame, &mut scratch, iters))
+        });
+    }
+    g.finish();
+
+    let frame = ws::masked_frame(2, MIB);
+    let mut scratch = vec![0u8; frame.len()];
+    let mut g = c.benchmark_group("echo_1MiB");
+    g.sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4));
+    g.throughput(Throughput::Bytes(MIB as u64));
+    for (name, addr) in bed.targets() {
+        let mut conn = bed.connect(addr);
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| bed.round_trips(&mut conn, &frame, &mut scratch, iters))
+        });
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("setup");
+    g.sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    for (name, addr) in bed.targets() {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                bed.rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        // Dropped at once: its teardown is done by the next iterations,
+                        // so it is counted too.
+                        ws::connect_upgraded(addr, &bed.request)
+                            .await
+                            .expect("upgrade");
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_relay);
+criterion_main!(benches);
