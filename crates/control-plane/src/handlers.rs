@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -270,9 +271,12 @@ pub struct ListQuery {
 pub async fn list_sessions(
     State(app): State<App>,
     headers: HeaderMap,
-    Query(q): Query<ListQuery>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> ApiResult {
     let p = authorize(&app, &headers).await?;
+    // axum's own rejection is plain text; answer in Browserbase's error shape instead.
+    let Query(q) = query
+        .map_err(|e| ApiError::bad_request(format!("invalid query string: {}", e.body_text())))?;
     let status = match q.status.as_deref() {
         None | Some("") => None,
         Some(s @ ("RUNNING" | "ERROR" | "TIMED_OUT" | "COMPLETED" | "PENDING")) => {

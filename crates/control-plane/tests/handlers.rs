@@ -1,0 +1,1587 @@
+//! The control plane's HTTP contract (SPEC §8), driven through the one router over the
+//! in-memory ports: every endpoint, every refusal with its exact status and a Browserbase-shaped
+//! error body (`{"statusCode","error","message"}`) whose message names what was wrong.
+//!
+//! Not covered here: `GET /v1/sessions/{id}/debug` for a *running* session, which reads the
+//! page list from a real controller's proxy (the lifecycle tests of the controller crate run
+//! that path against real Chromium); only its refusal for a session that is not running is.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use futures_util::future::BoxFuture;
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use wallcrawler_contract::session_doc::SessionDoc;
+use wallcrawler_contract::time::{iso8601_millis, parse_iso8601};
+use wallcrawler_contract::token::{self, Validation};
+use wallcrawler_contract::{InternalStatus, SigningKey, TokenError};
+use wallcrawler_control_plane::app::{App, Settings};
+use wallcrawler_control_plane::error::PortError;
+use wallcrawler_control_plane::memory::{
+    LaunchBehaviour, MemArchives, MemContexts, MemKeys, MemLauncher, MemProjects, MemSessions,
+    StaticSigner,
+};
+use wallcrawler_control_plane::model::{ApiKeyRecord, ContextRecord, Project, hash_api_key};
+use wallcrawler_control_plane::ports::{Clock, LaunchSpec, Launcher, PortResult};
+use wallcrawler_control_plane::router::router;
+
+// ---------------------------------------------------------------------------------------------
+// Fixture: projects, keys, a clock that only moves when told, and the router over it all.
+
+/// 2027-01-15T08:00:00.000Z: whole seconds, so second and millisecond arithmetic agree.
+const T0: u64 = 1_800_000_000_000;
+const SIGNING_KEY: &[u8] = b"handler-tests-signing-key";
+
+/// Key of proj_a that may also select proj_b.
+const KEY_A: &str = "wc_key_a";
+/// Key of proj_other, a stranger to KEY_A.
+const KEY_OTHER: &str = "wc_key_other";
+/// An INACTIVE key of proj_a.
+const KEY_REVOKED: &str = "wc_key_revoked";
+/// An ACTIVE key whose project is INACTIVE.
+const KEY_OFF: &str = "wc_key_off";
+
+const PROJ_A: &str = "proj_a";
+const PROJ_B: &str = "proj_b";
+const PROJ_OTHER: &str = "proj_other";
+const PROJ_OFF: &str = "proj_off";
+
+/// proj_a's defaultTimeout and concurrency.
+const DEFAULT_TIMEOUT: u64 = 900;
+const CONCURRENCY: u64 = 3;
+
+/// A clock the test sets.
+struct TestClock(AtomicU64);
+
+impl TestClock {
+    fn set(&self, ms: u64) {
+        self.0.store(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for TestClock {
+    fn now_millis(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+struct Harness {
+    router: Router,
+    sessions: MemSessions,
+    contexts: MemContexts,
+    archives: MemArchives,
+    launcher: MemLauncher,
+    clock: Arc<TestClock>,
+    settings: Settings,
+}
+
+fn project(id: &str, status: &str) -> Project {
+    Project {
+        project_id: id.to_owned(),
+        name: format!("Project {id}"),
+        owner_id: Some("owner_1".to_owned()),
+        default_timeout: DEFAULT_TIMEOUT,
+        concurrency: CONCURRENCY,
+        status: status.to_owned(),
+        created_at: iso8601_millis(T0 - 86_400_000),
+        updated_at: iso8601_millis(T0 - 86_400_000),
+    }
+}
+
+fn key(raw: &str, project_id: &str, project_ids: &[&str], status: &str) -> ApiKeyRecord {
+    ApiKeyRecord {
+        api_key_hash: hash_api_key(raw),
+        key_id: Some(format!("key_{raw}")),
+        project_id: project_id.to_owned(),
+        project_ids: project_ids.iter().map(|s| (*s).to_owned()).collect(),
+        name: None,
+        status: status.to_owned(),
+        created_at: iso8601_millis(T0 - 86_400_000),
+    }
+}
+
+impl Harness {
+    fn new(behaviour: LaunchBehaviour) -> Self {
+        Self::with_settings(
+            behaviour,
+            Settings {
+                create_wait: Duration::from_millis(400),
+                poll_every: Duration::from_millis(10),
+                ..Settings::default()
+            },
+        )
+    }
+
+    fn with_settings(behaviour: LaunchBehaviour, settings: Settings) -> Self {
+        let sessions = MemSessions::default();
+        let launcher = MemLauncher::new(sessions.clone(), behaviour);
+        Self::with_launcher(sessions, launcher.clone(), Arc::new(launcher), settings)
+    }
+
+    fn with_launcher(
+        sessions: MemSessions,
+        launcher: MemLauncher,
+        launch_port: Arc<dyn Launcher>,
+        settings: Settings,
+    ) -> Self {
+        let projects = MemProjects::default();
+        {
+            let mut p = projects.0.lock().unwrap();
+            for (id, status) in [
+                (PROJ_A, "ACTIVE"),
+                (PROJ_B, "ACTIVE"),
+                (PROJ_OTHER, "ACTIVE"),
+                (PROJ_OFF, "INACTIVE"),
+            ] {
+                p.insert(id.to_owned(), project(id, status));
+            }
+            p.get_mut(PROJ_B).unwrap().default_timeout = 120;
+        }
+        let keys = MemKeys::default();
+        {
+            let mut k = keys.0.lock().unwrap();
+            for rec in [
+                key(KEY_A, PROJ_A, &[PROJ_A, PROJ_B], "ACTIVE"),
+                key(KEY_OTHER, PROJ_OTHER, &[], "ACTIVE"),
+                key(KEY_REVOKED, PROJ_A, &[PROJ_A], "INACTIVE"),
+                key(KEY_OFF, PROJ_OFF, &[PROJ_OFF], "ACTIVE"),
+            ] {
+                k.insert(rec.api_key_hash.clone(), rec);
+            }
+        }
+        let contexts = MemContexts::default();
+        let archives = MemArchives::default();
+        let clock = Arc::new(TestClock(AtomicU64::new(T0)));
+        let app = App {
+            sessions: Arc::new(sessions.clone()),
+            projects: Arc::new(projects),
+            keys: Arc::new(keys),
+            contexts: Arc::new(contexts.clone()),
+            archives: Arc::new(archives.clone()),
+            launcher: launch_port,
+            signer: Arc::new(StaticSigner(SigningKey::new(SIGNING_KEY))),
+            clock: clock.clone(),
+            settings: settings.clone(),
+        };
+        Self {
+            router: router(app),
+            sessions,
+            contexts,
+            archives,
+            launcher,
+            clock,
+            settings,
+        }
+    }
+
+    /// One request; `key` goes in `x-wc-api-key`. Returns the status and the JSON body (Null
+    /// when empty).
+    async fn call(
+        &self,
+        method: Method,
+        uri: &str,
+        key: Option<&str>,
+        body: Option<&str>,
+    ) -> (StatusCode, Value) {
+        let mut headers = Vec::new();
+        if let Some(k) = key {
+            headers.push(("x-wc-api-key", k));
+        }
+        self.call_with(method, uri, &headers, body).await
+    }
+
+    async fn call_with(
+        &self,
+        method: Method,
+        uri: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> (StatusCode, Value) {
+        let mut req = Request::builder().method(method).uri(uri);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        if body.is_some() {
+            req = req.header("content-type", "application/json");
+        }
+        let req = req.body(Body::from(body.unwrap_or("").to_owned())).unwrap();
+        let resp = self.router.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                panic!(
+                    "body of {status} is not JSON ({e}): {:?}",
+                    String::from_utf8_lossy(&bytes)
+                )
+            })
+        };
+        (status, value)
+    }
+
+    async fn get(&self, uri: &str) -> (StatusCode, Value) {
+        self.call(Method::GET, uri, Some(KEY_A), None).await
+    }
+
+    async fn post(&self, uri: &str, body: &str) -> (StatusCode, Value) {
+        self.call(Method::POST, uri, Some(KEY_A), Some(body)).await
+    }
+
+    fn session(&self, id: &str) -> SessionDoc {
+        self.sessions.0.lock().unwrap()[id].clone()
+    }
+
+    fn insert_session(&self, doc: SessionDoc) {
+        self.sessions
+            .0
+            .lock()
+            .unwrap()
+            .insert(doc.session_id.clone(), doc);
+    }
+
+    fn insert_context(&self, id: &str, project_id: &str) -> ContextRecord {
+        let c = ContextRecord {
+            context_id: id.to_owned(),
+            project_id: project_id.to_owned(),
+            storage_key: wallcrawler_contract::storage::profile_key(project_id, id),
+            status: "CREATED".to_owned(),
+            created_at: iso8601_millis(T0 - 60_000),
+            updated_at: iso8601_millis(T0 - 60_000),
+        };
+        self.contexts
+            .0
+            .lock()
+            .unwrap()
+            .insert(id.to_owned(), c.clone());
+        c
+    }
+
+    fn launched(&self) -> Vec<LaunchSpec> {
+        self.launcher.launched.lock().unwrap().clone()
+    }
+
+    fn stopped(&self) -> Vec<String> {
+        self.launcher.stopped.lock().unwrap().clone()
+    }
+}
+
+/// A hand-made session of `project_id` in `status`, created at `T0`.
+fn doc(id: &str, project_id: &str, status: InternalStatus) -> SessionDoc {
+    let mut d = SessionDoc {
+        session_id: id.to_owned(),
+        project_id: project_id.to_owned(),
+        created_at: iso8601_millis(T0),
+        started_at: Some(iso8601_millis(T0)),
+        expires_at: T0 / 1000 + 3600,
+        region: "us-east-1".to_owned(),
+        ..Default::default()
+    };
+    d.set_status(status);
+    if matches!(status, InternalStatus::Ready | InternalStatus::Active) {
+        d.public_ip = Some("198.51.100.7".to_owned());
+        d.signing_key = Some("token".to_owned());
+        d.connect_url = Some("ws://198.51.100.7:9223?signingKey=token".to_owned());
+    }
+    d
+}
+
+/// A Browserbase error body with `status`, whose message contains every one of `needles`.
+#[track_caller]
+fn assert_error(got: &(StatusCode, Value), status: StatusCode, needles: &[&str]) {
+    let (s, body) = got;
+    assert_eq!(*s, status, "status; body: {body}");
+    assert_eq!(body["statusCode"], status.as_u16(), "statusCode in {body}");
+    assert_eq!(
+        body["error"],
+        status.canonical_reason().unwrap(),
+        "error in {body}"
+    );
+    let message = body["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no message in {body}"));
+    for n in needles {
+        assert!(
+            message.contains(n),
+            "message {message:?} does not mention {n:?}"
+        );
+    }
+    assert_eq!(
+        body.as_object().unwrap().len(),
+        3,
+        "only statusCode, error and message: {body}"
+    );
+}
+
+fn millis(v: &Value) -> u64 {
+    let s = v
+        .as_str()
+        .unwrap_or_else(|| panic!("{v} is not a timestamp string"));
+    parse_iso8601(s).unwrap_or_else(|| panic!("{s:?} is not ISO 8601"))
+}
+
+fn validate<'a>(token: &'a str, session_id: &'a str, project_id: &'a str) -> token::Verified {
+    token::validate(
+        token,
+        &[SigningKey::new(SIGNING_KEY)],
+        &Validation {
+            session_id,
+            project_id: Some(project_id),
+            leeway_seconds: 0,
+            now: T0 / 1000,
+        },
+    )
+    .expect("the minted token validates")
+}
+
+/// The token's payload as JSON (base64url without padding, decoded by hand to keep the
+/// dependency list as it is).
+fn token_payload(token: &str) -> Value {
+    let payload = token.split('.').nth(1).expect("three parts");
+    let mut bits = 0u32;
+    let mut n = 0;
+    let mut out = Vec::new();
+    for c in payload.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' => 62,
+            b'_' => 63,
+            _ => panic!("not base64url: {c}"),
+        };
+        bits = (bits << 6) | u32::from(v);
+        n += 6;
+        if n >= 8 {
+            n -= 8;
+            out.push((bits >> n) as u8);
+        }
+    }
+    serde_json::from_slice(&out).expect("payload is JSON")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Authorisation.
+
+#[tokio::test]
+async fn no_key_is_401() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let r = h.call(Method::GET, "/v1/sessions", None, None).await;
+    assert_error(
+        &r,
+        StatusCode::UNAUTHORIZED,
+        &["missing API key", "x-wc-api-key"],
+    );
+}
+
+#[tokio::test]
+async fn unknown_key_is_401() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let r = h
+        .call(Method::GET, "/v1/sessions", Some("wc_nobody"), None)
+        .await;
+    assert_error(&r, StatusCode::UNAUTHORIZED, &["unknown API key"]);
+    assert!(
+        !r.1["message"].as_str().unwrap().contains("wc_nobody"),
+        "the raw key is never echoed"
+    );
+}
+
+#[tokio::test]
+async fn bb_api_key_header_is_accepted() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (status, body) = h
+        .call_with(
+            Method::GET,
+            "/v1/projects",
+            &[("x-bb-api-key", KEY_A)],
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body[0]["id"], PROJ_A);
+    // And it is checked like the other one.
+    let r = h
+        .call_with(
+            Method::GET,
+            "/v1/projects",
+            &[("x-bb-api-key", "wc_nobody")],
+            None,
+        )
+        .await;
+    assert_error(&r, StatusCode::UNAUTHORIZED, &["unknown API key"]);
+}
+
+#[tokio::test]
+async fn inactive_key_is_403() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let r = h
+        .call(Method::GET, "/v1/sessions", Some(KEY_REVOKED), None)
+        .await;
+    assert_error(&r, StatusCode::FORBIDDEN, &["API key is not active"]);
+}
+
+#[tokio::test]
+async fn inactive_project_is_403() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let r = h
+        .call(Method::GET, "/v1/sessions", Some(KEY_OFF), None)
+        .await;
+    assert_error(&r, StatusCode::FORBIDDEN, &[PROJ_OFF, "not active"]);
+}
+
+#[tokio::test]
+async fn project_header_selects_one_of_the_keys_projects() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (status, body) = h
+        .call_with(
+            Method::POST,
+            "/v1/sessions",
+            &[("x-wc-api-key", KEY_A), ("x-wc-project-id", PROJ_B)],
+            Some("{}"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["projectId"], PROJ_B);
+    // proj_b's own defaultTimeout applies.
+    assert_eq!(
+        millis(&body["expiresAt"]) - millis(&body["createdAt"]),
+        120_000
+    );
+    assert_eq!(h.launched()[0].project_id, PROJ_B);
+    // Listing with the header shows proj_b's sessions, without it proj_a's (none).
+    let id = body["id"].as_str().unwrap();
+    let (_, listed) = h
+        .call_with(
+            Method::GET,
+            "/v1/sessions",
+            &[("x-wc-api-key", KEY_A), ("x-wc-project-id", PROJ_B)],
+            None,
+        )
+        .await;
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed[0]["id"], id);
+    assert_eq!(h.get("/v1/sessions").await.1, json!([]));
+}
+
+#[tokio::test]
+async fn project_header_of_a_project_the_key_does_not_list_is_403() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let r = h
+        .call_with(
+            Method::GET,
+            "/v1/sessions",
+            &[("x-wc-api-key", KEY_A), ("x-wc-project-id", PROJ_OTHER)],
+            None,
+        )
+        .await;
+    assert_error(
+        &r,
+        StatusCode::FORBIDDEN,
+        &[PROJ_OTHER, "not one of this API key's projects"],
+    );
+}
+
+#[tokio::test]
+async fn body_project_id_differing_from_the_selected_one_is_403_on_session_create() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let r = h
+        .post("/v1/sessions", &json!({ "projectId": PROJ_B }).to_string())
+        .await;
+    assert_error(
+        &r,
+        StatusCode::FORBIDDEN,
+        &[PROJ_B, "not the selected project", PROJ_A],
+    );
+    assert!(h.launched().is_empty() && h.sessions.0.lock().unwrap().is_empty());
+    // The selected project itself is fine.
+    let (status, body) = h
+        .post("/v1/sessions", &json!({ "projectId": PROJ_A }).to_string())
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}
+
+#[tokio::test]
+async fn body_project_id_differing_from_the_selected_one_is_403_on_context_create() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let r = h
+        .post(
+            "/v1/contexts",
+            &json!({ "projectId": PROJ_OTHER }).to_string(),
+        )
+        .await;
+    assert_error(
+        &r,
+        StatusCode::FORBIDDEN,
+        &[PROJ_OTHER, "not the selected project"],
+    );
+    assert!(h.contexts.0.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn body_project_id_differing_from_the_selected_one_is_403_on_session_update() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_session(doc("sess_1", PROJ_A, InternalStatus::Ready));
+    let r = h
+        .post(
+            "/v1/sessions/sess_1",
+            &json!({ "status": "REQUEST_RELEASE", "projectId": PROJ_B }).to_string(),
+        )
+        .await;
+    assert_error(
+        &r,
+        StatusCode::FORBIDDEN,
+        &[PROJ_B, "not the selected project"],
+    );
+    assert_eq!(h.session("sess_1").status, "RUNNING");
+    assert!(h.stopped().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// POST /v1/sessions.
+
+#[tokio::test]
+async fn create_answers_running_with_connect_url_when_ready() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (status, body) = h
+        .post(
+            "/v1/sessions",
+            &json!({ "keepAlive": true, "region": "eu-central-1", "userMetadata": { "run": 7 } })
+                .to_string(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["status"], "RUNNING");
+    let id = body["id"].as_str().unwrap();
+    let uuid = id.strip_prefix("sess_").expect("id is sess_<uuid>");
+    uuid::Uuid::parse_str(uuid).expect("a UUID after sess_");
+    assert_eq!(body["projectId"], PROJ_A);
+    assert_eq!(body["keepAlive"], true);
+    assert_eq!(body["region"], "eu-central-1");
+    assert_eq!(body["userMetadata"], json!({ "run": 7 }));
+    assert_eq!(body["publicIp"], "203.0.113.10");
+    assert_eq!(millis(&body["createdAt"]), T0);
+    assert!(body["createdAt"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(
+        millis(&body["expiresAt"]),
+        T0 + DEFAULT_TIMEOUT * 1000,
+        "expiresAt is an ISO string createdAt + the project's defaultTimeout"
+    );
+    let token = body["signingKey"].as_str().expect("signingKey");
+    let connect = body["connectUrl"].as_str().expect("connectUrl");
+    assert!(connect.starts_with("ws://203.0.113.10:9223"), "{connect}");
+    assert!(connect.ends_with(token), "{connect}");
+    validate(token, id, PROJ_A);
+
+    let stored = h.session(id);
+    assert_eq!(stored.internal_status, "READY");
+    assert_eq!(stored.signing_key.as_deref(), Some(token));
+    let launched = h.launched();
+    assert_eq!(launched.len(), 1);
+    assert_eq!(launched[0].session_id, id);
+    assert_eq!(launched[0].project_id, PROJ_A);
+    assert_eq!(launched[0].context, None);
+}
+
+#[tokio::test]
+async fn create_answers_pending_without_connect_url_and_the_session_can_be_polled() {
+    let h = Harness::new(LaunchBehaviour::StayPending);
+    let started = Instant::now();
+    let (status, body) = h.post("/v1/sessions", "{}").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(
+        started.elapsed() >= h.settings.create_wait - h.settings.poll_every,
+        "waited its budget for READY"
+    );
+    assert_eq!(body["status"], "PENDING");
+    assert!(body.get("connectUrl").is_none(), "{body}");
+    assert!(body.get("signingKey").is_none(), "{body}");
+    let id = body["id"].as_str().unwrap().to_owned();
+    let stored = h.session(&id);
+    assert_eq!(stored.internal_status, "PROVISIONING", "task left starting");
+    assert_eq!(
+        stored.ecs_task_arn.as_deref(),
+        Some(format!("arn:test:task/{id}").as_str())
+    );
+
+    let (status, polled) = h.get(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(polled["status"], "PENDING");
+    assert!(polled.get("connectUrl").is_none());
+
+    // The controller announces READY; the next poll carries how to connect.
+    {
+        let mut m = h.sessions.0.lock().unwrap();
+        let d = m.get_mut(&id).unwrap();
+        d.set_status(InternalStatus::Ready);
+        d.connect_url = Some("ws://192.0.2.1:9223".to_owned());
+    }
+    let (status, polled) = h.get(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(polled["status"], "RUNNING");
+    assert_eq!(polled["connectUrl"], "ws://192.0.2.1:9223");
+    validate(polled["signingKey"].as_str().unwrap(), &id, PROJ_A);
+}
+
+#[tokio::test]
+async fn launcher_failure_is_503_and_the_session_failed() {
+    let h = Harness::new(LaunchBehaviour::Fail);
+    let r = h.post("/v1/sessions", "{}").await;
+    assert_error(
+        &r,
+        StatusCode::SERVICE_UNAVAILABLE,
+        &["task launcher is unavailable"],
+    );
+    let all: Vec<SessionDoc> = h.sessions.0.lock().unwrap().values().cloned().collect();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].internal_status, "FAILED");
+    assert_eq!(all[0].status, "ERROR");
+    assert!(all[0].ended_at.is_some(), "no context stays busy");
+    assert!(
+        all[0]
+            .termination_reason
+            .as_deref()
+            .unwrap()
+            .contains("could not be started")
+    );
+}
+
+/// Plays a controller whose browser never comes up: it ends its own session FAILED.
+#[derive(Clone)]
+struct FailingTask(MemSessions);
+
+impl Launcher for FailingTask {
+    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>> {
+        let sessions = self.0.clone();
+        Box::pin(async move {
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                let mut m = sessions.0.lock().unwrap();
+                let d = m.get_mut(&spec.session_id).unwrap();
+                d.set_status(InternalStatus::Failed);
+                d.termination_reason = Some("Chrome did not start".to_owned());
+                d.ended_at = Some(iso8601_millis(T0));
+            });
+            Ok(Some("arn:test:task/failing".to_owned()))
+        })
+    }
+    fn stop<'a>(&'a self, _: &'a str, _: Option<&'a str>) -> BoxFuture<'a, PortResult<()>> {
+        Box::pin(async { Err(PortError::Failed("unused".to_owned())) })
+    }
+}
+
+#[tokio::test]
+async fn a_task_that_fails_while_starting_is_500_naming_its_reason() {
+    let sessions = MemSessions::default();
+    let h = Harness::with_launcher(
+        sessions.clone(),
+        MemLauncher::new(sessions.clone(), LaunchBehaviour::StayPending),
+        Arc::new(FailingTask(sessions)),
+        Settings {
+            create_wait: Duration::from_secs(1),
+            poll_every: Duration::from_millis(10),
+            ..Settings::default()
+        },
+    );
+    let r = h.post("/v1/sessions", "{}").await;
+    assert_error(
+        &r,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        &["browser failed to start", "Chrome did not start"],
+    );
+}
+
+#[tokio::test]
+async fn create_accepts_and_ignores_browserbase_fields() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    // What the Browserbase SDK and Stagehand send, with fields Wallcrawler does not implement.
+    let body = json!({
+        "projectId": PROJ_A,
+        "browserSettings": {
+            "viewport": { "width": 1280, "height": 720 },
+            "fingerprint": {
+                "browsers": ["chrome"], "devices": ["desktop"], "locales": ["en-US"],
+                "operatingSystems": ["linux"], "screen": { "maxWidth": 1920 }
+            },
+            "blockAds": true,
+            "solveCaptchas": false,
+            "recordSession": true,
+            "logSession": true,
+            "advancedStealth": false,
+            "extensionId": "ext_1"
+        },
+        "proxies": [{ "type": "browserbase", "geolocation": { "country": "US" } }],
+        "extensionId": "ext_1",
+        "apiTimeout": 30
+    });
+    let (status, resp) = h.post("/v1/sessions", &body.to_string()).await;
+    assert_eq!(status, StatusCode::CREATED, "{resp}");
+    assert_eq!(resp["status"], "RUNNING");
+    // `proxies: true` is the SDK's other spelling.
+    let (status, resp) = h
+        .post("/v1/sessions", r#"{"proxies": true, "keepAlive": false}"#)
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{resp}");
+}
+
+#[tokio::test]
+async fn create_accepts_an_empty_body() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (status, body) = h
+        .call(Method::POST, "/v1/sessions", Some(KEY_A), None)
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["status"], "RUNNING");
+    assert_eq!(body["keepAlive"], false);
+    assert_eq!(body["region"], "us-east-1", "the configured default region");
+    assert_eq!(body["userMetadata"], json!({}));
+}
+
+#[tokio::test]
+async fn create_with_malformed_json_is_400() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let r = h.post("/v1/sessions", r#"{"timeout": 60"#).await;
+    assert_error(&r, StatusCode::BAD_REQUEST, &["invalid JSON body"]);
+    let r = h.post("/v1/sessions", "not json").await;
+    assert_error(&r, StatusCode::BAD_REQUEST, &["invalid JSON body"]);
+    assert!(h.launched().is_empty());
+}
+
+#[tokio::test]
+async fn timeout_below_60_is_400() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let r = h.post("/v1/sessions", r#"{"timeout": 59}"#).await;
+    assert_error(
+        &r,
+        StatusCode::BAD_REQUEST,
+        &["timeout", "between 60 and 21600", "59"],
+    );
+    assert!(h.launched().is_empty());
+}
+
+#[tokio::test]
+async fn timeout_above_21600_is_400() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let r = h.post("/v1/sessions", r#"{"timeout": 21601}"#).await;
+    assert_error(
+        &r,
+        StatusCode::BAD_REQUEST,
+        &["timeout", "between 60 and 21600", "21601"],
+    );
+}
+
+#[tokio::test]
+async fn timeout_bounds_60_and_21600_are_accepted() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    for t in [60u64, 21_600] {
+        let (status, body) = h
+            .post("/v1/sessions", &json!({ "timeout": t }).to_string())
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "timeout {t}: {body}");
+        assert_eq!(
+            millis(&body["expiresAt"]) - millis(&body["createdAt"]),
+            t * 1000
+        );
+        let v = validate(
+            body["signingKey"].as_str().unwrap(),
+            body["id"].as_str().unwrap(),
+            PROJ_A,
+        );
+        assert_eq!(v.exp, (T0 / 1000 + t) as f64, "token exp for timeout {t}");
+    }
+}
+
+#[tokio::test]
+async fn non_integer_timeout_is_400() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    for t in [r#""300""#, "300.5", "-60", "true", "{}"] {
+        let body = format!(r#"{{"timeout": {t}}}"#);
+        let r = h.post("/v1/sessions", &body).await;
+        assert_error(
+            &r,
+            StatusCode::BAD_REQUEST,
+            &["timeout must be a whole number of seconds", t],
+        );
+    }
+    assert!(h.launched().is_empty());
+}
+
+#[tokio::test]
+async fn default_timeout_is_the_projects() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (status, body) = h.post("/v1/sessions", "{}").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let created = millis(&body["createdAt"]);
+    let expires = millis(&body["expiresAt"]);
+    assert_eq!(expires - created, DEFAULT_TIMEOUT * 1000);
+    let id = body["id"].as_str().unwrap();
+    assert_eq!(h.session(id).expires_at, T0 / 1000 + DEFAULT_TIMEOUT);
+    let v = validate(body["signingKey"].as_str().unwrap(), id, PROJ_A);
+    assert_eq!(v.exp, (T0 / 1000 + DEFAULT_TIMEOUT) as f64);
+}
+
+#[tokio::test]
+async fn bad_region_is_400() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let r = h
+        .post("/v1/sessions", r#"{"region": "mars-north-1"}"#)
+        .await;
+    assert_error(
+        &r,
+        StatusCode::BAD_REQUEST,
+        &["region must be one of", "us-west-2", "mars-north-1"],
+    );
+    assert!(h.launched().is_empty());
+}
+
+#[tokio::test]
+async fn user_metadata_not_an_object_is_400() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    for m in [r#"[1, 2]"#, r#""tag""#, "42"] {
+        let r = h
+            .post("/v1/sessions", &format!(r#"{{"userMetadata": {m}}}"#))
+            .await;
+        assert_error(
+            &r,
+            StatusCode::BAD_REQUEST,
+            &["userMetadata must be a JSON object"],
+        );
+    }
+    assert!(h.launched().is_empty());
+}
+
+#[tokio::test]
+async fn concurrency_reached_is_429() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_session(doc("sess_1", PROJ_A, InternalStatus::Ready));
+    h.insert_session(doc("sess_2", PROJ_A, InternalStatus::Provisioning));
+    // Neither ended sessions nor other projects' sessions count.
+    h.insert_session(doc("sess_3", PROJ_A, InternalStatus::Stopped));
+    h.insert_session(doc("sess_4", PROJ_OTHER, InternalStatus::Ready));
+    let (status, body) = h.post("/v1/sessions", "{}").await;
+    assert_eq!(status, StatusCode::CREATED, "the third of three: {body}");
+    let r = h.post("/v1/sessions", "{}").await;
+    assert_error(
+        &r,
+        StatusCode::TOO_MANY_REQUESTS,
+        &[PROJ_A, "3 active sessions", "concurrency"],
+    );
+    assert_eq!(h.launched().len(), 1);
+}
+
+#[tokio::test]
+async fn context_of_another_project_is_404() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_context("ctx_theirs", PROJ_OTHER);
+    let r = h
+        .post(
+            "/v1/sessions",
+            r#"{"browserSettings": {"context": {"id": "ctx_theirs", "persist": true}}}"#,
+        )
+        .await;
+    assert_error(&r, StatusCode::NOT_FOUND, &["context ctx_theirs not found"]);
+    let r = h
+        .post(
+            "/v1/sessions",
+            r#"{"browserSettings": {"context": {"id": "ctx_nowhere"}}}"#,
+        )
+        .await;
+    assert_error(
+        &r,
+        StatusCode::NOT_FOUND,
+        &["context ctx_nowhere not found"],
+    );
+    assert!(h.launched().is_empty());
+}
+
+#[tokio::test]
+async fn context_without_id_is_400() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let r = h
+        .post(
+            "/v1/sessions",
+            r#"{"browserSettings": {"context": {"persist": true}}}"#,
+        )
+        .await;
+    assert_error(
+        &r,
+        StatusCode::BAD_REQUEST,
+        &["browserSettings.context.id is required"],
+    );
+}
+
+#[tokio::test]
+async fn create_with_a_context_hands_it_to_the_task() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let c = h.insert_context("ctx_mine", PROJ_A);
+    // A session that used the context without persisting does not hold it.
+    let mut reader = doc("sess_reader", PROJ_A, InternalStatus::Ready);
+    reader.context_id = Some(c.context_id.clone());
+    reader.context_persist = Some(false);
+    h.insert_session(reader);
+    let (status, body) = h
+        .post(
+            "/v1/sessions",
+            r#"{"browserSettings": {"context": {"id": "ctx_mine", "persist": true}}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["contextId"], "ctx_mine");
+    let launched = h.launched();
+    assert_eq!(
+        launched[0].context,
+        Some(("ctx_mine".to_owned(), c.storage_key.clone(), true))
+    );
+    let stored = h.session(body["id"].as_str().unwrap());
+    assert_eq!(stored.context_persist, Some(true));
+    assert_eq!(stored.context_storage_key, Some(c.storage_key));
+}
+
+/// A released session of `ctx` still saving it (persisting, no endedAt yet).
+fn saving_session(id: &str, ctx: &str) -> SessionDoc {
+    let mut d = doc(id, PROJ_A, InternalStatus::Stopped);
+    d.context_id = Some(ctx.to_owned());
+    d.context_persist = Some(true);
+    d
+}
+
+#[tokio::test]
+async fn context_held_by_a_persisting_session_that_never_ends_is_409() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_context("ctx_busy", PROJ_A);
+    h.insert_session(saving_session("sess_saving", "ctx_busy"));
+    let started = Instant::now();
+    let r = h
+        .post(
+            "/v1/sessions",
+            r#"{"browserSettings": {"context": {"id": "ctx_busy", "persist": true}}}"#,
+        )
+        .await;
+    assert_error(
+        &r,
+        StatusCode::CONFLICT,
+        &["context ctx_busy is in use by session sess_saving"],
+    );
+    assert!(
+        started.elapsed() >= h.settings.create_wait - 2 * h.settings.poll_every,
+        "waited within the create budget first ({:?})",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < h.settings.create_wait + Duration::from_millis(200),
+        "and no longer"
+    );
+    assert!(h.launched().is_empty());
+    assert_eq!(h.sessions.0.lock().unwrap().len(), 1, "nothing created");
+}
+
+#[tokio::test]
+async fn context_held_by_a_persisting_session_that_ends_during_the_wait_is_granted() {
+    let h = Harness::with_settings(
+        LaunchBehaviour::BecomeReady,
+        Settings {
+            create_wait: Duration::from_secs(1),
+            poll_every: Duration::from_millis(10),
+            ..Settings::default()
+        },
+    );
+    h.insert_context("ctx_busy", PROJ_A);
+    h.insert_session(saving_session("sess_saving", "ctx_busy"));
+    let sessions = h.sessions.clone();
+    let ender = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The controller writes endedAt last, once its upload is done.
+        sessions
+            .0
+            .lock()
+            .unwrap()
+            .get_mut("sess_saving")
+            .unwrap()
+            .ended_at = Some(iso8601_millis(T0 + 100));
+    });
+    let started = Instant::now();
+    let (status, body) = h
+        .post(
+            "/v1/sessions",
+            r#"{"browserSettings": {"context": {"id": "ctx_busy", "persist": true}}}"#,
+        )
+        .await;
+    ender.await.unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["status"], "RUNNING");
+    assert!(
+        started.elapsed() >= Duration::from_millis(100),
+        "waited for the writer"
+    );
+    assert_eq!(h.launched().len(), 1);
+}
+
+#[tokio::test]
+async fn signed_token_carries_the_sessions_claims() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (status, body) = h
+        .post("/v1/sessions", &json!({ "timeout": 600 }).to_string())
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["id"].as_str().unwrap();
+    let token = body["signingKey"].as_str().unwrap();
+    let claims = token_payload(token);
+    assert_eq!(claims["sessionId"], id);
+    assert_eq!(claims["sub"], id);
+    assert_eq!(claims["projectId"], PROJ_A);
+    assert_eq!(claims["iss"], token::ISSUER);
+    assert_eq!(claims["aud"], json!([token::AUDIENCE]));
+    assert_eq!(claims["iat"], T0 / 1000);
+    assert_eq!(claims["nbf"], T0 / 1000);
+    assert_eq!(claims["exp"], T0 / 1000 + 600);
+    assert_eq!(claims["nonce"].as_str().unwrap().len(), 32);
+    // Signed with the signer's key and bound to this session and project.
+    let v = validate(token, id, PROJ_A);
+    assert_eq!(v.session_id, id);
+    assert_eq!(v.project_id.as_deref(), Some(PROJ_A));
+    let keys = [SigningKey::new(SIGNING_KEY)];
+    let check = |session_id, project_id, key: &[SigningKey]| {
+        token::validate(
+            token,
+            key,
+            &Validation {
+                session_id,
+                project_id: Some(project_id),
+                leeway_seconds: 0,
+                now: T0 / 1000,
+            },
+        )
+        .map(|_| ())
+    };
+    assert_eq!(check("sess_other", PROJ_A, &keys), Err(TokenError::Session));
+    assert_eq!(check(id, PROJ_B, &keys), Err(TokenError::Project));
+    assert_eq!(
+        check(id, PROJ_A, &[SigningKey::new(b"another key")]),
+        Err(TokenError::Signature)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// GET /v1/sessions, GET /v1/sessions/{id}.
+
+fn seed_list(h: &Harness) {
+    h.insert_session(doc("sess_run", PROJ_A, InternalStatus::Ready));
+    h.insert_session(doc("sess_pend", PROJ_A, InternalStatus::Provisioning));
+    h.insert_session(doc("sess_done", PROJ_A, InternalStatus::Stopped));
+    h.insert_session(doc("sess_err", PROJ_A, InternalStatus::Failed));
+    h.insert_session(doc("sess_theirs", PROJ_OTHER, InternalStatus::Ready));
+    h.insert_session(doc("sess_b", PROJ_B, InternalStatus::Ready));
+}
+
+fn ids(v: &Value) -> Vec<String> {
+    let mut ids: Vec<String> = v
+        .as_array()
+        .unwrap_or_else(|| panic!("{v} is not a list"))
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test]
+async fn list_sessions_answers_the_projects_sessions_only() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    seed_list(&h);
+    let (status, body) = h.get("/v1/sessions").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        ids(&body),
+        ["sess_done", "sess_err", "sess_pend", "sess_run"]
+    );
+    // Browserbase's session objects, without connection secrets in lists.
+    for s in body.as_array().unwrap() {
+        assert_eq!(s["projectId"], PROJ_A);
+        assert!(s.get("signingKey").is_none() && s.get("connectUrl").is_none());
+        millis(&s["createdAt"]);
+        millis(&s["expiresAt"]);
+    }
+    let (_, theirs) = h
+        .call(Method::GET, "/v1/sessions", Some(KEY_OTHER), None)
+        .await;
+    assert_eq!(ids(&theirs), ["sess_theirs"]);
+}
+
+#[tokio::test]
+async fn list_sessions_filters_by_status() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    seed_list(&h);
+    for (status, want) in [
+        ("RUNNING", vec!["sess_run"]),
+        ("PENDING", vec!["sess_pend"]),
+        ("COMPLETED", vec!["sess_done"]),
+        ("ERROR", vec!["sess_err"]),
+        ("TIMED_OUT", vec![]),
+    ] {
+        let (code, body) = h.get(&format!("/v1/sessions?status={status}")).await;
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(ids(&body), want, "status={status}");
+    }
+}
+
+#[tokio::test]
+async fn list_sessions_with_a_bad_status_is_400() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let r = h.get("/v1/sessions?status=READY").await;
+    assert_error(
+        &r,
+        StatusCode::BAD_REQUEST,
+        &["status must be one of", "RUNNING", "\"READY\""],
+    );
+}
+
+#[tokio::test]
+async fn list_sessions_with_an_unreadable_query_is_400_json() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let r = h.get("/v1/sessions?status=RUNNING&status=ERROR").await;
+    assert_error(
+        &r,
+        StatusCode::BAD_REQUEST,
+        &["invalid query string", "duplicate field `status`"],
+    );
+    // Without a key it is still the key that is refused first.
+    let r = h
+        .call(Method::GET, "/v1/sessions?status=A&status=B", None, None)
+        .await;
+    assert_error(&r, StatusCode::UNAUTHORIZED, &["missing API key"]);
+}
+
+#[tokio::test]
+async fn get_session_answers_the_session() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    seed_list(&h);
+    let (status, body) = h.get("/v1/sessions/sess_run").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["id"], "sess_run");
+    assert_eq!(body["status"], "RUNNING");
+    assert_eq!(
+        body["connectUrl"],
+        "ws://198.51.100.7:9223?signingKey=token"
+    );
+    assert_eq!(body["publicIp"], "198.51.100.7");
+    assert_eq!(millis(&body["expiresAt"]), T0 + 3_600_000);
+}
+
+#[tokio::test]
+async fn get_session_of_another_project_is_404() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    seed_list(&h);
+    let r = h.get("/v1/sessions/sess_theirs").await;
+    assert_error(
+        &r,
+        StatusCode::NOT_FOUND,
+        &["session sess_theirs not found"],
+    );
+}
+
+#[tokio::test]
+async fn get_unknown_session_is_404() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let r = h.get("/v1/sessions/sess_nope").await;
+    assert_error(&r, StatusCode::NOT_FOUND, &["session sess_nope not found"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// POST /v1/sessions/{id}.
+
+#[tokio::test]
+async fn request_release_stops_the_session_and_its_task() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let mut d = doc("sess_1", PROJ_A, InternalStatus::Ready);
+    d.ecs_task_arn = Some("arn:test:task/sess_1".to_owned());
+    h.insert_session(d);
+    h.clock.set(T0 + 5_000);
+    let (status, body) = h
+        .post("/v1/sessions/sess_1", r#"{"status": "REQUEST_RELEASE"}"#)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["id"], "sess_1");
+    assert_eq!(body["status"], "COMPLETED");
+    assert!(body.get("connectUrl").is_none());
+    let stored = h.session("sess_1");
+    assert_eq!(stored.internal_status, "STOPPED");
+    assert_eq!(stored.updated_at, Some(iso8601_millis(T0 + 5_000)));
+    assert_eq!(
+        stored.ended_at, None,
+        "endedAt is the controller's, after its upload"
+    );
+    assert_eq!(h.stopped(), ["sess_1"]);
+}
+
+#[tokio::test]
+async fn request_release_of_an_ended_session_keeps_its_status() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let mut d = doc("sess_1", PROJ_A, InternalStatus::TimedOut);
+    d.ended_at = Some(iso8601_millis(T0 + 1_000));
+    h.insert_session(d.clone());
+    let (status, body) = h
+        .post("/v1/sessions/sess_1", r#"{"status": "REQUEST_RELEASE"}"#)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "TIMED_OUT");
+    assert_eq!(h.session("sess_1"), d, "nothing rewritten");
+}
+
+#[tokio::test]
+async fn update_with_another_status_is_400() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_session(doc("sess_1", PROJ_A, InternalStatus::Ready));
+    let r = h
+        .post("/v1/sessions/sess_1", r#"{"status": "COMPLETED"}"#)
+        .await;
+    assert_error(
+        &r,
+        StatusCode::BAD_REQUEST,
+        &["status must be REQUEST_RELEASE", "\"COMPLETED\""],
+    );
+    assert_eq!(h.session("sess_1").status, "RUNNING");
+    assert!(h.stopped().is_empty());
+}
+
+#[tokio::test]
+async fn update_without_status_is_400() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_session(doc("sess_1", PROJ_A, InternalStatus::Ready));
+    for body in ["{}", ""] {
+        let r = h.post("/v1/sessions/sess_1", body).await;
+        assert_error(
+            &r,
+            StatusCode::BAD_REQUEST,
+            &["status is required", "REQUEST_RELEASE"],
+        );
+    }
+    let r = h.post("/v1/sessions/sess_1", "{status").await;
+    assert_error(&r, StatusCode::BAD_REQUEST, &["invalid JSON body"]);
+    assert_eq!(h.session("sess_1").status, "RUNNING");
+}
+
+#[tokio::test]
+async fn update_of_another_projects_session_is_404() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_session(doc("sess_theirs", PROJ_OTHER, InternalStatus::Ready));
+    let r = h
+        .post(
+            "/v1/sessions/sess_theirs",
+            r#"{"status": "REQUEST_RELEASE"}"#,
+        )
+        .await;
+    assert_error(
+        &r,
+        StatusCode::NOT_FOUND,
+        &["session sess_theirs not found"],
+    );
+    assert_eq!(h.session("sess_theirs").status, "RUNNING");
+    assert!(h.stopped().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// GET /v1/sessions/{id}/debug (the running case needs a real controller's proxy: see the top).
+
+#[tokio::test]
+async fn debug_of_a_session_that_is_not_running_is_409() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_session(doc("sess_pend", PROJ_A, InternalStatus::Provisioning));
+    h.insert_session(doc("sess_done", PROJ_A, InternalStatus::Stopped));
+    for id in ["sess_pend", "sess_done"] {
+        let r = h.get(&format!("/v1/sessions/{id}/debug")).await;
+        assert_error(
+            &r,
+            StatusCode::CONFLICT,
+            &[&format!("session {id} is not running")],
+        );
+    }
+    h.insert_session(doc("sess_theirs", PROJ_OTHER, InternalStatus::Ready));
+    let r = h.get("/v1/sessions/sess_theirs/debug").await;
+    assert_error(
+        &r,
+        StatusCode::NOT_FOUND,
+        &["session sess_theirs not found"],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Endpoints Browserbase has and Wallcrawler does not yet.
+
+const NOT_IMPLEMENTED: [(&str, &str); 7] = [
+    ("GET", "/v1/sessions/sess_1/downloads"),
+    ("POST", "/v1/sessions/sess_1/uploads"),
+    ("GET", "/v1/sessions/sess_1/logs"),
+    ("GET", "/v1/sessions/sess_1/recording"),
+    ("POST", "/v1/extensions"),
+    ("GET", "/v1/extensions/ext_1"),
+    ("DELETE", "/v1/extensions/ext_1"),
+];
+
+#[tokio::test]
+async fn unimplemented_endpoints_are_501() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    for (method, uri) in NOT_IMPLEMENTED {
+        let r = h
+            .call(method.parse().unwrap(), uri, Some(KEY_A), Some("{}"))
+            .await;
+        assert_eq!(r.0, StatusCode::NOT_IMPLEMENTED, "{method} {uri}");
+        assert_error(
+            &r,
+            StatusCode::NOT_IMPLEMENTED,
+            &["not implemented by Wallcrawler yet"],
+        );
+    }
+}
+
+#[tokio::test]
+async fn unimplemented_endpoints_still_need_a_key() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    for (method, uri) in NOT_IMPLEMENTED {
+        let r = h.call(method.parse().unwrap(), uri, None, None).await;
+        assert_eq!(r.0, StatusCode::UNAUTHORIZED, "{method} {uri}");
+        assert_error(&r, StatusCode::UNAUTHORIZED, &["missing API key"]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contexts.
+
+#[tokio::test]
+async fn create_context_answers_its_id_and_an_upload_url() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (status, body) = h.post("/v1/contexts", "{}").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["id"].as_str().unwrap();
+    assert!(id.starts_with("ctx_") && id.len() > 4, "{id}");
+    let url = body["uploadUrl"].as_str().unwrap();
+    assert!(
+        url.contains(&format!("{PROJ_A}/{id}/profile.tar.gz")),
+        "{url}"
+    );
+    assert!(url.contains("expires=3600"), "{url}");
+    let stored = h.contexts.0.lock().unwrap()[id].clone();
+    assert_eq!(stored.project_id, PROJ_A);
+    assert_eq!(stored.storage_key, format!("{PROJ_A}/{id}/profile.tar.gz"));
+    assert_eq!(stored.created_at, iso8601_millis(T0));
+    // An empty body and a body naming the selected project are both fine.
+    let (status, _) = h
+        .call(Method::POST, "/v1/contexts", Some(KEY_A), None)
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = h
+        .post("/v1/contexts", &json!({ "projectId": PROJ_A }).to_string())
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let r = h.post("/v1/contexts", "{").await;
+    assert_error(&r, StatusCode::BAD_REQUEST, &["invalid JSON body"]);
+}
+
+#[tokio::test]
+async fn get_context_answers_the_context() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let c = h.insert_context("ctx_mine", PROJ_A);
+    let (status, body) = h.get("/v1/contexts/ctx_mine").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        body,
+        json!({
+            "id": "ctx_mine",
+            "projectId": PROJ_A,
+            "createdAt": c.created_at,
+            "updatedAt": c.updated_at,
+        })
+    );
+}
+
+#[tokio::test]
+async fn contexts_of_another_project_are_404() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_context("ctx_theirs", PROJ_OTHER);
+    for method in [Method::GET, Method::PUT, Method::DELETE] {
+        let r = h
+            .call(method.clone(), "/v1/contexts/ctx_theirs", Some(KEY_A), None)
+            .await;
+        assert_error(&r, StatusCode::NOT_FOUND, &["context ctx_theirs not found"]);
+    }
+    let r = h.get("/v1/contexts/ctx_nowhere").await;
+    assert_error(
+        &r,
+        StatusCode::NOT_FOUND,
+        &["context ctx_nowhere not found"],
+    );
+    assert!(h.contexts.0.lock().unwrap().contains_key("ctx_theirs"));
+    assert!(h.archives.0.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn update_context_answers_a_fresh_upload_url() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let c = h.insert_context("ctx_mine", PROJ_A);
+    h.clock.set(T0 + 30_000);
+    let (status, body) = h
+        .call(Method::PUT, "/v1/contexts/ctx_mine", Some(KEY_A), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["id"], "ctx_mine");
+    let url = body["uploadUrl"].as_str().unwrap();
+    assert!(url.contains(&c.storage_key), "{url}");
+    assert_eq!(
+        h.contexts.0.lock().unwrap()["ctx_mine"].updated_at,
+        iso8601_millis(T0 + 30_000)
+    );
+}
+
+#[tokio::test]
+async fn delete_context_deletes_the_record_and_its_archive() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let c = h.insert_context("ctx_mine", PROJ_A);
+    // Sessions that used it and have ended do not hold it.
+    let mut ended = saving_session("sess_old", "ctx_mine");
+    ended.ended_at = Some(iso8601_millis(T0));
+    h.insert_session(ended);
+    let (status, body) = h
+        .call(Method::DELETE, "/v1/contexts/ctx_mine", Some(KEY_A), None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    assert_eq!(body, Value::Null, "no body");
+    assert_eq!(*h.archives.0.lock().unwrap(), [c.storage_key]);
+    assert!(!h.contexts.0.lock().unwrap().contains_key("ctx_mine"));
+    let r = h.get("/v1/contexts/ctx_mine").await;
+    assert_error(&r, StatusCode::NOT_FOUND, &["context ctx_mine not found"]);
+}
+
+#[tokio::test]
+async fn delete_context_in_use_is_409() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_context("ctx_mine", PROJ_A);
+    // Even a read-only session holds it until it has ended.
+    let mut user = doc("sess_user", PROJ_A, InternalStatus::Ready);
+    user.context_id = Some("ctx_mine".to_owned());
+    user.context_persist = Some(false);
+    h.insert_session(user);
+    let r = h
+        .call(Method::DELETE, "/v1/contexts/ctx_mine", Some(KEY_A), None)
+        .await;
+    assert_error(
+        &r,
+        StatusCode::CONFLICT,
+        &["context ctx_mine is in use by session sess_user"],
+    );
+    assert!(h.contexts.0.lock().unwrap().contains_key("ctx_mine"));
+    assert!(h.archives.0.lock().unwrap().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Projects.
+
+#[tokio::test]
+async fn list_projects_answers_the_keys_projects() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (status, body) = h.get("/v1/projects").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(ids(&body), [PROJ_A, PROJ_B]);
+    let (_, theirs) = h
+        .call(Method::GET, "/v1/projects", Some(KEY_OTHER), None)
+        .await;
+    assert_eq!(ids(&theirs), [PROJ_OTHER]);
+}
+
+#[tokio::test]
+async fn get_project_answers_the_project() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (status, body) = h.get(&format!("/v1/projects/{PROJ_A}")).await;
+    assert_eq!(status, StatusCode::OK);
+    let p = project(PROJ_A, "ACTIVE");
+    assert_eq!(
+        body,
+        json!({
+            "id": PROJ_A,
+            "name": p.name,
+            "ownerId": "owner_1",
+            "defaultTimeout": DEFAULT_TIMEOUT,
+            "concurrency": CONCURRENCY,
+            "createdAt": p.created_at,
+            "updatedAt": p.updated_at,
+        })
+    );
+}
+
+#[tokio::test]
+async fn projects_of_others_are_404() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    for uri in [
+        format!("/v1/projects/{PROJ_OTHER}"),
+        format!("/v1/projects/{PROJ_OTHER}/usage"),
+        "/v1/projects/proj_nowhere".to_owned(),
+    ] {
+        let r = h.get(&uri).await;
+        assert_eq!(r.0, StatusCode::NOT_FOUND, "{uri}");
+        let named = uri.split('/').nth(3).unwrap();
+        assert_error(
+            &r,
+            StatusCode::NOT_FOUND,
+            &[&format!("project {named} not found")],
+        );
+    }
+}
+
+#[tokio::test]
+async fn usage_sums_minutes_rounded_up_per_session_and_proxy_bytes() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let ended = |id: &str, start: u64, end: u64, bytes: Option<u64>| {
+        let mut d = doc(id, PROJ_A, InternalStatus::Stopped);
+        d.started_at = Some(iso8601_millis(start));
+        d.ended_at = Some(iso8601_millis(end));
+        d.proxy_bytes = bytes;
+        d
+    };
+    // 61 s → 2 min; exactly 60 s → 1 min; 1 ms → 1 min; no startedAt: from createdAt, 30 s → 1.
+    h.insert_session(ended("sess_1", T0, T0 + 61_000, Some(1_000)));
+    h.insert_session(ended("sess_2", T0, T0 + 60_000, Some(2_500)));
+    h.insert_session(ended("sess_3", T0, T0 + 1, None));
+    let mut no_start = ended("sess_4", 0, T0 + 30_000, Some(500));
+    no_start.started_at = None;
+    h.insert_session(no_start);
+    // Still running: until now, 2.5 min → 3.
+    let mut running = doc("sess_5", PROJ_A, InternalStatus::Ready);
+    running.started_at = Some(iso8601_millis(T0));
+    running.proxy_bytes = Some(4);
+    h.insert_session(running);
+    // Another project's session counts for that project only.
+    let mut theirs = ended("sess_6", T0, T0 + 600_000, Some(1 << 30));
+    theirs.project_id = PROJ_OTHER.to_owned();
+    h.insert_session(theirs);
+    h.clock.set(T0 + 150_000);
+
+    let (status, body) = h.get(&format!("/v1/projects/{PROJ_A}/usage")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        body,
+        json!({ "browserMinutes": 2 + 1 + 1 + 1 + 3, "proxyBytes": 1_000 + 2_500 + 500 + 4 })
+    );
+    // proj_b, the key's other project, has none.
+    let (status, body) = h.get(&format!("/v1/projects/{PROJ_B}/usage")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, json!({ "browserMinutes": 0, "proxyBytes": 0 }));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routing.
+
+#[tokio::test]
+async fn unknown_route_is_404_json() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    for uri in ["/v1/nothing", "/", "/v2/sessions"] {
+        let r = h.get(uri).await;
+        assert_error(&r, StatusCode::NOT_FOUND, &["no such endpoint"]);
+    }
+    let r = h.call(Method::GET, "/v1/nothing", None, None).await;
+    assert_error(&r, StatusCode::NOT_FOUND, &["no such endpoint"]);
+}
