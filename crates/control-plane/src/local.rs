@@ -488,7 +488,6 @@ impl Launcher for LocalLauncher {
             );
             tokio::spawn(async move {
                 let status = child.wait().await;
-                children.lock().expect("not poisoned").remove(&id);
                 let _ = tokio::fs::remove_dir_all(&profile).await;
                 let how = status
                     .map(|s| s.to_string())
@@ -514,6 +513,8 @@ impl Launcher for LocalLauncher {
                         warn!(session.id = %id, error = %e, "recording the controller's exit failed")
                     }
                 }
+                // Last: `wait_all` returns once every child is gone *and* cleaned up.
+                children.lock().expect("not poisoned").remove(&id);
             });
             Ok(Some(format!("local:{pid}")))
         })

@@ -37,5 +37,11 @@ pub fn router(app: App) -> Router {
         .route("/v1/projects/{id}", get(h::get_project))
         .route("/v1/projects/{id}/usage", get(h::project_usage))
         .fallback(|| async { crate::error::ApiError::not_found("no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            crate::error::ApiError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed on this endpoint",
+            )
+        })
         .with_state(app)
 }

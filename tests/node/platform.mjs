@@ -1,0 +1,122 @@
+// platform.mjs --base <baseURL> --key <apiKey> --project <projectId> --scenario <persist|stagehand|busy>
+//
+// Drives the local platform the way users do: the stock Browserbase SDK pointed at our API
+// (baseURL + API key, sent as X-BB-API-Key), and real clients on the connectUrl it returns.
+//   persist:   context → session (persist) → playwright sets a cookie → release → COMPLETED →
+//              a new session on the same context sees the cookie.
+//   stagehand: Stagehand 3.7.3 drives a session created through the API.
+//   busy:      a second persisting session on a context whose first session is still running
+//              gets 409; once the first is released it succeeds.
+// Prints {"ok":true,...} with what it observed.
+
+import { requireArg, run } from "./lib.mjs";
+
+const ORIGIN = "http://app.example.test/";
+
+async function client(args) {
+  const { default: Browserbase } = await import("@browserbasehq/sdk");
+  // No retries: a 409/429 must surface, not be retried away.
+  return new Browserbase({ apiKey: requireArg(args, "key"), baseURL: requireArg(args, "base"), maxRetries: 0, timeout: 60000 });
+}
+
+async function waitFor(bb, id, pred, what) {
+  const deadline = Date.now() + 40000;
+  for (;;) {
+    const s = await bb.sessions.retrieve(id);
+    if (pred(s)) return s;
+    if (Date.now() > deadline) throw new Error(`session ${id} never became ${what}: ${JSON.stringify(s)}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function withPlaywright(connectUrl, fn) {
+  const { chromium } = await import("playwright-core");
+  const browser = await chromium.connectOverCDP(connectUrl, { timeout: 20000 });
+  try {
+    const context = browser.contexts()[0];
+    const page = await context.newPage();
+    await page.route("**/*", (route) => route.fulfill({ status: 200, contentType: "text/html", body: "<title>app</title>" }));
+    await page.goto(ORIGIN);
+    const r = await fn(context, page);
+    await page.close();
+    return r;
+  } finally {
+    await browser.close(); // only disconnects a connectOverCDP browser
+  }
+}
+
+async function persist(args) {
+  const bb = await client(args);
+  const projectId = requireArg(args, "project");
+  const ctx = await bb.contexts.create({ projectId });
+  const first = await bb.sessions.create({
+    projectId,
+    browserSettings: { context: { id: ctx.id, persist: true }, viewport: { width: 1024, height: 768 } },
+  });
+  if (first.status !== "RUNNING" || !first.connectUrl) throw new Error(`first session not running: ${JSON.stringify(first)}`);
+  const far = Math.floor(Date.now() / 1000) + 30 * 86400;
+  await withPlaywright(first.connectUrl, (context) =>
+    context.addCookies([{ name: "pw", value: "from-first-session", url: ORIGIN, expires: far }]),
+  );
+  const released = await bb.sessions.update(first.id, { status: "REQUEST_RELEASE", projectId });
+  const ended = await waitFor(bb, first.id, (s) => s.status === "COMPLETED" && s.endedAt, "COMPLETED with endedAt");
+  const second = await bb.sessions.create({ projectId, browserSettings: { context: { id: ctx.id, persist: false } } });
+  const cookies = await withPlaywright(second.connectUrl, (context) => context.cookies(ORIGIN));
+  await bb.sessions.update(second.id, { status: "REQUEST_RELEASE", projectId });
+  const list = await bb.sessions.list();
+  return {
+    contextId: ctx.id,
+    firstStatusAfterRelease: released.status,
+    firstEnded: ended.status,
+    firstProxyBytes: ended.proxyBytes,
+    secondCookies: Object.fromEntries(cookies.map((c) => [c.name, c.value])),
+    listed: list.length,
+  };
+}
+
+async function stagehand(args) {
+  const bb = await client(args);
+  const projectId = requireArg(args, "project");
+  const session = await bb.sessions.create({ projectId });
+  const { Stagehand } = await import("@browserbasehq/stagehand");
+  const sh = new Stagehand({ env: "LOCAL", verbose: 0, localBrowserLaunchOptions: { cdpUrl: session.connectUrl } });
+  await sh.init();
+  const page = sh.context.pages()[0] ?? (await sh.context.newPage());
+  await page.goto("data:text/html,<title>stagehand</title><h1>hi</h1>");
+  const value = await page.evaluate(() => 1 + 1);
+  const title = await page.title();
+  await sh.close();
+  const debug = await bb.sessions.debug(session.id);
+  await bb.sessions.update(session.id, { status: "REQUEST_RELEASE", projectId });
+  return { eval: value, title, debugPages: debug.pages.length, debugWsUrl: debug.wsUrl === session.connectUrl };
+}
+
+async function busy(args) {
+  const bb = await client(args);
+  const projectId = requireArg(args, "project");
+  const ctx = await bb.contexts.create({ projectId });
+  const settings = { context: { id: ctx.id, persist: true } };
+  const first = await bb.sessions.create({ projectId, browserSettings: settings });
+  let conflict;
+  try {
+    await bb.sessions.create({ projectId, browserSettings: settings });
+    conflict = { status: "created" };
+  } catch (e) {
+    conflict = { status: e.status, message: e.error?.message ?? e.message };
+  }
+  await bb.sessions.update(first.id, { status: "REQUEST_RELEASE", projectId });
+  // The release lands; the next create waits for the first session's endedAt (the archive is
+  // final then) and succeeds.
+  const second = await bb.sessions.create({ projectId, browserSettings: settings });
+  const firstAfter = await bb.sessions.retrieve(first.id);
+  await bb.sessions.update(second.id, { status: "REQUEST_RELEASE", projectId });
+  return { conflict, secondStatus: second.status, firstEndedBeforeSecond: Boolean(firstAfter.endedAt) };
+}
+
+run(async (args) => {
+  const scenario = requireArg(args, "scenario");
+  if (scenario === "persist") return persist(args);
+  if (scenario === "stagehand") return stagehand(args);
+  if (scenario === "busy") return busy(args);
+  throw new Error(`unknown --scenario ${scenario}`);
+}, { defaultTimeoutMs: 120000 });
