@@ -8,11 +8,14 @@
 FROM rust:1.95-bookworm AS builder
 WORKDIR /src
 
+# benches/ and tests/ are copied because Cargo.toml declares their targets (one integration-test
+# binary, harness-free benches); node_modules are excluded by .dockerignore.
 # rust-toolchain.toml is deliberately not copied: the image tag pins the toolchain, and the file's
 # exact channel and components would make rustup download another toolchain during the build.
 COPY Cargo.toml Cargo.lock ./
 COPY crates ./crates
 COPY benches ./benches
+COPY tests ./tests
 COPY chrome ./chrome
 COPY src ./src
 
