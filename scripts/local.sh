@@ -7,16 +7,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-if [[ -z "${CHROME_PATH:-}" ]] && ! command -v chromium >/dev/null && ! command -v google-chrome >/dev/null \
-  && [[ ! -x /usr/lib/chromium/chromium ]]; then
-  if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null; then
-    echo "Chromium is missing: install it (apt-get install chromium) or set CHROME_PATH" >&2
-    exit 1
-  fi
-  echo "[local] installing Chromium (apt-get install chromium)" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
-fi
+# shellcheck source=scripts/ensure-chromium.sh
+source "$ROOT/scripts/ensure-chromium.sh"
+ensure_chromium
 
 echo "[local] building wallcrawler-controller (release)" >&2
 cargo build --release --locked --quiet --bin wallcrawler-controller
