@@ -11,9 +11,12 @@
 //! - [`memory`]: in-memory ports (tests, reference semantics).
 //! - [`local`]: the local platform: file-backed stores shared with local controllers, a
 //!   launcher that runs `wallcrawler-controller run` as child processes; [`serve`] wires it up.
+//! - [`aws`]: the AWS platform: DynamoDB stores, S3 presigned URLs, ECS launcher, Secrets
+//!   Manager signer, configuration from the environment.
 
 pub mod app;
 pub mod auth;
+pub mod aws;
 pub mod debug;
 pub mod error;
 pub mod handlers;

@@ -1,0 +1,1375 @@
+//! The AWS implementations of the ports: DynamoDB stores for sessions, projects, API keys and
+//! contexts, S3 presigned upload URLs, ECS Fargate as the task launcher and a Secrets Manager
+//! backed token signer; plus the configuration that names them ([`Config::from_env`]) and the
+//! wiring ([`build_app`]). SDK types stay in this module.
+//!
+//! Items are written with exactly the attribute names and types of the table schema
+//! (`seeds/dynamodb-schema.md`): the records' serde names are the attribute names, strings are
+//! `S` (timestamps ISO 8601), numbers `N` (`expiresAt`, `proxyBytes`, `defaultTimeout`, …),
+//! booleans `BOOL`, `userMetadata` an `M` and `projectIds` an `L` of `S`. Reads are strongly
+//! consistent `GetItem`s, except the two listings:
+//!
+//! - a project's sessions come from the `projectId-createdAt-index` GSI (projection `ALL`).
+//!   GSIs cannot be read consistently, so a session created a moment ago may be missing from
+//!   the list for a short while; the project's concurrency check is therefore approximate
+//!   under a burst of simultaneous creates (it is a check-then-create in every store anyway).
+//! - a context's sessions come from a consistent `Scan` with a filter: it reads the whole
+//!   sessions table on every create-with-context and every context deletion. Fine for a small
+//!   deployment; a `contextId-index` GSI (PK `contextId`, SK `createdAt`) would make it a
+//!   `Query` (eventually consistent, which the one-writer check can live with since the
+//!   controller writes `endedAt` long after the session item exists).
+//!
+//! Conditional writes follow [`crate::memory::rules`] exactly; see each method.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, SdkConfig};
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tracing::{info, warn};
+use wallcrawler_contract::session::attr;
+use wallcrawler_contract::session_doc::SessionDoc;
+use wallcrawler_contract::{Claims, InternalStatus, SigningKey, SigningSecret};
+
+use crate::app::{App, Settings};
+use crate::error::PortError;
+use crate::model::{ApiKeyRecord, ContextRecord, Project};
+use crate::ports::*;
+
+/// The sessions table's GSI by project (PK `projectId`, SK `createdAt`, projection `ALL`).
+pub const PROJECT_INDEX: &str = "projectId-createdAt-index";
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+/// Table names; each defaults to the schema's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tables {
+    /// `SESSIONS_TABLE_NAME`, default `wallcrawler-sessions`.
+    pub sessions: String,
+    /// `PROJECTS_TABLE_NAME`, default `wallcrawler-projects`.
+    pub projects: String,
+    /// `API_KEYS_TABLE_NAME`, default `wallcrawler-api-keys`.
+    pub api_keys: String,
+    /// `CONTEXTS_TABLE_NAME`, default `wallcrawler-contexts`.
+    pub contexts: String,
+}
+
+impl Default for Tables {
+    fn default() -> Self {
+        Self {
+            sessions: "wallcrawler-sessions".into(),
+            projects: "wallcrawler-projects".into(),
+            api_keys: "wallcrawler-api-keys".into(),
+            contexts: "wallcrawler-contexts".into(),
+        }
+    }
+}
+
+/// A variable's value; empty counts as unset.
+fn var(get: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    get(name)
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+impl Tables {
+    /// Reads the four `*_TABLE_NAME` variables from `get` (the environment in the binaries).
+    pub fn from_source(get: &dyn Fn(&str) -> Option<String>) -> Self {
+        let d = Self::default();
+        Self {
+            sessions: var(get, "SESSIONS_TABLE_NAME").unwrap_or(d.sessions),
+            projects: var(get, "PROJECTS_TABLE_NAME").unwrap_or(d.projects),
+            api_keys: var(get, "API_KEYS_TABLE_NAME").unwrap_or(d.api_keys),
+            contexts: var(get, "CONTEXTS_TABLE_NAME").unwrap_or(d.contexts),
+        }
+    }
+
+    pub fn from_env() -> Self {
+        Self::from_source(&|k| std::env::var(k).ok())
+    }
+}
+
+/// How session tasks are started on ECS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EcsSettings {
+    /// `ECS_CLUSTER` (name or ARN).
+    pub cluster: String,
+    /// `ECS_TASK_DEFINITION` (`family`, `family:revision` or ARN).
+    pub task_definition: String,
+    /// `ECS_SUBNETS`, comma-separated.
+    pub subnets: Vec<String>,
+    /// `ECS_SECURITY_GROUPS`, comma-separated; empty = the VPC's default group.
+    pub security_groups: Vec<String>,
+    /// `ECS_ASSIGN_PUBLIC_IP` (`ENABLED`, the default, or `DISABLED`). Clients connect to the
+    /// task's public IP, so disable it only with a network design of your own.
+    pub assign_public_ip: bool,
+    /// `ECS_CONTAINER_NAME`: the controller's container in the task definition, default
+    /// `controller`.
+    pub container_name: String,
+}
+
+/// Everything the API function needs besides the SDK's own configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub tables: Tables,
+    /// `CONTEXTS_BUCKET_NAME` (required).
+    pub contexts_bucket: String,
+    pub ecs: EcsSettings,
+    /// `CDP_PROXY_PORT`, default 9223 (passed on to the task).
+    pub cdp_proxy_port: u16,
+    /// `WALLCRAWLER_JWT_SIGNING_SECRET_ARN` (required): signs tokens here, verifies them in the
+    /// task.
+    pub signing_secret_arn: String,
+    /// `CREATE_WAIT_SECONDS`, default 25 (inside API Gateway's 29 s integration timeout).
+    pub create_wait: Duration,
+}
+
+/// Every configuration problem, listed at once.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {}", .0.join("; "))]
+pub struct ConfigError(pub Vec<String>);
+
+fn list(v: Option<String>) -> Vec<String> {
+    v.map(|v| {
+        v.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_source(&|k| std::env::var(k).ok())
+    }
+
+    /// Reads the variables from `get`; lists every missing or invalid one.
+    pub fn from_source(get: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut problems = Vec::new();
+        let mut required = |name: &str| {
+            var(get, name).unwrap_or_else(|| {
+                problems.push(format!("{name} is required"));
+                String::new()
+            })
+        };
+        let contexts_bucket = required("CONTEXTS_BUCKET_NAME");
+        let cluster = required("ECS_CLUSTER");
+        let task_definition = required("ECS_TASK_DEFINITION");
+        let signing_secret_arn = required("WALLCRAWLER_JWT_SIGNING_SECRET_ARN");
+        let subnets = list(var(get, "ECS_SUBNETS"));
+        if subnets.is_empty() {
+            problems.push("ECS_SUBNETS is required (comma-separated subnet ids)".into());
+        }
+        let assign_public_ip = match var(get, "ECS_ASSIGN_PUBLIC_IP")
+            .map(|v| v.to_ascii_uppercase())
+            .as_deref()
+        {
+            None | Some("ENABLED" | "TRUE") => true,
+            Some("DISABLED" | "FALSE") => false,
+            Some(other) => {
+                problems.push(format!(
+                    "ECS_ASSIGN_PUBLIC_IP must be ENABLED or DISABLED, got {other:?}"
+                ));
+                true
+            }
+        };
+        let cdp_proxy_port = match var(get, "CDP_PROXY_PORT").map(|v| v.parse::<u16>()) {
+            None => 9223,
+            Some(Ok(p)) if p > 0 => p,
+            Some(_) => {
+                problems.push("CDP_PROXY_PORT must be a port number (1-65535)".into());
+                9223
+            }
+        };
+        let create_wait = match var(get, "CREATE_WAIT_SECONDS").map(|v| v.parse::<u64>()) {
+            None => 25,
+            Some(Ok(s)) => s,
+            Some(Err(_)) => {
+                problems.push("CREATE_WAIT_SECONDS must be a whole number of seconds".into());
+                25
+            }
+        };
+        if !problems.is_empty() {
+            return Err(ConfigError(problems));
+        }
+        Ok(Self {
+            tables: Tables::from_source(get),
+            contexts_bucket,
+            ecs: EcsSettings {
+                cluster,
+                task_definition,
+                subnets,
+                security_groups: list(var(get, "ECS_SECURITY_GROUPS")),
+                assign_public_ip,
+                container_name: var(get, "ECS_CONTAINER_NAME")
+                    .unwrap_or_else(|| "controller".into()),
+            },
+            cdp_proxy_port,
+            signing_secret_arn,
+            create_wait: Duration::from_secs(create_wait),
+        })
+    }
+}
+
+/// The shared SDK configuration: region, credentials, retries (`AWS_MAX_ATTEMPTS`, default 3)
+/// and `AWS_ENDPOINT_URL` from the standard chain; short timeouts so a dead dependency is an
+/// error within seconds, well inside API Gateway's 29 s.
+pub async fn sdk_config() -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(3))
+                .operation_attempt_timeout(Duration::from_secs(5))
+                .operation_timeout(Duration::from_secs(12))
+                .build(),
+        )
+        .load()
+        .await
+}
+
+/// The API on AWS: DynamoDB, S3, ECS and Secrets Manager behind the ports.
+pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
+    let dynamo = aws_sdk_dynamodb::Client::new(sdk);
+    let mut settings = Settings {
+        create_wait: cfg.create_wait,
+        ..Settings::default()
+    };
+    if let Some(r) = sdk.region().map(|r| r.as_ref())
+        && crate::handlers::REGIONS.contains(&r)
+    {
+        settings.region = r.to_owned();
+    }
+    App {
+        sessions: Arc::new(DynamoSessions::new(dynamo.clone(), &cfg.tables.sessions)),
+        projects: Arc::new(DynamoProjects::new(dynamo.clone(), &cfg.tables.projects)),
+        keys: Arc::new(DynamoKeys::new(dynamo.clone(), &cfg.tables.api_keys)),
+        contexts: Arc::new(DynamoContexts::new(dynamo, &cfg.tables.contexts)),
+        archives: Arc::new(S3Archives::new(sdk, &cfg.contexts_bucket)),
+        launcher: Arc::new(EcsLauncher::new(sdk, cfg.clone())),
+        signer: Arc::new(SecretsSigner::new(sdk, &cfg.signing_secret_arn)),
+        clock: Arc::new(SystemClock),
+        settings,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+/// Service error codes that mean "try again later" rather than "refused".
+const RETRYABLE: [&str; 6] = [
+    "ThrottlingException",
+    "ProvisionedThroughputExceededException",
+    "RequestLimitExceeded",
+    "ServiceUnavailable",
+    "InternalServerError",
+    "ServerException",
+];
+
+/// A failed SDK call as a port error: unreachable or throttled = `Unavailable` (503, "try
+/// again"), anything else = `Failed` (500; the detail goes to the log only).
+fn sdk_error<E, R>(service: &'static str, e: SdkError<E, R>) -> PortError
+where
+    E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let detail = DisplayErrorContext(&e).to_string();
+    let transient = match &e {
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_) => {
+            true
+        }
+        SdkError::ServiceError(se) => se.err().code().is_some_and(|c| RETRYABLE.contains(&c)),
+        _ => false,
+    };
+    if transient {
+        warn!(service, error = %detail, "AWS call failed");
+        PortError::Unavailable(service.to_owned())
+    } else {
+        PortError::Failed(format!("{service}: {detail}"))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Items
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_owned())
+}
+
+/// A JSON value as a DynamoDB attribute: the schema's types (S, N, BOOL, M, L; null = NULL).
+pub fn to_attr(v: &Value) -> AttributeValue {
+    match v {
+        Value::Null => AttributeValue::Null(true),
+        Value::Bool(b) => AttributeValue::Bool(*b),
+        Value::Number(n) => AttributeValue::N(n.to_string()),
+        Value::String(t) => AttributeValue::S(t.clone()),
+        Value::Array(a) => AttributeValue::L(a.iter().map(to_attr).collect()),
+        Value::Object(m) => {
+            AttributeValue::M(m.iter().map(|(k, v)| (k.clone(), to_attr(v))).collect())
+        }
+    }
+}
+
+/// A DynamoDB number as JSON: integers stay integers (so `u64` fields read back), a whole
+/// float such as `1700000000.0` becomes one too.
+fn number(n: &str) -> Value {
+    if let Ok(u) = n.parse::<u64>() {
+        return Value::from(u);
+    }
+    if let Ok(i) = n.parse::<i64>() {
+        return Value::from(i);
+    }
+    match n.parse::<f64>() {
+        Ok(f) if f.fract() == 0.0 && (0.0..9.0e15).contains(&f) => Value::from(f as u64),
+        Ok(f) => serde_json::Number::from_f64(f)
+            .map(Value::Number)
+            .unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    }
+}
+
+/// A DynamoDB attribute as JSON (sets become arrays; binary values are not used by this
+/// schema and read as null).
+pub fn from_attr(a: &AttributeValue) -> Value {
+    match a {
+        AttributeValue::S(t) => Value::String(t.clone()),
+        AttributeValue::N(n) => number(n),
+        AttributeValue::Bool(b) => Value::Bool(*b),
+        AttributeValue::L(l) => Value::Array(l.iter().map(from_attr).collect()),
+        AttributeValue::M(m) => {
+            Value::Object(m.iter().map(|(k, v)| (k.clone(), from_attr(v))).collect())
+        }
+        AttributeValue::Ss(v) => Value::Array(v.iter().cloned().map(Value::String).collect()),
+        AttributeValue::Ns(v) => Value::Array(v.iter().map(|n| number(n)).collect()),
+        _ => Value::Null,
+    }
+}
+
+/// A record as an item: its serde names are the attribute names; absent values stay absent.
+pub fn to_item<T: Serialize>(record: &T) -> HashMap<String, AttributeValue> {
+    match serde_json::to_value(record) {
+        Ok(Value::Object(m)) => m
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| (k.clone(), to_attr(v)))
+            .collect(),
+        _ => HashMap::new(),
+    }
+}
+
+/// An item as a record.
+pub fn from_item<T: DeserializeOwned>(
+    what: &str,
+    item: &HashMap<String, AttributeValue>,
+) -> PortResult<T> {
+    let v = Value::Object(
+        item.iter()
+            .map(|(k, v)| (k.clone(), from_attr(v)))
+            .collect(),
+    );
+    serde_json::from_value(v).map_err(|e| PortError::Failed(format!("malformed {what} item: {e}")))
+}
+
+fn from_opt<T: DeserializeOwned>(
+    what: &str,
+    item: Option<&HashMap<String, AttributeValue>>,
+) -> PortResult<Option<T>> {
+    item.map(|i| from_item(what, i)).transpose()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions
+
+const SESSIONS: &str = "the sessions table";
+const SESSION: &str = "session";
+
+/// `wallcrawler-sessions` (key `sessionId`).
+pub struct DynamoSessions {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+}
+
+impl DynamoSessions {
+    pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
+        Self {
+            client,
+            table: table.to_owned(),
+        }
+    }
+
+    /// Every item a paginated `Query`/`Scan` returns, as documents.
+    fn docs(
+        items: &[HashMap<String, AttributeValue>],
+        out: &mut Vec<SessionDoc>,
+    ) -> PortResult<()> {
+        for i in items {
+            out.push(from_item(SESSION, i)?);
+        }
+        Ok(())
+    }
+}
+
+/// `internalStatus IN (<terminal statuses>)` values.
+fn terminal_values(
+    req: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+    req.expression_attribute_values(":t1", s(InternalStatus::Stopped.as_str()))
+        .expression_attribute_values(":t2", s(InternalStatus::Failed.as_str()))
+        .expression_attribute_values(":t3", s(InternalStatus::TimedOut.as_str()))
+}
+
+impl SessionRepo for DynamoSessions {
+    /// `PutItem` on condition `attribute_not_exists(sessionId)`.
+    fn create(&self, doc: SessionDoc) -> BoxFuture<'_, PortResult<Cond<SessionDoc>>> {
+        Box::pin(async move {
+            let r = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(to_item(&doc)))
+                .condition_expression("attribute_not_exists(sessionId)")
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            match r {
+                Ok(_) => Ok(Cond::Done(doc)),
+                Err(e) => match e.as_service_error() {
+                    Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c)) => {
+                        Ok(Cond::Failed(from_opt(SESSION, c.item())?))
+                    }
+                    _ => Err(sdk_error(SESSIONS, e)),
+                },
+            }
+        })
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<SessionDoc>>> {
+        Box::pin(async move {
+            let out = self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .key(attr::SESSION_ID, s(id))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| sdk_error(SESSIONS, e))?;
+            from_opt(SESSION, out.item())
+        })
+    }
+
+    /// `Query` on [`PROJECT_INDEX`] (eventually consistent: GSIs cannot be read otherwise).
+    fn list_project<'a>(
+        &'a self,
+        project_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            let mut start = None;
+            loop {
+                let page = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(PROJECT_INDEX)
+                    .key_condition_expression("projectId = :p")
+                    .expression_attribute_values(":p", s(project_id))
+                    .scan_index_forward(true)
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error(SESSIONS, e))?;
+                Self::docs(page.items(), &mut out)?;
+                start = page.last_evaluated_key;
+                if start.is_none() {
+                    break;
+                }
+            }
+            // The index orders by createdAt; ties (same millisecond) by id, as the other stores.
+            out.sort_by(|a, b| {
+                a.created_at
+                    .cmp(&b.created_at)
+                    .then(a.session_id.cmp(&b.session_id))
+            });
+            Ok(out)
+        })
+    }
+
+    /// A consistent `Scan` filtered on `contextId`: reads the whole table (see the module doc).
+    fn list_context<'a>(
+        &'a self,
+        context_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            let mut start = None;
+            loop {
+                let page = self
+                    .client
+                    .scan()
+                    .table_name(&self.table)
+                    .filter_expression("contextId = :c")
+                    .expression_attribute_values(":c", s(context_id))
+                    .consistent_read(true)
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error(SESSIONS, e))?;
+                Self::docs(page.items(), &mut out)?;
+                start = page.last_evaluated_key;
+                if start.is_none() {
+                    break;
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// `UpdateItem` on condition `internalStatus = CREATING`.
+    fn mark_provisioning<'a>(
+        &'a self,
+        id: &'a str,
+        task_arn: Option<&'a str>,
+        at: &'a str,
+    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
+        Box::pin(async move {
+            let mut expr = String::from("SET internalStatus = :prov, #st = :sdk, updatedAt = :at");
+            let mut req = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key(attr::SESSION_ID, s(id))
+                .condition_expression("internalStatus = :creating")
+                .expression_attribute_names("#st", attr::STATUS)
+                .expression_attribute_values(":creating", s(InternalStatus::Creating.as_str()))
+                .expression_attribute_values(":prov", s(InternalStatus::Provisioning.as_str()))
+                .expression_attribute_values(
+                    ":sdk",
+                    s(InternalStatus::Provisioning.sdk_status().as_str()),
+                )
+                .expression_attribute_values(":at", s(at))
+                .return_values(ReturnValue::AllNew)
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+            if let Some(arn) = task_arn {
+                expr.push_str(", ecsTaskArn = :arn");
+                req = req.expression_attribute_values(":arn", s(arn));
+            }
+            updated(req.update_expression(expr).send().await)
+        })
+    }
+
+    /// Two conditional `UpdateItem`s, race-free because a terminal status never changes:
+    /// 1. on condition "exists and not terminal": the status (and reason), `updatedAt`, and
+    ///    with `ended` `endedAt = if_not_exists(endedAt, :at)`;
+    /// 2. only if (1) failed on a terminal item without `endedAt` and `ended` is asked for: on
+    ///    condition "exists and no `endedAt`", `endedAt` and `updatedAt`.
+    fn mark_terminal<'a>(
+        &'a self,
+        id: &'a str,
+        status: InternalStatus,
+        reason: Option<&'a str>,
+        at: &'a str,
+        ended: bool,
+    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
+        Box::pin(async move {
+            let mut expr = String::from("SET internalStatus = :st, #st = :sdk, updatedAt = :at");
+            let mut req = terminal_values(
+                self.client
+                    .update_item()
+                    .table_name(&self.table)
+                    .key(attr::SESSION_ID, s(id))
+                    .condition_expression(
+                        "attribute_exists(sessionId) AND NOT (internalStatus IN (:t1, :t2, :t3))",
+                    )
+                    .expression_attribute_names("#st", attr::STATUS)
+                    .expression_attribute_values(":st", s(status.as_str()))
+                    .expression_attribute_values(":sdk", s(status.sdk_status().as_str()))
+                    .expression_attribute_values(":at", s(at))
+                    .return_values(ReturnValue::AllNew)
+                    .return_values_on_condition_check_failure(
+                        ReturnValuesOnConditionCheckFailure::AllOld,
+                    ),
+            );
+            if let Some(r) = reason {
+                expr.push_str(", terminationReason = :reason");
+                req = req.expression_attribute_values(":reason", s(r));
+            }
+            if ended {
+                expr.push_str(", endedAt = if_not_exists(endedAt, :at)");
+            }
+            let current = match updated(req.update_expression(expr).send().await)? {
+                Cond::Done(d) => return Ok(Cond::Done(d)),
+                Cond::Failed(None) => return Ok(Cond::Failed(None)),
+                Cond::Failed(Some(d)) => d,
+            };
+            if !ended || current.ended_at.is_some() {
+                return Ok(Cond::Failed(Some(current)));
+            }
+            let r = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key(attr::SESSION_ID, s(id))
+                .condition_expression(
+                    "attribute_exists(sessionId) AND attribute_not_exists(endedAt)",
+                )
+                .update_expression("SET endedAt = :at, updatedAt = :at")
+                .expression_attribute_values(":at", s(at))
+                .return_values(ReturnValue::AllNew)
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            updated(r)
+        })
+    }
+
+    /// `UpdateItem` on condition "exists and no `endedAt`"; a failed condition is fine.
+    fn mark_ended_if_missing<'a>(
+        &'a self,
+        id: &'a str,
+        at: &'a str,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        Box::pin(async move {
+            let r = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key(attr::SESSION_ID, s(id))
+                .condition_expression(
+                    "attribute_exists(sessionId) AND attribute_not_exists(endedAt)",
+                )
+                .update_expression("SET endedAt = :at")
+                .expression_attribute_values(":at", s(at))
+                .send()
+                .await;
+            match r {
+                Ok(_) => Ok(()),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+                {
+                    Ok(())
+                }
+                Err(e) => Err(sdk_error(SESSIONS, e)),
+            }
+        })
+    }
+}
+
+type UpdateResult = Result<
+    aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
+    SdkError<
+        aws_sdk_dynamodb::operation::update_item::UpdateItemError,
+        aws_sdk_dynamodb::config::http::HttpResponse,
+    >,
+>;
+
+/// A conditional session update's outcome: the new item, or the current one (ALL_OLD) when
+/// the condition failed.
+fn updated(r: UpdateResult) -> PortResult<Cond<SessionDoc>> {
+    use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+    match r {
+        Ok(out) => match out.attributes() {
+            Some(item) => Ok(Cond::Done(from_item(SESSION, item)?)),
+            None => Err(PortError::Failed(format!(
+                "{SESSIONS}: an update returned no item"
+            ))),
+        },
+        Err(e) => match e.as_service_error() {
+            Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                Ok(Cond::Failed(from_opt(SESSION, c.item())?))
+            }
+            _ => Err(sdk_error(SESSIONS, e)),
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Projects, API keys, contexts
+
+/// `wallcrawler-projects` (key `projectId`).
+pub struct DynamoProjects {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+}
+
+impl DynamoProjects {
+    pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
+        Self {
+            client,
+            table: table.to_owned(),
+        }
+    }
+}
+
+const PROJECTS: &str = "the projects table";
+
+impl ProjectRepo for DynamoProjects {
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<Project>>> {
+        Box::pin(async move {
+            let out = self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .key("projectId", s(id))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| sdk_error(PROJECTS, e))?;
+            from_opt("project", out.item())
+        })
+    }
+
+    /// Creates or replaces the project.
+    fn put(&self, p: Project) -> BoxFuture<'_, PortResult<()>> {
+        Box::pin(async move {
+            self.client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(to_item(&p)))
+                .send()
+                .await
+                .map_err(|e| sdk_error(PROJECTS, e))?;
+            Ok(())
+        })
+    }
+}
+
+/// `wallcrawler-api-keys` (key `apiKeyHash`; only hashes are stored).
+pub struct DynamoKeys {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+}
+
+impl DynamoKeys {
+    pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
+        Self {
+            client,
+            table: table.to_owned(),
+        }
+    }
+}
+
+const KEYS: &str = "the API keys table";
+
+impl KeyRepo for DynamoKeys {
+    fn get<'a>(&'a self, hash: &'a str) -> BoxFuture<'a, PortResult<Option<ApiKeyRecord>>> {
+        Box::pin(async move {
+            let out = self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .key("apiKeyHash", s(hash))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| sdk_error(KEYS, e))?;
+            from_opt("API key", out.item())
+        })
+    }
+
+    fn put(&self, k: ApiKeyRecord) -> BoxFuture<'_, PortResult<()>> {
+        Box::pin(async move {
+            self.client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(to_item(&k)))
+                .send()
+                .await
+                .map_err(|e| sdk_error(KEYS, e))?;
+            Ok(())
+        })
+    }
+
+    /// `UpdateItem` on condition `attribute_exists(apiKeyHash)`; false when there is no key.
+    fn set_status<'a>(&'a self, hash: &'a str, status: &'a str) -> BoxFuture<'a, PortResult<bool>> {
+        Box::pin(async move {
+            let r = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key("apiKeyHash", s(hash))
+                .condition_expression("attribute_exists(apiKeyHash)")
+                .update_expression("SET #st = :s")
+                .expression_attribute_names("#st", "status")
+                .expression_attribute_values(":s", s(status))
+                .send()
+                .await;
+            match r {
+                Ok(_) => Ok(true),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+                {
+                    Ok(false)
+                }
+                Err(e) => Err(sdk_error(KEYS, e)),
+            }
+        })
+    }
+}
+
+/// `wallcrawler-contexts` (key `contextId`).
+pub struct DynamoContexts {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+}
+
+impl DynamoContexts {
+    pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
+        Self {
+            client,
+            table: table.to_owned(),
+        }
+    }
+}
+
+const CONTEXTS: &str = "the contexts table";
+
+impl ContextRepo for DynamoContexts {
+    /// `PutItem` on condition `attribute_not_exists(contextId)` (ids are random; a collision is
+    /// an error, never an overwrite).
+    fn create(&self, c: ContextRecord) -> BoxFuture<'_, PortResult<()>> {
+        Box::pin(async move {
+            self.client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(to_item(&c)))
+                .condition_expression("attribute_not_exists(contextId)")
+                .send()
+                .await
+                .map_err(|e| sdk_error(CONTEXTS, e))?;
+            Ok(())
+        })
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<ContextRecord>>> {
+        Box::pin(async move {
+            let out = self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .key("contextId", s(id))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| sdk_error(CONTEXTS, e))?;
+            from_opt("context", out.item())
+        })
+    }
+
+    /// Sets `updatedAt` of an existing context (a missing one is left missing).
+    fn touch<'a>(&'a self, id: &'a str, at: &'a str) -> BoxFuture<'a, PortResult<()>> {
+        Box::pin(async move {
+            let r = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key("contextId", s(id))
+                .condition_expression("attribute_exists(contextId)")
+                .update_expression("SET updatedAt = :at")
+                .expression_attribute_values(":at", s(at))
+                .send()
+                .await;
+            match r {
+                Ok(_) => Ok(()),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+                {
+                    Ok(())
+                }
+                Err(e) => Err(sdk_error(CONTEXTS, e)),
+            }
+        })
+    }
+
+    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<()>> {
+        Box::pin(async move {
+            self.client
+                .delete_item()
+                .table_name(&self.table)
+                .key("contextId", s(id))
+                .send()
+                .await
+                .map_err(|e| sdk_error(CONTEXTS, e))?;
+            Ok(())
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// S3
+
+/// The contexts bucket: presigned `PUT` URLs for archives, and deletion.
+///
+/// A presigned URL is only as long-lived as the credentials that signed it: signed with a
+/// Lambda role's temporary credentials it stops working when they expire, which can be before
+/// the requested lifetime.
+pub struct S3Archives {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+}
+
+impl S3Archives {
+    /// Path-style addressing when `AWS_ENDPOINT_URL` points at an emulator.
+    pub fn new(sdk: &SdkConfig, bucket: &str) -> Self {
+        let mut b = aws_sdk_s3::config::Builder::from(sdk);
+        if sdk.endpoint_url().is_some() {
+            b = b.force_path_style(true);
+        }
+        Self {
+            client: aws_sdk_s3::Client::from_conf(b.build()),
+            bucket: bucket.to_owned(),
+        }
+    }
+}
+
+const BUCKET: &str = "the contexts bucket";
+
+impl ArchiveUrls for S3Archives {
+    /// A SigV4 presigned `PutObject` (at most 7 days, S3's limit).
+    fn presign_put<'a>(
+        &'a self,
+        key: &'a str,
+        ttl_seconds: u64,
+    ) -> BoxFuture<'a, PortResult<String>> {
+        Box::pin(async move {
+            let cfg = aws_sdk_s3::presigning::PresigningConfig::expires_in(Duration::from_secs(
+                ttl_seconds.min(7 * 24 * 3600),
+            ))
+            .map_err(|e| PortError::Failed(format!("presigning: {e}")))?;
+            let req = self
+                .client
+                .put_object()
+                .bucket(&self.bucket)
+                .key(key)
+                .presigned(cfg)
+                .await
+                .map_err(|e| sdk_error(BUCKET, e))?;
+            Ok(req.uri().to_owned())
+        })
+    }
+
+    /// `DeleteObject` (succeeds when the object is already gone).
+    fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, PortResult<()>> {
+        Box::pin(async move {
+            self.client
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(key)
+                .send()
+                .await
+                .map_err(|e| sdk_error(BUCKET, e))?;
+            Ok(())
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ECS
+
+/// The controller's environment for one session (the names of §2 of the spec).
+pub fn controller_environment(cfg: &Config, spec: &LaunchSpec) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        ("SESSION_ID".into(), spec.session_id.clone()),
+        ("PROJECT_ID".into(), spec.project_id.clone()),
+        ("SESSIONS_TABLE_NAME".into(), cfg.tables.sessions.clone()),
+        ("CDP_PROXY_PORT".into(), cfg.cdp_proxy_port.to_string()),
+        (
+            "WALLCRAWLER_JWT_SIGNING_SECRET_ARN".into(),
+            cfg.signing_secret_arn.clone(),
+        ),
+    ];
+    if let Some((context_id, key, persist)) = &spec.context {
+        env.extend([
+            ("CONTEXT_ID".into(), context_id.clone()),
+            ("CONTEXTS_BUCKET_NAME".into(), cfg.contexts_bucket.clone()),
+            ("CONTEXT_S3_KEY".into(), key.clone()),
+            ("CONTEXT_PERSIST".into(), persist.to_string()),
+        ]);
+    }
+    env.extend(spec.env.iter().cloned());
+    env
+}
+
+/// Starts one Fargate task per session (`RunTask`) and stops it on release (`StopTask`).
+pub struct EcsLauncher {
+    client: aws_sdk_ecs::Client,
+    cfg: Config,
+}
+
+impl EcsLauncher {
+    pub fn new(sdk: &SdkConfig, cfg: Config) -> Self {
+        Self {
+            client: aws_sdk_ecs::Client::new(sdk),
+            cfg,
+        }
+    }
+}
+
+const ECS: &str = "ECS";
+
+impl Launcher for EcsLauncher {
+    /// `RunTask`: FARGATE, one task, `startedBy` = the session id (which the task-state handler
+    /// reads back), the session id as idempotency token (an SDK retry never starts a second
+    /// task), the controller's environment as a container override.
+    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>> {
+        use aws_sdk_ecs::types::{
+            AssignPublicIp, AwsVpcConfiguration, ContainerOverride, KeyValuePair, LaunchType,
+            NetworkConfiguration, TaskOverride,
+        };
+        Box::pin(async move {
+            let ecs = &self.cfg.ecs;
+            let environment = controller_environment(&self.cfg, &spec)
+                .into_iter()
+                .map(|(k, v)| KeyValuePair::builder().name(k).value(v).build())
+                .collect();
+            let vpc = AwsVpcConfiguration::builder()
+                .set_subnets(Some(ecs.subnets.clone()))
+                .set_security_groups(
+                    (!ecs.security_groups.is_empty()).then(|| ecs.security_groups.clone()),
+                )
+                .assign_public_ip(if ecs.assign_public_ip {
+                    AssignPublicIp::Enabled
+                } else {
+                    AssignPublicIp::Disabled
+                })
+                .build()
+                .map_err(|e| PortError::Failed(format!("ECS network configuration: {e}")))?;
+            let out = self
+                .client
+                .run_task()
+                .cluster(&ecs.cluster)
+                .task_definition(&ecs.task_definition)
+                .launch_type(LaunchType::Fargate)
+                .count(1)
+                .started_by(&spec.session_id)
+                .client_token(&spec.session_id)
+                .network_configuration(
+                    NetworkConfiguration::builder()
+                        .awsvpc_configuration(vpc)
+                        .build(),
+                )
+                .overrides(
+                    TaskOverride::builder()
+                        .container_overrides(
+                            ContainerOverride::builder()
+                                .name(&ecs.container_name)
+                                .set_environment(Some(environment))
+                                .build(),
+                        )
+                        .build(),
+                )
+                .send()
+                .await
+                .map_err(|e| sdk_error(ECS, e))?;
+            if let Some(f) = out.failures().first() {
+                let reason = f.reason().unwrap_or("unknown");
+                let detail = format!(
+                    "RunTask failed: {reason} {} {}",
+                    f.arn().unwrap_or_default(),
+                    f.detail().unwrap_or_default()
+                );
+                warn!(session.id = %spec.session_id, error = %detail, "the task was not started");
+                // Capacity shortages pass; anything else is a configuration problem.
+                return Err(if reason.starts_with("RESOURCE") {
+                    PortError::Unavailable("Fargate capacity".into())
+                } else {
+                    PortError::Failed(format!("{ECS}: {detail}"))
+                });
+            }
+            let arn = out
+                .tasks()
+                .first()
+                .and_then(|t| t.task_arn())
+                .map(str::to_owned)
+                .ok_or_else(|| PortError::Failed(format!("{ECS}: RunTask returned no task")))?;
+            info!(session.id = %spec.session_id, task.arn = %arn, "task started");
+            Ok(Some(arn))
+        })
+    }
+
+    /// `StopTask` with reason "released by API"; without a known ARN, every task `startedBy`
+    /// the session is stopped.
+    fn stop<'a>(
+        &'a self,
+        session_id: &'a str,
+        task_arn: Option<&'a str>,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        Box::pin(async move {
+            let cluster = &self.cfg.ecs.cluster;
+            let arns = match task_arn {
+                Some(a) => vec![a.to_owned()],
+                None => self
+                    .client
+                    .list_tasks()
+                    .cluster(cluster)
+                    .started_by(session_id)
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error(ECS, e))?
+                    .task_arns()
+                    .to_vec(),
+            };
+            for arn in arns {
+                self.client
+                    .stop_task()
+                    .cluster(cluster)
+                    .task(&arn)
+                    .reason("released by API")
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error(ECS, e))?;
+                info!(session.id = %session_id, task.arn = %arn, "task stopped");
+            }
+            Ok(())
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets Manager
+
+/// How long a fetched signing key is used before it is fetched again.
+pub const KEY_TTL: Duration = Duration::from_secs(300);
+
+/// Signs tokens with the `AWSCURRENT` version of the signing secret
+/// (`{"algorithm":"HS256","signingKey":…}`), cached for [`KEY_TTL`]. When Secrets Manager is
+/// unreachable the last good key keeps signing (the task accepts `AWSPREVIOUS` too, so a key
+/// that was just rotated out still verifies).
+pub struct SecretsSigner {
+    client: aws_sdk_secretsmanager::Client,
+    secret_id: String,
+    // Owned by this signer; never held across an await (a burst of misses may fetch more than
+    // once, which is harmless; a Lambda instance serves one request at a time anyway).
+    cached: Mutex<Option<(SigningKey, Instant)>>,
+}
+
+impl SecretsSigner {
+    pub fn new(sdk: &SdkConfig, secret_id: &str) -> Self {
+        Self {
+            client: aws_sdk_secretsmanager::Client::new(sdk),
+            secret_id: secret_id.to_owned(),
+            cached: Mutex::new(None),
+        }
+    }
+
+    async fn fetch(&self) -> PortResult<SigningKey> {
+        let out = self
+            .client
+            .get_secret_value()
+            .secret_id(&self.secret_id)
+            .version_stage("AWSCURRENT")
+            .send()
+            .await
+            .map_err(|e| sdk_error("Secrets Manager", e))?;
+        let secret = SigningSecret::parse(out.secret_string().unwrap_or_default())
+            .map_err(|e| PortError::Failed(format!("the signing secret is unusable: {e}")))?;
+        Ok(SigningKey::new(secret.signing_key.as_bytes()))
+    }
+
+    /// The signing key: cached, else fetched; the stale one if the fetch fails.
+    pub async fn key(&self) -> PortResult<SigningKey> {
+        let cached = self.cached.lock().expect("not poisoned").clone();
+        if let Some((k, at)) = &cached
+            && at.elapsed() < KEY_TTL
+        {
+            return Ok(k.clone());
+        }
+        match self.fetch().await {
+            Ok(k) => {
+                *self.cached.lock().expect("not poisoned") = Some((k.clone(), Instant::now()));
+                Ok(k)
+            }
+            Err(e) => match cached {
+                Some((k, _)) => {
+                    warn!(error = %e, "refreshing the signing key failed; signing with the last good key");
+                    Ok(k)
+                }
+                None => Err(e),
+            },
+        }
+    }
+}
+
+impl Signer for SecretsSigner {
+    fn sign(&self, claims: Claims) -> BoxFuture<'_, PortResult<String>> {
+        Box::pin(async move { Ok(claims.mint(&self.key().await?)) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    const FULL: [(&str, &str); 5] = [
+        ("CONTEXTS_BUCKET_NAME", "wc-contexts"),
+        ("ECS_CLUSTER", "wallcrawler"),
+        ("ECS_TASK_DEFINITION", "wallcrawler-controller"),
+        ("ECS_SUBNETS", "subnet-a, subnet-b,"),
+        ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "arn:secret"),
+    ];
+
+    #[test]
+    fn config_lists_every_missing_variable_at_once() {
+        let e = Config::from_source(&source(&[("ECS_ASSIGN_PUBLIC_IP", "maybe")])).unwrap_err();
+        let all = e.to_string();
+        for name in [
+            "CONTEXTS_BUCKET_NAME",
+            "ECS_CLUSTER",
+            "ECS_TASK_DEFINITION",
+            "ECS_SUBNETS",
+            "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+            "ECS_ASSIGN_PUBLIC_IP",
+        ] {
+            assert!(all.contains(name), "{name} missing from {all}");
+        }
+        assert_eq!(e.0.len(), 6);
+    }
+
+    #[test]
+    fn config_defaults_follow_the_schema() {
+        let c = Config::from_source(&source(&FULL)).unwrap();
+        assert_eq!(c.tables, Tables::default());
+        assert_eq!(c.tables.sessions, "wallcrawler-sessions");
+        assert_eq!(c.tables.api_keys, "wallcrawler-api-keys");
+        assert_eq!(c.ecs.subnets, ["subnet-a", "subnet-b"]);
+        assert!(c.ecs.security_groups.is_empty());
+        assert!(c.ecs.assign_public_ip);
+        assert_eq!(c.ecs.container_name, "controller");
+        assert_eq!(c.cdp_proxy_port, 9223);
+        assert_eq!(c.create_wait, Duration::from_secs(25));
+        let mut pairs = FULL.to_vec();
+        pairs.extend([
+            ("SESSIONS_TABLE_NAME", "s"),
+            ("ECS_SECURITY_GROUPS", "sg-1,sg-2"),
+            ("ECS_ASSIGN_PUBLIC_IP", "disabled"),
+            ("CREATE_WAIT_SECONDS", "2"),
+            ("CDP_PROXY_PORT", "0"),
+        ]);
+        let e = Config::from_source(&source(&pairs)).unwrap_err();
+        assert_eq!(e.0, ["CDP_PROXY_PORT must be a port number (1-65535)"]);
+        pairs.pop();
+        let c = Config::from_source(&source(&pairs)).unwrap();
+        assert_eq!(c.tables.sessions, "s");
+        assert_eq!(c.ecs.security_groups, ["sg-1", "sg-2"]);
+        assert!(!c.ecs.assign_public_ip);
+        assert_eq!(c.create_wait, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn the_controller_gets_its_context_only_with_one() {
+        let c = Config::from_source(&source(&FULL)).unwrap();
+        let mut spec = LaunchSpec {
+            session_id: "sess_1".into(),
+            project_id: "proj_1".into(),
+            context: None,
+            env: vec![],
+        };
+        let names = |e: Vec<(String, String)>| e.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert_eq!(
+            names(controller_environment(&c, &spec)),
+            [
+                "SESSION_ID",
+                "PROJECT_ID",
+                "SESSIONS_TABLE_NAME",
+                "CDP_PROXY_PORT",
+                "WALLCRAWLER_JWT_SIGNING_SECRET_ARN"
+            ]
+        );
+        spec.context = Some(("ctx_1".into(), "proj_1/ctx_1/profile.tar.gz".into(), true));
+        let env = controller_environment(&c, &spec);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("CONTEXT_ID"), Some("ctx_1"));
+        assert_eq!(get("CONTEXTS_BUCKET_NAME"), Some("wc-contexts"));
+        assert_eq!(get("CONTEXT_S3_KEY"), Some("proj_1/ctx_1/profile.tar.gz"));
+        assert_eq!(get("CONTEXT_PERSIST"), Some("true"));
+    }
+
+    #[test]
+    fn session_items_use_the_schema_names_and_types() {
+        let mut d = SessionDoc {
+            session_id: "sess_1".into(),
+            project_id: "proj_1".into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            expires_at: 1_800_000_000,
+            keep_alive: true,
+            region: "us-east-1".into(),
+            proxy_bytes: Some(42),
+            context_persist: Some(false),
+            public_ip: Some("203.0.113.1".into()),
+            user_metadata: Some(serde_json::json!({"a": [1, "x", null], "b": {"c": true}})),
+            ..Default::default()
+        };
+        d.set_status(InternalStatus::Creating);
+        let item = to_item(&d);
+        assert_eq!(item[attr::SESSION_ID], s("sess_1"));
+        assert_eq!(item[attr::STATUS], s("PENDING"));
+        assert_eq!(item[attr::INTERNAL_STATUS], s("CREATING"));
+        assert_eq!(item[attr::CREATED_AT], s("2026-01-01T00:00:00.000Z"));
+        assert_eq!(
+            item[attr::EXPIRES_AT],
+            AttributeValue::N("1800000000".into())
+        );
+        assert_eq!(item[attr::KEEP_ALIVE], AttributeValue::Bool(true));
+        assert_eq!(item[attr::PROXY_BYTES], AttributeValue::N("42".into()));
+        assert_eq!(item[attr::CONTEXT_PERSIST], AttributeValue::Bool(false));
+        assert_eq!(item[attr::PUBLIC_IP], s("203.0.113.1"));
+        assert!(matches!(item[attr::USER_METADATA], AttributeValue::M(_)));
+        assert!(!item.contains_key(attr::ENDED_AT), "absent stays absent");
+        assert_eq!(from_item::<SessionDoc>(SESSION, &item).unwrap(), d);
+    }
+
+    #[test]
+    fn key_items_hold_project_ids_as_a_list_of_strings() {
+        let k = ApiKeyRecord {
+            api_key_hash: "ab".into(),
+            key_id: None,
+            project_id: "p1".into(),
+            project_ids: vec!["p1".into(), "p2".into()],
+            name: None,
+            status: "ACTIVE".into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+        };
+        let item = to_item(&k);
+        assert_eq!(item["apiKeyHash"], s("ab"));
+        assert_eq!(
+            item["projectIds"],
+            AttributeValue::L(vec![s("p1"), s("p2")])
+        );
+        assert_eq!(from_item::<ApiKeyRecord>("key", &item).unwrap(), k);
+    }
+
+    #[test]
+    fn numbers_read_back_as_integers_when_whole() {
+        assert_eq!(number("7"), Value::from(7u64));
+        assert_eq!(number("-2"), Value::from(-2i64));
+        assert_eq!(number("1700000000.0"), Value::from(1_700_000_000u64));
+        assert_eq!(number("1.5"), serde_json::json!(1.5));
+    }
+}
