@@ -12,7 +12,8 @@
 //! - [`local`]: the local platform: file-backed stores shared with local controllers, a
 //!   launcher that runs `wallcrawler-controller run` as child processes; [`serve`] wires it up.
 //! - [`aws`]: the AWS platform: DynamoDB stores, S3 presigned URLs, ECS launcher, Secrets
-//!   Manager signer, configuration from the environment.
+//!   Manager signer, configuration from the environment; [`lambda`] has the authorizer and the
+//!   ECS task-state handler the Lambda binaries run.
 
 pub mod app;
 pub mod auth;
@@ -20,6 +21,7 @@ pub mod aws;
 pub mod debug;
 pub mod error;
 pub mod handlers;
+pub mod lambda;
 pub mod local;
 pub mod memory;
 pub mod model;

@@ -1,0 +1,30 @@
+//! `wallcrawler-authorizer-lambda`: an API Gateway REQUEST authorizer (payload format 1.0, IAM
+//! policy answers) running the API's own key check (`auth::authorize`): Allow with context
+//! `projectId` and `projectIds`, Deny (403) for inactive keys or projects and foreign projects,
+//! `Unauthorized` (401) for a missing or unknown key. Reads only `API_KEYS_TABLE_NAME` and
+//! `PROJECTS_TABLE_NAME`.
+
+use std::sync::Arc;
+
+use aws_lambda_events::apigw::ApiGatewayCustomAuthorizerRequestTypeRequest;
+use lambda_runtime::{LambdaEvent, service_fn};
+use wallcrawler_control_plane::{aws, lambda};
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    lambda::init_tracing();
+    let tables = aws::Tables::from_env();
+    let sdk = aws::sdk_config().await;
+    let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+    let app = lambda::authorizer_app(
+        Arc::new(aws::DynamoKeys::new(dynamo.clone(), &tables.api_keys)),
+        Arc::new(aws::DynamoProjects::new(dynamo, &tables.projects)),
+    );
+    lambda_runtime::run(service_fn(
+        |ev: LambdaEvent<ApiGatewayCustomAuthorizerRequestTypeRequest>| {
+            let app = app.clone();
+            async move { lambda::authorize_request(&app, &ev.payload).await }
+        },
+    ))
+    .await
+}

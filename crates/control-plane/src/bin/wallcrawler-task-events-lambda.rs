@@ -1,0 +1,25 @@
+//! `wallcrawler-task-events-lambda`: the target of an EventBridge rule on "ECS Task State
+//! Change" events with `lastStatus` STOPPED. Closes the session of a task that stopped without
+//! ending it (FAILED/ERROR if it was live, and `endedAt` in every case). Reads only
+//! `SESSIONS_TABLE_NAME`. A store failure fails the invocation, so EventBridge retries it.
+
+use lambda_runtime::{LambdaEvent, service_fn};
+use wallcrawler_control_plane::lambda::{TaskStateChange, handle_task_state_change};
+use wallcrawler_control_plane::{aws, lambda};
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    lambda::init_tracing();
+    let tables = aws::Tables::from_env();
+    let sdk = aws::sdk_config().await;
+    let sessions = aws::DynamoSessions::new(aws_sdk_dynamodb::Client::new(&sdk), &tables.sessions);
+    let sessions = &sessions;
+    lambda_runtime::run(service_fn(|ev: LambdaEvent<TaskStateChange>| async move {
+        let at = wallcrawler_contract::time::now_iso8601();
+        handle_task_state_change(sessions, &ev.payload, &at)
+            .await
+            .map(|outcome| serde_json::json!({ "outcome": format!("{outcome:?}") }))
+            .map_err(|e| e.to_string())
+    }))
+    .await
+}

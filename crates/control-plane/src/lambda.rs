@@ -1,0 +1,545 @@
+//! What the Lambda functions do besides serving the router: the API function's request path
+//! without API Gateway's stage prefix, the API Gateway REQUEST authorizer (the same key check
+//! as [`crate::auth`]) and the ECS task-state handler that closes sessions whose task stopped
+//! behind their back. The `src/bin/*-lambda.rs` binaries only wire these to the Lambda runtime.
+
+use std::sync::Arc;
+
+use aws_lambda_events::apigw::{
+    ApiGatewayCustomAuthorizerPolicy, ApiGatewayCustomAuthorizerRequestTypeRequest,
+    ApiGatewayCustomAuthorizerResponse,
+};
+use aws_lambda_events::iam::{IamPolicyEffect, IamPolicyStatement};
+use axum::http::StatusCode;
+use futures_util::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::json;
+use tracing::{info, warn};
+use wallcrawler_contract::session_doc::SessionDoc;
+use wallcrawler_contract::{Claims, InternalStatus};
+
+use crate::app::{App, Settings};
+use crate::error::PortError;
+use crate::ports::*;
+
+/// Logs for a Lambda function: JSON lines on stderr (CloudWatch keeps them), level from
+/// `RUST_LOG` (default `info`). The runtime crates are capped at `info` whatever `RUST_LOG`
+/// says: at `trace` they log whole events, headers — API keys — included.
+pub fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    for cap in [
+        "lambda_runtime=info",
+        "lambda_http=info",
+        "lambda_runtime_api_client=info",
+    ] {
+        filter = filter.add_directive(cap.parse().expect("a valid directive"));
+    }
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The API function
+
+/// `path` without API Gateway's `/<stage>` prefix. `lambda_http` puts the stage in front of a
+/// REST API's path (and an HTTP API's named stage is in its raw path), while the router's
+/// routes start at `/v1`; the `$default` stage has no prefix. (So a stage must not be named
+/// `v1`.)
+pub fn path_without_stage<'a>(stage: Option<&str>, path: &'a str) -> &'a str {
+    let Some(stage) = stage.filter(|s| !s.is_empty() && *s != "$default") else {
+        return path;
+    };
+    match path.strip_prefix('/').and_then(|p| p.strip_prefix(stage)) {
+        Some("") => "/",
+        Some(rest) if rest.starts_with('/') => rest,
+        _ => path,
+    }
+}
+
+/// The API function's requests as the router expects them: the stage prefix removed from the
+/// URI (scheme, host and query kept).
+pub fn strip_stage(mut req: lambda_http::Request) -> lambda_http::Request {
+    use lambda_http::RequestExt;
+    use lambda_http::request::RequestContext;
+    let stage = match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV1(c)) => c.stage.clone(),
+        Some(RequestContext::ApiGatewayV2(c)) => c.stage.clone(),
+        _ => None,
+    };
+    let path = req.uri().path();
+    let stripped = path_without_stage(stage.as_deref(), path);
+    if stripped.len() != path.len() {
+        let path_and_query = match req.uri().query() {
+            Some(q) => format!("{stripped}?{q}"),
+            None => stripped.to_owned(),
+        };
+        let mut parts = req.uri().clone().into_parts();
+        parts.path_and_query = path_and_query.parse().ok();
+        if let Ok(uri) = axum::http::Uri::from_parts(parts) {
+            *req.uri_mut() = uri;
+        }
+    }
+    req
+}
+
+// ---------------------------------------------------------------------------------------------
+// Authorizer
+
+/// A port the authorizer has no use for: it only reads API keys and projects, and its role
+/// may read nothing else.
+struct NotHere;
+
+fn not_here<T: Send + 'static>() -> BoxFuture<'static, PortResult<T>> {
+    Box::pin(async {
+        Err(PortError::Failed(
+            "not available in the authorizer function".into(),
+        ))
+    })
+}
+
+impl SessionRepo for NotHere {
+    fn create(&self, _: SessionDoc) -> BoxFuture<'_, PortResult<Cond<SessionDoc>>> {
+        not_here()
+    }
+    fn get<'a>(&'a self, _: &'a str) -> BoxFuture<'a, PortResult<Option<SessionDoc>>> {
+        not_here()
+    }
+    fn list_project<'a>(&'a self, _: &'a str) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
+        not_here()
+    }
+    fn list_context<'a>(&'a self, _: &'a str) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
+        not_here()
+    }
+    fn mark_provisioning<'a>(
+        &'a self,
+        _: &'a str,
+        _: Option<&'a str>,
+        _: &'a str,
+    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
+        not_here()
+    }
+    fn mark_terminal<'a>(
+        &'a self,
+        _: &'a str,
+        _: InternalStatus,
+        _: Option<&'a str>,
+        _: &'a str,
+        _: bool,
+    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
+        not_here()
+    }
+    fn mark_ended_if_missing<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        not_here()
+    }
+}
+
+impl ContextRepo for NotHere {
+    fn create(&self, _: crate::model::ContextRecord) -> BoxFuture<'_, PortResult<()>> {
+        not_here()
+    }
+    fn get<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> BoxFuture<'a, PortResult<Option<crate::model::ContextRecord>>> {
+        not_here()
+    }
+    fn touch<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, PortResult<()>> {
+        not_here()
+    }
+    fn delete<'a>(&'a self, _: &'a str) -> BoxFuture<'a, PortResult<()>> {
+        not_here()
+    }
+}
+
+impl ArchiveUrls for NotHere {
+    fn presign_put<'a>(&'a self, _: &'a str, _: u64) -> BoxFuture<'a, PortResult<String>> {
+        not_here()
+    }
+    fn delete<'a>(&'a self, _: &'a str) -> BoxFuture<'a, PortResult<()>> {
+        not_here()
+    }
+}
+
+impl Launcher for NotHere {
+    fn launch(&self, _: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>> {
+        not_here()
+    }
+    fn stop<'a>(&'a self, _: &'a str, _: Option<&'a str>) -> BoxFuture<'a, PortResult<()>> {
+        not_here()
+    }
+}
+
+impl Signer for NotHere {
+    fn sign(&self, _: Claims) -> BoxFuture<'_, PortResult<String>> {
+        not_here()
+    }
+}
+
+/// An [`App`] for [`crate::auth::authorize`] alone: real key and project stores, nothing else.
+pub fn authorizer_app(keys: Arc<dyn KeyRepo>, projects: Arc<dyn ProjectRepo>) -> App {
+    App {
+        sessions: Arc::new(NotHere),
+        projects,
+        keys,
+        contexts: Arc::new(NotHere),
+        archives: Arc::new(NotHere),
+        launcher: Arc::new(NotHere),
+        signer: Arc::new(NotHere),
+        clock: Arc::new(SystemClock),
+        settings: Settings::default(),
+    }
+}
+
+/// Why the authorizer did not answer with a policy. API Gateway turns an error whose message is
+/// exactly `Unauthorized` into a 401; any other error into a 500.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthorizerError {
+    #[error("Unauthorized")]
+    Unauthorized,
+    #[error("the key could not be checked")]
+    Backend,
+}
+
+impl From<AuthorizerError> for lambda_runtime::Diagnostic {
+    fn from(e: AuthorizerError) -> Self {
+        lambda_runtime::Diagnostic {
+            error_type: match e {
+                AuthorizerError::Unauthorized => "Unauthorized",
+                AuthorizerError::Backend => "AuthorizerBackendError",
+            }
+            .into(),
+            error_message: e.to_string(),
+        }
+    }
+}
+
+/// The policy's resource: every method and path of the stage the request was for
+/// (`arn:aws:execute-api:<region>:<account>:<api>/<stage>/*`), so a cached decision covers the
+/// caller's other requests too.
+pub fn stage_resource(method_arn: &str) -> String {
+    let mut parts = method_arn.splitn(3, '/');
+    match (parts.next(), parts.next()) {
+        (Some(api), Some(stage)) if api.starts_with("arn:") && !stage.is_empty() => {
+            format!("{api}/{stage}/*")
+        }
+        _ => method_arn.to_owned(),
+    }
+}
+
+fn policy(effect: IamPolicyEffect, resource: String) -> ApiGatewayCustomAuthorizerPolicy {
+    let mut statement = IamPolicyStatement::default();
+    statement.action = vec!["execute-api:Invoke".into()];
+    statement.effect = effect;
+    statement.resource = vec![resource];
+    let mut p = ApiGatewayCustomAuthorizerPolicy::default();
+    p.version = Some("2012-10-17".into());
+    p.statement = vec![statement];
+    p
+}
+
+/// The REQUEST authorizer: the key in `x-wc-api-key`/`x-bb-api-key` (and `x-wc-project-id`)
+/// checked by [`crate::auth::authorize`]. Allowed: an Allow policy whose context carries
+/// `projectId` and `projectIds` (comma-joined). Missing or unknown key: `Unauthorized` (401).
+/// Inactive key or project, foreign project: a Deny policy (403). The raw key is not logged
+/// and goes nowhere; the principal is a prefix of its hash.
+pub async fn authorize_request(
+    app: &App,
+    req: &ApiGatewayCustomAuthorizerRequestTypeRequest,
+) -> Result<ApiGatewayCustomAuthorizerResponse, AuthorizerError> {
+    let resource = stage_resource(req.method_arn.as_deref().unwrap_or("*"));
+    let mut out = ApiGatewayCustomAuthorizerResponse::default();
+    match crate::auth::authorize(app, &req.headers).await {
+        Ok(p) => {
+            info!(project.id = %p.project_id(), "authorized");
+            out.principal_id = Some(format!("key:{}", &p.key_hash[..16]));
+            out.policy_document = policy(IamPolicyEffect::Allow, resource);
+            out.context = json!({
+                "projectId": p.project_id(),
+                "projectIds": p.project_ids.join(","),
+            });
+            Ok(out)
+        }
+        Err(e) if e.status == StatusCode::UNAUTHORIZED => {
+            info!(reason = %e.message, "refused: 401");
+            Err(AuthorizerError::Unauthorized)
+        }
+        Err(e) if e.status == StatusCode::FORBIDDEN => {
+            info!(reason = %e.message, "refused: 403");
+            out.principal_id = Some("denied".into());
+            out.policy_document = policy(IamPolicyEffect::Deny, resource);
+            Ok(out)
+        }
+        Err(e) => {
+            warn!(status = %e.status, reason = %e.message, "the key could not be checked");
+            Err(AuthorizerError::Backend)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ECS task state changes
+
+/// An EventBridge "ECS Task State Change" event (the fields this handler reads).
+#[derive(Debug, Clone, Deserialize)]
+pub struct TaskStateChange {
+    #[serde(rename = "detail-type", default)]
+    pub detail_type: String,
+    #[serde(default)]
+    pub detail: TaskDetail,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskDetail {
+    #[serde(default)]
+    pub task_arn: Option<String>,
+    #[serde(default)]
+    pub last_status: Option<String>,
+    #[serde(default)]
+    pub started_by: Option<String>,
+    #[serde(default)]
+    pub stopped_reason: Option<String>,
+    #[serde(default)]
+    pub stop_code: Option<String>,
+    #[serde(default)]
+    pub overrides: Option<TaskOverrides>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskOverrides {
+    #[serde(default)]
+    pub container_overrides: Vec<ContainerOverride>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ContainerOverride {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub environment: Vec<EnvVar>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct EnvVar {
+    pub name: String,
+    #[serde(default)]
+    pub value: String,
+}
+
+impl TaskStateChange {
+    /// The session the task served: `startedBy` (the launcher sets it to the session id), else
+    /// the `SESSION_ID` container override.
+    pub fn session_id(&self) -> Option<&str> {
+        if let Some(s) = self.detail.started_by.as_deref()
+            && s.starts_with("sess_")
+        {
+            return Some(s);
+        }
+        self.detail
+            .overrides
+            .iter()
+            .flat_map(|o| &o.container_overrides)
+            .flat_map(|c| &c.environment)
+            .find(|e| e.name == "SESSION_ID" && !e.value.is_empty())
+            .map(|e| e.value.as_str())
+    }
+}
+
+/// What the handler did with one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskEventOutcome {
+    /// Not a stopped task, or not one of ours.
+    Ignored(&'static str),
+    /// The task named a session the table does not hold.
+    UnknownSession(String),
+    /// The session was live: now FAILED/ERROR with `endedAt`.
+    Failed(String),
+    /// The session was terminal already: only `endedAt` was added.
+    Ended(String),
+    /// Terminal with `endedAt` already: nothing to do.
+    AlreadyEnded(String),
+}
+
+/// Closes the session of a stopped task: FAILED/ERROR (reason from `stoppedReason`) if it was
+/// not terminal yet, and a missing `endedAt` in every case, so no context stays busy forever.
+/// Events for running tasks and for tasks that are not sessions' are ignored.
+pub async fn handle_task_state_change(
+    sessions: &dyn SessionRepo,
+    event: &TaskStateChange,
+    at: &str,
+) -> PortResult<TaskEventOutcome> {
+    if event.detail_type != "ECS Task State Change" {
+        return Ok(TaskEventOutcome::Ignored("not an ECS task state change"));
+    }
+    if event.detail.last_status.as_deref() != Some("STOPPED") {
+        return Ok(TaskEventOutcome::Ignored("the task has not stopped"));
+    }
+    let Some(id) = event.session_id() else {
+        return Ok(TaskEventOutcome::Ignored("the task serves no session"));
+    };
+    let reason = format!(
+        "the browser task stopped before the session ended ({}): {}",
+        event
+            .detail
+            .stop_code
+            .as_deref()
+            .unwrap_or("unknown stop code"),
+        event
+            .detail
+            .stopped_reason
+            .as_deref()
+            .unwrap_or("no reason given")
+    );
+    let outcome = match sessions
+        .mark_terminal(id, InternalStatus::Failed, Some(&reason), at, true)
+        .await?
+    {
+        Cond::Failed(None) => TaskEventOutcome::UnknownSession(id.to_owned()),
+        Cond::Failed(Some(_)) => TaskEventOutcome::AlreadyEnded(id.to_owned()),
+        // Our reason on the item means this write set the status (a terminal item keeps its own).
+        Cond::Done(d) if d.termination_reason.as_deref() == Some(reason.as_str()) => {
+            TaskEventOutcome::Failed(id.to_owned())
+        }
+        Cond::Done(_) => TaskEventOutcome::Ended(id.to_owned()),
+    };
+    let task = event.detail.task_arn.as_deref().unwrap_or("");
+    match &outcome {
+        TaskEventOutcome::Failed(_) => {
+            warn!(session.id = %id, task.arn = %task, %reason, "task stopped under a live session: marked FAILED")
+        }
+        other => info!(session.id = %id, task.arn = %task, outcome = ?other, "task stopped"),
+    }
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemSessions;
+
+    #[test]
+    fn the_stage_prefix_is_removed() {
+        assert_eq!(
+            path_without_stage(Some("prod"), "/prod/v1/sessions"),
+            "/v1/sessions"
+        );
+        assert_eq!(path_without_stage(Some("prod"), "/prod"), "/");
+        assert_eq!(
+            path_without_stage(Some("prod"), "/v1/sessions"),
+            "/v1/sessions"
+        );
+        assert_eq!(
+            path_without_stage(Some("prod"), "/production/v1"),
+            "/production/v1"
+        );
+        assert_eq!(path_without_stage(Some("$default"), "/v1/x"), "/v1/x");
+        assert_eq!(path_without_stage(None, "/prod/v1/x"), "/prod/v1/x");
+    }
+
+    #[test]
+    fn policies_cover_the_whole_stage() {
+        assert_eq!(
+            stage_resource(
+                "arn:aws:execute-api:us-east-1:123456789012:abc123/prod/GET/v1/sessions"
+            ),
+            "arn:aws:execute-api:us-east-1:123456789012:abc123/prod/*"
+        );
+        assert_eq!(stage_resource("odd"), "odd");
+    }
+
+    fn event(v: serde_json::Value) -> TaskStateChange {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_session_comes_from_started_by_or_the_override() {
+        let e = event(
+            json!({"detail-type": "ECS Task State Change", "detail": {"startedBy": "sess_a"}}),
+        );
+        assert_eq!(e.session_id(), Some("sess_a"));
+        let e = event(json!({"detail-type": "ECS Task State Change", "detail": {
+            "startedBy": "ecs-svc/123",
+            "overrides": {"containerOverrides": [{"name": "controller", "environment": [
+                {"name": "PROJECT_ID", "value": "p"}, {"name": "SESSION_ID", "value": "sess_b"}]}]}
+        }}));
+        assert_eq!(e.session_id(), Some("sess_b"));
+        let e =
+            event(json!({"detail-type": "ECS Task State Change", "detail": {"startedBy": "x"}}));
+        assert_eq!(e.session_id(), None);
+    }
+
+    #[tokio::test]
+    async fn stopped_tasks_close_their_sessions_once() {
+        let sessions = MemSessions::default();
+        for (id, st) in [
+            ("sess_live", InternalStatus::Ready),
+            ("sess_released", InternalStatus::Stopped),
+        ] {
+            let mut d = SessionDoc {
+                session_id: id.into(),
+                project_id: "p".into(),
+                created_at: "2026-01-01T00:00:00.000Z".into(),
+                ..Default::default()
+            };
+            d.set_status(st);
+            sessions.create(d).await.unwrap();
+        }
+        let stopped = |id: &str| {
+            event(json!({"detail-type": "ECS Task State Change", "detail": {
+                "lastStatus": "STOPPED", "startedBy": id, "stopCode": "EssentialContainerExited",
+                "stoppedReason": "Essential container in task exited"}}))
+        };
+        let at = "2026-01-01T00:05:00.000Z";
+        let r = handle_task_state_change(&sessions, &stopped("sess_live"), at).await;
+        assert_eq!(r.unwrap(), TaskEventOutcome::Failed("sess_live".into()));
+        let d = sessions.get("sess_live").await.unwrap().unwrap();
+        assert_eq!(
+            (d.internal_status.as_str(), d.status.as_str()),
+            ("FAILED", "ERROR")
+        );
+        assert_eq!(d.ended_at.as_deref(), Some(at));
+        assert!(
+            d.termination_reason
+                .unwrap()
+                .contains("Essential container in task exited")
+        );
+
+        let r = handle_task_state_change(&sessions, &stopped("sess_released"), at).await;
+        assert_eq!(r.unwrap(), TaskEventOutcome::Ended("sess_released".into()));
+        let d = sessions.get("sess_released").await.unwrap().unwrap();
+        assert_eq!(
+            (d.internal_status.as_str(), d.status.as_str()),
+            ("STOPPED", "COMPLETED")
+        );
+        assert_eq!(d.ended_at.as_deref(), Some(at));
+
+        let r = handle_task_state_change(&sessions, &stopped("sess_released"), "later").await;
+        assert_eq!(
+            r.unwrap(),
+            TaskEventOutcome::AlreadyEnded("sess_released".into())
+        );
+        let r = handle_task_state_change(&sessions, &stopped("sess_gone"), at).await;
+        assert_eq!(
+            r.unwrap(),
+            TaskEventOutcome::UnknownSession("sess_gone".into())
+        );
+        let running = event(json!({"detail-type": "ECS Task State Change", "detail": {
+            "lastStatus": "RUNNING", "startedBy": "sess_live"}}));
+        assert!(matches!(
+            handle_task_state_change(&sessions, &running, at)
+                .await
+                .unwrap(),
+            TaskEventOutcome::Ignored(_)
+        ));
+    }
+}
