@@ -14,7 +14,9 @@
 //! - [`aws`]: the AWS platform: DynamoDB stores, S3 presigned URLs, ECS launcher, Secrets
 //!   Manager signer, configuration from the environment; [`lambda`] has the authorizer and the
 //!   ECS task-state handler the Lambda binaries run.
+//! - [`admin`]: create projects and API keys, revoke keys.
 
+pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod aws;

@@ -1,12 +1,14 @@
 //! `wallcrawler-control-plane`: the local platform (`serve`) and administration of projects and
-//! API keys (`admin`).
+//! API keys in the AWS tables (`admin`).
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use wallcrawler_control_plane::admin::{self, NewProject};
 use wallcrawler_control_plane::app::Settings;
+use wallcrawler_control_plane::aws::{self, DynamoKeys, DynamoProjects};
 use wallcrawler_control_plane::serve::{LocalServer, shutdown_signal};
 
 /// Wallcrawler's Browserbase-compatible control plane.
@@ -32,6 +34,163 @@ enum Command {
         #[arg(long, env = "CREATE_WAIT_SECONDS", default_value_t = 25)]
         create_wait_seconds: u64,
     },
+    /// Administer projects and API keys in the DynamoDB tables of an AWS deployment. AWS
+    /// region, credentials and `AWS_ENDPOINT_URL` come from the standard AWS environment.
+    Admin {
+        #[command(flatten)]
+        tables: AdminTables,
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+}
+
+#[derive(Args)]
+struct AdminTables {
+    /// The projects table.
+    #[arg(
+        long,
+        global = true,
+        env = "PROJECTS_TABLE_NAME",
+        default_value = "wallcrawler-projects"
+    )]
+    projects_table: String,
+    /// The API keys table.
+    #[arg(
+        long,
+        global = true,
+        env = "API_KEYS_TABLE_NAME",
+        default_value = "wallcrawler-api-keys"
+    )]
+    api_keys_table: String,
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Create an ACTIVE project; prints its id on stdout.
+    CreateProject {
+        /// Human-friendly name.
+        #[arg(long)]
+        name: String,
+        /// The id (default: `proj_` and random hex). An existing id is refused.
+        #[arg(long)]
+        project_id: Option<String>,
+        /// Sessions the project may run at once.
+        #[arg(long, default_value_t = 10)]
+        concurrency: u64,
+        /// Session timeout in seconds when a request names none (60-21600).
+        #[arg(long, default_value_t = 3600)]
+        default_timeout: u64,
+        /// External owner identifier.
+        #[arg(long)]
+        owner_id: Option<String>,
+    },
+    /// Create an ACTIVE API key for a project (and optionally more projects, selected per
+    /// request with `x-wc-project-id`). Prints the key on stdout — once: only its SHA-256 hash
+    /// is stored, so it cannot be shown again.
+    CreateKey {
+        /// The key's own project (the default when a request selects none).
+        #[arg(long)]
+        project_id: String,
+        /// Further projects the key may use, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        project_ids: Vec<String>,
+        /// A label for the key.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Revoke an API key (status INACTIVE): requests with it are refused with 403.
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["key", "hash"])))]
+    RevokeKey {
+        /// The raw key; `-` reads it from stdin (keeps it out of the shell history).
+        #[arg(long)]
+        key: Option<String>,
+        /// The key's SHA-256 hash (hex), as stored in the table.
+        #[arg(long)]
+        hash: Option<String>,
+    },
+}
+
+/// Runs one admin command; the exit status.
+async fn admin(tables: AdminTables, command: AdminCommand) -> i32 {
+    let sdk = aws::sdk_config().await;
+    let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+    let projects = DynamoProjects::new(dynamo.clone(), &tables.projects_table);
+    let keys = DynamoKeys::new(dynamo, &tables.api_keys_table);
+    let now = wallcrawler_contract::time::now_iso8601();
+    let result = match command {
+        AdminCommand::CreateProject {
+            name,
+            project_id,
+            concurrency,
+            default_timeout,
+            owner_id,
+        } => {
+            let new = NewProject {
+                name,
+                project_id,
+                concurrency,
+                default_timeout,
+                owner_id,
+            };
+            admin::create_project(&projects, new, &now).await.map(|p| {
+                tracing::info!(project.id = %p.project_id, "project created");
+                println!("{}", p.project_id);
+            })
+        }
+        AdminCommand::CreateKey {
+            project_id,
+            project_ids,
+            name,
+        } => admin::create_key(&keys, &projects, &project_id, &project_ids, name, &now)
+            .await
+            .map(|(raw, rec)| {
+                tracing::info!(
+                    key.id = rec.key_id.as_deref().unwrap_or(""),
+                    projects = %rec.project_ids.join(","),
+                    "API key created; it is printed once and stored only as a hash"
+                );
+                println!("{raw}");
+            }),
+        AdminCommand::RevokeKey { key, hash } => {
+            let hash = match (key, hash) {
+                (Some(k), _) => {
+                    read_key(&k).map(|k| wallcrawler_control_plane::model::hash_api_key(&k))
+                }
+                (None, Some(h)) => admin::parse_hash(&h),
+                (None, None) => unreachable!("clap requires --key or --hash"),
+            };
+            match hash {
+                Ok(h) => admin::revoke_key(&keys, &h).await.map(|()| {
+                    tracing::info!(key.hash = %&h[..16], "API key revoked (INACTIVE)");
+                }),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!("{e}");
+            1
+        }
+    }
+}
+
+/// `--key`: the key itself, or `-` for one line of stdin.
+fn read_key(arg: &str) -> Result<String, admin::AdminError> {
+    let key = if arg == "-" {
+        let mut line = String::new();
+        std::io::stdin()
+            .read_line(&mut line)
+            .map_err(|e| admin::AdminError::Invalid(format!("reading the key from stdin: {e}")))?;
+        line.trim().to_owned()
+    } else {
+        arg.trim().to_owned()
+    };
+    if key.is_empty() {
+        return Err(admin::AdminError::Invalid("the key is empty".into()));
+    }
+    Ok(key)
 }
 
 fn main() {
@@ -83,6 +242,7 @@ fn main() {
                     }
                 }
             }
+            Command::Admin { tables, command } => admin(tables, command).await,
         }
     });
     std::process::exit(code);
