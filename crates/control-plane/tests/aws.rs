@@ -1,0 +1,1445 @@
+//! The control plane on AWS, against moto — a local AWS speaking the real wire protocol to the
+//! real SDK: the API through the one router over DynamoDB, ECS, S3 and Secrets Manager, with
+//! the test playing the controller (it writes READY as a task would); the DynamoDB stores'
+//! conditional writes against the in-memory reference; the ECS task-state handler; presigned
+//! uploads; and the `admin` commands of the real binary.
+//!
+//! One moto server per test binary (started on first use, on a free port, ended with the test
+//! binary); every test uses its own tables, bucket, secret and cluster, so they run in parallel.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
+    KeyType, Projection, ProjectionType, ScalarAttributeType,
+};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::http::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use wallcrawler_contract::session_doc::SessionDoc;
+use wallcrawler_contract::token::{self, Validation};
+use wallcrawler_contract::{InternalStatus, SigningKey};
+use wallcrawler_control_plane::admin::{self, NewProject};
+use wallcrawler_control_plane::aws::{
+    Config, DynamoKeys, DynamoProjects, DynamoSessions, PROJECT_INDEX, build_app,
+};
+use wallcrawler_control_plane::lambda::{
+    TaskEventOutcome, TaskStateChange, authorize_request, authorizer_app, handle_task_state_change,
+};
+use wallcrawler_control_plane::memory::MemSessions;
+use wallcrawler_control_plane::model::hash_api_key;
+use wallcrawler_control_plane::ports::{Cond, SessionRepo};
+use wallcrawler_control_plane::router::router;
+
+const WAIT: Duration = Duration::from_secs(20);
+const SIGNING_KEY: &str = "aws-tests-signing-key";
+const PUBLIC_IP: &str = "203.0.113.7";
+
+// ---------------------------------------------------------------------------------------------
+// moto
+
+struct Moto {
+    endpoint: String,
+    _child: Child,
+}
+
+fn moto() -> &'static Moto {
+    static MOTO: OnceLock<Moto> = OnceLock::new();
+    MOTO.get_or_init(|| {
+        let bin =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/moto_server");
+        assert!(
+            bin.is_file(),
+            "moto is not installed: run scripts/install-test-deps.sh"
+        );
+        // moto runs under a shell that ends it when our stdin pipe closes, i.e. when the test
+        // binary exits, so no server outlives the tests.
+        let script = format!(
+            "{} -H 127.0.0.1 -p 0 2>&1 & m=$!; cat >/dev/null; kill $m",
+            bin.display()
+        );
+        let mut child = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto");
+        let out = child.stdout.take().expect("piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            // Keep draining moto's log so it never blocks on a full pipe.
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if !sent && let Some(i) = line.find("http://127.0.0.1:") {
+                    let url: String = line[i..]
+                        .chars()
+                        .take_while(|c| !c.is_whitespace())
+                        .collect();
+                    let _ = tx.send(url);
+                    sent = true;
+                }
+            }
+        });
+        let endpoint = rx.recv_timeout(WAIT).expect("moto printed its address");
+        Moto {
+            endpoint,
+            _child: child,
+        }
+    })
+}
+
+/// The SDK configuration for moto: dummy credentials, no retries (moto's internal errors are
+/// HTML 500s the SDK would otherwise retry for seconds).
+async fn sdk() -> SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(moto().endpoint.clone())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "testing", "testing", None, None, "test",
+        ))
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .load()
+        .await
+}
+
+/// Environment for a child process talking to moto.
+fn aws_env() -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ENDPOINT_URL", moto().endpoint.clone()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_ACCESS_KEY_ID", "testing".into()),
+        ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+        ("AWS_EC2_METADATA_DISABLED", "true".into()),
+        ("AWS_MAX_ATTEMPTS", "1".into()),
+    ]
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_owned())
+}
+
+fn text(item: &HashMap<String, AttributeValue>, k: &str) -> Option<String> {
+    item.get(k).and_then(|v| v.as_s().ok()).cloned()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixture: tables (the sessions table with its GSI), bucket, secret, ECS cluster and task
+// definition, one ACTIVE project with a key, and the API built exactly as the Lambda builds it.
+
+async fn create_table(sdk: &SdkConfig, name: &str, key: &str, project_index: bool) {
+    let def = |n: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(n)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .unwrap()
+    };
+    let schema = |n: &str, t: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name(n)
+            .key_type(t)
+            .build()
+            .unwrap()
+    };
+    let mut req = aws_sdk_dynamodb::Client::new(sdk)
+        .create_table()
+        .table_name(name)
+        .attribute_definitions(def(key))
+        .key_schema(schema(key, KeyType::Hash))
+        .billing_mode(BillingMode::PayPerRequest);
+    if project_index {
+        req = req
+            .attribute_definitions(def("projectId"))
+            .attribute_definitions(def("createdAt"))
+            .global_secondary_indexes(
+                GlobalSecondaryIndex::builder()
+                    .index_name(PROJECT_INDEX)
+                    .key_schema(schema("projectId", KeyType::Hash))
+                    .key_schema(schema("createdAt", KeyType::Range))
+                    .projection(
+                        Projection::builder()
+                            .projection_type(ProjectionType::All)
+                            .build(),
+                    )
+                    .build()
+                    .unwrap(),
+            );
+    }
+    req.send().await.unwrap();
+}
+
+/// The four tables under unique names; returns the `*_TABLE_NAME` variables.
+async fn create_tables(sdk: &SdkConfig) -> Vec<(&'static str, String)> {
+    let names = vec![
+        ("SESSIONS_TABLE_NAME", unique("sessions")),
+        ("PROJECTS_TABLE_NAME", unique("projects")),
+        ("API_KEYS_TABLE_NAME", unique("api-keys")),
+        ("CONTEXTS_TABLE_NAME", unique("contexts")),
+    ];
+    create_table(sdk, &names[0].1, "sessionId", true).await;
+    create_table(sdk, &names[1].1, "projectId", false).await;
+    create_table(sdk, &names[2].1, "apiKeyHash", false).await;
+    create_table(sdk, &names[3].1, "contextId", false).await;
+    names
+}
+
+fn s3(sdk: &SdkConfig) -> aws_sdk_s3::Client {
+    aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(sdk)
+            .force_path_style(true)
+            .build(),
+    )
+}
+
+/// A cluster and a FARGATE task definition (moto wants `memory` on the container), moto's
+/// first default subnet and the default security group.
+async fn create_ecs(sdk: &SdkConfig) -> (String, String, String, String) {
+    use aws_sdk_ecs::types::{Compatibility, ContainerDefinition, NetworkMode};
+    let ecs = aws_sdk_ecs::Client::new(sdk);
+    let cluster = unique("cluster");
+    ecs.create_cluster()
+        .cluster_name(&cluster)
+        .send()
+        .await
+        .unwrap();
+    let family = unique("wallcrawler-controller");
+    ecs.register_task_definition()
+        .family(&family)
+        .network_mode(NetworkMode::Awsvpc)
+        .requires_compatibilities(Compatibility::Fargate)
+        .cpu("1024")
+        .memory("2048")
+        .container_definitions(
+            ContainerDefinition::builder()
+                .name("controller")
+                .image("wallcrawler-controller:test")
+                .memory(2048)
+                .essential(true)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let ec2 = aws_sdk_ec2::Client::new(sdk);
+    let subnets = ec2.describe_subnets().send().await.unwrap();
+    let subnet = subnets
+        .subnets()
+        .iter()
+        .find(|s| s.default_for_az() == Some(true))
+        .and_then(|s| s.subnet_id())
+        .expect("moto has default subnets")
+        .to_owned();
+    let groups = ec2.describe_security_groups().send().await.unwrap();
+    let group = groups
+        .security_groups()
+        .iter()
+        .find(|g| g.group_name() == Some("default"))
+        .and_then(|g| g.group_id())
+        .expect("moto has a default security group")
+        .to_owned();
+    (cluster, family, subnet, group)
+}
+
+struct Fixture {
+    sdk: SdkConfig,
+    /// The API function's environment.
+    vars: HashMap<&'static str, String>,
+    cfg: Config,
+    router: Router,
+    project_id: String,
+    api_key: String,
+}
+
+impl Fixture {
+    async fn new(create_wait_seconds: u64) -> Fixture {
+        let sdk = sdk().await;
+        let mut vars = create_tables(&sdk).await;
+        let bucket = unique("contexts");
+        s3(&sdk)
+            .create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .unwrap();
+        let secret = aws_sdk_secretsmanager::Client::new(&sdk)
+            .create_secret()
+            .name(unique("jwt"))
+            .secret_string(json!({"algorithm": "HS256", "signingKey": SIGNING_KEY}).to_string())
+            .send()
+            .await
+            .unwrap();
+        let (cluster, family, subnet, group) = create_ecs(&sdk).await;
+        vars.extend([
+            ("CONTEXTS_BUCKET_NAME", bucket),
+            ("ECS_CLUSTER", cluster),
+            ("ECS_TASK_DEFINITION", family),
+            ("ECS_SUBNETS", subnet),
+            ("ECS_SECURITY_GROUPS", group),
+            ("ECS_ASSIGN_PUBLIC_IP", "ENABLED".into()),
+            (
+                "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+                secret.arn().unwrap().to_owned(),
+            ),
+            ("CREATE_WAIT_SECONDS", create_wait_seconds.to_string()),
+        ]);
+        let vars: HashMap<&str, String> = vars.into_iter().collect();
+        let cfg = Config::from_source(&|k| vars.get(k).cloned()).expect("a complete configuration");
+        let app = build_app(&sdk, &cfg);
+        let now = wallcrawler_contract::time::now_iso8601();
+        let project = admin::create_project(
+            app.projects.as_ref(),
+            NewProject {
+                name: "AWS tests".into(),
+                project_id: None,
+                concurrency: 5,
+                default_timeout: 900,
+                owner_id: None,
+            },
+            &now,
+        )
+        .await
+        .unwrap();
+        let (api_key, _) = admin::create_key(
+            app.keys.as_ref(),
+            app.projects.as_ref(),
+            &project.project_id,
+            &[],
+            None,
+            &now,
+        )
+        .await
+        .unwrap();
+        Fixture {
+            router: router(app.clone()),
+            sdk,
+            vars,
+            cfg,
+            project_id: project.project_id,
+            api_key,
+        }
+    }
+
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        call_with_key(&self.router, &self.api_key, method, path, body).await
+    }
+
+    fn dynamo(&self) -> aws_sdk_dynamodb::Client {
+        aws_sdk_dynamodb::Client::new(&self.sdk)
+    }
+
+    fn ecs(&self) -> aws_sdk_ecs::Client {
+        aws_sdk_ecs::Client::new(&self.sdk)
+    }
+
+    /// The raw session item, read consistently.
+    async fn item(&self, id: &str) -> HashMap<String, AttributeValue> {
+        self.dynamo()
+            .get_item()
+            .table_name(&self.cfg.tables.sessions)
+            .key("sessionId", s(id))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The task as ECS describes it.
+    async fn task(&self, arn: &str) -> aws_sdk_ecs::types::Task {
+        let out = self
+            .ecs()
+            .describe_tasks()
+            .cluster(&self.cfg.ecs.cluster)
+            .tasks(arn)
+            .send()
+            .await
+            .unwrap();
+        out.tasks().first().cloned().expect("the task exists")
+    }
+
+    /// Plays the controller of the next session that reaches PROVISIONING (its task was
+    /// started): writes READY, the public IP and the connect URL with the item's own token,
+    /// conditionally, as the controller does. Returns the session id.
+    fn play_controller(&self) -> tokio::task::JoinHandle<String> {
+        let (dynamo, table) = (self.dynamo(), self.cfg.tables.sessions.clone());
+        tokio::spawn(async move {
+            let deadline = Instant::now() + WAIT;
+            loop {
+                assert!(Instant::now() < deadline, "no session reached PROVISIONING");
+                let page = dynamo
+                    .scan()
+                    .table_name(&table)
+                    .filter_expression("internalStatus = :p")
+                    .expression_attribute_values(":p", s("PROVISIONING"))
+                    .consistent_read(true)
+                    .send()
+                    .await
+                    .unwrap();
+                if let Some(item) = page.items().first() {
+                    let id = text(item, "sessionId").unwrap();
+                    let token = text(item, "signingKey").unwrap();
+                    let now = wallcrawler_contract::time::now_iso8601();
+                    dynamo
+                        .update_item()
+                        .table_name(&table)
+                        .key("sessionId", s(&id))
+                        .condition_expression("internalStatus IN (:c, :p, :s)")
+                        .update_expression(
+                            "SET internalStatus = :ready, #st = :running, publicIP = :ip, \
+                             readyAt = :now, updatedAt = :now, connectUrl = :url",
+                        )
+                        .expression_attribute_names("#st", "status")
+                        .expression_attribute_values(":c", s("CREATING"))
+                        .expression_attribute_values(":p", s("PROVISIONING"))
+                        .expression_attribute_values(":s", s("STARTING"))
+                        .expression_attribute_values(":ready", s("READY"))
+                        .expression_attribute_values(":running", s("RUNNING"))
+                        .expression_attribute_values(":ip", s(PUBLIC_IP))
+                        .expression_attribute_values(":now", s(&now))
+                        .expression_attribute_values(
+                            ":url",
+                            s(&wallcrawler_contract::session::connect_url(
+                                PUBLIC_IP, 9223, &token,
+                            )),
+                        )
+                        .send()
+                        .await
+                        .unwrap();
+                    return id;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    }
+
+    /// A session that the test's controller made READY.
+    async fn running_session(&self, body: Value) -> Value {
+        let controller = self.play_controller();
+        let (status, v) = self.call(Method::POST, "/v1/sessions", Some(body)).await;
+        assert_eq!(status, StatusCode::CREATED, "{v}");
+        assert_eq!(controller.await.unwrap(), v["id"].as_str().unwrap());
+        v
+    }
+}
+
+async fn call_with_key(
+    router: &Router,
+    key: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("x-wc-api-key", key);
+    let req = match body {
+        Some(b) => req
+            .header("content-type", "application/json")
+            .body(Body::from(b.to_string())),
+        None => req.body(Body::empty()),
+    };
+    let resp = router.clone().oneshot(req.unwrap()).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let v = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    (status, v)
+}
+
+/// The container override's environment of a task, as a map.
+fn task_env(task: &aws_sdk_ecs::types::Task) -> HashMap<String, String> {
+    let o = task.overrides().expect("overrides");
+    let c = o
+        .container_overrides()
+        .first()
+        .expect("a container override");
+    assert_eq!(c.name(), Some("controller"));
+    c.environment()
+        .iter()
+        .map(|kv| {
+            (
+                kv.name().unwrap_or_default().to_owned(),
+                kv.value().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// A synthetic EventBridge "ECS Task State Change" for a stopped task.
+fn stopped_event(
+    task_arn: &str,
+    started_by: Option<&str>,
+    session_env: Option<&str>,
+) -> TaskStateChange {
+    let mut detail = json!({
+        "clusterArn": "arn:aws:ecs:us-east-1:123456789012:cluster/test",
+        "taskArn": task_arn,
+        "lastStatus": "STOPPED",
+        "desiredStatus": "STOPPED",
+        "stopCode": "EssentialContainerExited",
+        "stoppedReason": "Essential container in task exited",
+        "containers": [{"name": "controller", "exitCode": 137, "lastStatus": "STOPPED"}],
+    });
+    if let Some(id) = started_by {
+        detail["startedBy"] = json!(id);
+    }
+    if let Some(id) = session_env {
+        detail["overrides"] = json!({"containerOverrides": [{"name": "controller",
+            "environment": [{"name": "SESSION_ID", "value": id}]}]});
+    }
+    serde_json::from_value(json!({
+        "version": "0",
+        "id": uuid::Uuid::new_v4().to_string(),
+        "detail-type": "ECS Task State Change",
+        "source": "aws.ecs",
+        "account": "123456789012",
+        "time": "2026-11-21T12:00:00Z",
+        "region": "us-east-1",
+        "resources": [task_arn],
+        "detail": detail,
+    }))
+    .unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// (a) create → RunTask → the controller's READY → 201 RUNNING
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_starts_an_ecs_task_and_answers_running_once_the_controller_is_ready() {
+    let f = Fixture::new(20).await;
+    let v = f
+        .running_session(json!({"keepAlive": true, "userMetadata": {"run": "a", "n": 1}}))
+        .await;
+    let id = v["id"].as_str().unwrap();
+    assert!(id.starts_with("sess_"));
+    assert_eq!(v["status"], "RUNNING", "{v}");
+    assert_eq!(v["projectId"], f.project_id.as_str());
+    assert_eq!(v["keepAlive"], true);
+    assert_eq!(v["publicIp"], PUBLIC_IP);
+    let token = v["signingKey"].as_str().unwrap();
+    assert_eq!(
+        v["connectUrl"],
+        format!("ws://{PUBLIC_IP}:9223?signingKey={token}")
+    );
+    // Signed with the Secrets Manager key, for this session and project.
+    let verified = token::validate(
+        token,
+        &[SigningKey::new(SIGNING_KEY.as_bytes())],
+        &Validation {
+            session_id: id,
+            project_id: Some(&f.project_id),
+            leeway_seconds: 30,
+            now: wallcrawler_contract::time::unix_millis() / 1000,
+        },
+    )
+    .expect("the token verifies with the secret's key");
+    assert_eq!(verified.session_id, id);
+
+    // The item: the schema's names and types.
+    let item = f.item(id).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("READY"));
+    assert!(item["createdAt"].is_s() && item["startedAt"].is_s() && item["updatedAt"].is_s());
+    assert!(item["expiresAt"].is_n(), "expiresAt is a number");
+    assert_eq!(item["keepAlive"], AttributeValue::Bool(true));
+    let meta = item["userMetadata"].as_m().expect("userMetadata is a map");
+    assert_eq!(meta["run"], s("a"));
+    assert_eq!(meta["n"], AttributeValue::N("1".into()));
+    let arn = text(&item, "ecsTaskArn").expect("the task ARN is recorded");
+
+    // The task: FARGATE, startedBy the session, the controller's environment.
+    let task = f.task(&arn).await;
+    assert_eq!(task.started_by(), Some(id));
+    assert_eq!(
+        task.launch_type(),
+        Some(&aws_sdk_ecs::types::LaunchType::Fargate)
+    );
+    let env = task_env(&task);
+    assert_eq!(env["SESSION_ID"], id);
+    assert_eq!(env["PROJECT_ID"], f.project_id);
+    assert_eq!(env["SESSIONS_TABLE_NAME"], f.cfg.tables.sessions);
+    assert_eq!(env["CDP_PROXY_PORT"], "9223");
+    assert_eq!(
+        env["WALLCRAWLER_JWT_SIGNING_SECRET_ARN"],
+        f.cfg.signing_secret_arn
+    );
+    assert!(
+        !env.contains_key("CONTEXT_ID"),
+        "no context, no context variables"
+    );
+
+    // Listed through the project GSI, readable by id.
+    let (status, list) = f.call(Method::GET, "/v1/sessions", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["id"], id);
+    let (status, got) = f
+        .call(Method::GET, &format!("/v1/sessions/{id}"), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(got["connectUrl"], v["connectUrl"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// (b) no READY within CREATE_WAIT_SECONDS → PENDING, task left starting
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_answers_pending_when_ready_does_not_come_in_time() {
+    let f = Fixture::new(2).await;
+    let started = Instant::now();
+    let (status, v) = f.call(Method::POST, "/v1/sessions", Some(json!({}))).await;
+    let took = started.elapsed();
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    assert_eq!(v["status"], "PENDING");
+    assert!(
+        v.get("connectUrl").is_none() && v.get("signingKey").is_none(),
+        "{v}"
+    );
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(8),
+        "waited {took:?}"
+    );
+    let id = v["id"].as_str().unwrap();
+    let item = f.item(id).await;
+    assert_eq!(
+        text(&item, "internalStatus").as_deref(),
+        Some("PROVISIONING")
+    );
+    assert_eq!(text(&item, "status").as_deref(), Some("PENDING"));
+    let arn = text(&item, "ecsTaskArn").expect("the task ARN is recorded");
+    assert_eq!(task_env(&f.task(&arn).await)["SESSION_ID"], id);
+    let (_, got) = f
+        .call(Method::GET, &format!("/v1/sessions/{id}"), None)
+        .await;
+    assert_eq!(got["status"], "PENDING");
+}
+
+// ---------------------------------------------------------------------------------------------
+// (c) release → StopTask and STOPPED/COMPLETED
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_stops_the_task_and_marks_the_session_completed() {
+    let f = Fixture::new(20).await;
+    let v = f.running_session(json!({})).await;
+    let id = v["id"].as_str().unwrap();
+    let arn = text(&f.item(id).await, "ecsTaskArn").unwrap();
+
+    let (status, r) = f
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{id}"),
+            Some(json!({"status": "REQUEST_RELEASE"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    assert_eq!(r["status"], "COMPLETED");
+
+    let item = f.item(id).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
+    assert_eq!(text(&item, "status").as_deref(), Some("COMPLETED"));
+    assert!(
+        !item.contains_key("endedAt"),
+        "endedAt is the controller's to write, after its upload"
+    );
+    let task = f.task(&arn).await;
+    assert_eq!(task.desired_status(), Some("STOPPED"));
+    assert_eq!(task.last_status(), Some("STOPPED"));
+    assert_eq!(task.stopped_reason(), Some("released by API"));
+
+    // Releasing again keeps the status and still answers.
+    let (status, again) = f
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{id}"),
+            Some(json!({"status": "REQUEST_RELEASE"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["status"], "COMPLETED");
+}
+
+// ---------------------------------------------------------------------------------------------
+// (d) the ECS task-state handler
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_task_fails_its_live_session_and_ends_a_released_one() {
+    let f = Fixture::new(1).await;
+    let sessions = DynamoSessions::new(f.dynamo(), &f.cfg.tables.sessions);
+    // A session whose task died while starting (PENDING answer, task PROVISIONING).
+    let (_, live) = f.call(Method::POST, "/v1/sessions", Some(json!({}))).await;
+    let live = live["id"].as_str().unwrap().to_owned();
+    let live_arn = text(&f.item(&live).await, "ecsTaskArn").unwrap();
+    // A released session whose controller never wrote endedAt.
+    let (_, released) = f.call(Method::POST, "/v1/sessions", Some(json!({}))).await;
+    let released = released["id"].as_str().unwrap().to_owned();
+    let (status, _) = f
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{released}"),
+            Some(json!({"status": "REQUEST_RELEASE"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    let at = wallcrawler_contract::time::now_iso8601();
+    let outcome =
+        handle_task_state_change(&sessions, &stopped_event(&live_arn, Some(&live), None), &at)
+            .await
+            .unwrap();
+    assert_eq!(outcome, TaskEventOutcome::Failed(live.clone()));
+    let item = f.item(&live).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("FAILED"));
+    assert_eq!(text(&item, "status").as_deref(), Some("ERROR"));
+    assert_eq!(text(&item, "endedAt").as_deref(), Some(at.as_str()));
+    assert!(
+        text(&item, "terminationReason")
+            .unwrap()
+            .contains("Essential container in task exited")
+    );
+
+    // Found through the SESSION_ID override when startedBy is not a session id.
+    let outcome = handle_task_state_change(
+        &sessions,
+        &stopped_event("arn:task/x", Some("ecs-svc/1"), Some(&released)),
+        &at,
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome, TaskEventOutcome::Ended(released.clone()));
+    let item = f.item(&released).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
+    assert_eq!(text(&item, "status").as_deref(), Some("COMPLETED"));
+    assert_eq!(text(&item, "endedAt").as_deref(), Some(at.as_str()));
+    assert!(!item.contains_key("terminationReason"));
+
+    // A second delivery of the same event changes nothing.
+    let later = "2099-01-01T00:00:00.000Z";
+    let outcome = handle_task_state_change(
+        &sessions,
+        &stopped_event(&live_arn, Some(&live), None),
+        later,
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome, TaskEventOutcome::AlreadyEnded(live.clone()));
+    assert_eq!(
+        text(&f.item(&live).await, "endedAt").as_deref(),
+        Some(at.as_str())
+    );
+    let outcome = handle_task_state_change(
+        &sessions,
+        &stopped_event("arn:task/y", Some("sess_unknown"), None),
+        later,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        outcome,
+        TaskEventOutcome::UnknownSession("sess_unknown".into())
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// (e) contexts: presigned upload into the bucket; the context's sessions
+
+/// `PUT url` with `body` over plain HTTP/1.1; the status.
+async fn http_put(url: &str, body: Vec<u8>) -> StatusCode {
+    let uri: hyper::Uri = url.parse().unwrap();
+    let authority = uri.authority().unwrap().as_str().to_owned();
+    let stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::builder()
+        .method("PUT")
+        .uri(uri.path_and_query().unwrap().as_str())
+        .header("host", &authority)
+        .header("content-length", body.len())
+        .body(http_body_util::Full::new(Bytes::from(body)))
+        .unwrap();
+    sender.send_request(req).await.unwrap().status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_upload_url_takes_a_put_into_the_bucket_and_sessions_get_the_context() {
+    let f = Fixture::new(1).await;
+    let (status, c) = f.call(Method::POST, "/v1/contexts", Some(json!({}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{c}");
+    let ctx = c["id"].as_str().unwrap().to_owned();
+    let url = c["uploadUrl"].as_str().unwrap();
+    assert!(url.contains("X-Amz-Signature="), "a presigned URL: {url}");
+    let archive = b"\x1f\x8b not really a tarball, but bytes all the same".to_vec();
+    assert_eq!(http_put(url, archive.clone()).await, StatusCode::OK);
+    let key = format!("{}/{ctx}/profile.tar.gz", f.project_id);
+    let object = s3(&f.sdk)
+        .get_object()
+        .bucket(&f.cfg.contexts_bucket)
+        .key(&key)
+        .send()
+        .await
+        .expect("the archive is in the bucket at <projectId>/<contextId>/profile.tar.gz");
+    assert_eq!(
+        object.body.collect().await.unwrap().into_bytes().to_vec(),
+        archive
+    );
+    // A fresh URL for the same key.
+    let (status, again) = f
+        .call(Method::PUT, &format!("/v1/contexts/{ctx}"), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert!(again["uploadUrl"].as_str().unwrap().contains(&key));
+
+    // A session on the context: the task gets the context's variables; the context cannot be
+    // deleted while the session has no endedAt (the Scan on contextId), and can once it has.
+    let (status, v) = f
+        .call(
+            Method::POST,
+            "/v1/sessions",
+            Some(json!({"browserSettings": {"context": {"id": ctx, "persist": true}}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let item = f.item(&id).await;
+    assert_eq!(text(&item, "contextId").as_deref(), Some(ctx.as_str()));
+    assert_eq!(item["contextPersist"], AttributeValue::Bool(true));
+    assert_eq!(
+        text(&item, "contextStorageKey").as_deref(),
+        Some(key.as_str())
+    );
+    let arn = text(&item, "ecsTaskArn").unwrap();
+    let env = task_env(&f.task(&arn).await);
+    assert_eq!(env["CONTEXT_ID"], ctx);
+    assert_eq!(env["CONTEXT_S3_KEY"], key);
+    assert_eq!(env["CONTEXTS_BUCKET_NAME"], f.cfg.contexts_bucket);
+    assert_eq!(env["CONTEXT_PERSIST"], "true");
+
+    let (status, busy) = f
+        .call(Method::DELETE, &format!("/v1/contexts/{ctx}"), None)
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{busy}");
+    let sessions = DynamoSessions::new(f.dynamo(), &f.cfg.tables.sessions);
+    assert_eq!(sessions.list_context(&ctx).await.unwrap().len(), 1);
+    let at = wallcrawler_contract::time::now_iso8601();
+    handle_task_state_change(&sessions, &stopped_event(&arn, Some(&id), None), &at)
+        .await
+        .unwrap();
+    let (status, _) = f
+        .call(Method::DELETE, &format!("/v1/contexts/{ctx}"), None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert!(
+        s3(&f.sdk)
+            .get_object()
+            .bucket(&f.cfg.contexts_bucket)
+            .key(&key)
+            .send()
+            .await
+            .is_err(),
+        "the archive is deleted with the context"
+    );
+    let (status, _) = f
+        .call(Method::GET, &format!("/v1/contexts/{ctx}"), None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The DynamoDB store's conditional writes agree with the in-memory reference
+
+fn doc(id: &str, status: InternalStatus, ended: bool) -> SessionDoc {
+    let mut d = SessionDoc {
+        session_id: id.into(),
+        project_id: "proj_rules".into(),
+        created_at: format!("2026-01-01T00:00:00.{:03}Z", id.len()),
+        expires_at: 1_900_000_000,
+        region: "us-east-1".into(),
+        ended_at: ended.then(|| "2026-01-01T00:01:00.000Z".into()),
+        ..Default::default()
+    };
+    d.set_status(status);
+    d
+}
+
+/// One of the store's conditional operations, as the handlers use them.
+async fn apply(r: &dyn SessionRepo, op: &str, id: &str, at: &str) -> Cond<SessionDoc> {
+    match op {
+        "provisioning" => r.mark_provisioning(id, Some("arn:task/1"), at).await,
+        "release" => {
+            r.mark_terminal(id, InternalStatus::Stopped, None, at, false)
+                .await
+        }
+        "task stopped" => {
+            r.mark_terminal(id, InternalStatus::Failed, Some("gone"), at, true)
+                .await
+        }
+        _ => {
+            r.mark_ended_if_missing(id, at).await.unwrap();
+            Ok(Cond::Done(r.get(id).await.unwrap().unwrap()))
+        }
+    }
+    .unwrap()
+}
+
+#[tokio::test]
+async fn conditional_writes_follow_the_memory_rules() {
+    let sdk = sdk().await;
+    let table = unique("sessions");
+    create_table(&sdk, &table, "sessionId", true).await;
+    let dynamo = DynamoSessions::new(aws_sdk_dynamodb::Client::new(&sdk), &table);
+    let at = "2026-01-01T00:02:00.000Z";
+    let starts = [
+        (InternalStatus::Creating, false),
+        (InternalStatus::Provisioning, false),
+        (InternalStatus::Ready, false),
+        (InternalStatus::Stopped, false),
+        (InternalStatus::Stopped, true),
+        (InternalStatus::Failed, false),
+        (InternalStatus::TimedOut, true),
+    ];
+    let ops = ["provisioning", "release", "task stopped", "ended"];
+    for op_name in ops {
+        for (i, (st, ended)) in starts.iter().enumerate() {
+            let id = format!("sess_{op_name}_{i}").replace(' ', "_");
+            let memory = MemSessions::default();
+            let d = doc(&id, *st, *ended);
+            assert_eq!(
+                memory.create(d.clone()).await.unwrap(),
+                Cond::Done(d.clone())
+            );
+            assert_eq!(
+                dynamo.create(d.clone()).await.unwrap(),
+                Cond::Done(d.clone())
+            );
+            let want = apply(&memory, op_name, &id, at).await;
+            let got = apply(&dynamo, op_name, &id, at).await;
+            assert_eq!(got, want, "{op_name} from {st:?} (endedAt: {ended})");
+            assert_eq!(
+                dynamo.get(&id).await.unwrap(),
+                memory.get(&id).await.unwrap(),
+                "{op_name} from {st:?}: stored items differ"
+            );
+        }
+        // No such session.
+        let missing = format!("sess_missing_{}", op_name.replace(' ', "_"));
+        if op_name != "ended" {
+            let got = apply(&dynamo, op_name, &missing, at).await;
+            assert_eq!(got, Cond::Failed(None), "{op_name}");
+        } else {
+            dynamo.mark_ended_if_missing(&missing, at).await.unwrap();
+            assert_eq!(dynamo.get(&missing).await.unwrap(), None, "nothing created");
+        }
+    }
+    // create is conditional: a second create fails and shows the current item.
+    let d = doc("sess_twice", InternalStatus::Creating, false);
+    dynamo.create(d.clone()).await.unwrap();
+    let mut other = d.clone();
+    other.project_id = "proj_other".into();
+    assert_eq!(dynamo.create(other).await.unwrap(), Cond::Failed(Some(d)));
+    // The project listing (the GSI), oldest first.
+    let listed: Vec<String> = dynamo
+        .list_project("proj_rules")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.session_id)
+        .collect();
+    assert_eq!(listed.len(), 29);
+    let mut sorted = listed.clone();
+    sorted.sort_by_key(|id| (id.len(), id.clone()));
+    assert_eq!(listed, sorted, "ordered by createdAt, then id");
+}
+
+// ---------------------------------------------------------------------------------------------
+// (f) admin commands of the real binary; the key then works through the router and the
+// authorizer until revoked
+
+fn admin_cmd(
+    tables: &[(&'static str, String)],
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (i32, String, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
+    cmd.arg("admin")
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("RUST_LOG", "info")
+        .envs(aws_env())
+        .envs(tables.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("run wallcrawler-control-plane admin");
+    {
+        use std::io::Write;
+        let mut input = child.stdin.take().unwrap();
+        if let Some(s) = stdin {
+            input.write_all(s.as_bytes()).unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn authorizer_event(
+    key: &str,
+) -> aws_lambda_events::apigw::ApiGatewayCustomAuthorizerRequestTypeRequest {
+    serde_json::from_value(json!({
+        "type": "REQUEST",
+        "methodArn": "arn:aws:execute-api:us-east-1:123456789012:abc123/prod/GET/v1/projects",
+        "resource": "/v1/projects",
+        "path": "/v1/projects",
+        "httpMethod": "GET",
+        "headers": {"X-WC-API-Key": key, "Accept": "application/json"},
+        "queryStringParameters": null,
+        "pathParameters": null,
+        "stageVariables": null,
+        "requestContext": {"path": "/prod/v1/projects", "accountId": "123456789012",
+            "resourceId": "r1", "stage": "prod", "requestId": "req-1",
+            "identity": {"sourceIp": "198.51.100.1"}, "resourcePath": "/v1/projects",
+            "httpMethod": "GET", "apiId": "abc123"}
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_creates_projects_and_keys_and_revokes_keys() {
+    let sdk = sdk().await;
+    let tables = create_tables(&sdk).await;
+    let run = |args: &[&str], stdin: Option<String>| {
+        let (tables, args) = (
+            tables.clone(),
+            args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        );
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                admin_cmd(&tables, &args, stdin.as_deref())
+            })
+            .await
+            .unwrap()
+        }
+    };
+
+    let (code, help, _) = run(&["--help"], None).await;
+    assert_eq!(code, 0);
+    for sub in ["create-project", "create-key", "revoke-key"] {
+        assert!(help.contains(sub), "{sub} in:\n{help}");
+    }
+
+    let (code, out, err) = run(
+        &["create-project", "--name", "Acme", "--concurrency", "3"],
+        None,
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let project_id = out.trim().to_owned();
+    assert!(
+        project_id.starts_with("proj_") && out.lines().count() == 1,
+        "{out:?}"
+    );
+    let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+    let p = dynamo
+        .get_item()
+        .table_name(&tables[1].1)
+        .key("projectId", s(&project_id))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item()
+        .cloned()
+        .expect("the project is in the table");
+    assert_eq!(text(&p, "name").as_deref(), Some("Acme"));
+    assert_eq!(text(&p, "status").as_deref(), Some("ACTIVE"));
+    assert_eq!(p["concurrency"], AttributeValue::N("3".into()));
+    assert_eq!(p["defaultTimeout"], AttributeValue::N("3600".into()));
+    let (code, _, err) = run(
+        &[
+            "create-project",
+            "--name",
+            "Again",
+            "--project-id",
+            &project_id,
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(code, 1, "an existing id is refused");
+    assert!(err.contains("already exists"), "{err}");
+
+    let (code, out, err) = run(
+        &["create-key", "--project-id", &project_id, "--name", "ci"],
+        None,
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let key = out.trim().to_owned();
+    assert!(
+        key.starts_with("wc_") && out.lines().count() == 1,
+        "{out:?}"
+    );
+    assert!(
+        !err.contains(&key),
+        "the key is printed once, on stdout only"
+    );
+    let (code, _, _) = run(&["create-key", "--project-id", "proj_nope"], None).await;
+    assert_eq!(code, 1, "a key for a missing project is refused");
+
+    // The table holds the hash, never the key.
+    let items = dynamo.scan().table_name(&tables[2].1).send().await.unwrap();
+    assert_eq!(items.items().len(), 1);
+    let item = &items.items()[0];
+    assert_eq!(text(item, "apiKeyHash"), Some(hash_api_key(&key)));
+    assert_eq!(text(item, "status").as_deref(), Some("ACTIVE"));
+    assert_eq!(item["projectIds"], AttributeValue::L(vec![s(&project_id)]));
+    assert!(!format!("{item:?}").contains(&key));
+
+    // The key authorises through the router (the API function's own check) and the authorizer.
+    let vars: HashMap<&str, String> = tables.iter().cloned().collect();
+    let mut all = vars.clone();
+    for (k, v) in [
+        ("CONTEXTS_BUCKET_NAME", "unused"),
+        ("ECS_CLUSTER", "unused"),
+        ("ECS_TASK_DEFINITION", "unused"),
+        ("ECS_SUBNETS", "subnet-unused"),
+        ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "unused"),
+    ] {
+        all.insert(k, v.into());
+    }
+    let cfg = Config::from_source(&|k| all.get(k).cloned()).unwrap();
+    let api = router(build_app(&sdk, &cfg));
+    let (status, projects) = call_with_key(&api, &key, Method::GET, "/v1/projects", None).await;
+    assert_eq!(status, StatusCode::OK, "{projects}");
+    assert_eq!(projects[0]["id"], project_id.as_str());
+    assert_eq!(projects[0]["concurrency"], 3);
+    let auth = authorizer_app(
+        Arc::new(DynamoKeys::new(dynamo.clone(), &cfg.tables.api_keys)),
+        Arc::new(DynamoProjects::new(dynamo.clone(), &cfg.tables.projects)),
+    );
+    let allow = authorize_request(&auth, &authorizer_event(&key))
+        .await
+        .unwrap();
+    let allow = serde_json::to_value(&allow).unwrap();
+    assert_eq!(
+        allow["policyDocument"]["Statement"][0]["Effect"], "Allow",
+        "{allow}"
+    );
+    assert_eq!(
+        allow["policyDocument"]["Statement"][0]["Resource"][0],
+        "arn:aws:execute-api:us-east-1:123456789012:abc123/prod/*"
+    );
+    assert_eq!(allow["context"]["projectId"], project_id.as_str());
+    assert_eq!(allow["context"]["projectIds"], project_id.as_str());
+    assert!(!allow.to_string().contains(&key), "the key goes nowhere");
+    let unknown = authorize_request(&auth, &authorizer_event("wc_unknown")).await;
+    assert_eq!(unknown.unwrap_err().to_string(), "Unauthorized");
+
+    // Revoked (the key read from stdin): 403 from both.
+    let (code, out, err) = run(&["revoke-key", "--key", "-"], Some(format!("{key}\n"))).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.is_empty(), "{out:?}");
+    let (status, body) = call_with_key(&api, &key, Method::GET, "/v1/projects", None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let deny = authorize_request(&auth, &authorizer_event(&key))
+        .await
+        .unwrap();
+    let deny = serde_json::to_value(&deny).unwrap();
+    assert_eq!(
+        deny["policyDocument"]["Statement"][0]["Effect"], "Deny",
+        "{deny}"
+    );
+
+    // By hash; an unknown hash is an error.
+    let (_, out, _) = run(&["create-key", "--project-id", &project_id], None).await;
+    let second = out.trim().to_owned();
+    let (code, _, err) = run(&["revoke-key", "--hash", &hash_api_key(&second)], None).await;
+    assert_eq!(code, 0, "{err}");
+    let (status, _) = call_with_key(&api, &second, Method::GET, "/v1/projects", None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (code, _, err) = run(&["revoke-key", "--hash", &"0".repeat(64)], None).await;
+    assert_eq!(code, 1, "{err}");
+    let (code, _, _) = run(&["revoke-key"], None).await;
+    assert_eq!(code, 64, "--key or --hash is required");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Lambda binaries themselves, against a stand-in for the Lambda Runtime API (the protocol
+// `lambda_runtime` speaks in a real function: `GET …/invocation/next`, then `POST
+// …/invocation/<id>/response` or `…/error`)
+
+/// What a function posted back: (request id, `response` or `error`, body).
+type Posted = (String, String, Value);
+
+/// Serves `events` to one function process, then holds its next poll open; reports every
+/// answer on the returned channel.
+async fn fake_runtime(
+    events: Vec<Value>,
+) -> (std::net::SocketAddr, tokio::sync::mpsc::Receiver<Posted>) {
+    use axum::extract::{Path, State};
+    use axum::response::IntoResponse;
+    use axum::routing::{get, post};
+    type Queue = Arc<std::sync::Mutex<std::collections::VecDeque<(String, Value)>>>;
+    let queue: Queue = Arc::new(std::sync::Mutex::new(
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| (format!("req-{i}"), e))
+            .collect(),
+    ));
+    let (tx, rx) = tokio::sync::mpsc::channel::<Posted>(16);
+    let next = |State((queue, _)): State<(Queue, tokio::sync::mpsc::Sender<Posted>)>| async move {
+        let next = queue.lock().unwrap().pop_front();
+        let Some((id, event)) = next else {
+            return std::future::pending::<axum::response::Response>().await;
+        };
+        let deadline = (wallcrawler_contract::time::unix_millis() + 30_000).to_string();
+        (
+            [
+                ("lambda-runtime-aws-request-id", id),
+                ("lambda-runtime-deadline-ms", deadline),
+                (
+                    "lambda-runtime-invoked-function-arn",
+                    "arn:aws:lambda:us-east-1:123456789012:function:test".into(),
+                ),
+            ],
+            axum::Json(event),
+        )
+            .into_response()
+    };
+    let posted = |State((_, tx)): State<(Queue, tokio::sync::mpsc::Sender<Posted>)>,
+                  Path((id, kind)): Path<(String, String)>,
+                  body: Bytes| async move {
+        let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let _ = tx.send((id, kind, body)).await;
+        StatusCode::ACCEPTED
+    };
+    let init_error = |State((_, tx)): State<(Queue, tokio::sync::mpsc::Sender<Posted>)>,
+                      body: Bytes| async move {
+        let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let _ = tx.send(("init".into(), "error".into(), body)).await;
+        StatusCode::ACCEPTED
+    };
+    let app = axum::Router::new()
+        .route("/2018-06-01/runtime/invocation/next", get(next))
+        .route("/2018-06-01/runtime/invocation/{id}/{kind}", post(posted))
+        .route("/2018-06-01/runtime/init/error", post(init_error))
+        .with_state((queue, tx));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, rx)
+}
+
+/// Runs a Lambda binary on `events`; its answers in order, and its log (at `RUST_LOG=trace`).
+async fn run_lambda(
+    bin: &str,
+    vars: &HashMap<&'static str, String>,
+    events: Vec<Value>,
+) -> (Vec<Posted>, String) {
+    let n = events.len();
+    let (addr, mut rx) = fake_runtime(events).await;
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut child = tokio::process::Command::new(bin)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(aws_env())
+        .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("RUST_LOG", "trace")
+        .env("AWS_LAMBDA_RUNTIME_API", addr.to_string())
+        .env("AWS_LAMBDA_FUNCTION_NAME", "test")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "512")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log.reopen().unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut posted = Vec::new();
+    while posted.len() < n {
+        let p = tokio::time::timeout(WAIT, rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{bin} answered {} of {n} events", posted.len()))
+            .expect("the runtime stand-in runs");
+        let init_failed = p.0 == "init";
+        posted.push(p);
+        assert!(!init_failed, "{bin} failed to start: {posted:?}");
+    }
+    child.kill().await.unwrap();
+    (posted, std::fs::read_to_string(log.path()).unwrap())
+}
+
+fn rest_event(method: &str, path: &str, key: &str, body: Option<Value>) -> Value {
+    json!({
+        "resource": "/{proxy+}",
+        "path": path,
+        "httpMethod": method,
+        "headers": {"x-wc-api-key": key, "content-type": "application/json",
+            "Host": "abc123.execute-api.us-east-1.amazonaws.com"},
+        "multiValueHeaders": {"x-wc-api-key": [key], "content-type": ["application/json"],
+            "Host": ["abc123.execute-api.us-east-1.amazonaws.com"]},
+        "queryStringParameters": null,
+        "multiValueQueryStringParameters": null,
+        "pathParameters": {"proxy": path.trim_start_matches('/')},
+        "stageVariables": null,
+        "requestContext": {"resourceId": "r1", "resourcePath": "/{proxy+}", "httpMethod": method,
+            "path": format!("/prod{path}"), "accountId": "123456789012", "stage": "prod",
+            "requestId": "req", "identity": {"sourceIp": "198.51.100.1"}, "apiId": "abc123"},
+        "body": body.map(|b| b.to_string()),
+        "isBase64Encoded": false
+    })
+}
+
+fn http_api_event(method: &str, raw_path: &str, stage: &str, key: &str) -> Value {
+    json!({
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": raw_path,
+        "rawQueryString": "",
+        "headers": {"x-wc-api-key": key, "host": "abc123.execute-api.us-east-1.amazonaws.com"},
+        "requestContext": {"accountId": "123456789012", "apiId": "abc123",
+            "domainName": "abc123.execute-api.us-east-1.amazonaws.com", "domainPrefix": "abc123",
+            "http": {"method": method, "path": raw_path, "protocol": "HTTP/1.1",
+                "sourceIp": "198.51.100.1", "userAgent": "test"},
+            "requestId": "req", "routeKey": "$default", "stage": stage,
+            "time": "21/Nov/2026:12:00:00 +0000", "timeEpoch": 1_795_262_400_000u64},
+        "isBase64Encoded": false
+    })
+}
+
+/// The status and JSON body of an API Gateway proxy answer.
+fn proxy_answer(p: &Posted) -> (u64, Value) {
+    assert_eq!(p.1, "response", "{p:?}");
+    let body = p.2["body"].as_str().unwrap_or("");
+    let body = if body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(body).unwrap()
+    };
+    (p.2["statusCode"].as_u64().unwrap(), body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lambda_binaries_answer_through_the_runtime_api() {
+    let f = Fixture::new(1).await;
+    let key = f.api_key.clone();
+
+    // The API function: REST (named stage) and HTTP API (named and $default stages) payloads.
+    let (posted, log) = run_lambda(
+        env!("CARGO_BIN_EXE_wallcrawler-api-lambda"),
+        &f.vars,
+        vec![
+            rest_event("GET", "/v1/projects", &key, None),
+            rest_event("POST", "/v1/sessions", &key, Some(json!({"timeout": 120}))),
+            http_api_event("GET", "/prod/v1/sessions", "prod", &key),
+            http_api_event(
+                "GET",
+                &format!("/v1/projects/{}", f.project_id),
+                "$default",
+                &key,
+            ),
+            rest_event("GET", "/v1/projects", "wc_wrong", None),
+        ],
+    )
+    .await;
+    let (status, projects) = proxy_answer(&posted[0]);
+    assert_eq!(status, 200, "{projects}");
+    assert_eq!(projects[0]["id"], f.project_id.as_str());
+    let (status, session) = proxy_answer(&posted[1]);
+    assert_eq!(status, 201, "{session}");
+    assert_eq!(
+        session["status"], "PENDING",
+        "no controller: PENDING after 1 s"
+    );
+    let id = session["id"].as_str().unwrap().to_owned();
+    let (status, list) = proxy_answer(&posted[2]);
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list[0]["id"], id.as_str());
+    let (status, project) = proxy_answer(&posted[3]);
+    assert_eq!(status, 200, "{project}");
+    assert_eq!(project["id"], f.project_id.as_str());
+    let (status, refused) = proxy_answer(&posted[4]);
+    assert_eq!(status, 401, "{refused}");
+    assert_eq!(refused["statusCode"], 401);
+    assert!(
+        !log.contains(&key),
+        "the API key is not in the API function's log"
+    );
+
+    // The authorizer: Allow, Unauthorized.
+    let (posted, log) = run_lambda(
+        env!("CARGO_BIN_EXE_wallcrawler-authorizer-lambda"),
+        &f.vars,
+        vec![
+            serde_json::to_value(authorizer_event(&key)).unwrap(),
+            serde_json::to_value(authorizer_event("wc_unknown_key")).unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(posted[0].1, "response", "{posted:?}");
+    assert_eq!(
+        posted[0].2["policyDocument"]["Statement"][0]["Effect"],
+        "Allow"
+    );
+    assert_eq!(posted[0].2["context"]["projectId"], f.project_id.as_str());
+    assert_eq!(posted[1].1, "error", "{posted:?}");
+    assert_eq!(posted[1].2["errorMessage"], "Unauthorized");
+    assert!(
+        !log.contains(&key),
+        "the API key is not in the authorizer's log"
+    );
+    assert!(!log.contains("wc_unknown_key"), "nor a refused one");
+
+    // The task-state function: the PENDING session's task stopped.
+    let arn = text(&f.item(&id).await, "ecsTaskArn").unwrap();
+    let event = json!({
+        "version": "0", "id": "e1", "detail-type": "ECS Task State Change", "source": "aws.ecs",
+        "account": "123456789012", "time": "2026-11-21T12:00:00Z", "region": "us-east-1",
+        "resources": [arn],
+        "detail": {"taskArn": arn, "lastStatus": "STOPPED", "desiredStatus": "STOPPED",
+            "startedBy": id, "stopCode": "TaskFailedToStart",
+            "stoppedReason": "CannotPullContainerError: pull access denied"}
+    });
+    let (posted, _) = run_lambda(
+        env!("CARGO_BIN_EXE_wallcrawler-task-events-lambda"),
+        &f.vars,
+        vec![event],
+    )
+    .await;
+    assert_eq!(posted[0].1, "response", "{posted:?}");
+    assert_eq!(posted[0].2["outcome"], format!("Failed({id:?})"));
+    let item = f.item(&id).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("FAILED"));
+    assert!(item.contains_key("endedAt"));
+    assert!(
+        text(&item, "terminationReason")
+            .unwrap()
+            .contains("CannotPullContainerError")
+    );
+}
