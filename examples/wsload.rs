@@ -1,0 +1,583 @@
+//! `wsload`: the load generator and echo upstream behind `scripts/bench/compare.sh`.
+//!
+//! - `echo-server`: a raw WebSocket echo upstream (answers `/json/version` like Chrome; after
+//!   the 101 it returns every byte verbatim). Stops itself after `--exit-after-secs`.
+//! - `compare`: measures several targets (direct to the upstream, through the proxy, through
+//!   nginx, …) in one run, interleaving them where the machine's drift would otherwise decide
+//!   the result, and prints one table (and JSON with `--json`):
+//!   - 1 MiB echo throughput over `--conns` connections, and the CPU time (utime+stime from
+//!     `/proc/<pid>/stat`, the pid and its children summed) the target's processes spent per
+//!     message in the same window;
+//!   - 256 B round-trip latency, one connection per target, targets taking turns per sample;
+//!   - connection setup (TCP connect + upgrade + 101 read), targets taking turns per sample;
+//!   - RSS (VmRSS, pid and children summed) with `--idle-conns` upgraded connections held idle.
+//! - `free-port`, `wait-port`: small helpers for the script.
+//!
+//! Build with `cargo build --release --examples`; all traffic is on loopback.
+
+#[path = "../benches/support/ws.rs"]
+mod ws;
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+
+const MIB: usize = 1024 * 1024;
+
+#[derive(Parser)]
+#[command(about = "WebSocket load generator and echo upstream for the relay benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs the raw WebSocket echo upstream.
+    EchoServer {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// Written with the bound port once listening.
+        #[arg(long)]
+        port_file: Option<PathBuf>,
+        /// Exits after this long whatever happens (a safety net for scripts).
+        #[arg(long, default_value_t = 1800)]
+        exit_after_secs: u64,
+    },
+    /// Prints a free port on 127.0.0.1.
+    FreePort,
+    /// Waits until ADDR accepts TCP connections.
+    WaitPort {
+        addr: SocketAddr,
+        #[arg(long, default_value_t = 10)]
+        timeout_secs: u64,
+    },
+    /// Measures the targets in one run.
+    Compare(CompareArgs),
+}
+
+#[derive(clap::Args)]
+struct CompareArgs {
+    /// NAME=HOST:PORT[@PID,PID…]: a target and the processes whose CPU and RSS are charged to
+    /// it (children included). Give the baseline first.
+    #[arg(long = "target", required = true)]
+    targets: Vec<Target>,
+    /// Request path of every upgrade (may carry `?signingKey=`).
+    #[arg(long)]
+    path: String,
+    /// Connections streaming 1 MiB messages at once.
+    #[arg(long, default_value_t = 4)]
+    conns: usize,
+    /// Size of a throughput message.
+    #[arg(long, default_value_t = MIB)]
+    message_bytes: usize,
+    /// Seconds measured per target per round (after 0.5 s of warm-up).
+    #[arg(long, default_value_t = 5.0)]
+    secs: f64,
+    /// Throughput rounds (targets take turns; the median round is reported).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// 256 B round trips per target.
+    #[arg(long, default_value_t = 20_000)]
+    rtt_samples: usize,
+    /// Connection setups per target.
+    #[arg(long, default_value_t = 2_000)]
+    setup_samples: usize,
+    /// Idle connections held for the RSS figure (0 skips it).
+    #[arg(long, default_value_t = 1_000)]
+    idle_conns: usize,
+    /// Clock ticks per second of /proc/<pid>/stat (`getconf CLK_TCK`).
+    #[arg(long, default_value_t = 100)]
+    clk_tck: u64,
+    /// Also write the results here as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug)]
+struct Target {
+    name: String,
+    addr: SocketAddr,
+    pids: Vec<u32>,
+}
+
+impl FromStr for Target {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, rest) = s.split_once('=').ok_or("expected NAME=HOST:PORT[@PID,…]")?;
+        let (addr, pids) = match rest.split_once('@') {
+            Some((a, p)) => (
+                a,
+                p.split(',')
+                    .map(|x| x.parse::<u32>().map_err(|e| format!("pid {x}: {e}")))
+                    .collect::<Result<_, _>>()?,
+            ),
+            None => (rest, Vec::new()),
+        };
+        let addr = addr.parse().map_err(|e| format!("address {addr}: {e}"))?;
+        Ok(Self {
+            name: name.to_owned(),
+            addr,
+            pids,
+        })
+    }
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Command::EchoServer {
+            listen,
+            port_file,
+            exit_after_secs,
+        } => rt.block_on(async move {
+            let listener = TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("binding {listen}"))?;
+            let port = listener.local_addr()?.port();
+            if let Some(f) = port_file {
+                // Written whole then renamed, so a reader never sees a partial number.
+                let tmp = f.with_extension("tmp");
+                std::fs::write(&tmp, format!("{port}\n"))?;
+                std::fs::rename(&tmp, &f)?;
+            }
+            let _ = tokio::time::timeout(
+                Duration::from_secs(exit_after_secs),
+                ws::serve_echo(listener),
+            )
+            .await;
+            Ok(())
+        }),
+        Command::FreePort => {
+            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+            println!("{}", l.local_addr()?.port());
+            Ok(())
+        }
+        Command::WaitPort { addr, timeout_secs } => rt.block_on(async move {
+            let deadline = Instant::now() + Duration::from_secs(timeout_secs);
+            while TcpStream::connect(addr).await.is_err() {
+                if Instant::now() > deadline {
+                    bail!("{addr} did not accept connections within {timeout_secs} s");
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok(())
+        }),
+        Command::Compare(args) => rt.block_on(compare(args)),
+    }
+}
+
+/// Sum of utime+stime (clock ticks) and of VmRSS (KiB) over `pids` and their children.
+#[derive(Clone, Copy, Default)]
+struct ProcSample {
+    ticks: u64,
+    rss_kib: u64,
+}
+
+fn with_children(pids: &[u32]) -> Vec<u32> {
+    let mut all = pids.to_vec();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if let Some(ppid) =
+                stat_fields(pid).and_then(|f| f.get(1).and_then(|p| p.parse::<u32>().ok()))
+                && pids.contains(&ppid)
+                && !all.contains(&pid)
+            {
+                all.push(pid);
+            }
+        }
+    }
+    all
+}
+
+/// Fields of /proc/<pid>/stat after the command name: index 0 is the state (field 3).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+fn sample(pids: &[u32]) -> ProcSample {
+    let mut out = ProcSample::default();
+    for pid in with_children(pids) {
+        if let Some(f) = stat_fields(pid) {
+            // utime and stime are fields 14 and 15, i.e. 11 and 12 after the state.
+            out.ticks += f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            out.ticks += f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        }
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            out.rss_kib += status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    out
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    percentile(v, 0.5)
+}
+
+struct Throughput {
+    mib_per_s: f64,
+    cpu_us_per_msg: Option<f64>,
+    cpu_share: Option<f64>,
+    messages: u64,
+}
+
+/// Streams `message_bytes` echoes over `conns` connections for `secs` (after a warm-up) and
+/// charges the CPU the target's processes used in exactly that window.
+async fn throughput(t: &Target, request: &[u8], a: &CompareArgs) -> Result<Throughput> {
+    let frame = Rc::new(ws::masked_frame(2, a.message_bytes));
+    let done = Rc::new(Cell::new(0u64));
+    let stop = Rc::new(Cell::new(false));
+    let local = tokio::task::LocalSet::new();
+    let mut tasks = Vec::new();
+    for _ in 0..a.conns {
+        let mut conn = ws::connect_upgraded(t.addr, request)
+            .await
+            .with_context(|| format!("{}: upgrade", t.name))?;
+        let (frame, done, stop) = (frame.clone(), done.clone(), stop.clone());
+        tasks.push(local.spawn_local(async move {
+            let mut scratch = vec![0u8; frame.len()];
+            while !stop.get() {
+                ws::round_trip(&mut conn, &frame, &mut scratch).await?;
+                done.set(done.get() + 1);
+            }
+            Ok::<_, std::io::Error>(())
+        }));
+    }
+    local
+        .run_until(async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let (m0, p0, t0) = (done.get(), sample(&t.pids), Instant::now());
+            tokio::time::sleep(Duration::from_secs_f64(a.secs)).await;
+            let (m1, p1, elapsed) = (done.get(), sample(&t.pids), t0.elapsed());
+            stop.set(true);
+            for task in tasks {
+                task.await?.with_context(|| format!("{}: echo", t.name))?;
+            }
+            let messages = m1 - m0;
+            let cpu_s = (p1.ticks - p0.ticks) as f64 / a.clk_tck as f64;
+            let charged = !t.pids.is_empty();
+            Ok(Throughput {
+                mib_per_s: messages as f64 * a.message_bytes as f64
+                    / MIB as f64
+                    / elapsed.as_secs_f64(),
+                cpu_us_per_msg: (charged && messages > 0).then(|| cpu_s * 1e6 / messages as f64),
+                cpu_share: charged.then(|| cpu_s / elapsed.as_secs_f64()),
+                messages,
+            })
+        })
+        .await
+}
+
+/// Latency samples in µs, one list per target, taken in turns.
+async fn rtt(targets: &[Target], request: &[u8], samples: usize) -> Result<Vec<Vec<f64>>> {
+    let frame = ws::masked_frame(1, 256);
+    let mut scratch = vec![0u8; frame.len()];
+    let mut conns = Vec::new();
+    for t in targets {
+        let mut c = ws::connect_upgraded(t.addr, request)
+            .await
+            .with_context(|| format!("{}: upgrade", t.name))?;
+        for _ in 0..2_000 {
+            ws::round_trip(&mut c, &frame, &mut scratch).await?;
+        }
+        conns.push(c);
+    }
+    let mut out = vec![Vec::with_capacity(samples); targets.len()];
+    for i in 0..samples {
+        // Rotate who goes first so no target always follows the same one.
+        for k in 0..targets.len() {
+            let j = (i + k) % targets.len();
+            let start = Instant::now();
+            ws::round_trip(&mut conns[j], &frame, &mut scratch).await?;
+            out[j].push(start.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    Ok(out)
+}
+
+/// Connection setup samples in µs, one list per target, taken in turns.
+async fn setup(targets: &[Target], request: &[u8], samples: usize) -> Result<Vec<Vec<f64>>> {
+    let mut out = vec![Vec::with_capacity(samples); targets.len()];
+    for i in 0..samples + 200 {
+        for k in 0..targets.len() {
+            let j = (i + k) % targets.len();
+            let start = Instant::now();
+            let conn = ws::connect_upgraded(targets[j].addr, request)
+                .await
+                .with_context(|| format!("{}: upgrade", targets[j].name))?;
+            let took = start.elapsed().as_secs_f64() * 1e6;
+            drop(conn);
+            if i >= 200 {
+                out[j].push(took);
+            }
+        }
+    }
+    Ok(out)
+}
+
+struct Idle {
+    before_kib: u64,
+    held_kib: u64,
+}
+
+/// RSS of the target's processes before and while `n` upgraded connections (each having
+/// echoed one 256 B message) sit idle.
+async fn idle(t: &Target, request: &[u8], n: usize) -> Result<Idle> {
+    let before = sample(&t.pids).rss_kib;
+    let frame = ws::masked_frame(1, 256);
+    let mut scratch = vec![0u8; frame.len()];
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut c = ws::connect_upgraded(t.addr, request)
+            .await
+            .with_context(|| format!("{}: upgrade", t.name))?;
+        ws::round_trip(&mut c, &frame, &mut scratch).await?;
+        held.push(c);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let held_kib = sample(&t.pids).rss_kib;
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Ok(Idle {
+        before_kib: before,
+        held_kib,
+    })
+}
+
+fn stats(samples: &mut [f64]) -> Value {
+    samples.sort_by(f64::total_cmp);
+    json!({
+        "n": samples.len(),
+        "p50_us": percentile(samples, 0.5),
+        "p90_us": percentile(samples, 0.9),
+        "p99_us": percentile(samples, 0.99),
+        "max_us": samples.last().copied().unwrap_or(f64::NAN),
+    })
+}
+
+async fn compare(a: CompareArgs) -> Result<()> {
+    let targets = &a.targets;
+    let request = ws::upgrade_request("127.0.0.1", &a.path);
+    for t in targets {
+        let mut c = ws::connect_upgraded(t.addr, &request)
+            .await
+            .with_context(|| format!("{} ({}) does not upgrade", t.name, t.addr))?;
+        let frame = ws::masked_frame(1, 256);
+        let mut scratch = vec![0u8; frame.len()];
+        ws::round_trip(&mut c, &frame, &mut scratch)
+            .await
+            .with_context(|| format!("{} does not echo", t.name))?;
+    }
+    let started = Instant::now();
+    eprintln!(
+        "wsload: throughput, {} round(s) × {} target(s) × {:.1} s …",
+        a.rounds,
+        targets.len(),
+        a.secs + 0.5
+    );
+    let mut rounds: Vec<Vec<Throughput>> = targets.iter().map(|_| Vec::new()).collect();
+    for _ in 0..a.rounds {
+        for (i, t) in targets.iter().enumerate() {
+            rounds[i].push(throughput(t, &request, &a).await?);
+        }
+    }
+    eprintln!("wsload: 256 B round trips ({} per target) …", a.rtt_samples);
+    let mut rtts = rtt(targets, &request, a.rtt_samples).await?;
+    eprintln!(
+        "wsload: connection setups ({} per target) …",
+        a.setup_samples
+    );
+    let mut setups = setup(targets, &request, a.setup_samples).await?;
+    let mut idles = Vec::new();
+    for t in targets {
+        if a.idle_conns > 0 && !t.pids.is_empty() {
+            eprintln!(
+                "wsload: {} idle connections through {} …",
+                a.idle_conns, t.name
+            );
+            idles.push(Some(idle(t, &request, a.idle_conns).await?));
+        } else {
+            idles.push(None);
+        }
+    }
+
+    let mut results = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        let r = &rounds[i];
+        let tput = median(&mut r.iter().map(|x| x.mib_per_s).collect::<Vec<_>>());
+        let cpu: Vec<f64> = r.iter().filter_map(|x| x.cpu_us_per_msg).collect();
+        let share: Vec<f64> = r.iter().filter_map(|x| x.cpu_share).collect();
+        results.push(json!({
+            "name": t.name,
+            "addr": t.addr.to_string(),
+            "pids": with_children(&t.pids),
+            "throughput": {
+                "mib_per_s": tput,
+                "cpu_us_per_msg": (!cpu.is_empty()).then(|| median(&mut cpu.clone())),
+                "cpu_share_of_core": (!share.is_empty()).then(|| median(&mut share.clone())),
+                "rounds": r.iter().map(|x| json!({
+                    "mib_per_s": x.mib_per_s, "cpu_us_per_msg": x.cpu_us_per_msg,
+                    "cpu_share_of_core": x.cpu_share, "messages": x.messages,
+                })).collect::<Vec<_>>(),
+            },
+            "rtt_256b": stats(&mut rtts[i]),
+            "setup": stats(&mut setups[i]),
+            "idle": idles[i].as_ref().map(|x| json!({
+                "conns": a.idle_conns,
+                "rss_before_mib": x.before_kib as f64 / 1024.0,
+                "rss_held_mib": x.held_kib as f64 / 1024.0,
+                "kib_per_conn": (x.held_kib as f64 - x.before_kib as f64) / a.idle_conns as f64,
+            })),
+        }));
+    }
+    let doc = json!({
+        "tool": "wsload compare",
+        "conns": a.conns,
+        "message_bytes": a.message_bytes,
+        "secs_per_round": a.secs,
+        "rounds": a.rounds,
+        "elapsed_s": started.elapsed().as_secs_f64(),
+        "targets": results,
+    });
+    print_table(&doc);
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn print_table(doc: &Value) {
+    let targets = doc["targets"].as_array().cloned().unwrap_or_default();
+    let base = &targets[0];
+    let cell = |v: &Value, digits: usize| {
+        v.as_f64()
+            .map_or("-".to_owned(), |x| format!("{x:.digits$}"))
+    };
+    let added = |t: &Value, path: &[&str]| {
+        let get = |v: &Value| path.iter().fold(v, |v, k| &v[*k]).as_f64();
+        match (get(t), get(base)) {
+            (Some(x), Some(b)) => Value::from(x - b),
+            _ => Value::Null,
+        }
+    };
+    type Row<'a> = (&'a str, Box<dyn Fn(&Value) -> String + 'a>);
+    let rows: Vec<Row> = vec![
+        (
+            "1 MiB echo, MiB/s (payload, median round)",
+            Box::new(|t: &Value| cell(&t["throughput"]["mib_per_s"], 0)),
+        ),
+        (
+            "CPU µs per 1 MiB message (target procs)",
+            Box::new(|t: &Value| cell(&t["throughput"]["cpu_us_per_msg"], 1)),
+        ),
+        (
+            "CPU share of one core during it",
+            Box::new(|t: &Value| cell(&t["throughput"]["cpu_share_of_core"], 2)),
+        ),
+        (
+            "256 B RTT p50 µs",
+            Box::new(|t: &Value| cell(&t["rtt_256b"]["p50_us"], 1)),
+        ),
+        (
+            "256 B RTT p99 µs",
+            Box::new(|t: &Value| cell(&t["rtt_256b"]["p99_us"], 1)),
+        ),
+        (
+            "  added over baseline p50 µs",
+            Box::new(|t: &Value| cell(&added(t, &["rtt_256b", "p50_us"]), 1)),
+        ),
+        (
+            "  added over baseline p99 µs",
+            Box::new(|t: &Value| cell(&added(t, &["rtt_256b", "p99_us"]), 1)),
+        ),
+        (
+            "setup p50 µs (connect+upgrade+101)",
+            Box::new(|t: &Value| cell(&t["setup"]["p50_us"], 1)),
+        ),
+        (
+            "setup p99 µs",
+            Box::new(|t: &Value| cell(&t["setup"]["p99_us"], 1)),
+        ),
+        (
+            "  added over baseline p50 µs",
+            Box::new(|t: &Value| cell(&added(t, &["setup", "p50_us"]), 1)),
+        ),
+        (
+            "  added over baseline p99 µs",
+            Box::new(|t: &Value| cell(&added(t, &["setup", "p99_us"]), 1)),
+        ),
+        (
+            "RSS before idle test MiB",
+            Box::new(|t: &Value| cell(&t["idle"]["rss_before_mib"], 1)),
+        ),
+        (
+            "RSS with idle conns held MiB",
+            Box::new(|t: &Value| cell(&t["idle"]["rss_held_mib"], 1)),
+        ),
+        (
+            "  KiB per idle connection",
+            Box::new(|t: &Value| cell(&t["idle"]["kib_per_conn"], 1)),
+        ),
+    ];
+    let idle_n = targets
+        .iter()
+        .find_map(|t| t["idle"]["conns"].as_u64())
+        .unwrap_or(0);
+    println!();
+    println!(
+        "{} conns × {} B messages, {} round(s) of {} s; {} idle conns; baseline = {}",
+        doc["conns"],
+        doc["message_bytes"],
+        doc["rounds"],
+        doc["secs_per_round"],
+        idle_n,
+        base["name"].as_str().unwrap_or("?")
+    );
+    print!("{:<44}", "");
+    for t in &targets {
+        print!("{:>12}", t["name"].as_str().unwrap_or("?"));
+    }
+    println!();
+    for (label, f) in &rows {
+        print!("{label:<44}");
+        for t in &targets {
+            print!("{:>12}", f(t));
+        }
+        println!();
+    }
+}
