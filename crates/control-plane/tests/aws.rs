@@ -204,8 +204,71 @@ fn s3(sdk: &SdkConfig) -> aws_sdk_s3::Client {
     )
 }
 
-/// A cluster and a FARGATE task definition (moto wants `memory` on the container), moto's
-/// first default subnet and the default security group.
+/// HTTP/1.1 to moto; the status and body.
+async fn http(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> (StatusCode, String) {
+    let uri: hyper::Uri = url.parse().unwrap();
+    let authority = uri.authority().unwrap().as_str().to_owned();
+    let stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(uri.path_and_query().map_or("/", |p| p.as_str()))
+        .header("host", &authority)
+        .header("content-length", body.len());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = sender
+        .send_request(
+            req.body(http_body_util::Full::new(Bytes::from(body)))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = resp.status();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The first `<tag>` value of an EC2 Query API call to moto. (A raw call rather than the EC2
+/// SDK, whose crate would cost this crate's tests minutes of compiling; moto routes on the
+/// credential scope and does not check the signature.)
+async fn ec2_first(params: &str, tag: &str) -> String {
+    let (status, xml) = http(
+        "POST",
+        &format!("{}/", moto().endpoint),
+        &[
+            (
+                "authorization",
+                "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/ec2/aws4_request, \
+                 SignedHeaders=host, Signature=0",
+            ),
+            ("content-type", "application/x-www-form-urlencoded"),
+        ],
+        format!("Version=2016-11-15&{params}").into_bytes(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{xml}");
+    let open = format!("<{tag}>");
+    let start = xml
+        .find(&open)
+        .unwrap_or_else(|| panic!("no {tag} in {xml}"))
+        + open.len();
+    let end = start + xml[start..].find('<').unwrap();
+    xml[start..end].to_owned()
+}
+
+/// A cluster and a FARGATE task definition (moto wants `memory` on the container), one of
+/// moto's default subnets and the default security group.
 async fn create_ecs(sdk: &SdkConfig) -> (String, String, String, String) {
     use aws_sdk_ecs::types::{Compatibility, ContainerDefinition, NetworkMode};
     let ecs = aws_sdk_ecs::Client::new(sdk);
@@ -233,23 +296,16 @@ async fn create_ecs(sdk: &SdkConfig) -> (String, String, String, String) {
         .send()
         .await
         .unwrap();
-    let ec2 = aws_sdk_ec2::Client::new(sdk);
-    let subnets = ec2.describe_subnets().send().await.unwrap();
-    let subnet = subnets
-        .subnets()
-        .iter()
-        .find(|s| s.default_for_az() == Some(true))
-        .and_then(|s| s.subnet_id())
-        .expect("moto has default subnets")
-        .to_owned();
-    let groups = ec2.describe_security_groups().send().await.unwrap();
-    let group = groups
-        .security_groups()
-        .iter()
-        .find(|g| g.group_name() == Some("default"))
-        .and_then(|g| g.group_id())
-        .expect("moto has a default security group")
-        .to_owned();
+    let subnet = ec2_first(
+        "Action=DescribeSubnets&Filter.1.Name=default-for-az&Filter.1.Value.1=true",
+        "subnetId",
+    )
+    .await;
+    let group = ec2_first(
+        "Action=DescribeSecurityGroups&Filter.1.Name=group-name&Filter.1.Value.1=default",
+        "groupId",
+    )
+    .await;
     (cluster, family, subnet, group)
 }
 
@@ -760,26 +816,6 @@ async fn a_stopped_task_fails_its_live_session_and_ends_a_released_one() {
 // ---------------------------------------------------------------------------------------------
 // (e) contexts: presigned upload into the bucket; the context's sessions
 
-/// `PUT url` with `body` over plain HTTP/1.1; the status.
-async fn http_put(url: &str, body: Vec<u8>) -> StatusCode {
-    let uri: hyper::Uri = url.parse().unwrap();
-    let authority = uri.authority().unwrap().as_str().to_owned();
-    let stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    let req = hyper::Request::builder()
-        .method("PUT")
-        .uri(uri.path_and_query().unwrap().as_str())
-        .header("host", &authority)
-        .header("content-length", body.len())
-        .body(http_body_util::Full::new(Bytes::from(body)))
-        .unwrap();
-    sender.send_request(req).await.unwrap().status()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_context_upload_url_takes_a_put_into_the_bucket_and_sessions_get_the_context() {
     let f = Fixture::new(1).await;
@@ -789,7 +825,8 @@ async fn a_context_upload_url_takes_a_put_into_the_bucket_and_sessions_get_the_c
     let url = c["uploadUrl"].as_str().unwrap();
     assert!(url.contains("X-Amz-Signature="), "a presigned URL: {url}");
     let archive = b"\x1f\x8b not really a tarball, but bytes all the same".to_vec();
-    assert_eq!(http_put(url, archive.clone()).await, StatusCode::OK);
+    let (status, answer) = http("PUT", url, &[], archive.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
     let key = format!("{}/{ctx}/profile.tar.gz", f.project_id);
     let object = s3(&f.sdk)
         .get_object()
