@@ -16,8 +16,9 @@
 //! - a context's sessions come from a consistent `Scan` with a filter: it reads the whole
 //!   sessions table on every create-with-context and every context deletion. Fine for a small
 //!   deployment; a `contextId-index` GSI (PK `contextId`, SK `createdAt`) would make it a
-//!   `Query` (eventually consistent, which the one-writer check can live with since the
-//!   controller writes `endedAt` long after the session item exists).
+//!   `Query` — eventually consistent, so a session created or ended a moment earlier could be
+//!   missed or seen late; the one-writer check is a check-then-create race in every store
+//!   anyway, and a late `endedAt` only makes a create wait a little longer.
 //!
 //! Conditional writes follow [`crate::memory::rules`] exactly; see each method.
 
