@@ -143,3 +143,13 @@ fn run_mode_ends_itself_when_idle() {
         c.stderr.text()
     );
 }
+
+/// However the controller dies — here SIGKILL, which it cannot handle — Chrome dies with it.
+#[test]
+fn chrome_does_not_outlive_a_killed_controller() {
+    let (mut c, _s) = Controller::local(&[], &[]);
+    let profile = user_data_dir_of(c.chrome_pid());
+    c.signal(Signal::SIGKILL);
+    assert_eq!(c.wait_exit().code(), None);
+    assert_no_chrome_left(&profile);
+}

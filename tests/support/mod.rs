@@ -254,11 +254,25 @@ impl Controller {
 }
 
 impl Drop for Controller {
+    /// A controller still running at the end of a test is asked to stop (SIGTERM: Chrome is
+    /// closed cleanly), and killed only if it does not within a bound.
     fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
         }
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
