@@ -135,9 +135,14 @@ pub async fn create_session(State(app): State<App>, headers: HeaderMap, body: By
     };
 
     let sessions = app.sessions.list_project(p.project_id()).await?;
+    // Expired sessions do not count even when their task died without a final write, so an
+    // orphan can never hold a project at its limit.
+    let now_secs = app.now_secs();
     let active = sessions
         .iter()
-        .filter(|s| !s.internal().is_some_and(InternalStatus::is_terminal))
+        .filter(|s| {
+            !s.internal().is_some_and(InternalStatus::is_terminal) && s.expires_at > now_secs
+        })
         .count() as u64;
     if active >= p.project.concurrency {
         return Err(ApiError::too_many(format!(

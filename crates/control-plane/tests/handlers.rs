@@ -862,9 +862,13 @@ async fn concurrency_reached_is_429() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     h.insert_session(doc("sess_1", PROJ_A, InternalStatus::Ready));
     h.insert_session(doc("sess_2", PROJ_A, InternalStatus::Provisioning));
-    // Neither ended sessions nor other projects' sessions count.
+    // Neither ended sessions nor other projects' sessions count, nor an expired orphan whose
+    // task died without writing its end.
     h.insert_session(doc("sess_3", PROJ_A, InternalStatus::Stopped));
     h.insert_session(doc("sess_4", PROJ_OTHER, InternalStatus::Ready));
+    let mut orphan = doc("sess_5", PROJ_A, InternalStatus::Ready);
+    orphan.expires_at = T0 / 1000 - 1;
+    h.insert_session(orphan);
     let (status, body) = h.post("/v1/sessions", "{}").await;
     assert_eq!(status, StatusCode::CREATED, "the third of three: {body}");
     let r = h.post("/v1/sessions", "{}").await;
