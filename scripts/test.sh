@@ -39,4 +39,15 @@ log "entrypoint.sh test"
 bash tests/entrypoint_test.sh
 
 log "cargo test"
-cargo test --workspace --locked -- "${filter[@]}"
+# Unit and integration tests of every crate (no doc-tests: the crates have no doc examples).
+results="$(mktemp)"
+trap 'rm -f "$results"' EXIT
+set +e
+cargo test --workspace --locked --lib --bins --tests -- "${filter[@]}" 2>&1 | tee "$results"
+status=${PIPESTATUS[0]}
+set -e
+passed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^passed;?$/) s += $(i-1) } END { print s + 0 }' "$results")
+failed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^failed;?$/) s += $(i-1) } END { print s + 0 }' "$results")
+echo
+echo "Summary: $passed passed, $failed failed"
+exit "$status"
