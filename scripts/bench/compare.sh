@@ -18,6 +18,8 @@
 #   CONNS=4             connections streaming 1 MiB messages at once
 #   RTT_SAMPLES=20000 SETUP_SAMPLES=2000 IDLE_CONNS=1000
 #   BUILD=1             cargo build --release first (0 to reuse target/release)
+#   PROXY_B=PATH        also measure this wallcrawler-controller binary (target "proxy-B",
+#                       started the same way), e.g. a build from before a relay change
 #   OUT_DIR=bench-results
 set -euo pipefail
 
@@ -74,7 +76,7 @@ cleanup() {
     wait "$pid" 2>/dev/null || true
   done
   if (( rc != 0 )); then
-    for f in "$TMP"/proxy.log "$TMP"/nginx/error.log; do
+    for f in "$TMP"/proxy.log "$TMP"/proxy-b.log "$TMP"/nginx/error.log; do
       [[ -s "$f" ]] && { log "--- $f"; tail -n 20 "$f" >&2; }
     done
   fi
@@ -97,6 +99,16 @@ SESSION_ID="$SESSION" WALLCRAWLER_JWT_SIGNING_KEY="$KEY" METRICS_ADDR="" LOG_FOR
   "${RELAY_CPU[@]}" "$CTL" proxy --listen "$PROXY_ADDR" --upstream "$ECHO_ADDR" 2>"$TMP/proxy.log" &
 PROXY_PID=$!
 STARTED+=("$PROXY_PID")
+
+PROXY_B_TARGET=()
+if [[ -n "${PROXY_B:-}" ]]; then
+  [[ -x "$PROXY_B" ]] || die "PROXY_B=$PROXY_B is not an executable"
+  PROXY_B_ADDR="127.0.0.1:$("$WSLOAD" free-port)"
+  SESSION_ID="$SESSION" WALLCRAWLER_JWT_SIGNING_KEY="$KEY" METRICS_ADDR="" LOG_FORMAT=text RUST_LOG=warn \
+    "${RELAY_CPU[@]}" "$PROXY_B" proxy --listen "$PROXY_B_ADDR" --upstream "$ECHO_ADDR" 2>"$TMP/proxy-b.log" &
+  STARTED+=($!)
+  PROXY_B_TARGET=(--target "proxy-B=$PROXY_B_ADDR@$!")
+fi
 
 # --- nginx -------------------------------------------------------------------------------
 NGINX_ADDR="127.0.0.1:$("$WSLOAD" free-port)"
@@ -145,6 +157,7 @@ NGINX_PID=$!
 STARTED+=("$NGINX_PID")
 
 "$WSLOAD" wait-port "$PROXY_ADDR" || die "the proxy did not start"
+[[ -z "${PROXY_B:-}" ]] || "$WSLOAD" wait-port "$PROXY_B_ADDR" || die "proxy-B did not start"
 "$WSLOAD" wait-port "$NGINX_ADDR" || die "nginx did not start"
 "$WSLOAD" wait-port "$NGINX64_ADDR" || die "nginx did not start"
 
@@ -166,10 +179,10 @@ REPORT="$OUT_DIR/compare-$STAMP.txt"
   echo "# pinning: $pinned"
   echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$REPORT"
-log "measuring (throughput alone takes $(( ROUNDS * 4 * (SECS + 1) )) s)"
+log "measuring (throughput alone takes $(( ROUNDS * (4 + ${#PROXY_B_TARGET[@]} / 2) * (SECS + 1) )) s)"
 timeout 900 "${LOAD_CPU[@]}" "$WSLOAD" compare \
   --target "direct=$ECHO_ADDR" \
-  --target "proxy=$PROXY_ADDR@$PROXY_PID" \
+  --target "proxy=$PROXY_ADDR@$PROXY_PID" "${PROXY_B_TARGET[@]}" \
   --target "nginx=$NGINX_ADDR@$NGINX_PID" \
   --target "nginx-64k=$NGINX64_ADDR@$NGINX_PID" \
   --path "/devtools/page/bench?signingKey=$TOKEN" \
