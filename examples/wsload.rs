@@ -8,8 +8,10 @@
 //!   - 1 MiB echo throughput over `--conns` connections, and the CPU time (utime+stime from
 //!     `/proc/<pid>/stat`, the pid and its children summed) the target's processes spent per
 //!     message in the same window;
-//!   - 256 B round-trip latency, one connection per target, targets taking turns per sample;
-//!   - connection setup (TCP connect + upgrade + 101 read), targets taking turns per sample;
+//!   - 256 B round-trip latency, one connection per target, targets taking turns in a fresh
+//!     random order per sample;
+//!   - connection setup (TCP connect + upgrade + 101 read), likewise, each connection closed
+//!     and its teardown awaited outside the timed part;
 //!   - RSS (VmRSS, pid and children summed) with `--idle-conns` upgraded connections held idle.
 //! - `free-port`, `wait-port`: small helpers for the script.
 //!
@@ -28,6 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const MIB: usize = 1024 * 1024;
@@ -302,7 +305,7 @@ async fn throughput(t: &Target, request: &[u8], a: &CompareArgs) -> Result<Throu
         .await
 }
 
-/// Latency samples in µs, one list per target, taken in turns.
+/// Latency samples in µs, one list per target, taken in turns (shuffled per sample).
 async fn rtt(targets: &[Target], request: &[u8], samples: usize) -> Result<Vec<Vec<f64>>> {
     let frame = ws::masked_frame(1, 256);
     let mut scratch = vec![0u8; frame.len()];
@@ -317,10 +320,9 @@ async fn rtt(targets: &[Target], request: &[u8], samples: usize) -> Result<Vec<V
         conns.push(c);
     }
     let mut out = vec![Vec::with_capacity(samples); targets.len()];
-    for i in 0..samples {
-        // Rotate who goes first so no target always follows the same one.
-        for k in 0..targets.len() {
-            let j = (i + k) % targets.len();
+    let mut order = Order::new(targets.len());
+    for _ in 0..samples {
+        for &j in order.next() {
             let start = Instant::now();
             ws::round_trip(&mut conns[j], &frame, &mut scratch).await?;
             out[j].push(start.elapsed().as_secs_f64() * 1e6);
@@ -329,24 +331,63 @@ async fn rtt(targets: &[Target], request: &[u8], samples: usize) -> Result<Vec<V
     Ok(out)
 }
 
-/// Connection setup samples in µs, one list per target, taken in turns.
+/// Connection setup samples in µs, one list per target, taken in turns (shuffled per sample).
 async fn setup(targets: &[Target], request: &[u8], samples: usize) -> Result<Vec<Vec<f64>>> {
     let mut out = vec![Vec::with_capacity(samples); targets.len()];
+    let mut order = Order::new(targets.len());
     for i in 0..samples + 200 {
-        for k in 0..targets.len() {
-            let j = (i + k) % targets.len();
+        for &j in order.next() {
             let start = Instant::now();
-            let conn = ws::connect_upgraded(targets[j].addr, request)
+            let mut conn = ws::connect_upgraded(targets[j].addr, request)
                 .await
                 .with_context(|| format!("{}: upgrade", targets[j].name))?;
             let took = start.elapsed().as_secs_f64() * 1e6;
-            drop(conn);
+            // Let the target finish tearing this connection down before the next sample,
+            // so its work does not land in another target's measurement.
+            conn.shutdown().await?;
+            let mut sink = [0u8; 256];
+            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                while let Ok(1..) = conn.read(&mut sink).await {}
+            })
+            .await;
             if i >= 200 {
                 out[j].push(took);
             }
         }
     }
     Ok(out)
+}
+
+/// The order targets take their turn in, shuffled afresh for every sample: work a target
+/// leaves behind (a teardown, a last empty read) would otherwise always fall on the same
+/// neighbour's measurement.
+struct Order {
+    slots: Vec<usize>,
+    state: u64,
+}
+
+impl Order {
+    fn new(n: usize) -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        Self {
+            slots: (0..n).collect(),
+            state: seed | 1,
+        }
+    }
+
+    /// Fisher–Yates with xorshift64: only the order matters, not the randomness' quality.
+    fn next(&mut self) -> &[usize] {
+        for i in (1..self.slots.len()).rev() {
+            self.state ^= self.state << 13;
+            self.state ^= self.state >> 7;
+            self.state ^= self.state << 17;
+            let j = (self.state % (i as u64 + 1)) as usize;
+            self.slots.swap(i, j);
+        }
+        &self.slots
+    }
 }
 
 struct Idle {
