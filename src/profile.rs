@@ -8,15 +8,15 @@
 //! Packing leaves out what must not travel between sessions: the `Singleton*` lock files,
 //! `DevToolsActivePort`, sockets, and caches.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Mutex, mpsc};
 
-use flate2::Compression;
 use flate2::read::GzDecoder;
-use flate2::write::GzEncoder;
+use flate2::{Compress, Compression, Crc, FlushCompress};
 use tar::EntryType;
 
 /// Limits applied while unpacking.
@@ -338,13 +338,34 @@ pub struct PackStats {
 }
 
 /// Packs the contents of `src` as a gzip-compressed tar into `writer`, plus `extra` files at the
-/// archive root. Fast deflate (level 1): profiles are large and mostly already compact.
+/// archive root. Fast deflate (level 1): profiles are large and mostly already compact. The
+/// deflate work is spread over the CPUs (`ParGzWriter`); the archive is one ordinary gzip
+/// member.
 pub fn pack_gz<W: Write>(
     src: &Path,
     writer: W,
     extra: &[(&str, &[u8])],
 ) -> Result<(PackStats, W), ArchiveError> {
-    let gz = GzEncoder::new(writer, Compression::fast());
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_GZ_WORKERS);
+    let (tx, rx) = mpsc::channel::<GzJob>();
+    let jobs = Mutex::new(rx);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| gz_worker(&jobs));
+        }
+        // The sender lives in the writer: once the writer is finished or dropped (an error),
+        // the workers see the channel close and the scope can end.
+        pack_gz_with(src, ParGzWriter::new(writer, tx, 2 * workers)?, extra)
+    })
+}
+
+fn pack_gz_with<W: Write>(
+    src: &Path,
+    gz: ParGzWriter<W>,
+    extra: &[(&str, &[u8])],
+) -> Result<(PackStats, W), ArchiveError> {
     let mut builder = tar::Builder::new(gz);
     builder.follow_symlinks(false);
     let mut stats = PackStats::default();
@@ -373,6 +394,163 @@ pub fn pack_gz<W: Write>(
         source,
     })?;
     Ok((stats, w))
+}
+
+/// Deflate workers per pack, at most.
+const MAX_GZ_WORKERS: usize = 4;
+/// Input deflated per job.
+const GZ_CHUNK: usize = 1 << 20;
+/// Deflate's window: each job is primed with this much of the input before it.
+const GZ_WINDOW: usize = 32 * 1024;
+
+/// One piece of the stream to deflate.
+struct GzJob {
+    dictionary: Vec<u8>,
+    data: Vec<u8>,
+    reply: mpsc::SyncSender<io::Result<GzDone>>,
+}
+
+struct GzDone {
+    deflated: Vec<u8>,
+    crc: Crc,
+}
+
+/// Runs jobs until the channel closes.
+fn gz_worker(jobs: &Mutex<mpsc::Receiver<GzJob>>) {
+    let mut c = Compress::new(Compression::fast(), false);
+    loop {
+        let job = match jobs.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+            Ok(job) => job,
+            Err(_) => return,
+        };
+        let done = deflate_piece(&mut c, &job.dictionary, &job.data).map(|deflated| {
+            let mut crc = Crc::new();
+            crc.update(&job.data);
+            GzDone { deflated, crc }
+        });
+        let _ = job.reply.send(done);
+    }
+}
+
+/// Raw deflate of `data` after `dictionary`, ending sync-flushed on a byte boundary (not final).
+fn deflate_piece(c: &mut Compress, dictionary: &[u8], data: &[u8]) -> io::Result<Vec<u8>> {
+    c.reset();
+    if !dictionary.is_empty() {
+        c.set_dictionary(dictionary).map_err(io::Error::other)?;
+    }
+    let mut out = Vec::with_capacity(data.len() + data.len() / 16 + 1024);
+    let start = c.total_in();
+    loop {
+        let consumed = (c.total_in() - start) as usize;
+        c.compress_vec(&data[consumed..], &mut out, FlushCompress::Sync)
+            .map_err(io::Error::other)?;
+        // Done when all input is in and the flush did not run out of room.
+        if (c.total_in() - start) as usize == data.len() && out.len() < out.capacity() {
+            return Ok(out);
+        }
+        out.reserve(64 * 1024);
+    }
+}
+
+/// A gzip writer that deflates [`GZ_CHUNK`] pieces of its input on worker threads and writes
+/// them in order as one gzip member, pigz's scheme: every piece is primed with the 32 KiB
+/// before it (so the output is about the size one stream would be) and ends sync-flushed on a
+/// byte boundary; `finish` adds an empty final block and the trailer (CRC-32, size). At most
+/// `max_pending` pieces are in flight, so memory stays bounded whatever the profile's size.
+struct ParGzWriter<W: Write> {
+    out: W,
+    buf: Vec<u8>,
+    window: Vec<u8>,
+    jobs: mpsc::Sender<GzJob>,
+    pending: VecDeque<mpsc::Receiver<io::Result<GzDone>>>,
+    max_pending: usize,
+    crc: Crc,
+}
+
+impl<W: Write> ParGzWriter<W> {
+    fn new(
+        mut out: W,
+        jobs: mpsc::Sender<GzJob>,
+        max_pending: usize,
+    ) -> Result<Self, ArchiveError> {
+        // ID, deflate, no flags, no mtime, "fastest", Unix.
+        out.write_all(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 3])
+            .map_err(|source| ArchiveError::Write {
+                path: "<archive>".into(),
+                source,
+            })?;
+        Ok(Self {
+            out,
+            buf: Vec::with_capacity(GZ_CHUNK),
+            window: Vec::new(),
+            jobs,
+            pending: VecDeque::new(),
+            max_pending: max_pending.max(1),
+            crc: Crc::new(),
+        })
+    }
+
+    fn dispatch(&mut self) -> io::Result<()> {
+        while self.pending.len() >= self.max_pending {
+            self.write_oldest()?;
+        }
+        let data = std::mem::replace(&mut self.buf, Vec::with_capacity(GZ_CHUNK));
+        // Only the last piece can be shorter than the window; nothing follows it.
+        let tail = data[data.len().saturating_sub(GZ_WINDOW)..].to_vec();
+        let dictionary = std::mem::replace(&mut self.window, tail);
+        let (reply, done) = mpsc::sync_channel(1);
+        self.jobs
+            .send(GzJob {
+                dictionary,
+                data,
+                reply,
+            })
+            .map_err(|_| io::Error::other("the deflate workers stopped"))?;
+        self.pending.push_back(done);
+        Ok(())
+    }
+
+    fn write_oldest(&mut self) -> io::Result<()> {
+        let Some(done) = self.pending.pop_front() else {
+            return Ok(());
+        };
+        let done = done
+            .recv()
+            .map_err(|_| io::Error::other("a deflate worker stopped"))??;
+        self.crc.combine(&done.crc);
+        self.out.write_all(&done.deflated)
+    }
+
+    /// Writes what is left, the final block and the trailer; returns the inner writer.
+    fn finish(mut self) -> io::Result<W> {
+        if !self.buf.is_empty() {
+            self.dispatch()?;
+        }
+        while !self.pending.is_empty() {
+            self.write_oldest()?;
+        }
+        // An empty final block with fixed codes, then CRC-32 and size mod 2^32.
+        self.out.write_all(&[0x03, 0x00])?;
+        self.out.write_all(&self.crc.sum().to_le_bytes())?;
+        self.out.write_all(&self.crc.amount().to_le_bytes())?;
+        Ok(self.out)
+    }
+}
+
+impl<W: Write> Write for ParGzWriter<W> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = data.len().min(GZ_CHUNK - self.buf.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == GZ_CHUNK {
+            self.dispatch()?;
+        }
+        Ok(n)
+    }
+
+    /// Pieces are cut at fixed sizes; flushing only writes out the finished ones.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 fn pack_dir<W: Write>(
@@ -661,6 +839,56 @@ mod tests {
             unpack_tar(&tar[..], &profile, small).unwrap_err(),
             ArchiveError::TooManyEntries(10)
         ));
+    }
+
+    #[test]
+    fn a_parallel_pack_is_one_gzip_member_with_the_right_trailer() {
+        let src = tempfile::tempdir().unwrap();
+        // Several pieces: repetitive text, then bytes deflate cannot shrink.
+        let text: Vec<u8> = (0..3_000_000u32)
+            .map(|i| b"History Cookies Local State "[(i % 28) as usize])
+            .collect();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let noise: Vec<u8> = (0..2_500_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        fs::write(src.path().join("text"), &text).unwrap();
+        fs::write(src.path().join("noise"), &noise).unwrap();
+        let (stats, gz) = pack_gz(src.path(), Vec::new(), &[]).unwrap();
+        assert_eq!(stats.bytes, (text.len() + noise.len()) as u64);
+        assert!(
+            gz.len() < noise.len() + text.len() / 10,
+            "{} bytes",
+            gz.len()
+        );
+        // One member: the decoder checks CRC-32 and size and leaves nothing behind.
+        let mut rest = &gz[..];
+        let mut tar = Vec::new();
+        GzDecoder::new(&mut rest).read_to_end(&mut tar).unwrap();
+        assert!(
+            rest.is_empty(),
+            "{} bytes after the first member",
+            rest.len()
+        );
+        assert!(tar.len() > GZ_CHUNK * 5);
+        let dest = tempfile::tempdir().unwrap();
+        let big = Limits {
+            max_bytes: 1 << 30,
+            max_entries: 10,
+        };
+        unpack_gz(&gz[..], dest.path(), big).unwrap();
+        assert_eq!(fs::read(dest.path().join("text")).unwrap(), text);
+        assert_eq!(fs::read(dest.path().join("noise")).unwrap(), noise);
+        // An empty profile is a valid archive too.
+        let empty = tempfile::tempdir().unwrap();
+        let (_, gz) = pack_gz(empty.path(), Vec::new(), &[]).unwrap();
+        let mut tar = Vec::new();
+        GzDecoder::new(&gz[..]).read_to_end(&mut tar).unwrap();
     }
 
     #[test]
