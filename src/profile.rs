@@ -433,23 +433,116 @@ fn gz_worker(jobs: &Mutex<mpsc::Receiver<GzJob>>) {
 }
 
 /// Raw deflate of `data` after `dictionary`, ending sync-flushed on a byte boundary (not final).
+///
+/// Blocks that look incompressible (random or already compressed: IndexedDB blobs, images,
+/// compressed values) are stored rather than deflated: deflate's fast level would spend about
+/// four times as long per byte on them as on text, only to make them bigger.
 fn deflate_piece(c: &mut Compress, dictionary: &[u8], data: &[u8]) -> io::Result<Vec<u8>> {
-    c.reset();
-    if !dictionary.is_empty() {
-        c.set_dictionary(dictionary).map_err(io::Error::other)?;
-    }
     let mut out = Vec::with_capacity(data.len() + data.len() / 16 + 1024);
+    prime(c, dictionary, &[])?;
+    let mut storing = false;
+    for (i, block) in data.chunks(GZ_BLOCK).enumerate() {
+        if looks_incompressible(block) {
+            if !storing {
+                // End the deflated run on a byte boundary.
+                compress_all(c, &[], &mut out, FlushCompress::Sync)?;
+                storing = true;
+            }
+            for part in block.chunks(usize::from(u16::MAX)) {
+                let len = part.len() as u16;
+                out.push(0); // not final, stored
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(&(!len).to_le_bytes());
+                out.extend_from_slice(part);
+            }
+        } else {
+            if storing {
+                // The compressor did not see the stored bytes: start it again on what the
+                // decoder's window holds.
+                prime(c, dictionary, &data[..i * GZ_BLOCK])?;
+                storing = false;
+            }
+            compress_all(c, block, &mut out, FlushCompress::None)?;
+        }
+    }
+    if !storing {
+        compress_all(c, &[], &mut out, FlushCompress::Sync)?;
+    }
+    Ok(out)
+}
+
+/// Resets the compressor with the last window of `dictionary` followed by `before` as history.
+fn prime(c: &mut Compress, dictionary: &[u8], before: &[u8]) -> io::Result<()> {
+    c.reset();
+    let history: std::borrow::Cow<'_, [u8]> = if before.len() >= GZ_WINDOW {
+        before[before.len() - GZ_WINDOW..].into()
+    } else {
+        let from_dictionary = GZ_WINDOW - before.len();
+        let mut h = dictionary[dictionary.len().saturating_sub(from_dictionary)..].to_vec();
+        h.extend_from_slice(before);
+        h.into()
+    };
+    if !history.is_empty() {
+        c.set_dictionary(&history).map_err(io::Error::other)?;
+    }
+    Ok(())
+}
+
+/// Feeds all of `data`; with a flush, also until the flush is complete.
+fn compress_all(
+    c: &mut Compress,
+    data: &[u8],
+    out: &mut Vec<u8>,
+    flush: FlushCompress,
+) -> io::Result<()> {
     let start = c.total_in();
     loop {
         let consumed = (c.total_in() - start) as usize;
-        c.compress_vec(&data[consumed..], &mut out, FlushCompress::Sync)
-            .map_err(io::Error::other)?;
-        // Done when all input is in and the flush did not run out of room.
-        if (c.total_in() - start) as usize == data.len() && out.len() < out.capacity() {
-            return Ok(out);
+        if out.capacity() - out.len() < 1024 {
+            out.reserve(64 * 1024 + data.len() - consumed);
         }
-        out.reserve(64 * 1024);
+        c.compress_vec(&data[consumed..], out, flush)
+            .map_err(io::Error::other)?;
+        let all_in = (c.total_in() - start) as usize == data.len();
+        // A flush is complete when it did not run out of room.
+        if all_in && (matches!(flush, FlushCompress::None) || out.len() < out.capacity()) {
+            return Ok(());
+        }
     }
+}
+
+/// Unit of the store-or-deflate decision.
+const GZ_BLOCK: usize = 64 * 1024;
+
+/// Whether `block` looks like it will not shrink: random and compressed data have near-uniform
+/// byte frequencies. Three 1 KiB samples (start, middle, end) must all look so. Uniform bytes
+/// measure about 7.8 bits per byte on 1 KiB; text and databases 3-6; base64 6.
+fn looks_incompressible(block: &[u8]) -> bool {
+    const SAMPLE: usize = 1024;
+    if block.len() < 4 * SAMPLE {
+        return false;
+    }
+    let mid = block.len() / 2 - SAMPLE / 2;
+    [0, mid, block.len() - SAMPLE]
+        .iter()
+        .all(|&at| byte_entropy(&block[at..at + SAMPLE]) > 7.5)
+}
+
+/// Shannon entropy of the byte values, bits per byte.
+fn byte_entropy(sample: &[u8]) -> f64 {
+    let mut counts = [0u32; 256];
+    for &b in sample {
+        counts[b as usize] += 1;
+    }
+    let n = sample.len() as f64;
+    counts
+        .iter()
+        .filter(|&&k| k > 0)
+        .map(|&k| {
+            let p = f64::from(k) / n;
+            -p * p.log2()
+        })
+        .sum()
 }
 
 /// A gzip writer that deflates [`GZ_CHUNK`] pieces of its input on worker threads and writes
@@ -889,6 +982,41 @@ mod tests {
         let (_, gz) = pack_gz(empty.path(), Vec::new(), &[]).unwrap();
         let mut tar = Vec::new();
         GzDecoder::new(&gz[..]).read_to_end(&mut tar).unwrap();
+    }
+
+    #[test]
+    fn only_random_looking_blocks_are_stored() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let random: Vec<u8> = (0..GZ_BLOCK)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        assert!(looks_incompressible(&random));
+        let text: Vec<u8> = b"https://example.com/inbox?id=42 Inbox - Mail "
+            .iter()
+            .copied()
+            .cycle()
+            .take(GZ_BLOCK)
+            .collect();
+        assert!(!looks_incompressible(&text));
+        assert!(!looks_incompressible(&vec![0u8; GZ_BLOCK]));
+        // Random bytes followed by text: the end sample sees text, so it is deflated.
+        let mut mixed = random[..GZ_BLOCK / 2].to_vec();
+        mixed.extend_from_slice(&text[..GZ_BLOCK / 2]);
+        assert!(!looks_incompressible(&mixed));
+        // Base64 of random bytes still shrinks (6 bits per byte): deflated.
+        let b64: Vec<u8> = random
+            .iter()
+            .map(|b| {
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+                    [(b & 63) as usize]
+            })
+            .collect();
+        assert!(!looks_incompressible(&b64));
     }
 
     #[test]
