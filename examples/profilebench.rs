@@ -76,7 +76,10 @@ enum Cmd {
         /// S3 endpoint (moto).
         #[arg(long)]
         endpoint: Option<String>,
-        /// Where hydrated copies go (removed after each run; same filesystem as a task's).
+        /// Where hydrated copies go. They are left there for the caller to remove: creating
+        /// files right after deleting as many makes ext4 (without a journal, as on the bench
+        /// VM) scan the recently freed inodes on every create, which a task's fresh profile
+        /// directory never meets.
         #[arg(long)]
         scratch: PathBuf,
         #[arg(long, default_value_t = 5)]
@@ -346,7 +349,7 @@ async fn throughput(
         let t = Instant::now();
         archive = task::persist_profile(store.clone(), KEY, profile_dir, vec![]).await?;
         persist.push(t.elapsed().as_secs_f64());
-        let dest = scratch.join(format!("hydrated-{i}"));
+        let dest = scratch.join(format!("hydrated-{}-{i}", std::process::id()));
         let t = Instant::now();
         let got = task::hydrate(store.as_ref(), KEY, &dest, LIMITS, Duration::from_secs(10))
             .await?
@@ -358,7 +361,6 @@ async fn throughput(
             got.bytes,
             data
         );
-        std::fs::remove_dir_all(&dest)?;
     }
     let mbs = |secs: &[f64]| {
         let mut v: Vec<f64> = secs.iter().map(|s| data as f64 / s / 1e6).collect();
@@ -583,11 +585,10 @@ fn json_version(port: u16) -> Result<()> {
     Ok(())
 }
 
-fn fresh(scratch: &Path, name: &str) -> Result<PathBuf> {
-    let p = scratch.join(name);
-    if p.exists() {
-        std::fs::remove_dir_all(&p)?;
-    }
+/// A new, empty directory. Nothing is deleted between runs (see `Throughput::scratch`); the
+/// scripts remove the scratch directory at the end.
+fn fresh(scratch: &Path, name: &str, run: usize) -> Result<PathBuf> {
+    let p = scratch.join(format!("{name}-{}-{run}", std::process::id()));
     std::fs::create_dir_all(&p)?;
     Ok(p)
 }
@@ -603,9 +604,9 @@ fn startup(controller: &Path, chrome: &Path, runs: usize, scratch: &Path) -> Res
     let mut chrome_in_ctl = Vec::new();
     // One warm-up of each (page cache, fontconfig cache), not counted.
     for i in 0..=runs {
-        let dir = fresh(scratch, "chromium")?;
+        let dir = fresh(scratch, "chromium", i)?;
         let c = chromium_alone(chrome, &dir)?;
-        let dir = fresh(scratch, "controller")?;
+        let dir = fresh(scratch, "controller", i)?;
         let proc_ = Controller::spawn(
             controller,
             chrome,
@@ -672,11 +673,11 @@ fn shutdown(
     let mut saved_ms = Vec::new();
     let mut details = Vec::new();
     for i in 1..=runs {
-        let contexts = fresh(scratch, "contexts")?;
+        let contexts = fresh(scratch, "contexts", i)?;
         let dest = contexts.join(KEY);
         std::fs::create_dir_all(dest.parent().unwrap())?;
         std::fs::copy(archive, &dest)?;
-        let profile_dir = fresh(scratch, "profile")?;
+        let profile_dir = fresh(scratch, "profile", i)?;
         let proc_ = Controller::spawn(
             controller,
             chrome,
@@ -700,7 +701,7 @@ fn shutdown(
             bail!("no \"profile saved\" line: {rest:?}");
         };
         // What the archive held: unpack it and count (the packer's view of the profile).
-        let check = fresh(scratch, "check")?;
+        let check = fresh(scratch, "check", i)?;
         let f = std::fs::File::open(&dest)?;
         let unpacked = profile::unpack_gz(BufReader::new(f), &check, LIMITS)?;
         let elapsed = saved.get("elapsed_ms").and_then(Value::as_u64).unwrap_or(0);
