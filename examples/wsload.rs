@@ -305,8 +305,33 @@ async fn throughput(t: &Target, request: &[u8], a: &CompareArgs) -> Result<Throu
         .await
 }
 
-/// Latency samples in µs, one list per target, taken in turns (shuffled per sample).
-async fn rtt(targets: &[Target], request: &[u8], samples: usize) -> Result<Vec<Vec<f64>>> {
+/// CPU time (ns) used so far by `pids` and their children, summed over all their threads
+/// (`/proc/<pid>/task/<tid>/schedstat`, nanosecond resolution unlike the ticks of `stat`).
+fn cpu_ns(pids: &[u32]) -> u64 {
+    let mut total = 0;
+    for pid in with_children(pids) {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            total += std::fs::read_to_string(task.path().join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    total
+}
+
+/// Round-trip latencies of one target, and the CPU its processes used per round trip.
+struct Rtt {
+    samples_us: Vec<f64>,
+    cpu_us_per_rtt: Option<f64>,
+}
+
+/// Latency samples in µs, one list per target, taken in turns (shuffled per sample), with the
+/// CPU each target's processes spent per round trip over the same window.
+async fn rtt(targets: &[Target], request: &[u8], samples: usize) -> Result<Vec<Rtt>> {
     let frame = ws::masked_frame(1, 256);
     let mut scratch = vec![0u8; frame.len()];
     let mut conns = Vec::new();
@@ -321,6 +346,7 @@ async fn rtt(targets: &[Target], request: &[u8], samples: usize) -> Result<Vec<V
     }
     let mut out = vec![Vec::with_capacity(samples); targets.len()];
     let mut order = Order::new(targets.len());
+    let cpu_before: Vec<u64> = targets.iter().map(|t| cpu_ns(&t.pids)).collect();
     for _ in 0..samples {
         for &j in order.next() {
             let start = Instant::now();
@@ -328,7 +354,17 @@ async fn rtt(targets: &[Target], request: &[u8], samples: usize) -> Result<Vec<V
             out[j].push(start.elapsed().as_secs_f64() * 1e6);
         }
     }
-    Ok(out)
+    Ok(out
+        .into_iter()
+        .zip(targets)
+        .zip(cpu_before)
+        .map(|((samples_us, t), before)| Rtt {
+            cpu_us_per_rtt: (!t.pids.is_empty() && !samples_us.is_empty()).then(|| {
+                cpu_ns(&t.pids).saturating_sub(before) as f64 / 1e3 / samples_us.len() as f64
+            }),
+            samples_us,
+        })
+        .collect())
 }
 
 /// Connection setup samples in µs, one list per target, taken in turns (shuffled per sample).
@@ -495,7 +531,8 @@ async fn compare(a: CompareArgs) -> Result<()> {
                     "cpu_share_of_core": x.cpu_share, "messages": x.messages,
                 })).collect::<Vec<_>>(),
             },
-            "rtt_256b": stats(&mut rtts[i]),
+            "rtt_256b": stats(&mut rtts[i].samples_us),
+            "rtt_cpu_us_per_round_trip": rtts[i].cpu_us_per_rtt,
             "setup": stats(&mut setups[i]),
             "idle": idles[i].as_ref().map(|x| json!({
                 "conns": a.idle_conns,
@@ -565,6 +602,10 @@ fn print_table(doc: &Value) {
         (
             "  added over baseline p99 µs",
             Box::new(|t: &Value| cell(&added(t, &["rtt_256b", "p99_us"]), 1)),
+        ),
+        (
+            "  CPU µs per round trip (target procs)",
+            Box::new(|t: &Value| cell(&t["rtt_cpu_us_per_round_trip"], 2)),
         ),
         (
             "setup p50 µs (connect+upgrade+101)",
