@@ -66,7 +66,8 @@ impl Bed {
                 Some("/devtools/browser/echo".to_owned()),
             )));
             let (upstream_tx, upstream_rx) = watch::channel(state);
-            let proxy = Proxy::new(auth, upstream_rx, Metrics::new(), Limits::default());
+            let proxy = Proxy::new(auth, upstream_rx, Metrics::new(), Limits::default())
+                .expect("relay thread");
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
             let proxy_addr = listener.local_addr().expect("proxy addr");
             let stop = CancellationToken::new();

@@ -56,6 +56,8 @@ pub enum AppError {
         #[source]
         source: std::io::Error,
     },
+    #[error("could not start the relay thread")]
+    Relay(#[source] std::io::Error),
     #[error(transparent)]
     Chrome(#[from] ChromeError),
 }
@@ -124,7 +126,7 @@ impl Serving {
                 metrics_cancel.clone(),
             ));
         }
-        let proxy = Proxy::new(auth, upstream, metrics, limits);
+        let proxy = Proxy::new(auth, upstream, metrics, limits).map_err(AppError::Relay)?;
         let stop_accepting = CancellationToken::new();
         let tracker = TaskTracker::new();
         tokio::spawn(

@@ -84,8 +84,8 @@ pub struct Proxy {
     /// Bounds the connections being turned away with 503 (each lingers up to a second);
     /// beyond it a refused connection is dropped without an answer.
     reject_permits: Arc<Semaphore>,
-    /// Fired at shutdown to end every relay.
-    relays_cancel: CancellationToken,
+    /// The thread that relays upgraded connections.
+    relays: relay::RelayLoop,
 }
 
 impl Proxy {
@@ -94,8 +94,8 @@ impl Proxy {
         upstream: watch::Receiver<UpstreamState>,
         metrics: Arc<Metrics>,
         limits: Limits,
-    ) -> Arc<Self> {
-        Arc::new(Self {
+    ) -> std::io::Result<Arc<Self>> {
+        Ok(Arc::new(Self {
             auth,
             upstream,
             metrics,
@@ -104,8 +104,8 @@ impl Proxy {
             permits: Arc::new(Semaphore::new(limits.max_connections)),
             reject_permits: Arc::new(Semaphore::new(REJECT_BACKLOG)),
             limits,
-            relays_cancel: CancellationToken::new(),
-        })
+            relays: relay::RelayLoop::start()?,
+        }))
     }
 
     /// Follows the number of upgraded clients.
@@ -123,7 +123,7 @@ impl Proxy {
 
     /// Ends every relay (shutdown).
     pub fn close_all_relays(&self) {
-        self.relays_cancel.cancel();
+        self.relays.cancel_all();
     }
 
     fn ready(&self) -> bool {
@@ -474,40 +474,33 @@ impl Proxy {
         }
         let _guard = ClientGuard::new(&self.clients, &self.metrics);
         let events = self.events.clone();
+        let span = tracing::Span::current();
         let on_close = move || {
-            info!("client sent Browser.close; ending the session normally");
+            span.in_scope(|| info!("client sent Browser.close; ending the session normally"));
             events.browser_close.notify_one();
         };
-        let counters = || relay::ByteCounters {
-            client_to_chrome: &self.metrics.bytes_client_to_chrome,
-            chrome_to_client: &self.metrics.bytes_chrome_to_client,
+        // The relay thread drives the sockets from here on, outside the runtime.
+        let (client, chrome) = match (client.into_std(), chrome.into_std()) {
+            (Ok(c), Ok(u)) => (c, u),
+            (Err(e), _) | (_, Err(e)) => {
+                error!(error = %e, "could not hand the connection to the relay thread");
+                self.metrics.outcome(Outcome::ClientGone);
+                return;
+            }
         };
-        let outcome = if self.limits.intercept_browser_close {
-            let mut inspector = inspect::Inspector::default();
-            relay::relay(
-                &client,
-                &chrome,
-                early,
-                &chrome_extra,
-                &mut inspector,
-                counters(),
-                &on_close,
-                &self.relays_cancel,
-            )
-            .await
-        } else {
-            relay::relay(
-                &client,
-                &chrome,
-                early,
-                &chrome_extra,
-                &mut relay::Plain,
-                counters(),
-                &on_close,
-                &self.relays_cancel,
-            )
-            .await
+        let job = relay::Job {
+            client,
+            chrome,
+            client_prefix: early.to_vec(),
+            chrome_prefix: chrome_extra,
+            inspector: self
+                .limits
+                .intercept_browser_close
+                .then(inspect::Inspector::default),
+            on_browser_close: Box::new(on_close),
+            metrics: self.metrics.clone(),
         };
+        let outcome = self.relays.relay(job).await;
         self.metrics.outcome(Outcome::Relayed);
         let duration_ms = started.elapsed().as_millis() as u64;
         let end = match &outcome.end {

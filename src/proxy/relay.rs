@@ -1,27 +1,45 @@
-//! Relaying bytes between an upgraded client socket and Chrome.
+//! Relaying bytes between upgraded client sockets and Chrome, on one event-loop thread.
 //!
 //! After an authenticated upgrade the two sockets carry WebSocket frames that the proxy does not
-//! need to understand, so it copies bytes. Reads go into one 64 KiB buffer per worker thread,
-//! written straight on to the other socket; a connection owns memory of its own only while its
-//! destination cannot take more (the unwritten rest is kept until it can, and nothing more is
-//! read meanwhile — backpressure). Idle connections therefore cost no buffer at all, and a
-//! message of any size streams through without ever being held whole.
+//! need to understand, so it copies bytes. The handshake runs on the async runtime; the sockets
+//! are then handed to a [`RelayLoop`]: one thread with its own `epoll` instance (through `mio`),
+//! edge-triggered, that reads each ready socket into one 64 KiB buffer and writes straight on
+//! to the other socket — the shape of nginx's upgraded-connection loop. Per message that is
+//! `epoll_wait`, `recv`, `send`: no task wake-up, scheduling or future polling in between, which
+//! is what a 256 B round trip through the proxy costs on top of the kernel's work.
+//!
+//! Memory: a connection owns a buffer of its own only while its destination cannot take more
+//! (the unwritten rest is kept until it can, and nothing more is read meanwhile —
+//! backpressure). Idle connections cost no buffer, and a message of any size streams through
+//! without ever being held whole.
+//!
+//! Reads: a read that returns less than the buffer drained the socket (TCP hands over all it
+//! has), so the socket is not read again until `epoll` reports new data — no `recv` that only
+//! says "nothing more", unless the peer's FIN was reported, in which case reading goes on until
+//! the end of stream is seen.
 
-use std::cell::RefCell;
-use std::io;
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
-use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token, Waker};
+use slab::Slab;
+use tokio::sync::oneshot;
+use tracing::error;
 
 use super::inspect::{Inspector, Segment};
+use crate::telemetry::Metrics;
 
-/// Size of the per-thread read buffer.
+/// Size of the loop's read buffer.
 pub const READ_BUFFER: usize = 64 * 1024;
 
-thread_local! {
-    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; READ_BUFFER].into_boxed_slice());
-}
+/// Reads per direction before a busy connection lets the others have a turn.
+const READS_PER_TURN: usize = 16;
+
+const WAKER: Token = Token(usize::MAX);
 
 /// Turns bytes read from one side into what is written to the other.
 pub trait Transform {
@@ -68,10 +86,143 @@ pub struct RelayOutcome {
     pub end: RelayEnd,
 }
 
-/// Shared byte counters the relay adds to as it goes.
-pub struct ByteCounters<'a> {
-    pub client_to_chrome: &'a AtomicU64,
-    pub chrome_to_client: &'a AtomicU64,
+/// One upgraded connection to relay.
+pub struct Job {
+    pub client: std::net::TcpStream,
+    pub chrome: std::net::TcpStream,
+    /// Bytes the client sent after its request head (go to Chrome first, through the
+    /// inspector).
+    pub client_prefix: Vec<u8>,
+    /// Bytes Chrome sent after its 101 answer (go to the client first).
+    pub chrome_prefix: Vec<u8>,
+    /// Watch the client's messages for `Browser.close` (withheld, then `on_browser_close`).
+    pub inspector: Option<Inspector>,
+    pub on_browser_close: Box<dyn Fn() + Send>,
+    /// Where the byte counts are added as they go.
+    pub metrics: Arc<Metrics>,
+}
+
+enum Command {
+    Start(Box<Job>, oneshot::Sender<RelayOutcome>),
+    /// End every relay, now and from now on (shutdown).
+    CancelAll,
+    /// The owner is gone: end every relay and stop the thread.
+    Exit,
+}
+
+/// The relay thread, and how to hand it connections.
+pub struct RelayLoop {
+    commands: Arc<Mutex<Vec<Command>>>,
+    waker: Arc<Waker>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl RelayLoop {
+    /// Starts the relay thread.
+    pub fn start() -> io::Result<Self> {
+        Self::with_read_buffer(READ_BUFFER)
+    }
+
+    /// Starts the relay thread reading `size` bytes at a time (small sizes make tests of the
+    /// read budget deterministic).
+    fn with_read_buffer(size: usize) -> io::Result<Self> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let commands = Arc::new(Mutex::new(Vec::new()));
+        let thread = std::thread::Builder::new().name("wc-relay".into()).spawn({
+            let commands = commands.clone();
+            move || Worker::new(poll, commands, size).run()
+        })?;
+        Ok(Self {
+            commands,
+            waker,
+            thread: Some(thread),
+        })
+    }
+
+    fn send(&self, c: Command) {
+        self.commands
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(c);
+        if let Err(e) = self.waker.wake() {
+            error!(error = %e, "could not wake the relay thread");
+        }
+    }
+
+    /// Hands `job` to the relay thread at once; the future resolves when either side closes
+    /// or [`cancel_all`](Self::cancel_all) is called.
+    pub fn relay(&self, job: Job) -> impl Future<Output = RelayOutcome> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        self.send(Command::Start(Box::new(job), tx));
+        async move {
+            rx.await.unwrap_or(RelayOutcome {
+                client_to_chrome: 0,
+                chrome_to_client: 0,
+                end: RelayEnd::Cancelled,
+            })
+        }
+    }
+
+    /// Ends every relay, and any started later, with [`RelayEnd::Cancelled`].
+    pub fn cancel_all(&self) {
+        self.send(Command::CancelAll);
+    }
+}
+
+impl Drop for RelayLoop {
+    fn drop(&mut self) {
+        self.send(Command::Exit);
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            error!("the relay thread panicked");
+        }
+    }
+}
+
+/// One socket of a relay and what `epoll` last told about it. Registration reports the
+/// socket's state at once (bytes that arrived before it included), so every flag starts false
+/// and all I/O follows events.
+struct Side {
+    stream: TcpStream,
+    /// May have bytes (or an end of stream) to read.
+    readable: bool,
+    /// The peer's FIN (or an error) was reported: read until the end is seen.
+    read_closed: bool,
+    /// May accept bytes.
+    writable: bool,
+}
+
+impl Side {
+    fn new(stream: std::net::TcpStream) -> Self {
+        Self {
+            stream: TcpStream::from_std(stream),
+            readable: false,
+            read_closed: false,
+            writable: false,
+        }
+    }
+}
+
+/// One direction's state.
+#[derive(Default)]
+struct Flow {
+    /// Bytes read but not yet accepted by the destination; allocated only under backpressure.
+    pending: Vec<u8>,
+    sent: usize,
+    bytes: u64,
+}
+
+struct Conn {
+    client: Side,
+    chrome: Side,
+    up: Flow,
+    down: Flow,
+    inspector: Option<Inspector>,
+    on_browser_close: Box<dyn Fn() + Send>,
+    metrics: Arc<Metrics>,
+    done: oneshot::Sender<RelayOutcome>,
 }
 
 enum PumpEnd {
@@ -80,179 +231,645 @@ enum PumpEnd {
     DstError(io::Error),
 }
 
-/// Relays until either side closes or `cancel` fires. `chrome_prefix` holds bytes Chrome sent
-/// after its 101 answer that must reach the client first; `client_prefix` bytes the client sent
-/// after its request head. `on_browser_close` is called when the client's `Browser.close` was
-/// withheld.
-#[allow(clippy::too_many_arguments)]
-pub async fn relay<T: Transform>(
-    client: &TcpStream,
-    chrome: &TcpStream,
-    client_prefix: &[u8],
-    chrome_prefix: &[u8],
-    upstream_transform: &mut T,
-    counters: ByteCounters<'_>,
-    on_browser_close: &(dyn Fn() + Sync),
-    cancel: &CancellationToken,
-) -> RelayOutcome {
-    let up_local = AtomicU64::new(0);
-    let down_local = AtomicU64::new(0);
-    let end = async {
-        let mut segs = Vec::new();
+/// What a turn of pumping left behind.
+enum Turn {
+    /// Both directions wait for `epoll`.
+    Idle,
+    /// The read budget ran out with more to do: come back after the other connections.
+    Busy,
+}
+
+struct Worker {
+    poll: Poll,
+    commands: Arc<Mutex<Vec<Command>>>,
+    conns: Slab<Conn>,
+    /// Connections with work left after their turn.
+    busy: VecDeque<usize>,
+    buf: Box<[u8]>,
+    segs: Vec<Segment>,
+    cancelled: bool,
+}
+
+impl Worker {
+    fn new(poll: Poll, commands: Arc<Mutex<Vec<Command>>>, read_buffer: usize) -> Self {
+        Self {
+            poll,
+            commands,
+            conns: Slab::new(),
+            busy: VecDeque::new(),
+            buf: vec![0u8; read_buffer].into_boxed_slice(),
+            segs: Vec::new(),
+            cancelled: false,
+        }
+    }
+
+    fn run(mut self) {
+        let mut events = Events::with_capacity(256);
+        loop {
+            let timeout = (!self.busy.is_empty()).then_some(std::time::Duration::ZERO);
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                error!(error = %e, "relay loop: epoll failed; ending every relay");
+                self.end_all();
+                return;
+            }
+            for ev in &events {
+                if ev.token() == WAKER {
+                    if !self.take_commands() {
+                        return;
+                    }
+                    continue;
+                }
+                let key = ev.token().0 >> 1;
+                let Some(conn) = self.conns.get_mut(key) else {
+                    continue;
+                };
+                let side = if ev.token().0 & 1 == 0 {
+                    &mut conn.client
+                } else {
+                    &mut conn.chrome
+                };
+                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                    side.readable = true;
+                }
+                if ev.is_read_closed() || ev.is_error() {
+                    side.read_closed = true;
+                }
+                if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
+                    side.writable = true;
+                }
+                self.drive(key);
+            }
+            for _ in 0..self.busy.len() {
+                if let Some(key) = self.busy.pop_front() {
+                    self.drive(key);
+                }
+            }
+        }
+    }
+
+    /// Handles queued commands; false when the loop must stop.
+    fn take_commands(&mut self) -> bool {
+        let commands =
+            std::mem::take(&mut *self.commands.lock().unwrap_or_else(|p| p.into_inner()));
+        for c in commands {
+            match c {
+                Command::Start(job, done) => self.start(*job, done),
+                Command::CancelAll => {
+                    self.cancelled = true;
+                    self.end_all();
+                }
+                Command::Exit => {
+                    self.end_all();
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn start(&mut self, job: Job, done: oneshot::Sender<RelayOutcome>) {
+        if self.cancelled {
+            let _ = done.send(RelayOutcome {
+                client_to_chrome: 0,
+                chrome_to_client: 0,
+                end: RelayEnd::Cancelled,
+            });
+            return;
+        }
+        let Job {
+            client,
+            chrome,
+            client_prefix,
+            chrome_prefix,
+            mut inspector,
+            on_browser_close,
+            metrics,
+        } = job;
+        let mut up = Flow::default();
         if !client_prefix.is_empty() {
-            segs.clear();
-            if upstream_transform.apply(client_prefix, &mut segs) {
+            let mut segs = Vec::new();
+            let close = match &mut inspector {
+                Some(i) => i.apply(&client_prefix, &mut segs),
+                None => Plain.apply(&client_prefix, &mut segs),
+            };
+            if close {
                 on_browser_close();
             }
             for s in &segs {
-                let data = match s {
+                up.pending.extend_from_slice(match s {
                     Segment::Input(r) => &client_prefix[r.clone()],
-                    Segment::Owned(v) => v.as_slice(),
-                };
-                write_all(chrome, data)
-                    .await
-                    .map_err(RelayEnd::ChromeError)?;
+                    Segment::Owned(v) => v,
+                });
             }
-            add(&up_local, counters.client_to_chrome, client_prefix.len());
+            up.bytes = client_prefix.len() as u64;
+            metrics
+                .bytes_client_to_chrome
+                .fetch_add(up.bytes, Ordering::Relaxed);
         }
-        if !chrome_prefix.is_empty() {
-            write_all(client, chrome_prefix)
-                .await
-                .map_err(RelayEnd::ClientError)?;
-            add(&down_local, counters.chrome_to_client, chrome_prefix.len());
-        }
-        let up = pump(
-            client,
-            chrome,
-            upstream_transform,
-            &up_local,
-            counters.client_to_chrome,
+        let down = Flow {
+            bytes: chrome_prefix.len() as u64,
+            pending: chrome_prefix,
+            sent: 0,
+        };
+        metrics
+            .bytes_chrome_to_client
+            .fetch_add(down.bytes, Ordering::Relaxed);
+        let entry = self.conns.vacant_entry();
+        let key = entry.key();
+        let mut conn = Conn {
+            client: Side::new(client),
+            chrome: Side::new(chrome),
+            up,
+            down,
+            inspector,
             on_browser_close,
-        );
-        let mut plain = Plain;
-        let down = pump(
-            chrome,
+            metrics,
+            done,
+        };
+        let both = Interest::READABLE | Interest::WRITABLE;
+        let registry = self.poll.registry();
+        if let Err(e) = registry.register(&mut conn.client.stream, Token(key << 1), both) {
+            return finish(conn, RelayEnd::ClientError(e));
+        }
+        if let Err(e) = registry.register(&mut conn.chrome.stream, Token(key << 1 | 1), both) {
+            return finish(conn, RelayEnd::ChromeError(e));
+        }
+        entry.insert(conn);
+    }
+
+    /// Moves what can be moved on connection `key`; ends it when a side is done.
+    fn drive(&mut self, key: usize) {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        let Conn {
             client,
-            &mut plain,
-            &down_local,
-            counters.chrome_to_client,
+            chrome,
+            up,
+            down,
+            inspector,
+            on_browser_close,
+            metrics,
+            ..
+        } = conn;
+        let up_turn = match inspector {
+            Some(i) => pump(
+                client,
+                chrome,
+                up,
+                &metrics.bytes_client_to_chrome,
+                i,
+                &mut self.buf,
+                &mut self.segs,
+                on_browser_close,
+            ),
+            None => pump(
+                client,
+                chrome,
+                up,
+                &metrics.bytes_client_to_chrome,
+                &mut Plain,
+                &mut self.buf,
+                &mut self.segs,
+                on_browser_close,
+            ),
+        };
+        let (end, up_busy) = match up_turn {
+            Err(PumpEnd::SrcEof) => (Some(RelayEnd::ClientClosed), false),
+            Err(PumpEnd::SrcError(e)) => (Some(RelayEnd::ClientError(e)), false),
+            Err(PumpEnd::DstError(e)) => (Some(RelayEnd::ChromeError(e)), false),
+            Ok(t) => (None, matches!(t, Turn::Busy)),
+        };
+        let end = end.or_else(|| {
+            match pump(
+                chrome,
+                client,
+                down,
+                &metrics.bytes_chrome_to_client,
+                &mut Plain,
+                &mut self.buf,
+                &mut self.segs,
+                &|| {},
+            ) {
+                Err(PumpEnd::SrcEof) => Some(RelayEnd::ChromeClosed),
+                Err(PumpEnd::SrcError(e)) => Some(RelayEnd::ChromeError(e)),
+                Err(PumpEnd::DstError(e)) => Some(RelayEnd::ClientError(e)),
+                Ok(Turn::Busy) => {
+                    self.busy.push_back(key);
+                    None
+                }
+                Ok(Turn::Idle) => {
+                    if up_busy {
+                        self.busy.push_back(key);
+                    }
+                    None
+                }
+            }
+        });
+        if let Some(end) = end {
+            let mut conn = self.conns.remove(key);
+            let registry = self.poll.registry();
+            let _ = registry.deregister(&mut conn.client.stream);
+            let _ = registry.deregister(&mut conn.chrome.stream);
+            // A key may be queued as busy; it is skipped once its slot is empty or reused
+            // (a spurious turn on a reused slot only finds nothing to do).
+            finish(conn, end);
+        }
+    }
+
+    fn end_all(&mut self) {
+        for conn in self.conns.drain() {
+            finish(conn, RelayEnd::Cancelled);
+        }
+        self.busy.clear();
+    }
+}
+
+fn finish(conn: Conn, end: RelayEnd) {
+    let _ = conn.done.send(RelayOutcome {
+        client_to_chrome: conn.up.bytes,
+        chrome_to_client: conn.down.bytes,
+        end,
+    });
+    // Dropping `conn` closes both sockets.
+}
+
+/// Moves bytes from `src` to `dst` until one of them would block or the read budget is spent.
+#[allow(clippy::too_many_arguments)]
+fn pump<T: Transform>(
+    src: &mut Side,
+    dst: &mut Side,
+    flow: &mut Flow,
+    shared: &AtomicU64,
+    transform: &mut T,
+    buf: &mut [u8],
+    segs: &mut Vec<Segment>,
+    on_browser_close: &dyn Fn(),
+) -> Result<Turn, PumpEnd> {
+    let mut reads = 0;
+    loop {
+        if flow.sent < flow.pending.len() {
+            if !dst.writable {
+                return Ok(Turn::Idle);
+            }
+            match (&dst.stream).write(&flow.pending[flow.sent..]) {
+                Ok(0) => return Err(PumpEnd::DstError(io::ErrorKind::WriteZero.into())),
+                Ok(n) => flow.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    dst.writable = false;
+                    return Ok(Turn::Idle);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(PumpEnd::DstError(e)),
+            }
+            if flow.sent == flow.pending.len() {
+                flow.pending = Vec::new();
+                flow.sent = 0;
+            }
+            continue;
+        }
+        if !src.readable {
+            return Ok(Turn::Idle);
+        }
+        if reads == READS_PER_TURN {
+            return Ok(Turn::Busy);
+        }
+        let n = match (&src.stream).read(buf) {
+            Ok(0) => return Err(PumpEnd::SrcEof),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                src.readable = false;
+                return Ok(Turn::Idle);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(PumpEnd::SrcError(e)),
+        };
+        reads += 1;
+        if n < buf.len() && !src.read_closed {
+            // Drained: epoll reports the next bytes.
+            src.readable = false;
+        }
+        flow.bytes += n as u64;
+        shared.fetch_add(n as u64, Ordering::Relaxed);
+        let input = &buf[..n];
+        segs.clear();
+        if transform.apply(input, segs) {
+            on_browser_close();
+        }
+        for seg in segs.drain(..) {
+            let data: &[u8] = match &seg {
+                Segment::Input(r) => &input[r.clone()],
+                Segment::Owned(v) => v,
+            };
+            if !flow.pending.is_empty() || !dst.writable {
+                flow.pending.extend_from_slice(data);
+                continue;
+            }
+            let mut off = 0;
+            while off < data.len() {
+                match (&dst.stream).write(&data[off..]) {
+                    Ok(0) => return Err(PumpEnd::DstError(io::ErrorKind::WriteZero.into())),
+                    Ok(w) => off += w,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        dst.writable = false;
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(PumpEnd::DstError(e)),
+                }
+            }
+            if off < data.len() {
+                flow.pending.extend_from_slice(&data[off..]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream as StdStream};
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::proxy::inspect::tests::frame;
+
+    /// Generous bound on every blocking read, to turn a hang into a failure.
+    const PATIENCE: Duration = Duration::from_secs(20);
+
+    /// A connected pair: (the end the test holds, the end the relay gets).
+    fn pair() -> (StdStream, StdStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let outer = StdStream::connect(l.local_addr().unwrap()).unwrap();
+        let (inner, _) = l.accept().unwrap();
+        inner.set_nonblocking(true).unwrap();
+        outer.set_read_timeout(Some(PATIENCE)).unwrap();
+        (outer, inner)
+    }
+
+    struct Ends {
+        client: StdStream,
+        chrome: StdStream,
+        closed: Arc<AtomicBool>,
+        outcome: tokio::task::JoinHandle<RelayOutcome>,
+        metrics: Arc<Metrics>,
+    }
+
+    fn start(relays: &RelayLoop, client_prefix: &[u8], inspect: bool) -> Ends {
+        let (client, client_inner) = pair();
+        let (chrome, chrome_inner) = pair();
+        let closed = Arc::new(AtomicBool::new(false));
+        let metrics = Metrics::new();
+        let job = Job {
+            client: client_inner,
+            chrome: chrome_inner,
+            client_prefix: client_prefix.to_vec(),
+            chrome_prefix: Vec::new(),
+            inspector: inspect.then(Inspector::default),
+            on_browser_close: Box::new({
+                let closed = closed.clone();
+                move || closed.store(true, Ordering::SeqCst)
+            }),
+            metrics: metrics.clone(),
+        };
+        let outcome = tokio::spawn(relays.relay(job));
+        Ends {
+            client,
+            chrome,
+            closed,
+            outcome,
+            metrics,
+        }
+    }
+
+    fn read_n(s: &mut StdStream, n: usize) -> Vec<u8> {
+        let mut v = vec![0; n];
+        s.read_exact(&mut v).unwrap();
+        v
+    }
+
+    fn assert_eof(s: &mut StdStream) {
+        let mut b = [0u8; 1];
+        assert_eq!(s.read(&mut b).unwrap(), 0, "expected the end of the stream");
+    }
+
+    #[tokio::test]
+    async fn bytes_flow_both_ways_and_a_client_close_ends_the_relay() {
+        let relays = RelayLoop::start().unwrap();
+        let mut e = start(&relays, b"early", false);
+        assert_eq!(read_n(&mut e.chrome, 5), b"early");
+        e.client.write_all(b"ping").unwrap();
+        assert_eq!(read_n(&mut e.chrome, 4), b"ping");
+        e.chrome.write_all(b"pong!").unwrap();
+        assert_eq!(read_n(&mut e.client, 5), b"pong!");
+        // Data and FIN in quick succession: the data must still arrive, then the close.
+        e.client.write_all(b"bye").unwrap();
+        e.client.shutdown(Shutdown::Write).unwrap();
+        assert_eq!(read_n(&mut e.chrome, 3), b"bye");
+        assert_eof(&mut e.chrome);
+        let out = e.outcome.await.unwrap();
+        assert!(matches!(out.end, RelayEnd::ClientClosed), "{:?}", out.end);
+        assert_eq!((out.client_to_chrome, out.chrome_to_client), (12, 5));
+        assert_eq!(e.metrics.bytes_client_to_chrome.load(Ordering::Relaxed), 12);
+        assert_eq!(e.metrics.bytes_chrome_to_client.load(Ordering::Relaxed), 5);
+    }
+
+    #[tokio::test]
+    async fn chrome_closing_closes_the_client() {
+        let relays = RelayLoop::start().unwrap();
+        let mut e = start(&relays, b"", false);
+        e.chrome.write_all(b"last words").unwrap();
+        drop(e.chrome);
+        assert_eq!(read_n(&mut e.client, 10), b"last words");
+        assert_eof(&mut e.client);
+        let out = e.outcome.await.unwrap();
+        assert!(matches!(out.end, RelayEnd::ChromeClosed), "{:?}", out.end);
+    }
+
+    #[tokio::test]
+    async fn a_browser_close_sent_with_the_upgrade_is_withheld() {
+        let relays = RelayLoop::start().unwrap();
+        let close = frame(1, true, br#"{"id":1,"method":"Browser.close"}"#);
+        let other = frame(1, true, br#"{"id":2,"method":"Browser.getVersion"}"#);
+        let mut e = start(&relays, &[close, other.clone()].concat(), true);
+        assert_eq!(read_n(&mut e.chrome, other.len()), other);
+        assert!(e.closed.load(Ordering::SeqCst));
+        // Later commands are inspected too.
+        let close_again = frame(1, true, br#"{"id":3,"method":"Browser.close"}"#);
+        let ping = frame(1, true, br#"{"id":4,"method":"Target.getTargets"}"#);
+        e.closed.store(false, Ordering::SeqCst);
+        e.client
+            .write_all(&[close_again, ping.clone()].concat())
+            .unwrap();
+        assert_eq!(read_n(&mut e.chrome, ping.len()), ping);
+        assert!(e.closed.load(Ordering::SeqCst));
+    }
+
+    /// A destination that reads slowly: what the relay holds stays bounded by its buffer and
+    /// every byte arrives in order.
+    #[tokio::test]
+    async fn backpressure_keeps_order_and_bounds_what_is_held() {
+        let relays = RelayLoop::start().unwrap();
+        let e = start(&relays, b"", false);
+        const TOTAL: usize = 32 << 20;
+        let pattern = |i: usize| (i % 251) as u8;
+        let mut client = e.client;
+        let writer = std::thread::spawn(move || {
+            let data: Vec<u8> = (0..TOTAL).map(pattern).collect();
+            client.write_all(&data).unwrap();
+            client
+        });
+        let mut chrome = e.chrome;
+        let reader = std::thread::spawn(move || {
+            let mut got = 0;
+            let mut buf = [0u8; 997];
+            while got < TOTAL {
+                let n = chrome.read(&mut buf).unwrap();
+                assert!(n > 0, "early end after {got} bytes");
+                for (k, b) in buf[..n].iter().enumerate() {
+                    assert_eq!(*b, pattern(got + k), "byte {}", got + k);
+                }
+                got += n;
+                if got % (1 << 20) < n {
+                    // Let the relay's destination fill up now and then.
+                    std::thread::yield_now();
+                }
+            }
+        });
+        reader.join().unwrap();
+        drop(writer.join().unwrap());
+        let out = e.outcome.await.unwrap();
+        assert_eq!(out.client_to_chrome, TOTAL as u64);
+    }
+
+    /// Waits until `n` bytes are queued on `s` (a socket the relay is about to get).
+    fn wait_queued(s: &StdStream, n: usize) {
+        s.set_nonblocking(false).unwrap();
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
+        let mut buf = vec![0u8; n];
+        while s.peek(&mut buf).unwrap() < n {}
+        s.set_nonblocking(true).unwrap();
+    }
+
+    /// A turn reads at most READS_PER_TURN times, leaving the rest for after the others.
+    #[test]
+    fn a_turn_has_a_read_budget() {
+        let (mut src_outer, src_inner) = pair();
+        let (mut dst_outer, dst_inner) = pair();
+        src_outer.write_all(&[1u8; 1000]).unwrap();
+        wait_queued(&src_inner, 1000);
+        let mut src = Side::new(src_inner);
+        let mut dst = Side::new(dst_inner);
+        (src.readable, dst.writable) = (true, true);
+        let mut flow = Flow::default();
+        let counter = AtomicU64::new(0);
+        let mut buf = [0u8; 16];
+        let turn = pump(
+            &mut src,
+            &mut dst,
+            &mut flow,
+            &counter,
+            &mut Plain,
+            &mut buf,
+            &mut Vec::new(),
             &|| {},
         );
-        let end = tokio::select! {
-            e = up => match e {
-                PumpEnd::SrcEof => RelayEnd::ClientClosed,
-                PumpEnd::SrcError(e) => RelayEnd::ClientError(e),
-                PumpEnd::DstError(e) => RelayEnd::ChromeError(e),
-            },
-            e = down => match e {
-                PumpEnd::SrcEof => RelayEnd::ChromeClosed,
-                PumpEnd::SrcError(e) => RelayEnd::ChromeError(e),
-                PumpEnd::DstError(e) => RelayEnd::ClientError(e),
-            },
-            () = cancel.cancelled() => RelayEnd::Cancelled,
-        };
-        Ok::<_, RelayEnd>(end)
+        assert!(matches!(turn, Ok(Turn::Busy)));
+        assert_eq!(flow.bytes, (16 * READS_PER_TURN) as u64);
+        assert_eq!(
+            read_n(&mut dst_outer, 16 * READS_PER_TURN),
+            vec![1u8; 16 * READS_PER_TURN]
+        );
+        drop(src_outer);
     }
-    .await;
-    RelayOutcome {
-        client_to_chrome: up_local.load(Ordering::Relaxed),
-        chrome_to_client: down_local.load(Ordering::Relaxed),
-        end: end.unwrap_or_else(|e| e),
+
+    /// A connection that used up its budget gets another turn without a new event: here all
+    /// the data and the FIN were queued before the relay started, so no further event comes.
+    #[tokio::test]
+    async fn a_busy_connection_is_driven_again_until_done() {
+        let relays = RelayLoop::with_read_buffer(16).unwrap();
+        let (mut client, client_inner) = pair();
+        let (mut chrome, chrome_inner) = pair();
+        let data: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        client.write_all(&data).unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        wait_queued(&client_inner, data.len());
+        let outcome = tokio::spawn(relays.relay(Job {
+            client: client_inner,
+            chrome: chrome_inner,
+            client_prefix: Vec::new(),
+            chrome_prefix: Vec::new(),
+            inspector: None,
+            on_browser_close: Box::new(|| {}),
+            metrics: Metrics::new(),
+        }));
+        assert_eq!(read_n(&mut chrome, data.len()), data);
+        assert_eof(&mut chrome);
+        assert!(matches!(outcome.await.unwrap().end, RelayEnd::ClientClosed));
     }
-}
 
-fn add(local: &AtomicU64, shared: &AtomicU64, n: usize) {
-    local.fetch_add(n as u64, Ordering::Relaxed);
-    shared.fetch_add(n as u64, Ordering::Relaxed);
-}
-
-/// Writes all of `data`, waiting for writability as needed.
-pub async fn write_all(dst: &TcpStream, mut data: &[u8]) -> io::Result<()> {
-    while !data.is_empty() {
-        dst.writable().await?;
-        match dst.try_write(data) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => data = &data[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
+    /// Data and FIN queued before the relay saw either: the data is delivered, then the close.
+    #[tokio::test]
+    async fn data_then_fin_arriving_together_are_both_relayed() {
+        let relays = RelayLoop::start().unwrap();
+        let (mut client, client_inner) = pair();
+        let (mut chrome, chrome_inner) = pair();
+        client.write_all(b"bye").unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        wait_queued(&client_inner, 3);
+        let outcome = tokio::spawn(relays.relay(Job {
+            client: client_inner,
+            chrome: chrome_inner,
+            client_prefix: Vec::new(),
+            chrome_prefix: Vec::new(),
+            inspector: None,
+            on_browser_close: Box::new(|| {}),
+            metrics: Metrics::new(),
+        }));
+        assert_eq!(read_n(&mut chrome, 3), b"bye");
+        assert_eof(&mut chrome);
+        assert!(matches!(outcome.await.unwrap().end, RelayEnd::ClientClosed));
     }
-    Ok(())
-}
 
-enum Step {
-    Again,
-    Eof,
-    Moved,
-}
+    #[tokio::test]
+    async fn cancel_all_ends_every_relay_and_refuses_new_ones() {
+        let relays = RelayLoop::start().unwrap();
+        let mut a = start(&relays, b"", false);
+        let mut b = start(&relays, b"", false);
+        a.client.write_all(b"x").unwrap();
+        assert_eq!(read_n(&mut a.chrome, 1), b"x");
+        b.client.write_all(b"y").unwrap();
+        assert_eq!(read_n(&mut b.chrome, 1), b"y");
+        relays.cancel_all();
+        for e in [&mut a, &mut b] {
+            assert_eof(&mut e.client);
+            assert_eof(&mut e.chrome);
+        }
+        for e in [a, b] {
+            assert!(matches!(e.outcome.await.unwrap().end, RelayEnd::Cancelled));
+        }
+        let mut late = start(&relays, b"", false);
+        assert!(matches!(
+            late.outcome.await.unwrap().end,
+            RelayEnd::Cancelled
+        ));
+        assert_eof(&mut late.client);
+    }
 
-async fn pump<T: Transform>(
-    src: &TcpStream,
-    dst: &TcpStream,
-    transform: &mut T,
-    local: &AtomicU64,
-    shared: &AtomicU64,
-    on_browser_close: &(dyn Fn() + Sync),
-) -> PumpEnd {
-    let mut segs: Vec<Segment> = Vec::new();
-    // Bytes read but not yet accepted by `dst`; allocated only under backpressure.
-    let mut pending: Vec<u8> = Vec::new();
-    loop {
-        if !pending.is_empty() {
-            if let Err(e) = write_all(dst, &pending).await {
-                return PumpEnd::DstError(e);
-            }
-            pending = Vec::new();
-        }
-        if let Err(e) = src.readable().await {
-            return PumpEnd::SrcError(e);
-        }
-        let step = SCRATCH.with(|cell| -> Result<Step, PumpEnd> {
-            let mut buf = cell.borrow_mut();
-            let n = match src.try_read(&mut buf[..]) {
-                Ok(0) => return Ok(Step::Eof),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Again),
-                Err(e) => return Err(PumpEnd::SrcError(e)),
-            };
-            add(local, shared, n);
-            let input = &buf[..n];
-            segs.clear();
-            if transform.apply(input, &mut segs) {
-                on_browser_close();
-            }
-            let mut blocked = false;
-            for seg in segs.drain(..) {
-                let data: &[u8] = match &seg {
-                    Segment::Input(r) => &input[r.clone()],
-                    Segment::Owned(v) => v,
-                };
-                if blocked {
-                    pending.extend_from_slice(data);
-                    continue;
-                }
-                let mut off = 0;
-                while off < data.len() {
-                    match dst.try_write(&data[off..]) {
-                        Ok(0) => return Err(PumpEnd::DstError(io::ErrorKind::WriteZero.into())),
-                        Ok(w) => off += w,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            blocked = true;
-                            break;
-                        }
-                        Err(e) => return Err(PumpEnd::DstError(e)),
-                    }
-                }
-                if blocked {
-                    pending.extend_from_slice(&data[off..]);
-                }
-            }
-            Ok(Step::Moved)
-        });
-        match step {
-            Ok(Step::Again | Step::Moved) => {}
-            Ok(Step::Eof) => return PumpEnd::SrcEof,
-            Err(end) => return end,
-        }
+    #[tokio::test]
+    async fn dropping_the_loop_ends_its_relays_and_its_thread() {
+        let relays = RelayLoop::start().unwrap();
+        let mut e = start(&relays, b"", false);
+        e.client.write_all(b"x").unwrap();
+        assert_eq!(read_n(&mut e.chrome, 1), b"x");
+        // Drop joins the thread, so returning at all shows it ended.
+        drop(relays);
+        assert!(matches!(e.outcome.await.unwrap().end, RelayEnd::Cancelled));
+        assert_eof(&mut e.client);
+        assert_eof(&mut e.chrome);
     }
 }
