@@ -4,7 +4,7 @@
 #   - directly (the baseline),
 #   - through `wallcrawler-controller proxy` (release build, token checked on every upgrade),
 #   - through nginx (worker_processes 1, a minimal WebSocket reverse proxy; once with its
-#     default 4 KiB relay buffers, once with proxy_buffer_size 64k — same nginx process),
+#     default 4 KiB relay buffers, once with 256 KiB ones, the size the proxy reads with),
 # measured by `wsload compare`: 1 MiB echo throughput and the relay's CPU per message, 256 B
 # round-trip latency, connection setup, and RSS with idle connections held.
 #
@@ -76,7 +76,7 @@ cleanup() {
     wait "$pid" 2>/dev/null || true
   done
   if (( rc != 0 )); then
-    for f in "$TMP"/proxy.log "$TMP"/proxy-b.log "$TMP"/nginx/error.log; do
+    for f in "$TMP"/proxy.log "$TMP"/proxy-b.log "$TMP"/nginx/error.log "$TMP"/nginx-big/error.log; do
       [[ -s "$f" ]] && { log "--- $f"; tail -n 20 "$f" >&2; }
     done
   fi
@@ -111,55 +111,56 @@ if [[ -n "${PROXY_B:-}" ]]; then
 fi
 
 # --- nginx -------------------------------------------------------------------------------
+# Two nginx processes, each one worker like the proxy's one pinned core (daemon off: this
+# script owns the masters): `nginx` as configured by default, where an upgraded connection
+# relays through proxy_buffer_size buffers of one page (4 KiB); `nginx-256k` with 256 KiB relay
+# buffers, the size the proxy reads with (proxy_buffers and proxy_busy_buffers_size only so
+# nginx accepts the larger proxy_buffer_size; responses that are not upgrades are not buffered
+# anyway). Separate processes so each target's CPU is its own.
 NGINX_ADDR="127.0.0.1:$("$WSLOAD" free-port)"
-NGINX64_ADDR="127.0.0.1:$("$WSLOAD" free-port)"
-mkdir -p "$TMP/nginx"
-cat >"$TMP/nginx/nginx.conf" <<EOF
-# One worker, like the proxy's one pinned core. daemon off: this script owns the master.
+NGINX_BIG_ADDR="127.0.0.1:$("$WSLOAD" free-port)"
+start_nginx() { # NAME ADDR EXTRA-DIRECTIVES; sets NGINX_STARTED_PID
+  local dir="$TMP/$1"
+  mkdir -p "$dir"
+  cat >"$dir/nginx.conf" <<EOF
 worker_processes 1;
 daemon off;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log warn;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
 worker_rlimit_nofile 65536;
 events { worker_connections 8192; }
 http {
   access_log off;
-  client_body_temp_path $TMP/nginx/client_body;
-  proxy_temp_path $TMP/nginx/proxy;
+  client_body_temp_path $dir/client_body;
+  proxy_temp_path $dir/proxy;
   proxy_http_version 1.1;
   proxy_set_header Upgrade \$http_upgrade;
   proxy_set_header Connection "upgrade";
   proxy_buffering off;
   proxy_read_timeout 600s;
   proxy_send_timeout 600s;
-  # As configured above: an upgraded connection relays through proxy_buffer_size buffers,
-  # one page (4 KiB) by default.
   server {
-    listen $NGINX_ADDR;
-    location / { proxy_pass http://$ECHO_ADDR; }
-  }
-  # The same with 64 KiB relay buffers, the size the proxy reads with (proxy_buffers and
-  # proxy_busy_buffers_size only so nginx accepts the larger proxy_buffer_size; responses
-  # that are not upgrades are not buffered anyway).
-  server {
-    listen $NGINX64_ADDR;
-    proxy_buffer_size 64k;
-    proxy_buffers 4 64k;
-    proxy_busy_buffers_size 128k;
+    listen $2;
+    $3
     location / { proxy_pass http://$ECHO_ADDR; }
   }
 }
 EOF
-"$NGINX" -q -t -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" \
-  || die "nginx rejected its configuration"
-"${RELAY_CPU[@]}" "$NGINX" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" &
-NGINX_PID=$!
-STARTED+=("$NGINX_PID")
+  "$NGINX" -q -t -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" \
+    || die "nginx rejected its configuration ($1)"
+  "${RELAY_CPU[@]}" "$NGINX" -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" &
+  NGINX_STARTED_PID=$!
+  STARTED+=("$NGINX_STARTED_PID")
+}
+start_nginx nginx "$NGINX_ADDR" ""
+NGINX_PID=$NGINX_STARTED_PID
+start_nginx nginx-big "$NGINX_BIG_ADDR" "proxy_buffer_size 256k; proxy_buffers 4 256k; proxy_busy_buffers_size 512k;"
+NGINX_BIG_PID=$NGINX_STARTED_PID
 
 "$WSLOAD" wait-port "$PROXY_ADDR" || die "the proxy did not start"
 [[ -z "${PROXY_B:-}" ]] || "$WSLOAD" wait-port "$PROXY_B_ADDR" || die "proxy-B did not start"
 "$WSLOAD" wait-port "$NGINX_ADDR" || die "nginx did not start"
-"$WSLOAD" wait-port "$NGINX64_ADDR" || die "nginx did not start"
+"$WSLOAD" wait-port "$NGINX_BIG_ADDR" || die "nginx did not start"
 
 TOKEN="$(WALLCRAWLER_JWT_SIGNING_KEY="$KEY" "$CTL" token --session-id "$SESSION")"
 
@@ -184,7 +185,7 @@ timeout 900 "${LOAD_CPU[@]}" "$WSLOAD" compare \
   --target "direct=$ECHO_ADDR" \
   --target "proxy=$PROXY_ADDR@$PROXY_PID" "${PROXY_B_TARGET[@]}" \
   --target "nginx=$NGINX_ADDR@$NGINX_PID" \
-  --target "nginx-64k=$NGINX64_ADDR@$NGINX_PID" \
+  --target "nginx-256k=$NGINX_BIG_ADDR@$NGINX_BIG_PID" \
   --path "/devtools/page/bench?signingKey=$TOKEN" \
   --conns "$CONNS" --secs "$SECS" --rounds "$ROUNDS" \
   --rtt-samples "$RTT_SAMPLES" --setup-samples "$SETUP_SAMPLES" --idle-conns "$IDLE_CONNS" \
@@ -193,4 +194,5 @@ timeout 900 "${LOAD_CPU[@]}" "$WSLOAD" compare \
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$REPORT"
 kill -0 "$PROXY_PID" 2>/dev/null || die "the proxy exited during the run"
 kill -0 "$NGINX_PID" 2>/dev/null || die "nginx exited during the run"
+kill -0 "$NGINX_BIG_PID" 2>/dev/null || die "nginx-256k exited during the run"
 log "results: $REPORT and ${REPORT%.txt}.json"

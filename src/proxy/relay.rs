@@ -3,7 +3,7 @@
 //! After an authenticated upgrade the two sockets carry WebSocket frames that the proxy does not
 //! need to understand, so it copies bytes. The handshake runs on the async runtime; the sockets
 //! are then handed to a [`RelayLoop`]: one thread with its own `epoll` instance (through `mio`),
-//! edge-triggered, that reads each ready socket into one 64 KiB buffer and writes straight on
+//! edge-triggered, that reads each ready socket into one 256 KiB buffer and writes straight on
 //! to the other socket — the shape of nginx's upgraded-connection loop. Per message that is
 //! `epoll_wait`, `recv`, `send`: no task wake-up, scheduling or future polling in between, which
 //! is what a 256 B round trip through the proxy costs on top of the kernel's work.
@@ -34,7 +34,7 @@ use super::inspect::{Inspector, Segment};
 use crate::telemetry::Metrics;
 
 /// Size of the loop's read buffer.
-pub const READ_BUFFER: usize = 64 * 1024;
+pub const READ_BUFFER: usize = 256 * 1024;
 
 /// Reads per direction before a busy connection lets the others have a turn.
 const READS_PER_TURN: usize = 16;
