@@ -787,15 +787,12 @@ mod tests {
         drop(src_outer);
     }
 
-    /// A connection that used up its budget gets another turn without a new event: here all
-    /// the data and the FIN were queued before the relay started, so no further event comes.
-    #[tokio::test]
-    async fn a_busy_connection_is_driven_again_until_done() {
-        let relays = RelayLoop::with_read_buffer(16).unwrap();
+    /// Queues `data` and a FIN on a client socket before the relay gets it, then checks that
+    /// Chrome's side receives all of it and the close.
+    async fn relays_what_was_queued_before_the_start(relays: &RelayLoop, data: &[u8]) {
         let (mut client, client_inner) = pair();
         let (mut chrome, chrome_inner) = pair();
-        let data: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
-        client.write_all(&data).unwrap();
+        client.write_all(data).unwrap();
         client.shutdown(Shutdown::Write).unwrap();
         wait_queued(&client_inner, data.len());
         let outcome = tokio::spawn(relays.relay(Job {
@@ -812,27 +809,20 @@ mod tests {
         assert!(matches!(outcome.await.unwrap().end, RelayEnd::ClientClosed));
     }
 
+    /// A connection that used up its budget gets another turn without a new event: here all
+    /// the data and the FIN were queued before the relay started, so no further event comes.
+    #[tokio::test]
+    async fn a_busy_connection_is_driven_again_until_done() {
+        let relays = RelayLoop::with_read_buffer(16).unwrap();
+        let data: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        relays_what_was_queued_before_the_start(&relays, &data).await;
+    }
+
     /// Data and FIN queued before the relay saw either: the data is delivered, then the close.
     #[tokio::test]
     async fn data_then_fin_arriving_together_are_both_relayed() {
         let relays = RelayLoop::start().unwrap();
-        let (mut client, client_inner) = pair();
-        let (mut chrome, chrome_inner) = pair();
-        client.write_all(b"bye").unwrap();
-        client.shutdown(Shutdown::Write).unwrap();
-        wait_queued(&client_inner, 3);
-        let outcome = tokio::spawn(relays.relay(Job {
-            client: client_inner,
-            chrome: chrome_inner,
-            client_prefix: Vec::new(),
-            chrome_prefix: Vec::new(),
-            inspector: None,
-            on_browser_close: Box::new(|| {}),
-            metrics: Metrics::new(),
-        }));
-        assert_eq!(read_n(&mut chrome, 3), b"bye");
-        assert_eof(&mut chrome);
-        assert!(matches!(outcome.await.unwrap().end, RelayEnd::ClientClosed));
+        relays_what_was_queued_before_the_start(&relays, b"bye").await;
     }
 
     #[tokio::test]
