@@ -141,6 +141,11 @@ impl RelayLoop {
     }
 
     fn send(&self, c: Command) {
+        if self.thread.as_ref().is_none_or(|t| t.is_finished()) {
+            // Only after a panic: dropping the command resolves a relay as cancelled.
+            error!("the relay thread is gone; the connection is closed");
+            return;
+        }
         self.commands
             .lock()
             .unwrap_or_else(|p| p.into_inner())
