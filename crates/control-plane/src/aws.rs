@@ -704,214 +704,173 @@ fn updated(r: UpdateResult) -> PortResult<Cond<SessionDoc>> {
 // ---------------------------------------------------------------------------------------------
 // Projects, API keys, contexts
 
-/// `wallcrawler-projects` (key `projectId`).
-pub struct DynamoProjects {
+/// A table addressed by one string key, and the calls the repositories below share.
+struct Table {
     client: aws_sdk_dynamodb::Client,
-    table: String,
+    name: String,
+    /// The key attribute.
+    key: &'static str,
+    /// For errors: "the projects table".
+    service: &'static str,
+    /// For errors about one item: "project".
+    what: &'static str,
 }
 
-impl DynamoProjects {
-    pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
-        Self {
-            client,
-            table: table.to_owned(),
+impl Table {
+    /// Consistent `GetItem`.
+    async fn get<T: DeserializeOwned>(&self, id: &str) -> PortResult<Option<T>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.name)
+            .key(self.key, s(id))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk_error(self.service, e))?;
+        from_opt(self.what, out.item())
+    }
+
+    /// `PutItem`; with `create_only`, on condition that no item has the key.
+    async fn put<T: Serialize>(&self, item: &T, create_only: bool) -> PortResult<()> {
+        let mut req = self
+            .client
+            .put_item()
+            .table_name(&self.name)
+            .set_item(Some(to_item(item)));
+        if create_only {
+            req = req.condition_expression(format!("attribute_not_exists({})", self.key));
         }
+        req.send().await.map_err(|e| sdk_error(self.service, e))?;
+        Ok(())
+    }
+
+    /// `UpdateItem` `SET attr = :v` on condition that the item exists; false when it does not.
+    async fn set_if_exists(&self, id: &str, attr: &str, value: &str) -> PortResult<bool> {
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.name)
+            .key(self.key, s(id))
+            .condition_expression(format!("attribute_exists({})", self.key))
+            .update_expression("SET #a = :v")
+            .expression_attribute_names("#a", attr)
+            .expression_attribute_values(":v", s(value))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(sdk_error(self.service, e)),
+        }
+    }
+
+    async fn delete(&self, id: &str) -> PortResult<()> {
+        self.client
+            .delete_item()
+            .table_name(&self.name)
+            .key(self.key, s(id))
+            .send()
+            .await
+            .map_err(|e| sdk_error(self.service, e))?;
+        Ok(())
     }
 }
 
-const PROJECTS: &str = "the projects table";
+/// `wallcrawler-projects` (key `projectId`).
+pub struct DynamoProjects(Table);
+
+impl DynamoProjects {
+    pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
+        Self(Table {
+            client,
+            name: table.to_owned(),
+            key: "projectId",
+            service: "the projects table",
+            what: "project",
+        })
+    }
+}
 
 impl ProjectRepo for DynamoProjects {
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<Project>>> {
-        Box::pin(async move {
-            let out = self
-                .client
-                .get_item()
-                .table_name(&self.table)
-                .key("projectId", s(id))
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(|e| sdk_error(PROJECTS, e))?;
-            from_opt("project", out.item())
-        })
+        Box::pin(self.0.get(id))
     }
 
     /// Creates or replaces the project.
     fn put(&self, p: Project) -> BoxFuture<'_, PortResult<()>> {
-        Box::pin(async move {
-            self.client
-                .put_item()
-                .table_name(&self.table)
-                .set_item(Some(to_item(&p)))
-                .send()
-                .await
-                .map_err(|e| sdk_error(PROJECTS, e))?;
-            Ok(())
-        })
+        Box::pin(async move { self.0.put(&p, false).await })
     }
 }
 
 /// `wallcrawler-api-keys` (key `apiKeyHash`; only hashes are stored).
-pub struct DynamoKeys {
-    client: aws_sdk_dynamodb::Client,
-    table: String,
-}
+pub struct DynamoKeys(Table);
 
 impl DynamoKeys {
     pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
-        Self {
+        Self(Table {
             client,
-            table: table.to_owned(),
-        }
+            name: table.to_owned(),
+            key: "apiKeyHash",
+            service: "the API keys table",
+            what: "API key",
+        })
     }
 }
 
-const KEYS: &str = "the API keys table";
-
 impl KeyRepo for DynamoKeys {
     fn get<'a>(&'a self, hash: &'a str) -> BoxFuture<'a, PortResult<Option<ApiKeyRecord>>> {
-        Box::pin(async move {
-            let out = self
-                .client
-                .get_item()
-                .table_name(&self.table)
-                .key("apiKeyHash", s(hash))
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(|e| sdk_error(KEYS, e))?;
-            from_opt("API key", out.item())
-        })
+        Box::pin(self.0.get(hash))
     }
 
     fn put(&self, k: ApiKeyRecord) -> BoxFuture<'_, PortResult<()>> {
-        Box::pin(async move {
-            self.client
-                .put_item()
-                .table_name(&self.table)
-                .set_item(Some(to_item(&k)))
-                .send()
-                .await
-                .map_err(|e| sdk_error(KEYS, e))?;
-            Ok(())
-        })
+        Box::pin(async move { self.0.put(&k, false).await })
     }
 
     /// `UpdateItem` on condition `attribute_exists(apiKeyHash)`; false when there is no key.
     fn set_status<'a>(&'a self, hash: &'a str, status: &'a str) -> BoxFuture<'a, PortResult<bool>> {
-        Box::pin(async move {
-            let r = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key("apiKeyHash", s(hash))
-                .condition_expression("attribute_exists(apiKeyHash)")
-                .update_expression("SET #st = :s")
-                .expression_attribute_names("#st", "status")
-                .expression_attribute_values(":s", s(status))
-                .send()
-                .await;
-            match r {
-                Ok(_) => Ok(true),
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
-                {
-                    Ok(false)
-                }
-                Err(e) => Err(sdk_error(KEYS, e)),
-            }
-        })
+        Box::pin(self.0.set_if_exists(hash, "status", status))
     }
 }
 
 /// `wallcrawler-contexts` (key `contextId`).
-pub struct DynamoContexts {
-    client: aws_sdk_dynamodb::Client,
-    table: String,
-}
+pub struct DynamoContexts(Table);
 
 impl DynamoContexts {
     pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
-        Self {
+        Self(Table {
             client,
-            table: table.to_owned(),
-        }
+            name: table.to_owned(),
+            key: "contextId",
+            service: "the contexts table",
+            what: "context",
+        })
     }
 }
-
-const CONTEXTS: &str = "the contexts table";
 
 impl ContextRepo for DynamoContexts {
     /// `PutItem` on condition `attribute_not_exists(contextId)` (ids are random; a collision is
     /// an error, never an overwrite).
     fn create(&self, c: ContextRecord) -> BoxFuture<'_, PortResult<()>> {
-        Box::pin(async move {
-            self.client
-                .put_item()
-                .table_name(&self.table)
-                .set_item(Some(to_item(&c)))
-                .condition_expression("attribute_not_exists(contextId)")
-                .send()
-                .await
-                .map_err(|e| sdk_error(CONTEXTS, e))?;
-            Ok(())
-        })
+        Box::pin(async move { self.0.put(&c, true).await })
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<ContextRecord>>> {
-        Box::pin(async move {
-            let out = self
-                .client
-                .get_item()
-                .table_name(&self.table)
-                .key("contextId", s(id))
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(|e| sdk_error(CONTEXTS, e))?;
-            from_opt("context", out.item())
-        })
+        Box::pin(self.0.get(id))
     }
 
     /// Sets `updatedAt` of an existing context (a missing one is left missing).
     fn touch<'a>(&'a self, id: &'a str, at: &'a str) -> BoxFuture<'a, PortResult<()>> {
-        Box::pin(async move {
-            let r = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key("contextId", s(id))
-                .condition_expression("attribute_exists(contextId)")
-                .update_expression("SET updatedAt = :at")
-                .expression_attribute_values(":at", s(at))
-                .send()
-                .await;
-            match r {
-                Ok(_) => Ok(()),
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
-                {
-                    Ok(())
-                }
-                Err(e) => Err(sdk_error(CONTEXTS, e)),
-            }
-        })
+        Box::pin(async move { self.0.set_if_exists(id, "updatedAt", at).await.map(|_| ()) })
     }
 
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<()>> {
-        Box::pin(async move {
-            self.client
-                .delete_item()
-                .table_name(&self.table)
-                .key("contextId", s(id))
-                .send()
-                .await
-                .map_err(|e| sdk_error(CONTEXTS, e))?;
-            Ok(())
-        })
+        Box::pin(self.0.delete(id))
     }
 }
 
