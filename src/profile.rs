@@ -934,6 +934,18 @@ mod tests {
         ));
     }
 
+    /// `n` bytes deflate cannot shrink (xorshift64 from `seed`).
+    fn xorshift_bytes(mut x: u64, n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
     #[test]
     fn a_parallel_pack_is_one_gzip_member_with_the_right_trailer() {
         let src = tempfile::tempdir().unwrap();
@@ -941,15 +953,7 @@ mod tests {
         let text: Vec<u8> = (0..3_000_000u32)
             .map(|i| b"History Cookies Local State "[(i % 28) as usize])
             .collect();
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let noise: Vec<u8> = (0..2_500_000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let noise = xorshift_bytes(0x9E37_79B9_7F4A_7C15, 2_500_000);
         fs::write(src.path().join("text"), &text).unwrap();
         fs::write(src.path().join("noise"), &noise).unwrap();
         let (stats, gz) = pack_gz(src.path(), Vec::new(), &[]).unwrap();
@@ -986,15 +990,7 @@ mod tests {
 
     #[test]
     fn only_random_looking_blocks_are_stored() {
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let random: Vec<u8> = (0..GZ_BLOCK)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let random = xorshift_bytes(0x2545_F491_4F6C_DD1D, GZ_BLOCK);
         assert!(looks_incompressible(&random));
         let text: Vec<u8> = b"https://example.com/inbox?id=42 Inbox - Mail "
             .iter()
