@@ -7,6 +7,7 @@
 //! configured budget.
 
 use std::net::SocketAddr;
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,7 +34,11 @@ pub enum EndReason {
     IdleTimeout,
     /// The session's `expiresAt` passed.
     Expired,
-    /// Chrome exited without being asked to.
+    /// Chrome exited by itself with status 0 after a client had talked to it: a client's
+    /// `Browser.close` the proxy could not inspect (padded past the inspected size, say). A
+    /// normal end, except that the session cookies can no longer be exported.
+    ChromeExitedCleanly,
+    /// Chrome exited without being asked to, by a signal or with a non-zero status.
     ChromeCrashed(String),
 }
 
@@ -44,6 +49,21 @@ impl EndReason {
             Self::ChromeCrashed(_) => 1,
             _ => 0,
         }
+    }
+}
+
+/// How an exit of Chrome that the controller did not ask for ends the session.
+///
+/// Chrome exits with status 0 only when it closed itself cleanly (CDP `Browser.close`, or a
+/// SIGTERM/SIGINT it handled) — its profile flushed to disk. A death by a signal it did not
+/// handle (SIGKILL from the OOM killer, SIGSEGV, SIGABRT) or a non-zero status is a crash.
+/// A clean exit before any client traffic reached Chrome cannot be a client's close, so it
+/// stays a crash.
+pub fn classify_exit(status: &ExitStatus, client_traffic: bool) -> EndReason {
+    if status.success() && client_traffic {
+        EndReason::ChromeExitedCleanly
+    } else {
+        EndReason::ChromeCrashed(describe_exit(status))
     }
 }
 
@@ -231,6 +251,16 @@ impl Session {
         self.serving.proxy.metrics().proxy_bytes()
     }
 
+    /// Whether any client bytes have reached Chrome through the proxy.
+    fn client_traffic(&self) -> bool {
+        self.serving
+            .proxy
+            .metrics()
+            .bytes_client_to_chrome
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+    }
+
     /// Waits for whatever ends the session first.
     pub async fn wait_end(&self, signal: &CancellationToken) -> EndReason {
         let events = self.serving.proxy.events();
@@ -239,7 +269,7 @@ impl Session {
             biased;
             () = signal.cancelled() => EndReason::Signal,
             () = events.browser_close.notified() => EndReason::ClientClosedBrowser,
-            status = self.chrome.exited() => EndReason::ChromeCrashed(describe_exit(&status)),
+            status = self.chrome.exited() => classify_exit(&status, self.client_traffic()),
             () = idle(clients, self.idle_timeout) => EndReason::IdleTimeout,
             () = until_unix(self.expires_at) => EndReason::Expired,
         };
@@ -247,6 +277,10 @@ impl Session {
             EndReason::ChromeCrashed(how) => {
                 error!(chrome.exit = %how, "chrome exited unexpectedly")
             }
+            EndReason::ChromeExitedCleanly => warn!(
+                "chrome exited by itself with status 0 after client traffic (a Browser.close \
+                 the proxy could not inspect); ending the session normally"
+            ),
             r => info!(reason = ?r, "session ending"),
         }
         reason
@@ -389,6 +423,32 @@ mod tests {
         assert_eq!(EndReason::ClientClosedBrowser.exit_code(), 0);
         assert_eq!(EndReason::IdleTimeout.exit_code(), 0);
         assert_eq!(EndReason::Expired.exit_code(), 0);
+        assert_eq!(EndReason::ChromeExitedCleanly.exit_code(), 0);
         assert_eq!(EndReason::ChromeCrashed("x".into()).exit_code(), 1);
+    }
+
+    /// What Debian Chromium really gives (checked by hand): status 0 after `Browser.close`
+    /// and after a SIGTERM/SIGINT it handles; killed by the signal for SIGKILL and SIGSEGV.
+    #[test]
+    fn only_a_clean_exit_after_client_traffic_is_a_normal_end() {
+        use std::os::unix::process::ExitStatusExt;
+        let clean = ExitStatus::from_raw(0);
+        assert_eq!(classify_exit(&clean, true), EndReason::ChromeExitedCleanly);
+        assert_eq!(
+            classify_exit(&clean, false),
+            EndReason::ChromeCrashed("exit code 0".into())
+        );
+        for (raw, how) in [
+            (9, "killed by SIGKILL"),
+            (11, "killed by SIGSEGV"),
+            (6, "killed by SIGABRT"),
+            (1 << 8, "exit code 1"),
+            (21 << 8, "exit code 21"),
+        ] {
+            assert_eq!(
+                classify_exit(&ExitStatus::from_raw(raw), true),
+                EndReason::ChromeCrashed(how.into())
+            );
+        }
     }
 }

@@ -10,6 +10,8 @@
 //! End (signal, a client's Browser.close, idle, expiry, crash): terminal status → (persist:
 //! session cookies exported over CDP) → Chrome closed through CDP → (persist: tar → gzip →
 //! store, atomically) → `proxyBytes` and, last, `endedAt` — all within the shutdown budget.
+//! Chrome closing itself cleanly after client traffic (a close the proxy could not inspect) ends
+//! the same way, except that the session cookies went with it: the on-disk profile is saved.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -300,7 +302,13 @@ pub async fn run_task(
 
     let persist = c.context_persist && !crashed && context_key.is_some() && deps.archives.is_some();
     let mut extra: Vec<(String, Vec<u8>)> = Vec::new();
-    if persist {
+    let chrome_gone = matches!(reason, EndReason::ChromeExitedCleanly);
+    if persist && chrome_gone {
+        warn!(
+            "the browser closed itself; its profile on disk is saved, but its session cookies \
+             cannot be exported any more"
+        );
+    } else if persist {
         match cdp::all_cookies(&session.chrome.browser_ws_url(), left().mul_f32(0.2)).await {
             Ok(all) => {
                 let params = cdp::session_cookie_params(&all);
@@ -319,7 +327,7 @@ pub async fn run_task(
     if crashed {
         info!("the browser crashed; the previous archive is kept");
     } else if let (true, Some(key), Some(archives)) = (persist, &context_key, &deps.archives) {
-        if closed.as_ref().is_some_and(|o| !o.is_clean()) {
+        if !chrome_gone && closed.as_ref().is_some_and(|o| !o.is_clean()) {
             warn!("chrome did not close cleanly; persisting what it left on disk");
         }
         let started = Instant::now();

@@ -238,6 +238,99 @@ fn full_lifecycle_ending_with_puppeteer_browser_close() {
     full_lifecycle(End::BrowserClose);
 }
 
+/// The archive's entries: path → content.
+fn archive_entries(gz: &[u8]) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(gz));
+    let mut all = std::collections::BTreeMap::new();
+    for entry in tar.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let path = entry.path().unwrap().to_string_lossy().into_owned();
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut data).unwrap();
+        all.insert(path, data);
+    }
+    all
+}
+
+/// A client's `Browser.close` in a form that a byte-pattern check misses ends the session
+/// normally: exit 0, STOPPED/COMPLETED, the profile saved. Returns the controller's log and the
+/// saved archive's entries.
+fn odd_browser_close_ends_normally(
+    form: &str,
+) -> (String, std::collections::BTreeMap<String, Vec<u8>>) {
+    let w = World::new();
+    let (id, t) = w.session("PROVISIONING", vec![]);
+    let mut c = w.start(&id, true, &[]);
+    let url = wait_ready(&mut c, &t);
+    assert_eq!(
+        node("context.mjs", &["--url", &url, "--mode", "write"])["ok"],
+        true
+    );
+    let closed = node("close-raw.mjs", &["--url", &url, "--form", form]);
+    assert_eq!(closed["ok"], true, "{closed}");
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+    let item = get_session(&w.table, &id);
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
+    assert_eq!(text(&item, "status").as_deref(), Some("COMPLETED"));
+    assert!(text(&item, "terminationReason").is_none(), "{item:?}");
+    assert!(text(&item, "endedAt").is_some());
+    let saved = aws::get_object(&w.bucket, &w.key()).expect("the profile was saved");
+    let entries = archive_entries(&saved);
+    assert!(
+        entries.keys().any(|p| p.ends_with("Default/Cookies")),
+        "the on-disk cookie store is in the archive: {:?}",
+        entries.keys()
+    );
+    (c.stderr.text(), entries)
+}
+
+/// The proxy withheld the command and the controller closed Chrome itself, after exporting
+/// the session cookies.
+fn assert_withheld_and_cookies_exported(
+    form: &str,
+    log: &str,
+    entries: &std::collections::BTreeMap<String, Vec<u8>>,
+) {
+    assert!(log.contains("ClientClosedBrowser"), "{form}: {log}");
+    let cookies = entries
+        .get(SESSION_COOKIES_FILE)
+        .unwrap_or_else(|| panic!("{form}: no session cookies saved: {:?}", entries.keys()));
+    let cookies: serde_json::Value = serde_json::from_slice(cookies).unwrap();
+    assert!(
+        cookies
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "session"),
+        "{form}: {cookies}"
+    );
+}
+
+#[test]
+fn an_escaped_browser_close_ends_the_session_normally() {
+    let (log, entries) = odd_browser_close_ends_normally("escaped");
+    assert_withheld_and_cookies_exported("escaped", &log, &entries);
+}
+
+#[test]
+fn a_fragmented_browser_close_ends_the_session_normally() {
+    let (log, entries) = odd_browser_close_ends_normally("fragmented");
+    assert_withheld_and_cookies_exported("fragmented", &log, &entries);
+}
+
+/// Too large to inspect, the command reaches Chrome, which closes itself with status 0: still
+/// a normal end, the on-disk profile saved; only the session cookies are lost with Chrome.
+#[test]
+fn a_browser_close_padded_past_the_inspected_size_ends_the_session_normally() {
+    let (log, entries) = odd_browser_close_ends_normally("padded");
+    assert!(
+        log.contains("chrome exited by itself with status 0"),
+        "{log}"
+    );
+    assert!(log.contains("session cookies cannot be exported"), "{log}");
+    assert!(!entries.contains_key(SESSION_COOKIES_FILE));
+}
+
 #[test]
 fn released_before_start_writes_only_proxy_bytes_and_ended_at() {
     let w = World::new();
@@ -388,6 +481,16 @@ fn expiry_ends_the_session_as_timed_out() {
 
 #[test]
 fn chrome_crash_fails_and_keeps_the_previous_archive() {
+    chrome_crash_fails(Signal::SIGKILL);
+}
+
+#[test]
+fn chrome_segfault_fails_and_keeps_the_previous_archive() {
+    chrome_crash_fails(Signal::SIGSEGV);
+}
+
+/// Chrome dies by `signal` after client traffic: ERROR, not persisted, exit non-zero.
+fn chrome_crash_fails(signal: Signal) {
     let w = World::new();
     let previous = archive_with_cookie();
     aws::put_object(&w.bucket, &w.key(), previous.clone());
@@ -399,7 +502,7 @@ fn chrome_crash_fails_and_keeps_the_previous_archive() {
         true
     );
     let chrome = c.chrome_pid();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(chrome), Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(chrome), signal).unwrap();
     assert_ne!(c.wait_exit().code(), Some(0));
     let item = get_session(&w.table, &id);
     assert_eq!(text(&item, "internalStatus").as_deref(), Some("FAILED"));
@@ -407,7 +510,7 @@ fn chrome_crash_fails_and_keeps_the_previous_archive() {
     assert!(
         text(&item, "terminationReason")
             .unwrap()
-            .contains("exited unexpectedly"),
+            .contains(&format!("exited unexpectedly (killed by {signal})")),
         "{item:?}"
     );
     assert!(text(&item, "endedAt").is_some());
