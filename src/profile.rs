@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use std::cell::Cell;
 use std::collections::{HashSet, VecDeque};
 use std::ffi::OsStr;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -971,6 +971,7 @@ fn pack_dir<W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
 
     const LIMITS: Limits = Limits {
         max_bytes: 1 << 20,
