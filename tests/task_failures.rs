@@ -270,36 +270,43 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// `x -> .` then a link whose text never goes above the profile on paper but does on disk.
+/// What `x -> .` makes of a link one directory down: on paper it never climbs above the
+/// profile; on disk every `x/` stays at the profile's root, so the `..`s climb out to `/`.
+const CHAIN: &str = "../x/x/x/x/x/x/x/x/x/x/x/x/../../../../../../../../../../../../";
+
 #[test]
 fn archive_with_a_link_chain_climbing_out() {
     let sc = Scene::new();
+    let evil = format!("{CHAIN}etc/passwd");
     sc.run_with_links(
         &[
             ("x", EntryType::Symlink, b"", Some(".")),
-            (
-                "evil",
-                EntryType::Symlink,
-                b"",
-                Some("../x/x/x/x/x/x/x/x/x/x/x/x/../../../../../../../../../../../../etc/passwd"),
-            ),
+            ("Default", EntryType::Directory, b"", None),
+            ("Default/evil", EntryType::Symlink, b"", Some(&evil)),
         ],
         "x",
     );
 }
 
-/// The saved session cookies as a link to `/dev/zero` (read whole, it would fill memory).
+/// The saved session cookies as a link (through a chain) to `/dev/zero`: read whole, it would
+/// fill the controller's memory.
 #[test]
 fn archive_with_session_cookies_linked_to_dev_zero() {
     let sc = Scene::new();
+    let zero = format!("{CHAIN}dev/zero");
     sc.run_with_links(
-        &[(
-            "wallcrawler-session-cookies.json",
-            EntryType::Symlink,
-            b"",
-            Some("/dev/zero"),
-        )],
-        "wallcrawler-session-cookies.json",
+        &[
+            ("x", EntryType::Symlink, b"", Some(".")),
+            ("Default", EntryType::Directory, b"", None),
+            ("Default/zero", EntryType::Symlink, b"", Some(&zero)),
+            (
+                "wallcrawler-session-cookies.json",
+                EntryType::Symlink,
+                b"",
+                Some("Default/zero"),
+            ),
+        ],
+        "x",
     );
 }
 
@@ -316,7 +323,8 @@ fn archive_with_symlink_out_and_a_file_through_it() {
     );
 }
 
-/// A link to a link that leads out, and a file written through the first.
+/// A link whose target is another link, which leads out of the profile (to the directory
+/// holding the canary) though on paper it stays inside.
 #[test]
 fn archive_with_a_link_to_a_link() {
     let sc = Scene::new();
@@ -324,8 +332,13 @@ fn archive_with_a_link_to_a_link() {
         &[
             ("Default", EntryType::Directory, b"", None),
             ("Default/hop", EntryType::Symlink, b"", Some("out")),
-            ("Default/out", EntryType::Symlink, b"", Some("../../canary")),
-            ("Default/hop/evil.txt", EntryType::Regular, b"x", None),
+            ("x", EntryType::Symlink, b"", Some(".")),
+            (
+                "Default/out",
+                EntryType::Symlink,
+                b"",
+                Some("../x/x/../canary"),
+            ),
         ],
         "Default/hop",
     );
