@@ -978,8 +978,11 @@ mod tests {
         max_entries: 100,
     };
 
+    /// Path, type, data and link target of an entry of [`raw_tar`].
+    type RawEntry<'a> = (&'a str, EntryType, &'a [u8], Option<&'a str>);
+
     /// A tar with raw headers (the tar crate's safe builders refuse what we need to test).
-    fn raw_tar(entries: &[(&str, EntryType, &[u8], Option<&str>)]) -> Vec<u8> {
+    fn raw_tar(entries: &[RawEntry<'_>]) -> Vec<u8> {
         let mut b = tar::Builder::new(Vec::new());
         for (path, kind, data, link) in entries {
             let mut h = tar::Header::new_gnu();
@@ -1082,7 +1085,7 @@ mod tests {
         let (_r, profile, canary) = setup();
         let c = canary.display().to_string();
         let chain = "../x/x/x/x/x/x/x/x/x/x/x/x/../../../../../../../../../../../../etc/passwd";
-        let cases: Vec<Vec<(&str, EntryType, &[u8], Option<&str>)>> = vec![
+        let cases: Vec<Vec<RawEntry<'_>>> = vec![
             // `x -> .` makes the next link climb out on disk, though not on paper.
             vec![
                 ("x", EntryType::Symlink, b"", Some(".")),
