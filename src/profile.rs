@@ -1,23 +1,44 @@
 //! The profile archive: a gzip-compressed tar of the *contents* of Chrome's user-data-dir.
 //!
 //! Archives are customer-supplied and hostile until proven otherwise. Unpacking refuses
-//! absolute paths, `..`, links that leave the profile, device files and FIFOs; caps the total
-//! unpacked size and the entry count; never follows a link on the way to a file it writes; and
-//! never writes outside the profile directory. A refusal names the offending entry.
+//! absolute paths, `..`, symbolic links (a profile needs none, and a link's target is resolved
+//! on disk, not on paper: `x -> .` makes `x/x/../..` climb out), hard links to anything but a
+//! file the archive itself wrote, device files and FIFOs; caps every decompressed byte (file
+//! contents against `max_bytes`, tar headers and extension headers — GNU long names, PAX —
+//! at [`MAX_EXTENSION_BYTES`] each, checked before they are read) and the entry count; never
+//! follows a link on the way to a file it writes; and never writes outside the profile
+//! directory. A refusal names the offending entry, shortened to [`NAME_SHOWN`] characters.
 //!
 //! Packing leaves out what must not travel between sessions: the `Singleton*` lock files,
-//! `DevToolsActivePort`, sockets, and caches.
+//! `DevToolsActivePort`, sockets, caches, and symbolic links (which unpacking would refuse).
 
+use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::{HashSet, VecDeque};
-use std::fs::{self, File, OpenOptions};
+use std::ffi::OsStr;
+use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 use std::sync::{Mutex, mpsc};
 
 use flate2::read::GzDecoder;
 use flate2::{Compress, Compression, Crc, FlushCompress};
-use tar::EntryType;
+use tar::{EntryType, PaxExtensions};
+
+use crate::telemetry::clip;
+
+/// The most one extension header (GNU long name or long link, PAX) may hold. Its size is
+/// checked before a byte of it is read; real ones hold a path of a few hundred bytes.
+pub const MAX_EXTENSION_BYTES: u64 = 64 * 1024;
+
+/// Bytes of an entry name shown in errors and logs (cut on a character boundary).
+pub const NAME_SHOWN: usize = 256;
+
+/// A tar block: every header is one, every entry's data is padded to a whole number of them.
+const BLOCK: u64 = 512;
 
 /// Limits applied while unpacking.
 #[derive(Debug, Clone, Copy)]
@@ -35,6 +56,14 @@ pub enum ArchiveError {
     ParentTraversal(String),
     #[error("archive entry {0:?} is a link pointing outside the profile directory")]
     LinkOutside(String),
+    #[error(
+        "archive entry {0:?} is a symbolic link; profile archives may not contain symbolic links"
+    )]
+    Symlink(String),
+    #[error(
+        "archive has a {kind} header of {size} bytes (at most {MAX_EXTENSION_BYTES} are allowed)"
+    )]
+    ExtensionTooLarge { kind: &'static str, size: u64 },
     #[error("archive entry {0:?} would be written through a link")]
     ThroughLink(String),
     #[error("archive entry {0:?} is a device file or FIFO")]
@@ -100,7 +129,7 @@ pub fn is_cache_dir(name: &str) -> bool {
 
 /// Validates an entry path: relative, no `..`, no root or prefix. Returns the clean path.
 pub fn safe_relative(raw: &Path) -> Result<PathBuf, ArchiveError> {
-    let display = raw.to_string_lossy().into_owned();
+    let display = shown(raw.as_os_str().as_bytes());
     let mut out = PathBuf::new();
     for c in raw.components() {
         match c {
@@ -113,28 +142,6 @@ pub fn safe_relative(raw: &Path) -> Result<PathBuf, ArchiveError> {
         }
     }
     Ok(out)
-}
-
-/// Whether `target` of a symlink at `link` (both relative to the profile) stays inside.
-fn link_stays_inside(link: &Path, target: &Path) -> bool {
-    if target.is_absolute() {
-        return false;
-    }
-    let mut depth: i64 = link.parent().map_or(0, |p| p.components().count() as i64);
-    for c in target.components() {
-        match c {
-            Component::Normal(_) => depth += 1,
-            Component::CurDir => {}
-            Component::ParentDir => {
-                depth -= 1;
-                if depth < 0 {
-                    return false;
-                }
-            }
-            _ => return false,
-        }
-    }
-    true
 }
 
 /// Makes sure every existing ancestor of `rel` under `root` is a real directory (not a link),
@@ -178,7 +185,122 @@ pub fn unpack_gz(
     unpack_tar(GzDecoder::new(reader), dest, limits)
 }
 
+/// The decompressed stream as the tar reader sees it: it hands out only the bytes
+/// [`unpack_tar`] has allowed for (each entry's header, padding and checked size), so every
+/// decompressed byte is accounted for whatever the tar crate does with it.
+struct Metered<R> {
+    inner: R,
+    budget: Rc<Budget>,
+}
+
+/// What [`Metered`] may still hand out; shared with the unpack loop, which raises it.
+#[derive(Debug, Default)]
+struct Budget {
+    read: Cell<u64>,
+    allowed: Cell<u64>,
+    exceeded: Cell<bool>,
+}
+
+impl Budget {
+    fn allow(&self, n: u64) {
+        self.allowed.set(self.allowed.get().saturating_add(n));
+    }
+}
+
+impl<R: Read> Read for Metered<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self
+            .budget
+            .allowed
+            .get()
+            .saturating_sub(self.budget.read.get());
+        if left == 0 && !buf.is_empty() {
+            self.budget.exceeded.set(true);
+            return Err(io::Error::other(
+                "archive data beyond what its headers declare",
+            ));
+        }
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.budget.read.set(self.budget.read.get() + n as u64);
+        Ok(n)
+    }
+}
+
+/// Extension headers seen before the entry they describe.
+#[derive(Default)]
+struct Pending {
+    long_name: Option<Vec<u8>>,
+    long_link: Option<Vec<u8>>,
+    pax: Option<Vec<u8>>,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.long_name.is_none() && self.long_link.is_none() && self.pax.is_none()
+    }
+
+    /// The value of PAX `key`, if the entry has PAX extensions holding it.
+    fn pax_value(&self, key: &str) -> Result<Option<&[u8]>, ArchiveError> {
+        let Some(pax) = &self.pax else {
+            return Ok(None);
+        };
+        for ext in PaxExtensions::new(pax) {
+            let ext = ext.map_err(|_| ArchiveError::Corrupt("malformed PAX header".into()))?;
+            if ext.key_bytes() == key.as_bytes() {
+                return Ok(Some(ext.value_bytes()));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// A path from an archive header as bytes: a GNU long name ends with NULs; no path holds one.
+fn path_from_bytes(bytes: &[u8]) -> Result<PathBuf, ArchiveError> {
+    let end = bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
+    let bytes = &bytes[..end];
+    if bytes.contains(&0) {
+        return Err(ArchiveError::Corrupt(format!(
+            "entry name {:?} holds a NUL byte",
+            shown(bytes)
+        )));
+    }
+    Ok(PathBuf::from(OsStr::from_bytes(bytes)))
+}
+
+/// An entry name as shown in errors and logs: lossy UTF-8, at most [`NAME_SHOWN`] bytes.
+fn shown(bytes: &[u8]) -> String {
+    let head = &bytes[..bytes.len().min(NAME_SHOWN + 4)];
+    let text = String::from_utf8_lossy(head);
+    let clipped = clip(&text, NAME_SHOWN);
+    if clipped.len() < text.len() || head.len() < bytes.len() {
+        format!("{clipped}…")
+    } else {
+        clipped.into_owned()
+    }
+}
+
+/// Reads the whole of an extension header already checked to be at most
+/// [`MAX_EXTENSION_BYTES`].
+fn read_extension(entry: &mut impl Read, size: u64) -> Result<Vec<u8>, ArchiveError> {
+    let mut data = Vec::with_capacity(size as usize);
+    entry
+        .take(size)
+        .read_to_end(&mut data)
+        .map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
+    if data.len() as u64 != size {
+        return Err(ArchiveError::Corrupt(
+            "an extension header is shorter than it says".into(),
+        ));
+    }
+    Ok(data)
+}
+
 /// Unpacks a tar stream into `dest` under every rule of the module.
+///
+/// The tar crate reads GNU long names and PAX headers whole, before any limit of ours, when
+/// it resolves them itself; so entries are read raw and those headers are checked here, by
+/// their declared size, before they are read.
 pub fn unpack_tar(
     reader: impl Read,
     dest: &Path,
@@ -188,24 +310,96 @@ pub fn unpack_tar(
         path: dest.display().to_string(),
         source,
     })?;
-    let corrupt = |e: io::Error| ArchiveError::Corrupt(e.to_string());
-    let mut archive = tar::Archive::new(reader);
+    let budget = Rc::new(Budget::default());
+    budget.allow(BLOCK); // the first header
+    let corrupt = {
+        let budget = budget.clone();
+        move |e: io::Error| {
+            if budget.exceeded.get() {
+                ArchiveError::TooLarge(limits.max_bytes)
+            } else {
+                ArchiveError::Corrupt(e.to_string())
+            }
+        }
+    };
+    let mut archive = tar::Archive::new(Metered {
+        inner: reader,
+        budget: budget.clone(),
+    });
     let mut stats = UnpackStats::default();
+    // Every entry's declared data, files or not: what the reader may hand out beyond headers.
+    let mut declared: u64 = 0;
+    let mut pending = Pending::default();
     let mut written_files: HashSet<PathBuf> = HashSet::new();
     let mut buf = vec![0u8; 256 * 1024];
-    for entry in archive.entries().map_err(corrupt)? {
-        let mut entry = entry.map_err(corrupt)?;
+    for entry in archive.entries().map_err(&corrupt)?.raw(true) {
+        let mut entry = entry.map_err(&corrupt)?;
+        let kind = entry.header().entry_type();
+        let size = entry.header().entry_size().map_err(&corrupt)?;
+        // This entry's padding and the next header.
+        budget.allow(2 * BLOCK);
+        let extension = match kind {
+            EntryType::GNULongName => Some("GNU long name"),
+            EntryType::GNULongLink => Some("GNU long link"),
+            EntryType::XHeader => Some("PAX"),
+            EntryType::XGlobalHeader => Some("PAX global"),
+            _ => None,
+        };
+        if let Some(what) = extension {
+            if size > MAX_EXTENSION_BYTES {
+                return Err(ArchiveError::ExtensionTooLarge { kind: what, size });
+            }
+            budget.allow(size);
+            let data = read_extension(&mut entry, size)?;
+            let slot = match kind {
+                EntryType::GNULongName => &mut pending.long_name,
+                EntryType::GNULongLink => &mut pending.long_link,
+                EntryType::XHeader => &mut pending.pax,
+                // Global PAX records (comments, defaults) say nothing we use; each counts
+                // as an entry so that they cannot come in unlimited numbers.
+                _ => {
+                    stats.entries += 1;
+                    if stats.entries > limits.max_entries {
+                        return Err(ArchiveError::TooManyEntries(limits.max_entries));
+                    }
+                    continue;
+                }
+            };
+            if slot.replace(data).is_some() {
+                return Err(ArchiveError::Corrupt(format!(
+                    "two {what} headers describe the same entry"
+                )));
+            }
+            continue;
+        }
         stats.entries += 1;
         if stats.entries > limits.max_entries {
             return Err(ArchiveError::TooManyEntries(limits.max_entries));
         }
-        let raw_path = entry.path().map_err(corrupt)?.into_owned();
-        let display = raw_path.to_string_lossy().into_owned();
+        declared = declared.saturating_add(size);
+        if declared > limits.max_bytes {
+            return Err(ArchiveError::TooLarge(limits.max_bytes));
+        }
+        budget.allow(size);
+        let ext = std::mem::take(&mut pending);
+        if let Some(pax_size) = ext.pax_value("size")?
+            && pax_size != size.to_string().as_bytes()
+        {
+            // The tar crate would let PAX override the header; we read raw, by the header.
+            return Err(ArchiveError::Corrupt(
+                "a PAX size disagrees with its header".into(),
+            ));
+        }
+        let raw_path = match (&ext.long_name, ext.pax_value("path")?) {
+            (Some(long), _) => path_from_bytes(long)?,
+            (None, Some(pax)) => path_from_bytes(pax)?,
+            (None, None) => path_from_bytes(&entry.header().path_bytes())?,
+        };
+        let display = shown(raw_path.as_os_str().as_bytes());
         let rel = safe_relative(&raw_path)?;
         if rel.as_os_str().is_empty() {
             continue; // "./" itself
         }
-        let kind = entry.header().entry_type();
         let name = rel
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -214,6 +408,19 @@ pub fn unpack_tar(
             stats.skipped += 1;
             continue;
         }
+        let link_name = || -> Result<PathBuf, ArchiveError> {
+            let bytes: Cow<'_, [u8]> = match (&ext.long_link, ext.pax_value("linkpath")?) {
+                (Some(long), _) => Cow::Borrowed(long.as_slice()),
+                (None, Some(pax)) => Cow::Borrowed(pax),
+                (None, None) => entry.header().link_name_bytes().unwrap_or_default(),
+            };
+            if bytes.is_empty() {
+                return Err(ArchiveError::Corrupt(format!(
+                    "link {display:?} has no target"
+                )));
+            }
+            path_from_bytes(&bytes)
+        };
         let target = dest.join(&rel);
         match kind {
             EntryType::Directory => {
@@ -227,11 +434,7 @@ pub fn unpack_tar(
                     })?,
                 }
             }
-            EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
-                let size = entry.header().size().map_err(corrupt)?;
-                if stats.bytes.saturating_add(size) > limits.max_bytes {
-                    return Err(ArchiveError::TooLarge(limits.max_bytes));
-                }
+            EntryType::Regular | EntryType::Continuous => {
                 prepare_parents(dest, &rel, &display)?;
                 remove_existing(&target, &display)?;
                 // O_NOFOLLOW | O_EXCL: never through a link, never onto something else.
@@ -247,14 +450,11 @@ pub fn unpack_tar(
                     })?;
                 let mut copied: u64 = 0;
                 loop {
-                    let n = entry.read(&mut buf).map_err(corrupt)?;
+                    let n = entry.read(&mut buf).map_err(&corrupt)?;
                     if n == 0 {
                         break;
                     }
                     copied += n as u64;
-                    if stats.bytes + copied > limits.max_bytes {
-                        return Err(ArchiveError::TooLarge(limits.max_bytes));
-                    }
                     file.write_all(&buf[..n])
                         .map_err(|source| ArchiveError::Write {
                             path: display.clone(),
@@ -269,26 +469,9 @@ pub fn unpack_tar(
                 stats.bytes += copied;
                 written_files.insert(rel);
             }
-            EntryType::Symlink => {
-                let link = entry.link_name().map_err(corrupt)?.ok_or_else(|| {
-                    ArchiveError::Corrupt(format!("symlink {display:?} has no target"))
-                })?;
-                if !link_stays_inside(&rel, &link) {
-                    return Err(ArchiveError::LinkOutside(display));
-                }
-                prepare_parents(dest, &rel, &display)?;
-                remove_existing(&target, &display)?;
-                std::os::unix::fs::symlink(&link, &target).map_err(|source| {
-                    ArchiveError::Write {
-                        path: display.clone(),
-                        source,
-                    }
-                })?;
-            }
+            EntryType::Symlink => return Err(ArchiveError::Symlink(display)),
             EntryType::Link => {
-                let link = entry.link_name().map_err(corrupt)?.ok_or_else(|| {
-                    ArchiveError::Corrupt(format!("hard link {display:?} has no target"))
-                })?;
+                let link = link_name()?;
                 let link_rel =
                     safe_relative(&link).map_err(|_| ArchiveError::LinkOutside(display.clone()))?;
                 // Only to a regular file this archive already wrote: never to anything outside.
@@ -308,12 +491,14 @@ pub fn unpack_tar(
             EntryType::Char | EntryType::Block | EntryType::Fifo => {
                 return Err(ArchiveError::SpecialFile(display));
             }
-            EntryType::XGlobalHeader
-            | EntryType::XHeader
-            | EntryType::GNULongName
-            | EntryType::GNULongLink => {}
+            // GNU sparse files (never written by our packer) and anything else.
             _ => return Err(ArchiveError::UnsupportedType(display)),
         }
+    }
+    if !pending.is_empty() {
+        return Err(ArchiveError::Corrupt(
+            "an extension header is not followed by an entry".into(),
+        ));
     }
     Ok(stats)
 }
@@ -328,6 +513,65 @@ fn remove_existing(target: &Path, display: &str) -> Result<(), ArchiveError> {
         }),
         Err(_) => Ok(()),
     }
+}
+
+/// Why a file the controller itself reads from the profile was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum OwnFileError {
+    #[error("{0:?} is a symbolic link")]
+    Link(String),
+    #[error("{0:?} is not a regular file")]
+    NotRegular(String),
+    #[error("{path:?} is larger than {max} bytes")]
+    TooLarge { path: String, max: u64 },
+    #[error("reading {path:?} failed")]
+    Io {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Reads a file of the profile that the controller itself uses (the saved session cookies):
+/// never through a symbolic link, only a regular file, at most `max` bytes. `None` when there
+/// is no such file.
+pub fn read_own_file(path: &Path, max: u64) -> Result<Option<Vec<u8>>, OwnFileError> {
+    let shown = || path.display().to_string();
+    let io_err = |source| OwnFileError::Io {
+        path: shown(),
+        source,
+    };
+    // O_NONBLOCK: opening a FIFO must not wait for a writer.
+    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits())
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            return Err(OwnFileError::Link(shown()));
+        }
+        Err(e) => return Err(io_err(e)),
+    };
+    let meta = file.metadata().map_err(io_err)?;
+    if !meta.file_type().is_file() {
+        return Err(OwnFileError::NotRegular(shown()));
+    }
+    let too_large = || OwnFileError::TooLarge { path: shown(), max };
+    if meta.len() > max {
+        return Err(too_large());
+    }
+    // The file may grow after the check: read one byte past the cap to notice.
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut data)
+        .map_err(io_err)?;
+    if data.len() as u64 > max {
+        return Err(too_large());
+    }
+    Ok(Some(data))
 }
 
 /// What packing wrote.
@@ -368,6 +612,8 @@ fn pack_gz_with<W: Write>(
 ) -> Result<(PackStats, W), ArchiveError> {
     let mut builder = tar::Builder::new(gz);
     builder.follow_symlinks(false);
+    // Unpacking reads entries raw and refuses GNU sparse ones: holes are written as zeros.
+    builder.sparse(false);
     let mut stats = PackStats::default();
     pack_dir(&mut builder, src, Path::new(""), &mut stats)?;
     for (name, data) in extra {
@@ -691,27 +937,18 @@ fn pack_dir<W: Write>(
             stats.entries += 1;
             pack_dir(b, root, &child_rel, stats)?;
         } else if ft.is_symlink() {
-            let target = fs::read_link(&path).map_err(|source| ArchiveError::Read {
-                path: display.clone(),
-                source,
-            })?;
-            if !link_stays_inside(&child_rel, &target) {
-                continue; // never carry a link that would be refused on the way back in
-            }
-            let mut h = tar::Header::new_gnu();
-            h.set_entry_type(EntryType::Symlink);
-            h.set_size(0);
-            h.set_mode(0o777);
-            b.append_link(&mut h, &child_rel, &target)
-                .map_err(|source| ArchiveError::Read {
-                    path: display.clone(),
-                    source,
-                })?;
-            stats.entries += 1;
+            // Unpacking refuses symbolic links; Chrome makes the ones it needs (`Singleton*`).
+            continue;
         } else if ft.is_file() {
-            let mut f = match File::open(&path) {
+            // Never through a link, should the file have been replaced by one meanwhile.
+            let opened = OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+                .open(&path);
+            let mut f = match opened {
                 Ok(f) => f,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => continue,
                 Err(source) => {
                     return Err(ArchiveError::Read {
                         path: display,
@@ -734,14 +971,18 @@ fn pack_dir<W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
 
     const LIMITS: Limits = Limits {
         max_bytes: 1 << 20,
         max_entries: 100,
     };
 
+    /// Path, type, data and link target of an entry of [`raw_tar`].
+    type RawEntry<'a> = (&'a str, EntryType, &'a [u8], Option<&'a str>);
+
     /// A tar with raw headers (the tar crate's safe builders refuse what we need to test).
-    fn raw_tar(entries: &[(&str, EntryType, &[u8], Option<&str>)]) -> Vec<u8> {
+    fn raw_tar(entries: &[RawEntry<'_>]) -> Vec<u8> {
         let mut b = tar::Builder::new(Vec::new());
         for (path, kind, data, link) in entries {
             let mut h = tar::Header::new_gnu();
@@ -811,10 +1052,8 @@ mod tests {
             fs::read(dest.path().join("wallcrawler-session-cookies.json")).unwrap(),
             b"[]"
         );
-        assert_eq!(
-            fs::read(dest.path().join("Default/CookiesLink")).unwrap(),
-            b"cookies"
-        );
+        // Links are not carried: unpacking would refuse them.
+        assert!(fs::symlink_metadata(dest.path().join("Default/CookiesLink")).is_err());
         assert!(!dest.path().join("DevToolsActivePort").exists());
         assert!(fs::symlink_metadata(dest.path().join("SingletonLock")).is_err());
         assert!(!dest.path().join("Default/Cache").exists());
@@ -839,35 +1078,78 @@ mod tests {
         canary_intact(&canary);
     }
 
+    /// Each archive with a symbolic link is refused, wherever the link points; nothing outside
+    /// the profile is touched.
     #[test]
-    fn symlink_out_then_write_through_it_is_refused() {
+    fn symbolic_links_are_refused() {
         let (_r, profile, canary) = setup();
         let c = canary.display().to_string();
+        let chain = "../x/x/x/x/x/x/x/x/x/x/x/x/../../../../../../../../../../../../etc/passwd";
+        let cases: Vec<Vec<RawEntry<'_>>> = vec![
+            // `x -> .` makes the next link climb out on disk, though not on paper.
+            vec![
+                ("x", EntryType::Symlink, b"", Some(".")),
+                ("evil", EntryType::Symlink, b"", Some(chain)),
+            ],
+            vec![(
+                "wallcrawler-session-cookies.json",
+                EntryType::Symlink,
+                b"",
+                Some("/dev/zero"),
+            )],
+            vec![
+                ("escape", EntryType::Symlink, b"", Some(&c)),
+                ("escape/evil.txt", EntryType::Regular, b"x", None),
+            ],
+            vec![
+                ("escape", EntryType::Symlink, b"", Some("../canary")),
+                ("escape/evil.txt", EntryType::Regular, b"x", None),
+            ],
+            vec![
+                ("a", EntryType::Regular, b"x", None),
+                ("b", EntryType::Symlink, b"", Some("a")),
+                ("c", EntryType::Symlink, b"", Some("b")),
+            ],
+        ];
+        for entries in cases {
+            let _ = fs::remove_dir_all(&profile);
+            let tar = raw_tar(&entries);
+            let e = unpack_tar(&tar[..], &profile, LIMITS).unwrap_err();
+            assert!(matches!(e, ArchiveError::Symlink(_)), "{e}");
+            let links: Vec<_> = fs::read_dir(&profile)
+                .unwrap()
+                .map(|e| e.unwrap())
+                .filter(|e| e.file_type().unwrap().is_symlink())
+                .collect();
+            assert!(links.is_empty(), "a link was made: {links:?}");
+            canary_intact(&canary);
+        }
+        assert!(
+            unpack_tar(
+                &raw_tar(&[("x", EntryType::Symlink, b"", Some("."))])[..],
+                &profile,
+                LIMITS
+            )
+            .unwrap_err()
+            .to_string()
+            .contains("\"x\" is a symbolic link; profile archives may not contain symbolic links")
+        );
+    }
+
+    /// Archives saved before links were refused may hold Chrome's `Singleton*` links: those
+    /// are left out, as before, and the archive is restored.
+    #[test]
+    fn singleton_links_are_skipped_not_refused() {
+        let (_r, profile, _c) = setup();
         let tar = raw_tar(&[
-            ("escape", EntryType::Symlink, b"", Some(&c)),
-            ("escape/evil.txt", EntryType::Regular, b"x", None),
+            ("SingletonLock", EntryType::Symlink, b"", Some("host-123")),
+            ("SingletonSocket", EntryType::Symlink, b"", Some("/tmp/x/s")),
+            ("Local State", EntryType::Regular, b"{}", None),
         ]);
-        let e = unpack_tar(&tar[..], &profile, LIMITS).unwrap_err();
-        assert!(matches!(e, ArchiveError::LinkOutside(_)), "{e}");
-        let rel = raw_tar(&[
-            ("escape", EntryType::Symlink, b"", Some("../canary")),
-            ("escape/evil.txt", EntryType::Regular, b"x", None),
-        ]);
-        assert!(matches!(
-            unpack_tar(&rel[..], &profile, LIMITS).unwrap_err(),
-            ArchiveError::LinkOutside(_)
-        ));
-        // A link that stays inside is fine, but nothing is ever written through it.
-        let inside = raw_tar(&[
-            ("d", EntryType::Directory, b"", None),
-            ("l", EntryType::Symlink, b"", Some("d")),
-            ("l/f", EntryType::Regular, b"x", None),
-        ]);
-        assert!(matches!(
-            unpack_tar(&inside[..], &profile, LIMITS).unwrap_err(),
-            ArchiveError::ThroughLink(_)
-        ));
-        canary_intact(&canary);
+        let stats = unpack_tar(&tar[..], &profile, LIMITS).unwrap();
+        assert_eq!(stats.skipped, 2);
+        assert_eq!(fs::read(profile.join("Local State")).unwrap(), b"{}");
+        assert!(fs::symlink_metadata(profile.join("SingletonLock")).is_err());
     }
 
     #[test]
@@ -1025,11 +1307,214 @@ mod tests {
         assert!(matches!(e, ArchiveError::Corrupt(_)), "{e}");
     }
 
+    /// A bare header of `kind` declaring `size` bytes, with nothing after it.
+    fn header_only(kind: EntryType, size: u64) -> Vec<u8> {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_size(size);
+        h.set_mode(0o644);
+        h.as_gnu_mut().unwrap().name[..13].copy_from_slice(b"././@LongLink");
+        h.set_cksum();
+        h.as_bytes().to_vec()
+    }
+
+    /// An extension header over the cap is refused by its declared size, before any of it is
+    /// read (here none of it even exists).
     #[test]
-    fn link_containment_rule() {
-        assert!(link_stays_inside(Path::new("a/b"), Path::new("c")));
-        assert!(link_stays_inside(Path::new("a/b"), Path::new("../c")));
-        assert!(!link_stays_inside(Path::new("a/b"), Path::new("../../c")));
-        assert!(!link_stays_inside(Path::new("b"), Path::new("/etc/passwd")));
+    fn extension_headers_over_the_cap_are_refused_before_reading() {
+        let (_r, profile, _c) = setup();
+        for (kind, what) in [
+            (EntryType::GNULongName, "GNU long name"),
+            (EntryType::GNULongLink, "GNU long link"),
+            (EntryType::XHeader, "PAX"),
+            (EntryType::XGlobalHeader, "PAX global"),
+        ] {
+            let tar = header_only(kind, 1 << 30);
+            let e = unpack_tar(&tar[..], &profile, LIMITS).unwrap_err();
+            assert!(
+                matches!(e, ArchiveError::ExtensionTooLarge { kind, size } if kind == what && size == 1 << 30),
+                "{e}"
+            );
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "archive has a {what} header of 1073741824 bytes (at most 65536 are allowed)"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn long_names_and_pax_paths_are_honoured() {
+        let (_r, profile, _c) = setup();
+        let long_dir = format!("Default/{}", "d".repeat(120));
+        let long_file = format!("{long_dir}/{}", "f".repeat(200));
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(3);
+        h.set_mode(0o600);
+        b.append_data(&mut h, &long_file, &b"abc"[..]).unwrap();
+        // PAX path and linkpath (a hard link to the file above) override the header's names.
+        b.append_pax_extensions([("path", &b"Default/pax-name"[..])])
+            .unwrap();
+        let mut h = tar::Header::new_ustar();
+        h.set_size(2);
+        h.set_mode(0o600);
+        b.append_data(&mut h, "ignored", &b"de"[..]).unwrap();
+        b.append_pax_extensions([
+            ("path", &b"Default/pax-link"[..]),
+            ("linkpath", long_file.as_bytes()),
+        ])
+        .unwrap();
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(EntryType::Link);
+        h.set_size(0);
+        h.set_mode(0o600);
+        h.set_path("ignored-link").unwrap();
+        h.set_cksum();
+        b.append(&h, &b""[..]).unwrap();
+        let tar = b.into_inner().unwrap();
+        let stats = unpack_tar(&tar[..], &profile, LIMITS).unwrap();
+        assert_eq!(stats.entries, 3);
+        assert_eq!(fs::read(profile.join(&long_file)).unwrap(), b"abc");
+        assert_eq!(fs::read(profile.join("Default/pax-name")).unwrap(), b"de");
+        assert_eq!(fs::read(profile.join("Default/pax-link")).unwrap(), b"abc");
+        assert!(!profile.join("ignored").exists());
+    }
+
+    #[test]
+    fn extension_header_rules() {
+        let (_r, profile, _c) = setup();
+        // A PAX size the raw reader would not honour.
+        let mut b = tar::Builder::new(Vec::new());
+        b.append_pax_extensions([("size", &b"1"[..])]).unwrap();
+        let mut h = tar::Header::new_ustar();
+        h.set_size(2);
+        h.set_mode(0o600);
+        b.append_data(&mut h, "f", &b"ab"[..]).unwrap();
+        let e = unpack_tar(&b.into_inner().unwrap()[..], &profile, LIMITS).unwrap_err();
+        assert!(e.to_string().contains("PAX size disagrees"), "{e}");
+        // Two long names for one entry; a long name with no entry after it.
+        let mut long = header_only(EntryType::GNULongName, 2);
+        long.extend_from_slice(&[b'a', 0]);
+        long.resize(1024, 0);
+        let mut two = long.clone();
+        two.extend_from_slice(&long);
+        let e = unpack_tar(&two[..], &profile, LIMITS).unwrap_err();
+        assert!(e.to_string().contains("two GNU long name headers"), "{e}");
+        let e = unpack_tar(&long[..], &profile, LIMITS).unwrap_err();
+        assert!(e.to_string().contains("not followed by an entry"), "{e}");
+        // GNU sparse entries are refused (the packer never writes them).
+        let tar = raw_tar(&[("s", EntryType::GNUSparse, b"", None)]);
+        assert!(matches!(
+            unpack_tar(&tar[..], &profile, LIMITS).unwrap_err(),
+            ArchiveError::UnsupportedType(_)
+        ));
+    }
+
+    /// Names in errors are cut to a few hundred characters, whatever their length.
+    #[test]
+    fn names_in_errors_are_short() {
+        let (_r, profile, _c) = setup();
+        let name = format!("../{}", "é".repeat(30_000));
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(EntryType::GNULongName);
+        h.set_size(name.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append(&h, name.as_bytes()).unwrap();
+        b.append(&raw_header(EntryType::Regular, 0), &b""[..])
+            .unwrap();
+        let e = unpack_tar(&b.into_inner().unwrap()[..], &profile, LIMITS).unwrap_err();
+        assert!(matches!(e, ArchiveError::ParentTraversal(_)), "{e}");
+        let text = e.to_string();
+        assert!(text.len() < NAME_SHOWN + 100, "{} bytes", text.len());
+        assert!(text.contains("../éé") && text.contains('…'), "{text}");
+    }
+
+    fn raw_header(kind: EntryType, size: u64) -> tar::Header {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_size(size);
+        h.set_mode(0o644);
+        h.as_gnu_mut().unwrap().name[..1].copy_from_slice(b"f");
+        h.set_cksum();
+        h
+    }
+
+    /// Entries left out or skipped still count: their bytes are decompressed too.
+    #[test]
+    fn every_declared_byte_counts_toward_the_limit() {
+        let (_r, profile, _c) = setup();
+        let small = Limits {
+            max_bytes: 1000,
+            max_entries: 10,
+        };
+        let big = vec![0u8; 2000];
+        for entries in [
+            vec![("DevToolsActivePort", EntryType::Regular, &big[..], None)],
+            vec![("d", EntryType::Directory, &big[..], None)],
+        ] {
+            let tar = raw_tar(&entries);
+            assert!(matches!(
+                unpack_tar(&tar[..], &profile, small).unwrap_err(),
+                ArchiveError::TooLarge(1000)
+            ));
+        }
+    }
+
+    /// The reader under the tar parser hands out only what the unpack loop allowed.
+    #[test]
+    fn the_metered_reader_stops_at_its_allowance() {
+        let budget = Rc::new(Budget::default());
+        budget.allow(10);
+        let mut r = Metered {
+            inner: &[7u8; 100][..],
+            budget: budget.clone(),
+        };
+        let mut out = Vec::new();
+        let e = r.read_to_end(&mut out).unwrap_err();
+        assert_eq!(out.len(), 10);
+        assert!(budget.exceeded.get(), "{e}");
+    }
+
+    #[test]
+    fn own_files_are_read_only_when_regular_and_small() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("cookies.json");
+        assert!(read_own_file(&f, 100).unwrap().is_none());
+        fs::write(&f, b"[]").unwrap();
+        assert_eq!(read_own_file(&f, 100).unwrap().unwrap(), b"[]");
+        // A huge (sparse) file is refused by its size, without reading it.
+        let huge = dir.path().join("huge.json");
+        File::create(&huge).unwrap().set_len(1 << 32).unwrap();
+        assert!(matches!(
+            read_own_file(&huge, 16 << 20).unwrap_err(),
+            OwnFileError::TooLarge { max, .. } if max == 16 << 20
+        ));
+        // Links are never followed: not to a file, not to a device.
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        assert!(matches!(
+            read_own_file(&link, 100).unwrap_err(),
+            OwnFileError::Link(_)
+        ));
+        let zero = dir.path().join("zero.json");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        assert!(matches!(
+            read_own_file(&zero, 100).unwrap_err(),
+            OwnFileError::Link(_)
+        ));
+        let fifo = dir.path().join("fifo.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(matches!(
+            read_own_file(&fifo, 100).unwrap_err(),
+            OwnFileError::NotRegular(_)
+        ));
+        assert!(matches!(
+            read_own_file(dir.path(), 100).unwrap_err(),
+            OwnFileError::NotRegular(_)
+        ));
     }
 }

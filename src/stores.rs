@@ -38,6 +38,16 @@ impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         matches!(self, Self::Unavailable { .. })
     }
+
+    /// A few words for a stored reason or a client: which service and how it failed, without
+    /// the detail (an SDK error chain, for the log only).
+    pub fn summary(&self) -> String {
+        match self {
+            Self::Unavailable { service, .. } => format!("the {service} is unreachable"),
+            Self::Refused { service, .. } => format!("the {service} refused the request"),
+            Self::Other { service, .. } => format!("the {service} failed"),
+        }
+    }
 }
 
 /// What the controller reads from the session item at start.

@@ -37,9 +37,18 @@ use crate::stores::{
     ArchiveStore, BoxRead, NetworkLookup, ReadyResult, ReadyUpdate, SecretFetcher, SessionStore,
     StoreError,
 };
+use crate::telemetry::clip;
 
 /// Exit status of a failed task.
 pub const EXIT_FAILURE: i32 = 1;
+
+/// The most a `terminationReason` holds, in bytes.
+pub const MAX_REASON_BYTES: usize = 1024;
+
+/// The most the saved session cookies file may hold. Chrome keeps at most 3,300 cookies of
+/// at most 4 KiB of name and value each (about 13 MiB); as JSON with their attributes they fit
+/// in 16 MiB, so a larger file was not written by us.
+pub const MAX_SESSION_COOKIES_BYTES: u64 = 16 << 20;
 
 /// The outside services the task uses, each optional.
 #[derive(Default, Clone)]
@@ -59,8 +68,11 @@ struct Item<'a> {
 impl Item<'_> {
     async fn terminal(&self, status: InternalStatus, reason: Option<&str>) {
         let Some(store) = self.store else { return };
+        // Whatever the source, the stored reason stays small (DynamoDB refuses items over 400 KB:
+        // a huge reason would mean the terminal status is never written).
+        let reason = reason.map(|r| clip(r, MAX_REASON_BYTES));
         match store
-            .mark_terminal(self.id, status, reason, &now_iso8601())
+            .mark_terminal(self.id, status, reason.as_deref(), &now_iso8601())
             .await
         {
             Ok(true) => info!(status = status.as_str(), "terminal status written"),
@@ -108,6 +120,30 @@ where
 
 /// Runs the task until it ends; returns the exit status.
 pub async fn run_task(
+    c: RunConfig,
+    launch: LaunchOptions,
+    deps: TaskDeps,
+    signal: CancellationToken,
+) -> i32 {
+    let code = run_task_inner(c, launch, deps, signal).await;
+    // The controller's own peak memory (not Chrome's): hostile archives are meant to leave
+    // it small, and an operator sizing the task wants the figure.
+    info!(
+        exit_code = code,
+        peak_rss_kib = peak_rss_kib(),
+        "task finished"
+    );
+    code
+}
+
+/// This process's peak resident set (`VmHWM`), in KiB, when the kernel reports it.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+async fn run_task_inner(
     c: RunConfig,
     launch: LaunchOptions,
     deps: TaskDeps,
@@ -163,8 +199,15 @@ pub async fn run_task(
             };
             let cache = SecretKeyCache::new(fetcher);
             if let Err(e) = cache.load_initial(startup_retry).await {
+                error!(error = %e, "loading the signing secret failed");
                 return item
-                    .fail(&format!("the signing secret is unavailable: {e}"), 0)
+                    .fail(
+                        &format!(
+                            "the signing secret is unavailable: {} (see the task log)",
+                            e.summary()
+                        ),
+                        0,
+                    )
                     .await;
             }
             cache.spawn_refresher(keys_cancel.clone());
@@ -193,8 +236,12 @@ pub async fn run_task(
             ),
             Ok(None) => info!("no archive for this context yet; starting with an empty profile"),
             Err(e) => {
+                error!(error = %e, "restoring the profile failed");
                 return item
-                    .fail(&format!("the profile could not be restored: {e}"), 0)
+                    .fail(
+                        &format!("the profile could not be restored: {}", e.reason()),
+                        0,
+                    )
                     .await;
             }
         }
@@ -272,8 +319,15 @@ pub async fn run_task(
                     .await;
                 let bytes = session.proxy_bytes();
                 session.finish().await;
+                error!(error = %e, "writing READY failed");
                 return item
-                    .fail(&format!("announcing READY failed: {e}"), bytes)
+                    .fail(
+                        &format!(
+                            "announcing READY failed: {} (see the task log)",
+                            e.summary()
+                        ),
+                        bytes,
+                    )
                     .await;
             }
         }
@@ -365,6 +419,18 @@ pub enum ProfileError {
     Archive(#[from] ArchiveError),
     #[error("the archive worker stopped: {0}")]
     Worker(String),
+}
+
+impl ProfileError {
+    /// What the session item says: the archive's own fault in full (names already shortened),
+    /// a service's failure in a few words (the detail is for the task log).
+    pub fn reason(&self) -> String {
+        match self {
+            Self::Archive(e) => e.to_string(),
+            Self::Store(e) => format!("{} (see the task log)", e.summary()),
+            Self::Worker(_) => "an internal error (see the task log)".to_owned(),
+        }
+    }
 }
 
 /// Streams the archive from the store through gunzip and untar into `dest`. `None` when the
@@ -499,10 +565,27 @@ pub async fn persist_profile(
 /// Puts back the session cookies a previous session saved (Chrome never writes them to disk).
 async fn restore_session_cookies(chrome: &Chrome, profile: &Path) {
     let file = profile.join(SESSION_COOKIES_FILE);
-    let Ok(data) = tokio::fs::read(&file).await else {
-        return;
+    let read = {
+        let file = file.clone();
+        tokio::task::spawn_blocking(move || {
+            profile::read_own_file(&file, MAX_SESSION_COOKIES_BYTES)
+        })
+        .await
     };
+    // Removing a link removes the link, never what it points at.
     let _ = tokio::fs::remove_file(&file).await;
+    let data = match read {
+        Ok(Ok(Some(data))) => data,
+        Ok(Ok(None)) => return,
+        Ok(Err(e)) => {
+            warn!(error = %e, "the saved session cookies were not read");
+            return;
+        }
+        Err(e) => {
+            warn!(error = %e, "reading the saved session cookies stopped");
+            return;
+        }
+    };
     let cookies: Vec<serde_json::Value> = match serde_json::from_slice(&data) {
         Ok(v) => v,
         Err(_) => {

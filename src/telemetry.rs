@@ -34,6 +34,19 @@ pub fn init_logging(format: LogFormat) {
     };
 }
 
+/// `text` cut to at most `max_bytes` bytes on a character boundary: for customer-supplied or
+/// third-party text (entry names, error chains) that goes into a log line or a stored item.
+pub fn clip(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max_bytes {
+        return text.into();
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].into()
+}
+
 /// How a client connection ended, as counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -265,5 +278,14 @@ mod tests {
         assert!(text.contains("wallcrawler_proxy_auth_refusals_total{reason=\"expired\"} 1"));
         assert!(text.contains("wallcrawler_proxy_bytes_total{direction=\"client_to_chrome\"} 5"));
         assert_eq!(m.proxy_bytes(), 5);
+    }
+
+    #[test]
+    fn clip_cuts_on_a_character_boundary() {
+        assert_eq!(clip("short", 10), "short");
+        assert_eq!(clip("abcdef", 3), "abc");
+        // "é" is two bytes: a cut in its middle backs off before it.
+        assert_eq!(clip("aé", 2), "a");
+        assert_eq!(clip("ééé", 5), "éé");
     }
 }
