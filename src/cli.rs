@@ -131,11 +131,7 @@ fn token(c: &TokenConfig) -> i32 {
 }
 
 fn limits(t: &ProxyTuning) -> Limits {
-    Limits {
-        max_connections: t.max_connections,
-        header_timeout: t.header_timeout,
-        ..Limits::default()
-    }
+    Limits::from_tuning(t)
 }
 
 fn launch_options(

@@ -63,11 +63,15 @@ settings_group! {
 settings_group! {
     /// Limits and telemetry of the proxy, shared by every serving mode.
     ProxyTuningArgs {
-        /// Concurrent client connections; beyond it new ones get 503 [default: 4096].
+        /// Concurrent upgraded (authenticated) client connections; beyond it new upgrades get 503 [default: 4096].
         max_connections = "MAX_CONNECTIONS",
+        /// Connections not authenticated yet (sending their request); when full, the oldest of the address holding the most is closed with 503 [default: 256].
+        max_pending_connections = "MAX_PENDING_CONNECTIONS",
+        /// Of those, from one client address (IPv6: one /64); beyond it that address's oldest is closed with 503 [default: 32].
+        max_pending_per_address = "MAX_PENDING_PER_ADDRESS",
         /// Prometheus metrics listener, empty = off [default: 127.0.0.1:9224 in run, off otherwise].
         metrics_addr = "METRICS_ADDR",
-        /// Seconds a client has to send complete request headers before 408 [default: 10].
+        /// Seconds a client has to send complete request headers before 408 [default: 3].
         header_timeout_seconds = "PROXY_HEADER_TIMEOUT_SECONDS",
         /// Log format on stderr: json or text [default: json in run, text otherwise].
         log_format = "LOG_FORMAT",
@@ -261,7 +265,11 @@ pub struct AuthConfig {
 /// Limits and telemetry of the proxy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyTuning {
+    /// Upgraded connections.
     pub max_connections: usize,
+    /// Connections not authenticated yet, and of those from one address.
+    pub max_pending: usize,
+    pub max_pending_per_address: usize,
     pub metrics_addr: Option<SocketAddr>,
     pub header_timeout: Duration,
     pub log_format: LogFormat,
@@ -462,13 +470,30 @@ fn auth_config(r: &mut Reader<'_>) -> AuthConfig {
 
 fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
     let max_connections = r.number("MAX_CONNECTIONS", 4096, 1, 1_000_000) as usize;
+    let max_pending = r.number(
+        "MAX_PENDING_CONNECTIONS",
+        crate::proxy::DEFAULT_MAX_PENDING as u64,
+        1,
+        1_000_000,
+    ) as usize;
+    let max_pending_per_address = r.number(
+        "MAX_PENDING_PER_ADDRESS",
+        crate::proxy::DEFAULT_MAX_PENDING_PER_ADDRESS as u64,
+        1,
+        1_000_000,
+    ) as usize;
     let metrics_addr = match r.s.get("METRICS_ADDR").map(|v| v.trim()) {
         Some("") => None,
         Some(_) => r.parse::<SocketAddr>("METRICS_ADDR", "an address such as 127.0.0.1:9224"),
         None if mode == Mode::Run => Some(SocketAddr::from(([127, 0, 0, 1], 9224))),
         None => None,
     };
-    let header_timeout = Duration::from_secs(r.number("PROXY_HEADER_TIMEOUT_SECONDS", 10, 1, 600));
+    let header_timeout = Duration::from_secs(r.number(
+        "PROXY_HEADER_TIMEOUT_SECONDS",
+        crate::proxy::DEFAULT_HEADER_TIMEOUT.as_secs(),
+        1,
+        600,
+    ));
     let log_format = match r.text("LOG_FORMAT").as_deref() {
         None if mode == Mode::Run => LogFormat::Json,
         None => LogFormat::Text,
@@ -482,6 +507,8 @@ fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
     };
     ProxyTuning {
         max_connections,
+        max_pending,
+        max_pending_per_address,
         metrics_addr,
         header_timeout,
         log_format,
@@ -734,6 +761,9 @@ mod tests {
         assert_eq!(c.disconnect_timeout, Duration::from_secs(120));
         assert_eq!(c.auth.leeway_seconds, 30);
         assert_eq!(c.tuning.max_connections, 4096);
+        assert_eq!(c.tuning.max_pending, 256);
+        assert_eq!(c.tuning.max_pending_per_address, 32);
+        assert_eq!(c.tuning.header_timeout, Duration::from_secs(3));
         assert_eq!(
             c.tuning.metrics_addr,
             Some("127.0.0.1:9224".parse().unwrap())
@@ -808,6 +838,44 @@ mod tests {
         .unwrap();
         assert_eq!(c.auth.key, KeyConfig::Literal("hunter2".into()));
         assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn pending_limits_are_configurable_and_checked() {
+        let c = ProxyConfig::from_settings(&map(&[
+            ("LISTEN", "127.0.0.1:0"),
+            ("UPSTREAM", "127.0.0.1:9222"),
+            ("SESSION_ID", "s"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("MAX_PENDING_CONNECTIONS", "16"),
+            ("MAX_PENDING_PER_ADDRESS", "4"),
+            ("PROXY_HEADER_TIMEOUT_SECONDS", "2"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (
+                c.tuning.max_pending,
+                c.tuning.max_pending_per_address,
+                c.tuning.header_timeout
+            ),
+            (16, 4, Duration::from_secs(2))
+        );
+        let e = RunConfig::from_settings(&map(&[
+            ("SESSION_ID", "s"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("MAX_PENDING_CONNECTIONS", "0"),
+            ("MAX_PENDING_PER_ADDRESS", "many"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("MAX_PENDING_CONNECTIONS must be between 1 and"),
+            "{e}"
+        );
+        assert!(
+            e.contains("MAX_PENDING_PER_ADDRESS must be a whole number"),
+            "{e}"
+        );
     }
 
     #[test]

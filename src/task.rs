@@ -258,11 +258,7 @@ async fn run_task_inner(
         listen: std::net::SocketAddr::from(([0, 0, 0, 0], c.proxy_port)),
         metrics_addr: c.tuning.metrics_addr,
         chrome: launch,
-        limits: ProxyLimits {
-            max_connections: c.tuning.max_connections,
-            header_timeout: c.tuning.header_timeout,
-            ..ProxyLimits::default()
-        },
+        limits: ProxyLimits::from_tuning(&c.tuning),
         idle_timeout: (!keep_alive).then_some(c.disconnect_timeout),
         expires_at,
         shutdown_budget: c.shutdown_budget,

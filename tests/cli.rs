@@ -118,6 +118,9 @@ fn help_documents_every_variable() {
         "PROFILE_MAX_ENTRIES",
         "SHUTDOWN_BUDGET_SECONDS",
         "MAX_CONNECTIONS",
+        "MAX_PENDING_CONNECTIONS",
+        "MAX_PENDING_PER_ADDRESS",
+        "PROXY_HEADER_TIMEOUT_SECONDS",
         "METRICS_ADDR",
         "LOG_FORMAT",
     ] {

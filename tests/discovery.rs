@@ -1,10 +1,13 @@
 //! Clients that reach the proxy under another name, or send an Origin, work; every URL Chrome
 //! hands out in discovery points back at the proxy under the name the client used.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest};
 
-use crate::support::{Controller, node, raw_http, status_of};
+use crate::support::upstream::FakeUpstream;
+use crate::support::{Controller, KEY, SESSION, node, proxy, raw_http, status_of, token};
 
 fn json_body(answer: &str) -> Value {
     let body = answer.split_once("\r\n\r\n").expect("a body").1;
@@ -156,4 +159,35 @@ fn health_needs_no_token_and_reveals_nothing() {
     assert_eq!(status_of(&answer), 200, "{answer}");
     let body = answer.split_once("\r\n\r\n").unwrap().1;
     assert_eq!(body.trim(), r#"{"status":"ok"}"#);
+}
+
+/// Chrome's hosted frontend (`devtoolsFrontendUrl` on another host) never gets the token: its
+/// `ws=` points at the proxy, without the token; a frontend path on the proxy still carries it.
+#[test]
+fn a_third_party_frontend_url_never_carries_the_token() {
+    let list = r#"[{"id":"P1","type":"page","devtoolsFrontendUrl":"https://chrome-devtools-frontend.appspot.com/serve_rev/@abc/inspector.html?ws={addr}/devtools/page/P1","webSocketDebuggerUrl":"ws://{addr}/devtools/page/P1"},{"id":"P2","type":"page","devtoolsFrontendUrl":"/devtools/inspector.html?ws={addr}/devtools/page/P2","webSocketDebuggerUrl":"ws://{addr}/devtools/page/P2"}]"#;
+    let up = FakeUpstream::start_with_list(Arc::new(|_| Ok(())), Some(list.to_owned()));
+    let (_c, addr) = proxy(up.addr, &[]);
+    let token = token(KEY, SESSION, "", 3600);
+    let signature = token.rsplit('.').next().unwrap();
+    let host = addr.to_string();
+    let answer = get(addr, &format!("/json/list?signingKey={token}"), &host);
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    let items = json_body(&answer);
+    let hosted = items[0]["devtoolsFrontendUrl"].as_str().unwrap();
+    assert_eq!(
+        hosted,
+        format!(
+            "https://chrome-devtools-frontend.appspot.com/serve_rev/@abc/inspector.html?ws={host}/devtools/page/P1"
+        )
+    );
+    assert!(!hosted.contains(signature), "{hosted}");
+    assert_eq!(
+        items[0]["webSocketDebuggerUrl"],
+        format!("ws://{host}/devtools/page/P1?signingKey={token}")
+    );
+    assert_eq!(
+        items[1]["devtoolsFrontendUrl"],
+        format!("/devtools/inspector.html?ws={host}/devtools/page/P2%3FsigningKey%3D{token}")
+    );
 }

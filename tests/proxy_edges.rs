@@ -4,12 +4,15 @@
 //! the upstream, and the metrics.
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4, TcpStream};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use crate::support::upstream::{FakeUpstream, UpEvent, read_big_frame, read_head, write_big_frame};
-use crate::support::{self, KEY, SESSION, WAIT, raw_http, status_of, upgrade_request};
+use serde_json::Value;
+use tokio_tungstenite::tungstenite::{self, Message};
+
+use crate::support::{self, Controller, KEY, SESSION, WAIT, raw_http, status_of, upgrade_request};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -80,6 +83,57 @@ fn read_until_eof(s: &mut TcpStream) -> String {
         )
     });
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A TCP connection to `to` from the loopback address `from` (all of 127/8 is loopback), so
+/// tests can play clients on different addresses.
+fn connect_from(from: Ipv4Addr, to: SocketAddr) -> TcpStream {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket};
+    use std::os::fd::AsRawFd;
+    let SocketAddr::V4(to) = to else {
+        panic!("IPv4 only: {to}")
+    };
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    bind(
+        fd.as_raw_fd(),
+        &SockaddrIn::from(SocketAddrV4::new(from, 0)),
+    )
+    .unwrap();
+    connect(fd.as_raw_fd(), &SockaddrIn::from(to)).unwrap();
+    let s = TcpStream::from(fd);
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.set_write_timeout(Some(WAIT)).unwrap();
+    s
+}
+
+/// Whether the proxy still holds `s` open without having answered anything on it.
+fn still_open(s: &TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let open = matches!(s.peek(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+    s.set_nonblocking(false).unwrap();
+    open
+}
+
+/// Asserts that the proxy answered `s` with the eviction 503 and closed it.
+fn assert_evicted(s: &mut TcpStream, what: &str) {
+    let answer = read_until_eof(s);
+    assert_eq!(status_of(&answer), 503, "{what}: {answer}");
+    assert!(
+        headers_of(&answer)
+            .iter()
+            .any(|(n, v)| n == "retry-after" && v == "1"),
+        "{what}: 503 without Retry-After: {answer}"
+    );
+    assert!(
+        answer.ends_with("\r\n\r\ntoo many connections\n"),
+        "{what}: {answer}"
+    );
 }
 
 /// One value of a Prometheus exposition, by its full series name.
@@ -277,6 +331,9 @@ fn the_connection_cap_answers_503_and_frees_its_slot_when_a_client_leaves() {
     let _second = upgraded(addr);
     next_upgrade(&up);
     next_upgrade(&up);
+    // Only upgraded connections hold the cap: /health is still answered.
+    let health = raw_http(addr, b"GET /health HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(status_of(&health), 200, "{health}");
     let dialled = up.connections.load(std::sync::atomic::Ordering::SeqCst);
 
     let request = upgrade_request(
@@ -457,4 +514,221 @@ fn metrics_count_refusals_and_relayed_bytes_and_hold_no_token() {
     for secret in [token.as_str(), signature, garbage, "signingKey", KEY] {
         assert!(!text.contains(secret), "{secret:?} in /metrics:\n{text}");
     }
+}
+
+#[test]
+fn the_upstream_gets_only_the_websocket_handshake_headers() {
+    let up = FakeUpstream::idle();
+    let (_c, addr) = support::proxy(up.addr, &[]);
+    let (_client, answer) = upgrade(
+        addr,
+        &format!("/devtools/page/P1?signingKey={}", valid_token()),
+        &[
+            "Content-Length: 0",
+            "Transfer-Encoding: chunked",
+            "X-Forwarded-For: 10.9.9.9",
+            "Forwarded: for=10.9.9.9",
+            "Sec-WebSocket-Protocol: smuggled-protocol",
+            "User-Agent: hostile-agent",
+            "X-Custom: custom-value",
+        ],
+    );
+    assert_eq!(status_of(&answer), 101, "{answer}");
+    let head = next_upgrade(&up);
+    assert!(
+        head.starts_with("GET /devtools/page/P1 HTTP/1.1\r\n"),
+        "{head}"
+    );
+    let mut names: Vec<String> = headers_of(&head).into_iter().map(|(n, _)| n).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "connection",
+            "host",
+            "sec-websocket-key",
+            "sec-websocket-version",
+            "upgrade"
+        ],
+        "{head}"
+    );
+    for text in [
+        "10.9.9.9",
+        "smuggled-protocol",
+        "hostile-agent",
+        "custom-value",
+        "chunked",
+    ] {
+        assert!(
+            !head.contains(text),
+            "{text:?} reached the upstream: {head}"
+        );
+    }
+}
+
+#[test]
+fn a_percent_encoded_token_name_is_stripped_from_pass_through_requests() {
+    let up = FakeUpstream::idle();
+    let (_c, addr) = support::proxy(up.addr, &[]);
+    let token = valid_token();
+    let signature = token.rsplit('.').next().unwrap().to_owned();
+    for path in ["/json/activate/P1", "/json/close/P1", "/json/protocol"] {
+        for name in ["signing%4Bey", "%73igningKey", "signingKey"] {
+            let before = up.heads.lock().unwrap().len();
+            let answer = raw_http(
+                addr,
+                format!("GET {path}?{name}={token}&keep=1 HTTP/1.1\r\nHost: {addr}\r\n\r\n")
+                    .as_bytes(),
+            );
+            assert_eq!(status_of(&answer), 200, "{path}?{name}= → {answer}");
+            let heads = up.heads.lock().unwrap().clone();
+            assert_eq!(heads.len(), before + 1, "one request reached the upstream");
+            let head = heads.last().unwrap();
+            assert!(
+                head.starts_with(&format!("GET {path}?keep=1 HTTP/1.1\r\n")),
+                "{name} was not stripped from {path}: {head}"
+            );
+            assert!(
+                !head.contains(&signature),
+                "the token reached the upstream: {head}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_address_beyond_its_pending_share_loses_its_own_oldest_idle_socket() {
+    let up = FakeUpstream::idle();
+    let (_c, addr) = support::proxy(
+        up.addr,
+        &[
+            ("MAX_PENDING_PER_ADDRESS", "3"),
+            ("MAX_PENDING_CONNECTIONS", "100"),
+            ("PROXY_HEADER_TIMEOUT_SECONDS", "600"),
+        ],
+    );
+    let baseline = up.connections.load(std::sync::atomic::Ordering::SeqCst);
+    let attacker = Ipv4Addr::new(127, 0, 0, 2);
+    let neighbour = connect_from(Ipv4Addr::new(127, 0, 0, 3), addr);
+    let mut idle: Vec<TcpStream> = (0..3).map(|_| connect_from(attacker, addr)).collect();
+    let fourth = connect_from(attacker, addr);
+    assert_evicted(&mut idle[0], "the oldest idle socket of a full address");
+    assert!(still_open(&idle[1]) && still_open(&idle[2]) && still_open(&fourth));
+    assert!(still_open(&neighbour), "another address paid for it");
+
+    // The address itself is not locked out: its authenticated client gets in, and the
+    // next-oldest idle socket makes room.
+    let mut client = connect_from(attacker, addr);
+    client
+        .write_all(&upgrade_request(
+            &format!("/devtools/page/P1?signingKey={}", valid_token()),
+            &addr.to_string(),
+            &[],
+        ))
+        .unwrap();
+    let head = read_head(&mut client).expect("an answer to the upgrade");
+    assert_eq!(status_of(&head), 101, "{head}");
+    next_upgrade(&up);
+    assert_evicted(&mut idle[1], "the next-oldest idle socket");
+    assert!(still_open(&idle[2]) && still_open(&fourth) && still_open(&neighbour));
+    assert_eq!(
+        up.connections.load(std::sync::atomic::Ordering::SeqCst),
+        baseline + 1,
+        "only the authenticated client reached the upstream"
+    );
+}
+
+#[test]
+fn a_full_pending_budget_evicts_the_oldest_of_the_most_represented_address() {
+    let up = FakeUpstream::idle();
+    let (_c, addr) = support::proxy(
+        up.addr,
+        &[
+            ("MAX_PENDING_PER_ADDRESS", "4"),
+            ("MAX_PENDING_CONNECTIONS", "4"),
+            ("PROXY_HEADER_TIMEOUT_SECONDS", "600"),
+        ],
+    );
+    let busy = Ipv4Addr::new(127, 0, 0, 2);
+    let mut a: Vec<TcpStream> = (0..3).map(|_| connect_from(busy, addr)).collect();
+    let b = connect_from(Ipv4Addr::new(127, 0, 0, 3), addr);
+    let c = connect_from(Ipv4Addr::new(127, 0, 0, 4), addr);
+    assert_evicted(&mut a[0], "the oldest socket of the busiest address");
+    assert!(still_open(&a[1]) && still_open(&a[2]) && still_open(&b) && still_open(&c));
+
+    // /health, from yet another address, is answered while the budget is full.
+    let health = raw_http(addr, b"GET /health HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(status_of(&health), 200, "{health}");
+    assert_evicted(&mut a[1], "the next socket of the busiest address");
+    assert!(still_open(&a[2]) && still_open(&b) && still_open(&c));
+}
+
+/// Slowloris: an attacker holding more idle unauthenticated sockets than `MAX_CONNECTIONS` —
+/// from several addresses and from the client's own — neither keeps an authenticated client
+/// from driving real Chrome nor `/health` from answering 200.
+#[test]
+fn idle_unauthenticated_sockets_starve_neither_clients_nor_health() {
+    const MAX_CONNECTIONS: usize = 8;
+    let (_c, s) = Controller::local(
+        &[],
+        &[
+            ("MAX_CONNECTIONS", "8"),
+            ("MAX_PENDING_CONNECTIONS", "16"),
+            ("MAX_PENDING_PER_ADDRESS", "4"),
+            // Nothing is cut by the header timeout during the test.
+            ("PROXY_HEADER_TIMEOUT_SECONDS", "600"),
+        ],
+    );
+    // 52 idle sockets, four from each of 127.0.0.1 (the client's own address) to
+    // 127.0.0.13: six times MAX_CONNECTIONS, three times the pending budget.
+    let attacker: Vec<TcpStream> = (0..52u8)
+        .map(|i| connect_from(Ipv4Addr::new(127, 0, 0, 1 + i / 4), s.addr))
+        .collect();
+
+    let health = raw_http(
+        s.addr,
+        format!("GET /health HTTP/1.1\r\nHost: {}\r\n\r\n", s.addr).as_bytes(),
+    );
+    assert_eq!(status_of(&health), 200, "{health}");
+
+    let tcp = TcpStream::connect(s.addr).unwrap();
+    tcp.set_read_timeout(Some(WAIT)).unwrap();
+    let (mut ws, resp) =
+        tungstenite::client(format!("ws://{}/?signingKey={}", s.addr, s.token), tcp)
+            .expect("upgrade through the proxy");
+    assert_eq!(resp.status(), 101);
+    let mut call = |id: u64, method: &str, params: Value| -> Value {
+        let msg = serde_json::json!({"id": id, "method": method, "params": params});
+        ws.send(Message::text(msg.to_string())).unwrap();
+        loop {
+            if let Message::Text(t) = ws.read().unwrap() {
+                let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                if v["id"] == id {
+                    return v;
+                }
+            }
+        }
+    };
+    let version = call(1, "Browser.getVersion", serde_json::json!({}));
+    assert!(
+        version["result"]["product"]
+            .as_str()
+            .is_some_and(|p| p.contains("Chrome")),
+        "{version}"
+    );
+    let created = call(
+        2,
+        "Target.createTarget",
+        serde_json::json!({"url": "about:blank"}),
+    );
+    assert!(
+        created["result"]["targetId"].as_str().is_some(),
+        "{created}"
+    );
+
+    let held = attacker.iter().filter(|a| still_open(a)).count();
+    assert!(
+        held > MAX_CONNECTIONS,
+        "the attacker held only {held} idle sockets: the test proves nothing"
+    );
 }

@@ -61,8 +61,23 @@ pub fn rewrite_ws_url(url: &str, authority: &str, token: Option<&str>) -> String
     out
 }
 
-/// Rewrites the `ws=` (or `wss=`) parameter of a DevTools frontend URL.
+/// Whether a `devtoolsFrontendUrl` is a path on the server that answered, i.e. on the proxy
+/// once rewritten. Chrome sends either such a path (`/devtools/inspector.html?ws=…`) or an
+/// absolute URL on another host (`https://chrome-devtools-frontend.appspot.com/…?ws=…`). A
+/// scheme, `//` or `/\` (which browsers read as `//`) means another host; so does any control
+/// character or space, since URL parsers drop tabs and newlines (`/<TAB>/host` is `//host`).
+pub fn is_proxy_relative(url: &str) -> bool {
+    let b = url.as_bytes();
+    b.first() == Some(&b'/')
+        && !matches!(b.get(1), Some(b'/' | b'\\'))
+        && !b.iter().any(|c| c.is_ascii_control() || *c == b' ')
+}
+
+/// Rewrites the `ws=` (or `wss=`) parameter of a DevTools frontend URL to `authority`. The
+/// token is added only when the URL itself points back at the proxy
+/// ([`is_proxy_relative`]): a frontend on another host must never receive it.
 pub fn rewrite_frontend_url(url: &str, authority: &str, token: Option<&str>) -> String {
+    let token = token.filter(|_| is_proxy_relative(url));
     for key in ["?ws=", "&ws=", "?wss=", "&wss="] {
         if let Some(start) = url.find(key) {
             let value_start = start + key.len();
@@ -85,15 +100,21 @@ pub fn rewrite_frontend_url(url: &str, authority: &str, token: Option<&str>) -> 
     url.to_owned()
 }
 
+/// Whether one `name[=value]` pair of a query is the token parameter. The name is decoded
+/// exactly as [`token_params`] decodes it (`form_urlencoded`: percent escapes and `+`), so
+/// every spelling that is accepted as the token is also stripped (`signing%4Bey=…`).
+fn is_token_pair(pair: &str) -> bool {
+    form_urlencoded::parse(pair.as_bytes())
+        .next()
+        .is_some_and(|(name, _)| name == TOKEN_PARAM)
+}
+
 /// The query with every `signingKey` parameter removed (others kept byte for byte), or `None`
 /// when nothing is left.
 pub fn strip_token_param(query: &str) -> Option<String> {
     let kept: Vec<&str> = query
         .split('&')
-        .filter(|pair| {
-            let name = pair.split_once('=').map_or(*pair, |(n, _)| n);
-            !pair.is_empty() && name != TOKEN_PARAM
-        })
+        .filter(|pair| !pair.is_empty() && !is_token_pair(pair))
         .collect();
     if kept.is_empty() {
         None
@@ -159,6 +180,73 @@ mod tests {
         assert_eq!(
             u,
             "/devtools/inspector.html?ws=h:2/devtools/page/P%3FsigningKey%3Da.b&x=1"
+        );
+    }
+
+    #[test]
+    fn only_urls_on_the_proxy_carry_the_token() {
+        let absolute = rewrite_frontend_url(
+            "https://chrome-devtools-frontend.appspot.com/serve_rev/@x/inspector.html?ws=127.0.0.1:1/devtools/page/P",
+            "h:2",
+            Some("a.b"),
+        );
+        assert_eq!(
+            absolute,
+            "https://chrome-devtools-frontend.appspot.com/serve_rev/@x/inspector.html?ws=h:2/devtools/page/P"
+        );
+        for elsewhere in [
+            "//evil.example/inspector.html?ws=127.0.0.1:1/devtools/page/P",
+            "/\\evil.example/inspector.html?ws=127.0.0.1:1/devtools/page/P",
+            "/\t/evil.example/inspector.html?ws=127.0.0.1:1/devtools/page/P",
+            "devtools://devtools/bundled/inspector.html?ws=127.0.0.1:1/devtools/page/P",
+            "inspector.html?ws=127.0.0.1:1/devtools/page/P",
+        ] {
+            assert!(!is_proxy_relative(elsewhere), "{elsewhere}");
+            let out = rewrite_frontend_url(elsewhere, "h:2", Some("a.b"));
+            assert!(
+                out.contains("ws=h:2/devtools/page/P"),
+                "ws= still rewritten: {out}"
+            );
+            assert!(!out.contains("a.b") && !out.contains("signingKey"), "{out}");
+        }
+        assert!(is_proxy_relative(
+            "/devtools/inspector.html?ws=h/devtools/page/P"
+        ));
+        let out = rewrite_discovery(LIST.as_bytes(), "h:2", Some("a.b")).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v[0]["webSocketDebuggerUrl"],
+            "ws://h:2/devtools/page/P1?signingKey=a.b"
+        );
+        assert!(
+            !v[0]["devtoolsFrontendUrl"]
+                .as_str()
+                .unwrap()
+                .contains("a.b"),
+            "{v}"
+        );
+    }
+
+    #[test]
+    fn every_accepted_spelling_of_the_name_is_stripped() {
+        for q in [
+            "signing%4Bey=jwt",
+            "signing%4bey=jwt",
+            "%73igningKey=jwt",
+            "%73%69%67%6E%69%6E%67%4B%65%79=jwt",
+        ] {
+            assert_eq!(token_params(q), vec!["jwt".to_owned()], "{q}");
+            assert_eq!(strip_token_param(q), None, "{q}");
+            assert_eq!(
+                strip_token_param(&format!("a=1&{q}&b=%41")),
+                Some("a=1&b=%41".into()),
+                "{q}"
+            );
+        }
+        assert_eq!(strip_token_param("signing%4Bey"), None);
+        assert_eq!(
+            strip_token_param("signing+Key=1"),
+            Some("signing+Key=1".into())
         );
     }
 

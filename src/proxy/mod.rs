@@ -1,13 +1,17 @@
 //! The authenticating CDP proxy: listener, per-connection handshake, routing, discovery
 //! rewriting, relay and health.
 //!
-//! Per connection: read the request head (size limit, deadline) → route → authenticate →
-//! check Chrome is ready → either answer a `/json/*` request from Chrome with URLs rewritten,
+//! Per connection: admitted as *pending* ([`admission`]: its own budget, per client address,
+//! an older pending connection evicted when it is full) → read the request head (size limit,
+//! deadline) → route → authenticate → check Chrome is ready → leave the pending budget →
+//! either answer a `/json/*` request from Chrome with URLs rewritten,
 //! or dial Chrome's WebSocket *before* answering the client's upgrade, hand Chrome's 101 back,
-//! and relay bytes until either side closes. Toward Chrome the `Host` is Chrome's loopback
+//! and relay bytes until either side closes; only these upgraded connections hold one of the
+//! `MAX_CONNECTIONS` slots. Toward Chrome the `Host` is Chrome's loopback
 //! address, `Origin` and credentials are dropped, and `Sec-WebSocket-Extensions` is removed so
 //! no compression hides the client's commands from the `Browser.close` inspector.
 
+pub mod admission;
 pub mod discovery;
 pub mod http;
 pub mod inspect;
@@ -27,21 +31,36 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, warn};
 
 use crate::auth::{self, AuthError, Authenticator, Presented};
+use crate::config::ProxyTuning;
 use crate::telemetry::{Metrics, Outcome};
 use crate::upstream::{self, Upstream, UpstreamError, UpstreamState};
+use admission::{Admission, Pending, PendingLimits, PendingSlot};
 use http::{HeadError, RequestHead, simple_response};
 use route::{Route, RouteError};
 
 /// Largest request head accepted (431 beyond).
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 
-/// Connections answered 503 at the same time, at most.
+/// Evicted connections answered 503 at the same time, at most; beyond it an evicted connection
+/// is closed after a best-effort answer, without waiting.
 pub const REJECT_BACKLOG: usize = 256;
+
+/// Default budget of connections that have not authenticated yet.
+pub const DEFAULT_MAX_PENDING: usize = 256;
+
+/// Default share of that budget one client address may hold.
+pub const DEFAULT_MAX_PENDING_PER_ADDRESS: usize = 32;
+
+/// Default time a client has to send its request head.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Limits of the proxy.
 #[derive(Debug, Clone)]
 pub struct Limits {
+    /// Upgraded (authenticated) connections at the same time.
     pub max_connections: usize,
+    /// Connections not authenticated yet, and how many of them one address may hold.
+    pub pending: PendingLimits,
     pub header_timeout: Duration,
     pub max_head_bytes: usize,
     /// Connecting to Chrome and getting its answer to the upgrade or a `/json` request.
@@ -55,10 +74,29 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_connections: 4096,
-            header_timeout: Duration::from_secs(10),
+            pending: PendingLimits {
+                max_pending: DEFAULT_MAX_PENDING,
+                max_per_address: DEFAULT_MAX_PENDING_PER_ADDRESS,
+            },
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
             max_head_bytes: MAX_HEAD_BYTES,
             upstream_timeout: Duration::from_secs(10),
             intercept_browser_close: true,
+        }
+    }
+}
+
+impl Limits {
+    /// The limits an operator configured; the rest default.
+    pub fn from_tuning(t: &ProxyTuning) -> Self {
+        Self {
+            max_connections: t.max_connections,
+            pending: PendingLimits {
+                max_pending: t.max_pending,
+                max_per_address: t.max_pending_per_address,
+            },
+            header_timeout: t.header_timeout,
+            ..Self::default()
         }
     }
 }
@@ -80,9 +118,12 @@ pub struct Proxy {
     clients: watch::Sender<usize>,
     events: Arc<ProxyEvents>,
     limits: Limits,
+    /// One per upgraded connection (`MAX_CONNECTIONS`).
     permits: Arc<Semaphore>,
-    /// Bounds the connections being turned away with 503 (each lingers up to a second);
-    /// beyond it a refused connection is dropped without an answer.
+    /// Connections not authenticated yet.
+    pending: Arc<Pending>,
+    /// Bounds the evicted connections being answered 503 (each lingers up to a second);
+    /// beyond it an evicted connection is closed after a best-effort answer.
     reject_permits: Arc<Semaphore>,
     /// The thread that relays upgraded connections.
     relays: relay::RelayLoop,
@@ -102,6 +143,7 @@ impl Proxy {
             clients: watch::Sender::new(0),
             events: Arc::new(ProxyEvents::default()),
             permits: Arc::new(Semaphore::new(limits.max_connections)),
+            pending: Pending::new(limits.pending),
             reject_permits: Arc::new(Semaphore::new(REJECT_BACKLOG)),
             limits,
             relays: relay::RelayLoop::start()?,
@@ -151,51 +193,106 @@ impl Proxy {
                 () = stop.cancelled() => return,
             };
             let _ = stream.set_nodelay(true);
-            match self.permits.clone().try_acquire_owned() {
-                Ok(permit) => {
-                    let this = self.clone();
-                    let span = tracing::info_span!("conn", session.id = %self.auth.session_id(), client.addr = %peer);
-                    tracker.spawn(
-                        async move {
-                            this.metrics
-                                .connections_open
-                                .fetch_add(1, Ordering::Relaxed);
-                            this.handle(stream).await;
-                            this.metrics
-                                .connections_open
-                                .fetch_sub(1, Ordering::Relaxed);
-                            drop(permit);
-                        }
-                        .instrument(span),
-                    );
+            let (slot, admission) = self.pending.admit(peer.ip());
+            if admission != Admission::Free {
+                self.metrics.outcome(Outcome::AtCapacity);
+                debug!(client.addr = %peer, ?admission, "pending budget full: evicted an older unauthenticated connection");
+            }
+            let this = self.clone();
+            let span = tracing::info_span!("conn", session.id = %self.auth.session_id(), client.addr = %peer);
+            tracker.spawn(
+                async move {
+                    this.metrics
+                        .connections_open
+                        .fetch_add(1, Ordering::Relaxed);
+                    this.handle(stream, slot).await;
+                    this.metrics
+                        .connections_open
+                        .fetch_sub(1, Ordering::Relaxed);
                 }
-                Err(_) => {
-                    self.metrics.outcome(Outcome::AtCapacity);
-                    debug!(client.addr = %peer, "connection cap reached");
-                    if let Ok(permit) = self.reject_permits.clone().try_acquire_owned() {
-                        tokio::spawn(async move {
-                            respond_and_close(
-                                stream,
-                                simple_response(
-                                    503,
-                                    &[("Retry-After", "1")],
-                                    "too many connections\n",
-                                ),
-                            )
-                            .await;
-                            drop(permit);
-                        });
-                    }
+                .instrument(span),
+            );
+        }
+    }
+
+    /// Serves one connection. Until it is authenticated (or answered), it holds `slot` in the
+    /// pending budget and is closed with a 503 as soon as it is evicted from it.
+    async fn handle(&self, mut stream: TcpStream, slot: PendingSlot) {
+        let local = stream.local_addr().ok();
+        let step = tokio::select! {
+            step = self.admit_request(&mut stream) => step,
+            () = slot.evicted() => Step::Evicted,
+        };
+        let admitted = match step {
+            Step::Proceed(a) => a,
+            Step::Answer(outcome, response) => {
+                self.metrics.outcome(outcome);
+                // The answer lingers (draining the client) only while nobody needs the slot.
+                tokio::select! {
+                    () = respond_and_close(stream, response) => {}
+                    () = slot.evicted() => {}
                 }
+                return;
+            }
+            Step::Gone => return,
+            Step::Evicted => {
+                drop(slot);
+                return self.refuse_evicted(stream).await;
+            }
+        };
+        drop(slot);
+        let Admitted {
+            head,
+            route,
+            presented,
+            early,
+            up,
+        } = admitted;
+        if matches!(route, Route::BrowserRoot | Route::Devtools(_)) {
+            let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+                debug!("connection cap reached");
+                return self
+                    .finish(
+                        stream,
+                        Outcome::AtCapacity,
+                        simple_response(503, &[("Retry-After", "1")], "too many connections\n"),
+                    )
+                    .await;
+            };
+            self.upgrade(stream, &head, &route, &early, &up).await;
+            drop(permit);
+        } else {
+            let resp = self.json(&head, &route, &presented, &up, local).await;
+            let outcome = if resp.starts_with(b"HTTP/1.1 502") {
+                Outcome::UpstreamFailed
+            } else {
+                Outcome::Http
+            };
+            self.finish(stream, outcome, resp).await;
+        }
+    }
+
+    /// An evicted connection: a 503 and a close. Only [`REJECT_BACKLOG`] of them linger to
+    /// drain the client; the others get a best-effort answer and are closed at once.
+    async fn refuse_evicted(&self, stream: TcpStream) {
+        let response = simple_response(503, &[("Retry-After", "1")], "too many connections\n");
+        match self.reject_permits.clone().try_acquire_owned() {
+            Ok(permit) => {
+                respond_and_close(stream, response).await;
+                drop(permit);
+            }
+            Err(_) => {
+                let _ = stream.try_write(&response);
             }
         }
     }
 
-    async fn handle(&self, mut stream: TcpStream) {
-        let local = stream.local_addr().ok();
+    /// The unauthenticated part of a connection: its head, route, credential and Chrome's
+    /// readiness.
+    async fn admit_request(&self, stream: &mut TcpStream) -> Step {
         let mut buf = Vec::with_capacity(2048);
         let read = http::read_request_head(
-            &mut stream,
+            stream,
             &mut buf,
             self.limits.max_head_bytes,
             self.limits.header_timeout,
@@ -212,13 +309,11 @@ impl Proxy {
                     HeadError::Malformed => (400, Outcome::BadRequest, "bad request\n"),
                     HeadError::Closed | HeadError::Io(_) => {
                         self.metrics.outcome(Outcome::ClientGone);
-                        return;
+                        return Step::Gone;
                     }
                 };
                 debug!(status, "refused before routing: {e}");
-                self.metrics.outcome(outcome);
-                respond_and_close(stream, simple_response(status, &[], body)).await;
-                return;
+                return Step::Answer(outcome, simple_response(status, &[], body));
             }
         };
         let early = buf.split_off(used);
@@ -227,22 +322,13 @@ impl Proxy {
         let route = match route::route(&head.method, head.path(), wants_upgrade) {
             Ok(r) => r,
             Err(RouteError::NotFound) => {
-                return self
-                    .finish(
-                        stream,
-                        Outcome::NotFound,
-                        simple_response(404, &[], "not found\n"),
-                    )
-                    .await;
+                return Step::Answer(Outcome::NotFound, simple_response(404, &[], "not found\n"));
             }
             Err(RouteError::MethodNotAllowed) => {
-                return self
-                    .finish(
-                        stream,
-                        Outcome::NotFound,
-                        simple_response(405, &[], "method not allowed\n"),
-                    )
-                    .await;
+                return Step::Answer(
+                    Outcome::NotFound,
+                    simple_response(405, &[], "method not allowed\n"),
+                );
             }
         };
         if route == Route::Health {
@@ -252,39 +338,30 @@ impl Proxy {
                 (503, "{\"status\":\"unavailable\"}\n")
             };
             let resp = http::body_response(status, "application/json", body.as_bytes());
-            return self.finish(stream, Outcome::Health, resp).await;
+            return Step::Answer(Outcome::Health, resp);
         }
         let is_ws = matches!(route, Route::BrowserRoot | Route::Devtools(_));
         if is_ws && !is_valid_upgrade(&head) {
-            return self
-                .finish(
-                    stream,
-                    Outcome::BadRequest,
-                    simple_response(400, &[], "bad websocket upgrade\n"),
-                )
-                .await;
+            return Step::Answer(
+                Outcome::BadRequest,
+                simple_response(400, &[], "bad websocket upgrade\n"),
+            );
         }
         let presented = match self.authenticate(&head, route != Route::JsonNew).await {
             Ok(p) => p,
             Err(AuthError::Token(e)) => {
                 self.metrics.refusal(e);
                 info!(reason = e.reason(), "credential refused: {e}");
-                return self
-                    .finish(
-                        stream,
-                        Outcome::Unauthorized,
-                        simple_response(401, &[], "unauthorized\n"),
-                    )
-                    .await;
+                return Step::Answer(
+                    Outcome::Unauthorized,
+                    simple_response(401, &[], "unauthorized\n"),
+                );
             }
             Err(AuthError::KeysUnavailable) => {
-                return self
-                    .finish(
-                        stream,
-                        Outcome::NotReady,
-                        simple_response(503, &[("Retry-After", "1")], "not ready\n"),
-                    )
-                    .await;
+                return Step::Answer(
+                    Outcome::NotReady,
+                    simple_response(503, &[("Retry-After", "1")], "not ready\n"),
+                );
             }
         };
         let up = match &*self.upstream.borrow() {
@@ -292,25 +369,18 @@ impl Proxy {
             _ => None,
         };
         let Some(up) = up else {
-            return self
-                .finish(
-                    stream,
-                    Outcome::NotReady,
-                    simple_response(503, &[("Retry-After", "1")], "browser not ready\n"),
-                )
-                .await;
+            return Step::Answer(
+                Outcome::NotReady,
+                simple_response(503, &[("Retry-After", "1")], "browser not ready\n"),
+            );
         };
-        if is_ws {
-            self.upgrade(stream, &head, &route, &early, &up).await;
-        } else {
-            let resp = self.json(&head, &route, &presented, &up, local).await;
-            let outcome = if resp.starts_with(b"HTTP/1.1 502") {
-                Outcome::UpstreamFailed
-            } else {
-                Outcome::Http
-            };
-            self.finish(stream, outcome, resp).await;
-        }
+        Step::Proceed(Admitted {
+            head,
+            route,
+            presented,
+            early,
+            up,
+        })
     }
 
     async fn authenticate(
@@ -520,6 +590,28 @@ impl Proxy {
     }
 }
 
+/// Where the unauthenticated part of a connection ended.
+enum Step {
+    /// Authenticated, Chrome ready: serve it.
+    Proceed(Admitted),
+    /// Answer this and close.
+    Answer(Outcome, Vec<u8>),
+    /// The client left.
+    Gone,
+    /// Evicted from the pending budget.
+    Evicted,
+}
+
+/// An authenticated request and the Chrome it goes to.
+struct Admitted {
+    head: RequestHead,
+    route: Route,
+    presented: Presented,
+    /// Bytes the client sent after its head.
+    early: Vec<u8>,
+    up: Arc<Upstream>,
+}
+
 /// Counts an upgraded client for as long as it lives.
 struct ClientGuard<'a> {
     clients: &'a watch::Sender<usize>,
@@ -553,39 +645,19 @@ fn is_valid_upgrade(head: &RequestHead) -> bool {
         && head.header("sec-websocket-version") == Some("13")
 }
 
-/// Headers never forwarded to Chrome.
-fn is_dropped_header(name: &str) -> bool {
-    [
-        "host",
-        "origin",
-        "authorization",
-        "sec-websocket-extensions",
-        "proxy-authorization",
-        "cookie",
-    ]
-    .iter()
-    .any(|d| name.eq_ignore_ascii_case(d))
-}
-
-/// The client's upgrade request as sent to Chrome.
+/// The client's upgrade request as sent to Chrome: an allow-list of exactly what the WebSocket
+/// handshake needs (RFC 6455 §4.1), nothing else the client sent. `Host` is Chrome's own
+/// loopback address; `Upgrade`, `Connection` and `Sec-WebSocket-Version` are written in their
+/// canonical form ([`is_valid_upgrade`] checked the client's); `Sec-WebSocket-Key` is the
+/// client's, since its `Sec-WebSocket-Accept` comes back in Chrome's answer. So no credential,
+/// `Origin`, extension offer (the inspector reads uncompressed frames), subprotocol, body
+/// framing (`Content-Length`, `Transfer-Encoding`) or forwarding header reaches Chrome.
 pub fn upstream_request(addr: SocketAddr, path: &str, head: &RequestHead) -> Vec<u8> {
-    let mut out = Vec::with_capacity(512);
-    out.extend_from_slice(b"GET ");
-    out.extend_from_slice(path.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
-    out.extend_from_slice(addr.to_string().as_bytes());
-    out.extend_from_slice(b"\r\n");
-    for (name, value) in &head.headers {
-        if is_dropped_header(name) {
-            continue;
-        }
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    out
+    let key = head.header("sec-websocket-key").unwrap_or_default();
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .into_bytes()
 }
 
 enum DialError {
@@ -683,6 +755,23 @@ mod tests {
         }
         assert!(out.contains("Sec-WebSocket-Key: k==\r\n"));
         assert!(out.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn upstream_request_forwards_only_the_handshake() {
+        let raw = b"GET /devtools/page/P HTTP/1.1\r\nHost: h:1\r\nupgrade: WebSocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Key: k==\r\nSec-WebSocket-Version: 13\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\nX-Forwarded-For: 10.9.9.9\r\nSec-WebSocket-Protocol: evil\r\nUser-Agent: ua\r\n\r\n";
+        let (head, _) = http::parse_request_head(raw, 65536).unwrap().unwrap();
+        assert!(is_valid_upgrade(&head));
+        let out = String::from_utf8(upstream_request(
+            "127.0.0.1:9222".parse().unwrap(),
+            "/devtools/page/P",
+            &head,
+        ))
+        .unwrap();
+        assert_eq!(
+            out,
+            "GET /devtools/page/P HTTP/1.1\r\nHost: 127.0.0.1:9222\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: k==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        );
     }
 
     #[test]

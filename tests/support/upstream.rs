@@ -33,6 +33,12 @@ impl FakeUpstream {
     /// Starts the upstream; `handler` serves each upgraded connection. When it returns, the
     /// upstream reads until the peer closes and reports [`UpEvent::Closed`].
     pub fn start(handler: Handler) -> FakeUpstream {
+        Self::start_with_list(handler, None)
+    }
+
+    /// Like [`FakeUpstream::start`], answering `/json/list` (and every other `/json` path but
+    /// `/json/version`) with `list`, in which `{addr}` stands for the upstream's address.
+    pub fn start_with_list(handler: Handler, list: Option<String>) -> FakeUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let connections = Arc::new(AtomicUsize::new(0));
@@ -48,6 +54,7 @@ impl FakeUpstream {
                     let heads = heads.clone();
                     let tx = tx.clone();
                     let handler = handler.clone();
+                    let list = list.clone();
                     std::thread::spawn(move || {
                         let Some(head) = read_head(&mut stream) else {
                             return;
@@ -66,9 +73,9 @@ impl FakeUpstream {
                             return;
                         }
                         if path.starts_with("/json") {
-                            let body = format!(
+                            let body = list.map(|l| l.replace("{addr}", &addr.to_string())).unwrap_or_else(|| format!(
                                 r#"[{{"id":"P1","type":"page","devtoolsFrontendUrl":"/devtools/inspector.html?ws={addr}/devtools/page/P1","webSocketDebuggerUrl":"ws://{addr}/devtools/page/P1"}}]"#
-                            );
+                            ));
                             let _ = write!(
                                 stream,
                                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
