@@ -22,8 +22,8 @@ use wallcrawler_contract::session::attr;
 use wallcrawler_contract::{InternalStatus, SigningSecret};
 
 use crate::stores::{
-    ArchiveStore, BoxRead, NetworkLookup, ReadyResult, ReadyUpdate, SecretFetcher, SessionRecord,
-    SessionStore, StoreError,
+    ArchiveStore, BoxRead, FetchMode, NetworkLookup, ReadyResult, ReadyUpdate, SecretFetcher,
+    SessionRecord, SessionStore, StoreError,
 };
 
 /// Size of one multipart upload part (S3's minimum is 5 MiB).
@@ -403,20 +403,40 @@ pub struct SecretsManagerSecret {
 }
 
 const SECRETS: &str = "Secrets Manager";
+/// Longest one call of a [`FetchMode::Quick`] fetch may take.
+const QUICK_FETCH_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl SecretFetcher for SecretsManagerSecret {
-    fn fetch(&self) -> BoxFuture<'_, Result<Vec<SigningSecret>, StoreError>> {
+    fn fetch(&self, mode: FetchMode) -> BoxFuture<'_, Result<Vec<SigningSecret>, StoreError>> {
         Box::pin(async move {
             let mut out = Vec::with_capacity(2);
             for stage in ["AWSCURRENT", "AWSPREVIOUS"] {
-                match self
+                let request = self
                     .client
                     .get_secret_value()
                     .secret_id(&self.secret_id)
-                    .version_stage(stage)
-                    .send()
-                    .await
-                {
+                    .version_stage(stage);
+                let answer = match mode {
+                    FetchMode::Patient => request.send().await,
+                    // A request waits on this one: no retries (their backoff would hold it),
+                    // and a short timeout.
+                    FetchMode::Quick => {
+                        request
+                            .customize()
+                            .config_override(
+                                aws_sdk_secretsmanager::config::Builder::default()
+                                    .retry_config(RetryConfig::disabled())
+                                    .timeout_config(
+                                        TimeoutConfig::builder()
+                                            .operation_timeout(QUICK_FETCH_TIMEOUT)
+                                            .build(),
+                                    ),
+                            )
+                            .send()
+                            .await
+                    }
+                };
+                match answer {
                     Ok(v) => {
                         let text = v.secret_string().unwrap_or_default();
                         match SigningSecret::parse(text) {

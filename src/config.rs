@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use wallcrawler_contract::token::MAX_SESSION_SECONDS;
 
 /// Raw settings keyed by environment-variable name.
 pub type Settings = BTreeMap<&'static str, String>;
@@ -157,7 +158,7 @@ pub struct LocalArgs {
     /// Chrome binary [default: found on the PATH].
     #[arg(long, env = "CHROME_PATH", value_name = "PATH")]
     pub chrome_path: Option<String>,
-    /// Lifetime of the printed token in seconds [default: 3600].
+    /// Lifetime of the printed token in seconds, at most 21600 [default: 3600].
     #[arg(long, value_name = "SECONDS")]
     pub token_ttl: Option<String>,
     /// Literal signing key; generated when unset.
@@ -210,7 +211,7 @@ pub struct TokenArgs {
     /// Project the token is for [default: none, an empty projectId].
     #[arg(long, value_name = "PROJECT_ID")]
     pub project_id: Option<String>,
-    /// Lifetime in seconds [default: 3600].
+    /// Lifetime in seconds, at most 21600 [default: 3600].
     #[arg(long, value_name = "SECONDS")]
     pub ttl: Option<String>,
     /// Signing key.
@@ -639,7 +640,8 @@ impl LocalConfig {
     pub fn from_settings(s: &Settings) -> Result<Self, ConfigErrors> {
         let mut r = Reader::new(s);
         let port = r.number("CDP_PROXY_PORT", 9223, 0, 65535) as u16;
-        let token_ttl = r.number("TOKEN_TTL", 3600, 1, 31 * 86_400);
+        // The proxy refuses tokens that outlive the longest session.
+        let token_ttl = r.number("TOKEN_TTL", 3600, 1, MAX_SESSION_SECONDS);
         let key = r.text("WALLCRAWLER_JWT_SIGNING_KEY");
         let chrome = chrome_settings(&mut r, 0);
         let tuning = tuning(&mut r, Mode::Local);
@@ -723,7 +725,7 @@ impl TokenConfig {
         let mut r = Reader::new(s);
         let session_id = r.required("SESSION_ID");
         let project_id = r.text("PROJECT_ID").unwrap_or_default();
-        let ttl = r.number("TOKEN_TTL", 3600, 1, 366 * 86_400);
+        let ttl = r.number("TOKEN_TTL", 3600, 1, MAX_SESSION_SECONDS);
         let key = match r.s.get("WALLCRAWLER_JWT_SIGNING_KEY") {
             Some(k) if !k.is_empty() => k.clone(),
             _ => {
@@ -913,6 +915,33 @@ mod tests {
         assert_eq!(
             e.0,
             vec!["WALLCRAWLER_JWT_SIGNING_KEY is required to sign a token".to_owned()]
+        );
+    }
+
+    #[test]
+    fn token_lifetimes_stop_at_the_longest_session() {
+        // The proxy refuses a token whose exp is further ahead than the longest session.
+        let ok = TokenConfig::from_settings(&map(&[
+            ("SESSION_ID", "s"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("TOKEN_TTL", "21600"),
+        ]))
+        .unwrap();
+        assert_eq!(ok.ttl, 21_600);
+        let e = TokenConfig::from_settings(&map(&[
+            ("SESSION_ID", "s"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("TOKEN_TTL", "21601"),
+        ]))
+        .unwrap_err();
+        assert_eq!(
+            e.0,
+            vec!["TOKEN_TTL must be between 1 and 21600, got 21601".to_owned()]
+        );
+        let e = LocalConfig::from_settings(&map(&[("TOKEN_TTL", "86400")])).unwrap_err();
+        assert_eq!(
+            e.0,
+            vec!["TOKEN_TTL must be between 1 and 21600, got 86400".to_owned()]
         );
     }
 

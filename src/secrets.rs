@@ -1,93 +1,163 @@
 //! The signing keys from Secrets Manager, cached.
 //!
 //! - Fetched before the proxy reports ready ([`SecretKeyCache::load_initial`], bounded retries).
-//! - Cached in `moka` with a 5-minute TTL; a background task refreshes before it expires, so
-//!   requests never wait on Secrets Manager.
-//! - Concurrent fetches are coalesced: `moka`'s `try_get_with` runs one fetch and every caller
-//!   awaiting the same key shares its result.
-//! - The last good key set keeps working while Secrets Manager is unreachable.
+//! - Requests are checked against the last good key set held in memory, so they never wait on
+//!   Secrets Manager (except a token matching no key, below). That set is kept while Secrets
+//!   Manager fails.
+//! - A background task fetches again [`REFRESH_EVERY`], before the keys are [`TTL`] old, and
+//!   after a failed fetch every [`RETRY_AFTER_FAILURE`].
+//! - One fetch at a time: a fetch runs as its own task and whoever needs its result while it
+//!   runs shares it (a burst of requests causes one fetch).
 //! - `AWSCURRENT` and `AWSPREVIOUS` are both accepted, so a rotation does not break tokens
-//!   already handed out; a token matching neither triggers one immediate refresh (at most one
-//!   per 5 s; later misses join it) and is checked again against the fresh keys.
+//!   already handed out. A token matching neither starts one immediate fetch, made once without
+//!   the SDK's retries ([`FetchMode::Quick`]) and waited for at most [`MISS_WAIT`], then is
+//!   checked again against the fresh keys: a just-rotated key works at once.
+//! - After startup, at most one fetch starts per [`MIN_FETCH_INTERVAL`], counted from the start
+//!   of the last one whatever started it and however it ended. A token matching no key within that quiet
+//!   period is checked against the last good keys and answered at once, so while Secrets
+//!   Manager fails a burst of bad tokens costs one call per 5 s and holds no request.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use futures_util::FutureExt;
+use futures_util::future::{BoxFuture, Shared};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use wallcrawler_contract::SigningKey;
 
 use crate::auth::{KeySet, KeySource};
-use crate::stores::{SecretFetcher, StoreError};
+use crate::stores::{FetchMode, SecretFetcher, StoreError};
 
-/// How long fetched keys are trusted before they are fetched again.
+/// How long fetched keys are trusted while Secrets Manager answers.
 pub const TTL: Duration = Duration::from_secs(300);
 /// How often the background task refreshes (before the TTL runs out).
 pub const REFRESH_EVERY: Duration = Duration::from_secs(240);
-/// Least time between two refreshes triggered by unknown signatures.
-pub const MISS_REFRESH_INTERVAL: Duration = Duration::from_secs(5);
+/// How soon the background task tries again after a failed fetch.
+pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(30);
+/// Least time between the starts of two fetches (after startup).
+pub const MIN_FETCH_INTERVAL: Duration = Duration::from_secs(5);
+/// Longest a token matching no key waits for a fetch before it is answered from the last
+/// good keys.
+pub const MISS_WAIT: Duration = Duration::from_secs(2);
+
+// One failed background fetch still leaves a retry before the TTL runs out.
+const _: () = assert!(REFRESH_EVERY.as_secs() + RETRY_AFTER_FAILURE.as_secs() <= TTL.as_secs());
+
+type FetchResult = Result<KeySet, Arc<StoreError>>;
+/// A fetch under way; every clone resolves to its one result.
+type SharedFetch = Shared<BoxFuture<'static, FetchResult>>;
+
+/// State shared with the fetch tasks.
+#[derive(Default)]
+struct Inner {
+    /// What requests are checked against; replaced on every successful fetch and kept when a
+    /// fetch fails.
+    last_good: RwLock<Option<KeySet>>,
+    fetches: Mutex<Fetches>,
+}
+
+#[derive(Default)]
+struct Fetches {
+    /// When the last fetch after startup started, whatever started it (an unknown signature,
+    /// the background refresh) and however it ended.
+    last_started: Option<Instant>,
+    /// When the last fetch succeeded.
+    last_success: Option<Instant>,
+    /// The fetch under way. Set by whoever starts it; cleared by its task when it ends.
+    running: Option<SharedFetch>,
+}
 
 /// Signing keys from a [`SecretFetcher`], cached.
 pub struct SecretKeyCache {
     fetcher: Arc<dyn SecretFetcher>,
-    /// One entry (key `()`): the current key set. Its TTL bounds how stale keys can be.
-    cache: moka::future::Cache<(), KeySet>,
-    /// What requests are checked against; replaced on every successful fetch and kept when a
-    /// fetch fails.
-    last_good: RwLock<Option<KeySet>>,
-    /// When the last miss-triggered refresh started.
-    last_miss_refresh: Mutex<Option<Instant>>,
+    inner: Arc<Inner>,
 }
 
 impl SecretKeyCache {
     pub fn new(fetcher: Arc<dyn SecretFetcher>) -> Arc<Self> {
         Arc::new(Self {
             fetcher,
-            cache: moka::future::Cache::builder()
-                .max_capacity(1)
-                .time_to_live(TTL)
-                .build(),
-            last_good: RwLock::new(None),
-            last_miss_refresh: Mutex::new(None),
+            inner: Arc::default(),
         })
     }
 
-    /// The cached key set, fetching it (once, for all concurrent callers) when absent.
-    pub async fn load(&self) -> Result<KeySet, Arc<StoreError>> {
-        let fetcher = self.fetcher.clone();
-        let keys = self
-            .cache
-            .try_get_with((), async move {
-                let secrets = fetcher.fetch().await?;
-                let keys: Vec<SigningKey> = secrets
-                    .iter()
-                    .map(|s| SigningKey::new(s.signing_key.as_bytes()))
-                    .collect();
-                info!(
-                    versions = keys.len(),
-                    "signing keys fetched from Secrets Manager"
-                );
-                Ok::<_, StoreError>(Arc::new(keys))
-            })
-            .await?;
-        *self.last_good.write().expect("not poisoned") = Some(keys.clone());
-        Ok(keys)
+    /// The fetch under way, or a new one, ignoring [`MIN_FETCH_INTERVAL`] and not starting
+    /// it: the startup fetch leaves a just-rotated key free to be fetched at once.
+    pub async fn refresh(&self) -> FetchResult {
+        let fetch = {
+            let mut f = self.inner.fetches.lock().expect("not poisoned");
+            match &f.running {
+                Some(running) => running.clone(),
+                None => self.start(&mut f, FetchMode::Patient),
+            }
+        };
+        fetch.await
     }
 
-    /// Drops the cached set and fetches again; on failure the last good set stays in use.
-    pub async fn refresh(&self) -> Result<KeySet, Arc<StoreError>> {
-        self.cache.invalidate(&()).await;
-        self.load().await
+    /// The fetch under way, or a new one unless one started less than [`MIN_FETCH_INTERVAL`]
+    /// ago (`None`: nothing new to wait for).
+    fn fetch_unless_recent(&self, mode: FetchMode) -> Option<SharedFetch> {
+        let mut f = self.inner.fetches.lock().expect("not poisoned");
+        if let Some(running) = &f.running {
+            return Some(running.clone());
+        }
+        if f.last_started
+            .is_some_and(|t| t.elapsed() < MIN_FETCH_INTERVAL)
+        {
+            return None;
+        }
+        f.last_started = Some(Instant::now());
+        Some(self.start(&mut f, mode))
+    }
+
+    /// Starts a fetch as its own task, so it completes (and updates the keys) even when
+    /// nobody waits for it any more. Called with the `fetches` lock held, which the task needs
+    /// to clear `running`: it cannot clear it before it is set.
+    fn start(&self, f: &mut Fetches, mode: FetchMode) -> SharedFetch {
+        let fetcher = self.fetcher.clone();
+        let inner = self.inner.clone();
+        let task = tokio::spawn(async move {
+            let result = fetch_keys(&*fetcher, mode).await.map_err(Arc::new);
+            if let Ok(keys) = &result {
+                *inner.last_good.write().expect("not poisoned") = Some(keys.clone());
+            }
+            let mut f = inner.fetches.lock().expect("not poisoned");
+            if result.is_ok() {
+                f.last_success = Some(Instant::now());
+            }
+            f.running = None;
+            result
+        });
+        let shared = async move {
+            task.await.unwrap_or_else(|e| {
+                Err(Arc::new(StoreError::Other {
+                    service: SECRETS,
+                    detail: format!("the fetch task ended early: {e}"),
+                }))
+            })
+        }
+        .boxed()
+        .shared();
+        f.running = Some(shared.clone());
+        shared
+    }
+
+    /// Time since the last successful fetch.
+    fn since_success(&self) -> Option<Duration> {
+        let f = self.inner.fetches.lock().expect("not poisoned");
+        f.last_success.map(|t| t.elapsed())
     }
 
     /// The first fetch, retried with backoff for up to `within`.
-    pub async fn load_initial(&self, within: Duration) -> Result<KeySet, Arc<StoreError>> {
+    pub async fn load_initial(&self, within: Duration) -> FetchResult {
         let deadline = Instant::now() + within;
         let mut backoff = Duration::from_millis(200);
         loop {
-            match self.load().await {
+            match self.refresh().await {
                 Ok(k) => return Ok(k),
                 Err(e) if Instant::now() + backoff < deadline && e.is_unavailable() => {
                     warn!(error = %e, "fetching the signing secret failed; retrying");
@@ -99,16 +169,26 @@ impl SecretKeyCache {
         }
     }
 
-    /// Refreshes every [`REFRESH_EVERY`] until `cancel`.
+    /// Refreshes [`REFRESH_EVERY`] after the last success (every [`RETRY_AFTER_FAILURE`]
+    /// while fetches fail) until `cancel`.
     pub fn spawn_refresher(self: &Arc<Self>, cancel: CancellationToken) {
         let this = self.clone();
         tokio::spawn(async move {
             loop {
+                let wait = match this.since_success() {
+                    Some(age) if age < REFRESH_EVERY => REFRESH_EVERY - age,
+                    _ => RETRY_AFTER_FAILURE,
+                };
                 tokio::select! {
-                    () = tokio::time::sleep(REFRESH_EVERY) => {}
+                    () = tokio::time::sleep(wait) => {}
                     () = cancel.cancelled() => return,
                 }
-                if let Err(e) = this.refresh().await {
+                if this.since_success().is_some_and(|age| age < REFRESH_EVERY) {
+                    continue; // refreshed meanwhile, after an unknown signature
+                }
+                if let Some(fetch) = this.fetch_unless_recent(FetchMode::Patient)
+                    && let Err(e) = fetch.await
+                {
                     warn!(error = %e, "refreshing the signing secret failed; keeping the last good keys");
                 }
             }
@@ -116,32 +196,43 @@ impl SecretKeyCache {
     }
 }
 
+const SECRETS: &str = "Secrets Manager";
+
+async fn fetch_keys(fetcher: &dyn SecretFetcher, mode: FetchMode) -> Result<KeySet, StoreError> {
+    let secrets = fetcher.fetch(mode).await?;
+    let keys: Vec<SigningKey> = secrets
+        .iter()
+        .map(|s| SigningKey::new(s.signing_key.as_bytes()))
+        .collect();
+    info!(
+        versions = keys.len(),
+        "signing keys fetched from Secrets Manager"
+    );
+    Ok(Arc::new(keys))
+}
+
 impl KeySource for SecretKeyCache {
     fn keys(&self) -> Option<KeySet> {
-        self.last_good.read().expect("not poisoned").clone()
+        self.inner.last_good.read().expect("not poisoned").clone()
     }
 
     fn refresh_after_miss(&self) -> Pin<Box<dyn Future<Output = Option<KeySet>> + Send + '_>> {
         Box::pin(async move {
-            let start_refresh = {
-                let mut last = self.last_miss_refresh.lock().expect("not poisoned");
-                let due = last.is_none_or(|t| t.elapsed() >= MISS_REFRESH_INTERVAL);
-                if due {
-                    *last = Some(Instant::now());
-                }
-                due
+            let Some(fetch) = self.fetch_unless_recent(FetchMode::Quick) else {
+                // A fetch started moments ago: check against what it left, without waiting.
+                return self.keys();
             };
-            let result = if start_refresh {
-                info!("a token matched no cached key; refreshing the signing secret");
-                self.refresh().await
-            } else {
-                // A refresh happened moments ago (or is running): join or reuse it.
-                self.load().await
-            };
-            match result {
-                Ok(keys) => Some(keys),
-                Err(e) => {
+            info!("a token matched no cached key; refreshing the signing secret");
+            match tokio::time::timeout(MISS_WAIT, fetch).await {
+                Ok(Ok(keys)) => Some(keys),
+                Ok(Err(e)) => {
                     warn!(error = %e, "refresh after an unknown signature failed");
+                    None
+                }
+                Err(_) => {
+                    warn!(
+                        "the refresh after an unknown signature is slow; answering from the last good keys"
+                    );
                     None
                 }
             }
@@ -152,90 +243,223 @@ impl KeySource for SecretKeyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures_util::future::BoxFuture;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use wallcrawler_contract::SigningSecret;
 
+    /// A Secrets Manager that counts its calls; `key: None` fails, `gate` holds fetches.
     struct Fake {
         calls: AtomicUsize,
+        modes: Mutex<Vec<FetchMode>>,
         key: Mutex<Option<String>>,
         gate: tokio::sync::Semaphore,
     }
 
     impl SecretFetcher for Fake {
-        fn fetch(&self) -> BoxFuture<'_, Result<Vec<SigningSecret>, StoreError>> {
+        fn fetch(&self, mode: FetchMode) -> BoxFuture<'_, Result<Vec<SigningSecret>, StoreError>> {
             Box::pin(async move {
                 self.calls.fetch_add(1, Ordering::SeqCst);
+                self.modes.lock().unwrap().push(mode);
                 let _permit = self.gate.acquire().await.unwrap();
                 match self.key.lock().unwrap().clone() {
                     Some(k) => Ok(vec![SigningSecret {
                         algorithm: "HS256".into(),
                         signing_key: k,
                     }]),
-                    None => Err(StoreError::Unavailable {
+                    None => Err(StoreError::Refused {
                         service: "fake",
-                        detail: "down".into(),
+                        detail: "AccessDeniedException".into(),
                     }),
                 }
             })
         }
     }
 
+    impl Fake {
+        fn calls(&self) -> usize {
+            self.calls.load(Ordering::SeqCst)
+        }
+        fn set_key(&self, key: Option<&str>) {
+            *self.key.lock().unwrap() = key.map(str::to_owned);
+        }
+    }
+
     fn fake(key: Option<&str>) -> Arc<Fake> {
         Arc::new(Fake {
             calls: AtomicUsize::new(0),
+            modes: Mutex::new(Vec::new()),
             key: Mutex::new(key.map(str::to_owned)),
             gate: tokio::sync::Semaphore::new(1000),
         })
     }
 
+    /// The key set holds exactly `key`.
+    fn holds(keys: &KeySet, key: &str) -> bool {
+        let token = wallcrawler_contract::Claims::new("s", "p", 1, 60)
+            .mint(&SigningKey::new(key.as_bytes()));
+        let v = wallcrawler_contract::token::Validation {
+            session_id: "s",
+            project_id: None,
+            leeway_seconds: 0,
+            now: 2,
+        };
+        keys.len() == 1 && wallcrawler_contract::token::validate(&token, keys, &v).is_ok()
+    }
+
     #[tokio::test]
-    async fn concurrent_misses_share_one_fetch() {
+    async fn concurrent_refreshes_share_one_fetch() {
         let f = fake(Some("k"));
         let gate_permits = f.gate.available_permits();
-        let _held = f.gate.acquire_many(gate_permits as u32).await.unwrap();
+        let held = f.gate.acquire_many(gate_permits as u32).await.unwrap();
         let cache = SecretKeyCache::new(f.clone());
         let tasks: Vec<_> = (0..20)
             .map(|_| {
                 let c = cache.clone();
-                tokio::spawn(async move { c.load().await.map(|k| k.len()) })
+                tokio::spawn(async move { c.refresh().await.map(|k| k.len()) })
             })
             .collect();
         // Let every task reach the cache before the fetch may finish.
         tokio::task::yield_now().await;
-        drop(_held);
+        drop(held);
         for t in tasks {
             assert_eq!(t.await.unwrap().unwrap(), 1);
         }
-        assert_eq!(f.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(f.calls(), 1);
     }
 
     #[tokio::test]
     async fn last_good_keys_survive_an_outage() {
         let f = fake(Some("k"));
         let cache = SecretKeyCache::new(f.clone());
-        cache.load().await.unwrap();
-        *f.key.lock().unwrap() = None;
+        cache.refresh().await.unwrap();
+        f.set_key(None);
         assert!(cache.refresh().await.is_err());
-        assert!(cache.keys().is_some(), "the last good key is still served");
+        assert!(
+            holds(&cache.keys().unwrap(), "k"),
+            "the last good key is still served"
+        );
     }
 
-    #[tokio::test]
-    async fn miss_refreshes_are_rate_limited() {
+    #[tokio::test(start_paused = true)]
+    async fn a_just_rotated_key_is_fetched_at_once_then_misses_rest_5_s() {
+        let f = fake(Some("old"));
+        let cache = SecretKeyCache::new(f.clone());
+        cache.load_initial(Duration::from_secs(1)).await.unwrap();
+        // Straight after startup: the startup fetch does not delay it.
+        f.set_key(Some("new"));
+        let fresh = cache.refresh_after_miss().await.unwrap();
+        assert!(holds(&fresh, "new"));
+        assert_eq!(f.calls(), 2);
+        // Within 5 s another miss is checked against the fresh keys without a fetch.
+        tokio::time::advance(MIN_FETCH_INTERVAL - Duration::from_millis(1)).await;
+        assert!(holds(&cache.refresh_after_miss().await.unwrap(), "new"));
+        assert_eq!(f.calls(), 2);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        cache.refresh_after_miss().await.unwrap();
+        assert_eq!(f.calls(), 3);
+        assert_eq!(
+            *f.modes.lock().unwrap(),
+            [FetchMode::Patient, FetchMode::Quick, FetchMode::Quick],
+            "only misses skip the SDK's retries"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn misses_while_secrets_manager_fails_fetch_once_per_5_s_and_never_wait() {
         let f = fake(Some("k"));
         let cache = SecretKeyCache::new(f.clone());
-        cache.load().await.unwrap();
-        assert_eq!(f.calls.load(Ordering::SeqCst), 1);
-        assert!(cache.refresh_after_miss().await.is_some());
-        assert_eq!(f.calls.load(Ordering::SeqCst), 2);
-        // Within 5 s another miss reuses the fresh keys instead of fetching again.
-        assert!(cache.refresh_after_miss().await.is_some());
-        assert_eq!(f.calls.load(Ordering::SeqCst), 2);
+        cache.load_initial(Duration::from_secs(1)).await.unwrap();
+        tokio::time::advance(MIN_FETCH_INTERVAL).await;
+        f.set_key(None);
+        let start = Instant::now();
+        // A burst of 40 concurrent misses, then 40 more one after another, all within 5 s.
+        let burst: Vec<_> = (0..40)
+            .map(|_| {
+                let c = cache.clone();
+                tokio::spawn(async move { c.refresh_after_miss().await })
+            })
+            .collect();
+        for t in burst {
+            t.await.unwrap();
+        }
+        assert_eq!(f.calls(), 2, "one fetch for the whole burst");
+        for _ in 0..40 {
+            let answer = cache.refresh_after_miss().await;
+            assert!(
+                holds(&answer.unwrap(), "k"),
+                "answered from the last good keys"
+            );
+        }
+        assert_eq!(f.calls(), 2, "a failed fetch starts the quiet period too");
+        assert_eq!(start.elapsed(), Duration::ZERO, "no miss waited");
+        assert!(holds(&cache.keys().unwrap(), "k"));
+        // The next window allows one more fetch, and only one.
+        tokio::time::advance(MIN_FETCH_INTERVAL).await;
+        for _ in 0..10 {
+            cache.refresh_after_miss().await;
+        }
+        assert_eq!(f.calls(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_miss_waits_at_most_miss_wait_for_a_hanging_fetch() {
+        let f = fake(Some("k"));
+        let cache = SecretKeyCache::new(f.clone());
+        cache.load_initial(Duration::from_secs(1)).await.unwrap();
+        tokio::time::advance(MIN_FETCH_INTERVAL).await;
+        let permits = f.gate.available_permits();
+        let held = f.gate.acquire_many(permits as u32).await.unwrap();
+        let start = Instant::now();
+        let waiting: Vec<_> = (0..10)
+            .map(|_| {
+                let c = cache.clone();
+                tokio::spawn(async move { c.refresh_after_miss().await })
+            })
+            .collect();
+        for t in waiting {
+            assert!(t.await.unwrap().is_none(), "nothing new yet");
+        }
+        assert_eq!(start.elapsed(), MISS_WAIT);
+        assert_eq!(f.calls(), 2, "the misses shared one fetch");
+        // The fetch still hangs: a later miss joins it rather than starting another.
+        assert!(cache.refresh_after_miss().await.is_none());
+        assert_eq!(f.calls(), 2);
+        // When it ends, its keys are used.
+        f.set_key(Some("late"));
+        drop(held);
+        assert!(
+            holds(&cache.refresh().await.unwrap(), "late"),
+            "joined, not restarted"
+        );
+        assert_eq!(f.calls(), 2);
+        assert!(holds(&cache.keys().unwrap(), "late"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_background_refresh_retries_sooner_after_a_failure() {
+        let f = fake(Some("k"));
+        let cache = SecretKeyCache::new(f.clone());
+        cache.load_initial(Duration::from_secs(1)).await.unwrap();
+        let cancel = CancellationToken::new();
+        cache.spawn_refresher(cancel.clone());
+        f.set_key(None);
+        tokio::time::sleep(REFRESH_EVERY + Duration::from_millis(1)).await;
+        assert_eq!(f.calls(), 2);
+        tokio::time::sleep(RETRY_AFTER_FAILURE).await;
+        assert_eq!(f.calls(), 3);
+        f.set_key(Some("k2"));
+        tokio::time::sleep(RETRY_AFTER_FAILURE).await;
+        assert_eq!(f.calls(), 4);
+        assert!(holds(&cache.keys().unwrap(), "k2"));
+        // Healthy again: the next one is REFRESH_EVERY later.
+        tokio::time::sleep(REFRESH_EVERY - Duration::from_secs(1)).await;
+        assert_eq!(f.calls(), 4);
+        cancel.cancel();
     }
 
     #[tokio::test]
     async fn no_keys_until_the_first_fetch() {
-        let cache = SecretKeyCache::new(fake(None));
+        let f = fake(None);
+        let cache = SecretKeyCache::new(f.clone());
         assert!(cache.keys().is_none());
         assert!(
             cache

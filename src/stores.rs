@@ -115,10 +115,19 @@ pub trait ArchiveStore: Send + Sync {
     fn put<'a>(&'a self, key: &'a str, body: BoxRead) -> BoxFuture<'a, Result<u64, StoreError>>;
 }
 
+/// How hard one fetch of the signing secret tries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchMode {
+    /// Startup and the background refresh: the SDK's retries.
+    Patient,
+    /// A request is waiting (a token matched no key): one attempt, a short timeout.
+    Quick,
+}
+
 /// The signing secret's current and previous versions.
 pub trait SecretFetcher: Send + Sync {
     /// `AWSCURRENT` first, then `AWSPREVIOUS` when there is one.
-    fn fetch(&self) -> BoxFuture<'_, Result<Vec<SigningSecret>, StoreError>>;
+    fn fetch(&self, mode: FetchMode) -> BoxFuture<'_, Result<Vec<SigningSecret>, StoreError>>;
 }
 
 /// Public address of the network interface holding a private address.

@@ -9,7 +9,9 @@ use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 
 use crate::support::upstream::FakeUpstream;
-use crate::support::{KEY, SESSION, now, proxy, raw_http, status_of, token, upgrade_request};
+use crate::support::{
+    Controller, KEY, SESSION, now, proxy, raw_http, status_of, token, upgrade_request,
+};
 
 fn b64(v: &[u8]) -> String {
     URL_SAFE_NO_PAD.encode(v)
@@ -54,8 +56,8 @@ fn with(field: &str, value: Value) -> String {
 }
 
 /// Presents `credential` (query form unless it starts with "Authorization:") and checks the
-/// refusal. `envs` configure the proxy.
-fn refused(credential: Option<&str>, envs: &[(&str, &str)]) {
+/// refusal. `envs` configure the proxy. Returns the proxy, to read its log.
+fn refused(credential: Option<&str>, envs: &[(&str, &str)]) -> Controller {
     let upstream = FakeUpstream::idle();
     let (c, addr) = proxy(upstream.addr, envs);
     // The proxy asked the upstream's /json/version once at startup; nothing may follow.
@@ -93,6 +95,18 @@ fn refused(credential: Option<&str>, envs: &[(&str, &str)]) {
             "credential text in the log"
         );
     }
+    c
+}
+
+/// [`refused`], and the log names `reason` (a `TokenError::reason()` label).
+fn refused_because(credential: &str, reason: &str) {
+    let mut c = refused(Some(credential), &[]);
+    let ev = c.wait_event(|e| {
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("credential refused"))
+    });
+    assert_eq!(ev["reason"], reason, "{ev}");
 }
 
 #[test]
@@ -204,6 +218,41 @@ fn a_bad_bearer_header_with_a_good_query_token() {
         "both credentials must be valid: {answer}"
     );
     assert_eq!(upstream.connections.load(Ordering::SeqCst), baseline);
+}
+
+#[test]
+fn a_payload_that_is_an_array() {
+    // The claims by position: serde fills a struct from an array unless told not to.
+    let c = claims();
+    let by_position = json!([
+        c["iss"],
+        c["sub"],
+        c["aud"],
+        c["exp"],
+        c["nbf"],
+        c["iat"],
+        c["sessionId"],
+        c["projectId"]
+    ]);
+    refused_because(&hs256(&by_position), "malformed");
+}
+
+#[test]
+fn a_crit_header() {
+    let t = sign(
+        json!({"alg": "HS256", "typ": "JWT", "crit": null}),
+        &claims(),
+        KEY,
+    );
+    refused_because(&t, "malformed");
+}
+
+#[test]
+fn exp_beyond_the_longest_session() {
+    refused_because(&with("exp", json!(1e308)), "exp_too_far");
+    // Longest session (21600 s) plus the default leeway (30 s), plus one, plus slack for the
+    // moments between our clock read and the proxy's.
+    refused_because(&with("exp", json!(now() + 21_600 + 31 + 5)), "exp_too_far");
 }
 
 #[test]

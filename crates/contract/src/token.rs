@@ -4,9 +4,12 @@
 //! one is visible, tested, and reported with its own refusal reason:
 //!
 //! - at most [`MAX_TOKEN_BYTES`]; three base64url (unpadded) segments;
-//! - header `alg` exactly `HS256` (no `none`, no other HMAC size, nothing asymmetric), no `crit`;
+//! - header `alg` exactly `HS256` (no `none`, no other HMAC size, nothing asymmetric), no `crit`
+//!   member at all (not even `null`);
 //! - the HMAC-SHA256 signature matches one of the given keys (constant-time comparison);
-//! - `exp` present and not passed; `nbf` and `iat`, when present, not in the future — each time
+//! - header and payload are JSON objects (never arrays read field by field);
+//! - `exp` present, not passed, and no further ahead than the longest session
+//!   ([`MAX_SESSION_SECONDS`]); `nbf` and `iat`, when present, not in the future — each time
 //!   check allowing `leeway` seconds of clock skew;
 //! - `iss` is `wallcrawler`; `aud` contains `cdp-access` (a string or an array);
 //! - `sessionId` present and equal to the expected session, `sub` equal too when present;
@@ -29,6 +32,9 @@ pub const AUDIENCE: &str = "cdp-access";
 pub const MAX_TOKEN_BYTES: usize = 4096;
 /// Default lifetime of a minted token when nothing else is said (the default session timeout).
 pub const DEFAULT_TTL_SECONDS: u64 = 3600;
+/// The longest session timeout, seconds. A token lives no longer than its session, so an `exp`
+/// further ahead than this (plus leeway) was not minted by the control plane.
+pub const MAX_SESSION_SECONDS: u64 = 21_600;
 
 const HEADER_B64: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"; // {"alg":"HS256","typ":"JWT"}
 
@@ -172,6 +178,8 @@ pub enum TokenError {
     MissingExpiry,
     #[error("the token has expired")]
     Expired,
+    #[error("the token's exp is further ahead than the longest session")]
+    ExpiryTooFar,
     #[error("the token is not valid yet (nbf in the future)")]
     NotYetValid,
     #[error("the token was issued in the future (iat)")]
@@ -198,6 +206,7 @@ impl TokenError {
             Self::Signature => "signature",
             Self::MissingExpiry => "missing_exp",
             Self::Expired => "expired",
+            Self::ExpiryTooFar => "exp_too_far",
             Self::NotYetValid => "not_yet_valid",
             Self::IssuedInFuture => "issued_in_future",
             Self::Issuer => "issuer",
@@ -208,7 +217,7 @@ impl TokenError {
     }
 
     /// Every reason, for pre-registering metric series.
-    pub const ALL: [TokenError; 14] = [
+    pub const ALL: [TokenError; 15] = [
         Self::Missing,
         Self::Ambiguous,
         Self::TooLarge,
@@ -217,6 +226,7 @@ impl TokenError {
         Self::Signature,
         Self::MissingExpiry,
         Self::Expired,
+        Self::ExpiryTooFar,
         Self::NotYetValid,
         Self::IssuedInFuture,
         Self::Issuer,
@@ -230,7 +240,31 @@ impl TokenError {
 struct Header<'a> {
     #[serde(borrow)]
     alg: Option<std::borrow::Cow<'a, str>>,
-    crit: Option<serde_json::Value>,
+    #[serde(default)]
+    crit: Named,
+}
+
+/// Whether a member is named at all, whatever its value: `"crit": null` counts.
+#[derive(Default)]
+struct Named(bool);
+
+impl<'de> Deserialize<'de> for Named {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d)?;
+        Ok(Self(true))
+    }
+}
+
+/// Parses a JWT header or payload, which must be a JSON object: serde would otherwise fill a
+/// struct from an array, field by field in declaration order.
+fn object<'a, T: Deserialize<'a>>(json: &'a [u8]) -> Result<T, TokenError> {
+    let first = json
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if first != Some(&b'{') {
+        return Err(TokenError::Malformed);
+    }
+    serde_json::from_slice(json).map_err(|_| TokenError::Malformed)
 }
 
 #[derive(Deserialize)]
@@ -285,12 +319,11 @@ fn verify_signature<'t>(
     let header_json = URL_SAFE_NO_PAD
         .decode(header_b64)
         .map_err(|_| TokenError::Malformed)?;
-    let header: Header<'_> =
-        serde_json::from_slice(&header_json).map_err(|_| TokenError::Malformed)?;
+    let header: Header<'_> = object(&header_json)?;
     if header.alg.as_deref() != Some("HS256") {
         return Err(TokenError::Algorithm);
     }
-    if header.crit.is_some() {
+    if header.crit.0 {
         return Err(TokenError::Malformed);
     }
     let mut signature = [0u8; 33];
@@ -307,7 +340,7 @@ fn verify_signature<'t>(
     let payload = URL_SAFE_NO_PAD
         .decode(payload_b64)
         .map_err(|_| TokenError::Malformed)?;
-    let claims: RawClaims = serde_json::from_slice(&payload).map_err(|_| TokenError::Malformed)?;
+    let claims: RawClaims = object(&payload)?;
     Ok((signing_input, key_index, claims))
 }
 
@@ -321,6 +354,9 @@ fn check_claims(
     let exp = c.exp.ok_or(TokenError::MissingExpiry)?;
     if !exp.is_finite() || exp + leeway <= now {
         return Err(TokenError::Expired);
+    }
+    if exp - leeway > now + MAX_SESSION_SECONDS as f64 {
+        return Err(TokenError::ExpiryTooFar);
     }
     if let Some(nbf) = c.nbf
         && (!nbf.is_finite() || nbf - leeway > now)
@@ -621,6 +657,93 @@ mod tests {
             ..v()
         };
         assert!(validate(&set("projectId", json!("proj_b")), &k, &any_project).is_ok());
+    }
+
+    #[test]
+    fn payload_must_be_a_json_object() {
+        // The claims by position, in `RawClaims`' field order: serde would fill a struct from it.
+        let array = json!([
+            ISSUER,
+            "sess_a",
+            [AUDIENCE],
+            NOW + 3600,
+            NOW,
+            NOW,
+            "sess_a",
+            "proj_a"
+        ]);
+        let t = sign_raw(HEADER_B64, &serde_json::to_vec(&array).unwrap(), &key());
+        assert_eq!(validate(&t, &[key()], &v()), Err(TokenError::Malformed));
+        for payload in [&b" [1]"[..], b"\"x\"", b"null", b"3"] {
+            let t = sign_raw(HEADER_B64, payload, &key());
+            assert_eq!(validate(&t, &[key()], &v()), Err(TokenError::Malformed));
+        }
+        // Whitespace before the object is still an object.
+        let mut spaced = b" \n".to_vec();
+        spaced.extend(serde_json::to_vec(&claims()).unwrap());
+        assert!(validate(&sign_raw(HEADER_B64, &spaced, &key()), &[key()], &v()).is_ok());
+    }
+
+    #[test]
+    fn any_crit_header_is_refused() {
+        for crit in [
+            json!(null),
+            json!([]),
+            json!(["exp"]),
+            json!("b64"),
+            json!({}),
+        ] {
+            let t = with_header(json!({"alg": "HS256", "typ": "JWT", "crit": crit}));
+            assert_eq!(
+                validate(&t, &[key()], &v()),
+                Err(TokenError::Malformed),
+                "crit: {crit}"
+            );
+        }
+        // A header that is an array would be read by position: `alg`, then `crit`.
+        for header in [json!(["HS256"]), json!(["HS256", null])] {
+            assert_eq!(
+                validate(&with_header(header.clone()), &[key()], &v()),
+                Err(TokenError::Malformed),
+                "{header}"
+            );
+        }
+    }
+
+    #[test]
+    fn exp_beyond_the_longest_session_is_refused() {
+        let k = [key()];
+        let exp = |x: serde_json::Value| {
+            with(|c| {
+                c.insert("exp".into(), x);
+            })
+        };
+        let longest = NOW + MAX_SESSION_SECONDS;
+        assert!(validate(&exp(json!(longest)), &k, &v()).is_ok());
+        assert!(
+            validate(&exp(json!(longest + 30)), &k, &v()).is_ok(),
+            "inside the leeway"
+        );
+        for far in [json!(longest + 31), json!(u64::MAX), json!(1e308)] {
+            assert_eq!(
+                validate(&exp(far.clone()), &k, &v()),
+                Err(TokenError::ExpiryTooFar),
+                "exp {far}"
+            );
+        }
+        // What the control plane mints for its longest session timeout passes.
+        let t = Claims::new("sess_a", "proj_a", NOW, MAX_SESSION_SECONDS).mint(&key());
+        assert!(
+            validate(
+                &t,
+                &k,
+                &Validation {
+                    leeway_seconds: 0,
+                    ..v()
+                }
+            )
+            .is_ok()
+        );
     }
 
     #[test]
