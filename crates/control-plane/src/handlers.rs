@@ -501,7 +501,10 @@ pub async fn list_projects(State(app): State<App>, headers: HeaderMap) -> ApiRes
     let p = authorize(&app, &headers).await?;
     let mut out = Vec::new();
     for id in &p.project_ids {
-        if let Some(project) = app.projects.get(id).await? {
+        // Inactive projects are not the key's to read (403 by id), so they are not listed.
+        if let Some(project) = app.projects.get(id).await?
+            && project.is_active()
+        {
             out.push(project.to_api());
         }
     }
@@ -516,10 +519,17 @@ async fn own_project(
     if !p.project_ids.iter().any(|k| k == id) {
         return Err(ApiError::not_found(format!("project {id} not found")));
     }
-    app.projects
+    let project = app
+        .projects
         .get(id)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("project {id} not found")))
+        .ok_or_else(|| ApiError::not_found(format!("project {id} not found")))?;
+    // The selected project was checked by `authorize`; one named in the path must be ACTIVE
+    // too (SPEC §8: an inactive project is 403 on every handler).
+    if !project.is_active() {
+        return Err(ApiError::forbidden(format!("project {id} is not active")));
+    }
+    Ok(project)
 }
 
 /// `GET /v1/projects/{id}`.

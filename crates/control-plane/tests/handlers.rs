@@ -46,6 +46,8 @@ const KEY_OTHER: &str = "wc_key_other";
 const KEY_REVOKED: &str = "wc_key_revoked";
 /// An ACTIVE key whose project is INACTIVE.
 const KEY_OFF: &str = "wc_key_off";
+/// An ACTIVE key of proj_a that also lists proj_off (INACTIVE).
+const KEY_MIXED: &str = "wc_key_mixed";
 
 const PROJ_A: &str = "proj_a";
 const PROJ_B: &str = "proj_b";
@@ -151,6 +153,7 @@ impl Harness {
                 key(KEY_OTHER, PROJ_OTHER, &[], "ACTIVE"),
                 key(KEY_REVOKED, PROJ_A, &[PROJ_A], "INACTIVE"),
                 key(KEY_OFF, PROJ_OFF, &[PROJ_OFF], "ACTIVE"),
+                key(KEY_MIXED, PROJ_A, &[PROJ_A, PROJ_OFF], "ACTIVE"),
             ] {
                 k.insert(rec.api_key_hash.clone(), rec);
             }
@@ -1515,6 +1518,71 @@ async fn get_project_answers_the_project() {
             "updatedAt": p.updated_at,
         })
     );
+}
+
+#[tokio::test]
+async fn an_inactive_project_is_403_on_every_handler_even_read_by_id() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let c = h.insert_context("ctx_off", PROJ_OFF);
+    h.insert_session(doc("sess_off", PROJ_OFF, InternalStatus::Ready));
+    let routes: [(Method, String); 18] = [
+        (Method::POST, "/v1/sessions".into()),
+        (Method::GET, "/v1/sessions".into()),
+        (Method::GET, "/v1/sessions/sess_off".into()),
+        (Method::POST, "/v1/sessions/sess_off".into()),
+        (Method::GET, "/v1/sessions/sess_off/debug".into()),
+        (Method::GET, "/v1/sessions/sess_off/downloads".into()),
+        (Method::POST, "/v1/sessions/sess_off/uploads".into()),
+        (Method::GET, "/v1/sessions/sess_off/logs".into()),
+        (Method::GET, "/v1/sessions/sess_off/recording".into()),
+        (Method::POST, "/v1/extensions".into()),
+        (Method::GET, "/v1/extensions/ext_1".into()),
+        (Method::POST, "/v1/contexts".into()),
+        (Method::GET, format!("/v1/contexts/{}", c.context_id)),
+        (Method::PUT, format!("/v1/contexts/{}", c.context_id)),
+        (Method::DELETE, format!("/v1/contexts/{}", c.context_id)),
+        (Method::GET, "/v1/projects".into()),
+        (Method::GET, format!("/v1/projects/{PROJ_OFF}")),
+        (Method::GET, format!("/v1/projects/{PROJ_OFF}/usage")),
+    ];
+    for (method, uri) in routes {
+        let body = (method != Method::GET).then_some(r#"{"status": "REQUEST_RELEASE"}"#);
+        let r = h.call(method.clone(), &uri, Some(KEY_OFF), body).await;
+        assert_eq!(r.0, StatusCode::FORBIDDEN, "{method} {uri}: {}", r.1);
+        assert_error(&r, StatusCode::FORBIDDEN, &[PROJ_OFF, "not active"]);
+    }
+    // A key whose own project is active may not read its inactive one by id either…
+    for uri in [
+        format!("/v1/projects/{PROJ_OFF}"),
+        format!("/v1/projects/{PROJ_OFF}/usage"),
+    ] {
+        let r = h.call(Method::GET, &uri, Some(KEY_MIXED), None).await;
+        assert_error(
+            &r,
+            StatusCode::FORBIDDEN,
+            &[&format!("project {PROJ_OFF} is not active")],
+        );
+    }
+    // …nor select it, and the listing shows only the active one.
+    let r = h
+        .call_with(
+            Method::GET,
+            &format!("/v1/projects/{PROJ_A}"),
+            &[("x-wc-api-key", KEY_MIXED), ("x-wc-project-id", PROJ_OFF)],
+            None,
+        )
+        .await;
+    assert_error(&r, StatusCode::FORBIDDEN, &[PROJ_OFF, "not active"]);
+    let (status, body) = h
+        .call(Method::GET, "/v1/projects", Some(KEY_MIXED), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(ids(&body), [PROJ_A]);
+    // Nothing was harmed: the session and context are as they were, nothing launched or stopped.
+    assert_eq!(h.session("sess_off").status, "RUNNING");
+    assert!(h.contexts.0.lock().unwrap().contains_key("ctx_off"));
+    assert!(h.launched().is_empty() && h.stopped().is_empty());
+    assert!(h.archives.0.lock().unwrap().is_empty());
 }
 
 #[tokio::test]
