@@ -272,6 +272,59 @@ impl ContextRepo for FileMap<ContextRecord> {
             m.remove(id);
         }))
     }
+    fn take_writer<'a>(
+        &'a self,
+        id: &'a str,
+        session_id: &'a str,
+        replacing: Option<&'a str>,
+    ) -> BoxFuture<'a, PortResult<Lease>> {
+        ready!(self.modify(|m| match m.get_mut(id) {
+            Some(c) => rules::take_writer(c, session_id, replacing),
+            None => Lease::NoContext,
+        }))
+    }
+    fn release_writer<'a>(
+        &'a self,
+        id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        ready!(self.modify(|m| {
+            if let Some(c) = m.get_mut(id) {
+                rules::release_writer(c, session_id);
+            }
+        }))
+    }
+}
+
+/// Projects' slot sets (`<data>/active-sessions.json`: project id → session ids), changed
+/// under the map's lock: the one server process is the only writer.
+impl SlotRepo for FileMap<Vec<String>> {
+    fn take<'a>(
+        &'a self,
+        project_id: &'a str,
+        session_id: &'a str,
+        limit: u64,
+    ) -> BoxFuture<'a, PortResult<Slot>> {
+        ready!(self.modify(|m| rules::take_slot(
+            m.entry(project_id.to_owned()).or_default(),
+            session_id,
+            limit
+        )))
+    }
+    fn give_back<'a>(
+        &'a self,
+        project_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        ready!(self.modify(|m| {
+            if let Some(held) = m.get_mut(project_id) {
+                held.retain(|h| h != session_id);
+                if held.is_empty() {
+                    m.remove(project_id);
+                }
+            }
+        }))
+    }
 }
 
 /// Archives in a directory, uploaded through this server.
@@ -391,6 +444,10 @@ pub struct LocalLauncher {
     pub data_dir: PathBuf,
     pub signing_key: String,
     pub sessions: DirSessions,
+    /// Where a session that ends gives back its project slot and context lease (the same
+    /// stores the API uses: their locks are per instance).
+    pub slots: Arc<dyn SlotRepo>,
+    pub contexts: Arc<dyn ContextRepo>,
     children: Arc<Mutex<HashMap<String, u32>>>,
 }
 
@@ -400,12 +457,16 @@ impl LocalLauncher {
         data_dir: PathBuf,
         signing_key: String,
         sessions: DirSessions,
+        slots: Arc<dyn SlotRepo>,
+        contexts: Arc<dyn ContextRepo>,
     ) -> Self {
         Self {
             controller_bin,
             data_dir,
             signing_key,
             sessions,
+            slots,
+            contexts,
             children: Default::default(),
         }
     }
@@ -486,6 +547,7 @@ impl Launcher for LocalLauncher {
                 self.sessions.clone(),
                 spec.session_id.clone(),
             );
+            let (slots, contexts) = (self.slots.clone(), self.contexts.clone());
             tokio::spawn(async move {
                 let status = child.wait().await;
                 let _ = tokio::fs::remove_dir_all(&profile).await;
@@ -505,10 +567,19 @@ impl Launcher for LocalLauncher {
                     )
                     .await
                 {
-                    Ok(Cond::Done(d)) if d.internal() == Some(InternalStatus::Failed) => {
-                        warn!(session.id = %id, "{reason}")
+                    Ok(Cond::Done(d) | Cond::Failed(Some(d))) => {
+                        if d.internal() == Some(InternalStatus::Failed)
+                            && d.termination_reason.as_deref() == Some(reason.as_str())
+                        {
+                            warn!(session.id = %id, "{reason}")
+                        } else {
+                            info!(session.id = %id, exit = %how, "controller exited")
+                        }
+                        crate::limits::give_back(slots.as_ref(), contexts.as_ref(), &d).await;
                     }
-                    Ok(_) => info!(session.id = %id, exit = %how, "controller exited"),
+                    Ok(Cond::Failed(None)) => {
+                        info!(session.id = %id, exit = %how, "controller exited")
+                    }
                     Err(e) => {
                         warn!(session.id = %id, error = %e, "recording the controller's exit failed")
                     }
