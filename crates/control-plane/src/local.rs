@@ -193,7 +193,7 @@ impl<T: Serialize + DeserializeOwned + Clone> FileMap<T> {
 
     fn store(&self, m: &BTreeMap<String, T>) -> PortResult<()> {
         let tmp = self.path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(m).expect("serializes"))
+        write_private(&tmp, &serde_json::to_vec_pretty(m).expect("serializes"))
             .and_then(|_| std::fs::rename(&tmp, &self.path))
             .map_err(|e| PortError::Failed(format!("{}: {e}", self.path.display())))
     }
@@ -416,7 +416,14 @@ pub async fn upload_archive(
     let fail = |e: std::io::Error| ApiError::internal(format!("storing the archive failed: {e}"));
     tokio::fs::create_dir_all(&parent).await.map_err(fail)?;
     let tmp = parent.join(format!(".upload-{}", uuid::Uuid::new_v4()));
-    let mut f = tokio::fs::File::create(&tmp).await.map_err(fail)?;
+    // Archives hold cookies and logins: 0600, like every file here.
+    let mut f = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .await
+        .map_err(fail)?;
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = match chunk {
@@ -506,6 +513,9 @@ impl Launcher for LocalLauncher {
                 .env("SESSIONS_DIR", self.data_dir.join("sessions"))
                 .env("WALLCRAWLER_JWT_SIGNING_KEY", &self.signing_key)
                 .env("CDP_PROXY_PORT", "0")
+                // Announced as 127.0.0.1, so listen there only: nobody else on the network
+                // reaches a local session's browser.
+                .env("CDP_PROXY_HOST", "127.0.0.1")
                 .env("CHROME_DEBUG_PORT", "0")
                 .env("PUBLIC_IP", "127.0.0.1")
                 .env("USER_DATA_DIR", &profile)
@@ -623,9 +633,36 @@ pub struct LocalIdentity {
     pub signing_key: String,
 }
 
+/// Writes `data` to a new (or truncated) file readable and writable by its owner only (0600,
+/// whatever the umask): the local platform's files hold keys, tokens and profiles.
+pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    // An existing file keeps its mode on open: set it.
+    f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    f.write_all(data)
+}
+
+/// Creates the data directory 0700 (and makes an existing one 0700): it holds the local API
+/// key, the signing key, session tokens and context archives.
+pub fn private_dir(data_dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(data_dir)?;
+    std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o700))
+}
+
 /// Loads `<data>/local.json`, creating the local project, API key and signing key on first start.
 pub fn load_or_init(data_dir: &Path) -> anyhow::Result<LocalIdentity> {
-    std::fs::create_dir_all(data_dir)?;
+    private_dir(data_dir)?;
     let path = data_dir.join("local.json");
     if let Ok(b) = std::fs::read(&path) {
         return Ok(serde_json::from_slice(&b)?);
@@ -667,8 +704,7 @@ pub fn load_or_init(data_dir: &Path) -> anyhow::Result<LocalIdentity> {
         );
     })?;
     let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&id)?)?;
-    std::os::unix::fs::PermissionsExt::set_mode(&mut std::fs::metadata(&tmp)?.permissions(), 0o600);
+    write_private(&tmp, &serde_json::to_vec_pretty(&id)?)?;
     std::fs::rename(&tmp, &path)?;
     Ok(id)
 }
