@@ -96,8 +96,10 @@ settings_group! {
         contexts_dir = "CONTEXTS_DIR",
         /// true = upload the profile on shutdown [default: false].
         context_persist = "CONTEXT_PERSIST",
-        /// Proxy listen port on 0.0.0.0 [default: 9223].
+        /// Proxy listen port [default: 9223].
         cdp_proxy_port = "CDP_PROXY_PORT",
+        /// Proxy listen address; 127.0.0.1 keeps it on this machine (local platform) [default: 0.0.0.0].
+        cdp_proxy_host = "CDP_PROXY_HOST",
         /// Seconds with no client connected before the task ends itself; not applied while keepAlive [default: 120].
         cdp_disconnect_timeout = "CDP_DISCONNECT_TIMEOUT",
         /// Chrome binary [default: chromium/chrome found on the PATH].
@@ -309,6 +311,8 @@ pub struct RunConfig {
     pub auth: AuthConfig,
     pub tuning: ProxyTuning,
     pub proxy_port: u16,
+    /// `CDP_PROXY_HOST`: the proxy's listen address (all interfaces by default).
+    pub proxy_host: std::net::IpAddr,
     pub disconnect_timeout: Duration,
     pub chrome: ChromeSettings,
     pub store: SessionStoreConfig,
@@ -531,6 +535,9 @@ impl RunConfig {
         let auth = auth_config(&mut r);
         let tuning = tuning(&mut r, Mode::Run);
         let proxy_port = r.number("CDP_PROXY_PORT", 9223, 0, 65535) as u16;
+        let proxy_host = r
+            .parse("CDP_PROXY_HOST", "an IP address such as 127.0.0.1")
+            .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
         let disconnect_timeout =
             Duration::from_secs(r.number("CDP_DISCONNECT_TIMEOUT", 120, 1, 86_400));
         let chrome = chrome_settings(&mut r, 9222);
@@ -560,6 +567,7 @@ impl RunConfig {
             auth,
             tuning,
             proxy_port,
+            proxy_host,
             disconnect_timeout,
             chrome,
             store,
@@ -752,6 +760,24 @@ mod tests {
     }
 
     #[test]
+    fn the_proxy_listen_address_is_configurable() {
+        let base = [
+            ("SESSION_ID", "sess_1"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+        ];
+        let mut pairs = base.to_vec();
+        pairs.push(("CDP_PROXY_HOST", "127.0.0.1"));
+        let c = RunConfig::from_settings(&map(&pairs)).unwrap();
+        assert_eq!(c.proxy_host, std::net::IpAddr::from([127, 0, 0, 1]));
+        let mut pairs = base.to_vec();
+        pairs.push(("CDP_PROXY_HOST", "localhost"));
+        let e = RunConfig::from_settings(&map(&pairs))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("CDP_PROXY_HOST must be an IP address"), "{e}");
+    }
+
+    #[test]
     fn run_defaults() {
         let c = RunConfig::from_settings(&map(&[
             ("SESSION_ID", "sess_1"),
@@ -759,6 +785,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(c.proxy_port, 9223);
+        assert_eq!(c.proxy_host, std::net::IpAddr::from([0, 0, 0, 0]));
         assert_eq!(c.chrome.debug_port, 9222);
         assert_eq!(c.disconnect_timeout, Duration::from_secs(120));
         assert_eq!(c.auth.leeway_seconds, 30);

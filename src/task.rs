@@ -255,7 +255,7 @@ async fn run_task_inner(
             c.auth.project_id.clone(),
             c.auth.leeway_seconds,
         ),
-        listen: std::net::SocketAddr::from(([0, 0, 0, 0], c.proxy_port)),
+        listen: std::net::SocketAddr::new(c.proxy_host, c.proxy_port),
         metrics_addr: c.tuning.metrics_addr,
         chrome: launch,
         limits: ProxyLimits::from_tuning(&c.tuning),

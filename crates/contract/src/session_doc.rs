@@ -7,8 +7,9 @@
 //! replacement (write to a temporary file, then rename). It is synchronous; async callers run
 //! it on a blocking thread.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -136,7 +137,13 @@ impl DirStore {
     /// Holds the directory-wide lock for the duration of `f` (documents are small; one lock
     /// keeps create-if-absent and read-modify-write simple and correct across processes).
     fn locked<T>(&self, f: impl FnOnce() -> Result<T, DocError>) -> Result<T, DocError> {
-        fs::create_dir_all(&self.dir).map_err(Self::io(&self.dir))?;
+        // Documents hold session tokens: the directory is the owner's alone (0700 when created
+        // here), each document 0600.
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .map_err(Self::io(&self.dir))?;
         let lock_path = self.dir.join(".lock");
         let lock = OpenOptions::new()
             .create(true)
@@ -171,7 +178,13 @@ impl DirStore {
     fn write_path(path: &Path, doc: &SessionDoc) -> Result<(), DocError> {
         let tmp = path.with_extension(format!("json.tmp-{}", std::process::id()));
         let data = serde_json::to_vec_pretty(doc).expect("documents serialize");
-        let mut f = File::create(&tmp).map_err(Self::io(&tmp))?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(Self::io(&tmp))?;
         f.write_all(&data)
             .and_then(|_| f.sync_all())
             .map_err(Self::io(&tmp))?;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::ports::{
-    ArchiveUrls, Clock, ContextRepo, KeyRepo, Launcher, ProjectRepo, SessionRepo, Signer,
+    ArchiveUrls, Clock, ContextRepo, KeyRepo, Launcher, ProjectRepo, SessionRepo, Signer, SlotRepo,
 };
 
 /// Settings of the API (from the environment in the binaries).
@@ -36,6 +36,8 @@ impl Default for Settings {
 pub struct App {
     pub sessions: Arc<dyn SessionRepo>,
     pub projects: Arc<dyn ProjectRepo>,
+    /// Projects' concurrency slots.
+    pub slots: Arc<dyn SlotRepo>,
     pub keys: Arc<dyn KeyRepo>,
     pub contexts: Arc<dyn ContextRepo>,
     pub archives: Arc<dyn ArchiveUrls>,

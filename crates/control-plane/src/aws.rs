@@ -11,14 +11,11 @@
 //!
 //! - a project's sessions come from the `projectId-createdAt-index` GSI (projection `ALL`).
 //!   GSIs cannot be read consistently, so a session created a moment ago may be missing from
-//!   the list for a short while; the project's concurrency check is therefore approximate
-//!   under a burst of simultaneous creates (it is a check-then-create in every store anyway).
+//!   `GET /v1/sessions` for a short while. The concurrency cap does not use it: it is the
+//!   project's slot set ([`DynamoSlots`], see [`crate::limits`]).
 //! - a context's sessions come from a consistent `Scan` with a filter: it reads the whole
-//!   sessions table on every create-with-context and every context deletion. Fine for a small
-//!   deployment; a `contextId-index` GSI (PK `contextId`, SK `createdAt`) would make it a
-//!   `Query` — eventually consistent, so a session created or ended a moment earlier could be
-//!   missed or seen late; the one-writer check is a check-then-create race in every store
-//!   anyway, and a late `endedAt` only makes a create wait a little longer.
+//!   sessions table, and is used only by `DELETE /v1/contexts/{id}` (rare). Creates never scan:
+//!   the one-writer rule is the context item's `writerSessionId` lease, checked by key.
 //!
 //! Conditional writes follow [`crate::memory::rules`] exactly; see each method.
 
@@ -254,6 +251,7 @@ pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
     App {
         sessions: Arc::new(DynamoSessions::new(dynamo.clone(), &cfg.tables.sessions)),
         projects: Arc::new(DynamoProjects::new(dynamo.clone(), &cfg.tables.projects)),
+        slots: Arc::new(DynamoSlots::new(dynamo.clone(), &cfg.tables.projects)),
         keys: Arc::new(DynamoKeys::new(dynamo.clone(), &cfg.tables.api_keys)),
         contexts: Arc::new(DynamoContexts::new(dynamo, &cfg.tables.contexts)),
         archives: Arc::new(S3Archives::new(sdk, &cfg.contexts_bucket)),
@@ -871,6 +869,186 @@ impl ContextRepo for DynamoContexts {
 
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<()>> {
         Box::pin(self.0.delete(id))
+    }
+
+    /// `UpdateItem SET writerSessionId = :sid` on condition that the context exists and has no
+    /// writer, or has this one, or has `replacing`; ALL_OLD on failure names the holder.
+    fn take_writer<'a>(
+        &'a self,
+        id: &'a str,
+        session_id: &'a str,
+        replacing: Option<&'a str>,
+    ) -> BoxFuture<'a, PortResult<Lease>> {
+        use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+        Box::pin(async move {
+            let t = &self.0;
+            let mut cond = String::from(
+                "attribute_exists(contextId) AND (attribute_not_exists(writerSessionId) \
+                 OR writerSessionId = :sid",
+            );
+            let mut req = t
+                .client
+                .update_item()
+                .table_name(&t.name)
+                .key(t.key, s(id))
+                .update_expression("SET writerSessionId = :sid")
+                .expression_attribute_values(":sid", s(session_id))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+            if let Some(old) = replacing {
+                cond.push_str(" OR writerSessionId = :old");
+                req = req.expression_attribute_values(":old", s(old));
+            }
+            cond.push(')');
+            match req.condition_expression(cond).send().await {
+                Ok(_) => Ok(Lease::Taken),
+                Err(e) => match e.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                        Ok(match c.item().and_then(|i| i.get("writerSessionId")) {
+                            Some(AttributeValue::S(holder)) => Lease::Held(holder.clone()),
+                            // No item (or, oddly, no writer after all): no such context.
+                            _ => Lease::NoContext,
+                        })
+                    }
+                    _ => Err(sdk_error(t.service, e)),
+                },
+            }
+        })
+    }
+
+    /// `UpdateItem REMOVE writerSessionId` on condition `writerSessionId = :sid`.
+    fn release_writer<'a>(
+        &'a self,
+        id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        Box::pin(async move {
+            let t = &self.0;
+            let r = t
+                .client
+                .update_item()
+                .table_name(&t.name)
+                .key(t.key, s(id))
+                .condition_expression("writerSessionId = :sid")
+                .update_expression("REMOVE writerSessionId")
+                .expression_attribute_values(":sid", s(session_id))
+                .send()
+                .await;
+            conditional_ok(r, t.service)
+        })
+    }
+}
+
+/// A conditional update whose failed condition means "nothing to do".
+fn conditional_ok(r: UpdateResult, service: &'static str) -> PortResult<()> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(sdk_error(service, e)),
+    }
+}
+
+/// Projects' concurrency slots: in the projects table, one item per project with key
+/// `projectId` = `<projectId>#active` (project ids hold no `#`) and a string set
+/// `activeSessions` (DynamoDB drops an emptied set, so "no attribute" = no slot taken). Kept
+/// apart from the project item so that replacing a project (admin) never resets it.
+pub struct DynamoSlots(Table);
+
+/// The attribute holding a project's active session ids.
+pub const ACTIVE_SESSIONS: &str = "activeSessions";
+
+impl DynamoSlots {
+    pub fn new(client: aws_sdk_dynamodb::Client, projects_table: &str) -> Self {
+        Self(Table {
+            client,
+            name: projects_table.to_owned(),
+            key: "projectId",
+            service: "the projects table",
+            what: "project slots",
+        })
+    }
+
+    /// The slot item's key for a project.
+    pub fn key(project_id: &str) -> String {
+        format!("{project_id}#active")
+    }
+}
+
+impl SlotRepo for DynamoSlots {
+    /// `UpdateItem ADD activeSessions :sid` on condition `attribute_not_exists(activeSessions)
+    /// OR size(activeSessions) < :limit OR contains(activeSessions, :sid)`; ALL_OLD on failure
+    /// lists the holders.
+    fn take<'a>(
+        &'a self,
+        project_id: &'a str,
+        session_id: &'a str,
+        limit: u64,
+    ) -> BoxFuture<'a, PortResult<Slot>> {
+        use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+        Box::pin(async move {
+            let t = &self.0;
+            let r = t
+                .client
+                .update_item()
+                .table_name(&t.name)
+                .key(t.key, s(&Self::key(project_id)))
+                .update_expression("ADD #a :sids")
+                .condition_expression(
+                    "attribute_not_exists(#a) OR size(#a) < :limit OR contains(#a, :sid)",
+                )
+                .expression_attribute_names("#a", ACTIVE_SESSIONS)
+                .expression_attribute_values(":sids", AttributeValue::Ss(vec![session_id.into()]))
+                .expression_attribute_values(":sid", s(session_id))
+                .expression_attribute_values(":limit", AttributeValue::N(limit.to_string()))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            match r {
+                Ok(_) => Ok(Slot::Taken),
+                Err(e) => match e.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                        let held = match c.item().and_then(|i| i.get(ACTIVE_SESSIONS)) {
+                            Some(AttributeValue::Ss(v)) => v.clone(),
+                            _ => Vec::new(),
+                        };
+                        Ok(Slot::Full(held))
+                    }
+                    _ => Err(sdk_error(t.service, e)),
+                },
+            }
+        })
+    }
+
+    /// `UpdateItem DELETE activeSessions :sid` on condition that the item exists (so no empty
+    /// item is created).
+    fn give_back<'a>(
+        &'a self,
+        project_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        Box::pin(async move {
+            let t = &self.0;
+            let r = t
+                .client
+                .update_item()
+                .table_name(&t.name)
+                .key(t.key, s(&Self::key(project_id)))
+                .condition_expression("attribute_exists(projectId)")
+                .update_expression("DELETE #a :sids")
+                .expression_attribute_names("#a", ACTIVE_SESSIONS)
+                .expression_attribute_values(":sids", AttributeValue::Ss(vec![session_id.into()]))
+                .send()
+                .await;
+            conditional_ok(r, t.service)
+        })
     }
 }
 

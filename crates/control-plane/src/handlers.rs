@@ -86,6 +86,96 @@ fn timeout_of(v: &Option<Value>, default: u64) -> Result<u64, ApiError> {
     Ok(t)
 }
 
+/// A failed start: the answer, and the context whose lease the session may hold.
+type StartError = (ApiError, Option<String>);
+
+/// A validated create request.
+struct NewSession {
+    timeout: u64,
+    region: String,
+    keep_alive: bool,
+    user_metadata: Option<Value>,
+    context: Option<(ContextRecord, bool)>,
+}
+
+/// Everything between taking the slot and the task's start: the token, the item (CREATING)
+/// and the launch. On failure the caller gives slot and lease back.
+async fn start_session(
+    app: &App,
+    p: &Principal,
+    new: NewSession,
+    id: &str,
+) -> Result<(SessionDoc, Option<String>), StartError> {
+    let NewSession {
+        timeout,
+        region,
+        keep_alive,
+        user_metadata,
+        context,
+    } = new;
+    let ctx_id = context.as_ref().map(|(c, _)| c.context_id.clone());
+    let fail = |e: ApiError| (e, ctx_id.clone());
+    let now_ms = app.clock.now_millis();
+    let now = wallcrawler_contract::time::iso8601_millis(now_ms);
+    let token = app
+        .signer
+        .sign(Claims::new(id, p.project_id(), now_ms / 1000, timeout))
+        .await
+        .map_err(|e| fail(e.into()))?;
+    let mut doc = SessionDoc {
+        session_id: id.to_owned(),
+        project_id: p.project_id().to_owned(),
+        created_at: now.clone(),
+        updated_at: Some(now.clone()),
+        started_at: Some(now.clone()),
+        expires_at: now_ms / 1000 + timeout,
+        keep_alive,
+        region,
+        signing_key: Some(token),
+        user_metadata,
+        ..Default::default()
+    };
+    doc.set_status(InternalStatus::Creating);
+    if let Some((c, persist)) = &context {
+        doc.context_id = Some(c.context_id.clone());
+        doc.context_persist = Some(*persist);
+        doc.context_storage_key = Some(c.storage_key.clone());
+    }
+    if let Cond::Failed(_) = app
+        .sessions
+        .create(doc.clone())
+        .await
+        .map_err(|e| fail(e.into()))?
+    {
+        return Err(fail(ApiError::internal("session id collision; retry")));
+    }
+    let spec = LaunchSpec {
+        session_id: id.to_owned(),
+        project_id: p.project_id().to_owned(),
+        context: context
+            .as_ref()
+            .map(|(c, persist)| (c.context_id.clone(), c.storage_key.clone(), *persist)),
+        env: Vec::new(),
+    };
+    match app.launcher.launch(spec).await {
+        Ok(arn) => Ok((doc, arn)),
+        Err(e) => {
+            let reason = format!("the browser task could not be started: {e}");
+            let _ = app
+                .sessions
+                .mark_terminal(
+                    id,
+                    InternalStatus::Failed,
+                    Some(&reason),
+                    &app.now_iso(),
+                    true,
+                )
+                .await;
+            Err(fail(ApiError::from(e)))
+        }
+    }
+}
+
 /// `POST /v1/sessions`.
 pub async fn create_session(State(app): State<App>, headers: HeaderMap, body: Bytes) -> ApiResult {
     let started = Instant::now();
@@ -134,96 +224,41 @@ pub async fn create_session(State(app): State<App>, headers: HeaderMap, body: By
         None => None,
     };
 
-    let sessions = app.sessions.list_project(p.project_id()).await?;
-    // Expired sessions do not count even when their task died without a final write, so an
-    // orphan can never hold a project at its limit.
-    let now_secs = app.now_secs();
-    let active = sessions
-        .iter()
-        .filter(|s| {
-            !s.internal().is_some_and(InternalStatus::is_terminal) && s.expires_at > now_secs
-        })
-        .count() as u64;
-    if active >= p.project.concurrency {
-        return Err(ApiError::too_many(format!(
-            "project {} already has {active} active sessions, its concurrency limit",
-            p.project_id()
-        )));
+    // The context's lease first (a create waiting for a writer holds no slot meanwhile), then
+    // a slot: of simultaneous creates at most `concurrency` go on. Whatever fails after that
+    // gives slot and lease back.
+    let id = crate::limits::new_session_id();
+    if let Some((ctx, persist)) = &context {
+        crate::limits::claim_context(&app, ctx, &id, *persist, deadline).await?;
     }
-
-    // One writer per context: wait (within the create budget) for a persisting session to
-    // finish saving, else 409.
-    if let Some((ctx, _)) = &context {
-        loop {
-            let busy = app
-                .sessions
-                .list_context(&ctx.context_id)
-                .await?
-                .into_iter()
-                .find(|s| s.context_persist == Some(true) && s.ended_at.is_none());
-            let Some(busy) = busy else { break };
-            if Instant::now() + app.settings.poll_every >= deadline {
-                return Err(ApiError::conflict(format!(
-                    "context {} is in use by session {}, which is still saving it; retry once that session has ended",
-                    ctx.context_id, busy.session_id
-                )));
-            }
-            tokio::time::sleep(app.settings.poll_every).await;
+    if let Err(e) = crate::limits::take_slot(&app, &p.project, &id).await {
+        if let Some((ctx, true)) = &context
+            && let Err(re) = app.contexts.release_writer(&ctx.context_id, &id).await
+        {
+            warn!(session.id = %id, error = %re, "releasing the context lease failed");
         }
+        return Err(e);
     }
-
-    let now_ms = app.clock.now_millis();
-    let now = wallcrawler_contract::time::iso8601_millis(now_ms);
-    let id = format!("sess_{}", uuid::Uuid::new_v4());
-    let token = app
-        .signer
-        .sign(Claims::new(&id, p.project_id(), now_ms / 1000, timeout))
-        .await?;
-    let mut doc = SessionDoc {
-        session_id: id.clone(),
-        project_id: p.project_id().to_owned(),
-        created_at: now.clone(),
-        updated_at: Some(now.clone()),
-        started_at: Some(now.clone()),
-        expires_at: now_ms / 1000 + timeout,
-        keep_alive: req.keep_alive.unwrap_or(false),
+    let new = NewSession {
+        timeout,
         region,
-        signing_key: Some(token),
+        keep_alive: req.keep_alive.unwrap_or(false),
         user_metadata: req.user_metadata,
-        ..Default::default()
+        context,
     };
-    doc.set_status(InternalStatus::Creating);
-    if let Some((c, persist)) = &context {
-        doc.context_id = Some(c.context_id.clone());
-        doc.context_persist = Some(*persist);
-        doc.context_storage_key = Some(c.storage_key.clone());
-    }
-    if let Cond::Failed(_) = app.sessions.create(doc.clone()).await? {
-        return Err(ApiError::internal("session id collision; retry"));
-    }
-    let spec = LaunchSpec {
-        session_id: id.clone(),
-        project_id: p.project_id().to_owned(),
-        context: context
-            .as_ref()
-            .map(|(c, persist)| (c.context_id.clone(), c.storage_key.clone(), *persist)),
-        env: Vec::new(),
-    };
-    let task_arn = match app.launcher.launch(spec).await {
-        Ok(arn) => arn,
+    let outcome = start_session(&app, &p, new, &id).await;
+    let (doc, task_arn) = match outcome {
+        Ok(s) => s,
         Err(e) => {
-            let reason = format!("the browser task could not be started: {e}");
-            let _ = app
-                .sessions
-                .mark_terminal(
-                    &id,
-                    InternalStatus::Failed,
-                    Some(&reason),
-                    &app.now_iso(),
-                    true,
-                )
-                .await;
-            return Err(ApiError::from(e));
+            let mut holder = SessionDoc {
+                session_id: id.clone(),
+                project_id: p.project_id().to_owned(),
+                ended_at: Some(app.now_iso()),
+                ..Default::default()
+            };
+            holder.context_id = e.1;
+            crate::limits::give_back(app.slots.as_ref(), app.contexts.as_ref(), &holder).await;
+            return Err(e.0);
         }
     };
     let _ = app
@@ -241,6 +276,7 @@ pub async fn create_session(State(app): State<App>, headers: HeaderMap, body: By
                 );
             }
             Some(s) if s.is_terminal() => {
+                crate::limits::give_back(app.slots.as_ref(), app.contexts.as_ref(), &current).await;
                 return Err(ApiError::internal(format!(
                     "the browser failed to start: {}",
                     current
@@ -355,6 +391,9 @@ pub async fn update_session(
         Cond::Done(d) => d,
         Cond::Failed(current) => current.unwrap_or(s.clone()),
     };
+    // The slot now (a released session is not active); the context lease only once the
+    // controller has written `endedAt` after saving it.
+    crate::limits::give_back(app.slots.as_ref(), app.contexts.as_ref(), &after).await;
     if let Err(e) = app.launcher.stop(&id, s.ecs_task_arn.as_deref()).await {
         warn!(session.id = %id, error = %e, "stopping the task failed; it ends itself at its idle timeout or expiry");
     }
@@ -437,6 +476,7 @@ pub async fn create_context(State(app): State<App>, headers: HeaderMap, body: By
         status: "CREATED".to_owned(),
         created_at: now.clone(),
         updated_at: now,
+        writer_session_id: None,
     };
     app.contexts.create(c.clone()).await?;
     Ok((StatusCode::CREATED, Json(upload_answer(&app, &c).await?)).into_response())
@@ -501,7 +541,10 @@ pub async fn list_projects(State(app): State<App>, headers: HeaderMap) -> ApiRes
     let p = authorize(&app, &headers).await?;
     let mut out = Vec::new();
     for id in &p.project_ids {
-        if let Some(project) = app.projects.get(id).await? {
+        // Inactive projects are not the key's to read (403 by id), so they are not listed.
+        if let Some(project) = app.projects.get(id).await?
+            && project.is_active()
+        {
             out.push(project.to_api());
         }
     }
@@ -516,10 +559,17 @@ async fn own_project(
     if !p.project_ids.iter().any(|k| k == id) {
         return Err(ApiError::not_found(format!("project {id} not found")));
     }
-    app.projects
+    let project = app
+        .projects
         .get(id)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("project {id} not found")))
+        .ok_or_else(|| ApiError::not_found(format!("project {id} not found")))?;
+    // The selected project was checked by `authorize`; one named in the path must be ACTIVE
+    // too (SPEC §8: an inactive project is 403 on every handler).
+    if !project.is_active() {
+        return Err(ApiError::forbidden(format!("project {id} is not active")));
+    }
+    Ok(project)
 }
 
 /// `GET /v1/projects/{id}`.

@@ -158,6 +158,26 @@ impl ContextRepo for NotHere {
     fn delete<'a>(&'a self, _: &'a str) -> BoxFuture<'a, PortResult<()>> {
         not_here()
     }
+    fn take_writer<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: Option<&'a str>,
+    ) -> BoxFuture<'a, PortResult<Lease>> {
+        not_here()
+    }
+    fn release_writer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, PortResult<()>> {
+        not_here()
+    }
+}
+
+impl SlotRepo for NotHere {
+    fn take<'a>(&'a self, _: &'a str, _: &'a str, _: u64) -> BoxFuture<'a, PortResult<Slot>> {
+        not_here()
+    }
+    fn give_back<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, PortResult<()>> {
+        not_here()
+    }
 }
 
 impl ArchiveUrls for NotHere {
@@ -189,6 +209,7 @@ pub fn authorizer_app(keys: Arc<dyn KeyRepo>, projects: Arc<dyn ProjectRepo>) ->
     App {
         sessions: Arc::new(NotHere),
         projects,
+        slots: Arc::new(NotHere),
         keys,
         contexts: Arc::new(NotHere),
         archives: Arc::new(NotHere),
@@ -371,10 +392,13 @@ pub enum TaskEventOutcome {
 }
 
 /// Closes the session of a stopped task: FAILED/ERROR (reason from `stoppedReason`) if it was
-/// not terminal yet, and a missing `endedAt` in every case, so no context stays busy forever.
+/// not terminal yet, and a missing `endedAt` in every case, so no context stays busy forever;
+/// then gives back its project slot and context lease ([`crate::limits::give_back`]).
 /// Events for running tasks and for tasks that are not sessions' are ignored.
 pub async fn handle_task_state_change(
     sessions: &dyn SessionRepo,
+    slots: &dyn SlotRepo,
+    contexts: &dyn ContextRepo,
     event: &TaskStateChange,
     at: &str,
 ) -> PortResult<TaskEventOutcome> {
@@ -400,10 +424,14 @@ pub async fn handle_task_state_change(
             .as_deref()
             .unwrap_or("no reason given")
     );
-    let outcome = match sessions
+    let written = sessions
         .mark_terminal(id, InternalStatus::Failed, Some(&reason), at, true)
-        .await?
-    {
+        .await?;
+    // Every delivery gives back (idempotent), so a retried event finishes a partial one.
+    if let Cond::Done(d) | Cond::Failed(Some(d)) = &written {
+        crate::limits::give_back(slots, contexts, d).await;
+    }
+    let outcome = match written {
         Cond::Failed(None) => TaskEventOutcome::UnknownSession(id.to_owned()),
         Cond::Failed(Some(_)) => TaskEventOutcome::AlreadyEnded(id.to_owned()),
         // Our reason on the item means this write set the status (a terminal item keeps its own).
@@ -425,7 +453,7 @@ pub async fn handle_task_state_change(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::MemSessions;
+    use crate::memory::{MemContexts, MemSessions, MemSlots};
 
     #[test]
     fn the_stage_prefix_is_removed() {
@@ -500,7 +528,11 @@ mod tests {
                 "stoppedReason": "Essential container in task exited"}}))
         };
         let at = "2026-01-01T00:05:00.000Z";
-        let r = handle_task_state_change(&sessions, &stopped("sess_live"), at).await;
+        let (slots, contexts) = (MemSlots::default(), MemContexts::default());
+        let handle = async |e: &TaskStateChange, at: &str| {
+            handle_task_state_change(&sessions, &slots, &contexts, e, at).await
+        };
+        let r = handle(&stopped("sess_live"), at).await;
         assert_eq!(r.unwrap(), TaskEventOutcome::Failed("sess_live".into()));
         let d = sessions.get("sess_live").await.unwrap().unwrap();
         assert_eq!(
@@ -514,7 +546,7 @@ mod tests {
                 .contains("Essential container in task exited")
         );
 
-        let r = handle_task_state_change(&sessions, &stopped("sess_released"), at).await;
+        let r = handle(&stopped("sess_released"), at).await;
         assert_eq!(r.unwrap(), TaskEventOutcome::Ended("sess_released".into()));
         let d = sessions.get("sess_released").await.unwrap().unwrap();
         assert_eq!(
@@ -523,12 +555,12 @@ mod tests {
         );
         assert_eq!(d.ended_at.as_deref(), Some(at));
 
-        let r = handle_task_state_change(&sessions, &stopped("sess_released"), "later").await;
+        let r = handle(&stopped("sess_released"), "later").await;
         assert_eq!(
             r.unwrap(),
             TaskEventOutcome::AlreadyEnded("sess_released".into())
         );
-        let r = handle_task_state_change(&sessions, &stopped("sess_gone"), at).await;
+        let r = handle(&stopped("sess_gone"), at).await;
         assert_eq!(
             r.unwrap(),
             TaskEventOutcome::UnknownSession("sess_gone".into())
@@ -536,9 +568,7 @@ mod tests {
         let running = event(json!({"detail-type": "ECS Task State Change", "detail": {
             "lastStatus": "RUNNING", "startedBy": "sess_live"}}));
         assert!(matches!(
-            handle_task_state_change(&sessions, &running, at)
-                .await
-                .unwrap(),
+            handle(&running, at).await.unwrap(),
             TaskEventOutcome::Ignored(_)
         ));
     }

@@ -6,6 +6,8 @@
 //! - [`model`]: project, API key and context records; the JSON the API answers with.
 //! - [`ports`]: what the handlers need (stores, presigned URLs, task launcher, signer, clock).
 //! - [`auth`]: API-key authorisation and project selection.
+//! - [`limits`]: the concurrency cap and the one-writer-per-context rule, by conditional
+//!   writes (slots and leases).
 //! - [`handlers`] and [`router`]: the endpoints, one router for every deployment.
 //! - [`debug`]: a running session's page list, from its proxy.
 //! - [`memory`]: in-memory ports (tests, reference semantics).
@@ -24,6 +26,7 @@ pub mod debug;
 pub mod error;
 pub mod handlers;
 pub mod lambda;
+pub mod limits;
 pub mod local;
 pub mod memory;
 pub mod model;

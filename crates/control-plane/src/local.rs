@@ -193,7 +193,7 @@ impl<T: Serialize + DeserializeOwned + Clone> FileMap<T> {
 
     fn store(&self, m: &BTreeMap<String, T>) -> PortResult<()> {
         let tmp = self.path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(m).expect("serializes"))
+        write_private(&tmp, &serde_json::to_vec_pretty(m).expect("serializes"))
             .and_then(|_| std::fs::rename(&tmp, &self.path))
             .map_err(|e| PortError::Failed(format!("{}: {e}", self.path.display())))
     }
@@ -270,6 +270,59 @@ impl ContextRepo for FileMap<ContextRecord> {
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<()>> {
         ready!(self.modify(|m| {
             m.remove(id);
+        }))
+    }
+    fn take_writer<'a>(
+        &'a self,
+        id: &'a str,
+        session_id: &'a str,
+        replacing: Option<&'a str>,
+    ) -> BoxFuture<'a, PortResult<Lease>> {
+        ready!(self.modify(|m| match m.get_mut(id) {
+            Some(c) => rules::take_writer(c, session_id, replacing),
+            None => Lease::NoContext,
+        }))
+    }
+    fn release_writer<'a>(
+        &'a self,
+        id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        ready!(self.modify(|m| {
+            if let Some(c) = m.get_mut(id) {
+                rules::release_writer(c, session_id);
+            }
+        }))
+    }
+}
+
+/// Projects' slot sets (`<data>/active-sessions.json`: project id → session ids), changed
+/// under the map's lock: the one server process is the only writer.
+impl SlotRepo for FileMap<Vec<String>> {
+    fn take<'a>(
+        &'a self,
+        project_id: &'a str,
+        session_id: &'a str,
+        limit: u64,
+    ) -> BoxFuture<'a, PortResult<Slot>> {
+        ready!(self.modify(|m| rules::take_slot(
+            m.entry(project_id.to_owned()).or_default(),
+            session_id,
+            limit
+        )))
+    }
+    fn give_back<'a>(
+        &'a self,
+        project_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        ready!(self.modify(|m| {
+            if let Some(held) = m.get_mut(project_id) {
+                held.retain(|h| h != session_id);
+                if held.is_empty() {
+                    m.remove(project_id);
+                }
+            }
         }))
     }
 }
@@ -363,7 +416,14 @@ pub async fn upload_archive(
     let fail = |e: std::io::Error| ApiError::internal(format!("storing the archive failed: {e}"));
     tokio::fs::create_dir_all(&parent).await.map_err(fail)?;
     let tmp = parent.join(format!(".upload-{}", uuid::Uuid::new_v4()));
-    let mut f = tokio::fs::File::create(&tmp).await.map_err(fail)?;
+    // Archives hold cookies and logins: 0600, like every file here.
+    let mut f = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .await
+        .map_err(fail)?;
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = match chunk {
@@ -391,6 +451,10 @@ pub struct LocalLauncher {
     pub data_dir: PathBuf,
     pub signing_key: String,
     pub sessions: DirSessions,
+    /// Where a session that ends gives back its project slot and context lease (the same
+    /// stores the API uses: their locks are per instance).
+    pub slots: Arc<dyn SlotRepo>,
+    pub contexts: Arc<dyn ContextRepo>,
     children: Arc<Mutex<HashMap<String, u32>>>,
 }
 
@@ -400,12 +464,16 @@ impl LocalLauncher {
         data_dir: PathBuf,
         signing_key: String,
         sessions: DirSessions,
+        slots: Arc<dyn SlotRepo>,
+        contexts: Arc<dyn ContextRepo>,
     ) -> Self {
         Self {
             controller_bin,
             data_dir,
             signing_key,
             sessions,
+            slots,
+            contexts,
             children: Default::default(),
         }
     }
@@ -445,6 +513,9 @@ impl Launcher for LocalLauncher {
                 .env("SESSIONS_DIR", self.data_dir.join("sessions"))
                 .env("WALLCRAWLER_JWT_SIGNING_KEY", &self.signing_key)
                 .env("CDP_PROXY_PORT", "0")
+                // Announced as 127.0.0.1, so listen there only: nobody else on the network
+                // reaches a local session's browser.
+                .env("CDP_PROXY_HOST", "127.0.0.1")
                 .env("CHROME_DEBUG_PORT", "0")
                 .env("PUBLIC_IP", "127.0.0.1")
                 .env("USER_DATA_DIR", &profile)
@@ -486,6 +557,7 @@ impl Launcher for LocalLauncher {
                 self.sessions.clone(),
                 spec.session_id.clone(),
             );
+            let (slots, contexts) = (self.slots.clone(), self.contexts.clone());
             tokio::spawn(async move {
                 let status = child.wait().await;
                 let _ = tokio::fs::remove_dir_all(&profile).await;
@@ -505,10 +577,19 @@ impl Launcher for LocalLauncher {
                     )
                     .await
                 {
-                    Ok(Cond::Done(d)) if d.internal() == Some(InternalStatus::Failed) => {
-                        warn!(session.id = %id, "{reason}")
+                    Ok(Cond::Done(d) | Cond::Failed(Some(d))) => {
+                        if d.internal() == Some(InternalStatus::Failed)
+                            && d.termination_reason.as_deref() == Some(reason.as_str())
+                        {
+                            warn!(session.id = %id, "{reason}")
+                        } else {
+                            info!(session.id = %id, exit = %how, "controller exited")
+                        }
+                        crate::limits::give_back(slots.as_ref(), contexts.as_ref(), &d).await;
                     }
-                    Ok(_) => info!(session.id = %id, exit = %how, "controller exited"),
+                    Ok(Cond::Failed(None)) => {
+                        info!(session.id = %id, exit = %how, "controller exited")
+                    }
                     Err(e) => {
                         warn!(session.id = %id, error = %e, "recording the controller's exit failed")
                     }
@@ -552,9 +633,36 @@ pub struct LocalIdentity {
     pub signing_key: String,
 }
 
+/// Writes `data` to a new (or truncated) file readable and writable by its owner only (0600,
+/// whatever the umask): the local platform's files hold keys, tokens and profiles.
+pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    // An existing file keeps its mode on open: set it.
+    f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    f.write_all(data)
+}
+
+/// Creates the data directory 0700 (and makes an existing one 0700): it holds the local API
+/// key, the signing key, session tokens and context archives.
+pub fn private_dir(data_dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(data_dir)?;
+    std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o700))
+}
+
 /// Loads `<data>/local.json`, creating the local project, API key and signing key on first start.
 pub fn load_or_init(data_dir: &Path) -> anyhow::Result<LocalIdentity> {
-    std::fs::create_dir_all(data_dir)?;
+    private_dir(data_dir)?;
     let path = data_dir.join("local.json");
     if let Ok(b) = std::fs::read(&path) {
         return Ok(serde_json::from_slice(&b)?);
@@ -596,8 +704,7 @@ pub fn load_or_init(data_dir: &Path) -> anyhow::Result<LocalIdentity> {
         );
     })?;
     let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&id)?)?;
-    std::os::unix::fs::PermissionsExt::set_mode(&mut std::fs::metadata(&tmp)?.permissions(), 0o600);
+    write_private(&tmp, &serde_json::to_vec_pretty(&id)?)?;
     std::fs::rename(&tmp, &path)?;
     Ok(id)
 }

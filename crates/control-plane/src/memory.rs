@@ -54,6 +54,39 @@ pub mod rules {
         d.updated_at = Some(at.to_owned());
         true
     }
+
+    /// A project's slot set: add `session_id` unless `limit` ids are held (one already held
+    /// by this session is taken again).
+    pub fn take_slot(held: &mut Vec<String>, session_id: &str, limit: u64) -> Slot {
+        if held.iter().any(|h| h == session_id) {
+            return Slot::Taken;
+        }
+        if held.len() as u64 >= limit {
+            return Slot::Full(held.clone());
+        }
+        held.push(session_id.to_owned());
+        Slot::Taken
+    }
+
+    /// A context's writer lease: free, already this session's, or `replacing`'s → taken.
+    pub fn take_writer(c: &mut ContextRecord, session_id: &str, replacing: Option<&str>) -> Lease {
+        match c.writer_session_id.as_deref() {
+            None => {}
+            Some(w) if w == session_id || Some(w) == replacing => {}
+            Some(w) => return Lease::Held(w.to_owned()),
+        }
+        c.writer_session_id = Some(session_id.to_owned());
+        Lease::Taken
+    }
+
+    /// Clears the lease if `session_id` holds it; whether it did.
+    pub fn release_writer(c: &mut ContextRecord, session_id: &str) -> bool {
+        let held = c.writer_session_id.as_deref() == Some(session_id);
+        if held {
+            c.writer_session_id = None;
+        }
+        held
+    }
 }
 
 #[derive(Default, Clone)]
@@ -227,6 +260,62 @@ impl ContextRepo for MemContexts {
     }
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<()>> {
         self.0.lock().expect("not poisoned").remove(id);
+        Box::pin(async { Ok(()) })
+    }
+    fn take_writer<'a>(
+        &'a self,
+        id: &'a str,
+        session_id: &'a str,
+        replacing: Option<&'a str>,
+    ) -> BoxFuture<'a, PortResult<Lease>> {
+        let r = match self.0.lock().expect("not poisoned").get_mut(id) {
+            Some(c) => rules::take_writer(c, session_id, replacing),
+            None => Lease::NoContext,
+        };
+        Box::pin(async move { Ok(r) })
+    }
+    fn release_writer<'a>(
+        &'a self,
+        id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        if let Some(c) = self.0.lock().expect("not poisoned").get_mut(id) {
+            rules::release_writer(c, session_id);
+        }
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Projects' slot sets.
+#[derive(Default, Clone)]
+pub struct MemSlots(pub Arc<Mutex<BTreeMap<String, Vec<String>>>>);
+
+impl SlotRepo for MemSlots {
+    fn take<'a>(
+        &'a self,
+        project_id: &'a str,
+        session_id: &'a str,
+        limit: u64,
+    ) -> BoxFuture<'a, PortResult<Slot>> {
+        let r = rules::take_slot(
+            self.0
+                .lock()
+                .expect("not poisoned")
+                .entry(project_id.to_owned())
+                .or_default(),
+            session_id,
+            limit,
+        );
+        Box::pin(async move { Ok(r) })
+    }
+    fn give_back<'a>(
+        &'a self,
+        project_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        if let Some(held) = self.0.lock().expect("not poisoned").get_mut(project_id) {
+            held.retain(|h| h != session_id);
+        }
         Box::pin(async { Ok(()) })
     }
 }

@@ -69,6 +69,10 @@ pub struct ContextRecord {
     pub status: String,
     pub created_at: String,
     pub updated_at: String,
+    /// The persisting session that holds the context's writer lease (`writerSessionId`); the
+    /// lease is free once that session has `endedAt` (see [`crate::limits`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writer_session_id: Option<String>,
 }
 
 impl ContextRecord {

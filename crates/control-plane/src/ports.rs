@@ -71,11 +71,65 @@ pub trait KeyRepo: Send + Sync {
     fn set_status<'a>(&'a self, hash: &'a str, status: &'a str) -> BoxFuture<'a, PortResult<bool>>;
 }
 
+/// Outcome of [`SlotRepo::take`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Slot {
+    /// The session holds one of the project's slots (also when it already did).
+    Taken,
+    /// Every slot is held; by these sessions.
+    Full(Vec<String>),
+}
+
+/// A project's concurrency slots: the set of its active sessions' ids, changed only by
+/// conditional writes (see [`crate::limits`]).
+pub trait SlotRepo: Send + Sync {
+    /// Adds `session_id` to the project's set if it holds fewer than `limit` ids (or holds this
+    /// one already: a retry is idempotent).
+    fn take<'a>(
+        &'a self,
+        project_id: &'a str,
+        session_id: &'a str,
+        limit: u64,
+    ) -> BoxFuture<'a, PortResult<Slot>>;
+    /// Removes `session_id` from the project's set (idempotent).
+    fn give_back<'a>(
+        &'a self,
+        project_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<()>>;
+}
+
+/// Outcome of [`ContextRepo::take_writer`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lease {
+    /// The session is the context's writer (also when it already was).
+    Taken,
+    /// Another session holds the lease.
+    Held(String),
+    /// There is no such context.
+    NoContext,
+}
+
 pub trait ContextRepo: Send + Sync {
     fn create(&self, c: ContextRecord) -> BoxFuture<'_, PortResult<()>>;
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<ContextRecord>>>;
     fn touch<'a>(&'a self, id: &'a str, at: &'a str) -> BoxFuture<'a, PortResult<()>>;
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<()>>;
+    /// Makes `session_id` the context's writer (`writerSessionId`), on condition that there is
+    /// none, that it is this session already, or that it is `replacing` (a writer seen to have
+    /// ended).
+    fn take_writer<'a>(
+        &'a self,
+        id: &'a str,
+        session_id: &'a str,
+        replacing: Option<&'a str>,
+    ) -> BoxFuture<'a, PortResult<Lease>>;
+    /// Clears the writer on condition that it is `session_id` (idempotent).
+    fn release_writer<'a>(
+        &'a self,
+        id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, PortResult<()>>;
 }
 
 /// Where context archives live.

@@ -16,6 +16,7 @@ use crate::local::{
     DirSessions, FileMap, LocalArchives, LocalIdentity, LocalLauncher, load_or_init, upload_archive,
 };
 use crate::memory::StaticSigner;
+use crate::model::ContextRecord;
 use crate::ports::SystemClock;
 
 /// Where the controller binary is: `WALLCRAWLER_CONTROLLER_BIN`, else next to this executable.
@@ -55,17 +56,25 @@ impl LocalServer {
             base_url: format!("http://{addr}"),
             url_key: identity.signing_key.as_bytes().to_vec(),
         });
+        // One instance of each file store: their locks are per instance.
+        let slots: Arc<FileMap<Vec<String>>> =
+            Arc::new(FileMap::new(data_dir.join("active-sessions.json")));
+        let contexts: Arc<FileMap<ContextRecord>> =
+            Arc::new(FileMap::new(data_dir.join("contexts.json")));
         let launcher = Arc::new(LocalLauncher::new(
             controller_bin(),
             data_dir.to_owned(),
             identity.signing_key.clone(),
             sessions.clone(),
+            slots.clone(),
+            contexts.clone(),
         ));
         let app = App {
             sessions: Arc::new(sessions),
             projects: Arc::new(FileMap::new(data_dir.join("projects.json"))),
+            slots,
             keys: Arc::new(FileMap::new(data_dir.join("api-keys.json"))),
-            contexts: Arc::new(FileMap::new(data_dir.join("contexts.json"))),
+            contexts,
             archives: archives.clone(),
             launcher: launcher.clone(),
             signer: Arc::new(StaticSigner(SigningKey::new(

@@ -29,7 +29,8 @@ use wallcrawler_contract::token::{self, Validation};
 use wallcrawler_contract::{InternalStatus, SigningKey};
 use wallcrawler_control_plane::admin::{self, NewProject};
 use wallcrawler_control_plane::aws::{
-    Config, DynamoKeys, DynamoProjects, DynamoSessions, PROJECT_INDEX, build_app,
+    ACTIVE_SESSIONS, Config, DynamoContexts, DynamoKeys, DynamoProjects, DynamoSessions,
+    DynamoSlots, PROJECT_INDEX, build_app,
 };
 use wallcrawler_control_plane::lambda::{
     TaskEventOutcome, TaskStateChange, authorize_request, authorizer_app, handle_task_state_change,
@@ -396,6 +397,74 @@ impl Fixture {
         aws_sdk_dynamodb::Client::new(&self.sdk)
     }
 
+    /// The stores the task-state handler uses.
+    fn stores(&self) -> (DynamoSessions, DynamoSlots, DynamoContexts) {
+        (
+            DynamoSessions::new(self.dynamo(), &self.cfg.tables.sessions),
+            DynamoSlots::new(self.dynamo(), &self.cfg.tables.projects),
+            DynamoContexts::new(self.dynamo(), &self.cfg.tables.contexts),
+        )
+    }
+
+    /// Another ACTIVE project with its own key.
+    async fn project_with_key(&self, concurrency: u64) -> (String, String) {
+        let projects = DynamoProjects::new(self.dynamo(), &self.cfg.tables.projects);
+        let keys = DynamoKeys::new(self.dynamo(), &self.cfg.tables.api_keys);
+        let now = wallcrawler_contract::time::now_iso8601();
+        let new = NewProject {
+            name: format!("concurrency {concurrency}"),
+            project_id: None,
+            concurrency,
+            default_timeout: 900,
+            owner_id: None,
+        };
+        let p = admin::create_project(&projects, new, &now).await.unwrap();
+        let (key, _) = admin::create_key(&keys, &projects, &p.project_id, &[], None, &now)
+            .await
+            .unwrap();
+        (p.project_id, key)
+    }
+
+    /// The session ids holding the project's slots (the `<projectId>#active` item), sorted.
+    async fn held(&self, project_id: &str) -> Vec<String> {
+        let item = self
+            .dynamo()
+            .get_item()
+            .table_name(&self.cfg.tables.projects)
+            .key("projectId", s(&DynamoSlots::key(project_id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item()
+            .cloned()
+            .unwrap_or_default();
+        let mut held = match item.get(ACTIVE_SESSIONS) {
+            Some(AttributeValue::Ss(v)) => v.clone(),
+            None => Vec::new(),
+            Some(other) => panic!("activeSessions is a string set, got {other:?}"),
+        };
+        held.sort();
+        held
+    }
+
+    /// The context item's `writerSessionId`.
+    async fn writer(&self, context_id: &str) -> Option<String> {
+        let item = self
+            .dynamo()
+            .get_item()
+            .table_name(&self.cfg.tables.contexts)
+            .key("contextId", s(context_id))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item()
+            .cloned()
+            .unwrap_or_default();
+        text(&item, "writerSessionId")
+    }
+
     fn ecs(&self) -> aws_sdk_ecs::Client {
         aws_sdk_ecs::Client::new(&self.sdk)
     }
@@ -738,7 +807,7 @@ async fn release_stops_the_task_and_marks_the_session_completed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_task_fails_its_live_session_and_ends_a_released_one() {
     let f = Fixture::new(1).await;
-    let sessions = DynamoSessions::new(f.dynamo(), &f.cfg.tables.sessions);
+    let (sessions, slots, contexts) = f.stores();
     // A session whose task died while starting (PENDING answer, task PROVISIONING).
     let (_, live) = f.call(Method::POST, "/v1/sessions", Some(json!({}))).await;
     let live = live["id"].as_str().unwrap().to_owned();
@@ -756,10 +825,15 @@ async fn a_stopped_task_fails_its_live_session_and_ends_a_released_one() {
     assert_eq!(status, StatusCode::OK);
 
     let at = wallcrawler_contract::time::now_iso8601();
-    let outcome =
-        handle_task_state_change(&sessions, &stopped_event(&live_arn, Some(&live), None), &at)
-            .await
-            .unwrap();
+    let outcome = handle_task_state_change(
+        &sessions,
+        &slots,
+        &contexts,
+        &stopped_event(&live_arn, Some(&live), None),
+        &at,
+    )
+    .await
+    .unwrap();
     assert_eq!(outcome, TaskEventOutcome::Failed(live.clone()));
     let item = f.item(&live).await;
     assert_eq!(text(&item, "internalStatus").as_deref(), Some("FAILED"));
@@ -774,6 +848,8 @@ async fn a_stopped_task_fails_its_live_session_and_ends_a_released_one() {
     // Found through the SESSION_ID override when startedBy is not a session id.
     let outcome = handle_task_state_change(
         &sessions,
+        &slots,
+        &contexts,
         &stopped_event("arn:task/x", Some("ecs-svc/1"), Some(&released)),
         &at,
     )
@@ -790,6 +866,8 @@ async fn a_stopped_task_fails_its_live_session_and_ends_a_released_one() {
     let later = "2099-01-01T00:00:00.000Z";
     let outcome = handle_task_state_change(
         &sessions,
+        &slots,
+        &contexts,
         &stopped_event(&live_arn, Some(&live), None),
         later,
     )
@@ -802,6 +880,8 @@ async fn a_stopped_task_fails_its_live_session_and_ends_a_released_one() {
     );
     let outcome = handle_task_state_change(
         &sessions,
+        &slots,
+        &contexts,
         &stopped_event("arn:task/y", Some("sess_unknown"), None),
         later,
     )
@@ -875,12 +955,18 @@ async fn a_context_upload_url_takes_a_put_into_the_bucket_and_sessions_get_the_c
         .call(Method::DELETE, &format!("/v1/contexts/{ctx}"), None)
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{busy}");
-    let sessions = DynamoSessions::new(f.dynamo(), &f.cfg.tables.sessions);
+    let (sessions, slots, contexts) = f.stores();
     assert_eq!(sessions.list_context(&ctx).await.unwrap().len(), 1);
     let at = wallcrawler_contract::time::now_iso8601();
-    handle_task_state_change(&sessions, &stopped_event(&arn, Some(&id), None), &at)
-        .await
-        .unwrap();
+    handle_task_state_change(
+        &sessions,
+        &slots,
+        &contexts,
+        &stopped_event(&arn, Some(&id), None),
+        &at,
+    )
+    .await
+    .unwrap();
     let (status, _) = f
         .call(Method::DELETE, &format!("/v1/contexts/{ctx}"), None)
         .await;
@@ -899,6 +985,204 @@ async fn a_context_upload_url_takes_a_put_into_the_bucket_and_sessions_get_the_c
         .call(Method::GET, &format!("/v1/contexts/{ctx}"), None)
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+// ---------------------------------------------------------------------------------------------
+// (f) limits under simultaneous creates: the concurrency cap and one writer per context
+
+/// The statuses of simultaneous creates, and the ids of the created sessions (sorted).
+async fn simultaneous_creates(
+    f: &Fixture,
+    key: &str,
+    n: usize,
+    body: Value,
+) -> (Vec<(StatusCode, Value)>, Vec<String>) {
+    let answers = futures_util::future::join_all((0..n).map(|_| {
+        call_with_key(
+            &f.router,
+            key,
+            Method::POST,
+            "/v1/sessions",
+            Some(body.clone()),
+        )
+    }))
+    .await;
+    let mut ids: Vec<String> = answers
+        .iter()
+        .filter(|(st, _)| *st == StatusCode::CREATED)
+        .map(|(_, v)| v["id"].as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    (answers, ids)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simultaneous_creates_never_exceed_the_projects_concurrency() {
+    let f = Fixture::new(1).await;
+    let (project, key) = f.project_with_key(2).await;
+    let (answers, ids) = simultaneous_creates(&f, &key, 12, json!({})).await;
+    assert_eq!(ids.len(), 2, "{answers:?}");
+    for (status, v) in answers.iter().filter(|(st, _)| *st != StatusCode::CREATED) {
+        assert_eq!(*status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+        let message = v["message"].as_str().unwrap();
+        assert!(
+            message.contains(&project) && message.contains("concurrency"),
+            "{message}"
+        );
+    }
+    assert_eq!(f.held(&project).await, ids);
+    // Exactly two items, two tasks.
+    let listed = DynamoSessions::new(f.dynamo(), &f.cfg.tables.sessions)
+        .list_project(&project)
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 2);
+
+    // Release gives a slot back; a session that ended by itself (the controller writes the
+    // sessions table only) is reclaimed by the next create that finds the project full.
+    let (status, _) = call_with_key(
+        &f.router,
+        &key,
+        Method::POST,
+        &format!("/v1/sessions/{}", ids[0]),
+        Some(json!({"status": "REQUEST_RELEASE"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(f.held(&project).await, [ids[1].clone()]);
+    let (status, third) = call_with_key(
+        &f.router,
+        &key,
+        Method::POST,
+        "/v1/sessions",
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{third}");
+    f.dynamo()
+        .update_item()
+        .table_name(&f.cfg.tables.sessions)
+        .key("sessionId", s(&ids[1]))
+        .update_expression("SET internalStatus = :st, #st = :sdk, endedAt = :at")
+        .expression_attribute_names("#st", "status")
+        .expression_attribute_values(":st", s("STOPPED"))
+        .expression_attribute_values(":sdk", s("COMPLETED"))
+        .expression_attribute_values(":at", s(&wallcrawler_contract::time::now_iso8601()))
+        .send()
+        .await
+        .unwrap();
+    let (status, fourth) = call_with_key(
+        &f.router,
+        &key,
+        Method::POST,
+        "/v1/sessions",
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{fourth}");
+    let mut want = vec![
+        third["id"].as_str().unwrap().to_owned(),
+        fourth["id"].as_str().unwrap().to_owned(),
+    ];
+    want.sort();
+    assert_eq!(f.held(&project).await, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simultaneous_persisting_creates_on_one_context_get_one_writer() {
+    let f = Fixture::new(1).await;
+    let (project, key) = f.project_with_key(10).await;
+    let (status, c) = call_with_key(
+        &f.router,
+        &key,
+        Method::POST,
+        "/v1/contexts",
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{c}");
+    let ctx = c["id"].as_str().unwrap().to_owned();
+    let persist = json!({"browserSettings": {"context": {"id": ctx, "persist": true}}});
+    let (answers, ids) = simultaneous_creates(&f, &key, 6, persist.clone()).await;
+    assert_eq!(ids.len(), 1, "{answers:?}");
+    let writer = ids[0].clone();
+    for (status, v) in answers.iter().filter(|(st, _)| *st != StatusCode::CREATED) {
+        assert_eq!(*status, StatusCode::CONFLICT, "{v}");
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("context {ctx} is in use by session {writer}")),
+            "{v}"
+        );
+    }
+    assert_eq!(f.writer(&ctx).await.as_deref(), Some(writer.as_str()));
+    assert_eq!(
+        f.held(&project).await,
+        [writer.clone()],
+        "the losers gave their slots back"
+    );
+    // A reader waits for the writer too.
+    let (status, v) = call_with_key(
+        &f.router,
+        &key,
+        Method::POST,
+        "/v1/sessions",
+        Some(json!({"browserSettings": {"context": {"id": ctx}}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{v}");
+
+    // The writer's task stops behind its back: the task-state handler gives back its slot and
+    // its lease, and the next persisting create becomes the writer.
+    let (sessions, slots, contexts) = f.stores();
+    let arn = text(&f.item(&writer).await, "ecsTaskArn").unwrap();
+    let at = wallcrawler_contract::time::now_iso8601();
+    let outcome = handle_task_state_change(
+        &sessions,
+        &slots,
+        &contexts,
+        &stopped_event(&arn, Some(&writer), None),
+        &at,
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome, TaskEventOutcome::Failed(writer.clone()));
+    assert_eq!(f.held(&project).await, Vec::<String>::new());
+    assert_eq!(f.writer(&ctx).await, None);
+    let (status, next) = call_with_key(
+        &f.router,
+        &key,
+        Method::POST,
+        "/v1/sessions",
+        Some(persist.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{next}");
+    let next = next["id"].as_str().unwrap().to_owned();
+    assert_eq!(f.writer(&ctx).await.as_deref(), Some(next.as_str()));
+
+    // Released, it keeps the lease until its controller has written endedAt (after saving);
+    // then the next writer takes it over.
+    let (status, _) = call_with_key(
+        &f.router,
+        &key,
+        Method::POST,
+        &format!("/v1/sessions/{next}"),
+        Some(json!({"status": "REQUEST_RELEASE"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(f.held(&project).await, Vec::<String>::new());
+    assert_eq!(f.writer(&ctx).await.as_deref(), Some(next.as_str()));
+    sessions
+        .mark_ended_if_missing(&next, &wallcrawler_contract::time::now_iso8601())
+        .await
+        .unwrap();
+    let (status, last) =
+        call_with_key(&f.router, &key, Method::POST, "/v1/sessions", Some(persist)).await;
+    assert_eq!(status, StatusCode::CREATED, "{last}");
+    assert_eq!(f.writer(&ctx).await.as_deref(), last["id"].as_str());
 }
 
 // ---------------------------------------------------------------------------------------------

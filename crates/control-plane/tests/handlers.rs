@@ -25,10 +25,12 @@ use wallcrawler_control_plane::app::{App, Settings};
 use wallcrawler_control_plane::error::PortError;
 use wallcrawler_control_plane::memory::{
     LaunchBehaviour, MemArchives, MemContexts, MemKeys, MemLauncher, MemProjects, MemSessions,
-    StaticSigner,
+    MemSlots, StaticSigner,
 };
 use wallcrawler_control_plane::model::{ApiKeyRecord, ContextRecord, Project, hash_api_key};
-use wallcrawler_control_plane::ports::{Clock, LaunchSpec, Launcher, PortResult};
+use wallcrawler_control_plane::ports::{
+    Clock, Cond, LaunchSpec, Launcher, PortResult, SessionRepo,
+};
 use wallcrawler_control_plane::router::router;
 
 // ---------------------------------------------------------------------------------------------
@@ -46,6 +48,8 @@ const KEY_OTHER: &str = "wc_key_other";
 const KEY_REVOKED: &str = "wc_key_revoked";
 /// An ACTIVE key whose project is INACTIVE.
 const KEY_OFF: &str = "wc_key_off";
+/// An ACTIVE key of proj_a that also lists proj_off (INACTIVE).
+const KEY_MIXED: &str = "wc_key_mixed";
 
 const PROJ_A: &str = "proj_a";
 const PROJ_B: &str = "proj_b";
@@ -55,6 +59,86 @@ const PROJ_OFF: &str = "proj_off";
 /// proj_a's defaultTimeout and concurrency.
 const DEFAULT_TIMEOUT: u64 = 900;
 const CONCURRENCY: u64 = 3;
+
+/// Counts of the sessions store's listings.
+#[derive(Default)]
+struct Listings {
+    by_project: AtomicU64,
+    by_context: AtomicU64,
+}
+
+/// The in-memory sessions store, yielding to the runtime before every call — as a real store
+/// does while its request is in flight — so simultaneous requests interleave; and counting
+/// listings (a create must look sessions up by key only).
+struct Yielding {
+    inner: MemSessions,
+    listings: Arc<Listings>,
+}
+
+impl SessionRepo for Yielding {
+    fn create(&self, doc: SessionDoc) -> BoxFuture<'_, PortResult<Cond<SessionDoc>>> {
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            self.inner.create(doc).await
+        })
+    }
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<SessionDoc>>> {
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            self.inner.get(id).await
+        })
+    }
+    fn list_project<'a>(&'a self, p: &'a str) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
+        self.listings.by_project.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            self.inner.list_project(p).await
+        })
+    }
+    fn list_context<'a>(&'a self, c: &'a str) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
+        self.listings.by_context.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            self.inner.list_context(c).await
+        })
+    }
+    fn mark_provisioning<'a>(
+        &'a self,
+        id: &'a str,
+        arn: Option<&'a str>,
+        at: &'a str,
+    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            self.inner.mark_provisioning(id, arn, at).await
+        })
+    }
+    fn mark_terminal<'a>(
+        &'a self,
+        id: &'a str,
+        status: InternalStatus,
+        reason: Option<&'a str>,
+        at: &'a str,
+        ended: bool,
+    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            self.inner
+                .mark_terminal(id, status, reason, at, ended)
+                .await
+        })
+    }
+    fn mark_ended_if_missing<'a>(
+        &'a self,
+        id: &'a str,
+        at: &'a str,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            self.inner.mark_ended_if_missing(id, at).await
+        })
+    }
+}
 
 /// A clock the test sets.
 struct TestClock(AtomicU64);
@@ -74,6 +158,9 @@ impl Clock for TestClock {
 struct Harness {
     router: Router,
     sessions: MemSessions,
+    /// How often the handlers listed sessions (project GSI query, context Scan).
+    listings: Arc<Listings>,
+    slots: MemSlots,
     contexts: MemContexts,
     archives: MemArchives,
     launcher: MemLauncher,
@@ -151,16 +238,23 @@ impl Harness {
                 key(KEY_OTHER, PROJ_OTHER, &[], "ACTIVE"),
                 key(KEY_REVOKED, PROJ_A, &[PROJ_A], "INACTIVE"),
                 key(KEY_OFF, PROJ_OFF, &[PROJ_OFF], "ACTIVE"),
+                key(KEY_MIXED, PROJ_A, &[PROJ_A, PROJ_OFF], "ACTIVE"),
             ] {
                 k.insert(rec.api_key_hash.clone(), rec);
             }
         }
         let contexts = MemContexts::default();
+        let slots = MemSlots::default();
+        let listings = Arc::new(Listings::default());
         let archives = MemArchives::default();
         let clock = Arc::new(TestClock(AtomicU64::new(T0)));
         let app = App {
-            sessions: Arc::new(sessions.clone()),
+            sessions: Arc::new(Yielding {
+                inner: sessions.clone(),
+                listings: listings.clone(),
+            }),
             projects: Arc::new(projects),
+            slots: Arc::new(slots.clone()),
             keys: Arc::new(keys),
             contexts: Arc::new(contexts.clone()),
             archives: Arc::new(archives.clone()),
@@ -172,6 +266,8 @@ impl Harness {
         Self {
             router: router(app),
             sessions,
+            listings,
+            slots,
             contexts,
             archives,
             launcher,
@@ -255,6 +351,7 @@ impl Harness {
             status: "CREATED".to_owned(),
             created_at: iso8601_millis(T0 - 60_000),
             updated_at: iso8601_millis(T0 - 60_000),
+            writer_session_id: None,
         };
         self.contexts
             .0
@@ -262,6 +359,31 @@ impl Harness {
             .unwrap()
             .insert(id.to_owned(), c.clone());
         c
+    }
+
+    fn hold_slots(&self, project_id: &str, ids: &[&str]) {
+        self.slots.0.lock().unwrap().insert(
+            project_id.to_owned(),
+            ids.iter().map(|s| (*s).to_owned()).collect(),
+        );
+    }
+
+    /// The sessions holding the project's slots.
+    fn held(&self, project_id: &str) -> Vec<String> {
+        self.slots
+            .0
+            .lock()
+            .unwrap()
+            .get(project_id)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The context's writer lease holder.
+    fn writer(&self, context_id: &str) -> Option<String> {
+        self.contexts.0.lock().unwrap()[context_id]
+            .writer_session_id
+            .clone()
     }
 
     fn launched(&self) -> Vec<LaunchSpec> {
@@ -862,15 +984,24 @@ async fn concurrency_reached_is_429() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     h.insert_session(doc("sess_1", PROJ_A, InternalStatus::Ready));
     h.insert_session(doc("sess_2", PROJ_A, InternalStatus::Provisioning));
-    // Neither ended sessions nor other projects' sessions count, nor an expired orphan whose
-    // task died without writing its end.
+    // Slot holders that are stale give their slot back when the project is full: an ended
+    // session, an expired orphan whose task died without writing its end, one gone (TTL).
     h.insert_session(doc("sess_3", PROJ_A, InternalStatus::Stopped));
     h.insert_session(doc("sess_4", PROJ_OTHER, InternalStatus::Ready));
     let mut orphan = doc("sess_5", PROJ_A, InternalStatus::Ready);
     orphan.expires_at = T0 / 1000 - 1;
     h.insert_session(orphan);
+    h.hold_slots(
+        PROJ_A,
+        &["sess_1", "sess_2", "sess_3", "sess_5", "sess_gone"],
+    );
+    h.hold_slots(PROJ_OTHER, &["sess_4"]);
     let (status, body) = h.post("/v1/sessions", "{}").await;
     assert_eq!(status, StatusCode::CREATED, "the third of three: {body}");
+    assert_eq!(
+        h.held(PROJ_A),
+        ["sess_1", "sess_2", body["id"].as_str().unwrap()]
+    );
     let r = h.post("/v1/sessions", "{}").await;
     assert_error(
         &r,
@@ -878,6 +1009,61 @@ async fn concurrency_reached_is_429() {
         &[PROJ_A, "3 active sessions", "concurrency"],
     );
     assert_eq!(h.launched().len(), 1);
+    assert_eq!(h.held(PROJ_OTHER), ["sess_4"], "another project's slots");
+}
+
+#[tokio::test]
+async fn simultaneous_creates_never_exceed_the_concurrency_limit() {
+    let h = Harness::new(LaunchBehaviour::StayPending);
+    let answers = futures_util::future::join_all(
+        (0..12).map(|_| h.call(Method::POST, "/v1/sessions", Some(KEY_A), Some("{}"))),
+    )
+    .await;
+    let created: Vec<&Value> = answers
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::CREATED)
+        .map(|(_, b)| b)
+        .collect();
+    assert_eq!(created.len(), CONCURRENCY as usize, "{answers:?}");
+    for r in answers.iter().filter(|(s, _)| *s != StatusCode::CREATED) {
+        assert_error(r, StatusCode::TOO_MANY_REQUESTS, &[PROJ_A, "concurrency"]);
+    }
+    assert_eq!(h.launched().len(), CONCURRENCY as usize);
+    assert_eq!(h.sessions.0.lock().unwrap().len(), CONCURRENCY as usize);
+    let mut held = h.held(PROJ_A);
+    let mut ids: Vec<String> = created
+        .iter()
+        .map(|b| b["id"].as_str().unwrap().to_owned())
+        .collect();
+    held.sort();
+    ids.sort();
+    assert_eq!(held, ids);
+    // Releasing one gives its slot back at once.
+    let r = h
+        .post(
+            &format!("/v1/sessions/{}", ids[0]),
+            r#"{"status": "REQUEST_RELEASE"}"#,
+        )
+        .await;
+    assert_eq!(r.0, StatusCode::OK, "{}", r.1);
+    assert!(!h.held(PROJ_A).contains(&ids[0]));
+    let (status, body) = h.post("/v1/sessions", "{}").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}
+
+#[tokio::test]
+async fn a_create_that_fails_gives_its_slot_and_lease_back() {
+    let h = Harness::new(LaunchBehaviour::Fail);
+    h.insert_context("ctx_mine", PROJ_A);
+    let r = h
+        .post(
+            "/v1/sessions",
+            r#"{"browserSettings": {"context": {"id": "ctx_mine", "persist": true}}}"#,
+        )
+        .await;
+    assert_error(&r, StatusCode::SERVICE_UNAVAILABLE, &["task launcher"]);
+    assert!(h.held(PROJ_A).is_empty());
+    assert_eq!(h.writer("ctx_mine"), None);
 }
 
 #[tokio::test]
@@ -948,19 +1134,130 @@ async fn create_with_a_context_hands_it_to_the_task() {
     assert_eq!(stored.context_storage_key, Some(c.storage_key));
 }
 
-/// A released session of `ctx` still saving it (persisting, no endedAt yet).
-fn saving_session(id: &str, ctx: &str) -> SessionDoc {
+/// A released session of `ctx` still saving it (persisting, no endedAt yet), holding the
+/// context's writer lease as its create made it.
+fn saving_session(h: &Harness, id: &str, ctx: &str) {
     let mut d = doc(id, PROJ_A, InternalStatus::Stopped);
     d.context_id = Some(ctx.to_owned());
     d.context_persist = Some(true);
-    d
+    h.insert_session(d);
+    h.contexts
+        .0
+        .lock()
+        .unwrap()
+        .get_mut(ctx)
+        .unwrap()
+        .writer_session_id = Some(id.to_owned());
+}
+
+#[tokio::test]
+async fn simultaneous_persisting_creates_on_one_context_get_one_writer() {
+    let h = Harness::with_settings(
+        LaunchBehaviour::BecomeReady,
+        Settings {
+            create_wait: Duration::from_millis(300),
+            poll_every: Duration::from_millis(10),
+            ..Settings::default()
+        },
+    );
+    h.insert_context("ctx_one", PROJ_A);
+    let body = r#"{"browserSettings": {"context": {"id": "ctx_one", "persist": true}}}"#;
+    let h_ = &h;
+    let answers = futures_util::future::join_all(
+        (0..6).map(|_| h_.call(Method::POST, "/v1/sessions", Some(KEY_A), Some(body))),
+    )
+    .await;
+    let created: Vec<&Value> = answers
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::CREATED)
+        .map(|(_, b)| b)
+        .collect();
+    assert_eq!(created.len(), 1, "{answers:?}");
+    let writer = created[0]["id"].as_str().unwrap().to_owned();
+    for r in answers.iter().filter(|(s, _)| *s != StatusCode::CREATED) {
+        assert_error(
+            r,
+            StatusCode::CONFLICT,
+            &[&format!("context ctx_one is in use by session {writer}")],
+        );
+    }
+    assert_eq!(h.launched().len(), 1);
+    assert_eq!(
+        h.sessions.0.lock().unwrap().len(),
+        1,
+        "no loser left an item"
+    );
+    assert_eq!(
+        h.held(PROJ_A),
+        [writer.clone()],
+        "losers gave their slots back"
+    );
+    assert_eq!(h.writer("ctx_one").as_deref(), Some(writer.as_str()));
+    // A reader waits for the writer too.
+    let r = h
+        .post(
+            "/v1/sessions",
+            r#"{"browserSettings": {"context": {"id": "ctx_one", "persist": false}}}"#,
+        )
+        .await;
+    assert_error(&r, StatusCode::CONFLICT, &[&writer]);
+    // Once the writer has ended (the controller writes endedAt after its upload), the next
+    // persisting create takes the lease over.
+    h.sessions
+        .0
+        .lock()
+        .unwrap()
+        .get_mut(&writer)
+        .unwrap()
+        .ended_at = Some(iso8601_millis(T0));
+    let (status, next) = h.post("/v1/sessions", body).await;
+    assert_eq!(status, StatusCode::CREATED, "{next}");
+    assert_eq!(h.writer("ctx_one").as_deref(), next["id"].as_str());
+    // No create listed sessions: key lookups only.
+    assert_eq!(h.listings.by_context.load(Ordering::SeqCst), 0);
+    assert_eq!(h.listings.by_project.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_stopped_task_gives_back_its_slot_and_context_lease() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_context("ctx_mine", PROJ_A);
+    let (status, body) = h
+        .post(
+            "/v1/sessions",
+            r#"{"browserSettings": {"context": {"id": "ctx_mine", "persist": true}}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["id"].as_str().unwrap();
+    assert_eq!(h.held(PROJ_A), [id]);
+    assert_eq!(h.writer("ctx_mine").as_deref(), Some(id));
+    let event: wallcrawler_control_plane::lambda::TaskStateChange =
+        serde_json::from_value(json!({"detail-type": "ECS Task State Change", "detail": {
+            "lastStatus": "STOPPED", "startedBy": id, "stoppedReason": "Task failed"}}))
+        .unwrap();
+    let outcome = wallcrawler_control_plane::lambda::handle_task_state_change(
+        &h.sessions,
+        &h.slots,
+        &h.contexts,
+        &event,
+        &iso8601_millis(T0 + 1000),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        outcome,
+        wallcrawler_control_plane::lambda::TaskEventOutcome::Failed(id.to_owned())
+    );
+    assert!(h.held(PROJ_A).is_empty());
+    assert_eq!(h.writer("ctx_mine"), None);
 }
 
 #[tokio::test]
 async fn context_held_by_a_persisting_session_that_never_ends_is_409() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     h.insert_context("ctx_busy", PROJ_A);
-    h.insert_session(saving_session("sess_saving", "ctx_busy"));
+    saving_session(&h, "sess_saving", "ctx_busy");
     let started = Instant::now();
     let r = h
         .post(
@@ -997,7 +1294,7 @@ async fn context_held_by_a_persisting_session_that_ends_during_the_wait_is_grant
         },
     );
     h.insert_context("ctx_busy", PROJ_A);
-    h.insert_session(saving_session("sess_saving", "ctx_busy"));
+    saving_session(&h, "sess_saving", "ctx_busy");
     let sessions = h.sessions.clone();
     let ender = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1447,9 +1744,14 @@ async fn delete_context_deletes_the_record_and_its_archive() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     let c = h.insert_context("ctx_mine", PROJ_A);
     // Sessions that used it and have ended do not hold it.
-    let mut ended = saving_session("sess_old", "ctx_mine");
-    ended.ended_at = Some(iso8601_millis(T0));
-    h.insert_session(ended);
+    saving_session(&h, "sess_old", "ctx_mine");
+    h.sessions
+        .0
+        .lock()
+        .unwrap()
+        .get_mut("sess_old")
+        .unwrap()
+        .ended_at = Some(iso8601_millis(T0));
     let (status, body) = h
         .call(Method::DELETE, "/v1/contexts/ctx_mine", Some(KEY_A), None)
         .await;
@@ -1515,6 +1817,71 @@ async fn get_project_answers_the_project() {
             "updatedAt": p.updated_at,
         })
     );
+}
+
+#[tokio::test]
+async fn an_inactive_project_is_403_on_every_handler_even_read_by_id() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let c = h.insert_context("ctx_off", PROJ_OFF);
+    h.insert_session(doc("sess_off", PROJ_OFF, InternalStatus::Ready));
+    let routes: [(Method, String); 18] = [
+        (Method::POST, "/v1/sessions".into()),
+        (Method::GET, "/v1/sessions".into()),
+        (Method::GET, "/v1/sessions/sess_off".into()),
+        (Method::POST, "/v1/sessions/sess_off".into()),
+        (Method::GET, "/v1/sessions/sess_off/debug".into()),
+        (Method::GET, "/v1/sessions/sess_off/downloads".into()),
+        (Method::POST, "/v1/sessions/sess_off/uploads".into()),
+        (Method::GET, "/v1/sessions/sess_off/logs".into()),
+        (Method::GET, "/v1/sessions/sess_off/recording".into()),
+        (Method::POST, "/v1/extensions".into()),
+        (Method::GET, "/v1/extensions/ext_1".into()),
+        (Method::POST, "/v1/contexts".into()),
+        (Method::GET, format!("/v1/contexts/{}", c.context_id)),
+        (Method::PUT, format!("/v1/contexts/{}", c.context_id)),
+        (Method::DELETE, format!("/v1/contexts/{}", c.context_id)),
+        (Method::GET, "/v1/projects".into()),
+        (Method::GET, format!("/v1/projects/{PROJ_OFF}")),
+        (Method::GET, format!("/v1/projects/{PROJ_OFF}/usage")),
+    ];
+    for (method, uri) in routes {
+        let body = (method != Method::GET).then_some(r#"{"status": "REQUEST_RELEASE"}"#);
+        let r = h.call(method.clone(), &uri, Some(KEY_OFF), body).await;
+        assert_eq!(r.0, StatusCode::FORBIDDEN, "{method} {uri}: {}", r.1);
+        assert_error(&r, StatusCode::FORBIDDEN, &[PROJ_OFF, "not active"]);
+    }
+    // A key whose own project is active may not read its inactive one by id either…
+    for uri in [
+        format!("/v1/projects/{PROJ_OFF}"),
+        format!("/v1/projects/{PROJ_OFF}/usage"),
+    ] {
+        let r = h.call(Method::GET, &uri, Some(KEY_MIXED), None).await;
+        assert_error(
+            &r,
+            StatusCode::FORBIDDEN,
+            &[&format!("project {PROJ_OFF} is not active")],
+        );
+    }
+    // …nor select it, and the listing shows only the active one.
+    let r = h
+        .call_with(
+            Method::GET,
+            &format!("/v1/projects/{PROJ_A}"),
+            &[("x-wc-api-key", KEY_MIXED), ("x-wc-project-id", PROJ_OFF)],
+            None,
+        )
+        .await;
+    assert_error(&r, StatusCode::FORBIDDEN, &[PROJ_OFF, "not active"]);
+    let (status, body) = h
+        .call(Method::GET, "/v1/projects", Some(KEY_MIXED), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(ids(&body), [PROJ_A]);
+    // Nothing was harmed: the session and context are as they were, nothing launched or stopped.
+    assert_eq!(h.session("sess_off").status, "RUNNING");
+    assert!(h.contexts.0.lock().unwrap().contains_key("ctx_off"));
+    assert!(h.launched().is_empty() && h.stopped().is_empty());
+    assert!(h.archives.0.lock().unwrap().is_empty());
 }
 
 #[tokio::test]

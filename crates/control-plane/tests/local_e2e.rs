@@ -30,12 +30,22 @@ impl Server {
             "build the controller first (cargo build --workspace): {}",
             controller.display()
         );
+        Self::spawn(create_wait, &controller)
+    }
+
+    /// `serve` under umask 022 (the usual default, explicit so the files' modes are tested
+    /// against it) with `controller` as the controller binary, data in a new directory.
+    fn spawn(create_wait: &str, controller: &std::path::Path) -> Server {
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
         let data = tempfile::tempdir().unwrap();
-        let mut child = Command::new(&bin)
+        let data_dir = data.path().join("data");
+        let mut child = Command::new("sh")
+            .args(["-c", "umask 022 && exec \"$0\" \"$@\""])
+            .arg(&bin)
             .args(["serve", "--port", "0", "--data-dir"])
-            .arg(data.path())
+            .arg(&data_dir)
             .args(["--create-wait-seconds", create_wait])
-            .env("WALLCRAWLER_CONTROLLER_BIN", &controller)
+            .env("WALLCRAWLER_CONTROLLER_BIN", controller)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -92,6 +102,31 @@ impl Server {
         })
     }
 
+    /// The data directory.
+    fn dir(&self) -> PathBuf {
+        self.data.path().join("data")
+    }
+
+    /// One request with the API key; the status and JSON body.
+    fn call(&self, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+        use std::io::{Read, Write};
+        let authority = self.base.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(authority).unwrap();
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nhost: {authority}\r\nx-wc-api-key: {}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            self.key,
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        let status = answer[9..12].parse().unwrap();
+        let json = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        (status, serde_json::from_str(json).unwrap_or_default())
+    }
+
     /// SIGTERM; the server stops the controllers it started before it exits.
     fn stop(mut self) {
         nix::sys::signal::kill(
@@ -109,7 +144,7 @@ impl Server {
             // std has no way to wait for a child with a timeout; poll its status.
             std::thread::sleep(Duration::from_millis(20));
         }
-        let profiles = self.data.path().join("profiles");
+        let profiles = self.dir().join("profiles");
         let left: Vec<_> = std::fs::read_dir(&profiles)
             .map(|d| d.flatten().collect())
             .unwrap_or_default();
@@ -140,7 +175,7 @@ fn browserbase_sdk_and_playwright_persist_a_context_across_sessions() {
         "the cookie survived through the context: {r}"
     );
     // The session documents the controllers wrote are the API's source of truth.
-    let docs = std::fs::read_dir(s.data.path().join("sessions"))
+    let docs = std::fs::read_dir(s.dir().join("sessions"))
         .unwrap()
         .flatten()
         .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
@@ -179,5 +214,119 @@ fn a_second_persisting_session_on_a_busy_context_gets_409_then_waits_its_turn() 
     );
     assert_eq!(r["secondStatus"], "RUNNING", "{r}");
     assert_eq!(r["firstEndedBeforeSecond"], true, "{r}");
+    s.stop();
+}
+
+/// A stand-in controller: records the proxy address it was told to listen on, then runs until
+/// `<data>/exit-now` exists and exits 3 (a task that died under its session).
+const FAKE_CONTROLLER: &str = r#"#!/bin/sh
+d="$SESSIONS_DIR/.."
+printf %s "$CDP_PROXY_HOST" > "$d/host-$SESSION_ID"
+while [ ! -e "$d/exit-now" ]; do sleep 0.05; done
+exit 3
+"#;
+
+fn mode(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// Polls `cond` (a file the server writes) until it holds.
+fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn local_platform_files_are_private_limits_hold_and_exited_controllers_give_slots_back() {
+    let scripts = tempfile::tempdir().unwrap();
+    let fake = scripts.path().join("fake-controller");
+    std::fs::write(&fake, FAKE_CONTROLLER).unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let s = Server::spawn("1", &fake);
+    let dir = s.dir();
+    let (status, c) = s.call("POST", "/v1/contexts", "{}");
+    assert_eq!(status, 201, "{c}");
+    let ctx = c["id"].as_str().unwrap().to_owned();
+
+    // 12 simultaneous creates in the local project (concurrency 10): exactly 10 sessions.
+    let answers: Vec<(u16, serde_json::Value)> = std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..12)
+            .map(|_| scope.spawn(|| s.call("POST", "/v1/sessions", "{}")))
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let created: Vec<String> = answers
+        .iter()
+        .filter(|(st, _)| *st == 201)
+        .map(|(_, v)| v["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(created.len(), 10, "{answers:?}");
+    for (st, v) in answers.iter().filter(|(st, _)| *st != 201) {
+        assert_eq!(*st, 429, "{v}");
+        assert!(
+            v["message"].as_str().unwrap().contains("concurrency"),
+            "{v}"
+        );
+    }
+    let (st, v) = s.call(
+        "POST",
+        "/v1/sessions",
+        &format!(r#"{{"browserSettings": {{"context": {{"id": "{ctx}", "persist": true}}}}}}"#),
+    );
+    assert_eq!(st, 429, "{v}");
+
+    // Every file holding a secret is 0600 and the data directory 0700, under umask 022.
+    assert_eq!(mode(&dir), 0o700, "data directory");
+    assert_eq!(mode(&dir.join("sessions")), 0o700, "sessions directory");
+    for f in [
+        "local.json",
+        "api-keys.json",
+        "projects.json",
+        "contexts.json",
+        "active-sessions.json",
+    ] {
+        assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
+    }
+    for id in &created {
+        let doc = dir.join("sessions").join(format!("{id}.json"));
+        let text = std::fs::read_to_string(&doc).unwrap();
+        assert!(text.contains("signingKey"), "the document holds the token");
+        assert_eq!(mode(&doc), 0o600, "{id}.json");
+        // The controllers the platform starts listen on loopback only.
+        let host = dir.join(format!("host-{id}"));
+        wait_for("the controller started", || host.exists());
+        assert_eq!(std::fs::read_to_string(&host).unwrap(), "127.0.0.1");
+    }
+
+    // The controllers exit under their sessions: each is marked FAILED and gives its slot
+    // back, so the project takes new sessions again (a persisting one: the context is free).
+    std::fs::write(dir.join("exit-now"), b"").unwrap();
+    wait_for("every slot given back", || {
+        std::fs::read_to_string(dir.join("active-sessions.json")).is_ok_and(|t| t.trim() == "{}")
+    });
+    for id in &created {
+        let (st, v) = s.call("GET", &format!("/v1/sessions/{id}"), "");
+        assert_eq!((st, v["status"].as_str()), (200, Some("ERROR")), "{v}");
+    }
+    std::fs::remove_file(dir.join("exit-now")).unwrap();
+    let (st, v) = s.call(
+        "POST",
+        "/v1/sessions",
+        &format!(r#"{{"browserSettings": {{"context": {{"id": "{ctx}", "persist": true}}}}}}"#),
+    );
+    assert_eq!(st, 201, "{v}");
+    let contexts = std::fs::read_to_string(dir.join("contexts.json")).unwrap();
+    assert!(
+        contexts.contains(v["id"].as_str().unwrap()),
+        "the new writer holds the lease: {contexts}"
+    );
     s.stop();
 }

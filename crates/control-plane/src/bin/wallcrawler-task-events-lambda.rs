@@ -1,7 +1,8 @@
 //! `wallcrawler-task-events-lambda`: the target of an EventBridge rule on "ECS Task State
 //! Change" events with `lastStatus` STOPPED. Closes the session of a task that stopped without
-//! ending it (FAILED/ERROR if it was live, and `endedAt` in every case). Reads only
-//! `SESSIONS_TABLE_NAME`. A store failure fails the invocation, so EventBridge retries it.
+//! ending it (FAILED/ERROR if it was live, and `endedAt` in every case) and gives back its
+//! project slot and context lease. Reads `SESSIONS_TABLE_NAME`, `PROJECTS_TABLE_NAME` and
+//! `CONTEXTS_TABLE_NAME`. A store failure fails the invocation, so EventBridge retries it.
 
 use lambda_runtime::{LambdaEvent, service_fn};
 use wallcrawler_control_plane::lambda::{TaskStateChange, handle_task_state_change};
@@ -12,11 +13,14 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     lambda::init_tracing();
     let tables = aws::Tables::from_env();
     let sdk = aws::sdk_config().await;
-    let sessions = aws::DynamoSessions::new(aws_sdk_dynamodb::Client::new(&sdk), &tables.sessions);
-    let sessions = &sessions;
+    let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+    let sessions = aws::DynamoSessions::new(dynamo.clone(), &tables.sessions);
+    let slots = aws::DynamoSlots::new(dynamo.clone(), &tables.projects);
+    let contexts = aws::DynamoContexts::new(dynamo, &tables.contexts);
+    let (sessions, slots, contexts) = (&sessions, &slots, &contexts);
     lambda_runtime::run(service_fn(|ev: LambdaEvent<TaskStateChange>| async move {
         let at = wallcrawler_contract::time::now_iso8601();
-        handle_task_state_change(sessions, &ev.payload, &at)
+        handle_task_state_change(sessions, slots, contexts, &ev.payload, &at)
             .await
             .map(|outcome| serde_json::json!({ "outcome": format!("{outcome:?}") }))
             .map_err(|e| e.to_string())

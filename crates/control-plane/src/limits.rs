@@ -1,0 +1,237 @@
+//! A project's concurrency cap and a context's one-writer rule, held under concurrency by
+//! conditional writes rather than check-then-act.
+//!
+//! - **Slots.** Each project has one set of active session ids ([`SlotRepo`]; in DynamoDB an
+//!   item `<projectId>#active` of the projects table with a string set `activeSessions`). A
+//!   create takes a slot before its item exists or its task starts (`ADD` on condition that
+//!   the set holds fewer than `concurrency` ids or already holds this one), so of N
+//!   simultaneous creates at most `concurrency` get one. When the set is full, the create looks its members up by key
+//!   (at most `concurrency` strongly consistent reads) and gives back the slots of stale ones
+//!   — terminal, with `endedAt`, expired, or gone (TTL) — then tries once more; else 429. That
+//!   is how sessions that ended by themselves (idle timeout, expiry, `Browser.close`: only the
+//!   controller knows, and it writes the sessions table alone) give their slot back.
+//!   Release, a failed create, the ECS task-state handler and the local launcher (when its
+//!   child exits) give slots back directly.
+//! - **Writer lease.** A context's record names its writer (`writerSessionId`). A persisting
+//!   create takes the lease on condition that there is none or that it is a writer it has seen
+//!   end (`endedAt`: the controller writes it last, after its upload). While the writer has
+//!   not ended, every create on the context — persisting or not, as before — waits within the
+//!   create budget, polling the writer's session by key, and then answers 409. The lease is
+//!   claimed before the slot, so a create waiting for a writer holds no slot meanwhile; one
+//!   that then finds the project full gives the lease back. No create scans
+//!   the sessions table. The task-state handler and the local launcher clear the lease of a
+//!   session they close; a lease whose writer ended by itself is simply taken over.
+//!
+//! Session ids are UUID v7 (`sess_<uuid>`): a member of a slot set whose session item is not
+//! there (yet) counts as stale only once its id is older than [`MISSING_GRACE`], so a
+//! simultaneous create that has taken its slot but not written its item yet is never robbed.
+
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+use wallcrawler_contract::InternalStatus;
+use wallcrawler_contract::session_doc::SessionDoc;
+
+use crate::app::App;
+use crate::error::ApiError;
+use crate::model::{ContextRecord, Project};
+use crate::ports::{ContextRepo, Lease, PortResult, SessionRepo, Slot, SlotRepo};
+
+/// How long after its id was minted a session whose item is missing still counts as active
+/// (its create may be between taking the slot and writing the item).
+pub const MISSING_GRACE: Duration = Duration::from_secs(300);
+
+/// A new session id: `sess_<UUID v7>` (time-ordered; see the module doc).
+pub fn new_session_id() -> String {
+    format!("sess_{}", uuid::Uuid::now_v7())
+}
+
+/// Unix milliseconds at which a `sess_<UUID v7>` id was minted.
+fn minted_millis(session_id: &str) -> Option<u64> {
+    let u = uuid::Uuid::parse_str(session_id.strip_prefix("sess_")?).ok()?;
+    let (secs, nanos) = u.get_timestamp()?.to_unix();
+    Some(secs * 1000 + u64::from(nanos) / 1_000_000)
+}
+
+/// Whether a slot holder no longer needs its slot. `now_secs` is the API's clock (for
+/// `expiresAt`); the id's age is measured on the system clock that minted it.
+fn stale(id: &str, doc: Option<&SessionDoc>, now_secs: u64) -> bool {
+    match doc {
+        Some(d) => {
+            d.internal().is_some_and(InternalStatus::is_terminal)
+                || d.ended_at.is_some()
+                || d.expires_at <= now_secs
+        }
+        None => missing_long_enough(id),
+    }
+}
+
+/// Whether a session whose item is missing is gone (TTL, or a create that died) rather than a
+/// create still in flight.
+fn missing_long_enough(id: &str) -> bool {
+    minted_millis(id).is_none_or(|at| {
+        at + MISSING_GRACE.as_millis() as u64 <= wallcrawler_contract::time::unix_millis()
+    })
+}
+
+/// Takes one of `project`'s slots for `session_id`, reclaiming stale holders when full; 429
+/// when the project is at its limit.
+pub async fn take_slot(app: &App, project: &Project, session_id: &str) -> Result<(), ApiError> {
+    let pid = &project.project_id;
+    let limit = project.concurrency;
+    let full = |n: usize| {
+        ApiError::too_many(format!(
+            "project {pid} already has {n} active sessions, its concurrency limit"
+        ))
+    };
+    if limit == 0 {
+        return Err(full(0));
+    }
+    // Two rounds: take; if full, reclaim stale holders and take again.
+    let mut held = Vec::new();
+    for round in 0..2 {
+        held = match app.slots.take(pid, session_id, limit).await? {
+            Slot::Taken => return Ok(()),
+            Slot::Full(held) => held,
+        };
+        if round == 1 {
+            break;
+        }
+        let now = app.now_secs();
+        let mut reclaimed = 0;
+        for h in &held {
+            let doc = app.sessions.get(h).await?;
+            if stale(h, doc.as_ref(), now) {
+                app.slots.give_back(pid, h).await?;
+                reclaimed += 1;
+            }
+        }
+        if reclaimed == 0 {
+            break;
+        }
+        info!(project.id = %pid, reclaimed, "gave back the slots of ended sessions");
+    }
+    Err(full(held.len()))
+}
+
+/// Whether the lease holder is a writer a new session must wait for: a persisting session
+/// without `endedAt`, or one whose create is still in flight (lease taken, item not written
+/// yet). `false` when it has ended or is gone.
+async fn live_writer(sessions: &dyn SessionRepo, holder: &str) -> PortResult<bool> {
+    Ok(match sessions.get(holder).await? {
+        Some(d) => d.ended_at.is_none() && d.context_persist == Some(true),
+        None => !missing_long_enough(holder),
+    })
+}
+
+/// One writer per context: a persisting session takes the lease, any session waits (until
+/// `deadline`) while a live writer holds it; 409 after that, 404 if the context went away.
+pub async fn claim_context(
+    app: &App,
+    ctx: &ContextRecord,
+    session_id: &str,
+    persist: bool,
+    deadline: Instant,
+) -> Result<(), ApiError> {
+    let cid = &ctx.context_id;
+    let mut replacing: Option<String> = None;
+    loop {
+        let holder = if persist {
+            match app
+                .contexts
+                .take_writer(cid, session_id, replacing.as_deref())
+                .await?
+            {
+                Lease::Taken => return Ok(()),
+                Lease::NoContext => {
+                    return Err(ApiError::not_found(format!("context {cid} not found")));
+                }
+                Lease::Held(h) => h,
+            }
+        } else {
+            match app.contexts.get(cid).await? {
+                None => return Err(ApiError::not_found(format!("context {cid} not found"))),
+                Some(c) => match c.writer_session_id {
+                    None => return Ok(()),
+                    Some(h) => h,
+                },
+            }
+        };
+        if !live_writer(app.sessions.as_ref(), &holder).await? {
+            if !persist {
+                return Ok(());
+            }
+            // The writer has ended: take over on condition that it is still the writer.
+            replacing = Some(holder);
+            continue;
+        }
+        replacing = None;
+        if Instant::now() + app.settings.poll_every >= deadline {
+            return Err(ApiError::conflict(format!(
+                "context {cid} is in use by session {holder}, which is still saving it; retry once that session has ended"
+            )));
+        }
+        tokio::time::sleep(app.settings.poll_every).await;
+    }
+}
+
+/// Gives back what a session holds: its project slot, and its context's writer lease once it
+/// has `endedAt` (before that the controller may still be saving the context). Both writes are
+/// conditional on the session's id, so calling this twice, or for a session that holds
+/// nothing, is harmless. Failures are logged; an unreturned slot is reclaimed by a later
+/// create, an unreturned lease taken over.
+pub async fn give_back(slots: &dyn SlotRepo, contexts: &dyn ContextRepo, d: &SessionDoc) {
+    if let Err(e) = slots.give_back(&d.project_id, &d.session_id).await {
+        warn!(session.id = %d.session_id, error = %e, "giving back the project slot failed");
+    }
+    if let (Some(ctx), Some(_)) = (&d.context_id, &d.ended_at)
+        && let Err(e) = contexts.release_writer(ctx, &d.session_id).await
+    {
+        warn!(session.id = %d.session_id, error = %e, "releasing the context lease failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_carry_their_minting_time() {
+        let before = wallcrawler_contract::time::unix_millis();
+        let id = new_session_id();
+        let at = minted_millis(&id).unwrap();
+        assert!(at >= before && at <= wallcrawler_contract::time::unix_millis() + 1);
+        assert_eq!(minted_millis("sess_not-a-uuid"), None);
+        assert_eq!(
+            minted_millis(&format!("sess_{}", uuid::Uuid::new_v4())),
+            None
+        );
+    }
+
+    #[test]
+    fn missing_holders_are_stale_only_when_old() {
+        let now = wallcrawler_contract::time::unix_millis() / 1000;
+        assert!(!stale(&new_session_id(), None, now), "a create in flight");
+        let old = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            now - MISSING_GRACE.as_secs() - 1,
+            0,
+        ));
+        assert!(stale(&format!("sess_{old}"), None, now));
+        assert!(stale("sess_legacy", None, now));
+        let mut d = SessionDoc {
+            expires_at: now + 60,
+            ..Default::default()
+        };
+        d.set_status(InternalStatus::Ready);
+        assert!(!stale("sess_x", Some(&d), now));
+        d.expires_at = now;
+        assert!(stale("sess_x", Some(&d), now), "expired");
+        d.expires_at = now + 60;
+        d.ended_at = Some("2026-01-01T00:00:00.000Z".into());
+        assert!(stale("sess_x", Some(&d), now), "ended");
+        d.ended_at = None;
+        d.set_status(InternalStatus::Stopped);
+        assert!(stale("sess_x", Some(&d), now), "released");
+    }
+}
