@@ -1119,7 +1119,7 @@ async fn simultaneous_persisting_creates_on_one_context_get_one_writer() {
     assert_eq!(f.writer(&ctx).await.as_deref(), Some(writer.as_str()));
     assert_eq!(
         f.held(&project).await,
-        [writer.clone()],
+        std::slice::from_ref(&writer),
         "the losers gave their slots back"
     );
     // A reader waits for the writer too.

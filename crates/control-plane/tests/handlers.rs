@@ -1189,7 +1189,7 @@ async fn simultaneous_persisting_creates_on_one_context_get_one_writer() {
     );
     assert_eq!(
         h.held(PROJ_A),
-        [writer.clone()],
+        std::slice::from_ref(&writer),
         "losers gave their slots back"
     );
     assert_eq!(h.writer("ctx_one").as_deref(), Some(writer.as_str()));

@@ -218,11 +218,12 @@ fn a_second_persisting_session_on_a_busy_context_gets_409_then_waits_its_turn() 
 }
 
 /// A stand-in controller: records the proxy address it was told to listen on, then runs until
-/// `<data>/exit-now` exists and exits 3 (a task that died under its session).
+/// `<data>/exit-now` exists and exits 3 (a task that died under its session). It also ends
+/// when the data directory is gone, so a failed test leaves no process behind.
 const FAKE_CONTROLLER: &str = r#"#!/bin/sh
 d="$SESSIONS_DIR/.."
 printf %s "$CDP_PROXY_HOST" > "$d/host-$SESSION_ID"
-while [ ! -e "$d/exit-now" ]; do sleep 0.05; done
+while [ -d "$SESSIONS_DIR" ] && [ ! -e "$d/exit-now" ]; do sleep 0.05; done
 exit 3
 "#;
 
