@@ -208,10 +208,10 @@ mod tests {
     #[test]
     fn an_address_at_its_limit_evicts_its_own_oldest() {
         let r = registry(100, 2);
-        let (a1, _) = r.admit(ip("10.0.0.1"));
-        let (a2, _) = r.admit(ip("10.0.0.1"));
-        let (b1, _) = r.admit(ip("10.0.0.2"));
-        let (a3, adm) = r.admit(ip("10.0.0.1"));
+        let (a1, _) = r.admit(ip("127.0.0.1"));
+        let (a2, _) = r.admit(ip("127.0.0.1"));
+        let (b1, _) = r.admit(ip("127.0.0.2"));
+        let (a3, adm) = r.admit(ip("127.0.0.1"));
         assert_eq!(adm, Admission::EvictedSameAddress);
         assert!(a1.is_evicted());
         assert!(!a2.is_evicted() && !a3.is_evicted() && !b1.is_evicted());
@@ -223,11 +223,11 @@ mod tests {
     #[test]
     fn a_full_budget_evicts_the_oldest_of_the_most_represented_address() {
         let r = registry(4, 10);
-        let (b1, _) = r.admit(ip("10.0.0.2"));
-        let (a1, _) = r.admit(ip("10.0.0.1"));
-        let (a2, _) = r.admit(ip("10.0.0.1"));
-        let (a3, _) = r.admit(ip("10.0.0.1"));
-        let (c1, adm) = r.admit(ip("10.0.0.3"));
+        let (b1, _) = r.admit(ip("127.0.0.2"));
+        let (a1, _) = r.admit(ip("127.0.0.1"));
+        let (a2, _) = r.admit(ip("127.0.0.1"));
+        let (a3, _) = r.admit(ip("127.0.0.1"));
+        let (c1, adm) = r.admit(ip("127.0.0.3"));
         assert_eq!(adm, Admission::EvictedBudgetFull);
         assert!(a1.is_evicted(), "the oldest of the biggest address goes");
         for s in [&b1, &a2, &a3, &c1] {
@@ -235,9 +235,9 @@ mod tests {
         }
         assert_eq!(r.len(), 4);
         // Equal counts: the address whose oldest connection is oldest loses it.
-        let (d1, _) = r.admit(ip("10.0.0.4"));
+        let (d1, _) = r.admit(ip("127.0.0.4"));
         assert!(a2.is_evicted() && !b1.is_evicted() && !d1.is_evicted());
-        let (_e1, _) = r.admit(ip("10.0.0.5"));
+        let (_e1, _) = r.admit(ip("127.0.0.5"));
         assert!(b1.is_evicted(), "{:?}", r.len());
         assert!(!a3.is_evicted());
     }
