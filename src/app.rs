@@ -202,6 +202,19 @@ impl Session {
         opts: SessionOptions,
         signal: &CancellationToken,
     ) -> Result<Started, AppError> {
+        let started = Self::warm(opts, signal).await?;
+        if let Started::Running(s) = &started {
+            s.publish();
+        }
+        Ok(started)
+    }
+
+    /// Like [`Self::start`], but the proxy keeps answering 503 until [`Self::publish`]: a pool
+    /// controller's warm browser, serving no session yet.
+    pub async fn warm(
+        opts: SessionOptions,
+        signal: &CancellationToken,
+    ) -> Result<Started, AppError> {
         let (upstream_tx, upstream_rx) = upstream::upstream_channel();
         let serving = Serving::start(
             opts.auth,
@@ -211,25 +224,17 @@ impl Session {
             upstream_rx,
         )
         .await?;
-        let chrome = tokio::select! {
-            c = Chrome::launch(&opts.chrome) => c,
-            () = signal.cancelled() => {
-                info!("signal received while Chrome was starting");
+        let chrome = match launch_or_signal(&opts.chrome, signal).await {
+            Ok(Some(c)) => c,
+            Ok(None) => {
                 serving.stop(Duration::from_secs(1)).await;
                 return Ok(Started::Interrupted);
             }
-        };
-        let chrome = match chrome {
-            Ok(c) => c,
             Err(e) => {
                 serving.stop(Duration::from_secs(1)).await;
                 return Err(e.into());
             }
         };
-        let _ = upstream_tx.send(UpstreamState::Ready(Arc::new(Upstream::new(
-            chrome.addr,
-            Some(chrome.browser_path.clone()),
-        ))));
         Ok(Started::Running(Session {
             serving,
             chrome,
@@ -239,11 +244,53 @@ impl Session {
         }))
     }
 
+    /// Lets clients through to the current Chrome.
+    pub fn publish(&self) {
+        let _ = self
+            .upstream_tx
+            .send(UpstreamState::Ready(Arc::new(Upstream::new(
+                self.chrome.addr,
+                Some(self.chrome.browser_path.clone()),
+            ))));
+    }
+
+    /// Binds the proxy's authenticator to the claimed session (once).
+    pub fn bind(&self, session_id: String, project_id: Option<String>) -> bool {
+        self.serving.proxy.bind_session(session_id, project_id)
+    }
+
+    /// The claimed session's idle timeout and expiry.
+    pub fn set_lifecycle(&mut self, idle_timeout: Option<Duration>, expires_at: Option<u64>) {
+        self.idle_timeout = idle_timeout;
+        self.expires_at = expires_at;
+    }
+
+    /// Starts another Chrome with `launch` (a claimed context's profile) in place of the
+    /// current one, which the caller has closed. `Ok(false)`: a signal came first.
+    pub async fn relaunch(
+        &mut self,
+        launch: &LaunchOptions,
+        signal: &CancellationToken,
+    ) -> Result<bool, AppError> {
+        match launch_or_signal(launch, signal).await? {
+            Some(c) => {
+                self.chrome = c;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     pub fn ready(&self) -> Ready {
         Ready {
             proxy_addr: self.serving.addr,
             chrome_pid: self.chrome.pid(),
         }
+    }
+
+    /// The proxy's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        self.serving.proxy.metrics()
     }
 
     /// Bytes relayed so far, both directions.
@@ -307,6 +354,20 @@ impl Session {
     /// Ends every connection and the listeners.
     pub async fn finish(self) {
         self.serving.stop(Duration::from_secs(2)).await;
+    }
+}
+
+/// Launches Chrome; `None` when a signal came first.
+async fn launch_or_signal(
+    launch: &LaunchOptions,
+    signal: &CancellationToken,
+) -> Result<Option<Chrome>, ChromeError> {
+    tokio::select! {
+        c = Chrome::launch(launch) => c.map(Some),
+        () = signal.cancelled() => {
+            info!("signal received while Chrome was starting");
+            Ok(None)
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use wallcrawler_contract::token::{self, Validation, Verified};
@@ -52,6 +52,9 @@ pub enum AuthError {
     Token(#[from] TokenError),
     #[error("no signing key is loaded yet")]
     KeysUnavailable,
+    /// A pool controller not claimed by a session yet: no token can be for it.
+    #[error("this browser serves no session yet")]
+    Unclaimed,
 }
 
 /// The credentials a request presented.
@@ -96,11 +99,18 @@ pub fn extract(head: &RequestHead, use_query: bool) -> Result<Presented, TokenEr
     Ok(Presented { query, bearer })
 }
 
-/// Checks tokens for one session.
-pub struct Authenticator {
-    keys: Arc<dyn KeySource>,
+/// The session (and project) tokens must name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Binding {
     session_id: String,
     project_id: Option<String>,
+}
+
+/// Checks tokens for one session. A pool controller's authenticator starts unbound (every
+/// request is refused as not ready) and is bound once, when a claim names its session.
+pub struct Authenticator {
+    keys: Arc<dyn KeySource>,
+    binding: OnceLock<Binding>,
     leeway_seconds: u64,
 }
 
@@ -111,16 +121,33 @@ impl Authenticator {
         project_id: Option<String>,
         leeway_seconds: u64,
     ) -> Self {
+        let a = Self::unbound(keys, leeway_seconds);
+        a.bind(session_id, project_id);
+        a
+    }
+
+    /// An authenticator that refuses everything until [`Self::bind`].
+    pub fn unbound(keys: Arc<dyn KeySource>, leeway_seconds: u64) -> Self {
         Self {
             keys,
-            session_id,
-            project_id,
+            binding: OnceLock::new(),
             leeway_seconds,
         }
     }
 
+    /// Binds to a session, once; false (and nothing changed) when already bound.
+    pub fn bind(&self, session_id: String, project_id: Option<String>) -> bool {
+        self.binding
+            .set(Binding {
+                session_id,
+                project_id,
+            })
+            .is_ok()
+    }
+
+    /// The bound session's id ("" while unbound).
     pub fn session_id(&self) -> &str {
-        &self.session_id
+        self.binding.get().map_or("", |b| b.session_id.as_str())
     }
 
     /// Whether a key is loaded (part of readiness).
@@ -139,20 +166,26 @@ impl Authenticator {
 
     /// Validates one token, refreshing the keys once if its signature matched none.
     pub async fn check_one(&self, token: &str) -> Result<Verified, AuthError> {
+        let binding = self.binding.get().ok_or(AuthError::Unclaimed)?;
         let keys = self.keys.keys().ok_or(AuthError::KeysUnavailable)?;
-        match self.validate_with(token, &keys) {
+        match self.validate_with(binding, token, &keys) {
             Err(TokenError::Signature) => match self.keys.refresh_after_miss().await {
-                Some(fresh) => Ok(self.validate_with(token, &fresh)?),
+                Some(fresh) => Ok(self.validate_with(binding, token, &fresh)?),
                 None => Err(AuthError::Token(TokenError::Signature)),
             },
             other => Ok(other?),
         }
     }
 
-    fn validate_with(&self, token: &str, keys: &[SigningKey]) -> Result<Verified, TokenError> {
+    fn validate_with(
+        &self,
+        binding: &Binding,
+        token: &str,
+        keys: &[SigningKey],
+    ) -> Result<Verified, TokenError> {
         let v = Validation {
-            session_id: &self.session_id,
-            project_id: self.project_id.as_deref(),
+            session_id: &binding.session_id,
+            project_id: binding.project_id.as_deref(),
             leeway_seconds: self.leeway_seconds,
             now: unix_now(),
         };

@@ -22,8 +22,8 @@ use wallcrawler_contract::session::attr;
 use wallcrawler_contract::{InternalStatus, SigningSecret};
 
 use crate::stores::{
-    ArchiveStore, BoxRead, FetchMode, NetworkLookup, ReadyResult, ReadyUpdate, SecretFetcher,
-    SessionRecord, SessionStore, StoreError,
+    ArchiveStore, BoxRead, ClaimQueue, FetchMode, NetworkLookup, ReadyResult, ReadyUpdate,
+    Received, SecretFetcher, SessionRecord, SessionStore, StoreError,
 };
 
 /// Size of one multipart upload part (S3's minimum is 5 MiB).
@@ -458,6 +458,75 @@ impl SecretFetcher for SecretsManagerSecret {
                 }
             }
             Ok(out)
+        })
+    }
+}
+
+/// The pool's claims in an SQS queue.
+pub struct SqsClaims {
+    pub client: aws_sdk_sqs::Client,
+    pub queue_url: String,
+    /// How long a received claim stays invisible to other controllers.
+    pub visibility: Duration,
+}
+
+const SQS: &str = "SQS queue";
+/// SQS's longest long poll.
+const SQS_MAX_WAIT: Duration = Duration::from_secs(20);
+
+impl SqsClaims {
+    fn delete<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.client
+                .delete_message()
+                .queue_url(&self.queue_url)
+                .receipt_handle(receipt)
+                .send()
+                .await
+                .map_err(|e| sdk_error(SQS, e))?;
+            Ok(())
+        })
+    }
+}
+
+impl ClaimQueue for SqsClaims {
+    fn receive(&self, wait: Duration) -> BoxFuture<'_, Result<Option<Received>, StoreError>> {
+        Box::pin(async move {
+            let answer = self
+                .client
+                .receive_message()
+                .queue_url(&self.queue_url)
+                .max_number_of_messages(1)
+                .wait_time_seconds(wait.min(SQS_MAX_WAIT).as_secs() as i32)
+                .visibility_timeout(self.visibility.as_secs().min(43_200) as i32)
+                .send()
+                .await
+                .map_err(|e| sdk_error(SQS, e))?;
+            Ok(answer.messages().first().and_then(|m| {
+                Some(Received {
+                    body: m.body()?.as_bytes().to_vec(),
+                    receipt: m.receipt_handle()?.to_owned(),
+                })
+            }))
+        })
+    }
+    fn complete<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.delete(receipt)
+    }
+    fn discard<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.delete(receipt)
+    }
+    fn poison<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.client
+                .change_message_visibility()
+                .queue_url(&self.queue_url)
+                .receipt_handle(receipt)
+                .visibility_timeout(0)
+                .send()
+                .await
+                .map_err(|e| sdk_error(SQS, e))?;
+            Ok(())
         })
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
+use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::{Claims, SigningKey};
 
 use crate::app::{self, SessionOptions};
@@ -18,12 +19,13 @@ use crate::auth::{Authenticator, KeySource, StaticKeys, unix_now};
 use crate::aws;
 use crate::chrome::{self, LaunchOptions, flags};
 use crate::config::{
-    self, ChromeSettings, Cli, Command, ConfigErrors, ContextSource, KeyConfig, LocalConfig,
-    LogFormat, ProxyConfig, ProxyTuning, RunConfig, SessionStoreConfig, TokenConfig,
+    self, ArchivePlace, ChromeSettings, Cli, Command, ConfigErrors, ContextSource, KeyConfig,
+    LocalConfig, LogFormat, PoolQueue, ProxyConfig, ProxyTuning, RunConfig, SessionStoreConfig,
+    TokenConfig,
 };
 use crate::proxy::Limits;
 use crate::secrets::SecretKeyCache;
-use crate::stores::{DirectoryArchives, DirectorySessions};
+use crate::stores::{DirClaims, DirectoryArchives, DirectorySessions};
 use crate::task::{self, TaskDeps};
 use crate::telemetry;
 
@@ -220,8 +222,12 @@ fn finish(result: Result<app::EndReason, app::AppError>) -> i32 {
 
 /// The outside services `run` needs, built once from one SDK configuration.
 async fn task_deps(c: &RunConfig) -> Result<TaskDeps, String> {
+    let pool = c.pool.as_ref();
     let needs_aws = matches!(c.store, SessionStoreConfig::Table(_))
         || matches!(c.context, ContextSource::Bucket { .. })
+        || pool.is_some_and(|p| {
+            matches!(p.queue, PoolQueue::Sqs(_)) || matches!(p.archives, ArchivePlace::Bucket(_))
+        })
         || matches!(c.auth.key, KeyConfig::SecretArn(_))
         || (c.metadata_uri.is_some() && c.public_ip.is_none());
     let sdk = if needs_aws {
@@ -247,6 +253,37 @@ async fn task_deps(c: &RunConfig) -> Result<TaskDeps, String> {
             deps.archives = Some(Arc::new(DirectoryArchives { dir: dir.clone() }))
         }
         _ => {}
+    }
+    if let Some(p) = pool {
+        match (&p.archives, &sdk) {
+            (ArchivePlace::Bucket(bucket), Some(sdk)) => {
+                deps.archives = Some(Arc::new(aws::S3Archives::new(sdk, bucket.clone())))
+            }
+            (ArchivePlace::Directory(dir), _) => {
+                deps.archives = Some(Arc::new(DirectoryArchives { dir: dir.clone() }))
+            }
+            _ => {}
+        }
+        match (&p.queue, &sdk) {
+            (PoolQueue::Sqs(url), Some(sdk)) => {
+                deps.claims = Some(Arc::new(aws::SqsClaims {
+                    client: aws_sdk_sqs::Client::new(sdk),
+                    queue_url: url.clone(),
+                    visibility: p.visibility,
+                }))
+            }
+            (PoolQueue::Directory(dir), _) => {
+                let queue = DirQueue::new(dir.clone());
+                queue
+                    .init()
+                    .map_err(|e| format!("the claims directory {}: {e}", dir.display()))?;
+                deps.claims = Some(Arc::new(DirClaims {
+                    queue,
+                    owner: p.task_name.clone(),
+                }))
+            }
+            _ => {}
+        }
     }
     if let (KeyConfig::SecretArn(arn), Some(sdk)) = (&c.auth.key, &sdk) {
         deps.secrets = Some(Arc::new(aws::SecretsManagerSecret {

@@ -124,6 +124,16 @@ settings_group! {
         chrome_flags_file = "CHROME_FLAGS_FILE",
         /// ECS task metadata v4 endpoint (set by ECS): task ARN and network interface.
         ecs_container_metadata_uri_v4 = "ECS_CONTAINER_METADATA_URI_V4",
+        /// Pool mode: the SQS queue of claims. The controller warms up (Chrome running, the proxy answering 503), serves the first session claimed through the queue, then exits; SESSION_ID, PROJECT_ID and the context come from the claim.
+        pool_queue_url = "POOL_QUEUE_URL",
+        /// Pool mode with a directory queue of claims (the local platform), instead of POOL_QUEUE_URL.
+        pool_queue_dir = "POOL_QUEUE_DIR",
+        /// Pool mode: seconds an unclaimed controller waits before ending itself, so new images roll through [default: 3600].
+        pool_idle_lifetime_seconds = "POOL_IDLE_LIFETIME_SECONDS",
+        /// Pool mode: seconds a taken claim stays invisible to other controllers (SQS visibility timeout); a controller that dies before READY lets another take it after this [default: 60].
+        pool_claim_visibility_seconds = "POOL_CLAIM_VISIBILITY_SECONDS",
+        /// Pool mode: this controller's name in a POOL_QUEUE_DIR, reported as its task ARN when ECS gives none [default: pool-<pid>].
+        pool_task_name = "POOL_TASK_NAME",
     }
 }
 
@@ -305,6 +315,31 @@ pub enum SessionStoreConfig {
     Directory(PathBuf),
 }
 
+/// Where pool claims come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoolQueue {
+    Sqs(String),
+    Directory(PathBuf),
+}
+
+/// Where a pool controller finds the archives of the contexts it is claimed with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArchivePlace {
+    None,
+    Bucket(String),
+    Directory(PathBuf),
+}
+
+/// Pool mode of `run`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolConfig {
+    pub queue: PoolQueue,
+    pub archives: ArchivePlace,
+    pub idle_lifetime: Duration,
+    pub visibility: Duration,
+    pub task_name: String,
+}
+
 /// `wallcrawler-controller run`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunConfig {
@@ -325,6 +360,8 @@ pub struct RunConfig {
     pub profile_max_entries: u64,
     pub shutdown_budget: Duration,
     pub metadata_uri: Option<String>,
+    /// Pool mode: the session comes from a claim.
+    pub pool: Option<PoolConfig>,
 }
 
 /// Chrome launch settings common to `run` and `local`.
@@ -447,9 +484,20 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn auth_config(r: &mut Reader<'_>) -> AuthConfig {
-    let session_id = r.required("SESSION_ID");
-    let project_id = r.text("PROJECT_ID");
+/// Token settings; in pool mode the session and project come from the claim instead.
+fn auth_config(r: &mut Reader<'_>, pool: bool) -> AuthConfig {
+    let (session_id, project_id) = if pool {
+        for name in ["SESSION_ID", "PROJECT_ID"] {
+            if r.text(name).is_some() {
+                r.errors.push(format!(
+                    "{name} comes from each claim in pool mode (POOL_QUEUE_URL or POOL_QUEUE_DIR); unset it"
+                ));
+            }
+        }
+        (String::new(), None)
+    } else {
+        (r.required("SESSION_ID"), r.text("PROJECT_ID"))
+    };
     let key = match (
         r.s.get("WALLCRAWLER_JWT_SIGNING_KEY"),
         r.text("WALLCRAWLER_JWT_SIGNING_SECRET_ARN"),
@@ -532,7 +580,8 @@ fn chrome_settings(r: &mut Reader<'_>, default_port: u16) -> ChromeSettings {
 impl RunConfig {
     pub fn from_settings(s: &Settings) -> Result<Self, ConfigErrors> {
         let mut r = Reader::new(s);
-        let auth = auth_config(&mut r);
+        let pool_queue = pool_queue(&mut r);
+        let auth = auth_config(&mut r, pool_queue.is_some());
         let tuning = tuning(&mut r, Mode::Run);
         let proxy_port = r.number("CDP_PROXY_PORT", 9223, 0, 65535) as u16;
         let proxy_host = r
@@ -551,7 +600,18 @@ impl RunConfig {
             (None, Some(d)) => SessionStoreConfig::Directory(PathBuf::from(d)),
             (None, None) => SessionStoreConfig::None,
         };
-        let context = context_source(&mut r);
+        let pool = pool_queue.map(|queue| pool_config(&mut r, queue));
+        if pool.is_some() && store == SessionStoreConfig::None {
+            r.errors.push(
+                "pool mode needs the session item: set SESSIONS_TABLE_NAME (or SESSIONS_DIR)"
+                    .to_owned(),
+            );
+        }
+        let context = if pool.is_some() {
+            ContextSource::None
+        } else {
+            context_source(&mut r)
+        };
         let context_persist = r.boolean("CONTEXT_PERSIST", false);
         if context_persist && context == ContextSource::None {
             r.errors.push("CONTEXT_PERSIST=true needs a context (CONTEXT_ID, CONTEXTS_BUCKET_NAME or CONTEXTS_DIR, CONTEXT_S3_KEY)".to_owned());
@@ -580,7 +640,60 @@ impl RunConfig {
             profile_max_entries,
             shutdown_budget,
             metadata_uri,
+            pool,
         })
+    }
+}
+
+fn pool_queue(r: &mut Reader<'_>) -> Option<PoolQueue> {
+    match (r.text("POOL_QUEUE_URL"), r.text("POOL_QUEUE_DIR")) {
+        (Some(_), Some(_)) => {
+            r.errors
+                .push("set POOL_QUEUE_URL or POOL_QUEUE_DIR, not both".to_owned());
+            None
+        }
+        (Some(url), None) => Some(PoolQueue::Sqs(url)),
+        (None, Some(dir)) => Some(PoolQueue::Directory(PathBuf::from(dir))),
+        (None, None) => None,
+    }
+}
+
+/// The rest of pool mode: the context comes from each claim, so only its archives' place is
+/// configured.
+fn pool_config(r: &mut Reader<'_>, queue: PoolQueue) -> PoolConfig {
+    for name in ["CONTEXT_ID", "CONTEXT_S3_KEY", "CONTEXT_PERSIST"] {
+        if r.text(name).is_some() {
+            r.errors.push(format!(
+                "{name} comes from each claim in pool mode; unset it (CONTEXTS_BUCKET_NAME or CONTEXTS_DIR says where archives are)"
+            ));
+        }
+    }
+    let archives = match (r.text("CONTEXTS_BUCKET_NAME"), r.text("CONTEXTS_DIR")) {
+        (Some(_), Some(_)) => {
+            r.errors
+                .push("set CONTEXTS_BUCKET_NAME or CONTEXTS_DIR, not both".to_owned());
+            ArchivePlace::None
+        }
+        (Some(b), None) => ArchivePlace::Bucket(b),
+        (None, Some(d)) => ArchivePlace::Directory(PathBuf::from(d)),
+        (None, None) => ArchivePlace::None,
+    };
+    let idle_lifetime =
+        Duration::from_secs(r.number("POOL_IDLE_LIFETIME_SECONDS", 3600, 1, 7 * 86_400));
+    let visibility = Duration::from_secs(r.number("POOL_CLAIM_VISIBILITY_SECONDS", 60, 1, 43_200));
+    let task_name = r
+        .text("POOL_TASK_NAME")
+        .unwrap_or_else(|| format!("pool-{}", std::process::id()));
+    if !wallcrawler_contract::claim::valid_id(&task_name) {
+        r.errors
+            .push("POOL_TASK_NAME must be 1-128 of A-Z a-z 0-9 _ -".to_owned());
+    }
+    PoolConfig {
+        queue,
+        archives,
+        idle_lifetime,
+        visibility,
+        task_name,
     }
 }
 
@@ -702,7 +815,7 @@ impl ProxyConfig {
                 String::new()
             }
         };
-        let auth = auth_config(&mut r);
+        let auth = auth_config(&mut r, false);
         let tuning = tuning(&mut r, Mode::Proxy);
         r.finish(ProxyConfig {
             listen: listen.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),

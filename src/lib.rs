@@ -25,6 +25,7 @@ pub mod aws;
 pub mod chrome;
 pub mod cli;
 pub mod config;
+pub mod pool;
 pub mod profile;
 pub mod proxy;
 pub mod public_ip;

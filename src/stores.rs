@@ -6,9 +6,11 @@
 
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use tokio::io::{AsyncRead, AsyncWriteExt};
+use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::{InternalStatus, SigningSecret};
 
 /// A stream of archive bytes.
@@ -136,6 +138,84 @@ pub trait NetworkLookup: Send + Sync {
         &'a self,
         private_ip: &'a str,
     ) -> BoxFuture<'a, Result<Option<String>, StoreError>>;
+}
+
+/// A claim received from the pool's queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    pub body: Vec<u8>,
+    /// What settles it (an SQS receipt handle, a claim file's name).
+    pub receipt: String,
+}
+
+/// The queue a pool controller takes its session from (SQS, or a directory locally). A
+/// received claim is invisible to other controllers until it is settled or, for SQS, until its
+/// visibility timeout passes.
+pub trait ClaimQueue: Send + Sync {
+    /// Waits up to `wait` for a claim.
+    fn receive(&self, wait: Duration) -> BoxFuture<'_, Result<Option<Received>, StoreError>>;
+    /// READY is written: the claim is done (deleted).
+    fn complete<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// The claim's session is gone or no longer pending: deleted, unserved.
+    fn discard<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// A claim that does not parse: toward the dead-letter queue (SQS: visible again at once,
+    /// and the queue's redrive policy moves it after its receive count).
+    fn poison<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+/// Claims in a directory shared with the local platform ([`DirQueue`]), taken under `owner`.
+pub struct DirClaims {
+    pub queue: DirQueue,
+    pub owner: String,
+}
+
+/// How often a directory queue is looked at while waiting (a `readdir` of a few entries).
+const DIR_QUEUE_POLL: Duration = Duration::from_millis(5);
+
+impl DirClaims {
+    fn io(e: std::io::Error) -> StoreError {
+        StoreError::Other {
+            service: "claims directory",
+            detail: e.to_string(),
+        }
+    }
+}
+
+impl ClaimQueue for DirClaims {
+    fn receive(&self, wait: Duration) -> BoxFuture<'_, Result<Option<Received>, StoreError>> {
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + wait;
+            loop {
+                if let Some(t) = self.queue.take(&self.owner).map_err(Self::io)? {
+                    return Ok(Some(Received {
+                        body: t.body,
+                        receipt: t.name,
+                    }));
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Ok(None);
+                }
+                tokio::time::sleep(DIR_QUEUE_POLL).await;
+            }
+        })
+    }
+    fn complete<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move { self.queue.complete(receipt, &self.owner).map_err(Self::io) })
+    }
+    fn discard<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.queue
+                .drop_claim(receipt, &self.owner)
+                .map_err(Self::io)
+        })
+    }
+    fn poison<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.queue
+                .dead_letter(receipt, &self.owner)
+                .map_err(Self::io)
+        })
+    }
 }
 
 /// Archives in a local directory (`<dir>/<key>`), for the local platform and benchmarks.

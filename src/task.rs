@@ -34,8 +34,8 @@ use crate::proxy::Limits as ProxyLimits;
 use crate::public_ip;
 use crate::secrets::SecretKeyCache;
 use crate::stores::{
-    ArchiveStore, BoxRead, NetworkLookup, ReadyResult, ReadyUpdate, SecretFetcher, SessionStore,
-    StoreError,
+    ArchiveStore, BoxRead, NetworkLookup, ReadyResult, ReadyUpdate, SecretFetcher, SessionRecord,
+    SessionStore, StoreError,
 };
 use crate::telemetry::clip;
 
@@ -57,16 +57,18 @@ pub struct TaskDeps {
     pub archives: Option<Arc<dyn ArchiveStore>>,
     pub secrets: Option<Arc<dyn SecretFetcher>>,
     pub network: Option<Arc<dyn NetworkLookup>>,
+    /// Pool mode: where claims come from.
+    pub claims: Option<Arc<dyn crate::stores::ClaimQueue>>,
 }
 
 /// Writes to the session item, tolerant of its absence (no table configured).
-struct Item<'a> {
-    store: Option<&'a dyn SessionStore>,
-    id: &'a str,
+pub(crate) struct Item<'a> {
+    pub store: Option<&'a dyn SessionStore>,
+    pub id: &'a str,
 }
 
 impl Item<'_> {
-    async fn terminal(&self, status: InternalStatus, reason: Option<&str>) {
+    pub(crate) async fn terminal(&self, status: InternalStatus, reason: Option<&str>) {
         let Some(store) = self.store else { return };
         // Whatever the source, the stored reason stays small (DynamoDB refuses items over 400 KB:
         // a huge reason would mean the terminal status is never written).
@@ -81,7 +83,7 @@ impl Item<'_> {
         }
     }
 
-    async fn ended(&self, proxy_bytes: u64) {
+    pub(crate) async fn ended(&self, proxy_bytes: u64) {
         let Some(store) = self.store else { return };
         match store.mark_ended(self.id, proxy_bytes, &now_iso8601()).await {
             Ok(()) => info!(proxy_bytes, "endedAt written"),
@@ -90,7 +92,7 @@ impl Item<'_> {
     }
 
     /// FAILED with `reason`, then `endedAt`; the task's exit status.
-    async fn fail(&self, reason: &str, proxy_bytes: u64) -> i32 {
+    pub(crate) async fn fail(&self, reason: &str, proxy_bytes: u64) -> i32 {
         error!(reason, "session failed");
         self.terminal(InternalStatus::Failed, Some(reason)).await;
         self.ended(proxy_bytes).await;
@@ -99,7 +101,11 @@ impl Item<'_> {
 }
 
 /// Retries `op` on unavailability with backoff, for up to `within`.
-async fn retry<T, F, Fut>(what: &str, within: Duration, mut op: F) -> Result<T, StoreError>
+pub(crate) async fn retry<T, F, Fut>(
+    what: &str,
+    within: Duration,
+    mut op: F,
+) -> Result<T, StoreError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,
@@ -149,40 +155,21 @@ async fn run_task_inner(
     deps: TaskDeps,
     signal: CancellationToken,
 ) -> i32 {
+    if let Some(pool) = c.pool.clone() {
+        return crate::pool::run_pool(c, pool, launch, deps, signal).await;
+    }
     let sid = c.auth.session_id.clone();
     let item = Item {
         store: deps.sessions.as_deref(),
         id: &sid,
     };
-    let startup_retry = Duration::from_secs(10);
 
     // The session item: lifecycle settings and the token for connectUrl.
-    let record = match &deps.sessions {
-        Some(store) => match retry("reading the session item", startup_retry, || {
-            store.load(&sid)
-        })
-        .await
-        {
-            Ok(Some(r)) => Some(r),
-            Ok(None) => {
-                error!("the session item does not exist");
-                return EXIT_FAILURE;
-            }
-            Err(e) => {
-                error!(error = %e, "the sessions table cannot be read");
-                return EXIT_FAILURE;
-            }
-        },
-        None => None,
+    let record = match load_record(&deps, &sid).await {
+        Ok(r) => r,
+        Err(code) => return code,
     };
-    if let Some(status) = record.as_ref().and_then(|r| r.internal_status)
-        && status.is_terminal()
-    {
-        info!(
-            status = status.as_str(),
-            "the session ended before the task started"
-        );
-        item.ended(0).await;
+    if ended_before_start(record.as_ref(), &item).await {
         return 0;
     }
     let keep_alive = record.as_ref().map_or(c.keep_alive, |r| r.keep_alive);
@@ -191,78 +178,26 @@ async fn run_task_inner(
     // The signing keys.
     let keys_cancel = CancellationToken::new();
     let _stop_refresher = keys_cancel.clone().drop_guard();
-    let keys: Arc<dyn KeySource> = match &c.auth.key {
-        KeyConfig::Literal(k) => Arc::new(StaticKeys::new(k.as_bytes())),
-        KeyConfig::SecretArn(_) => {
-            let Some(fetcher) = deps.secrets.clone() else {
-                return item.fail("no Secrets Manager client", 0).await;
-            };
-            let cache = SecretKeyCache::new(fetcher);
-            if let Err(e) = cache.load_initial(startup_retry).await {
-                error!(error = %e, "loading the signing secret failed");
-                return item
-                    .fail(
-                        &format!(
-                            "the signing secret is unavailable: {} (see the task log)",
-                            e.summary()
-                        ),
-                        0,
-                    )
-                    .await;
-            }
-            cache.spawn_refresher(keys_cancel.clone());
-            cache
-        }
+    let keys = match load_keys(&c, &deps, &item, &keys_cancel).await {
+        Ok(k) => k,
+        Err(code) => return code,
     };
 
     // The profile.
     let profile = launch.user_data_dir.clone();
-    let context_key = match &c.context {
-        ContextSource::None => None,
-        ContextSource::Bucket { key, .. } | ContextSource::Directory { key, .. } => {
-            Some(key.clone())
-        }
-    };
-    if let (Some(key), Some(archives)) = (&context_key, &deps.archives) {
-        let limits = Limits {
-            max_bytes: c.profile_max_bytes,
-            max_entries: c.profile_max_entries,
-        };
-        match hydrate(archives.as_ref(), key, &profile, limits, startup_retry).await {
-            Ok(Some(stats)) => info!(
-                entries = stats.entries,
-                bytes = stats.bytes,
-                "profile restored"
-            ),
-            Ok(None) => info!("no archive for this context yet; starting with an empty profile"),
-            Err(e) => {
-                error!(error = %e, "restoring the profile failed");
-                return item
-                    .fail(
-                        &format!("the profile could not be restored: {}", e.reason()),
-                        0,
-                    )
-                    .await;
-            }
-        }
+    let plan = ContextPlan::from_config(&c);
+    if let Err(code) = restore_profile(&c, &deps, &plan, &profile, &item).await {
+        return code;
     }
 
     // Chrome and the proxy.
-    let opts = SessionOptions {
-        auth: Authenticator::new(
-            keys,
-            sid.clone(),
-            c.auth.project_id.clone(),
-            c.auth.leeway_seconds,
-        ),
-        listen: std::net::SocketAddr::new(c.proxy_host, c.proxy_port),
-        metrics_addr: c.tuning.metrics_addr,
-        chrome: launch,
-        limits: ProxyLimits::from_tuning(&c.tuning),
-        idle_timeout: (!keep_alive).then_some(c.disconnect_timeout),
-        expires_at,
-        shutdown_budget: c.shutdown_budget,
-    };
+    let auth = Authenticator::new(
+        keys,
+        sid.clone(),
+        c.auth.project_id.clone(),
+        c.auth.leeway_seconds,
+    );
+    let opts = session_options(&c, auth, launch, keep_alive, expires_at);
     let session = match Session::start(opts, &signal).await {
         Ok(Started::Running(s)) => s,
         Ok(Started::Interrupted) => {
@@ -279,6 +214,174 @@ async fn run_task_inner(
     restore_session_cookies(&session.chrome, &profile).await;
 
     // READY, only from a pending status.
+    let session = match announce_ready(session, &c, &deps, record.as_ref(), &item, None).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    serve_until_end(session, &c, &deps, &plan, &profile, &item, &signal).await
+}
+
+/// The session item, retried while the table is unavailable; `Err` is the exit status. `None`
+/// when no table is configured.
+pub(crate) async fn load_record(deps: &TaskDeps, sid: &str) -> Result<Option<SessionRecord>, i32> {
+    let Some(store) = &deps.sessions else {
+        return Ok(None);
+    };
+    match retry("reading the session item", STARTUP_RETRY, || {
+        store.load(sid)
+    })
+    .await
+    {
+        Ok(Some(r)) => Ok(Some(r)),
+        Ok(None) => {
+            error!("the session item does not exist");
+            Err(EXIT_FAILURE)
+        }
+        Err(e) => {
+            error!(error = %e, "the sessions table cannot be read");
+            Err(EXIT_FAILURE)
+        }
+    }
+}
+
+/// A session released before its task started is not brought up: only `endedAt` is written.
+async fn ended_before_start(record: Option<&SessionRecord>, item: &Item<'_>) -> bool {
+    let Some(status) = record.and_then(|r| r.internal_status) else {
+        return false;
+    };
+    if !status.is_terminal() {
+        return false;
+    }
+    info!(
+        status = status.as_str(),
+        "the session ended before the task started"
+    );
+    item.ended(0).await;
+    true
+}
+
+/// How long startup reads retry an unavailable service.
+pub(crate) const STARTUP_RETRY: Duration = Duration::from_secs(10);
+
+/// The signing keys: the literal key, or the Secrets Manager cache loaded (and refreshed until
+/// `cancel`). `Err` is the exit status, FAILED already written.
+pub(crate) async fn load_keys(
+    c: &RunConfig,
+    deps: &TaskDeps,
+    item: &Item<'_>,
+    cancel: &CancellationToken,
+) -> Result<Arc<dyn KeySource>, i32> {
+    match &c.auth.key {
+        KeyConfig::Literal(k) => Ok(Arc::new(StaticKeys::new(k.as_bytes()))),
+        KeyConfig::SecretArn(_) => {
+            let Some(fetcher) = deps.secrets.clone() else {
+                return Err(item.fail("no Secrets Manager client", 0).await);
+            };
+            let cache = SecretKeyCache::new(fetcher);
+            if let Err(e) = cache.load_initial(STARTUP_RETRY).await {
+                error!(error = %e, "loading the signing secret failed");
+                let reason = format!(
+                    "the signing secret is unavailable: {} (see the task log)",
+                    e.summary()
+                );
+                return Err(item.fail(&reason, 0).await);
+            }
+            cache.spawn_refresher(cancel.clone());
+            Ok(cache)
+        }
+    }
+}
+
+/// The profile a session starts from and whether it is saved at the end.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ContextPlan {
+    /// The archive key, when the session has a context.
+    pub key: Option<String>,
+    pub persist: bool,
+}
+
+impl ContextPlan {
+    fn from_config(c: &RunConfig) -> Self {
+        let key = match &c.context {
+            ContextSource::None => None,
+            ContextSource::Bucket { key, .. } | ContextSource::Directory { key, .. } => {
+                Some(key.clone())
+            }
+        };
+        Self {
+            key,
+            persist: c.context_persist,
+        }
+    }
+}
+
+/// Unpacks the context's archive into `profile`. `Err` is the exit status, FAILED written.
+pub(crate) async fn restore_profile(
+    c: &RunConfig,
+    deps: &TaskDeps,
+    plan: &ContextPlan,
+    profile: &Path,
+    item: &Item<'_>,
+) -> Result<(), i32> {
+    let (Some(key), Some(archives)) = (&plan.key, &deps.archives) else {
+        return Ok(());
+    };
+    let limits = Limits {
+        max_bytes: c.profile_max_bytes,
+        max_entries: c.profile_max_entries,
+    };
+    match hydrate(archives.as_ref(), key, profile, limits, STARTUP_RETRY).await {
+        Ok(Some(stats)) => {
+            info!(
+                entries = stats.entries,
+                bytes = stats.bytes,
+                "profile restored"
+            );
+            Ok(())
+        }
+        Ok(None) => {
+            info!("no archive for this context yet; starting with an empty profile");
+            Ok(())
+        }
+        Err(e) => {
+            error!(error = %e, "restoring the profile failed");
+            let reason = format!("the profile could not be restored: {}", e.reason());
+            Err(item.fail(&reason, 0).await)
+        }
+    }
+}
+
+/// The browser session's options from the configuration and the session item.
+pub(crate) fn session_options(
+    c: &RunConfig,
+    auth: Authenticator,
+    launch: LaunchOptions,
+    keep_alive: bool,
+    expires_at: Option<u64>,
+) -> SessionOptions {
+    SessionOptions {
+        auth,
+        listen: std::net::SocketAddr::new(c.proxy_host, c.proxy_port),
+        metrics_addr: c.tuning.metrics_addr,
+        chrome: launch,
+        limits: ProxyLimits::from_tuning(&c.tuning),
+        idle_timeout: (!keep_alive).then_some(c.disconnect_timeout),
+        expires_at,
+        shutdown_budget: c.shutdown_budget,
+    }
+}
+
+/// Writes READY (only from a pending status) with the announced address and connectUrl.
+/// `Err` is the exit status once the browser is closed: 0 when the session was released
+/// meanwhile, a failure (written) when the write failed.
+pub(crate) async fn announce_ready(
+    session: Session,
+    c: &RunConfig,
+    deps: &TaskDeps,
+    record: Option<&SessionRecord>,
+    item: &Item<'_>,
+    fallback_task_arn: Option<&str>,
+) -> Result<Session, i32> {
     let ready = session.ready();
     let announced = public_ip::discover(
         c.public_ip,
@@ -288,50 +391,59 @@ async fn run_task_inner(
     .await;
     if let Some(store) = &deps.sessions {
         let connect_url = record
-            .as_ref()
             .and_then(|r| r.signing_key.as_deref())
             .map(|k| session::connect_url(&announced.ip, ready.proxy_addr.port(), k));
         let update = ReadyUpdate {
             public_ip: announced.ip.clone(),
-            task_arn: announced.task_arn.clone(),
+            task_arn: announced
+                .task_arn
+                .clone()
+                .or_else(|| fallback_task_arn.map(str::to_owned)),
             connect_url,
             at: now_iso8601(),
         };
-        match store.mark_ready(&sid, &update).await {
+        let outcome = store.mark_ready(item.id, &update).await;
+        if !matches!(outcome, Ok(ReadyResult::Ready)) {
+            session
+                .close_chrome(false, c.shutdown_budget.mul_f32(0.5))
+                .await;
+        }
+        let bytes = session.proxy_bytes();
+        match outcome {
             Ok(ReadyResult::Ready) => info!(public_ip = %announced.ip, "session READY"),
             Ok(ReadyResult::NotPending(status)) => {
                 info!(status = ?status.map(|s| s.as_str()), "the session was released before it was ready; shutting down");
-                session
-                    .close_chrome(false, c.shutdown_budget.mul_f32(0.5))
-                    .await;
-                let bytes = session.proxy_bytes();
                 session.finish().await;
                 item.ended(bytes).await;
-                return 0;
+                return Err(0);
             }
             Err(e) => {
-                session
-                    .close_chrome(false, c.shutdown_budget.mul_f32(0.5))
-                    .await;
-                let bytes = session.proxy_bytes();
                 session.finish().await;
                 error!(error = %e, "writing READY failed");
-                return item
-                    .fail(
-                        &format!(
-                            "announcing READY failed: {} (see the task log)",
-                            e.summary()
-                        ),
-                        bytes,
-                    )
-                    .await;
+                let reason = format!(
+                    "announcing READY failed: {} (see the task log)",
+                    e.summary()
+                );
+                return Err(item.fail(&reason, bytes).await);
             }
         }
     }
-    info!(session.id = %sid, proxy = %ready.proxy_addr, chrome.pid = ready.chrome_pid, "session ready");
+    info!(session.id = %item.id, proxy = %ready.proxy_addr, chrome.pid = ready.chrome_pid, "session ready");
+    Ok(session)
+}
 
-    // Until something ends it.
-    let reason = session.wait_end(&signal).await;
+/// From READY to the end: waits for whatever ends the session, writes the terminal status,
+/// closes Chrome, saves the profile, writes `endedAt`. Returns the exit status.
+pub(crate) async fn serve_until_end(
+    session: Session,
+    c: &RunConfig,
+    deps: &TaskDeps,
+    plan: &ContextPlan,
+    profile: &Path,
+    item: &Item<'_>,
+    signal: &CancellationToken,
+) -> i32 {
+    let reason = session.wait_end(signal).await;
     let deadline = Instant::now() + c.shutdown_budget;
     let left = || deadline.saturating_duration_since(Instant::now());
     let crashed = matches!(reason, EndReason::ChromeCrashed(_));
@@ -350,7 +462,7 @@ async fn run_task_inner(
         _ => item.terminal(InternalStatus::Stopped, None).await,
     }
 
-    let persist = c.context_persist && !crashed && context_key.is_some() && deps.archives.is_some();
+    let persist = plan.persist && !crashed && plan.key.is_some() && deps.archives.is_some();
     let mut extra: Vec<(String, Vec<u8>)> = Vec::new();
     let chrome_gone = matches!(reason, EndReason::ChromeExitedCleanly);
     if persist && chrome_gone {
@@ -376,14 +488,14 @@ async fn run_task_inner(
     let closed = session.close_chrome(crashed, left().mul_f32(0.4)).await;
     if crashed {
         info!("the browser crashed; the previous archive is kept");
-    } else if let (true, Some(key), Some(archives)) = (persist, &context_key, &deps.archives) {
+    } else if let (true, Some(key), Some(archives)) = (persist, &plan.key, &deps.archives) {
         if !chrome_gone && closed.as_ref().is_some_and(|o| !o.is_clean()) {
             warn!("chrome did not close cleanly; persisting what it left on disk");
         }
         let started = Instant::now();
         match tokio::time::timeout(
             left().saturating_sub(Duration::from_secs(2)),
-            persist_profile(archives.clone(), key, &profile, extra),
+            persist_profile(archives.clone(), key, profile, extra),
         )
         .await
         {
@@ -559,7 +671,7 @@ pub async fn persist_profile(
 }
 
 /// Puts back the session cookies a previous session saved (Chrome never writes them to disk).
-async fn restore_session_cookies(chrome: &Chrome, profile: &Path) {
+pub(crate) async fn restore_session_cookies(chrome: &Chrome, profile: &Path) {
     let file = profile.join(SESSION_COOKIES_FILE);
     let read = {
         let file = file.clone();

@@ -121,6 +121,11 @@ pub struct Metrics {
     pub bytes_chrome_to_client: AtomicU64,
     outcomes: [AtomicU64; Outcome::ALL.len()],
     refusals: [AtomicU64; TokenError::ALL.len()],
+    /// Pool mode, in milliseconds (0 = not reached): start → warm, warm → claimed, claimed →
+    /// READY written.
+    pub pool_warmup_ms: AtomicU64,
+    pub pool_idle_ms: AtomicU64,
+    pub pool_claim_to_ready_ms: AtomicU64,
 }
 
 impl Metrics {
@@ -216,7 +221,36 @@ impl Metrics {
                 c.load(Ordering::Relaxed)
             );
         }
+        self.render_pool(&mut s);
         s
+    }
+
+    /// The pool gauges, once this controller has warmed up in pool mode.
+    fn render_pool(&self, s: &mut String) {
+        if self.pool_warmup_ms.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        for (name, help, v) in [
+            (
+                "wallcrawler_pool_warmup_seconds",
+                "Pool mode: from the controller's start to a warm browser waiting for a claim.",
+                &self.pool_warmup_ms,
+            ),
+            (
+                "wallcrawler_pool_idle_seconds",
+                "Pool mode: time warm before a claim came (0 while still waiting).",
+                &self.pool_idle_ms,
+            ),
+            (
+                "wallcrawler_pool_claim_to_ready_seconds",
+                "Pool mode: from taking a claim to READY written (0 until then).",
+                &self.pool_claim_to_ready_ms,
+            ),
+        ] {
+            let _ = writeln!(s, "# HELP {name} {help}");
+            let _ = writeln!(s, "# TYPE {name} gauge");
+            let _ = writeln!(s, "{name} {:.3}", v.load(Ordering::Relaxed) as f64 / 1000.0);
+        }
     }
 }
 

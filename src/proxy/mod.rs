@@ -163,6 +163,11 @@ impl Proxy {
         &self.metrics
     }
 
+    /// Binds the authenticator to the session a pool controller was claimed for (once).
+    pub fn bind_session(&self, session_id: String, project_id: Option<String>) -> bool {
+        self.auth.bind(session_id, project_id)
+    }
+
     /// Ends every relay (shutdown).
     pub fn close_all_relays(&self) {
         self.relays.cancel_all();
@@ -357,7 +362,7 @@ impl Proxy {
                     simple_response(401, &[], "unauthorized\n"),
                 );
             }
-            Err(AuthError::KeysUnavailable) => {
+            Err(AuthError::KeysUnavailable | AuthError::Unclaimed) => {
                 return Step::Answer(
                     Outcome::NotReady,
                     simple_response(503, &[("Retry-After", "1")], "not ready\n"),

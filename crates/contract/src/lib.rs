@@ -4,12 +4,14 @@
 //! agree on the same rules without the control plane depending on the proxy's runtime.
 //!
 //! - [`token`]: the CDP access token (HS256 JWT): claims, minting, and every acceptance rule.
+//! - [`claim`]: how a session reaches a warm pool controller, and the local queue of claims.
 //! - [`secret`]: the JSON shape of the signing secret kept in Secrets Manager.
 //! - [`session`]: the session item's lifecycle statuses and their SDK-visible mapping.
 //! - [`session_doc`]: the session item as a document, and the directory store of the local platform.
 //! - [`storage`]: the S3 key layout of context profile archives.
 //! - [`time`]: ISO 8601 timestamps as the session table stores them.
 
+pub mod claim;
 pub mod secret;
 pub mod session;
 pub mod session_doc;

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::claim::valid_id;
 use crate::session::InternalStatus;
 
 /// One session. Field names are the table's attribute names.
@@ -101,14 +102,6 @@ pub enum DocError {
 #[derive(Debug, Clone)]
 pub struct DirStore {
     dir: PathBuf,
-}
-
-fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 128
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 impl DirStore {

@@ -12,7 +12,10 @@ use crate::ports::{
 pub struct Settings {
     /// How long `POST /v1/sessions` waits for READY before answering PENDING.
     pub create_wait: Duration,
-    /// Poll interval while waiting (strongly consistent reads).
+    /// Poll interval while waiting (strongly consistent reads): the first poll comes after
+    /// `poll_first`, and the interval doubles up to `poll_every`, so a READY from a warm pool
+    /// task is seen within milliseconds and a slow start costs few reads.
+    pub poll_first: Duration,
     pub poll_every: Duration,
     /// Default region reported when the request names none.
     pub region: String,
@@ -24,6 +27,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             create_wait: Duration::from_secs(25),
+            poll_first: Duration::from_millis(5),
             poll_every: Duration::from_millis(250),
             region: "us-east-1".to_owned(),
             upload_url_ttl: 3600,

@@ -128,6 +128,9 @@ pub struct Config {
     pub signing_secret_arn: String,
     /// `CREATE_WAIT_SECONDS`, default 25 (inside API Gateway's 29 s integration timeout).
     pub create_wait: Duration,
+    /// `POOL_QUEUE_URL`: sessions are claimed by warm pool tasks through this SQS queue
+    /// instead of a `RunTask` per session.
+    pub pool_queue_url: Option<String>,
 }
 
 /// Every configuration problem, listed at once.
@@ -216,6 +219,7 @@ impl Config {
             cdp_proxy_port,
             signing_secret_arn,
             create_wait: Duration::from_secs(create_wait),
+            pool_queue_url: var(get, "POOL_QUEUE_URL"),
         })
     }
 }
@@ -255,7 +259,10 @@ pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
         keys: Arc::new(DynamoKeys::new(dynamo.clone(), &cfg.tables.api_keys)),
         contexts: Arc::new(DynamoContexts::new(dynamo, &cfg.tables.contexts)),
         archives: Arc::new(S3Archives::new(sdk, &cfg.contexts_bucket)),
-        launcher: Arc::new(EcsLauncher::new(sdk, cfg.clone())),
+        launcher: match &cfg.pool_queue_url {
+            Some(url) => Arc::new(SqsPoolLauncher::new(sdk, url, cfg.clone())),
+            None => Arc::new(EcsLauncher::new(sdk, cfg.clone())),
+        },
         signer: Arc::new(SecretsSigner::new(sdk, &cfg.signing_secret_arn)),
         clock: Arc::new(SystemClock),
         settings,
@@ -1279,6 +1286,57 @@ impl Launcher for EcsLauncher {
             }
             Ok(())
         })
+    }
+}
+
+/// Pool mode: each session is a claim sent to the pool's SQS queue, which a warm pool task
+/// takes (see the controller's pool mode); a release stops the task that wrote READY.
+pub struct SqsPoolLauncher {
+    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+    ecs: EcsLauncher,
+}
+
+impl SqsPoolLauncher {
+    pub fn new(sdk: &SdkConfig, queue_url: &str, cfg: Config) -> Self {
+        Self {
+            sqs: aws_sdk_sqs::Client::new(sdk),
+            queue_url: queue_url.to_owned(),
+            ecs: EcsLauncher::new(sdk, cfg),
+        }
+    }
+}
+
+const SQS: &str = "SQS";
+
+impl Launcher for SqsPoolLauncher {
+    /// `SendMessage` of the session's claim; no task ARN yet (the task that takes the claim
+    /// writes its own with READY).
+    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>> {
+        Box::pin(async move {
+            self.sqs
+                .send_message()
+                .queue_url(&self.queue_url)
+                .message_body(spec.claim().to_json())
+                .send()
+                .await
+                .map_err(|e| sdk_error(SQS, e))?;
+            info!(session.id = %spec.session_id, "claim sent to the pool");
+            Ok(None)
+        })
+    }
+
+    /// `StopTask` of the task that wrote READY. Before READY there is none to stop: the task
+    /// that takes the claim finds the session released and drops it.
+    fn stop<'a>(
+        &'a self,
+        session_id: &'a str,
+        task_arn: Option<&'a str>,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        match task_arn {
+            Some(_) => self.ecs.stop(session_id, task_arn),
+            None => Box::pin(async { Ok(()) }),
+        }
     }
 }
 

@@ -267,6 +267,7 @@ pub async fn create_session(State(app): State<App>, headers: HeaderMap, body: By
         .await?;
     info!(session.id = %id, project.id = %p.project_id(), "session created; waiting for READY");
 
+    let mut every = app.settings.poll_first.min(app.settings.poll_every);
     loop {
         let current = app.sessions.get(&id).await?.unwrap_or_else(|| doc.clone());
         match current.internal() {
@@ -287,11 +288,12 @@ pub async fn create_session(State(app): State<App>, headers: HeaderMap, body: By
             }
             _ => {}
         }
-        if Instant::now() + app.settings.poll_every >= deadline {
+        if Instant::now() + every >= deadline {
             info!(session.id = %id, "not READY within the create budget; answering PENDING");
             return Ok((StatusCode::CREATED, Json(session_create_to_api(&current))).into_response());
         }
-        tokio::time::sleep(app.settings.poll_every).await;
+        tokio::time::sleep(every).await;
+        every = (every * 2).min(app.settings.poll_every);
     }
 }
 

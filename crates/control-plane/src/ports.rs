@@ -153,6 +153,25 @@ pub struct LaunchSpec {
     pub env: Vec<(String, String)>,
 }
 
+impl LaunchSpec {
+    /// The claim a pool controller takes for this session.
+    pub fn claim(&self) -> wallcrawler_contract::claim::Claim {
+        use wallcrawler_contract::claim::{Claim, ClaimContext};
+        Claim {
+            session_id: self.session_id.clone(),
+            project_id: self.project_id.clone(),
+            context: self
+                .context
+                .as_ref()
+                .map(|(id, key, persist)| ClaimContext {
+                    id: id.clone(),
+                    key: key.clone(),
+                    persist: *persist,
+                }),
+        }
+    }
+}
+
 /// Starts and stops controller tasks.
 pub trait Launcher: Send + Sync {
     /// Returns the task's ARN (or local handle).

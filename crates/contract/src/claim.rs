@@ -1,0 +1,391 @@
+//! Claims: how a session reaches a warm pool controller.
+//!
+//! The control plane sends one claim per session to a queue (Amazon SQS on AWS, a [`DirQueue`]
+//! on the local platform); idle pool controllers wait on the queue and exactly one takes each
+//! claim. A claim carries what the controller cannot learn from the session item before it
+//! serves it (which session, whose, and which context); keepAlive and expiry still come from the
+//! session item.
+//!
+//! A claim is untrusted input to the controller: [`Claim::parse`] bounds its size and checks
+//! every field (ids of the usual alphabet, the archive key exactly the context's own key), so a
+//! claim cannot point a controller at another project's archive or at a path.
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::storage::profile_key;
+
+/// The largest claim accepted, in bytes (a real one is ~200 B).
+pub const MAX_CLAIM_BYTES: usize = 4096;
+
+/// The context a claimed session uses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimContext {
+    pub id: String,
+    /// The archive key, `<projectId>/<contextId>/profile.tar.gz`.
+    pub key: String,
+    pub persist: bool,
+}
+
+/// One session for one pool controller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Claim {
+    pub session_id: String,
+    pub project_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ClaimContext>,
+}
+
+/// Why a claim was refused (a poison message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimError {
+    #[error("the claim is larger than {MAX_CLAIM_BYTES} bytes")]
+    TooLarge,
+    #[error("the claim is not valid JSON of the claim shape: {0}")]
+    Shape(String),
+    #[error("the claim's {0} is not a valid id")]
+    BadId(&'static str),
+    #[error("the claim's context key is not the context's own archive key")]
+    BadKey,
+}
+
+/// Ids as the platform makes them: 1–128 of `[A-Za-z0-9_-]`.
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+impl Claim {
+    /// Parses and checks a claim from the queue.
+    pub fn parse(body: &[u8]) -> Result<Claim, ClaimError> {
+        if body.len() > MAX_CLAIM_BYTES {
+            return Err(ClaimError::TooLarge);
+        }
+        let c: Claim = serde_json::from_slice(body).map_err(|e| {
+            // serde_json's message names a line and column, never the input itself.
+            ClaimError::Shape(e.to_string())
+        })?;
+        if !valid_id(&c.session_id) {
+            return Err(ClaimError::BadId("sessionId"));
+        }
+        if !valid_id(&c.project_id) {
+            return Err(ClaimError::BadId("projectId"));
+        }
+        if let Some(ctx) = &c.context {
+            if !valid_id(&ctx.id) {
+                return Err(ClaimError::BadId("context id"));
+            }
+            if ctx.key != profile_key(&c.project_id, &ctx.id) {
+                return Err(ClaimError::BadKey);
+            }
+        }
+        Ok(c)
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("claims serialize")
+    }
+}
+
+/// A claim taken from a [`DirQueue`]: its body and the handle to settle it with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken {
+    pub body: Vec<u8>,
+    /// The claim's file name in `taken/` (without the owner suffix).
+    pub name: String,
+}
+
+/// The local platform's stand-in for the SQS queue, with the same semantics, in a directory
+/// shared by the control plane and its controllers:
+///
+/// - `new/<seq>-<sessionId>.json` — visible claims, oldest first;
+/// - `taken/<name>@<owner>` — taken by controller `owner` (a `rename`, so exactly one
+///   controller takes each claim, like SQS's visibility timeout);
+/// - `served/<name>@<owner>` — READY was written (SQS: the message is deleted); the supervisor
+///   reads it to know which session a controller serves;
+/// - `dead/<name>` — poison claims (SQS: the dead-letter queue).
+///
+/// A controller that dies holding a claim in `taken/` has it put back in `new/` by its
+/// supervisor ([`DirQueue::return_taken`]) — what the visibility timeout does on SQS.
+#[derive(Debug, Clone)]
+pub struct DirQueue {
+    dir: PathBuf,
+}
+
+const NEW: &str = "new";
+const TAKEN: &str = "taken";
+const SERVED: &str = "served";
+const DEAD: &str = "dead";
+
+impl DirQueue {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Creates the directories (owner-only: claims name sessions).
+    pub fn init(&self) -> io::Result<()> {
+        for sub in ["", NEW, TAKEN, SERVED, DEAD, "tmp"] {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(self.dir.join(sub))?;
+        }
+        Ok(())
+    }
+
+    /// Enqueues a claim (written aside, then renamed in: a reader never sees half a claim).
+    pub fn send(&self, claim: &Claim) -> io::Result<String> {
+        self.init()?;
+        let seq = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let name = format!("{seq:039}-{}.json", claim.session_id);
+        let tmp = self.dir.join("tmp").join(&name);
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(claim.to_json().as_bytes())?;
+        f.sync_all()?;
+        fs::rename(&tmp, self.dir.join(NEW).join(&name))?;
+        Ok(name)
+    }
+
+    fn owned(name: &str, owner: &str) -> String {
+        format!("{name}@{owner}")
+    }
+
+    /// Takes the oldest visible claim for `owner`, if there is one. Never blocks.
+    pub fn take(&self, owner: &str) -> io::Result<Option<Taken>> {
+        let mut names: Vec<String> = match fs::read_dir(self.dir.join(NEW)) {
+            Ok(entries) => entries
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.ends_with(".json"))
+                .collect(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        names.sort();
+        for name in names {
+            let to = self.dir.join(TAKEN).join(Self::owned(&name, owner));
+            match fs::rename(self.dir.join(NEW).join(&name), &to) {
+                Ok(()) => {
+                    let body = read_bounded(&to)?;
+                    return Ok(Some(Taken { body, name }));
+                }
+                // Another controller took it first.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// READY was written: the claim is done (kept in `served/` until its controller exits).
+    pub fn complete(&self, name: &str, owner: &str) -> io::Result<()> {
+        let n = Self::owned(name, owner);
+        fs::rename(
+            self.dir.join(TAKEN).join(&n),
+            self.dir.join(SERVED).join(&n),
+        )
+    }
+
+    /// The claim's session is gone or ended: the claim is deleted.
+    pub fn drop_claim(&self, name: &str, owner: &str) -> io::Result<()> {
+        fs::remove_file(self.dir.join(TAKEN).join(Self::owned(name, owner)))
+    }
+
+    /// A poison claim: moved to `dead/`.
+    pub fn dead_letter(&self, name: &str, owner: &str) -> io::Result<()> {
+        fs::rename(
+            self.dir.join(TAKEN).join(Self::owned(name, owner)),
+            self.dir.join(DEAD).join(name),
+        )
+    }
+
+    fn owned_in(&self, sub: &str, owner: &str) -> Vec<(String, PathBuf)> {
+        let suffix = format!("@{owner}");
+        fs::read_dir(self.dir.join(sub))
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter_map(|e| {
+                        let n = e.file_name().into_string().ok()?;
+                        let name = n.strip_suffix(&suffix)?.to_owned();
+                        Some((name, e.path()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether `owner` has taken a claim (and so is no longer idle).
+    pub fn busy(&self, owner: &str) -> bool {
+        !self.owned_in(TAKEN, owner).is_empty() || !self.owned_in(SERVED, owner).is_empty()
+    }
+
+    /// The claims `owner` took, in `taken/` and `served/`, parsed where they parse.
+    pub fn claims_of(&self, owner: &str) -> Vec<Claim> {
+        [TAKEN, SERVED]
+            .into_iter()
+            .flat_map(|sub| self.owned_in(sub, owner))
+            .filter_map(|(_, p)| Claim::parse(&read_bounded(&p).ok()?).ok())
+            .collect()
+    }
+
+    /// `owner` has exited: claims it took without serving become visible again (another
+    /// controller takes them); its served claims are removed. Returns the claims put back.
+    pub fn return_taken(&self, owner: &str) -> usize {
+        let mut back = 0;
+        for (name, path) in self.owned_in(TAKEN, owner) {
+            if fs::rename(&path, self.dir.join(NEW).join(&name)).is_ok() {
+                back += 1;
+            }
+        }
+        for (_, path) in self.owned_in(SERVED, owner) {
+            let _ = fs::remove_file(path);
+        }
+        back
+    }
+
+    /// Claims waiting in `new/`.
+    pub fn visible(&self) -> usize {
+        fs::read_dir(self.dir.join(NEW))
+            .map(|e| e.count())
+            .unwrap_or(0)
+    }
+
+    /// Claims in `dead/`.
+    pub fn dead(&self) -> usize {
+        fs::read_dir(self.dir.join(DEAD))
+            .map(|e| e.count())
+            .unwrap_or(0)
+    }
+}
+
+/// Reads at most [`MAX_CLAIM_BYTES`] + 1 bytes (a larger file is refused by [`Claim::parse`]).
+fn read_bounded(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    fs::File::open(path)?
+        .take(MAX_CLAIM_BYTES as u64 + 1)
+        .read_to_end(&mut out)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(id: &str) -> Claim {
+        Claim {
+            session_id: id.into(),
+            project_id: "proj_1".into(),
+            context: None,
+        }
+    }
+
+    #[test]
+    fn claims_round_trip_and_hostile_ones_are_refused() {
+        let c = Claim {
+            context: Some(ClaimContext {
+                id: "ctx_1".into(),
+                key: "proj_1/ctx_1/profile.tar.gz".into(),
+                persist: true,
+            }),
+            ..claim("sess_1")
+        };
+        assert_eq!(Claim::parse(c.to_json().as_bytes()).unwrap(), c);
+        let other_project = r#"{"sessionId":"s","projectId":"proj_1","context":{"id":"ctx_1","key":"proj_2/ctx_1/profile.tar.gz","persist":true}}"#;
+        assert_eq!(
+            Claim::parse(other_project.as_bytes()),
+            Err(ClaimError::BadKey)
+        );
+        let traversal = r#"{"sessionId":"../../etc","projectId":"p"}"#;
+        assert_eq!(
+            Claim::parse(traversal.as_bytes()),
+            Err(ClaimError::BadId("sessionId"))
+        );
+        assert_eq!(
+            Claim::parse(&vec![b' '; MAX_CLAIM_BYTES + 1]),
+            Err(ClaimError::TooLarge)
+        );
+        assert!(matches!(
+            Claim::parse(b"not json"),
+            Err(ClaimError::Shape(_))
+        ));
+        assert!(matches!(
+            Claim::parse(br#"{"sessionId":"s"}"#),
+            Err(ClaimError::Shape(_))
+        ));
+    }
+
+    #[test]
+    fn each_claim_is_taken_once_and_a_dead_owners_claims_come_back() {
+        let d = tempfile::tempdir().unwrap();
+        let q = DirQueue::new(d.path());
+        q.send(&claim("sess_a")).unwrap();
+        q.send(&claim("sess_b")).unwrap();
+        let a = q.take("one").unwrap().unwrap();
+        assert_eq!(Claim::parse(&a.body).unwrap().session_id, "sess_a");
+        let b = q.take("two").unwrap().unwrap();
+        assert_eq!(Claim::parse(&b.body).unwrap().session_id, "sess_b");
+        assert!(q.take("three").unwrap().is_none());
+        assert!(q.busy("one") && q.busy("two") && !q.busy("three"));
+
+        q.complete(&a.name, "one").unwrap();
+        assert_eq!(q.claims_of("one"), vec![claim("sess_a")]);
+        // "two" dies before READY: its claim is visible again and "three" takes it.
+        assert_eq!(q.return_taken("two"), 1);
+        assert!(!q.busy("two"));
+        let again = q.take("three").unwrap().unwrap();
+        assert_eq!(again.name, b.name);
+        // "one" exits after serving: nothing comes back.
+        assert_eq!(q.return_taken("one"), 0);
+        assert!(!q.busy("one"));
+        q.dead_letter(&again.name, "three").unwrap();
+        assert_eq!((q.visible(), q.dead()), (0, 1));
+    }
+
+    #[test]
+    fn simultaneous_takers_never_share_a_claim() {
+        let d = tempfile::tempdir().unwrap();
+        let q = DirQueue::new(d.path());
+        for i in 0..50 {
+            q.send(&claim(&format!("sess_{i}"))).unwrap();
+        }
+        let takers: Vec<_> = (0..4)
+            .map(|t| {
+                let q = q.clone();
+                std::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    while let Some(c) = q.take(&format!("t{t}")).unwrap() {
+                        got.push(c.name);
+                    }
+                    got
+                })
+            })
+            .collect();
+        let mut all: Vec<String> = takers.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        all.sort();
+        let n = all.len();
+        all.dedup();
+        assert_eq!((n, all.len()), (50, 50));
+    }
+}

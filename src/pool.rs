@@ -1,0 +1,399 @@
+//! Pool mode of `run`: a controller that warms up before any session exists, then serves the
+//! first session claimed through the pool's queue and exits.
+//!
+//! Warm-up: signing keys loaded, the proxy listening (every request answered 503 `not ready`:
+//! its authenticator is bound to no session and no browser is published), Chrome running on a
+//! fresh profile. Then the controller long-polls the queue until a claim comes, a signal, or its
+//! idle lifetime passes (it exits, and ECS — or the local platform — starts a fresh one, so new
+//! images roll through).
+//!
+//! A claim that does not parse is poison (toward the dead-letter queue). A claim whose session
+//! is missing or no longer pending (released meanwhile, or served by another controller after a
+//! redelivery) is deleted, and the controller stays warm for the next. Otherwise the controller
+//! binds the proxy to the session and project; with a context it closes the warm Chrome while
+//! the archive is unpacked into a new profile and starts Chrome on it (a running Chrome cannot
+//! change its profile, and a Fargate task is sized for one browser); publishes the browser;
+//! writes READY through the same conditional update as `run`; deletes the claim. From there it
+//! is `run`: persist, terminal status, `endedAt`.
+//!
+//! A controller that dies between taking a claim and READY never deletes it: the claim becomes
+//! visible again (SQS visibility timeout; the local platform puts it back when the controller
+//! exits) and another controller takes it. The conditional READY keeps two controllers from
+//! both serving one session.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, error, info, warn};
+use wallcrawler_contract::InternalStatus;
+use wallcrawler_contract::claim::Claim;
+
+use crate::app::{Session, Started};
+use crate::auth::Authenticator;
+use crate::chrome::LaunchOptions;
+use crate::config::{PoolConfig, RunConfig};
+use crate::stores::{ClaimQueue, Received, SessionRecord};
+use crate::task::{
+    ContextPlan, EXIT_FAILURE, Item, STARTUP_RETRY, TaskDeps, announce_ready, load_keys,
+    restore_profile, restore_session_cookies, serve_until_end, session_options,
+};
+
+/// Longest single wait on the queue (SQS allows 20 s); the loop waits again until the idle
+/// lifetime passes.
+const RECEIVE_WAIT: Duration = Duration::from_secs(20);
+
+/// What to do with a parsed claim.
+enum Verdict {
+    Serve(SessionRecord),
+    /// Deleted unserved, with the reason for the log.
+    Discard(String),
+}
+
+/// Runs a pool controller until its session ends (or its idle lifetime); the exit status.
+pub async fn run_pool(
+    c: RunConfig,
+    pool: PoolConfig,
+    launch: LaunchOptions,
+    deps: TaskDeps,
+    signal: CancellationToken,
+) -> i32 {
+    let (Some(queue), Some(_)) = (deps.claims.clone(), deps.sessions.as_ref()) else {
+        error!("pool mode needs a claim queue and a session store");
+        return EXIT_FAILURE;
+    };
+    let started = Instant::now();
+    let nobody = Item {
+        store: None,
+        id: "",
+    };
+    let keys_cancel = CancellationToken::new();
+    let _stop_refresher = keys_cancel.clone().drop_guard();
+    let Ok(keys) = load_keys(&c, &deps, &nobody, &keys_cancel).await else {
+        return EXIT_FAILURE;
+    };
+    let auth = Authenticator::unbound(keys, c.auth.leeway_seconds);
+    let opts = session_options(&c, auth, launch.clone(), false, None);
+    let session = match Session::warm(opts, &signal).await {
+        Ok(Started::Running(s)) => s,
+        Ok(Started::Interrupted) => return 0,
+        Err(e) => {
+            error!(error = %e, "warming up failed");
+            return EXIT_FAILURE;
+        }
+    };
+    let warm_at = Instant::now();
+    let metrics = session.metrics().clone();
+    metrics
+        .pool_warmup_ms
+        .store(millis(warm_at - started), Ordering::Relaxed);
+    info!(
+        warmup_ms = millis(warm_at - started),
+        task = %pool.task_name,
+        "warm; waiting for a claim"
+    );
+
+    let Some((claim, received, record)) =
+        wait_for_claim(queue.as_ref(), &deps, &pool, warm_at, &signal).await
+    else {
+        session
+            .close_chrome(false, c.shutdown_budget.mul_f32(0.5))
+            .await;
+        session.finish().await;
+        return 0;
+    };
+    let claimed_at = Instant::now();
+    metrics
+        .pool_idle_ms
+        .store(millis(claimed_at - warm_at).max(1), Ordering::Relaxed);
+    let sid = claim.session_id.clone();
+    let span = tracing::info_span!("session", session.id = %sid);
+    async move {
+        info!(
+            idle_ms = millis(claimed_at - warm_at),
+            context = claim.context.is_some(),
+            "claim taken"
+        );
+        let item = Item {
+            store: deps.sessions.as_deref(),
+            id: &sid,
+        };
+        let plan = ContextPlan {
+            key: claim.context.as_ref().map(|x| x.key.clone()),
+            persist: claim.context.as_ref().is_some_and(|x| x.persist),
+        };
+        let served = ClaimedSession {
+            c: &c,
+            deps: &deps,
+            pool: &pool,
+            claim: &claim,
+            record,
+            plan: &plan,
+            item: &item,
+            queue: queue.as_ref(),
+            receipt: &received.receipt,
+        };
+        served
+            .serve(session, launch, claimed_at, &signal, &metrics)
+            .await
+    }
+    .instrument(span)
+    .await
+}
+
+/// Waits for a claim this controller should serve. `None`: a signal, or the idle lifetime
+/// passed, or the session store failed (the claim, if any, is left to come back).
+async fn wait_for_claim(
+    queue: &dyn ClaimQueue,
+    deps: &TaskDeps,
+    pool: &PoolConfig,
+    warm_at: Instant,
+    signal: &CancellationToken,
+) -> Option<(Claim, Received, SessionRecord)> {
+    let idle_deadline = warm_at + pool.idle_lifetime;
+    loop {
+        let left = idle_deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            info!("idle lifetime reached with no claim; exiting");
+            return None;
+        }
+        let got = tokio::select! {
+            r = queue.receive(left.min(RECEIVE_WAIT)) => r,
+            () = signal.cancelled() => {
+                info!("signal received while waiting for a claim");
+                return None;
+            }
+        };
+        let received = match got {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(e) => {
+                warn!(error = %e, "receiving a claim failed; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    () = signal.cancelled() => return None,
+                }
+            }
+        };
+        let claim = match Claim::parse(&received.body) {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "a claim was refused; it goes toward the dead-letter queue");
+                if let Err(e) = queue.poison(&received.receipt).await {
+                    warn!(error = %e, "returning the refused claim failed");
+                }
+                continue;
+            }
+        };
+        match judge(deps, &claim).await {
+            Ok(Verdict::Serve(record)) => return Some((claim, received, record)),
+            Ok(Verdict::Discard(why)) => {
+                info!(session.id = %claim.session_id, why, "claim dropped");
+                if let Err(e) = queue.discard(&received.receipt).await {
+                    warn!(error = %e, "deleting the dropped claim failed");
+                }
+            }
+            Err(()) => return None,
+        }
+    }
+}
+
+/// Whether the claimed session is still waiting for a browser. `Err`: the store failed (logged).
+async fn judge(deps: &TaskDeps, claim: &Claim) -> Result<Verdict, ()> {
+    let store = deps.sessions.as_ref().ok_or(())?;
+    let loaded = crate::task::retry("reading the claimed session", STARTUP_RETRY, || {
+        store.load(&claim.session_id)
+    })
+    .await;
+    let record = match loaded {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(Verdict::Discard("the session does not exist".into())),
+        Err(e) => {
+            error!(error = %e, "the sessions table cannot be read; leaving the claim to come back");
+            return Err(());
+        }
+    };
+    if record.project_id.as_deref() != Some(claim.project_id.as_str()) {
+        return Ok(Verdict::Discard(
+            "the claim names another project than the session".into(),
+        ));
+    }
+    match record.internal_status {
+        Some(s) if s.may_become_ready() => Ok(Verdict::Serve(record)),
+        s => Ok(Verdict::Discard(format!(
+            "the session is {}, no longer waiting for a browser",
+            s.map_or("without a status", InternalStatus::as_str)
+        ))),
+    }
+}
+
+/// A claim being served, and what serving it needs.
+struct ClaimedSession<'a> {
+    c: &'a RunConfig,
+    deps: &'a TaskDeps,
+    pool: &'a PoolConfig,
+    claim: &'a Claim,
+    record: SessionRecord,
+    plan: &'a ContextPlan,
+    item: &'a Item<'a>,
+    queue: &'a dyn ClaimQueue,
+    receipt: &'a str,
+}
+
+impl ClaimedSession<'_> {
+    async fn settle(&self, done: bool) {
+        let r = if done {
+            self.queue.complete(self.receipt).await
+        } else {
+            self.queue.discard(self.receipt).await
+        };
+        if let Err(e) = r {
+            warn!(error = %e, "deleting the claim failed");
+        }
+    }
+
+    async fn serve(
+        self,
+        mut session: Session,
+        launch: LaunchOptions,
+        claimed_at: Instant,
+        signal: &CancellationToken,
+        metrics: &Arc<crate::telemetry::Metrics>,
+    ) -> i32 {
+        let c = self.c;
+        session.bind(
+            self.claim.session_id.clone(),
+            Some(self.claim.project_id.clone()),
+        );
+        session.set_lifecycle(
+            (!self.record.keep_alive).then_some(c.disconnect_timeout),
+            self.record.expires_at,
+        );
+        // With a context: its own profile directory, next to the warm one (removed at exit).
+        let claimed_dir = match self.plan.key {
+            Some(_) => match claimed_profile_dir(&launch) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    let code = self
+                        .item
+                        .fail(&format!("no profile directory for the context: {e}"), 0)
+                        .await;
+                    self.settle(true).await;
+                    return code;
+                }
+            },
+            None => None,
+        };
+        let profile = claimed_dir
+            .as_ref()
+            .map_or(launch.user_data_dir.clone(), |d| d.path().to_owned());
+        if claimed_dir.is_some() {
+            match self
+                .switch_profile(&mut session, &launch, &profile, signal)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => {
+                    // A signal while Chrome started: the session was not brought up.
+                    self.item.terminal(InternalStatus::Stopped, None).await;
+                    self.item.ended(0).await;
+                    self.settle(true).await;
+                    session.finish().await;
+                    return 0;
+                }
+                Err(code) => {
+                    self.settle(true).await;
+                    session.finish().await;
+                    return code;
+                }
+            }
+        }
+        session.publish();
+        restore_session_cookies(&session.chrome, &profile).await;
+        let announced = announce_ready(
+            session,
+            c,
+            self.deps,
+            Some(&self.record),
+            self.item,
+            Some(&self.pool.task_name),
+        )
+        .await;
+        let session = match announced {
+            Ok(s) => s,
+            Err(code) => {
+                self.settle(code != 0).await;
+                return code;
+            }
+        };
+        metrics
+            .pool_claim_to_ready_ms
+            .store(millis(claimed_at.elapsed()).max(1), Ordering::Relaxed);
+        info!(
+            claim_to_ready_ms = millis(claimed_at.elapsed()),
+            "claimed session READY"
+        );
+        self.settle(true).await;
+        let code = serve_until_end(
+            session, c, self.deps, self.plan, &profile, self.item, signal,
+        )
+        .await;
+        drop(claimed_dir);
+        code
+    }
+
+    /// Closes the warm Chrome while the context's archive is unpacked into `profile`, then
+    /// starts Chrome on it. `Ok(false)`: a signal came first. `Err`: the exit status, FAILED
+    /// written.
+    async fn switch_profile(
+        &self,
+        session: &mut Session,
+        launch: &LaunchOptions,
+        profile: &std::path::Path,
+        signal: &CancellationToken,
+    ) -> Result<bool, i32> {
+        let t0 = Instant::now();
+        let close_budget = self.c.shutdown_budget.mul_f32(0.2);
+        let (closed, restored) = tokio::join!(
+            session.chrome.close(close_budget),
+            restore_profile(self.c, self.deps, self.plan, profile, self.item)
+        );
+        let closed_ms = millis(t0.elapsed());
+        restored?;
+        info!(outcome = ?closed, elapsed_ms = closed_ms, "warm chrome closed and profile restored");
+        let claimed = LaunchOptions {
+            user_data_dir: profile.to_owned(),
+            ..launch.clone()
+        };
+        let t1 = Instant::now();
+        match session.relaunch(&claimed, signal).await {
+            Ok(started) => {
+                info!(
+                    elapsed_ms = millis(t1.elapsed()),
+                    "chrome started on the context's profile"
+                );
+                Ok(started)
+            }
+            Err(e) => Err(self
+                .item
+                .fail(&format!("the browser could not be started: {e}"), 0)
+                .await),
+        }
+    }
+}
+
+/// A new empty directory next to the warm profile, for the claimed context's profile.
+fn claimed_profile_dir(launch: &LaunchOptions) -> std::io::Result<tempfile::TempDir> {
+    let parent = launch
+        .user_data_dir
+        .parent()
+        .map_or_else(std::env::temp_dir, |p| p.to_owned());
+    tempfile::Builder::new()
+        .prefix("wallcrawler-claimed-")
+        .tempdir_in(parent)
+}
+
+fn millis(d: Duration) -> u64 {
+    d.as_millis().min(u128::from(u64::MAX)) as u64
+}
