@@ -25,7 +25,7 @@ use wallcrawler_contract::storage::SESSION_COOKIES_FILE;
 use wallcrawler_contract::time::now_iso8601;
 use wallcrawler_contract::{InternalStatus, session};
 
-use crate::app::{EndReason, Session, SessionOptions, Started};
+use crate::app::{EndReason, IdlePolicy, Session, SessionOptions, Started};
 use crate::auth::{Authenticator, KeySource, StaticKeys};
 use crate::chrome::{Chrome, LaunchOptions, cdp};
 use crate::config::{ContextSource, KeyConfig, RunConfig};
@@ -259,7 +259,10 @@ async fn run_task_inner(
         metrics_addr: c.tuning.metrics_addr,
         chrome: launch,
         limits: ProxyLimits::from_tuning(&c.tuning),
-        idle_timeout: (!keep_alive).then_some(c.disconnect_timeout),
+        idle: (!keep_alive).then_some(IdlePolicy {
+            before_first_client: c.disconnect_timeout,
+            after_last_client: c.disconnect_grace,
+        }),
         expires_at,
         shutdown_budget: c.shutdown_budget,
     };
