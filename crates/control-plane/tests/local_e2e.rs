@@ -36,6 +36,12 @@ impl Server {
     /// `serve` under umask 022 (the usual default, explicit so the files' modes are tested
     /// against it) with `controller` as the controller binary, data in a new directory.
     fn spawn(create_wait: &str, controller: &std::path::Path) -> Server {
+        Self::spawn_with(create_wait, controller, &[])
+    }
+
+    /// [`Server::spawn`] with more environment for `serve` (and the settings it passes
+    /// through to its controllers).
+    fn spawn_with(create_wait: &str, controller: &std::path::Path, env: &[(&str, &str)]) -> Server {
         let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
         let data = tempfile::tempdir().unwrap();
         let data_dir = data.path().join("data");
@@ -47,6 +53,7 @@ impl Server {
             .args(["--create-wait-seconds", create_wait])
             .env("WALLCRAWLER_CONTROLLER_BIN", controller)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -223,6 +230,7 @@ fn a_second_persisting_session_on_a_busy_context_gets_409_then_waits_its_turn() 
 const FAKE_CONTROLLER: &str = r#"#!/bin/sh
 d="$SESSIONS_DIR/.."
 printf %s "$CDP_PROXY_HOST" > "$d/host-$SESSION_ID"
+printf '%s %s' "$CDP_DISCONNECT_TIMEOUT" "$CDP_DISCONNECT_GRACE" > "$d/idle-$SESSION_ID"
 while [ -d "$SESSIONS_DIR" ] && [ ! -e "$d/exit-now" ]; do sleep 0.05; done
 exit 3
 "#;
@@ -251,7 +259,14 @@ fn local_platform_files_are_private_limits_hold_and_exited_controllers_give_slot
     let fake = scripts.path().join("fake-controller");
     std::fs::write(&fake, FAKE_CONTROLLER).unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let s = Server::spawn("1", &fake);
+    let s = Server::spawn_with(
+        "1",
+        &fake,
+        &[
+            ("CDP_DISCONNECT_TIMEOUT", "300"),
+            ("CDP_DISCONNECT_GRACE", "7"),
+        ],
+    );
     let dir = s.dir();
     let (status, c) = s.call("POST", "/v1/contexts", "{}");
     assert_eq!(status, 201, "{c}");
@@ -305,6 +320,11 @@ fn local_platform_files_are_private_limits_hold_and_exited_controllers_give_slot
         let host = dir.join(format!("host-{id}"));
         wait_for("the controller started", || host.exists());
         assert_eq!(std::fs::read_to_string(&host).unwrap(), "127.0.0.1");
+        // Idle settings set for `serve` reach its controllers.
+        let idle = dir.join(format!("idle-{id}"));
+        wait_for("the controller wrote its idle settings", || {
+            std::fs::read_to_string(&idle).is_ok_and(|t| t == "300 7")
+        });
     }
 
     // The controllers exit under their sessions: each is marked FAILED and gives its slot
