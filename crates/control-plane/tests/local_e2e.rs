@@ -96,6 +96,9 @@ impl Server {
                 "--scenario",
                 scenario,
             ])
+            // Stagehand's own SDK client reads it; any client built without a baseURL then
+            // calls the platform, never api.browserbase.com.
+            .env("BROWSERBASE_BASE_URL", &self.base)
             .current_dir(&dir)
             .output()
             .unwrap();
@@ -203,6 +206,74 @@ fn stagehand_drives_a_session_created_through_the_api() {
         "debug lists the live pages: {r}"
     );
     assert_eq!(r["debugWsUrl"], true, "{r}");
+    s.stop();
+}
+
+/// Stagehand with `env: "BROWSERBASE"` and `disableAPI: true`, pointed at the platform by
+/// `BROWSERBASE_BASE_URL`, creates its session through the SDK, drives it and closes — without
+/// releasing it. The session ends by itself once the disconnect grace after its last client
+/// is over (one second here, passed through `serve` to the controller).
+#[test]
+fn stagehand_env_browserbase_session_ends_after_its_client_left_without_a_release() {
+    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
+        .with_file_name("wallcrawler-controller");
+    let s = Server::spawn_with("25", &controller, &[("CDP_DISCONNECT_GRACE", "1")]);
+    let r = s.node("stagehand-browserbase");
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["eval"], 2, "{r}");
+    assert_eq!(r["title"], "stagehand", "{r}");
+    let id = r["sessionId"].as_str().expect("Stagehand's session id");
+    let deadline = Instant::now() + WAIT;
+    let ended = loop {
+        let (status, v) = s.call("GET", &format!("/v1/sessions/{id}"), "");
+        assert_eq!(status, 200, "{v}");
+        if v["status"] == "COMPLETED" && v["endedAt"].is_string() {
+            break v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session never ended by itself: {v}"
+        );
+        // The API is the only view of the session a client has: poll it.
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        ended["userMetadata"]["stagehand"], "true",
+        "Stagehand created it: {ended}"
+    );
+    s.stop();
+}
+
+/// A controller that exits at once, as one whose browser cannot start.
+const FAILING_CONTROLLER: &str = "#!/bin/sh\nexit 1\n";
+
+/// The stock SDK, with its own retry policy (2 retries of 408/409/429/5xx), sends a create the
+/// platform fails and each 501 endpoint exactly once: `x-should-retry: false` stops it, so no
+/// duplicate session is started.
+#[test]
+fn the_stock_sdk_sends_a_failed_create_and_a_501_only_once() {
+    let scripts = tempfile::tempdir().unwrap();
+    let failing = scripts.path().join("failing-controller");
+    std::fs::write(&failing, FAILING_CONTROLLER).unwrap();
+    std::fs::set_permissions(
+        &failing,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let s = Server::spawn("25", &failing);
+    let r = s.node("no-retry");
+    assert_eq!(r["ok"], true, "{r}");
+    let once = |status: u16| serde_json::json!({"status": status, "requests": 1});
+    assert_eq!(r["create"], once(500), "{r}");
+    for endpoint in ["logs", "recording", "downloads"] {
+        assert_eq!(r[endpoint], once(501), "{endpoint}: {r}");
+    }
+    let sessions: Vec<_> = std::fs::read_dir(s.dir().join("sessions"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(sessions.len(), 1, "one create, one session: {sessions:?}");
     s.stop();
 }
 
