@@ -10,7 +10,7 @@ use crate::app::App;
 use crate::handlers as h;
 
 /// Browserbase's SDKs obey it before their own rule (retry 408, 409, 429 and every 5xx).
-pub const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
+const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 
 pub fn router(app: App) -> Router {
     Router::new()
