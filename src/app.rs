@@ -19,7 +19,7 @@ use tracing::{error, info, warn};
 
 use crate::auth::Authenticator;
 use crate::chrome::{Chrome, ChromeError, CloseOutcome, LaunchOptions, describe_exit};
-use crate::proxy::{Limits, Proxy};
+use crate::proxy::{Clients, Limits, Proxy};
 use crate::telemetry::{self, Metrics};
 use crate::upstream::{self, Upstream, UpstreamState};
 
@@ -30,7 +30,7 @@ pub enum EndReason {
     Signal,
     /// A client sent `Browser.close`.
     ClientClosedBrowser,
-    /// No client for the disconnect timeout.
+    /// No client for the disconnect timeout, or for the grace after the last one left.
     IdleTimeout,
     /// The session's `expiresAt` passed.
     Expired,
@@ -82,6 +82,18 @@ pub enum AppError {
     Chrome(#[from] ChromeError),
 }
 
+/// When a session without keepAlive ends for want of clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdlePolicy {
+    /// While no client has connected yet (`CDP_DISCONNECT_TIMEOUT`): time for the session's
+    /// creator to connect.
+    pub before_first_client: Duration,
+    /// Once the last client has disconnected (`CDP_DISCONNECT_GRACE`): time to reconnect, short
+    /// because clients that never release their session (Stagehand with `disableAPI`) would
+    /// otherwise hold a browser for the whole timeout.
+    pub after_last_client: Duration,
+}
+
 /// Everything a Chrome-backed session needs.
 pub struct SessionOptions {
     pub auth: Authenticator,
@@ -89,8 +101,8 @@ pub struct SessionOptions {
     pub metrics_addr: Option<SocketAddr>,
     pub chrome: LaunchOptions,
     pub limits: Limits,
-    /// `None` = keepAlive (no idle timeout).
-    pub idle_timeout: Option<Duration>,
+    /// `None` = keepAlive (never idle).
+    pub idle: Option<IdlePolicy>,
     /// Unix seconds.
     pub expires_at: Option<u64>,
     pub shutdown_budget: Duration,
@@ -185,7 +197,7 @@ pub struct Session {
     serving: Serving,
     pub chrome: Chrome,
     upstream_tx: watch::Sender<UpstreamState>,
-    idle_timeout: Option<Duration>,
+    idle: Option<IdlePolicy>,
     expires_at: Option<u64>,
 }
 
@@ -239,7 +251,7 @@ impl Session {
             serving,
             chrome,
             upstream_tx,
-            idle_timeout: opts.idle_timeout,
+            idle: opts.idle,
             expires_at: opts.expires_at,
         }))
     }
@@ -260,8 +272,8 @@ impl Session {
     }
 
     /// The claimed session's idle timeout and expiry.
-    pub fn set_lifecycle(&mut self, idle_timeout: Option<Duration>, expires_at: Option<u64>) {
-        self.idle_timeout = idle_timeout;
+    pub fn set_lifecycle(&mut self, idle: Option<IdlePolicy>, expires_at: Option<u64>) {
+        self.idle = idle;
         self.expires_at = expires_at;
     }
 
@@ -317,7 +329,7 @@ impl Session {
             () = signal.cancelled() => EndReason::Signal,
             () = events.browser_close.notified() => EndReason::ClientClosedBrowser,
             status = self.chrome.exited() => classify_exit(&status, self.client_traffic()),
-            () = idle(clients, self.idle_timeout) => EndReason::IdleTimeout,
+            () = idle(clients, self.idle) => EndReason::IdleTimeout,
             () = until_unix(self.expires_at) => EndReason::Expired,
         };
         match &reason {
@@ -421,19 +433,27 @@ pub async fn run_proxy(
     Ok(EndReason::Signal)
 }
 
-/// Completes when no upgraded client has been connected for `timeout` (never when `None`).
-pub async fn idle(mut clients: watch::Receiver<usize>, timeout: Option<Duration>) {
-    let Some(timeout) = timeout else {
+/// Completes when no upgraded client has been connected for the policy's wait: the timeout
+/// while nobody has connected yet, the grace once the last client has left (never when `None`).
+pub async fn idle(mut clients: watch::Receiver<Clients>, policy: Option<IdlePolicy>) {
+    let Some(policy) = policy else {
         return std::future::pending().await;
     };
     loop {
-        while *clients.borrow_and_update() > 0 {
+        let now = *clients.borrow_and_update();
+        if now.connected > 0 {
             if clients.changed().await.is_err() {
                 return std::future::pending().await;
             }
+            continue;
         }
+        let wait = if now.ever {
+            policy.after_last_client
+        } else {
+            policy.before_first_client
+        };
         tokio::select! {
-            () = tokio::time::sleep(timeout) => return,
+            () = tokio::time::sleep(wait) => return,
             r = clients.changed() => if r.is_err() { return std::future::pending().await },
         }
     }
@@ -452,27 +472,87 @@ pub async fn until_unix(at: Option<u64>) {
 mod tests {
     use super::*;
 
+    /// 120 s for the first client, 10 s after the last one.
+    const POLICY: IdlePolicy = IdlePolicy {
+        before_first_client: Duration::from_secs(120),
+        after_last_client: Duration::from_secs(10),
+    };
+
+    fn connect(tx: &watch::Sender<Clients>) {
+        tx.send_modify(|c| {
+            c.connected += 1;
+            c.ever = true;
+        });
+    }
+
+    fn disconnect(tx: &watch::Sender<Clients>) {
+        tx.send_modify(|c| c.connected -= 1);
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn idle_fires_only_after_the_last_client_left() {
-        let (tx, rx) = watch::channel(0usize);
-        let timer = tokio::spawn(idle(rx, Some(Duration::from_secs(10))));
+    async fn idle_fires_a_grace_after_the_last_client_left() {
+        let (tx, rx) = watch::channel(Clients::default());
+        let timer = tokio::spawn(idle(rx, Some(POLICY)));
         tokio::time::sleep(Duration::from_secs(5)).await;
-        tx.send_modify(|c| *c += 1);
+        connect(&tx);
+        connect(&tx);
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert!(!timer.is_finished(), "connected clients keep the session");
+        disconnect(&tx);
         tokio::time::sleep(Duration::from_secs(60)).await;
-        assert!(!timer.is_finished(), "a connected client keeps the session");
-        tx.send_modify(|c| *c -= 1);
+        assert!(!timer.is_finished(), "one client is still connected");
+        disconnect(&tx);
         tokio::time::sleep(Duration::from_secs(9)).await;
-        assert!(
-            !timer.is_finished(),
-            "the timeout restarts when the last client leaves"
-        );
+        assert!(!timer.is_finished(), "the grace is not over yet");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(timer.is_finished(), "the grace, not the timeout, applies");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_waits_the_timeout_while_nobody_has_connected() {
+        let (_tx, rx) = watch::channel(Clients::default());
+        let timer = tokio::spawn(idle(rx, Some(POLICY)));
+        tokio::time::sleep(Duration::from_secs(119)).await;
+        assert!(!timer.is_finished(), "the creator has the whole timeout");
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(timer.is_finished());
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_client_reconnecting_within_the_grace_keeps_the_session() {
+        let (tx, rx) = watch::channel(Clients::default());
+        let timer = tokio::spawn(idle(rx, Some(POLICY)));
+        connect(&tx);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        disconnect(&tx);
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        connect(&tx);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!timer.is_finished(), "the reconnected client keeps it");
+        disconnect(&tx);
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        assert!(
+            !timer.is_finished(),
+            "the grace restarts at each last leave"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(timer.is_finished());
+    }
+
+    /// A client that came and went before the timer looked still counts as the first client.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_the_timer_never_saw_connected_still_counts() {
+        let (tx, rx) = watch::channel(Clients::default());
+        connect(&tx);
+        disconnect(&tx);
+        let timer = tokio::spawn(idle(rx, Some(POLICY)));
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert!(timer.is_finished());
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn keep_alive_never_idles() {
-        let (_tx, rx) = watch::channel(0usize);
+        let (_tx, rx) = watch::channel(Clients::default());
         let timer = tokio::spawn(idle(rx, None));
         tokio::time::sleep(Duration::from_secs(86_400)).await;
         assert!(!timer.is_finished());

@@ -184,7 +184,7 @@ async fn local(c: LocalConfig, flags: Vec<String>) -> i32 {
         metrics_addr: c.tuning.metrics_addr,
         chrome,
         limits: limits(&c.tuning),
-        idle_timeout: None,
+        idle: None,
         expires_at: None,
         shutdown_budget: Duration::from_secs(25),
     };

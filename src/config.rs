@@ -100,8 +100,10 @@ settings_group! {
         cdp_proxy_port = "CDP_PROXY_PORT",
         /// Proxy listen address; 127.0.0.1 keeps it on this machine (local platform) [default: 0.0.0.0].
         cdp_proxy_host = "CDP_PROXY_HOST",
-        /// Seconds with no client connected before the task ends itself; not applied while keepAlive [default: 120].
+        /// Seconds with no client connected before the task ends itself, while no client has connected yet; not applied while keepAlive [default: 120].
         cdp_disconnect_timeout = "CDP_DISCONNECT_TIMEOUT",
+        /// Seconds the task waits after its last client disconnected before it ends itself; not applied while keepAlive [default: 10].
+        cdp_disconnect_grace = "CDP_DISCONNECT_GRACE",
         /// Chrome binary [default: chromium/chrome found on the PATH].
         chrome_path = "CHROME_PATH",
         /// Chrome's DevTools port on 127.0.0.1; 0 = any free port [default: 9222].
@@ -348,7 +350,10 @@ pub struct RunConfig {
     pub proxy_port: u16,
     /// `CDP_PROXY_HOST`: the proxy's listen address (all interfaces by default).
     pub proxy_host: std::net::IpAddr,
+    /// `CDP_DISCONNECT_TIMEOUT`: how long a session nobody has connected to yet waits.
     pub disconnect_timeout: Duration,
+    /// `CDP_DISCONNECT_GRACE`: how long a session waits once its last client has left.
+    pub disconnect_grace: Duration,
     pub chrome: ChromeSettings,
     pub store: SessionStoreConfig,
     pub context: ContextSource,
@@ -589,6 +594,7 @@ impl RunConfig {
             .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
         let disconnect_timeout =
             Duration::from_secs(r.number("CDP_DISCONNECT_TIMEOUT", 120, 1, 86_400));
+        let disconnect_grace = Duration::from_secs(r.number("CDP_DISCONNECT_GRACE", 10, 1, 3_600));
         let chrome = chrome_settings(&mut r, 9222);
         let store = match (r.text("SESSIONS_TABLE_NAME"), r.text("SESSIONS_DIR")) {
             (Some(_), Some(_)) => {
@@ -629,6 +635,7 @@ impl RunConfig {
             proxy_port,
             proxy_host,
             disconnect_timeout,
+            disconnect_grace,
             chrome,
             store,
             context,
@@ -901,6 +908,7 @@ mod tests {
         assert_eq!(c.proxy_host, std::net::IpAddr::from([0, 0, 0, 0]));
         assert_eq!(c.chrome.debug_port, 9222);
         assert_eq!(c.disconnect_timeout, Duration::from_secs(120));
+        assert_eq!(c.disconnect_grace, Duration::from_secs(10));
         assert_eq!(c.auth.leeway_seconds, 30);
         assert_eq!(c.tuning.max_connections, 4096);
         assert_eq!(c.tuning.max_pending, 256);
@@ -916,6 +924,30 @@ mod tests {
         assert_eq!(c.profile_max_entries, 100_000);
         assert_eq!(c.context, ContextSource::None);
         assert!(!c.keep_alive && !c.context_persist);
+    }
+
+    #[test]
+    fn disconnect_grace_is_between_one_second_and_an_hour() {
+        let with = |grace: &str| {
+            RunConfig::from_settings(&map(&[
+                ("SESSION_ID", "sess_1"),
+                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+                ("CDP_DISCONNECT_GRACE", grace),
+            ]))
+        };
+        assert_eq!(with("1").unwrap().disconnect_grace, Duration::from_secs(1));
+        assert_eq!(
+            with("3600").unwrap().disconnect_grace,
+            Duration::from_secs(3600)
+        );
+        for bad in ["0", "3601"] {
+            assert_eq!(
+                with(bad).unwrap_err().0,
+                vec![format!(
+                    "CDP_DISCONNECT_GRACE must be between 1 and 3600, got {bad}"
+                )]
+            );
+        }
     }
 
     #[test]

@@ -36,8 +36,8 @@ use crate::chrome::LaunchOptions;
 use crate::config::{PoolConfig, RunConfig};
 use crate::stores::{ClaimQueue, Received, SessionRecord};
 use crate::task::{
-    ContextPlan, EXIT_FAILURE, Item, STARTUP_RETRY, TaskDeps, announce_ready, load_keys,
-    restore_profile, restore_session_cookies, serve_until_end, session_options,
+    ContextPlan, EXIT_FAILURE, Item, STARTUP_RETRY, TaskDeps, announce_ready, idle_policy,
+    load_keys, restore_profile, restore_session_cookies, serve_until_end, session_options,
 };
 
 /// Longest single wait on the queue (SQS allows 20 s); the loop waits again until the idle
@@ -267,7 +267,7 @@ impl ClaimedSession<'_> {
             Some(self.claim.project_id.clone()),
         );
         session.set_lifecycle(
-            (!self.record.keep_alive).then_some(c.disconnect_timeout),
+            idle_policy(c, self.record.keep_alive),
             self.record.expires_at,
         );
         // With a context: its own profile directory, next to the warm one (removed at exit).

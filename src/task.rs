@@ -25,7 +25,7 @@ use wallcrawler_contract::storage::SESSION_COOKIES_FILE;
 use wallcrawler_contract::time::now_iso8601;
 use wallcrawler_contract::{InternalStatus, session};
 
-use crate::app::{EndReason, Session, SessionOptions, Started};
+use crate::app::{EndReason, IdlePolicy, Session, SessionOptions, Started};
 use crate::auth::{Authenticator, KeySource, StaticKeys};
 use crate::chrome::{Chrome, LaunchOptions, cdp};
 use crate::config::{ContextSource, KeyConfig, RunConfig};
@@ -365,10 +365,18 @@ pub(crate) fn session_options(
         metrics_addr: c.tuning.metrics_addr,
         chrome: launch,
         limits: ProxyLimits::from_tuning(&c.tuning),
-        idle_timeout: (!keep_alive).then_some(c.disconnect_timeout),
+        idle: idle_policy(c, keep_alive),
         expires_at,
         shutdown_budget: c.shutdown_budget,
     }
+}
+
+/// When a session without keepAlive ends for want of clients (`None`: keepAlive, never).
+pub(crate) fn idle_policy(c: &RunConfig, keep_alive: bool) -> Option<IdlePolicy> {
+    (!keep_alive).then_some(IdlePolicy {
+        before_first_client: c.disconnect_timeout,
+        after_last_client: c.disconnect_grace,
+    })
 }
 
 /// Writes READY (only from a pending status) with the announced address and connectUrl.

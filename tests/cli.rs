@@ -106,6 +106,7 @@ fn help_documents_every_variable() {
         "CONTEXT_PERSIST",
         "CDP_PROXY_PORT",
         "CDP_DISCONNECT_TIMEOUT",
+        "CDP_DISCONNECT_GRACE",
         "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
         "WALLCRAWLER_JWT_SIGNING_KEY",
         "JWT_LEEWAY_SECONDS",

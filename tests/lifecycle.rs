@@ -115,6 +115,8 @@ fn a_missing_chrome_is_a_clear_failure() {
     );
 }
 
+/// Nobody ever connects: the disconnect timeout ends the session (the grace after a last
+/// client, an hour here, does not apply).
 #[test]
 fn run_mode_ends_itself_when_idle() {
     let chrome = chrome_path();
@@ -127,6 +129,7 @@ fn run_mode_ends_itself_when_idle() {
             ("CHROME_DEBUG_PORT", "0"),
             ("CDP_PROXY_PORT", "0"),
             ("CDP_DISCONNECT_TIMEOUT", "1"),
+            ("CDP_DISCONNECT_GRACE", "3600"),
             ("METRICS_ADDR", ""),
         ],
     );

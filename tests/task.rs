@@ -398,12 +398,20 @@ fn released_while_starting_is_not_brought_back() {
     );
 }
 
+/// Without keepAlive, a session whose last client left ends after the short grace, not after
+/// the disconnect timeout (which only gives the creator time to connect the first client).
 #[test]
-fn idle_timeout_without_keep_alive() {
+fn a_session_ends_a_grace_after_its_last_client_left() {
     let w = World::new();
     let (id, t) = w.session("PROVISIONING", vec![]);
-    // Generous enough that the client surely attaches first (the timer also runs from READY).
-    let mut c = w.start(&id, false, &[("CDP_DISCONNECT_TIMEOUT", "5")]);
+    let mut c = w.start(
+        &id,
+        false,
+        &[
+            ("CDP_DISCONNECT_TIMEOUT", "3600"),
+            ("CDP_DISCONNECT_GRACE", "1"),
+        ],
+    );
     let url = wait_ready(&mut c, &t);
     let (mut holder, lines) = crate::support::node_spawn("hold.mjs", &["--url", &url]);
     assert_eq!(
@@ -432,13 +440,20 @@ fn keep_alive_survives_a_disconnect() {
         "PROVISIONING",
         vec![("keepAlive", AttributeValue::Bool(true))],
     );
-    let mut c = w.start(&id, false, &[("CDP_DISCONNECT_TIMEOUT", "1")]);
+    let mut c = w.start(
+        &id,
+        false,
+        &[
+            ("CDP_DISCONNECT_TIMEOUT", "1"),
+            ("CDP_DISCONNECT_GRACE", "1"),
+        ],
+    );
     let url = wait_ready(&mut c, &t);
     assert_eq!(
         node("drive.mjs", &["--client", "puppeteer", "--url", &url])["ok"],
         true
     );
-    // Proving an absence: three disconnect timeouts pass with no client, and the task is
+    // Proving an absence: three disconnect graces pass with no client, and the task is
     // still there to serve the next one.
     std::thread::sleep(Duration::from_secs(3));
     assert!(

@@ -108,6 +108,16 @@ pub struct ProxyEvents {
     pub browser_close: Notify,
 }
 
+/// Upgraded clients, as the session's idle timer follows them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Clients {
+    /// Connected now.
+    pub connected: usize,
+    /// Whether any client has upgraded since the proxy started (a client that came and went
+    /// between two looks of a watcher still counts).
+    pub ever: bool,
+}
+
 /// The proxy's shared state.
 pub struct Proxy {
     auth: Authenticator,
@@ -115,7 +125,7 @@ pub struct Proxy {
     metrics: Arc<Metrics>,
     /// Upgraded clients connected now. The proxy owns the sender; the lifecycle (idle timer)
     /// subscribes.
-    clients: watch::Sender<usize>,
+    clients: watch::Sender<Clients>,
     events: Arc<ProxyEvents>,
     limits: Limits,
     /// One per upgraded connection (`MAX_CONNECTIONS`).
@@ -140,7 +150,7 @@ impl Proxy {
             auth,
             upstream,
             metrics,
-            clients: watch::Sender::new(0),
+            clients: watch::Sender::new(Clients::default()),
             events: Arc::new(ProxyEvents::default()),
             permits: Arc::new(Semaphore::new(limits.max_connections)),
             pending: Pending::new(limits.pending),
@@ -150,8 +160,8 @@ impl Proxy {
         }))
     }
 
-    /// Follows the number of upgraded clients.
-    pub fn clients(&self) -> watch::Receiver<usize> {
+    /// Follows the upgraded clients.
+    pub fn clients(&self) -> watch::Receiver<Clients> {
         self.clients.subscribe()
     }
 
@@ -619,13 +629,16 @@ struct Admitted {
 
 /// Counts an upgraded client for as long as it lives.
 struct ClientGuard<'a> {
-    clients: &'a watch::Sender<usize>,
+    clients: &'a watch::Sender<Clients>,
     metrics: &'a Metrics,
 }
 
 impl<'a> ClientGuard<'a> {
-    fn new(clients: &'a watch::Sender<usize>, metrics: &'a Metrics) -> Self {
-        clients.send_modify(|c| *c += 1);
+    fn new(clients: &'a watch::Sender<Clients>, metrics: &'a Metrics) -> Self {
+        clients.send_modify(|c| {
+            c.connected += 1;
+            c.ever = true;
+        });
         metrics.clients_active.fetch_add(1, Ordering::Relaxed);
         Self { clients, metrics }
     }
@@ -634,7 +647,8 @@ impl<'a> ClientGuard<'a> {
 impl Drop for ClientGuard<'_> {
     fn drop(&mut self) {
         self.metrics.clients_active.fetch_sub(1, Ordering::Relaxed);
-        self.clients.send_modify(|c| *c = c.saturating_sub(1));
+        self.clients
+            .send_modify(|c| c.connected = c.connected.saturating_sub(1));
     }
 }
 

@@ -1,12 +1,18 @@
-// platform.mjs --base <baseURL> --key <apiKey> --project <projectId> --scenario <persist|stagehand|busy>
+// platform.mjs --base <baseURL> --key <apiKey> --project <projectId> --scenario <name>
 //
 // Drives the local platform the way users do: the stock Browserbase SDK pointed at our API
 // (baseURL + API key, sent as X-BB-API-Key), and real clients on the connectUrl it returns.
 //   persist:   context → session (persist) → playwright sets a cookie → release → COMPLETED →
 //              a new session on the same context sees the cookie.
-//   stagehand: Stagehand 3.7.3 drives a session created through the API.
+//   stagehand: Stagehand 3.7.3 (env LOCAL, cdpUrl) drives a session created through the API.
+//   stagehand-browserbase: Stagehand 3.7.3 with env BROWSERBASE and disableAPI creates its own
+//              session through the SDK (BROWSERBASE_BASE_URL must point at the platform), drives
+//              it and closes without releasing it; prints the session id.
 //   busy:      a second persisting session on a context whose first session is still running
 //              gets 409; once the first is released it succeeds.
+//   no-retry:  with the SDK's own retry policy (2 retries of 408/409/429/5xx), counts the
+//              requests a failed create and the 501 endpoints cost (run against a platform
+//              whose controller cannot start).
 // Prints {"ok":true,...} with what it observed.
 
 import { requireArg, run } from "./lib.mjs";
@@ -91,6 +97,70 @@ async function stagehand(args) {
   return { eval: value, title, debugPages: debug.pages.length, debugWsUrl: debug.wsUrl === session.connectUrl };
 }
 
+async function stagehandBrowserbase(args) {
+  // Stagehand builds its own SDK client from the environment: without this it would call
+  // api.browserbase.com.
+  const base = requireArg(args, "base");
+  if (process.env.BROWSERBASE_BASE_URL !== base) {
+    throw new Error(`run with BROWSERBASE_BASE_URL=${base} (got ${process.env.BROWSERBASE_BASE_URL})`);
+  }
+  const { Stagehand } = await import("@browserbasehq/stagehand");
+  const sh = new Stagehand({
+    env: "BROWSERBASE",
+    apiKey: requireArg(args, "key"),
+    projectId: requireArg(args, "project"),
+    // No Stagehand API (its sessions and LLM calls go to Browserbase's servers): Stagehand
+    // creates the session through the SDK and drives the browser itself.
+    disableAPI: true,
+    verbose: 0,
+    disablePino: true,
+  });
+  await sh.init();
+  const sessionId = sh.browserbaseSessionID;
+  const page = sh.context.pages()[0] ?? (await sh.context.newPage());
+  await page.goto("data:text/html,<title>stagehand</title><h1>hi</h1>");
+  const value = await page.evaluate(() => 1 + 1);
+  const title = await page.title();
+  // Closes the CDP socket only: with disableAPI Stagehand never releases the session.
+  await sh.close();
+  return { sessionId, eval: value, title };
+}
+
+async function noRetry(args) {
+  const { default: Browserbase } = await import("@browserbasehq/sdk");
+  const sent = [];
+  const counting = (url, init) => {
+    sent.push(`${init?.method ?? "GET"} ${new URL(url).pathname}`);
+    return fetch(url, init);
+  };
+  // The stock retry policy (maxRetries defaults to 2): only the answers' x-should-retry stops it.
+  const bb = new Browserbase({
+    apiKey: requireArg(args, "key"),
+    baseURL: requireArg(args, "base"),
+    fetch: counting,
+    timeout: 60000,
+  });
+  const attempt = async (call) => {
+    const before = sent.length;
+    let status = "succeeded";
+    try {
+      await call();
+    } catch (e) {
+      status = e.status ?? `no status: ${e.message}`;
+    }
+    return { status, requests: sent.length - before };
+  };
+  const projectId = requireArg(args, "project");
+  const id = "sess_does_not_matter";
+  return {
+    create: await attempt(() => bb.sessions.create({ projectId })),
+    logs: await attempt(() => bb.sessions.logs.list(id)),
+    recording: await attempt(() => bb.sessions.recording.retrieve(id)),
+    downloads: await attempt(() => bb.sessions.downloads.list(id)),
+    sent,
+  };
+}
+
 async function busy(args) {
   const bb = await client(args);
   const projectId = requireArg(args, "project");
@@ -117,6 +187,8 @@ run(async (args) => {
   const scenario = requireArg(args, "scenario");
   if (scenario === "persist") return persist(args);
   if (scenario === "stagehand") return stagehand(args);
+  if (scenario === "stagehand-browserbase") return stagehandBrowserbase(args);
+  if (scenario === "no-retry") return noRetry(args);
   if (scenario === "busy") return busy(args);
   throw new Error(`unknown --scenario ${scenario}`);
 }, { defaultTimeoutMs: 120000 });

@@ -445,6 +445,13 @@ fn subtle_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Controller settings a local controller takes from `serve`'s own environment when set there.
+pub const PASSED_THROUGH: [&str; 3] = [
+    "CHROME_PATH",
+    "CDP_DISCONNECT_TIMEOUT",
+    "CDP_DISCONNECT_GRACE",
+];
+
 /// Runs controllers as child processes.
 pub struct LocalLauncher {
     pub controller_bin: PathBuf,
@@ -528,8 +535,10 @@ impl Launcher for LocalLauncher {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit());
-            if let Some(chrome) = std::env::var_os("CHROME_PATH") {
-                cmd.env("CHROME_PATH", chrome);
+            for var in PASSED_THROUGH {
+                if let Some(v) = std::env::var_os(var) {
+                    cmd.env(var, v);
+                }
             }
             if let Some((context_id, key, persist)) = &spec.context {
                 cmd.env("CONTEXT_ID", context_id)

@@ -1,30 +1,47 @@
 //! The one router behind both the local server and the Lambda function.
 
 use axum::Router;
-use axum::routing::{get, post};
+use axum::http::{HeaderName, HeaderValue};
+use axum::middleware::map_response;
+use axum::response::Response;
+use axum::routing::{MethodFilter, MethodRouter, get, on, post};
 
 use crate::app::App;
 use crate::handlers as h;
+
+/// Browserbase's SDKs obey it before their own rule (retry 408, 409, 429 and every 5xx).
+const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 
 pub fn router(app: App) -> Router {
     Router::new()
         .route(
             "/v1/sessions",
-            post(h::create_session).get(h::list_sessions),
+            post(h::create_session)
+                .route_layer(map_response(no_retry_on_failure))
+                .get(h::list_sessions),
         )
         .route(
             "/v1/sessions/{id}",
             get(h::get_session).post(h::update_session),
         )
         .route("/v1/sessions/{id}/debug", get(h::debug_session))
-        .route("/v1/sessions/{id}/downloads", get(h::not_implemented))
-        .route("/v1/sessions/{id}/uploads", post(h::not_implemented))
-        .route("/v1/sessions/{id}/logs", get(h::not_implemented))
-        .route("/v1/sessions/{id}/recording", get(h::not_implemented))
-        .route("/v1/extensions", post(h::not_implemented))
+        .route(
+            "/v1/sessions/{id}/downloads",
+            unimplemented(MethodFilter::GET),
+        )
+        .route(
+            "/v1/sessions/{id}/uploads",
+            unimplemented(MethodFilter::POST),
+        )
+        .route("/v1/sessions/{id}/logs", unimplemented(MethodFilter::GET))
+        .route(
+            "/v1/sessions/{id}/recording",
+            unimplemented(MethodFilter::GET),
+        )
+        .route("/v1/extensions", unimplemented(MethodFilter::POST))
         .route(
             "/v1/extensions/{id}",
-            get(h::not_implemented).delete(h::not_implemented),
+            unimplemented(MethodFilter::GET.or(MethodFilter::DELETE)),
         )
         .route("/v1/contexts", post(h::create_context))
         .route(
@@ -44,4 +61,21 @@ pub fn router(app: App) -> Router {
             )
         })
         .with_state(app)
+}
+
+/// A Browserbase endpoint Wallcrawler does not implement yet: 501, never worth a retry.
+fn unimplemented(methods: MethodFilter) -> MethodRouter<App> {
+    on(methods, h::not_implemented).route_layer(map_response(no_retry_on_failure))
+}
+
+/// `x-should-retry: false` on every failure of the routes it wraps. The stock Browserbase
+/// SDKs retry 408, 409, 429 and every 5xx twice, with no idempotency key, unless this header
+/// says otherwise: a retried `POST /v1/sessions` can start a second browser, and a 501 only
+/// answers 501 again after ~1.5 s of back-off.
+async fn no_retry_on_failure(mut res: Response) -> Response {
+    if !res.status().is_success() {
+        res.headers_mut()
+            .insert(X_SHOULD_RETRY, HeaderValue::from_static("false"));
+    }
+    res
 }

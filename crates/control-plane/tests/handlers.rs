@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{Method, Request, StatusCode};
+use axum::http::{HeaderMap, Method, Request, StatusCode};
 use futures_util::future::BoxFuture;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -299,6 +299,33 @@ impl Harness {
         headers: &[(&str, &str)],
         body: Option<&str>,
     ) -> (StatusCode, Value) {
+        let (status, _, value) = self.exchange(method, uri, headers, body).await;
+        (status, value)
+    }
+
+    /// One request with `key`; the status and the `x-should-retry` header, if any.
+    async fn retry_advice(
+        &self,
+        method: Method,
+        uri: &str,
+        key: Option<&str>,
+        body: Option<&str>,
+    ) -> (StatusCode, Option<String>) {
+        let headers: Vec<_> = key.map(|k| ("x-wc-api-key", k)).into_iter().collect();
+        let (status, h, _) = self.exchange(method, uri, &headers, body).await;
+        let advice = h
+            .get("x-should-retry")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (status, advice)
+    }
+
+    async fn exchange(
+        &self,
+        method: Method,
+        uri: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> (StatusCode, HeaderMap, Value) {
         let mut req = Request::builder().method(method).uri(uri);
         for (name, value) in headers {
             req = req.header(*name, *value);
@@ -309,6 +336,7 @@ impl Harness {
         let req = req.body(Body::from(body.unwrap_or("").to_owned())).unwrap();
         let resp = self.router.clone().oneshot(req).await.unwrap();
         let status = resp.status();
+        let headers = resp.headers().clone();
         let bytes = resp.into_body().collect().await.unwrap().to_bytes();
         let value = if bytes.is_empty() {
             Value::Null
@@ -320,7 +348,7 @@ impl Harness {
                 )
             })
         };
-        (status, value)
+        (status, headers, value)
     }
 
     async fn get(&self, uri: &str) -> (StatusCode, Value) {
@@ -1955,4 +1983,137 @@ async fn unknown_route_is_404_json() {
     }
     let r = h.call(Method::GET, "/v1/nothing", None, None).await;
     assert_error(&r, StatusCode::NOT_FOUND, &["no such endpoint"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retry advice: the stock SDKs retry 408, 409, 429 and 5xx twice with no idempotency key unless
+// `x-should-retry: false` says otherwise.
+
+fn assert_no_retry(got: (StatusCode, Option<String>), status: StatusCode, what: &str) {
+    assert_eq!(got, (status, Some("false".to_owned())), "{what}");
+}
+
+#[tokio::test]
+async fn every_refused_create_tells_clients_not_to_retry() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let create = |key, body| h.retry_advice(Method::POST, "/v1/sessions", key, body);
+    assert_no_retry(create(None, None).await, StatusCode::UNAUTHORIZED, "no key");
+    assert_no_retry(
+        create(Some(KEY_A), Some("{")).await,
+        StatusCode::BAD_REQUEST,
+        "malformed JSON",
+    );
+    assert_no_retry(
+        create(Some(KEY_A), Some(r#"{"projectId": "proj_other"}"#)).await,
+        StatusCode::FORBIDDEN,
+        "another project",
+    );
+    assert_no_retry(
+        create(
+            Some(KEY_A),
+            Some(r#"{"browserSettings": {"context": {"id": "ctx_none"}}}"#),
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "unknown context",
+    );
+    h.insert_context("ctx_busy", PROJ_A);
+    saving_session(&h, "sess_saving", "ctx_busy");
+    assert_no_retry(
+        create(
+            Some(KEY_A),
+            Some(r#"{"browserSettings": {"context": {"id": "ctx_busy", "persist": true}}}"#),
+        )
+        .await,
+        StatusCode::CONFLICT,
+        "busy context",
+    );
+    for id in ["sess_1", "sess_2", "sess_3"] {
+        h.insert_session(doc(id, PROJ_A, InternalStatus::Ready));
+    }
+    h.hold_slots(PROJ_A, &["sess_1", "sess_2", "sess_3"]);
+    assert_no_retry(
+        create(Some(KEY_A), Some("{}")).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "concurrency reached",
+    );
+    assert!(h.launched().is_empty());
+}
+
+#[tokio::test]
+async fn a_create_the_launcher_refuses_tells_clients_not_to_retry() {
+    let h = Harness::new(LaunchBehaviour::Fail);
+    let got = h
+        .retry_advice(Method::POST, "/v1/sessions", Some(KEY_A), Some("{}"))
+        .await;
+    assert_no_retry(got, StatusCode::SERVICE_UNAVAILABLE, "launcher failure");
+}
+
+#[tokio::test]
+async fn a_create_whose_task_fails_tells_clients_not_to_retry() {
+    let sessions = MemSessions::default();
+    let h = Harness::with_launcher(
+        sessions.clone(),
+        MemLauncher::new(sessions.clone(), LaunchBehaviour::StayPending),
+        Arc::new(FailingTask(sessions)),
+        Settings {
+            create_wait: Duration::from_secs(1),
+            poll_every: Duration::from_millis(10),
+            ..Settings::default()
+        },
+    );
+    let got = h
+        .retry_advice(Method::POST, "/v1/sessions", Some(KEY_A), Some("{}"))
+        .await;
+    assert_no_retry(got, StatusCode::INTERNAL_SERVER_ERROR, "the task failed");
+}
+
+#[tokio::test]
+async fn every_501_tells_clients_not_to_retry() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    for (method, uri) in NOT_IMPLEMENTED {
+        let got = h
+            .retry_advice(method.parse().unwrap(), uri, Some(KEY_A), Some("{}"))
+            .await;
+        assert_no_retry(got, StatusCode::NOT_IMPLEMENTED, &format!("{method} {uri}"));
+    }
+}
+
+#[tokio::test]
+async fn other_answers_leave_retrying_to_the_client() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let advice =
+        |method: Method, uri: &'static str, body| h.retry_advice(method, uri, Some(KEY_A), body);
+    assert_eq!(
+        advice(Method::POST, "/v1/sessions", Some("{}")).await,
+        (StatusCode::CREATED, None),
+        "a created session"
+    );
+    assert_eq!(
+        advice(Method::GET, "/v1/sessions", None).await,
+        (StatusCode::OK, None)
+    );
+    assert_eq!(
+        advice(Method::GET, "/v1/sessions/sess_unknown", None).await,
+        (StatusCode::NOT_FOUND, None)
+    );
+    assert_eq!(
+        advice(Method::GET, "/v1/nothing", None).await,
+        (StatusCode::NOT_FOUND, None)
+    );
+    assert_eq!(
+        advice(
+            Method::POST,
+            "/v1/sessions/sess_unknown",
+            Some(r#"{"status": "REQUEST_RELEASE"}"#)
+        )
+        .await,
+        (StatusCode::NOT_FOUND, None)
+    );
+    assert_eq!(
+        h.retry_advice(Method::GET, "/v1/sessions", None, None)
+            .await,
+        (StatusCode::UNAUTHORIZED, None),
+        "only the create route of /v1/sessions"
+    );
 }

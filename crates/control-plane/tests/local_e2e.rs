@@ -36,6 +36,12 @@ impl Server {
     /// `serve` under umask 022 (the usual default, explicit so the files' modes are tested
     /// against it) with `controller` as the controller binary, data in a new directory.
     fn spawn(create_wait: &str, controller: &std::path::Path) -> Server {
+        Self::spawn_with(create_wait, controller, &[])
+    }
+
+    /// [`Server::spawn`] with more environment for `serve` (and the settings it passes
+    /// through to its controllers).
+    fn spawn_with(create_wait: &str, controller: &std::path::Path, env: &[(&str, &str)]) -> Server {
         let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
         let data = tempfile::tempdir().unwrap();
         let data_dir = data.path().join("data");
@@ -47,6 +53,7 @@ impl Server {
             .args(["--create-wait-seconds", create_wait])
             .env("WALLCRAWLER_CONTROLLER_BIN", controller)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -89,6 +96,9 @@ impl Server {
                 "--scenario",
                 scenario,
             ])
+            // Stagehand's own SDK client reads it; any client built without a baseURL then
+            // calls the platform, never api.browserbase.com.
+            .env("BROWSERBASE_BASE_URL", &self.base)
             .current_dir(&dir)
             .output()
             .unwrap();
@@ -199,6 +209,74 @@ fn stagehand_drives_a_session_created_through_the_api() {
     s.stop();
 }
 
+/// Stagehand with `env: "BROWSERBASE"` and `disableAPI: true`, pointed at the platform by
+/// `BROWSERBASE_BASE_URL`, creates its session through the SDK, drives it and closes — without
+/// releasing it. The session ends by itself once the disconnect grace after its last client
+/// is over (one second here, passed through `serve` to the controller).
+#[test]
+fn stagehand_env_browserbase_session_ends_after_its_client_left_without_a_release() {
+    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
+        .with_file_name("wallcrawler-controller");
+    let s = Server::spawn_with("25", &controller, &[("CDP_DISCONNECT_GRACE", "1")]);
+    let r = s.node("stagehand-browserbase");
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["eval"], 2, "{r}");
+    assert_eq!(r["title"], "stagehand", "{r}");
+    let id = r["sessionId"].as_str().expect("Stagehand's session id");
+    let deadline = Instant::now() + WAIT;
+    let ended = loop {
+        let (status, v) = s.call("GET", &format!("/v1/sessions/{id}"), "");
+        assert_eq!(status, 200, "{v}");
+        if v["status"] == "COMPLETED" && v["endedAt"].is_string() {
+            break v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session never ended by itself: {v}"
+        );
+        // The API is the only view of the session a client has: poll it.
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        ended["userMetadata"]["stagehand"], "true",
+        "Stagehand created it: {ended}"
+    );
+    s.stop();
+}
+
+/// A controller that exits at once, as one whose browser cannot start.
+const FAILING_CONTROLLER: &str = "#!/bin/sh\nexit 1\n";
+
+/// The stock SDK, with its own retry policy (2 retries of 408/409/429/5xx), sends a create the
+/// platform fails and each 501 endpoint exactly once: `x-should-retry: false` stops it, so no
+/// duplicate session is started.
+#[test]
+fn the_stock_sdk_sends_a_failed_create_and_a_501_only_once() {
+    let scripts = tempfile::tempdir().unwrap();
+    let failing = scripts.path().join("failing-controller");
+    std::fs::write(&failing, FAILING_CONTROLLER).unwrap();
+    std::fs::set_permissions(
+        &failing,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let s = Server::spawn("25", &failing);
+    let r = s.node("no-retry");
+    assert_eq!(r["ok"], true, "{r}");
+    let once = |status: u16| serde_json::json!({"status": status, "requests": 1});
+    assert_eq!(r["create"], once(500), "{r}");
+    for endpoint in ["logs", "recording", "downloads"] {
+        assert_eq!(r[endpoint], once(501), "{endpoint}: {r}");
+    }
+    let sessions: Vec<_> = std::fs::read_dir(s.dir().join("sessions"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(sessions.len(), 1, "one create, one session: {sessions:?}");
+    s.stop();
+}
+
 #[test]
 fn a_second_persisting_session_on_a_busy_context_gets_409_then_waits_its_turn() {
     let s = Server::start("6");
@@ -223,6 +301,7 @@ fn a_second_persisting_session_on_a_busy_context_gets_409_then_waits_its_turn() 
 const FAKE_CONTROLLER: &str = r#"#!/bin/sh
 d="$SESSIONS_DIR/.."
 printf %s "$CDP_PROXY_HOST" > "$d/host-$SESSION_ID"
+printf '%s %s' "$CDP_DISCONNECT_TIMEOUT" "$CDP_DISCONNECT_GRACE" > "$d/idle-$SESSION_ID"
 while [ -d "$SESSIONS_DIR" ] && [ ! -e "$d/exit-now" ]; do sleep 0.05; done
 exit 3
 "#;
@@ -251,7 +330,14 @@ fn local_platform_files_are_private_limits_hold_and_exited_controllers_give_slot
     let fake = scripts.path().join("fake-controller");
     std::fs::write(&fake, FAKE_CONTROLLER).unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let s = Server::spawn("1", &fake);
+    let s = Server::spawn_with(
+        "1",
+        &fake,
+        &[
+            ("CDP_DISCONNECT_TIMEOUT", "300"),
+            ("CDP_DISCONNECT_GRACE", "7"),
+        ],
+    );
     let dir = s.dir();
     let (status, c) = s.call("POST", "/v1/contexts", "{}");
     assert_eq!(status, 201, "{c}");
@@ -305,6 +391,11 @@ fn local_platform_files_are_private_limits_hold_and_exited_controllers_give_slot
         let host = dir.join(format!("host-{id}"));
         wait_for("the controller started", || host.exists());
         assert_eq!(std::fs::read_to_string(&host).unwrap(), "127.0.0.1");
+        // Idle settings set for `serve` reach its controllers.
+        let idle = dir.join(format!("idle-{id}"));
+        wait_for("the controller wrote its idle settings", || {
+            std::fs::read_to_string(&idle).is_ok_and(|t| t == "300 7")
+        });
     }
 
     // The controllers exit under their sessions: each is marked FAILED and gives its slot
