@@ -81,6 +81,7 @@ fn s(v: &str) -> AttributeValue {
 fn record_from(item: &HashMap<String, AttributeValue>) -> SessionRecord {
     let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
     SessionRecord {
+        ended: item.contains_key(attr::ENDED_AT),
         internal_status: text(attr::INTERNAL_STATUS)
             .as_deref()
             .and_then(InternalStatus::parse),

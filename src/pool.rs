@@ -221,6 +221,19 @@ async fn judge(deps: &TaskDeps, claim: &Claim) -> Result<Verdict, ()> {
     }
     match record.internal_status {
         Some(s) if s.may_become_ready() => Ok(Verdict::Serve(record)),
+        Some(s) if s.is_terminal() && !record.ended => {
+            // Released before any task took it: ended now, as `run` does for a session that
+            // ended before its task started (a context's next writer waits for `endedAt`).
+            let item = Item {
+                store: Some(store.as_ref()),
+                id: &claim.session_id,
+            };
+            item.ended(0).await;
+            Ok(Verdict::Discard(format!(
+                "the session was {} before it was served",
+                s.as_str()
+            )))
+        }
         s => Ok(Verdict::Discard(format!(
             "the session is {}, no longer waiting for a browser",
             s.map_or("without a status", InternalStatus::as_str)

@@ -60,6 +60,8 @@ pub struct SessionRecord {
     pub keep_alive: bool,
     pub expires_at: Option<u64>,
     pub project_id: Option<String>,
+    /// Whether `endedAt` is set.
+    pub ended: bool,
 }
 
 /// The READY write.
@@ -341,6 +343,7 @@ impl SessionStore for DirectorySessions {
                 keep_alive: d.keep_alive,
                 expires_at: Some(d.expires_at).filter(|e| *e > 0),
                 project_id: Some(d.project_id),
+                ended: d.ended_at.is_some(),
             }))
         })
     }

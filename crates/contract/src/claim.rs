@@ -249,6 +249,40 @@ impl DirQueue {
             .collect()
     }
 
+    /// The claims `owner` served (READY written).
+    pub fn served_by(&self, owner: &str) -> Vec<Claim> {
+        self.owned_in(SERVED, owner)
+            .into_iter()
+            .filter_map(|(_, p)| Claim::parse(&read_bounded(&p).ok()?).ok())
+            .collect()
+    }
+
+    /// At the supervisor's start, when no controller of a previous run is left: every taken
+    /// claim is visible again and served markers are removed. Returns the claims put back.
+    pub fn requeue_all(&self) -> usize {
+        let mut back = 0;
+        for e in fs::read_dir(self.dir.join(TAKEN))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if let Some((name, _)) = n.rsplit_once('@')
+                && fs::rename(e.path(), self.dir.join(NEW).join(name)).is_ok()
+            {
+                back += 1;
+            }
+        }
+        for e in fs::read_dir(self.dir.join(SERVED))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let _ = fs::remove_file(e.path());
+        }
+        back
+    }
+
     /// `owner` has exited: claims it took without serving become visible again (another
     /// controller takes them); its served claims are removed. Returns the claims put back.
     pub fn return_taken(&self, owner: &str) -> usize {

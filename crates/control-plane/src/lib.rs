@@ -11,9 +11,10 @@
 //! - [`handlers`] and [`router`]: the endpoints, one router for every deployment.
 //! - [`debug`]: a running session's page list, from its proxy.
 //! - [`memory`]: in-memory ports (tests, reference semantics).
-//! - [`local`]: the local platform: file-backed stores shared with local controllers, a
-//!   launcher that runs `wallcrawler-controller run` as child processes; [`serve`] wires it up.
-//! - [`aws`]: the AWS platform: DynamoDB stores, S3 presigned URLs, ECS launcher, Secrets
+//! - [`local`]: the local platform: file-backed stores shared with local controllers;
+//!   [`controllers`] runs `wallcrawler-controller run` child processes (a warm pool taking
+//!   claims, or one per session); [`serve`] wires it up.
+//! - [`aws`]: the AWS platform: DynamoDB stores, S3 presigned URLs, ECS and SQS-pool launchers, Secrets
 //!   Manager signer, configuration from the environment; [`lambda`] has the authorizer and the
 //!   ECS task-state handler the Lambda binaries run.
 //! - [`admin`]: create projects and API keys, revoke keys.
@@ -22,6 +23,7 @@ pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod aws;
+pub mod controllers;
 pub mod debug;
 pub mod error;
 pub mod handlers;

@@ -7,13 +7,11 @@
 //! - Archives live in `<data>/contexts/<projectId>/<contextId>/profile.tar.gz`; "presigned"
 //!   upload URLs point at this server (`PUT /_local/archives/<key>?expires=…&signature=…`, an
 //!   HMAC of key and expiry).
-//! - The launcher runs `wallcrawler-controller run` as a child process per session (proxy on a
-//!   free port, announced as 127.0.0.1) and, when a child exits, marks a session it left behind
-//!   FAILED and sets `endedAt` — as the ECS task-state handler does in AWS.
+//! - Controllers are child processes (see [`crate::controllers`]): a warm pool taking claims
+//!   from `<data>/claims`, or one `wallcrawler-controller run` per session.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
@@ -25,7 +23,7 @@ use futures_util::future::BoxFuture;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use tokio::io::AsyncWriteExt;
-use tracing::{info, warn};
+use tracing::info;
 use wallcrawler_contract::session_doc::{DirStore, DocError, SessionDoc};
 use wallcrawler_contract::{InternalStatus, time::now_iso8601};
 
@@ -443,192 +441,6 @@ pub async fn upload_archive(
 
 fn subtle_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Controller settings a local controller takes from `serve`'s own environment when set there.
-pub const PASSED_THROUGH: [&str; 3] = [
-    "CHROME_PATH",
-    "CDP_DISCONNECT_TIMEOUT",
-    "CDP_DISCONNECT_GRACE",
-];
-
-/// Runs controllers as child processes.
-pub struct LocalLauncher {
-    pub controller_bin: PathBuf,
-    pub data_dir: PathBuf,
-    pub signing_key: String,
-    pub sessions: DirSessions,
-    /// Where a session that ends gives back its project slot and context lease (the same
-    /// stores the API uses: their locks are per instance).
-    pub slots: Arc<dyn SlotRepo>,
-    pub contexts: Arc<dyn ContextRepo>,
-    children: Arc<Mutex<HashMap<String, u32>>>,
-}
-
-impl LocalLauncher {
-    pub fn new(
-        controller_bin: PathBuf,
-        data_dir: PathBuf,
-        signing_key: String,
-        sessions: DirSessions,
-        slots: Arc<dyn SlotRepo>,
-        contexts: Arc<dyn ContextRepo>,
-    ) -> Self {
-        Self {
-            controller_bin,
-            data_dir,
-            signing_key,
-            sessions,
-            slots,
-            contexts,
-            children: Default::default(),
-        }
-    }
-
-    /// SIGTERM to every running controller (server shutdown).
-    pub fn stop_all(&self) {
-        for (_, pid) in self.children.lock().expect("not poisoned").iter() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(*pid as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
-    }
-
-    /// Waits (bounded) until every child has exited.
-    pub async fn wait_all(&self, within: std::time::Duration) {
-        let deadline = tokio::time::Instant::now() + within;
-        while !self.children.lock().expect("not poisoned").is_empty()
-            && tokio::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Launcher for LocalLauncher {
-    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>> {
-        Box::pin(async move {
-            let profile = self.data_dir.join("profiles").join(&spec.session_id);
-            let mut cmd = tokio::process::Command::new(&self.controller_bin);
-            cmd.arg("run")
-                .env_clear()
-                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-                .env("HOME", std::env::var_os("HOME").unwrap_or_default())
-                .env("SESSION_ID", &spec.session_id)
-                .env("PROJECT_ID", &spec.project_id)
-                .env("SESSIONS_DIR", self.data_dir.join("sessions"))
-                .env("WALLCRAWLER_JWT_SIGNING_KEY", &self.signing_key)
-                .env("CDP_PROXY_PORT", "0")
-                // Announced as 127.0.0.1, so listen there only: nobody else on the network
-                // reaches a local session's browser.
-                .env("CDP_PROXY_HOST", "127.0.0.1")
-                .env("CHROME_DEBUG_PORT", "0")
-                .env("PUBLIC_IP", "127.0.0.1")
-                .env("USER_DATA_DIR", &profile)
-                .env("METRICS_ADDR", "")
-                .env("LOG_FORMAT", "text")
-                .env(
-                    "RUST_LOG",
-                    std::env::var("WALLCRAWLER_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
-                )
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit());
-            for var in PASSED_THROUGH {
-                if let Some(v) = std::env::var_os(var) {
-                    cmd.env(var, v);
-                }
-            }
-            if let Some((context_id, key, persist)) = &spec.context {
-                cmd.env("CONTEXT_ID", context_id)
-                    .env("CONTEXTS_DIR", self.data_dir.join("contexts"))
-                    .env("CONTEXT_S3_KEY", key)
-                    .env("CONTEXT_PERSIST", persist.to_string());
-            }
-            for (k, v) in &spec.env {
-                cmd.env(k, v);
-            }
-            let mut child = cmd.spawn().map_err(|e| {
-                PortError::Failed(format!(
-                    "starting {} failed: {e}",
-                    self.controller_bin.display()
-                ))
-            })?;
-            let pid = child.id().unwrap_or_default();
-            self.children
-                .lock()
-                .expect("not poisoned")
-                .insert(spec.session_id.clone(), pid);
-            info!(session.id = %spec.session_id, pid, "controller started");
-            let (children, sessions, id) = (
-                self.children.clone(),
-                self.sessions.clone(),
-                spec.session_id.clone(),
-            );
-            let (slots, contexts) = (self.slots.clone(), self.contexts.clone());
-            tokio::spawn(async move {
-                let status = child.wait().await;
-                let _ = tokio::fs::remove_dir_all(&profile).await;
-                let how = status
-                    .map(|s| s.to_string())
-                    .unwrap_or_else(|e| e.to_string());
-                // As the ECS task-state handler does: a session left without a terminal status is
-                // FAILED, and every session gets endedAt so no context stays busy forever.
-                let reason = format!("the browser task exited ({how}) before the session ended");
-                match sessions
-                    .mark_terminal(
-                        &id,
-                        InternalStatus::Failed,
-                        Some(&reason),
-                        &now_iso8601(),
-                        true,
-                    )
-                    .await
-                {
-                    Ok(Cond::Done(d) | Cond::Failed(Some(d))) => {
-                        if d.internal() == Some(InternalStatus::Failed)
-                            && d.termination_reason.as_deref() == Some(reason.as_str())
-                        {
-                            warn!(session.id = %id, "{reason}")
-                        } else {
-                            info!(session.id = %id, exit = %how, "controller exited")
-                        }
-                        crate::limits::give_back(slots.as_ref(), contexts.as_ref(), &d).await;
-                    }
-                    Ok(Cond::Failed(None)) => {
-                        info!(session.id = %id, exit = %how, "controller exited")
-                    }
-                    Err(e) => {
-                        warn!(session.id = %id, error = %e, "recording the controller's exit failed")
-                    }
-                }
-                // Last: `wait_all` returns once every child is gone *and* cleaned up.
-                children.lock().expect("not poisoned").remove(&id);
-            });
-            Ok(Some(format!("local:{pid}")))
-        })
-    }
-
-    fn stop<'a>(
-        &'a self,
-        session_id: &'a str,
-        _task_arn: Option<&'a str>,
-    ) -> BoxFuture<'a, PortResult<()>> {
-        let pid = self
-            .children
-            .lock()
-            .expect("not poisoned")
-            .get(session_id)
-            .copied();
-        if let Some(pid) = pid {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
-        ready!(Ok(()))
-    }
 }
 
 /// What the local platform keeps about itself (`<data>/local.json`).

@@ -12,11 +12,13 @@ use wallcrawler_contract::SigningKey;
 use wallcrawler_contract::session_doc::DirStore;
 
 use crate::app::{App, Settings};
+use crate::controllers::{Controllers, LocalLauncher, LocalPool};
 use crate::local::{
-    DirSessions, FileMap, LocalArchives, LocalIdentity, LocalLauncher, load_or_init, upload_archive,
+    DirSessions, FileMap, LocalArchives, LocalIdentity, load_or_init, upload_archive,
 };
 use crate::memory::StaticSigner;
 use crate::model::ContextRecord;
+use crate::ports::Launcher;
 use crate::ports::SystemClock;
 
 /// Where the controller binary is: `WALLCRAWLER_CONTROLLER_BIN`, else next to this executable.
@@ -36,16 +38,18 @@ pub struct LocalServer {
     pub identity: LocalIdentity,
     listener: TcpListener,
     router: axum::Router,
-    launcher: Arc<LocalLauncher>,
+    controllers: Controllers,
+    pool: Option<Arc<LocalPool>>,
 }
 
 impl LocalServer {
     /// Binds 127.0.0.1:`port` and prepares the data directory (creating the local project and
-    /// API key on first start).
+    /// API key on first start). `pool`: controllers kept warm (0 = one started per session).
     pub async fn bind(
         port: u16,
         data_dir: &Path,
         settings: Settings,
+        pool: usize,
     ) -> anyhow::Result<LocalServer> {
         let identity = load_or_init(data_dir)?;
         let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).await?;
@@ -61,14 +65,22 @@ impl LocalServer {
             Arc::new(FileMap::new(data_dir.join("active-sessions.json")));
         let contexts: Arc<FileMap<ContextRecord>> =
             Arc::new(FileMap::new(data_dir.join("contexts.json")));
-        let launcher = Arc::new(LocalLauncher::new(
+        let controllers = Controllers::new(
             controller_bin(),
             data_dir.to_owned(),
             identity.signing_key.clone(),
             sessions.clone(),
             slots.clone(),
             contexts.clone(),
-        ));
+        );
+        let pool = match pool {
+            0 => None,
+            n => Some(LocalPool::new(controllers.clone(), n)?),
+        };
+        let launcher: Arc<dyn Launcher> = match &pool {
+            Some(p) => p.clone(),
+            None => Arc::new(LocalLauncher(controllers.clone())),
+        };
         let app = App {
             sessions: Arc::new(sessions),
             projects: Arc::new(FileMap::new(data_dir.join("projects.json"))),
@@ -76,7 +88,7 @@ impl LocalServer {
             keys: Arc::new(FileMap::new(data_dir.join("api-keys.json"))),
             contexts,
             archives: archives.clone(),
-            launcher: launcher.clone(),
+            launcher,
             signer: Arc::new(StaticSigner(SigningKey::new(
                 identity.signing_key.as_bytes(),
             ))),
@@ -93,7 +105,8 @@ impl LocalServer {
             identity,
             listener,
             router,
-            launcher,
+            controllers,
+            pool,
         })
     }
 
@@ -103,12 +116,15 @@ impl LocalServer {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         info!(addr = %self.addr, "control plane listening");
+        if let Some(pool) = &self.pool {
+            pool.start();
+        }
         axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown)
             .await?;
         info!("stopping local sessions");
-        self.launcher.stop_all();
-        self.launcher.wait_all(Duration::from_secs(30)).await;
+        self.controllers.stop_all();
+        self.controllers.wait_all(Duration::from_secs(30)).await;
         Ok(())
     }
 }

@@ -33,6 +33,10 @@ enum Command {
         /// Seconds `POST /v1/sessions` waits for READY before answering PENDING.
         #[arg(long, env = "CREATE_WAIT_SECONDS", default_value_t = 25)]
         create_wait_seconds: u64,
+        /// Controllers kept warm (Chrome running, waiting for a session), so a create answers
+        /// in milliseconds; each costs an idle Chrome. 0 = start one controller per session.
+        #[arg(long, env = "WALLCRAWLER_POOL_SIZE", default_value_t = 2)]
+        pool: usize,
     },
     /// Administer projects and API keys in the DynamoDB tables of an AWS deployment. AWS
     /// region, credentials and `AWS_ENDPOINT_URL` come from the standard AWS environment.
@@ -216,12 +220,13 @@ fn main() {
                 port,
                 data_dir,
                 create_wait_seconds,
+                pool,
             } => {
                 let settings = Settings {
                     create_wait: Duration::from_secs(create_wait_seconds),
                     ..Settings::default()
                 };
-                let server = match LocalServer::bind(port, &data_dir, settings).await {
+                let server = match LocalServer::bind(port, &data_dir, settings, pool).await {
                     Ok(s) => s,
                     Err(e) => {
                         tracing::error!("could not start: {e:#}");

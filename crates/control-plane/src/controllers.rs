@@ -1,0 +1,439 @@
+//! The local platform's controllers: `wallcrawler-controller run` child processes, each with
+//! its proxy on a free port of 127.0.0.1.
+//!
+//! - [`LocalPool`] (the default): N controllers kept warm, taking sessions through a directory
+//!   queue of claims (`<data>/claims`, [`DirQueue`]) with SQS's semantics — each claim taken by
+//!   exactly one controller; a claim whose controller exits before READY is put back for
+//!   another. A new controller is started whenever fewer than N are idle.
+//! - [`LocalLauncher`] (`--pool 0`): one controller started per session, as `RunTask` does.
+//!
+//! When a controller exits, a session it served that has no terminal status is marked FAILED,
+//! and every session it served gets `endedAt` and gives back its slot and context lease — as
+//! the ECS task-state handler does on AWS.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+use wallcrawler_contract::claim::DirQueue;
+use wallcrawler_contract::{InternalStatus, time::now_iso8601};
+
+use crate::error::PortError;
+use crate::local::DirSessions;
+use crate::ports::*;
+
+/// Controller settings a local controller takes from `serve`'s own environment when set there.
+pub const PASSED_THROUGH: [&str; 4] = [
+    "CHROME_PATH",
+    "CDP_DISCONNECT_TIMEOUT",
+    "CDP_DISCONNECT_GRACE",
+    "POOL_IDLE_LIFETIME_SECONDS",
+];
+
+/// How often the pool looks for claimed controllers to replace.
+const POOL_TICK: Duration = Duration::from_millis(10);
+
+/// A controller that exits sooner than this without serving counts as a failed start.
+const EARLY_EXIT: Duration = Duration::from_secs(10);
+
+/// What every local controller shares, and the running children (by session id or pool name).
+#[derive(Clone)]
+pub struct Controllers {
+    pub controller_bin: PathBuf,
+    pub data_dir: PathBuf,
+    pub signing_key: String,
+    pub sessions: DirSessions,
+    /// Where a session that ends gives back its project slot and context lease (the same
+    /// stores the API uses: their locks are per instance).
+    pub slots: Arc<dyn SlotRepo>,
+    pub contexts: Arc<dyn ContextRepo>,
+    children: Arc<Mutex<HashMap<String, u32>>>,
+    stopping: Arc<AtomicBool>,
+}
+
+impl Controllers {
+    pub fn new(
+        controller_bin: PathBuf,
+        data_dir: PathBuf,
+        signing_key: String,
+        sessions: DirSessions,
+        slots: Arc<dyn SlotRepo>,
+        contexts: Arc<dyn ContextRepo>,
+    ) -> Self {
+        Self {
+            controller_bin,
+            data_dir,
+            signing_key,
+            sessions,
+            slots,
+            contexts,
+            children: Default::default(),
+            stopping: Default::default(),
+        }
+    }
+
+    /// `run` with what every local controller has: the shared session documents, the key, a
+    /// proxy on 127.0.0.1 only (announced as 127.0.0.1: nobody else on the network reaches a
+    /// local browser), text logs on our stderr.
+    fn command(&self, profile: &Path) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(&self.controller_bin);
+        cmd.arg("run")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", std::env::var_os("HOME").unwrap_or_default())
+            .env("SESSIONS_DIR", self.data_dir.join("sessions"))
+            .env("WALLCRAWLER_JWT_SIGNING_KEY", &self.signing_key)
+            .env("CDP_PROXY_PORT", "0")
+            .env("CDP_PROXY_HOST", "127.0.0.1")
+            .env("CHROME_DEBUG_PORT", "0")
+            .env("PUBLIC_IP", "127.0.0.1")
+            .env("USER_DATA_DIR", profile)
+            .env("METRICS_ADDR", "")
+            .env("LOG_FORMAT", "text")
+            .env(
+                "RUST_LOG",
+                std::env::var("WALLCRAWLER_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for var in PASSED_THROUGH {
+            if let Some(v) = std::env::var_os(var) {
+                cmd.env(var, v);
+            }
+        }
+        cmd
+    }
+
+    /// Starts `cmd` as child `name`; `on_exit` runs with how it ended, then the child is
+    /// forgotten (so [`Self::wait_all`] returns only once every exit is recorded).
+    fn spawn(
+        &self,
+        name: &str,
+        mut cmd: tokio::process::Command,
+        on_exit: impl FnOnce(String) -> BoxFuture<'static, ()> + Send + 'static,
+    ) -> PortResult<u32> {
+        let mut child = cmd.spawn().map_err(|e| {
+            PortError::Failed(format!(
+                "starting {} failed: {e}",
+                self.controller_bin.display()
+            ))
+        })?;
+        let pid = child.id().unwrap_or_default();
+        self.children
+            .lock()
+            .expect("not poisoned")
+            .insert(name.to_owned(), pid);
+        let (children, name) = (self.children.clone(), name.to_owned());
+        tokio::spawn(async move {
+            let how = match child.wait().await {
+                Ok(s) => s.to_string(),
+                Err(e) => e.to_string(),
+            };
+            on_exit(how).await;
+            children.lock().expect("not poisoned").remove(&name);
+        });
+        Ok(pid)
+    }
+
+    /// SIGTERM to child `name`, if it runs.
+    fn signal(&self, name: &str) -> bool {
+        let pid = self
+            .children
+            .lock()
+            .expect("not poisoned")
+            .get(name)
+            .copied();
+        if let Some(pid) = pid {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        pid.is_some()
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.children
+            .lock()
+            .expect("not poisoned")
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// Server shutdown: no new controllers, SIGTERM to every running one.
+    pub fn stop_all(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        for name in self.names() {
+            self.signal(&name);
+        }
+    }
+
+    /// Waits (bounded) until every child has exited and its exit is recorded.
+    pub async fn wait_all(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self.children.lock().expect("not poisoned").is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A controller serving `id` exited: as the ECS task-state handler does, a session left
+    /// without a terminal status is FAILED, and every session gets `endedAt` (so no context stays
+    /// busy forever) and gives back its slot and lease.
+    async fn record_exit(&self, id: &str, how: &str) {
+        let reason = format!("the browser task exited ({how}) before the session ended");
+        match self
+            .sessions
+            .mark_terminal(
+                id,
+                InternalStatus::Failed,
+                Some(&reason),
+                &now_iso8601(),
+                true,
+            )
+            .await
+        {
+            Ok(Cond::Done(d) | Cond::Failed(Some(d))) => {
+                if d.internal() == Some(InternalStatus::Failed)
+                    && d.termination_reason.as_deref() == Some(reason.as_str())
+                {
+                    warn!(session.id = %id, "{reason}")
+                } else {
+                    info!(session.id = %id, exit = %how, "controller exited")
+                }
+                crate::limits::give_back(self.slots.as_ref(), self.contexts.as_ref(), &d).await;
+            }
+            Ok(Cond::Failed(None)) => info!(session.id = %id, exit = %how, "controller exited"),
+            Err(e) => {
+                warn!(session.id = %id, error = %e, "recording the controller's exit failed")
+            }
+        }
+    }
+}
+
+/// One controller per session (`--pool 0`).
+pub struct LocalLauncher(pub Controllers);
+
+impl Launcher for LocalLauncher {
+    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>> {
+        Box::pin(async move {
+            let ctl = &self.0;
+            let profile = ctl.data_dir.join("profiles").join(&spec.session_id);
+            let mut cmd = ctl.command(&profile);
+            cmd.env("SESSION_ID", &spec.session_id)
+                .env("PROJECT_ID", &spec.project_id);
+            if let Some((context_id, key, persist)) = &spec.context {
+                cmd.env("CONTEXT_ID", context_id)
+                    .env("CONTEXTS_DIR", ctl.data_dir.join("contexts"))
+                    .env("CONTEXT_S3_KEY", key)
+                    .env("CONTEXT_PERSIST", persist.to_string());
+            }
+            for (k, v) in &spec.env {
+                cmd.env(k, v);
+            }
+            let (exit_ctl, id) = (ctl.clone(), spec.session_id.clone());
+            let pid = ctl.spawn(&spec.session_id, cmd, move |how| {
+                Box::pin(async move {
+                    let _ = tokio::fs::remove_dir_all(&profile).await;
+                    exit_ctl.record_exit(&id, &how).await;
+                })
+            })?;
+            info!(session.id = %spec.session_id, pid, "controller started");
+            Ok(Some(format!("local:{pid}")))
+        })
+    }
+
+    fn stop<'a>(
+        &'a self,
+        session_id: &'a str,
+        _task_arn: Option<&'a str>,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        self.0.signal(session_id);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Failed starts in a row, and when the pool may start a controller again.
+struct Backoff {
+    failures: u32,
+    not_before: Instant,
+}
+
+/// N warm controllers taking sessions from the claims directory.
+pub struct LocalPool {
+    ctl: Controllers,
+    queue: DirQueue,
+    size: usize,
+    /// Names are `pool-<serve's pid>-<n>`: unique per run of `serve`.
+    next: AtomicU64,
+    backoff: Mutex<Backoff>,
+}
+
+impl LocalPool {
+    /// A pool of `size` over `<data>/claims`. Claims a previous run of `serve` left taken are
+    /// visible again (their controllers are gone).
+    pub fn new(ctl: Controllers, size: usize) -> std::io::Result<Arc<Self>> {
+        let queue = DirQueue::new(ctl.data_dir.join("claims"));
+        queue.init()?;
+        let back = queue.requeue_all();
+        if back > 0 {
+            info!(claims = back, "claims of a previous run are visible again");
+        }
+        Ok(Arc::new(Self {
+            ctl,
+            queue,
+            size,
+            next: AtomicU64::new(1),
+            backoff: Mutex::new(Backoff {
+                failures: 0,
+                not_before: Instant::now(),
+            }),
+        }))
+    }
+
+    pub fn queue(&self) -> &DirQueue {
+        &self.queue
+    }
+
+    /// Keeps `size` controllers idle until [`Controllers::stop_all`].
+    pub fn start(self: &Arc<Self>) {
+        let pool = self.clone();
+        tokio::spawn(async move {
+            while !pool.ctl.stopping.load(Ordering::SeqCst) {
+                pool.fill();
+                tokio::time::sleep(POOL_TICK).await;
+            }
+        });
+    }
+
+    /// Starts one controller when fewer than `size` are idle (not backing off).
+    fn fill(self: &Arc<Self>) {
+        let idle = self
+            .ctl
+            .names()
+            .iter()
+            .filter(|n| !self.queue.busy(n))
+            .count();
+        if idle >= self.size
+            || Instant::now() < self.backoff.lock().expect("not poisoned").not_before
+        {
+            return;
+        }
+        let name = format!(
+            "pool-{}-{}",
+            std::process::id(),
+            self.next.fetch_add(1, Ordering::Relaxed)
+        );
+        if let Err(e) = self.spawn(&name) {
+            error!(error = %e, "starting a pool controller failed");
+            self.failed_start();
+        }
+    }
+
+    fn spawn(self: &Arc<Self>, name: &str) -> PortResult<()> {
+        let profile = self.ctl.data_dir.join("profiles").join(name);
+        let mut cmd = self.ctl.command(&profile);
+        cmd.env("POOL_QUEUE_DIR", self.queue.dir())
+            .env("POOL_TASK_NAME", name)
+            .env("CONTEXTS_DIR", self.ctl.data_dir.join("contexts"));
+        let (pool, owner, started) = (self.clone(), name.to_owned(), Instant::now());
+        let pid = self.ctl.spawn(name, cmd, move |how| {
+            Box::pin(async move { pool.exited(&owner, &how, &profile, started).await })
+        })?;
+        info!(controller = name, pid, "pool controller started");
+        Ok(())
+    }
+
+    /// A pool controller exited: a claim it held unserved is visible again; a session it served
+    /// is ended as the task-state handler would.
+    async fn exited(&self, owner: &str, how: &str, profile: &Path, started: Instant) {
+        let served = self.queue.served_by(owner);
+        let back = self.queue.return_taken(owner);
+        if back > 0 {
+            warn!(
+                controller = owner,
+                claims = back,
+                exit = how,
+                "a pool controller exited holding a claim; it is visible again"
+            );
+        }
+        for claim in &served {
+            self.ctl.record_exit(&claim.session_id, how).await;
+        }
+        let _ = tokio::fs::remove_dir_all(profile).await;
+        if served.is_empty() && back == 0 && started.elapsed() < EARLY_EXIT {
+            warn!(
+                controller = owner,
+                exit = how,
+                "a pool controller exited early"
+            );
+            self.failed_start();
+        } else {
+            self.backoff.lock().expect("not poisoned").failures = 0;
+            info!(controller = owner, exit = how, "pool controller exited");
+        }
+    }
+
+    /// Backs off exponentially (100 ms … 30 s) after failed starts, so a broken controller
+    /// binary or Chrome does not make the pool spin.
+    fn failed_start(&self) {
+        let mut b = self.backoff.lock().expect("not poisoned");
+        b.failures = b.failures.saturating_add(1);
+        let wait = Duration::from_millis(100u64 << b.failures.min(9)).min(Duration::from_secs(30));
+        b.not_before = Instant::now() + wait;
+    }
+
+    /// The pool controller serving (or holding the claim of) `session_id`.
+    fn serving(&self, session_id: &str) -> Option<String> {
+        self.ctl.names().into_iter().find(|n| {
+            self.queue
+                .claims_of(n)
+                .iter()
+                .any(|c| c.session_id == session_id)
+        })
+    }
+}
+
+impl Launcher for LocalPool {
+    /// Sends the claim; an idle controller takes it (no task name until READY).
+    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>> {
+        Box::pin(async move {
+            let queue = self.queue.clone();
+            let claim = spec.claim();
+            tokio::task::spawn_blocking(move || queue.send(&claim))
+                .await
+                .map_err(|e| PortError::Failed(e.to_string()))?
+                .map_err(|e| PortError::Failed(format!("sending the claim failed: {e}")))?;
+            Ok(None)
+        })
+    }
+
+    /// SIGTERM to the controller that wrote READY (its name is the task ARN), or that holds the
+    /// claim; a claim nobody took yet is dropped by the controller that takes it.
+    fn stop<'a>(
+        &'a self,
+        session_id: &'a str,
+        task_arn: Option<&'a str>,
+    ) -> BoxFuture<'a, PortResult<()>> {
+        let owner = task_arn
+            .filter(|n| {
+                self.queue
+                    .claims_of(n)
+                    .iter()
+                    .any(|c| c.session_id == session_id)
+            })
+            .map(str::to_owned)
+            .or_else(|| self.serving(session_id));
+        if let Some(owner) = owner {
+            self.ctl.signal(&owner);
+        }
+        Box::pin(async { Ok(()) })
+    }
+}
