@@ -220,6 +220,15 @@ fn finish(result: Result<app::EndReason, app::AppError>) -> i32 {
     }
 }
 
+/// Asks the kernel for SIGTERM when our parent exits (handled as any SIGTERM). False when the
+/// parent is gone already (we were re-parented to init).
+fn exit_with_parent() -> bool {
+    if let Err(e) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM) {
+        error!(error = %e, "EXIT_WITH_PARENT: the parent-death signal could not be set");
+    }
+    nix::unistd::getppid() != nix::unistd::Pid::from_raw(1)
+}
+
 /// The outside services `run` needs, built once from one SDK configuration.
 async fn task_deps(c: &RunConfig) -> Result<TaskDeps, String> {
     let pool = c.pool.as_ref();
@@ -301,6 +310,10 @@ async fn task_deps(c: &RunConfig) -> Result<TaskDeps, String> {
 
 async fn run(c: RunConfig, flags: Vec<String>) -> i32 {
     let signal = signal_token();
+    if c.exit_with_parent && !exit_with_parent() {
+        info!("the process that started this one has exited already");
+        return 0;
+    }
     let deps = match task_deps(&c).await {
         Ok(d) => d,
         Err(e) => {

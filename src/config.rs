@@ -126,6 +126,8 @@ settings_group! {
         chrome_flags_file = "CHROME_FLAGS_FILE",
         /// ECS task metadata v4 endpoint (set by ECS): task ARN and network interface.
         ecs_container_metadata_uri_v4 = "ECS_CONTAINER_METADATA_URI_V4",
+        /// true = end (as on SIGTERM) when the process that started this one exits; the local platform sets it so no controller outlives it [default: false].
+        exit_with_parent = "EXIT_WITH_PARENT",
         /// Pool mode: the SQS queue of claims. The controller warms up (Chrome running, the proxy answering 503), serves the first session claimed through the queue, then exits; SESSION_ID, PROJECT_ID and the context come from the claim.
         pool_queue_url = "POOL_QUEUE_URL",
         /// Pool mode with a directory queue of claims (the local platform), instead of POOL_QUEUE_URL.
@@ -367,6 +369,8 @@ pub struct RunConfig {
     pub metadata_uri: Option<String>,
     /// Pool mode: the session comes from a claim.
     pub pool: Option<PoolConfig>,
+    /// `EXIT_WITH_PARENT`.
+    pub exit_with_parent: bool,
 }
 
 /// Chrome launch settings common to `run` and `local`.
@@ -629,6 +633,7 @@ impl RunConfig {
         let profile_max_entries = r.number("PROFILE_MAX_ENTRIES", 100_000, 1, u64::MAX);
         let shutdown_budget = Duration::from_secs(r.number("SHUTDOWN_BUDGET_SECONDS", 25, 1, 120));
         let metadata_uri = r.text("ECS_CONTAINER_METADATA_URI_V4");
+        let exit_with_parent = r.boolean("EXIT_WITH_PARENT", false);
         r.finish(RunConfig {
             auth,
             tuning,
@@ -648,6 +653,7 @@ impl RunConfig {
             shutdown_budget,
             metadata_uri,
             pool,
+            exit_with_parent,
         })
     }
 }
@@ -948,6 +954,58 @@ mod tests {
                 )]
             );
         }
+    }
+
+    #[test]
+    fn pool_mode_takes_the_session_from_claims() {
+        let c = RunConfig::from_settings(&map(&[
+            ("POOL_QUEUE_URL", "http://127.0.0.1:1/queue/claims"),
+            ("SESSIONS_TABLE_NAME", "sessions"),
+            ("CONTEXTS_BUCKET_NAME", "contexts"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("POOL_TASK_NAME", "pool-1"),
+        ]))
+        .unwrap();
+        let pool = c.pool.unwrap();
+        assert_eq!(
+            pool.queue,
+            PoolQueue::Sqs("http://127.0.0.1:1/queue/claims".into())
+        );
+        assert_eq!(pool.archives, ArchivePlace::Bucket("contexts".into()));
+        assert_eq!(pool.idle_lifetime, Duration::from_secs(3600));
+        assert_eq!(pool.visibility, Duration::from_secs(60));
+        assert_eq!(pool.task_name, "pool-1");
+        assert_eq!(c.context, ContextSource::None);
+        assert_eq!(c.auth.session_id, "");
+
+        let e = RunConfig::from_settings(&map(&[
+            ("POOL_QUEUE_DIR", "/q"),
+            ("SESSION_ID", "sess_1"),
+            ("CONTEXT_ID", "ctx_1"),
+            ("CONTEXT_S3_KEY", "p/c/profile.tar.gz"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("POOL_TASK_NAME", "../x"),
+        ]))
+        .unwrap_err()
+        .0
+        .join("\n");
+        for needle in [
+            "SESSION_ID comes from each claim",
+            "CONTEXT_ID comes from each claim",
+            "CONTEXT_S3_KEY comes from each claim",
+            "POOL_TASK_NAME must be",
+            "pool mode needs the session item",
+        ] {
+            assert!(e.contains(needle), "{needle} in {e}");
+        }
+        let both = RunConfig::from_settings(&map(&[
+            ("POOL_QUEUE_DIR", "/q"),
+            ("POOL_QUEUE_URL", "http://127.0.0.1:1/q"),
+            ("SESSIONS_DIR", "/s"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+        ]))
+        .unwrap_err();
+        assert!(both.0.iter().any(|m| m.contains("not both")), "{both:?}");
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! exits) and another controller takes it. The conditional READY keeps two controllers from
 //! both serving one session.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -396,15 +397,34 @@ impl ClaimedSession<'_> {
     }
 }
 
+/// The claimed context's profile directory, `<warm profile>.claimed` (a name the local platform
+/// also removes when the controller dies), removed when dropped.
+struct ClaimedDir(std::path::PathBuf);
+
+impl ClaimedDir {
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for ClaimedDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A new empty directory next to the warm profile, for the claimed context's profile.
-fn claimed_profile_dir(launch: &LaunchOptions) -> std::io::Result<tempfile::TempDir> {
-    let parent = launch
-        .user_data_dir
-        .parent()
-        .map_or_else(std::env::temp_dir, |p| p.to_owned());
-    tempfile::Builder::new()
-        .prefix("wallcrawler-claimed-")
-        .tempdir_in(parent)
+fn claimed_profile_dir(launch: &LaunchOptions) -> std::io::Result<ClaimedDir> {
+    let mut name = launch.user_data_dir.as_os_str().to_owned();
+    name.push(".claimed");
+    let dir = ClaimedDir(name.into());
+    match std::fs::remove_dir_all(dir.path()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::DirBuilder::new().mode(0o700).create(dir.path())?;
+    Ok(dir)
 }
 
 fn millis(d: Duration) -> u64 {

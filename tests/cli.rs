@@ -124,6 +124,12 @@ fn help_documents_every_variable() {
         "PROXY_HEADER_TIMEOUT_SECONDS",
         "METRICS_ADDR",
         "LOG_FORMAT",
+        "POOL_QUEUE_URL",
+        "POOL_QUEUE_DIR",
+        "POOL_IDLE_LIFETIME_SECONDS",
+        "POOL_CLAIM_VISIBILITY_SECONDS",
+        "POOL_TASK_NAME",
+        "EXIT_WITH_PARENT",
     ] {
         assert!(help.contains(var), "{var} not in run --help");
     }

@@ -95,6 +95,8 @@ impl Controllers {
             .env("PUBLIC_IP", "127.0.0.1")
             .env("USER_DATA_DIR", profile)
             .env("METRICS_ADDR", "")
+            // A controller never outlives `serve`, however `serve` ends.
+            .env("EXIT_WITH_PARENT", "true")
             .env("LOG_FORMAT", "text")
             .env(
                 "RUST_LOG",
@@ -368,7 +370,14 @@ impl LocalPool {
             self.ctl.record_exit(&claim.session_id, how).await;
         }
         let _ = tokio::fs::remove_dir_all(profile).await;
-        if served.is_empty() && back == 0 && started.elapsed() < EARLY_EXIT {
+        let mut claimed = profile.as_os_str().to_owned();
+        claimed.push(".claimed");
+        let _ = tokio::fs::remove_dir_all(PathBuf::from(claimed)).await;
+        if served.is_empty()
+            && back == 0
+            && started.elapsed() < EARLY_EXIT
+            && !self.ctl.stopping.load(Ordering::SeqCst)
+        {
             warn!(
                 controller = owner,
                 exit = how,

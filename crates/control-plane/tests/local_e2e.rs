@@ -260,7 +260,9 @@ fn the_stock_sdk_sends_a_failed_create_and_a_501_only_once() {
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .unwrap();
-    let s = Server::spawn("25", &failing);
+    // One controller per session (a failing pool controller never takes the claim: the create
+    // would wait and answer PENDING instead of failing).
+    let s = Server::spawn_with("25", &failing, &[("WALLCRAWLER_POOL_SIZE", "0")]);
     let r = s.node("no-retry");
     assert_eq!(r["ok"], true, "{r}");
     let once = |status: u16| serde_json::json!({"status": status, "requests": 1});
@@ -336,6 +338,7 @@ fn local_platform_files_are_private_limits_hold_and_exited_controllers_give_slot
         &[
             ("CDP_DISCONNECT_TIMEOUT", "300"),
             ("CDP_DISCONNECT_GRACE", "7"),
+            ("WALLCRAWLER_POOL_SIZE", "0"),
         ],
     );
     let dir = s.dir();
@@ -420,5 +423,288 @@ fn local_platform_files_are_private_limits_hold_and_exited_controllers_give_slot
         contexts.contains(v["id"].as_str().unwrap()),
         "the new writer holds the lease: {contexts}"
     );
+    s.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The warm pool (`serve --pool N`, the default): real controllers in pool mode taking claims
+// from `<data>/claims`, with Chromium behind a wrapper whose gates the tests open.
+
+/// Chromium behind two gates in `$GATE`: a warm launch (the pool controller's first Chrome)
+/// waits until `warm` exists; a launch on a claimed context's profile (`<warm profile>.claimed`) hangs (as a task that dies
+/// before READY would) when `hang-claimed` exists, which it removes so only one launch hangs
+/// (and it says so in `hanging`).
+const GATED_CHROMIUM: &str = r#"#!/bin/sh
+gate="@GATE@"
+case "$*" in
+  *.claimed*)
+    if rm "$gate/hang-claimed" 2>/dev/null; then : > "$gate/hanging"; exec sleep 600; fi ;;
+  *)
+    while [ ! -e "$gate/warm" ]; do sleep 0.02; done ;;
+esac
+exec /usr/lib/chromium/chromium "$@"
+"#;
+
+/// A pool server whose controllers run [`GATED_CHROMIUM`] (gates in the returned directory).
+fn gated_pool(pool: &str, create_wait: &str) -> (Server, tempfile::TempDir) {
+    let gate = tempfile::tempdir().unwrap();
+    let wrapper = gate.path().join("chromium");
+    std::fs::write(
+        &wrapper,
+        GATED_CHROMIUM.replace("@GATE@", &gate.path().display().to_string()),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
+    let controller = bin.with_file_name("wallcrawler-controller");
+    let chrome = wrapper.display().to_string();
+    let s = Server::spawn_with(
+        create_wait,
+        &controller,
+        &[("WALLCRAWLER_POOL_SIZE", pool), ("CHROME_PATH", &chrome)],
+    );
+    (s, gate)
+}
+
+fn open_gate(gate: &tempfile::TempDir, name: &str) {
+    std::fs::write(gate.path().join(name), b"").unwrap();
+}
+
+impl Server {
+    /// The session document as the controllers wrote it.
+    fn doc(&self, id: &str) -> serde_json::Value {
+        let p = self.dir().join("sessions").join(format!("{id}.json"));
+        serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap()
+    }
+
+    /// Pool controller `n` of this server (names are `pool-<serve's pid>-<n>`).
+    fn pool_name(&self, n: u32) -> String {
+        format!("pool-{}-{n}", self.child.id())
+    }
+
+    /// Polls the session through the API until `cond` holds; the last answer.
+    fn wait_session(
+        &self,
+        id: &str,
+        what: &str,
+        cond: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let (status, v) = self.call("GET", &format!("/v1/sessions/{id}"), "");
+            assert_eq!(status, 200, "{v}");
+            if cond(&v) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "{what}: {v}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn release(&self, id: &str) {
+        let (status, v) = self.call(
+            "POST",
+            &format!("/v1/sessions/{id}"),
+            &format!(
+                r#"{{"projectId":"{}","status":"REQUEST_RELEASE"}}"#,
+                self.project
+            ),
+        );
+        assert_eq!(status, 200, "{v}");
+    }
+
+    /// Claim files in `<data>/claims/<sub>`.
+    fn claims(&self, sub: &str) -> Vec<String> {
+        std::fs::read_dir(self.dir().join("claims").join(sub))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Puppeteer connects to `url`, evaluates 1+1 and disconnects.
+fn drive(url: &str) {
+    let dir = workspace().join("tests/node");
+    let out = Command::new("node")
+        .arg(dir.join("drive.mjs"))
+        .args(["--client", "puppeteer", "--url", url])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_default();
+    assert_eq!(
+        last["eval"],
+        2,
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn create(s: &Server, body: &str) -> serde_json::Value {
+    let (status, v) = s.call("POST", "/v1/sessions", body);
+    assert_eq!(status, 201, "{v}");
+    v
+}
+
+/// The pid of the process whose environment has `POOL_TASK_NAME=<name>` (a pool controller).
+fn pool_controller_pid(name: &str) -> Option<i32> {
+    let needle = format!("POOL_TASK_NAME={name}");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        env.split(|b| *b == 0)
+            .any(|v| v == needle.as_bytes())
+            .then_some(pid)
+    })
+}
+
+#[test]
+fn pool_controllers_answer_creates_at_once_each_session_with_its_own_controller() {
+    let (s, gate) = gated_pool("2", "25");
+    open_gate(&gate, "warm");
+    let project = s.project.clone();
+    let body = format!(r#"{{"projectId":"{project}"}}"#);
+    let (a, b) = std::thread::scope(|t| {
+        let first = t.spawn(|| create(&s, &body));
+        let second = t.spawn(|| create(&s, &body));
+        (first.join().unwrap(), second.join().unwrap())
+    });
+    for v in [&a, &b] {
+        assert_eq!(v["status"], "RUNNING", "{v}");
+        drive(v["connectUrl"].as_str().unwrap());
+    }
+    let owner = |v: &serde_json::Value| {
+        s.doc(v["id"].as_str().unwrap())["ecsTaskArn"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (oa, ob) = (owner(&a), owner(&b));
+    assert_ne!(oa, ob, "two sessions, two controllers");
+    for o in [&oa, &ob] {
+        assert!(o.starts_with(&format!("pool-{}-", s.child.id())), "{o}");
+    }
+    // Each claim was taken once and is done; both sessions end through their own controller.
+    assert!(s.claims("new").is_empty() && s.claims("taken").is_empty());
+    s.release(a["id"].as_str().unwrap());
+    s.release(b["id"].as_str().unwrap());
+    for v in [&a, &b] {
+        s.wait_session(v["id"].as_str().unwrap(), "COMPLETED with endedAt", |d| {
+            d["status"] == "COMPLETED" && d["endedAt"].is_string()
+        });
+    }
+    s.stop();
+}
+
+#[test]
+fn a_claim_whose_controller_dies_before_ready_is_served_by_another() {
+    let (s, gate) = gated_pool("2", "1");
+    open_gate(&gate, "warm");
+    open_gate(&gate, "hang-claimed");
+    let (status, c) = s.call("POST", "/v1/contexts", "{}");
+    assert_eq!(status, 201, "{c}");
+    let ctx = c["id"].as_str().unwrap();
+    let v = create(
+        &s,
+        &format!(
+            r#"{{"projectId":"{}","browserSettings":{{"context":{{"id":"{ctx}","persist":true}}}}}}"#,
+            s.project
+        ),
+    );
+    let id = v["id"].as_str().unwrap().to_owned();
+    // The controller that took the claim hangs starting Chrome on the context's profile.
+    wait_for("a controller hangs on the claim", || {
+        gate.path().join("hanging").exists()
+    });
+    let taken = s.claims("taken").remove(0);
+    let first = taken.rsplit_once('@').unwrap().1.to_owned();
+    assert!(taken.contains(&id), "{taken}");
+    let pid = pool_controller_pid(&first).expect("the controller holding the claim runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let running = s.wait_session(&id, "RUNNING, served by another controller", |d| {
+        d["status"] == "RUNNING" && d["connectUrl"].is_string()
+    });
+    let second = s.doc(&id)["ecsTaskArn"].as_str().unwrap().to_owned();
+    assert_ne!(second, first, "another controller serves the session");
+    drive(running["connectUrl"].as_str().unwrap());
+    s.release(&id);
+    s.wait_session(&id, "COMPLETED with endedAt", |d| {
+        d["status"] == "COMPLETED" && d["endedAt"].is_string()
+    });
+    assert!(
+        s.dir()
+            .join("contexts")
+            .join(&s.project)
+            .join(ctx)
+            .join("profile.tar.gz")
+            .is_file(),
+        "the context was persisted by the controller that served it"
+    );
+    s.stop();
+}
+
+#[test]
+fn a_session_released_before_its_claim_was_taken_is_never_brought_up() {
+    let (s, gate) = gated_pool("1", "1");
+    // No controller is warm: the create waits, then answers PENDING.
+    let v = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
+    assert_eq!(v["status"], "PENDING", "{v}");
+    assert!(v["connectUrl"].is_null(), "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    s.release(&id);
+    assert_eq!(s.claims("new").len(), 1, "the claim still waits");
+    open_gate(&gate, "warm");
+    // The controller takes the claim, finds the session released and drops it.
+    wait_for("the claim was dropped", || {
+        s.claims("new").is_empty() && s.claims("taken").is_empty() && s.claims("served").is_empty()
+    });
+    let doc = s.wait_session(&id, "endedAt from the dropping controller", |d| {
+        d["endedAt"].is_string()
+    });
+    assert_eq!(doc["status"], "COMPLETED", "{doc}");
+    let stored = s.doc(&id);
+    assert!(
+        stored["readyAt"].is_null() && stored["publicIP"].is_null(),
+        "never brought up: {stored}"
+    );
+    // The controller stayed warm: it serves the next session.
+    let next = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
+    assert_eq!(next["status"], "RUNNING", "{next}");
+    let next_id = next["id"].as_str().unwrap();
+    assert_eq!(s.doc(next_id)["ecsTaskArn"], s.pool_name(1).as_str());
+    s.release(next_id);
+    s.stop();
+}
+
+#[test]
+fn with_no_idle_controller_create_answers_pending_and_the_next_to_start_serves_it() {
+    let (s, gate) = gated_pool("1", "1");
+    let v = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
+    assert_eq!(v["status"], "PENDING", "{v}");
+    assert!(v["connectUrl"].is_null(), "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    open_gate(&gate, "warm");
+    let running = s.wait_session(&id, "RUNNING once a controller warmed up", |d| {
+        d["status"] == "RUNNING" && d["connectUrl"].is_string()
+    });
+    drive(running["connectUrl"].as_str().unwrap());
+    assert_eq!(s.doc(&id)["ecsTaskArn"], s.pool_name(1).as_str());
+    s.release(&id);
+    s.wait_session(&id, "COMPLETED", |d| {
+        d["status"] == "COMPLETED" && d["endedAt"].is_string()
+    });
     s.stop();
 }
