@@ -96,6 +96,8 @@ fn record_from(item: &HashMap<String, AttributeValue>) -> SessionRecord {
             .and_then(|n| n.parse::<f64>().ok())
             .map(|n| n as u64),
         project_id: text(attr::PROJECT_ID),
+        ever_ready: item.contains_key(attr::READY_AT),
+        ended: item.contains_key(attr::ENDED_AT),
     }
 }
 

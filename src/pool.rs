@@ -9,7 +9,10 @@
 //!
 //! A claim that does not parse is poison (toward the dead-letter queue). A claim whose session
 //! is missing or no longer pending (released meanwhile, or served by another controller after a
-//! redelivery) is deleted, and the controller stays warm for the next. Otherwise the controller
+//! redelivery) is deleted, and the controller stays warm for the next; a session released
+//! before any controller served it gets its `endedAt` from the controller that drops its claim
+//! (no task of its own ever stops for it, so nothing else would write it, and a context it
+//! leased would stay busy). Otherwise the controller
 //! binds the proxy to the session and project; with a context it closes the warm Chrome while
 //! the archive is unpacked into a new profile and starts Chrome on it (a running Chrome cannot
 //! change its profile, and a Fargate task is sized for one browser); publishes the browser;
@@ -47,8 +50,13 @@ const RECEIVE_WAIT: Duration = Duration::from_secs(20);
 /// What to do with a parsed claim.
 enum Verdict {
     Serve(SessionRecord),
-    /// Deleted unserved, with the reason for the log.
-    Discard(String),
+    /// Deleted unserved, with the reason for the log; `end`: the session ended before any
+    /// controller served it, and this one writes its `endedAt` (as `run` does for a session
+    /// released before its task started), or nobody would and its context stayed leased.
+    Discard {
+        why: String,
+        end: bool,
+    },
 }
 
 /// Runs a pool controller until its session ends (or its idle lifetime); the exit status.
@@ -188,8 +196,15 @@ async fn wait_for_claim(
         };
         match judge(deps, &claim).await {
             Ok(Verdict::Serve(record)) => return Some((claim, received, record)),
-            Ok(Verdict::Discard(why)) => {
+            Ok(Verdict::Discard { why, end }) => {
                 info!(session.id = %claim.session_id, why, "claim dropped");
+                if end {
+                    let item = Item {
+                        store: deps.sessions.as_deref(),
+                        id: &claim.session_id,
+                    };
+                    item.ended(0).await;
+                }
                 if let Err(e) = queue.discard(&received.receipt).await {
                     warn!(error = %e, "deleting the dropped claim failed");
                 }
@@ -206,25 +221,40 @@ async fn judge(deps: &TaskDeps, claim: &Claim) -> Result<Verdict, ()> {
         store.load(&claim.session_id)
     })
     .await;
-    let record = match loaded {
-        Ok(Some(r)) => r,
-        Ok(None) => return Ok(Verdict::Discard("the session does not exist".into())),
+    match loaded {
+        Ok(record) => Ok(verdict(claim, record)),
         Err(e) => {
             error!(error = %e, "the sessions table cannot be read; leaving the claim to come back");
-            return Err(());
+            Err(())
         }
+    }
+}
+
+/// What to do with `claim`, given its session item (`None`: no such session).
+fn verdict(claim: &Claim, record: Option<SessionRecord>) -> Verdict {
+    let Some(record) = record else {
+        return Verdict::Discard {
+            why: "the session does not exist".into(),
+            end: false,
+        };
     };
     if record.project_id.as_deref() != Some(claim.project_id.as_str()) {
-        return Ok(Verdict::Discard(
-            "the claim names another project than the session".into(),
-        ));
+        return Verdict::Discard {
+            why: "the claim names another project than the session".into(),
+            end: false,
+        };
     }
     match record.internal_status {
-        Some(s) if s.may_become_ready() => Ok(Verdict::Serve(record)),
-        s => Ok(Verdict::Discard(format!(
-            "the session is {}, no longer waiting for a browser",
-            s.map_or("without a status", InternalStatus::as_str)
-        ))),
+        Some(s) if s.may_become_ready() => Verdict::Serve(record),
+        s => Verdict::Discard {
+            why: format!(
+                "the session is {}, no longer waiting for a browser",
+                s.map_or("without a status", InternalStatus::as_str)
+            ),
+            // Only a session nobody served: a controller that did writes `endedAt` itself,
+            // last, after saving its context.
+            end: s.is_some_and(InternalStatus::is_terminal) && !record.ever_ready && !record.ended,
+        },
     }
 }
 
@@ -396,4 +426,76 @@ fn claimed_profile_dir(launch: &LaunchOptions) -> std::io::Result<tempfile::Temp
 
 fn millis(d: Duration) -> u64 {
     d.as_millis().min(u128::from(u64::MAX)) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim() -> Claim {
+        Claim {
+            session_id: "sess_1".into(),
+            project_id: "proj_1".into(),
+            context: None,
+        }
+    }
+
+    fn record(status: InternalStatus) -> SessionRecord {
+        SessionRecord {
+            internal_status: Some(status),
+            project_id: Some("proj_1".into()),
+            ..Default::default()
+        }
+    }
+
+    /// `Some(end)` for a discard, `None` for a serve.
+    fn discard_end(record: Option<SessionRecord>) -> Option<bool> {
+        match verdict(&claim(), record) {
+            Verdict::Serve(_) => None,
+            Verdict::Discard { end, .. } => Some(end),
+        }
+    }
+
+    #[test]
+    fn pending_sessions_are_served() {
+        for s in [
+            InternalStatus::Creating,
+            InternalStatus::Provisioning,
+            InternalStatus::Starting,
+        ] {
+            assert_eq!(discard_end(Some(record(s))), None, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_session_that_ended_unserved_gets_its_end_from_the_dropped_claim() {
+        for s in [
+            InternalStatus::Stopped,
+            InternalStatus::Failed,
+            InternalStatus::TimedOut,
+        ] {
+            assert_eq!(discard_end(Some(record(s))), Some(true), "{s:?}");
+            let served = SessionRecord {
+                ever_ready: true,
+                ..record(s)
+            };
+            assert_eq!(discard_end(Some(served)), Some(false), "{s:?} served");
+            let ended = SessionRecord {
+                ended: true,
+                ..record(s)
+            };
+            assert_eq!(discard_end(Some(ended)), Some(false), "{s:?} ended");
+        }
+        // Served by another controller after a redelivery, still live.
+        assert_eq!(
+            discard_end(Some(record(InternalStatus::Ready))),
+            Some(false)
+        );
+        assert_eq!(discard_end(None), Some(false));
+        let other = SessionRecord {
+            project_id: Some("proj_2".into()),
+            ..record(InternalStatus::Stopped)
+        };
+        assert_eq!(discard_end(Some(other)), Some(false), "another project's");
+    }
 }

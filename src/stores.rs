@@ -60,6 +60,10 @@ pub struct SessionRecord {
     pub keep_alive: bool,
     pub expires_at: Option<u64>,
     pub project_id: Option<String>,
+    /// `readyAt` is set: some controller served the session.
+    pub ever_ready: bool,
+    /// `endedAt` is set.
+    pub ended: bool,
 }
 
 /// The READY write.
@@ -341,6 +345,8 @@ impl SessionStore for DirectorySessions {
                 keep_alive: d.keep_alive,
                 expires_at: Some(d.expires_at).filter(|e| *e > 0),
                 project_id: Some(d.project_id),
+                ever_ready: d.ready_at.is_some(),
+                ended: d.ended_at.is_some(),
             }))
         })
     }
