@@ -1,8 +1,9 @@
 //! Pool mode of `run`: a controller that warms up before any session exists, then serves the
 //! first session claimed through the pool's queue and exits.
 //!
-//! Warm-up: signing keys loaded, the proxy listening (every request answered 503 `not ready`:
-//! its authenticator is bound to no session and no browser is published), Chrome running on a
+//! Warm-up: signing keys loaded, the proxy listening (every request with a token answered 503
+//! `not ready`, one without 401: its authenticator is bound to no session and no browser is
+//! published), Chrome running on a
 //! fresh profile. Then the controller long-polls the queue until a claim comes, a signal, or its
 //! idle lifetime passes (it exits, and ECS — or the local platform — starts a fresh one, so new
 //! images roll through).

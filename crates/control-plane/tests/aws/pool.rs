@@ -542,6 +542,26 @@ async fn pool_a_warm_task_serves_create_at_once_and_release_stops_it() {
         .as_str()
         .unwrap()
         .to_owned();
+    // Warm, the proxy serves nobody yet: even a well-signed token is told "not ready".
+    let proxy = task.wait_event("proxy listening").await["addr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let token = wallcrawler_contract::Claims::new(
+        "sess_not_claimed_yet",
+        &pool.f.project_id,
+        wallcrawler_contract::time::unix_millis() / 1000,
+        600,
+    )
+    .mint(&SigningKey::new(SIGNING_KEY.as_bytes()));
+    let (status, _) = http(
+        "GET",
+        &format!("http://{proxy}/json/version?signingKey={token}"),
+        &[],
+        vec![],
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     let metrics_url = format!("http://{metrics_addr}/metrics");
     let (_, page) = http("GET", &metrics_url, &[], vec![]).await;
     assert!(
@@ -663,6 +683,23 @@ async fn pool_simultaneous_creates_get_a_task_each() {
     ours.sort();
     assert_eq!(arns, ours, "one session on each task");
     drive(&connect_url(&two)).await;
+    // Each task's proxy is bound to its own session: the other session's token is refused.
+    let version = |proxy: &Value, token: &Value| {
+        let port = proxy["connectUrl"]
+            .as_str()
+            .unwrap()
+            .split(['?', ':'])
+            .nth(2)
+            .unwrap();
+        format!(
+            "http://127.0.0.1:{port}/json/version?signingKey={}",
+            token["signingKey"].as_str().unwrap()
+        )
+    };
+    let (own, _) = http("GET", &version(&one, &one), &[], vec![]).await;
+    assert_eq!(own, StatusCode::OK);
+    let (other, _) = http("GET", &version(&one, &two), &[], vec![]).await;
+    assert_eq!(other, StatusCode::UNAUTHORIZED);
     for v in [&one, &two] {
         pool.release(v["id"].as_str().unwrap()).await;
     }
