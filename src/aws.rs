@@ -477,6 +477,25 @@ const SQS: &str = "SQS queue";
 const SQS_MAX_WAIT: Duration = Duration::from_secs(20);
 
 impl SqsClaims {
+    /// `ChangeMessageVisibility`: the claim is visible again `after` from now.
+    fn visible_in<'a>(
+        &'a self,
+        receipt: &'a str,
+        after: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.client
+                .change_message_visibility()
+                .queue_url(&self.queue_url)
+                .receipt_handle(receipt)
+                .visibility_timeout(after.as_secs().min(43_200) as i32)
+                .send()
+                .await
+                .map_err(|e| sdk_error(SQS, e))?;
+            Ok(())
+        })
+    }
+
     fn delete<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             self.client
@@ -519,17 +538,14 @@ impl ClaimQueue for SqsClaims {
         self.delete(receipt)
     }
     fn poison<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            self.client
-                .change_message_visibility()
-                .queue_url(&self.queue_url)
-                .receipt_handle(receipt)
-                .visibility_timeout(0)
-                .send()
-                .await
-                .map_err(|e| sdk_error(SQS, e))?;
-            Ok(())
-        })
+        self.visible_in(receipt, Duration::ZERO)
+    }
+    fn keep<'a>(
+        &'a self,
+        receipt: &'a str,
+        more: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.visible_in(receipt, more)
     }
 }
 

@@ -30,7 +30,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, error, info, warn};
+use tracing::{Instrument, debug, error, info, warn};
 use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::claim::Claim;
 
@@ -286,12 +286,64 @@ impl ClaimedSession<'_> {
 
     async fn serve(
         self,
-        mut session: Session,
+        session: Session,
         launch: LaunchOptions,
         claimed_at: Instant,
         signal: &CancellationToken,
         metrics: &Arc<crate::telemetry::Metrics>,
     ) -> i32 {
+        // Until READY (or the end of trying) the claim is kept from other controllers: a slow
+        // bring-up (a large archive, a loaded host) must not let a second controller take the
+        // claim and race this one, whose failure would then end the session the other serves.
+        let up = tokio::select! {
+            biased;
+            up = self.bring_up(session, &launch, signal) => up,
+            never = self.keep_claim() => match never {},
+        };
+        let (session, claimed_dir, profile) = match up {
+            Ok(up) => up,
+            Err((code, done)) => {
+                self.settle(done).await;
+                return code;
+            }
+        };
+        metrics
+            .pool_claim_to_ready_ms
+            .store(millis(claimed_at.elapsed()).max(1), Ordering::Relaxed);
+        info!(
+            claim_to_ready_ms = millis(claimed_at.elapsed()),
+            "claimed session READY"
+        );
+        self.settle(true).await;
+        let code = serve_until_end(
+            session, self.c, self.deps, self.plan, &profile, self.item, signal,
+        )
+        .await;
+        drop(claimed_dir);
+        code
+    }
+
+    /// Restarts the claim's visibility timeout every half of it, for as long as it is polled.
+    async fn keep_claim(&self) -> std::convert::Infallible {
+        let every = (self.pool.visibility / 2).max(Duration::from_millis(500));
+        loop {
+            tokio::time::sleep(every).await;
+            match self.queue.keep(self.receipt, self.pool.visibility).await {
+                Ok(()) => debug!("claim kept"),
+                Err(e) => warn!(error = %e, "keeping the claim from other controllers failed"),
+            }
+        }
+    }
+
+    /// The session brought up: its proxy bound, Chrome on the context's profile if it has one,
+    /// READY written. `Err`: the exit status, and whether the claim is done with (deleted)
+    /// rather than dropped.
+    async fn bring_up(
+        &self,
+        mut session: Session,
+        launch: &LaunchOptions,
+        signal: &CancellationToken,
+    ) -> Result<(Session, Option<tempfile::TempDir>, std::path::PathBuf), (i32, bool)> {
         let c = self.c;
         session.bind(
             self.claim.session_id.clone(),
@@ -303,15 +355,14 @@ impl ClaimedSession<'_> {
         );
         // With a context: its own profile directory, next to the warm one (removed at exit).
         let claimed_dir = match self.plan.key {
-            Some(_) => match claimed_profile_dir(&launch) {
+            Some(_) => match claimed_profile_dir(launch) {
                 Ok(d) => Some(d),
                 Err(e) => {
                     let code = self
                         .item
                         .fail(&format!("no profile directory for the context: {e}"), 0)
                         .await;
-                    self.settle(true).await;
-                    return code;
+                    return Err((code, true));
                 }
             },
             None => None,
@@ -321,7 +372,7 @@ impl ClaimedSession<'_> {
             .map_or(launch.user_data_dir.clone(), |d| d.path().to_owned());
         if claimed_dir.is_some() {
             match self
-                .switch_profile(&mut session, &launch, &profile, signal)
+                .switch_profile(&mut session, launch, &profile, signal)
                 .await
             {
                 Ok(true) => {}
@@ -329,14 +380,12 @@ impl ClaimedSession<'_> {
                     // A signal while Chrome started: the session was not brought up.
                     self.item.terminal(InternalStatus::Stopped, None).await;
                     self.item.ended(0).await;
-                    self.settle(true).await;
                     session.finish().await;
-                    return 0;
+                    return Err((0, true));
                 }
                 Err(code) => {
-                    self.settle(true).await;
                     session.finish().await;
-                    return code;
+                    return Err((code, true));
                 }
             }
         }
@@ -351,27 +400,10 @@ impl ClaimedSession<'_> {
             Some(&self.pool.task_name),
         )
         .await;
-        let session = match announced {
-            Ok(s) => s,
-            Err(code) => {
-                self.settle(code != 0).await;
-                return code;
-            }
-        };
-        metrics
-            .pool_claim_to_ready_ms
-            .store(millis(claimed_at.elapsed()).max(1), Ordering::Relaxed);
-        info!(
-            claim_to_ready_ms = millis(claimed_at.elapsed()),
-            "claimed session READY"
-        );
-        self.settle(true).await;
-        let code = serve_until_end(
-            session, c, self.deps, self.plan, &profile, self.item, signal,
-        )
-        .await;
-        drop(claimed_dir);
-        code
+        match announced {
+            Ok(session) => Ok((session, claimed_dir, profile)),
+            Err(code) => Err((code, code != 0)),
+        }
     }
 
     /// Closes the warm Chrome while the context's archive is unpacked into `profile`, then

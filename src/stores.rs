@@ -165,6 +165,14 @@ pub trait ClaimQueue: Send + Sync {
     /// A claim that does not parse: toward the dead-letter queue (SQS: visible again at once,
     /// and the queue's redrive policy moves it after its receive count).
     fn poison<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// Still bringing the claim's session up: invisible to other controllers for `more` from
+    /// now (SQS: its visibility timeout restarted). A directory claim stays with its owner
+    /// until it is settled or the owner exits: nothing to do.
+    fn keep<'a>(
+        &'a self,
+        receipt: &'a str,
+        more: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
 /// Claims in a directory shared with the local platform ([`DirQueue`]), taken under `owner`.
@@ -219,6 +227,9 @@ impl ClaimQueue for DirClaims {
                 .dead_letter(receipt, &self.owner)
                 .map_err(Self::io)
         })
+    }
+    fn keep<'a>(&'a self, _: &'a str, _: Duration) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
     }
 }
 

@@ -9,6 +9,8 @@
 //! - a context: cookies set in one session (one task) are there in the next (another task);
 //! - simultaneous creates with two warm tasks: one task each;
 //! - a task killed between taking a claim and READY: another task serves the session;
+//! - a task slow between taking a claim and READY keeps the claim from the other tasks (no
+//!   second task races it), and its failure is the session's;
 //! - a session released before any task took its claim: the claim is dropped, the task stays
 //!   warm and serves the next session;
 //! - no warm task: create answers PENDING and the next task to start serves the session;
@@ -180,6 +182,30 @@ impl Pool {
         }
     }
 
+    /// A Chrome that starts normally for the warm profile but, on a claimed context's profile,
+    /// waits until [`Pool::open_gate`] and then fails (exit 1): a slow bring-up that fails.
+    fn chrome_failing_on_claimed_profiles_at_the_gate(&self) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.tmp.path().join("chrome-gated.sh");
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\ncase \"$*\" in\n  *wallcrawler-claimed-*)\n    \
+                 while [ ! -e '{gate}' ]; do sleep 0.05; done\n    exit 1 ;;\nesac\n\
+                 exec '{chrome}' \"$@\"\n",
+                gate = self.tmp.path().join("gate").display(),
+                chrome = chromium().display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn open_gate(&self) {
+        std::fs::write(self.tmp.path().join("gate"), b"").unwrap();
+    }
+
     /// A Chrome that starts normally for the warm profile but never comes up on a claimed
     /// context's profile (`wallcrawler-claimed-*`): it blocks, as a task that dies there would.
     fn chrome_stuck_on_claimed_profiles(&self) -> PathBuf {
@@ -288,6 +314,8 @@ struct TaskOptions {
     visibility_seconds: Option<u64>,
     /// METRICS_ADDR=127.0.0.1:0 instead of no metrics.
     metrics: bool,
+    /// RUST_LOG instead of `info`.
+    rust_log: Option<&'static str>,
 }
 
 /// What a controller wrote on stderr (JSON lines), shared with the task reading it.
@@ -323,7 +351,7 @@ impl PoolTask {
             .env("TMPDIR", pool.tmp.path())
             .envs(aws_env())
             .env("LOG_FORMAT", "json")
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", o.rust_log.unwrap_or("info"))
             .env("POOL_QUEUE_URL", &pool.queue)
             .env("POOL_TASK_NAME", unique("pool-task"))
             .env("SESSIONS_TABLE_NAME", &pool.f.cfg.tables.sessions)
@@ -761,6 +789,74 @@ async fn pool_a_task_killed_before_ready_leaves_its_claim_to_another() {
     pool.release(&id).await;
     let status = rescuer.stopped_by_ecs(&pool.f).await;
     assert_eq!(status.code(), Some(0), "{}", rescuer.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_slow_task_keeps_its_claim_from_the_others() {
+    const VISIBILITY: u64 = 4;
+    let pool = Pool::new(1).await;
+    let (status, c) = pool
+        .f
+        .call(Method::POST, "/v1/contexts", Some(json!({})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{c}");
+    let ctx = c["id"].as_str().unwrap();
+    let mut slow = PoolTask::start(
+        &pool,
+        TaskOptions {
+            chrome: Some(pool.chrome_failing_on_claimed_profiles_at_the_gate()),
+            visibility_seconds: Some(VISIBILITY),
+            rust_log: Some("info,wallcrawler_controller::pool=debug"),
+            ..Default::default()
+        },
+    )
+    .await
+    .warm()
+    .await;
+    let v = pool
+        .create(json!({"browserSettings": {"context": {"id": ctx}}}))
+        .await;
+    assert_eq!(v["status"], "PENDING", "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    slow.wait_event("claim taken").await;
+    let mut other = pool.task().await.warm().await;
+    // From the moment the other task waits on the queue, more than a visibility timeout
+    // passes (three keeps, one every half of it) while the slow task is still bringing up.
+    let kept = slow.events("claim kept").len();
+    slow.wait_events("claim kept", kept + 3).await;
+    assert!(
+        other.events("claim taken").is_empty(),
+        "a second task took the claim of a task still at work:\n{}",
+        other.text()
+    );
+
+    // The slow task fails: the session is its own to fail, and no one else ever served it.
+    pool.open_gate();
+    assert_eq!(slow.exit().await.code(), Some(1), "{}", slow.text());
+    let item = pool.ended(&id).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("FAILED"));
+    assert!(
+        text(&item, "terminationReason")
+            .is_some_and(|r| r.contains("browser could not be started")),
+        "{item:?}"
+    );
+    pool.claims_deleted().await;
+    assert!(other.events("claim taken").is_empty(), "{}", other.text());
+
+    // The other task, still warm, serves the next session.
+    let next = pool.create(json!({"keepAlive": true})).await;
+    let next = match next["status"].as_str() {
+        Some("RUNNING") => next,
+        _ => pool.running(next["id"].as_str().unwrap()).await,
+    };
+    let next_id = next["id"].as_str().unwrap();
+    assert_eq!(
+        text(&pool.f.item(next_id).await, "ecsTaskArn").as_deref(),
+        Some(other.arn.as_str())
+    );
+    pool.release(next_id).await;
+    let status = other.stopped_by_ecs(&pool.f).await;
+    assert_eq!(status.code(), Some(0), "{}", other.text());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
