@@ -81,7 +81,6 @@ fn s(v: &str) -> AttributeValue {
 fn record_from(item: &HashMap<String, AttributeValue>) -> SessionRecord {
     let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
     SessionRecord {
-        ended: item.contains_key(attr::ENDED_AT),
         internal_status: text(attr::INTERNAL_STATUS)
             .as_deref()
             .and_then(InternalStatus::parse),
@@ -97,6 +96,8 @@ fn record_from(item: &HashMap<String, AttributeValue>) -> SessionRecord {
             .and_then(|n| n.parse::<f64>().ok())
             .map(|n| n as u64),
         project_id: text(attr::PROJECT_ID),
+        ever_ready: item.contains_key(attr::READY_AT),
+        ended: item.contains_key(attr::ENDED_AT),
     }
 }
 
@@ -476,6 +477,25 @@ const SQS: &str = "SQS queue";
 const SQS_MAX_WAIT: Duration = Duration::from_secs(20);
 
 impl SqsClaims {
+    /// `ChangeMessageVisibility`: the claim is visible again `after` from now.
+    fn visible_in<'a>(
+        &'a self,
+        receipt: &'a str,
+        after: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.client
+                .change_message_visibility()
+                .queue_url(&self.queue_url)
+                .receipt_handle(receipt)
+                .visibility_timeout(after.as_secs().min(43_200) as i32)
+                .send()
+                .await
+                .map_err(|e| sdk_error(SQS, e))?;
+            Ok(())
+        })
+    }
+
     fn delete<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             self.client
@@ -518,17 +538,14 @@ impl ClaimQueue for SqsClaims {
         self.delete(receipt)
     }
     fn poison<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            self.client
-                .change_message_visibility()
-                .queue_url(&self.queue_url)
-                .receipt_handle(receipt)
-                .visibility_timeout(0)
-                .send()
-                .await
-                .map_err(|e| sdk_error(SQS, e))?;
-            Ok(())
-        })
+        self.visible_in(receipt, Duration::ZERO)
+    }
+    fn keep<'a>(
+        &'a self,
+        receipt: &'a str,
+        more: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.visible_in(receipt, more)
     }
 }
 

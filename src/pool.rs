@@ -1,15 +1,19 @@
 //! Pool mode of `run`: a controller that warms up before any session exists, then serves the
 //! first session claimed through the pool's queue and exits.
 //!
-//! Warm-up: signing keys loaded, the proxy listening (every request answered 503 `not ready`:
-//! its authenticator is bound to no session and no browser is published), Chrome running on a
+//! Warm-up: signing keys loaded, the proxy listening (every request with a token answered 503
+//! `not ready`, one without 401: its authenticator is bound to no session and no browser is
+//! published), Chrome running on a
 //! fresh profile. Then the controller long-polls the queue until a claim comes, a signal, or its
 //! idle lifetime passes (it exits, and ECS — or the local platform — starts a fresh one, so new
 //! images roll through).
 //!
 //! A claim that does not parse is poison (toward the dead-letter queue). A claim whose session
 //! is missing or no longer pending (released meanwhile, or served by another controller after a
-//! redelivery) is deleted, and the controller stays warm for the next. Otherwise the controller
+//! redelivery) is deleted, and the controller stays warm for the next; a session released
+//! before any controller served it gets its `endedAt` from the controller that drops its claim
+//! (no task of its own ever stops for it, so nothing else would write it, and a context it
+//! leased would stay busy). Otherwise the controller
 //! binds the proxy to the session and project; with a context it closes the warm Chrome while
 //! the archive is unpacked into a new profile and starts Chrome on it (a running Chrome cannot
 //! change its profile, and a Fargate task is sized for one browser); publishes the browser;
@@ -27,7 +31,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, error, info, warn};
+use tracing::{Instrument, debug, error, info, warn};
 use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::claim::Claim;
 
@@ -48,8 +52,13 @@ const RECEIVE_WAIT: Duration = Duration::from_secs(20);
 /// What to do with a parsed claim.
 enum Verdict {
     Serve(SessionRecord),
-    /// Deleted unserved, with the reason for the log.
-    Discard(String),
+    /// Deleted unserved, with the reason for the log; `end`: the session ended before any
+    /// controller served it, and this one writes its `endedAt` (as `run` does for a session
+    /// released before its task started), or nobody would and its context stayed leased.
+    Discard {
+        why: String,
+        end: bool,
+    },
 }
 
 /// Runs a pool controller until its session ends (or its idle lifetime); the exit status.
@@ -189,8 +198,15 @@ async fn wait_for_claim(
         };
         match judge(deps, &claim).await {
             Ok(Verdict::Serve(record)) => return Some((claim, received, record)),
-            Ok(Verdict::Discard(why)) => {
+            Ok(Verdict::Discard { why, end }) => {
                 info!(session.id = %claim.session_id, why, "claim dropped");
+                if end {
+                    let item = Item {
+                        store: deps.sessions.as_deref(),
+                        id: &claim.session_id,
+                    };
+                    item.ended(0).await;
+                }
                 if let Err(e) = queue.discard(&received.receipt).await {
                     warn!(error = %e, "deleting the dropped claim failed");
                 }
@@ -207,38 +223,40 @@ async fn judge(deps: &TaskDeps, claim: &Claim) -> Result<Verdict, ()> {
         store.load(&claim.session_id)
     })
     .await;
-    let record = match loaded {
-        Ok(Some(r)) => r,
-        Ok(None) => return Ok(Verdict::Discard("the session does not exist".into())),
+    match loaded {
+        Ok(record) => Ok(verdict(claim, record)),
         Err(e) => {
             error!(error = %e, "the sessions table cannot be read; leaving the claim to come back");
-            return Err(());
+            Err(())
         }
+    }
+}
+
+/// What to do with `claim`, given its session item (`None`: no such session).
+fn verdict(claim: &Claim, record: Option<SessionRecord>) -> Verdict {
+    let Some(record) = record else {
+        return Verdict::Discard {
+            why: "the session does not exist".into(),
+            end: false,
+        };
     };
     if record.project_id.as_deref() != Some(claim.project_id.as_str()) {
-        return Ok(Verdict::Discard(
-            "the claim names another project than the session".into(),
-        ));
+        return Verdict::Discard {
+            why: "the claim names another project than the session".into(),
+            end: false,
+        };
     }
     match record.internal_status {
-        Some(s) if s.may_become_ready() => Ok(Verdict::Serve(record)),
-        Some(s) if s.is_terminal() && !record.ended => {
-            // Released before any task took it: ended now, as `run` does for a session that
-            // ended before its task started (a context's next writer waits for `endedAt`).
-            let item = Item {
-                store: Some(store.as_ref()),
-                id: &claim.session_id,
-            };
-            item.ended(0).await;
-            Ok(Verdict::Discard(format!(
-                "the session was {} before it was served",
-                s.as_str()
-            )))
-        }
-        s => Ok(Verdict::Discard(format!(
-            "the session is {}, no longer waiting for a browser",
-            s.map_or("without a status", InternalStatus::as_str)
-        ))),
+        Some(s) if s.may_become_ready() => Verdict::Serve(record),
+        s => Verdict::Discard {
+            why: format!(
+                "the session is {}, no longer waiting for a browser",
+                s.map_or("without a status", InternalStatus::as_str)
+            ),
+            // Only a session nobody served: a controller that did writes `endedAt` itself,
+            // last, after saving its context.
+            end: s.is_some_and(InternalStatus::is_terminal) && !record.ever_ready && !record.ended,
+        },
     }
 }
 
@@ -269,12 +287,64 @@ impl ClaimedSession<'_> {
 
     async fn serve(
         self,
-        mut session: Session,
+        session: Session,
         launch: LaunchOptions,
         claimed_at: Instant,
         signal: &CancellationToken,
         metrics: &Arc<crate::telemetry::Metrics>,
     ) -> i32 {
+        // Until READY (or the end of trying) the claim is kept from other controllers: a slow
+        // bring-up (a large archive, a loaded host) must not let a second controller take the
+        // claim and race this one, whose failure would then end the session the other serves.
+        let up = tokio::select! {
+            biased;
+            up = self.bring_up(session, &launch, signal) => up,
+            never = self.keep_claim() => match never {},
+        };
+        let (session, claimed_dir, profile) = match up {
+            Ok(up) => up,
+            Err((code, done)) => {
+                self.settle(done).await;
+                return code;
+            }
+        };
+        metrics
+            .pool_claim_to_ready_ms
+            .store(millis(claimed_at.elapsed()).max(1), Ordering::Relaxed);
+        info!(
+            claim_to_ready_ms = millis(claimed_at.elapsed()),
+            "claimed session READY"
+        );
+        self.settle(true).await;
+        let code = serve_until_end(
+            session, self.c, self.deps, self.plan, &profile, self.item, signal,
+        )
+        .await;
+        drop(claimed_dir);
+        code
+    }
+
+    /// Restarts the claim's visibility timeout every half of it, for as long as it is polled.
+    async fn keep_claim(&self) -> std::convert::Infallible {
+        let every = (self.pool.visibility / 2).max(Duration::from_millis(500));
+        loop {
+            tokio::time::sleep(every).await;
+            match self.queue.keep(self.receipt, self.pool.visibility).await {
+                Ok(()) => debug!("claim kept"),
+                Err(e) => warn!(error = %e, "keeping the claim from other controllers failed"),
+            }
+        }
+    }
+
+    /// The session brought up: its proxy bound, Chrome on the context's profile if it has one,
+    /// READY written. `Err`: the exit status, and whether the claim is done with (deleted)
+    /// rather than dropped.
+    async fn bring_up(
+        &self,
+        mut session: Session,
+        launch: &LaunchOptions,
+        signal: &CancellationToken,
+    ) -> Result<(Session, Option<ClaimedDir>, std::path::PathBuf), (i32, bool)> {
         let c = self.c;
         session.bind(
             self.claim.session_id.clone(),
@@ -286,15 +356,14 @@ impl ClaimedSession<'_> {
         );
         // With a context: its own profile directory, next to the warm one (removed at exit).
         let claimed_dir = match self.plan.key {
-            Some(_) => match claimed_profile_dir(&launch) {
+            Some(_) => match claimed_profile_dir(launch) {
                 Ok(d) => Some(d),
                 Err(e) => {
                     let code = self
                         .item
                         .fail(&format!("no profile directory for the context: {e}"), 0)
                         .await;
-                    self.settle(true).await;
-                    return code;
+                    return Err((code, true));
                 }
             },
             None => None,
@@ -304,7 +373,7 @@ impl ClaimedSession<'_> {
             .map_or(launch.user_data_dir.clone(), |d| d.path().to_owned());
         if claimed_dir.is_some() {
             match self
-                .switch_profile(&mut session, &launch, &profile, signal)
+                .switch_profile(&mut session, launch, &profile, signal)
                 .await
             {
                 Ok(true) => {}
@@ -312,14 +381,12 @@ impl ClaimedSession<'_> {
                     // A signal while Chrome started: the session was not brought up.
                     self.item.terminal(InternalStatus::Stopped, None).await;
                     self.item.ended(0).await;
-                    self.settle(true).await;
                     session.finish().await;
-                    return 0;
+                    return Err((0, true));
                 }
                 Err(code) => {
-                    self.settle(true).await;
                     session.finish().await;
-                    return code;
+                    return Err((code, true));
                 }
             }
         }
@@ -334,27 +401,10 @@ impl ClaimedSession<'_> {
             Some(&self.pool.task_name),
         )
         .await;
-        let session = match announced {
-            Ok(s) => s,
-            Err(code) => {
-                self.settle(code != 0).await;
-                return code;
-            }
-        };
-        metrics
-            .pool_claim_to_ready_ms
-            .store(millis(claimed_at.elapsed()).max(1), Ordering::Relaxed);
-        info!(
-            claim_to_ready_ms = millis(claimed_at.elapsed()),
-            "claimed session READY"
-        );
-        self.settle(true).await;
-        let code = serve_until_end(
-            session, c, self.deps, self.plan, &profile, self.item, signal,
-        )
-        .await;
-        drop(claimed_dir);
-        code
+        match announced {
+            Ok(session) => Ok((session, claimed_dir, profile)),
+            Err(code) => Err((code, code != 0)),
+        }
     }
 
     /// Closes the warm Chrome while the context's archive is unpacked into `profile`, then
@@ -429,4 +479,76 @@ fn claimed_profile_dir(launch: &LaunchOptions) -> std::io::Result<ClaimedDir> {
 
 fn millis(d: Duration) -> u64 {
     d.as_millis().min(u128::from(u64::MAX)) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim() -> Claim {
+        Claim {
+            session_id: "sess_1".into(),
+            project_id: "proj_1".into(),
+            context: None,
+        }
+    }
+
+    fn record(status: InternalStatus) -> SessionRecord {
+        SessionRecord {
+            internal_status: Some(status),
+            project_id: Some("proj_1".into()),
+            ..Default::default()
+        }
+    }
+
+    /// `Some(end)` for a discard, `None` for a serve.
+    fn discard_end(record: Option<SessionRecord>) -> Option<bool> {
+        match verdict(&claim(), record) {
+            Verdict::Serve(_) => None,
+            Verdict::Discard { end, .. } => Some(end),
+        }
+    }
+
+    #[test]
+    fn pending_sessions_are_served() {
+        for s in [
+            InternalStatus::Creating,
+            InternalStatus::Provisioning,
+            InternalStatus::Starting,
+        ] {
+            assert_eq!(discard_end(Some(record(s))), None, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_session_that_ended_unserved_gets_its_end_from_the_dropped_claim() {
+        for s in [
+            InternalStatus::Stopped,
+            InternalStatus::Failed,
+            InternalStatus::TimedOut,
+        ] {
+            assert_eq!(discard_end(Some(record(s))), Some(true), "{s:?}");
+            let served = SessionRecord {
+                ever_ready: true,
+                ..record(s)
+            };
+            assert_eq!(discard_end(Some(served)), Some(false), "{s:?} served");
+            let ended = SessionRecord {
+                ended: true,
+                ..record(s)
+            };
+            assert_eq!(discard_end(Some(ended)), Some(false), "{s:?} ended");
+        }
+        // Served by another controller after a redelivery, still live.
+        assert_eq!(
+            discard_end(Some(record(InternalStatus::Ready))),
+            Some(false)
+        );
+        assert_eq!(discard_end(None), Some(false));
+        let other = SessionRecord {
+            project_id: Some("proj_2".into()),
+            ..record(InternalStatus::Stopped)
+        };
+        assert_eq!(discard_end(Some(other)), Some(false), "another project's");
+    }
 }

@@ -60,7 +60,9 @@ pub struct SessionRecord {
     pub keep_alive: bool,
     pub expires_at: Option<u64>,
     pub project_id: Option<String>,
-    /// Whether `endedAt` is set.
+    /// `readyAt` is set: some controller served the session.
+    pub ever_ready: bool,
+    /// `endedAt` is set.
     pub ended: bool,
 }
 
@@ -163,6 +165,14 @@ pub trait ClaimQueue: Send + Sync {
     /// A claim that does not parse: toward the dead-letter queue (SQS: visible again at once,
     /// and the queue's redrive policy moves it after its receive count).
     fn poison<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// Still bringing the claim's session up: invisible to other controllers for `more` from
+    /// now (SQS: its visibility timeout restarted). A directory claim stays with its owner
+    /// until it is settled or the owner exits: nothing to do.
+    fn keep<'a>(
+        &'a self,
+        receipt: &'a str,
+        more: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
 /// Claims in a directory shared with the local platform ([`DirQueue`]), taken under `owner`.
@@ -217,6 +227,9 @@ impl ClaimQueue for DirClaims {
                 .dead_letter(receipt, &self.owner)
                 .map_err(Self::io)
         })
+    }
+    fn keep<'a>(&'a self, _: &'a str, _: Duration) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
     }
 }
 
@@ -343,6 +356,7 @@ impl SessionStore for DirectorySessions {
                 keep_alive: d.keep_alive,
                 expires_at: Some(d.expires_at).filter(|e| *e > 0),
                 project_id: Some(d.project_id),
+                ever_ready: d.ready_at.is_some(),
                 ended: d.ended_at.is_some(),
             }))
         })

@@ -220,6 +220,21 @@ impl Controllers {
     }
 }
 
+/// Removes a dead controller's profile. A Chrome killed while it started (the controller was
+/// stopped during its warm-up) can leave helper processes writing there for a moment after the
+/// controller exited: removal is repeated until the directory stays gone a moment later (at
+/// most ~2 s).
+async fn remove_profile(dir: &Path) {
+    for _ in 0..8 {
+        let _ = tokio::fs::remove_dir_all(dir).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if !tokio::fs::try_exists(dir).await.unwrap_or(false) {
+            return;
+        }
+    }
+    warn!(dir = %dir.display(), "a controller's profile could not be removed");
+}
+
 /// One controller per session (`--pool 0`).
 pub struct LocalLauncher(pub Controllers);
 
@@ -369,10 +384,10 @@ impl LocalPool {
         for claim in &served {
             self.ctl.record_exit(&claim.session_id, how).await;
         }
-        let _ = tokio::fs::remove_dir_all(profile).await;
         let mut claimed = profile.as_os_str().to_owned();
         claimed.push(".claimed");
-        let _ = tokio::fs::remove_dir_all(PathBuf::from(claimed)).await;
+        remove_profile(profile).await;
+        remove_profile(Path::new(&claimed)).await;
         if served.is_empty()
             && back == 0
             && started.elapsed() < EARLY_EXIT

@@ -2,7 +2,8 @@
 //! real SDK: the API through the one router over DynamoDB, ECS, S3 and Secrets Manager, with
 //! the test playing the controller (it writes READY as a task would); the DynamoDB stores'
 //! conditional writes against the in-memory reference; the ECS task-state handler; presigned
-//! uploads; and the `admin` commands of the real binary.
+//! uploads; and the `admin` commands of the real binary. In `pool` (tests/aws/pool.rs): pool
+//! mode, the API sending claims to SQS and real pool controllers with Chromium serving them.
 //!
 //! One moto server per test binary (started on first use, on a free port, ended with the test
 //! binary); every test uses its own tables, bucket, secret and cluster, so they run in parallel.
@@ -39,6 +40,9 @@ use wallcrawler_control_plane::memory::MemSessions;
 use wallcrawler_control_plane::model::hash_api_key;
 use wallcrawler_control_plane::ports::{Cond, SessionRepo};
 use wallcrawler_control_plane::router::router;
+
+#[path = "aws/pool.rs"]
+mod pool;
 
 const WAIT: Duration = Duration::from_secs(20);
 const SIGNING_KEY: &str = "aws-tests-signing-key";
@@ -322,6 +326,11 @@ struct Fixture {
 
 impl Fixture {
     async fn new(create_wait_seconds: u64) -> Fixture {
+        Fixture::with_env(create_wait_seconds, Vec::new()).await
+    }
+
+    /// [`Fixture::new`] with more of the API function's environment (e.g. `POOL_QUEUE_URL`).
+    async fn with_env(create_wait_seconds: u64, extra: Vec<(&'static str, String)>) -> Fixture {
         let sdk = sdk().await;
         let mut vars = create_tables(&sdk).await;
         let bucket = unique("contexts");
@@ -352,6 +361,7 @@ impl Fixture {
             ),
             ("CREATE_WAIT_SECONDS", create_wait_seconds.to_string()),
         ]);
+        vars.extend(extra);
         let vars: HashMap<&str, String> = vars.into_iter().collect();
         let cfg = Config::from_source(&|k| vars.get(k).cloned()).expect("a complete configuration");
         let app = build_app(&sdk, &cfg);

@@ -1,0 +1,975 @@
+//! Pool mode on AWS: the API with `POOL_QUEUE_URL` (claims sent to an SQS queue with a
+//! dead-letter queue) and real `wallcrawler-controller run` processes in pool mode standing in
+//! for the pool's Fargate tasks, each with a moto ECS task of its own (its ARN given by a
+//! stand-in task metadata endpoint, as ECS gives it), real Chromium, and the test playing ECS
+//! where ECS acts (a `StopTask` seen in moto becomes a SIGTERM to that task's controller).
+//!
+//! - a warm task makes create answer RUNNING with a working connectUrl; release stops that
+//!   task; its pool metrics;
+//! - a context: cookies set in one session (one task) are there in the next (another task);
+//! - simultaneous creates with two warm tasks: one task each;
+//! - a task killed between taking a claim and READY: another task serves the session;
+//! - a task slow between taking a claim and READY keeps the claim from the other tasks (no
+//!   second task races it), and its failure is the session's;
+//! - a session released before any task took its claim: the claim is dropped, the task stays
+//!   warm and serves the next session;
+//! - no warm task: create answers PENDING and the next task to start serves the session;
+//! - a poison claim ends in the dead-letter queue and the task still serves valid claims.
+//!
+//! A failing test prints its controllers' logs; `POOL_TEST_LOGS=1` prints them always.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::sync::Mutex;
+
+use aws_sdk_sqs::types::QueueAttributeName;
+use nix::sys::signal::Signal;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+use super::*;
+
+/// Bound on any single wait here (a hang guard for a loaded machine, never a speed assertion).
+const POOL_WAIT: Duration = Duration::from_secs(60);
+
+/// The dead-letter queue takes a claim after this many receives.
+const MAX_RECEIVE_COUNT: u32 = 2;
+
+/// The API with a pool queue, and a directory for the pool tasks' temporary files.
+struct Pool {
+    f: Fixture,
+    sqs: aws_sdk_sqs::Client,
+    queue: String,
+    dlq: String,
+    /// TMPDIR of the controllers (their profiles) and the Chrome wrapper scripts. Dropped after
+    /// the tasks (declared before them in each test), so a failed test leaves nothing behind.
+    tmp: tempfile::TempDir,
+}
+
+impl Pool {
+    async fn new(create_wait_seconds: u64) -> Pool {
+        let sdk = sdk().await;
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let dlq = sqs
+            .create_queue()
+            .queue_name(unique("pool-dlq"))
+            .send()
+            .await
+            .unwrap()
+            .queue_url()
+            .unwrap()
+            .to_owned();
+        let dlq_arn = sqs
+            .get_queue_attributes()
+            .queue_url(&dlq)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .unwrap()
+            .attributes()
+            .unwrap()[&QueueAttributeName::QueueArn]
+            .clone();
+        let redrive = json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": MAX_RECEIVE_COUNT});
+        let queue = sqs
+            .create_queue()
+            .queue_name(unique("pool"))
+            .attributes(QueueAttributeName::RedrivePolicy, redrive.to_string())
+            .send()
+            .await
+            .unwrap()
+            .queue_url()
+            .unwrap()
+            .to_owned();
+        let f =
+            Fixture::with_env(create_wait_seconds, vec![("POOL_QUEUE_URL", queue.clone())]).await;
+        Pool {
+            f,
+            sqs,
+            queue,
+            dlq,
+            tmp: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// A warm-able pool task with the defaults.
+    async fn task(&self) -> PoolTask {
+        PoolTask::start(self, TaskOptions::default()).await
+    }
+
+    /// Messages in `queue`, visible and in flight.
+    async fn messages(&self, queue: &str) -> (u64, u64) {
+        let attrs = self
+            .sqs
+            .get_queue_attributes()
+            .queue_url(queue)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .unwrap();
+        let attrs = attrs.attributes().unwrap();
+        let n = |k: QueueAttributeName| attrs[&k].parse::<u64>().unwrap();
+        (
+            n(QueueAttributeName::ApproximateNumberOfMessages),
+            n(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        )
+    }
+
+    /// Waits until the pool queue holds no message, visible or in flight: the claims are
+    /// deleted. (Bounded below the default visibility timeout, so a claim taken and never
+    /// deleted cannot pass for a deleted one by coming back.)
+    async fn claims_deleted(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let n = self.messages(&self.queue).await;
+            if n == (0, 0) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "claims left in the queue: {n:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `POST /v1/sessions`; asserts 201.
+    async fn create(&self, body: Value) -> Value {
+        let (status, v) = self.f.call(Method::POST, "/v1/sessions", Some(body)).await;
+        assert_eq!(status, StatusCode::CREATED, "{v}");
+        v
+    }
+
+    /// `REQUEST_RELEASE`; asserts 200 COMPLETED.
+    async fn release(&self, id: &str) {
+        let (status, v) = self
+            .f
+            .call(
+                Method::POST,
+                &format!("/v1/sessions/{id}"),
+                Some(json!({"status": "REQUEST_RELEASE"})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+    }
+
+    /// Polls `GET /v1/sessions/{id}` until it is RUNNING; the session.
+    async fn running(&self, id: &str) -> Value {
+        let deadline = Instant::now() + POOL_WAIT;
+        loop {
+            let (status, v) = self
+                .f
+                .call(Method::GET, &format!("/v1/sessions/{id}"), None)
+                .await;
+            assert_eq!(status, StatusCode::OK, "{v}");
+            if v["status"] == "RUNNING" {
+                return v;
+            }
+            assert_eq!(v["status"], "PENDING", "{v}");
+            assert!(Instant::now() < deadline, "{id} never became RUNNING: {v}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Polls the item until it has `endedAt`; the item.
+    async fn ended(&self, id: &str) -> HashMap<String, AttributeValue> {
+        let deadline = Instant::now() + POOL_WAIT;
+        loop {
+            let item = self.f.item(id).await;
+            if item.contains_key("endedAt") {
+                return item;
+            }
+            assert!(Instant::now() < deadline, "{id} has no endedAt: {item:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A Chrome that starts normally for the warm profile but, on a claimed context's profile,
+    /// waits until [`Pool::open_gate`] and then fails (exit 1): a slow bring-up that fails.
+    fn chrome_failing_on_claimed_profiles_at_the_gate(&self) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.tmp.path().join("chrome-gated.sh");
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\ncase \"$*\" in\n  *.claimed*)\n    \
+                 while [ ! -e '{gate}' ]; do sleep 0.05; done\n    exit 1 ;;\nesac\n\
+                 exec '{chrome}' \"$@\"\n",
+                gate = self.tmp.path().join("gate").display(),
+                chrome = chromium().display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn open_gate(&self) {
+        std::fs::write(self.tmp.path().join("gate"), b"").unwrap();
+    }
+
+    /// A Chrome that starts normally for the warm profile but never comes up on a claimed
+    /// context's profile (`<warm profile>.claimed`): it blocks, as a task that dies there would.
+    fn chrome_stuck_on_claimed_profiles(&self) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.tmp.path().join("chrome-stuck-on-claims.sh");
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\ncase \"$*\" in\n  *.claimed*) exec sleep 600 ;;\nesac\nexec '{}' \"$@\"\n",
+                chromium().display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+}
+
+/// The real Chromium (Debian's). Panics — never skips — when missing.
+fn chromium() -> PathBuf {
+    if let Some(p) = std::env::var_os("CHROME_PATH") {
+        return PathBuf::from(p);
+    }
+    ["/usr/lib/chromium/chromium", "/usr/bin/chromium"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .expect("Chromium is not installed: run scripts/install-test-deps.sh")
+}
+
+/// The controller binary, built next to this crate's binaries.
+fn controller_bin() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
+        .with_file_name("wallcrawler-controller");
+    assert!(
+        bin.is_file(),
+        "build the controller first (cargo test --workspace): {}",
+        bin.display()
+    );
+    bin
+}
+
+/// A moto ECS task for a pool controller to be: its ARN.
+async fn ecs_task(f: &Fixture) -> String {
+    use aws_sdk_ecs::types::{AwsVpcConfiguration, LaunchType, NetworkConfiguration};
+    let vpc = AwsVpcConfiguration::builder()
+        .set_subnets(Some(f.cfg.ecs.subnets.clone()))
+        .set_security_groups(Some(f.cfg.ecs.security_groups.clone()))
+        .build()
+        .unwrap();
+    let out = f
+        .ecs()
+        .run_task()
+        .cluster(&f.cfg.ecs.cluster)
+        .task_definition(&f.cfg.ecs.task_definition)
+        .launch_type(LaunchType::Fargate)
+        .count(1)
+        .started_by("ecs-svc/wallcrawler-pool")
+        .network_configuration(
+            NetworkConfiguration::builder()
+                .awsvpc_configuration(vpc)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    out.tasks()[0].task_arn().unwrap().to_owned()
+}
+
+/// A stand-in for the ECS task metadata v4 endpoint naming `task_arn` (no network: the
+/// controllers are given PUBLIC_IP). Returns the `ECS_CONTAINER_METADATA_URI_V4` value.
+async fn metadata_server(task_arn: &str) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let body = json!({"Cluster": "wallcrawler", "TaskARN": task_arn, "Containers": []}).to_string();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+                     Connection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(answer.as_bytes()).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    format!("http://{addr}/v4/pool-task")
+}
+
+#[derive(Default)]
+struct TaskOptions {
+    /// Instead of Chromium.
+    chrome: Option<PathBuf>,
+    /// POOL_CLAIM_VISIBILITY_SECONDS.
+    visibility_seconds: Option<u64>,
+    /// METRICS_ADDR=127.0.0.1:0 instead of no metrics.
+    metrics: bool,
+    /// RUST_LOG instead of `info`.
+    rust_log: Option<&'static str>,
+}
+
+/// What a controller wrote on stderr (JSON lines), shared with the task reading it.
+#[derive(Default)]
+struct Log {
+    lines: Mutex<Vec<String>>,
+    /// Whether stderr has closed (the process is gone).
+    closed: Mutex<bool>,
+}
+
+/// A pool controller: `wallcrawler-controller run` in pool mode, as one Fargate task of the
+/// pool. Killed (SIGKILL, Chrome with it) if the test ends without stopping it.
+struct PoolTask {
+    child: tokio::process::Child,
+    /// The moto task it stands for (what its metadata endpoint says).
+    arn: String,
+    log: Arc<Log>,
+    /// Bumped on every stderr line (and at its end); owned by the reader task.
+    seen: watch::Receiver<u64>,
+}
+
+impl PoolTask {
+    async fn start(pool: &Pool, o: TaskOptions) -> PoolTask {
+        let arn = ecs_task(&pool.f).await;
+        let metadata = metadata_server(&arn).await;
+        let chrome = o.chrome.unwrap_or_else(chromium);
+        let mut cmd = tokio::process::Command::new(controller_bin());
+        cmd.arg("run")
+            // Nothing of the test's environment but what a task has.
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", std::env::var_os("HOME").unwrap_or("/root".into()))
+            .env("TMPDIR", pool.tmp.path())
+            .envs(aws_env())
+            .env("LOG_FORMAT", "json")
+            .env("RUST_LOG", o.rust_log.unwrap_or("info"))
+            .env("POOL_QUEUE_URL", &pool.queue)
+            .env("POOL_TASK_NAME", unique("pool-task"))
+            .env("SESSIONS_TABLE_NAME", &pool.f.cfg.tables.sessions)
+            .env(
+                "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+                &pool.f.cfg.signing_secret_arn,
+            )
+            .env("CONTEXTS_BUCKET_NAME", &pool.f.cfg.contexts_bucket)
+            .env("ECS_CONTAINER_METADATA_URI_V4", metadata)
+            .env("PUBLIC_IP", "127.0.0.1")
+            .env("CDP_PROXY_HOST", "127.0.0.1")
+            .env("CDP_PROXY_PORT", "0")
+            .env("CHROME_DEBUG_PORT", "0")
+            .env("CHROME_PATH", chrome)
+            .env("METRICS_ADDR", if o.metrics { "127.0.0.1:0" } else { "" })
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(v) = o.visibility_seconds {
+            cmd.env("POOL_CLAIM_VISIBILITY_SECONDS", v.to_string());
+        }
+        let mut child = cmd.spawn().expect("start wallcrawler-controller");
+        let log = Arc::new(Log::default());
+        let (tx, seen) = watch::channel(0u64);
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let reader_log = log.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                reader_log.lines.lock().unwrap().push(line);
+                tx.send_modify(|n| *n += 1);
+            }
+            *reader_log.closed.lock().unwrap() = true;
+            tx.send_modify(|n| *n += 1);
+        });
+        PoolTask {
+            child,
+            arn,
+            log,
+            seen,
+        }
+    }
+
+    fn text(&self) -> String {
+        self.log.lines.lock().unwrap().join("\n")
+    }
+
+    /// The JSON log events whose message is `message`.
+    fn events(&self, message: &str) -> Vec<Value> {
+        self.log
+            .lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["message"] == message)
+            .collect()
+    }
+
+    /// Waits until `n` events say `message`; the last of them.
+    async fn wait_events(&mut self, message: &str, n: usize) -> Value {
+        let deadline = tokio::time::Instant::now() + POOL_WAIT;
+        loop {
+            self.seen.borrow_and_update();
+            let found = self.events(message);
+            if found.len() >= n {
+                return found[n - 1].clone();
+            }
+            let closed = *self.log.closed.lock().unwrap();
+            assert!(
+                !closed,
+                "the controller ended before logging {message:?} ×{n}:\n{}",
+                self.text()
+            );
+            if tokio::time::timeout_at(deadline, self.seen.changed())
+                .await
+                .is_err()
+            {
+                panic!("no {message:?} ×{n} in time:\n{}", self.text());
+            }
+        }
+    }
+
+    async fn wait_event(&mut self, message: &str) -> Value {
+        self.wait_events(message, 1).await
+    }
+
+    /// Warm: Chrome up, waiting on the queue.
+    async fn warm(mut self) -> PoolTask {
+        self.wait_event("warm; waiting for a claim").await;
+        self
+    }
+
+    fn signal(&self, sig: Signal) {
+        let pid = self.child.id().expect("the controller is running");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).unwrap();
+    }
+
+    async fn exit(&mut self) -> ExitStatus {
+        match tokio::time::timeout(POOL_WAIT, self.child.wait()).await {
+            Ok(status) => status.unwrap(),
+            Err(_) => panic!("the controller did not exit in time:\n{}", self.text()),
+        }
+    }
+
+    fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Plays ECS after a release: once moto has the task's `StopTask` (desired status
+    /// STOPPED, the API's reason), the controller gets SIGTERM, as ECS sends it. Its exit.
+    async fn stopped_by_ecs(&mut self, f: &Fixture) -> ExitStatus {
+        let deadline = Instant::now() + POOL_WAIT;
+        loop {
+            let task = f.task(&self.arn).await;
+            if task.desired_status() == Some("STOPPED") {
+                assert_eq!(task.stopped_reason(), Some("released by API"));
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the release never stopped the task {}",
+                self.arn
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.signal(Signal::SIGTERM);
+        self.exit().await
+    }
+}
+
+impl Drop for PoolTask {
+    fn drop(&mut self) {
+        if std::thread::panicking() || std::env::var_os("POOL_TEST_LOGS").is_some() {
+            eprintln!("--- pool task {} ---\n{}", self.arn, self.text());
+        }
+    }
+}
+
+/// `node tests/node/<script> <args>`: the last JSON line it printed, asserted ok.
+async fn node(script: &str, args: &[&str]) -> Value {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/node");
+    assert!(
+        dir.join("node_modules").is_dir(),
+        "run scripts/install-test-deps.sh first"
+    );
+    // The script's own deadline first (it then says where it was), ours as a backstop.
+    let out = tokio::time::timeout(
+        POOL_WAIT * 2,
+        tokio::process::Command::new("node")
+            .arg(script)
+            .args(args)
+            .args(["--timeout-ms", "90000"])
+            .current_dir(&dir)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the node client finished")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "no JSON from {script}: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    assert_eq!(v["ok"], true, "{script}: {v}");
+    v
+}
+
+/// Puppeteer through `url`: a page, `1+1`, a screenshot.
+async fn drive(url: &str) {
+    let v = node("drive.mjs", &["--client", "puppeteer", "--url", url]).await;
+    assert_eq!(v["eval"], 2, "{v}");
+}
+
+/// The session's connectUrl, checked to be this proxy's address with the session's token.
+fn connect_url(v: &Value) -> String {
+    let url = v["connectUrl"].as_str().unwrap_or_else(|| panic!("{v}"));
+    let token = v["signingKey"].as_str().unwrap();
+    assert!(
+        url.starts_with("ws://127.0.0.1:") && url.ends_with(&format!("?signingKey={token}")),
+        "{url}"
+    );
+    url.to_owned()
+}
+
+/// One `name value` line of a Prometheus text page.
+fn gauge(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{page}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_warm_task_serves_create_at_once_and_release_stops_it() {
+    let pool = Pool::new(20).await;
+    let mut task = PoolTask::start(
+        &pool,
+        TaskOptions {
+            metrics: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .warm()
+    .await;
+    let metrics_addr = task.wait_event("metrics listening").await["addr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Warm, the proxy serves nobody yet: even a well-signed token is told "not ready".
+    let proxy = task.wait_event("proxy listening").await["addr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let token = wallcrawler_contract::Claims::new(
+        "sess_not_claimed_yet",
+        &pool.f.project_id,
+        wallcrawler_contract::time::unix_millis() / 1000,
+        600,
+    )
+    .mint(&SigningKey::new(SIGNING_KEY.as_bytes()));
+    let (status, _) = http(
+        "GET",
+        &format!("http://{proxy}/json/version?signingKey={token}"),
+        &[],
+        vec![],
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let metrics_url = format!("http://{metrics_addr}/metrics");
+    let (_, page) = http("GET", &metrics_url, &[], vec![]).await;
+    assert!(
+        gauge(&page, "wallcrawler_pool_warmup_seconds") > 0.0,
+        "{page}"
+    );
+    assert_eq!(gauge(&page, "wallcrawler_pool_idle_seconds"), 0.0);
+    assert_eq!(gauge(&page, "wallcrawler_pool_claim_to_ready_seconds"), 0.0);
+
+    let v = pool.create(json!({"keepAlive": true})).await;
+    assert_eq!(v["status"], "RUNNING", "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let url = connect_url(&v);
+    let taken = task.wait_event("claim taken").await;
+    assert_eq!(taken["span"]["session.id"], id.as_str(), "{taken}");
+    let item = pool.f.item(&id).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("READY"));
+    assert_eq!(
+        text(&item, "ecsTaskArn").as_deref(),
+        Some(task.arn.as_str()),
+        "the task that took the claim wrote its own ARN"
+    );
+    assert_eq!(text(&item, "publicIP").as_deref(), Some("127.0.0.1"));
+    pool.claims_deleted().await;
+
+    drive(&url).await;
+    let (_, page) = http("GET", &metrics_url, &[], vec![]).await;
+    assert!(
+        gauge(&page, "wallcrawler_pool_idle_seconds") > 0.0,
+        "{page}"
+    );
+    assert!(gauge(&page, "wallcrawler_pool_claim_to_ready_seconds") > 0.0);
+
+    pool.release(&id).await;
+    let status = task.stopped_by_ecs(&pool.f).await;
+    assert_eq!(status.code(), Some(0), "{}", task.text());
+    let item = pool.ended(&id).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
+    assert_eq!(text(&item, "status").as_deref(), Some("COMPLETED"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_context_is_restored_and_saved_across_tasks() {
+    let pool = Pool::new(20).await;
+    let (a, b) = tokio::join!(pool.task(), pool.task());
+    let (a, b) = tokio::join!(a.warm(), b.warm());
+    let mut tasks = [a, b];
+    let (status, c) = pool
+        .f
+        .call(Method::POST, "/v1/contexts", Some(json!({})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{c}");
+    let ctx = c["id"].as_str().unwrap().to_owned();
+    let body =
+        json!({"keepAlive": true, "browserSettings": {"context": {"id": ctx, "persist": true}}});
+
+    let first = pool.create(body.clone()).await;
+    assert_eq!(first["status"], "RUNNING", "{first}");
+    let first_id = first["id"].as_str().unwrap().to_owned();
+    let wrote = node(
+        "context.mjs",
+        &["--url", &connect_url(&first), "--mode", "write"],
+    )
+    .await;
+    assert_eq!(wrote["cookies"]["persistent"], "p-value", "{wrote}");
+    let arn1 = text(&pool.f.item(&first_id).await, "ecsTaskArn").unwrap();
+    let i = tasks
+        .iter()
+        .position(|t| t.arn == arn1)
+        .expect("one of ours");
+    pool.release(&first_id).await;
+    let status = tasks[i].stopped_by_ecs(&pool.f).await;
+    assert_eq!(status.code(), Some(0), "{}", tasks[i].text());
+    assert_eq!(tasks[i].events("profile saved").len(), 1);
+    pool.ended(&first_id).await;
+
+    let second = pool.create(body).await;
+    assert_eq!(second["status"], "RUNNING", "{second}");
+    let second_id = second["id"].as_str().unwrap().to_owned();
+    let arn2 = text(&pool.f.item(&second_id).await, "ecsTaskArn").unwrap();
+    let j = 1 - i;
+    assert_eq!(
+        arn2, tasks[j].arn,
+        "the other task serves the second session"
+    );
+    assert_eq!(tasks[j].events("profile restored").len(), 1);
+    let back = node(
+        "context.mjs",
+        &["--url", &connect_url(&second), "--mode", "read"],
+    )
+    .await;
+    assert_eq!(back["cookies"]["persistent"], "p-value", "{back}");
+    assert_eq!(back["cookies"]["session"], "s-value", "{back}");
+    assert_eq!(back["localStorage"], "ls-value", "{back}");
+    pool.release(&second_id).await;
+    let status = tasks[j].stopped_by_ecs(&pool.f).await;
+    assert_eq!(status.code(), Some(0), "{}", tasks[j].text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_simultaneous_creates_get_a_task_each() {
+    let pool = Pool::new(20).await;
+    let (a, b) = tokio::join!(pool.task(), pool.task());
+    let (a, b) = tokio::join!(a.warm(), b.warm());
+    let mut tasks = [a, b];
+    let (one, two) = tokio::join!(
+        pool.create(json!({"keepAlive": true})),
+        pool.create(json!({"keepAlive": true}))
+    );
+    let mut arns = Vec::new();
+    for v in [&one, &two] {
+        assert_eq!(v["status"], "RUNNING", "{v}");
+        connect_url(v);
+        let item = pool.f.item(v["id"].as_str().unwrap()).await;
+        arns.push(text(&item, "ecsTaskArn").unwrap());
+    }
+    arns.sort();
+    let mut ours = vec![tasks[0].arn.clone(), tasks[1].arn.clone()];
+    ours.sort();
+    assert_eq!(arns, ours, "one session on each task");
+    drive(&connect_url(&two)).await;
+    // Each task's proxy is bound to its own session: the other session's token is refused.
+    let version = |proxy: &Value, token: &Value| {
+        let port = proxy["connectUrl"]
+            .as_str()
+            .unwrap()
+            .split(['?', ':'])
+            .nth(2)
+            .unwrap();
+        format!(
+            "http://127.0.0.1:{port}/json/version?signingKey={}",
+            token["signingKey"].as_str().unwrap()
+        )
+    };
+    let (own, _) = http("GET", &version(&one, &one), &[], vec![]).await;
+    assert_eq!(own, StatusCode::OK);
+    let (other, _) = http("GET", &version(&one, &two), &[], vec![]).await;
+    assert_eq!(other, StatusCode::UNAUTHORIZED);
+    for v in [&one, &two] {
+        pool.release(v["id"].as_str().unwrap()).await;
+    }
+    for t in &mut tasks {
+        let status = t.stopped_by_ecs(&pool.f).await;
+        assert_eq!(status.code(), Some(0), "{}", t.text());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_task_killed_before_ready_leaves_its_claim_to_another() {
+    let pool = Pool::new(1).await;
+    let (status, c) = pool
+        .f
+        .call(Method::POST, "/v1/contexts", Some(json!({})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{c}");
+    let ctx = c["id"].as_str().unwrap();
+    // A task whose Chrome never comes up on the claimed context's profile, with a short
+    // visibility timeout for the claim it takes.
+    let mut doomed = PoolTask::start(
+        &pool,
+        TaskOptions {
+            chrome: Some(pool.chrome_stuck_on_claimed_profiles()),
+            visibility_seconds: Some(2),
+            ..Default::default()
+        },
+    )
+    .await
+    .warm()
+    .await;
+    let v = pool
+        .create(json!({"keepAlive": true, "browserSettings": {"context": {"id": ctx}}}))
+        .await;
+    let id = v["id"].as_str().unwrap().to_owned();
+    doomed.wait_event("claim taken").await;
+    // The second Chrome (on the claimed profile) is started and stuck.
+    doomed.wait_events("chrome started", 2).await;
+    doomed.child.start_kill().unwrap();
+    assert!(!doomed.exit().await.success());
+    assert!(doomed.events("claimed session READY").is_empty());
+    let item = pool.f.item(&id).await;
+    assert_eq!(
+        text(&item, "internalStatus").as_deref(),
+        Some("PROVISIONING"),
+        "{item:?}"
+    );
+
+    let mut rescuer = pool.task().await;
+    let v = pool.running(&id).await;
+    rescuer.wait_event("claimed session READY").await;
+    let item = pool.f.item(&id).await;
+    assert_eq!(
+        text(&item, "ecsTaskArn").as_deref(),
+        Some(rescuer.arn.as_str())
+    );
+    drive(&connect_url(&v)).await;
+    pool.claims_deleted().await;
+    pool.release(&id).await;
+    let status = rescuer.stopped_by_ecs(&pool.f).await;
+    assert_eq!(status.code(), Some(0), "{}", rescuer.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_slow_task_keeps_its_claim_from_the_others() {
+    const VISIBILITY: u64 = 4;
+    let pool = Pool::new(1).await;
+    let (status, c) = pool
+        .f
+        .call(Method::POST, "/v1/contexts", Some(json!({})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{c}");
+    let ctx = c["id"].as_str().unwrap();
+    let mut slow = PoolTask::start(
+        &pool,
+        TaskOptions {
+            chrome: Some(pool.chrome_failing_on_claimed_profiles_at_the_gate()),
+            visibility_seconds: Some(VISIBILITY),
+            rust_log: Some("info,wallcrawler_controller::pool=debug"),
+            ..Default::default()
+        },
+    )
+    .await
+    .warm()
+    .await;
+    let v = pool
+        .create(json!({"browserSettings": {"context": {"id": ctx}}}))
+        .await;
+    assert_eq!(v["status"], "PENDING", "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    slow.wait_event("claim taken").await;
+    let mut other = pool.task().await.warm().await;
+    // From the moment the other task waits on the queue, more than a visibility timeout
+    // passes (three keeps, one every half of it) while the slow task is still bringing up.
+    let kept = slow.events("claim kept").len();
+    slow.wait_events("claim kept", kept + 3).await;
+    assert!(
+        other.events("claim taken").is_empty(),
+        "a second task took the claim of a task still at work:\n{}",
+        other.text()
+    );
+
+    // The slow task fails: the session is its own to fail, and no one else ever served it.
+    pool.open_gate();
+    assert_eq!(slow.exit().await.code(), Some(1), "{}", slow.text());
+    let item = pool.ended(&id).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("FAILED"));
+    assert!(
+        text(&item, "terminationReason")
+            .is_some_and(|r| r.contains("browser could not be started")),
+        "{item:?}"
+    );
+    pool.claims_deleted().await;
+    assert!(other.events("claim taken").is_empty(), "{}", other.text());
+
+    // The other task, still warm, serves the next session.
+    let next = pool.create(json!({"keepAlive": true})).await;
+    let next = match next["status"].as_str() {
+        Some("RUNNING") => next,
+        _ => pool.running(next["id"].as_str().unwrap()).await,
+    };
+    let next_id = next["id"].as_str().unwrap();
+    assert_eq!(
+        text(&pool.f.item(next_id).await, "ecsTaskArn").as_deref(),
+        Some(other.arn.as_str())
+    );
+    pool.release(next_id).await;
+    let status = other.stopped_by_ecs(&pool.f).await;
+    assert_eq!(status.code(), Some(0), "{}", other.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_session_released_before_its_claim_is_taken_is_never_served() {
+    let pool = Pool::new(1).await;
+    let v = pool.create(json!({})).await;
+    assert_eq!(v["status"], "PENDING", "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    pool.release(&id).await;
+
+    let mut task = pool.task().await;
+    let dropped = task.wait_event("claim dropped").await;
+    assert_eq!(dropped["session.id"], id.as_str(), "{dropped}");
+    assert!(task.is_running(), "a dropped claim leaves the task warm");
+    assert!(task.events("claim taken").is_empty(), "{}", task.text());
+    pool.claims_deleted().await;
+    let item = pool.ended(&id).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
+    assert_eq!(text(&item, "status").as_deref(), Some("COMPLETED"));
+    assert!(
+        !item.contains_key("readyAt") && !item.contains_key("connectUrl"),
+        "{item:?}"
+    );
+
+    // The same task, still warm, serves the next session.
+    let next = pool.create(json!({"keepAlive": true})).await;
+    let next = match next["status"].as_str() {
+        Some("RUNNING") => next,
+        _ => pool.running(next["id"].as_str().unwrap()).await,
+    };
+    let next_id = next["id"].as_str().unwrap();
+    assert_eq!(
+        text(&pool.f.item(next_id).await, "ecsTaskArn").as_deref(),
+        Some(task.arn.as_str())
+    );
+    drive(&connect_url(&next)).await;
+    pool.release(next_id).await;
+    let status = task.stopped_by_ecs(&pool.f).await;
+    assert_eq!(status.code(), Some(0), "{}", task.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_with_no_warm_task_create_is_pending_and_the_next_task_serves_it() {
+    let pool = Pool::new(1).await;
+    let v = pool.create(json!({"keepAlive": true})).await;
+    assert_eq!(v["status"], "PENDING", "{v}");
+    assert!(v.get("connectUrl").is_none(), "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    assert_eq!(pool.messages(&pool.queue).await, (1, 0), "the claim waits");
+
+    let mut task = pool.task().await;
+    let v = pool.running(&id).await;
+    drive(&connect_url(&v)).await;
+    assert_eq!(
+        text(&pool.f.item(&id).await, "ecsTaskArn").as_deref(),
+        Some(task.arn.as_str())
+    );
+    pool.release(&id).await;
+    let status = task.stopped_by_ecs(&pool.f).await;
+    assert_eq!(status.code(), Some(0), "{}", task.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_poison_claim_goes_to_the_dead_letter_queue() {
+    let pool = Pool::new(20).await;
+    let garbage = "{\"sessionId\": \"../../poison-marker\", this is not a claim";
+    pool.sqs
+        .send_message()
+        .queue_url(&pool.queue)
+        .message_body(garbage)
+        .send()
+        .await
+        .unwrap();
+    let mut task = pool.task().await.warm().await;
+    let refused = task
+        .wait_event("a claim was refused; it goes toward the dead-letter queue")
+        .await;
+    assert!(
+        !task.text().contains("poison-marker"),
+        "the claim's content is not logged: {refused}"
+    );
+    let deadline = Instant::now() + POOL_WAIT;
+    let dead = loop {
+        let got = pool
+            .sqs
+            .receive_message()
+            .queue_url(&pool.dlq)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        if let Some(m) = got.messages().first() {
+            break m.body().unwrap().to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing reached the DLQ:\n{}",
+            task.text()
+        );
+    };
+    assert_eq!(dead, garbage);
+    pool.claims_deleted().await;
+    assert!(task.is_running());
+
+    let v = pool.create(json!({"keepAlive": true})).await;
+    assert_eq!(v["status"], "RUNNING", "{v}");
+    let id = v["id"].as_str().unwrap();
+    assert_eq!(
+        text(&pool.f.item(id).await, "ecsTaskArn").as_deref(),
+        Some(task.arn.as_str())
+    );
+    drive(&connect_url(&v)).await;
+    pool.release(id).await;
+    let status = task.stopped_by_ecs(&pool.f).await;
+    assert_eq!(status.code(), Some(0), "{}", task.text());
+}
