@@ -247,6 +247,7 @@ impl Session {
                 return Err(e.into());
             }
         };
+        let _ = upstream_tx.send(UpstreamState::Warm);
         Ok(Started::Running(Session {
             serving,
             chrome,

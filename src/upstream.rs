@@ -52,6 +52,10 @@ impl Upstream {
 pub enum UpstreamState {
     /// Chrome is starting: requests get 503.
     Starting,
+    /// Pool mode: Chrome is up but serves no session yet. Requests get 503 (401 without a
+    /// token); `/health` answers 200 `{"status":"warm"}`, so a container health check keeps
+    /// the warm task.
+    Warm,
     Ready(Arc<Upstream>),
     /// Chrome has gone (crash or shutdown): requests get 503.
     Gone,

@@ -347,8 +347,12 @@ impl Proxy {
             }
         };
         if route == Route::Health {
+            let warm =
+                matches!(*self.upstream.borrow(), UpstreamState::Warm) && self.auth.keys_loaded();
             let (status, body) = if self.ready() {
                 (200, "{\"status\":\"ok\"}\n")
+            } else if warm {
+                (200, "{\"status\":\"warm\"}\n")
             } else {
                 (503, "{\"status\":\"unavailable\"}\n")
             };

@@ -12,9 +12,9 @@ use crate::ports::{
 pub struct Settings {
     /// How long `POST /v1/sessions` waits for READY before answering PENDING.
     pub create_wait: Duration,
-    /// Poll interval while waiting (strongly consistent reads): the first poll comes after
-    /// `poll_first`, and the interval doubles up to `poll_every`, so a READY from a warm pool
-    /// task is seen within milliseconds and a slow start costs few reads.
+    /// Poll interval while waiting (strongly consistent reads): every `poll_first` for the
+    /// first 250 ms, then doubling up to `poll_every`, so a READY from a warm pool task is seen
+    /// within milliseconds and a slow start costs few reads.
     pub poll_first: Duration,
     pub poll_every: Duration,
     /// Default region reported when the request names none.

@@ -2,7 +2,7 @@
 //! Lambda alike. Every handler authorises first and only ever touches the selected project's
 //! records: ids of other projects answer 404.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::body::Bytes;
@@ -293,7 +293,11 @@ pub async fn create_session(State(app): State<App>, headers: HeaderMap, body: By
             return Ok((StatusCode::CREATED, Json(session_create_to_api(&current))).into_response());
         }
         tokio::time::sleep(every).await;
-        every = (every * 2).min(app.settings.poll_every);
+        // Every `poll_first` for the first 250 ms (a warm pool task is READY within tens of
+        // milliseconds), then backing off to `poll_every`.
+        if started.elapsed() >= Duration::from_millis(250) {
+            every = (every * 2).min(app.settings.poll_every);
+        }
     }
 }
 

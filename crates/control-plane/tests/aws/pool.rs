@@ -590,6 +590,12 @@ async fn pool_a_warm_task_serves_create_at_once_and_release_stops_it() {
     )
     .await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    // …while its health check passes (ECS keeps the warm task).
+    let (status, health) = http("GET", &format!("http://{proxy}/health"), &[], vec![]).await;
+    assert_eq!(
+        (status, health.as_str()),
+        (StatusCode::OK, "{\"status\":\"warm\"}\n")
+    );
     let metrics_url = format!("http://{metrics_addr}/metrics");
     let (_, page) = http("GET", &metrics_url, &[], vec![]).await;
     assert!(
