@@ -477,11 +477,25 @@ fn metrics_count_refusals_and_relayed_bytes_and_hold_no_token() {
     // The relay is counted as it ends, before the proxy closes the upstream socket.
     assert_eq!(up.next_event(), UpEvent::Closed);
 
-    let text = raw_http(
-        metrics_addr,
-        b"GET /metrics HTTP/1.1\r\nHost: metrics\r\n\r\n",
-    );
-    assert_eq!(status_of(&text), 200, "{text}");
+    // The relay's end is counted by the relay thread, which may finish its bookkeeping just
+    // after the upstream saw the close: read until it is there (bounded).
+    let deadline = std::time::Instant::now() + WAIT;
+    let text = loop {
+        let text = raw_http(
+            metrics_addr,
+            b"GET /metrics HTTP/1.1\r\nHost: metrics\r\n\r\n",
+        );
+        assert_eq!(status_of(&text), 200, "{text}");
+        if metric(
+            &text,
+            r#"wallcrawler_proxy_connections_total{outcome="relayed"}"#,
+        ) >= 1
+            || std::time::Instant::now() > deadline
+        {
+            break text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
     assert_eq!(
         metric(
             &text,

@@ -85,6 +85,7 @@ for pool in $POOLS; do
   [[ $first == 1 ]] || echo "," >>"$out"
   first=0
   printf '"pool=%s": %s\n' "$pool" "$result" >>"$out"
+  # shellcheck disable=SC2016 # JavaScript template literals, not shell expansions
   node -e '
     const r = JSON.parse(process.argv[1]);
     console.log(`pool=${process.argv[2]}  (ms)      p50      p90      min      max`);
