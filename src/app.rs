@@ -15,10 +15,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::auth::Authenticator;
-use crate::chrome::{Chrome, ChromeError, CloseOutcome, LaunchOptions, describe_exit};
+use crate::chrome::{self, Chrome, ChromeError, CloseOutcome, LaunchOptions, describe_exit};
 use crate::proxy::{Clients, Limits, Proxy};
 use crate::telemetry::{self, Metrics};
 use crate::upstream::{self, Upstream, UpstreamState};
@@ -106,6 +106,8 @@ pub struct SessionOptions {
     /// Unix seconds.
     pub expires_at: Option<u64>,
     pub shutdown_budget: Duration,
+    /// Chrome's nice value while it closes (`BACKGROUND_NICE`; `None`: unchanged).
+    pub background_nice: Option<i32>,
 }
 
 /// What a running session tells its owner once it is ready.
@@ -199,11 +201,12 @@ pub struct Session {
     upstream_tx: watch::Sender<UpstreamState>,
     idle: Option<IdlePolicy>,
     expires_at: Option<u64>,
+    background_nice: Option<i32>,
 }
 
 /// Result of [`Session::start`].
 pub enum Started {
-    Running(Session),
+    Running(Box<Session>),
     /// A signal arrived while Chrome was starting; everything is stopped again.
     Interrupted,
 }
@@ -248,13 +251,14 @@ impl Session {
             }
         };
         let _ = upstream_tx.send(UpstreamState::Warm);
-        Ok(Started::Running(Session {
+        Ok(Started::Running(Box::new(Session {
             serving,
             chrome,
             upstream_tx,
             idle: opts.idle,
             expires_at: opts.expires_at,
-        }))
+            background_nice: opts.background_nice,
+        })))
     }
 
     /// Lets clients through to the current Chrome.
@@ -352,16 +356,37 @@ impl Session {
         let _ = self.upstream_tx.send(UpstreamState::Gone);
     }
 
-    /// Closes Chrome: cleanly through CDP within `budget`, or kills it after a crash.
+    /// Closes Chrome: cleanly through CDP within `budget`, or kills it after a crash. No client
+    /// waits on a closing Chrome: with `BACKGROUND_NICE` it yields the CPU to live sessions.
     pub async fn close_chrome(&self, crashed: bool, budget: Duration) -> Option<CloseOutcome> {
         self.stop_admitting();
         if crashed {
             self.chrome.kill_group();
             return None;
         }
+        self.to_background();
         let outcome = self.chrome.close(budget).await;
         info!(outcome = ?outcome, clean = outcome.is_clean(), "chrome closed");
         Some(outcome)
+    }
+
+    /// Chrome at `BACKGROUND_NICE` (always allowed: it only lowers the priority).
+    pub fn to_background(&self) {
+        if let Some(nice) = self.background_nice
+            && let Err(e) = self.chrome.set_nice(nice)
+        {
+            debug!(error = %e, nice, "lowering Chrome's priority failed");
+        }
+    }
+
+    /// Chrome back at the controller's own priority, for the session a client now waits on.
+    /// Needs `CAP_SYS_NICE` when Chrome was started at a higher nice value; without it Chrome
+    /// keeps that value (slower under contention, nothing else).
+    pub fn to_foreground(&self) {
+        let nice = chrome::own_nice();
+        if let Err(e) = self.chrome.set_nice(nice) {
+            warn!(error = %e, nice, "raising the claimed Chrome's priority back failed (needs CAP_SYS_NICE); it keeps BACKGROUND_NICE");
+        }
     }
 
     /// Ends every connection and the listeners.
@@ -393,7 +418,7 @@ pub async fn run_session(
 ) -> Result<EndReason, AppError> {
     let budget = opts.shutdown_budget;
     let session = match Session::start(opts, &signal).await? {
-        Started::Running(s) => s,
+        Started::Running(s) => *s,
         Started::Interrupted => return Ok(EndReason::Signal),
     };
     on_ready(&session.ready());

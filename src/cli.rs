@@ -148,6 +148,7 @@ fn launch_options(
         debug_port: c.debug_port,
         flags,
         ready_timeout: Duration::from_secs(30),
+        nice: None,
     })
 }
 
@@ -187,6 +188,7 @@ async fn local(c: LocalConfig, flags: Vec<String>) -> i32 {
         idle: None,
         expires_at: None,
         shutdown_budget: Duration::from_secs(25),
+        background_nice: None,
     };
     let result = app::run_session(opts, signal, |ready| {
         info!(

@@ -126,6 +126,8 @@ settings_group! {
         chrome_flags_file = "CHROME_FLAGS_FILE",
         /// ECS task metadata v4 endpoint (set by ECS): task ARN and network interface.
         ecs_container_metadata_uri_v4 = "ECS_CONTAINER_METADATA_URI_V4",
+        /// Nice value (1-19) for Chrome while no client waits on it: a pool controller's warm-up (raised back to the controller's own when claimed, which needs CAP_SYS_NICE) and every session's close; 0 = off. For hosts running many controllers (the local platform sets 19); pointless on Fargate, one browser per task [default: 0].
+        background_nice = "BACKGROUND_NICE",
         /// true = end (as on SIGTERM) when the process that started this one exits; the local platform sets it so no controller outlives it [default: false].
         exit_with_parent = "EXIT_WITH_PARENT",
         /// Pool mode: the SQS queue of claims. The controller warms up (Chrome running, the proxy answering 503), serves the first session claimed through the queue, then exits; SESSION_ID, PROJECT_ID and the context come from the claim.
@@ -371,6 +373,8 @@ pub struct RunConfig {
     pub pool: Option<PoolConfig>,
     /// `EXIT_WITH_PARENT`.
     pub exit_with_parent: bool,
+    /// `BACKGROUND_NICE`: Chrome's nice value while nobody waits on it (`None`: off).
+    pub background_nice: Option<i32>,
 }
 
 /// Chrome launch settings common to `run` and `local`.
@@ -634,6 +638,10 @@ impl RunConfig {
         let shutdown_budget = Duration::from_secs(r.number("SHUTDOWN_BUDGET_SECONDS", 25, 1, 120));
         let metadata_uri = r.text("ECS_CONTAINER_METADATA_URI_V4");
         let exit_with_parent = r.boolean("EXIT_WITH_PARENT", false);
+        let background_nice = match r.number("BACKGROUND_NICE", 0, 0, 19) {
+            0 => None,
+            n => Some(n as i32),
+        };
         r.finish(RunConfig {
             auth,
             tuning,
@@ -654,6 +662,7 @@ impl RunConfig {
             metadata_uri,
             pool,
             exit_with_parent,
+            background_nice,
         })
     }
 }
@@ -954,6 +963,35 @@ mod tests {
                 )]
             );
         }
+    }
+
+    #[test]
+    fn background_nice_is_off_by_default_and_at_most_19() {
+        fn with(nice: &[(&'static str, &'static str)]) -> Result<RunConfig, ConfigErrors> {
+            let mut v = vec![
+                ("SESSION_ID", "sess_1"),
+                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ];
+            v.extend_from_slice(nice);
+            RunConfig::from_settings(&map(&v))
+        }
+        assert_eq!(with(&[]).unwrap().background_nice, None);
+        assert_eq!(
+            with(&[("BACKGROUND_NICE", "0")]).unwrap().background_nice,
+            None
+        );
+        assert_eq!(
+            with(&[("BACKGROUND_NICE", "19")]).unwrap().background_nice,
+            Some(19)
+        );
+        assert_eq!(
+            with(&[("BACKGROUND_NICE", "20")]).unwrap_err().0,
+            vec!["BACKGROUND_NICE must be between 0 and 19, got 20".to_owned()]
+        );
+        assert_eq!(
+            with(&[("BACKGROUND_NICE", "-5")]).unwrap_err().0,
+            vec![r#"BACKGROUND_NICE must be a whole number, got "-5""#.to_owned()]
+        );
     }
 
     #[test]

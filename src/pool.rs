@@ -84,9 +84,14 @@ pub async fn run_pool(
         return EXIT_FAILURE;
     };
     let auth = Authenticator::unbound(keys, c.auth.leeway_seconds);
-    let opts = session_options(&c, auth, launch.clone(), false, None);
+    // Nobody waits on a warm-up: with BACKGROUND_NICE it yields to the sessions being served.
+    let warm_launch = LaunchOptions {
+        nice: c.background_nice,
+        ..launch.clone()
+    };
+    let opts = session_options(&c, auth, warm_launch, false, None);
     let session = match Session::warm(opts, &signal).await {
-        Ok(Started::Running(s)) => s,
+        Ok(Started::Running(s)) => *s,
         Ok(Started::Interrupted) => return 0,
         Err(e) => {
             error!(error = %e, "warming up failed");
@@ -346,6 +351,8 @@ impl ClaimedSession<'_> {
         signal: &CancellationToken,
     ) -> Result<(Session, Option<ClaimedDir>, std::path::PathBuf), (i32, bool)> {
         let c = self.c;
+        // A client waits on this session from now on (its Chrome, or the close of the warm one).
+        session.to_foreground();
         session.bind(
             self.claim.session_id.clone(),
             Some(self.claim.project_id.clone()),

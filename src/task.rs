@@ -199,7 +199,7 @@ async fn run_task_inner(
     );
     let opts = session_options(&c, auth, launch, keep_alive, expires_at);
     let session = match Session::start(opts, &signal).await {
-        Ok(Started::Running(s)) => s,
+        Ok(Started::Running(s)) => *s,
         Ok(Started::Interrupted) => {
             item.terminal(InternalStatus::Stopped, None).await;
             item.ended(0).await;
@@ -368,6 +368,7 @@ pub(crate) fn session_options(
         idle: idle_policy(c, keep_alive),
         expires_at,
         shutdown_budget: c.shutdown_budget,
+        background_nice: c.background_nice,
     }
 }
 

@@ -11,6 +11,7 @@
 #
 # Knobs (environment):
 #   RUNS=20 WARMUP=2 POOLS="2 0"
+#   PAUSE_MS=0   pause between sessions (outside the timings); 0 = back to back
 #   BUILD=1      cargo build --release first (0 to reuse target/release)
 #   OUT_DIR=bench-results
 set -euo pipefail
@@ -20,6 +21,7 @@ cd "$ROOT"
 RUNS="${RUNS:-20}"
 WARMUP="${WARMUP:-2}"
 POOLS="${POOLS:-2 0}"
+PAUSE_MS="${PAUSE_MS:-0}"
 BUILD="${BUILD:-1}"
 OUT_DIR="${OUT_DIR:-$ROOT/bench-results}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
@@ -77,9 +79,9 @@ echo "{" >"$out"
 first=1
 for pool in $POOLS; do
   start_server "$pool"
-  echo "[lifecycle] pool=$pool: $RUNS sessions after $WARMUP warm-up" >&2
+  echo "[lifecycle] pool=$pool: $RUNS sessions after $WARMUP warm-up, ${PAUSE_MS} ms apart" >&2
   result="$(cd tests/node && node lifecycle-bench.mjs --base "$base" --key "$key" --project "$project" \
-    --runs "$RUNS" --warmup "$WARMUP" | tail -1)"
+    --runs "$RUNS" --warmup "$WARMUP" --pause-ms "$PAUSE_MS" | tail -1)"
   stop_server
   echo "$result" | grep -q '"ok":true' || { echo "bench failed: $result" >&2; exit 1; }
   [[ $first == 1 ]] || echo "," >>"$out"

@@ -101,12 +101,21 @@ pub fn find_chrome(
 /// Makes the kernel kill Chrome when the controller dies, however it dies. Without it a
 /// SIGKILLed controller (OOM killer, `kill -9`, a test harness) leaves Chrome running with
 /// nobody to close it: our own test runs leaked 29 browsers this way before this was added.
+///
+/// Also drops `CAP_SYS_NICE` from Chrome's bounding set, so Chrome started by root (the local
+/// platform, tests) cannot raise its own threads' priority (it sets its UI threads to nice -8
+/// when it can): it schedules as it does unprivileged in the image, and a warm-up at
+/// `BACKGROUND_NICE` stays there. Unprivileged, the drop fails (`EPERM`) and changes nothing:
+/// Chrome has no such capability then.
 #[allow(unsafe_code)]
-fn die_with_parent(command: &mut Command) {
-    // SAFETY: the closure runs in the forked child before exec and only calls prctl(2), which
-    // is async-signal-safe; it allocates nothing and touches no locks.
+fn child_setup(command: &mut Command) {
+    // SAFETY: the closure runs in the forked child before exec and only calls prctl(2) twice,
+    // which is async-signal-safe; it allocates nothing and touches no locks.
     unsafe {
         command.pre_exec(|| {
+            let _ = rustix::thread::remove_capability_from_bounding_set(
+                rustix::thread::CapabilitySet::SYS_NICE,
+            );
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
         });
     }
@@ -121,6 +130,8 @@ pub struct LaunchOptions {
     pub debug_port: u16,
     pub flags: Vec<String>,
     pub ready_timeout: Duration,
+    /// Nice value for Chrome's whole process group from its start (`None`: the controller's).
+    pub nice: Option<i32>,
 }
 
 /// A running, ready Chrome.
@@ -183,7 +194,7 @@ impl Chrome {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        die_with_parent(&mut command);
+        child_setup(&mut command);
         let mut child = command.spawn().map_err(ChromeError::Spawn)?;
         let pid = Pid::from_raw(
             child
@@ -192,6 +203,13 @@ impl Chrome {
                 .ok_or(ChromeError::ExitedEarly("no pid".into()))?,
         );
         info!(pid = pid.as_raw(), binary = %opts.binary.display(), sandbox = %sandbox, "chrome started");
+        if let Some(nice) = opts.nice {
+            // Set before Chrome has forked its helpers (it is still loading), and inherited by
+            // every process it starts later; a miss only costs speed, never correctness.
+            if let Err(e) = set_group_nice(pid, nice) {
+                warn!(error = %e, nice, "setting Chrome's priority failed");
+            }
+        }
         if let Some(out) = child.stdout.take() {
             tokio::spawn(drain(BufReader::new(out), "stdout"));
         }
@@ -339,6 +357,24 @@ impl Chrome {
     pub fn kill_group(&self) {
         let _ = killpg(self.pid, Signal::SIGKILL);
     }
+
+    /// Sets the nice value of every process and thread in Chrome's process group. Raising it is
+    /// always allowed; lowering it below where it started needs `CAP_SYS_NICE` (or a raised
+    /// `RLIMIT_NICE`), and fails with `EACCES`/`EPERM` otherwise.
+    pub fn set_nice(&self, nice: i32) -> std::io::Result<()> {
+        set_group_nice(self.pid, nice)
+    }
+}
+
+/// The controller's own nice value, the one a claimed Chrome goes back to.
+pub fn own_nice() -> i32 {
+    rustix::process::getpriority_process(None).unwrap_or(0)
+}
+
+fn set_group_nice(pgid: Pid, nice: i32) -> std::io::Result<()> {
+    let pgid = rustix::process::Pid::from_raw(pgid.as_raw())
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    rustix::process::setpriority_pgrp(Some(pgid), nice).map_err(std::io::Error::from)
 }
 
 /// How [`Chrome::close`] ended.

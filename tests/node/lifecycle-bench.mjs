@@ -1,11 +1,13 @@
 // lifecycle-bench.mjs --base <baseURL> --key <apiKey> --project <projectId> [--runs N] [--warmup N]
+//                     [--pause-ms MS]
 //
 // The whole life of a session as a user's script lives it, N times in sequence, with the stock
 // Browserbase SDK and Playwright (what scripts/bench/lifecycle.sh runs against the local
 // platform): create (`bb.sessions.create`) → connect (`chromium.connectOverCDP(connectUrl)`) →
 // goto a small page (served by this script on 127.0.0.1) → release
 // (`bb.sessions.update(id, {status: "REQUEST_RELEASE"})`). Playwright's connection is dropped
-// after the release, outside the timings. Prints one JSON line per run, then the summary:
+// after the release, outside the timings. `--pause-ms` waits that long between sessions (outside
+// the timings), as a user's script does between its sessions; 0 runs them back to back. Prints one JSON line per run, then the summary:
 // p50/p90/min/max per step and for the whole, in milliseconds.
 
 import { createServer } from "node:http";
@@ -59,11 +61,13 @@ run(async (args) => {
   const projectId = requireArg(args, "project");
   const runs = Number(args.runs ?? 10);
   const warmup = Number(args.warmup ?? 1);
+  const pauseMs = Number(args["pause-ms"] ?? 0);
   const server = await serve();
   const url = `http://127.0.0.1:${server.address().port}/`;
   const results = [];
   try {
     for (let i = 0; i < warmup + runs; i++) {
+      if (i > 0 && pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs));
       const r = await once(bb, chromium, projectId, url);
       if (i >= warmup) {
         results.push(r);
@@ -74,5 +78,5 @@ run(async (args) => {
     server.close();
   }
   const steps = ["create", "connect", "goto", "release", "total"];
-  return { runs, ms: Object.fromEntries(steps.map((s) => [s, summary(results.map((r) => r[s]))])) };
+  return { runs, pauseMs, ms: Object.fromEntries(steps.map((s) => [s, summary(results.map((r) => r[s]))])) };
 }, { defaultTimeoutMs: 600000 });

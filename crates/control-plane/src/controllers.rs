@@ -29,12 +29,18 @@ use crate::local::DirSessions;
 use crate::ports::*;
 
 /// Controller settings a local controller takes from `serve`'s own environment when set there.
-pub const PASSED_THROUGH: [&str; 4] = [
+pub const PASSED_THROUGH: [&str; 5] = [
     "CHROME_PATH",
     "CDP_DISCONNECT_TIMEOUT",
     "CDP_DISCONNECT_GRACE",
     "POOL_IDLE_LIFETIME_SECONDS",
+    "BACKGROUND_NICE",
 ];
+
+/// Controllers share this machine's cores: a warm-up or a close (which no client waits on)
+/// yields to the sessions being driven. Measured with scripts/bench/lifecycle.sh (pool 2, two
+/// cores): see the README's figures. `BACKGROUND_NICE` in `serve`'s environment overrides it.
+const BACKGROUND_NICE: &str = "19";
 
 /// How often the pool looks for claimed controllers to replace.
 const POOL_TICK: Duration = Duration::from_millis(10);
@@ -97,6 +103,7 @@ impl Controllers {
             .env("METRICS_ADDR", "")
             // A controller never outlives `serve`, however `serve` ends.
             .env("EXIT_WITH_PARENT", "true")
+            .env("BACKGROUND_NICE", BACKGROUND_NICE)
             .env("LOG_FORMAT", "text")
             .env(
                 "RUST_LOG",

@@ -708,3 +708,53 @@ fn with_no_idle_controller_create_answers_pending_and_the_next_to_start_serves_i
     });
     s.stop();
 }
+
+/// `(ppid, nice)` of process `pid`, from `/proc/<pid>/stat`.
+fn ppid_and_nice(pid: i32) -> Option<(i32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name's closing parenthesis, from field 3 (state) on.
+    let rest: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
+    Some((rest.get(1)?.parse().ok()?, rest.get(16)?.parse().ok()?))
+}
+
+/// The nice value of the browser process pool controller `name` started.
+fn pool_chrome_nice(name: &str) -> Option<(i32, i32)> {
+    let controller = pool_controller_pid(name)?;
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let (ppid, nice) = ppid_and_nice(pid)?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (ppid == controller && comm.trim() == "chromium").then_some((pid, nice))
+    })
+}
+
+#[test]
+fn warm_browsers_yield_the_cpu_and_a_claimed_one_gets_it_back() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
+    let s = Server::spawn_with(
+        "25",
+        &bin.with_file_name("wallcrawler-controller"),
+        &[("WALLCRAWLER_POOL_SIZE", "1")],
+    );
+    let (first, second) = (s.pool_name(1), s.pool_name(2));
+    let own = ppid_and_nice(std::process::id() as i32).unwrap().1;
+    wait_for("the warm Chrome at BACKGROUND_NICE (19)", || {
+        pool_chrome_nice(&first).is_some_and(|(_, n)| n == 19)
+    });
+    let (warm_pid, _) = pool_chrome_nice(&first).unwrap();
+    let v = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
+    assert_eq!(v["status"], "RUNNING", "{v}");
+    // The same browser (no context: the warm Chrome serves as it is), back at our priority by
+    // the time create answers.
+    assert_eq!(pool_chrome_nice(&first), Some((warm_pid, own)));
+    drive(v["connectUrl"].as_str().unwrap());
+    // Its replacement warms up in the background.
+    wait_for("the replacement's Chrome at 19", || {
+        pool_chrome_nice(&second).is_some_and(|(_, n)| n == 19)
+    });
+    s.release(v["id"].as_str().unwrap());
+    s.wait_session(v["id"].as_str().unwrap(), "COMPLETED", |d| {
+        d["status"] == "COMPLETED" && d["endedAt"].is_string()
+    });
+    s.stop();
+}
