@@ -13,6 +13,8 @@
 //!   GSIs cannot be read consistently, so a session created a moment ago may be missing from
 //!   `GET /v1/sessions` for a short while. The concurrency cap does not use it: it is the
 //!   project's slot set ([`DynamoSlots`], see [`crate::limits`]).
+//! - a stopped pool task's session comes from the sparse `ecsTaskArn-index` GSI (`KEYS_ONLY`),
+//!   written with READY long before the task stops.
 //! - a context's sessions come from a consistent `Scan` with a filter: it reads the whole
 //!   sessions table, and is used only by `DELETE /v1/contexts/{id}` (rare). Creates never scan:
 //!   the one-writer rule is the context item's `writerSessionId` lease, checked by key.
@@ -43,6 +45,9 @@ use crate::ports::*;
 
 /// The sessions table's GSI by project (PK `projectId`, SK `createdAt`, projection `ALL`).
 pub const PROJECT_INDEX: &str = "projectId-createdAt-index";
+/// Sessions by the task that served them (hash `ecsTaskArn`, projection `KEYS_ONLY`; sparse:
+/// only items with a task ARN are in it).
+pub const TASK_INDEX: &str = "ecsTaskArn-index";
 
 // ---------------------------------------------------------------------------------------------
 // Configuration
@@ -510,6 +515,29 @@ impl SessionRepo for DynamoSessions {
                     .then(a.session_id.cmp(&b.session_id))
             });
             Ok(out)
+        })
+    }
+
+    /// `Query` on [`TASK_INDEX`]; a task serves one session, so the first key is the answer.
+    fn find_by_task<'a>(&'a self, task_arn: &'a str) -> BoxFuture<'a, PortResult<Option<String>>> {
+        Box::pin(async move {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(TASK_INDEX)
+                .key_condition_expression("ecsTaskArn = :t")
+                .expression_attribute_values(":t", s(task_arn))
+                .limit(1)
+                .send()
+                .await
+                .map_err(|e| sdk_error(SESSIONS, e))?;
+            Ok(page
+                .items()
+                .first()
+                .and_then(|i| i.get("sessionId"))
+                .and_then(|v| v.as_s().ok())
+                .cloned())
         })
     }
 

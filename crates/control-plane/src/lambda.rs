@@ -115,6 +115,9 @@ impl SessionRepo for NotHere {
     fn list_context<'a>(&'a self, _: &'a str) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
         not_here()
     }
+    fn find_by_task<'a>(&'a self, _: &'a str) -> BoxFuture<'a, PortResult<Option<String>>> {
+        not_here()
+    }
     fn mark_provisioning<'a>(
         &'a self,
         _: &'a str,
@@ -408,8 +411,19 @@ pub async fn handle_task_state_change(
     if event.detail.last_status.as_deref() != Some("STOPPED") {
         return Ok(TaskEventOutcome::Ignored("the task has not stopped"));
     }
-    let Some(id) = event.session_id() else {
-        return Ok(TaskEventOutcome::Ignored("the task serves no session"));
+    // A task started for its session names it; a pool task (started by its ECS service) is
+    // found by the task ARN its READY wrote. A pool task that never served has none.
+    let found;
+    let id = match (event.session_id(), event.detail.task_arn.as_deref()) {
+        (Some(id), _) => id,
+        (None, Some(arn)) => match sessions.find_by_task(arn).await? {
+            Some(id) => {
+                found = id;
+                found.as_str()
+            }
+            None => return Ok(TaskEventOutcome::Ignored("the task serves no session")),
+        },
+        (None, None) => return Ok(TaskEventOutcome::Ignored("the task serves no session")),
     };
     let reason = format!(
         "the browser task stopped before the session ended ({}): {}",
@@ -504,6 +518,51 @@ mod tests {
         let e =
             event(json!({"detail-type": "ECS Task State Change", "detail": {"startedBy": "x"}}));
         assert_eq!(e.session_id(), None);
+    }
+
+    #[tokio::test]
+    async fn a_stopped_pool_task_is_traced_to_its_session_by_its_arn() {
+        let sessions = MemSessions::default();
+        let mut d = SessionDoc {
+            session_id: "sess_pooled".into(),
+            project_id: "p".into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            ecs_task_arn: Some("arn:aws:ecs:us-east-1:1:task/c/served".into()),
+            ..Default::default()
+        };
+        d.set_status(InternalStatus::Ready);
+        sessions.create(d).await.unwrap();
+        let stopped = |arn: &str| {
+            event(json!({"detail-type": "ECS Task State Change", "detail": {
+                "lastStatus": "STOPPED", "startedBy": "ecs-svc/1234", "taskArn": arn,
+                "stopCode": "EssentialContainerExited", "stoppedReason": "exited"}}))
+        };
+        let (slots, contexts) = (MemSlots::default(), MemContexts::default());
+        let at = "2026-01-01T00:05:00.000Z";
+        let r = handle_task_state_change(
+            &sessions,
+            &slots,
+            &contexts,
+            &stopped("arn:aws:ecs:us-east-1:1:task/c/idle"),
+            at,
+        )
+        .await;
+        assert_eq!(
+            r.unwrap(),
+            TaskEventOutcome::Ignored("the task serves no session")
+        );
+        let r = handle_task_state_change(
+            &sessions,
+            &slots,
+            &contexts,
+            &stopped("arn:aws:ecs:us-east-1:1:task/c/served"),
+            at,
+        )
+        .await;
+        assert_eq!(r.unwrap(), TaskEventOutcome::Failed("sess_pooled".into()));
+        let d = sessions.get("sess_pooled").await.unwrap().unwrap();
+        assert_eq!(d.status, "ERROR");
+        assert_eq!(d.ended_at.as_deref(), Some(at));
     }
 
     #[tokio::test]

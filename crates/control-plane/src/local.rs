@@ -116,6 +116,17 @@ impl SessionRepo for DirSessions {
                 .collect())
         })
     }
+    fn find_by_task<'a>(&'a self, task_arn: &'a str) -> BoxFuture<'a, PortResult<Option<String>>> {
+        let t = task_arn.to_owned();
+        Box::pin(async move {
+            Ok(self
+                .run(|s| s.list())
+                .await?
+                .into_iter()
+                .find(|d| d.ecs_task_arn.as_deref() == Some(&t))
+                .map(|d| d.session_id))
+        })
+    }
     fn mark_provisioning<'a>(
         &'a self,
         id: &'a str,

@@ -139,6 +139,14 @@ impl SessionRepo for MemSessions {
         });
         Box::pin(async move { Ok(r) })
     }
+    fn find_by_task<'a>(&'a self, task_arn: &'a str) -> BoxFuture<'a, PortResult<Option<String>>> {
+        let r = self.with(|m| {
+            m.values()
+                .find(|d| d.ecs_task_arn.as_deref() == Some(task_arn))
+                .map(|d| d.session_id.clone())
+        });
+        Box::pin(async move { Ok(r) })
+    }
     fn mark_provisioning<'a>(
         &'a self,
         id: &'a str,

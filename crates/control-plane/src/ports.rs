@@ -34,6 +34,9 @@ pub trait SessionRepo: Send + Sync {
         &'a self,
         context_id: &'a str,
     ) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>>;
+    /// The session whose READY named `task_arn` (`ecsTaskArn`), if any: how a stopped pool
+    /// task, which carries no session in `startedBy`, is traced back to its session.
+    fn find_by_task<'a>(&'a self, task_arn: &'a str) -> BoxFuture<'a, PortResult<Option<String>>>;
     /// CREATING → PROVISIONING with the task's ARN (only from CREATING).
     fn mark_provisioning<'a>(
         &'a self,

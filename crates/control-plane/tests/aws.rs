@@ -31,7 +31,7 @@ use wallcrawler_contract::{InternalStatus, SigningKey};
 use wallcrawler_control_plane::admin::{self, NewProject};
 use wallcrawler_control_plane::aws::{
     ACTIVE_SESSIONS, Config, DynamoContexts, DynamoKeys, DynamoProjects, DynamoSessions,
-    DynamoSlots, PROJECT_INDEX, build_app,
+    DynamoSlots, PROJECT_INDEX, TASK_INDEX, build_app,
 };
 use wallcrawler_control_plane::lambda::{
     TaskEventOutcome, TaskStateChange, authorize_request, authorizer_app, handle_task_state_change,
@@ -177,6 +177,19 @@ async fn create_table(sdk: &SdkConfig, name: &str, key: &str, project_index: boo
                     .projection(
                         Projection::builder()
                             .projection_type(ProjectionType::All)
+                            .build(),
+                    )
+                    .build()
+                    .unwrap(),
+            )
+            .attribute_definitions(def("ecsTaskArn"))
+            .global_secondary_indexes(
+                GlobalSecondaryIndex::builder()
+                    .index_name(TASK_INDEX)
+                    .key_schema(schema("ecsTaskArn", KeyType::Hash))
+                    .projection(
+                        Projection::builder()
+                            .projection_type(ProjectionType::KeysOnly)
                             .build(),
                     )
                     .build()

@@ -102,6 +102,9 @@ impl SessionRepo for Yielding {
             self.inner.list_context(c).await
         })
     }
+    fn find_by_task<'a>(&'a self, t: &'a str) -> BoxFuture<'a, PortResult<Option<String>>> {
+        self.inner.find_by_task(t)
+    }
     fn mark_provisioning<'a>(
         &'a self,
         id: &'a str,

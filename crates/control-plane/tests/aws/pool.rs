@@ -14,6 +14,8 @@
 //! - a session released before any task took its claim: the claim is dropped, the task stays
 //!   warm and serves the next session;
 //! - no warm task: create answers PENDING and the next task to start serves the session;
+//! - a task that dies after READY: the task-state handler finds its session by the task ARN
+//!   (a service's task has no session in `startedBy`) and ends it;
 //! - a poison claim ends in the dead-letter queue and the task still serves valid claims.
 //!
 //! A failing test prints its controllers' logs; `POOL_TEST_LOGS=1` prints them always.
@@ -978,4 +980,49 @@ async fn pool_a_poison_claim_goes_to_the_dead_letter_queue() {
     pool.release(id).await;
     let status = task.stopped_by_ecs(&pool.f).await;
     assert_eq!(status.code(), Some(0), "{}", task.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_task_dying_after_ready_has_its_session_ended_by_the_task_state_handler() {
+    let pool = Pool::new(20).await;
+    let mut task = pool.task().await;
+    let v = pool.create(json!({"keepAlive": true})).await;
+    assert_eq!(v["status"], "RUNNING", "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    drive(&connect_url(&v)).await;
+    // The task dies as an OOM kill does: no terminal status, no endedAt of its own.
+    task.signal(Signal::SIGKILL);
+    task.exit().await;
+    let item = pool.f.item(&id).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("READY"));
+    assert!(!item.contains_key("endedAt"), "{item:?}");
+
+    // ECS reports the stop of a service task: startedBy names the service, not the session.
+    let (sessions, slots, contexts) = pool.f.stores();
+    let at = wallcrawler_contract::time::now_iso8601();
+    let handle = async |arn: &str| {
+        handle_task_state_change(
+            &sessions,
+            &slots,
+            &contexts,
+            &stopped_event(arn, Some("ecs-svc/1234567890"), None),
+            &at,
+        )
+        .await
+        .unwrap()
+    };
+    // A pool task that never served (idle lifetime over) is none of the handler's business.
+    let idle = ecs_task(&pool.f).await;
+    assert_eq!(
+        handle(&idle).await,
+        TaskEventOutcome::Ignored("the task serves no session")
+    );
+    // The GSI is eventually consistent; moto's is immediate, and READY is long written anyway.
+    assert_eq!(
+        handle(&task.arn).await,
+        TaskEventOutcome::Failed(id.clone())
+    );
+    let item = pool.f.item(&id).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("FAILED"));
+    assert_eq!(text(&item, "endedAt").as_deref(), Some(at.as_str()));
 }
