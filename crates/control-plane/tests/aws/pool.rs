@@ -31,6 +31,10 @@ use tokio::sync::watch;
 
 use super::*;
 
+/// The CloudFormation stack in moto, run with these helpers.
+#[path = "stack.rs"]
+mod stack;
+
 /// Bound on any single wait here (a hang guard for a loaded machine, never a speed assertion).
 const POOL_WAIT: Duration = Duration::from_secs(60);
 
@@ -318,6 +322,9 @@ struct TaskOptions {
     metrics: bool,
     /// RUST_LOG instead of `info`.
     rust_log: Option<&'static str>,
+    /// The task definition's environment, instead of the pool's queue, table, secret and
+    /// bucket (the test's loopback settings still apply on top).
+    task_env: Option<Vec<(String, String)>>,
 }
 
 /// What a controller wrote on stderr (JSON lines), shared with the task reading it.
@@ -351,17 +358,24 @@ impl PoolTask {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", std::env::var_os("HOME").unwrap_or("/root".into()))
             .env("TMPDIR", pool.tmp.path())
-            .envs(aws_env())
             .env("LOG_FORMAT", "json")
-            .env("RUST_LOG", o.rust_log.unwrap_or("info"))
-            .env("POOL_QUEUE_URL", &pool.queue)
-            .env("POOL_TASK_NAME", unique("pool-task"))
-            .env("SESSIONS_TABLE_NAME", &pool.f.cfg.tables.sessions)
-            .env(
-                "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
-                &pool.f.cfg.signing_secret_arn,
-            )
-            .env("CONTEXTS_BUCKET_NAME", &pool.f.cfg.contexts_bucket)
+            .env("RUST_LOG", o.rust_log.unwrap_or("info"));
+        match o.task_env {
+            Some(env) => {
+                cmd.envs(env);
+            }
+            None => {
+                cmd.env("POOL_QUEUE_URL", &pool.queue)
+                    .env("SESSIONS_TABLE_NAME", &pool.f.cfg.tables.sessions)
+                    .env(
+                        "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+                        &pool.f.cfg.signing_secret_arn,
+                    )
+                    .env("CONTEXTS_BUCKET_NAME", &pool.f.cfg.contexts_bucket);
+            }
+        }
+        cmd.env("POOL_TASK_NAME", unique("pool-task"))
+            .envs(aws_env())
             .env("ECS_CONTAINER_METADATA_URI_V4", metadata)
             .env("PUBLIC_IP", "127.0.0.1")
             .env("CDP_PROXY_HOST", "127.0.0.1")

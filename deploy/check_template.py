@@ -1,0 +1,369 @@
+#!/usr/bin/env python3
+"""Direct assertions on deploy/template.yaml for what cfn-lint does not check and moto ignores.
+
+moto's CloudFormation silently drops DynamoDB TTL and PITR, task-level Fargate settings and the
+bucket's public access block and lifecycle, and cfn-lint misses some ranges (StopTimeout > 120),
+so the stack test alone would not notice them missing. Also checked here against the code:
+every environment variable the template sets is one the code reads, the variables the code
+requires are set, every AWS call the code makes is allowed to the role that makes it, and every
+checkov skip carries a reason.
+
+    .venv/bin/python deploy/check_template.py [deploy/template.yaml]
+
+Prints one line per failed assertion to stderr and exits 1 if any failed.
+"""
+
+import re
+import sys
+from pathlib import Path
+
+from cfnlint.decode import decode
+
+ROOT = Path(__file__).resolve().parent.parent
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def load(path):
+    template, matches = decode(str(path))
+    if matches:
+        sys.exit(f"cannot parse {path}: {matches}")
+    return template
+
+
+def resources(t, rtype):
+    return {k: v for k, v in t["Resources"].items() if v["Type"] == rtype}
+
+
+def props(t, name):
+    return t["Resources"][name].get("Properties", {})
+
+
+def statements(t, role):
+    out = []
+    for p in props(t, role).get("Policies", []):
+        out.extend(p["PolicyDocument"]["Statement"])
+    return out
+
+
+def as_list(v):
+    return v if isinstance(v, list) else [v]
+
+
+def ref_names(v):
+    """The logical ids a Resource expression refers to (Ref, GetAtt, Sub)."""
+    out = set()
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if k == "Ref":
+                out.add(x)
+            elif k == "Fn::GetAtt":
+                out.add(x[0] if isinstance(x, list) else x.split(".")[0])
+            elif k == "Fn::Sub":
+                s = x[0] if isinstance(x, list) else x
+                out.update(m.split(".")[0] for m in re.findall(r"\$\{([^}!]+)\}", s))
+            else:
+                out |= ref_names(x)
+    elif isinstance(v, list):
+        for x in v:
+            out |= ref_names(x)
+    return out
+
+
+def allowed(t, role, action, resource):
+    """Whether `role` has a statement allowing `action` on a resource naming `resource`."""
+    for st in statements(t, role):
+        if st.get("Effect") != "Allow" or action not in as_list(st["Action"]):
+            continue
+        res = as_list(st["Resource"])
+        if resource == "*" and "*" in res:
+            return True
+        if any(resource in ref_names(r) for r in res):
+            return True
+    return False
+
+
+def actions(t, role):
+    return {a for st in statements(t, role) for a in as_list(st["Action"])}
+
+
+# The SDK calls the code makes (`.op()`), as IAM actions.
+OPS = {
+    "get_item": "dynamodb:GetItem",
+    "put_item": "dynamodb:PutItem",
+    "update_item": "dynamodb:UpdateItem",
+    "delete_item": "dynamodb:DeleteItem",
+    "query": "dynamodb:Query",
+    "scan": "dynamodb:Scan",
+    "get_object": "s3:GetObject",
+    "put_object": "s3:PutObject",
+    "create_multipart_upload": "s3:PutObject",
+    "upload_part": "s3:PutObject",
+    "complete_multipart_upload": "s3:PutObject",
+    "abort_multipart_upload": "s3:AbortMultipartUpload",
+    "delete_object": "s3:DeleteObject",
+    "run_task": "ecs:RunTask",
+    "stop_task": "ecs:StopTask",
+    "list_tasks": "ecs:ListTasks",
+    "send_message": "sqs:SendMessage",
+    "receive_message": "sqs:ReceiveMessage",
+    "delete_message": "sqs:DeleteMessage",
+    "change_message_visibility": "sqs:ChangeMessageVisibility",
+    "get_secret_value": "secretsmanager:GetSecretValue",
+    "describe_network_interfaces": "ec2:DescribeNetworkInterfaces",
+}
+
+
+def code_actions(path):
+    src = (ROOT / path).read_text()
+    # `.op()` at the start of a builder chain (the SDK's fluent calls), not e.g. `uri.query()`.
+    found = set(re.findall(r"\n\s*\.([a-z_]+)\(\)\s*\n", src))
+    return {OPS[o] for o in found if o in OPS}
+
+
+def env_names_read(path):
+    return set(re.findall(r'"([A-Z][A-Z0-9_]{3,})"', (ROOT / path).read_text()))
+
+
+def main():
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "deploy/template.yaml"
+    t = load(path)
+    r = t["Resources"]
+
+    # --- Tables: names, keys, indexes, TTL, stream, PITR, on-demand ----------------------
+    tables = {
+        "SessionsTable": ("-sessions", "sessionId"),
+        "ProjectsTable": ("-projects", "projectId"),
+        "ApiKeysTable": ("-api-keys", "apiKeyHash"),
+        "ContextsTable": ("-contexts", "contextId"),
+    }
+    for name, (suffix, key) in tables.items():
+        p = props(t, name)
+        check(str(p.get("TableName", {}).get("Fn::Sub", "")).endswith(suffix), f"{name}: TableName ends with {suffix}")
+        check(p.get("KeySchema") == [{"AttributeName": key, "KeyType": "HASH"}], f"{name}: key {key} (HASH only)")
+        check(p.get("BillingMode") == "PAY_PER_REQUEST", f"{name}: BillingMode PAY_PER_REQUEST")
+        check(
+            p.get("PointInTimeRecoverySpecification", {}).get("PointInTimeRecoveryEnabled") is True,
+            f"{name}: point-in-time recovery enabled",
+        )
+    s = props(t, "SessionsTable")
+    check(
+        s.get("TimeToLiveSpecification") == {"AttributeName": "expiresAt", "Enabled": True},
+        "SessionsTable: TTL on expiresAt",
+    )
+    check(
+        s.get("StreamSpecification", {}).get("StreamViewType") == "NEW_AND_OLD_IMAGES",
+        "SessionsTable: stream NEW_AND_OLD_IMAGES",
+    )
+    attrs = {a["AttributeName"]: a["AttributeType"] for a in s["AttributeDefinitions"]}
+    check(attrs.get("expiresAt") == "N", "SessionsTable: expiresAt is a number")
+    gsis = {g["IndexName"]: g for g in s.get("GlobalSecondaryIndexes", [])}
+    g = gsis.get("projectId-createdAt-index", {})
+    check(
+        g.get("KeySchema") == [
+            {"AttributeName": "projectId", "KeyType": "HASH"},
+            {"AttributeName": "createdAt", "KeyType": "RANGE"},
+        ]
+        and g.get("Projection") == {"ProjectionType": "ALL"},
+        "SessionsTable: projectId-createdAt-index (projectId, createdAt; ALL)",
+    )
+    g = gsis.get("status-expiresAt-index", {})
+    check(
+        g.get("KeySchema") == [
+            {"AttributeName": "status", "KeyType": "HASH"},
+            {"AttributeName": "expiresAt", "KeyType": "RANGE"},
+        ]
+        and g.get("Projection") == {"ProjectionType": "KEYS_ONLY"},
+        "SessionsTable: status-expiresAt-index (status, expiresAt; KEYS_ONLY)",
+    )
+    src = (ROOT / "crates/control-plane/src/aws.rs").read_text()
+    m = re.search(r'PROJECT_INDEX: &str = "([^"]+)"', src)
+    check(m and m.group(1) in gsis, "SessionsTable: has the index the code queries (PROJECT_INDEX)")
+    k = {g["IndexName"]: g for g in props(t, "ApiKeysTable").get("GlobalSecondaryIndexes", [])}
+    check(
+        k.get("projectId-index", {}).get("KeySchema") == [{"AttributeName": "projectId", "KeyType": "HASH"}],
+        "ApiKeysTable: projectId-index (projectId)",
+    )
+
+    # --- Bucket --------------------------------------------------------------------------
+    b = props(t, "ContextsBucket")
+    check(
+        b.get("PublicAccessBlockConfiguration")
+        == {k: True for k in ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets")},
+        "ContextsBucket: public access fully blocked",
+    )
+    check(
+        b.get("BucketEncryption", {}).get("ServerSideEncryptionConfiguration"),
+        "ContextsBucket: default encryption",
+    )
+    rules = b.get("LifecycleConfiguration", {}).get("Rules", [])
+    check(
+        any(
+            x.get("Status") == "Enabled" and x.get("AbortIncompleteMultipartUpload", {}).get("DaysAfterInitiation")
+            for x in rules
+        ),
+        "ContextsBucket: lifecycle aborts incomplete multipart uploads",
+    )
+    policies = [p for p in resources(t, "AWS::S3::BucketPolicy").values() if "ContextsBucket" in ref_names(p["Properties"]["Bucket"])]
+    check(
+        any(
+            st.get("Effect") == "Deny"
+            and st.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") in ("false", False)
+            for p in policies
+            for st in p["Properties"]["PolicyDocument"]["Statement"]
+        ),
+        "ContextsBucket: a policy denies requests without TLS",
+    )
+
+    # --- Queue and dead-letter queue ------------------------------------------------------
+    rp = props(t, "ClaimsQueue").get("RedrivePolicy", {})
+    check("ClaimsDeadLetterQueue" in ref_names(rp.get("deadLetterTargetArn")), "ClaimsQueue: redrives to ClaimsDeadLetterQueue")
+    check(1 <= int(rp.get("maxReceiveCount", 0)) <= 5, "ClaimsQueue: maxReceiveCount between 1 and 5")
+
+    # --- Secret ---------------------------------------------------------------------------
+    g = props(t, "SigningSecret").get("GenerateSecretString", {})
+    check(
+        g.get("GenerateStringKey") == "signingKey" and '"algorithm":"HS256"' in g.get("SecretStringTemplate", "").replace(" ", ""),
+        'SigningSecret: generated {"algorithm":"HS256","signingKey":...}',
+    )
+
+    # --- Task definition ------------------------------------------------------------------
+    td = props(t, "TaskDefinition")
+    check(td.get("Cpu") and td.get("Memory"), "TaskDefinition: task-level Cpu and Memory")
+    check(td.get("NetworkMode") == "awsvpc", "TaskDefinition: NetworkMode awsvpc")
+    check(td.get("RequiresCompatibilities") == ["FARGATE"], "TaskDefinition: RequiresCompatibilities [FARGATE]")
+    check(td.get("ExecutionRoleArn") and td.get("TaskRoleArn"), "TaskDefinition: execution role and task role")
+    (c,) = td["ContainerDefinitions"]
+    check(c.get("Name") == "controller", "TaskDefinition: the container is `controller` (ECS_CONTAINER_NAME)")
+    env = {e["Name"]: e["Value"] for e in c.get("Environment", [])}
+    budget = int(env.get("SHUTDOWN_BUDGET_SECONDS", 25))
+    stop = c.get("StopTimeout")
+    check(isinstance(stop, int) and budget < stop <= 120, f"TaskDefinition: SHUTDOWN_BUDGET_SECONDS ({budget}) < StopTimeout ({stop}) <= 120")
+    check(
+        [(p.get("ContainerPort"), p.get("Protocol", "tcp")) for p in c.get("PortMappings", [])] == [(9223, "tcp")],
+        "TaskDefinition: port 9223/tcp only",
+    )
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    hc = c.get("HealthCheck", {}).get("Command")
+    check(
+        hc and f'["{hc[0]}", "{hc[1]}"]' in dockerfile,
+        "TaskDefinition: health check as the Dockerfile's comment says",
+    )
+    check(c.get("LogConfiguration", {}).get("LogDriver") == "awslogs", "TaskDefinition: awslogs")
+    check(c.get("MemoryReservation") or c.get("Memory"), "TaskDefinition: container memory reservation")
+    read = env_names_read("src/config.rs")
+    for name in env:
+        check(name in read or name.startswith("AWS_"), f"TaskDefinition: {name} is read by src/config.rs")
+    for name in ("SESSIONS_TABLE_NAME", "WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "CONTEXTS_BUCKET_NAME", "POOL_QUEUE_URL"):
+        check(name in env, f"TaskDefinition: sets {name} (pool mode)")
+
+    # --- Pool service ---------------------------------------------------------------------
+    svc = props(t, "PoolService")
+    check(svc.get("DesiredCount") == {"Ref": "PoolSize"}, "PoolService: DesiredCount = PoolSize")
+    check(svc.get("LaunchType") == "FARGATE", "PoolService: FARGATE")
+
+    # --- Functions: runtime, environment ---------------------------------------------------
+    cp_read = env_names_read("crates/control-plane/src/aws.rs")
+    required = set(re.findall(r'required\("([A-Z_]+)"\)', src)) | {"ECS_SUBNETS"}
+    for fn in ("ApiFunction", "AuthorizerFunction", "TaskEventsFunction"):
+        p = props(t, fn)
+        check(p.get("Runtime") == "provided.al2023" and p.get("Handler") == "bootstrap", f"{fn}: provided.al2023, bootstrap")
+        for name in p.get("Environment", {}).get("Variables", {}):
+            check(name in cp_read, f"{fn}: {name} is read by crates/control-plane/src/aws.rs")
+    api_env = props(t, "ApiFunction")["Environment"]["Variables"]
+    for name in sorted(required | {"POOL_QUEUE_URL"}):
+        check(name in api_env, f"ApiFunction: sets {name}")
+    check(
+        int(props(t, "ApiFunction")["Timeout"]) > int(t["Parameters"]["CreateWaitSeconds"]["MaxValue"]),
+        "ApiFunction: Timeout above CREATE_WAIT_SECONDS",
+    )
+
+    # --- IAM: every call the code makes is allowed, on the right resource -------------------
+    def needs(role, action, resource):
+        check(allowed(t, role, action, resource), f"{role}: allows {action} on {resource}")
+
+    controller = code_actions("src/aws.rs")
+    check(controller, "found the controller's SDK calls in src/aws.rs")
+    for a in sorted(controller):
+        res = {
+            "dynamodb": "SessionsTable",
+            "s3": "ContextsBucket",
+            "sqs": "ClaimsQueue",
+            "secretsmanager": "SigningSecret",
+            "ec2": "*",
+        }[a.split(":")[0]]
+        needs("TaskRole", a, res)
+    check(actions(t, "TaskRole") <= controller, f"TaskRole: nothing beyond the code's calls ({sorted(actions(t, 'TaskRole') - controller)})")
+
+    api = code_actions("crates/control-plane/src/aws.rs")
+    for a, res in [
+        ("dynamodb:PutItem", "SessionsTable"),
+        ("dynamodb:GetItem", "SessionsTable"),
+        ("dynamodb:UpdateItem", "SessionsTable"),
+        ("dynamodb:Scan", "SessionsTable"),
+        ("dynamodb:Query", "SessionsTable"),
+        ("dynamodb:GetItem", "ProjectsTable"),
+        ("dynamodb:UpdateItem", "ProjectsTable"),
+        ("dynamodb:GetItem", "ApiKeysTable"),
+        ("dynamodb:PutItem", "ContextsTable"),
+        ("dynamodb:GetItem", "ContextsTable"),
+        ("dynamodb:UpdateItem", "ContextsTable"),
+        ("dynamodb:DeleteItem", "ContextsTable"),
+        ("s3:PutObject", "ContextsBucket"),
+        ("s3:DeleteObject", "ContextsBucket"),
+        ("ecs:RunTask", "NamePrefix"),
+        ("ecs:StopTask", "Cluster"),
+        ("ecs:ListTasks", "*"),
+        ("iam:PassRole", "TaskRole"),
+        ("iam:PassRole", "TaskExecutionRole"),
+        ("secretsmanager:GetSecretValue", "SigningSecret"),
+        ("sqs:SendMessage", "ClaimsQueue"),
+    ]:
+        needs("ApiFunctionRole", a, res)
+    check(api <= actions(t, "ApiFunctionRole"), f"ApiFunctionRole: every call of the control plane ({sorted(api - actions(t, 'ApiFunctionRole'))})")
+    for tbl in ("ApiKeysTable", "ProjectsTable"):
+        needs("AuthorizerFunctionRole", "dynamodb:GetItem", tbl)
+    for tbl in ("SessionsTable", "ProjectsTable", "ContextsTable"):
+        needs("TaskEventsFunctionRole", "dynamodb:UpdateItem", tbl)
+
+    # --- Wiring ---------------------------------------------------------------------------
+    auth = props(t, "ApiAuthorizer")
+    check(auth.get("Type") == "REQUEST" and auth.get("AuthorizerResultTtlInSeconds") == 0 and not auth.get("IdentitySource"),
+          "ApiAuthorizer: REQUEST, no caching, no identity source")
+    m = props(t, "ProxyMethod")
+    check(m.get("AuthorizationType") == "CUSTOM" and m["Integration"]["Type"] == "AWS_PROXY", "ProxyMethod: authorizer + Lambda proxy")
+    rule = props(t, "TaskStoppedRule")
+    check(
+        rule["EventPattern"].get("detail-type") == ["ECS Task State Change"]
+        and rule["EventPattern"]["detail"].get("lastStatus") == ["STOPPED"]
+        and "TaskEventsFunction" in ref_names(rule["Targets"]),
+        "TaskStoppedRule: stopped tasks -> TaskEventsFunction",
+    )
+    perms = [p["Properties"] for p in resources(t, "AWS::Lambda::Permission").values()]
+    for fn, principal in [("ApiFunction", "apigateway"), ("AuthorizerFunction", "apigateway"), ("TaskEventsFunction", "events")]:
+        check(
+            any(fn in ref_names(p["FunctionName"]) and p["Principal"].startswith(principal) for p in perms),
+            f"{fn}: invoke permission for {principal}",
+        )
+    for k in ("ApiBaseUrl", "SessionsTableName", "ProjectsTableName", "ApiKeysTableName", "ContextsTableName",
+              "ClaimsQueueUrl", "ContextsBucketName"):
+        check(k in t.get("Outputs", {}), f"Outputs: {k}")
+
+    # --- checkov skips carry a reason -------------------------------------------------------
+    for name, res in r.items():
+        for skip in res.get("Metadata", {}).get("checkov", {}).get("skip", []):
+            check(len(str(skip.get("comment", "")).strip()) >= 20, f"{name}: checkov skip {skip.get('id')} has a reason")
+
+    for f in failures:
+        print(f"check_template: FAILED: {f}", file=sys.stderr)
+    print(f"check_template: {len(failures)} failed", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Creates deploy/template.yaml as a stack in a moto server — for the tests only.
+
+    .venv/bin/python deploy/moto_stack.py --endpoint http://127.0.0.1:PORT --prefix wc-test-1
+
+moto 5.2.5's CloudFormation refuses some resource types of the real template (create-stack
+answers HTTP 500, or a reference to the missing resource leaves the stack CREATE_IN_PROGRESS
+forever). This script changes a copy of the template, never the file, in exactly these ways:
+
+- AWS::SecretsManager::Secret: removed from the stack and created through Secrets Manager's
+  plain API instead, with the SecretString its GenerateSecretString describes (the template's
+  SecretStringTemplate plus a random GenerateStringKey value); every `Ref` to it becomes the
+  ARN of that secret;
+- AWS::S3::BucketPolicy: removed; after the stack is up, the same policy document is put on the
+  bucket with the plain PutBucketPolicy;
+- AWS::ApiGateway::Stage: removed; after the stack is up, the stage is created with the plain
+  CreateStage on the stack's deployment;
+
+moto also accepts AWS::ApiGateway::Authorizer but creates nothing (the method has no authorizer
+id), and its UpdateMethod fails on /authorizerId, so the authorizer wiring is not recreated here:
+deploy/check_template.py asserts it on the template, and the API itself is not called through
+API Gateway in the stack test (the control plane runs as a library on the stack's resources).
+
+What moto accepts but ignores (TTL, PITR, task-level Fargate settings, the bucket's public access
+block and lifecycle, managed policies) is asserted on the template by deploy/check_template.py.
+
+The stack's parameters for moto: moto's default VPC and one default subnet, a placeholder image,
+and a code bucket holding three placeholder zips (moto stores Lambda code but cannot run it here).
+Every wait is bounded. Prints one JSON object on stdout: the stack's outputs, the API function's
+environment and the controller container's environment as moto holds them, and what was changed.
+Progress and errors go to stderr; exit status 1 on failure.
+"""
+
+import argparse
+import io
+import json
+import secrets
+import string
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import boto3
+from cfnlint.decode import decode
+
+ROOT = Path(__file__).resolve().parent.parent
+REPLACED_BY_API = (
+    "AWS::SecretsManager::Secret",
+    "AWS::S3::BucketPolicy",
+    "AWS::ApiGateway::Stage",
+)
+
+
+def log(msg):
+    print(f"[moto_stack] {msg}", file=sys.stderr, flush=True)
+
+
+def replace_refs(node, name, value):
+    """Replaces every {"Ref": name} under node with value."""
+    if isinstance(node, dict):
+        if list(node.keys()) == ["Ref"] and node["Ref"] == name:
+            return value
+        return {k: replace_refs(v, name, value) for k, v in node.items()}
+    if isinstance(node, list):
+        return [replace_refs(v, name, value) for v in node]
+    return node
+
+
+def mentions(node, name):
+    """Whether node refers to the logical id `name` in any way (Ref, GetAtt, Sub)."""
+    if isinstance(node, dict):
+        return any(
+            (k == "Ref" and v == name)
+            or (k == "Fn::GetAtt" and (v[0] if isinstance(v, list) else v.split(".")[0]) == name)
+            or (k == "Fn::Sub" and f"${{{name}" in json.dumps(v))
+            or mentions(v, name)
+            for k, v in node.items()
+        )
+    if isinstance(node, list):
+        return any(mentions(v, name) for v in node)
+    return False
+
+
+def generated_secret_string(gen):
+    """What Secrets Manager's GenerateSecretString would make."""
+    alphabet = string.ascii_letters + string.digits
+    if not gen.get("ExcludePunctuation"):
+        alphabet += "!#$%&()*+,-.:;<=>?@[]^_{|}~"
+    value = "".join(secrets.choice(alphabet) for _ in range(int(gen.get("PasswordLength", 32))))
+    doc = json.loads(gen.get("SecretStringTemplate", "{}"))
+    doc[gen["GenerateStringKey"]] = value
+    return json.dumps(doc)
+
+
+def placeholder_zip():
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        info = zipfile.ZipInfo("bootstrap")
+        info.external_attr = 0o755 << 16
+        z.writestr(info, "#!/bin/sh\necho 'placeholder: moto cannot run functions here' >&2\nexit 1\n")
+    return buf.getvalue()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--endpoint", required=True, help="moto server URL (loopback)")
+    ap.add_argument("--prefix", required=True, help="NamePrefix of the stack (unique per test)")
+    ap.add_argument("--template", default=str(ROOT / "deploy/template.yaml"))
+    ap.add_argument("--timeout", type=float, default=120, help="seconds to wait for the stack")
+    a = ap.parse_args()
+    if not a.endpoint.startswith(("http://127.", "http://localhost", "http://[::1]")):
+        sys.exit("moto_stack: the endpoint must be a loopback address")
+
+    session = boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+    )
+    client = lambda svc: session.client(svc, endpoint_url=a.endpoint)  # noqa: E731
+    cfn, ec2, s3, sm = client("cloudformation"), client("ec2"), client("s3"), client("secretsmanager")
+
+    template, matches = decode(a.template)
+    if matches:
+        sys.exit(f"moto_stack: cannot parse {a.template}: {matches}")
+    template = json.loads(json.dumps(template))  # plain dicts and strings
+    resources = template["Resources"]
+    changed = []
+
+    # --- What moto refuses: made through the plain APIs -------------------------------------
+    deferred = {}
+    for name, res in list(resources.items()):
+        if res["Type"] not in REPLACED_BY_API:
+            continue
+        del resources[name]
+        deferred[name] = res
+        if res["Type"] == "AWS::SecretsManager::Secret":
+            p = res["Properties"]
+            secret_name = p["Name"]["Fn::Sub"].replace("${NamePrefix}", a.prefix) if isinstance(p["Name"], dict) else p["Name"]
+            arn = sm.create_secret(
+                Name=secret_name,
+                Description=p.get("Description", ""),
+                SecretString=generated_secret_string(p["GenerateSecretString"]),
+            )["ARN"]
+            template = replace_refs(template, name, arn)
+            resources = template["Resources"]
+            changed.append(f"{name}: created with CreateSecret ({secret_name}), Ref -> its ARN")
+        for other in resources.values():
+            deps = other.get("DependsOn")
+            if deps == name:
+                del other["DependsOn"]
+            elif isinstance(deps, list) and name in deps:
+                other["DependsOn"] = [d for d in deps if d != name]
+    for name in deferred:
+        left = [k for k, v in template.items() if k != "Resources" and mentions(v, name)]
+        left += [k for k, v in resources.items() if mentions(v, name)]
+        if left:
+            sys.exit(f"moto_stack: {name} is still referred to by {left}")
+
+    # --- Parameters for moto --------------------------------------------------------------
+    vpc = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"][0]["VpcId"]
+    subnet = ec2.describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])["Subnets"][0]["SubnetId"]
+    code_bucket = f"{a.prefix}-lambda-code"
+    s3.create_bucket(Bucket=code_bucket)
+    params = {
+        "NamePrefix": a.prefix,
+        "VpcId": vpc,
+        "SubnetIds": subnet,
+        "ClientCidr": "127.0.0.1/32",
+        "ImageUri": "wallcrawler-controller:moto",
+        "LambdaCodeBucket": code_bucket,
+    }
+    for key_param in ("ApiLambdaKey", "AuthorizerLambdaKey", "TaskEventsLambdaKey"):
+        s3.put_object(Bucket=code_bucket, Key=template["Parameters"][key_param]["Default"], Body=placeholder_zip())
+
+    # --- The stack ------------------------------------------------------------------------
+    stack = f"{a.prefix}-stack"
+    started = time.monotonic()
+    cfn.create_stack(
+        StackName=stack,
+        TemplateBody=json.dumps(template),
+        Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in params.items()],
+        Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"],
+    )
+    deadline = started + a.timeout
+    while True:
+        desc = cfn.describe_stacks(StackName=stack)["Stacks"][0]
+        status = desc["StackStatus"]
+        if status != "CREATE_IN_PROGRESS":
+            break
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if status != "CREATE_COMPLETE":
+        for ev in cfn.describe_stack_events(StackName=stack)["StackEvents"]:
+            if ev.get("ResourceStatusReason"):
+                log(f"{ev['LogicalResourceId']}: {ev['ResourceStatus']}: {ev['ResourceStatusReason']}")
+        sys.exit(f"moto_stack: stack {stack} is {status} after {time.monotonic() - started:.1f} s")
+    log(f"stack {stack} CREATE_COMPLETE in {time.monotonic() - started:.2f} s")
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in desc.get("Outputs", [])}
+    # (moto leaves some ids out, e.g. of the authorizer and the deployment)
+    physical = {
+        r["LogicalResourceId"]: r["PhysicalResourceId"]
+        for r in cfn.describe_stack_resources(StackName=stack)["StackResources"]
+        if r.get("LogicalResourceId") and r.get("PhysicalResourceId")
+    }
+
+    # --- The deferred resources, through the plain APIs -------------------------------------
+    for name, res in deferred.items():
+        p = res["Properties"]
+        if res["Type"] == "AWS::S3::BucketPolicy":
+            bucket = physical[p["Bucket"]["Ref"]]
+            doc = json.dumps(p["PolicyDocument"])
+            doc = json.loads(
+                doc.replace('{"Fn::GetAtt": ["ContextsBucket", "Arn"]}', json.dumps(f"arn:aws:s3:::{bucket}"))
+                .replace('{"Fn::Sub": "${ContextsBucket.Arn}/*"}', json.dumps(f"arn:aws:s3:::{bucket}/*"))
+            )
+            if "Fn::" in json.dumps(doc):
+                sys.exit(f"moto_stack: {name}: unresolved function in {doc}")
+            s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps(doc))
+            changed.append(f"{name}: put with PutBucketPolicy on {bucket}")
+        elif res["Type"] == "AWS::ApiGateway::Stage":
+            apigw = client("apigateway")
+            stage = params.get("StageName", template["Parameters"]["StageName"]["Default"])
+            api_id = physical[p["RestApiId"]["Ref"]]
+            (deployment,) = apigw.get_deployments(restApiId=api_id)["items"]
+            apigw.create_stage(restApiId=api_id, stageName=stage, deploymentId=deployment["id"])
+            changed.append(f"{name}: created with CreateStage ({stage})")
+
+    lam, ecs = client("lambda"), client("ecs")
+    api_env = lam.get_function_configuration(FunctionName=outputs["ApiFunctionName"])["Environment"]["Variables"]
+    td = ecs.describe_task_definition(taskDefinition=outputs["TaskDefinitionArn"])["taskDefinition"]
+    (container,) = td["containerDefinitions"]
+    task_env = {e["name"]: e["value"] for e in container.get("environment", [])}
+    json.dump(
+        {
+            "stack": stack,
+            "seconds": round(time.monotonic() - started, 3),
+            "outputs": outputs,
+            "apiEnv": api_env,
+            "taskEnv": task_env,
+            "changed": changed,
+        },
+        sys.stdout,
+    )
+    print()
+
+
+if __name__ == "__main__":
+    main()
