@@ -181,9 +181,16 @@ def main():
         and g.get("Projection") == {"ProjectionType": "KEYS_ONLY"},
         "SessionsTable: status-expiresAt-index (status, expiresAt; KEYS_ONLY)",
     )
+    g = gsis.get("ecsTaskArn-index", {})
+    check(
+        g.get("KeySchema") == [{"AttributeName": "ecsTaskArn", "KeyType": "HASH"}]
+        and g.get("Projection") == {"ProjectionType": "KEYS_ONLY"},
+        "SessionsTable: ecsTaskArn-index (ecsTaskArn; KEYS_ONLY)",
+    )
     src = (ROOT / "crates/control-plane/src/aws.rs").read_text()
-    m = re.search(r'PROJECT_INDEX: &str = "([^"]+)"', src)
-    check(m and m.group(1) in gsis, "SessionsTable: has the index the code queries (PROJECT_INDEX)")
+    for const in ("PROJECT_INDEX", "TASK_INDEX"):
+        m = re.search(const + r': &str = "([^"]+)"', src)
+        check(m and m.group(1) in gsis, f"SessionsTable: has the index the code queries ({const})")
     k = {g["IndexName"]: g for g in props(t, "ApiKeysTable").get("GlobalSecondaryIndexes", [])}
     check(
         k.get("projectId-index", {}).get("KeySchema") == [{"AttributeName": "projectId", "KeyType": "HASH"}],
@@ -330,6 +337,7 @@ def main():
         needs("AuthorizerFunctionRole", "dynamodb:GetItem", tbl)
     for tbl in ("SessionsTable", "ProjectsTable", "ContextsTable"):
         needs("TaskEventsFunctionRole", "dynamodb:UpdateItem", tbl)
+    needs("TaskEventsFunctionRole", "dynamodb:Query", "SessionsTable")
 
     # --- Wiring ---------------------------------------------------------------------------
     auth = props(t, "ApiAuthorizer")
