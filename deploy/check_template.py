@@ -296,6 +296,9 @@ def main():
 
     controller = code_actions("src/aws.rs")
     check(controller, "found the controller's SDK calls in src/aws.rs")
+    # Not an SDK call: the ECS agent's endpoint, which acts with the task role.
+    if "/task-protection/v1/state" in (ROOT / "src/scale_in.rs").read_text():
+        controller.add("ecs:UpdateTaskProtection")
     for a in sorted(controller):
         res = {
             "dynamodb": "SessionsTable",
@@ -303,6 +306,7 @@ def main():
             "sqs": "ClaimsQueue",
             "secretsmanager": "SigningSecret",
             "ec2": "*",
+            "ecs": "Cluster",
         }[a.split(":")[0]]
         needs("TaskRole", a, res)
     check(actions(t, "TaskRole") <= controller, f"TaskRole: nothing beyond the code's calls ({sorted(actions(t, 'TaskRole') - controller)})")
@@ -338,6 +342,28 @@ def main():
     for tbl in ("SessionsTable", "ProjectsTable", "ContextsTable"):
         needs("TaskEventsFunctionRole", "dynamodb:UpdateItem", tbl)
     needs("TaskEventsFunctionRole", "dynamodb:Query", "SessionsTable")
+
+    # --- The pool scales out on waiting claims, back in to PoolSize ----------------------
+    st = props(t, "PoolScalableTarget")
+    check(
+        st.get("MinCapacity") == {"Ref": "PoolSize"} and st.get("MaxCapacity") == {"Ref": "PoolMaxSize"}
+        and st.get("ScalableDimension") == "ecs:service:DesiredCount",
+        "PoolScalableTarget: the pool service's desired count, PoolSize..PoolMaxSize",
+    )
+    for alarm, policy, op in (
+        ("ClaimsWaitingAlarm", "PoolScaleOutPolicy", "GreaterThanOrEqualToThreshold"),
+        ("ClaimsIdleAlarm", "PoolScaleInPolicy", "LessThanOrEqualToThreshold"),
+    ):
+        a = props(t, alarm)
+        check(
+            a.get("MetricName") == "ApproximateNumberOfMessagesVisible"
+            and a.get("Dimensions", [{}])[0].get("Value") == {"Fn::GetAtt": ["ClaimsQueue", "QueueName"]}
+            and a.get("ComparisonOperator") == op
+            and a.get("AlarmActions") == [{"Ref": policy}],
+            f"{alarm}: the claims queue's visible messages drive {policy}",
+        )
+    adj = props(t, "PoolScaleInPolicy")["StepScalingPolicyConfiguration"]["StepAdjustments"]
+    check(all(s["ScalingAdjustment"] < 0 for s in adj), "PoolScaleInPolicy: only removes tasks")
 
     # --- Wiring ---------------------------------------------------------------------------
     auth = props(t, "ApiAuthorizer")

@@ -126,6 +126,8 @@ settings_group! {
         chrome_flags_file = "CHROME_FLAGS_FILE",
         /// ECS task metadata v4 endpoint (set by ECS): task ARN and network interface.
         ecs_container_metadata_uri_v4 = "ECS_CONTAINER_METADATA_URI_V4",
+        /// ECS agent endpoint (set by ECS): in pool mode a claimed task turns its scale-in protection on there until its session's expiry.
+        ecs_agent_uri = "ECS_AGENT_URI",
         /// Nice value (1-19) for Chrome while no client waits on it: a pool controller's warm-up (raised back to the controller's own when claimed, which needs CAP_SYS_NICE) and every session's close; 0 = off. For hosts running many controllers (the local platform sets 19); pointless on Fargate, one browser per task [default: 0].
         background_nice = "BACKGROUND_NICE",
         /// true = end (as on SIGTERM) when the process that started this one exits; the local platform sets it so no controller outlives it [default: false].
@@ -369,6 +371,8 @@ pub struct RunConfig {
     pub profile_max_entries: u64,
     pub shutdown_budget: Duration,
     pub metadata_uri: Option<String>,
+    /// `ECS_AGENT_URI`: where a claimed pool task asks for scale-in protection.
+    pub agent_uri: Option<String>,
     /// Pool mode: the session comes from a claim.
     pub pool: Option<PoolConfig>,
     /// `EXIT_WITH_PARENT`.
@@ -637,6 +641,7 @@ impl RunConfig {
         let profile_max_entries = r.number("PROFILE_MAX_ENTRIES", 100_000, 1, u64::MAX);
         let shutdown_budget = Duration::from_secs(r.number("SHUTDOWN_BUDGET_SECONDS", 25, 1, 120));
         let metadata_uri = r.text("ECS_CONTAINER_METADATA_URI_V4");
+        let agent_uri = r.text("ECS_AGENT_URI");
         let exit_with_parent = r.boolean("EXIT_WITH_PARENT", false);
         let background_nice = match r.number("BACKGROUND_NICE", 0, 0, 19) {
             0 => None,
@@ -660,6 +665,7 @@ impl RunConfig {
             profile_max_entries,
             shutdown_budget,
             metadata_uri,
+            agent_uri,
             pool,
             exit_with_parent,
             background_nice,

@@ -29,6 +29,7 @@ pub mod pool;
 pub mod profile;
 pub mod proxy;
 pub mod public_ip;
+pub mod scale_in;
 pub mod secrets;
 pub mod stores;
 pub mod task;

@@ -353,6 +353,24 @@ impl ClaimedSession<'_> {
         let c = self.c;
         // A client waits on this session from now on (its Chrome, or the close of the warm one).
         session.to_foreground();
+        if let Some(uri) = c.agent_uri.clone() {
+            // In the background: READY does not wait on the agent; a failure costs nothing
+            // but the protection (the pool's scale-in could then pick this task).
+            let minutes = crate::scale_in::minutes_until(
+                self.record.expires_at,
+                wallcrawler_contract::time::unix_millis() / 1000,
+                c.shutdown_budget,
+            );
+            tokio::spawn(
+                async move {
+                    match crate::scale_in::protect(&uri, minutes).await {
+                        Ok(()) => info!(minutes, "task protected from scale-in"),
+                        Err(e) => warn!(error = %e, "scale-in protection failed"),
+                    }
+                }
+                .instrument(tracing::Span::current()),
+            );
+        }
         session.bind(
             self.claim.session_id.clone(),
             Some(self.claim.project_id.clone()),

@@ -52,7 +52,7 @@ pub fn parse_task_metadata(body: &[u8]) -> Option<TaskMetadata> {
 }
 
 /// Splits `http://host:port/path` into an address to dial and the path.
-fn split_http_url(url: &str) -> Option<(String, String)> {
+pub(crate) fn split_http_url(url: &str) -> Option<(String, String)> {
     let rest = url.strip_prefix("http://")?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),

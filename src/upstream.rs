@@ -96,7 +96,18 @@ pub async fn http_request(
     target: &str,
     timeout: Duration,
 ) -> Result<HttpAnswer, UpstreamError> {
-    tokio::time::timeout(timeout, http_request_inner(addr, method, target))
+    http_request_json(addr, method, target, b"", timeout).await
+}
+
+/// [`http_request`] with a JSON body (none when empty).
+pub async fn http_request_json(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    json: &[u8],
+    timeout: Duration,
+) -> Result<HttpAnswer, UpstreamError> {
+    tokio::time::timeout(timeout, http_request_inner(addr, method, target, json))
         .await
         .unwrap_or(Err(UpstreamError::Timeout))
 }
@@ -105,16 +116,23 @@ async fn http_request_inner(
     addr: SocketAddr,
     method: &str,
     target: &str,
+    json: &[u8],
 ) -> Result<HttpAnswer, UpstreamError> {
     let mut s = TcpStream::connect(addr)
         .await
         .map_err(UpstreamError::Connect)?;
-    let req = format!(
-        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-    );
-    s.write_all(req.as_bytes())
-        .await
-        .map_err(UpstreamError::Io)?;
+    let content_type = if json.is_empty() {
+        ""
+    } else {
+        "Content-Type: application/json\r\n"
+    };
+    let mut req = format!(
+        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{content_type}Content-Length: {}\r\n\r\n",
+        json.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(json);
+    s.write_all(&req).await.map_err(UpstreamError::Io)?;
     let mut buf = Vec::with_capacity(8192);
     let (status, content_type, head_len, content_length) = loop {
         let mut chunk = [0u8; 8192];

@@ -281,24 +281,61 @@ async fn ecs_task(f: &Fixture) -> String {
     out.tasks()[0].task_arn().unwrap().to_owned()
 }
 
+/// What the stand-in ECS agent was asked: `PUT <target> <body>` per request.
+type AgentCalls = Arc<Mutex<Vec<String>>>;
+
 /// A stand-in for the ECS task metadata v4 endpoint naming `task_arn` (no network: the
-/// controllers are given PUBLIC_IP). Returns the `ECS_CONTAINER_METADATA_URI_V4` value.
-async fn metadata_server(task_arn: &str) -> String {
+/// controllers are given PUBLIC_IP) and for the ECS agent's task protection endpoint, which
+/// records what it is asked. Returns `ECS_CONTAINER_METADATA_URI_V4`, `ECS_AGENT_URI` and the
+/// agent's calls.
+async fn metadata_server(task_arn: &str) -> (String, String, AgentCalls) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let body = json!({"Cluster": "wallcrawler", "TaskARN": task_arn, "Containers": []}).to_string();
+    let metadata =
+        json!({"Cluster": "wallcrawler", "TaskARN": task_arn, "Containers": []}).to_string();
+    let protection = json!({"protection": {"ProtectionEnabled": true, "TaskArn": task_arn,
+        "ExpirationDate": "2026-11-23T20:00:00Z"}})
+    .to_string();
+    let calls = AgentCalls::default();
+    let recorded = calls.clone();
     tokio::spawn(async move {
         while let Ok((mut s, _)) = listener.accept().await {
-            let body = body.clone();
+            let (metadata, protection, recorded) =
+                (metadata.clone(), protection.clone(), recorded.clone());
             tokio::spawn(async move {
-                let mut head = Vec::new();
+                let mut req = Vec::new();
                 let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+                let complete = |r: &[u8]| {
+                    let end = r.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+                    let head = String::from_utf8_lossy(&r[..end]).to_ascii_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap_or(0));
+                    (r.len() >= end + len).then_some(end)
+                };
+                let end = loop {
+                    if let Some(end) = complete(&req) {
+                        break end;
+                    }
                     match s.read(&mut buf).await {
                         Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                        Ok(n) if req.len() < 16 * 1024 => req.extend_from_slice(&buf[..n]),
+                        Ok(_) => return,
                     }
-                }
+                };
+                let head = String::from_utf8_lossy(&req[..end]).into_owned();
+                let mut first = head.split_whitespace();
+                let (method, target) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
+                let body = if method == "PUT" {
+                    recorded.lock().unwrap().push(format!(
+                        "PUT {target} {}",
+                        String::from_utf8_lossy(&req[end..])
+                    ));
+                    protection
+                } else {
+                    metadata
+                };
                 let answer = format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
                      Connection: close\r\n\r\n{body}",
@@ -309,7 +346,11 @@ async fn metadata_server(task_arn: &str) -> String {
             });
         }
     });
-    format!("http://{addr}/v4/pool-task")
+    (
+        format!("http://{addr}/v4/pool-task"),
+        format!("http://{addr}/api/pool-task"),
+        calls,
+    )
 }
 
 #[derive(Default)]
@@ -344,12 +385,14 @@ struct PoolTask {
     log: Arc<Log>,
     /// Bumped on every stderr line (and at its end); owned by the reader task.
     seen: watch::Receiver<u64>,
+    /// What it asked its ECS agent (scale-in protection).
+    agent: AgentCalls,
 }
 
 impl PoolTask {
     async fn start(pool: &Pool, o: TaskOptions) -> PoolTask {
         let arn = ecs_task(&pool.f).await;
-        let metadata = metadata_server(&arn).await;
+        let (metadata, agent_uri, agent) = metadata_server(&arn).await;
         let chrome = o.chrome.unwrap_or_else(chromium);
         let mut cmd = tokio::process::Command::new(controller_bin());
         cmd.arg("run")
@@ -377,6 +420,7 @@ impl PoolTask {
         cmd.env("POOL_TASK_NAME", unique("pool-task"))
             .envs(aws_env())
             .env("ECS_CONTAINER_METADATA_URI_V4", metadata)
+            .env("ECS_AGENT_URI", agent_uri)
             .env("PUBLIC_IP", "127.0.0.1")
             .env("CDP_PROXY_HOST", "127.0.0.1")
             .env("CDP_PROXY_PORT", "0")
@@ -408,6 +452,7 @@ impl PoolTask {
             arn,
             log,
             seen,
+            agent,
         }
     }
 
@@ -620,6 +665,8 @@ async fn pool_a_warm_task_serves_create_at_once_and_release_stops_it() {
     );
     assert_eq!(gauge(&page, "wallcrawler_pool_idle_seconds"), 0.0);
     assert_eq!(gauge(&page, "wallcrawler_pool_claim_to_ready_seconds"), 0.0);
+    // A warm task is not protected from scale-in: the service's scale-in takes idle tasks.
+    assert!(task.agent.lock().unwrap().is_empty());
 
     let v = pool.create(json!({"keepAlive": true})).await;
     assert_eq!(v["status"], "RUNNING", "{v}");
@@ -636,6 +683,17 @@ async fn pool_a_warm_task_serves_create_at_once_and_release_stops_it() {
     );
     assert_eq!(text(&item, "publicIP").as_deref(), Some("127.0.0.1"));
     pool.claims_deleted().await;
+    // Claimed, it is protected until its session cannot last longer (expiry + shutdown).
+    let protected = task.wait_event("task protected from scale-in").await;
+    let minutes = protected["minutes"].as_u64().unwrap();
+    assert!((1..=2880).contains(&minutes), "{protected}");
+    assert_eq!(
+        *task.agent.lock().unwrap(),
+        vec![format!(
+            "PUT /api/pool-task/task-protection/v1/state {}",
+            json!({"ExpiresInMinutes": minutes, "ProtectionEnabled": true})
+        )]
+    );
 
     drive(&url).await;
     let (_, page) = http("GET", &metrics_url, &[], vec![]).await;
