@@ -188,6 +188,36 @@ impl Pool {
         }
     }
 
+    /// A keepAlive session created while `task` is warm: create answers RUNNING, `task` took
+    /// the claim and wrote READY with its own ARN, the claim is deleted. Its id and connectUrl.
+    async fn served_at_once(&self, task: &mut PoolTask) -> (String, String) {
+        let v = self.create(json!({"keepAlive": true})).await;
+        assert_eq!(v["status"], "RUNNING", "{v}");
+        let id = v["id"].as_str().unwrap().to_owned();
+        let taken = task.wait_event("claim taken").await;
+        assert_eq!(taken["span"]["session.id"], id.as_str(), "{taken}");
+        let item = self.f.item(&id).await;
+        assert_eq!(text(&item, "internalStatus").as_deref(), Some("READY"));
+        assert_eq!(
+            text(&item, "ecsTaskArn").as_deref(),
+            Some(task.arn.as_str()),
+            "the task that took the claim wrote its own ARN"
+        );
+        self.claims_deleted().await;
+        (id, connect_url(&v))
+    }
+
+    /// Releases `id`, plays ECS stopping `task`: it exits 0 and the session is STOPPED /
+    /// COMPLETED with `endedAt`.
+    async fn released_and_ended(&self, task: &mut PoolTask, id: &str) {
+        self.release(id).await;
+        let status = task.stopped_by_ecs(&self.f).await;
+        assert_eq!(status.code(), Some(0), "{}", task.text());
+        let item = self.ended(id).await;
+        assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
+        assert_eq!(text(&item, "status").as_deref(), Some("COMPLETED"));
+    }
+
     /// A Chrome that starts normally for the warm profile but, on a claimed context's profile,
     /// waits until [`Pool::open_gate`] and then fails (exit 1): a slow bring-up that fails.
     fn chrome_failing_on_claimed_profiles_at_the_gate(&self) -> PathBuf {
@@ -668,21 +698,11 @@ async fn pool_a_warm_task_serves_create_at_once_and_release_stops_it() {
     // A warm task is not protected from scale-in: the service's scale-in takes idle tasks.
     assert!(task.agent.lock().unwrap().is_empty());
 
-    let v = pool.create(json!({"keepAlive": true})).await;
-    assert_eq!(v["status"], "RUNNING", "{v}");
-    let id = v["id"].as_str().unwrap().to_owned();
-    let url = connect_url(&v);
-    let taken = task.wait_event("claim taken").await;
-    assert_eq!(taken["span"]["session.id"], id.as_str(), "{taken}");
-    let item = pool.f.item(&id).await;
-    assert_eq!(text(&item, "internalStatus").as_deref(), Some("READY"));
+    let (id, url) = pool.served_at_once(&mut task).await;
     assert_eq!(
-        text(&item, "ecsTaskArn").as_deref(),
-        Some(task.arn.as_str()),
-        "the task that took the claim wrote its own ARN"
+        text(&pool.f.item(&id).await, "publicIP").as_deref(),
+        Some("127.0.0.1")
     );
-    assert_eq!(text(&item, "publicIP").as_deref(), Some("127.0.0.1"));
-    pool.claims_deleted().await;
     // Claimed, it is protected until its session cannot last longer (expiry + shutdown).
     let protected = task.wait_event("task protected from scale-in").await;
     let minutes = protected["minutes"].as_u64().unwrap();
@@ -703,12 +723,7 @@ async fn pool_a_warm_task_serves_create_at_once_and_release_stops_it() {
     );
     assert!(gauge(&page, "wallcrawler_pool_claim_to_ready_seconds") > 0.0);
 
-    pool.release(&id).await;
-    let status = task.stopped_by_ecs(&pool.f).await;
-    assert_eq!(status.code(), Some(0), "{}", task.text());
-    let item = pool.ended(&id).await;
-    assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
-    assert_eq!(text(&item, "status").as_deref(), Some("COMPLETED"));
+    pool.released_and_ended(&mut task, &id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -200,28 +200,9 @@ async fn stack_created_in_moto_serves_a_session_through_its_pool() {
     .warm()
     .await;
 
-    let v = pool.create(json!({"keepAlive": true})).await;
-    assert_eq!(v["status"], "RUNNING", "{v}");
-    let id = v["id"].as_str().unwrap().to_owned();
-    let url = connect_url(&v);
-    let taken = task.wait_event("claim taken").await;
-    assert_eq!(taken["span"]["session.id"], id.as_str(), "{taken}");
-    let item = pool.f.item(&id).await;
-    assert_eq!(text(&item, "internalStatus").as_deref(), Some("READY"));
-    assert_eq!(
-        text(&item, "ecsTaskArn").as_deref(),
-        Some(task.arn.as_str())
-    );
-    pool.claims_deleted().await;
-
+    let (id, url) = pool.served_at_once(&mut task).await;
     drive(&url).await;
-
-    pool.release(&id).await;
-    let status = task.stopped_by_ecs(&pool.f).await;
-    assert_eq!(status.code(), Some(0), "{}", task.text());
-    let item = pool.ended(&id).await;
-    assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
-    assert_eq!(text(&item, "status").as_deref(), Some("COMPLETED"));
+    pool.released_and_ended(&mut task, &id).await;
     assert_eq!(
         pool.messages(&pool.dlq).await,
         (0, 0),
