@@ -9,8 +9,9 @@ CONTEXT_PERSIST=true), against a moto server on a free loopback port, with a sta
 task metadata endpoint. `--network=host` keeps every packet on 127.0.0.1; the proxy listens on a
 free port instead of 9223 for that reason. Checks, failing loudly (exit 1) on any miss:
 
-  1. the session item turns READY with the task's ARN and a connectUrl on the proxy's port, and
-     GET /health answers 200;
+  1. the session item turns READY with the task's ARN and a connectUrl on the proxy's port,
+     GET /health answers 200, also to the task definition's health check command run inside the
+     container, and the container runs as the image's unprivileged user;
   2. a request without a token is refused (401);
   3. a real Puppeteer (tests/node/image-smoke.mjs) connects through the proxy with the token and
      drives a page served by a local HTTP server (its script runs, a cookie is stored);
@@ -203,7 +204,14 @@ def smoke(image: str, token_binary: str) -> None:
             raise Failure("connectUrl does not point at the proxy's port with the session's token")
         health = f"http://127.0.0.1:{proxy_port}/health"
         wait_until("/health to answer 200", lambda: http_status(health) == 200)
-        log(f"READY after {time.monotonic() - started:.1f} s; /health 200")
+        # The task definition's health check, run inside the container as ECS runs it.
+        check = podman("exec", container, "sh", "-c", f"curl -fsS {health} || exit 1", check=False)
+        if check.returncode != 0 or json.loads(check.stdout or "{}").get("status") != "ok":
+            raise Failure(f"the ECS health check command failed in the container ({check.returncode}): {check.stderr.strip()}")
+        uid = podman("exec", container, "id", "-u").stdout.strip()
+        if uid != "10001":
+            raise Failure(f"the controller runs as uid {uid}, want the image's unprivileged user 10001")
+        log(f"READY after {time.monotonic() - started:.1f} s; /health 200, also from the ECS health check in the container; uid {uid}")
 
         # 2. No token, no entry.
         status = http_status(f"http://127.0.0.1:{proxy_port}/json/version")
