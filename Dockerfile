@@ -24,7 +24,13 @@ COPY src ./src
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin wallcrawler-controller \
-    && install -D -m 0755 target/release/wallcrawler-controller /out/wallcrawler-controller
+    && install -D -m 0755 target/release/wallcrawler-controller /out/wallcrawler-controller \
+    && strip --strip-debug /out/wallcrawler-controller
+
+# The binary keeps its symbol table (function names in panics and backtraces in the task log) but
+# not the debug line tables, most of the file. scripts/image.sh supplies this stage's /out from a
+# binary built on the host instead (`podman build --build-context builder=DIR`), stripped the same
+# way.
 
 ########## runtime ##########
 FROM debian:bookworm-slim
@@ -33,8 +39,25 @@ FROM debian:bookworm-slim
 # chromium build, so a pin would break every rebuild after the next security update; the
 # debian:bookworm-slim base and the rebuild date fix what gets installed.
 # curl is for the ECS container health check: `curl -fsS http://127.0.0.1:9223/health`.
+# Two cheap cuts in what Chromium pulls in, neither used by headless Chrome, which renders with
+# its own ANGLE and SwiftShader (/usr/lib/chromium/lib{EGL,GLESv2,vk_swiftshader}.so):
+# - chromium-common depends on x11-utils (X11 desktop tools: xdpyinfo, xprop, …), which pulls
+#   libgl1 → Mesa's DRI drivers → LLVM 15 and Z3, ~190 MB. An empty stand-in package satisfies
+#   the dependency, so dpkg's state stays consistent and later `apt-get install`s still work.
+# - the Vulkan validation layer (a debugging aid, 23 MB) is path-excluded like the docs are.
 # hadolint ignore=DL3008
-RUN apt-get update \
+RUN mkdir -p /tmp/x11-utils/DEBIAN \
+    && printf '%s\n' 'Package: x11-utils' 'Version: 99:0+wallcrawler' 'Architecture: all' \
+        'Maintainer: Wallcrawler <wallcrawler@localhost>' 'Priority: optional' 'Section: x11' \
+        'Description: empty stand-in for x11-utils' \
+        ' Headless Chromium needs no X11 desktop tools; see the Dockerfile.' \
+        >/tmp/x11-utils/DEBIAN/control \
+    && dpkg-deb --root-owner-group --build /tmp/x11-utils /tmp/x11-utils.deb >/dev/null \
+    && dpkg -i /tmp/x11-utils.deb \
+    && rm -rf /tmp/x11-utils /tmp/x11-utils.deb \
+    && echo 'path-exclude /usr/lib/chromium/libVkLayer_khronos_validation.so*' \
+        >/etc/dpkg/dpkg.cfg.d/wallcrawler-chromium \
+    && apt-get update \
     && apt-get install -y --no-install-recommends \
         ca-certificates \
         chromium \

