@@ -44,7 +44,7 @@ import urllib.error
 import urllib.request
 import uuid
 
-from support import ROOT, WAIT, Failure, Moto, free_port, logger, s, wait_until
+from support import ROOT, WAIT, Failure, Moto, free_port, logger, report, s, wait_until
 
 log = logger("image-smoke")
 PROJECT = "proj_image_smoke"
@@ -302,12 +302,7 @@ def main() -> int:
     ap.add_argument("--image", required=True)
     ap.add_argument("--token-binary", required=True, help="a wallcrawler-controller binary, to mint the token")
     a = ap.parse_args()
-    try:
-        smoke(a.image, a.token_binary)
-    except Failure as e:
-        print(f"[image-smoke] FAILED: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return report("image-smoke", lambda: smoke(a.image, a.token_binary))
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ import uuid
 import zipfile
 from pathlib import Path
 
-from support import ROOT, WAIT, Failure, Moto, free_port, logger, port_open, s, wait_until
+from support import ROOT, WAIT, Failure, Moto, free_port, logger, port_open, report, s, stop, wait_until
 
 log = logger("lambda-rie")
 RIE = ROOT / ".venv/bin/aws-lambda-rie"
@@ -205,12 +205,7 @@ class Function:
         return self.log_path.read_text(errors="replace")
 
     def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop(self.proc)
         self.log_file.close()
 
 
@@ -378,12 +373,7 @@ def main() -> int:
     if not RIE.is_file():
         print(f"[lambda-rie] FAILED: {RIE} missing: run scripts/install-test-deps.sh", file=sys.stderr)
         return 1
-    try:
-        run(a.dist, a.admin_binary)
-    except Failure as e:
-        print(f"[lambda-rie] FAILED: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return report("lambda-rie", lambda: run(a.dist, a.admin_binary))
 
 
 if __name__ == "__main__":

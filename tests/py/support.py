@@ -108,12 +108,27 @@ class Moto:
         )
 
     def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop(self.proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 10 s; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def report(tag: str, test) -> int:
+    """Runs `test()`; a `Failure` is printed as `[tag] FAILED: …`. The exit status."""
+    try:
+        test()
+    except Failure as e:
+        print(f"[{tag}] FAILED: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def s(item: dict, key: str) -> str | None:
