@@ -413,17 +413,13 @@ pub async fn handle_task_state_change(
     }
     // A task started for its session names it; a pool task (started by its ECS service) is
     // found by the task ARN its READY wrote. A pool task that never served has none.
-    let found;
-    let id = match (event.session_id(), event.detail.task_arn.as_deref()) {
-        (Some(id), _) => id,
-        (None, Some(arn)) => match sessions.find_by_task(arn).await? {
-            Some(id) => {
-                found = id;
-                found.as_str()
-            }
-            None => return Ok(TaskEventOutcome::Ignored("the task serves no session")),
-        },
-        (None, None) => return Ok(TaskEventOutcome::Ignored("the task serves no session")),
+    let found = match (event.session_id(), event.detail.task_arn.as_deref()) {
+        (Some(id), _) => Some(id.to_owned()),
+        (None, Some(arn)) => sessions.find_by_task(arn).await?,
+        (None, None) => None,
+    };
+    let Some(id) = found.as_deref() else {
+        return Ok(TaskEventOutcome::Ignored("the task serves no session"));
     };
     let reason = format!(
         "the browser task stopped before the session ended ({}): {}",
