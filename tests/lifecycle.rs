@@ -156,3 +156,73 @@ fn chrome_does_not_outlive_a_killed_controller() {
     assert_eq!(c.wait_exit().code(), None);
     assert_no_chrome_left(&profile);
 }
+
+/// Whether process `pid` is gone (or a zombie nobody has reaped yet: it runs no more).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat.get(i + 2..i + 3))
+            .is_some_and(|state| state == "Z"),
+    }
+}
+
+/// A signal while Chrome is still starting ends its whole process group, helpers included:
+/// nothing of it lives on to write into a profile its owner is removing. (Chrome's helpers are
+/// its children in its group; the parent-death signal reaches only the browser process.)
+#[test]
+fn a_signal_while_chrome_starts_leaves_none_of_its_processes() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("helper.pid");
+    let chrome = dir.path().join("chromium");
+    // A "browser" that starts a helper, then never becomes ready.
+    std::fs::write(
+        &chrome,
+        format!(
+            "#!/bin/sh\nsleep 600 &\necho $! > '{m}.tmp' && mv '{m}.tmp' '{m}'\nexec sleep 600\n",
+            m = marker.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&chrome, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut c = Controller::spawn(
+        &[
+            "local",
+            "--port",
+            "0",
+            "--chrome-path",
+            chrome.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let deadline = Instant::now() + WAIT;
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the helper never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let helper: i32 = std::fs::read_to_string(&marker)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    c.signal(Signal::SIGTERM);
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+    assert!(
+        c.stderr
+            .text()
+            .contains("signal received while Chrome was starting"),
+        "{}",
+        c.stderr.text()
+    );
+    let deadline = Instant::now() + WAIT;
+    while !gone(helper) {
+        assert!(
+            Instant::now() < deadline,
+            "Chrome's helper {helper} outlived the interrupted start"
+        );
+        // No event announces that the kernel finished tearing a process down; poll /proc.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

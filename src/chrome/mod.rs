@@ -236,22 +236,23 @@ impl Chrome {
             browser_path: String::new(),
             exit: exit_rx,
         };
-        match tokio::time::timeout(opts.ready_timeout, chrome.wait_ready(opts)).await {
+        // Until Chrome is handed over, a launch that ends any other way — an error, the
+        // timeout, or this future dropped by a signal mid-start — kills its whole process
+        // group: its helpers would otherwise live on, writing into (and re-creating) a profile
+        // directory its owner is removing.
+        let unready = GroupKiller(Some(pid));
+        let ready = tokio::time::timeout(opts.ready_timeout, chrome.wait_ready(opts)).await;
+        match ready {
             Ok(Ok(())) => {
+                unready.disarm();
                 info!(
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "chrome devtools ready"
                 );
                 Ok(chrome)
             }
-            Ok(Err(e)) => {
-                chrome.kill_group();
-                Err(e)
-            }
-            Err(_) => {
-                chrome.kill_group();
-                Err(ChromeError::NotReady(opts.ready_timeout))
-            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ChromeError::NotReady(opts.ready_timeout)),
         }
     }
 
@@ -363,6 +364,23 @@ impl Chrome {
     /// `RLIMIT_NICE`), and fails with `EACCES`/`EPERM` otherwise.
     pub fn set_nice(&self, nice: i32) -> std::io::Result<()> {
         set_group_nice(self.pid, nice)
+    }
+}
+
+/// SIGKILLs a process group when dropped, unless disarmed.
+struct GroupKiller(Option<Pid>);
+
+impl GroupKiller {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
     }
 }
 
