@@ -158,6 +158,7 @@ impl Serving {
                 ml,
                 metrics.clone(),
                 metrics_cancel.clone(),
+                TaskTracker::new(),
             ));
         }
         let proxy = Proxy::new(auth, upstream, metrics, limits).map_err(AppError::Relay)?;
@@ -317,12 +318,7 @@ impl Session {
 
     /// Whether any client bytes have reached Chrome through the proxy.
     fn client_traffic(&self) -> bool {
-        self.serving
-            .proxy
-            .metrics()
-            .bytes_client_to_chrome
-            .load(std::sync::atomic::Ordering::Relaxed)
-            > 0
+        self.serving.proxy.metrics().bytes_client_to_chrome.get() > 0
     }
 
     /// Waits for whatever ends the session first.

@@ -27,7 +27,6 @@
 
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -100,9 +99,7 @@ pub async fn run_pool(
     };
     let warm_at = Instant::now();
     let metrics = session.metrics().clone();
-    metrics
-        .pool_warmup_ms
-        .store(millis(warm_at - started), Ordering::Relaxed);
+    metrics.pool_warmup.set((warm_at - started).as_secs_f64());
     info!(
         warmup_ms = millis(warm_at - started),
         task = %pool.task_name,
@@ -119,9 +116,10 @@ pub async fn run_pool(
         return 0;
     };
     let claimed_at = Instant::now();
+    // At least 1 ms: 0 means "not claimed yet".
     metrics
-        .pool_idle_ms
-        .store(millis(claimed_at - warm_at).max(1), Ordering::Relaxed);
+        .pool_idle
+        .set((claimed_at - warm_at).as_secs_f64().max(0.001));
     let sid = claim.session_id.clone();
     let span = tracing::info_span!("session", session.id = %sid);
     async move {
@@ -314,8 +312,8 @@ impl ClaimedSession<'_> {
             }
         };
         metrics
-            .pool_claim_to_ready_ms
-            .store(millis(claimed_at.elapsed()).max(1), Ordering::Relaxed);
+            .pool_claim_to_ready
+            .set(claimed_at.elapsed().as_secs_f64().max(0.001));
         info!(
             claim_to_ready_ms = millis(claimed_at.elapsed()),
             "claimed session READY"

@@ -3,14 +3,29 @@
 //! Metric labels are fixed words (directions, outcomes, refusal reasons): nothing a client sends
 //! ever becomes a label, so no token or address can leak through `/metrics`.
 
-use std::fmt::Write as _;
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::encoding::text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::debug;
 use tracing_subscriber::EnvFilter;
 use wallcrawler_contract::TokenError;
 
@@ -110,186 +125,230 @@ impl Outcome {
     }
 }
 
-/// Counters and gauges of the proxy.
-#[derive(Default)]
+/// One label pair; labels are fixed words chosen here, never anything a client sent.
+type Label = [(&'static str, &'static str); 1];
+
+/// The proxy's counters and gauges, registered with [`prometheus_client`] (which owns the
+/// OpenMetrics text encoding). Each labelled series is created once at start and kept as a
+/// handle, so counting on the connection and relay paths is one atomic add, no map lookup.
 pub struct Metrics {
     /// Upgraded client connections open now.
-    pub clients_active: AtomicI64,
+    pub clients_active: Gauge,
     /// TCP connections being handled now (any route).
-    pub connections_open: AtomicI64,
-    pub bytes_client_to_chrome: AtomicU64,
-    pub bytes_chrome_to_client: AtomicU64,
-    outcomes: [AtomicU64; Outcome::ALL.len()],
-    refusals: [AtomicU64; TokenError::ALL.len()],
-    /// Pool mode, in milliseconds (0 = not reached): start → warm, warm → claimed, claimed →
-    /// READY written.
-    pub pool_warmup_ms: AtomicU64,
-    pub pool_idle_ms: AtomicU64,
-    pub pool_claim_to_ready_ms: AtomicU64,
+    pub connections_open: Gauge,
+    /// Bytes relayed from the client to Chrome.
+    pub bytes_client_to_chrome: Counter,
+    /// Bytes relayed from Chrome to the client.
+    pub bytes_chrome_to_client: Counter,
+    outcomes: [Counter; Outcome::ALL.len()],
+    refusals: [Counter; TokenError::ALL.len()],
+    /// Pool mode, in seconds (0 = not reached): start → warm, warm → claimed, claimed → READY.
+    pub pool_warmup: Gauge<f64, AtomicU64>,
+    /// See `pool_warmup`.
+    pub pool_idle: Gauge<f64, AtomicU64>,
+    /// See `pool_warmup`.
+    pub pool_claim_to_ready: Gauge<f64, AtomicU64>,
+    registry: Registry,
+    /// Encoded only once the pool gauges mean something (a warm browser in pool mode).
+    pool_registry: Registry,
 }
 
+/// The `Content-Type` of [`Metrics::render`].
+pub const EXPOSITION_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
 impl Metrics {
+    /// Every series registered, at zero.
     pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
+        let mut registry = Registry::default();
+        let clients_active = Gauge::default();
+        registry.register(
+            "wallcrawler_proxy_clients",
+            "Upgraded CDP client connections open now",
+            clients_active.clone(),
+        );
+        let connections_open = Gauge::default();
+        registry.register(
+            "wallcrawler_proxy_connections_open",
+            "TCP connections being handled now",
+            connections_open.clone(),
+        );
+        let bytes = Family::<Label, Counter>::default();
+        let bytes_client_to_chrome =
+            bytes.get_or_create_owned(&[("direction", "client_to_chrome")]);
+        let bytes_chrome_to_client =
+            bytes.get_or_create_owned(&[("direction", "chrome_to_client")]);
+        registry.register(
+            "wallcrawler_proxy_bytes",
+            "Bytes relayed, by direction",
+            bytes,
+        );
+        let by_outcome = Family::<Label, Counter>::default();
+        let outcomes =
+            Outcome::ALL.map(|o| by_outcome.get_or_create_owned(&[("outcome", o.label())]));
+        registry.register(
+            "wallcrawler_proxy_connections",
+            "Client connections by outcome",
+            by_outcome,
+        );
+        let by_reason = Family::<Label, Counter>::default();
+        let refusals =
+            TokenError::ALL.map(|e| by_reason.get_or_create_owned(&[("reason", e.reason())]));
+        registry.register(
+            "wallcrawler_proxy_auth_refusals",
+            "Refused credentials by reason",
+            by_reason,
+        );
+        let mut pool_registry = Registry::default();
+        let pool_warmup = Gauge::default();
+        let pool_idle = Gauge::default();
+        let pool_claim_to_ready = Gauge::default();
+        for (name, help, gauge) in [
+            (
+                "wallcrawler_pool_warmup",
+                "Pool mode: from the controller's start to a warm browser waiting for a claim",
+                &pool_warmup,
+            ),
+            (
+                "wallcrawler_pool_idle",
+                "Pool mode: time warm before a claim came (0 while still waiting)",
+                &pool_idle,
+            ),
+            (
+                "wallcrawler_pool_claim_to_ready",
+                "Pool mode: from taking a claim to READY written (0 until then)",
+                &pool_claim_to_ready,
+            ),
+        ] {
+            pool_registry.register_with_unit(name, help, Unit::Seconds, gauge.clone());
+        }
+        Arc::new(Self {
+            clients_active,
+            connections_open,
+            bytes_client_to_chrome,
+            bytes_chrome_to_client,
+            outcomes,
+            refusals,
+            pool_warmup,
+            pool_idle,
+            pool_claim_to_ready,
+            registry,
+            pool_registry,
+        })
     }
 
+    /// Counts a connection's outcome.
     pub fn outcome(&self, o: Outcome) {
-        let i = Outcome::ALL.iter().position(|x| *x == o).expect("listed");
-        self.outcomes[i].fetch_add(1, Ordering::Relaxed);
+        self.outcomes[o as usize].inc();
     }
 
+    /// Counts a refused credential.
     pub fn refusal(&self, e: TokenError) {
         let i = TokenError::ALL
             .iter()
             .position(|x| *x == e)
             .expect("listed");
-        self.refusals[i].fetch_add(1, Ordering::Relaxed);
+        self.refusals[i].inc();
     }
 
+    /// Connections counted with outcome `o` so far.
     pub fn outcome_count(&self, o: Outcome) -> u64 {
-        let i = Outcome::ALL.iter().position(|x| *x == o).expect("listed");
-        self.outcomes[i].load(Ordering::Relaxed)
+        self.outcomes[o as usize].get()
     }
 
     /// Bytes relayed in both directions so far (`proxyBytes`).
     pub fn proxy_bytes(&self) -> u64 {
-        self.bytes_client_to_chrome.load(Ordering::Relaxed)
-            + self.bytes_chrome_to_client.load(Ordering::Relaxed)
+        self.bytes_client_to_chrome.get() + self.bytes_chrome_to_client.get()
     }
 
-    /// Prometheus text exposition format.
+    /// The OpenMetrics text exposition ([`EXPOSITION_CONTENT_TYPE`]).
     pub fn render(&self) -> String {
-        let mut s = String::with_capacity(2048);
-        let _ = writeln!(
-            s,
-            "# HELP wallcrawler_proxy_clients Upgraded CDP client connections open now."
-        );
-        let _ = writeln!(s, "# TYPE wallcrawler_proxy_clients gauge");
-        let _ = writeln!(
-            s,
-            "wallcrawler_proxy_clients {}",
-            self.clients_active.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            s,
-            "# HELP wallcrawler_proxy_connections_open TCP connections being handled now."
-        );
-        let _ = writeln!(s, "# TYPE wallcrawler_proxy_connections_open gauge");
-        let _ = writeln!(
-            s,
-            "wallcrawler_proxy_connections_open {}",
-            self.connections_open.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            s,
-            "# HELP wallcrawler_proxy_bytes_total Bytes relayed, by direction."
-        );
-        let _ = writeln!(s, "# TYPE wallcrawler_proxy_bytes_total counter");
-        let _ = writeln!(
-            s,
-            "wallcrawler_proxy_bytes_total{{direction=\"client_to_chrome\"}} {}",
-            self.bytes_client_to_chrome.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            s,
-            "wallcrawler_proxy_bytes_total{{direction=\"chrome_to_client\"}} {}",
-            self.bytes_chrome_to_client.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            s,
-            "# HELP wallcrawler_proxy_connections_total Client connections by outcome."
-        );
-        let _ = writeln!(s, "# TYPE wallcrawler_proxy_connections_total counter");
-        for (o, c) in Outcome::ALL.iter().zip(&self.outcomes) {
-            let _ = writeln!(
-                s,
-                "wallcrawler_proxy_connections_total{{outcome=\"{}\"}} {}",
-                o.label(),
-                c.load(Ordering::Relaxed)
-            );
+        let mut s = String::with_capacity(4096);
+        // Writing to a String cannot fail.
+        let _ = text::encode_registry(&mut s, &self.registry);
+        if self.pool_warmup.get() > 0.0 {
+            let _ = text::encode_registry(&mut s, &self.pool_registry);
         }
-        let _ = writeln!(
-            s,
-            "# HELP wallcrawler_proxy_auth_refusals_total Refused credentials by reason."
-        );
-        let _ = writeln!(s, "# TYPE wallcrawler_proxy_auth_refusals_total counter");
-        for (e, c) in TokenError::ALL.iter().zip(&self.refusals) {
-            let _ = writeln!(
-                s,
-                "wallcrawler_proxy_auth_refusals_total{{reason=\"{}\"}} {}",
-                e.reason(),
-                c.load(Ordering::Relaxed)
-            );
-        }
-        self.render_pool(&mut s);
+        let _ = text::encode_eof(&mut s);
         s
-    }
-
-    /// The pool gauges, once this controller has warmed up in pool mode.
-    fn render_pool(&self, s: &mut String) {
-        if self.pool_warmup_ms.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        for (name, help, v) in [
-            (
-                "wallcrawler_pool_warmup_seconds",
-                "Pool mode: from the controller's start to a warm browser waiting for a claim.",
-                &self.pool_warmup_ms,
-            ),
-            (
-                "wallcrawler_pool_idle_seconds",
-                "Pool mode: time warm before a claim came (0 while still waiting).",
-                &self.pool_idle_ms,
-            ),
-            (
-                "wallcrawler_pool_claim_to_ready_seconds",
-                "Pool mode: from taking a claim to READY written (0 until then).",
-                &self.pool_claim_to_ready_ms,
-            ),
-        ] {
-            let _ = writeln!(s, "# HELP {name} {help}");
-            let _ = writeln!(s, "# TYPE {name} gauge");
-            let _ = writeln!(s, "{name} {:.3}", v.load(Ordering::Relaxed) as f64 / 1000.0);
-        }
     }
 }
 
-/// Serves `GET /metrics` on `listener` until `cancel` fires. Any other path gets 404.
+/// Metrics scrapes answered at the same time, at most; a connection beyond it waits for a slot.
+const MAX_SCRAPES: usize = 8;
+
+/// Time a scraper has to send its request head.
+const SCRAPE_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Largest request head a scraper may send (hyper's read buffer; beyond it the connection
+/// is refused with 431).
+const SCRAPE_MAX_HEAD: usize = 8 * 1024;
+
+/// Serves `GET /metrics` on `listener` until `cancel` fires; any other request gets 404.
+/// Connections are served one request each, at most [`MAX_SCRAPES`] at once, as tasks of
+/// `tracker` (so shutdown waits for them).
 pub async fn serve_metrics(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
+    tracker: TaskTracker,
 ) {
+    let slots = Arc::new(Semaphore::new(MAX_SCRAPES));
     loop {
-        let (mut stream, _) = tokio::select! {
-            r = listener.accept() => match r { Ok(c) => c, Err(_) => continue },
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // EMFILE and friends: back off briefly instead of spinning.
+                    debug!(error = %e, "metrics accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
             () = cancel.cancelled() => return,
         };
         let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let mut buf = Vec::with_capacity(1024);
-            let head = crate::proxy::http::read_request_head(
-                &mut stream,
-                &mut buf,
-                8192,
-                std::time::Duration::from_secs(5),
-            )
-            .await;
-            let response = match head {
-                Ok((h, _)) if h.method == "GET" && h.path() == "/metrics" => {
-                    crate::proxy::http::body_response(
-                        200,
-                        "text/plain; version=0.0.4",
-                        metrics.render().as_bytes(),
-                    )
-                }
-                Ok(_) => crate::proxy::http::simple_response(404, &[], "not found\n"),
-                Err(_) => crate::proxy::http::simple_response(400, &[], "bad request\n"),
-            };
-            let _ = stream.write_all(&response).await;
-            let _ = stream.shutdown().await;
+        let cancel = cancel.clone();
+        tracker.spawn(async move {
+            let service = service_fn(move |req| {
+                std::future::ready(Ok::<_, Infallible>(scrape(&req, &metrics)))
+            });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(SCRAPE_HEADER_TIMEOUT)
+                .max_buf_size(SCRAPE_MAX_HEAD)
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                r = conn => if let Err(e) = r { debug!(error = %e, "metrics connection ended") },
+                () = cancel.cancelled() => {}
+            }
+            drop(slot);
         });
     }
+}
+
+/// The answer to one metrics request.
+fn scrape<B>(req: &Request<B>, metrics: &Metrics) -> Response<Full<Bytes>> {
+    let (status, content_type, body) =
+        if req.method() == Method::GET && req.uri().path() == "/metrics" {
+            (StatusCode::OK, EXPOSITION_CONTENT_TYPE, metrics.render())
+        } else {
+            (
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                "not found\n".to_owned(),
+            )
+        };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
 }
 
 /// Binds the metrics listener.
@@ -306,12 +365,24 @@ mod tests {
         let m = Metrics::new();
         m.outcome(Outcome::Relayed);
         m.refusal(TokenError::Expired);
-        m.bytes_client_to_chrome.fetch_add(5, Ordering::Relaxed);
+        m.bytes_client_to_chrome.inc_by(5);
         let text = m.render();
         assert!(text.contains("wallcrawler_proxy_connections_total{outcome=\"relayed\"} 1"));
         assert!(text.contains("wallcrawler_proxy_auth_refusals_total{reason=\"expired\"} 1"));
         assert!(text.contains("wallcrawler_proxy_bytes_total{direction=\"client_to_chrome\"} 5"));
         assert_eq!(m.proxy_bytes(), 5);
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        // The pool gauges appear once a warm-up was measured.
+        assert!(!text.contains("wallcrawler_pool_warmup_seconds"), "{text}");
+        m.pool_warmup.set(1.5);
+        assert!(m.render().contains("wallcrawler_pool_warmup_seconds 1.5"));
+    }
+
+    #[test]
+    fn outcomes_are_indexed_by_their_discriminant() {
+        for (i, o) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(*o as usize, i, "{o:?}");
+        }
     }
 
     #[test]

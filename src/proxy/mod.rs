@@ -20,7 +20,6 @@ pub mod route;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -217,13 +216,9 @@ impl Proxy {
             let span = tracing::info_span!("conn", session.id = %self.auth.session_id(), client.addr = %peer);
             tracker.spawn(
                 async move {
-                    this.metrics
-                        .connections_open
-                        .fetch_add(1, Ordering::Relaxed);
+                    this.metrics.connections_open.inc();
                     this.handle(stream, slot).await;
-                    this.metrics
-                        .connections_open
-                        .fetch_sub(1, Ordering::Relaxed);
+                    this.metrics.connections_open.dec();
                 }
                 .instrument(span),
             );
@@ -643,14 +638,14 @@ impl<'a> ClientGuard<'a> {
             c.connected += 1;
             c.ever = true;
         });
-        metrics.clients_active.fetch_add(1, Ordering::Relaxed);
+        metrics.clients_active.inc();
         Self { clients, metrics }
     }
 }
 
 impl Drop for ClientGuard<'_> {
     fn drop(&mut self) {
-        self.metrics.clients_active.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.clients_active.dec();
         self.clients
             .send_modify(|c| c.connected = c.connected.saturating_sub(1));
     }

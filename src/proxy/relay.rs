@@ -370,18 +370,14 @@ impl Worker {
                 });
             }
             up.bytes = client_prefix.len() as u64;
-            metrics
-                .bytes_client_to_chrome
-                .fetch_add(up.bytes, Ordering::Relaxed);
+            metrics.bytes_client_to_chrome.inc_by(up.bytes);
         }
         let down = Flow {
             bytes: chrome_prefix.len() as u64,
             pending: chrome_prefix,
             sent: 0,
         };
-        metrics
-            .bytes_chrome_to_client
-            .fetch_add(down.bytes, Ordering::Relaxed);
+        metrics.bytes_chrome_to_client.inc_by(down.bytes);
         let entry = self.conns.vacant_entry();
         let key = entry.key();
         let mut conn = Conn {
@@ -425,7 +421,7 @@ impl Worker {
                 client,
                 chrome,
                 up,
-                &metrics.bytes_client_to_chrome,
+                metrics.bytes_client_to_chrome.inner(),
                 i,
                 &mut self.buf,
                 &mut self.segs,
@@ -435,7 +431,7 @@ impl Worker {
                 client,
                 chrome,
                 up,
-                &metrics.bytes_client_to_chrome,
+                metrics.bytes_client_to_chrome.inner(),
                 &mut Plain,
                 &mut self.buf,
                 &mut self.segs,
@@ -453,7 +449,7 @@ impl Worker {
                 chrome,
                 client,
                 down,
-                &metrics.bytes_chrome_to_client,
+                metrics.bytes_chrome_to_client.inner(),
                 &mut Plain,
                 &mut self.buf,
                 &mut self.segs,
@@ -679,8 +675,8 @@ mod tests {
         let out = e.outcome.await.unwrap();
         assert!(matches!(out.end, RelayEnd::ClientClosed), "{:?}", out.end);
         assert_eq!((out.client_to_chrome, out.chrome_to_client), (12, 5));
-        assert_eq!(e.metrics.bytes_client_to_chrome.load(Ordering::Relaxed), 12);
-        assert_eq!(e.metrics.bytes_chrome_to_client.load(Ordering::Relaxed), 5);
+        assert_eq!(e.metrics.bytes_client_to_chrome.get(), 12);
+        assert_eq!(e.metrics.bytes_chrome_to_client.get(), 5);
     }
 
     #[tokio::test]
