@@ -28,6 +28,7 @@ use tokio_util::task::TaskTracker;
 use wallcrawler_contract::{Claims, SigningKey};
 use wallcrawler_controller::auth::{Authenticator, KeySource, StaticKeys, unix_now};
 use wallcrawler_controller::proxy::{Limits, Proxy};
+use wallcrawler_controller::shutdown::Shutdown;
 use wallcrawler_controller::telemetry::Metrics;
 use wallcrawler_controller::upstream::{Upstream, UpstreamState};
 
@@ -66,8 +67,14 @@ impl Bed {
                 Some("/devtools/browser/echo".to_owned()),
             )));
             let (upstream_tx, upstream_rx) = watch::channel(state);
-            let proxy = Proxy::new(auth, upstream_rx, Metrics::new(), Limits::default())
-                .expect("relay thread");
+            let proxy = Proxy::new(
+                auth,
+                upstream_rx,
+                Metrics::new(),
+                Limits::default(),
+                &Shutdown::new(),
+            )
+            .expect("relay thread");
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
             let proxy_addr = listener.local_addr().expect("proxy addr");
             let stop = CancellationToken::new();

@@ -1,10 +1,10 @@
 //! Wiring of the serving modes: a supervised Chrome behind the proxy (`local`, `run`), or the
 //! proxy alone (`proxy`), each run until a signal or the session's own end.
 //!
-//! Ownership of the shutdown: `main` owns the signal token; [`run_session`] owns the listener's
-//! stop token, the connection tracker and Chrome, and performs the shutdown sequence in order —
-//! stop admitting → close Chrome cleanly → end relays → wait for connection tasks — within the
-//! configured budget.
+//! Ownership of the shutdown: [`crate::shutdown::Shutdown`] (made by `cli`) owns the root token
+//! and the tracker every task here runs on; a [`Session`] owns its listener's stop token and
+//! Chrome, and its owner runs the steps of [`crate::shutdown::Step`] in order — stop admitting
+//! → (cookies) → Chrome closed, relays ended → (archive, statuses) — each within its deadline.
 
 use std::net::SocketAddr;
 use std::process::ExitStatus;
@@ -14,12 +14,12 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
 use crate::auth::Authenticator;
 use crate::chrome::{self, Chrome, ChromeError, CloseOutcome, LaunchOptions, describe_exit};
 use crate::proxy::{Clients, Limits, Proxy};
+use crate::shutdown::{Shutdown, Step, Steps};
 use crate::telemetry::{self, Metrics};
 use crate::upstream::{self, Upstream, UpstreamState};
 
@@ -108,6 +108,8 @@ pub struct SessionOptions {
     pub shutdown_budget: Duration,
     /// Chrome's nice value while it closes (`BACKGROUND_NICE`; `None`: unchanged).
     pub background_nice: Option<i32>,
+    /// Where every task of the session runs, and the relay thread's lifetime is counted.
+    pub tasks: Shutdown,
 }
 
 /// What a running session tells its owner once it is ready.
@@ -117,13 +119,15 @@ pub struct Ready {
     pub chrome_pid: u32,
 }
 
-/// Shared plumbing of the serving modes: the listener, metrics, connection tracking.
+/// Shared plumbing of the serving modes: the listener and metrics, their tasks on `tasks`.
 struct Serving {
     proxy: Arc<Proxy>,
     addr: SocketAddr,
+    /// Owned here, cancelled when the session stops admitting (or with the root): the proxy's
+    /// listener stops accepting.
     stop_accepting: CancellationToken,
-    tracker: TaskTracker,
-    metrics_cancel: CancellationToken,
+    /// Owned here, cancelled by [`Self::stop`]: metrics stay scrapable through the end.
+    stop_metrics: CancellationToken,
 }
 
 impl Serving {
@@ -133,6 +137,7 @@ impl Serving {
         metrics_addr: Option<SocketAddr>,
         limits: Limits,
         upstream: watch::Receiver<UpstreamState>,
+        tasks: &Shutdown,
     ) -> Result<Self, AppError> {
         let listener = TcpListener::bind(listen)
             .await
@@ -145,7 +150,8 @@ impl Serving {
             source,
         })?;
         let metrics = Metrics::new();
-        let metrics_cancel = CancellationToken::new();
+        let stop_accepting = tasks.child();
+        let stop_metrics = tasks.child();
         if let Some(maddr) = metrics_addr {
             let ml = telemetry::bind_metrics(maddr)
                 .await
@@ -154,43 +160,34 @@ impl Serving {
                     source,
                 })?;
             info!(addr = %ml.local_addr().unwrap_or(maddr), "metrics listening");
-            tokio::spawn(telemetry::serve_metrics(
+            tasks.spawn(telemetry::serve_metrics(
                 ml,
                 metrics.clone(),
-                metrics_cancel.clone(),
-                TaskTracker::new(),
+                stop_metrics.clone(),
+                tasks.tracker().clone(),
             ));
         }
-        let proxy = Proxy::new(auth, upstream, metrics, limits).map_err(AppError::Relay)?;
-        let stop_accepting = CancellationToken::new();
-        let tracker = TaskTracker::new();
-        tokio::spawn(
+        let proxy = Proxy::new(auth, upstream, metrics, limits, tasks).map_err(AppError::Relay)?;
+        tasks.spawn(
             proxy
                 .clone()
-                .serve(listener, stop_accepting.clone(), tracker.clone()),
+                .serve(listener, stop_accepting.clone(), tasks.tracker().clone()),
         );
         info!(%addr, "proxy listening");
         Ok(Self {
             proxy,
             addr,
             stop_accepting,
-            tracker,
-            metrics_cancel,
+            stop_metrics,
         })
     }
 
-    /// Ends every connection and waits (bounded) for their tasks.
-    async fn stop(self, grace: Duration) {
+    /// Stops both listeners and ends every relay; the connection tasks then end on their own,
+    /// and [`Shutdown::drain`] waits for them.
+    fn stop(&self) {
         self.stop_accepting.cancel();
+        self.stop_metrics.cancel();
         self.proxy.close_all_relays();
-        self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait())
-            .await
-            .is_err()
-        {
-            warn!("some connections did not finish in time");
-        }
-        self.metrics_cancel.cancel();
     }
 }
 
@@ -203,6 +200,7 @@ pub struct Session {
     idle: Option<IdlePolicy>,
     expires_at: Option<u64>,
     background_nice: Option<i32>,
+    tasks: Shutdown,
 }
 
 /// Result of [`Session::start`].
@@ -238,16 +236,17 @@ impl Session {
             opts.metrics_addr,
             opts.limits,
             upstream_rx,
+            &opts.tasks,
         )
         .await?;
-        let chrome = match launch_or_signal(&opts.chrome, signal).await {
+        let chrome = match launch_or_signal(&opts.chrome, signal, &opts.tasks).await {
             Ok(Some(c)) => c,
             Ok(None) => {
-                serving.stop(Duration::from_secs(1)).await;
+                serving.stop();
                 return Ok(Started::Interrupted);
             }
             Err(e) => {
-                serving.stop(Duration::from_secs(1)).await;
+                serving.stop();
                 return Err(e.into());
             }
         };
@@ -259,6 +258,7 @@ impl Session {
             idle: opts.idle,
             expires_at: opts.expires_at,
             background_nice: opts.background_nice,
+            tasks: opts.tasks,
         })))
     }
 
@@ -290,7 +290,7 @@ impl Session {
         launch: &LaunchOptions,
         signal: &CancellationToken,
     ) -> Result<bool, AppError> {
-        match launch_or_signal(launch, signal).await? {
+        match launch_or_signal(launch, signal, &self.tasks).await? {
             Some(c) => {
                 self.chrome = c;
                 Ok(true)
@@ -386,8 +386,8 @@ impl Session {
     }
 
     /// Ends every connection and the listeners.
-    pub async fn finish(self) {
-        self.serving.stop(Duration::from_secs(2)).await;
+    pub fn finish(self) {
+        self.serving.stop();
     }
 }
 
@@ -395,9 +395,10 @@ impl Session {
 async fn launch_or_signal(
     launch: &LaunchOptions,
     signal: &CancellationToken,
+    tasks: &Shutdown,
 ) -> Result<Option<Chrome>, ChromeError> {
     tokio::select! {
-        c = Chrome::launch(launch) => c.map(Some),
+        c = Chrome::launch(launch, tasks) => c.map(Some),
         () = signal.cancelled() => {
             info!("signal received while Chrome was starting");
             Ok(None)
@@ -419,24 +420,24 @@ pub async fn run_session(
     };
     on_ready(&session.ready());
     let reason = session.wait_end(&signal).await;
+    let steps = Steps::start(budget);
+    session.stop_admitting();
+    let crashed = matches!(reason, EndReason::ChromeCrashed(_));
     session
-        .close_chrome(
-            matches!(reason, EndReason::ChromeCrashed(_)),
-            budget.mul_f32(0.8),
-        )
+        .close_chrome(crashed, steps.left(Step::ChromeClosed))
         .await;
-    session.finish().await;
+    session.finish();
     Ok(reason)
 }
 
-/// Runs the proxy alone in front of `upstream` until `signal`.
+/// Runs the proxy alone in front of `upstream` until the root token of `tasks` is cancelled.
 pub async fn run_proxy(
     auth: Authenticator,
     listen: SocketAddr,
     metrics_addr: Option<SocketAddr>,
     upstream_addr: SocketAddr,
     mut limits: Limits,
-    signal: CancellationToken,
+    tasks: &Shutdown,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<EndReason, AppError> {
     limits.intercept_browser_close = false;
@@ -448,10 +449,10 @@ pub async fn run_proxy(
         }
     }
     let (_upstream_tx, upstream_rx) = watch::channel(UpstreamState::Ready(up));
-    let serving = Serving::start(auth, listen, metrics_addr, limits, upstream_rx).await?;
+    let serving = Serving::start(auth, listen, metrics_addr, limits, upstream_rx, tasks).await?;
     on_ready(serving.addr);
-    signal.cancelled().await;
-    serving.stop(Duration::from_secs(2)).await;
+    tasks.token().cancelled().await;
+    serving.stop();
     Ok(EndReason::Signal)
 }
 

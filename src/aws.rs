@@ -12,17 +12,18 @@ use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
-use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use futures_util::future::BoxFuture;
 use tokio::io::AsyncReadExt;
 use tracing::{debug, warn};
+use wallcrawler_contract::retry;
 use wallcrawler_contract::session::attr;
 use wallcrawler_contract::{InternalStatus, SigningSecret};
 
 use crate::stores::{
-    ArchiveStore, BoxRead, ClaimQueue, FetchMode, NetworkLookup, ReadyResult, ReadyUpdate,
+    ArchiveStore, BoxRead, ClaimQueue, Context, FetchMode, NetworkLookup, ReadyResult, ReadyUpdate,
     Received, SecretFetcher, SessionRecord, SessionStore, StoreError,
 };
 
@@ -44,18 +45,26 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
         .await
 }
 
+/// A failed SDK call as a store error, classified as the control plane does
+/// ([`retry::is_transient_code`]): unreachable, timed out or throttled = `Unavailable`
+/// (retried), any other service answer = `Refused`.
 fn sdk_error<E, R>(service: &'static str, e: SdkError<E, R>) -> StoreError
 where
-    E: std::error::Error + Send + Sync + 'static,
+    E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
-    let detail = DisplayErrorContext(&e).to_string();
-    match e {
+    let transient = match &e {
         SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_) => {
-            StoreError::Unavailable { service, detail }
+            Some(true)
         }
-        SdkError::ServiceError(_) => StoreError::Refused { service, detail },
-        _ => StoreError::Other { service, detail },
+        SdkError::ServiceError(se) => Some(retry::is_transient_code(se.err().code())),
+        _ => None,
+    };
+    let source = e.into();
+    match transient {
+        Some(true) => StoreError::Unavailable { service, source },
+        Some(false) => StoreError::Refused { service, source },
+        None => StoreError::Other { service, source },
     }
 }
 
@@ -308,7 +317,11 @@ impl ArchiveStore for S3Archives {
         Box::pin(async move {
             let read_err = |e: std::io::Error| StoreError::Other {
                 service: BUCKET,
-                detail: format!("reading the archive: {e}"),
+                source: Context {
+                    what: "reading the archive",
+                    source: e.into(),
+                }
+                .into(),
             };
             let first = fill(&mut body, PART_SIZE).await.map_err(read_err)?;
             if first.len() < PART_SIZE {
@@ -446,7 +459,11 @@ impl SecretFetcher for SecretsManagerSecret {
                             Err(e) if stage == "AWSCURRENT" => {
                                 return Err(StoreError::Other {
                                     service: SECRETS,
-                                    detail: format!("the {stage} secret is unusable: {e}"),
+                                    source: Context {
+                                        what: "the AWSCURRENT secret is unusable",
+                                        source: e.into(),
+                                    }
+                                    .into(),
                                 });
                             }
                             Err(e) => warn!(stage, "ignoring the previous secret version: {e}"),

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::{Claims, SigningKey};
@@ -24,7 +23,8 @@ use crate::config::{
     TokenConfig,
 };
 use crate::proxy::Limits;
-use crate::secrets::SecretKeyCache;
+use crate::secrets::{FetchError, SecretKeyCache};
+use crate::shutdown::Shutdown;
 use crate::stores::{DirClaims, DirectoryArchives, DirectorySessions};
 use crate::task::{self, TaskDeps};
 use crate::telemetry;
@@ -47,7 +47,7 @@ pub fn main_with(cli: Cli) -> i32 {
         },
         Command::Local(a) => {
             match LocalConfig::from_args(&a).and_then(|c| flags_for(&c.chrome).map(|f| (c, f))) {
-                Ok((c, f)) => with_runtime(c.tuning.log_format, local(c, f)),
+                Ok((c, f)) => with_runtime(c.tuning.log_format, |tasks| local(c, f, tasks)),
                 Err(e) => config_error(&e),
             }
         }
@@ -56,12 +56,12 @@ pub fn main_with(cli: Cli) -> i32 {
             s.extend(a.run.settings());
             s.extend(a.tuning.settings());
             match RunConfig::from_settings(&s).and_then(|c| flags_for(&c.chrome).map(|f| (c, f))) {
-                Ok((c, f)) => with_runtime(c.tuning.log_format, run(c, f)),
+                Ok((c, f)) => with_runtime(c.tuning.log_format, |tasks| run(c, f, tasks)),
                 Err(e) => config_error(&e),
             }
         }
         Command::Proxy(a) => match ProxyConfig::from_args(&a) {
-            Ok(c) => with_runtime(c.tuning.log_format, proxy(c)),
+            Ok(c) => with_runtime(c.tuning.log_format, |tasks| proxy(c, tasks)),
             Err(e) => config_error(&e),
         },
     }
@@ -81,7 +81,19 @@ fn flags_for(c: &ChromeSettings) -> Result<Vec<String>, ConfigErrors> {
     flags::parse_flags(&text).map_err(|e| ConfigErrors(vec![format!("Chrome flags: {e}")]))
 }
 
-fn with_runtime(format: LogFormat, fut: impl Future<Output = i32>) -> i32 {
+/// How long the end of a run waits for tasks still running after its mode returned (connection
+/// tasks winding down after their relays ended, the relay thread joining). The mode's own end
+/// sequence has used `SHUTDOWN_BUDGET_SECONDS` by then; this is what ECS's stop timeout leaves
+/// beyond it (30 s against the default 25 s budget).
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// Runs `mode` on a new runtime with the process's [`Shutdown`] (signals listened for), then
+/// drains every task it left.
+fn with_runtime<F, Fut>(format: LogFormat, mode: F) -> i32
+where
+    F: FnOnce(Shutdown) -> Fut,
+    Fut: Future<Output = i32>,
+{
     telemetry::init_logging(format);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -93,33 +105,16 @@ fn with_runtime(format: LogFormat, fut: impl Future<Output = i32>) -> i32 {
             return EXIT_FAILURE;
         }
     };
-    let code = rt.block_on(fut);
-    // Connection tasks were ended by the shutdown sequence; don't wait on stragglers.
+    let code = rt.block_on(async {
+        let tasks = Shutdown::new();
+        tasks.listen_for_signals();
+        let code = mode(tasks.clone()).await;
+        tasks.drain(DRAIN_GRACE).await;
+        code
+    });
+    // Every task has ended (or was reported by the drain); don't wait on stragglers.
     rt.shutdown_timeout(Duration::from_millis(200));
     code
-}
-
-/// A token fired on SIGTERM or SIGINT.
-fn signal_token() -> CancellationToken {
-    let token = CancellationToken::new();
-    let t = token.clone();
-    tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            error!("could not install signal handlers");
-            return;
-        };
-        let name = tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        };
-        info!(signal = name, "shutting down");
-        t.cancel();
-    });
-    token
 }
 
 fn token(c: &TokenConfig) -> i32 {
@@ -152,8 +147,7 @@ fn launch_options(
     })
 }
 
-async fn local(c: LocalConfig, flags: Vec<String>) -> i32 {
-    let signal = signal_token();
+async fn local(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> i32 {
     let session_id = format!("sess_{}", uuid::Uuid::new_v4());
     let key = c
         .key
@@ -189,8 +183,9 @@ async fn local(c: LocalConfig, flags: Vec<String>) -> i32 {
         expires_at: None,
         shutdown_budget: Duration::from_secs(25),
         background_nice: None,
+        tasks: tasks.clone(),
     };
-    let result = app::run_session(opts, signal, |ready| {
+    let result = app::run_session(opts, tasks.token().clone(), |ready| {
         info!(
             session.id = %session_id,
             proxy = %ready.proxy_addr,
@@ -231,8 +226,19 @@ fn exit_with_parent() -> bool {
     nix::unistd::getppid() != nix::unistd::Pid::from_raw(1)
 }
 
+/// Why the outside services of `run` could not be set up.
+#[derive(Debug, thiserror::Error)]
+enum DepsError {
+    #[error("the claims directory {} cannot be used", dir.display())]
+    ClaimsDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// The outside services `run` needs, built once from one SDK configuration.
-async fn task_deps(c: &RunConfig) -> Result<TaskDeps, String> {
+async fn task_deps(c: &RunConfig) -> Result<TaskDeps, DepsError> {
     let pool = c.pool.as_ref();
     let needs_aws = matches!(c.store, SessionStoreConfig::Table(_))
         || matches!(c.context, ContextSource::Bucket { .. })
@@ -285,9 +291,10 @@ async fn task_deps(c: &RunConfig) -> Result<TaskDeps, String> {
             }
             (PoolQueue::Directory(dir), _) => {
                 let queue = DirQueue::new(dir.clone());
-                queue
-                    .init()
-                    .map_err(|e| format!("the claims directory {}: {e}", dir.display()))?;
+                queue.init().map_err(|source| DepsError::ClaimsDir {
+                    dir: dir.clone(),
+                    source,
+                })?;
                 deps.claims = Some(Arc::new(DirClaims {
                     queue,
                     owner: p.task_name.clone(),
@@ -310,8 +317,7 @@ async fn task_deps(c: &RunConfig) -> Result<TaskDeps, String> {
     Ok(deps)
 }
 
-async fn run(c: RunConfig, flags: Vec<String>) -> i32 {
-    let signal = signal_token();
+async fn run(c: RunConfig, flags: Vec<String>, tasks: Shutdown) -> i32 {
     if c.exit_with_parent && !exit_with_parent() {
         info!("the process that started this one has exited already");
         return 0;
@@ -319,7 +325,7 @@ async fn run(c: RunConfig, flags: Vec<String>) -> i32 {
     let deps = match task_deps(&c).await {
         Ok(d) => d,
         Err(e) => {
-            error!("{e}");
+            error!(error = %e, cause = ?std::error::Error::source(&e).map(|s| s.to_string()), "setting up the task failed");
             return EXIT_FAILURE;
         }
     };
@@ -343,11 +349,12 @@ async fn run(c: RunConfig, flags: Vec<String>) -> i32 {
             return EXIT_FAILURE;
         }
     };
-    task::run_task(c, launch, deps, signal).await
+    task::run_task(c, launch, deps, &tasks).await
 }
 
-/// The key source of `proxy`: a literal key, or the Secrets Manager cache loaded before serving.
-async fn proxy_keys(k: &KeyConfig) -> Result<Arc<dyn KeySource>, String> {
+/// The key source of `proxy`: a literal key, or the Secrets Manager cache loaded before serving
+/// (and refreshed until the run ends).
+async fn proxy_keys(k: &KeyConfig, tasks: &Shutdown) -> Result<Arc<dyn KeySource>, FetchError> {
     match k {
         KeyConfig::Literal(key) => Ok(Arc::new(StaticKeys::new(key.as_bytes()))),
         KeyConfig::SecretArn(arn) => {
@@ -356,23 +363,19 @@ async fn proxy_keys(k: &KeyConfig) -> Result<Arc<dyn KeySource>, String> {
                 client: aws_sdk_secretsmanager::Client::new(&sdk),
                 secret_id: arn.clone(),
             });
-            let cache = SecretKeyCache::new(fetcher);
-            cache
-                .load_initial(Duration::from_secs(10))
-                .await
-                .map_err(|e| format!("the signing secret is unavailable: {e}"))?;
-            cache.spawn_refresher(CancellationToken::new());
+            let cache = SecretKeyCache::new(fetcher, tasks);
+            cache.load_initial(Duration::from_secs(10)).await?;
+            cache.spawn_refresher();
             Ok(cache)
         }
     }
 }
 
-async fn proxy(c: ProxyConfig) -> i32 {
-    let signal = signal_token();
-    let keys = match proxy_keys(&c.auth.key).await {
+async fn proxy(c: ProxyConfig, tasks: Shutdown) -> i32 {
+    let keys = match proxy_keys(&c.auth.key, &tasks).await {
         Ok(k) => k,
         Err(e) => {
-            error!("{e}");
+            error!(error = %e, "the signing secret is unavailable");
             return EXIT_FAILURE;
         }
     };
@@ -398,7 +401,7 @@ async fn proxy(c: ProxyConfig) -> i32 {
         c.tuning.metrics_addr,
         upstream,
         limits(&c.tuning),
-        signal,
+        &tasks,
         |addr| {
             info!(listen = %addr, upstream = %upstream, "proxy ready");
         },

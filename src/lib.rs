@@ -10,9 +10,12 @@
 //! - [`proxy`]: the listener, handshake, routing, discovery rewriting, relay and health.
 //! - [`upstream`]: the CDP endpoint behind the proxy and a tiny HTTP client for `/json/*`.
 //! - [`chrome`]: finding, launching, readiness, supervision and clean closing of Chrome.
-//! - [`app`]: wiring of the serving modes and the shutdown sequence.
+//! - [`app`]: wiring of the serving modes: a Chrome-backed session, or the proxy alone.
+//! - [`shutdown`]: the root cancellation token, the tracker every task runs on, and the
+//!   shutdown budget as named steps with their deadlines.
 //! - [`task`]: the ECS task's lifecycle: session item, signing secret, profile, READY, persist.
-//! - [`profile`]: the profile archive, packed and (safely) unpacked.
+//! - [`profile`]: the profile archive, packed and (safely) unpacked, and streamed to and from
+//!   its store.
 //! - [`secrets`]: the Secrets Manager key cache (TTL, coalescing, rotation).
 //! - [`public_ip`]: which address the task announces.
 //! - [`stores`]: the narrow interfaces to outside services, and a local archive directory.
@@ -31,6 +34,7 @@ pub mod proxy;
 pub mod public_ip;
 pub mod scale_in;
 pub mod secrets;
+pub mod shutdown;
 pub mod stores;
 pub mod task;
 pub mod telemetry;

@@ -38,6 +38,7 @@ use crate::app::{Session, Started};
 use crate::auth::Authenticator;
 use crate::chrome::LaunchOptions;
 use crate::config::{PoolConfig, RunConfig};
+use crate::shutdown::{Shutdown, Step};
 use crate::stores::{ClaimQueue, Received, SessionRecord};
 use crate::task::{
     ContextPlan, EXIT_FAILURE, Item, STARTUP_RETRY, TaskDeps, announce_ready, idle_policy,
@@ -66,8 +67,9 @@ pub async fn run_pool(
     pool: PoolConfig,
     launch: LaunchOptions,
     deps: TaskDeps,
-    signal: CancellationToken,
+    tasks: &Shutdown,
 ) -> i32 {
+    let signal = tasks.token();
     let (Some(queue), Some(_)) = (deps.claims.clone(), deps.sessions.as_ref()) else {
         error!("pool mode needs a claim queue and a session store");
         return EXIT_FAILURE;
@@ -77,9 +79,7 @@ pub async fn run_pool(
         store: None,
         id: "",
     };
-    let keys_cancel = CancellationToken::new();
-    let _stop_refresher = keys_cancel.clone().drop_guard();
-    let Ok(keys) = load_keys(&c, &deps, &nobody, &keys_cancel).await else {
+    let Ok(keys) = load_keys(&c, &deps, &nobody, tasks).await else {
         return EXIT_FAILURE;
     };
     let auth = Authenticator::unbound(keys, c.auth.leeway_seconds);
@@ -88,8 +88,8 @@ pub async fn run_pool(
         nice: c.background_nice,
         ..launch.clone()
     };
-    let opts = session_options(&c, auth, warm_launch, false, None);
-    let session = match Session::warm(opts, &signal).await {
+    let opts = session_options(&c, auth, warm_launch, false, None, tasks);
+    let session = match Session::warm(opts, signal).await {
         Ok(Started::Running(s)) => *s,
         Ok(Started::Interrupted) => return 0,
         Err(e) => {
@@ -107,12 +107,12 @@ pub async fn run_pool(
     );
 
     let Some((claim, received, record)) =
-        wait_for_claim(queue.as_ref(), &deps, &pool, warm_at, &signal).await
+        wait_for_claim(queue.as_ref(), &deps, &pool, warm_at, signal).await
     else {
         session
-            .close_chrome(false, c.shutdown_budget.mul_f32(0.5))
+            .close_chrome(false, Step::ChromeClosed.share(c.shutdown_budget))
             .await;
-        session.finish().await;
+        session.finish();
         return 0;
     };
     let claimed_at = Instant::now();
@@ -146,9 +146,10 @@ pub async fn run_pool(
             item: &item,
             queue: queue.as_ref(),
             receipt: &received.receipt,
+            tasks,
         };
         served
-            .serve(session, launch, claimed_at, &signal, &metrics)
+            .serve(session, launch, claimed_at, signal, &metrics)
             .await
     }
     .instrument(span)
@@ -222,7 +223,7 @@ async fn wait_for_claim(
 /// Whether the claimed session is still waiting for a browser. `Err`: the store failed (logged).
 async fn judge(deps: &TaskDeps, claim: &Claim) -> Result<Verdict, ()> {
     let store = deps.sessions.as_ref().ok_or(())?;
-    let loaded = crate::task::retry("reading the claimed session", STARTUP_RETRY, || {
+    let loaded = crate::stores::retry("reading the claimed session", STARTUP_RETRY, || {
         store.load(&claim.session_id)
     })
     .await;
@@ -274,6 +275,7 @@ struct ClaimedSession<'a> {
     item: &'a Item<'a>,
     queue: &'a dyn ClaimQueue,
     receipt: &'a str,
+    tasks: &'a Shutdown,
 }
 
 impl ClaimedSession<'_> {
@@ -359,7 +361,7 @@ impl ClaimedSession<'_> {
                 wallcrawler_contract::time::unix_millis() / 1000,
                 c.shutdown_budget,
             );
-            tokio::spawn(
+            self.tasks.spawn(
                 async move {
                     match crate::scale_in::protect(&uri, minutes).await {
                         Ok(()) => info!(minutes, "task protected from scale-in"),
@@ -404,11 +406,11 @@ impl ClaimedSession<'_> {
                     // A signal while Chrome started: the session was not brought up.
                     self.item.terminal(InternalStatus::Stopped, None).await;
                     self.item.ended(0).await;
-                    session.finish().await;
+                    session.finish();
                     return Err((0, true));
                 }
                 Err(code) => {
-                    session.finish().await;
+                    session.finish();
                     return Err((code, true));
                 }
             }
@@ -441,7 +443,7 @@ impl ClaimedSession<'_> {
         signal: &CancellationToken,
     ) -> Result<bool, i32> {
         let t0 = Instant::now();
-        let close_budget = self.c.shutdown_budget.mul_f32(0.2);
+        let close_budget = Step::ChromeClosed.share(self.c.shutdown_budget);
         let (closed, restored) = tokio::join!(
             session.chrome.close(close_budget),
             restore_profile(self.c, self.deps, self.plan, profile, self.item)

@@ -22,15 +22,17 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use backon::Retryable as _;
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use wallcrawler_contract::SigningKey;
+use wallcrawler_contract::retry::{self, Transient as _};
 
 use crate::auth::{KeySet, KeySource};
-use crate::stores::{FetchMode, SecretFetcher, StoreError};
+use crate::shutdown::Shutdown;
+use crate::stores::{Context, FetchMode, SecretFetcher, StoreError};
 
 /// How long fetched keys are trusted while Secrets Manager answers.
 pub const TTL: Duration = Duration::from_secs(300);
@@ -47,7 +49,10 @@ pub const MISS_WAIT: Duration = Duration::from_secs(2);
 // One failed background fetch still leaves a retry before the TTL runs out.
 const _: () = assert!(REFRESH_EVERY.as_secs() + RETRY_AFTER_FAILURE.as_secs() <= TTL.as_secs());
 
-type FetchResult = Result<KeySet, Arc<StoreError>>;
+/// Why a fetch failed; shared by every caller waiting on the same fetch.
+pub type FetchError = Arc<StoreError>;
+
+type FetchResult = Result<KeySet, FetchError>;
 /// A fetch under way; every clone resolves to its one result.
 type SharedFetch = Shared<BoxFuture<'static, FetchResult>>;
 
@@ -75,13 +80,17 @@ struct Fetches {
 pub struct SecretKeyCache {
     fetcher: Arc<dyn SecretFetcher>,
     inner: Arc<Inner>,
+    /// Where fetches and the refresher run; the refresher stops with its root token.
+    tasks: Shutdown,
 }
 
 impl SecretKeyCache {
-    pub fn new(fetcher: Arc<dyn SecretFetcher>) -> Arc<Self> {
+    /// An empty cache fetching through `fetcher`, its tasks under `tasks`.
+    pub fn new(fetcher: Arc<dyn SecretFetcher>, tasks: &Shutdown) -> Arc<Self> {
         Arc::new(Self {
             fetcher,
             inner: Arc::default(),
+            tasks: tasks.clone(),
         })
     }
 
@@ -120,7 +129,7 @@ impl SecretKeyCache {
     fn start(&self, f: &mut Fetches, mode: FetchMode) -> SharedFetch {
         let fetcher = self.fetcher.clone();
         let inner = self.inner.clone();
-        let task = tokio::spawn(async move {
+        let task = self.tasks.spawn(async move {
             let result = fetch_keys(&*fetcher, mode).await.map_err(Arc::new);
             if let Ok(keys) = &result {
                 *inner.last_good.write().expect("not poisoned") = Some(keys.clone());
@@ -136,7 +145,11 @@ impl SecretKeyCache {
             task.await.unwrap_or_else(|e| {
                 Err(Arc::new(StoreError::Other {
                     service: SECRETS,
-                    detail: format!("the fetch task ended early: {e}"),
+                    source: Context {
+                        what: "the fetch task ended early",
+                        source: e.into(),
+                    }
+                    .into(),
                 }))
             })
         }
@@ -152,28 +165,25 @@ impl SecretKeyCache {
         f.last_success.map(|t| t.elapsed())
     }
 
-    /// The first fetch, retried with backoff for up to `within`.
+    /// The first fetch, its transient failures retried with the shared policy, sleeping at
+    /// most `within` in all.
     pub async fn load_initial(&self, within: Duration) -> FetchResult {
-        let deadline = Instant::now() + within;
-        let mut backoff = Duration::from_millis(200);
-        loop {
-            match self.refresh().await {
-                Ok(k) => return Ok(k),
-                Err(e) if Instant::now() + backoff < deadline && e.is_unavailable() => {
-                    warn!(error = %e, "fetching the signing secret failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        (|| self.refresh())
+            .retry(retry::policy(within))
+            .sleep(tokio::time::sleep)
+            .when(|e: &FetchError| e.is_transient())
+            .notify(|e, wait| {
+                warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "fetching the signing secret failed; retrying");
+            })
+            .await
     }
 
     /// Refreshes [`REFRESH_EVERY`] after the last success (every [`RETRY_AFTER_FAILURE`]
-    /// while fetches fail) until `cancel`.
-    pub fn spawn_refresher(self: &Arc<Self>, cancel: CancellationToken) {
+    /// while fetches fail) until the root token of its tasks is cancelled.
+    pub fn spawn_refresher(self: &Arc<Self>) {
         let this = self.clone();
-        tokio::spawn(async move {
+        let cancel = self.tasks.token().clone();
+        self.tasks.spawn(async move {
             loop {
                 let wait = match this.since_success() {
                     Some(age) if age < REFRESH_EVERY => REFRESH_EVERY - age,
@@ -267,7 +277,7 @@ mod tests {
                     }]),
                     None => Err(StoreError::Refused {
                         service: "fake",
-                        detail: "AccessDeniedException".into(),
+                        source: "AccessDeniedException".into(),
                     }),
                 }
             })
@@ -310,7 +320,7 @@ mod tests {
         let f = fake(Some("k"));
         let gate_permits = f.gate.available_permits();
         let held = f.gate.acquire_many(gate_permits as u32).await.unwrap();
-        let cache = SecretKeyCache::new(f.clone());
+        let cache = SecretKeyCache::new(f.clone(), &Shutdown::new());
         let tasks: Vec<_> = (0..20)
             .map(|_| {
                 let c = cache.clone();
@@ -329,7 +339,7 @@ mod tests {
     #[tokio::test]
     async fn last_good_keys_survive_an_outage() {
         let f = fake(Some("k"));
-        let cache = SecretKeyCache::new(f.clone());
+        let cache = SecretKeyCache::new(f.clone(), &Shutdown::new());
         cache.refresh().await.unwrap();
         f.set_key(None);
         assert!(cache.refresh().await.is_err());
@@ -342,7 +352,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_just_rotated_key_is_fetched_at_once_then_misses_rest_5_s() {
         let f = fake(Some("old"));
-        let cache = SecretKeyCache::new(f.clone());
+        let cache = SecretKeyCache::new(f.clone(), &Shutdown::new());
         cache.load_initial(Duration::from_secs(1)).await.unwrap();
         // Straight after startup: the startup fetch does not delay it.
         f.set_key(Some("new"));
@@ -366,7 +376,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn misses_while_secrets_manager_fails_fetch_once_per_5_s_and_never_wait() {
         let f = fake(Some("k"));
-        let cache = SecretKeyCache::new(f.clone());
+        let cache = SecretKeyCache::new(f.clone(), &Shutdown::new());
         cache.load_initial(Duration::from_secs(1)).await.unwrap();
         tokio::time::advance(MIN_FETCH_INTERVAL).await;
         f.set_key(None);
@@ -403,7 +413,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_miss_waits_at_most_miss_wait_for_a_hanging_fetch() {
         let f = fake(Some("k"));
-        let cache = SecretKeyCache::new(f.clone());
+        let cache = SecretKeyCache::new(f.clone(), &Shutdown::new());
         cache.load_initial(Duration::from_secs(1)).await.unwrap();
         tokio::time::advance(MIN_FETCH_INTERVAL).await;
         let permits = f.gate.available_permits();
@@ -437,10 +447,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_background_refresh_retries_sooner_after_a_failure() {
         let f = fake(Some("k"));
-        let cache = SecretKeyCache::new(f.clone());
+        let tasks = Shutdown::new();
+        let cache = SecretKeyCache::new(f.clone(), &tasks);
         cache.load_initial(Duration::from_secs(1)).await.unwrap();
-        let cancel = CancellationToken::new();
-        cache.spawn_refresher(cancel.clone());
+        cache.spawn_refresher();
         f.set_key(None);
         tokio::time::sleep(REFRESH_EVERY + Duration::from_millis(1)).await;
         assert_eq!(f.calls(), 2);
@@ -453,13 +463,13 @@ mod tests {
         // Healthy again: the next one is REFRESH_EVERY later.
         tokio::time::sleep(REFRESH_EVERY - Duration::from_secs(1)).await;
         assert_eq!(f.calls(), 4);
-        cancel.cancel();
+        tasks.token().cancel();
     }
 
     #[tokio::test]
     async fn no_keys_until_the_first_fetch() {
         let f = fake(None);
-        let cache = SecretKeyCache::new(f.clone());
+        let cache = SecretKeyCache::new(f.clone(), &Shutdown::new());
         assert!(cache.keys().is_none());
         assert!(
             cache

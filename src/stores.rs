@@ -8,35 +8,94 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
+use backon::Retryable as _;
 use futures_util::future::BoxFuture;
 use tokio::io::{AsyncRead, AsyncWriteExt};
+use tracing::warn;
 use wallcrawler_contract::claim::DirQueue;
+use wallcrawler_contract::retry::{self, Transient};
 use wallcrawler_contract::{InternalStatus, SigningSecret};
 
 /// A stream of archive bytes.
 pub type BoxRead = Pin<Box<dyn AsyncRead + Send>>;
 
-/// Failures of an outside service. Messages never contain secrets.
+/// The cause of a [`StoreError`]: an SDK error, an I/O error, a worker that stopped.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Failures of an outside service, by what the caller can do about them: try again later
+/// (`Unavailable`, see [`Transient`]), not again (`Refused`), or nothing (`Other`). The cause
+/// is kept as the error's source; the message shows its chain and never contains secrets.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("{service} is unreachable: {detail}")]
+    #[error("{service} is unreachable: {}", Chain(source.as_ref()))]
     Unavailable {
         service: &'static str,
-        detail: String,
+        #[source]
+        source: BoxError,
     },
-    #[error("{service} refused the request: {detail}")]
+    #[error("{service} refused the request: {}", Chain(source.as_ref()))]
     Refused {
         service: &'static str,
-        detail: String,
+        #[source]
+        source: BoxError,
     },
-    #[error("{service}: {detail}")]
+    #[error("{service}: {}", Chain(source.as_ref()))]
     Other {
         service: &'static str,
-        detail: String,
+        #[source]
+        source: BoxError,
     },
 }
 
+/// What went wrong, in the words of the code that saw it, over the error that caused it.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct Context {
+    /// What was being done (fixed words: nothing a client or a service sent).
+    pub what: &'static str,
+    #[source]
+    pub source: BoxError,
+}
+
+/// An error and its sources, `": "`-separated: the whole story in one log field.
+pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut next = self.0.source();
+        while let Some(e) = next {
+            write!(f, ": {e}")?;
+            next = e.source();
+        }
+        Ok(())
+    }
+}
+
+impl Transient for StoreError {
+    fn is_transient(&self) -> bool {
+        self.is_unavailable()
+    }
+}
+
+/// Runs `op` until it succeeds or fails for good, retrying transient failures with the shared
+/// policy ([`wallcrawler_contract::retry::policy`]) and sleeping at most `within` in all.
+pub async fn retry<T, F, Fut>(what: &str, within: Duration, op: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    op.retry(retry::policy(within))
+        .sleep(tokio::time::sleep)
+        .when(StoreError::is_transient)
+        .notify(|e, wait| {
+            warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "{what} failed; retrying");
+        })
+        .await
+}
+
 impl StoreError {
+    /// The service could not be reached or asked to come back later.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, Self::Unavailable { .. })
     }
@@ -188,7 +247,7 @@ impl DirClaims {
     fn io(e: std::io::Error) -> StoreError {
         StoreError::Other {
             service: "claims directory",
-            detail: e.to_string(),
+            source: e.into(),
         }
     }
 }
@@ -243,7 +302,7 @@ impl DirectoryArchives {
         let rel = crate::profile::safe_relative(std::path::Path::new(key)).map_err(|e| {
             StoreError::Refused {
                 service: "contexts directory",
-                detail: e.to_string(),
+                source: e.into(),
             }
         })?;
         Ok(self.dir.join(rel))
@@ -261,7 +320,7 @@ impl ArchiveStore for DirectoryArchives {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(StoreError::Unavailable {
                     service: "contexts directory",
-                    detail: e.to_string(),
+                    source: e.into(),
                 }),
             }
         })
@@ -275,7 +334,7 @@ impl ArchiveStore for DirectoryArchives {
         Box::pin(async move {
             let io = |e: std::io::Error| StoreError::Other {
                 service: "contexts directory",
-                detail: e.to_string(),
+                source: e.into(),
             };
             let path = self.path(key)?;
             let parent = path
@@ -333,11 +392,11 @@ impl DirectorySessions {
             .await
             .map_err(|e| StoreError::Other {
                 service: "sessions directory",
-                detail: e.to_string(),
+                source: e.into(),
             })?
             .map_err(|e| StoreError::Other {
                 service: "sessions directory",
-                detail: e.to_string(),
+                source: e.into(),
             })
     }
 }

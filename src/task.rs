@@ -7,18 +7,18 @@
 //! task closes Chrome, writes only `proxyBytes` and `endedAt`, and exits 0. Any failure before
 //! READY is written as FAILED with a reason, and the exit is non-zero.
 //!
-//! End (signal, a client's Browser.close, idle, expiry, crash): terminal status → (persist:
-//! session cookies exported over CDP) → Chrome closed through CDP → (persist: tar → gzip →
-//! store, atomically) → `proxyBytes` and, last, `endedAt` — all within the shutdown budget.
+//! End (signal, a client's Browser.close, idle, expiry, crash), the steps of
+//! [`crate::shutdown::Step`] each within its deadline: stop admitting → (persist: session
+//! cookies exported over CDP) → Chrome closed through CDP → (persist: tar → gzip → store,
+//! atomically; [`crate::profile::persist_profile`]) → terminal status → `proxyBytes` and, last,
+//! `endedAt` — all within the shutdown budget.
 //! Chrome closing itself cleanly after client traffic (a close the proxy could not inspect) ends
 //! the same way, except that the session cookies went with it: the on-disk profile is saved.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 use wallcrawler_contract::storage::SESSION_COOKIES_FILE;
@@ -29,13 +29,14 @@ use crate::app::{EndReason, IdlePolicy, Session, SessionOptions, Started};
 use crate::auth::{Authenticator, KeySource, StaticKeys};
 use crate::chrome::{Chrome, LaunchOptions, cdp};
 use crate::config::{ContextSource, KeyConfig, RunConfig};
-use crate::profile::{self, ArchiveError, Limits, UnpackStats};
+use crate::profile::{self, Limits, hydrate, persist_profile};
 use crate::proxy::Limits as ProxyLimits;
 use crate::public_ip;
 use crate::secrets::SecretKeyCache;
+use crate::shutdown::{Shutdown, Step, Steps};
 use crate::stores::{
-    ArchiveStore, BoxRead, NetworkLookup, ReadyResult, ReadyUpdate, SecretFetcher, SessionRecord,
-    SessionStore, StoreError,
+    ArchiveStore, NetworkLookup, ReadyResult, ReadyUpdate, SecretFetcher, SessionRecord,
+    SessionStore, retry,
 };
 use crate::telemetry::clip;
 
@@ -100,38 +101,17 @@ impl Item<'_> {
     }
 }
 
-/// Retries `op` on unavailability with backoff, for up to `within`.
-pub(crate) async fn retry<T, F, Fut>(
-    what: &str,
-    within: Duration,
-    mut op: F,
-) -> Result<T, StoreError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, StoreError>>,
-{
-    let deadline = Instant::now() + within;
-    let mut backoff = Duration::from_millis(200);
-    loop {
-        match op().await {
-            Err(e) if e.is_unavailable() && Instant::now() + backoff < deadline => {
-                warn!(error = %e, "{what} failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-            }
-            other => return other,
-        }
-    }
-}
-
 /// Runs the task until it ends; returns the exit status.
 pub async fn run_task(
     c: RunConfig,
     launch: LaunchOptions,
     deps: TaskDeps,
-    signal: CancellationToken,
+    tasks: &Shutdown,
 ) -> i32 {
-    let code = run_task_inner(c, launch, deps, signal).await;
+    let code = match c.pool.clone() {
+        Some(pool) => crate::pool::run_pool(c, pool, launch, deps, tasks).await,
+        None => run_session_task(c, launch, deps, tasks).await,
+    };
     // The controller's own peak memory (not Chrome's): hostile archives are meant to leave
     // it small, and an operator sizing the task wants the figure.
     info!(
@@ -149,15 +129,13 @@ fn peak_rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-async fn run_task_inner(
+/// One session's task, from the session item to the exit status: start, READY, serve, end.
+async fn run_session_task(
     c: RunConfig,
     launch: LaunchOptions,
     deps: TaskDeps,
-    signal: CancellationToken,
+    tasks: &Shutdown,
 ) -> i32 {
-    if let Some(pool) = c.pool.clone() {
-        return crate::pool::run_pool(c, pool, launch, deps, signal).await;
-    }
     let sid = c.auth.session_id.clone();
     let item = Item {
         store: deps.sessions.as_deref(),
@@ -176,9 +154,7 @@ async fn run_task_inner(
     let expires_at = record.as_ref().and_then(|r| r.expires_at).or(c.expires_at);
 
     // The signing keys.
-    let keys_cancel = CancellationToken::new();
-    let _stop_refresher = keys_cancel.clone().drop_guard();
-    let keys = match load_keys(&c, &deps, &item, &keys_cancel).await {
+    let keys = match load_keys(&c, &deps, &item, tasks).await {
         Ok(k) => k,
         Err(code) => return code,
     };
@@ -197,8 +173,8 @@ async fn run_task_inner(
         c.auth.project_id.clone(),
         c.auth.leeway_seconds,
     );
-    let opts = session_options(&c, auth, launch, keep_alive, expires_at);
-    let session = match Session::start(opts, &signal).await {
+    let opts = session_options(&c, auth, launch, keep_alive, expires_at, tasks);
+    let session = match Session::start(opts, tasks.token()).await {
         Ok(Started::Running(s)) => *s,
         Ok(Started::Interrupted) => {
             item.terminal(InternalStatus::Stopped, None).await;
@@ -218,7 +194,7 @@ async fn run_task_inner(
         Ok(s) => s,
         Err(code) => return code,
     };
-    serve_until_end(session, &c, &deps, &plan, &profile, &item, &signal).await
+    serve_until_end(session, &c, &deps, &plan, &profile, &item, tasks.token()).await
 }
 
 /// The session item, retried while the table is unavailable; `Err` is the exit status. `None`
@@ -263,13 +239,13 @@ async fn ended_before_start(record: Option<&SessionRecord>, item: &Item<'_>) -> 
 /// How long startup reads retry an unavailable service.
 pub(crate) const STARTUP_RETRY: Duration = Duration::from_secs(10);
 
-/// The signing keys: the literal key, or the Secrets Manager cache loaded (and refreshed until
-/// `cancel`). `Err` is the exit status, FAILED already written.
+/// The signing keys: the literal key, or the Secrets Manager cache loaded (and refreshed, on
+/// `tasks`, until the run ends). `Err` is the exit status, FAILED already written.
 pub(crate) async fn load_keys(
     c: &RunConfig,
     deps: &TaskDeps,
     item: &Item<'_>,
-    cancel: &CancellationToken,
+    tasks: &Shutdown,
 ) -> Result<Arc<dyn KeySource>, i32> {
     match &c.auth.key {
         KeyConfig::Literal(k) => Ok(Arc::new(StaticKeys::new(k.as_bytes()))),
@@ -277,7 +253,7 @@ pub(crate) async fn load_keys(
             let Some(fetcher) = deps.secrets.clone() else {
                 return Err(item.fail("no Secrets Manager client", 0).await);
             };
-            let cache = SecretKeyCache::new(fetcher);
+            let cache = SecretKeyCache::new(fetcher, tasks);
             if let Err(e) = cache.load_initial(STARTUP_RETRY).await {
                 error!(error = %e, "loading the signing secret failed");
                 let reason = format!(
@@ -286,7 +262,7 @@ pub(crate) async fn load_keys(
                 );
                 return Err(item.fail(&reason, 0).await);
             }
-            cache.spawn_refresher(cancel.clone());
+            cache.spawn_refresher();
             Ok(cache)
         }
     }
@@ -358,6 +334,7 @@ pub(crate) fn session_options(
     launch: LaunchOptions,
     keep_alive: bool,
     expires_at: Option<u64>,
+    tasks: &Shutdown,
 ) -> SessionOptions {
     SessionOptions {
         auth,
@@ -369,6 +346,7 @@ pub(crate) fn session_options(
         expires_at,
         shutdown_budget: c.shutdown_budget,
         background_nice: c.background_nice,
+        tasks: tasks.clone(),
     }
 }
 
@@ -414,7 +392,7 @@ pub(crate) async fn announce_ready(
         let outcome = store.mark_ready(item.id, &update).await;
         if !matches!(outcome, Ok(ReadyResult::Ready)) {
             session
-                .close_chrome(false, c.shutdown_budget.mul_f32(0.5))
+                .close_chrome(false, Step::ChromeClosed.share(c.shutdown_budget))
                 .await;
         }
         let bytes = session.proxy_bytes();
@@ -422,12 +400,12 @@ pub(crate) async fn announce_ready(
             Ok(ReadyResult::Ready) => info!(public_ip = %announced.ip, "session READY"),
             Ok(ReadyResult::NotPending(status)) => {
                 info!(status = ?status.map(|s| s.as_str()), "the session was released before it was ready; shutting down");
-                session.finish().await;
+                session.finish();
                 item.ended(bytes).await;
                 return Err(0);
             }
             Err(e) => {
-                session.finish().await;
+                session.finish();
                 error!(error = %e, "writing READY failed");
                 let reason = format!(
                     "announcing READY failed: {} (see the task log)",
@@ -441,8 +419,8 @@ pub(crate) async fn announce_ready(
     Ok(session)
 }
 
-/// From READY to the end: waits for whatever ends the session, writes the terminal status,
-/// closes Chrome, saves the profile, writes `endedAt`. Returns the exit status.
+/// From READY to the end: waits for whatever ends the session, then runs [`end_session`].
+/// Returns the exit status.
 pub(crate) async fn serve_until_end(
     session: Session,
     c: &RunConfig,
@@ -453,230 +431,126 @@ pub(crate) async fn serve_until_end(
     signal: &CancellationToken,
 ) -> i32 {
     let reason = session.wait_end(signal).await;
-    let deadline = Instant::now() + c.shutdown_budget;
-    let left = || deadline.saturating_duration_since(Instant::now());
+    end_session(session, &reason, c, deps, plan, profile, item).await;
+    reason.exit_code()
+}
+
+/// The end sequence, each step of [`Step::ALL`] within its deadline of
+/// `SHUTDOWN_BUDGET_SECONDS`: stop admitting → session cookies → Chrome closed (relays end
+/// with it) → archive → terminal status → `proxyBytes` and `endedAt`.
+async fn end_session(
+    session: Session,
+    reason: &EndReason,
+    c: &RunConfig,
+    deps: &TaskDeps,
+    plan: &ContextPlan,
+    profile: &Path,
+    item: &Item<'_>,
+) {
+    let steps = Steps::start(c.shutdown_budget);
+    session.stop_admitting();
     let crashed = matches!(reason, EndReason::ChromeCrashed(_));
-    match &reason {
+    let chrome_gone = matches!(reason, EndReason::ChromeExitedCleanly);
+    let target = match (&plan.key, &deps.archives) {
+        (Some(key), Some(archives)) if plan.persist && !crashed => Some((key, archives)),
+        _ => None,
+    };
+    let mut extra = Vec::new();
+    if target.is_some() {
+        extra.extend(export_session_cookies(&session, chrome_gone, &steps).await);
+    }
+    let closed = session
+        .close_chrome(crashed, steps.left(Step::ChromeClosed))
+        .await;
+    let bytes = session.proxy_bytes();
+    session.finish();
+    if crashed {
+        info!("the browser crashed; the previous archive is kept");
+    } else if let Some((key, archives)) = target {
+        if !chrome_gone && closed.as_ref().is_some_and(|o| !o.is_clean()) {
+            warn!("chrome did not close cleanly; persisting what it left on disk");
+        }
+        save_profile(archives.clone(), key, profile, extra, &steps).await;
+    }
+    steps
+        .run(Step::TerminalStatus, write_terminal_status(item, reason))
+        .await;
+    steps.run(Step::EndedAt, item.ended(bytes)).await;
+}
+
+/// The session cookies as the archive's extra root file (Chrome never writes them to disk);
+/// none when Chrome is gone already or the export fails (the profile is saved without them).
+async fn export_session_cookies(
+    session: &Session,
+    chrome_gone: bool,
+    steps: &Steps,
+) -> Option<(String, Vec<u8>)> {
+    if chrome_gone {
+        warn!(
+            "the browser closed itself; its profile on disk is saved, but its session cookies \
+             cannot be exported any more"
+        );
+        return None;
+    }
+    let url = session.chrome.browser_ws_url();
+    match cdp::all_cookies(&url, steps.left(Step::Cookies)).await {
+        Ok(all) => {
+            let params = cdp::session_cookie_params(&all);
+            info!(session_cookies = params.len(), "session cookies exported");
+            let json = serde_json::to_vec(&params).unwrap_or_default();
+            Some((SESSION_COOKIES_FILE.to_owned(), json))
+        }
+        Err(e) => {
+            warn!(error = %e, "exporting session cookies failed; persisting without them");
+            None
+        }
+    }
+}
+
+/// Packs and uploads the profile within the archive step; on any failure the previous
+/// archive stays the context's.
+async fn save_profile(
+    archives: Arc<dyn ArchiveStore>,
+    key: &str,
+    profile: &Path,
+    extra: Vec<(String, Vec<u8>)>,
+    steps: &Steps,
+) {
+    let started = Instant::now();
+    let saved = steps
+        .run(
+            Step::Archive,
+            persist_profile(archives, key, profile, extra),
+        )
+        .await;
+    match saved {
+        Some(Ok(bytes)) => info!(
+            bytes,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "profile saved"
+        ),
+        Some(Err(e)) => {
+            error!(error = %e, "saving the profile failed; the previous archive is kept")
+        }
+        None => {
+            error!("saving the profile ran out of shutdown budget; the previous archive is kept")
+        }
+    }
+}
+
+/// The terminal status for how the session ended (an item already terminal keeps its own).
+async fn write_terminal_status(item: &Item<'_>, reason: &EndReason) {
+    match reason {
         EndReason::Expired => {
             item.terminal(InternalStatus::TimedOut, Some("the session expired"))
                 .await
         }
         EndReason::ChromeCrashed(how) => {
-            item.terminal(
-                InternalStatus::Failed,
-                Some(&format!("the browser exited unexpectedly ({how})")),
-            )
-            .await
+            let why = format!("the browser exited unexpectedly ({how})");
+            item.terminal(InternalStatus::Failed, Some(&why)).await
         }
         _ => item.terminal(InternalStatus::Stopped, None).await,
     }
-
-    let persist = plan.persist && !crashed && plan.key.is_some() && deps.archives.is_some();
-    let mut extra: Vec<(String, Vec<u8>)> = Vec::new();
-    let chrome_gone = matches!(reason, EndReason::ChromeExitedCleanly);
-    if persist && chrome_gone {
-        warn!(
-            "the browser closed itself; its profile on disk is saved, but its session cookies \
-             cannot be exported any more"
-        );
-    } else if persist {
-        match cdp::all_cookies(&session.chrome.browser_ws_url(), left().mul_f32(0.2)).await {
-            Ok(all) => {
-                let params = cdp::session_cookie_params(&all);
-                info!(session_cookies = params.len(), "session cookies exported");
-                extra.push((
-                    SESSION_COOKIES_FILE.to_owned(),
-                    serde_json::to_vec(&params).unwrap_or_default(),
-                ));
-            }
-            Err(e) => {
-                warn!(error = %e, "exporting session cookies failed; persisting without them")
-            }
-        }
-    }
-    let closed = session.close_chrome(crashed, left().mul_f32(0.4)).await;
-    if crashed {
-        info!("the browser crashed; the previous archive is kept");
-    } else if let (true, Some(key), Some(archives)) = (persist, &plan.key, &deps.archives) {
-        if !chrome_gone && closed.as_ref().is_some_and(|o| !o.is_clean()) {
-            warn!("chrome did not close cleanly; persisting what it left on disk");
-        }
-        let started = Instant::now();
-        match tokio::time::timeout(
-            left().saturating_sub(Duration::from_secs(2)),
-            persist_profile(archives.clone(), key, profile, extra),
-        )
-        .await
-        {
-            Ok(Ok(bytes)) => info!(
-                bytes,
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                "profile saved"
-            ),
-            Ok(Err(e)) => {
-                error!(error = %e, "saving the profile failed; the previous archive is kept")
-            }
-            Err(_) => error!(
-                "saving the profile ran out of shutdown budget; the previous archive is kept"
-            ),
-        }
-    }
-    let bytes = session.proxy_bytes();
-    session.finish().await;
-    item.ended(bytes).await;
-    reason.exit_code()
-}
-
-/// Why the profile could not be restored or saved.
-#[derive(Debug, thiserror::Error)]
-pub enum ProfileError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Archive(#[from] ArchiveError),
-    #[error("the archive worker stopped: {0}")]
-    Worker(String),
-}
-
-impl ProfileError {
-    /// What the session item says: the archive's own fault in full (names already shortened),
-    /// a service's failure in a few words (the detail is for the task log).
-    pub fn reason(&self) -> String {
-        match self {
-            Self::Archive(e) => e.to_string(),
-            Self::Store(e) => format!("{} (see the task log)", e.summary()),
-            Self::Worker(_) => "an internal error (see the task log)".to_owned(),
-        }
-    }
-}
-
-/// Streams the archive from the store through gunzip and untar into `dest`. `None` when the
-/// store has no archive (a new context).
-pub async fn hydrate(
-    store: &dyn ArchiveStore,
-    key: &str,
-    dest: &Path,
-    limits: Limits,
-    retry_for: Duration,
-) -> Result<Option<UnpackStats>, ProfileError> {
-    let Some(reader) = retry("fetching the profile archive", retry_for, || {
-        store.open(key)
-    })
-    .await?
-    else {
-        return Ok(None);
-    };
-    let dest = dest.to_owned();
-    let stats = tokio::task::spawn_blocking(move || {
-        let sync = tokio_util::io::SyncIoBridge::new(reader);
-        profile::unpack_gz(
-            std::io::BufReader::with_capacity(256 * 1024, sync),
-            &dest,
-            limits,
-        )
-    })
-    .await
-    .map_err(|e| ProfileError::Worker(e.to_string()))??;
-    Ok(Some(stats))
-}
-
-/// A chunk of archive bytes from the packer, or how the packing ended.
-enum Chunk {
-    Data(Bytes),
-    End,
-    Failed(String),
-}
-
-/// `std::io::Write` for the blocking packer, sending chunks to the async uploader.
-struct ChunkWriter {
-    tx: mpsc::Sender<Chunk>,
-    buf: Vec<u8>,
-}
-
-impl std::io::Write for ChunkWriter {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.buf.extend_from_slice(data);
-        if self.buf.len() >= 1 << 20 {
-            self.flush()?;
-        }
-        Ok(data.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        let chunk = Bytes::from(std::mem::replace(
-            &mut self.buf,
-            Vec::with_capacity(1 << 20),
-        ));
-        self.tx
-            .blocking_send(Chunk::Data(chunk))
-            .map_err(|_| std::io::Error::other("the uploader stopped"))
-    }
-}
-
-/// An `AsyncRead` over the packer's chunks that ends only after an explicit end marker, so a
-/// packer that fails or dies can never look like a complete (truncated) archive.
-fn chunk_reader(rx: mpsc::Receiver<Chunk>) -> BoxRead {
-    let stream = futures_util::stream::unfold((rx, false), |(mut rx, done)| async move {
-        if done {
-            return None;
-        }
-        match rx.recv().await {
-            Some(Chunk::Data(b)) => Some((Ok(b), (rx, false))),
-            Some(Chunk::End) => None,
-            Some(Chunk::Failed(e)) => Some((Err(std::io::Error::other(e)), (rx, true))),
-            None => Some((
-                Err(std::io::Error::other("the archive writer stopped early")),
-                (rx, true),
-            )),
-        }
-    });
-    Box::pin(tokio_util::io::StreamReader::new(stream))
-}
-
-/// Packs `src` (plus `extra` root files) and stores it under `key`, streaming.
-pub async fn persist_profile(
-    store: Arc<dyn ArchiveStore>,
-    key: &str,
-    src: &Path,
-    extra: Vec<(String, Vec<u8>)>,
-) -> Result<u64, ProfileError> {
-    let (tx, rx) = mpsc::channel::<Chunk>(8);
-    let src: PathBuf = src.to_owned();
-    let packer = tokio::task::spawn_blocking(move || {
-        let refs: Vec<(&str, &[u8])> = extra
-            .iter()
-            .map(|(n, d)| (n.as_str(), d.as_slice()))
-            .collect();
-        let mut writer = ChunkWriter {
-            tx: tx.clone(),
-            buf: Vec::with_capacity(1 << 20),
-        };
-        let packed = profile::pack_gz(&src, &mut writer, &refs).and_then(|(stats, w)| {
-            std::io::Write::flush(w).map_err(|source| ArchiveError::Write {
-                path: "<archive>".into(),
-                source,
-            })?;
-            Ok(stats)
-        });
-        match &packed {
-            Ok(_) => {
-                let _ = tx.blocking_send(Chunk::End);
-            }
-            Err(e) => {
-                let _ = tx.blocking_send(Chunk::Failed(e.to_string()));
-            }
-        }
-        packed
-    });
-    let uploaded = store.put(key, chunk_reader(rx)).await;
-    let packed = packer
-        .await
-        .map_err(|e| ProfileError::Worker(e.to_string()))?;
-    packed?;
-    Ok(uploaded?)
 }
 
 /// Puts back the session cookies a previous session saved (Chrome never writes them to disk).
@@ -714,78 +588,5 @@ pub(crate) async fn restore_session_cookies(chrome: &Chrome, profile: &Path) {
     match cdp::set_cookies(&chrome.browser_ws_url(), cookies, Duration::from_secs(5)).await {
         Ok(()) => info!(session_cookies = n, "session cookies restored"),
         Err(e) => warn!(error = %e, "restoring session cookies failed"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::stores::DirectoryArchives;
-
-    #[tokio::test]
-    async fn persist_then_hydrate_through_a_directory_store() {
-        let store: Arc<dyn ArchiveStore> = Arc::new(DirectoryArchives {
-            dir: tempfile::tempdir().unwrap().keep(),
-        });
-        let src = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(src.path().join("Default")).unwrap();
-        std::fs::write(src.path().join("Default/Cookies"), vec![42u8; 3 << 20]).unwrap();
-        let n = persist_profile(
-            store.clone(),
-            "p/c/profile.tar.gz",
-            src.path(),
-            vec![(SESSION_COOKIES_FILE.into(), b"[]".to_vec())],
-        )
-        .await
-        .unwrap();
-        assert!(n > 0);
-        let dest = tempfile::tempdir().unwrap();
-        let limits = Limits {
-            max_bytes: 1 << 30,
-            max_entries: 1000,
-        };
-        let stats = hydrate(
-            store.as_ref(),
-            "p/c/profile.tar.gz",
-            dest.path(),
-            limits,
-            Duration::from_secs(1),
-        )
-        .await
-        .unwrap()
-        .unwrap();
-        assert_eq!(stats.bytes, (3 << 20) + 2);
-        assert_eq!(
-            std::fs::read(dest.path().join("Default/Cookies")).unwrap(),
-            vec![42u8; 3 << 20]
-        );
-        assert!(
-            hydrate(
-                store.as_ref(),
-                "p/none/profile.tar.gz",
-                dest.path(),
-                limits,
-                Duration::from_secs(1)
-            )
-            .await
-            .unwrap()
-            .is_none()
-        );
-    }
-
-    #[tokio::test]
-    async fn a_failing_packer_never_completes_an_upload() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn ArchiveStore> = Arc::new(DirectoryArchives {
-            dir: dir.path().to_owned(),
-        });
-        store.put("k", Box::pin(&b"previous"[..])).await.unwrap();
-        let missing = dir.path().join("no-such-profile");
-        assert!(
-            persist_profile(store.clone(), "k", &missing, vec![])
-                .await
-                .is_err()
-        );
-        assert_eq!(std::fs::read(dir.path().join("k")).unwrap(), b"previous");
     }
 }

@@ -11,6 +11,7 @@ pub mod env;
 pub mod flags;
 pub mod sandbox;
 
+use crate::shutdown::Shutdown;
 use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -171,7 +172,7 @@ pub fn remove_stale_files(user_data_dir: &Path) -> std::io::Result<()> {
 
 impl Chrome {
     /// Launches Chrome and waits (bounded, with backoff) until `/json/version` answers.
-    pub async fn launch(opts: &LaunchOptions) -> Result<Chrome, ChromeError> {
+    pub async fn launch(opts: &LaunchOptions, tasks: &Shutdown) -> Result<Chrome, ChromeError> {
         let started = Instant::now();
         let profile_err = |source| ChromeError::Profile {
             path: opts.user_data_dir.clone(),
@@ -211,15 +212,15 @@ impl Chrome {
             }
         }
         if let Some(out) = child.stdout.take() {
-            tokio::spawn(drain(BufReader::new(out), "stdout"));
+            tasks.spawn(drain(BufReader::new(out), "stdout"));
         }
         if let Some(err) = child.stderr.take() {
-            tokio::spawn(drain(BufReader::new(err), "stderr"));
+            tasks.spawn(drain(BufReader::new(err), "stderr"));
         }
         // The wait task owns the child; it publishes the exit once. Dropping the child there
         // (kill_on_drop) only happens after it has exited.
         let (exit_tx, exit_rx) = watch::channel(None);
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             let status = child.wait().await;
             let status = match status {
                 Ok(s) => s,

@@ -31,6 +31,7 @@ use tracing::{Instrument, debug, error, info, warn};
 
 use crate::auth::{self, AuthError, Authenticator, Presented};
 use crate::config::ProxyTuning;
+use crate::shutdown::Shutdown;
 use crate::telemetry::{Metrics, Outcome};
 use crate::upstream::{self, Upstream, UpstreamError, UpstreamState};
 use admission::{Admission, Pending, PendingLimits, PendingSlot};
@@ -144,6 +145,7 @@ impl Proxy {
         upstream: watch::Receiver<UpstreamState>,
         metrics: Arc<Metrics>,
         limits: Limits,
+        tasks: &Shutdown,
     ) -> std::io::Result<Arc<Self>> {
         Ok(Arc::new(Self {
             auth,
@@ -155,7 +157,7 @@ impl Proxy {
             pending: Pending::new(limits.pending),
             reject_permits: Arc::new(Semaphore::new(REJECT_BACKLOG)),
             limits,
-            relays: relay::RelayLoop::start()?,
+            relays: relay::RelayLoop::start(tasks)?,
         }))
     }
 

@@ -31,6 +31,7 @@ use tokio::sync::oneshot;
 use tracing::error;
 
 use super::inspect::{Inspector, Segment};
+use crate::shutdown::Shutdown;
 use crate::telemetry::Metrics;
 
 /// Size of the loop's read buffer.
@@ -118,20 +119,24 @@ pub struct RelayLoop {
 }
 
 impl RelayLoop {
-    /// Starts the relay thread.
-    pub fn start() -> io::Result<Self> {
-        Self::with_read_buffer(READ_BUFFER)
+    /// Starts the relay thread, counted among the tasks of `tasks` until it has ended.
+    pub fn start(tasks: &Shutdown) -> io::Result<Self> {
+        Self::with_read_buffer(READ_BUFFER, tasks)
     }
 
     /// Starts the relay thread reading `size` bytes at a time (small sizes make tests of the
     /// read budget deterministic).
-    fn with_read_buffer(size: usize) -> io::Result<Self> {
+    fn with_read_buffer(size: usize, tasks: &Shutdown) -> io::Result<Self> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let commands = Arc::new(Mutex::new(Vec::new()));
+        let running = tasks.thread_token();
         let thread = std::thread::Builder::new().name("wc-relay".into()).spawn({
             let commands = commands.clone();
-            move || Worker::new(poll, commands, size).run()
+            move || {
+                Worker::new(poll, commands, size).run();
+                drop(running);
+            }
         })?;
         Ok(Self {
             commands,
@@ -660,7 +665,7 @@ mod tests {
 
     #[tokio::test]
     async fn bytes_flow_both_ways_and_a_client_close_ends_the_relay() {
-        let relays = RelayLoop::start().unwrap();
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
         let mut e = start(&relays, b"early", false);
         assert_eq!(read_n(&mut e.chrome, 5), b"early");
         e.client.write_all(b"ping").unwrap();
@@ -681,7 +686,7 @@ mod tests {
 
     #[tokio::test]
     async fn chrome_closing_closes_the_client() {
-        let relays = RelayLoop::start().unwrap();
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
         let mut e = start(&relays, b"", false);
         e.chrome.write_all(b"last words").unwrap();
         drop(e.chrome);
@@ -693,7 +698,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_browser_close_sent_with_the_upgrade_is_withheld() {
-        let relays = RelayLoop::start().unwrap();
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
         let close = frame(1, true, br#"{"id":1,"method":"Browser.close"}"#);
         let other = frame(1, true, br#"{"id":2,"method":"Browser.getVersion"}"#);
         let mut e = start(&relays, &[close, other.clone()].concat(), true);
@@ -714,7 +719,7 @@ mod tests {
     /// every byte arrives in order.
     #[tokio::test]
     async fn backpressure_keeps_order_and_bounds_what_is_held() {
-        let relays = RelayLoop::start().unwrap();
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
         let e = start(&relays, b"", false);
         const TOTAL: usize = 32 << 20;
         let pattern = |i: usize| (i % 251) as u8;
@@ -814,7 +819,7 @@ mod tests {
     /// the data and the FIN were queued before the relay started, so no further event comes.
     #[tokio::test]
     async fn a_busy_connection_is_driven_again_until_done() {
-        let relays = RelayLoop::with_read_buffer(16).unwrap();
+        let relays = RelayLoop::with_read_buffer(16, &crate::shutdown::Shutdown::new()).unwrap();
         let data: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
         relays_what_was_queued_before_the_start(&relays, &data).await;
     }
@@ -822,13 +827,13 @@ mod tests {
     /// Data and FIN queued before the relay saw either: the data is delivered, then the close.
     #[tokio::test]
     async fn data_then_fin_arriving_together_are_both_relayed() {
-        let relays = RelayLoop::start().unwrap();
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
         relays_what_was_queued_before_the_start(&relays, b"bye").await;
     }
 
     #[tokio::test]
     async fn cancel_all_ends_every_relay_and_refuses_new_ones() {
-        let relays = RelayLoop::start().unwrap();
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
         let mut a = start(&relays, b"", false);
         let mut b = start(&relays, b"", false);
         a.client.write_all(b"x").unwrap();
@@ -853,7 +858,7 @@ mod tests {
 
     #[tokio::test]
     async fn dropping_the_loop_ends_its_relays_and_its_thread() {
-        let relays = RelayLoop::start().unwrap();
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
         let mut e = start(&relays, b"", false);
         e.client.write_all(b"x").unwrap();
         assert_eq!(read_n(&mut e.chrome, 1), b"x");

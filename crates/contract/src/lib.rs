@@ -5,6 +5,7 @@
 //!
 //! - [`token`]: the CDP access token (HS256 JWT): claims, minting, and every acceptance rule.
 //! - [`claim`]: how a session reaches a warm pool controller, and the local queue of claims.
+//! - [`retry`]: the one retry policy, and which failures are transient.
 //! - [`secret`]: the JSON shape of the signing secret kept in Secrets Manager.
 //! - [`session`]: the session item's lifecycle statuses and their SDK-visible mapping.
 //! - [`session_doc`]: the session item as a document, and the directory store of the local platform.
@@ -12,6 +13,7 @@
 //! - [`time`]: ISO 8601 timestamps as the session table stores them.
 
 pub mod claim;
+pub mod retry;
 pub mod secret;
 pub mod session;
 pub mod session_doc;

@@ -34,6 +34,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::{info, warn};
+use wallcrawler_contract::retry;
 use wallcrawler_contract::session::attr;
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::{Claims, InternalStatus, SigningKey, SigningSecret};
@@ -277,16 +278,6 @@ pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
 // ---------------------------------------------------------------------------------------------
 // Errors
 
-/// Service error codes that mean "try again later" rather than "refused".
-const RETRYABLE: [&str; 6] = [
-    "ThrottlingException",
-    "ProvisionedThroughputExceededException",
-    "RequestLimitExceeded",
-    "ServiceUnavailable",
-    "InternalServerError",
-    "ServerException",
-];
-
 /// A failed SDK call as a port error: unreachable or throttled = `Unavailable` (503, "try
 /// again"), anything else = `Failed` (500; the detail goes to the log only).
 fn sdk_error<E, R>(service: &'static str, e: SdkError<E, R>) -> PortError
@@ -299,7 +290,7 @@ where
         SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_) => {
             true
         }
-        SdkError::ServiceError(se) => se.err().code().is_some_and(|c| RETRYABLE.contains(&c)),
+        SdkError::ServiceError(se) => retry::is_transient_code(se.err().code()),
         _ => false,
     };
     if transient {

@@ -11,12 +11,14 @@
 //! and every session it served gets `endedAt` and gives back its slot and context lease — as
 //! the ECS task-state handler does on AWS.
 
+use backon::{BackoffBuilder as _, ExponentialBackoff};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use wallcrawler_contract::retry;
 
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
@@ -284,10 +286,15 @@ impl Launcher for LocalLauncher {
     }
 }
 
-/// Failed starts in a row, and when the pool may start a controller again.
+/// The waits after failed starts in a row, and when the pool may start a controller again.
 struct Backoff {
-    failures: u32,
+    delays: ExponentialBackoff,
     not_before: Instant,
+}
+
+/// Waits after failed starts: 200 ms doubling to 30 s (the shared policy's shape, no end).
+fn restart_delays() -> ExponentialBackoff {
+    retry::restart_delays(Duration::from_millis(200), Duration::from_secs(30)).build()
 }
 
 /// N warm controllers taking sessions from the claims directory.
@@ -316,7 +323,7 @@ impl LocalPool {
             size,
             next: AtomicU64::new(1),
             backoff: Mutex::new(Backoff {
-                failures: 0,
+                delays: restart_delays(),
                 not_before: Instant::now(),
             }),
         }))
@@ -407,17 +414,16 @@ impl LocalPool {
             );
             self.failed_start();
         } else {
-            self.backoff.lock().expect("not poisoned").failures = 0;
+            self.backoff.lock().expect("not poisoned").delays = restart_delays();
             info!(controller = owner, exit = how, "pool controller exited");
         }
     }
 
-    /// Backs off exponentially (100 ms … 30 s) after failed starts, so a broken controller
+    /// Backs off exponentially (200 ms … 30 s) after failed starts, so a broken controller
     /// binary or Chrome does not make the pool spin.
     fn failed_start(&self) {
         let mut b = self.backoff.lock().expect("not poisoned");
-        b.failures = b.failures.saturating_add(1);
-        let wait = Duration::from_millis(100u64 << b.failures.min(9)).min(Duration::from_secs(30));
+        let wait = b.delays.next().unwrap_or(Duration::from_secs(30));
         b.not_before = Instant::now() + wait;
     }
 

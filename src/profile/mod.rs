@@ -30,6 +30,9 @@ use tar::{EntryType, PaxExtensions};
 
 use crate::telemetry::clip;
 
+mod stream;
+pub use stream::{ProfileError, hydrate, persist_profile};
+
 /// The most one extension header (GNU long name or long link, PAX) may hold. Its size is
 /// checked before a byte of it is read; real ones hold a path of a few hundred bytes.
 pub const MAX_EXTENSION_BYTES: u64 = 64 * 1024;
