@@ -315,76 +315,76 @@ pub fn unpack_tar(
     })?;
     let budget = Rc::new(Budget::default());
     budget.allow(BLOCK); // the first header
-    let corrupt = {
-        let budget = budget.clone();
-        move |e: io::Error| {
-            if budget.exceeded.get() {
-                ArchiveError::TooLarge(limits.max_bytes)
-            } else {
-                ArchiveError::Corrupt(e.to_string())
-            }
-        }
-    };
     let mut archive = tar::Archive::new(Metered {
         inner: reader,
         budget: budget.clone(),
     });
-    let mut stats = UnpackStats::default();
-    // Every entry's declared data, files or not: what the reader may hand out beyond headers.
-    let mut declared: u64 = 0;
-    let mut pending = Pending::default();
-    let mut written_files: HashSet<PathBuf> = HashSet::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    for entry in archive.entries().map_err(&corrupt)?.raw(true) {
-        let mut entry = entry.map_err(&corrupt)?;
+    let mut unpacker = Unpacker {
+        dest,
+        limits,
+        budget,
+        stats: UnpackStats::default(),
+        declared: 0,
+        pending: Pending::default(),
+        written_files: HashSet::new(),
+        buf: vec![0u8; 256 * 1024],
+    };
+    let entries = archive.entries().map_err(|e| unpacker.corrupt(e))?;
+    for entry in entries.raw(true) {
+        let mut entry = entry.map_err(|e| unpacker.corrupt(e))?;
+        unpacker.entry(&mut entry)?;
+    }
+    if !unpacker.pending.is_empty() {
+        return Err(ArchiveError::Corrupt(
+            "an extension header is not followed by an entry".into(),
+        ));
+    }
+    Ok(unpacker.stats)
+}
+
+/// The state of one unpacking: what has been read and written so far, against the limits.
+struct Unpacker<'a> {
+    dest: &'a Path,
+    limits: Limits,
+    /// What the reader may still hand out (headers, padding, declared data).
+    budget: Rc<Budget>,
+    stats: UnpackStats,
+    /// Every entry's declared data, files or not: what the reader may hand out beyond headers.
+    declared: u64,
+    /// Extension headers read for the next entry.
+    pending: Pending,
+    /// Regular files this archive wrote: the only targets a hard link may have.
+    written_files: HashSet<PathBuf>,
+    buf: Vec<u8>,
+}
+
+impl Unpacker<'_> {
+    /// A read error: the budget ran out (the archive is larger than its headers say), or the
+    /// stream is broken.
+    fn corrupt(&self, e: io::Error) -> ArchiveError {
+        if self.budget.exceeded.get() {
+            ArchiveError::TooLarge(self.limits.max_bytes)
+        } else {
+            ArchiveError::Corrupt(e.to_string())
+        }
+    }
+
+    /// One raw entry: an extension header kept for the next entry, or an entry written.
+    fn entry<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>) -> Result<(), ArchiveError> {
         let kind = entry.header().entry_type();
-        let size = entry.header().entry_size().map_err(&corrupt)?;
+        let size = entry.header().entry_size().map_err(|e| self.corrupt(e))?;
         // This entry's padding and the next header.
-        budget.allow(2 * BLOCK);
-        let extension = match kind {
-            EntryType::GNULongName => Some("GNU long name"),
-            EntryType::GNULongLink => Some("GNU long link"),
-            EntryType::XHeader => Some("PAX"),
-            EntryType::XGlobalHeader => Some("PAX global"),
-            _ => None,
-        };
-        if let Some(what) = extension {
-            if size > MAX_EXTENSION_BYTES {
-                return Err(ArchiveError::ExtensionTooLarge { kind: what, size });
-            }
-            budget.allow(size);
-            let data = read_extension(&mut entry, size)?;
-            let slot = match kind {
-                EntryType::GNULongName => &mut pending.long_name,
-                EntryType::GNULongLink => &mut pending.long_link,
-                EntryType::XHeader => &mut pending.pax,
-                // Global PAX records (comments, defaults) say nothing we use; each counts
-                // as an entry so that they cannot come in unlimited numbers.
-                _ => {
-                    stats.entries += 1;
-                    if stats.entries > limits.max_entries {
-                        return Err(ArchiveError::TooManyEntries(limits.max_entries));
-                    }
-                    continue;
-                }
-            };
-            if slot.replace(data).is_some() {
-                return Err(ArchiveError::Corrupt(format!(
-                    "two {what} headers describe the same entry"
-                )));
-            }
-            continue;
+        self.budget.allow(2 * BLOCK);
+        if let Some(what) = extension_kind(kind) {
+            return self.extension(entry, kind, what, size);
         }
-        stats.entries += 1;
-        if stats.entries > limits.max_entries {
-            return Err(ArchiveError::TooManyEntries(limits.max_entries));
+        self.count_entry()?;
+        self.declared = self.declared.saturating_add(size);
+        if self.declared > self.limits.max_bytes {
+            return Err(ArchiveError::TooLarge(self.limits.max_bytes));
         }
-        declared = declared.saturating_add(size);
-        if declared > limits.max_bytes {
-            return Err(ArchiveError::TooLarge(limits.max_bytes));
-        }
-        budget.allow(size);
-        let ext = std::mem::take(&mut pending);
+        self.budget.allow(size);
+        let ext = std::mem::take(&mut self.pending);
         if let Some(pax_size) = ext.pax_value("size")?
             && pax_size != size.to_string().as_bytes()
         {
@@ -401,109 +401,178 @@ pub fn unpack_tar(
         let display = shown(raw_path.as_os_str().as_bytes());
         let rel = safe_relative(&raw_path)?;
         if rel.as_os_str().is_empty() {
-            continue; // "./" itself
+            return Ok(()); // "./" itself
         }
         let name = rel
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         if is_excluded_name(&name) && kind != EntryType::Directory {
-            stats.skipped += 1;
-            continue;
+            self.stats.skipped += 1;
+            return Ok(());
         }
-        let link_name = || -> Result<PathBuf, ArchiveError> {
-            let bytes: Cow<'_, [u8]> = match (&ext.long_link, ext.pax_value("linkpath")?) {
-                (Some(long), _) => Cow::Borrowed(long.as_slice()),
-                (None, Some(pax)) => Cow::Borrowed(pax),
-                (None, None) => entry.header().link_name_bytes().unwrap_or_default(),
-            };
-            if bytes.is_empty() {
-                return Err(ArchiveError::Corrupt(format!(
-                    "link {display:?} has no target"
-                )));
-            }
-            path_from_bytes(&bytes)
-        };
-        let target = dest.join(&rel);
         match kind {
-            EntryType::Directory => {
-                prepare_parents(dest, &rel, &display)?;
-                match fs::symlink_metadata(&target) {
-                    Ok(m) if m.is_dir() && !m.file_type().is_symlink() => {}
-                    Ok(_) => return Err(ArchiveError::ThroughLink(display)),
-                    Err(_) => fs::create_dir(&target).map_err(|source| ArchiveError::Write {
-                        path: display.clone(),
-                        source,
-                    })?,
-                }
-            }
-            EntryType::Regular | EntryType::Continuous => {
-                prepare_parents(dest, &rel, &display)?;
-                remove_existing(&target, &display)?;
-                // O_NOFOLLOW | O_EXCL: never through a link, never onto something else.
-                let mut file = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-                    .mode(0o600)
-                    .open(&target)
-                    .map_err(|source| ArchiveError::Write {
-                        path: display.clone(),
-                        source,
-                    })?;
-                let mut copied: u64 = 0;
-                loop {
-                    let n = entry.read(&mut buf).map_err(&corrupt)?;
-                    if n == 0 {
-                        break;
-                    }
-                    copied += n as u64;
-                    file.write_all(&buf[..n])
-                        .map_err(|source| ArchiveError::Write {
-                            path: display.clone(),
-                            source,
-                        })?;
-                }
-                if copied != size {
-                    return Err(ArchiveError::Corrupt(format!(
-                        "entry {display:?} is shorter than its header says"
-                    )));
-                }
-                stats.bytes += copied;
-                written_files.insert(rel);
-            }
-            EntryType::Symlink => return Err(ArchiveError::Symlink(display)),
+            EntryType::Directory => self.directory(&rel, &display),
+            EntryType::Regular | EntryType::Continuous => self.file(entry, rel, &display, size),
+            EntryType::Symlink => Err(ArchiveError::Symlink(display)),
             EntryType::Link => {
-                let link = link_name()?;
-                let link_rel =
-                    safe_relative(&link).map_err(|_| ArchiveError::LinkOutside(display.clone()))?;
-                // Only to a regular file this archive already wrote: never to anything outside.
-                if !written_files.contains(&link_rel) {
-                    return Err(ArchiveError::LinkOutside(display));
-                }
-                prepare_parents(dest, &rel, &display)?;
-                remove_existing(&target, &display)?;
-                fs::hard_link(dest.join(&link_rel), &target).map_err(|source| {
-                    ArchiveError::Write {
-                        path: display.clone(),
-                        source,
-                    }
-                })?;
-                written_files.insert(rel);
+                let link = link_name(&ext, entry, &display)?;
+                self.hard_link(rel, &display, &link)
             }
             EntryType::Char | EntryType::Block | EntryType::Fifo => {
-                return Err(ArchiveError::SpecialFile(display));
+                Err(ArchiveError::SpecialFile(display))
             }
             // GNU sparse files (never written by our packer) and anything else.
-            _ => return Err(ArchiveError::UnsupportedType(display)),
+            _ => Err(ArchiveError::UnsupportedType(display)),
         }
     }
-    if !pending.is_empty() {
-        return Err(ArchiveError::Corrupt(
-            "an extension header is not followed by an entry".into(),
-        ));
+
+    /// Counts an entry against `max_entries`.
+    fn count_entry(&mut self) -> Result<(), ArchiveError> {
+        self.stats.entries += 1;
+        if self.stats.entries > self.limits.max_entries {
+            return Err(ArchiveError::TooManyEntries(self.limits.max_entries));
+        }
+        Ok(())
     }
-    Ok(stats)
+
+    /// A GNU long name/link or PAX header, size-checked before it is read, kept for the entry
+    /// it describes.
+    fn extension(
+        &mut self,
+        entry: &mut impl Read,
+        kind: EntryType,
+        what: &'static str,
+        size: u64,
+    ) -> Result<(), ArchiveError> {
+        if size > MAX_EXTENSION_BYTES {
+            return Err(ArchiveError::ExtensionTooLarge { kind: what, size });
+        }
+        self.budget.allow(size);
+        let data = read_extension(entry, size)?;
+        let slot = match kind {
+            EntryType::GNULongName => &mut self.pending.long_name,
+            EntryType::GNULongLink => &mut self.pending.long_link,
+            EntryType::XHeader => &mut self.pending.pax,
+            // Global PAX records (comments, defaults) say nothing we use; each counts as an
+            // entry so that they cannot come in unlimited numbers.
+            _ => return self.count_entry(),
+        };
+        if slot.replace(data).is_some() {
+            return Err(ArchiveError::Corrupt(format!(
+                "two {what} headers describe the same entry"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A directory, created unless it exists as a real directory (never through a link).
+    fn directory(&mut self, rel: &Path, display: &str) -> Result<(), ArchiveError> {
+        prepare_parents(self.dest, rel, display)?;
+        let target = self.dest.join(rel);
+        match fs::symlink_metadata(&target) {
+            Ok(m) if m.is_dir() && !m.file_type().is_symlink() => Ok(()),
+            Ok(_) => Err(ArchiveError::ThroughLink(display.to_owned())),
+            Err(_) => fs::create_dir(&target).map_err(|source| ArchiveError::Write {
+                path: display.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    /// A regular file, written new (never through a link, never onto something else) with
+    /// exactly the size its header declares.
+    fn file(
+        &mut self,
+        entry: &mut impl Read,
+        rel: PathBuf,
+        display: &str,
+        size: u64,
+    ) -> Result<(), ArchiveError> {
+        prepare_parents(self.dest, &rel, display)?;
+        let target = self.dest.join(&rel);
+        remove_existing(&target, display)?;
+        let write_err = |source| ArchiveError::Write {
+            path: display.to_owned(),
+            source,
+        };
+        // O_NOFOLLOW | O_EXCL: never through a link, never onto something else.
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .mode(0o600)
+            .open(&target)
+            .map_err(write_err)?;
+        let mut copied: u64 = 0;
+        loop {
+            let n = entry.read(&mut self.buf).map_err(|e| self.corrupt(e))?;
+            if n == 0 {
+                break;
+            }
+            copied += n as u64;
+            file.write_all(&self.buf[..n]).map_err(write_err)?;
+        }
+        if copied != size {
+            return Err(ArchiveError::Corrupt(format!(
+                "entry {display:?} is shorter than its header says"
+            )));
+        }
+        self.stats.bytes += copied;
+        self.written_files.insert(rel);
+        Ok(())
+    }
+
+    /// A hard link, only to a regular file this archive already wrote: never to anything
+    /// outside.
+    fn hard_link(&mut self, rel: PathBuf, display: &str, link: &Path) -> Result<(), ArchiveError> {
+        let link_rel =
+            safe_relative(link).map_err(|_| ArchiveError::LinkOutside(display.to_owned()))?;
+        if !self.written_files.contains(&link_rel) {
+            return Err(ArchiveError::LinkOutside(display.to_owned()));
+        }
+        prepare_parents(self.dest, &rel, display)?;
+        let target = self.dest.join(&rel);
+        remove_existing(&target, display)?;
+        fs::hard_link(self.dest.join(&link_rel), &target).map_err(|source| {
+            ArchiveError::Write {
+                path: display.to_owned(),
+                source,
+            }
+        })?;
+        self.written_files.insert(rel);
+        Ok(())
+    }
+}
+
+/// Which extension header `kind` is, if it is one.
+fn extension_kind(kind: EntryType) -> Option<&'static str> {
+    match kind {
+        EntryType::GNULongName => Some("GNU long name"),
+        EntryType::GNULongLink => Some("GNU long link"),
+        EntryType::XHeader => Some("PAX"),
+        EntryType::XGlobalHeader => Some("PAX global"),
+        _ => None,
+    }
+}
+
+/// A link entry's target: from its GNU long link, its PAX `linkpath`, or its header.
+fn link_name<R: Read>(
+    ext: &Pending,
+    entry: &tar::Entry<'_, R>,
+    display: &str,
+) -> Result<PathBuf, ArchiveError> {
+    let bytes: Cow<'_, [u8]> = match (&ext.long_link, ext.pax_value("linkpath")?) {
+        (Some(long), _) => Cow::Borrowed(long.as_slice()),
+        (None, Some(pax)) => Cow::Borrowed(pax),
+        (None, None) => entry.header().link_name_bytes().unwrap_or_default(),
+    };
+    if bytes.is_empty() {
+        return Err(ArchiveError::Corrupt(format!(
+            "link {display:?} has no target"
+        )));
+    }
+    path_from_bytes(&bytes)
 }
 
 /// Removes whatever is at `target` (a previous entry of the same name), but never a directory.
