@@ -315,15 +315,7 @@ impl ArchiveStore for S3Archives {
         mut body: BoxRead,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
-            let read_err = |e: std::io::Error| StoreError::Other {
-                service: BUCKET,
-                source: Context {
-                    what: "reading the archive",
-                    source: e.into(),
-                }
-                .into(),
-            };
-            let first = fill(&mut body, PART_SIZE).await.map_err(read_err)?;
+            let first = fill(&mut body, PART_SIZE).await.map_err(read_error)?;
             if first.len() < PART_SIZE {
                 let n = first.len() as u64;
                 self.client
@@ -344,70 +336,96 @@ impl ArchiveStore for S3Archives {
                 .send()
                 .await
                 .map_err(|e| sdk_error(BUCKET, e))?;
-            let upload_id = created.upload_id().unwrap_or_default().to_owned();
-            let result: Result<u64, StoreError> = async {
-                let mut parts = Vec::new();
-                let mut total = 0u64;
-                let mut chunk = first;
-                let mut number = 1;
-                loop {
-                    total += chunk.len() as u64;
-                    let out = self
-                        .client
-                        .upload_part()
-                        .bucket(&self.bucket)
-                        .key(key)
-                        .upload_id(&upload_id)
-                        .part_number(number)
-                        .body(ByteStream::from(chunk))
-                        .send()
-                        .await
-                        .map_err(|e| sdk_error(BUCKET, e))?;
-                    parts.push(
-                        CompletedPart::builder()
-                            .set_e_tag(out.e_tag().map(str::to_owned))
-                            .part_number(number)
-                            .build(),
-                    );
-                    debug!(part = number, total, "uploaded profile part");
-                    chunk = fill(&mut body, PART_SIZE).await.map_err(read_err)?;
-                    if chunk.is_empty() {
-                        break;
-                    }
-                    number += 1;
-                }
-                self.client
-                    .complete_multipart_upload()
-                    .bucket(&self.bucket)
-                    .key(key)
-                    .upload_id(&upload_id)
-                    .multipart_upload(
-                        CompletedMultipartUpload::builder()
-                            .set_parts(Some(parts))
-                            .build(),
-                    )
-                    .send()
-                    .await
-                    .map_err(|e| sdk_error(BUCKET, e))?;
-                Ok(total)
-            }
-            .await;
+            let upload_id = created.upload_id().unwrap_or_default();
+            let result = self.upload_parts(key, upload_id, first, body).await;
             if result.is_err() {
-                // The previous archive stays: an incomplete multipart upload never replaces it.
-                if let Err(e) = self
-                    .client
-                    .abort_multipart_upload()
-                    .bucket(&self.bucket)
-                    .key(key)
-                    .upload_id(&upload_id)
-                    .send()
-                    .await
-                {
-                    warn!(error = %DisplayErrorContext(&e), "aborting the incomplete upload failed");
-                }
+                self.abort(key, upload_id).await;
             }
             result
         })
+    }
+}
+
+impl S3Archives {
+    /// The parts of a multipart upload, `first` and then the rest of `body`, completed.
+    async fn upload_parts(
+        &self,
+        key: &str,
+        upload_id: &str,
+        first: Vec<u8>,
+        mut body: BoxRead,
+    ) -> Result<u64, StoreError> {
+        let mut parts = Vec::new();
+        let mut total = 0u64;
+        let mut chunk = first;
+        let mut number = 1;
+        loop {
+            total += chunk.len() as u64;
+            let out = self
+                .client
+                .upload_part()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(upload_id)
+                .part_number(number)
+                .body(ByteStream::from(chunk))
+                .send()
+                .await
+                .map_err(|e| sdk_error(BUCKET, e))?;
+            parts.push(
+                CompletedPart::builder()
+                    .set_e_tag(out.e_tag().map(str::to_owned))
+                    .part_number(number)
+                    .build(),
+            );
+            debug!(part = number, total, "uploaded profile part");
+            chunk = fill(&mut body, PART_SIZE).await.map_err(read_error)?;
+            if chunk.is_empty() {
+                break;
+            }
+            number += 1;
+        }
+        let completed = CompletedMultipartUpload::builder()
+            .set_parts(Some(parts))
+            .build();
+        self.client
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .multipart_upload(completed)
+            .send()
+            .await
+            .map_err(|e| sdk_error(BUCKET, e))?;
+        Ok(total)
+    }
+
+    /// Drops an incomplete multipart upload: the previous archive stays, never replaced by a
+    /// part of a new one.
+    async fn abort(&self, key: &str, upload_id: &str) {
+        let aborted = self
+            .client
+            .abort_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .send()
+            .await;
+        if let Err(e) = aborted {
+            warn!(error = %DisplayErrorContext(&e), "aborting the incomplete upload failed");
+        }
+    }
+}
+
+/// A failure reading the archive stream being uploaded (the packer's side).
+fn read_error(e: std::io::Error) -> StoreError {
+    StoreError::Other {
+        service: BUCKET,
+        source: Context {
+            what: "reading the archive",
+            source: e.into(),
+        }
+        .into(),
     }
 }
 

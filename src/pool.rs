@@ -75,27 +75,9 @@ pub async fn run_pool(
         return EXIT_FAILURE;
     };
     let started = Instant::now();
-    let nobody = Item {
-        store: None,
-        id: "",
-    };
-    let Ok(keys) = load_keys(&c, &deps, &nobody, tasks).await else {
-        return EXIT_FAILURE;
-    };
-    let auth = Authenticator::unbound(keys, c.auth.leeway_seconds);
-    // Nobody waits on a warm-up: with BACKGROUND_NICE it yields to the sessions being served.
-    let warm_launch = LaunchOptions {
-        nice: c.background_nice,
-        ..launch.clone()
-    };
-    let opts = session_options(&c, auth, warm_launch, false, None, tasks);
-    let session = match Session::warm(opts, signal).await {
-        Ok(Started::Running(s)) => *s,
-        Ok(Started::Interrupted) => return 0,
-        Err(e) => {
-            error!(error = %e, "warming up failed");
-            return EXIT_FAILURE;
-        }
+    let session = match warm_up(&c, &launch, &deps, tasks).await {
+        Ok(s) => s,
+        Err(code) => return code,
     };
     let warm_at = Instant::now();
     let metrics = session.metrics().clone();
@@ -154,6 +136,36 @@ pub async fn run_pool(
     }
     .instrument(span)
     .await
+}
+
+/// The signing keys loaded and a warm Chrome behind a proxy bound to no session yet; `Err` is
+/// the exit status (0 after a signal).
+async fn warm_up(
+    c: &RunConfig,
+    launch: &LaunchOptions,
+    deps: &TaskDeps,
+    tasks: &Shutdown,
+) -> Result<Session, i32> {
+    let nobody = Item {
+        store: None,
+        id: "",
+    };
+    let keys = load_keys(c, deps, &nobody, tasks).await?;
+    let auth = Authenticator::unbound(keys, c.auth.leeway_seconds);
+    // Nobody waits on a warm-up: with BACKGROUND_NICE it yields to the sessions being served.
+    let warm_launch = LaunchOptions {
+        nice: c.background_nice,
+        ..launch.clone()
+    };
+    let opts = session_options(c, auth, warm_launch, false, None, tasks);
+    match Session::warm(opts, tasks.token()).await {
+        Ok(Started::Running(s)) => Ok(*s),
+        Ok(Started::Interrupted) => Err(0),
+        Err(e) => {
+            error!(error = %e, "warming up failed");
+            Err(EXIT_FAILURE)
+        }
+    }
 }
 
 /// Waits for a claim this controller should serve. `None`: a signal, or the idle lifetime
@@ -341,6 +353,29 @@ impl ClaimedSession<'_> {
         }
     }
 
+    /// Asks the ECS agent, in the background, to keep the pool's scale-in off this task until
+    /// the session can have ended: READY does not wait on the agent, and a failure costs
+    /// nothing but the protection.
+    fn protect_from_scale_in(&self) {
+        let Some(uri) = self.c.agent_uri.clone() else {
+            return;
+        };
+        let minutes = crate::scale_in::minutes_until(
+            self.record.expires_at,
+            wallcrawler_contract::time::unix_millis() / 1000,
+            self.c.shutdown_budget,
+        );
+        self.tasks.spawn(
+            async move {
+                match crate::scale_in::protect(&uri, minutes).await {
+                    Ok(()) => info!(minutes, "task protected from scale-in"),
+                    Err(e) => warn!(error = %e, "scale-in protection failed"),
+                }
+            }
+            .instrument(tracing::Span::current()),
+        );
+    }
+
     /// The session brought up: its proxy bound, Chrome on the context's profile if it has one,
     /// READY written. `Err`: the exit status, and whether the claim is done with (deleted)
     /// rather than dropped.
@@ -353,24 +388,7 @@ impl ClaimedSession<'_> {
         let c = self.c;
         // A client waits on this session from now on (its Chrome, or the close of the warm one).
         session.to_foreground();
-        if let Some(uri) = c.agent_uri.clone() {
-            // In the background: READY does not wait on the agent; a failure costs nothing
-            // but the protection (the pool's scale-in could then pick this task).
-            let minutes = crate::scale_in::minutes_until(
-                self.record.expires_at,
-                wallcrawler_contract::time::unix_millis() / 1000,
-                c.shutdown_budget,
-            );
-            self.tasks.spawn(
-                async move {
-                    match crate::scale_in::protect(&uri, minutes).await {
-                        Ok(()) => info!(minutes, "task protected from scale-in"),
-                        Err(e) => warn!(error = %e, "scale-in protection failed"),
-                    }
-                }
-                .instrument(tracing::Span::current()),
-            );
-        }
+        self.protect_from_scale_in();
         session.bind(
             self.claim.session_id.clone(),
             Some(self.claim.project_id.clone()),

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
+use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
@@ -196,7 +196,7 @@ impl Chrome {
             .process_group(0)
             .kill_on_drop(true);
         child_setup(&mut command);
-        let mut child = command.spawn().map_err(ChromeError::Spawn)?;
+        let child = command.spawn().map_err(ChromeError::Spawn)?;
         let pid = Pid::from_raw(
             child
                 .id()
@@ -211,26 +211,7 @@ impl Chrome {
                 warn!(error = %e, nice, "setting Chrome's priority failed");
             }
         }
-        if let Some(out) = child.stdout.take() {
-            tasks.spawn(drain(BufReader::new(out), "stdout"));
-        }
-        if let Some(err) = child.stderr.take() {
-            tasks.spawn(drain(BufReader::new(err), "stderr"));
-        }
-        // The wait task owns the child; it publishes the exit once. Dropping the child there
-        // (kill_on_drop) only happens after it has exited.
-        let (exit_tx, exit_rx) = watch::channel(None);
-        tasks.spawn(async move {
-            let status = child.wait().await;
-            let status = match status {
-                Ok(s) => s,
-                Err(e) => {
-                    warn!(error = %e, "waiting for chrome failed");
-                    ExitStatus::from_raw(1 << 8)
-                }
-            };
-            let _ = exit_tx.send(Some(status));
-        });
+        let exit_rx = Self::watch_child(child, tasks);
         let mut chrome = Chrome {
             pid,
             addr: SocketAddr::from(([127, 0, 0, 1], opts.debug_port)),
@@ -255,6 +236,30 @@ impl Chrome {
             Ok(Err(e)) => Err(e),
             Err(_) => Err(ChromeError::NotReady(opts.ready_timeout)),
         }
+    }
+
+    /// Spawns the tasks that own a started Chrome: its output drained into the log, and its
+    /// exit published once on the returned channel. Dropping the child there (kill_on_drop)
+    /// only happens after it has exited.
+    fn watch_child(mut child: Child, tasks: &Shutdown) -> watch::Receiver<Option<ExitStatus>> {
+        if let Some(out) = child.stdout.take() {
+            tasks.spawn(drain(BufReader::new(out), "stdout"));
+        }
+        if let Some(err) = child.stderr.take() {
+            tasks.spawn(drain(BufReader::new(err), "stderr"));
+        }
+        let (exit_tx, exit_rx) = watch::channel(None);
+        tasks.spawn(async move {
+            let status = match child.wait().await {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(error = %e, "waiting for chrome failed");
+                    ExitStatus::from_raw(1 << 8)
+                }
+            };
+            let _ = exit_tx.send(Some(status));
+        });
+        exit_rx
     }
 
     async fn wait_ready(&mut self, opts: &LaunchOptions) -> Result<(), ChromeError> {

@@ -176,13 +176,13 @@ async fn start_session(
     }
 }
 
-/// `POST /v1/sessions`.
-pub async fn create_session(State(app): State<App>, headers: HeaderMap, body: Bytes) -> ApiResult {
-    let started = Instant::now();
-    let deadline = started + app.settings.create_wait;
-    let p = authorize(&app, &headers).await?;
-    let req: CreateSession = parse_body(&body)?;
-    check_body_project(&p, req.project_id.as_deref())?;
+/// A create request checked: its timeout, region, metadata and context (the caller's own).
+async fn checked_request(
+    app: &App,
+    p: &Principal,
+    req: CreateSession,
+) -> Result<NewSession, ApiError> {
+    check_body_project(p, req.project_id.as_deref())?;
     let timeout = timeout_of(
         &req.timeout,
         p.project
@@ -204,18 +204,14 @@ pub async fn create_session(State(app): State<App>, headers: HeaderMap, body: By
     {
         return Err(ApiError::bad_request("userMetadata must be a JSON object"));
     }
-    let context = req.browser_settings.and_then(|b| b.context);
-    let context = match context {
+    let context = match req.browser_settings.and_then(|b| b.context) {
         Some(ContextSettings {
             id: Some(id),
             persist,
-        }) => {
-            let c = app.contexts.get(&id).await?;
-            match c {
-                Some(c) if c.project_id == p.project_id() => Some((c, persist)),
-                _ => return Err(ApiError::not_found(format!("context {id} not found"))),
-            }
-        }
+        }) => match app.contexts.get(&id).await? {
+            Some(c) if c.project_id == p.project_id() => Some((c, persist)),
+            _ => return Err(ApiError::not_found(format!("context {id} not found"))),
+        },
         Some(ContextSettings { id: None, .. }) => {
             return Err(ApiError::bad_request(
                 "browserSettings.context.id is required",
@@ -223,29 +219,38 @@ pub async fn create_session(State(app): State<App>, headers: HeaderMap, body: By
         }
         None => None,
     };
+    Ok(NewSession {
+        timeout,
+        region,
+        keep_alive: req.keep_alive.unwrap_or(false),
+        user_metadata: req.user_metadata,
+        context,
+    })
+}
+
+/// `POST /v1/sessions`.
+pub async fn create_session(State(app): State<App>, headers: HeaderMap, body: Bytes) -> ApiResult {
+    let started = Instant::now();
+    let deadline = started + app.settings.create_wait;
+    let p = authorize(&app, &headers).await?;
+    let req: CreateSession = parse_body(&body)?;
+    let new = checked_request(&app, &p, req).await?;
 
     // The context's lease first (a create waiting for a writer holds no slot meanwhile), then
     // a slot: of simultaneous creates at most `concurrency` go on. Whatever fails after that
     // gives slot and lease back.
     let id = crate::limits::new_session_id();
-    if let Some((ctx, persist)) = &context {
+    if let Some((ctx, persist)) = &new.context {
         crate::limits::claim_context(&app, ctx, &id, *persist, deadline).await?;
     }
     if let Err(e) = crate::limits::take_slot(&app, &p.project, &id).await {
-        if let Some((ctx, true)) = &context
+        if let Some((ctx, true)) = &new.context
             && let Err(re) = app.contexts.release_writer(&ctx.context_id, &id).await
         {
             warn!(session.id = %id, error = %re, "releasing the context lease failed");
         }
         return Err(e);
     }
-    let new = NewSession {
-        timeout,
-        region,
-        keep_alive: req.keep_alive.unwrap_or(false),
-        user_metadata: req.user_metadata,
-        context,
-    };
     let outcome = start_session(&app, &p, new, &id).await;
     let (doc, task_arn) = match outcome {
         Ok(s) => s,
@@ -266,10 +271,21 @@ pub async fn create_session(State(app): State<App>, headers: HeaderMap, body: By
         .mark_provisioning(&id, task_arn.as_deref(), &app.now_iso())
         .await?;
     info!(session.id = %id, project.id = %p.project_id(), "session created; waiting for READY");
+    wait_for_ready(&app, &id, doc, started, deadline).await
+}
 
+/// Polls the new session's item until READY, a terminal status (slot and lease given back),
+/// or the create budget's end (answered PENDING).
+async fn wait_for_ready(
+    app: &App,
+    id: &str,
+    doc: SessionDoc,
+    started: Instant,
+    deadline: Instant,
+) -> ApiResult {
     let mut every = app.settings.poll_first.min(app.settings.poll_every);
     loop {
-        let current = app.sessions.get(&id).await?.unwrap_or_else(|| doc.clone());
+        let current = app.sessions.get(id).await?.unwrap_or_else(|| doc.clone());
         match current.internal() {
             Some(InternalStatus::Ready | InternalStatus::Active) => {
                 return Ok(
