@@ -2,11 +2,11 @@
 //! profile (`benches/support/profile_gen.rs`, seed 42):
 //!
 //! - `pack_gz/sink`: tar + gzip of the profile into `io::sink()` (the packer alone);
-//! - `persist/directory`: `task::persist_profile` into a `DirectoryArchives` store (packer
+//! - `persist/directory`: `profile::persist_profile` into a `DirectoryArchives` store (packer
 //!   thread, chunk channel, async file write, fsync, rename);
 //! - `unpack_gz/memory`: gunzip + untar of the archive held in memory into a fresh directory
 //!   (the unpacker alone, with every safety check);
-//! - `hydrate/directory`: `task::hydrate` from the `DirectoryArchives` store into a fresh
+//! - `hydrate/directory`: `profile::hydrate` from the `DirectoryArchives` store into a fresh
 //!   directory.
 //!
 //! Throughput is profile data: the uncompressed bytes of the archived files. The profile and
@@ -30,7 +30,6 @@ use std::time::Duration;
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use wallcrawler_controller::profile::{self, Limits};
 use wallcrawler_controller::stores::{ArchiveStore, DirectoryArchives};
-use wallcrawler_controller::task;
 
 const KEY: &str = "proj_bench/ctx_bench/profile.tar.gz";
 const LIMITS: Limits = Limits {
@@ -65,7 +64,7 @@ fn bench_profile(c: &mut Criterion) {
         dir: store_dir.clone(),
     });
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(task::persist_profile(store.clone(), KEY, &src, vec![]))
+    rt.block_on(profile::persist_profile(store.clone(), KEY, &src, vec![]))
         .expect("persist");
     eprintln!(
         "profile: {} bytes in {} files ({} dirs; {} bytes of caches left out), archive {} bytes ({:.2}x)",
@@ -97,7 +96,7 @@ fn bench_profile(c: &mut Criterion) {
     });
     g.bench_function("persist/directory", |b| {
         b.iter(|| {
-            rt.block_on(task::persist_profile(store.clone(), KEY, &src, vec![]))
+            rt.block_on(profile::persist_profile(store.clone(), KEY, &src, vec![]))
                 .expect("persist")
         })
     });
@@ -118,7 +117,7 @@ fn bench_profile(c: &mut Criterion) {
             || fresh(&out, &mut n),
             |dest| {
                 let s = rt
-                    .block_on(task::hydrate(
+                    .block_on(profile::hydrate(
                         store.as_ref(),
                         KEY,
                         &dest.0,

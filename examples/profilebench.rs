@@ -4,7 +4,7 @@
 //! - `gen`: writes the generated ~100 MiB Chrome profile (`benches/support/profile_gen.rs`) and
 //!   prints its mix and how well deflate level 1 compresses each part.
 //! - `pack`: packs a profile directory into one archive file (`profile::pack_gz`).
-//! - `throughput`: persist (`task::persist_profile`) and hydrate (`task::hydrate`) through a
+//! - `throughput`: persist (`profile::persist_profile`) and hydrate (`profile::hydrate`) through a
 //!   directory store or an S3 endpoint (moto), timed end to end through the library; MB/s of
 //!   profile data (uncompressed bytes).
 //! - `startup`: process start → READY of `wallcrawler-controller run` (empty profile) against
@@ -34,7 +34,6 @@ use wallcrawler_controller::aws::S3Archives;
 use wallcrawler_controller::chrome::flags;
 use wallcrawler_controller::profile::{self, Limits};
 use wallcrawler_controller::stores::{ArchiveStore, DirectoryArchives};
-use wallcrawler_controller::task;
 
 const KEY: &str = "proj_bench/ctx_bench/profile.tar.gz";
 const LIMITS: Limits = Limits {
@@ -347,11 +346,11 @@ async fn throughput(
     let mut archive = 0;
     for i in 0..runs {
         let t = Instant::now();
-        archive = task::persist_profile(store.clone(), KEY, profile_dir, vec![]).await?;
+        archive = profile::persist_profile(store.clone(), KEY, profile_dir, vec![]).await?;
         persist.push(t.elapsed().as_secs_f64());
         let dest = scratch.join(format!("hydrated-{}-{i}", std::process::id()));
         let t = Instant::now();
-        let got = task::hydrate(store.as_ref(), KEY, &dest, LIMITS, Duration::from_secs(10))
+        let got = profile::hydrate(store.as_ref(), KEY, &dest, LIMITS, Duration::from_secs(10))
             .await?
             .context("the archive is missing")?;
         hydrate.push(t.elapsed().as_secs_f64());

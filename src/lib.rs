@@ -20,22 +20,27 @@
 //! - [`public_ip`]: which address the task announces.
 //! - [`stores`]: the narrow interfaces to outside services, and a local archive directory.
 //! - [`aws`]: the AWS SDK adapters behind those interfaces.
+//! - [`pool`]: pool mode: a warm browser waiting for a claim, then the claimed session.
+//! - [`scale_in`]: a claimed pool task's protection from the service's scale-in.
 //! - [`cli`]: the subcommands as `main` runs them.
+//!
+//! Modules only the controller itself uses are private to the crate; the public ones are what
+//! the binary, the integration tests, the benches and the examples drive.
 
-pub mod app;
+pub(crate) mod app;
 pub mod auth;
 pub mod aws;
 pub mod chrome;
 pub mod cli;
 pub mod config;
-pub mod pool;
+pub(crate) mod pool;
 pub mod profile;
 pub mod proxy;
-pub mod public_ip;
-pub mod scale_in;
-pub mod secrets;
+pub(crate) mod public_ip;
+pub(crate) mod scale_in;
+pub(crate) mod secrets;
 pub mod shutdown;
 pub mod stores;
-pub mod task;
+pub(crate) mod task;
 pub mod telemetry;
 pub mod upstream;

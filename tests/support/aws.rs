@@ -1,9 +1,7 @@
-//! A local AWS for the tests: one moto server per test binary (started on first use, on a free
-//! port, stopped when the test binary exits), and SDK clients pointed at it. Every test uses
+//! A local AWS for the tests: the workspace's one moto server per test binary
+//! (`wallcrawler_testkit`), and SDK clients pointed at it. Every test uses
 //! its own table, bucket and secret names, so tests run in parallel on the one server.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
 pub use aws_sdk_dynamodb::types::AttributeValue;
@@ -11,68 +9,9 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
 
-pub struct Moto {
-    pub endpoint: String,
-    _child: Child,
-}
-
-static MOTO: OnceLock<Moto> = OnceLock::new();
-
-/// The shared moto server.
-pub fn moto() -> &'static Moto {
-    MOTO.get_or_init(|| {
-        let bin = super::repo_root().join(".venv/bin/moto_server");
-        assert!(
-            bin.is_file(),
-            "moto is not installed: run scripts/install-test-deps.sh"
-        );
-        // moto runs under a shell that ends it when our stdin pipe closes, i.e. when the test
-        // binary exits, so no server outlives the tests.
-        let script = format!(
-            "{} -H 127.0.0.1 -p 0 2>&1 & m=$!; cat >/dev/null; kill $m",
-            bin.display()
-        );
-        let mut child = Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start moto");
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if !sent && let Some(i) = line.find("http://127.0.0.1:") {
-                    let url: String = line[i..]
-                        .chars()
-                        .take_while(|c| !c.is_whitespace())
-                        .collect();
-                    let _ = tx.send(url);
-                    sent = true;
-                }
-            }
-        });
-        let endpoint = rx
-            .recv_timeout(super::WAIT)
-            .expect("moto printed its address");
-        Moto {
-            endpoint,
-            _child: child,
-        }
-    })
-}
-
 /// Environment for a child process talking to moto.
 pub fn env() -> Vec<(&'static str, String)> {
-    vec![
-        ("AWS_ENDPOINT_URL", moto().endpoint.clone()),
-        ("AWS_REGION", "us-east-1".into()),
-        ("AWS_ACCESS_KEY_ID", "testing".into()),
-        ("AWS_SECRET_ACCESS_KEY", "testing".into()),
-        ("AWS_EC2_METADATA_DISABLED", "true".into()),
-    ]
+    wallcrawler_testkit::child_env()
 }
 
 /// A runtime for the tests' own SDK calls.
@@ -94,18 +33,7 @@ pub fn sdk() -> aws_config::SdkConfig {
 }
 
 fn build_sdk() -> aws_config::SdkConfig {
-    let endpoint = moto().endpoint.clone();
-    rt().block_on(async move {
-        aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .endpoint_url(endpoint)
-            .region(aws_config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_s3::config::Credentials::new(
-                "testing", "testing", None, None, "test",
-            ))
-            .retry_config(aws_config::retry::RetryConfig::disabled())
-            .load()
-            .await
-    })
+    rt().block_on(wallcrawler_testkit::sdk_config())
 }
 
 pub fn dynamo() -> aws_sdk_dynamodb::Client {

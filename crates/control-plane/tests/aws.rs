@@ -11,9 +11,8 @@
 //! binary); every test uses its own tables, bucket, secret and cluster, so they run in parallel.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, OnceLock};
+use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_config::SdkConfig;
@@ -53,81 +52,19 @@ const PUBLIC_IP: &str = "203.0.113.7";
 // ---------------------------------------------------------------------------------------------
 // moto
 
-struct Moto {
-    endpoint: String,
-    _child: Child,
-}
+use wallcrawler_testkit::moto;
 
-fn moto() -> &'static Moto {
-    static MOTO: OnceLock<Moto> = OnceLock::new();
-    MOTO.get_or_init(|| {
-        let bin =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/moto_server");
-        assert!(
-            bin.is_file(),
-            "moto is not installed: run scripts/install-test-deps.sh"
-        );
-        // moto runs under a shell that ends it when our stdin pipe closes, i.e. when the test
-        // binary exits, so no server outlives the tests.
-        let script = format!(
-            "{} -H 127.0.0.1 -p 0 2>&1 & m=$!; cat >/dev/null; kill $m",
-            bin.display()
-        );
-        let mut child = Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start moto");
-        let out = child.stdout.take().expect("piped");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            // Keep draining moto's log so it never blocks on a full pipe.
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if !sent && let Some(i) = line.find("http://127.0.0.1:") {
-                    let url: String = line[i..]
-                        .chars()
-                        .take_while(|c| !c.is_whitespace())
-                        .collect();
-                    let _ = tx.send(url);
-                    sent = true;
-                }
-            }
-        });
-        let endpoint = rx.recv_timeout(WAIT).expect("moto printed its address");
-        Moto {
-            endpoint,
-            _child: child,
-        }
-    })
-}
-
-/// The SDK configuration for moto: dummy credentials, no retries (moto's internal errors are
-/// HTML 500s the SDK would otherwise retry for seconds).
+/// The SDK configuration for moto.
 async fn sdk() -> SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(moto().endpoint.clone())
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-            "testing", "testing", None, None, "test",
-        ))
-        .retry_config(aws_config::retry::RetryConfig::disabled())
-        .load()
-        .await
+    wallcrawler_testkit::sdk_config().await
 }
 
-/// Environment for a child process talking to moto.
+/// Environment for a child process talking to moto, with one SDK attempt per call (moto's
+/// internal errors are HTML 500s the SDK would otherwise retry for seconds).
 fn aws_env() -> Vec<(&'static str, String)> {
-    vec![
-        ("AWS_ENDPOINT_URL", moto().endpoint.clone()),
-        ("AWS_REGION", "us-east-1".into()),
-        ("AWS_ACCESS_KEY_ID", "testing".into()),
-        ("AWS_SECRET_ACCESS_KEY", "testing".into()),
-        ("AWS_EC2_METADATA_DISABLED", "true".into()),
-        ("AWS_MAX_ATTEMPTS", "1".into()),
-    ]
+    let mut env = wallcrawler_testkit::child_env();
+    env.push(("AWS_MAX_ATTEMPTS", "1".into()));
+    env
 }
 
 fn unique(prefix: &str) -> String {
