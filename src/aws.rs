@@ -8,7 +8,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
@@ -18,7 +17,7 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use futures_util::future::BoxFuture;
 use tokio::io::AsyncReadExt;
 use tracing::{debug, warn};
-use wallcrawler_contract::retry;
+use wallcrawler_aws::Failure;
 use wallcrawler_contract::session::attr;
 use wallcrawler_contract::{InternalStatus, SigningSecret};
 
@@ -30,41 +29,25 @@ use crate::stores::{
 /// Size of one multipart upload part (S3's minimum is 5 MiB).
 pub const PART_SIZE: usize = 8 * 1024 * 1024;
 
-/// The shared SDK configuration: region and credentials from the standard chain, at most three
-/// attempts per call, short connect timeout.
+/// The controller's SDK configuration (the workspace's one, with the task's limits).
 pub async fn sdk_config() -> aws_config::SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
-        .retry_config(RetryConfig::standard().with_max_attempts(3))
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(3))
-                .operation_attempt_timeout(Duration::from_secs(30))
-                .build(),
-        )
-        .load()
-        .await
+    wallcrawler_aws::sdk_config(wallcrawler_aws::Limits::TASK).await
 }
 
 /// A failed SDK call as a store error, classified as the control plane does
-/// ([`retry::is_transient_code`]): unreachable, timed out or throttled = `Unavailable`
+/// ([`wallcrawler_aws::classify`]): unreachable, timed out or throttled = `Unavailable`
 /// (retried), any other service answer = `Refused`.
 fn sdk_error<E, R>(service: &'static str, e: SdkError<E, R>) -> StoreError
 where
     E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
-    let transient = match &e {
-        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_) => {
-            Some(true)
-        }
-        SdkError::ServiceError(se) => Some(retry::is_transient_code(se.err().code())),
-        _ => None,
-    };
+    let class = wallcrawler_aws::classify(&e);
     let source = e.into();
-    match transient {
-        Some(true) => StoreError::Unavailable { service, source },
-        Some(false) => StoreError::Refused { service, source },
-        None => StoreError::Other { service, source },
+    match class {
+        Failure::Transient => StoreError::Unavailable { service, source },
+        Failure::Refused => StoreError::Refused { service, source },
+        Failure::Other => StoreError::Other { service, source },
     }
 }
 
@@ -199,26 +182,12 @@ impl SessionStore for DynamoSessions {
         at: &'a str,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            let mut expr = String::from("SET internalStatus = :st, #st = :sdk, updatedAt = :now");
-            let mut req = self
+            let req = self
                 .client
                 .update_item()
                 .table_name(&self.table)
-                .key(attr::SESSION_ID, s(session_id))
-                .condition_expression(
-                    "attribute_exists(sessionId) AND NOT (internalStatus IN (:t1, :t2, :t3))",
-                )
-                .expression_attribute_names("#st", attr::STATUS)
-                .expression_attribute_values(":st", s(status.as_str()))
-                .expression_attribute_values(":sdk", s(status.sdk_status().as_str()))
-                .expression_attribute_values(":now", s(at))
-                .expression_attribute_values(":t1", s(InternalStatus::Stopped.as_str()))
-                .expression_attribute_values(":t2", s(InternalStatus::Failed.as_str()))
-                .expression_attribute_values(":t3", s(InternalStatus::TimedOut.as_str()));
-            if let Some(r) = reason {
-                expr.push_str(", terminationReason = :reason");
-                req = req.expression_attribute_values(":reason", s(r));
-            }
+                .key(attr::SESSION_ID, s(session_id));
+            let (req, expr) = wallcrawler_aws::terminal_update(req, status, reason, at);
             match req.update_expression(expr).send().await {
                 Ok(_) => Ok(true),
                 Err(e)
@@ -263,12 +232,8 @@ pub struct S3Archives {
 
 impl S3Archives {
     pub fn new(sdk: &aws_config::SdkConfig, bucket: String) -> Self {
-        let mut b = aws_sdk_s3::config::Builder::from(sdk);
-        if sdk.endpoint_url().is_some() {
-            b = b.force_path_style(true);
-        }
         Self {
-            client: aws_sdk_s3::Client::from_conf(b.build()),
+            client: wallcrawler_aws::s3_client(sdk),
             bucket,
         }
     }

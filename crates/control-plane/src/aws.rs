@@ -25,8 +25,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_config::timeout::TimeoutConfig;
-use aws_config::{BehaviorVersion, SdkConfig};
+use aws_config::SdkConfig;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use futures_util::future::BoxFuture;
@@ -34,7 +33,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::{info, warn};
-use wallcrawler_contract::retry;
 use wallcrawler_contract::session::attr;
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::{Claims, InternalStatus, SigningKey, SigningSecret};
@@ -234,16 +232,7 @@ impl Config {
 /// and `AWS_ENDPOINT_URL` from the standard chain; short timeouts so a dead dependency is an
 /// error within seconds, well inside API Gateway's 29 s.
 pub async fn sdk_config() -> SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(3))
-                .operation_attempt_timeout(Duration::from_secs(5))
-                .operation_timeout(Duration::from_secs(12))
-                .build(),
-        )
-        .load()
-        .await
+    wallcrawler_aws::sdk_config(wallcrawler_aws::Limits::API).await
 }
 
 /// The API on AWS: DynamoDB, S3, ECS and Secrets Manager behind the ports.
@@ -286,14 +275,7 @@ where
     R: std::fmt::Debug + Send + Sync + 'static,
 {
     let detail = DisplayErrorContext(&e).to_string();
-    let transient = match &e {
-        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_) => {
-            true
-        }
-        SdkError::ServiceError(se) => retry::is_transient_code(se.err().code()),
-        _ => false,
-    };
-    if transient {
+    if wallcrawler_aws::classify(&e) == wallcrawler_aws::Failure::Transient {
         warn!(service, error = %detail, "AWS call failed");
         PortError::Unavailable(service.to_owned())
     } else {
@@ -419,15 +401,6 @@ impl DynamoSessions {
         }
         Ok(())
     }
-}
-
-/// `internalStatus IN (<terminal statuses>)` values.
-fn terminal_values(
-    req: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
-) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
-    req.expression_attribute_values(":t1", s(InternalStatus::Stopped.as_str()))
-        .expression_attribute_values(":t2", s(InternalStatus::Failed.as_str()))
-        .expression_attribute_values(":t3", s(InternalStatus::TimedOut.as_str()))
 }
 
 impl SessionRepo for DynamoSessions {
@@ -611,28 +584,16 @@ impl SessionRepo for DynamoSessions {
         ended: bool,
     ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
         Box::pin(async move {
-            let mut expr = String::from("SET internalStatus = :st, #st = :sdk, updatedAt = :at");
-            let mut req = terminal_values(
-                self.client
-                    .update_item()
-                    .table_name(&self.table)
-                    .key(attr::SESSION_ID, s(id))
-                    .condition_expression(
-                        "attribute_exists(sessionId) AND NOT (internalStatus IN (:t1, :t2, :t3))",
-                    )
-                    .expression_attribute_names("#st", attr::STATUS)
-                    .expression_attribute_values(":st", s(status.as_str()))
-                    .expression_attribute_values(":sdk", s(status.sdk_status().as_str()))
-                    .expression_attribute_values(":at", s(at))
-                    .return_values(ReturnValue::AllNew)
-                    .return_values_on_condition_check_failure(
-                        ReturnValuesOnConditionCheckFailure::AllOld,
-                    ),
-            );
-            if let Some(r) = reason {
-                expr.push_str(", terminationReason = :reason");
-                req = req.expression_attribute_values(":reason", s(r));
-            }
+            let req = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key(attr::SESSION_ID, s(id))
+                .return_values(ReturnValue::AllNew)
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+            let (req, mut expr) = wallcrawler_aws::terminal_update(req, status, reason, at);
             if ended {
                 expr.push_str(", endedAt = if_not_exists(endedAt, :at)");
             }
@@ -1094,12 +1055,8 @@ pub struct S3Archives {
 impl S3Archives {
     /// Path-style addressing when `AWS_ENDPOINT_URL` points at an emulator.
     pub fn new(sdk: &SdkConfig, bucket: &str) -> Self {
-        let mut b = aws_sdk_s3::config::Builder::from(sdk);
-        if sdk.endpoint_url().is_some() {
-            b = b.force_path_style(true);
-        }
         Self {
-            client: aws_sdk_s3::Client::from_conf(b.build()),
+            client: wallcrawler_aws::s3_client(sdk),
             bucket: bucket.to_owned(),
         }
     }

@@ -1,0 +1,176 @@
+//! The AWS SDK pieces the controller and the control plane share, so both talk to AWS the
+//! same way: one SDK configuration ([`sdk_config`], with the timeouts each side needs), one S3
+//! client setup ([`s3_client`]), one classifier of failed calls ([`classify`], built on the
+//! contract's transient codes), and the sessions table's terminal-status write
+//! ([`terminal_update`]). Each crate keeps its own error type and its own narrow interfaces;
+//! SDK types stay in their adapter modules and here.
+
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, SdkConfig};
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use wallcrawler_contract::InternalStatus;
+use wallcrawler_contract::retry::is_transient_code;
+use wallcrawler_contract::session::attr;
+
+/// How long calls may take, and how many attempts one call makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connecting to the service's endpoint.
+    pub connect: Duration,
+    /// One attempt of a call.
+    pub attempt: Duration,
+    /// The whole call, every attempt included (`None`: attempts × `attempt`).
+    pub operation: Option<Duration>,
+    /// Attempts per call (`None`: the standard chain's, `AWS_MAX_ATTEMPTS` or 3).
+    pub max_attempts: Option<u32>,
+}
+
+impl Limits {
+    /// The controller: an archive part may take a while; three attempts per call.
+    pub const TASK: Limits = Limits {
+        connect: Duration::from_secs(3),
+        attempt: Duration::from_secs(30),
+        operation: None,
+        max_attempts: Some(3),
+    };
+
+    /// The API: everything well inside API Gateway's 29 s; attempts from the standard chain.
+    pub const API: Limits = Limits {
+        connect: Duration::from_secs(3),
+        attempt: Duration::from_secs(5),
+        operation: Some(Duration::from_secs(12)),
+        max_attempts: None,
+    };
+}
+
+/// The one SDK configuration: region, credentials and `AWS_ENDPOINT_URL` from the standard
+/// chain, with `limits`, so a dead dependency is a clear error within seconds, never a hang.
+pub async fn sdk_config(limits: Limits) -> SdkConfig {
+    let mut timeouts = TimeoutConfig::builder()
+        .connect_timeout(limits.connect)
+        .operation_attempt_timeout(limits.attempt);
+    if let Some(op) = limits.operation {
+        timeouts = timeouts.operation_timeout(op);
+    }
+    let mut loader =
+        aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts.build());
+    if let Some(n) = limits.max_attempts {
+        loader = loader.retry_config(RetryConfig::standard().with_max_attempts(n));
+    }
+    loader.load().await
+}
+
+/// An S3 client; path-style addressing when `AWS_ENDPOINT_URL` points at an emulator (whose
+/// buckets are not DNS names).
+pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
+    let mut b = aws_sdk_s3::config::Builder::from(sdk);
+    if sdk.endpoint_url().is_some() {
+        b = b.force_path_style(true);
+    }
+    aws_sdk_s3::Client::from_conf(b.build())
+}
+
+/// What a failed call means for the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Unreachable, timed out, or throttled/failing on the service's side: try again later.
+    Transient,
+    /// The service answered no (access denied, validation, a condition): not again.
+    Refused,
+    /// Anything else (a request that could not even be built).
+    Other,
+}
+
+/// Classifies a failed SDK call, the same way on both sides.
+pub fn classify<E, R>(e: &SdkError<E, R>) -> Failure
+where
+    E: ProvideErrorMetadata,
+{
+    match e {
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_) => {
+            Failure::Transient
+        }
+        SdkError::ServiceError(se) if is_transient_code(se.err().code()) => Failure::Transient,
+        SdkError::ServiceError(_) => Failure::Refused,
+        _ => Failure::Other,
+    }
+}
+
+/// The sessions table's terminal write on `req` (an `UpdateItem` of one session): status,
+/// SDK status, `updatedAt` and (when given) `terminationReason`, on condition that the item
+/// exists and is not terminal already — the status the API or the controller wrote first
+/// stays. Returns the request and its update expression, for the caller to extend.
+pub fn terminal_update(
+    req: UpdateItemFluentBuilder,
+    status: InternalStatus,
+    reason: Option<&str>,
+    at: &str,
+) -> (UpdateItemFluentBuilder, String) {
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    let mut expr = String::from("SET internalStatus = :st, #st = :sdk, updatedAt = :at");
+    let mut req = req
+        .condition_expression(
+            "attribute_exists(sessionId) AND NOT (internalStatus IN (:t1, :t2, :t3))",
+        )
+        .expression_attribute_names("#st", attr::STATUS)
+        .expression_attribute_values(":st", s(status.as_str()))
+        .expression_attribute_values(":sdk", s(status.sdk_status().as_str()))
+        .expression_attribute_values(":at", s(at))
+        .expression_attribute_values(":t1", s(InternalStatus::Stopped.as_str()))
+        .expression_attribute_values(":t2", s(InternalStatus::Failed.as_str()))
+        .expression_attribute_values(":t3", s(InternalStatus::TimedOut.as_str()));
+    if let Some(r) = reason {
+        expr.push_str(", terminationReason = :reason");
+        req = req.expression_attribute_values(":reason", s(r));
+    }
+    (req, expr)
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::error::ErrorMetadata;
+    use aws_sdk_dynamodb::operation::get_item::GetItemError;
+
+    use super::*;
+
+    fn service(code: &str) -> SdkError<GetItemError, ()> {
+        let meta = ErrorMetadata::builder().code(code).build();
+        SdkError::service_error(GetItemError::generic(meta), ())
+    }
+
+    #[test]
+    fn throttling_and_unreachable_are_transient_a_refusal_is_not() {
+        assert_eq!(
+            classify(&service("ThrottlingException")),
+            Failure::Transient
+        );
+        assert_eq!(
+            classify(&service("ProvisionedThroughputExceededException")),
+            Failure::Transient
+        );
+        assert_eq!(
+            classify(&service("ConditionalCheckFailedException")),
+            Failure::Refused
+        );
+        assert_eq!(
+            classify(&service("AccessDeniedException")),
+            Failure::Refused
+        );
+        let timeout: SdkError<GetItemError, ()> = SdkError::timeout_error("no answer");
+        assert_eq!(classify(&timeout), Failure::Transient);
+        let unbuilt: SdkError<GetItemError, ()> = SdkError::construction_failure("bad input");
+        assert_eq!(classify(&unbuilt), Failure::Other);
+    }
+
+    #[test]
+    fn api_calls_end_well_inside_api_gateway_s_limit() {
+        let op = Limits::API.operation.expect("bounded");
+        assert!(op < Duration::from_secs(29));
+        assert!(Limits::API.attempt <= op);
+    }
+}
