@@ -518,22 +518,8 @@ fn pump<T: Transform>(
     let mut reads = 0;
     loop {
         if flow.sent < flow.pending.len() {
-            if !dst.writable {
+            if !write_backlog(dst, flow)? {
                 return Ok(Turn::Idle);
-            }
-            match (&dst.stream).write(&flow.pending[flow.sent..]) {
-                Ok(0) => return Err(PumpEnd::DstError(io::ErrorKind::WriteZero.into())),
-                Ok(n) => flow.sent += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    dst.writable = false;
-                    return Ok(Turn::Idle);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(PumpEnd::DstError(e)),
-            }
-            if flow.sent == flow.pending.len() {
-                flow.pending = Vec::new();
-                flow.sent = 0;
             }
             continue;
         }
@@ -570,28 +556,59 @@ fn pump<T: Transform>(
                 Segment::Input(r) => &input[r.clone()],
                 Segment::Owned(v) => v,
             };
-            if !flow.pending.is_empty() || !dst.writable {
-                flow.pending.extend_from_slice(data);
-                continue;
-            }
-            let mut off = 0;
-            while off < data.len() {
-                match (&dst.stream).write(&data[off..]) {
-                    Ok(0) => return Err(PumpEnd::DstError(io::ErrorKind::WriteZero.into())),
-                    Ok(w) => off += w,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        dst.writable = false;
-                        break;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(PumpEnd::DstError(e)),
-                }
-            }
-            if off < data.len() {
-                flow.pending.extend_from_slice(&data[off..]);
-            }
+            forward(dst, flow, data)?;
         }
     }
+}
+
+/// One write of the backlog toward `dst`; `false` when `dst` cannot take more now.
+#[inline]
+fn write_backlog(dst: &mut Side, flow: &mut Flow) -> Result<bool, PumpEnd> {
+    if !dst.writable {
+        return Ok(false);
+    }
+    match (&dst.stream).write(&flow.pending[flow.sent..]) {
+        Ok(0) => return Err(PumpEnd::DstError(io::ErrorKind::WriteZero.into())),
+        Ok(n) => flow.sent += n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            dst.writable = false;
+            return Ok(false);
+        }
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+        Err(e) => return Err(PumpEnd::DstError(e)),
+    }
+    if flow.sent == flow.pending.len() {
+        flow.pending = Vec::new();
+        flow.sent = 0;
+    }
+    Ok(true)
+}
+
+/// Writes `data` to `dst` as far as it takes it, and queues the rest (all of it behind an
+/// existing backlog, so bytes never overtake each other).
+#[inline]
+fn forward(dst: &mut Side, flow: &mut Flow, data: &[u8]) -> Result<(), PumpEnd> {
+    if !flow.pending.is_empty() || !dst.writable {
+        flow.pending.extend_from_slice(data);
+        return Ok(());
+    }
+    let mut off = 0;
+    while off < data.len() {
+        match (&dst.stream).write(&data[off..]) {
+            Ok(0) => return Err(PumpEnd::DstError(io::ErrorKind::WriteZero.into())),
+            Ok(w) => off += w,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                dst.writable = false;
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(PumpEnd::DstError(e)),
+        }
+    }
+    if off < data.len() {
+        flow.pending.extend_from_slice(&data[off..]);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

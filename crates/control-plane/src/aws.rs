@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
@@ -1329,9 +1329,10 @@ pub const KEY_TTL: Duration = Duration::from_secs(300);
 pub struct SecretsSigner {
     client: aws_sdk_secretsmanager::Client,
     secret_id: String,
-    // Owned by this signer; never held across an await (a burst of misses may fetch more than
-    // once, which is harmless; a Lambda instance serves one request at a time anyway).
-    cached: Mutex<Option<(SigningKey, Instant)>>,
+    /// The current key for [`KEY_TTL`]; simultaneous misses share one fetch.
+    cached: moka::future::Cache<(), SigningKey>,
+    /// The last key fetched, for signing on when a refresh fails. Never held across an await.
+    last_good: Mutex<Option<SigningKey>>,
 }
 
 impl SecretsSigner {
@@ -1339,7 +1340,11 @@ impl SecretsSigner {
         Self {
             client: aws_sdk_secretsmanager::Client::new(sdk),
             secret_id: secret_id.to_owned(),
-            cached: Mutex::new(None),
+            cached: moka::future::Cache::builder()
+                .max_capacity(1)
+                .time_to_live(KEY_TTL)
+                .build(),
+            last_good: Mutex::new(None),
         }
     }
 
@@ -1357,25 +1362,25 @@ impl SecretsSigner {
         Ok(SigningKey::new(secret.signing_key.as_bytes()))
     }
 
-    /// The signing key: cached, else fetched; the stale one if the fetch fails.
+    /// The signing key: cached, else fetched (once for every caller waiting); the last good
+    /// one if the fetch fails.
     pub async fn key(&self) -> PortResult<SigningKey> {
-        let cached = self.cached.lock().expect("not poisoned").clone();
-        if let Some((k, at)) = &cached
-            && at.elapsed() < KEY_TTL
-        {
-            return Ok(k.clone());
-        }
-        match self.fetch().await {
-            Ok(k) => {
-                *self.cached.lock().expect("not poisoned") = Some((k.clone(), Instant::now()));
-                Ok(k)
-            }
-            Err(e) => match cached {
-                Some((k, _)) => {
+        let fetched = self
+            .cached
+            .try_get_with((), async {
+                let k = self.fetch().await?;
+                *self.last_good.lock().expect("not poisoned") = Some(k.clone());
+                Ok::<_, PortError>(k)
+            })
+            .await;
+        match fetched {
+            Ok(k) => Ok(k),
+            Err(e) => match self.last_good.lock().expect("not poisoned").clone() {
+                Some(k) => {
                     warn!(error = %e, "refreshing the signing key failed; signing with the last good key");
                     Ok(k)
                 }
-                None => Err(e),
+                None => Err((*e).clone()),
             },
         }
     }
