@@ -453,23 +453,22 @@ impl Proxy {
             ),
             _ => unreachable!("websocket routes are upgraded"),
         };
-        let answer = match upstream::http_request(
-            up.addr,
-            &head.method,
-            &target,
-            self.limits.upstream_timeout,
-        )
-        .await
-        {
-            Ok(a) => a,
-            Err(e) => {
-                warn!(error = %e, "discovery request to chrome failed");
-                return simple_response(502, &[], "bad gateway\n");
-            }
-        };
+        // The route allows only GET and PUT.
+        let method = ::http::Method::from_bytes(head.method.as_bytes()).unwrap_or_default();
+        let answer =
+            match upstream::http_request(up.addr, method, &target, self.limits.upstream_timeout)
+                .await
+            {
+                Ok(a) => a,
+                Err(e) => {
+                    warn!(error = %e, "discovery request to chrome failed");
+                    return simple_response(502, &[], "bad gateway\n");
+                }
+            };
         let content_type = answer
             .content_type
-            .as_deref()
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
             .unwrap_or("application/json; charset=UTF-8");
         if rewrite && answer.status == 200 {
             match discovery::rewrite_discovery(&answer.body, &authority, token) {
@@ -480,7 +479,7 @@ impl Proxy {
                 }
             }
         } else {
-            http::body_response(answer.status, content_type, &answer.body)
+            http::body_response(answer.status.as_u16(), content_type, &answer.body)
         }
     }
 
@@ -711,7 +710,7 @@ async fn dial_upgrade(
             .await
             .map_err(|e| DialError::Upstream(UpstreamError::Io(e)))?;
         if n == 0 {
-            return Err(DialError::Upstream(UpstreamError::BadResponse));
+            return Err(DialError::Upstream(UpstreamError::Malformed));
         }
         buf.extend_from_slice(&chunk[..n]);
         let mut headers = [httparse::EMPTY_HEADER; 32];
@@ -726,7 +725,7 @@ async fn dial_upgrade(
                 return Ok((chrome, buf, extra));
             }
             Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD_BYTES => {}
-            _ => return Err(DialError::Upstream(UpstreamError::BadResponse)),
+            _ => return Err(DialError::Upstream(UpstreamError::Malformed)),
         }
     }
 }
