@@ -273,6 +273,13 @@ mod tests {
         assert_eq!(&a.body[..], b"nope");
     }
 
+    /// The error a GET of `/json/protocol` at `addr` ends in.
+    async fn refused(addr: SocketAddr, timeout: Duration) -> UpstreamError {
+        http_request(addr, Method::GET, "/json/protocol", timeout)
+            .await
+            .unwrap_err()
+    }
+
     #[tokio::test]
     async fn an_oversized_answer_is_refused_without_reading_it() {
         let head = format!(
@@ -280,9 +287,7 @@ mod tests {
             MAX_JSON_BODY + 1
         );
         let addr = endpoint(head.into_bytes()).await;
-        let e = http_request(addr, Method::GET, "/json/protocol", WAIT)
-            .await
-            .unwrap_err();
+        let e = refused(addr, WAIT).await;
         assert!(matches!(e, UpstreamError::TooLarge { .. }), "{e:?}");
     }
 
@@ -296,9 +301,7 @@ mod tests {
             answer.extend_from_slice(b"\r\n");
         }
         let addr = endpoint(answer).await;
-        let e = http_request(addr, Method::GET, "/json/protocol", WAIT)
-            .await
-            .unwrap_err();
+        let e = refused(addr, WAIT).await;
         assert!(matches!(e, UpstreamError::TooLarge { .. }), "{e:?}");
     }
 
@@ -311,14 +314,7 @@ mod tests {
         assert!(matches!(e, UpstreamError::Http(_)), "{e:?}");
 
         let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let e = http_request(
-            silent.local_addr().unwrap(),
-            Method::GET,
-            "/",
-            Duration::from_millis(200),
-        )
-        .await
-        .unwrap_err();
+        let e = refused(silent.local_addr().unwrap(), Duration::from_millis(200)).await;
         assert!(matches!(e, UpstreamError::Timeout), "{e:?}");
 
         let closed = silent.local_addr().unwrap();

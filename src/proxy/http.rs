@@ -1,18 +1,18 @@
-//! Minimal HTTP/1.1 request-head reading and plain responses for the proxy's listener.
-//!
-//! The proxy only ever needs a request head (GET/PUT, no bodies), so it reads exactly that with a
-//! size limit and a deadline, instead of running a full HTTP server whose upgrade handling would
-//! hide the raw sockets the relay wants.
+//! The request head as the proxy's rules read it ([`RequestHead`], built from what hyper
+//! parsed), and, for the metrics listener until it moves to hyper, a minimal request-head
+//! reader and plain responses.
 
 use std::time::Duration;
 
+use ::http::header::{HeaderMap, HeaderName, HeaderValue};
+use ::http::{Version, request};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 /// Most headers a request may carry.
 pub const MAX_HEADERS: usize = 64;
 
-/// A parsed request head. Header names keep their case for forwarding.
+/// A parsed request head.
 #[derive(Debug, Clone)]
 pub struct RequestHead {
     pub method: String,
@@ -20,19 +20,37 @@ pub struct RequestHead {
     pub target: String,
     /// 0 for HTTP/1.0, 1 for HTTP/1.1.
     pub version: u8,
-    pub headers: Vec<(String, Vec<u8>)>,
+    pub headers: HeaderMap,
 }
 
 impl RequestHead {
+    /// The head of a request hyper parsed; `None` unless its target is in origin form
+    /// (`/path?query`): an absolute URL (`GET http://host/`) or `*` is malformed here.
+    pub fn from_parts(parts: request::Parts) -> Option<Self> {
+        let uri = &parts.uri;
+        if uri.scheme().is_some() || uri.authority().is_some() || !uri.path().starts_with('/') {
+            return None;
+        }
+        Some(Self {
+            method: parts.method.as_str().to_owned(),
+            target: uri
+                .path_and_query()
+                .map_or("/", |pq| pq.as_str())
+                .to_owned(),
+            version: u8::from(parts.version != Version::HTTP_10),
+            headers: parts.headers,
+        })
+    }
+
     /// Values of every header called `name` (case-insensitive).
     pub fn header_values<'a, 'n>(
         &'a self,
         name: &'n str,
     ) -> impl Iterator<Item = &'a [u8]> + use<'a, 'n> {
         self.headers
-            .iter()
-            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_slice())
+            .get_all(name)
+            .into_iter()
+            .map(HeaderValue::as_bytes)
     }
 
     /// The single value of `name` as text, if present exactly once and valid UTF-8.
@@ -142,15 +160,20 @@ pub fn parse_request_head(
             if len > limit {
                 return Err(HeadError::TooLarge);
             }
+            let mut headers = HeaderMap::with_capacity(req.headers.len());
+            for h in req.headers.iter() {
+                let name = HeaderName::from_bytes(h.name.as_bytes());
+                let value = HeaderValue::from_bytes(h.value);
+                let (Ok(name), Ok(value)) = (name, value) else {
+                    return Err(HeadError::Malformed);
+                };
+                headers.append(name, value);
+            }
             let head = RequestHead {
                 method: req.method.unwrap_or_default().to_owned(),
                 target: req.path.unwrap_or_default().to_owned(),
                 version: req.version.unwrap_or(1),
-                headers: req
-                    .headers
-                    .iter()
-                    .map(|h| (h.name.to_owned(), h.value.to_vec()))
-                    .collect(),
+                headers,
             };
             if !head.target.starts_with('/') {
                 return Err(HeadError::Malformed);
