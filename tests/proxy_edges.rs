@@ -777,3 +777,65 @@ fn a_frame_sent_with_the_upgrade_request_reaches_the_upstream() {
         .expect("the early frame reached the upstream in time");
     assert_eq!(got.unwrap(), (0x2, 300));
 }
+
+/// The refusals hyper itself answers (a head it cannot parse, one too large) and the ones
+/// written beside it (a head not complete in time) are each counted once, under their outcome.
+#[test]
+fn refusals_before_routing_are_counted_under_their_outcome() {
+    let up = FakeUpstream::idle();
+    let (mut c, addr) = support::proxy(
+        up.addr,
+        &[
+            ("METRICS_ADDR", "127.0.0.1:0"),
+            ("PROXY_HEADER_TIMEOUT_SECONDS", "1"),
+        ],
+    );
+    let ev = c.wait_event(|e| e["message"] == "metrics listening");
+    let metrics_addr: SocketAddr = ev["addr"].as_str().expect("addr field").parse().unwrap();
+    for (request, status) in [
+        (b"HELLO THERE\r\n\r\n".to_vec(), 400),
+        (
+            b"GET http://127.0.0.1:1/json/version HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            format!(
+                "GET /json HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
+                "a".repeat(20 * 1024)
+            )
+            .into_bytes(),
+            431,
+        ),
+        (b"GET /json HTTP/1.1\r\nHost: a\r\n".to_vec(), 408),
+    ] {
+        let answer = raw_http(addr, &request);
+        assert_eq!(status_of(&answer), status, "{answer}");
+    }
+    // A refusal hyper answered is counted just after hyper closed the socket, which nothing
+    // outside the proxy observes: read until the counts are there (bounded).
+    let expected = [
+        ("bad_request", 2),
+        ("headers_too_large", 1),
+        ("header_timeout", 1),
+        ("client_gone", 0),
+    ];
+    let series =
+        |outcome: &str| format!(r#"wallcrawler_proxy_connections_total{{outcome="{outcome}"}}"#);
+    let deadline = Instant::now() + WAIT;
+    let text = loop {
+        let text = raw_http(
+            metrics_addr,
+            b"GET /metrics HTTP/1.1\r\nHost: metrics\r\n\r\n",
+        );
+        let all = expected
+            .iter()
+            .all(|(outcome, count)| metric(&text, &series(outcome)) >= *count);
+        if all || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    for (outcome, count) in expected {
+        assert_eq!(metric(&text, &series(outcome)), count, "{outcome}:\n{text}");
+    }
+}

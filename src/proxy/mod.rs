@@ -23,7 +23,7 @@ pub mod route;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -345,7 +345,10 @@ impl Proxy {
             }
             Err(e) => {
                 debug!(error = %e, "the client left");
-                self.metrics.outcome(Outcome::ClientGone);
+                // Counted once: an answer that failed to go out was counted as it was made.
+                if !exchange.counted() {
+                    self.metrics.outcome(Outcome::ClientGone);
+                }
                 return;
             }
         }
@@ -406,15 +409,18 @@ impl Proxy {
             Ok(a) => a,
             Err(answer) => {
                 exchange.set_phase(Phase::Answered);
+                exchange.answered();
                 return answer;
             }
         };
         exchange.admitted();
-        if matches!(admitted.route, Route::BrowserRoot | Route::Devtools(_)) {
+        let answer = if matches!(admitted.route, Route::BrowserRoot | Route::Devtools(_)) {
             self.upgrade(admitted, on_client, exchange).await
         } else {
             self.json(admitted, local).await
-        }
+        };
+        exchange.answered();
+        answer
     }
 
     /// The unauthenticated part of a request: its head, route, credential and Chrome's
@@ -715,64 +721,79 @@ fn server_builder(limits: &Limits) -> http1::Builder {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// No request head yet.
-    Head = 0,
+    Head,
     /// A head arrived and is being admitted (not authenticated yet).
-    Admitting = 1,
+    Admitting,
     /// Answered without being authenticated (a refusal, `/health`): still pending.
-    Answered = 2,
+    Answered,
     /// Authenticated: out of the pending budget.
-    Admitted = 3,
+    Admitted,
 }
 
 /// What a connection's driver and its request handler share (one task: never contended).
-struct Exchange {
-    phase: AtomicU8,
+struct Exchange(Mutex<ExchangeState>);
+
+struct ExchangeState {
+    phase: Phase,
+    /// The handler returned an answer whose outcome it counted (any answer but Chrome's 101).
+    counted: bool,
     /// The connection's place in the pending budget, left once it is authenticated.
-    slot: Mutex<Option<PendingSlot>>,
+    slot: Option<PendingSlot>,
     /// An upgrade Chrome accepted, for the driver once hyper has written the 101.
-    upgrade: Mutex<Option<Upgrade>>,
+    upgrade: Option<Upgrade>,
 }
 
 impl Exchange {
     fn new(slot: PendingSlot) -> Self {
-        Self {
-            phase: AtomicU8::new(Phase::Head as u8),
-            slot: Mutex::new(Some(slot)),
-            upgrade: Mutex::new(None),
-        }
+        Self(Mutex::new(ExchangeState {
+            phase: Phase::Head,
+            counted: false,
+            slot: Some(slot),
+            upgrade: None,
+        }))
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, ExchangeState> {
+        // Consistent after every statement: a panic elsewhere cannot break it.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn phase(&self) -> Phase {
-        match self.phase.load(Ordering::Acquire) {
-            0 => Phase::Head,
-            1 => Phase::Admitting,
-            2 => Phase::Answered,
-            _ => Phase::Admitted,
-        }
+        self.state().phase
     }
 
     fn set_phase(&self, phase: Phase) {
-        self.phase.store(phase as u8, Ordering::Release);
+        self.state().phase = phase;
     }
 
     /// Authenticated: the connection leaves the pending budget.
     fn admitted(&self) {
-        self.set_phase(Phase::Admitted);
-        drop(lock(&self.slot).take());
+        let slot = {
+            let mut st = self.state();
+            st.phase = Phase::Admitted;
+            st.slot.take()
+        };
+        drop(slot);
+    }
+
+    /// The handler answered; its outcome is counted unless it stashed an upgrade.
+    fn answered(&self) {
+        let mut st = self.state();
+        st.counted = st.upgrade.is_none();
+    }
+
+    /// Whether the handler's answer counted the connection's outcome already.
+    fn counted(&self) -> bool {
+        self.state().counted
     }
 
     fn stash_upgrade(&self, upgrade: Upgrade) {
-        *lock(&self.upgrade) = Some(upgrade);
+        self.state().upgrade = Some(upgrade);
     }
 
     fn take_upgrade(&self) -> Option<Upgrade> {
-        lock(&self.upgrade).take()
+        self.state().upgrade.take()
     }
-}
-
-/// Locks a mutex whose data stays consistent whatever panicked while holding it.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// An upgrade Chrome accepted: its socket, and what the relay needs once hyper hands over
