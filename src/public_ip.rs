@@ -5,6 +5,8 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use http::uri::Scheme;
+use http::{Method, StatusCode, Uri};
 use tracing::{info, warn};
 
 use crate::stores::NetworkLookup;
@@ -51,30 +53,32 @@ pub fn parse_task_metadata(body: &[u8]) -> Option<TaskMetadata> {
     })
 }
 
-/// Splits `http://host:port/path` into an address to dial and the path.
+/// Splits `http://host[:port]/path` into an address to dial (`host:port`, port 80 by default)
+/// and the path without its trailing `/`; `None` for anything but an absolute `http` URL.
 pub(crate) fn split_http_url(url: &str) -> Option<(String, String)> {
-    let rest = url.strip_prefix("http://")?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    let authority = if authority.contains(':') {
-        authority.to_owned()
-    } else {
-        format!("{authority}:80")
-    };
-    Some((authority, path.trim_end_matches('/').to_owned()))
+    let uri: Uri = url.parse().ok()?;
+    if uri.scheme() != Some(&Scheme::HTTP) {
+        return None;
+    }
+    let authority = uri.authority()?;
+    let port = authority.port_u16().unwrap_or(80);
+    let path = uri.path().trim_end_matches('/').to_owned();
+    Some((format!("{}:{port}", authority.host()), path))
 }
 
 /// Reads the task metadata from `ECS_CONTAINER_METADATA_URI_V4`.
 pub async fn task_metadata(uri: &str) -> Option<TaskMetadata> {
     let (authority, path) = split_http_url(uri)?;
     let addr = tokio::net::lookup_host(&authority).await.ok()?.next()?;
-    let answer =
-        upstream::http_request(addr, "GET", &format!("{path}/task"), Duration::from_secs(3))
-            .await
-            .ok()?;
-    (answer.status == 200)
+    let answer = upstream::http_request(
+        addr,
+        Method::GET,
+        &format!("{path}/task"),
+        Duration::from_secs(3),
+    )
+    .await
+    .ok()?;
+    (answer.status == StatusCode::OK)
         .then(|| parse_task_metadata(&answer.body))
         .flatten()
 }

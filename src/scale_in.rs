@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use http::{Method, StatusCode};
 use serde_json::json;
 use thiserror::Error;
 
@@ -53,16 +54,16 @@ pub async fn protect(agent_uri: &str, minutes: u64) -> Result<(), ProtectionErro
     let body = json!({"ProtectionEnabled": true, "ExpiresInMinutes": minutes}).to_string();
     let answer = upstream::http_request_json(
         addr,
-        "PUT",
+        Method::PUT,
         &format!("{path}/task-protection/v1/state"),
-        body.as_bytes(),
+        body.into(),
         Duration::from_secs(5),
     )
     .await?;
     // 200 with `protection`, or an answer with `failure`/`error` (whose reason we pass on;
     // it names the task and the cause, nothing secret).
     let v: serde_json::Value = serde_json::from_slice(&answer.body).unwrap_or_default();
-    if answer.status == 200 && v.get("protection").is_some() {
+    if answer.status == StatusCode::OK && v.get("protection").is_some() {
         return Ok(());
     }
     let detail = v
@@ -71,7 +72,7 @@ pub async fn protect(agent_uri: &str, minutes: u64) -> Result<(), ProtectionErro
         .map(|f| f.to_string())
         .unwrap_or_else(|| "no reason given".to_owned());
     Err(ProtectionError::Refused {
-        status: answer.status,
+        status: answer.status.as_u16(),
         detail: detail.chars().take(300).collect(),
     })
 }

@@ -1,5 +1,5 @@
 //! The CDP endpoint behind the proxy (our Chrome, or an external one in `proxy` mode), and a
-//! tiny HTTP/1.1 client for its `/json/*` endpoints.
+//! small HTTP/1.1 client (hyper's) for its `/json/*` endpoints and the ECS endpoints.
 //!
 //! Chrome refuses a `Host` that is not an IP or `localhost`, so every request toward it carries
 //! `Host: <its loopback address>`.
@@ -8,7 +8,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Body as _;
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
@@ -66,126 +70,131 @@ pub fn upstream_channel() -> (watch::Sender<UpstreamState>, watch::Receiver<Upst
     watch::channel(UpstreamState::Starting)
 }
 
-/// Failures talking to the upstream.
+/// Failures talking to the upstream (or another small HTTP endpoint: the ECS agent).
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
-    #[error("connecting to the CDP endpoint failed")]
+    #[error("connecting to the endpoint failed")]
     Connect(#[source] std::io::Error),
-    #[error("the CDP endpoint did not answer in time")]
+    #[error("the endpoint did not answer in time")]
     Timeout,
-    #[error("talking to the CDP endpoint failed")]
+    /// Our request could not be built (a target the HTTP types refuse): our fault.
+    #[error("the request could not be built")]
+    Request(#[source] http::Error),
+    /// The exchange failed on the wire: the endpoint closed, reset or spoke broken HTTP.
+    #[error("the HTTP exchange with the endpoint failed")]
+    Http(#[source] hyper::Error),
+    #[error("talking to the endpoint failed")]
     Io(#[source] std::io::Error),
-    #[error("the CDP endpoint sent a malformed answer")]
-    BadResponse,
-    #[error("the CDP endpoint answered {0}")]
-    Status(u16),
+    #[error("the endpoint's answer is larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("the endpoint sent a malformed answer")]
+    Malformed,
+    #[error("the endpoint answered {0}")]
+    Status(StatusCode),
 }
 
 /// An HTTP answer from the upstream.
 #[derive(Debug)]
 pub struct HttpAnswer {
-    pub status: u16,
-    pub content_type: Option<String>,
-    pub body: Vec<u8>,
+    pub status: StatusCode,
+    pub content_type: Option<HeaderValue>,
+    pub body: Bytes,
 }
+
+/// Largest response head read from an endpoint (hyper's smallest allowed buffer is 8 KiB).
+const MAX_ANSWER_HEAD: usize = 64 * 1024;
 
 /// `METHOD target` against the upstream, answer read whole (bounded).
 pub async fn http_request(
     addr: SocketAddr,
-    method: &str,
+    method: Method,
     target: &str,
     timeout: Duration,
 ) -> Result<HttpAnswer, UpstreamError> {
-    http_request_json(addr, method, target, b"", timeout).await
+    http_request_json(addr, method, target, Bytes::new(), timeout).await
 }
 
 /// [`http_request`] with a JSON body (none when empty).
 pub async fn http_request_json(
     addr: SocketAddr,
-    method: &str,
+    method: Method,
     target: &str,
-    json: &[u8],
+    json: Bytes,
     timeout: Duration,
 ) -> Result<HttpAnswer, UpstreamError> {
-    tokio::time::timeout(timeout, http_request_inner(addr, method, target, json))
+    let mut request = Request::builder()
+        .method(method)
+        .uri(target)
+        .header(header::HOST, addr.to_string())
+        .header(header::CONNECTION, "close");
+    if !json.is_empty() {
+        request = request.header(header::CONTENT_TYPE, "application/json");
+    }
+    let request = request
+        .body(Full::new(json))
+        .map_err(UpstreamError::Request)?;
+    tokio::time::timeout(timeout, exchange(addr, request))
         .await
         .unwrap_or(Err(UpstreamError::Timeout))
 }
 
-async fn http_request_inner(
+/// One request on a fresh connection (`Connection: close`), the answer's body bounded by
+/// [`MAX_JSON_BODY`]. The connection is driven here, beside the request: no task of its own.
+async fn exchange(
     addr: SocketAddr,
-    method: &str,
-    target: &str,
-    json: &[u8],
+    request: Request<Full<Bytes>>,
 ) -> Result<HttpAnswer, UpstreamError> {
-    let mut s = TcpStream::connect(addr)
+    let stream = TcpStream::connect(addr)
         .await
         .map_err(UpstreamError::Connect)?;
-    let content_type = if json.is_empty() {
-        ""
-    } else {
-        "Content-Type: application/json\r\n"
+    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(MAX_ANSWER_HEAD)
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(UpstreamError::Http)?;
+    let answer = async move {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(UpstreamError::Http)?;
+        let (parts, body) = response.into_parts();
+        // A declared length over the limit is refused before reading any of it.
+        if body.size_hint().lower() > MAX_JSON_BODY as u64 {
+            return Err(UpstreamError::TooLarge {
+                limit: MAX_JSON_BODY,
+            });
+        }
+        let body = Limited::new(body, MAX_JSON_BODY)
+            .collect()
+            .await
+            .map_err(body_error)?
+            .to_bytes();
+        Ok(HttpAnswer {
+            status: parts.status,
+            content_type: parts.headers.get(header::CONTENT_TYPE).cloned(),
+            body,
+        })
     };
-    let mut req = format!(
-        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{content_type}Content-Length: {}\r\n\r\n",
-        json.len()
-    )
-    .into_bytes();
-    req.extend_from_slice(json);
-    s.write_all(&req).await.map_err(UpstreamError::Io)?;
-    let mut buf = Vec::with_capacity(8192);
-    let (status, content_type, head_len, content_length) = loop {
-        let mut chunk = [0u8; 8192];
-        let n = s.read(&mut chunk).await.map_err(UpstreamError::Io)?;
-        if n == 0 {
-            return Err(UpstreamError::BadResponse);
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut resp = httparse::Response::new(&mut headers);
-        match resp.parse(&buf) {
-            Ok(httparse::Status::Complete(len)) => {
-                let find = |name: &str| {
-                    resp.headers
-                        .iter()
-                        .find(|h| h.name.eq_ignore_ascii_case(name))
-                        .and_then(|h| std::str::from_utf8(h.value).ok())
-                        .map(|v| v.trim().to_owned())
-                };
-                let cl = find("content-length").and_then(|v| v.parse::<usize>().ok());
-                break (resp.code.unwrap_or(0), find("content-type"), len, cl);
-            }
-            Ok(httparse::Status::Partial) if buf.len() < 64 * 1024 => continue,
-            _ => return Err(UpstreamError::BadResponse),
-        }
-    };
-    let mut body = buf.split_off(head_len);
-    match content_length {
-        Some(cl) if cl > MAX_JSON_BODY => return Err(UpstreamError::BadResponse),
-        Some(cl) => {
-            while body.len() < cl {
-                let mut chunk = vec![0u8; (cl - body.len()).min(64 * 1024)];
-                let n = s.read(&mut chunk).await.map_err(UpstreamError::Io)?;
-                if n == 0 {
-                    return Err(UpstreamError::BadResponse);
-                }
-                body.extend_from_slice(&chunk[..n]);
-            }
-            body.truncate(cl);
-        }
-        None => {
-            let mut limited = (&mut s).take((MAX_JSON_BODY - body.len().min(MAX_JSON_BODY)) as u64);
-            limited
-                .read_to_end(&mut body)
-                .await
-                .map_err(UpstreamError::Io)?;
-        }
+    let mut answer = std::pin::pin!(answer);
+    tokio::select! {
+        a = &mut answer => return a,
+        c = conn => c.map_err(UpstreamError::Http)?,
     }
-    Ok(HttpAnswer {
-        status,
-        content_type,
-        body,
-    })
+    // The connection ended cleanly; the body it delivered may still be buffered for us.
+    answer.await
+}
+
+/// What a bounded body read failed on.
+fn body_error(e: Box<dyn std::error::Error + Send + Sync>) -> UpstreamError {
+    if e.is::<LengthLimitError>() {
+        return UpstreamError::TooLarge {
+            limit: MAX_JSON_BODY,
+        };
+    }
+    match e.downcast::<hyper::Error>() {
+        Ok(e) => UpstreamError::Http(*e),
+        Err(_) => UpstreamError::Malformed,
+    }
 }
 
 /// `/devtools/browser/<id>` from the endpoint's `/json/version`.
@@ -193,11 +202,11 @@ pub async fn fetch_browser_path(
     addr: SocketAddr,
     timeout: Duration,
 ) -> Result<String, UpstreamError> {
-    let answer = http_request(addr, "GET", "/json/version", timeout).await?;
-    if answer.status != 200 {
+    let answer = http_request(addr, Method::GET, "/json/version", timeout).await?;
+    if answer.status != StatusCode::OK {
         return Err(UpstreamError::Status(answer.status));
     }
-    browser_path_from_version(&answer.body).ok_or(UpstreamError::BadResponse)
+    browser_path_from_version(&answer.body).ok_or(UpstreamError::Malformed)
 }
 
 /// Extracts the path of `webSocketDebuggerUrl` from a `/json/version` body.
@@ -226,5 +235,93 @@ mod tests {
             browser_path_from_version(br#"{"webSocketDebuggerUrl":"ws://h/other"}"#),
             None
         );
+    }
+
+    /// A one-shot HTTP endpoint on 127.0.0.1:0 that reads a request head and answers `answer`.
+    async fn endpoint(answer: Vec<u8>) -> SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && s.read(&mut b).await.unwrap_or(0) == 1 {
+                head.push(b[0]);
+            }
+            let _ = s.write_all(&answer).await;
+            // Held open until the client hangs up, so only the framing ends the body.
+            let _ = s.read(&mut b).await;
+        });
+        addr
+    }
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    #[tokio::test]
+    async fn an_answer_is_read_whole_with_its_status_and_type() {
+        let addr = endpoint(
+            b"HTTP/1.1 404 Not Found\r\nContent-Type: text/x\r\nContent-Length: 4\r\n\r\nnope"
+                .to_vec(),
+        )
+        .await;
+        let a = http_request(addr, Method::GET, "/json/x", WAIT)
+            .await
+            .unwrap();
+        assert_eq!(a.status, StatusCode::NOT_FOUND);
+        assert_eq!(a.content_type.unwrap(), "text/x");
+        assert_eq!(&a.body[..], b"nope");
+    }
+
+    /// The error a GET of `/json/protocol` at `addr` ends in.
+    async fn refused(addr: SocketAddr, timeout: Duration) -> UpstreamError {
+        http_request(addr, Method::GET, "/json/protocol", timeout)
+            .await
+            .unwrap_err()
+    }
+
+    #[tokio::test]
+    async fn an_oversized_answer_is_refused_without_reading_it() {
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+            MAX_JSON_BODY + 1
+        );
+        let addr = endpoint(head.into_bytes()).await;
+        let e = refused(addr, WAIT).await;
+        assert!(matches!(e, UpstreamError::TooLarge { .. }), "{e:?}");
+    }
+
+    #[tokio::test]
+    async fn an_oversized_chunked_answer_is_cut_at_the_limit() {
+        let mut answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        let chunk = vec![b'a'; 1 << 20];
+        for _ in 0..=(MAX_JSON_BODY >> 20) {
+            answer.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            answer.extend_from_slice(&chunk);
+            answer.extend_from_slice(b"\r\n");
+        }
+        let addr = endpoint(answer).await;
+        let e = refused(addr, WAIT).await;
+        assert!(matches!(e, UpstreamError::TooLarge { .. }), "{e:?}");
+    }
+
+    #[tokio::test]
+    async fn broken_http_silence_and_no_listener_are_told_apart() {
+        let addr = endpoint(b"SSH-2.0-OpenSSH\r\n\r\n".to_vec()).await;
+        let e = http_request(addr, Method::GET, "/", WAIT)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, UpstreamError::Http(_)), "{e:?}");
+
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let e = refused(silent.local_addr().unwrap(), Duration::from_millis(200)).await;
+        assert!(matches!(e, UpstreamError::Timeout), "{e:?}");
+
+        let closed = silent.local_addr().unwrap();
+        drop(silent);
+        let e = http_request(closed, Method::GET, "/", WAIT)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, UpstreamError::Connect(_)), "{e:?}");
     }
 }

@@ -136,6 +136,18 @@ fn assert_evicted(s: &mut TcpStream, what: &str) {
     );
 }
 
+/// An upstream that reads the first frame of each WebSocket connection and reports it
+/// (opcode, payload length).
+fn frame_reporting_upstream() -> (FakeUpstream, mpsc::Receiver<io::Result<(u8, u64)>>) {
+    let (frame_tx, frame_rx) = mpsc::channel();
+    let frame_tx = Mutex::new(frame_tx);
+    let up = FakeUpstream::start(Arc::new(move |s: &mut TcpStream| {
+        let _ = frame_tx.lock().unwrap().send(read_big_frame(s));
+        Ok(())
+    }));
+    (up, frame_rx)
+}
+
 /// One value of a Prometheus exposition, by its full series name.
 fn metric(text: &str, series: &str) -> u64 {
     text.lines()
@@ -437,12 +449,7 @@ fn the_upstream_sees_its_own_host_and_no_origin_credentials_or_extensions() {
 
 #[test]
 fn metrics_count_refusals_and_relayed_bytes_and_hold_no_token() {
-    let (frame_tx, frame_rx) = mpsc::channel::<io::Result<(u8, u64)>>();
-    let frame_tx = Mutex::new(frame_tx);
-    let up = FakeUpstream::start(Arc::new(move |s: &mut TcpStream| {
-        let _ = frame_tx.lock().unwrap().send(read_big_frame(s));
-        Ok(())
-    }));
+    let (up, frame_rx) = frame_reporting_upstream();
     let (mut c, addr) = support::proxy(up.addr, &[("METRICS_ADDR", "127.0.0.1:0")]);
     let ev = c.wait_event(|e| e["message"] == "metrics listening");
     let metrics_addr: SocketAddr = ev["addr"].as_str().expect("addr field").parse().unwrap();
@@ -745,4 +752,90 @@ fn idle_unauthenticated_sockets_starve_neither_clients_nor_health() {
         held > MAX_CONNECTIONS,
         "the attacker held only {held} idle sockets: the test proves nothing"
     );
+}
+
+/// A client that sends its first frame in the same write as its upgrade request: the bytes the
+/// HTTP server read past the head are handed to the relay with the socket, not lost.
+#[test]
+fn a_frame_sent_with_the_upgrade_request_reaches_the_upstream() {
+    let (up, frame_rx) = frame_reporting_upstream();
+    let (_c, addr) = support::proxy(up.addr, &[]);
+    let mut bytes = upgrade_request(
+        &format!("/devtools/page/P1?signingKey={}", valid_token()),
+        &addr.to_string(),
+        &[],
+    );
+    write_big_frame(&mut bytes, 0x2, 300, true).unwrap();
+    let mut client = TcpStream::connect(addr).unwrap();
+    client.set_read_timeout(Some(WAIT)).unwrap();
+    client.write_all(&bytes).unwrap();
+    let head = read_head(&mut client).expect("an answer to the upgrade");
+    assert_eq!(status_of(&head), 101, "{head}");
+    next_upgrade(&up);
+    let got = frame_rx
+        .recv_timeout(WAIT)
+        .expect("the early frame reached the upstream in time");
+    assert_eq!(got.unwrap(), (0x2, 300));
+}
+
+/// The refusals hyper itself answers (a head it cannot parse, one too large) and the ones
+/// written beside it (a head not complete in time) are each counted once, under their outcome.
+#[test]
+fn refusals_before_routing_are_counted_under_their_outcome() {
+    let up = FakeUpstream::idle();
+    let (mut c, addr) = support::proxy(
+        up.addr,
+        &[
+            ("METRICS_ADDR", "127.0.0.1:0"),
+            ("PROXY_HEADER_TIMEOUT_SECONDS", "1"),
+        ],
+    );
+    let ev = c.wait_event(|e| e["message"] == "metrics listening");
+    let metrics_addr: SocketAddr = ev["addr"].as_str().expect("addr field").parse().unwrap();
+    for (request, status) in [
+        (b"HELLO THERE\r\n\r\n".to_vec(), 400),
+        (
+            b"GET http://127.0.0.1:1/json/version HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            format!(
+                "GET /json HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
+                "a".repeat(20 * 1024)
+            )
+            .into_bytes(),
+            431,
+        ),
+        (b"GET /json HTTP/1.1\r\nHost: a\r\n".to_vec(), 408),
+    ] {
+        let answer = raw_http(addr, &request);
+        assert_eq!(status_of(&answer), status, "{answer}");
+    }
+    // A refusal hyper answered is counted just after hyper closed the socket, which nothing
+    // outside the proxy observes: read until the counts are there (bounded).
+    let expected = [
+        ("bad_request", 2),
+        ("headers_too_large", 1),
+        ("header_timeout", 1),
+        ("client_gone", 0),
+    ];
+    let series =
+        |outcome: &str| format!(r#"wallcrawler_proxy_connections_total{{outcome="{outcome}"}}"#);
+    let deadline = Instant::now() + WAIT;
+    let text = loop {
+        let text = raw_http(
+            metrics_addr,
+            b"GET /metrics HTTP/1.1\r\nHost: metrics\r\n\r\n",
+        );
+        let all = expected
+            .iter()
+            .all(|(outcome, count)| metric(&text, &series(outcome)) >= *count);
+        if all || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    for (outcome, count) in expected {
+        assert_eq!(metric(&text, &series(outcome)), count, "{outcome}:\n{text}");
+    }
 }

@@ -179,6 +179,12 @@ impl PendingSlot {
         self.evicted.cancelled()
     }
 
+    /// The token cancelled when this connection is evicted, for a watcher that does not hold
+    /// the slot itself (the slot may leave the budget first, and then it never fires).
+    pub fn eviction(&self) -> CancellationToken {
+        self.evicted.clone()
+    }
+
     pub fn is_evicted(&self) -> bool {
         self.evicted.is_cancelled()
     }

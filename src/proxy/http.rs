@@ -1,18 +1,15 @@
-//! Minimal HTTP/1.1 request-head reading and plain responses for the proxy's listener.
-//!
-//! The proxy only ever needs a request head (GET/PUT, no bodies), so it reads exactly that with a
-//! size limit and a deadline, instead of running a full HTTP server whose upgrade handling would
-//! hide the raw sockets the relay wants.
+//! The request head as the proxy's rules read it ([`RequestHead`], built from what hyper
+//! parsed).
 
-use std::time::Duration;
-
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+#[cfg(test)]
+use ::http::header::HeaderName;
+use ::http::header::{HeaderMap, HeaderValue};
+use ::http::{Version, request};
 
 /// Most headers a request may carry.
 pub const MAX_HEADERS: usize = 64;
 
-/// A parsed request head. Header names keep their case for forwarding.
+/// A parsed request head.
 #[derive(Debug, Clone)]
 pub struct RequestHead {
     pub method: String,
@@ -20,19 +17,37 @@ pub struct RequestHead {
     pub target: String,
     /// 0 for HTTP/1.0, 1 for HTTP/1.1.
     pub version: u8,
-    pub headers: Vec<(String, Vec<u8>)>,
+    pub headers: HeaderMap,
 }
 
 impl RequestHead {
+    /// The head of a request hyper parsed; `None` unless its target is in origin form
+    /// (`/path?query`): an absolute URL (`GET http://host/`) or `*` is malformed here.
+    pub fn from_parts(parts: request::Parts) -> Option<Self> {
+        let uri = &parts.uri;
+        if uri.scheme().is_some() || uri.authority().is_some() || !uri.path().starts_with('/') {
+            return None;
+        }
+        Some(Self {
+            method: parts.method.as_str().to_owned(),
+            target: uri
+                .path_and_query()
+                .map_or("/", |pq| pq.as_str())
+                .to_owned(),
+            version: u8::from(parts.version != Version::HTTP_10),
+            headers: parts.headers,
+        })
+    }
+
     /// Values of every header called `name` (case-insensitive).
     pub fn header_values<'a, 'n>(
         &'a self,
         name: &'n str,
     ) -> impl Iterator<Item = &'a [u8]> + use<'a, 'n> {
         self.headers
-            .iter()
-            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_slice())
+            .get_all(name)
+            .into_iter()
+            .map(HeaderValue::as_bytes)
     }
 
     /// The single value of `name` as text, if present exactly once and valid UTF-8.
@@ -67,70 +82,19 @@ impl RequestHead {
     }
 }
 
-/// Why no request head could be read.
+/// Why a raw request head could not be parsed (tests build heads from raw text).
+#[cfg(test)]
 #[derive(Debug, thiserror::Error)]
 pub enum HeadError {
-    #[error("request headers not complete in time")]
-    Timeout,
     #[error("request headers too large")]
     TooLarge,
     #[error("malformed request")]
     Malformed,
-    #[error("connection closed before a request arrived")]
-    Closed,
-    #[error("reading the request failed")]
-    Io(#[source] std::io::Error),
 }
 
-/// Reads one request head into `buf`. Returns the head and the number of bytes of `buf` it used;
-/// anything after that is early data from the client.
-pub async fn read_request_head(
-    stream: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    limit: usize,
-    timeout: Duration,
-) -> Result<(RequestHead, usize), HeadError> {
-    tokio::time::timeout(timeout, read_loop(stream, buf, limit))
-        .await
-        .unwrap_or(Err(HeadError::Timeout))
-}
-
-async fn read_loop(
-    stream: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    limit: usize,
-) -> Result<(RequestHead, usize), HeadError> {
-    loop {
-        if let Some(parsed) = parse_request_head(buf, limit)? {
-            return Ok(parsed);
-        }
-        if buf.len() >= limit {
-            return Err(HeadError::TooLarge);
-        }
-        buf.reserve(1024.min(limit - buf.len()).max(1));
-        let room = (limit - buf.len()).min(buf.capacity() - buf.len()).max(1);
-        let start = buf.len();
-        buf.resize(start + room, 0);
-        let n = stream.read(&mut buf[start..]).await;
-        match n {
-            Ok(0) => {
-                buf.truncate(start);
-                return Err(if start == 0 {
-                    HeadError::Closed
-                } else {
-                    HeadError::Malformed
-                });
-            }
-            Ok(n) => buf.truncate(start + n),
-            Err(e) => {
-                buf.truncate(start);
-                return Err(HeadError::Io(e));
-            }
-        }
-    }
-}
-
-/// Parses a complete request head from `buf`, or `None` when more bytes are needed.
+/// Parses a complete request head from `buf`, or `None` when more bytes are needed: the
+/// tests' way to build a [`RequestHead`] from raw text (the proxy's own come from hyper).
+#[cfg(test)]
 pub fn parse_request_head(
     buf: &[u8],
     limit: usize,
@@ -142,15 +106,20 @@ pub fn parse_request_head(
             if len > limit {
                 return Err(HeadError::TooLarge);
             }
+            let mut headers = HeaderMap::with_capacity(req.headers.len());
+            for h in req.headers.iter() {
+                let name = HeaderName::from_bytes(h.name.as_bytes());
+                let value = HeaderValue::from_bytes(h.value);
+                let (Ok(name), Ok(value)) = (name, value) else {
+                    return Err(HeadError::Malformed);
+                };
+                headers.append(name, value);
+            }
             let head = RequestHead {
                 method: req.method.unwrap_or_default().to_owned(),
                 target: req.path.unwrap_or_default().to_owned(),
                 version: req.version.unwrap_or(1),
-                headers: req
-                    .headers
-                    .iter()
-                    .map(|h| (h.name.to_owned(), h.value.to_vec()))
-                    .collect(),
+                headers,
             };
             if !head.target.starts_with('/') {
                 return Err(HeadError::Malformed);
@@ -166,56 +135,6 @@ pub fn parse_request_head(
         }
         Err(httparse::Error::TooManyHeaders) => Err(HeadError::TooLarge),
         Err(_) => Err(HeadError::Malformed),
-    }
-}
-
-/// A short response with a generic body; the connection is closed after it.
-pub fn simple_response(status: u16, extra_headers: &[(&str, &str)], body: &str) -> Vec<u8> {
-    let mut out = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\nCache-Control: no-store\r\n",
-        reason(status),
-        body.len()
-    );
-    for (k, v) in extra_headers {
-        out.push_str(k);
-        out.push_str(": ");
-        out.push_str(v);
-        out.push_str("\r\n");
-    }
-    out.push_str("\r\n");
-    out.push_str(body);
-    out.into_bytes()
-}
-
-/// A response with a body of the given type; the connection is closed after it.
-pub fn body_response(status: u16, content_type: &str, body: &[u8]) -> Vec<u8> {
-    let mut out = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n",
-        reason(status),
-        body.len()
-    )
-    .into_bytes();
-    out.extend_from_slice(body);
-    out
-}
-
-/// The standard reason phrase.
-pub fn reason(status: u16) -> &'static str {
-    match status {
-        101 => "Switching Protocols",
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        426 => "Upgrade Required",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "Error",
     }
 }
 
@@ -279,13 +198,5 @@ mod tests {
         let (head, _) = parse_request_head(raw, 1024).unwrap().unwrap();
         assert!(head.header_has_token("connection", "upgrade"));
         assert_eq!(head.header("a"), None, "duplicates are not a single value");
-    }
-
-    #[test]
-    fn responses_are_well_formed() {
-        let r = String::from_utf8(simple_response(503, &[("Retry-After", "1")], "busy\n")).unwrap();
-        assert!(r.starts_with("HTTP/1.1 503 Service Unavailable\r\n"));
-        assert!(r.contains("Retry-After: 1\r\n"));
-        assert!(r.ends_with("\r\n\r\nbusy\n"));
     }
 }

@@ -2,41 +2,57 @@
 //! rewriting, relay and health.
 //!
 //! Per connection: admitted as *pending* ([`admission`]: its own budget, per client address,
-//! an older pending connection evicted when it is full) → read the request head (size limit,
-//! deadline) → route → authenticate → check Chrome is ready → leave the pending budget →
-//! either answer a `/json/*` request from Chrome with URLs rewritten,
-//! or dial Chrome's WebSocket *before* answering the client's upgrade, hand Chrome's 101 back,
-//! and relay bytes until either side closes; only these upgraded connections hold one of the
-//! `MAX_CONNECTIONS` slots. Toward Chrome the `Host` is Chrome's loopback
-//! address, `Origin` and credentials are dropped, and `Sec-WebSocket-Extensions` is removed so
-//! no compression hides the client's commands from the `Browser.close` inspector.
+//! an older pending connection evicted when it is full) → hyper's HTTP/1.1 server reads the
+//! request head (size and header-count limits, deadline) → route → authenticate → check Chrome
+//! is ready → leave the pending budget → either answer a `/json/*` request from Chrome with URLs
+//! rewritten, or dial Chrome's WebSocket *before* answering the client's upgrade, hand Chrome's
+//! 101 back through hyper, take the client's socket back from hyper (with any bytes it already
+//! read) and relay bytes on the relay thread until either side closes; only these upgraded
+//! connections hold one of the `MAX_CONNECTIONS` slots. Every refusal is a [`Refusal`]. Toward
+//! Chrome the `Host` is Chrome's loopback address, `Origin` and credentials are dropped, and
+//! `Sec-WebSocket-Extensions` is removed so no compression hides the client's commands from
+//! the `Browser.close` inspector.
 
 pub mod admission;
 pub mod discovery;
 pub mod http;
 pub mod inspect;
+pub mod refusal;
 pub mod relay;
 pub mod route;
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ::http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, warn};
 
+use self::http::RequestHead;
 use crate::auth::{self, AuthError, Authenticator, Presented};
 use crate::config::ProxyTuning;
 use crate::shutdown::Shutdown;
 use crate::telemetry::{Metrics, Outcome};
 use crate::upstream::{self, Upstream, UpstreamError, UpstreamState};
 use admission::{Admission, Pending, PendingLimits, PendingSlot};
-use http::{HeadError, RequestHead, simple_response};
+use refusal::Refusal;
 use route::{Route, RouteError};
+
+/// What the proxy answers through hyper.
+type Answer = Response<Full<Bytes>>;
 
 /// Largest request head accepted (431 beyond).
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -137,6 +153,8 @@ pub struct Proxy {
     reject_permits: Arc<Semaphore>,
     /// The thread that relays upgraded connections.
     relays: relay::RelayLoop,
+    /// Hyper's HTTP/1.1 server, configured from `limits`.
+    server: http1::Builder,
 }
 
 impl Proxy {
@@ -156,6 +174,7 @@ impl Proxy {
             permits: Arc::new(Semaphore::new(limits.max_connections)),
             pending: Pending::new(limits.pending),
             reject_permits: Arc::new(Semaphore::new(REJECT_BACKLOG)),
+            server: server_builder(&limits),
             limits,
             relays: relay::RelayLoop::start(tasks)?,
         }))
@@ -219,7 +238,7 @@ impl Proxy {
             tracker.spawn(
                 async move {
                     this.metrics.connections_open.inc();
-                    this.handle(stream, slot).await;
+                    this.clone().handle(stream, slot).await;
                     this.metrics.connections_open.dec();
                 }
                 .instrument(span),
@@ -227,67 +246,130 @@ impl Proxy {
         }
     }
 
-    /// Serves one connection. Until it is authenticated (or answered), it holds `slot` in the
-    /// pending budget and is closed with a 503 as soon as it is evicted from it.
-    async fn handle(&self, mut stream: TcpStream, slot: PendingSlot) {
+    /// Serves one connection through hyper. Until it is authenticated (or answered), it holds
+    /// `slot` in the pending budget and is closed with a 503 as soon as it is evicted from it;
+    /// a head that does not arrive within the header timeout gets a 408. Hyper answers neither
+    /// (it has no request to answer, and its own header timeout closes silently), so both are
+    /// written here, on the socket taken back from hyper.
+    async fn handle(self: Arc<Self>, stream: TcpStream, slot: PendingSlot) {
+        // Armed before hyper's own header timer (same duration), so it fires first.
+        let deadline = tokio::time::sleep(self.limits.header_timeout);
         let local = stream.local_addr().ok();
-        let step = tokio::select! {
-            step = self.admit_request(&mut stream) => step,
-            () = slot.evicted() => Step::Evicted,
+        let evicted = slot.eviction();
+        let exchange = Arc::new(Exchange::new(slot));
+        let service = {
+            let (this, exchange) = (self.clone(), exchange.clone());
+            service_fn(move |req| {
+                let (this, exchange) = (this.clone(), exchange.clone());
+                async move { Ok::<_, Infallible>(this.respond(req, &exchange, local).await) }
+            })
         };
-        let admitted = match step {
-            Step::Proceed(a) => a,
-            Step::Answer(outcome, response) => {
-                self.metrics.outcome(outcome);
-                // The answer lingers (draining the client) only while nobody needs the slot.
-                tokio::select! {
-                    () = respond_and_close(stream, response) => {}
-                    () = slot.evicted() => {}
+        let mut conn = self
+            .server
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades();
+        tokio::pin!(deadline);
+        let (mut watch_deadline, mut watch_eviction) = (true, true);
+        let early = loop {
+            tokio::select! {
+                biased;
+                () = evicted.cancelled(), if watch_eviction => match exchange.phase() {
+                    Phase::Head | Phase::Admitting => break Refusal::AtCapacity,
+                    // The answer lingers (draining the client) only while nobody needs the slot.
+                    Phase::Answered => return,
+                    Phase::Admitted => watch_eviction = false,
+                },
+                () = &mut deadline, if watch_deadline => {
+                    if exchange.phase() == Phase::Head {
+                        break Refusal::HeaderTimeout;
+                    }
+                    watch_deadline = false;
+                }
+                done = &mut conn => {
+                    // Hyper keeps the socket unless it handed it to an upgrade.
+                    let stream = conn.into_parts().map(|p| p.io.into_inner());
+                    return self.finish(stream, done, &exchange, &evicted).await;
+                }
+            }
+        };
+        // No request is being answered (or its handler is dropped here): hyper has written
+        // nothing, so the refusal goes straight onto the socket.
+        let Some(parts) = conn.into_parts() else {
+            return;
+        };
+        let stream = parts.io.into_inner();
+        if early == Refusal::AtCapacity {
+            return self.refuse_evicted(stream).await;
+        }
+        self.metrics.outcome(early.outcome());
+        early.log(None);
+        tokio::select! {
+            () = respond_and_close(stream, early.to_bytes()) => {}
+            () = evicted.cancelled() => {}
+        }
+    }
+
+    /// After hyper is done with a connection: relay it if it was upgraded, otherwise count how
+    /// it ended and let the answer linger.
+    async fn finish(
+        &self,
+        stream: Option<TcpStream>,
+        done: hyper::Result<()>,
+        exchange: &Exchange,
+        evicted: &CancellationToken,
+    ) {
+        let upgrade = exchange.take_upgrade();
+        let mut unanswered = None;
+        match done {
+            Ok(()) => {
+                if let Some(upgrade) = upgrade {
+                    return self.relay(upgrade).await;
+                }
+                if exchange.phase() == Phase::Head {
+                    self.metrics.outcome(Outcome::ClientGone);
+                    return;
+                }
+            }
+            // Hyper answered these itself (400, 431) before giving up on the request.
+            Err(e) if e.is_parse_too_large() => self.hyper_refused(Refusal::HeadersTooLarge, &e),
+            Err(e) if e.is_parse() => self.hyper_refused(Refusal::Malformed, &e),
+            // Hyper's own header timeout, behind ours: it closes without an answer.
+            Err(e) if e.is_timeout() => self.hyper_refused(Refusal::HeaderTimeout, &e),
+            // A head cut short by the client's close: still a malformed request.
+            Err(e) if e.is_incomplete_message() && exchange.phase() == Phase::Head => {
+                self.hyper_refused(Refusal::Malformed, &e);
+                unanswered = Some(Refusal::Malformed);
+            }
+            Err(e) => {
+                debug!(error = %e, "the client left");
+                // Counted once: an answer that failed to go out was counted as it was made.
+                if !exchange.counted() {
+                    self.metrics.outcome(Outcome::ClientGone);
                 }
                 return;
             }
-            Step::Gone => return,
-            Step::Evicted => {
-                drop(slot);
-                return self.refuse_evicted(stream).await;
-            }
-        };
-        drop(slot);
-        let Admitted {
-            head,
-            route,
-            presented,
-            early,
-            up,
-        } = admitted;
-        if matches!(route, Route::BrowserRoot | Route::Devtools(_)) {
-            let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-                debug!("connection cap reached");
-                return self
-                    .finish(
-                        stream,
-                        Outcome::AtCapacity,
-                        simple_response(503, &[("Retry-After", "1")], "too many connections\n"),
-                    )
-                    .await;
-            };
-            self.upgrade(stream, &head, &route, &early, &up).await;
-            drop(permit);
-        } else {
-            let resp = self.json(&head, &route, &presented, &up, local).await;
-            let outcome = if resp.starts_with(b"HTTP/1.1 502") {
-                Outcome::UpstreamFailed
-            } else {
-                Outcome::Http
-            };
-            self.finish(stream, outcome, resp).await;
         }
+        let Some(mut stream) = stream else {
+            return;
+        };
+        if let Some(refusal) = unanswered {
+            let _ = stream.write_all(&refusal.to_bytes()).await;
+        }
+        tokio::select! {
+            () = linger(stream) => {}
+            () = evicted.cancelled() => {}
+        }
+    }
+
+    fn hyper_refused(&self, refusal: Refusal, cause: &hyper::Error) {
+        self.metrics.outcome(refusal.outcome());
+        refusal.log(Some(cause));
     }
 
     /// An evicted connection: a 503 and a close. Only [`REJECT_BACKLOG`] of them linger to
     /// drain the client; the others get a best-effort answer and are closed at once.
     async fn refuse_evicted(&self, stream: TcpStream) {
-        let response = simple_response(503, &[("Retry-After", "1")], "too many connections\n");
+        let response = Refusal::AtCapacity.to_bytes();
         match self.reject_permits.clone().try_acquire_owned() {
             Ok(permit) => {
                 respond_and_close(stream, response).await;
@@ -299,85 +381,76 @@ impl Proxy {
         }
     }
 
-    /// The unauthenticated part of a connection: its head, route, credential and Chrome's
-    /// readiness.
-    async fn admit_request(&self, stream: &mut TcpStream) -> Step {
-        let mut buf = Vec::with_capacity(2048);
-        let read = http::read_request_head(
-            stream,
-            &mut buf,
-            self.limits.max_head_bytes,
-            self.limits.header_timeout,
-        )
-        .await;
-        let (head, used) = match read {
-            Ok(h) => h,
-            Err(e) => {
-                let (status, outcome, body) = match e {
-                    HeadError::Timeout => (408, Outcome::HeaderTimeout, "request timeout\n"),
-                    HeadError::TooLarge => {
-                        (431, Outcome::HeadersTooLarge, "request headers too large\n")
-                    }
-                    HeadError::Malformed => (400, Outcome::BadRequest, "bad request\n"),
-                    HeadError::Closed | HeadError::Io(_) => {
-                        self.metrics.outcome(Outcome::ClientGone);
-                        return Step::Gone;
-                    }
-                };
-                debug!(status, "refused before routing: {e}");
-                return Step::Answer(outcome, simple_response(status, &[], body));
+    /// Counts and logs `refusal`, and answers it.
+    fn refuse(
+        &self,
+        refusal: Refusal,
+        cause: Option<&(dyn std::error::Error + 'static)>,
+    ) -> Answer {
+        self.metrics.outcome(refusal.outcome());
+        refusal.log(cause);
+        refusal.response()
+    }
+
+    /// Hyper's request handler: admission (route, credential, Chrome's readiness), then either
+    /// a `/json/*` answer or Chrome's 101, the upgrade itself left to [`Proxy::finish`].
+    async fn respond(
+        &self,
+        mut req: Request<Incoming>,
+        exchange: &Exchange,
+        local: Option<SocketAddr>,
+    ) -> Answer {
+        exchange.set_phase(Phase::Admitting);
+        let on_client = hyper::upgrade::on(&mut req);
+        let admitted = match self.admit(req).await {
+            Ok(a) => a,
+            Err(answer) => {
+                exchange.set_phase(Phase::Answered);
+                exchange.answered();
+                return answer;
             }
         };
-        let early = buf.split_off(used);
-        drop(buf);
+        exchange.admitted();
+        let answer = if matches!(admitted.route, Route::BrowserRoot | Route::Devtools(_)) {
+            self.upgrade(admitted, on_client, exchange).await
+        } else {
+            self.json(admitted, local).await
+        };
+        exchange.answered();
+        answer
+    }
+
+    /// The unauthenticated part of a request: its head, route, credential and Chrome's
+    /// readiness. `Err` is the answer, already counted.
+    async fn admit(&self, req: Request<Incoming>) -> Result<Admitted, Answer> {
+        let (parts, _body) = req.into_parts();
+        let Some(head) = RequestHead::from_parts(parts) else {
+            return Err(self.refuse(Refusal::Malformed, None));
+        };
         let wants_upgrade = head.header_values("upgrade").next().is_some();
         let route = match route::route(&head.method, head.path(), wants_upgrade) {
             Ok(r) => r,
-            Err(RouteError::NotFound) => {
-                return Step::Answer(Outcome::NotFound, simple_response(404, &[], "not found\n"));
-            }
+            Err(RouteError::NotFound) => return Err(self.refuse(Refusal::NotFound, None)),
             Err(RouteError::MethodNotAllowed) => {
-                return Step::Answer(
-                    Outcome::NotFound,
-                    simple_response(405, &[], "method not allowed\n"),
-                );
+                return Err(self.refuse(Refusal::MethodNotAllowed, None));
             }
         };
         if route == Route::Health {
-            let warm =
-                matches!(*self.upstream.borrow(), UpstreamState::Warm) && self.auth.keys_loaded();
-            let (status, body) = if self.ready() {
-                (200, "{\"status\":\"ok\"}\n")
-            } else if warm {
-                (200, "{\"status\":\"warm\"}\n")
-            } else {
-                (503, "{\"status\":\"unavailable\"}\n")
-            };
-            let resp = http::body_response(status, "application/json", body.as_bytes());
-            return Step::Answer(Outcome::Health, resp);
+            return Err(self.health());
         }
         let is_ws = matches!(route, Route::BrowserRoot | Route::Devtools(_));
         if is_ws && !is_valid_upgrade(&head) {
-            return Step::Answer(
-                Outcome::BadRequest,
-                simple_response(400, &[], "bad websocket upgrade\n"),
-            );
+            return Err(self.refuse(Refusal::BadUpgrade, None));
         }
         let presented = match self.authenticate(&head, route != Route::JsonNew).await {
             Ok(p) => p,
             Err(AuthError::Token(e)) => {
                 self.metrics.refusal(e);
                 info!(reason = e.reason(), "credential refused: {e}");
-                return Step::Answer(
-                    Outcome::Unauthorized,
-                    simple_response(401, &[], "unauthorized\n"),
-                );
+                return Err(self.refuse(Refusal::Unauthorized, None));
             }
             Err(AuthError::KeysUnavailable | AuthError::Unclaimed) => {
-                return Step::Answer(
-                    Outcome::NotReady,
-                    simple_response(503, &[("Retry-After", "1")], "not ready\n"),
-                );
+                return Err(self.refuse(Refusal::NotReady, None));
             }
         };
         let up = match &*self.upstream.borrow() {
@@ -385,18 +458,36 @@ impl Proxy {
             _ => None,
         };
         let Some(up) = up else {
-            return Step::Answer(
-                Outcome::NotReady,
-                simple_response(503, &[("Retry-After", "1")], "browser not ready\n"),
-            );
+            return Err(self.refuse(Refusal::BrowserNotReady, None));
         };
-        Step::Proceed(Admitted {
+        Ok(Admitted {
             head,
             route,
             presented,
-            early,
             up,
         })
+    }
+
+    /// `/health`: 200 when serving (or warm in a pool), 503 otherwise.
+    fn health(&self) -> Answer {
+        let warm =
+            matches!(*self.upstream.borrow(), UpstreamState::Warm) && self.auth.keys_loaded();
+        let (status, body) = if self.ready() {
+            (StatusCode::OK, "{\"status\":\"ok\"}\n")
+        } else if warm {
+            (StatusCode::OK, "{\"status\":\"warm\"}\n")
+        } else {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{\"status\":\"unavailable\"}\n",
+            )
+        };
+        self.metrics.outcome(Outcome::Health);
+        refusal::plain(
+            status,
+            HeaderValue::from_static("application/json"),
+            Bytes::from_static(body.as_bytes()),
+        )
     }
 
     async fn authenticate(
@@ -409,27 +500,22 @@ impl Proxy {
         Ok(presented)
     }
 
-    async fn finish(&self, stream: TcpStream, outcome: Outcome, response: Vec<u8>) {
-        self.metrics.outcome(outcome);
-        respond_and_close(stream, response).await;
-    }
-
-    async fn json(
-        &self,
-        head: &RequestHead,
-        route: &Route,
-        presented: &Presented,
-        up: &Upstream,
-        local: Option<SocketAddr>,
-    ) -> Vec<u8> {
+    /// A `/json/*` request answered from Chrome, discovery URLs rewritten to the client's `Host`.
+    async fn json(&self, admitted: Admitted, local: Option<SocketAddr>) -> Answer {
+        let Admitted {
+            head,
+            route,
+            presented,
+            up,
+        } = admitted;
         let authority = match head.header("host") {
             Some(h) if discovery::is_valid_authority(h) => h.to_owned(),
-            Some(_) => return simple_response(400, &[], "bad host header\n"),
+            Some(_) => return self.refuse(Refusal::BadHost, None),
             None => local
                 .map(|a| a.to_string())
                 .unwrap_or_else(|| "127.0.0.1".to_owned()),
         };
-        let (target, rewrite, token) = match route {
+        let (target, rewrite, token) = match &route {
             Route::JsonVersion => ("/json/version".to_owned(), true, presented.query.as_deref()),
             Route::JsonList => ("/json/list".to_owned(), true, presented.query.as_deref()),
             Route::JsonNew => (
@@ -450,114 +536,108 @@ impl Proxy {
             ),
             _ => unreachable!("websocket routes are upgraded"),
         };
-        let answer = match upstream::http_request(
-            up.addr,
-            &head.method,
-            &target,
-            self.limits.upstream_timeout,
-        )
-        .await
-        {
+        // The route allows only GET and PUT, which are valid methods.
+        let method = Method::from_bytes(head.method.as_bytes()).unwrap_or_default();
+        let timeout = self.limits.upstream_timeout;
+        let answer = match upstream::http_request(up.addr, method, &target, timeout).await {
             Ok(a) => a,
-            Err(e) => {
-                warn!(error = %e, "discovery request to chrome failed");
-                return simple_response(502, &[], "bad gateway\n");
-            }
+            Err(e) => return self.refuse(Refusal::BadGateway, Some(&e)),
         };
-        let content_type = answer
-            .content_type
-            .as_deref()
-            .unwrap_or("application/json; charset=UTF-8");
-        if rewrite && answer.status == 200 {
-            match discovery::rewrite_discovery(&answer.body, &authority, token) {
-                Ok(body) => http::body_response(200, "application/json; charset=UTF-8", &body),
-                Err(_) => {
-                    warn!("chrome sent a discovery answer that is not JSON");
-                    simple_response(502, &[], "bad gateway\n")
-                }
+        let json_type = HeaderValue::from_static("application/json; charset=UTF-8");
+        if !(rewrite && answer.status == StatusCode::OK) {
+            self.metrics.outcome(Outcome::Http);
+            let content_type = answer.content_type.unwrap_or(json_type);
+            return refusal::plain(answer.status, content_type, answer.body);
+        }
+        match discovery::rewrite_discovery(&answer.body, &authority, token) {
+            Ok(body) => {
+                self.metrics.outcome(Outcome::Http);
+                refusal::plain(StatusCode::OK, json_type, body.into())
             }
-        } else {
-            http::body_response(answer.status, content_type, &answer.body)
+            Err(e) => self.refuse(Refusal::BadGateway, Some(&e)),
         }
     }
 
+    /// Dials Chrome's WebSocket for an authenticated upgrade and answers with Chrome's 101; the
+    /// sockets are handed to the relay once hyper has written it ([`Proxy::finish`]).
     async fn upgrade(
         &self,
-        mut client: TcpStream,
-        head: &RequestHead,
-        route: &Route,
-        early: &[u8],
-        up: &Upstream,
-    ) {
+        admitted: Admitted,
+        on_client: OnUpgrade,
+        exchange: &Exchange,
+    ) -> Answer {
         let started = Instant::now();
-        let path = match route {
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            debug!("connection cap reached");
+            return self.refuse(Refusal::AtCapacity, None);
+        };
+        let Admitted {
+            head, route, up, ..
+        } = admitted;
+        let path = match &route {
             Route::BrowserRoot => match up.browser_path(self.limits.upstream_timeout).await {
                 Ok(p) => p,
-                Err(e) => {
-                    warn!(error = %e, "could not learn the browser target");
-                    return self
-                        .finish(
-                            client,
-                            Outcome::UpstreamFailed,
-                            simple_response(502, &[], "bad gateway\n"),
-                        )
-                        .await;
-                }
+                Err(e) => return self.refuse(Refusal::BadGateway, Some(&e)),
             },
             Route::Devtools(p) => p.clone(),
             _ => unreachable!("only websocket routes are upgraded"),
         };
         let dialled = tokio::time::timeout(
             self.limits.upstream_timeout,
-            dial_upgrade(up.addr, &path, head),
+            dial_upgrade(up.addr, &path, &head),
         )
         .await;
-        let (chrome, response_head, chrome_extra) = match dialled {
-            Ok(Ok(x)) => x,
+        let (chrome, answer, chrome_prefix) = match dialled {
+            Ok(Ok(dialled)) => dialled,
             Ok(Err(DialError::Refused(status))) => {
-                if *route == Route::BrowserRoot {
+                if route == Route::BrowserRoot {
                     up.forget_browser_path();
                 }
-                info!(chrome.status = status, "chrome refused the upgrade");
-                let (code, body) = if status == 404 {
-                    (404, "no such target\n")
+                info!(
+                    chrome.status = status.as_u16(),
+                    "chrome refused the upgrade"
+                );
+                let refusal = if status == StatusCode::NOT_FOUND {
+                    Refusal::NoSuchTarget
                 } else {
-                    (502, "bad gateway\n")
+                    Refusal::BadGateway
                 };
-                return self
-                    .finish(
-                        client,
-                        Outcome::UpstreamFailed,
-                        simple_response(code, &[], body),
-                    )
-                    .await;
+                return self.refuse(refusal, None);
             }
-            Ok(Err(DialError::Upstream(e))) => {
-                error!(error = %e, "dialling chrome failed");
-                return self
-                    .finish(
-                        client,
-                        Outcome::UpstreamFailed,
-                        simple_response(502, &[], "bad gateway\n"),
-                    )
-                    .await;
+            Ok(Err(DialError::Upstream(e))) => return self.refuse(Refusal::BadGateway, Some(&e)),
+            Err(e) => return self.refuse(Refusal::BadGateway, Some(&e)),
+        };
+        exchange.stash_upgrade(Upgrade {
+            chrome,
+            chrome_prefix,
+            on_client,
+            permit,
+            started,
+        });
+        answer
+    }
+
+    /// Relays an upgraded connection on the relay thread until either side closes.
+    async fn relay(&self, upgrade: Upgrade) {
+        let Upgrade {
+            chrome,
+            chrome_prefix,
+            on_client,
+            permit,
+            started,
+        } = upgrade;
+        let client = match on_client.await.map(|u| u.downcast::<TokioIo<TcpStream>>()) {
+            Ok(Ok(parts)) => parts,
+            Ok(Err(_)) => {
+                error!("the upgraded connection is not the TCP stream it was accepted as");
+                return;
             }
-            Err(_) => {
-                error!("dialling chrome timed out");
-                return self
-                    .finish(
-                        client,
-                        Outcome::UpstreamFailed,
-                        simple_response(502, &[], "bad gateway\n"),
-                    )
-                    .await;
+            Err(e) => {
+                debug!(error = %e, "client left during the upgrade");
+                self.metrics.outcome(Outcome::ClientGone);
+                return;
             }
         };
-        if let Err(e) = client.write_all(&response_head).await {
-            debug!(error = %e, "client left during the upgrade");
-            self.metrics.outcome(Outcome::ClientGone);
-            return;
-        }
         let _guard = ClientGuard::new(&self.clients, &self.metrics);
         let events = self.events.clone();
         let span = tracing::Span::current();
@@ -565,8 +645,9 @@ impl Proxy {
             span.in_scope(|| info!("client sent Browser.close; ending the session normally"));
             events.browser_close.notify_one();
         };
-        // The relay thread drives the sockets from here on, outside the runtime.
-        let (client, chrome) = match (client.into_std(), chrome.into_std()) {
+        // The relay thread drives the sockets from here on, outside the runtime; tokio hands
+        // them over in the non-blocking mode mio needs.
+        let (client_socket, chrome) = match (client.io.into_inner().into_std(), chrome.into_std()) {
             (Ok(c), Ok(u)) => (c, u),
             (Err(e), _) | (_, Err(e)) => {
                 error!(error = %e, "could not hand the connection to the relay thread");
@@ -575,10 +656,11 @@ impl Proxy {
             }
         };
         let job = relay::Job {
-            client,
+            client: client_socket,
             chrome,
-            client_prefix: early.to_vec(),
-            chrome_prefix: chrome_extra,
+            // What hyper read after the client's head: early WebSocket frames.
+            client_prefix: Vec::from(client.read_buf),
+            chrome_prefix,
             inspector: self
                 .limits
                 .intercept_browser_close
@@ -587,35 +669,141 @@ impl Proxy {
             metrics: self.metrics.clone(),
         };
         let outcome = self.relays.relay(job).await;
+        drop(permit);
         self.metrics.outcome(Outcome::Relayed);
-        let duration_ms = started.elapsed().as_millis() as u64;
-        let end = match &outcome.end {
-            relay::RelayEnd::ClientClosed => "client_closed".to_owned(),
-            relay::RelayEnd::ChromeClosed => "chrome_closed".to_owned(),
-            relay::RelayEnd::ClientError(e) => format!("client_error: {e}"),
-            relay::RelayEnd::ChromeError(e) => format!("chrome_error: {e}"),
-            relay::RelayEnd::Cancelled => "shutdown".to_owned(),
-        };
-        info!(
-            bytes.client_to_chrome = outcome.client_to_chrome,
-            bytes.chrome_to_client = outcome.chrome_to_client,
-            duration_ms,
-            end = %end,
-            "cdp connection closed"
-        );
+        log_relay_end(&outcome, started);
     }
 }
 
-/// Where the unauthenticated part of a connection ended.
-enum Step {
-    /// Authenticated, Chrome ready: serve it.
-    Proceed(Admitted),
-    /// Answer this and close.
-    Answer(Outcome, Vec<u8>),
-    /// The client left.
-    Gone,
-    /// Evicted from the pending budget.
-    Evicted,
+/// The one log line of a relayed connection.
+fn log_relay_end(outcome: &relay::RelayOutcome, started: Instant) {
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let end = match &outcome.end {
+        relay::RelayEnd::ClientClosed => "client_closed".to_owned(),
+        relay::RelayEnd::ChromeClosed => "chrome_closed".to_owned(),
+        relay::RelayEnd::ClientError(e) => format!("client_error: {e}"),
+        relay::RelayEnd::ChromeError(e) => format!("chrome_error: {e}"),
+        relay::RelayEnd::Cancelled => "shutdown".to_owned(),
+    };
+    info!(
+        bytes.client_to_chrome = outcome.client_to_chrome,
+        bytes.chrome_to_client = outcome.chrome_to_client,
+        duration_ms,
+        end = %end,
+        "cdp connection closed"
+    );
+}
+
+/// Hyper's HTTP/1.1 server as the proxy configures it: the request head bounded in time, size
+/// and header count (hyper answers 431 beyond them, 400 to what it cannot parse) and upgrades.
+/// One request per connection: every answer but a 101 says `Connection: close` (keep-alive is
+/// not disabled in the builder, since hyper would then add `close` to the 101's `Connection:
+/// Upgrade`, which WebSocket clients refuse).
+fn server_builder(limits: &Limits) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        // Hyper's read buffer cannot be smaller than 8 KiB.
+        .max_buf_size(limits.max_head_bytes.max(8192))
+        .max_header_size(limits.max_head_bytes)
+        .max_headers(http::MAX_HEADERS)
+        .auto_date_header(false)
+        .title_case_headers(true);
+    builder
+}
+
+/// Where a connection's request stands, as its driver ([`Proxy::handle`]) needs to know when
+/// the header deadline passes or the connection is evicted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No request head yet.
+    Head,
+    /// A head arrived and is being admitted (not authenticated yet).
+    Admitting,
+    /// Answered without being authenticated (a refusal, `/health`): still pending.
+    Answered,
+    /// Authenticated: out of the pending budget.
+    Admitted,
+}
+
+/// What a connection's driver and its request handler share (one task: never contended).
+struct Exchange(Mutex<ExchangeState>);
+
+struct ExchangeState {
+    phase: Phase,
+    /// The handler returned an answer whose outcome it counted (any answer but Chrome's 101).
+    counted: bool,
+    /// The connection's place in the pending budget, left once it is authenticated.
+    slot: Option<PendingSlot>,
+    /// An upgrade Chrome accepted, for the driver once hyper has written the 101.
+    upgrade: Option<Upgrade>,
+}
+
+impl Exchange {
+    fn new(slot: PendingSlot) -> Self {
+        Self(Mutex::new(ExchangeState {
+            phase: Phase::Head,
+            counted: false,
+            slot: Some(slot),
+            upgrade: None,
+        }))
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, ExchangeState> {
+        // Consistent after every statement: a panic elsewhere cannot break it.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn phase(&self) -> Phase {
+        self.state().phase
+    }
+
+    fn set_phase(&self, phase: Phase) {
+        self.state().phase = phase;
+    }
+
+    /// Authenticated: the connection leaves the pending budget.
+    fn admitted(&self) {
+        let slot = {
+            let mut st = self.state();
+            st.phase = Phase::Admitted;
+            st.slot.take()
+        };
+        drop(slot);
+    }
+
+    /// The handler answered; its outcome is counted unless it stashed an upgrade.
+    fn answered(&self) {
+        let mut st = self.state();
+        st.counted = st.upgrade.is_none();
+    }
+
+    /// Whether the handler's answer counted the connection's outcome already.
+    fn counted(&self) -> bool {
+        self.state().counted
+    }
+
+    fn stash_upgrade(&self, upgrade: Upgrade) {
+        self.state().upgrade = Some(upgrade);
+    }
+
+    fn take_upgrade(&self) -> Option<Upgrade> {
+        self.state().upgrade.take()
+    }
+}
+
+/// An upgrade Chrome accepted: its socket, and what the relay needs once hyper hands over
+/// the client's.
+struct Upgrade {
+    chrome: TcpStream,
+    /// Bytes Chrome sent after its 101.
+    chrome_prefix: Vec<u8>,
+    /// Resolves to the client's connection once hyper has written the 101.
+    on_client: OnUpgrade,
+    /// One of the `MAX_CONNECTIONS` slots, held until the relay ends.
+    permit: OwnedSemaphorePermit,
+    started: Instant,
 }
 
 /// An authenticated request and the Chrome it goes to.
@@ -623,8 +811,6 @@ struct Admitted {
     head: RequestHead,
     route: Route,
     presented: Presented,
-    /// Bytes the client sent after its head.
-    early: Vec<u8>,
     up: Arc<Upstream>,
 }
 
@@ -672,6 +858,9 @@ fn is_valid_upgrade(head: &RequestHead) -> bool {
 /// client's, since its `Sec-WebSocket-Accept` comes back in Chrome's answer. So no credential,
 /// `Origin`, extension offer (the inspector reads uncompressed frames), subprotocol, body
 /// framing (`Content-Length`, `Transfer-Encoding`) or forwarding header reaches Chrome.
+///
+/// Written by hand, not with hyper's client: these exact bytes are the contract (hyper would
+/// re-case `Sec-WebSocket-Key`), and the socket goes to the relay thread right after.
 pub fn upstream_request(addr: SocketAddr, path: &str, head: &RequestHead) -> Vec<u8> {
     let key = head.header("sec-websocket-key").unwrap_or_default();
     format!(
@@ -680,60 +869,87 @@ pub fn upstream_request(addr: SocketAddr, path: &str, head: &RequestHead) -> Vec
     .into_bytes()
 }
 
+/// Why Chrome's WebSocket could not be dialled.
+#[derive(Debug, thiserror::Error)]
 enum DialError {
-    Upstream(UpstreamError),
-    Refused(u16),
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    #[error("chrome answered the upgrade with {0}")]
+    Refused(StatusCode),
 }
 
-/// Connects to Chrome and performs the upgrade. Returns the socket, Chrome's 101 head, and any
-/// bytes Chrome sent after it.
+/// Connects to Chrome and performs the upgrade. Returns the socket, Chrome's 101 as the
+/// response to give the client, and any bytes Chrome sent after it.
 async fn dial_upgrade(
     addr: SocketAddr,
     path: &str,
     head: &RequestHead,
-) -> Result<(TcpStream, Vec<u8>, Vec<u8>), DialError> {
+) -> Result<(TcpStream, Answer, Vec<u8>), DialError> {
     let mut chrome = TcpStream::connect(addr)
         .await
-        .map_err(|e| DialError::Upstream(UpstreamError::Connect(e)))?;
+        .map_err(UpstreamError::Connect)?;
     let _ = chrome.set_nodelay(true);
     chrome
         .write_all(&upstream_request(addr, path, head))
         .await
-        .map_err(|e| DialError::Upstream(UpstreamError::Io(e)))?;
+        .map_err(UpstreamError::Io)?;
     let mut buf = Vec::with_capacity(1024);
     loop {
         let mut chunk = [0u8; 2048];
-        let n = chrome
-            .read(&mut chunk)
-            .await
-            .map_err(|e| DialError::Upstream(UpstreamError::Io(e)))?;
+        let n = chrome.read(&mut chunk).await.map_err(UpstreamError::Io)?;
         if n == 0 {
-            return Err(DialError::Upstream(UpstreamError::BadResponse));
+            return Err(UpstreamError::Malformed.into());
         }
         buf.extend_from_slice(&chunk[..n]);
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut resp = httparse::Response::new(&mut headers);
-        match resp.parse(&buf) {
-            Ok(httparse::Status::Complete(len)) => {
-                let code = resp.code.unwrap_or(0);
-                if code != 101 {
-                    return Err(DialError::Refused(code));
-                }
-                let extra = buf.split_off(len);
-                return Ok((chrome, buf, extra));
-            }
-            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD_BYTES => {}
-            _ => return Err(DialError::Upstream(UpstreamError::BadResponse)),
+        if let Some((answer, len)) = parse_switching(&buf)? {
+            return Ok((chrome, answer, buf.split_off(len)));
+        }
+        if buf.len() >= MAX_HEAD_BYTES {
+            return Err(UpstreamError::Malformed.into());
         }
     }
 }
 
+/// Chrome's answer to the upgrade, once its head is complete: a 101 becomes the client's
+/// response (Chrome's headers, its `Sec-WebSocket-Accept` among them), anything else a refusal.
+fn parse_switching(buf: &[u8]) -> Result<Option<(Answer, usize)>, DialError> {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut parsed = httparse::Response::new(&mut headers);
+    let len = match parsed.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(_) => return Err(UpstreamError::Malformed.into()),
+    };
+    let status = parsed
+        .code
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .ok_or(UpstreamError::Malformed)?;
+    if status != StatusCode::SWITCHING_PROTOCOLS {
+        return Err(DialError::Refused(status));
+    }
+    let mut answer = Response::new(Full::new(Bytes::new()));
+    *answer.status_mut() = status;
+    for h in parsed.headers.iter() {
+        let name =
+            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| UpstreamError::Malformed)?;
+        let value = HeaderValue::from_bytes(h.value).map_err(|_| UpstreamError::Malformed)?;
+        answer.headers_mut().append(name, value);
+    }
+    Ok(Some((answer, len)))
+}
+
 /// Writes `response`, half-closes, and drains what the client still sends for a moment so the
 /// answer is not lost to a reset.
-pub async fn respond_and_close(mut stream: TcpStream, response: Vec<u8>) {
+async fn respond_and_close(mut stream: TcpStream, response: Vec<u8>) {
     if stream.write_all(&response).await.is_err() {
         return;
     }
+    linger(stream).await;
+}
+
+/// Half-closes an answered connection and drains what the client still sends, for a moment
+/// (1 s, 256 KiB), so the answer is not lost to a reset.
+async fn linger(mut stream: TcpStream) {
     let _ = stream.shutdown().await;
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let mut sink = [0u8; 4096];
