@@ -47,9 +47,6 @@ pub const DEFAULT_TTL_SECONDS: u64 = 3600;
 /// further ahead than this (plus leeway) was not minted by the control plane.
 pub const MAX_SESSION_SECONDS: u64 = 21_600;
 
-/// `{"alg":"HS256","typ":"JWT"}`, the header [`sign_raw`] signs under.
-const HEADER_B64: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9";
-
 /// An HS256 key, for signing and for verifying.
 #[derive(Clone)]
 pub struct SigningKey {
@@ -122,8 +119,8 @@ impl Claims {
     }
 }
 
-/// Signs an arbitrary payload under the fixed HS256 header. Tests use it to build tokens that
-/// break one rule at a time.
+/// Signs an arbitrary payload under any header (base64url, as it goes on the wire) with HS256.
+/// Tests use it to build tokens that break one rule at a time.
 pub fn sign_raw(header_b64: &str, payload_json: &[u8], key: &SigningKey) -> String {
     let mut token = format!("{header_b64}.{}", URL_SAFE_NO_PAD.encode(payload_json));
     let signature = jsonwebtoken::crypto::sign(token.as_bytes(), &key.encoding, Algorithm::HS256)
@@ -428,6 +425,8 @@ mod tests {
     use serde_json::json;
 
     const NOW: u64 = 1_800_000_000;
+    /// `{"alg":"HS256","typ":"JWT"}`, the header most test tokens are signed under.
+    const HEADER_B64: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9";
 
     fn key() -> SigningKey {
         SigningKey::new(b"test-key")
