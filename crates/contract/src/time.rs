@@ -1,19 +1,28 @@
-//! ISO 8601 timestamps as the session table stores them (`2026-11-21T21:55:27.123Z`), without a
-//! date library: the civil-from-days conversion is a few lines of integer arithmetic.
+//! ISO 8601 timestamps as the session table stores them (`2026-11-21T21:55:27.123Z`), on `jiff`.
+//!
+//! One shape only, in both directions: UTC (`Z`), `T` between date and time, seconds always, an
+//! optional fraction. The calendar is `jiff`'s, so a date that does not exist (`2026-02-31`,
+//! `2027-02-29`) is refused rather than rolled over into the next month.
+
+use jiff::Timestamp;
+use jiff::civil::DateTime;
+use jiff::tz::Offset;
+
+/// What [`iso8601_millis`] writes: always three fraction digits, always `Z`.
+const PRINT: &str = "%Y-%m-%dT%H:%M:%S%.3fZ";
+/// What [`parse_iso8601`] reads: the fraction optional (up to nanoseconds), nothing but `Z` after
+/// it. A literal `Z` rather than an offset directive: an offset such as `+02:00` is refused, as
+/// it always was (the table only ever holds UTC).
+const PARSE: &str = "%Y-%m-%dT%H:%M:%S%.fZ";
 
 /// Formats milliseconds since the Unix epoch as UTC ISO 8601 with milliseconds.
+///
+/// Saturates at `jiff`'s last instant, 9999-12-30T22:00:00.999Z (today's callers pass the
+/// clock or an expiry hours ahead of it).
 pub fn iso8601_millis(unix_millis: u64) -> String {
-    let secs = unix_millis / 1000;
-    let millis = unix_millis % 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    let ms = i64::try_from(unix_millis).unwrap_or(i64::MAX);
+    let at = Timestamp::from_millisecond(ms).unwrap_or(Timestamp::MAX);
+    at.strftime(PRINT).to_string()
 }
 
 /// The current time as ISO 8601.
@@ -29,53 +38,13 @@ pub fn unix_millis() -> u64 {
         .unwrap_or(0)
 }
 
-/// Parses the format [`iso8601_millis`] writes (and the same without fraction, or with any
-/// number of fraction digits). Returns milliseconds since the epoch.
+/// Parses the format [`iso8601_millis`] writes (and the same without fraction, or with up to
+/// nine fraction digits, truncated to milliseconds). Returns milliseconds since the epoch;
+/// `None` for anything else, an impossible date or an instant before 1970 included.
 pub fn parse_iso8601(s: &str) -> Option<u64> {
-    let s = s.strip_suffix('Z')?;
-    let (date, time) = s.split_once('T')?;
-    let mut dp = date.split('-');
-    let y: i64 = dp.next()?.parse().ok()?;
-    let m: u32 = dp.next()?.parse().ok()?;
-    let d: u32 = dp.next()?.parse().ok()?;
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut tp = hms.split(':');
-    let h: u64 = tp.next()?.parse().ok()?;
-    let mi: u64 = tp.next()?.parse().ok()?;
-    let sec: u64 = tp.next()?.parse().ok()?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
-        return None;
-    }
-    let ms: u64 = format!("{frac:0<3}")[..3].parse().ok()?;
-    let days = days_from_civil(y, m, d);
-    if days < 0 {
-        return None;
-    }
-    Some(((days as u64 * 86_400) + h * 3600 + mi * 60 + sec) * 1000 + ms)
-}
-
-// Howard Hinnant's algorithms (public domain), proleptic Gregorian calendar.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = m as i64;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let civil = DateTime::strptime(PARSE, s).ok()?;
+    let at = Offset::UTC.to_timestamp(civil).ok()?;
+    u64::try_from(at.as_millisecond()).ok()
 }
 
 #[cfg(test)]
@@ -110,5 +79,64 @@ mod tests {
         );
         assert_eq!(parse_iso8601("2026-13-01T00:00:00Z"), None);
         assert_eq!(parse_iso8601("yesterday"), None);
+    }
+
+    #[test]
+    fn dates_that_do_not_exist_are_refused() {
+        assert_eq!(parse_iso8601("2026-02-31T00:00:00Z"), None);
+        assert_eq!(parse_iso8601("2027-02-29T00:00:00.000Z"), None);
+        assert_eq!(parse_iso8601("2026-04-31T12:00:00Z"), None);
+        assert_eq!(parse_iso8601("2026-11-21T24:00:00Z"), None);
+        assert_eq!(parse_iso8601("2026-11-21T23:60:00Z"), None);
+        // A leap day that exists.
+        assert_eq!(
+            parse_iso8601("2028-02-29T00:00:00.000Z"),
+            Some(1_835_395_200_000)
+        );
+        assert_eq!(
+            iso8601_millis(1_835_395_200_000),
+            "2028-02-29T00:00:00.000Z"
+        );
+    }
+
+    #[test]
+    fn only_utc_in_the_one_shape() {
+        for s in [
+            // No offset at all.
+            "2026-11-21T21:52:52",
+            "2026-11-21T21:52:52.123",
+            // An offset, even a zero one: the table holds `Z` only.
+            "2026-11-21T21:52:52+00:00",
+            "2026-11-21T23:52:52+02:00",
+            "2026-11-21T21:52:52.123-05:00",
+            // Other ISO 8601 / RFC 9557 spellings.
+            "2026-11-21 21:52:52Z",
+            "2026-11-21T21:52Z",
+            "20261121T215252Z",
+            "2026-11-21T21:52:52Z[UTC]",
+            "2026-11-21T21:52:52.Z",
+            "1969-12-31T23:59:59.999Z",
+            "",
+        ] {
+            assert_eq!(parse_iso8601(s), None, "{s:?}");
+        }
+        // Any fraction up to nanoseconds, truncated to milliseconds.
+        assert_eq!(
+            parse_iso8601("2026-11-21T21:52:52.1Z"),
+            Some(1_795_297_972_100)
+        );
+        assert_eq!(
+            parse_iso8601("2026-11-21T21:52:52.123999999Z"),
+            Some(1_795_297_972_123)
+        );
+    }
+
+    #[test]
+    fn printing_saturates_at_the_last_instant_jiff_names() {
+        assert_eq!(iso8601_millis(u64::MAX), "9999-12-30T22:00:00.999Z");
+        assert_eq!(
+            iso8601_millis(253_402_207_200_999),
+            "9999-12-30T22:00:00.999Z"
+        );
     }
 }

@@ -1,12 +1,14 @@
 //! The CDP access token: an HS256 JWT minted by the control plane and checked by the proxy.
 //!
-//! The rules are written out here rather than delegated to a general JWT library so that each
-//! one is visible, tested, and reported with its own refusal reason:
+//! Signing, the token's structure, the header's algorithm and the signature (constant-time HMAC)
+//! are `jsonwebtoken`'s, configured for HS256 alone. On top of it, each rule reported with its
+//! own refusal reason ([`TokenError::reason`]):
 //!
 //! - at most [`MAX_TOKEN_BYTES`]; three base64url (unpadded) segments;
 //! - header `alg` exactly `HS256` (no `none`, no other HMAC size, nothing asymmetric), no `crit`
-//!   member at all (not even `null`);
-//! - the HMAC-SHA256 signature matches one of the given keys (constant-time comparison);
+//!   member at all (not even `null`: `jsonwebtoken` parses `crit` but does not act on it);
+//! - the signature matches one of the given keys (key rotation: the index of the one that did
+//!   is reported);
 //! - header and payload are JSON objects (never arrays read field by field);
 //! - `exp` present, not passed, and no further ahead than the longest session
 //!   ([`MAX_SESSION_SECONDS`]); `nbf` and `iat`, when present, not in the future — each time
@@ -15,14 +17,23 @@
 //! - `sessionId` present and equal to the expected session, `sub` equal too when present;
 //! - `projectId` equal to the expected project when one is configured.
 //!
+//! The claim rules stay ours, in this order, rather than `jsonwebtoken`'s `Validation`: it reads
+//! the system clock itself (the caller's `now` could not be honoured), accepts a token at
+//! exactly `exp + leeway`, has no `iat` rule and no horizon, and would check `iss`/`aud` before
+//! the time rules, changing the reason (a metric label) a token that breaks both is refused for.
+//!
 //! `jti`, `nonce`, `userId` and `ipAddress` are informational: a token may be reused for several
 //! connections until it expires.
 
+use std::marker::PhantomData;
+use std::sync::LazyLock;
+
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey};
+use serde::de::{Deserializer, MapAccess, Visitor, value::MapAccessDeserializer};
 use serde::{Deserialize, Serialize};
-use sha2::Sha256;
 
 /// `iss` of every token.
 pub const ISSUER: &str = "wallcrawler";
@@ -36,32 +47,20 @@ pub const DEFAULT_TTL_SECONDS: u64 = 3600;
 /// further ahead than this (plus leeway) was not minted by the control plane.
 pub const MAX_SESSION_SECONDS: u64 = 21_600;
 
-const HEADER_B64: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"; // {"alg":"HS256","typ":"JWT"}
-
-/// An HMAC-SHA256 key, pre-keyed so each verification only clones the inner state.
+/// An HS256 key, for signing and for verifying.
 #[derive(Clone)]
 pub struct SigningKey {
-    mac: Hmac<Sha256>,
+    encoding: EncodingKey,
+    decoding: DecodingKey,
 }
 
 impl SigningKey {
     /// A key from raw bytes (for a Secrets Manager secret: the UTF-8 bytes of `signingKey`).
     pub fn new(key: &[u8]) -> Self {
-        // HMAC accepts keys of any length; this cannot fail.
-        let mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
-        Self { mac }
-    }
-
-    fn sign(&self, signing_input: &[u8]) -> [u8; 32] {
-        let mut mac = self.mac.clone();
-        mac.update(signing_input);
-        mac.finalize().into_bytes().into()
-    }
-
-    fn verify(&self, signing_input: &[u8], signature: &[u8]) -> bool {
-        let mut mac = self.mac.clone();
-        mac.update(signing_input);
-        mac.verify_slice(signature).is_ok()
+        Self {
+            encoding: EncodingKey::from_secret(key),
+            decoding: DecodingKey::from_secret(key),
+        }
     }
 }
 
@@ -114,21 +113,20 @@ impl Claims {
 
     /// Signs these claims with `key` (HS256).
     pub fn mint(&self, key: &SigningKey) -> String {
-        let payload = serde_json::to_vec(self).expect("claims always serialize");
-        sign_raw(HEADER_B64, &payload, key)
+        let header = jsonwebtoken::Header::new(Algorithm::HS256);
+        // Fails only for a key of another family or claims that do not serialize: neither here.
+        jsonwebtoken::encode(&header, self, &key.encoding).expect("HS256 signs any claims")
     }
 }
 
-/// Signs an arbitrary payload under the fixed HS256 header. Tests use it to build tokens that
-/// break one rule at a time.
+/// Signs an arbitrary payload under any header (base64url, as it goes on the wire) with HS256.
+/// Tests use it to build tokens that break one rule at a time.
 pub fn sign_raw(header_b64: &str, payload_json: &[u8], key: &SigningKey) -> String {
-    let mut token = String::with_capacity(header_b64.len() + payload_json.len() * 4 / 3 + 48);
-    token.push_str(header_b64);
+    let mut token = format!("{header_b64}.{}", URL_SAFE_NO_PAD.encode(payload_json));
+    let signature = jsonwebtoken::crypto::sign(token.as_bytes(), &key.encoding, Algorithm::HS256)
+        .expect("HS256 signs with any key");
     token.push('.');
-    URL_SAFE_NO_PAD.encode_string(payload_json, &mut token);
-    let signature = key.sign(token.as_bytes());
-    token.push('.');
-    URL_SAFE_NO_PAD.encode_string(signature, &mut token);
+    token.push_str(&signature);
     token
 }
 
@@ -236,6 +234,19 @@ impl TokenError {
     ];
 }
 
+/// `jsonwebtoken`'s part: HS256 alone, signature and structure only (see the module docs for
+/// why no claim rule is delegated).
+static SIGNATURE_ONLY: LazyLock<jsonwebtoken::Validation> = LazyLock::new(|| {
+    let mut v = jsonwebtoken::Validation::new(Algorithm::HS256);
+    v.required_spec_claims.clear();
+    v.validate_exp = false;
+    v.validate_nbf = false;
+    // With no audience configured, `jsonwebtoken` would refuse every token that names one.
+    v.validate_aud = false;
+    v
+});
+
+/// The header members the rules on top read.
 #[derive(Deserialize)]
 struct Header<'a> {
     #[serde(borrow)]
@@ -249,22 +260,30 @@ struct Header<'a> {
 struct Named(bool);
 
 impl<'de> Deserialize<'de> for Named {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         serde::de::IgnoredAny::deserialize(d)?;
         Ok(Self(true))
     }
 }
 
-/// Parses a JWT header or payload, which must be a JSON object: serde would otherwise fill a
-/// struct from an array, field by field in declaration order.
-fn object<'a, T: Deserialize<'a>>(json: &'a [u8]) -> Result<T, TokenError> {
-    let first = json
-        .iter()
-        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
-    if first != Some(&b'{') {
-        return Err(TokenError::Malformed);
+/// `T` read from a JSON object only: serde would otherwise fill a struct from an array, field by
+/// field in declaration order.
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Only<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Only<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(Only(PhantomData)).map(Object)
     }
-    serde_json::from_slice(json).map_err(|_| TokenError::Malformed)
 }
 
 #[derive(Deserialize)]
@@ -294,32 +313,47 @@ pub fn validate(
     keys: &[SigningKey],
     v: &Validation<'_>,
 ) -> Result<Verified, TokenError> {
-    let (signing_input, key_index, claims) = verify_signature(token, keys)?;
-    let _ = signing_input;
+    let (key_index, claims) = verify_signature(token, keys)?;
     check_claims(claims, key_index, v)
 }
 
-/// Structure, header and signature only. Separated so a caller can tell "no key matched"
-/// (worth refreshing the key set) from every other refusal.
-fn verify_signature<'t>(
-    token: &'t str,
-    keys: &[SigningKey],
-) -> Result<(&'t str, usize, RawClaims), TokenError> {
+/// Structure, header and signature; the payload is read only under a matching key. Separated so
+/// a caller can tell "no key matched" (worth refreshing the key set) from every other refusal.
+fn verify_signature(token: &str, keys: &[SigningKey]) -> Result<(usize, RawClaims), TokenError> {
+    check_header(token)?;
+    for (i, key) in keys.iter().enumerate() {
+        match jsonwebtoken::decode::<Object<RawClaims>>(token, &key.decoding, &SIGNATURE_ONLY) {
+            Ok(data) => return Ok((i, data.claims.0)),
+            Err(e) if matches!(e.kind(), ErrorKind::InvalidSignature) => continue,
+            // The header and the signature's encoding were checked: what is left is the
+            // payload's base64 or JSON, or a header member `jsonwebtoken` types more strictly.
+            Err(_) => return Err(TokenError::Malformed),
+        }
+    }
+    Err(TokenError::Signature)
+}
+
+/// The rules before any key is tried, in the order their reasons have always been given: size,
+/// three segments, the header an object with `alg` HS256 and no `crit`, a 32-byte signature.
+/// `jsonwebtoken` would report most of these as one JSON or base64 error.
+fn check_header(token: &str) -> Result<(), TokenError> {
     if token.is_empty() {
         return Err(TokenError::Missing);
     }
     if token.len() > MAX_TOKEN_BYTES {
         return Err(TokenError::TooLarge);
     }
-    let (signing_input, signature_b64) = token.rsplit_once('.').ok_or(TokenError::Malformed)?;
-    let (header_b64, payload_b64) = signing_input.split_once('.').ok_or(TokenError::Malformed)?;
-    if payload_b64.contains('.') {
+    let mut parts = token.split('.');
+    let (Some(header_b64), Some(_payload), Some(signature_b64), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
         return Err(TokenError::Malformed);
-    }
+    };
     let header_json = URL_SAFE_NO_PAD
         .decode(header_b64)
         .map_err(|_| TokenError::Malformed)?;
-    let header: Header<'_> = object(&header_json)?;
+    let Object(header): Object<Header<'_>> =
+        serde_json::from_slice(&header_json).map_err(|_| TokenError::Malformed)?;
     if header.alg.as_deref() != Some("HS256") {
         return Err(TokenError::Algorithm);
     }
@@ -327,21 +361,10 @@ fn verify_signature<'t>(
         return Err(TokenError::Malformed);
     }
     let mut signature = [0u8; 33];
-    let n = URL_SAFE_NO_PAD
-        .decode_slice(signature_b64, &mut signature)
-        .map_err(|_| TokenError::Signature)?;
-    if n != 32 {
-        return Err(TokenError::Signature);
+    match URL_SAFE_NO_PAD.decode_slice(signature_b64, &mut signature) {
+        Ok(32) => Ok(()),
+        _ => Err(TokenError::Signature),
     }
-    let key_index = keys
-        .iter()
-        .position(|k| k.verify(signing_input.as_bytes(), &signature[..32]))
-        .ok_or(TokenError::Signature)?;
-    let payload = URL_SAFE_NO_PAD
-        .decode(payload_b64)
-        .map_err(|_| TokenError::Malformed)?;
-    let claims: RawClaims = object(&payload)?;
-    Ok((signing_input, key_index, claims))
 }
 
 fn check_claims(
@@ -402,6 +425,8 @@ mod tests {
     use serde_json::json;
 
     const NOW: u64 = 1_800_000_000;
+    /// `{"alg":"HS256","typ":"JWT"}`, the header most test tokens are signed under.
+    const HEADER_B64: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9";
 
     fn key() -> SigningKey {
         SigningKey::new(b"test-key")
@@ -744,6 +769,99 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn claim_rules_are_ours_where_jsonwebtoken_differs() {
+        let k = [key()];
+        // The caller's clock, not the system's: a token of 2001 checked as of 2001 passes, and
+        // one valid by the system clock but expired as of `now` is refused.
+        let then = 1_000_000_000;
+        let old = Claims::new("sess_a", "proj_a", then, 60).mint(&key());
+        assert!(validate(&old, &k, &Validation { now: then, ..v() }).is_ok());
+        let fresh = Claims::new("sess_a", "proj_a", crate::time::unix_millis() / 1000, 60);
+        assert_eq!(
+            validate(
+                &fresh.mint(&key()),
+                &k,
+                &Validation {
+                    now: fresh.exp + 31,
+                    ..v()
+                }
+            ),
+            Err(TokenError::Expired)
+        );
+        // jsonwebtoken still accepts a token at exactly `exp + leeway`; it has passed.
+        let at_edge = with(|c| {
+            c.insert("exp".into(), json!(NOW - 30));
+        });
+        assert_eq!(validate(&at_edge, &k, &v()), Err(TokenError::Expired));
+        // jsonwebtoken has no `iat` rule and no horizon.
+        let iat = with(|c| {
+            c.insert("iat".into(), json!(NOW + 3600));
+        });
+        assert_eq!(validate(&iat, &k, &v()), Err(TokenError::IssuedInFuture));
+        // jsonwebtoken would take an array of issuers; the claims name one issuer.
+        let issuers = with(|c| {
+            c.insert("iss".into(), json!([ISSUER]));
+        });
+        assert_eq!(validate(&issuers, &k, &v()), Err(TokenError::Malformed));
+        // The time rules come before `iss`/`aud`, as they always have: expired and from another
+        // issuer is reported as expired.
+        let both = with(|c| {
+            c.insert("exp".into(), json!(NOW - 3600));
+            c.insert("iss".into(), json!("evil"));
+        });
+        assert_eq!(validate(&both, &k, &v()), Err(TokenError::Expired));
+    }
+
+    #[test]
+    fn keys_are_tried_in_order_and_none_is_a_signature_refusal() {
+        let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
+        assert_eq!(validate(&t, &[], &v()), Err(TokenError::Signature));
+        let three = [SigningKey::new(b"a"), SigningKey::new(b"b"), key()];
+        assert_eq!(validate(&t, &three, &v()).map(|ok| ok.key_index), Ok(2));
+        // A payload that is not an object is only looked at under a matching key.
+        let array = sign_raw(HEADER_B64, b"[1]", &key());
+        assert_eq!(
+            validate(&array, &[SigningKey::new(b"a")], &v()),
+            Err(TokenError::Signature)
+        );
+    }
+
+    #[test]
+    fn header_members_jsonwebtoken_types_strictly_are_malformed() {
+        // jsonwebtoken reads unknown header members as strings and `kid` as a string: a signed
+        // token with anything else there is refused whole, as malformed (the control plane
+        // never writes either).
+        for header in [
+            json!({"alg": "HS256", "typ": "JWT", "x": 1}),
+            json!({"alg": "HS256", "kid": 5}),
+        ] {
+            assert_eq!(
+                validate(&with_header(header.clone()), &[key()], &v()),
+                Err(TokenError::Malformed),
+                "{header}"
+            );
+        }
+        assert!(
+            validate(
+                &with_header(json!({"alg": "HS256", "kid": "k1"})),
+                &[key()],
+                &v()
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn minted_tokens_carry_the_hs256_jwt_header() {
+        let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
+        let header = URL_SAFE_NO_PAD
+            .decode(t.split('.').next().unwrap())
+            .unwrap();
+        let header: serde_json::Value = serde_json::from_slice(&header).unwrap();
+        assert_eq!(header, json!({"alg": "HS256", "typ": "JWT"}));
     }
 
     #[test]
