@@ -33,7 +33,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::upgrade::OnUpgrade;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
@@ -694,16 +694,17 @@ fn log_relay_end(outcome: &relay::RelayOutcome, started: Instant) {
     );
 }
 
-/// Hyper's HTTP/1.1 server as the proxy configures it: the request head bounded in time, size
-/// and header count (hyper answers 431 beyond them, 400 to what it cannot parse) and upgrades.
+/// Hyper's HTTP/1.1 server as the proxy configures it: the request head bounded in size and
+/// header count (hyper answers 431 beyond them, 400 to what it cannot parse) and upgrades. The
+/// head's deadline is the connection driver's own (it answers 408, which hyper's timer would
+/// not): a second, hyper-side timer per connection cost connection setup about 10 % in
+/// `scripts/bench/compare.sh` (p50 227 µs against 204 µs before hyper), so there is none.
 /// One request per connection: every answer but a 101 says `Connection: close` (keep-alive is
 /// not disabled in the builder, since hyper would then add `close` to the 101's `Connection:
 /// Upgrade`, which WebSocket clients refuse).
 fn server_builder(limits: &Limits) -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
         // Hyper's read buffer cannot be smaller than 8 KiB.
         .max_buf_size(limits.max_head_bytes.max(8192))
         .max_header_size(limits.max_head_bytes)
