@@ -151,10 +151,12 @@ settings_group! {
 #[derive(Parser, Debug)]
 #[command(name = "wallcrawler-controller", version, about, long_about = None)]
 pub struct Cli {
+    /// The mode; `local` when none is given.
     #[command(subcommand)]
     pub command: Option<Command>,
 }
 
+/// The modes.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Local mode (the default): launch Chromium, serve the proxy on 127.0.0.1, print a connectUrl.
@@ -170,6 +172,7 @@ pub enum Command {
     Token(TokenArgs),
 }
 
+/// Flags of `local`.
 #[derive(Args, Debug, Default, Clone)]
 pub struct LocalArgs {
     /// Proxy port on 127.0.0.1; 0 = any free port (the real one is printed) [default: 9223].
@@ -195,20 +198,26 @@ pub struct LocalArgs {
     /// Chrome flags file replacing the built-in chrome/flags.conf.
     #[arg(long, env = "CHROME_FLAGS_FILE", value_name = "PATH")]
     pub chrome_flags_file: Option<String>,
+    /// The proxy's limits and telemetry.
     #[command(flatten)]
     pub tuning: ProxyTuningArgs,
 }
 
+/// Flags (and environment variables) of `run`.
 #[derive(Args, Debug, Default, Clone)]
 pub struct RunArgs {
+    /// Token checking.
     #[command(flatten)]
     pub auth: AuthArgs,
+    /// The task's settings.
     #[command(flatten)]
     pub run: RunSettingsArgs,
+    /// The proxy's limits and telemetry.
     #[command(flatten)]
     pub tuning: ProxyTuningArgs,
 }
 
+/// Flags of `proxy`.
 #[derive(Args, Debug, Default, Clone)]
 pub struct ProxyArgs {
     /// Address to listen on, e.g. 0.0.0.0:9223.
@@ -217,12 +226,15 @@ pub struct ProxyArgs {
     /// The CDP endpoint to protect, HOST:PORT (its /json/version must answer).
     #[arg(long, value_name = "HOST:PORT")]
     pub upstream: Option<String>,
+    /// Token checking.
     #[command(flatten)]
     pub auth: AuthArgs,
+    /// The proxy's limits and telemetry.
     #[command(flatten)]
     pub tuning: ProxyTuningArgs,
 }
 
+/// Flags of `token`.
 #[derive(Args, Debug, Default, Clone)]
 pub struct TokenArgs {
     /// Session the token is for.
@@ -252,7 +264,9 @@ pub struct ConfigErrors(pub Vec<String>);
 /// How logs are written to stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
+    /// One JSON object per line (ECS, CloudWatch).
     Json,
+    /// Human-readable lines (a terminal).
     Text,
 }
 
@@ -277,9 +291,13 @@ impl std::fmt::Debug for KeyConfig {
 /// How tokens are checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthConfig {
+    /// `SESSION_ID`: tokens for any other session are refused (empty in pool mode until a claim).
     pub session_id: String,
+    /// `PROJECT_ID`: when set, tokens for another project are refused.
     pub project_id: Option<String>,
+    /// Where the signing key comes from.
     pub key: KeyConfig,
+    /// `JWT_LEEWAY_SECONDS`: clock-skew leeway for `exp`, `nbf` and `iat`.
     pub leeway_seconds: u64,
 }
 
@@ -290,9 +308,13 @@ pub struct ProxyTuning {
     pub max_connections: usize,
     /// Connections not authenticated yet, and of those from one address.
     pub max_pending: usize,
+    /// The share of `max_pending` one client address may hold.
     pub max_pending_per_address: usize,
+    /// `METRICS_ADDR`: the metrics listener (`None`: off).
     pub metrics_addr: Option<SocketAddr>,
+    /// `PROXY_HEADER_TIMEOUT_SECONDS`: time to send a complete request head.
     pub header_timeout: Duration,
+    /// `LOG_FORMAT`.
     pub log_format: LogFormat,
 }
 
@@ -303,14 +325,20 @@ pub enum ContextSource {
     None,
     /// `s3://bucket/key`.
     Bucket {
+        /// `CONTEXT_ID`.
         context_id: String,
+        /// `CONTEXTS_BUCKET_NAME`.
         bucket: String,
+        /// The archive's key in the bucket.
         key: String,
     },
     /// `<dir>/<key>` (local platform).
     Directory {
+        /// `CONTEXT_ID`.
         context_id: String,
+        /// `CONTEXTS_DIR`.
         dir: PathBuf,
+        /// The archive's path under it.
         key: String,
     },
 }
@@ -318,41 +346,57 @@ pub enum ContextSource {
 /// Where the session item lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionStoreConfig {
+    /// No session item (local runs without a platform).
     None,
+    /// The DynamoDB sessions table of this name.
     Table(String),
+    /// A directory of session documents (local platform).
     Directory(PathBuf),
 }
 
 /// Where pool claims come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PoolQueue {
+    /// The SQS queue at this URL.
     Sqs(String),
+    /// A claims directory (local platform).
     Directory(PathBuf),
 }
 
 /// Where a pool controller finds the archives of the contexts it is claimed with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArchivePlace {
+    /// Nowhere: claims with a context fail.
     None,
+    /// The S3 bucket of this name.
     Bucket(String),
+    /// A directory of archives (local platform).
     Directory(PathBuf),
 }
 
 /// Pool mode of `run`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConfig {
+    /// Where claims come from.
     pub queue: PoolQueue,
+    /// Where claimed contexts' archives are.
     pub archives: ArchivePlace,
+    /// `POOL_IDLE_LIFETIME_SECONDS`: how long a warm controller waits for a claim before it exits.
     pub idle_lifetime: Duration,
+    /// `POOL_CLAIM_VISIBILITY_SECONDS`: how long a taken claim stays hidden from other tasks.
     pub visibility: Duration,
+    /// This controller's name (its task ARN on ECS).
     pub task_name: String,
 }
 
 /// `wallcrawler-controller run`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunConfig {
+    /// How tokens are checked.
     pub auth: AuthConfig,
+    /// Limits and telemetry of the proxy.
     pub tuning: ProxyTuning,
+    /// `CDP_PROXY_PORT`.
     pub proxy_port: u16,
     /// `CDP_PROXY_HOST`: the proxy's listen address (all interfaces by default).
     pub proxy_host: std::net::IpAddr,
@@ -360,16 +404,27 @@ pub struct RunConfig {
     pub disconnect_timeout: Duration,
     /// `CDP_DISCONNECT_GRACE`: how long a session waits once its last client has left.
     pub disconnect_grace: Duration,
+    /// How Chrome is launched.
     pub chrome: ChromeSettings,
+    /// Where the session item lives.
     pub store: SessionStoreConfig,
+    /// Which profile the task starts from.
     pub context: ContextSource,
+    /// `CONTEXT_PERSIST`: upload the profile at the end.
     pub context_persist: bool,
+    /// `PUBLIC_IP`: the address to announce instead of discovering one.
     pub public_ip: Option<std::net::IpAddr>,
+    /// `KEEP_ALIVE`, when the session item does not say.
     pub keep_alive: bool,
+    /// `SESSION_EXPIRES_AT` (Unix seconds), when the session item does not say.
     pub expires_at: Option<u64>,
+    /// `PROFILE_MAX_BYTES`: the most an unpacked profile may hold.
     pub profile_max_bytes: u64,
+    /// `PROFILE_MAX_ENTRIES`: the most entries a profile archive may have.
     pub profile_max_entries: u64,
+    /// `SHUTDOWN_BUDGET_SECONDS`: the whole end sequence, upload included.
     pub shutdown_budget: Duration,
+    /// `ECS_CONTAINER_METADATA_URI_V4`: the task metadata endpoint.
     pub metadata_uri: Option<String>,
     /// `ECS_AGENT_URI`: where a claimed pool task asks for scale-in protection.
     pub agent_uri: Option<String>,
@@ -384,45 +439,65 @@ pub struct RunConfig {
 /// Chrome launch settings common to `run` and `local`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChromeSettings {
+    /// `CHROME_PATH` (`None`: found on the `PATH`).
     pub path: Option<PathBuf>,
+    /// `CHROME_DEBUG_PORT` on 127.0.0.1 (0: any free port).
     pub debug_port: u16,
+    /// `USER_DATA_DIR` (`None`: a fresh temporary directory).
     pub user_data_dir: Option<PathBuf>,
+    /// `CHROME_FLAGS_FILE`, replacing the built-in flags.
     pub flags_file: Option<PathBuf>,
 }
 
 /// `wallcrawler-controller local`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalConfig {
+    /// The proxy's port on 127.0.0.1 (0: any free port).
     pub port: u16,
+    /// Lifetime of the printed token, in seconds.
     pub token_ttl: u64,
+    /// The literal signing key (`None`: one is generated).
     pub key: Option<String>,
+    /// How Chrome is launched.
     pub chrome: ChromeSettings,
+    /// Limits and telemetry of the proxy.
     pub tuning: ProxyTuning,
 }
 
 /// `wallcrawler-controller proxy`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyConfig {
+    /// Where the proxy listens.
     pub listen: SocketAddr,
+    /// The CDP endpoint behind it, `HOST:PORT`.
     pub upstream: String,
+    /// How tokens are checked.
     pub auth: AuthConfig,
+    /// Limits and telemetry of the proxy.
     pub tuning: ProxyTuning,
 }
 
 /// `wallcrawler-controller token`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenConfig {
+    /// The session the token is for.
     pub session_id: String,
+    /// The project the token is for (may be empty).
     pub project_id: String,
+    /// Lifetime in seconds.
     pub ttl: u64,
+    /// The signing key.
     pub key: String,
 }
 
 /// Which mode a setting default is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// `run`.
     Run,
+    /// `local`.
     Local,
+    /// `proxy`.
     Proxy,
 }
 
@@ -595,6 +670,7 @@ fn chrome_settings(r: &mut Reader<'_>, default_port: u16) -> ChromeSettings {
 }
 
 impl RunConfig {
+    /// Checks every setting of `s`, collecting every problem.
     pub fn from_settings(s: &Settings) -> Result<Self, ConfigErrors> {
         let mut r = Reader::new(s);
         let pool_queue = pool_queue(&mut r);
@@ -770,6 +846,7 @@ fn context_source(r: &mut Reader<'_>) -> ContextSource {
 }
 
 impl LocalConfig {
+    /// Checks the command line's arguments, collecting every problem.
     pub fn from_args(a: &LocalArgs) -> Result<Self, ConfigErrors> {
         let mut s = a.tuning.settings();
         let mut put = |k: &'static str, v: &Option<String>| {
@@ -786,6 +863,7 @@ impl LocalConfig {
         Self::from_settings(&s)
     }
 
+    /// Checks every setting of `s`, collecting every problem.
     pub fn from_settings(s: &Settings) -> Result<Self, ConfigErrors> {
         let mut r = Reader::new(s);
         let port = r.number("CDP_PROXY_PORT", 9223, 0, 65535) as u16;
@@ -805,6 +883,7 @@ impl LocalConfig {
 }
 
 impl ProxyConfig {
+    /// Checks the command line's arguments, collecting every problem.
     pub fn from_args(a: &ProxyArgs) -> Result<Self, ConfigErrors> {
         let mut s = a.auth.settings();
         s.extend(a.tuning.settings());
@@ -817,6 +896,7 @@ impl ProxyConfig {
         Self::from_settings(&s)
     }
 
+    /// Checks every setting of `s`, collecting every problem.
     pub fn from_settings(s: &Settings) -> Result<Self, ConfigErrors> {
         let mut r = Reader::new(s);
         let listen = match r.text("LISTEN") {
@@ -855,6 +935,7 @@ impl ProxyConfig {
 }
 
 impl TokenConfig {
+    /// Checks the command line's arguments, collecting every problem.
     pub fn from_args(a: &TokenArgs) -> Result<Self, ConfigErrors> {
         let mut s = Settings::new();
         for (k, v) in [
@@ -870,6 +951,7 @@ impl TokenConfig {
         Self::from_settings(&s)
     }
 
+    /// Checks every setting of `s`, collecting every problem.
     pub fn from_settings(s: &Settings) -> Result<Self, ConfigErrors> {
         let mut r = Reader::new(s);
         let session_id = r.required("SESSION_ID");
