@@ -34,6 +34,7 @@ pub trait KeySource: Send + Sync + 'static {
 pub struct StaticKeys(KeySet);
 
 impl StaticKeys {
+    /// A source that always answers with the one key `key`.
     pub fn new(key: &[u8]) -> Self {
         Self(Arc::new(vec![SigningKey::new(key)]))
     }
@@ -49,8 +50,10 @@ impl KeySource for StaticKeys {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
     #[error("{0}")]
+    /// The token was refused by the contract's rules (see [`TokenError`]).
     Token(#[from] TokenError),
     #[error("no signing key is loaded yet")]
+    /// The key source has no signing key loaded yet ([`KeySource::keys`] answered `None`).
     KeysUnavailable,
     /// A pool controller not claimed by a session yet: no token can be for it.
     #[error("this browser serves no session yet")]
@@ -115,6 +118,8 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
+    /// An authenticator already bound to `session_id` (and `project_id` when given): tokens are
+    /// checked against `keys` with `leeway_seconds` of allowed clock skew.
     pub fn new(
         keys: Arc<dyn KeySource>,
         session_id: String,

@@ -53,11 +53,14 @@ where
 
 /// The sessions table.
 pub struct DynamoSessions {
+    /// The DynamoDB client.
     pub client: aws_sdk_dynamodb::Client,
+    /// The sessions table's name.
     pub table: String,
 }
 
 impl DynamoSessions {
+    /// The adapter for `table`, with a client built from `sdk`.
     pub fn new(sdk: &aws_config::SdkConfig, table: String) -> Self {
         Self {
             client: aws_sdk_dynamodb::Client::new(sdk),
@@ -226,11 +229,14 @@ impl SessionStore for DynamoSessions {
 
 /// The contexts bucket.
 pub struct S3Archives {
+    /// The S3 client.
     pub client: aws_sdk_s3::Client,
+    /// The contexts bucket's name.
     pub bucket: String,
 }
 
 impl S3Archives {
+    /// The adapter for `bucket`, with a client built from `sdk`.
     pub fn new(sdk: &aws_config::SdkConfig, bucket: String) -> Self {
         Self {
             client: wallcrawler_aws::s3_client(sdk),
@@ -396,7 +402,9 @@ fn read_error(e: std::io::Error) -> StoreError {
 
 /// The signing secret in Secrets Manager.
 pub struct SecretsManagerSecret {
+    /// The Secrets Manager client.
     pub client: aws_sdk_secretsmanager::Client,
+    /// The secret's id (name or ARN).
     pub secret_id: String,
 }
 
@@ -466,7 +474,9 @@ impl SecretFetcher for SecretsManagerSecret {
 
 /// The pool's claims in an SQS queue.
 pub struct SqsClaims {
+    /// The SQS client.
     pub client: aws_sdk_sqs::Client,
+    /// The claims queue's URL.
     pub queue_url: String,
     /// How long a received claim stays invisible to other controllers.
     pub visibility: Duration,
@@ -551,6 +561,7 @@ impl ClaimQueue for SqsClaims {
 
 /// EC2's view of the task's network interface.
 pub struct Ec2Network {
+    /// The EC2 client.
     pub client: aws_sdk_ec2::Client,
 }
 

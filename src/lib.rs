@@ -27,6 +27,8 @@
 //! Modules only the controller itself uses are private to the crate; the public ones are what
 //! the binary, the integration tests, the benches and the examples drive.
 
+#![warn(missing_docs)]
+
 pub(crate) mod app;
 pub mod auth;
 pub mod aws;

@@ -27,21 +27,30 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// is kept as the error's source; the message shows its chain and never contains secrets.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The service could not be reached or answered with a transient failure: try again later.
     #[error("{service} is unreachable: {}", Chain(source.as_ref()))]
     Unavailable {
+        /// The service's name, as shown in errors.
         service: &'static str,
+        /// The underlying error.
         #[source]
         source: BoxError,
     },
+    /// The service refused the request: trying again will not help.
     #[error("{service} refused the request: {}", Chain(source.as_ref()))]
     Refused {
+        /// The service's name, as shown in errors.
         service: &'static str,
+        /// The underlying error.
         #[source]
         source: BoxError,
     },
+    /// Any other failure.
     #[error("{service}: {}", Chain(source.as_ref()))]
     Other {
+        /// The service's name, as shown in errors.
         service: &'static str,
+        /// The underlying error.
         #[source]
         source: BoxError,
     },
@@ -53,6 +62,7 @@ pub enum StoreError {
 pub struct Context {
     /// What was being done (fixed words: nothing a client or a service sent).
     pub what: &'static str,
+    /// The error that caused it.
     #[source]
     pub source: BoxError,
 }
@@ -114,10 +124,15 @@ impl StoreError {
 /// What the controller reads from the session item at start.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SessionRecord {
+    /// `internalStatus`, when present and known.
     pub internal_status: Option<InternalStatus>,
+    /// `signingKey`: the session's token, put into the connect URL.
     pub signing_key: Option<String>,
+    /// `keepAlive` (false when absent): the session is not ended by idleness.
     pub keep_alive: bool,
+    /// `expiresAt`, in unix seconds.
     pub expires_at: Option<u64>,
+    /// `projectId`, when present.
     pub project_id: Option<String>,
     /// `readyAt` is set: some controller served the session.
     pub ever_ready: bool,
@@ -128,15 +143,20 @@ pub struct SessionRecord {
 /// The READY write.
 #[derive(Debug, Clone)]
 pub struct ReadyUpdate {
+    /// `publicIP`: the address clients connect to.
     pub public_ip: String,
+    /// `ecsTaskArn`, when known.
     pub task_arn: Option<String>,
+    /// `connectUrl`, when the item has a signing key.
     pub connect_url: Option<String>,
+    /// When the session became ready (`readyAt`), an ISO 8601 timestamp.
     pub at: String,
 }
 
 /// Outcome of the conditional READY write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReadyResult {
+    /// The session is READY now.
     Ready,
     /// The session was no longer CREATING/PROVISIONING/STARTING (released or ended meanwhile).
     NotPending(Option<InternalStatus>),
@@ -144,6 +164,7 @@ pub enum ReadyResult {
 
 /// The session item, written only with conditional updates.
 pub trait SessionStore: Send + Sync {
+    /// The session item, `None` when there is none.
     fn load<'a>(
         &'a self,
         session_id: &'a str,
@@ -197,6 +218,7 @@ pub trait SecretFetcher: Send + Sync {
 
 /// Public address of the network interface holding a private address.
 pub trait NetworkLookup: Send + Sync {
+    /// The public address of the interface holding `private_ip`, `None` when it has none.
     fn public_ip_for<'a>(
         &'a self,
         private_ip: &'a str,
@@ -206,6 +228,7 @@ pub trait NetworkLookup: Send + Sync {
 /// A claim received from the pool's queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Received {
+    /// The claim message's body.
     pub body: Vec<u8>,
     /// What settles it (an SQS receipt handle, a claim file's name).
     pub receipt: String,
@@ -236,7 +259,9 @@ pub trait ClaimQueue: Send + Sync {
 
 /// Claims in a directory shared with the local platform ([`DirQueue`]), taken under `owner`.
 pub struct DirClaims {
+    /// The claims directory.
     pub queue: DirQueue,
+    /// Who takes the claims (this controller), as the queue records it.
     pub owner: String,
 }
 
@@ -294,6 +319,7 @@ impl ClaimQueue for DirClaims {
 
 /// Archives in a local directory (`<dir>/<key>`), for the local platform and benchmarks.
 pub struct DirectoryArchives {
+    /// The directory holding the archives.
     pub dir: PathBuf,
 }
 
@@ -373,6 +399,7 @@ pub struct DirectorySessions {
 }
 
 impl DirectorySessions {
+    /// Session items stored as files in `dir`.
     pub fn new(dir: PathBuf) -> Self {
         Self {
             store: wallcrawler_contract::session_doc::DirStore::new(dir),

@@ -92,6 +92,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome; the metrics keep one counter per entry, in this order.
     pub const ALL: [Outcome; 12] = [
         Self::Relayed,
         Self::Http,
@@ -107,6 +108,7 @@ impl Outcome {
         Self::ClientGone,
     ];
 
+    /// The outcome's metric label value.
     pub fn label(self) -> &'static str {
         match self {
             Self::Relayed => "relayed",

@@ -22,12 +22,14 @@ pub const MAX_JSON_BODY: usize = 32 * 1024 * 1024;
 /// A reachable CDP endpoint.
 #[derive(Debug)]
 pub struct Upstream {
+    /// Chrome's DevTools address (host and port).
     pub addr: SocketAddr,
     /// `/devtools/browser/<id>`, learned from `/json/version`.
     browser_path: Mutex<Option<String>>,
 }
 
 impl Upstream {
+    /// The endpoint at `addr`, with the browser target's path if it is already known.
     pub fn new(addr: SocketAddr, browser_path: Option<String>) -> Self {
         Self {
             addr,
@@ -60,6 +62,7 @@ pub enum UpstreamState {
     /// token); `/health` answers 200 `{"status":"warm"}`, so a container health check keeps
     /// the warm task.
     Warm,
+    /// Chrome is up and serves this session: requests are relayed to it.
     Ready(Arc<Upstream>),
     /// Chrome has gone (crash or shutdown): requests get 503.
     Gone,
@@ -73,8 +76,10 @@ pub fn upstream_channel() -> (watch::Sender<UpstreamState>, watch::Receiver<Upst
 /// Failures talking to the upstream (or another small HTTP endpoint: the ECS agent).
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
+    /// The TCP connection to the endpoint could not be made.
     #[error("connecting to the endpoint failed")]
     Connect(#[source] std::io::Error),
+    /// The endpoint did not answer within the deadline.
     #[error("the endpoint did not answer in time")]
     Timeout,
     /// Our request could not be built (a target the HTTP types refuse): our fault.
@@ -83,12 +88,19 @@ pub enum UpstreamError {
     /// The exchange failed on the wire: the endpoint closed, reset or spoke broken HTTP.
     #[error("the HTTP exchange with the endpoint failed")]
     Http(#[source] hyper::Error),
+    /// Reading from or writing to the endpoint failed.
     #[error("talking to the endpoint failed")]
     Io(#[source] std::io::Error),
+    /// The answer's body is larger than the cap.
     #[error("the endpoint's answer is larger than {limit} bytes")]
-    TooLarge { limit: usize },
+    TooLarge {
+        /// The cap in bytes.
+        limit: usize,
+    },
+    /// The answer (its head, or its JSON body) could not be parsed.
     #[error("the endpoint sent a malformed answer")]
     Malformed,
+    /// The endpoint answered with this unexpected status.
     #[error("the endpoint answered {0}")]
     Status(StatusCode),
 }
@@ -96,8 +108,11 @@ pub enum UpstreamError {
 /// An HTTP answer from the upstream.
 #[derive(Debug)]
 pub struct HttpAnswer {
+    /// The answer's status.
     pub status: StatusCode,
+    /// The answer's `Content-Type`, when it sent one.
     pub content_type: Option<HeaderValue>,
+    /// The answer's body (at most [`MAX_JSON_BODY`] bytes).
     pub body: Bytes,
 }
 

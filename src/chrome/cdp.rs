@@ -12,16 +12,26 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 /// Failures of a controller-side CDP command.
 #[derive(Debug, thiserror::Error)]
 pub enum CdpError {
+    /// The WebSocket handshake with Chrome's DevTools endpoint failed.
     #[error("connecting to chrome's devtools socket failed")]
     Connect(#[source] tokio_tungstenite::tungstenite::Error),
+    /// The open DevTools socket failed while sending or receiving.
     #[error("the devtools socket failed")]
     Socket(#[source] tokio_tungstenite::tungstenite::Error),
+    /// The socket closed before the answer to our command arrived.
     #[error("the devtools socket closed before the answer")]
     Closed,
+    /// Chrome did not answer within the command's deadline.
     #[error("chrome did not answer in time")]
     Timeout,
+    /// Chrome answered the command with an error.
     #[error("chrome refused {method}: {message}")]
-    Command { method: String, message: String },
+    Command {
+        /// The CDP method sent, e.g. `Browser.close`.
+        method: String,
+        /// Chrome's error message.
+        message: String,
+    },
 }
 
 /// One browser-level CDP connection.
@@ -31,6 +41,7 @@ pub struct Cdp {
 }
 
 impl Cdp {
+    /// Connects to the browser-level DevTools WebSocket at `ws_url`.
     pub async fn connect(ws_url: &str) -> Result<Cdp, CdpError> {
         let (ws, _) = tokio_tungstenite::connect_async(ws_url)
             .await

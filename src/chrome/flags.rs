@@ -20,12 +20,30 @@ const FORBIDDEN: [&str; 2] = ["--disable-web-security", "--remote-allow-origins"
 /// A problem in a flags file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FlagsError {
+    /// The file contains a flag the controller sets itself (profile directory, DevTools port, headless).
     #[error("line {line}: {flag} is set by the controller and may not appear in the flags file")]
-    Owned { line: usize, flag: String },
+    Owned {
+        /// 1-based line number in the flags file.
+        line: usize,
+        /// The flag as written.
+        flag: String,
+    },
+    /// The file contains a flag refused outright because it would weaken isolation.
     #[error("line {line}: {flag} is not allowed")]
-    Forbidden { line: usize, flag: String },
+    Forbidden {
+        /// 1-based line number in the flags file.
+        line: usize,
+        /// The flag as written.
+        flag: String,
+    },
+    /// A line that is not a flag (flags start with `--`).
     #[error("line {line}: {text:?} is not a flag (flags start with --)")]
-    NotAFlag { line: usize, text: String },
+    NotAFlag {
+        /// 1-based line number in the flags file.
+        line: usize,
+        /// The line's text.
+        text: String,
+    },
 }
 
 /// Parses a flags file: one flag per line, `#` comments, every `--disable-features=` merged

@@ -49,20 +49,28 @@ const CANDIDATES: [&str; 5] = [
 /// What can go wrong with Chrome.
 #[derive(Debug, thiserror::Error)]
 pub enum ChromeError {
+    /// No binary was given and none of the candidates is on the PATH.
     #[error("no Chrome binary found: set CHROME_PATH or --chrome-path, or install chromium (searched PATH for {})", CANDIDATES.join(", "))]
     NotFound,
+    /// The explicitly given binary does not exist or is not a file.
     #[error("the Chrome binary {0} does not exist or is not a file")]
     BadPath(PathBuf),
+    /// The profile (user data) directory could not be created or cleaned.
     #[error("could not prepare the profile directory {path}")]
     Profile {
+        /// The profile directory.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
+    /// Spawning the Chrome process failed.
     #[error("starting Chrome failed")]
     Spawn(#[source] std::io::Error),
+    /// Chrome exited (or had no pid) during startup; the text says how.
     #[error("Chrome exited during startup ({0})")]
     ExitedEarly(String),
+    /// Chrome's DevTools did not answer within this time.
     #[error("Chrome's DevTools did not answer within {0:?}")]
     NotReady(Duration),
 }
@@ -125,11 +133,15 @@ fn child_setup(command: &mut Command) {
 /// How to launch Chrome.
 #[derive(Debug, Clone)]
 pub struct LaunchOptions {
+    /// The Chrome binary to run.
     pub binary: PathBuf,
+    /// The profile (user data) directory, created if missing.
     pub user_data_dir: PathBuf,
     /// 0 = any free port, read back from `DevToolsActivePort`.
     pub debug_port: u16,
+    /// The flags from the flags file (checked), before the sandbox decision is applied.
     pub flags: Vec<String>,
+    /// How long to wait for DevTools to answer after the start.
     pub ready_timeout: Duration,
     /// Nice value for Chrome's whole process group from its start (`None`: the controller's).
     pub nice: Option<i32>,
@@ -294,6 +306,7 @@ impl Chrome {
         }
     }
 
+    /// The Chrome process's id (also its process group's id).
     pub fn pid(&self) -> u32 {
         self.pid.as_raw() as u32
     }
@@ -404,15 +417,20 @@ fn set_group_nice(pgid: Pid, nice: i32) -> std::io::Result<()> {
 /// How [`Chrome::close`] ended.
 #[derive(Debug)]
 pub enum CloseOutcome {
+    /// Chrome had already exited before closing began.
     AlreadyExited(ExitStatus),
     /// Exited after `Browser.close`: profile flushed.
     Clean(ExitStatus),
+    /// Exited after SIGTERM (`Browser.close` did not end it in time).
     Terminated(ExitStatus),
+    /// Exited only after SIGKILL to its process group.
     Killed(ExitStatus),
+    /// Not seen exiting even after SIGKILL (waited the rest of the budget, at least 500 ms).
     Stuck,
 }
 
 impl CloseOutcome {
+    /// Whether Chrome exited cleanly after `Browser.close` (its profile is flushed).
     pub fn is_clean(&self) -> bool {
         matches!(self, Self::Clean(_))
     }

@@ -31,6 +31,7 @@ pub enum Decision {
 }
 
 impl Decision {
+    /// Whether the sandbox is on for this launch.
     pub fn enabled(&self) -> bool {
         matches!(self, Self::On)
     }

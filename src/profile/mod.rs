@@ -46,48 +46,72 @@ const BLOCK: u64 = 512;
 /// Limits applied while unpacking.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// Cap on the entries' decompressed file contents, in bytes, all entries together.
     pub max_bytes: u64,
+    /// Cap on the number of entries.
     pub max_entries: u64,
 }
 
 /// Why an archive was refused or could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {
+    /// An entry's path is absolute.
     #[error("archive entry {0:?} has an absolute path")]
     AbsolutePath(String),
+    /// An entry's path contains `..`.
     #[error("archive entry {0:?} leaves the profile directory (..)")]
     ParentTraversal(String),
+    /// A hard link whose target is not a regular file this archive already wrote.
     #[error("archive entry {0:?} is a link pointing outside the profile directory")]
     LinkOutside(String),
     #[error(
         "archive entry {0:?} is a symbolic link; profile archives may not contain symbolic links"
     )]
+    /// A symbolic link (never allowed).
     Symlink(String),
     #[error(
         "archive has a {kind} header of {size} bytes (at most {MAX_EXTENSION_BYTES} are allowed)"
     )]
-    ExtensionTooLarge { kind: &'static str, size: u64 },
+    /// An extension header larger than [`MAX_EXTENSION_BYTES`].
+    ExtensionTooLarge {
+        /// Which extension header (e.g. a GNU long name or PAX header).
+        kind: &'static str,
+        /// Its declared size in bytes.
+        size: u64,
+    },
+    /// Writing the entry would go through a link (or onto a directory) already on disk.
     #[error("archive entry {0:?} would be written through a link")]
     ThroughLink(String),
+    /// A device file or FIFO.
     #[error("archive entry {0:?} is a device file or FIFO")]
     SpecialFile(String),
+    /// An entry type the unpacker does not support (e.g. GNU sparse files).
     #[error("archive entry {0:?} has an unsupported type")]
     UnsupportedType(String),
+    /// The contents exceed [`Limits::max_bytes`] (the cap).
     #[error("archive unpacks to more than {0} bytes")]
     TooLarge(u64),
+    /// More entries than [`Limits::max_entries`] (the cap).
     #[error("archive has more than {0} entries")]
     TooManyEntries(u64),
+    /// The archive stream is truncated or corrupt; the text says what was wrong.
     #[error("archive is truncated or corrupt: {0}")]
     Corrupt(String),
+    /// Writing into the profile directory failed.
     #[error("writing the profile failed at {path:?}")]
     Write {
+        /// The path being written, as shown in errors.
         path: String,
+        /// The I/O error.
         #[source]
         source: io::Error,
     },
+    /// Reading from the profile directory (while packing) failed.
     #[error("reading the profile failed at {path:?}")]
     Read {
+        /// The path being read, as shown in errors.
         path: String,
+        /// The I/O error.
         #[source]
         source: io::Error,
     },
@@ -96,8 +120,11 @@ pub enum ArchiveError {
 /// What unpacking did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct UnpackStats {
+    /// Entries unpacked (every entry counted against [`Limits::max_entries`]).
     pub entries: u64,
+    /// Bytes of file contents written.
     pub bytes: u64,
+    /// Excluded entries (e.g. `Singleton*` lock files) left out.
     pub skipped: u64,
 }
 
@@ -590,15 +617,26 @@ fn remove_existing(target: &Path, display: &str) -> Result<(), ArchiveError> {
 /// Why a file the controller itself reads from the profile was not read.
 #[derive(Debug, thiserror::Error)]
 pub enum OwnFileError {
+    /// The file is a symbolic link.
     #[error("{0:?} is a symbolic link")]
     Link(String),
+    /// The file is not a regular file (a directory, FIFO, device...).
     #[error("{0:?} is not a regular file")]
     NotRegular(String),
+    /// The file is larger than the cap.
     #[error("{path:?} is larger than {max} bytes")]
-    TooLarge { path: String, max: u64 },
+    TooLarge {
+        /// The file, as shown in errors.
+        path: String,
+        /// The cap in bytes.
+        max: u64,
+    },
+    /// Opening, inspecting or reading the file failed.
     #[error("reading {path:?} failed")]
     Io {
+        /// The file, as shown in errors.
         path: String,
+        /// The I/O error.
         #[source]
         source: io::Error,
     },
@@ -649,7 +687,9 @@ pub fn read_own_file(path: &Path, max: u64) -> Result<Option<Vec<u8>>, OwnFileEr
 /// What packing wrote.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PackStats {
+    /// Entries written (the extra files included).
     pub entries: u64,
+    /// Bytes of file contents written, before compression.
     pub bytes: u64,
 }
 

@@ -16,10 +16,13 @@ use crate::stores::{ArchiveStore, BoxRead, StoreError, retry};
 /// Why the profile could not be restored or saved.
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
+    /// Reading from or writing to the archive store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The archive was refused or could not be unpacked or packed.
     #[error(transparent)]
     Archive(#[from] ArchiveError),
+    /// The blocking thread that packs or unpacks the archive panicked or was cancelled.
     #[error("the archive worker stopped")]
     Worker(#[source] tokio::task::JoinError),
 }

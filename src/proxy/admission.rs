@@ -105,6 +105,7 @@ pub struct PendingSlot {
 /// Whether admitting a connection evicted another one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
+    /// Admitted without evicting anyone.
     Free,
     /// The oldest connection of the newcomer's own address, at its limit.
     EvictedSameAddress,
@@ -113,6 +114,7 @@ pub enum Admission {
 }
 
 impl Pending {
+    /// An empty pending budget with these limits (each raised to at least 1).
     pub fn new(limits: PendingLimits) -> Arc<Self> {
         Arc::new(Self {
             limits: PendingLimits {
@@ -168,6 +170,7 @@ impl Pending {
         self.state().total
     }
 
+    /// Whether no connection is pending now.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -185,6 +188,7 @@ impl PendingSlot {
         self.evicted.clone()
     }
 
+    /// Whether this connection has been evicted to admit another.
     pub fn is_evicted(&self) -> bool {
         self.evicted.is_cancelled()
     }

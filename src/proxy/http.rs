@@ -12,11 +12,13 @@ pub const MAX_HEADERS: usize = 64;
 /// A parsed request head.
 #[derive(Debug, Clone)]
 pub struct RequestHead {
+    /// The request method, e.g. `GET`.
     pub method: String,
     /// Path and query exactly as sent.
     pub target: String,
     /// 0 for HTTP/1.0, 1 for HTTP/1.1.
     pub version: u8,
+    /// The request's headers.
     pub headers: HeaderMap,
 }
 
@@ -86,8 +88,10 @@ impl RequestHead {
 #[cfg(test)]
 #[derive(Debug, thiserror::Error)]
 pub enum HeadError {
+    /// The head is larger than the allowed size.
     #[error("request headers too large")]
     TooLarge,
+    /// The head is not a valid HTTP/1.x request head.
     #[error("malformed request")]
     Malformed,
 }

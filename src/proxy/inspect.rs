@@ -45,7 +45,9 @@ const OP_CLOSE: u8 = 0x8;
 /// A piece of output: a range of the input just fed, or bytes the inspector held back earlier.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Segment {
+    /// This range of the input just fed, passed on unchanged.
     Input(Range<usize>),
+    /// Bytes held back earlier (or rewritten), passed on now.
     Owned(Vec<u8>),
 }
 

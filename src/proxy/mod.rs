@@ -77,7 +77,9 @@ pub struct Limits {
     pub max_connections: usize,
     /// Connections not authenticated yet, and how many of them one address may hold.
     pub pending: PendingLimits,
+    /// How long a client has to send its request head before it is answered 408.
     pub header_timeout: Duration,
+    /// Cap on a request head's size in bytes (hyper's header size limit).
     pub max_head_bytes: usize,
     /// Connecting to Chrome and getting its answer to the upgrade or a `/json` request.
     pub upstream_timeout: Duration,
@@ -158,6 +160,7 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// A proxy checking clients with `auth`, relaying to the Chrome that `upstream` announces; the relay loop runs on `tasks`.
     pub fn new(
         auth: Authenticator,
         upstream: watch::Receiver<UpstreamState>,
@@ -185,10 +188,12 @@ impl Proxy {
         self.clients.subscribe()
     }
 
+    /// The events the proxy reports to the session (e.g. a withheld `Browser.close`).
     pub fn events(&self) -> Arc<ProxyEvents> {
         self.events.clone()
     }
 
+    /// The proxy's Prometheus metrics.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }

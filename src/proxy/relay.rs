@@ -82,14 +82,19 @@ pub enum RelayEnd {
 /// Bytes moved by one relay.
 #[derive(Debug)]
 pub struct RelayOutcome {
+    /// Bytes relayed from the client to Chrome.
     pub client_to_chrome: u64,
+    /// Bytes relayed from Chrome to the client.
     pub chrome_to_client: u64,
+    /// Why the relay ended.
     pub end: RelayEnd,
 }
 
 /// One upgraded connection to relay.
 pub struct Job {
+    /// The client's socket, after the upgrade.
     pub client: std::net::TcpStream,
+    /// Chrome's socket, after its 101 answer.
     pub chrome: std::net::TcpStream,
     /// Bytes the client sent after its request head (go to Chrome first, through the
     /// inspector).
@@ -98,6 +103,7 @@ pub struct Job {
     pub chrome_prefix: Vec<u8>,
     /// Watch the client's messages for `Browser.close` (withheld, then `on_browser_close`).
     pub inspector: Option<Inspector>,
+    /// Called when the inspector withheld a client's `Browser.close`.
     pub on_browser_close: Box<dyn Fn() + Send>,
     /// Where the byte counts are added as they go.
     pub metrics: Arc<Metrics>,

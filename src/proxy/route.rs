@@ -22,7 +22,9 @@ pub enum Route {
 /// Why no route matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RouteError {
+    /// No route for this path (answered 404).
     NotFound,
+    /// The path exists, but not for this method (answered 405).
     MethodNotAllowed,
 }
 
