@@ -1381,7 +1381,6 @@ impl Signer for SecretsSigner {
 #[cfg(test)]
 mod signer_tests {
     use std::sync::Mutex;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use wallcrawler_aws::Failure;
     use wallcrawler_aws::keys::FetchMode;
@@ -1390,51 +1389,50 @@ mod signer_tests {
 
     use super::*;
 
-    /// A Secrets Manager that counts its calls; `key: None` refuses, `gate` holds fetches.
-    struct Fake {
-        calls: AtomicUsize,
-        key: Mutex<Option<String>>,
-        gate: tokio::sync::Semaphore,
-    }
+    /// How long each fetch of the fake takes (paused time): long enough for every
+    /// concurrent sign to join it.
+    const FETCH_TIME: Duration = Duration::from_secs(1);
+
+    /// A Secrets Manager holding (calls so far, the current key; `None` refuses).
+    struct Fake(Mutex<(usize, Option<&'static str>)>);
 
     impl KeyFetcher for Fake {
         type Error = SecretsError;
 
         fn fetch(&self, _: FetchMode) -> BoxFuture<'_, Result<Vec<SigningSecret>, SecretsError>> {
+            let current = {
+                let mut state = self.0.lock().unwrap();
+                state.0 += 1;
+                state.1
+            };
             Box::pin(async move {
-                self.calls.fetch_add(1, Ordering::SeqCst);
-                let _permit = self.gate.acquire().await.unwrap();
-                let secret = |k: &str| SigningSecret {
-                    algorithm: "HS256".into(),
-                    signing_key: k.to_owned(),
-                };
-                match self.key.lock().unwrap().clone() {
-                    // AWSCURRENT, then AWSPREVIOUS: only the first signs.
-                    Some(k) => Ok(vec![secret(&k), secret("previous")]),
-                    None => Err(SecretsError::Call {
-                        failure: Failure::Refused,
-                        source: "AccessDeniedException".into(),
-                    }),
-                }
+                tokio::time::sleep(FETCH_TIME).await;
+                let current = current.ok_or_else(|| SecretsError::Call {
+                    failure: Failure::Refused,
+                    source: "AccessDeniedException".into(),
+                })?;
+                // AWSCURRENT, then AWSPREVIOUS: only the first signs.
+                Ok([current, "previous"]
+                    .map(|k| SigningSecret {
+                        algorithm: "HS256".into(),
+                        signing_key: k.into(),
+                    })
+                    .into())
             })
         }
     }
 
     impl Fake {
         fn calls(&self) -> usize {
-            self.calls.load(Ordering::SeqCst)
+            self.0.lock().unwrap().0
         }
-        fn set_key(&self, key: Option<&str>) {
-            *self.key.lock().unwrap() = key.map(str::to_owned);
+        fn set_key(&self, key: Option<&'static str>) {
+            self.0.lock().unwrap().1 = key;
         }
     }
 
-    fn signer(key: Option<&str>) -> (Arc<Fake>, Arc<SecretsSigner>) {
-        let f = Arc::new(Fake {
-            calls: AtomicUsize::new(0),
-            key: Mutex::new(key.map(str::to_owned)),
-            gate: tokio::sync::Semaphore::new(1000),
-        });
+    fn signer(key: Option<&'static str>) -> (Arc<Fake>, Arc<SecretsSigner>) {
+        let f = Arc::new(Fake(Mutex::new((0, key))));
         (f.clone(), Arc::new(SecretsSigner::with_fetcher(f)))
     }
 
@@ -1464,15 +1462,12 @@ mod signer_tests {
         // After the TTL: one fetch shared by 20 concurrent signs.
         tokio::time::advance(Duration::from_millis(1)).await;
         f.set_key(Some("k2"));
-        let held = f.gate.acquire_many(1000).await.unwrap();
         let signs: Vec<_> = (0..20)
             .map(|_| {
                 let s = signer.clone();
                 tokio::spawn(async move { s.sign(claims()).await })
             })
             .collect();
-        tokio::task::yield_now().await;
-        drop(held);
         for t in signs {
             assert!(signed_with(&t.await.unwrap().unwrap(), "k2"));
         }
@@ -1482,9 +1477,12 @@ mod signer_tests {
         f.set_key(None);
         assert!(signed_with(&signer.sign(claims()).await.unwrap(), "k2"));
         assert_eq!(f.calls(), 3);
+        // Just after a failed fetch: the last good key at once, no new fetch.
+        assert!(signed_with(&signer.sign(claims()).await.unwrap(), "k2"));
+        assert_eq!(f.calls(), 3);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_signer_that_never_had_a_key_fails_and_tries_again_next_time() {
         let (f, signer) = signer(None);
         let e = signer.sign(claims()).await.unwrap_err();
