@@ -15,8 +15,8 @@ use wallcrawler_contract::{SigningKey, TokenError};
 use crate::proxy::discovery::token_params;
 use crate::proxy::http::RequestHead;
 
-/// The keys currently accepted.
-pub type KeySet = Arc<Vec<SigningKey>>;
+/// The keys currently accepted (the shared key cache's set).
+pub use wallcrawler_aws::keys::KeySet;
 
 /// Where signing keys come from.
 pub trait KeySource: Send + Sync + 'static {

@@ -8,22 +8,23 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_config::retry::RetryConfig;
-use aws_config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use futures_util::TryFutureExt as _;
 use futures_util::future::BoxFuture;
 use tokio::io::AsyncReadExt;
 use tracing::{debug, warn};
 use wallcrawler_aws::Failure;
+use wallcrawler_aws::keys::{FetchMode, KeyFetcher};
+use wallcrawler_aws::secrets::{SecretsError, SecretsManagerKeys};
 use wallcrawler_contract::session::attr;
 use wallcrawler_contract::{InternalStatus, SigningSecret};
 
 use crate::stores::{
-    ArchiveStore, BoxRead, ClaimQueue, Context, FetchMode, NetworkLookup, ReadyResult, ReadyUpdate,
-    Received, SecretFetcher, SessionRecord, SessionStore, StoreError,
+    ArchiveStore, BoxError, BoxRead, ClaimQueue, Context, NetworkLookup, ReadyResult, ReadyUpdate,
+    Received, SessionRecord, SessionStore, StoreError,
 };
 
 /// Size of one multipart upload part (S3's minimum is 5 MiB).
@@ -42,8 +43,11 @@ where
     E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
-    let class = wallcrawler_aws::classify(&e);
-    let source = e.into();
+    classified(service, wallcrawler_aws::classify(&e), e.into())
+}
+
+/// A failure of `service` as a store error, by its class.
+fn classified(service: &'static str, class: Failure, source: BoxError) -> StoreError {
     match class {
         Failure::Transient => StoreError::Unavailable { service, source },
         Failure::Refused => StoreError::Refused { service, source },
@@ -400,75 +404,29 @@ fn read_error(e: std::io::Error) -> StoreError {
     }
 }
 
-/// The signing secret in Secrets Manager.
-pub struct SecretsManagerSecret {
-    /// The Secrets Manager client.
-    pub client: aws_sdk_secretsmanager::Client,
-    /// The secret's id (name or ARN).
-    pub secret_id: String,
-}
+/// The signing secret in Secrets Manager: the workspace's one fetcher
+/// ([`SecretsManagerKeys`]), its failures as [`StoreError`]s.
+pub struct SecretsManagerSecret(pub SecretsManagerKeys);
 
 const SECRETS: &str = "Secrets Manager";
-/// Longest one call of a [`FetchMode::Quick`] fetch may take.
-const QUICK_FETCH_TIMEOUT: Duration = Duration::from_secs(2);
 
-impl SecretFetcher for SecretsManagerSecret {
+impl KeyFetcher for SecretsManagerSecret {
+    type Error = StoreError;
+
     fn fetch(&self, mode: FetchMode) -> BoxFuture<'_, Result<Vec<SigningSecret>, StoreError>> {
-        Box::pin(async move {
-            let mut out = Vec::with_capacity(2);
-            for stage in ["AWSCURRENT", "AWSPREVIOUS"] {
-                let request = self
-                    .client
-                    .get_secret_value()
-                    .secret_id(&self.secret_id)
-                    .version_stage(stage);
-                let answer = match mode {
-                    FetchMode::Patient => request.send().await,
-                    // A request waits on this one: no retries (their backoff would hold it),
-                    // and a short timeout.
-                    FetchMode::Quick => {
-                        request
-                            .customize()
-                            .config_override(
-                                aws_sdk_secretsmanager::config::Builder::default()
-                                    .retry_config(RetryConfig::disabled())
-                                    .timeout_config(
-                                        TimeoutConfig::builder()
-                                            .operation_timeout(QUICK_FETCH_TIMEOUT)
-                                            .build(),
-                                    ),
-                            )
-                            .send()
-                            .await
+        Box::pin(self.0.fetch(mode).map_err(|e| {
+            match e {
+                SecretsError::Call { failure, source } => classified(SECRETS, failure, source),
+                SecretsError::Unusable(e) => StoreError::Other {
+                    service: SECRETS,
+                    source: Context {
+                        what: "the AWSCURRENT secret is unusable",
+                        source: e.into(),
                     }
-                };
-                match answer {
-                    Ok(v) => {
-                        let text = v.secret_string().unwrap_or_default();
-                        match SigningSecret::parse(text) {
-                            Ok(secret) => out.push(secret),
-                            Err(e) if stage == "AWSCURRENT" => {
-                                return Err(StoreError::Other {
-                                    service: SECRETS,
-                                    source: Context {
-                                        what: "the AWSCURRENT secret is unusable",
-                                        source: e.into(),
-                                    }
-                                    .into(),
-                                });
-                            }
-                            Err(e) => warn!(stage, "ignoring the previous secret version: {e}"),
-                        }
-                    }
-                    Err(e)
-                        if stage == "AWSPREVIOUS"
-                            && e.as_service_error()
-                                .is_some_and(|se| se.is_resource_not_found_exception()) => {}
-                    Err(e) => return Err(sdk_error(SECRETS, e)),
-                }
+                    .into(),
+                },
             }
-            Ok(out)
-        })
+        }))
     }
 }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{error, info};
+use wallcrawler_aws::secrets::SecretsManagerKeys;
 use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::{Claims, SigningKey};
 
@@ -304,10 +305,9 @@ async fn task_deps(c: &RunConfig) -> Result<TaskDeps, DepsError> {
         }
     }
     if let (KeyConfig::SecretArn(arn), Some(sdk)) = (&c.auth.key, &sdk) {
-        deps.secrets = Some(Arc::new(aws::SecretsManagerSecret {
-            client: aws_sdk_secretsmanager::Client::new(sdk),
-            secret_id: arn.clone(),
-        }));
+        deps.secrets = Some(Arc::new(aws::SecretsManagerSecret(
+            SecretsManagerKeys::new(sdk, arn),
+        )));
     }
     if let (Some(_), None, Some(sdk)) = (&c.metadata_uri, &c.public_ip, &sdk) {
         deps.network = Some(Arc::new(aws::Ec2Network {
@@ -359,13 +359,12 @@ async fn proxy_keys(k: &KeyConfig, tasks: &Shutdown) -> Result<Arc<dyn KeySource
         KeyConfig::Literal(key) => Ok(Arc::new(StaticKeys::new(key.as_bytes()))),
         KeyConfig::SecretArn(arn) => {
             let sdk = aws::sdk_config().await;
-            let fetcher = Arc::new(aws::SecretsManagerSecret {
-                client: aws_sdk_secretsmanager::Client::new(&sdk),
-                secret_id: arn.clone(),
-            });
-            let cache = SecretKeyCache::new(fetcher, tasks);
+            let fetcher = Arc::new(aws::SecretsManagerSecret(SecretsManagerKeys::new(
+                &sdk, arn,
+            )));
+            let cache = SecretKeyCache::new(fetcher, tasks.tracker().clone());
             cache.load_initial(Duration::from_secs(10)).await?;
-            cache.spawn_refresher();
+            cache.spawn_refresher(tasks.token().clone());
             Ok(cache)
         }
     }

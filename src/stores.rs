@@ -1,8 +1,9 @@
 //! The narrow interfaces the controller needs from the outside world, named for what it needs:
 //! where the session item lives ([`SessionStore`]), where profile archives live
-//! ([`ArchiveStore`]), where the signing secret comes from ([`SecretFetcher`]), and how a
-//! private address maps to a public one ([`NetworkLookup`]). AWS implementations are in
-//! [`crate::aws`]; a local directory implementation of the archive store is here.
+//! ([`ArchiveStore`]), and how a private address maps to a public one ([`NetworkLookup`]).
+//! Where the signing secret comes from is [`crate::secrets::SecretFetcher`]. AWS
+//! implementations are in [`crate::aws`]; a local directory implementation of the archive
+//! store is here.
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -12,9 +13,9 @@ use backon::Retryable as _;
 use futures_util::future::BoxFuture;
 use tokio::io::{AsyncRead, AsyncWriteExt};
 use tracing::warn;
+use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::retry::{self, Transient};
-use wallcrawler_contract::{InternalStatus, SigningSecret};
 
 /// A stream of archive bytes.
 pub type BoxRead = Pin<Box<dyn AsyncRead + Send>>;
@@ -199,21 +200,6 @@ pub trait ArchiveStore: Send + Sync {
     /// Stores the archive read from `body`. The previous archive is replaced only once the new
     /// one is complete; a failed upload leaves it as it was. Returns the bytes stored.
     fn put<'a>(&'a self, key: &'a str, body: BoxRead) -> BoxFuture<'a, Result<u64, StoreError>>;
-}
-
-/// How hard one fetch of the signing secret tries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FetchMode {
-    /// Startup and the background refresh: the SDK's retries.
-    Patient,
-    /// A request is waiting (a token matched no key): one attempt, a short timeout.
-    Quick,
-}
-
-/// The signing secret's current and previous versions.
-pub trait SecretFetcher: Send + Sync {
-    /// `AWSCURRENT` first, then `AWSPREVIOUS` when there is one.
-    fn fetch(&self, mode: FetchMode) -> BoxFuture<'_, Result<Vec<SigningSecret>, StoreError>>;
 }
 
 /// Public address of the network interface holding a private address.

@@ -32,11 +32,10 @@ use crate::config::{ContextSource, KeyConfig, RunConfig};
 use crate::profile::{self, Limits, hydrate, persist_profile};
 use crate::proxy::Limits as ProxyLimits;
 use crate::public_ip;
-use crate::secrets::SecretKeyCache;
+use crate::secrets::{self, SecretFetcher, SecretKeyCache};
 use crate::shutdown::{Shutdown, Step, Steps};
 use crate::stores::{
-    ArchiveStore, NetworkLookup, ReadyResult, ReadyUpdate, SecretFetcher, SessionRecord,
-    SessionStore, retry,
+    ArchiveStore, NetworkLookup, ReadyResult, ReadyUpdate, SessionRecord, SessionStore, retry,
 };
 use crate::telemetry::clip;
 
@@ -56,7 +55,7 @@ pub const MAX_SESSION_COOKIES_BYTES: u64 = 16 << 20;
 pub struct TaskDeps {
     pub sessions: Option<Arc<dyn SessionStore>>,
     pub archives: Option<Arc<dyn ArchiveStore>>,
-    pub secrets: Option<Arc<dyn SecretFetcher>>,
+    pub secrets: Option<Arc<SecretFetcher>>,
     pub network: Option<Arc<dyn NetworkLookup>>,
     /// Pool mode: where claims come from.
     pub claims: Option<Arc<dyn crate::stores::ClaimQueue>>,
@@ -253,16 +252,16 @@ pub(crate) async fn load_keys(
             let Some(fetcher) = deps.secrets.clone() else {
                 return Err(item.fail("no Secrets Manager client", 0).await);
             };
-            let cache = SecretKeyCache::new(fetcher, tasks);
+            let cache = SecretKeyCache::new(fetcher, tasks.tracker().clone());
             if let Err(e) = cache.load_initial(STARTUP_RETRY).await {
                 error!(error = %e, "loading the signing secret failed");
                 let reason = format!(
                     "the signing secret is unavailable: {} (see the task log)",
-                    e.summary()
+                    secrets::summary(&e)
                 );
                 return Err(item.fail(&reason, 0).await);
             }
-            cache.spawn_refresher();
+            cache.spawn_refresher(tasks.token().clone());
             Ok(cache)
         }
     }

@@ -2,8 +2,12 @@
 //! same way: one SDK configuration ([`sdk_config`], with the timeouts each side needs), one S3
 //! client setup ([`s3_client`]), one classifier of failed calls ([`classify`], built on the
 //! contract's transient codes), and the sessions table's terminal-status write
-//! ([`terminal_update`]). Each crate keeps its own error type and its own narrow interfaces;
+//! ([`terminal_update`]), and the signing keys: one cache ([`keys`]) over one Secrets Manager
+//! fetcher ([`secrets`]). Each crate keeps its own error type and its own narrow interfaces;
 //! SDK types stay in their adapter modules and here.
+
+pub mod keys;
+pub mod secrets;
 
 use std::time::Duration;
 
