@@ -4,7 +4,11 @@
 //! Missing or unknown key: 401; inactive key or project, or a foreign project: 403. The raw key
 //! goes nowhere past this function.
 
+use std::time::Instant;
+
+use axum::extract::FromRequestParts;
 use axum::http::HeaderMap;
+use axum::http::request::Parts;
 
 use crate::app::App;
 use crate::error::ApiError;
@@ -22,6 +26,32 @@ pub struct Principal {
 impl Principal {
     pub fn project_id(&self) -> &str {
         &self.project.project_id
+    }
+}
+
+/// An authorised caller, as the handlers take it: the first extractor of each, so a request
+/// is refused (401/403) before its path, query or body is looked at.
+pub struct Caller {
+    /// The application state.
+    pub app: App,
+    /// Who is calling.
+    pub principal: Principal,
+    /// When the request began to be handled (authorisation included), for deadlines such as
+    /// the create's wait for READY.
+    pub started: Instant,
+}
+
+impl FromRequestParts<App> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self, ApiError> {
+        let started = Instant::now();
+        let principal = authorize(app, &parts.headers).await?;
+        Ok(Self {
+            app: app.clone(),
+            principal,
+            started,
+        })
     }
 }
 

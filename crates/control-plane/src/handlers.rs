@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, Query};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -18,7 +18,7 @@ use wallcrawler_contract::storage::profile_key;
 use wallcrawler_contract::{Claims, InternalStatus};
 
 use crate::app::App;
-use crate::auth::{Principal, authorize, check_body_project};
+use crate::auth::{Caller, Principal, check_body_project};
 use crate::error::ApiError;
 use crate::model::{ContextRecord, session_create_to_api, session_to_api};
 use crate::ports::{Cond, LaunchSpec};
@@ -229,10 +229,15 @@ async fn checked_request(
 }
 
 /// `POST /v1/sessions`.
-pub async fn create_session(State(app): State<App>, headers: HeaderMap, body: Bytes) -> ApiResult {
-    let started = Instant::now();
+pub async fn create_session(
+    Caller {
+        app,
+        principal: p,
+        started,
+    }: Caller,
+    body: Bytes,
+) -> ApiResult {
     let deadline = started + app.settings.create_wait;
-    let p = authorize(&app, &headers).await?;
     let req: CreateSession = parse_body(&body)?;
     let new = checked_request(&app, &p, req).await?;
 
@@ -332,11 +337,11 @@ pub struct ListQuery {
 
 /// `GET /v1/sessions[?status=…]`.
 pub async fn list_sessions(
-    State(app): State<App>,
-    headers: HeaderMap,
+    Caller {
+        app, principal: p, ..
+    }: Caller,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> ApiResult {
-    let p = authorize(&app, &headers).await?;
     // axum's own rejection is plain text; answer in Browserbase's error shape instead.
     let Query(q) = query
         .map_err(|e| ApiError::bad_request(format!("invalid query string: {}", e.body_text())))?;
@@ -365,11 +370,11 @@ pub async fn list_sessions(
 /// `GET /v1/sessions/{id}`: includes `connectUrl` and `signingKey` while running, so a client
 /// that got PENDING can poll for them.
 pub async fn get_session(
-    State(app): State<App>,
-    headers: HeaderMap,
+    Caller {
+        app, principal: p, ..
+    }: Caller,
     Path(id): Path<String>,
 ) -> ApiResult {
-    let p = authorize(&app, &headers).await?;
     let s = own_session(&app, &p, &id).await?;
     Ok(Json(session_create_to_api(&s)).into_response())
 }
@@ -383,12 +388,12 @@ struct UpdateSession {
 
 /// `POST /v1/sessions/{id}` with `{"status":"REQUEST_RELEASE"}`.
 pub async fn update_session(
-    State(app): State<App>,
-    headers: HeaderMap,
+    Caller {
+        app, principal: p, ..
+    }: Caller,
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult {
-    let p = authorize(&app, &headers).await?;
     let req: UpdateSession = parse_body(&body)?;
     check_body_project(&p, req.project_id.as_deref())?;
     match req.status.as_deref() {
@@ -425,11 +430,11 @@ pub async fn update_session(
 
 /// `GET /v1/sessions/{id}/debug`: the live page list from the running browser.
 pub async fn debug_session(
-    State(app): State<App>,
-    headers: HeaderMap,
+    Caller {
+        app, principal: p, ..
+    }: Caller,
     Path(id): Path<String>,
 ) -> ApiResult {
-    let p = authorize(&app, &headers).await?;
     let s = own_session(&app, &p, &id).await?;
     let (Some(url), Some(token), true) = (
         s.connect_url.as_deref(),
@@ -455,8 +460,7 @@ pub async fn debug_session(
 }
 
 /// Browserbase endpoints not implemented yet.
-pub async fn not_implemented(State(app): State<App>, headers: HeaderMap) -> ApiResult {
-    authorize(&app, &headers).await?;
+pub async fn not_implemented(_: Caller) -> ApiResult {
     Err(ApiError::not_implemented(
         "this endpoint (downloads, uploads, logs, recordings, extensions) is not implemented by Wallcrawler yet",
     ))
@@ -485,8 +489,12 @@ async fn upload_answer(app: &App, c: &ContextRecord) -> Result<Value, ApiError> 
 }
 
 /// `POST /v1/contexts`.
-pub async fn create_context(State(app): State<App>, headers: HeaderMap, body: Bytes) -> ApiResult {
-    let p = authorize(&app, &headers).await?;
+pub async fn create_context(
+    Caller {
+        app, principal: p, ..
+    }: Caller,
+    body: Bytes,
+) -> ApiResult {
     let req: CreateContext = parse_body(&body)?;
     check_body_project(&p, req.project_id.as_deref())?;
     let id = format!("ctx_{}", uuid::Uuid::new_v4().simple());
@@ -513,21 +521,21 @@ async fn own_context(app: &App, p: &Principal, id: &str) -> Result<ContextRecord
 
 /// `GET /v1/contexts/{id}`.
 pub async fn get_context(
-    State(app): State<App>,
-    headers: HeaderMap,
+    Caller {
+        app, principal: p, ..
+    }: Caller,
     Path(id): Path<String>,
 ) -> ApiResult {
-    let p = authorize(&app, &headers).await?;
     Ok(Json(own_context(&app, &p, &id).await?.to_api()).into_response())
 }
 
 /// `PUT /v1/contexts/{id}`: a fresh upload URL.
 pub async fn update_context(
-    State(app): State<App>,
-    headers: HeaderMap,
+    Caller {
+        app, principal: p, ..
+    }: Caller,
     Path(id): Path<String>,
 ) -> ApiResult {
-    let p = authorize(&app, &headers).await?;
     let c = own_context(&app, &p, &id).await?;
     app.contexts.touch(&id, &app.now_iso()).await?;
     Ok(Json(upload_answer(&app, &c).await?).into_response())
@@ -535,11 +543,11 @@ pub async fn update_context(
 
 /// `DELETE /v1/contexts/{id}`: refused while a session still uses it.
 pub async fn delete_context(
-    State(app): State<App>,
-    headers: HeaderMap,
+    Caller {
+        app, principal: p, ..
+    }: Caller,
     Path(id): Path<String>,
 ) -> ApiResult {
-    let p = authorize(&app, &headers).await?;
     let c = own_context(&app, &p, &id).await?;
     if let Some(s) = app
         .sessions
@@ -559,8 +567,11 @@ pub async fn delete_context(
 }
 
 /// `GET /v1/projects`: the projects this key may use.
-pub async fn list_projects(State(app): State<App>, headers: HeaderMap) -> ApiResult {
-    let p = authorize(&app, &headers).await?;
+pub async fn list_projects(
+    Caller {
+        app, principal: p, ..
+    }: Caller,
+) -> ApiResult {
     let mut out = Vec::new();
     for id in &p.project_ids {
         // Inactive projects are not the key's to read (403 by id), so they are not listed.
@@ -596,22 +607,22 @@ async fn own_project(
 
 /// `GET /v1/projects/{id}`.
 pub async fn get_project(
-    State(app): State<App>,
-    headers: HeaderMap,
+    Caller {
+        app, principal: p, ..
+    }: Caller,
     Path(id): Path<String>,
 ) -> ApiResult {
-    let p = authorize(&app, &headers).await?;
     Ok(Json(own_project(&app, &p, &id).await?.to_api()).into_response())
 }
 
 /// `GET /v1/projects/{id}/usage`: browser minutes (per session, (`endedAt` or now) −
 /// `startedAt`, rounded up) and proxy bytes.
 pub async fn project_usage(
-    State(app): State<App>,
-    headers: HeaderMap,
+    Caller {
+        app, principal: p, ..
+    }: Caller,
     Path(id): Path<String>,
 ) -> ApiResult {
-    let p = authorize(&app, &headers).await?;
     own_project(&app, &p, &id).await?;
     let now = app.clock.now_millis();
     let (mut minutes, mut bytes) = (0u64, 0u64);
