@@ -6,6 +6,8 @@
 //! fetcher ([`secrets`]). Each crate keeps its own error type and its own narrow interfaces;
 //! SDK types stay in their adapter modules and here.
 
+#![warn(missing_docs)]
+
 pub mod keys;
 pub mod secrets;
 

@@ -26,9 +26,11 @@ pub const MAX_CLAIM_BYTES: usize = 4096;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClaimContext {
+    /// The context's id (`ctx_…`).
     pub id: String,
     /// The archive key, `<projectId>/<contextId>/profile.tar.gz`.
     pub key: String,
+    /// `true` when the controller uploads the profile archive again at the session's end.
     pub persist: bool,
 }
 
@@ -36,8 +38,11 @@ pub struct ClaimContext {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Claim {
+    /// The session to serve (`sess_…`).
     pub session_id: String,
+    /// The project that owns the session; the claim's archive key must be under it.
     pub project_id: String,
+    /// The context whose profile the session hydrates; absent for a fresh, empty profile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<ClaimContext>,
 }
@@ -45,12 +50,16 @@ pub struct Claim {
 /// Why a claim was refused (a poison message).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClaimError {
+    /// Over [`MAX_CLAIM_BYTES`].
     #[error("the claim is larger than {MAX_CLAIM_BYTES} bytes")]
     TooLarge,
+    /// Not JSON of the [`Claim`] shape; the parser's message (a position, never the input).
     #[error("the claim is not valid JSON of the claim shape: {0}")]
     Shape(String),
+    /// The named id is not of the platform's id alphabet.
     #[error("the claim's {0} is not a valid id")]
     BadId(&'static str),
+    /// The context's key is not `<projectId>/<contextId>/profile.tar.gz` of this claim.
     #[error("the claim's context key is not the context's own archive key")]
     BadKey,
 }
@@ -91,6 +100,7 @@ impl Claim {
         Ok(c)
     }
 
+    /// The claim as the queue carries it (JSON, camelCase fields).
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("claims serialize")
     }
@@ -99,6 +109,7 @@ impl Claim {
 /// A claim taken from a [`DirQueue`]: its body and the handle to settle it with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taken {
+    /// The claim's bytes as the control plane wrote them.
     pub body: Vec<u8>,
     /// The claim's file name in `taken/` (without the owner suffix).
     pub name: String,
@@ -127,10 +138,12 @@ const SERVED: &str = "served";
 const DEAD: &str = "dead";
 
 impl DirQueue {
+    /// A queue rooted at `dir` (nothing is created until [`DirQueue::init`]).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self { dir: dir.into() }
     }
 
+    /// The queue's root directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -12,6 +12,8 @@
 //! - [`storage`]: the S3 key layout of context profile archives.
 //! - [`time`]: ISO 8601 timestamps as the session table stores them.
 
+#![warn(missing_docs)]
+
 pub mod claim;
 pub mod retry;
 pub mod secret;

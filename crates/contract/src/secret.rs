@@ -7,17 +7,22 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct SigningSecret {
+    /// `algorithm`: always `HS256`.
     pub algorithm: String,
+    /// `signingKey`: the HMAC key as a string.
     pub signing_key: String,
 }
 
 /// Why a secret value could not be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SecretError {
+    /// The secret string is not JSON of that object shape.
     #[error("the secret is not the JSON object {{\"algorithm\",\"signingKey\"}}")]
     Shape,
+    /// `algorithm` is anything but `HS256`.
     #[error("the secret's algorithm is {0:?}; only HS256 is supported")]
     Algorithm(String),
+    /// `signingKey` is the empty string.
     #[error("the secret's signingKey is empty")]
     EmptyKey,
 }

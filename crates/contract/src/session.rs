@@ -6,14 +6,23 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum InternalStatus {
+    /// `CREATING`: the item is written; no task started yet.
     Creating,
+    /// `PROVISIONING`: the task is being placed (a pool task claimed, or ECS started).
     Provisioning,
+    /// `STARTING`: the controller is preparing the profile and Chrome.
     Starting,
+    /// `READY`: Chrome and the proxy answer; `connectUrl` and `publicIP` are set.
     Ready,
+    /// `ACTIVE`: a client is connected.
     Active,
+    /// `TERMINATING`: the session is ending (saving the profile, closing Chrome).
     Terminating,
+    /// `STOPPED`: ended normally (release, `Browser.close`, idle timeout).
     Stopped,
+    /// `FAILED`: ended by a failure; `terminationReason` says which.
     Failed,
+    /// `TIMED_OUT`: ended at `expiresAt`.
     TimedOut,
 }
 
@@ -21,14 +30,20 @@ pub enum InternalStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SdkStatus {
+    /// `PENDING`: not running yet.
     Pending,
+    /// `RUNNING`: the browser is reachable at `connectUrl`.
     Running,
+    /// `COMPLETED`: ended normally.
     Completed,
+    /// `ERROR`: ended by a failure.
     Error,
+    /// `TIMED_OUT`: ended at its expiry.
     TimedOut,
 }
 
 impl InternalStatus {
+    /// Every internal status, in lifecycle order.
     pub const ALL: [InternalStatus; 9] = [
         Self::Creating,
         Self::Provisioning,
@@ -62,6 +77,7 @@ impl InternalStatus {
         matches!(self, Self::Stopped | Self::Failed | Self::TimedOut)
     }
 
+    /// The attribute value (`SCREAMING_SNAKE_CASE`, as serde writes it).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Creating => "CREATING",
@@ -76,12 +92,14 @@ impl InternalStatus {
         }
     }
 
+    /// The status whose attribute value is `s`; `None` for anything else (case matters).
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|v| v.as_str() == s)
     }
 }
 
 impl SdkStatus {
+    /// The attribute value (`SCREAMING_SNAKE_CASE`, as serde writes it).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "PENDING",
@@ -146,27 +164,49 @@ mod tests {
 
 /// Attribute names of the `wallcrawler-sessions` item (see the DynamoDB schema).
 pub mod attr {
+    /// `sessionId`: the key, `sess_<uuid>`.
     pub const SESSION_ID: &str = "sessionId";
+    /// `status`: the SDK-visible [`SdkStatus`](super::SdkStatus).
     pub const STATUS: &str = "status";
+    /// `internalStatus`: the detailed [`InternalStatus`](super::InternalStatus).
     pub const INTERNAL_STATUS: &str = "internalStatus";
+    /// `projectId`: the owning project.
     pub const PROJECT_ID: &str = "projectId";
+    /// `createdAt`: ISO 8601, when the API created the item.
     pub const CREATED_AT: &str = "createdAt";
+    /// `updatedAt`: ISO 8601, the last status write.
     pub const UPDATED_AT: &str = "updatedAt";
+    /// `startedAt`: ISO 8601, when the task was started (browser minutes count from here).
     pub const STARTED_AT: &str = "startedAt";
+    /// `readyAt`: ISO 8601, when the controller announced READY.
     pub const READY_AT: &str = "readyAt";
+    /// `endedAt`: ISO 8601, written last at the end (after any profile upload).
     pub const ENDED_AT: &str = "endedAt";
+    /// `expiresAt`: Unix seconds (a number) when the session times out.
     pub const EXPIRES_AT: &str = "expiresAt";
+    /// `keepAlive`: `true` when the session survives its clients disconnecting.
     pub const KEEP_ALIVE: &str = "keepAlive";
+    /// `region`: the AWS region the session was asked for.
     pub const REGION: &str = "region";
+    /// `publicIP`: the address clients connect to.
     pub const PUBLIC_IP: &str = "publicIP";
+    /// `ecsTaskArn`: the ECS task serving the session, when known.
     pub const ECS_TASK_ARN: &str = "ecsTaskArn";
+    /// `connectUrl`: `ws://<publicIP>:<port>?signingKey=<token>`.
     pub const CONNECT_URL: &str = "connectUrl";
+    /// `signingKey`: the session's CDP access token (a JWT).
     pub const SIGNING_KEY: &str = "signingKey";
+    /// `contextId`: the context whose profile the session uses.
     pub const CONTEXT_ID: &str = "contextId";
+    /// `contextPersist`: `true` when the profile is uploaded again at the end.
     pub const CONTEXT_PERSIST: &str = "contextPersist";
+    /// `contextStorageKey`: the archive's S3 key, `<projectId>/<contextId>/profile.tar.gz`.
     pub const CONTEXT_STORAGE_KEY: &str = "contextStorageKey";
+    /// `proxyBytes`: bytes the proxy relayed, both directions together.
     pub const PROXY_BYTES: &str = "proxyBytes";
+    /// `terminationReason`: why a FAILED session failed.
     pub const TERMINATION_REASON: &str = "terminationReason";
+    /// `userMetadata`: the client's free-form JSON, kept as given.
     pub const USER_METADATA: &str = "userMetadata";
 }
 

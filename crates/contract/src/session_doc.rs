@@ -21,49 +21,70 @@ use crate::session::InternalStatus;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionDoc {
+    /// `sessionId`: `sess_<uuid>`.
     pub session_id: String,
     /// SDK-visible status.
     pub status: String,
+    /// `internalStatus`: the detailed lifecycle status.
     pub internal_status: String,
+    /// `projectId`: the owning project.
     pub project_id: String,
+    /// `createdAt`: ISO 8601.
     pub created_at: String,
+    /// `updatedAt`: ISO 8601, the last status write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<String>,
+    /// `startedAt`: ISO 8601, when the task was started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<String>,
+    /// `readyAt`: ISO 8601, when the controller announced READY.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_at: Option<String>,
+    /// `endedAt`: ISO 8601, written last (after any profile upload).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<String>,
     /// Unix seconds.
     pub expires_at: u64,
+    /// `keepAlive`: survives its clients disconnecting.
     #[serde(default)]
     pub keep_alive: bool,
+    /// `region`: the region the session was asked for.
     #[serde(default)]
     pub region: String,
+    /// `publicIP`: the address clients connect to.
     #[serde(rename = "publicIP", default, skip_serializing_if = "Option::is_none")]
     pub public_ip: Option<String>,
+    /// `ecsTaskArn`: the task serving the session, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ecs_task_arn: Option<String>,
+    /// `connectUrl`: `ws://<publicIP>:<port>?signingKey=<token>`, once READY.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_url: Option<String>,
+    /// `signingKey`: the session's CDP access token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signing_key: Option<String>,
+    /// `contextId`: the context whose profile the session uses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
+    /// `contextPersist`: the profile is uploaded again at the end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_persist: Option<bool>,
+    /// `contextStorageKey`: the archive's key, `<projectId>/<contextId>/profile.tar.gz`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_storage_key: Option<String>,
+    /// `proxyBytes`: bytes relayed, both directions together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_bytes: Option<u64>,
+    /// `terminationReason`: why a FAILED session failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub termination_reason: Option<String>,
+    /// `userMetadata`: the client's free-form JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_metadata: Option<serde_json::Value>,
 }
 
 impl SessionDoc {
+    /// The internal status; `None` when the stored string is none of them.
     pub fn internal(&self) -> Option<InternalStatus> {
         InternalStatus::parse(&self.internal_status)
     }
@@ -78,21 +99,30 @@ impl SessionDoc {
 /// Why a document operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DocError {
+    /// No document for this session id.
     #[error("session {0} does not exist")]
     Missing(String),
+    /// A create found a document for this session id already.
     #[error("session {0} already exists")]
     Exists(String),
+    /// The id is not of the platform's id alphabet, so it cannot name a file.
     #[error("session id {0:?} is not a valid file name")]
     BadId(String),
+    /// Reading or writing the document failed.
     #[error("session document {path}: {source}")]
     Io {
+        /// The document's path.
         path: String,
+        /// What the file system said.
         #[source]
         source: io::Error,
     },
+    /// The document is not a session document.
     #[error("session document {path} is not valid JSON: {source}")]
     Json {
+        /// The document's path.
         path: String,
+        /// What the parser said.
         #[source]
         source: serde_json::Error,
     },
@@ -105,10 +135,12 @@ pub struct DirStore {
 }
 
 impl DirStore {
+    /// A store in `dir` (the directory is created, owner-only, on the first write).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self { dir: dir.into() }
     }
 
+    /// The store's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

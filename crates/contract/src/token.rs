@@ -70,20 +70,32 @@ impl std::fmt::Debug for SigningKey {
 /// The claims the control plane mints.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Claims {
+    /// `iss`: always `wallcrawler`.
     pub iss: String,
+    /// `sub`: the session id, as `sessionId`.
     pub sub: String,
+    /// `aud`: `["cdp-access"]`.
     pub aud: Vec<String>,
+    /// `exp`: Unix seconds when the token expires (the session's timeout by default).
     pub exp: u64,
+    /// `iat`: Unix seconds when it was minted.
     pub iat: u64,
+    /// `nbf`: Unix seconds from which it is valid (the minting time).
     pub nbf: u64,
+    /// `jti`: the nonce again, as a token id.
     pub jti: String,
+    /// `sessionId`: the only session the token opens.
     #[serde(rename = "sessionId")]
     pub session_id: String,
+    /// `projectId`: the session's project.
     #[serde(rename = "projectId")]
     pub project_id: String,
+    /// `nonce`: 128 random bits, lower-case hex.
     pub nonce: String,
+    /// `userId`: informational, optional.
     #[serde(rename = "userId", skip_serializing_if = "Option::is_none", default)]
     pub user_id: Option<String>,
+    /// `ipAddress`: informational, optional.
     #[serde(rename = "ipAddress", skip_serializing_if = "Option::is_none", default)]
     pub ip_address: Option<String>,
 }
@@ -137,8 +149,11 @@ pub fn random_hex(n: usize) -> String {
 /// What the verifier expects of a token, and the time it checks against.
 #[derive(Debug, Clone, Copy)]
 pub struct Validation<'a> {
+    /// The session this task serves; the token's `sessionId` (and `sub`) must equal it.
     pub session_id: &'a str,
+    /// When set, the token's `projectId` must equal it.
     pub project_id: Option<&'a str>,
+    /// Clock-skew allowance, in seconds, for `exp`, `nbf` and `iat`.
     pub leeway_seconds: u64,
     /// Seconds since the Unix epoch.
     pub now: u64,
@@ -147,8 +162,11 @@ pub struct Validation<'a> {
 /// What a verified token says that the proxy uses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verified {
+    /// The token's `sessionId`.
     pub session_id: String,
+    /// The token's `projectId`, when it has one.
     pub project_id: Option<String>,
+    /// The token's `exp` in Unix seconds (a JSON number, so possibly fractional).
     pub exp: f64,
     /// Index into the key list of the key that verified the signature.
     pub key_index: usize,
@@ -157,34 +175,49 @@ pub struct Verified {
 /// Why a token was refused. Messages are for logs and never contain the token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {
+    /// Neither the query nor the header carried a token.
     #[error("no token was presented")]
     Missing,
+    /// The same source carried two tokens.
     #[error("more than one token of the same kind was presented")]
     Ambiguous,
+    /// Longer than 4096 bytes.
     #[error("the token is longer than 4096 bytes")]
     TooLarge,
+    /// Not three base64url parts with JSON header and payload.
     #[error("the token is not a well-formed JWT")]
     Malformed,
+    /// The header's `alg` is not `HS256`.
     #[error("the token's algorithm is not HS256")]
     Algorithm,
+    /// The signature matches none of the cached keys.
     #[error("the token's signature matches no current signing key")]
     Signature,
+    /// No `exp` claim.
     #[error("the token has no exp claim")]
     MissingExpiry,
+    /// `exp` (plus leeway) has passed.
     #[error("the token has expired")]
     Expired,
+    /// `exp` is further ahead than the longest session lasts.
     #[error("the token's exp is further ahead than the longest session")]
     ExpiryTooFar,
+    /// `nbf` is in the future (beyond leeway).
     #[error("the token is not valid yet (nbf in the future)")]
     NotYetValid,
+    /// `iat` is in the future (beyond leeway).
     #[error("the token was issued in the future (iat)")]
     IssuedInFuture,
+    /// `iss` is not `wallcrawler`.
     #[error("the token's issuer is not wallcrawler")]
     Issuer,
+    /// `aud` does not contain `cdp-access`.
     #[error("the token's audience does not include cdp-access")]
     Audience,
+    /// `sessionId` or `sub` names another session.
     #[error("the token is for another session")]
     Session,
+    /// `projectId` names another project than the task's.
     #[error("the token is for another project")]
     Project,
 }

@@ -12,8 +12,10 @@ use crate::ports::{KeyRepo, ProjectRepo};
 /// Why an administrative action was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
+    /// The input was refused (a bad id, a missing project, an unknown key); the message says which.
     #[error("{0}")]
     Invalid(String),
+    /// A table could not be read or written.
     #[error(transparent)]
     Store(#[from] PortError),
 }
@@ -21,12 +23,15 @@ pub enum AdminError {
 /// A new project.
 #[derive(Debug, Clone)]
 pub struct NewProject {
+    /// `name`: shown to people.
     pub name: String,
     /// `proj_<random>` when not given.
     pub project_id: Option<String>,
+    /// `concurrency`: how many sessions may be live at once.
     pub concurrency: u64,
     /// Seconds.
     pub default_timeout: u64,
+    /// `ownerId`: who owns it, free-form.
     pub owner_id: Option<String>,
 }
 

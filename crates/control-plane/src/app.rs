@@ -16,6 +16,7 @@ pub struct Settings {
     /// first 250 ms, then doubling up to `poll_every`, so a READY from a warm pool task is seen
     /// within milliseconds and a slow start costs few reads.
     pub poll_first: Duration,
+    /// Upper bound of that poll interval.
     pub poll_every: Duration,
     /// Default region reported when the request names none.
     pub region: String,
@@ -38,24 +39,35 @@ impl Default for Settings {
 /// Everything a handler uses.
 #[derive(Clone)]
 pub struct App {
+    /// Session items.
     pub sessions: Arc<dyn SessionRepo>,
+    /// Project records.
     pub projects: Arc<dyn ProjectRepo>,
     /// Projects' concurrency slots.
     pub slots: Arc<dyn SlotRepo>,
+    /// API-key records.
     pub keys: Arc<dyn KeyRepo>,
+    /// Context records and their writer leases.
     pub contexts: Arc<dyn ContextRepo>,
+    /// Presigned upload URLs and deletion of context archives.
     pub archives: Arc<dyn ArchiveUrls>,
+    /// Starts and stops controller tasks.
     pub launcher: Arc<dyn Launcher>,
+    /// Signs CDP tokens.
     pub signer: Arc<dyn Signer>,
+    /// The time handlers see (fixed in tests).
     pub clock: Arc<dyn Clock>,
+    /// The API's settings.
     pub settings: Settings,
 }
 
 impl App {
+    /// Now as ISO 8601 with milliseconds, as the tables store timestamps.
     pub fn now_iso(&self) -> String {
         wallcrawler_contract::time::iso8601_millis(self.clock.now_millis())
     }
 
+    /// Now in Unix seconds.
     pub fn now_secs(&self) -> u64 {
         self.clock.now_millis() / 1000
     }

@@ -17,13 +17,16 @@ use crate::model::{Project, hash_api_key};
 /// Who is calling.
 #[derive(Debug, Clone)]
 pub struct Principal {
+    /// The selected project (`x-wc-project-id`, else the key's `projectId`), known to be ACTIVE.
     pub project: Project,
     /// Every project the key may use.
     pub project_ids: Vec<String>,
+    /// The key's SHA-256 hex (never the raw key).
     pub key_hash: String,
 }
 
 impl Principal {
+    /// The selected project's id.
     pub fn project_id(&self) -> &str {
         &self.project.project_id
     }

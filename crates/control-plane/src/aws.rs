@@ -98,6 +98,7 @@ impl Tables {
         }
     }
 
+    /// Reads the process environment.
     pub fn from_env() -> Self {
         Self::from_source(&|k| std::env::var(k).ok())
     }
@@ -125,9 +126,11 @@ pub struct EcsSettings {
 /// Everything the API function needs besides the SDK's own configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
+    /// The four DynamoDB tables.
     pub tables: Tables,
     /// `CONTEXTS_BUCKET_NAME` (required).
     pub contexts_bucket: String,
+    /// How session tasks are started on ECS.
     pub ecs: EcsSettings,
     /// `CDP_PROXY_PORT`, default 9223 (passed on to the task).
     pub cdp_proxy_port: u16,
@@ -388,6 +391,7 @@ pub struct DynamoSessions {
 }
 
 impl DynamoSessions {
+    /// Sessions in `table` (`sessionId` key).
     pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
         Self {
             client,
@@ -775,6 +779,7 @@ impl Table {
 pub struct DynamoProjects(Table);
 
 impl DynamoProjects {
+    /// Projects in `table` (`projectId` key).
     pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
         Self(Table {
             client,
@@ -801,6 +806,7 @@ impl ProjectRepo for DynamoProjects {
 pub struct DynamoKeys(Table);
 
 impl DynamoKeys {
+    /// API keys in `table` (`apiKeyHash` key).
     pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
         Self(Table {
             client,
@@ -831,6 +837,7 @@ impl KeyRepo for DynamoKeys {
 pub struct DynamoContexts(Table);
 
 impl DynamoContexts {
+    /// Contexts in `table` (`contextId` key).
     pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
         Self(Table {
             client,
@@ -955,6 +962,7 @@ pub struct DynamoSlots(Table);
 pub const ACTIVE_SESSIONS: &str = "activeSessions";
 
 impl DynamoSlots {
+    /// Slots kept in `projects_table`, on the `<projectId>#active` items.
     pub fn new(client: aws_sdk_dynamodb::Client, projects_table: &str) -> Self {
         Self(Table {
             client,
@@ -1141,6 +1149,7 @@ pub struct EcsLauncher {
 }
 
 impl EcsLauncher {
+    /// A launcher calling ECS with the SDK's configuration and `cfg`'s cluster and network.
     pub fn new(sdk: &SdkConfig, cfg: Config) -> Self {
         Self {
             client: aws_sdk_ecs::Client::new(sdk),
@@ -1278,6 +1287,7 @@ pub struct SqsPoolLauncher {
 }
 
 impl SqsPoolLauncher {
+    /// A launcher sending claims to `queue_url`; stops go to ECS as `cfg` says.
     pub fn new(sdk: &SdkConfig, queue_url: &str, cfg: Config) -> Self {
         Self {
             sqs: aws_sdk_sqs::Client::new(sdk),
@@ -1341,6 +1351,7 @@ pub struct SecretsSigner {
 }
 
 impl SecretsSigner {
+    /// A signer over the `SecretString` of `secret_id` (a name or ARN).
     pub fn new(sdk: &SdkConfig, secret_id: &str) -> Self {
         Self::with_fetcher(Arc::new(SecretsManagerKeys::new(sdk, secret_id)))
     }

@@ -53,19 +53,25 @@ const EARLY_EXIT: Duration = Duration::from_secs(10);
 /// What every local controller shares, and the running children (by session id or pool name).
 #[derive(Clone)]
 pub struct Controllers {
+    /// The `wallcrawler-controller` binary each child runs.
     pub controller_bin: PathBuf,
+    /// The local platform's data directory (`sessions/`, `contexts/`, `profiles/`, `claims/`).
     pub data_dir: PathBuf,
+    /// The HS256 key children verify tokens with (`WALLCRAWLER_JWT_SIGNING_KEY`).
     pub signing_key: String,
+    /// The session documents children write their status to (`SESSIONS_DIR`).
     pub sessions: DirSessions,
     /// Where a session that ends gives back its project slot and context lease (the same
     /// stores the API uses: their locks are per instance).
     pub slots: Arc<dyn SlotRepo>,
+    /// Context records, whose writer lease a persisting session gives back at its end.
     pub contexts: Arc<dyn ContextRepo>,
     children: Arc<Mutex<HashMap<String, u32>>>,
     stopping: Arc<AtomicBool>,
 }
 
 impl Controllers {
+    /// Shared state for controllers started from `controller_bin` under `data_dir`; none runs yet.
     pub fn new(
         controller_bin: PathBuf,
         data_dir: PathBuf,
@@ -329,6 +335,7 @@ impl LocalPool {
         }))
     }
 
+    /// The claims directory the pool's controllers take sessions from.
     pub fn queue(&self) -> &DirQueue {
         &self.queue
     }

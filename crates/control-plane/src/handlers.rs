@@ -330,6 +330,7 @@ async fn own_session(app: &App, p: &Principal, id: &str) -> Result<SessionDoc, A
     }
 }
 
+/// The query of `GET /v1/sessions`: `status`, an SDK-visible status to filter by.
 #[derive(Debug, Deserialize)]
 pub struct ListQuery {
     status: Option<String>,

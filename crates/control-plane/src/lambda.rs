@@ -227,8 +227,10 @@ pub fn authorizer_app(keys: Arc<dyn KeyRepo>, projects: Arc<dyn ProjectRepo>) ->
 /// exactly `Unauthorized` into a 401; any other error into a 500.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthorizerError {
+    /// No API key, or an unknown one (API Gateway answers 401; a forbidden key gets a Deny policy).
     #[error("Unauthorized")]
     Unauthorized,
+    /// The key tables could not be read (API Gateway answers 500).
     #[error("the key could not be checked")]
     Backend,
 }
@@ -315,47 +317,64 @@ pub async fn authorize_request(
 /// An EventBridge "ECS Task State Change" event (the fields this handler reads).
 #[derive(Debug, Clone, Deserialize)]
 pub struct TaskStateChange {
+    /// `detail-type`: `ECS Task State Change` for the events this handler acts on.
     #[serde(rename = "detail-type", default)]
     pub detail_type: String,
+    /// `detail`: the task as ECS describes it.
     #[serde(default)]
     pub detail: TaskDetail,
 }
 
+/// The `detail` of a task state change: the task as ECS describes it.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskDetail {
+    /// `taskArn`: the task.
     #[serde(default)]
     pub task_arn: Option<String>,
+    /// `lastStatus`: e.g. `RUNNING`, `STOPPED`; only `STOPPED` tasks are acted on.
     #[serde(default)]
     pub last_status: Option<String>,
+    /// `startedBy`: the session id for a task started for one session (pool tasks carry none).
     #[serde(default)]
     pub started_by: Option<String>,
+    /// `stoppedReason`: ECS's words for why the task stopped.
     #[serde(default)]
     pub stopped_reason: Option<String>,
+    /// `stopCode`: e.g. `EssentialContainerExited`, `TaskFailedToStart`.
     #[serde(default)]
     pub stop_code: Option<String>,
+    /// `overrides`: what `RunTask` overrode, including the container's environment.
     #[serde(default)]
     pub overrides: Option<TaskOverrides>,
 }
 
+/// `overrides` of a task: per-container overrides.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskOverrides {
+    /// `containerOverrides`: one entry per overridden container.
     #[serde(default)]
     pub container_overrides: Vec<ContainerOverride>,
 }
 
+/// One container's overrides.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ContainerOverride {
+    /// `name`: the container's name.
     #[serde(default)]
     pub name: Option<String>,
+    /// `environment`: the variables set for it (the launcher sets `SESSION_ID` here).
     #[serde(default)]
     pub environment: Vec<EnvVar>,
 }
 
+/// One `{name, value}` environment variable.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct EnvVar {
+    /// `name`: the variable's name.
     pub name: String,
+    /// `value`: its value (empty when absent).
     #[serde(default)]
     pub value: String,
 }

@@ -19,6 +19,8 @@
 //!   ECS task-state handler the Lambda binaries run.
 //! - [`admin`]: create projects and API keys, revoke keys.
 
+#![warn(missing_docs)]
+
 pub mod admin;
 pub mod app;
 pub mod auth;

@@ -183,6 +183,7 @@ pub struct FileMap<T> {
 }
 
 impl<T: Serialize + DeserializeOwned + Clone> FileMap<T> {
+    /// A map kept in the file at `path` (created on the first write).
     pub fn new(path: PathBuf) -> Self {
         Self {
             path,
@@ -207,6 +208,7 @@ impl<T: Serialize + DeserializeOwned + Clone> FileMap<T> {
             .map_err(|e| PortError::Failed(format!("{}: {e}", self.path.display())))
     }
 
+    /// The entry under `k`, if any.
     pub fn get(&self, k: &str) -> PortResult<Option<T>> {
         let _g = self.lock.lock().expect("not poisoned");
         Ok(self.load()?.get(k).cloned())
@@ -338,8 +340,11 @@ impl SlotRepo for FileMap<Vec<String>> {
 
 /// Archives in a directory, uploaded through this server.
 pub struct LocalArchives {
+    /// The archives' root: each is at `<dir>/<projectId>/<contextId>/profile.tar.gz`.
     pub dir: PathBuf,
+    /// This server's base URL (`http://127.0.0.1:<port>`), which upload URLs start with.
     pub base_url: String,
+    /// The HMAC-SHA256 key that signs upload URLs (in `serve`, the local signing key).
     pub url_key: Vec<u8>,
 }
 
@@ -393,6 +398,7 @@ impl ArchiveUrls for LocalArchives {
     }
 }
 
+/// The query of an upload URL: `expires` (Unix seconds) and `signature` (HMAC of key and expiry).
 #[derive(Deserialize)]
 pub struct UploadQuery {
     expires: u64,
@@ -458,10 +464,12 @@ fn subtle_eq(a: &[u8], b: &[u8]) -> bool {
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LocalIdentity {
+    /// `projectId`: the local project.
     pub project_id: String,
     /// The local API key (stored raw only here, on the user's own machine, so it can be printed
     /// at every start; its record holds only the hash).
     pub api_key: String,
+    /// `signingKey`: the HS256 key local controllers verify tokens with.
     pub signing_key: String,
 }
 

@@ -16,6 +16,8 @@ use crate::ports::*;
 pub mod rules {
     use super::*;
 
+    /// CREATING → PROVISIONING with the task's ARN; `false` (nothing written) from any other
+    /// status.
     pub fn provisioning(d: &mut SessionDoc, task_arn: Option<&str>, at: &str) -> bool {
         if d.internal() != Some(InternalStatus::Creating) {
             return false;
@@ -89,6 +91,7 @@ pub mod rules {
     }
 }
 
+/// Session items in memory, keyed by `sessionId`.
 #[derive(Default, Clone)]
 pub struct MemSessions(pub Arc<Mutex<BTreeMap<String, SessionDoc>>>);
 
@@ -201,6 +204,7 @@ impl SessionRepo for MemSessions {
     }
 }
 
+/// Project records in memory, keyed by `projectId`.
 #[derive(Default, Clone)]
 pub struct MemProjects(pub Arc<Mutex<BTreeMap<String, Project>>>);
 
@@ -218,6 +222,7 @@ impl ProjectRepo for MemProjects {
     }
 }
 
+/// API-key records in memory, keyed by the key's hash.
 #[derive(Default, Clone)]
 pub struct MemKeys(pub Arc<Mutex<BTreeMap<String, ApiKeyRecord>>>);
 
@@ -245,6 +250,7 @@ impl KeyRepo for MemKeys {
     }
 }
 
+/// Context records in memory, keyed by `contextId`.
 #[derive(Default, Clone)]
 pub struct MemContexts(pub Arc<Mutex<BTreeMap<String, ContextRecord>>>);
 
@@ -360,13 +366,18 @@ pub enum LaunchBehaviour {
 /// Records launches and stops; may play the controller's READY write.
 #[derive(Clone)]
 pub struct MemLauncher {
+    /// The sessions a `BecomeReady` launch marks READY.
     pub sessions: MemSessions,
+    /// What the next launch does (tests change it mid-way).
     pub behaviour: Arc<Mutex<LaunchBehaviour>>,
+    /// Every launch asked for, in order.
     pub launched: Arc<Mutex<Vec<LaunchSpec>>>,
+    /// The session id of every stop asked for, in order.
     pub stopped: Arc<Mutex<Vec<String>>>,
 }
 
 impl MemLauncher {
+    /// A launcher over `sessions` that does `behaviour` on each launch.
     pub fn new(sessions: MemSessions, behaviour: LaunchBehaviour) -> Self {
         Self {
             sessions,

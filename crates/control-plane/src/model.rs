@@ -1,6 +1,5 @@
-//! Records the control plane keeps besides sessions (which use the shared
-//! [`SessionDoc`](wallcrawler_contract::session_doc::SessionDoc)), and the Browserbase-shaped
-//! JSON it answers with.
+//! Records the control plane keeps besides sessions (which use the shared [`SessionDoc`]), and
+//! the Browserbase-shaped JSON it answers with.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -10,24 +9,32 @@ use wallcrawler_contract::session_doc::SessionDoc;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Project {
+    /// `projectId`: the table's key.
     pub project_id: String,
+    /// `name`: shown to people, not unique.
     pub name: String,
+    /// `ownerId`: who owns the project, free-form; absent when not recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_id: Option<String>,
-    /// Seconds.
+    /// `defaultTimeout`: a session's timeout in seconds when the request gives none.
     pub default_timeout: u64,
+    /// `concurrency`: how many sessions may be live at once (beyond it, 429).
     pub concurrency: u64,
     /// ACTIVE or INACTIVE.
     pub status: String,
+    /// `createdAt`: ISO 8601.
     pub created_at: String,
+    /// `updatedAt`: ISO 8601.
     pub updated_at: String,
 }
 
 impl Project {
+    /// The project may be used (`status` is `ACTIVE`).
     pub fn is_active(&self) -> bool {
         self.status == "ACTIVE"
     }
 
+    /// The project as `GET /v1/projects/{id}` answers it.
     pub fn to_api(&self) -> Value {
         json!({
             "id": self.project_id,
@@ -47,15 +54,20 @@ impl Project {
 pub struct ApiKeyRecord {
     /// SHA-256 of the raw key, lower-case hex.
     pub api_key_hash: String,
+    /// `keyId`: a public name for the key (`key_<hex>`), safe to show; the hash is the table's key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_id: Option<String>,
+    /// `projectId`: the key's default project.
     pub project_id: String,
+    /// `projectIds`: every project the key may select with `x-wc-project-id` (besides `projectId`).
     #[serde(default)]
     pub project_ids: Vec<String>,
+    /// `name`: a label given at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// ACTIVE or INACTIVE.
     pub status: String,
+    /// `createdAt`: ISO 8601.
     pub created_at: String,
 }
 
@@ -63,11 +75,17 @@ pub struct ApiKeyRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContextRecord {
+    /// `contextId`: the table's key, `ctx_<uuid>`.
     pub context_id: String,
+    /// `projectId`: the owning project.
     pub project_id: String,
+    /// `storageKey`: the archive's S3 key, `<projectId>/<contextId>/profile.tar.gz`.
     pub storage_key: String,
+    /// `status`: `CREATED` when made by the API.
     pub status: String,
+    /// `createdAt`: ISO 8601.
     pub created_at: String,
+    /// `updatedAt`: ISO 8601.
     pub updated_at: String,
     /// The persisting session that holds the context's writer lease (`writerSessionId`); the
     /// lease is free once that session has `endedAt` (see [`crate::limits`]).
@@ -76,6 +94,7 @@ pub struct ContextRecord {
 }
 
 impl ContextRecord {
+    /// The context as `GET /v1/contexts/{id}` answers it.
     pub fn to_api(&self) -> Value {
         json!({ "id": self.context_id, "projectId": self.project_id, "createdAt": self.created_at, "updatedAt": self.updated_at })
     }

@@ -9,16 +9,19 @@ use wallcrawler_contract::session_doc::SessionDoc;
 use crate::error::PortError;
 use crate::model::{ApiKeyRecord, ContextRecord, Project};
 
+/// What every port answers: a value, or an outside service's failure.
 pub type PortResult<T> = Result<T, PortError>;
 
 /// Outcome of a conditional write.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cond<T> {
+    /// The write happened; the record as written.
     Done(T),
     /// The condition did not hold; the current record, when there is one.
     Failed(Option<T>),
 }
 
+/// The `wallcrawler-sessions` table.
 pub trait SessionRepo: Send + Sync {
     /// Creates the item; fails the condition if the id exists.
     fn create(&self, doc: SessionDoc) -> BoxFuture<'_, PortResult<Cond<SessionDoc>>>;
@@ -62,13 +65,19 @@ pub trait SessionRepo: Send + Sync {
     ) -> BoxFuture<'a, PortResult<()>>;
 }
 
+/// The `wallcrawler-projects` table.
 pub trait ProjectRepo: Send + Sync {
+    /// The project with this id, if any.
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<Project>>>;
+    /// Writes the project, replacing any with the same id.
     fn put(&self, p: Project) -> BoxFuture<'_, PortResult<()>>;
 }
 
+/// The `wallcrawler-api-keys` table, keyed by the key's SHA-256 hex.
 pub trait KeyRepo: Send + Sync {
+    /// The key record with this hash, if any.
     fn get<'a>(&'a self, hash: &'a str) -> BoxFuture<'a, PortResult<Option<ApiKeyRecord>>>;
+    /// Writes the key record, replacing any with the same hash.
     fn put(&self, k: ApiKeyRecord) -> BoxFuture<'_, PortResult<()>>;
     /// Sets ACTIVE/INACTIVE; false when there is no such key.
     fn set_status<'a>(&'a self, hash: &'a str, status: &'a str) -> BoxFuture<'a, PortResult<bool>>;
@@ -113,10 +122,15 @@ pub enum Lease {
     NoContext,
 }
 
+/// The `wallcrawler-contexts` table.
 pub trait ContextRepo: Send + Sync {
+    /// Writes a new context record.
     fn create(&self, c: ContextRecord) -> BoxFuture<'_, PortResult<()>>;
+    /// The context with this id, if any.
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<ContextRecord>>>;
+    /// Sets the context's `updatedAt` to `at` (nothing when there is no such context).
     fn touch<'a>(&'a self, id: &'a str, at: &'a str) -> BoxFuture<'a, PortResult<()>>;
+    /// Removes the context record (idempotent).
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<()>>;
     /// Makes `session_id` the context's writer (`writerSessionId`), on condition that there is
     /// none, that it is this session already, or that it is `replacing` (a writer seen to have
@@ -143,14 +157,18 @@ pub trait ArchiveUrls: Send + Sync {
         key: &'a str,
         ttl_seconds: u64,
     ) -> BoxFuture<'a, PortResult<String>>;
+    /// Removes the archive at `key`; a missing archive is not an error.
     fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, PortResult<()>>;
 }
 
 /// What a task needs to know (becomes the controller's environment).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchSpec {
+    /// The session the task serves (`SESSION_ID`).
     pub session_id: String,
+    /// The session's project (`PROJECT_ID`).
     pub project_id: String,
+    /// The context: its id, its archive key and whether to persist it at the end.
     pub context: Option<(String, String, bool)>,
     /// Extra variables (keep-alive/expiry are in the session item).
     pub env: Vec<(String, String)>,
@@ -179,6 +197,7 @@ impl LaunchSpec {
 pub trait Launcher: Send + Sync {
     /// Returns the task's ARN (or local handle).
     fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>>;
+    /// Stops the session's task (by ARN when known, else by the session it was started for).
     fn stop<'a>(
         &'a self,
         session_id: &'a str,
@@ -188,11 +207,13 @@ pub trait Launcher: Send + Sync {
 
 /// Signs CDP tokens.
 pub trait Signer: Send + Sync {
+    /// A token over `claims` (HS256, with the current signing key).
     fn sign(&self, claims: wallcrawler_contract::Claims) -> BoxFuture<'_, PortResult<String>>;
 }
 
 /// Time, injectable for tests.
 pub trait Clock: Send + Sync {
+    /// Milliseconds since the Unix epoch.
     fn now_millis(&self) -> u64;
 }
 

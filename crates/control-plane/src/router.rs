@@ -12,6 +12,8 @@ use crate::handlers as h;
 /// Browserbase's SDKs obey it before their own rule (retry 408, 409, 429 and every 5xx).
 const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 
+/// Every `/v1/…` route over `app`; failures of `POST /v1/sessions` and of the unimplemented
+/// routes carry `x-should-retry: false`.
 pub fn router(app: App) -> Router {
     Router::new()
         .route(

@@ -34,7 +34,9 @@ pub fn controller_bin() -> PathBuf {
 
 /// A bound local platform, ready to serve.
 pub struct LocalServer {
+    /// The address the API listens on (port 0 asked = the one the OS chose).
     pub addr: SocketAddr,
+    /// The project and API key the server created for local use, and its signing key.
     pub identity: LocalIdentity,
     listener: TcpListener,
     router: axum::Router,

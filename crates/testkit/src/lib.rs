@@ -6,6 +6,8 @@
 //! table, bucket, queue and secret names. [`sdk_config`] points the real AWS SDK at it;
 //! [`child_env`] does the same for a child process (the controller, a Lambda).
 
+#![warn(missing_docs)]
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
