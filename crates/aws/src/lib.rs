@@ -1,9 +1,12 @@
 //! The AWS SDK pieces the controller and the control plane share, so both talk to AWS the
 //! same way: one SDK configuration ([`sdk_config`], with the timeouts each side needs), one S3
 //! client setup ([`s3_client`]), one classifier of failed calls ([`classify`], built on the
-//! contract's transient codes), and the sessions table's terminal-status write
+//! contract's transient codes), the one mapping between records and DynamoDB items
+//! ([`item`], on `serde_dynamo`), and the sessions table's terminal-status write
 //! ([`terminal_update`]). Each crate keeps its own error type and its own narrow interfaces;
 //! SDK types stay in their adapter modules and here.
+
+pub mod item;
 
 use std::time::Duration;
 

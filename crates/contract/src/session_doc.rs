@@ -36,6 +36,7 @@ pub struct SessionDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<String>,
     /// Unix seconds.
+    #[serde(deserialize_with = "crate::whole::required")]
     pub expires_at: u64,
     #[serde(default)]
     pub keep_alive: bool,
@@ -55,7 +56,11 @@ pub struct SessionDoc {
     pub context_persist: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_storage_key: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::whole::optional"
+    )]
     pub proxy_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub termination_reason: Option<String>,

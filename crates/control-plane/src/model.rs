@@ -15,7 +15,9 @@ pub struct Project {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_id: Option<String>,
     /// Seconds.
+    #[serde(deserialize_with = "wallcrawler_contract::whole::required")]
     pub default_timeout: u64,
+    #[serde(deserialize_with = "wallcrawler_contract::whole::required")]
     pub concurrency: u64,
     /// ACTIVE or INACTIVE.
     pub status: String,
