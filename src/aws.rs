@@ -113,7 +113,7 @@ impl From<SessionView> for SessionRecord {
 }
 
 /// The session item as the controller's record; a malformed item is an error, never a guess.
-fn record_from(i: &Item) -> Result<SessionRecord, StoreError> {
+fn to_record(i: &Item) -> Result<SessionRecord, StoreError> {
     item::from_item::<SessionView>("session", i)
         .map(SessionRecord::from)
         .map_err(|e| StoreError::Other {
@@ -139,7 +139,7 @@ impl SessionStore for DynamoSessions {
                 .send()
                 .await
                 .map_err(|e| sdk_error(TABLE, e))?;
-            out.item().map(record_from).transpose()
+            out.item().map(to_record).transpose()
         })
     }
 
@@ -194,7 +194,7 @@ impl SessionStore for DynamoSessions {
                     if let Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(ccf)) =
                         e.as_service_error()
                     {
-                        let current = ccf.item().map(record_from).transpose()?;
+                        let current = ccf.item().map(to_record).transpose()?;
                         let current = current.and_then(|r| r.internal_status);
                         return Ok(ReadyResult::NotPending(current));
                     }
@@ -634,7 +634,7 @@ mod tests {
 
     #[test]
     fn the_session_item_reads_as_the_record() {
-        let r = record_from(&item(vec![
+        let r = to_record(&item(vec![
             (attr::INTERNAL_STATUS, s("PROVISIONING")),
             (attr::SIGNING_KEY, s("tok")),
             (attr::KEEP_ALIVE, AttributeValue::Bool(true)),
@@ -660,11 +660,8 @@ mod tests {
 
     #[test]
     fn absent_null_unknown_and_whole_float_fields_read_leniently_as_before() {
-        assert_eq!(
-            record_from(&item(vec![])).unwrap(),
-            SessionRecord::default()
-        );
-        let r = record_from(&item(vec![
+        assert_eq!(to_record(&item(vec![])).unwrap(), SessionRecord::default());
+        let r = to_record(&item(vec![
             (attr::INTERNAL_STATUS, s("SOMETHING_NEWER")),
             (attr::SIGNING_KEY, AttributeValue::Null(true)),
             (attr::KEEP_ALIVE, AttributeValue::Null(true)),
@@ -697,7 +694,7 @@ mod tests {
             (attr::EXPIRES_AT, n("-2")),
             (attr::EXPIRES_AT, s("1700000000")),
         ] {
-            let e = record_from(&item(vec![(name, v.clone())])).unwrap_err();
+            let e = to_record(&item(vec![(name, v.clone())])).unwrap_err();
             assert!(
                 matches!(e, StoreError::Other { service: TABLE, .. }),
                 "{name} = {v:?}: {e}"

@@ -4,7 +4,8 @@
 //! wiring ([`build_app`]). SDK types stay in this module.
 //!
 //! Items are written with exactly the attribute names and types of the table schema
-//! (`seeds/dynamodb-schema.md`): the records' serde names are the attribute names, strings are
+//! (`seeds/dynamodb-schema.md`), through the workspace's one mapping
+//! ([`wallcrawler_aws::item`]): the records' serde names are the attribute names, strings are
 //! `S` (timestamps ISO 8601), numbers `N` (`expiresAt`, `proxyBytes`, `defaultTimeout`, …),
 //! booleans `BOOL`, `userMetadata` an `M` and `projectIds` an `L` of `S`. Reads are strongly
 //! consistent `GetItem`s, except the two listings:
