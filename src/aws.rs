@@ -5,7 +5,6 @@
 //! dead dependency is a clear error within seconds, never a hang. `AWS_ENDPOINT_URL` points every
 //! client at a local emulator (S3 then uses path-style addressing).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
@@ -14,9 +13,11 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use futures_util::TryFutureExt as _;
 use futures_util::future::BoxFuture;
+use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 use tracing::{debug, warn};
 use wallcrawler_aws::Failure;
+use wallcrawler_aws::item::{self, Item};
 use wallcrawler_aws::keys::{FetchMode, KeyFetcher};
 use wallcrawler_aws::secrets::{SecretsError, SecretsManagerKeys};
 use wallcrawler_contract::session::attr;
@@ -77,27 +78,52 @@ fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
 }
 
-fn record_from(item: &HashMap<String, AttributeValue>) -> SessionRecord {
-    let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
-    SessionRecord {
-        internal_status: text(attr::INTERNAL_STATUS)
-            .as_deref()
-            .and_then(InternalStatus::parse),
-        signing_key: text(attr::SIGNING_KEY),
-        keep_alive: item
-            .get(attr::KEEP_ALIVE)
-            .and_then(|v| v.as_bool().ok())
-            .copied()
-            .unwrap_or(false),
-        expires_at: item
-            .get(attr::EXPIRES_AT)
-            .and_then(|v| v.as_n().ok())
-            .and_then(|n| n.parse::<f64>().ok())
-            .map(|n| n as u64),
-        project_id: text(attr::PROJECT_ID),
-        ever_ready: item.contains_key(attr::READY_AT),
-        ended: item.contains_key(attr::ENDED_AT),
+/// What the controller reads of the session item, leniently where a field may legitimately
+/// be absent or written by another tool: every field may be absent (or `NULL`), an unknown
+/// `internalStatus` reads as none, `expiresAt` may be a whole float, and `readyAt`/`endedAt`
+/// count by presence whatever their type. A field of the wrong type is a malformed item.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct SessionView {
+    internal_status: Option<String>,
+    signing_key: Option<String>,
+    keep_alive: Option<bool>,
+    #[serde(deserialize_with = "wallcrawler_contract::whole::optional")]
+    expires_at: Option<u64>,
+    project_id: Option<String>,
+    #[serde(deserialize_with = "present")]
+    ready_at: bool,
+    #[serde(deserialize_with = "present")]
+    ended_at: bool,
+}
+
+/// True for any value: called only when the attribute is there.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    serde::de::IgnoredAny::deserialize(d).map(|_| true)
+}
+
+impl From<SessionView> for SessionRecord {
+    fn from(v: SessionView) -> Self {
+        SessionRecord {
+            internal_status: v.internal_status.as_deref().and_then(InternalStatus::parse),
+            signing_key: v.signing_key,
+            keep_alive: v.keep_alive.unwrap_or(false),
+            expires_at: v.expires_at,
+            project_id: v.project_id,
+            ever_ready: v.ready_at,
+            ended: v.ended_at,
+        }
     }
+}
+
+/// The session item as the controller's record; a malformed item is an error, never a guess.
+fn to_record(i: &Item) -> Result<SessionRecord, StoreError> {
+    item::from_item::<SessionView>("session", i)
+        .map(SessionRecord::from)
+        .map_err(|e| StoreError::Other {
+            service: TABLE,
+            source: e.into(),
+        })
 }
 
 const TABLE: &str = "sessions table";
@@ -117,7 +143,7 @@ impl SessionStore for DynamoSessions {
                 .send()
                 .await
                 .map_err(|e| sdk_error(TABLE, e))?;
-            Ok(out.item().map(record_from))
+            out.item().map(to_record).transpose()
         })
     }
 
@@ -172,7 +198,8 @@ impl SessionStore for DynamoSessions {
                     if let Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(ccf)) =
                         e.as_service_error()
                     {
-                        let current = ccf.item().map(record_from).and_then(|r| r.internal_status);
+                        let current = ccf.item().map(to_record).transpose()?;
+                        let current = current.and_then(|r| r.internal_status);
                         return Ok(ReadyResult::NotPending(current));
                     }
                     Err(sdk_error(TABLE, e))
@@ -546,5 +573,91 @@ impl NetworkLookup for Ec2Network {
                     .map(str::to_owned)
             }))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::primitives::Blob;
+
+    use super::*;
+
+    fn item(pairs: Vec<(&str, AttributeValue)>) -> Item {
+        pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+    }
+
+    fn n(v: &str) -> AttributeValue {
+        AttributeValue::N(v.to_owned())
+    }
+
+    #[test]
+    fn the_session_item_reads_as_the_record() {
+        let r = to_record(&item(vec![
+            (attr::INTERNAL_STATUS, s("PROVISIONING")),
+            (attr::SIGNING_KEY, s("tok")),
+            (attr::KEEP_ALIVE, AttributeValue::Bool(true)),
+            (attr::EXPIRES_AT, n("1700000000")),
+            (attr::PROJECT_ID, s("proj_1")),
+            (attr::READY_AT, s("2026-01-01T00:00:00.000Z")),
+            ("someOtherAttribute", AttributeValue::L(vec![n("1")])),
+        ]))
+        .unwrap();
+        assert_eq!(
+            r,
+            SessionRecord {
+                internal_status: Some(InternalStatus::Provisioning),
+                signing_key: Some("tok".into()),
+                keep_alive: true,
+                expires_at: Some(1_700_000_000),
+                project_id: Some("proj_1".into()),
+                ever_ready: true,
+                ended: false,
+            }
+        );
+    }
+
+    #[test]
+    fn absent_null_unknown_and_whole_float_fields_read_leniently_as_before() {
+        assert_eq!(to_record(&item(vec![])).unwrap(), SessionRecord::default());
+        let r = to_record(&item(vec![
+            (attr::INTERNAL_STATUS, s("SOMETHING_NEWER")),
+            (attr::SIGNING_KEY, AttributeValue::Null(true)),
+            (attr::KEEP_ALIVE, AttributeValue::Null(true)),
+            (attr::EXPIRES_AT, n("1700000000.0")),
+            (attr::ENDED_AT, AttributeValue::Null(true)),
+        ]))
+        .unwrap();
+        assert_eq!(r.internal_status, None, "an unknown status is none");
+        assert_eq!(r.signing_key, None);
+        assert!(!r.keep_alive);
+        assert_eq!(
+            r.expires_at,
+            Some(1_700_000_000),
+            "a whole float reads back"
+        );
+        assert!(r.ended, "endedAt counts by presence");
+        assert!(!r.ever_ready);
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_is_a_malformed_item_error() {
+        for (name, v) in [
+            (attr::INTERNAL_STATUS, n("3")),
+            (
+                attr::SIGNING_KEY,
+                AttributeValue::B(Blob::new(b"tok".to_vec())),
+            ),
+            (attr::KEEP_ALIVE, s("yes")),
+            (attr::EXPIRES_AT, n("1.5")),
+            (attr::EXPIRES_AT, n("-2")),
+            (attr::EXPIRES_AT, s("1700000000")),
+        ] {
+            let e = to_record(&item(vec![(name, v.clone())])).unwrap_err();
+            assert!(
+                matches!(e, StoreError::Other { service: TABLE, .. }),
+                "{name} = {v:?}: {e}"
+            );
+            assert!(e.to_string().contains("malformed session item"), "{e}");
+        }
     }
 }

@@ -1,13 +1,15 @@
 //! The AWS SDK pieces the controller and the control plane share, so both talk to AWS the
 //! same way: one SDK configuration ([`sdk_config`], with the timeouts each side needs), one S3
 //! client setup ([`s3_client`]), one classifier of failed calls ([`classify`], built on the
-//! contract's transient codes), and the sessions table's terminal-status write
+//! contract's transient codes), the one mapping between records and DynamoDB items
+//! ([`item`], on `serde_dynamo`), the sessions table's terminal-status write
 //! ([`terminal_update`]), and the signing keys: one cache ([`keys`]) over one Secrets Manager
 //! fetcher ([`secrets`]). Each crate keeps its own error type and its own narrow interfaces;
 //! SDK types stay in their adapter modules and here.
 
 #![warn(missing_docs)]
 
+pub mod item;
 pub mod keys;
 pub mod secrets;
 

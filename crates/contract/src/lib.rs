@@ -11,6 +11,7 @@
 //! - [`session_doc`]: the session item as a document, and the directory store of the local platform.
 //! - [`storage`]: the S3 key layout of context profile archives.
 //! - [`time`]: ISO 8601 timestamps as the session table stores them.
+//! - [`whole`]: whole-number attributes, read back even when another tool wrote `1.7e9`.
 
 #![warn(missing_docs)]
 
@@ -22,6 +23,7 @@ pub mod session_doc;
 pub mod storage;
 pub mod time;
 pub mod token;
+pub mod whole;
 
 pub use secret::SigningSecret;
 pub use session::{InternalStatus, SdkStatus};

@@ -44,6 +44,7 @@ pub struct SessionDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<String>,
     /// Unix seconds.
+    #[serde(deserialize_with = "crate::whole::required")]
     pub expires_at: u64,
     /// `keepAlive`: survives its clients disconnecting.
     #[serde(default)]
@@ -73,7 +74,11 @@ pub struct SessionDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_storage_key: Option<String>,
     /// `proxyBytes`: bytes relayed, both directions together.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::whole::optional"
+    )]
     pub proxy_bytes: Option<u64>,
     /// `terminationReason`: why a FAILED session failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -4,7 +4,8 @@
 //! wiring ([`build_app`]). SDK types stay in this module.
 //!
 //! Items are written with exactly the attribute names and types of the table schema
-//! (`seeds/dynamodb-schema.md`): the records' serde names are the attribute names, strings are
+//! (`seeds/dynamodb-schema.md`), through the workspace's one mapping
+//! ([`wallcrawler_aws::item`]): the records' serde names are the attribute names, strings are
 //! `S` (timestamps ISO 8601), numbers `N` (`expiresAt`, `proxyBytes`, `defaultTimeout`, …),
 //! booleans `BOOL`, `userMetadata` an `M` and `projectIds` an `L` of `S`. Reads are strongly
 //! consistent `GetItem`s, except the two listings:
@@ -21,7 +22,6 @@
 //!
 //! Conditional writes follow [`crate::memory::rules`] exactly; see each method.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,9 +31,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 use futures_util::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
+use wallcrawler_aws::item::{self, Item};
 use wallcrawler_aws::keys::{KeyCache, KeyError, KeyFetcher};
 use wallcrawler_aws::secrets::{SecretsError, SecretsManagerKeys};
 use wallcrawler_contract::retry::Transient as _;
@@ -292,90 +292,17 @@ where
 
 // ---------------------------------------------------------------------------------------------
 // Items
+//
+// Records map to items through the workspace's one mapping, [`wallcrawler_aws::item`]
+// (serde_dynamo): the records' serde names are the attribute names.
 
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
 }
 
-/// A JSON value as a DynamoDB attribute: the schema's types (S, N, BOOL, M, L; null = NULL).
-pub fn to_attr(v: &Value) -> AttributeValue {
-    match v {
-        Value::Null => AttributeValue::Null(true),
-        Value::Bool(b) => AttributeValue::Bool(*b),
-        Value::Number(n) => AttributeValue::N(n.to_string()),
-        Value::String(t) => AttributeValue::S(t.clone()),
-        Value::Array(a) => AttributeValue::L(a.iter().map(to_attr).collect()),
-        Value::Object(m) => {
-            AttributeValue::M(m.iter().map(|(k, v)| (k.clone(), to_attr(v))).collect())
-        }
-    }
-}
-
-/// A DynamoDB number as JSON: integers stay integers (so `u64` fields read back), a whole
-/// float such as `1700000000.0` becomes one too.
-fn number(n: &str) -> Value {
-    if let Ok(u) = n.parse::<u64>() {
-        return Value::from(u);
-    }
-    if let Ok(i) = n.parse::<i64>() {
-        return Value::from(i);
-    }
-    match n.parse::<f64>() {
-        Ok(f) if f.fract() == 0.0 && (0.0..9.0e15).contains(&f) => Value::from(f as u64),
-        Ok(f) => serde_json::Number::from_f64(f)
-            .map(Value::Number)
-            .unwrap_or(Value::Null),
-        Err(_) => Value::Null,
-    }
-}
-
-/// A DynamoDB attribute as JSON (sets become arrays; binary values are not used by this
-/// schema and read as null).
-pub fn from_attr(a: &AttributeValue) -> Value {
-    match a {
-        AttributeValue::S(t) => Value::String(t.clone()),
-        AttributeValue::N(n) => number(n),
-        AttributeValue::Bool(b) => Value::Bool(*b),
-        AttributeValue::L(l) => Value::Array(l.iter().map(from_attr).collect()),
-        AttributeValue::M(m) => {
-            Value::Object(m.iter().map(|(k, v)| (k.clone(), from_attr(v))).collect())
-        }
-        AttributeValue::Ss(v) => Value::Array(v.iter().cloned().map(Value::String).collect()),
-        AttributeValue::Ns(v) => Value::Array(v.iter().map(|n| number(n)).collect()),
-        _ => Value::Null,
-    }
-}
-
-/// A record as an item: its serde names are the attribute names; absent values stay absent.
-pub fn to_item<T: Serialize>(record: &T) -> HashMap<String, AttributeValue> {
-    match serde_json::to_value(record) {
-        Ok(Value::Object(m)) => m
-            .iter()
-            .filter(|(_, v)| !v.is_null())
-            .map(|(k, v)| (k.clone(), to_attr(v)))
-            .collect(),
-        _ => HashMap::new(),
-    }
-}
-
-/// An item as a record.
-pub fn from_item<T: DeserializeOwned>(
-    what: &str,
-    item: &HashMap<String, AttributeValue>,
-) -> PortResult<T> {
-    let v = Value::Object(
-        item.iter()
-            .map(|(k, v)| (k.clone(), from_attr(v)))
-            .collect(),
-    );
-    serde_json::from_value(v).map_err(|e| PortError::Failed(format!("malformed {what} item: {e}")))
-}
-
-fn from_opt<T: DeserializeOwned>(
-    what: &str,
-    item: Option<&HashMap<String, AttributeValue>>,
-) -> PortResult<Option<T>> {
-    item.map(|i| from_item(what, i)).transpose()
+/// An item that may be missing (a `GetItem`, a failed condition's ALL_OLD) as a record.
+fn from_opt<T: DeserializeOwned>(what: &'static str, i: Option<&Item>) -> PortResult<Option<T>> {
+    Ok(i.map(|i| item::from_item(what, i)).transpose()?)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -400,12 +327,9 @@ impl DynamoSessions {
     }
 
     /// Every item a paginated `Query`/`Scan` returns, as documents.
-    fn docs(
-        items: &[HashMap<String, AttributeValue>],
-        out: &mut Vec<SessionDoc>,
-    ) -> PortResult<()> {
+    fn docs(items: &[Item], out: &mut Vec<SessionDoc>) -> PortResult<()> {
         for i in items {
-            out.push(from_item(SESSION, i)?);
+            out.push(item::from_item(SESSION, i)?);
         }
         Ok(())
     }
@@ -419,7 +343,7 @@ impl SessionRepo for DynamoSessions {
                 .client
                 .put_item()
                 .table_name(&self.table)
-                .set_item(Some(to_item(&doc)))
+                .set_item(Some(item::to_item(SESSION, &doc)?))
                 .condition_expression("attribute_not_exists(sessionId)")
                 .return_values_on_condition_check_failure(
                     ReturnValuesOnConditionCheckFailure::AllOld,
@@ -680,7 +604,7 @@ fn updated(r: UpdateResult) -> PortResult<Cond<SessionDoc>> {
     use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
     match r {
         Ok(out) => match out.attributes() {
-            Some(item) => Ok(Cond::Done(from_item(SESSION, item)?)),
+            Some(i) => Ok(Cond::Done(item::from_item(SESSION, i)?)),
             None => Err(PortError::Failed(format!(
                 "{SESSIONS}: an update returned no item"
             ))),
@@ -725,12 +649,12 @@ impl Table {
     }
 
     /// `PutItem`; with `create_only`, on condition that no item has the key.
-    async fn put<T: Serialize>(&self, item: &T, create_only: bool) -> PortResult<()> {
+    async fn put<T: Serialize>(&self, record: &T, create_only: bool) -> PortResult<()> {
         let mut req = self
             .client
             .put_item()
             .table_name(&self.name)
-            .set_item(Some(to_item(item)));
+            .set_item(Some(item::to_item(self.what, record)?));
         if create_only {
             req = req.condition_expression(format!("attribute_not_exists({})", self.key));
         }
@@ -1510,6 +1434,8 @@ mod signer_tests {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     fn source(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -1620,7 +1546,7 @@ mod tests {
             ..Default::default()
         };
         d.set_status(InternalStatus::Creating);
-        let item = to_item(&d);
+        let item = item::to_item(SESSION, &d).unwrap();
         assert_eq!(item[attr::SESSION_ID], s("sess_1"));
         assert_eq!(item[attr::STATUS], s("PENDING"));
         assert_eq!(item[attr::INTERNAL_STATUS], s("CREATING"));
@@ -1635,7 +1561,7 @@ mod tests {
         assert_eq!(item[attr::PUBLIC_IP], s("203.0.113.1"));
         assert!(matches!(item[attr::USER_METADATA], AttributeValue::M(_)));
         assert!(!item.contains_key(attr::ENDED_AT), "absent stays absent");
-        assert_eq!(from_item::<SessionDoc>(SESSION, &item).unwrap(), d);
+        assert_eq!(item::from_item::<SessionDoc>(SESSION, &item).unwrap(), d);
     }
 
     #[test]
@@ -1649,20 +1575,67 @@ mod tests {
             status: "ACTIVE".into(),
             created_at: "2026-01-01T00:00:00.000Z".into(),
         };
-        let item = to_item(&k);
+        let item = item::to_item("API key", &k).unwrap();
         assert_eq!(item["apiKeyHash"], s("ab"));
         assert_eq!(
             item["projectIds"],
             AttributeValue::L(vec![s("p1"), s("p2")])
         );
-        assert_eq!(from_item::<ApiKeyRecord>("key", &item).unwrap(), k);
+        assert_eq!(item::from_item::<ApiKeyRecord>("key", &item).unwrap(), k);
     }
 
     #[test]
-    fn numbers_read_back_as_integers_when_whole() {
-        assert_eq!(number("7"), Value::from(7u64));
-        assert_eq!(number("-2"), Value::from(-2i64));
-        assert_eq!(number("1700000000.0"), Value::from(1_700_000_000u64));
-        assert_eq!(number("1.5"), serde_json::json!(1.5));
+    fn whole_numbers_another_tool_wrote_read_back_and_sets_read_as_lists() {
+        // (`numbers_read_back_as_integers_when_whole` itself is in `wallcrawler_aws::item`.)
+        let mut d = SessionDoc {
+            session_id: "sess_1".into(),
+            expires_at: 1_700_000_000,
+            proxy_bytes: Some(7),
+            ..Default::default()
+        };
+        d.set_status(InternalStatus::Ready);
+        let mut i = item::to_item(SESSION, &d).unwrap();
+        i.insert(
+            attr::EXPIRES_AT.into(),
+            AttributeValue::N("1700000000.0".into()),
+        );
+        i.insert(attr::PROXY_BYTES.into(), AttributeValue::N("7.0".into()));
+        assert_eq!(item::from_item::<SessionDoc>(SESSION, &i).unwrap(), d);
+        i.insert(attr::EXPIRES_AT.into(), AttributeValue::N("1.5".into()));
+        let e = item::from_item::<SessionDoc>(SESSION, &i).unwrap_err();
+        assert!(e.to_string().contains("malformed session item"), "{e}");
+
+        let mut k = item::to_item(
+            "API key",
+            &ApiKeyRecord {
+                api_key_hash: "ab".into(),
+                key_id: None,
+                project_id: "p1".into(),
+                project_ids: vec![],
+                name: None,
+                status: "ACTIVE".into(),
+                created_at: "2026-01-01T00:00:00.000Z".into(),
+            },
+        )
+        .unwrap();
+        k.insert("projectIds".into(), AttributeValue::Ss(vec!["p1".into()]));
+        let r: ApiKeyRecord = item::from_item("API key", &k).unwrap();
+        assert_eq!(r.project_ids, ["p1"]);
+    }
+
+    #[test]
+    fn a_malformed_item_is_a_failure_not_a_panic() {
+        let i: Item = [
+            (attr::SESSION_ID.to_owned(), s("sess_1")),
+            (
+                attr::SIGNING_KEY.to_owned(),
+                AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(b"x".to_vec())),
+            ),
+        ]
+        .into();
+        assert!(matches!(
+            from_opt::<SessionDoc>(SESSION, Some(&i)),
+            Err(PortError::Failed(_))
+        ));
     }
 }

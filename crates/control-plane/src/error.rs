@@ -88,6 +88,13 @@ pub enum PortError {
     Failed(String),
 }
 
+impl From<wallcrawler_aws::item::ItemError> for PortError {
+    /// An item that does not map is a failure on our side (500; the detail goes to the log).
+    fn from(e: wallcrawler_aws::item::ItemError) -> Self {
+        PortError::Failed(e.to_string())
+    }
+}
+
 impl From<PortError> for ApiError {
     fn from(e: PortError) -> Self {
         tracing::error!(error = %e, "backend failure");

@@ -17,8 +17,10 @@ pub struct Project {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_id: Option<String>,
     /// `defaultTimeout`: a session's timeout in seconds when the request gives none.
+    #[serde(deserialize_with = "wallcrawler_contract::whole::required")]
     pub default_timeout: u64,
     /// `concurrency`: how many sessions may be live at once (beyond it, 429).
+    #[serde(deserialize_with = "wallcrawler_contract::whole::required")]
     pub concurrency: u64,
     /// ACTIVE or INACTIVE.
     pub status: String,
