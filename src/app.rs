@@ -130,6 +130,18 @@ struct Serving {
     stop_metrics: CancellationToken,
 }
 
+/// Binds `addr`: the listener and the address it got (`addr` may ask for port 0).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), AppError> {
+    let bound = async {
+        let listener = TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
+        Ok((listener, local))
+    };
+    bound
+        .await
+        .map_err(|source| AppError::Bind { addr, source })
+}
+
 impl Serving {
     async fn start(
         auth: Authenticator,
@@ -139,27 +151,13 @@ impl Serving {
         upstream: watch::Receiver<UpstreamState>,
         tasks: &Shutdown,
     ) -> Result<Self, AppError> {
-        let listener = TcpListener::bind(listen)
-            .await
-            .map_err(|source| AppError::Bind {
-                addr: listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| AppError::Bind {
-            addr: listen,
-            source,
-        })?;
+        let (listener, addr) = bind(listen).await?;
         let metrics = Metrics::new();
         let stop_accepting = tasks.child();
         let stop_metrics = tasks.child();
         if let Some(maddr) = metrics_addr {
-            let ml = telemetry::bind_metrics(maddr)
-                .await
-                .map_err(|source| AppError::Bind {
-                    addr: maddr,
-                    source,
-                })?;
-            info!(addr = %ml.local_addr().unwrap_or(maddr), "metrics listening");
+            let (ml, bound) = bind(maddr).await?;
+            info!(addr = %bound, "metrics listening");
             tasks.spawn(telemetry::serve_metrics(
                 ml,
                 metrics.clone(),

@@ -172,6 +172,19 @@ pub enum Command {
     Token(TokenArgs),
 }
 
+/// `--jwt-signing-key`, of `local` and `token`.
+#[derive(Args, Debug, Default, Clone)]
+pub struct SigningKeyArg {
+    /// Literal HS256 signing key (`local` generates one when unset; `token` needs it).
+    #[arg(
+        long,
+        env = "WALLCRAWLER_JWT_SIGNING_KEY",
+        hide_env_values = true,
+        value_name = "KEY"
+    )]
+    pub jwt_signing_key: Option<String>,
+}
+
 /// Flags of `local`.
 #[derive(Args, Debug, Default, Clone)]
 pub struct LocalArgs {
@@ -184,14 +197,9 @@ pub struct LocalArgs {
     /// Lifetime of the printed token in seconds, at most 21600 [default: 3600].
     #[arg(long, value_name = "SECONDS")]
     pub token_ttl: Option<String>,
-    /// Literal signing key; generated when unset.
-    #[arg(
-        long,
-        env = "WALLCRAWLER_JWT_SIGNING_KEY",
-        hide_env_values = true,
-        value_name = "KEY"
-    )]
-    pub jwt_signing_key: Option<String>,
+    /// The literal signing key.
+    #[command(flatten)]
+    pub key: SigningKeyArg,
     /// Chrome's DevTools port on 127.0.0.1; 0 = any free port [default: 0].
     #[arg(long, env = "CHROME_DEBUG_PORT", value_name = "N")]
     pub chrome_debug_port: Option<String>,
@@ -246,14 +254,9 @@ pub struct TokenArgs {
     /// Lifetime in seconds, at most 21600 [default: 3600].
     #[arg(long, value_name = "SECONDS")]
     pub ttl: Option<String>,
-    /// Signing key.
-    #[arg(
-        long,
-        env = "WALLCRAWLER_JWT_SIGNING_KEY",
-        hide_env_values = true,
-        value_name = "KEY"
-    )]
-    pub jwt_signing_key: Option<String>,
+    /// The literal signing key.
+    #[command(flatten)]
+    pub key: SigningKeyArg,
 }
 
 /// Every problem found in the configuration, one line each.
@@ -857,7 +860,7 @@ impl LocalConfig {
         put("CDP_PROXY_PORT", &a.port);
         put("CHROME_PATH", &a.chrome_path);
         put("TOKEN_TTL", &a.token_ttl);
-        put("WALLCRAWLER_JWT_SIGNING_KEY", &a.jwt_signing_key);
+        put("WALLCRAWLER_JWT_SIGNING_KEY", &a.key.jwt_signing_key);
         put("CHROME_DEBUG_PORT", &a.chrome_debug_port);
         put("CHROME_FLAGS_FILE", &a.chrome_flags_file);
         Self::from_settings(&s)
@@ -942,7 +945,7 @@ impl TokenConfig {
             ("SESSION_ID", &a.session_id),
             ("PROJECT_ID", &a.project_id),
             ("TOKEN_TTL", &a.ttl),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", &a.jwt_signing_key),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", &a.key.jwt_signing_key),
         ] {
             if let Some(v) = v {
                 s.insert(k, v.clone());

@@ -4,7 +4,6 @@
 //! ever becomes a label, so no token or address can leak through `/metrics`.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -159,6 +158,20 @@ pub struct Metrics {
 pub const EXPOSITION_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// A counter family registered as `name` (with `help`), one series per label value, each
+/// created now so it is exposed at zero.
+fn counters<const N: usize>(
+    registry: &mut Registry,
+    (name, help): (&str, &str),
+    key: &'static str,
+    values: [&'static str; N],
+) -> [Counter; N] {
+    let family = Family::<Label, Counter>::default();
+    let series = values.map(|v| family.get_or_create_owned(&[(key, v)]));
+    registry.register(name, help, family);
+    series
+}
+
 impl Metrics {
     /// Every series registered, at zero.
     pub fn new() -> Arc<Self> {
@@ -175,31 +188,29 @@ impl Metrics {
             "TCP connections being handled now",
             connections_open.clone(),
         );
-        let bytes = Family::<Label, Counter>::default();
-        let bytes_client_to_chrome =
-            bytes.get_or_create_owned(&[("direction", "client_to_chrome")]);
-        let bytes_chrome_to_client =
-            bytes.get_or_create_owned(&[("direction", "chrome_to_client")]);
-        registry.register(
-            "wallcrawler_proxy_bytes",
-            "Bytes relayed, by direction",
-            bytes,
+        let [bytes_client_to_chrome, bytes_chrome_to_client] = counters(
+            &mut registry,
+            ("wallcrawler_proxy_bytes", "Bytes relayed, by direction"),
+            "direction",
+            ["client_to_chrome", "chrome_to_client"],
         );
-        let by_outcome = Family::<Label, Counter>::default();
-        let outcomes =
-            Outcome::ALL.map(|o| by_outcome.get_or_create_owned(&[("outcome", o.label())]));
-        registry.register(
-            "wallcrawler_proxy_connections",
-            "Client connections by outcome",
-            by_outcome,
+        let outcomes = counters(
+            &mut registry,
+            (
+                "wallcrawler_proxy_connections",
+                "Client connections by outcome",
+            ),
+            "outcome",
+            Outcome::ALL.map(Outcome::label),
         );
-        let by_reason = Family::<Label, Counter>::default();
-        let refusals =
-            TokenError::ALL.map(|e| by_reason.get_or_create_owned(&[("reason", e.reason())]));
-        registry.register(
-            "wallcrawler_proxy_auth_refusals",
-            "Refused credentials by reason",
-            by_reason,
+        let refusals = counters(
+            &mut registry,
+            (
+                "wallcrawler_proxy_auth_refusals",
+                "Refused credentials by reason",
+            ),
+            "reason",
+            TokenError::ALL.map(TokenError::reason),
         );
         let mut pool_registry = Registry::default();
         let pool_warmup = Gauge::default();
@@ -351,11 +362,6 @@ fn scrape<B>(req: &Request<B>, metrics: &Metrics) -> Response<Full<Bytes>> {
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
-}
-
-/// Binds the metrics listener.
-pub async fn bind_metrics(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
 }
 
 #[cfg(test)]

@@ -216,46 +216,34 @@ mod command {
     /// as it is for Chrome ("duplicate map key").
     pub struct MethodIsBrowserClose(pub bool);
 
-    enum Key {
-        Method,
-        Other,
-    }
+    /// Whether a string (a key, or a value) is `self.0`, read without allocating.
+    struct StrIs(&'static str);
 
-    impl<'de> de::Deserialize<'de> for Key {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl Visitor<'_> for V {
-                type Value = Key;
-                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str("a key")
-                }
-                fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
-                    Ok(if v == "method" {
-                        Key::Method
-                    } else {
-                        Key::Other
-                    })
-                }
-            }
-            d.deserialize_identifier(V)
+    impl Visitor<'_> for StrIs {
+        type Value = bool;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "a string")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
+            Ok(v == self.0)
         }
     }
 
+    /// An object key: whether it is `method`.
+    struct IsMethod(bool);
+
+    impl<'de> de::Deserialize<'de> for IsMethod {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_identifier(StrIs("method")).map(IsMethod)
+        }
+    }
+
+    /// The `method` value: whether it is `Browser.close`.
     struct IsClose(bool);
 
     impl<'de> de::Deserialize<'de> for IsClose {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl Visitor<'_> for V {
-                type Value = IsClose;
-                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str("a method name")
-                }
-                fn visit_str<E: de::Error>(self, v: &str) -> Result<IsClose, E> {
-                    Ok(IsClose(v == "Browser.close"))
-                }
-            }
-            d.deserialize_str(V)
+            d.deserialize_str(StrIs("Browser.close")).map(IsClose)
         }
     }
 
@@ -269,15 +257,13 @@ mod command {
                 }
                 fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                     let mut method = None;
-                    while let Some(key) = map.next_key::<Key>()? {
-                        match key {
-                            Key::Method if method.is_some() => {
-                                return Err(de::Error::duplicate_field("method"));
-                            }
-                            Key::Method => method = Some(map.next_value::<IsClose>()?.0),
-                            Key::Other => {
-                                map.next_value::<IgnoredAny>()?;
-                            }
+                    while let Some(IsMethod(is_method)) = map.next_key()? {
+                        if !is_method {
+                            map.next_value::<IgnoredAny>()?;
+                        } else if method.is_some() {
+                            return Err(de::Error::duplicate_field("method"));
+                        } else {
+                            method = Some(map.next_value::<IsClose>()?.0);
                         }
                     }
                     Ok(MethodIsBrowserClose(method == Some(true)))

@@ -974,17 +974,18 @@ async fn linger(mut stream: TcpStream) {
 mod tests {
     use super::*;
 
+    /// The upgrade request sent to Chrome for the client's `raw` head (a valid upgrade).
+    fn forwarded(raw: &[u8], path: &str) -> String {
+        let (head, _) = http::parse_request_head(raw, 65536).unwrap().unwrap();
+        assert!(is_valid_upgrade(&head));
+        let out = upstream_request("127.0.0.1:9222".parse().unwrap(), path, &head);
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn upstream_request_rewrites_host_and_drops_credentials() {
         let raw = b"GET /?signingKey=secret HTTP/1.1\r\nHost: browser.example.test:9223\r\nOrigin: https://evil\r\nAuthorization: Bearer x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: k==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n";
-        let (head, _) = http::parse_request_head(raw, 65536).unwrap().unwrap();
-        assert!(is_valid_upgrade(&head));
-        let out = String::from_utf8(upstream_request(
-            "127.0.0.1:9222".parse().unwrap(),
-            "/devtools/browser/x",
-            &head,
-        ))
-        .unwrap();
+        let out = forwarded(raw, "/devtools/browser/x");
         assert!(out.starts_with("GET /devtools/browser/x HTTP/1.1\r\nHost: 127.0.0.1:9222\r\n"));
         for gone in [
             "secret",
@@ -1002,14 +1003,7 @@ mod tests {
     #[test]
     fn upstream_request_forwards_only_the_handshake() {
         let raw = b"GET /devtools/page/P HTTP/1.1\r\nHost: h:1\r\nupgrade: WebSocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Key: k==\r\nSec-WebSocket-Version: 13\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\nX-Forwarded-For: 10.9.9.9\r\nSec-WebSocket-Protocol: evil\r\nUser-Agent: ua\r\n\r\n";
-        let (head, _) = http::parse_request_head(raw, 65536).unwrap().unwrap();
-        assert!(is_valid_upgrade(&head));
-        let out = String::from_utf8(upstream_request(
-            "127.0.0.1:9222".parse().unwrap(),
-            "/devtools/page/P",
-            &head,
-        ))
-        .unwrap();
+        let out = forwarded(raw, "/devtools/page/P");
         assert_eq!(
             out,
             "GET /devtools/page/P HTTP/1.1\r\nHost: 127.0.0.1:9222\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: k==\r\nSec-WebSocket-Version: 13\r\n\r\n"

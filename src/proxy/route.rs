@@ -100,46 +100,54 @@ mod tests {
 
     #[test]
     fn routes() {
-        assert_eq!(route("GET", "/health", false), Ok(Route::Health));
-        assert_eq!(route("GET", "/", true), Ok(Route::BrowserRoot));
-        assert_eq!(route("GET", "/", false), Err(RouteError::NotFound));
-        assert_eq!(route("GET", "/json/version", false), Ok(Route::JsonVersion));
-        assert_eq!(
-            route("GET", "/json/version/", false),
-            Ok(Route::JsonVersion)
-        );
-        assert_eq!(route("GET", "/json", false), Ok(Route::JsonList));
-        assert_eq!(route("GET", "/json/", false), Ok(Route::JsonList));
-        assert_eq!(route("GET", "/json/list/", false), Ok(Route::JsonList));
-        assert_eq!(route("PUT", "/json/new", false), Ok(Route::JsonNew));
-        assert_eq!(
-            route("POST", "/json/new", false),
-            Err(RouteError::MethodNotAllowed)
-        );
-        assert_eq!(
-            route("GET", "/json/protocol", false),
-            Ok(Route::JsonPassthrough("/json/protocol".into()))
-        );
-        assert_eq!(
-            route("GET", "/json/activate/ABC", false),
-            Ok(Route::JsonPassthrough("/json/activate/ABC".into()))
-        );
-        assert_eq!(
-            route("GET", "/json/close/ABC/", false),
-            Ok(Route::JsonPassthrough("/json/close/ABC".into()))
-        );
-        assert_eq!(
-            route("GET", "/devtools/page/ABC-1", true),
-            Ok(Route::Devtools("/devtools/page/ABC-1".into()))
-        );
-        assert_eq!(
-            route("GET", "/devtools/browser/1f2e", true),
-            Ok(Route::Devtools("/devtools/browser/1f2e".into()))
-        );
-        assert_eq!(
-            route("POST", "/json/version", false),
-            Err(RouteError::MethodNotAllowed)
-        );
+        let pass = |p: &str| Ok(Route::JsonPassthrough(p.into()));
+        let devtools = |p: &str| Ok(Route::Devtools(p.into()));
+        let cases = [
+            ("GET", "/health", false, Ok(Route::Health)),
+            ("GET", "/", true, Ok(Route::BrowserRoot)),
+            ("GET", "/", false, Err(RouteError::NotFound)),
+            ("GET", "/json/version", false, Ok(Route::JsonVersion)),
+            ("GET", "/json/version/", false, Ok(Route::JsonVersion)),
+            ("GET", "/json", false, Ok(Route::JsonList)),
+            ("GET", "/json/", false, Ok(Route::JsonList)),
+            ("GET", "/json/list/", false, Ok(Route::JsonList)),
+            ("PUT", "/json/new", false, Ok(Route::JsonNew)),
+            (
+                "POST",
+                "/json/new",
+                false,
+                Err(RouteError::MethodNotAllowed),
+            ),
+            ("GET", "/json/protocol", false, pass("/json/protocol")),
+            (
+                "GET",
+                "/json/activate/ABC",
+                false,
+                pass("/json/activate/ABC"),
+            ),
+            ("GET", "/json/close/ABC/", false, pass("/json/close/ABC")),
+            (
+                "GET",
+                "/devtools/page/ABC-1",
+                true,
+                devtools("/devtools/page/ABC-1"),
+            ),
+            (
+                "GET",
+                "/devtools/browser/1f2e",
+                true,
+                devtools("/devtools/browser/1f2e"),
+            ),
+            (
+                "POST",
+                "/json/version",
+                false,
+                Err(RouteError::MethodNotAllowed),
+            ),
+        ];
+        for (method, path, upgrade, want) in cases {
+            assert_eq!(route(method, path, upgrade), want, "{method} {path}");
+        }
     }
 
     #[test]
