@@ -385,6 +385,27 @@ mod tests {
         })
     }
 
+    /// A cache over a fake serving `key`, after its startup fetch.
+    async fn loaded(key: &str) -> (Arc<Fake>, Arc<KeyCache<Fake>>) {
+        let f = fake(Some(key));
+        let cache = KeyCache::new(f.clone(), TaskTracker::new());
+        cache.load_initial(Duration::from_secs(1)).await.unwrap();
+        (f, cache)
+    }
+
+    /// `n` misses at once, each in its own task.
+    fn concurrent_misses(
+        cache: &Arc<KeyCache<Fake>>,
+        n: usize,
+    ) -> Vec<tokio::task::JoinHandle<Option<KeySet>>> {
+        (0..n)
+            .map(|_| {
+                let c = cache.clone();
+                tokio::spawn(async move { c.refresh_after_miss().await })
+            })
+            .collect()
+    }
+
     /// The key set holds exactly `key`.
     fn holds(keys: &KeySet, key: &str) -> bool {
         let token = wallcrawler_contract::Claims::new("s", "p", 1, 60)
@@ -434,9 +455,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_just_rotated_key_is_fetched_at_once_then_misses_rest_5_s() {
-        let f = fake(Some("old"));
-        let cache = KeyCache::new(f.clone(), TaskTracker::new());
-        cache.load_initial(Duration::from_secs(1)).await.unwrap();
+        let (f, cache) = loaded("old").await;
         // Straight after startup: the startup fetch does not delay it.
         f.set_key(Some("new"));
         let fresh = cache.refresh_after_miss().await.unwrap();
@@ -458,19 +477,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn misses_while_secrets_manager_fails_fetch_once_per_5_s_and_never_wait() {
-        let f = fake(Some("k"));
-        let cache = KeyCache::new(f.clone(), TaskTracker::new());
-        cache.load_initial(Duration::from_secs(1)).await.unwrap();
+        let (f, cache) = loaded("k").await;
         tokio::time::advance(MIN_FETCH_INTERVAL).await;
         f.set_key(None);
         let start = Instant::now();
         // A burst of 40 concurrent misses, then 40 more one after another, all within 5 s.
-        let burst: Vec<_> = (0..40)
-            .map(|_| {
-                let c = cache.clone();
-                tokio::spawn(async move { c.refresh_after_miss().await })
-            })
-            .collect();
+        let burst = concurrent_misses(&cache, 40);
         for t in burst {
             t.await.unwrap();
         }
@@ -495,19 +507,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_miss_waits_at_most_miss_wait_for_a_hanging_fetch() {
-        let f = fake(Some("k"));
-        let cache = KeyCache::new(f.clone(), TaskTracker::new());
-        cache.load_initial(Duration::from_secs(1)).await.unwrap();
+        let (f, cache) = loaded("k").await;
         tokio::time::advance(MIN_FETCH_INTERVAL).await;
         let permits = f.gate.available_permits();
         let held = f.gate.acquire_many(permits as u32).await.unwrap();
         let start = Instant::now();
-        let waiting: Vec<_> = (0..10)
-            .map(|_| {
-                let c = cache.clone();
-                tokio::spawn(async move { c.refresh_after_miss().await })
-            })
-            .collect();
+        let waiting = concurrent_misses(&cache, 10);
         for t in waiting {
             assert!(t.await.unwrap().is_none(), "nothing new yet");
         }
@@ -529,10 +534,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_background_refresh_retries_sooner_after_a_failure() {
-        let f = fake(Some("k"));
+        let (f, cache) = loaded("k").await;
         let cancel = CancellationToken::new();
-        let cache = KeyCache::new(f.clone(), TaskTracker::new());
-        cache.load_initial(Duration::from_secs(1)).await.unwrap();
         cache.spawn_refresher(cancel.clone());
         f.set_key(None);
         tokio::time::sleep(REFRESH_EVERY + Duration::from_millis(1)).await;

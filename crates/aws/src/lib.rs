@@ -153,22 +153,14 @@ mod tests {
 
     #[test]
     fn throttling_and_unreachable_are_transient_a_refusal_is_not() {
-        assert_eq!(
-            classify(&service("ThrottlingException")),
-            Failure::Transient
-        );
-        assert_eq!(
-            classify(&service("ProvisionedThroughputExceededException")),
-            Failure::Transient
-        );
-        assert_eq!(
-            classify(&service("ConditionalCheckFailedException")),
-            Failure::Refused
-        );
-        assert_eq!(
-            classify(&service("AccessDeniedException")),
-            Failure::Refused
-        );
+        for (code, want) in [
+            ("ThrottlingException", Failure::Transient),
+            ("ProvisionedThroughputExceededException", Failure::Transient),
+            ("ConditionalCheckFailedException", Failure::Refused),
+            ("AccessDeniedException", Failure::Refused),
+        ] {
+            assert_eq!(classify(&service(code)), want, "{code}");
+        }
         let timeout: SdkError<GetItemError, ()> = SdkError::timeout_error("no answer");
         assert_eq!(classify(&timeout), Failure::Transient);
         let unbuilt: SdkError<GetItemError, ()> = SdkError::construction_failure("bad input");

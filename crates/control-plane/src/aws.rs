@@ -27,6 +27,10 @@ use std::time::Duration;
 
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
+use aws_sdk_dynamodb::types::error::ConditionalCheckFailedException;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use futures_util::future::BoxFuture;
 use serde::Serialize;
@@ -312,18 +316,18 @@ const SESSIONS: &str = "the sessions table";
 const SESSION: &str = "session";
 
 /// `wallcrawler-sessions` (key `sessionId`).
-pub struct DynamoSessions {
-    client: aws_sdk_dynamodb::Client,
-    table: String,
-}
+pub struct DynamoSessions(Table);
 
 impl DynamoSessions {
     /// Sessions in `table` (`sessionId` key).
     pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
-        Self {
+        Self(Table::new(
             client,
-            table: table.to_owned(),
-        }
+            table,
+            attr::SESSION_ID,
+            SESSIONS,
+            SESSION,
+        ))
     }
 
     /// Every item a paginated `Query`/`Scan` returns, as documents.
@@ -333,6 +337,12 @@ impl DynamoSessions {
         }
         Ok(())
     }
+
+    /// An update of session `id` that answers with the new item (ALL_NEW), or with the current
+    /// one (ALL_OLD) when its condition fails.
+    fn update_returning(&self, id: &str) -> UpdateItemFluentBuilder {
+        self.0.update_or_old(id).return_values(ReturnValue::AllNew)
+    }
 }
 
 impl SessionRepo for DynamoSessions {
@@ -340,9 +350,10 @@ impl SessionRepo for DynamoSessions {
     fn create(&self, doc: SessionDoc) -> BoxFuture<'_, PortResult<Cond<SessionDoc>>> {
         Box::pin(async move {
             let r = self
+                .0
                 .client
                 .put_item()
-                .table_name(&self.table)
+                .table_name(&self.0.name)
                 .set_item(Some(item::to_item(SESSION, &doc)?))
                 .condition_expression("attribute_not_exists(sessionId)")
                 .return_values_on_condition_check_failure(
@@ -350,31 +361,15 @@ impl SessionRepo for DynamoSessions {
                 )
                 .send()
                 .await;
-            match r {
+            match condition(r, SESSIONS)? {
                 Ok(_) => Ok(Cond::Done(doc)),
-                Err(e) => match e.as_service_error() {
-                    Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c)) => {
-                        Ok(Cond::Failed(from_opt(SESSION, c.item())?))
-                    }
-                    _ => Err(sdk_error(SESSIONS, e)),
-                },
+                Err(old) => Ok(Cond::Failed(from_opt(SESSION, old.as_ref())?)),
             }
         })
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<SessionDoc>>> {
-        Box::pin(async move {
-            let out = self
-                .client
-                .get_item()
-                .table_name(&self.table)
-                .key(attr::SESSION_ID, s(id))
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(|e| sdk_error(SESSIONS, e))?;
-            from_opt(SESSION, out.item())
-        })
+        Box::pin(self.0.get(id))
     }
 
     /// `Query` on [`PROJECT_INDEX`] (eventually consistent: GSIs cannot be read otherwise).
@@ -387,9 +382,10 @@ impl SessionRepo for DynamoSessions {
             let mut start = None;
             loop {
                 let page = self
+                    .0
                     .client
                     .query()
-                    .table_name(&self.table)
+                    .table_name(&self.0.name)
                     .index_name(PROJECT_INDEX)
                     .key_condition_expression("projectId = :p")
                     .expression_attribute_values(":p", s(project_id))
@@ -418,9 +414,10 @@ impl SessionRepo for DynamoSessions {
     fn find_by_task<'a>(&'a self, task_arn: &'a str) -> BoxFuture<'a, PortResult<Option<String>>> {
         Box::pin(async move {
             let page = self
+                .0
                 .client
                 .query()
-                .table_name(&self.table)
+                .table_name(&self.0.name)
                 .index_name(TASK_INDEX)
                 .key_condition_expression("ecsTaskArn = :t")
                 .expression_attribute_values(":t", s(task_arn))
@@ -447,9 +444,10 @@ impl SessionRepo for DynamoSessions {
             let mut start = None;
             loop {
                 let page = self
+                    .0
                     .client
                     .scan()
-                    .table_name(&self.table)
+                    .table_name(&self.0.name)
                     .filter_expression("contextId = :c")
                     .expression_attribute_values(":c", s(context_id))
                     .consistent_read(true)
@@ -477,10 +475,7 @@ impl SessionRepo for DynamoSessions {
         Box::pin(async move {
             let mut expr = String::from("SET internalStatus = :prov, #st = :sdk, updatedAt = :at");
             let mut req = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key(attr::SESSION_ID, s(id))
+                .update_returning(id)
                 .condition_expression("internalStatus = :creating")
                 .expression_attribute_names("#st", attr::STATUS)
                 .expression_attribute_values(":creating", s(InternalStatus::Creating.as_str()))
@@ -489,11 +484,7 @@ impl SessionRepo for DynamoSessions {
                     ":sdk",
                     s(InternalStatus::Provisioning.sdk_status().as_str()),
                 )
-                .expression_attribute_values(":at", s(at))
-                .return_values(ReturnValue::AllNew)
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                );
+                .expression_attribute_values(":at", s(at));
             if let Some(arn) = task_arn {
                 expr.push_str(", ecsTaskArn = :arn");
                 req = req.expression_attribute_values(":arn", s(arn));
@@ -516,15 +507,7 @@ impl SessionRepo for DynamoSessions {
         ended: bool,
     ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
         Box::pin(async move {
-            let req = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key(attr::SESSION_ID, s(id))
-                .return_values(ReturnValue::AllNew)
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                );
+            let req = self.update_returning(id);
             let (req, mut expr) = wallcrawler_aws::terminal_update(req, status, reason, at);
             if ended {
                 expr.push_str(", endedAt = if_not_exists(endedAt, :at)");
@@ -538,19 +521,10 @@ impl SessionRepo for DynamoSessions {
                 return Ok(Cond::Failed(Some(current)));
             }
             let r = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key(attr::SESSION_ID, s(id))
-                .condition_expression(
-                    "attribute_exists(sessionId) AND attribute_not_exists(endedAt)",
-                )
+                .update_returning(id)
+                .condition_expression(ENDED_MISSING)
                 .update_expression("SET endedAt = :at, updatedAt = :at")
                 .expression_attribute_values(":at", s(at))
-                .return_values(ReturnValue::AllNew)
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                )
                 .send()
                 .await;
             updated(r)
@@ -564,56 +538,76 @@ impl SessionRepo for DynamoSessions {
         at: &'a str,
     ) -> BoxFuture<'a, PortResult<()>> {
         Box::pin(async move {
-            let r = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key(attr::SESSION_ID, s(id))
-                .condition_expression(
-                    "attribute_exists(sessionId) AND attribute_not_exists(endedAt)",
-                )
+            let req = self
+                .0
+                .update(id)
+                .condition_expression(ENDED_MISSING)
                 .update_expression("SET endedAt = :at")
-                .expression_attribute_values(":at", s(at))
-                .send()
-                .await;
-            match r {
-                Ok(_) => Ok(()),
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
-                {
-                    Ok(())
-                }
-                Err(e) => Err(sdk_error(SESSIONS, e)),
-            }
+                .expression_attribute_values(":at", s(at));
+            self.0.unless_condition_fails(req).await
         })
     }
 }
 
-type UpdateResult = Result<
-    aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
-    SdkError<
-        aws_sdk_dynamodb::operation::update_item::UpdateItemError,
-        aws_sdk_dynamodb::config::http::HttpResponse,
-    >,
->;
+/// The condition of the writes of `endedAt`: the session exists and has none yet.
+const ENDED_MISSING: &str = "attribute_exists(sessionId) AND attribute_not_exists(endedAt)";
 
 /// A conditional session update's outcome: the new item, or the current one (ALL_OLD) when
 /// the condition failed.
-fn updated(r: UpdateResult) -> PortResult<Cond<SessionDoc>> {
-    use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-    match r {
+fn updated(r: SdkResult<UpdateItemOutput, UpdateItemError>) -> PortResult<Cond<SessionDoc>> {
+    match condition(r, SESSIONS)? {
         Ok(out) => match out.attributes() {
             Some(i) => Ok(Cond::Done(item::from_item(SESSION, i)?)),
             None => Err(PortError::Failed(format!(
                 "{SESSIONS}: an update returned no item"
             ))),
         },
-        Err(e) => match e.as_service_error() {
-            Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
-                Ok(Cond::Failed(from_opt(SESSION, c.item())?))
-            }
-            _ => Err(sdk_error(SESSIONS, e)),
+        Err(old) => Ok(Cond::Failed(from_opt(SESSION, old.as_ref())?)),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conditional writes
+
+/// An SDK call's result.
+type SdkResult<O, E> = Result<O, SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>>;
+
+/// The error of a write that can carry a condition.
+trait ConditionalWriteError {
+    /// The failed condition's exception, when that is what this error is.
+    fn failed_condition(&self) -> Option<&ConditionalCheckFailedException>;
+}
+
+impl ConditionalWriteError for PutItemError {
+    fn failed_condition(&self) -> Option<&ConditionalCheckFailedException> {
+        match self {
+            Self::ConditionalCheckFailedException(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+impl ConditionalWriteError for UpdateItemError {
+    fn failed_condition(&self) -> Option<&ConditionalCheckFailedException> {
+        match self {
+            Self::ConditionalCheckFailedException(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// A conditional write's outcome: `Ok(output)`, or `Err(item)` when its condition failed,
+/// with the item as it was (when the write asked for ALL_OLD and there was one). Any other
+/// failure is a port error about `service`.
+fn condition<O, E>(r: SdkResult<O, E>, service: &'static str) -> PortResult<Result<O, Option<Item>>>
+where
+    E: ConditionalWriteError + std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
+{
+    match r {
+        Ok(out) => Ok(Ok(out)),
+        Err(e) => match e.as_service_error().and_then(E::failed_condition) {
+            Some(c) => Ok(Err(c.item().cloned())),
+            None => Err(sdk_error(service, e)),
         },
     }
 }
@@ -634,6 +628,23 @@ struct Table {
 }
 
 impl Table {
+    /// Table `name`, its key attribute, and the names its errors use.
+    fn new(
+        client: aws_sdk_dynamodb::Client,
+        name: &str,
+        key: &'static str,
+        service: &'static str,
+        what: &'static str,
+    ) -> Self {
+        Self {
+            client,
+            name: name.to_owned(),
+            key,
+            service,
+            what,
+        }
+    }
+
     /// Consistent `GetItem`.
     async fn get<T: DeserializeOwned>(&self, id: &str) -> PortResult<Option<T>> {
         let out = self
@@ -662,29 +673,42 @@ impl Table {
         Ok(())
     }
 
-    /// `UpdateItem` `SET attr = :v` on condition that the item exists; false when it does not.
-    async fn set_if_exists(&self, id: &str, attr: &str, value: &str) -> PortResult<bool> {
-        let r = self
-            .client
+    /// An `UpdateItem` of the item with key `id`, for the caller to give its expressions.
+    fn update(&self, id: &str) -> UpdateItemFluentBuilder {
+        self.client
             .update_item()
             .table_name(&self.name)
             .key(self.key, s(id))
+    }
+
+    /// [`Table::update`] that answers a failed condition with the item as it was (ALL_OLD).
+    fn update_or_old(&self, id: &str) -> UpdateItemFluentBuilder {
+        self.update(id)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+    }
+
+    /// Sends a conditional update: [`condition`]'s outcome.
+    async fn conditional(
+        &self,
+        req: UpdateItemFluentBuilder,
+    ) -> PortResult<Result<UpdateItemOutput, Option<Item>>> {
+        condition(req.send().await, self.service)
+    }
+
+    /// Sends a conditional update whose failed condition means "nothing to do".
+    async fn unless_condition_fails(&self, req: UpdateItemFluentBuilder) -> PortResult<()> {
+        self.conditional(req).await.map(drop)
+    }
+
+    /// `UpdateItem` `SET attr = :v` on condition that the item exists; false when it does not.
+    async fn set_if_exists(&self, id: &str, attr: &str, value: &str) -> PortResult<bool> {
+        let req = self
+            .update(id)
             .condition_expression(format!("attribute_exists({})", self.key))
             .update_expression("SET #a = :v")
             .expression_attribute_names("#a", attr)
-            .expression_attribute_values(":v", s(value))
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(sdk_error(self.service, e)),
-        }
+            .expression_attribute_values(":v", s(value));
+        Ok(self.conditional(req).await?.is_ok())
     }
 
     async fn delete(&self, id: &str) -> PortResult<()> {
@@ -705,13 +729,13 @@ pub struct DynamoProjects(Table);
 impl DynamoProjects {
     /// Projects in `table` (`projectId` key).
     pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
-        Self(Table {
+        Self(Table::new(
             client,
-            name: table.to_owned(),
-            key: "projectId",
-            service: "the projects table",
-            what: "project",
-        })
+            table,
+            "projectId",
+            "the projects table",
+            "project",
+        ))
     }
 }
 
@@ -732,13 +756,13 @@ pub struct DynamoKeys(Table);
 impl DynamoKeys {
     /// API keys in `table` (`apiKeyHash` key).
     pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
-        Self(Table {
+        Self(Table::new(
             client,
-            name: table.to_owned(),
-            key: "apiKeyHash",
-            service: "the API keys table",
-            what: "API key",
-        })
+            table,
+            "apiKeyHash",
+            "the API keys table",
+            "API key",
+        ))
     }
 }
 
@@ -763,13 +787,13 @@ pub struct DynamoContexts(Table);
 impl DynamoContexts {
     /// Contexts in `table` (`contextId` key).
     pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
-        Self(Table {
+        Self(Table::new(
             client,
-            name: table.to_owned(),
-            key: "contextId",
-            service: "the contexts table",
-            what: "context",
-        })
+            table,
+            "contextId",
+            "the contexts table",
+            "context",
+        ))
     }
 }
 
@@ -801,41 +825,30 @@ impl ContextRepo for DynamoContexts {
         session_id: &'a str,
         replacing: Option<&'a str>,
     ) -> BoxFuture<'a, PortResult<Lease>> {
-        use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
         Box::pin(async move {
-            let t = &self.0;
             let mut cond = String::from(
                 "attribute_exists(contextId) AND (attribute_not_exists(writerSessionId) \
                  OR writerSessionId = :sid",
             );
-            let mut req = t
-                .client
-                .update_item()
-                .table_name(&t.name)
-                .key(t.key, s(id))
+            let mut req = self
+                .0
+                .update_or_old(id)
                 .update_expression("SET writerSessionId = :sid")
-                .expression_attribute_values(":sid", s(session_id))
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                );
+                .expression_attribute_values(":sid", s(session_id));
             if let Some(old) = replacing {
                 cond.push_str(" OR writerSessionId = :old");
                 req = req.expression_attribute_values(":old", s(old));
             }
             cond.push(')');
-            match req.condition_expression(cond).send().await {
-                Ok(_) => Ok(Lease::Taken),
-                Err(e) => match e.as_service_error() {
-                    Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
-                        Ok(match c.item().and_then(|i| i.get("writerSessionId")) {
-                            Some(AttributeValue::S(holder)) => Lease::Held(holder.clone()),
-                            // No item (or, oddly, no writer after all): no such context.
-                            _ => Lease::NoContext,
-                        })
-                    }
-                    _ => Err(sdk_error(t.service, e)),
-                },
-            }
+            let old = match self.0.conditional(req.condition_expression(cond)).await? {
+                Ok(_) => return Ok(Lease::Taken),
+                Err(old) => old,
+            };
+            Ok(match old.as_ref().and_then(|i| i.get("writerSessionId")) {
+                Some(AttributeValue::S(holder)) => Lease::Held(holder.clone()),
+                // No item (or, oddly, no writer after all): no such context.
+                _ => Lease::NoContext,
+            })
         })
     }
 
@@ -846,33 +859,14 @@ impl ContextRepo for DynamoContexts {
         session_id: &'a str,
     ) -> BoxFuture<'a, PortResult<()>> {
         Box::pin(async move {
-            let t = &self.0;
-            let r = t
-                .client
-                .update_item()
-                .table_name(&t.name)
-                .key(t.key, s(id))
+            let req = self
+                .0
+                .update(id)
                 .condition_expression("writerSessionId = :sid")
                 .update_expression("REMOVE writerSessionId")
-                .expression_attribute_values(":sid", s(session_id))
-                .send()
-                .await;
-            conditional_ok(r, t.service)
+                .expression_attribute_values(":sid", s(session_id));
+            self.0.unless_condition_fails(req).await
         })
-    }
-}
-
-/// A conditional update whose failed condition means "nothing to do".
-fn conditional_ok(r: UpdateResult, service: &'static str) -> PortResult<()> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
-        {
-            Ok(())
-        }
-        Err(e) => Err(sdk_error(service, e)),
     }
 }
 
@@ -888,13 +882,13 @@ pub const ACTIVE_SESSIONS: &str = "activeSessions";
 impl DynamoSlots {
     /// Slots kept in `projects_table`, on the `<projectId>#active` items.
     pub fn new(client: aws_sdk_dynamodb::Client, projects_table: &str) -> Self {
-        Self(Table {
+        Self(Table::new(
             client,
-            name: projects_table.to_owned(),
-            key: "projectId",
-            service: "the projects table",
-            what: "project slots",
-        })
+            projects_table,
+            "projectId",
+            "the projects table",
+            "project slots",
+        ))
     }
 
     /// The slot item's key for a project.
@@ -913,14 +907,10 @@ impl SlotRepo for DynamoSlots {
         session_id: &'a str,
         limit: u64,
     ) -> BoxFuture<'a, PortResult<Slot>> {
-        use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
         Box::pin(async move {
-            let t = &self.0;
-            let r = t
-                .client
-                .update_item()
-                .table_name(&t.name)
-                .key(t.key, s(&Self::key(project_id)))
+            let req = self
+                .0
+                .update_or_old(&Self::key(project_id))
                 .update_expression("ADD #a :sids")
                 .condition_expression(
                     "attribute_not_exists(#a) OR size(#a) < :limit OR contains(#a, :sid)",
@@ -928,25 +918,17 @@ impl SlotRepo for DynamoSlots {
                 .expression_attribute_names("#a", ACTIVE_SESSIONS)
                 .expression_attribute_values(":sids", AttributeValue::Ss(vec![session_id.into()]))
                 .expression_attribute_values(":sid", s(session_id))
-                .expression_attribute_values(":limit", AttributeValue::N(limit.to_string()))
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                )
-                .send()
-                .await;
-            match r {
-                Ok(_) => Ok(Slot::Taken),
-                Err(e) => match e.as_service_error() {
-                    Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
-                        let held = match c.item().and_then(|i| i.get(ACTIVE_SESSIONS)) {
-                            Some(AttributeValue::Ss(v)) => v.clone(),
-                            _ => Vec::new(),
-                        };
-                        Ok(Slot::Full(held))
-                    }
-                    _ => Err(sdk_error(t.service, e)),
+                .expression_attribute_values(":limit", AttributeValue::N(limit.to_string()));
+            let old = match self.0.conditional(req).await? {
+                Ok(_) => return Ok(Slot::Taken),
+                Err(old) => old,
+            };
+            Ok(Slot::Full(
+                match old.as_ref().and_then(|i| i.get(ACTIVE_SESSIONS)) {
+                    Some(AttributeValue::Ss(v)) => v.clone(),
+                    _ => Vec::new(),
                 },
-            }
+            ))
         })
     }
 
@@ -958,23 +940,17 @@ impl SlotRepo for DynamoSlots {
         session_id: &'a str,
     ) -> BoxFuture<'a, PortResult<()>> {
         Box::pin(async move {
-            let t = &self.0;
-            let r = t
-                .client
-                .update_item()
-                .table_name(&t.name)
-                .key(t.key, s(&Self::key(project_id)))
+            let req = self
+                .0
+                .update(&Self::key(project_id))
                 .condition_expression("attribute_exists(projectId)")
                 .update_expression("DELETE #a :sids")
                 .expression_attribute_names("#a", ACTIVE_SESSIONS)
-                .expression_attribute_values(":sids", AttributeValue::Ss(vec![session_id.into()]))
-                .send()
-                .await;
-            conditional_ok(r, t.service)
+                .expression_attribute_values(":sids", AttributeValue::Ss(vec![session_id.into()]));
+            self.0.unless_condition_fails(req).await
         })
     }
 }
-
 // ---------------------------------------------------------------------------------------------
 // S3
 

@@ -208,10 +208,7 @@ async fn checked_request(
         Some(ContextSettings {
             id: Some(id),
             persist,
-        }) => match app.contexts.get(&id).await? {
-            Some(c) if c.project_id == p.project_id() => Some((c, persist)),
-            _ => return Err(ApiError::not_found(format!("context {id} not found"))),
-        },
+        }) => Some((own_context(app, p, &id).await?, persist)),
         Some(ContextSettings { id: None, .. }) => {
             return Err(ApiError::bad_request(
                 "browserSettings.context.id is required",
@@ -322,12 +319,40 @@ async fn wait_for_ready(
     }
 }
 
+/// A record that belongs to one project.
+trait Owned {
+    /// What a 404 calls it: "session".
+    const WHAT: &'static str;
+    /// The owning project.
+    fn project_id(&self) -> &str;
+}
+
+impl Owned for SessionDoc {
+    const WHAT: &'static str = "session";
+    fn project_id(&self) -> &str {
+        &self.project_id
+    }
+}
+
+impl Owned for ContextRecord {
+    const WHAT: &'static str = "context";
+    fn project_id(&self) -> &str {
+        &self.project_id
+    }
+}
+
+/// The record `found` under `id`, if it belongs to the caller's project: a missing one and
+/// another project's alike are 404, so ids of other projects reveal nothing.
+fn owned<T: Owned>(p: &Principal, id: &str, found: Option<T>) -> Result<T, ApiError> {
+    match found {
+        Some(r) if r.project_id() == p.project_id() => Ok(r),
+        _ => Err(ApiError::not_found(format!("{} {id} not found", T::WHAT))),
+    }
+}
+
 /// The session, if it belongs to the caller's project.
 async fn own_session(app: &App, p: &Principal, id: &str) -> Result<SessionDoc, ApiError> {
-    match app.sessions.get(id).await? {
-        Some(s) if s.project_id == p.project_id() => Ok(s),
-        _ => Err(ApiError::not_found(format!("session {id} not found"))),
-    }
+    owned(p, id, app.sessions.get(id).await?)
 }
 
 /// The query of `GET /v1/sessions`: `status`, an SDK-visible status to filter by.
@@ -513,11 +538,9 @@ pub async fn create_context(
     Ok((StatusCode::CREATED, Json(upload_answer(&app, &c).await?)).into_response())
 }
 
+/// The context, if it belongs to the caller's project.
 async fn own_context(app: &App, p: &Principal, id: &str) -> Result<ContextRecord, ApiError> {
-    match app.contexts.get(id).await? {
-        Some(c) if c.project_id == p.project_id() => Ok(c),
-        _ => Err(ApiError::not_found(format!("context {id} not found"))),
-    }
+    owned(p, id, app.contexts.get(id).await?)
 }
 
 /// `GET /v1/contexts/{id}`.

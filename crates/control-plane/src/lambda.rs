@@ -43,6 +43,17 @@ pub fn init_tracing() {
         .init();
 }
 
+/// What the table-only functions (the authorizer, the task-events handler) start with: logging
+/// ([`init_tracing`]), the table names from the environment and one DynamoDB client.
+pub async fn tables_from_env() -> (crate::aws::Tables, aws_sdk_dynamodb::Client) {
+    init_tracing();
+    let sdk = crate::aws::sdk_config().await;
+    (
+        crate::aws::Tables::from_env(),
+        aws_sdk_dynamodb::Client::new(&sdk),
+    )
+}
+
 // ---------------------------------------------------------------------------------------------
 // The API function
 

@@ -71,6 +71,15 @@ impl DirSessions {
             .await?;
         Ok(r)
     }
+
+    /// The stored sessions that `keep` selects.
+    async fn list_where(
+        &self,
+        keep: impl Fn(&SessionDoc) -> bool + Send,
+    ) -> PortResult<Vec<SessionDoc>> {
+        let all = self.run(|s| s.list()).await?;
+        Ok(all.into_iter().filter(|d| keep(d)).collect())
+    }
 }
 
 impl SessionRepo for DirSessions {
@@ -93,28 +102,14 @@ impl SessionRepo for DirSessions {
         project_id: &'a str,
     ) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
         let p = project_id.to_owned();
-        Box::pin(async move {
-            Ok(self
-                .run(|s| s.list())
-                .await?
-                .into_iter()
-                .filter(|d| d.project_id == p)
-                .collect())
-        })
+        Box::pin(self.list_where(move |d| d.project_id == p))
     }
     fn list_context<'a>(
         &'a self,
         context_id: &'a str,
     ) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
         let c = context_id.to_owned();
-        Box::pin(async move {
-            Ok(self
-                .run(|s| s.list())
-                .await?
-                .into_iter()
-                .filter(|d| d.context_id.as_deref() == Some(&c))
-                .collect())
-        })
+        Box::pin(self.list_where(move |d| d.context_id.as_deref() == Some(&c)))
     }
     fn find_by_task<'a>(&'a self, task_arn: &'a str) -> BoxFuture<'a, PortResult<Option<String>>> {
         let t = task_arn.to_owned();

@@ -99,6 +99,20 @@ impl MemSessions {
     fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<String, SessionDoc>) -> T) -> T {
         f(&mut self.0.lock().expect("not poisoned"))
     }
+
+    /// A conditional update: `rule` changes session `id` and says whether its condition held.
+    fn cond(&self, id: &str, rule: impl FnOnce(&mut SessionDoc) -> bool) -> Cond<SessionDoc> {
+        self.with(|m| {
+            let Some(d) = m.get_mut(id) else {
+                return Cond::Failed(None);
+            };
+            if rule(d) {
+                Cond::Done(d.clone())
+            } else {
+                Cond::Failed(Some(d.clone()))
+            }
+        })
+    }
 }
 
 impl SessionRepo for MemSessions {
@@ -156,16 +170,7 @@ impl SessionRepo for MemSessions {
         task_arn: Option<&'a str>,
         at: &'a str,
     ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
-        let r = self.with(|m| match m.get_mut(id) {
-            Some(d) => {
-                if rules::provisioning(d, task_arn, at) {
-                    Cond::Done(d.clone())
-                } else {
-                    Cond::Failed(Some(d.clone()))
-                }
-            }
-            None => Cond::Failed(None),
-        });
+        let r = self.cond(id, |d| rules::provisioning(d, task_arn, at));
         Box::pin(async move { Ok(r) })
     }
     fn mark_terminal<'a>(
@@ -176,16 +181,7 @@ impl SessionRepo for MemSessions {
         at: &'a str,
         ended: bool,
     ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
-        let r = self.with(|m| match m.get_mut(id) {
-            Some(d) => {
-                if rules::terminal(d, status, reason, at, ended) {
-                    Cond::Done(d.clone())
-                } else {
-                    Cond::Failed(Some(d.clone()))
-                }
-            }
-            None => Cond::Failed(None),
-        });
+        let r = self.cond(id, |d| rules::terminal(d, status, reason, at, ended));
         Box::pin(async move { Ok(r) })
     }
     fn mark_ended_if_missing<'a>(

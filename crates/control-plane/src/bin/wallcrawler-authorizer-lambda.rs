@@ -12,10 +12,7 @@ use wallcrawler_control_plane::{aws, lambda};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    lambda::init_tracing();
-    let tables = aws::Tables::from_env();
-    let sdk = aws::sdk_config().await;
-    let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+    let (tables, dynamo) = lambda::tables_from_env().await;
     let app = lambda::authorizer_app(
         Arc::new(aws::DynamoKeys::new(dynamo.clone(), &tables.api_keys)),
         Arc::new(aws::DynamoProjects::new(dynamo, &tables.projects)),

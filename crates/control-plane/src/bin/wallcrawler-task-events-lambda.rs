@@ -10,10 +10,7 @@ use wallcrawler_control_plane::{aws, lambda};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    lambda::init_tracing();
-    let tables = aws::Tables::from_env();
-    let sdk = aws::sdk_config().await;
-    let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+    let (tables, dynamo) = lambda::tables_from_env().await;
     let sessions = aws::DynamoSessions::new(dynamo.clone(), &tables.sessions);
     let slots = aws::DynamoSlots::new(dynamo.clone(), &tables.projects);
     let contexts = aws::DynamoContexts::new(dynamo, &tables.contexts);
