@@ -772,7 +772,7 @@ async fn release_stops_the_task_and_marks_the_session_completed() {
     let id = v["id"].as_str().unwrap();
     let arn = text(&f.item(id).await, "ecsTaskArn").unwrap();
 
-    let (status, r) = f.release(&id).await;
+    let (status, r) = f.release(id).await;
     assert_eq!(status, StatusCode::OK, "{r}");
     assert_eq!(r["status"], "COMPLETED");
 
@@ -789,7 +789,7 @@ async fn release_stops_the_task_and_marks_the_session_completed() {
     assert_eq!(task.stopped_reason(), Some("released by API"));
 
     // Releasing again keeps the status and still answers.
-    let (status, again) = f.release(&id).await;
+    let (status, again) = f.release(id).await;
     assert_eq!(status, StatusCode::OK, "{again}");
     assert_eq!(again["status"], "COMPLETED");
 }

@@ -143,6 +143,11 @@ impl Pool {
         v
     }
 
+    /// A pool task started with `o`, once it is warm.
+    async fn warm_task(&self, o: TaskOptions) -> PoolTask {
+        PoolTask::start(self, o).await.warm().await
+    }
+
     /// `POST /v1/contexts`; asserts 201; the context's id.
     async fn new_context(&self) -> String {
         let (status, c) = self
@@ -663,16 +668,12 @@ fn gauge(page: &str, name: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_a_warm_task_serves_create_at_once_and_release_stops_it() {
     let pool = Pool::new(20).await;
-    let mut task = PoolTask::start(
-        &pool,
-        TaskOptions {
+    let mut task = pool
+        .warm_task(TaskOptions {
             metrics: true,
             ..Default::default()
-        },
-    )
-    .await
-    .warm()
-    .await;
+        })
+        .await;
     let metrics_addr = task.wait_event("metrics listening").await["addr"]
         .as_str()
         .unwrap()
@@ -843,20 +844,15 @@ async fn pool_simultaneous_creates_get_a_task_each() {
 async fn pool_a_task_killed_before_ready_leaves_its_claim_to_another() {
     let pool = Pool::new(1).await;
     let ctx = pool.new_context().await;
-    let ctx = ctx.as_str();
     // A task whose Chrome never comes up on the claimed context's profile, with a short
     // visibility timeout for the claim it takes.
-    let mut doomed = PoolTask::start(
-        &pool,
-        TaskOptions {
+    let mut doomed = pool
+        .warm_task(TaskOptions {
             chrome: Some(pool.chrome_stuck_on_claimed_profiles()),
             visibility_seconds: Some(2),
             ..Default::default()
-        },
-    )
-    .await
-    .warm()
-    .await;
+        })
+        .await;
     let v = pool
         .create(json!({"keepAlive": true, "browserSettings": {"context": {"id": ctx}}}))
         .await;
@@ -892,19 +888,14 @@ async fn pool_a_slow_task_keeps_its_claim_from_the_others() {
     const VISIBILITY: u64 = 4;
     let pool = Pool::new(1).await;
     let ctx = pool.new_context().await;
-    let ctx = ctx.as_str();
-    let mut slow = PoolTask::start(
-        &pool,
-        TaskOptions {
+    let mut slow = pool
+        .warm_task(TaskOptions {
             chrome: Some(pool.chrome_failing_on_claimed_profiles_at_the_gate()),
             visibility_seconds: Some(VISIBILITY),
             rust_log: Some("info,wallcrawler_controller::pool=debug"),
             ..Default::default()
-        },
-    )
-    .await
-    .warm()
-    .await;
+        })
+        .await;
     let v = pool
         .create(json!({"browserSettings": {"context": {"id": ctx}}}))
         .await;
