@@ -360,6 +360,36 @@ impl Fixture {
         call_with_key(&self.router, &self.api_key, method, path, body).await
     }
 
+    /// `POST /v1/sessions` with `body` and the fixture's key.
+    async fn create(&self, body: Value) -> (StatusCode, Value) {
+        self.create_as(&self.api_key, body).await
+    }
+
+    /// `POST /v1/sessions` with `body` and `key`.
+    async fn create_as(&self, key: &str, body: Value) -> (StatusCode, Value) {
+        call_with_key(&self.router, key, Method::POST, "/v1/sessions", Some(body)).await
+    }
+
+    /// `REQUEST_RELEASE` of session `id` with the fixture's key.
+    async fn release(&self, id: &str) -> (StatusCode, Value) {
+        self.release_as(&self.api_key, id).await
+    }
+
+    /// `REQUEST_RELEASE` of session `id` with `key`.
+    async fn release_as(&self, key: &str, id: &str) -> (StatusCode, Value) {
+        let body = json!({"status": "REQUEST_RELEASE"});
+        let path = format!("/v1/sessions/{id}");
+        call_with_key(&self.router, key, Method::POST, &path, Some(body)).await
+    }
+
+    /// The task-state handler's outcome for `event` handled at `at`, on the fixture's tables.
+    async fn task_stopped(&self, event: &TaskStateChange, at: &str) -> TaskEventOutcome {
+        let (sessions, slots, contexts) = self.stores();
+        handle_task_state_change(&sessions, &slots, &contexts, event, at)
+            .await
+            .unwrap()
+    }
+
     fn dynamo(&self) -> aws_sdk_dynamodb::Client {
         aws_sdk_dynamodb::Client::new(&self.sdk)
     }
@@ -392,20 +422,32 @@ impl Fixture {
         (p.project_id, key)
     }
 
-    /// The session ids holding the project's slots (the `<projectId>#active` item), sorted.
-    async fn held(&self, project_id: &str) -> Vec<String> {
-        let item = self
-            .dynamo()
+    /// The item of `table` whose key `key` is `value`, read consistently (empty when none).
+    async fn get_item(
+        &self,
+        table: &str,
+        key: &str,
+        value: &str,
+    ) -> HashMap<String, AttributeValue> {
+        self.dynamo()
             .get_item()
-            .table_name(&self.cfg.tables.projects)
-            .key("projectId", s(&DynamoSlots::key(project_id)))
+            .table_name(table)
+            .key(key, s(value))
             .consistent_read(true)
             .send()
             .await
             .unwrap()
             .item()
             .cloned()
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    /// The session ids holding the project's slots (the `<projectId>#active` item), sorted.
+    async fn held(&self, project_id: &str) -> Vec<String> {
+        let slots = DynamoSlots::key(project_id);
+        let item = self
+            .get_item(&self.cfg.tables.projects, "projectId", &slots)
+            .await;
         let mut held = match item.get(ACTIVE_SESSIONS) {
             Some(AttributeValue::Ss(v)) => v.clone(),
             None => Vec::new(),
@@ -418,17 +460,8 @@ impl Fixture {
     /// The context item's `writerSessionId`.
     async fn writer(&self, context_id: &str) -> Option<String> {
         let item = self
-            .dynamo()
-            .get_item()
-            .table_name(&self.cfg.tables.contexts)
-            .key("contextId", s(context_id))
-            .consistent_read(true)
-            .send()
-            .await
-            .unwrap()
-            .item()
-            .cloned()
-            .unwrap_or_default();
+            .get_item(&self.cfg.tables.contexts, "contextId", context_id)
+            .await;
         text(&item, "writerSessionId")
     }
 
@@ -438,17 +471,8 @@ impl Fixture {
 
     /// The raw session item, read consistently.
     async fn item(&self, id: &str) -> HashMap<String, AttributeValue> {
-        self.dynamo()
-            .get_item()
-            .table_name(&self.cfg.tables.sessions)
-            .key("sessionId", s(id))
-            .consistent_read(true)
-            .send()
+        self.get_item(&self.cfg.tables.sessions, "sessionId", id)
             .await
-            .unwrap()
-            .item()
-            .cloned()
-            .unwrap_or_default()
     }
 
     /// The task as ECS describes it.
@@ -522,7 +546,7 @@ impl Fixture {
     /// A session that the test's controller made READY.
     async fn running_session(&self, body: Value) -> Value {
         let controller = self.play_controller();
-        let (status, v) = self.call(Method::POST, "/v1/sessions", Some(body)).await;
+        let (status, v) = self.create(body).await;
         assert_eq!(status, StatusCode::CREATED, "{v}");
         assert_eq!(controller.await.unwrap(), v["id"].as_str().unwrap());
         v
@@ -555,6 +579,20 @@ async fn call_with_key(
         serde_json::from_slice(&bytes).unwrap()
     };
     (status, v)
+}
+
+/// A create body asking for context `id`, persisting or not (`None`: no `persist` field).
+fn with_context(id: &str, persist: Option<bool>) -> Value {
+    let mut context = json!({ "id": id });
+    if let Some(p) = persist {
+        context["persist"] = json!(p);
+    }
+    json!({ "browserSettings": { "context": context } })
+}
+
+/// The answers among `answers` that did not create a session.
+fn refused(answers: &[(StatusCode, Value)]) -> impl Iterator<Item = &(StatusCode, Value)> {
+    answers.iter().filter(|(st, _)| *st != StatusCode::CREATED)
 }
 
 /// The container override's environment of a task, as a map.
@@ -697,7 +735,7 @@ async fn create_starts_an_ecs_task_and_answers_running_once_the_controller_is_re
 async fn create_answers_pending_when_ready_does_not_come_in_time() {
     let f = Fixture::new(2).await;
     let started = Instant::now();
-    let (status, v) = f.call(Method::POST, "/v1/sessions", Some(json!({}))).await;
+    let (status, v) = f.create(json!({})).await;
     let took = started.elapsed();
     assert_eq!(status, StatusCode::CREATED, "{v}");
     assert_eq!(v["status"], "PENDING");
@@ -734,13 +772,7 @@ async fn release_stops_the_task_and_marks_the_session_completed() {
     let id = v["id"].as_str().unwrap();
     let arn = text(&f.item(id).await, "ecsTaskArn").unwrap();
 
-    let (status, r) = f
-        .call(
-            Method::POST,
-            &format!("/v1/sessions/{id}"),
-            Some(json!({"status": "REQUEST_RELEASE"})),
-        )
-        .await;
+    let (status, r) = f.release(id).await;
     assert_eq!(status, StatusCode::OK, "{r}");
     assert_eq!(r["status"], "COMPLETED");
 
@@ -757,13 +789,7 @@ async fn release_stops_the_task_and_marks_the_session_completed() {
     assert_eq!(task.stopped_reason(), Some("released by API"));
 
     // Releasing again keeps the status and still answers.
-    let (status, again) = f
-        .call(
-            Method::POST,
-            &format!("/v1/sessions/{id}"),
-            Some(json!({"status": "REQUEST_RELEASE"})),
-        )
-        .await;
+    let (status, again) = f.release(id).await;
     assert_eq!(status, StatusCode::OK, "{again}");
     assert_eq!(again["status"], "COMPLETED");
 }
@@ -774,33 +800,20 @@ async fn release_stops_the_task_and_marks_the_session_completed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_task_fails_its_live_session_and_ends_a_released_one() {
     let f = Fixture::new(1).await;
-    let (sessions, slots, contexts) = f.stores();
     // A session whose task died while starting (PENDING answer, task PROVISIONING).
-    let (_, live) = f.call(Method::POST, "/v1/sessions", Some(json!({}))).await;
+    let (_, live) = f.create(json!({})).await;
     let live = live["id"].as_str().unwrap().to_owned();
     let live_arn = text(&f.item(&live).await, "ecsTaskArn").unwrap();
     // A released session whose controller never wrote endedAt.
-    let (_, released) = f.call(Method::POST, "/v1/sessions", Some(json!({}))).await;
+    let (_, released) = f.create(json!({})).await;
     let released = released["id"].as_str().unwrap().to_owned();
-    let (status, _) = f
-        .call(
-            Method::POST,
-            &format!("/v1/sessions/{released}"),
-            Some(json!({"status": "REQUEST_RELEASE"})),
-        )
-        .await;
+    let (status, _) = f.release(&released).await;
     assert_eq!(status, StatusCode::OK);
 
     let at = wallcrawler_contract::time::now_iso8601();
-    let outcome = handle_task_state_change(
-        &sessions,
-        &slots,
-        &contexts,
-        &stopped_event(&live_arn, Some(&live), None),
-        &at,
-    )
-    .await
-    .unwrap();
+    let outcome = f
+        .task_stopped(&stopped_event(&live_arn, Some(&live), None), &at)
+        .await;
     assert_eq!(outcome, TaskEventOutcome::Failed(live.clone()));
     let item = f.item(&live).await;
     assert_eq!(text(&item, "internalStatus").as_deref(), Some("FAILED"));
@@ -813,15 +826,12 @@ async fn a_stopped_task_fails_its_live_session_and_ends_a_released_one() {
     );
 
     // Found through the SESSION_ID override when startedBy is not a session id.
-    let outcome = handle_task_state_change(
-        &sessions,
-        &slots,
-        &contexts,
-        &stopped_event("arn:task/x", Some("ecs-svc/1"), Some(&released)),
-        &at,
-    )
-    .await
-    .unwrap();
+    let outcome = f
+        .task_stopped(
+            &stopped_event("arn:task/x", Some("ecs-svc/1"), Some(&released)),
+            &at,
+        )
+        .await;
     assert_eq!(outcome, TaskEventOutcome::Ended(released.clone()));
     let item = f.item(&released).await;
     assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
@@ -831,29 +841,20 @@ async fn a_stopped_task_fails_its_live_session_and_ends_a_released_one() {
 
     // A second delivery of the same event changes nothing.
     let later = "2099-01-01T00:00:00.000Z";
-    let outcome = handle_task_state_change(
-        &sessions,
-        &slots,
-        &contexts,
-        &stopped_event(&live_arn, Some(&live), None),
-        later,
-    )
-    .await
-    .unwrap();
+    let outcome = f
+        .task_stopped(&stopped_event(&live_arn, Some(&live), None), later)
+        .await;
     assert_eq!(outcome, TaskEventOutcome::AlreadyEnded(live.clone()));
     assert_eq!(
         text(&f.item(&live).await, "endedAt").as_deref(),
         Some(at.as_str())
     );
-    let outcome = handle_task_state_change(
-        &sessions,
-        &slots,
-        &contexts,
-        &stopped_event("arn:task/y", Some("sess_unknown"), None),
-        later,
-    )
-    .await
-    .unwrap();
+    let outcome = f
+        .task_stopped(
+            &stopped_event("arn:task/y", Some("sess_unknown"), None),
+            later,
+        )
+        .await;
     assert_eq!(
         outcome,
         TaskEventOutcome::UnknownSession("sess_unknown".into())
@@ -895,13 +896,7 @@ async fn a_context_upload_url_takes_a_put_into_the_bucket_and_sessions_get_the_c
 
     // A session on the context: the task gets the context's variables; the context cannot be
     // deleted while the session has no endedAt (the Scan on contextId), and can once it has.
-    let (status, v) = f
-        .call(
-            Method::POST,
-            "/v1/sessions",
-            Some(json!({"browserSettings": {"context": {"id": ctx, "persist": true}}})),
-        )
-        .await;
+    let (status, v) = f.create(with_context(&ctx, Some(true))).await;
     assert_eq!(status, StatusCode::CREATED, "{v}");
     let id = v["id"].as_str().unwrap().to_owned();
     let item = f.item(&id).await;
@@ -922,18 +917,11 @@ async fn a_context_upload_url_takes_a_put_into_the_bucket_and_sessions_get_the_c
         .call(Method::DELETE, &format!("/v1/contexts/{ctx}"), None)
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{busy}");
-    let (sessions, slots, contexts) = f.stores();
+    let (sessions, _, _) = f.stores();
     assert_eq!(sessions.list_context(&ctx).await.unwrap().len(), 1);
     let at = wallcrawler_contract::time::now_iso8601();
-    handle_task_state_change(
-        &sessions,
-        &slots,
-        &contexts,
-        &stopped_event(&arn, Some(&id), None),
-        &at,
-    )
-    .await
-    .unwrap();
+    f.task_stopped(&stopped_event(&arn, Some(&id), None), &at)
+        .await;
     let (status, _) = f
         .call(Method::DELETE, &format!("/v1/contexts/{ctx}"), None)
         .await;
@@ -964,16 +952,8 @@ async fn simultaneous_creates(
     n: usize,
     body: Value,
 ) -> (Vec<(StatusCode, Value)>, Vec<String>) {
-    let answers = futures_util::future::join_all((0..n).map(|_| {
-        call_with_key(
-            &f.router,
-            key,
-            Method::POST,
-            "/v1/sessions",
-            Some(body.clone()),
-        )
-    }))
-    .await;
+    let answers =
+        futures_util::future::join_all((0..n).map(|_| f.create_as(key, body.clone()))).await;
     let mut ids: Vec<String> = answers
         .iter()
         .filter(|(st, _)| *st == StatusCode::CREATED)
@@ -989,7 +969,7 @@ async fn simultaneous_creates_never_exceed_the_projects_concurrency() {
     let (project, key) = f.project_with_key(2).await;
     let (answers, ids) = simultaneous_creates(&f, &key, 12, json!({})).await;
     assert_eq!(ids.len(), 2, "{answers:?}");
-    for (status, v) in answers.iter().filter(|(st, _)| *st != StatusCode::CREATED) {
+    for (status, v) in refused(&answers) {
         assert_eq!(*status, StatusCode::TOO_MANY_REQUESTS, "{v}");
         let message = v["message"].as_str().unwrap();
         assert!(
@@ -1007,24 +987,10 @@ async fn simultaneous_creates_never_exceed_the_projects_concurrency() {
 
     // Release gives a slot back; a session that ended by itself (the controller writes the
     // sessions table only) is reclaimed by the next create that finds the project full.
-    let (status, _) = call_with_key(
-        &f.router,
-        &key,
-        Method::POST,
-        &format!("/v1/sessions/{}", ids[0]),
-        Some(json!({"status": "REQUEST_RELEASE"})),
-    )
-    .await;
+    let (status, _) = f.release_as(&key, &ids[0]).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(f.held(&project).await, [ids[1].clone()]);
-    let (status, third) = call_with_key(
-        &f.router,
-        &key,
-        Method::POST,
-        "/v1/sessions",
-        Some(json!({})),
-    )
-    .await;
+    let (status, third) = f.create_as(&key, json!({})).await;
     assert_eq!(status, StatusCode::CREATED, "{third}");
     f.dynamo()
         .update_item()
@@ -1038,14 +1004,7 @@ async fn simultaneous_creates_never_exceed_the_projects_concurrency() {
         .send()
         .await
         .unwrap();
-    let (status, fourth) = call_with_key(
-        &f.router,
-        &key,
-        Method::POST,
-        "/v1/sessions",
-        Some(json!({})),
-    )
-    .await;
+    let (status, fourth) = f.create_as(&key, json!({})).await;
     assert_eq!(status, StatusCode::CREATED, "{fourth}");
     let mut want = vec![
         third["id"].as_str().unwrap().to_owned(),
@@ -1069,11 +1028,11 @@ async fn simultaneous_persisting_creates_on_one_context_get_one_writer() {
     .await;
     assert_eq!(status, StatusCode::CREATED, "{c}");
     let ctx = c["id"].as_str().unwrap().to_owned();
-    let persist = json!({"browserSettings": {"context": {"id": ctx, "persist": true}}});
+    let persist = with_context(&ctx, Some(true));
     let (answers, ids) = simultaneous_creates(&f, &key, 6, persist.clone()).await;
     assert_eq!(ids.len(), 1, "{answers:?}");
     let writer = ids[0].clone();
-    for (status, v) in answers.iter().filter(|(st, _)| *st != StatusCode::CREATED) {
+    for (status, v) in refused(&answers) {
         assert_eq!(*status, StatusCode::CONFLICT, "{v}");
         assert!(
             v["message"]
@@ -1090,55 +1049,28 @@ async fn simultaneous_persisting_creates_on_one_context_get_one_writer() {
         "the losers gave their slots back"
     );
     // A reader waits for the writer too.
-    let (status, v) = call_with_key(
-        &f.router,
-        &key,
-        Method::POST,
-        "/v1/sessions",
-        Some(json!({"browserSettings": {"context": {"id": ctx}}})),
-    )
-    .await;
+    let (status, v) = f.create_as(&key, with_context(&ctx, None)).await;
     assert_eq!(status, StatusCode::CONFLICT, "{v}");
 
     // The writer's task stops behind its back: the task-state handler gives back its slot and
     // its lease, and the next persisting create becomes the writer.
-    let (sessions, slots, contexts) = f.stores();
+    let (sessions, _, _) = f.stores();
     let arn = text(&f.item(&writer).await, "ecsTaskArn").unwrap();
     let at = wallcrawler_contract::time::now_iso8601();
-    let outcome = handle_task_state_change(
-        &sessions,
-        &slots,
-        &contexts,
-        &stopped_event(&arn, Some(&writer), None),
-        &at,
-    )
-    .await
-    .unwrap();
+    let outcome = f
+        .task_stopped(&stopped_event(&arn, Some(&writer), None), &at)
+        .await;
     assert_eq!(outcome, TaskEventOutcome::Failed(writer.clone()));
     assert_eq!(f.held(&project).await, Vec::<String>::new());
     assert_eq!(f.writer(&ctx).await, None);
-    let (status, next) = call_with_key(
-        &f.router,
-        &key,
-        Method::POST,
-        "/v1/sessions",
-        Some(persist.clone()),
-    )
-    .await;
+    let (status, next) = f.create_as(&key, persist.clone()).await;
     assert_eq!(status, StatusCode::CREATED, "{next}");
     let next = next["id"].as_str().unwrap().to_owned();
     assert_eq!(f.writer(&ctx).await.as_deref(), Some(next.as_str()));
 
     // Released, it keeps the lease until its controller has written endedAt (after saving);
     // then the next writer takes it over.
-    let (status, _) = call_with_key(
-        &f.router,
-        &key,
-        Method::POST,
-        &format!("/v1/sessions/{next}"),
-        Some(json!({"status": "REQUEST_RELEASE"})),
-    )
-    .await;
+    let (status, _) = f.release_as(&key, &next).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(f.held(&project).await, Vec::<String>::new());
     assert_eq!(f.writer(&ctx).await.as_deref(), Some(next.as_str()));
@@ -1146,8 +1078,7 @@ async fn simultaneous_persisting_creates_on_one_context_get_one_writer() {
         .mark_ended_if_missing(&next, &wallcrawler_contract::time::now_iso8601())
         .await
         .unwrap();
-    let (status, last) =
-        call_with_key(&f.router, &key, Method::POST, "/v1/sessions", Some(persist)).await;
+    let (status, last) = f.create_as(&key, persist).await;
     assert_eq!(status, StatusCode::CREATED, "{last}");
     assert_eq!(f.writer(&ctx).await.as_deref(), last["id"].as_str());
 }

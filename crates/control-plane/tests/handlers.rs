@@ -196,16 +196,29 @@ fn key(raw: &str, project_id: &str, project_ids: &[&str], status: &str) -> ApiKe
     }
 }
 
+/// The test settings: creates wait up to `create_wait` for READY, polling every 10 ms.
+fn waiting(create_wait: Duration) -> Settings {
+    Settings {
+        create_wait,
+        poll_every: Duration::from_millis(10),
+        ..Settings::default()
+    }
+}
+
 impl Harness {
-    fn new(behaviour: LaunchBehaviour) -> Self {
-        Self::with_settings(
-            behaviour,
-            Settings {
-                create_wait: Duration::from_millis(400),
-                poll_every: Duration::from_millis(10),
-                ..Settings::default()
-            },
+    /// A harness whose tasks end FAILED while starting (`FailingTask`); creates wait up to 1 s.
+    fn with_failing_task() -> Self {
+        let sessions = MemSessions::default();
+        Self::with_launcher(
+            sessions.clone(),
+            MemLauncher::new(sessions.clone(), LaunchBehaviour::StayPending),
+            Arc::new(FailingTask(sessions)),
+            waiting(Duration::from_secs(1)),
         )
+    }
+
+    fn new(behaviour: LaunchBehaviour) -> Self {
+        Self::with_settings(behaviour, waiting(Duration::from_millis(400)))
     }
 
     fn with_settings(behaviour: LaunchBehaviour, settings: Settings) -> Self {
@@ -362,6 +375,28 @@ impl Harness {
         self.call(Method::POST, uri, Some(KEY_A), Some(body)).await
     }
 
+    /// `POST /v1/sessions` with `body` and `KEY_A`.
+    async fn create(&self, body: &str) -> (StatusCode, Value) {
+        self.post("/v1/sessions", body).await
+    }
+
+    /// `n` creates with `body` sent at once; their answers in order.
+    async fn create_at_once(&self, n: usize, body: &str) -> Vec<(StatusCode, Value)> {
+        futures_util::future::join_all(
+            (0..n).map(|_| self.call(Method::POST, "/v1/sessions", Some(KEY_A), Some(body))),
+        )
+        .await
+    }
+
+    /// `POST /v1/sessions/{id}` asking for its release, with `KEY_A`.
+    async fn release(&self, id: &str) -> (StatusCode, Value) {
+        self.post(
+            &format!("/v1/sessions/{id}"),
+            r#"{"status": "REQUEST_RELEASE"}"#,
+        )
+        .await
+    }
+
     fn session(&self, id: &str) -> SessionDoc {
         self.sessions.0.lock().unwrap()[id].clone()
     }
@@ -444,6 +479,37 @@ fn doc(id: &str, project_id: &str, status: InternalStatus) -> SessionDoc {
         d.connect_url = Some("ws://198.51.100.7:9223?signingKey=token".to_owned());
     }
     d
+}
+
+/// A session of `PROJ_A` in `status` started with context `ctx`, persisting it or not.
+fn using_context(id: &str, status: InternalStatus, ctx: &str, persist: bool) -> SessionDoc {
+    let mut d = doc(id, PROJ_A, status);
+    d.context_id = Some(ctx.to_owned());
+    d.context_persist = Some(persist);
+    d
+}
+
+/// A create body asking for context `id`, persisting or not (`None`: no `persist` field).
+fn with_context(id: &str, persist: Option<bool>) -> String {
+    let mut context = json!({ "id": id });
+    if let Some(p) = persist {
+        context["persist"] = json!(p);
+    }
+    json!({ "browserSettings": { "context": context } }).to_string()
+}
+
+/// The bodies of the created sessions among `answers`, and the other answers.
+fn created_and_refused(
+    answers: &[(StatusCode, Value)],
+) -> (Vec<&Value>, Vec<&(StatusCode, Value)>) {
+    let (created, refused): (Vec<_>, Vec<_>) =
+        answers.iter().partition(|(s, _)| *s == StatusCode::CREATED);
+    (created.into_iter().map(|(_, b)| b).collect(), refused)
+}
+
+/// Sets session `id`'s endedAt to `at`, as its controller does last, once its upload is done.
+fn end_session(sessions: &MemSessions, id: &str, at: u64) {
+    sessions.0.lock().unwrap().get_mut(id).unwrap().ended_at = Some(iso8601_millis(at));
 }
 
 /// A Browserbase error body with `status`, whose message contains every one of `needles`.
@@ -645,9 +711,7 @@ async fn project_header_of_a_project_the_key_does_not_list_is_403() {
 #[tokio::test]
 async fn body_project_id_differing_from_the_selected_one_is_403_on_session_create() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
-    let r = h
-        .post("/v1/sessions", &json!({ "projectId": PROJ_B }).to_string())
-        .await;
+    let r = h.create(&json!({ "projectId": PROJ_B }).to_string()).await;
     assert_error(
         &r,
         StatusCode::FORBIDDEN,
@@ -655,9 +719,7 @@ async fn body_project_id_differing_from_the_selected_one_is_403_on_session_creat
     );
     assert!(h.launched().is_empty() && h.sessions.0.lock().unwrap().is_empty());
     // The selected project itself is fine.
-    let (status, body) = h
-        .post("/v1/sessions", &json!({ "projectId": PROJ_A }).to_string())
-        .await;
+    let (status, body) = h.create(&json!({ "projectId": PROJ_A }).to_string()).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
 
@@ -704,8 +766,7 @@ async fn body_project_id_differing_from_the_selected_one_is_403_on_session_updat
 async fn create_answers_running_with_connect_url_when_ready() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     let (status, body) = h
-        .post(
-            "/v1/sessions",
+        .create(
             &json!({ "keepAlive": true, "region": "eu-central-1", "userMetadata": { "run": 7 } })
                 .to_string(),
         )
@@ -747,7 +808,7 @@ async fn create_answers_running_with_connect_url_when_ready() {
 async fn create_answers_pending_without_connect_url_and_the_session_can_be_polled() {
     let h = Harness::new(LaunchBehaviour::StayPending);
     let started = Instant::now();
-    let (status, body) = h.post("/v1/sessions", "{}").await;
+    let (status, body) = h.create("{}").await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert!(
         started.elapsed() >= h.settings.create_wait - h.settings.poll_every,
@@ -786,7 +847,7 @@ async fn create_answers_pending_without_connect_url_and_the_session_can_be_polle
 #[tokio::test]
 async fn launcher_failure_is_503_and_the_session_failed() {
     let h = Harness::new(LaunchBehaviour::Fail);
-    let r = h.post("/v1/sessions", "{}").await;
+    let r = h.create("{}").await;
     assert_error(
         &r,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -832,18 +893,8 @@ impl Launcher for FailingTask {
 
 #[tokio::test]
 async fn a_task_that_fails_while_starting_is_500_naming_its_reason() {
-    let sessions = MemSessions::default();
-    let h = Harness::with_launcher(
-        sessions.clone(),
-        MemLauncher::new(sessions.clone(), LaunchBehaviour::StayPending),
-        Arc::new(FailingTask(sessions)),
-        Settings {
-            create_wait: Duration::from_secs(1),
-            poll_every: Duration::from_millis(10),
-            ..Settings::default()
-        },
-    );
-    let r = h.post("/v1/sessions", "{}").await;
+    let h = Harness::with_failing_task();
+    let r = h.create("{}").await;
     assert_error(
         &r,
         StatusCode::INTERNAL_SERVER_ERROR,
@@ -874,13 +925,11 @@ async fn create_accepts_and_ignores_browserbase_fields() {
         "extensionId": "ext_1",
         "apiTimeout": 30
     });
-    let (status, resp) = h.post("/v1/sessions", &body.to_string()).await;
+    let (status, resp) = h.create(&body.to_string()).await;
     assert_eq!(status, StatusCode::CREATED, "{resp}");
     assert_eq!(resp["status"], "RUNNING");
     // `proxies: true` is the SDK's other spelling.
-    let (status, resp) = h
-        .post("/v1/sessions", r#"{"proxies": true, "keepAlive": false}"#)
-        .await;
+    let (status, resp) = h.create(r#"{"proxies": true, "keepAlive": false}"#).await;
     assert_eq!(status, StatusCode::CREATED, "{resp}");
 }
 
@@ -900,9 +949,9 @@ async fn create_accepts_an_empty_body() {
 #[tokio::test]
 async fn create_with_malformed_json_is_400() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
-    let r = h.post("/v1/sessions", r#"{"timeout": 60"#).await;
+    let r = h.create(r#"{"timeout": 60"#).await;
     assert_error(&r, StatusCode::BAD_REQUEST, &["invalid JSON body"]);
-    let r = h.post("/v1/sessions", "not json").await;
+    let r = h.create("not json").await;
     assert_error(&r, StatusCode::BAD_REQUEST, &["invalid JSON body"]);
     assert!(h.launched().is_empty());
 }
@@ -910,7 +959,7 @@ async fn create_with_malformed_json_is_400() {
 #[tokio::test]
 async fn timeout_below_60_is_400() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
-    let r = h.post("/v1/sessions", r#"{"timeout": 59}"#).await;
+    let r = h.create(r#"{"timeout": 59}"#).await;
     assert_error(
         &r,
         StatusCode::BAD_REQUEST,
@@ -922,7 +971,7 @@ async fn timeout_below_60_is_400() {
 #[tokio::test]
 async fn timeout_above_21600_is_400() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
-    let r = h.post("/v1/sessions", r#"{"timeout": 21601}"#).await;
+    let r = h.create(r#"{"timeout": 21601}"#).await;
     assert_error(
         &r,
         StatusCode::BAD_REQUEST,
@@ -934,9 +983,7 @@ async fn timeout_above_21600_is_400() {
 async fn timeout_bounds_60_and_21600_are_accepted() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     for t in [60u64, 21_600] {
-        let (status, body) = h
-            .post("/v1/sessions", &json!({ "timeout": t }).to_string())
-            .await;
+        let (status, body) = h.create(&json!({ "timeout": t }).to_string()).await;
         assert_eq!(status, StatusCode::CREATED, "timeout {t}: {body}");
         assert_eq!(
             millis(&body["expiresAt"]) - millis(&body["createdAt"]),
@@ -956,7 +1003,7 @@ async fn non_integer_timeout_is_400() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     for t in [r#""300""#, "300.5", "-60", "true", "{}"] {
         let body = format!(r#"{{"timeout": {t}}}"#);
-        let r = h.post("/v1/sessions", &body).await;
+        let r = h.create(&body).await;
         assert_error(
             &r,
             StatusCode::BAD_REQUEST,
@@ -969,7 +1016,7 @@ async fn non_integer_timeout_is_400() {
 #[tokio::test]
 async fn default_timeout_is_the_projects() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
-    let (status, body) = h.post("/v1/sessions", "{}").await;
+    let (status, body) = h.create("{}").await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let created = millis(&body["createdAt"]);
     let expires = millis(&body["expiresAt"]);
@@ -983,9 +1030,7 @@ async fn default_timeout_is_the_projects() {
 #[tokio::test]
 async fn bad_region_is_400() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
-    let r = h
-        .post("/v1/sessions", r#"{"region": "mars-north-1"}"#)
-        .await;
+    let r = h.create(r#"{"region": "mars-north-1"}"#).await;
     assert_error(
         &r,
         StatusCode::BAD_REQUEST,
@@ -998,9 +1043,7 @@ async fn bad_region_is_400() {
 async fn user_metadata_not_an_object_is_400() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     for m in [r#"[1, 2]"#, r#""tag""#, "42"] {
-        let r = h
-            .post("/v1/sessions", &format!(r#"{{"userMetadata": {m}}}"#))
-            .await;
+        let r = h.create(&format!(r#"{{"userMetadata": {m}}}"#)).await;
         assert_error(
             &r,
             StatusCode::BAD_REQUEST,
@@ -1027,13 +1070,13 @@ async fn concurrency_reached_is_429() {
         &["sess_1", "sess_2", "sess_3", "sess_5", "sess_gone"],
     );
     h.hold_slots(PROJ_OTHER, &["sess_4"]);
-    let (status, body) = h.post("/v1/sessions", "{}").await;
+    let (status, body) = h.create("{}").await;
     assert_eq!(status, StatusCode::CREATED, "the third of three: {body}");
     assert_eq!(
         h.held(PROJ_A),
         ["sess_1", "sess_2", body["id"].as_str().unwrap()]
     );
-    let r = h.post("/v1/sessions", "{}").await;
+    let r = h.create("{}").await;
     assert_error(
         &r,
         StatusCode::TOO_MANY_REQUESTS,
@@ -1046,17 +1089,10 @@ async fn concurrency_reached_is_429() {
 #[tokio::test]
 async fn simultaneous_creates_never_exceed_the_concurrency_limit() {
     let h = Harness::new(LaunchBehaviour::StayPending);
-    let answers = futures_util::future::join_all(
-        (0..12).map(|_| h.call(Method::POST, "/v1/sessions", Some(KEY_A), Some("{}"))),
-    )
-    .await;
-    let created: Vec<&Value> = answers
-        .iter()
-        .filter(|(s, _)| *s == StatusCode::CREATED)
-        .map(|(_, b)| b)
-        .collect();
+    let answers = h.create_at_once(12, "{}").await;
+    let (created, refused) = created_and_refused(&answers);
     assert_eq!(created.len(), CONCURRENCY as usize, "{answers:?}");
-    for r in answers.iter().filter(|(s, _)| *s != StatusCode::CREATED) {
+    for r in refused {
         assert_error(r, StatusCode::TOO_MANY_REQUESTS, &[PROJ_A, "concurrency"]);
     }
     assert_eq!(h.launched().len(), CONCURRENCY as usize);
@@ -1070,15 +1106,10 @@ async fn simultaneous_creates_never_exceed_the_concurrency_limit() {
     ids.sort();
     assert_eq!(held, ids);
     // Releasing one gives its slot back at once.
-    let r = h
-        .post(
-            &format!("/v1/sessions/{}", ids[0]),
-            r#"{"status": "REQUEST_RELEASE"}"#,
-        )
-        .await;
+    let r = h.release(&ids[0]).await;
     assert_eq!(r.0, StatusCode::OK, "{}", r.1);
     assert!(!h.held(PROJ_A).contains(&ids[0]));
-    let (status, body) = h.post("/v1/sessions", "{}").await;
+    let (status, body) = h.create("{}").await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
 
@@ -1086,12 +1117,7 @@ async fn simultaneous_creates_never_exceed_the_concurrency_limit() {
 async fn a_create_that_fails_gives_its_slot_and_lease_back() {
     let h = Harness::new(LaunchBehaviour::Fail);
     h.insert_context("ctx_mine", PROJ_A);
-    let r = h
-        .post(
-            "/v1/sessions",
-            r#"{"browserSettings": {"context": {"id": "ctx_mine", "persist": true}}}"#,
-        )
-        .await;
+    let r = h.create(&with_context("ctx_mine", Some(true))).await;
     assert_error(&r, StatusCode::SERVICE_UNAVAILABLE, &["task launcher"]);
     assert!(h.held(PROJ_A).is_empty());
     assert_eq!(h.writer("ctx_mine"), None);
@@ -1101,19 +1127,9 @@ async fn a_create_that_fails_gives_its_slot_and_lease_back() {
 async fn context_of_another_project_is_404() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     h.insert_context("ctx_theirs", PROJ_OTHER);
-    let r = h
-        .post(
-            "/v1/sessions",
-            r#"{"browserSettings": {"context": {"id": "ctx_theirs", "persist": true}}}"#,
-        )
-        .await;
+    let r = h.create(&with_context("ctx_theirs", Some(true))).await;
     assert_error(&r, StatusCode::NOT_FOUND, &["context ctx_theirs not found"]);
-    let r = h
-        .post(
-            "/v1/sessions",
-            r#"{"browserSettings": {"context": {"id": "ctx_nowhere"}}}"#,
-        )
-        .await;
+    let r = h.create(&with_context("ctx_nowhere", None)).await;
     assert_error(
         &r,
         StatusCode::NOT_FOUND,
@@ -1126,10 +1142,7 @@ async fn context_of_another_project_is_404() {
 async fn context_without_id_is_400() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     let r = h
-        .post(
-            "/v1/sessions",
-            r#"{"browserSettings": {"context": {"persist": true}}}"#,
-        )
+        .create(r#"{"browserSettings": {"context": {"persist": true}}}"#)
         .await;
     assert_error(
         &r,
@@ -1143,16 +1156,13 @@ async fn create_with_a_context_hands_it_to_the_task() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     let c = h.insert_context("ctx_mine", PROJ_A);
     // A session that used the context without persisting does not hold it.
-    let mut reader = doc("sess_reader", PROJ_A, InternalStatus::Ready);
-    reader.context_id = Some(c.context_id.clone());
-    reader.context_persist = Some(false);
-    h.insert_session(reader);
-    let (status, body) = h
-        .post(
-            "/v1/sessions",
-            r#"{"browserSettings": {"context": {"id": "ctx_mine", "persist": true}}}"#,
-        )
-        .await;
+    h.insert_session(using_context(
+        "sess_reader",
+        InternalStatus::Ready,
+        &c.context_id,
+        false,
+    ));
+    let (status, body) = h.create(&with_context("ctx_mine", Some(true))).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(body["contextId"], "ctx_mine");
     let launched = h.launched();
@@ -1168,10 +1178,7 @@ async fn create_with_a_context_hands_it_to_the_task() {
 /// A released session of `ctx` still saving it (persisting, no endedAt yet), holding the
 /// context's writer lease as its create made it.
 fn saving_session(h: &Harness, id: &str, ctx: &str) {
-    let mut d = doc(id, PROJ_A, InternalStatus::Stopped);
-    d.context_id = Some(ctx.to_owned());
-    d.context_persist = Some(true);
-    h.insert_session(d);
+    h.insert_session(using_context(id, InternalStatus::Stopped, ctx, true));
     h.contexts
         .0
         .lock()
@@ -1185,27 +1192,15 @@ fn saving_session(h: &Harness, id: &str, ctx: &str) {
 async fn simultaneous_persisting_creates_on_one_context_get_one_writer() {
     let h = Harness::with_settings(
         LaunchBehaviour::BecomeReady,
-        Settings {
-            create_wait: Duration::from_millis(300),
-            poll_every: Duration::from_millis(10),
-            ..Settings::default()
-        },
+        waiting(Duration::from_millis(300)),
     );
     h.insert_context("ctx_one", PROJ_A);
-    let body = r#"{"browserSettings": {"context": {"id": "ctx_one", "persist": true}}}"#;
-    let h_ = &h;
-    let answers = futures_util::future::join_all(
-        (0..6).map(|_| h_.call(Method::POST, "/v1/sessions", Some(KEY_A), Some(body))),
-    )
-    .await;
-    let created: Vec<&Value> = answers
-        .iter()
-        .filter(|(s, _)| *s == StatusCode::CREATED)
-        .map(|(_, b)| b)
-        .collect();
+    let body = &with_context("ctx_one", Some(true));
+    let answers = h.create_at_once(6, body).await;
+    let (created, refused) = created_and_refused(&answers);
     assert_eq!(created.len(), 1, "{answers:?}");
     let writer = created[0]["id"].as_str().unwrap().to_owned();
-    for r in answers.iter().filter(|(s, _)| *s != StatusCode::CREATED) {
+    for r in refused {
         assert_error(
             r,
             StatusCode::CONFLICT,
@@ -1225,23 +1220,12 @@ async fn simultaneous_persisting_creates_on_one_context_get_one_writer() {
     );
     assert_eq!(h.writer("ctx_one").as_deref(), Some(writer.as_str()));
     // A reader waits for the writer too.
-    let r = h
-        .post(
-            "/v1/sessions",
-            r#"{"browserSettings": {"context": {"id": "ctx_one", "persist": false}}}"#,
-        )
-        .await;
+    let r = h.create(&with_context("ctx_one", Some(false))).await;
     assert_error(&r, StatusCode::CONFLICT, &[&writer]);
     // Once the writer has ended (the controller writes endedAt after its upload), the next
     // persisting create takes the lease over.
-    h.sessions
-        .0
-        .lock()
-        .unwrap()
-        .get_mut(&writer)
-        .unwrap()
-        .ended_at = Some(iso8601_millis(T0));
-    let (status, next) = h.post("/v1/sessions", body).await;
+    end_session(&h.sessions, &writer, T0);
+    let (status, next) = h.create(body).await;
     assert_eq!(status, StatusCode::CREATED, "{next}");
     assert_eq!(h.writer("ctx_one").as_deref(), next["id"].as_str());
     // No create listed sessions: key lookups only.
@@ -1253,12 +1237,7 @@ async fn simultaneous_persisting_creates_on_one_context_get_one_writer() {
 async fn a_stopped_task_gives_back_its_slot_and_context_lease() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     h.insert_context("ctx_mine", PROJ_A);
-    let (status, body) = h
-        .post(
-            "/v1/sessions",
-            r#"{"browserSettings": {"context": {"id": "ctx_mine", "persist": true}}}"#,
-        )
-        .await;
+    let (status, body) = h.create(&with_context("ctx_mine", Some(true))).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let id = body["id"].as_str().unwrap();
     assert_eq!(h.held(PROJ_A), [id]);
@@ -1290,12 +1269,7 @@ async fn context_held_by_a_persisting_session_that_never_ends_is_409() {
     h.insert_context("ctx_busy", PROJ_A);
     saving_session(&h, "sess_saving", "ctx_busy");
     let started = Instant::now();
-    let r = h
-        .post(
-            "/v1/sessions",
-            r#"{"browserSettings": {"context": {"id": "ctx_busy", "persist": true}}}"#,
-        )
-        .await;
+    let r = h.create(&with_context("ctx_busy", Some(true))).await;
     assert_error(
         &r,
         StatusCode::CONFLICT,
@@ -1318,11 +1292,7 @@ async fn context_held_by_a_persisting_session_that_never_ends_is_409() {
 async fn context_held_by_a_persisting_session_that_ends_during_the_wait_is_granted() {
     let h = Harness::with_settings(
         LaunchBehaviour::BecomeReady,
-        Settings {
-            create_wait: Duration::from_secs(1),
-            poll_every: Duration::from_millis(10),
-            ..Settings::default()
-        },
+        waiting(Duration::from_secs(1)),
     );
     h.insert_context("ctx_busy", PROJ_A);
     saving_session(&h, "sess_saving", "ctx_busy");
@@ -1330,21 +1300,10 @@ async fn context_held_by_a_persisting_session_that_ends_during_the_wait_is_grant
     let ender = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
         // The controller writes endedAt last, once its upload is done.
-        sessions
-            .0
-            .lock()
-            .unwrap()
-            .get_mut("sess_saving")
-            .unwrap()
-            .ended_at = Some(iso8601_millis(T0 + 100));
+        end_session(&sessions, "sess_saving", T0 + 100);
     });
     let started = Instant::now();
-    let (status, body) = h
-        .post(
-            "/v1/sessions",
-            r#"{"browserSettings": {"context": {"id": "ctx_busy", "persist": true}}}"#,
-        )
-        .await;
+    let (status, body) = h.create(&with_context("ctx_busy", Some(true))).await;
     ender.await.unwrap();
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(body["status"], "RUNNING");
@@ -1358,9 +1317,7 @@ async fn context_held_by_a_persisting_session_that_ends_during_the_wait_is_grant
 #[tokio::test]
 async fn signed_token_carries_the_sessions_claims() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
-    let (status, body) = h
-        .post("/v1/sessions", &json!({ "timeout": 600 }).to_string())
-        .await;
+    let (status, body) = h.create(&json!({ "timeout": 600 }).to_string()).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let id = body["id"].as_str().unwrap();
     let token = body["signingKey"].as_str().unwrap();
@@ -1535,9 +1492,7 @@ async fn request_release_stops_the_session_and_its_task() {
     d.ecs_task_arn = Some("arn:test:task/sess_1".to_owned());
     h.insert_session(d);
     h.clock.set(T0 + 5_000);
-    let (status, body) = h
-        .post("/v1/sessions/sess_1", r#"{"status": "REQUEST_RELEASE"}"#)
-        .await;
+    let (status, body) = h.release("sess_1").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["id"], "sess_1");
     assert_eq!(body["status"], "COMPLETED");
@@ -1558,9 +1513,7 @@ async fn request_release_of_an_ended_session_keeps_its_status() {
     let mut d = doc("sess_1", PROJ_A, InternalStatus::TimedOut);
     d.ended_at = Some(iso8601_millis(T0 + 1_000));
     h.insert_session(d.clone());
-    let (status, body) = h
-        .post("/v1/sessions/sess_1", r#"{"status": "REQUEST_RELEASE"}"#)
-        .await;
+    let (status, body) = h.release("sess_1").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["status"], "TIMED_OUT");
     assert_eq!(h.session("sess_1"), d, "nothing rewritten");
@@ -1603,12 +1556,7 @@ async fn update_without_status_is_400() {
 async fn update_of_another_projects_session_is_404() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     h.insert_session(doc("sess_theirs", PROJ_OTHER, InternalStatus::Ready));
-    let r = h
-        .post(
-            "/v1/sessions/sess_theirs",
-            r#"{"status": "REQUEST_RELEASE"}"#,
-        )
-        .await;
+    let r = h.release("sess_theirs").await;
     assert_error(
         &r,
         StatusCode::NOT_FOUND,
@@ -1776,13 +1724,7 @@ async fn delete_context_deletes_the_record_and_its_archive() {
     let c = h.insert_context("ctx_mine", PROJ_A);
     // Sessions that used it and have ended do not hold it.
     saving_session(&h, "sess_old", "ctx_mine");
-    h.sessions
-        .0
-        .lock()
-        .unwrap()
-        .get_mut("sess_old")
-        .unwrap()
-        .ended_at = Some(iso8601_millis(T0));
+    end_session(&h.sessions, "sess_old", T0);
     let (status, body) = h
         .call(Method::DELETE, "/v1/contexts/ctx_mine", Some(KEY_A), None)
         .await;
@@ -1799,10 +1741,12 @@ async fn delete_context_in_use_is_409() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     h.insert_context("ctx_mine", PROJ_A);
     // Even a read-only session holds it until it has ended.
-    let mut user = doc("sess_user", PROJ_A, InternalStatus::Ready);
-    user.context_id = Some("ctx_mine".to_owned());
-    user.context_persist = Some(false);
-    h.insert_session(user);
+    h.insert_session(using_context(
+        "sess_user",
+        InternalStatus::Ready,
+        "ctx_mine",
+        false,
+    ));
     let r = h
         .call(Method::DELETE, "/v1/contexts/ctx_mine", Some(KEY_A), None)
         .await;
@@ -2011,23 +1955,17 @@ async fn every_refused_create_tells_clients_not_to_retry() {
         StatusCode::FORBIDDEN,
         "another project",
     );
+    let unknown = with_context("ctx_none", None);
+    let busy = with_context("ctx_busy", Some(true));
     assert_no_retry(
-        create(
-            Some(KEY_A),
-            Some(r#"{"browserSettings": {"context": {"id": "ctx_none"}}}"#),
-        )
-        .await,
+        create(Some(KEY_A), Some(&unknown)).await,
         StatusCode::NOT_FOUND,
         "unknown context",
     );
     h.insert_context("ctx_busy", PROJ_A);
     saving_session(&h, "sess_saving", "ctx_busy");
     assert_no_retry(
-        create(
-            Some(KEY_A),
-            Some(r#"{"browserSettings": {"context": {"id": "ctx_busy", "persist": true}}}"#),
-        )
-        .await,
+        create(Some(KEY_A), Some(&busy)).await,
         StatusCode::CONFLICT,
         "busy context",
     );
@@ -2054,17 +1992,7 @@ async fn a_create_the_launcher_refuses_tells_clients_not_to_retry() {
 
 #[tokio::test]
 async fn a_create_whose_task_fails_tells_clients_not_to_retry() {
-    let sessions = MemSessions::default();
-    let h = Harness::with_launcher(
-        sessions.clone(),
-        MemLauncher::new(sessions.clone(), LaunchBehaviour::StayPending),
-        Arc::new(FailingTask(sessions)),
-        Settings {
-            create_wait: Duration::from_secs(1),
-            poll_every: Duration::from_millis(10),
-            ..Settings::default()
-        },
-    );
+    let h = Harness::with_failing_task();
     let got = h
         .retry_advice(Method::POST, "/v1/sessions", Some(KEY_A), Some("{}"))
         .await;

@@ -555,6 +555,15 @@ fn create(s: &Server, body: &str) -> serde_json::Value {
     v
 }
 
+/// A create of `s.project`'s while no controller is warm: it answers PENDING without a
+/// connectUrl. The session's id.
+fn create_pending(s: &Server) -> String {
+    let v = create(s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
+    assert_eq!(v["status"], "PENDING", "{v}");
+    assert!(v["connectUrl"].is_null(), "{v}");
+    v["id"].as_str().unwrap().to_owned()
+}
+
 /// The pid of the process whose environment has `POOL_TASK_NAME=<name>` (a pool controller).
 fn pool_controller_pid(name: &str) -> Option<i32> {
     let needle = format!("POOL_TASK_NAME={name}");
@@ -660,10 +669,7 @@ fn a_claim_whose_controller_dies_before_ready_is_served_by_another() {
 fn a_session_released_before_its_claim_was_taken_is_never_brought_up() {
     let (s, gate) = gated_pool("1", "1");
     // No controller is warm: the create waits, then answers PENDING.
-    let v = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
-    assert_eq!(v["status"], "PENDING", "{v}");
-    assert!(v["connectUrl"].is_null(), "{v}");
-    let id = v["id"].as_str().unwrap().to_owned();
+    let id = create_pending(&s);
     s.release(&id);
     assert_eq!(s.claims("new").len(), 1, "the claim still waits");
     open_gate(&gate, "warm");
@@ -692,10 +698,7 @@ fn a_session_released_before_its_claim_was_taken_is_never_brought_up() {
 #[test]
 fn with_no_idle_controller_create_answers_pending_and_the_next_to_start_serves_it() {
     let (s, gate) = gated_pool("1", "1");
-    let v = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
-    assert_eq!(v["status"], "PENDING", "{v}");
-    assert!(v["connectUrl"].is_null(), "{v}");
-    let id = v["id"].as_str().unwrap().to_owned();
+    let id = create_pending(&s);
     open_gate(&gate, "warm");
     let running = s.wait_session(&id, "RUNNING once a controller warmed up", |d| {
         d["status"] == "RUNNING" && d["connectUrl"].is_string()

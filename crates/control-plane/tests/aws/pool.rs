@@ -143,16 +143,32 @@ impl Pool {
         v
     }
 
+    /// A pool task started with `o`, once it is warm.
+    async fn warm_task(&self, o: TaskOptions) -> PoolTask {
+        PoolTask::start(self, o).await.warm().await
+    }
+
+    /// `POST /v1/contexts`; asserts 201; the context's id.
+    async fn new_context(&self) -> String {
+        let (status, c) = self
+            .f
+            .call(Method::POST, "/v1/contexts", Some(json!({})))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{c}");
+        c["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Asserts the session's item names `task` as the one serving it.
+    async fn assert_served_by(&self, id: &str, task: &PoolTask) {
+        assert_eq!(
+            text(&self.f.item(id).await, "ecsTaskArn").as_deref(),
+            Some(task.arn.as_str())
+        );
+    }
+
     /// `REQUEST_RELEASE`; asserts 200 COMPLETED.
     async fn release(&self, id: &str) {
-        let (status, v) = self
-            .f
-            .call(
-                Method::POST,
-                &format!("/v1/sessions/{id}"),
-                Some(json!({"status": "REQUEST_RELEASE"})),
-            )
-            .await;
+        let (status, v) = self.f.release(id).await;
         assert_eq!(status, StatusCode::OK, "{v}");
         assert_eq!(v["status"], "COMPLETED", "{v}");
     }
@@ -207,12 +223,17 @@ impl Pool {
         (id, connect_url(&v))
     }
 
-    /// Releases `id`, plays ECS stopping `task`: it exits 0 and the session is STOPPED /
-    /// COMPLETED with `endedAt`.
-    async fn released_and_ended(&self, task: &mut PoolTask, id: &str) {
+    /// Releases `id` and plays ECS stopping `task`: it exits 0.
+    async fn released_and_stopped(&self, task: &mut PoolTask, id: &str) {
         self.release(id).await;
         let status = task.stopped_by_ecs(&self.f).await;
         assert_eq!(status.code(), Some(0), "{}", task.text());
+    }
+
+    /// Releases `id`, plays ECS stopping `task`: it exits 0 and the session is STOPPED /
+    /// COMPLETED with `endedAt`.
+    async fn released_and_ended(&self, task: &mut PoolTask, id: &str) {
+        self.released_and_stopped(task, id).await;
         let item = self.ended(id).await;
         assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
         assert_eq!(text(&item, "status").as_deref(), Some("COMPLETED"));
@@ -647,16 +668,12 @@ fn gauge(page: &str, name: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_a_warm_task_serves_create_at_once_and_release_stops_it() {
     let pool = Pool::new(20).await;
-    let mut task = PoolTask::start(
-        &pool,
-        TaskOptions {
+    let mut task = pool
+        .warm_task(TaskOptions {
             metrics: true,
             ..Default::default()
-        },
-    )
-    .await
-    .warm()
-    .await;
+        })
+        .await;
     let metrics_addr = task.wait_event("metrics listening").await["addr"]
         .as_str()
         .unwrap()
@@ -732,12 +749,7 @@ async fn pool_a_context_is_restored_and_saved_across_tasks() {
     let (a, b) = tokio::join!(pool.task(), pool.task());
     let (a, b) = tokio::join!(a.warm(), b.warm());
     let mut tasks = [a, b];
-    let (status, c) = pool
-        .f
-        .call(Method::POST, "/v1/contexts", Some(json!({})))
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{c}");
-    let ctx = c["id"].as_str().unwrap().to_owned();
+    let ctx = pool.new_context().await;
     let body =
         json!({"keepAlive": true, "browserSettings": {"context": {"id": ctx, "persist": true}}});
 
@@ -755,9 +767,7 @@ async fn pool_a_context_is_restored_and_saved_across_tasks() {
         .iter()
         .position(|t| t.arn == arn1)
         .expect("one of ours");
-    pool.release(&first_id).await;
-    let status = tasks[i].stopped_by_ecs(&pool.f).await;
-    assert_eq!(status.code(), Some(0), "{}", tasks[i].text());
+    pool.released_and_stopped(&mut tasks[i], &first_id).await;
     assert_eq!(tasks[i].events("profile saved").len(), 1);
     pool.ended(&first_id).await;
 
@@ -779,9 +789,7 @@ async fn pool_a_context_is_restored_and_saved_across_tasks() {
     assert_eq!(back["cookies"]["persistent"], "p-value", "{back}");
     assert_eq!(back["cookies"]["session"], "s-value", "{back}");
     assert_eq!(back["localStorage"], "ls-value", "{back}");
-    pool.release(&second_id).await;
-    let status = tasks[j].stopped_by_ecs(&pool.f).await;
-    assert_eq!(status.code(), Some(0), "{}", tasks[j].text());
+    pool.released_and_stopped(&mut tasks[j], &second_id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -835,25 +843,16 @@ async fn pool_simultaneous_creates_get_a_task_each() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_a_task_killed_before_ready_leaves_its_claim_to_another() {
     let pool = Pool::new(1).await;
-    let (status, c) = pool
-        .f
-        .call(Method::POST, "/v1/contexts", Some(json!({})))
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{c}");
-    let ctx = c["id"].as_str().unwrap();
+    let ctx = pool.new_context().await;
     // A task whose Chrome never comes up on the claimed context's profile, with a short
     // visibility timeout for the claim it takes.
-    let mut doomed = PoolTask::start(
-        &pool,
-        TaskOptions {
+    let mut doomed = pool
+        .warm_task(TaskOptions {
             chrome: Some(pool.chrome_stuck_on_claimed_profiles()),
             visibility_seconds: Some(2),
             ..Default::default()
-        },
-    )
-    .await
-    .warm()
-    .await;
+        })
+        .await;
     let v = pool
         .create(json!({"keepAlive": true, "browserSettings": {"context": {"id": ctx}}}))
         .await;
@@ -881,33 +880,22 @@ async fn pool_a_task_killed_before_ready_leaves_its_claim_to_another() {
     );
     drive(&connect_url(&v)).await;
     pool.claims_deleted().await;
-    pool.release(&id).await;
-    let status = rescuer.stopped_by_ecs(&pool.f).await;
-    assert_eq!(status.code(), Some(0), "{}", rescuer.text());
+    pool.released_and_stopped(&mut rescuer, &id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_a_slow_task_keeps_its_claim_from_the_others() {
     const VISIBILITY: u64 = 4;
     let pool = Pool::new(1).await;
-    let (status, c) = pool
-        .f
-        .call(Method::POST, "/v1/contexts", Some(json!({})))
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{c}");
-    let ctx = c["id"].as_str().unwrap();
-    let mut slow = PoolTask::start(
-        &pool,
-        TaskOptions {
+    let ctx = pool.new_context().await;
+    let mut slow = pool
+        .warm_task(TaskOptions {
             chrome: Some(pool.chrome_failing_on_claimed_profiles_at_the_gate()),
             visibility_seconds: Some(VISIBILITY),
             rust_log: Some("info,wallcrawler_controller::pool=debug"),
             ..Default::default()
-        },
-    )
-    .await
-    .warm()
-    .await;
+        })
+        .await;
     let v = pool
         .create(json!({"browserSettings": {"context": {"id": ctx}}}))
         .await;
@@ -945,13 +933,8 @@ async fn pool_a_slow_task_keeps_its_claim_from_the_others() {
         _ => pool.running(next["id"].as_str().unwrap()).await,
     };
     let next_id = next["id"].as_str().unwrap();
-    assert_eq!(
-        text(&pool.f.item(next_id).await, "ecsTaskArn").as_deref(),
-        Some(other.arn.as_str())
-    );
-    pool.release(next_id).await;
-    let status = other.stopped_by_ecs(&pool.f).await;
-    assert_eq!(status.code(), Some(0), "{}", other.text());
+    pool.assert_served_by(next_id, &other).await;
+    pool.released_and_stopped(&mut other, next_id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -983,14 +966,9 @@ async fn pool_a_session_released_before_its_claim_is_taken_is_never_served() {
         _ => pool.running(next["id"].as_str().unwrap()).await,
     };
     let next_id = next["id"].as_str().unwrap();
-    assert_eq!(
-        text(&pool.f.item(next_id).await, "ecsTaskArn").as_deref(),
-        Some(task.arn.as_str())
-    );
+    pool.assert_served_by(next_id, &task).await;
     drive(&connect_url(&next)).await;
-    pool.release(next_id).await;
-    let status = task.stopped_by_ecs(&pool.f).await;
-    assert_eq!(status.code(), Some(0), "{}", task.text());
+    pool.released_and_stopped(&mut task, next_id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1005,13 +983,8 @@ async fn pool_with_no_warm_task_create_is_pending_and_the_next_task_serves_it() 
     let mut task = pool.task().await;
     let v = pool.running(&id).await;
     drive(&connect_url(&v)).await;
-    assert_eq!(
-        text(&pool.f.item(&id).await, "ecsTaskArn").as_deref(),
-        Some(task.arn.as_str())
-    );
-    pool.release(&id).await;
-    let status = task.stopped_by_ecs(&pool.f).await;
-    assert_eq!(status.code(), Some(0), "{}", task.text());
+    pool.assert_served_by(&id, &task).await;
+    pool.released_and_stopped(&mut task, &id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1059,14 +1032,9 @@ async fn pool_a_poison_claim_goes_to_the_dead_letter_queue() {
     let v = pool.create(json!({"keepAlive": true})).await;
     assert_eq!(v["status"], "RUNNING", "{v}");
     let id = v["id"].as_str().unwrap();
-    assert_eq!(
-        text(&pool.f.item(id).await, "ecsTaskArn").as_deref(),
-        Some(task.arn.as_str())
-    );
+    pool.assert_served_by(id, &task).await;
     drive(&connect_url(&v)).await;
-    pool.release(id).await;
-    let status = task.stopped_by_ecs(&pool.f).await;
-    assert_eq!(status.code(), Some(0), "{}", task.text());
+    pool.released_and_stopped(&mut task, id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1085,18 +1053,10 @@ async fn pool_a_task_dying_after_ready_has_its_session_ended_by_the_task_state_h
     assert!(!item.contains_key("endedAt"), "{item:?}");
 
     // ECS reports the stop of a service task: startedBy names the service, not the session.
-    let (sessions, slots, contexts) = pool.f.stores();
     let at = wallcrawler_contract::time::now_iso8601();
     let handle = async |arn: &str| {
-        handle_task_state_change(
-            &sessions,
-            &slots,
-            &contexts,
-            &stopped_event(arn, Some("ecs-svc/1234567890"), None),
-            &at,
-        )
-        .await
-        .unwrap()
+        let event = stopped_event(arn, Some("ecs-svc/1234567890"), None);
+        pool.f.task_stopped(&event, &at).await
     };
     // A pool task that never served (idle lifetime over) is none of the handler's business.
     let idle = ecs_task(&pool.f).await;
