@@ -44,6 +44,13 @@ pub struct Caller {
     pub started: Instant,
 }
 
+impl Caller {
+    /// The application state and the principal.
+    pub fn into_parts(self) -> (App, Principal) {
+        (self.app, self.principal)
+    }
+}
+
 impl FromRequestParts<App> for Caller {
     type Rejection = ApiError;
 

@@ -363,11 +363,10 @@ pub struct ListQuery {
 
 /// `GET /v1/sessions[?status=…]`.
 pub async fn list_sessions(
-    Caller {
-        app, principal: p, ..
-    }: Caller,
+    caller: Caller,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> ApiResult {
+    let (app, p) = caller.into_parts();
     // axum's own rejection is plain text; answer in Browserbase's error shape instead.
     let Query(q) = query
         .map_err(|e| ApiError::bad_request(format!("invalid query string: {}", e.body_text())))?;
@@ -395,12 +394,8 @@ pub async fn list_sessions(
 
 /// `GET /v1/sessions/{id}`: includes `connectUrl` and `signingKey` while running, so a client
 /// that got PENDING can poll for them.
-pub async fn get_session(
-    Caller {
-        app, principal: p, ..
-    }: Caller,
-    Path(id): Path<String>,
-) -> ApiResult {
+pub async fn get_session(caller: Caller, Path(id): Path<String>) -> ApiResult {
+    let (app, p) = caller.into_parts();
     let s = own_session(&app, &p, &id).await?;
     Ok(Json(session_create_to_api(&s)).into_response())
 }
@@ -413,13 +408,8 @@ struct UpdateSession {
 }
 
 /// `POST /v1/sessions/{id}` with `{"status":"REQUEST_RELEASE"}`.
-pub async fn update_session(
-    Caller {
-        app, principal: p, ..
-    }: Caller,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult {
+pub async fn update_session(caller: Caller, Path(id): Path<String>, body: Bytes) -> ApiResult {
+    let (app, p) = caller.into_parts();
     let req: UpdateSession = parse_body(&body)?;
     check_body_project(&p, req.project_id.as_deref())?;
     match req.status.as_deref() {
@@ -455,12 +445,8 @@ pub async fn update_session(
 }
 
 /// `GET /v1/sessions/{id}/debug`: the live page list from the running browser.
-pub async fn debug_session(
-    Caller {
-        app, principal: p, ..
-    }: Caller,
-    Path(id): Path<String>,
-) -> ApiResult {
+pub async fn debug_session(caller: Caller, Path(id): Path<String>) -> ApiResult {
+    let (app, p) = caller.into_parts();
     let s = own_session(&app, &p, &id).await?;
     let (Some(url), Some(token), true) = (
         s.connect_url.as_deref(),
@@ -515,12 +501,8 @@ async fn upload_answer(app: &App, c: &ContextRecord) -> Result<Value, ApiError> 
 }
 
 /// `POST /v1/contexts`.
-pub async fn create_context(
-    Caller {
-        app, principal: p, ..
-    }: Caller,
-    body: Bytes,
-) -> ApiResult {
+pub async fn create_context(caller: Caller, body: Bytes) -> ApiResult {
+    let (app, p) = caller.into_parts();
     let req: CreateContext = parse_body(&body)?;
     check_body_project(&p, req.project_id.as_deref())?;
     let id = format!("ctx_{}", uuid::Uuid::new_v4().simple());
@@ -544,34 +526,22 @@ async fn own_context(app: &App, p: &Principal, id: &str) -> Result<ContextRecord
 }
 
 /// `GET /v1/contexts/{id}`.
-pub async fn get_context(
-    Caller {
-        app, principal: p, ..
-    }: Caller,
-    Path(id): Path<String>,
-) -> ApiResult {
+pub async fn get_context(caller: Caller, Path(id): Path<String>) -> ApiResult {
+    let (app, p) = caller.into_parts();
     Ok(Json(own_context(&app, &p, &id).await?.to_api()).into_response())
 }
 
 /// `PUT /v1/contexts/{id}`: a fresh upload URL.
-pub async fn update_context(
-    Caller {
-        app, principal: p, ..
-    }: Caller,
-    Path(id): Path<String>,
-) -> ApiResult {
+pub async fn update_context(caller: Caller, Path(id): Path<String>) -> ApiResult {
+    let (app, p) = caller.into_parts();
     let c = own_context(&app, &p, &id).await?;
     app.contexts.touch(&id, &app.now_iso()).await?;
     Ok(Json(upload_answer(&app, &c).await?).into_response())
 }
 
 /// `DELETE /v1/contexts/{id}`: refused while a session still uses it.
-pub async fn delete_context(
-    Caller {
-        app, principal: p, ..
-    }: Caller,
-    Path(id): Path<String>,
-) -> ApiResult {
+pub async fn delete_context(caller: Caller, Path(id): Path<String>) -> ApiResult {
+    let (app, p) = caller.into_parts();
     let c = own_context(&app, &p, &id).await?;
     if let Some(s) = app
         .sessions
@@ -591,11 +561,8 @@ pub async fn delete_context(
 }
 
 /// `GET /v1/projects`: the projects this key may use.
-pub async fn list_projects(
-    Caller {
-        app, principal: p, ..
-    }: Caller,
-) -> ApiResult {
+pub async fn list_projects(caller: Caller) -> ApiResult {
+    let (app, p) = caller.into_parts();
     let mut out = Vec::new();
     for id in &p.project_ids {
         // Inactive projects are not the key's to read (403 by id), so they are not listed.
@@ -630,23 +597,15 @@ async fn own_project(
 }
 
 /// `GET /v1/projects/{id}`.
-pub async fn get_project(
-    Caller {
-        app, principal: p, ..
-    }: Caller,
-    Path(id): Path<String>,
-) -> ApiResult {
+pub async fn get_project(caller: Caller, Path(id): Path<String>) -> ApiResult {
+    let (app, p) = caller.into_parts();
     Ok(Json(own_project(&app, &p, &id).await?.to_api()).into_response())
 }
 
 /// `GET /v1/projects/{id}/usage`: browser minutes (per session, (`endedAt` or now) −
 /// `startedAt`, rounded up) and proxy bytes.
-pub async fn project_usage(
-    Caller {
-        app, principal: p, ..
-    }: Caller,
-    Path(id): Path<String>,
-) -> ApiResult {
+pub async fn project_usage(caller: Caller, Path(id): Path<String>) -> ApiResult {
+    let (app, p) = caller.into_parts();
     own_project(&app, &p, &id).await?;
     let now = app.clock.now_millis();
     let (mut minutes, mut bytes) = (0u64, 0u64);
