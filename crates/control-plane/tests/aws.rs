@@ -98,6 +98,14 @@ async fn create_table(sdk: &SdkConfig, name: &str, key: &str, project_index: boo
             .build()
             .unwrap()
     };
+    let index = |name: &str, keys: Vec<KeySchemaElement>, projection: ProjectionType| {
+        GlobalSecondaryIndex::builder()
+            .index_name(name)
+            .set_key_schema(Some(keys))
+            .projection(Projection::builder().projection_type(projection).build())
+            .build()
+            .unwrap()
+    };
     let mut req = aws_sdk_dynamodb::Client::new(sdk)
         .create_table()
         .table_name(name)
@@ -108,32 +116,20 @@ async fn create_table(sdk: &SdkConfig, name: &str, key: &str, project_index: boo
         req = req
             .attribute_definitions(def("projectId"))
             .attribute_definitions(def("createdAt"))
-            .global_secondary_indexes(
-                GlobalSecondaryIndex::builder()
-                    .index_name(PROJECT_INDEX)
-                    .key_schema(schema("projectId", KeyType::Hash))
-                    .key_schema(schema("createdAt", KeyType::Range))
-                    .projection(
-                        Projection::builder()
-                            .projection_type(ProjectionType::All)
-                            .build(),
-                    )
-                    .build()
-                    .unwrap(),
-            )
+            .global_secondary_indexes(index(
+                PROJECT_INDEX,
+                vec![
+                    schema("projectId", KeyType::Hash),
+                    schema("createdAt", KeyType::Range),
+                ],
+                ProjectionType::All,
+            ))
             .attribute_definitions(def("ecsTaskArn"))
-            .global_secondary_indexes(
-                GlobalSecondaryIndex::builder()
-                    .index_name(TASK_INDEX)
-                    .key_schema(schema("ecsTaskArn", KeyType::Hash))
-                    .projection(
-                        Projection::builder()
-                            .projection_type(ProjectionType::KeysOnly)
-                            .build(),
-                    )
-                    .build()
-                    .unwrap(),
-            );
+            .global_secondary_indexes(index(
+                TASK_INDEX,
+                vec![schema("ecsTaskArn", KeyType::Hash)],
+                ProjectionType::KeysOnly,
+            ));
     }
     req.send().await.unwrap();
 }
@@ -429,16 +425,8 @@ impl Fixture {
         key: &str,
         value: &str,
     ) -> HashMap<String, AttributeValue> {
-        self.dynamo()
-            .get_item()
-            .table_name(table)
-            .key(key, s(value))
-            .consistent_read(true)
-            .send()
+        get_item(&self.dynamo(), table, key, value)
             .await
-            .unwrap()
-            .item()
-            .cloned()
             .unwrap_or_default()
     }
 
@@ -1246,6 +1234,47 @@ fn authorizer_event(
     .unwrap()
 }
 
+/// The item whose `key` is `value` in `table` (a consistent read).
+async fn get_item(
+    dynamo: &aws_sdk_dynamodb::Client,
+    table: &str,
+    key: &str,
+    value: &str,
+) -> Option<HashMap<String, AttributeValue>> {
+    let out = dynamo
+        .get_item()
+        .table_name(table)
+        .key(key, s(value))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    out.item().cloned()
+}
+
+/// What an admin command printed: one line, an id starting with `prefix`.
+fn printed_id(out: &str, prefix: &str) -> String {
+    let id = out.trim().to_owned();
+    assert!(
+        id.starts_with(prefix) && out.lines().count() == 1,
+        "{out:?}"
+    );
+    id
+}
+
+/// The authorizer's answer to `key`, as JSON, after checking its policy's effect.
+async fn policy(auth: &wallcrawler_control_plane::app::App, key: &str, effect: &str) -> Value {
+    let answer = authorize_request(auth, &authorizer_event(key))
+        .await
+        .unwrap();
+    let answer = serde_json::to_value(&answer).unwrap();
+    assert_eq!(
+        answer["policyDocument"]["Statement"][0]["Effect"], effect,
+        "{answer}"
+    );
+    answer
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_creates_projects_and_keys_and_revokes_keys() {
     let sdk = sdk().await;
@@ -1277,22 +1306,10 @@ async fn admin_creates_projects_and_keys_and_revokes_keys() {
     )
     .await;
     assert_eq!(code, 0, "{err}");
-    let project_id = out.trim().to_owned();
-    assert!(
-        project_id.starts_with("proj_") && out.lines().count() == 1,
-        "{out:?}"
-    );
+    let project_id = printed_id(&out, "proj_");
     let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
-    let p = dynamo
-        .get_item()
-        .table_name(&tables[1].1)
-        .key("projectId", s(&project_id))
-        .consistent_read(true)
-        .send()
+    let p = get_item(&dynamo, &tables[1].1, "projectId", &project_id)
         .await
-        .unwrap()
-        .item()
-        .cloned()
         .expect("the project is in the table");
     assert_eq!(text(&p, "name").as_deref(), Some("Acme"));
     assert_eq!(text(&p, "status").as_deref(), Some("ACTIVE"));
@@ -1318,11 +1335,7 @@ async fn admin_creates_projects_and_keys_and_revokes_keys() {
     )
     .await;
     assert_eq!(code, 0, "{err}");
-    let key = out.trim().to_owned();
-    assert!(
-        key.starts_with("wc_") && out.lines().count() == 1,
-        "{out:?}"
-    );
+    let key = printed_id(&out, "wc_");
     assert!(
         !err.contains(&key),
         "the key is printed once, on stdout only"
@@ -1361,14 +1374,7 @@ async fn admin_creates_projects_and_keys_and_revokes_keys() {
         Arc::new(DynamoKeys::new(dynamo.clone(), &cfg.tables.api_keys)),
         Arc::new(DynamoProjects::new(dynamo.clone(), &cfg.tables.projects)),
     );
-    let allow = authorize_request(&auth, &authorizer_event(&key))
-        .await
-        .unwrap();
-    let allow = serde_json::to_value(&allow).unwrap();
-    assert_eq!(
-        allow["policyDocument"]["Statement"][0]["Effect"], "Allow",
-        "{allow}"
-    );
+    let allow = policy(&auth, &key, "Allow").await;
     assert_eq!(
         allow["policyDocument"]["Statement"][0]["Resource"][0],
         "arn:aws:execute-api:us-east-1:123456789012:abc123/prod/*"
@@ -1385,14 +1391,7 @@ async fn admin_creates_projects_and_keys_and_revokes_keys() {
     assert!(out.is_empty(), "{out:?}");
     let (status, body) = call_with_key(&api, &key, Method::GET, "/v1/projects", None).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
-    let deny = authorize_request(&auth, &authorizer_event(&key))
-        .await
-        .unwrap();
-    let deny = serde_json::to_value(&deny).unwrap();
-    assert_eq!(
-        deny["policyDocument"]["Statement"][0]["Effect"], "Deny",
-        "{deny}"
-    );
+    policy(&auth, &key, "Deny").await;
 
     // By hash; an unknown hash is an error.
     let (_, out, _) = run(&["create-key", "--project-id", &project_id], None).await;

@@ -52,19 +52,21 @@ struct Pool {
     tmp: tempfile::TempDir,
 }
 
+/// A fresh SQS queue (a unique name from `prefix`), with `redrive` as its redrive policy.
+async fn create_queue(sqs: &aws_sdk_sqs::Client, prefix: &str, redrive: Option<String>) -> String {
+    let mut req = sqs.create_queue().queue_name(unique(prefix));
+    if let Some(policy) = redrive {
+        req = req.attributes(QueueAttributeName::RedrivePolicy, policy);
+    }
+    let out = req.send().await.unwrap();
+    out.queue_url().unwrap().to_owned()
+}
+
 impl Pool {
     async fn new(create_wait_seconds: u64) -> Pool {
         let sdk = sdk().await;
         let sqs = aws_sdk_sqs::Client::new(&sdk);
-        let dlq = sqs
-            .create_queue()
-            .queue_name(unique("pool-dlq"))
-            .send()
-            .await
-            .unwrap()
-            .queue_url()
-            .unwrap()
-            .to_owned();
+        let dlq = create_queue(&sqs, "pool-dlq", None).await;
         let dlq_arn = sqs
             .get_queue_attributes()
             .queue_url(&dlq)
@@ -76,16 +78,7 @@ impl Pool {
             .unwrap()[&QueueAttributeName::QueueArn]
             .clone();
         let redrive = json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": MAX_RECEIVE_COUNT});
-        let queue = sqs
-            .create_queue()
-            .queue_name(unique("pool"))
-            .attributes(QueueAttributeName::RedrivePolicy, redrive.to_string())
-            .send()
-            .await
-            .unwrap()
-            .queue_url()
-            .unwrap()
-            .to_owned();
+        let queue = create_queue(&sqs, "pool", Some(redrive.to_string())).await;
         let f =
             Fixture::with_env(create_wait_seconds, vec![("POOL_QUEUE_URL", queue.clone())]).await;
         Pool {
@@ -224,6 +217,15 @@ impl Pool {
     }
 
     /// Releases `id` and plays ECS stopping `task`: it exits 0.
+    /// The running session `v` is `task`'s: driven through its `connectUrl`, then released,
+    /// which stops the task.
+    async fn drive_and_release(&self, v: &Value, task: &mut PoolTask) {
+        let id = v["id"].as_str().unwrap();
+        self.assert_served_by(id, task).await;
+        drive(&connect_url(v)).await;
+        self.released_and_stopped(task, id).await;
+    }
+
     async fn released_and_stopped(&self, task: &mut PoolTask, id: &str) {
         self.release(id).await;
         let status = task.stopped_by_ecs(&self.f).await;
@@ -965,10 +967,7 @@ async fn pool_a_session_released_before_its_claim_is_taken_is_never_served() {
         Some("RUNNING") => next,
         _ => pool.running(next["id"].as_str().unwrap()).await,
     };
-    let next_id = next["id"].as_str().unwrap();
-    pool.assert_served_by(next_id, &task).await;
-    drive(&connect_url(&next)).await;
-    pool.released_and_stopped(&mut task, next_id).await;
+    pool.drive_and_release(&next, &mut task).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1031,10 +1030,7 @@ async fn pool_a_poison_claim_goes_to_the_dead_letter_queue() {
 
     let v = pool.create(json!({"keepAlive": true})).await;
     assert_eq!(v["status"], "RUNNING", "{v}");
-    let id = v["id"].as_str().unwrap();
-    pool.assert_served_by(id, &task).await;
-    drive(&connect_url(&v)).await;
-    pool.released_and_stopped(&mut task, id).await;
+    pool.drive_and_release(&v, &mut task).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
