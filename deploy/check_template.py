@@ -294,7 +294,10 @@ def main():
     def needs(role, action, resource):
         check(allowed(t, role, action, resource), f"{role}: allows {action} on {resource}")
 
-    controller = code_actions("src/aws.rs")
+    # Both sides fetch the signing secret through the shared crate's one fetcher.
+    shared = code_actions("crates/aws/src/secrets.rs")
+    check(shared, "found the shared Secrets Manager fetcher's SDK call in crates/aws/src/secrets.rs")
+    controller = code_actions("src/aws.rs") | shared
     check(controller, "found the controller's SDK calls in src/aws.rs")
     # Not an SDK call: the ECS agent's endpoint, which acts with the task role.
     if "/task-protection/v1/state" in (ROOT / "src/scale_in.rs").read_text():
@@ -311,7 +314,7 @@ def main():
         needs("TaskRole", a, res)
     check(actions(t, "TaskRole") <= controller, f"TaskRole: nothing beyond the code's calls ({sorted(actions(t, 'TaskRole') - controller)})")
 
-    api = code_actions("crates/control-plane/src/aws.rs")
+    api = code_actions("crates/control-plane/src/aws.rs") | shared
     for a, res in [
         ("dynamodb:PutItem", "SessionsTable"),
         ("dynamodb:GetItem", "SessionsTable"),
