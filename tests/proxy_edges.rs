@@ -839,3 +839,24 @@ fn refusals_before_routing_are_counted_under_their_outcome() {
         assert_eq!(metric(&text, &series(outcome)), count, "{outcome}:\n{text}");
     }
 }
+
+#[test]
+fn discovery_without_a_host_names_the_address_the_client_reached() {
+    let up = FakeUpstream::idle();
+    let (_c, addr) = support::proxy(up.addr, &[]);
+    let answer = raw_http(
+        addr,
+        format!(
+            "GET /json/version?signingKey={} HTTP/1.0\r\n\r\n",
+            valid_token()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    let body: Value = serde_json::from_str(answer.split_once("\r\n\r\n").unwrap().1).unwrap();
+    let ws = body["webSocketDebuggerUrl"].as_str().unwrap();
+    assert!(
+        ws.starts_with(&format!("ws://{addr}/devtools/browser/")),
+        "{ws}"
+    );
+}

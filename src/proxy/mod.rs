@@ -22,11 +22,15 @@ pub mod relay;
 pub mod route;
 
 use std::convert::Infallible;
+use std::future::{Future, poll_fn};
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use ::http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use ::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -34,6 +38,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
+use nix::sys::socket::SockaddrStorage;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
@@ -219,8 +224,15 @@ impl Proxy {
         stop: CancellationToken,
         tracker: TaskTracker,
     ) {
+        // A timer that fires every second keeps the runtime's next wake-up near. Tokio wakes
+        // its I/O driver (an eventfd write and one more epoll round) whenever a timer is
+        // registered that expires before the driver's next wake-up; without this, every
+        // connection's Chrome deadline (10 s) would do that once.
+        let mut pacer = tokio::time::interval(Duration::from_secs(1));
+        pacer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let (stream, peer) = tokio::select! {
+                _ = pacer.tick() => continue,
                 r = listener.accept() => match r {
                     Ok(c) => c,
                     Err(e) => {
@@ -257,40 +269,55 @@ impl Proxy {
     /// (it has no request to answer, and its own header timeout closes silently), so both are
     /// written here, on the socket taken back from hyper.
     async fn handle(self: Arc<Self>, stream: TcpStream, slot: PendingSlot) {
-        // Armed before hyper's own header timer (same duration), so it fires first.
+        // The deadline counts from the accept, but its timer is registered only if hyper is
+        // still waiting for the head after reading what has arrived: a timer registered
+        // earlier than the runtime's next wake-up wakes the I/O driver (an eventfd write and
+        // one more epoll round), which every connection paid for when this was polled first.
         let deadline = tokio::time::sleep(self.limits.header_timeout);
-        let local = stream.local_addr().ok();
+        // The address the client reached, asked for only when a `/json` request has no `Host`
+        // (a system call per connection otherwise). The descriptor stays the connection's
+        // while its handler runs: hyper's connection owns the socket and polls the handler.
+        let socket = Socket(stream.as_raw_fd());
         let evicted = slot.eviction();
         let exchange = Arc::new(Exchange::new(slot));
         let service = {
             let (this, exchange) = (self.clone(), exchange.clone());
             service_fn(move |req| {
                 let (this, exchange) = (this.clone(), exchange.clone());
-                async move { Ok::<_, Infallible>(this.respond(req, &exchange, local).await) }
+                async move { Ok::<_, Infallible>(this.respond(req, &exchange, socket).await) }
             })
         };
         let mut conn = self
             .server
             .serve_connection(TokioIo::new(stream), service)
             .with_upgrades();
-        tokio::pin!(deadline);
-        let (mut watch_deadline, mut watch_eviction) = (true, true);
+        let eviction = evicted.cancelled();
+        tokio::pin!(deadline, eviction);
+        let mut watch_eviction = true;
         let early = loop {
-            tokio::select! {
-                biased;
-                () = evicted.cancelled(), if watch_eviction => match exchange.phase() {
+            let step = poll_fn(|cx| {
+                // Eviction first, then hyper, then (while the head is awaited) the deadline.
+                if watch_eviction && eviction.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Step::Evicted);
+                }
+                if let Poll::Ready(done) = Pin::new(&mut conn).poll(cx) {
+                    return Poll::Ready(Step::Done(done));
+                }
+                if exchange.phase() == Phase::Head && deadline.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Step::HeadTimeout);
+                }
+                Poll::Pending
+            })
+            .await;
+            match step {
+                Step::Evicted => match exchange.phase() {
                     Phase::Head | Phase::Admitting => break Refusal::AtCapacity,
                     // The answer lingers (draining the client) only while nobody needs the slot.
                     Phase::Answered => return,
                     Phase::Admitted => watch_eviction = false,
                 },
-                () = &mut deadline, if watch_deadline => {
-                    if exchange.phase() == Phase::Head {
-                        break Refusal::HeaderTimeout;
-                    }
-                    watch_deadline = false;
-                }
-                done = &mut conn => {
+                Step::HeadTimeout => break Refusal::HeaderTimeout,
+                Step::Done(done) => {
                     // Hyper keeps the socket unless it handed it to an upgrade.
                     let stream = conn.into_parts().map(|p| p.io.into_inner());
                     return self.finish(stream, done, &exchange, &evicted).await;
@@ -403,7 +430,7 @@ impl Proxy {
         &self,
         mut req: Request<Incoming>,
         exchange: &Exchange,
-        local: Option<SocketAddr>,
+        socket: Socket,
     ) -> Answer {
         exchange.set_phase(Phase::Admitting);
         let on_client = hyper::upgrade::on(&mut req);
@@ -419,7 +446,7 @@ impl Proxy {
         let answer = if matches!(admitted.route, Route::BrowserRoot | Route::Devtools(_)) {
             self.upgrade(admitted, on_client, exchange).await
         } else {
-            self.json(admitted, local).await
+            self.json(admitted, socket).await
         };
         exchange.answered();
         answer
@@ -506,7 +533,7 @@ impl Proxy {
     }
 
     /// A `/json/*` request answered from Chrome, discovery URLs rewritten to the client's `Host`.
-    async fn json(&self, admitted: Admitted, local: Option<SocketAddr>) -> Answer {
+    async fn json(&self, admitted: Admitted, socket: Socket) -> Answer {
         let Admitted {
             head,
             route,
@@ -516,7 +543,8 @@ impl Proxy {
         let authority = match head.header("host") {
             Some(h) if discovery::is_valid_authority(h) => h.to_owned(),
             Some(_) => return self.refuse(Refusal::BadHost, None),
-            None => local
+            None => socket
+                .local_addr()
                 .map(|a| a.to_string())
                 .unwrap_or_else(|| "127.0.0.1".to_owned()),
         };
@@ -714,9 +742,35 @@ fn server_builder(limits: &Limits) -> http1::Builder {
         .max_buf_size(limits.max_head_bytes.max(8192))
         .max_header_size(limits.max_head_bytes)
         .max_headers(http::MAX_HEADERS)
-        .auto_date_header(false)
-        .title_case_headers(true);
+        .auto_date_header(false);
     builder
+}
+
+/// A client connection's socket, by descriptor, for the one question asked of it while hyper
+/// owns it: which local address the client reached.
+#[derive(Debug, Clone, Copy)]
+struct Socket(RawFd);
+
+impl Socket {
+    fn local_addr(self) -> Option<SocketAddr> {
+        let addr: SockaddrStorage = nix::sys::socket::getsockname(self.0).ok()?;
+        if let Some(v4) = addr.as_sockaddr_in() {
+            Some(SocketAddr::V4((*v4).into()))
+        } else {
+            addr.as_sockaddr_in6()
+                .map(|v6| SocketAddr::V6((*v6).into()))
+        }
+    }
+}
+
+/// What woke a connection's driver ([`Proxy::handle`]).
+enum Step {
+    /// The pending budget evicted it.
+    Evicted,
+    /// The head did not arrive within the header timeout.
+    HeadTimeout,
+    /// Hyper is done with the connection.
+    Done(hyper::Result<()>),
 }
 
 /// Where a connection's request stands, as its driver ([`Proxy::handle`]) needs to know when
@@ -933,14 +987,16 @@ fn parse_switching(buf: &[u8]) -> Result<Option<(Answer, usize)>, DialError> {
     if status != StatusCode::SWITCHING_PROTOCOLS {
         return Err(DialError::Refused(status));
     }
-    let mut answer = Response::new(Full::new(Bytes::new()));
-    *answer.status_mut() = status;
+    let mut headers = HeaderMap::with_capacity(parsed.headers.len());
     for h in parsed.headers.iter() {
         let name =
             HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| UpstreamError::Malformed)?;
         let value = HeaderValue::from_bytes(h.value).map_err(|_| UpstreamError::Malformed)?;
-        answer.headers_mut().append(name, value);
+        headers.append(name, value);
     }
+    let mut answer = Response::new(Full::new(Bytes::new()));
+    *answer.status_mut() = status;
+    *answer.headers_mut() = headers;
     Ok(Some((answer, len)))
 }
 
