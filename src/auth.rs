@@ -81,7 +81,7 @@ pub fn extract(head: &RequestHead, use_query: bool) -> Result<Presented, TokenEr
     } else {
         None
     };
-    let mut auth = head.header_values("authorization");
+    let mut auth = head.header_values(::http::header::AUTHORIZATION);
     let bearer = match (auth.next(), auth.next()) {
         (None, _) => None,
         (Some(_), Some(_)) => return Err(TokenError::Ambiguous),

@@ -3,7 +3,7 @@
 
 #[cfg(test)]
 use ::http::header::HeaderName;
-use ::http::header::{HeaderMap, HeaderValue};
+use ::http::header::{AsHeaderName, HeaderMap, HeaderValue};
 use ::http::{Version, request};
 
 /// Most headers a request may carry.
@@ -41,11 +41,12 @@ impl RequestHead {
         })
     }
 
-    /// Values of every header called `name` (case-insensitive).
-    pub fn header_values<'a, 'n>(
+    /// Values of every header called `name` (case-insensitive; a [`HeaderName`] constant
+    /// such as `header::UPGRADE` is found without parsing the name).
+    pub fn header_values<'a, K: AsHeaderName>(
         &'a self,
-        name: &'n str,
-    ) -> impl Iterator<Item = &'a [u8]> + use<'a, 'n> {
+        name: K,
+    ) -> impl Iterator<Item = &'a [u8]> + use<'a, K> {
         self.headers
             .get_all(name)
             .into_iter()
@@ -53,7 +54,7 @@ impl RequestHead {
     }
 
     /// The single value of `name` as text, if present exactly once and valid UTF-8.
-    pub fn header<'a>(&'a self, name: &str) -> Option<&'a str> {
+    pub fn header<K: AsHeaderName>(&self, name: K) -> Option<&str> {
         let mut it = self.header_values(name);
         let first = it.next()?;
         if it.next().is_some() {
@@ -63,7 +64,7 @@ impl RequestHead {
     }
 
     /// Whether a comma-separated header (e.g. `Connection`) lists `token`.
-    pub fn header_has_token(&self, name: &str, token: &str) -> bool {
+    pub fn header_has_token<K: AsHeaderName>(&self, name: K, token: &str) -> bool {
         self.header_values(name).any(|v| {
             std::str::from_utf8(v)
                 .map(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))

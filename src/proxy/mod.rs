@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use ::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use ::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, header};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -459,7 +459,7 @@ impl Proxy {
         let Some(head) = RequestHead::from_parts(parts) else {
             return Err(self.refuse(Refusal::Malformed, None));
         };
-        let wants_upgrade = head.header_values("upgrade").next().is_some();
+        let wants_upgrade = head.header_values(header::UPGRADE).next().is_some();
         let route = match route::route(&head.method, head.path(), wants_upgrade) {
             Ok(r) => r,
             Err(RouteError::NotFound) => return Err(self.refuse(Refusal::NotFound, None)),
@@ -540,7 +540,7 @@ impl Proxy {
             presented,
             up,
         } = admitted;
-        let authority = match head.header("host") {
+        let authority = match head.header(header::HOST) {
             Some(h) if discovery::is_valid_authority(h) => h.to_owned(),
             Some(_) => return self.refuse(Refusal::BadHost, None),
             None => socket
@@ -903,12 +903,12 @@ impl Drop for ClientGuard<'_> {
 fn is_valid_upgrade(head: &RequestHead) -> bool {
     head.method == "GET"
         && head.version == 1
-        && head.header_has_token("upgrade", "websocket")
-        && head.header_has_token("connection", "upgrade")
+        && head.header_has_token(header::UPGRADE, "websocket")
+        && head.header_has_token(header::CONNECTION, "upgrade")
         && head
-            .header("sec-websocket-key")
+            .header(header::SEC_WEBSOCKET_KEY)
             .is_some_and(|k| !k.is_empty())
-        && head.header("sec-websocket-version") == Some("13")
+        && head.header(header::SEC_WEBSOCKET_VERSION) == Some("13")
 }
 
 /// The client's upgrade request as sent to Chrome: an allow-list of exactly what the WebSocket
@@ -922,7 +922,7 @@ fn is_valid_upgrade(head: &RequestHead) -> bool {
 /// Written by hand, not with hyper's client: these exact bytes are the contract (hyper would
 /// re-case `Sec-WebSocket-Key`), and the socket goes to the relay thread right after.
 pub fn upstream_request(addr: SocketAddr, path: &str, head: &RequestHead) -> Vec<u8> {
-    let key = head.header("sec-websocket-key").unwrap_or_default();
+    let key = head.header(header::SEC_WEBSOCKET_KEY).unwrap_or_default();
     format!(
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
     )
