@@ -4,7 +4,8 @@
 #[cfg(test)]
 use ::http::header::HeaderName;
 use ::http::header::{AsHeaderName, HeaderMap, HeaderValue};
-use ::http::{Version, request};
+use ::http::uri::PathAndQuery;
+use ::http::{Method, Version, request};
 
 /// Most headers a request may carry.
 pub const MAX_HEADERS: usize = 64;
@@ -13,9 +14,9 @@ pub const MAX_HEADERS: usize = 64;
 #[derive(Debug, Clone)]
 pub struct RequestHead {
     /// The request method, e.g. `GET`.
-    pub method: String,
-    /// Path and query exactly as sent.
-    pub target: String,
+    pub method: Method,
+    /// Path and query exactly as sent (hyper's, not copied).
+    pub target: PathAndQuery,
     /// 0 for HTTP/1.0, 1 for HTTP/1.1.
     pub version: u8,
     /// The request's headers.
@@ -30,12 +31,10 @@ impl RequestHead {
         if uri.scheme().is_some() || uri.authority().is_some() || !uri.path().starts_with('/') {
             return None;
         }
+        let target = parts.uri.into_parts().path_and_query?;
         Some(Self {
-            method: parts.method.as_str().to_owned(),
-            target: uri
-                .path_and_query()
-                .map_or("/", |pq| pq.as_str())
-                .to_owned(),
+            method: parts.method,
+            target,
             version: u8::from(parts.version != Version::HTTP_10),
             headers: parts.headers,
         })
@@ -74,14 +73,12 @@ impl RequestHead {
 
     /// Path without the query.
     pub fn path(&self) -> &str {
-        self.target
-            .split_once('?')
-            .map_or(self.target.as_str(), |(p, _)| p)
+        self.target.path()
     }
 
     /// The raw query, if any.
     pub fn query(&self) -> Option<&str> {
-        self.target.split_once('?').map(|(_, q)| q)
+        self.target.query()
     }
 }
 
@@ -120,15 +117,20 @@ pub fn parse_request_head(
                 };
                 headers.append(name, value);
             }
+            let path = req.path.unwrap_or_default();
+            if !path.starts_with('/') {
+                return Err(HeadError::Malformed);
+            }
+            let method = Method::from_bytes(req.method.unwrap_or_default().as_bytes());
+            let (Ok(method), Ok(target)) = (method, PathAndQuery::try_from(path)) else {
+                return Err(HeadError::Malformed);
+            };
             let head = RequestHead {
-                method: req.method.unwrap_or_default().to_owned(),
-                target: req.path.unwrap_or_default().to_owned(),
+                method,
+                target,
                 version: req.version.unwrap_or(1),
                 headers,
             };
-            if !head.target.starts_with('/') {
-                return Err(HeadError::Malformed);
-            }
             Ok(Some((head, len)))
         }
         Ok(httparse::Status::Partial) => {

@@ -466,7 +466,7 @@ impl Proxy {
             return Err(self.refuse(Refusal::Malformed, None));
         };
         let wants_upgrade = head.header_values(header::UPGRADE).next().is_some();
-        let route = match route::route(&head.method, head.path(), wants_upgrade) {
+        let route = match route::route(head.method.as_str(), head.path(), wants_upgrade) {
             Ok(r) => r,
             Err(RouteError::NotFound) => return Err(self.refuse(Refusal::NotFound, None)),
             Err(RouteError::MethodNotAllowed) => {
@@ -575,8 +575,7 @@ impl Proxy {
             ),
             _ => unreachable!("websocket routes are upgraded"),
         };
-        // The route allows only GET and PUT, which are valid methods.
-        let method = Method::from_bytes(head.method.as_bytes()).unwrap_or_default();
+        let method = head.method.clone();
         let timeout = self.limits.upstream_timeout;
         let answer = match upstream::http_request(up.addr, method, &target, timeout).await {
             Ok(a) => a,
@@ -904,7 +903,7 @@ impl Drop for ClientGuard<'_> {
 
 /// A WebSocket upgrade request as RFC 6455 §4.2.1 requires.
 fn is_valid_upgrade(head: &RequestHead) -> bool {
-    head.method == "GET"
+    head.method == Method::GET
         && head.version == 1
         && head.header_has_token(header::UPGRADE, "websocket")
         && head.header_has_token(header::CONNECTION, "upgrade")
