@@ -24,6 +24,8 @@ pub const MAX_JSON_BODY: usize = 32 * 1024 * 1024;
 pub struct Upstream {
     /// Chrome's DevTools address (host and port).
     pub addr: SocketAddr,
+    /// `addr` as the `Host` header of a request to Chrome names it (formatted once).
+    pub host: String,
     /// `/devtools/browser/<id>`, learned from `/json/version`.
     browser_path: Mutex<Option<String>>,
 }
@@ -33,6 +35,7 @@ impl Upstream {
     pub fn new(addr: SocketAddr, browser_path: Option<String>) -> Self {
         Self {
             addr,
+            host: addr.to_string(),
             browser_path: Mutex::new(browser_path),
         }
     }

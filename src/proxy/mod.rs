@@ -617,7 +617,7 @@ impl Proxy {
         };
         let dialled = tokio::time::timeout(
             self.limits.upstream_timeout,
-            dial_upgrade(up.addr, &path, &head),
+            dial_upgrade(&up, &path, &head),
         )
         .await;
         let (chrome, answer, chrome_prefix) = match dialled {
@@ -923,12 +923,18 @@ fn is_valid_upgrade(head: &RequestHead) -> bool {
 ///
 /// Written by hand, not with hyper's client: these exact bytes are the contract (hyper would
 /// re-case `Sec-WebSocket-Key`), and the socket goes to the relay thread right after.
-pub fn upstream_request(addr: SocketAddr, path: &str, head: &RequestHead) -> Vec<u8> {
+pub fn upstream_request(host: &str, path: &str, head: &RequestHead) -> Vec<u8> {
     let key = head.header(header::SEC_WEBSOCKET_KEY).unwrap_or_default();
-    format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    )
-    .into_bytes()
+    let parts = [
+        "GET ",
+        path,
+        " HTTP/1.1\r\nHost: ",
+        host,
+        "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ",
+        key,
+        "\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    ];
+    parts.concat().into_bytes()
 }
 
 /// Why Chrome's WebSocket could not be dialled.
@@ -943,26 +949,28 @@ enum DialError {
 /// Connects to Chrome and performs the upgrade. Returns the socket, Chrome's 101 as the
 /// response to give the client, and any bytes Chrome sent after it.
 async fn dial_upgrade(
-    addr: SocketAddr,
+    up: &Upstream,
     path: &str,
     head: &RequestHead,
 ) -> Result<(TcpStream, Vec<u8>, Vec<u8>), DialError> {
-    let mut chrome = TcpStream::connect(addr)
+    let mut chrome = TcpStream::connect(up.addr)
         .await
         .map_err(UpstreamError::Connect)?;
     let _ = chrome.set_nodelay(true);
     chrome
-        .write_all(&upstream_request(addr, path, head))
+        .write_all(&upstream_request(&up.host, path, head))
         .await
         .map_err(UpstreamError::Io)?;
-    let mut buf = Vec::with_capacity(1024);
+    let mut buf = Vec::with_capacity(2048);
     loop {
-        let mut chunk = [0u8; 2048];
-        let n = chrome.read(&mut chunk).await.map_err(UpstreamError::Io)?;
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(2048);
+        }
+        // Into the spare capacity: nothing zeroed or copied per read.
+        let n = chrome.read_buf(&mut buf).await.map_err(UpstreamError::Io)?;
         if n == 0 {
             return Err(UpstreamError::Malformed.into());
         }
-        buf.extend_from_slice(&chunk[..n]);
         if let Some(len) = parse_switching(&buf)? {
             let after = buf.split_off(len);
             return Ok((chrome, buf, after));
@@ -1028,7 +1036,7 @@ mod tests {
     fn forwarded(raw: &[u8], path: &str) -> String {
         let (head, _) = http::parse_request_head(raw, 65536).unwrap().unwrap();
         assert!(is_valid_upgrade(&head));
-        let out = upstream_request("127.0.0.1:9222".parse().unwrap(), path, &head);
+        let out = upstream_request("127.0.0.1:9222", path, &head);
         String::from_utf8(out).unwrap()
     }
 
