@@ -271,14 +271,9 @@ impl Proxy {
     /// (it has no request to answer), so both are written here, on the socket taken back from
     /// hyper; so is Chrome's 101 once the handler has stashed an accepted upgrade.
     async fn handle(self: Arc<Self>, stream: TcpStream, slot: PendingSlot) {
-        // The deadline counts from the accept, but its timer is registered only if hyper is
-        // still waiting for the head after reading what has arrived: a timer registered
-        // earlier than the runtime's next wake-up wakes the I/O driver (an eventfd write and
-        // one more epoll round), which every connection paid for when this was polled first.
+        // Counts from the accept; its timer is registered only if hyper still waits for the
+        // head (registering one wakes the I/O driver: an eventfd write, one more epoll round).
         let deadline = tokio::time::sleep(self.limits.header_timeout);
-        // The address the client reached, asked for only when a `/json` request has no `Host`
-        // (a system call per connection otherwise). The descriptor stays the connection's
-        // while its handler runs: hyper's connection owns the socket and polls the handler.
         let socket = Socket(stream.as_raw_fd());
         let evicted = slot.eviction();
         let exchange = Arc::new(Exchange::new(slot));
@@ -743,7 +738,9 @@ fn server_builder(limits: &Limits) -> http1::Builder {
 }
 
 /// A client connection's socket, by descriptor, for the one question asked of it while hyper
-/// owns it: which local address the client reached.
+/// owns it: which local address the client reached, asked only when a `/json` request has no
+/// `Host` (not a system call per connection). The descriptor stays the connection's while its
+/// handler runs: hyper's connection owns the socket and polls the handler.
 #[derive(Debug, Clone, Copy)]
 struct Socket(RawFd);
 
