@@ -176,19 +176,20 @@ else
 fi
 
 # --- 4. the controller binary and the image ----------------------------------------
-target_dir="${CARGO_TARGET_DIR:-$ROOT/target}"
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
 if ((release)); then
   log "binary: cargo build --release"
   t0=$SECONDS
   cargo build --release --locked --bin wallcrawler-controller >&2
   log "binary: release build in $((SECONDS - t0)) s"
-  binary="$target_dir/release/wallcrawler-controller"
+  binary="$(WALLCRAWLER_BUILD=release wc_bin_dir)/wallcrawler-controller"
 elif [[ -z "$binary" ]]; then
-  binary="$target_dir/debug/wallcrawler-controller"
+  binary="$(WALLCRAWLER_BUILD=debug wc_bin_dir)/wallcrawler-controller"
   if [[ ! -x "$binary" ]]; then
-    # Built the way scripts/test.sh builds it, so nothing is compiled twice.
+    # The one debug build (scripts/lib.sh), so nothing is compiled twice.
     log "binary: $binary missing; building the tests' debug binaries"
-    cargo test --workspace --locked --lib --bins --tests --no-run >&2
+    WALLCRAWLER_BUILD=debug wc_build
   fi
 fi
 [[ -x "$binary" ]] || die "no controller binary at $binary"

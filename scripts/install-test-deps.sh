@@ -2,7 +2,7 @@
 # Installs what the integration tests and benchmarks need on a fresh Debian 12
 # machine (run as root). Idempotent: each step is skipped when already done.
 #
-#   - Debian packages: chromium, nginx-light, wrk, hyperfine, curl, procps,
+#   - Debian packages: chromium, nginx-light, wrk, hyperfine, curl, jq, procps,
 #     python3-venv (apt runs only if one is missing)
 #   - tests/node: `npm ci` from the committed lockfile (skipped when
 #     node_modules was installed from the same lockfile)
@@ -20,7 +20,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NODE_DIR="$ROOT/tests/node"
 HADOLINT_VERSION="2.15.1"
-APT_PACKAGES=(chromium nginx-light wrk hyperfine curl procps python3-venv)
+APT_PACKAGES=(chromium nginx-light wrk hyperfine curl jq procps python3-venv)
 
 log() { printf '[install-test-deps] %s\n' "$*" >&2; }
 started=$SECONDS

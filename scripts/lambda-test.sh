@@ -21,10 +21,12 @@ elif [[ -n "${1:-}" ]]; then
   exit 64
 fi
 
-admin="${CARGO_TARGET_DIR:-$ROOT/target}/debug/wallcrawler-control-plane"
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
+admin="$(WALLCRAWLER_BUILD=debug wc_bin_dir)/wallcrawler-control-plane"
 if [[ ! -x "$admin" ]]; then
-  # Built the way scripts/test.sh builds it, so nothing is compiled twice.
-  cargo test --workspace --locked --lib --bins --tests --no-run >&2
+  # The one debug build (scripts/lib.sh), so nothing is compiled twice.
+  WALLCRAWLER_BUILD=debug wc_build
 fi
 
 dist="$(mktemp -d)"

@@ -18,10 +18,8 @@ if [[ "${1:-}" == "--" ]]; then
   filter=("$@")
 fi
 
-# Smaller, faster debug builds: no incremental state, line tables only.
-export CARGO_INCREMENTAL=0
-export CARGO_PROFILE_DEV_DEBUG=line-tables-only
-export CARGO_PROFILE_TEST_DEBUG=line-tables-only
+# The debug profile (line tables only, no incremental state) is Cargo.toml's [profile.dev], so the
+# build below is the one scripts/local.sh and scripts/platform.sh run (scripts/lib.sh).
 export CARGO_TERM_COLOR=never
 
 log "installing test dependencies"
@@ -70,6 +68,8 @@ script_test() { # $1 = name, rest = command
   fi
 }
 if [[ $status -eq 0 && ${#filter[@]} -eq 0 ]]; then
+  script_test "readme: the quick start's two commands and the README's examples as written (tests/readme_test.sh)" \
+    bash tests/readme_test.sh
   script_test "image: podman build and smoke test (scripts/image.sh)" bash scripts/image.sh
   script_test "lambda: packaged functions through the Runtime Interface Emulator (scripts/lambda-test.sh)" \
     bash scripts/lambda-test.sh
