@@ -81,6 +81,8 @@ impl Captured {
 pub struct Controller {
     pub child: Child,
     pub stderr: Captured,
+    /// Disconnected once stderr reached its end (see `spawn`).
+    stderr_eof: mpsc::Receiver<()>,
     /// Lines printed on stdout, as they arrive.
     stdout_rx: mpsc::Receiver<String>,
     pub stdout: Vec<String>,
@@ -128,10 +130,14 @@ impl Controller {
         let mut child = cmd.spawn().expect("spawn wallcrawler-controller");
         let stderr = Captured::default();
         let (events_tx, events_rx) = mpsc::channel();
+        // Closed (the sender dropped) when the reader has taken the last line: `wait_exit`
+        // waits for it, so an exited controller's last words are always in `stderr`.
+        let (stderr_eof_tx, stderr_eof) = mpsc::channel::<()>();
         {
             let err = child.stderr.take().unwrap();
             let cap = stderr.clone();
             std::thread::spawn(move || {
+                let _eof = stderr_eof_tx;
                 for line in BufReader::new(err).lines().map_while(Result::ok) {
                     if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
                         let _ = events_tx.send(v);
@@ -152,6 +158,7 @@ impl Controller {
         Controller {
             child,
             stderr,
+            stderr_eof,
             stdout_rx,
             stdout: Vec::new(),
             events_rx,
@@ -226,6 +233,9 @@ impl Controller {
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(s) = self.child.try_wait().unwrap() {
+                // The exit can be seen before the reader thread took the last stderr lines.
+                // Bounded: a descendant still holding the pipe must not hang the test.
+                let _ = self.stderr_eof.recv_timeout(Duration::from_secs(10));
                 return s;
             }
             if Instant::now() > deadline {
