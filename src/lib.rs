@@ -22,6 +22,8 @@
 //! - [`aws`]: the AWS SDK adapters behind those interfaces.
 //! - [`pool`]: pool mode: a warm browser waiting for a claim, then the claimed session.
 //! - [`scale_in`]: a claimed pool task's protection from the service's scale-in.
+//! - [`tls`]: the connect gateway's TLS: a certificate read again from its PEM files when they
+//!   change, and the local platform's certificate authority.
 //! - [`cli`]: the subcommands as `main` runs them.
 //!
 //! Modules only the controller itself uses are private to the crate; the public ones are what
@@ -45,4 +47,5 @@ pub mod shutdown;
 pub mod stores;
 pub(crate) mod task;
 pub mod telemetry;
+pub mod tls;
 pub mod upstream;
