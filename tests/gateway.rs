@@ -414,3 +414,126 @@ fn discovery_goes_to_the_task_with_the_clients_host() {
     assert_eq!(status_of(&nothing), 404, "{nothing}");
     assert_eq!(up.connections.load(Ordering::SeqCst), 1);
 }
+
+/// The AWS shape end to end, on the local AWS: the gateway looks the session up in the
+/// sessions table; a client that connects while the item is still PROVISIONING is held; a
+/// real task (`run`, real Chromium) writes READY with its private address and proxy port,
+/// keeping the gateway URL the item got at create; the held client and Puppeteer are then
+/// served through the gateway; once the session is released, a client gets 410.
+#[test]
+fn the_sessions_table_routes_a_held_client_to_the_task_that_becomes_ready() {
+    use crate::support::aws::{self, AttributeValue, get_session, number, put_session, s, text};
+
+    let table = aws::create_sessions_table();
+    let aws_env = aws::env();
+    let mut envs: Vec<(&str, &str)> = aws_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    envs.push(("SESSIONS_TABLE_NAME", &table));
+    let gw = {
+        let mut all = envs.clone();
+        all.extend([
+            ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+            ("GATEWAY_LISTEN", "127.0.0.1:0"),
+            ("LOG_FORMAT", "json"),
+        ]);
+        let mut c = Controller::spawn(&["gateway"], &all);
+        let line = c.wait_stdout_line(|l| l.starts_with("listen: "));
+        let addr: SocketAddr = line.trim_start_matches("listen: ").parse().unwrap();
+        (c, addr)
+    };
+    let (_gw, gw_addr) = gw;
+    let id = format!("sess_{}", uuid::Uuid::new_v4());
+    let t = token(KEY, &id, "proj_a", 3600);
+    let connect_url = format!("ws://{gw_addr}/?signingKey={t}");
+    put_session(
+        &table,
+        vec![
+            ("sessionId", s(&id)),
+            ("internalStatus", s("PROVISIONING")),
+            ("status", s("PENDING")),
+            ("projectId", s("proj_a")),
+            ("signingKey", s(&t)),
+            ("connectUrl", s(&connect_url)),
+            ("keepAlive", AttributeValue::Bool(true)),
+            ("createdAt", s("2026-11-21T00:00:00.000Z")),
+            ("expiresAt", AttributeValue::N((now() + 3600).to_string())),
+        ],
+    );
+    let held = {
+        let t = t.clone();
+        std::thread::spawn(move || open_upgrade(gw_addr, &t))
+    };
+    let mut task = {
+        let mut all = envs.clone();
+        all.extend([
+            ("SESSION_ID", id.as_str()),
+            ("PROJECT_ID", "proj_a"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+            ("CDP_PROXY_HOST", "127.0.0.1"),
+            ("PUBLIC_IP", "127.0.0.1"),
+        ]);
+        crate::support::run_task(&all)
+    };
+    let ready = task.wait_event(|e| e["message"] == "session ready");
+    let port: u16 = ready["proxy"]
+        .as_str()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (_s, head) = held.join().unwrap();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let item = get_session(&table, &id);
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("READY"));
+    assert_eq!(text(&item, "privateIP").as_deref(), Some("127.0.0.1"));
+    assert_eq!(number(&item, "proxyPort"), Some(port as f64));
+    assert_eq!(
+        text(&item, "connectUrl").as_deref(),
+        Some(connect_url.as_str()),
+        "READY keeps the gateway URL written at create"
+    );
+    let driven = crate::support::node(
+        "drive.mjs",
+        &["--client", "puppeteer", "--url", &connect_url],
+    );
+    assert_eq!(driven["eval"], 2, "{driven}");
+    // Released: the item is terminal, the task ends.
+    put_session(
+        &table,
+        vec![
+            ("sessionId", s(&id)),
+            ("internalStatus", s("STOPPED")),
+            ("status", s("COMPLETED")),
+            ("projectId", s("proj_a")),
+            ("expiresAt", AttributeValue::N((now() + 3600).to_string())),
+        ],
+    );
+    task.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(task.wait_exit().code(), Some(0), "{}", task.stderr.text());
+    let started = Instant::now();
+    let answer = raw_http(
+        gw_addr,
+        &upgrade_request(&format!("/?signingKey={t}"), &gw_addr.to_string(), &[]),
+    );
+    assert_eq!(status_of(&answer), 410, "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn a_cached_ready_whose_task_is_gone_is_looked_up_again() {
+    // Lookups kept for a minute: only the failed dial makes the gateway read the item again.
+    let gw = Gw::start(&[("GATEWAY_LOOKUP_TTL_MS", "60000")]);
+    let gone = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    gw.put(A, InternalStatus::Ready, Some(gone));
+    let t = token(KEY, A, "proj_a", 600);
+    let answer = gw.upgrade(&t);
+    assert_eq!(status_of(&answer), 502, "{answer}");
+    gw.put(A, InternalStatus::Stopped, Some(gone));
+    let answer = gw.upgrade(&t);
+    assert_eq!(status_of(&answer), 410, "{answer}");
+    assert_eq!(gw.metric("wallcrawler_gateway_dial_failures_total"), 2.0);
+}

@@ -147,6 +147,12 @@ impl Lookups {
         }
     }
 
+    /// Drops what is cached for `session_id` (its task could not be dialled), so the next
+    /// lookup reads the store.
+    pub async fn forget(&self, session_id: &str) {
+        self.cache.invalidate(session_id).await;
+    }
+
     /// The place of `session_id`, from the cache or one (shared) read of the store.
     pub async fn place(&self, session_id: &str) -> Result<Place, LookupError> {
         self.cache

@@ -374,7 +374,24 @@ impl Gateway {
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
             return Err(self.refuse(Refusal::AtCapacity, Refused::AtCapacity));
         };
-        let task = self.dial(addr, &head).await?;
+        let task = match self.dial(addr, &head).await {
+            Ok(t) => t,
+            // A cached READY may be a moment old: the task may have ended since. Look again,
+            // once, past the cache.
+            Err(()) => {
+                self.lookups.forget(&session).await;
+                match self.lookups.place(&session).await {
+                    Ok(Place::Ended) => {
+                        return Err(self.refuse(Refusal::SessionEnded, Refused::SessionEnded));
+                    }
+                    Ok(Place::Ready(moved)) if moved != addr => self
+                        .dial(moved, &head)
+                        .await
+                        .map_err(|()| self.refuse(Refusal::BadGateway, Refused::BadGateway))?,
+                    _ => return Err(self.refuse(Refusal::BadGateway, Refused::BadGateway)),
+                }
+            }
+        };
         exchange.stash(Task {
             stream: task,
             permit,
@@ -449,8 +466,9 @@ impl Gateway {
         outcome.map_err(|(refusal, why)| self.refuse(refusal, why))
     }
 
-    /// Connects to the task's proxy and sends it the client's request head.
-    async fn dial(&self, addr: SocketAddr, head: &RequestHead) -> Result<TcpStream, Answer> {
+    /// Connects to the task's proxy and sends it the client's request head; a failure is
+    /// counted and logged.
+    async fn dial(&self, addr: SocketAddr, head: &RequestHead) -> Result<TcpStream, ()> {
         self.metrics.dials.inc();
         let dialled = tokio::time::timeout(self.settings.limits.upstream_timeout, async {
             let mut s = TcpStream::connect(addr).await?;
@@ -464,12 +482,12 @@ impl Gateway {
             Ok(Err(e)) => {
                 self.metrics.dial_failures.inc();
                 warn!(task.addr = %addr, error = %e, "dialling the task failed");
-                Err(self.refuse(Refusal::BadGateway, Refused::BadGateway))
+                Err(())
             }
             Err(_) => {
                 self.metrics.dial_failures.inc();
                 warn!(task.addr = %addr, "dialling the task timed out");
-                Err(self.refuse(Refusal::BadGateway, Refused::BadGateway))
+                Err(())
             }
         }
     }
