@@ -537,3 +537,25 @@ fn a_cached_ready_whose_task_is_gone_is_looked_up_again() {
     assert_eq!(status_of(&answer), 410, "{answer}");
     assert_eq!(gw.metric("wallcrawler_gateway_dial_failures_total"), 2.0);
 }
+
+#[test]
+fn a_held_client_that_leaves_gives_its_place_back() {
+    let gw = Gw::start(&[("GATEWAY_MAX_HELD_PER_SESSION", "1")]);
+    gw.put(A, InternalStatus::Starting, None);
+    let t = token(KEY, A, "proj_a", 600);
+    let mut s = TcpStream::connect(gw.addr).unwrap();
+    s.write_all(&upgrade_request(
+        &format!("/?signingKey={t}"),
+        &gw.addr.to_string(),
+        &[],
+    ))
+    .unwrap();
+    gw.wait_metric("wallcrawler_gateway_held", 1.0);
+    drop(s);
+    let deadline = Instant::now() + WAIT;
+    while gw.metric("wallcrawler_gateway_held") > 0.0 {
+        assert!(Instant::now() < deadline, "the place stayed taken");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(gw.metric("wallcrawler_gateway_connections_open"), 0.0);
+}
