@@ -198,7 +198,11 @@ impl Gateway {
             // connection counts against the pending budget's address.
             let (slot, _) = self.pending.admit(peer.ip());
             let this = self.clone();
-            let span = tracing::info_span!("gw", client.addr = %peer);
+            let span = tracing::info_span!(
+                "gw",
+                client.addr = %peer,
+                session.id = tracing::field::Empty
+            );
             tracker.spawn(
                 async move {
                     this.metrics.connections_open.inc();
@@ -365,8 +369,7 @@ impl Gateway {
             }
         };
         exchange.admitted();
-        let span = tracing::Span::current();
-        span.record("session.id", session.as_str());
+        tracing::Span::current().record("session.id", session.as_str());
         if !wallcrawler_contract::claim::valid_id(&session) {
             return Err(self.refuse(Refusal::NoSuchSession, Refused::UnknownSession));
         }
