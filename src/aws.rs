@@ -128,6 +128,73 @@ fn to_record(i: &Item) -> Result<SessionRecord, StoreError> {
 
 const TABLE: &str = "sessions table";
 
+/// The sessions table as the connect gateway reads it: one strongly consistent `GetItem` per
+/// lookup, only the attributes routing needs.
+pub struct DynamoRoutes {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+}
+
+impl DynamoRoutes {
+    /// The adapter for `table`, with a client built from `sdk`.
+    pub fn new(sdk: &aws_config::SdkConfig, table: String) -> Self {
+        Self {
+            client: aws_sdk_dynamodb::Client::new(sdk),
+            table,
+        }
+    }
+}
+
+/// The item's routing attributes (any may be absent; `proxyPort` a number).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RouteView {
+    #[serde(rename = "internalStatus")]
+    internal_status: Option<String>,
+    #[serde(rename = "privateIP")]
+    private_ip: Option<String>,
+    #[serde(
+        rename = "proxyPort",
+        deserialize_with = "wallcrawler_contract::whole::optional"
+    )]
+    proxy_port: Option<u64>,
+    #[serde(rename = "endedAt", deserialize_with = "present")]
+    ended_at: bool,
+}
+
+impl crate::gateway::lookup::SessionRoutes for DynamoRoutes {
+    fn item<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::gateway::lookup::RouteItem>, StoreError>> {
+        Box::pin(async move {
+            let out = self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .key(attr::SESSION_ID, s(session_id))
+                .consistent_read(true)
+                .projection_expression("internalStatus, privateIP, proxyPort, endedAt")
+                .send()
+                .await
+                .map_err(|e| sdk_error(TABLE, e))?;
+            let Some(i) = out.item() else {
+                return Ok(None);
+            };
+            let v: RouteView = item::from_item("session", i).map_err(|e| StoreError::Other {
+                service: TABLE,
+                source: e.into(),
+            })?;
+            Ok(Some(crate::gateway::lookup::RouteItem {
+                internal_status: v.internal_status.unwrap_or_default(),
+                private_ip: v.private_ip,
+                proxy_port: v.proxy_port.and_then(|p| u16::try_from(p).ok()),
+                ended: v.ended_at,
+            }))
+        })
+    }
+}
+
 impl SessionStore for DynamoSessions {
     fn load<'a>(
         &'a self,
@@ -157,6 +224,8 @@ impl SessionStore for DynamoSessions {
                 "internalStatus = :ready",
                 "#st = :running",
                 "publicIP = :ip",
+                "privateIP = :pip",
+                "proxyPort = :port",
                 "readyAt = :now",
                 "updatedAt = :now",
             ];
@@ -173,6 +242,8 @@ impl SessionStore for DynamoSessions {
                     s(InternalStatus::Ready.sdk_status().as_str()),
                 )
                 .expression_attribute_values(":ip", s(&u.public_ip))
+                .expression_attribute_values(":pip", s(&u.private_ip))
+                .expression_attribute_values(":port", AttributeValue::N(u.proxy_port.to_string()))
                 .expression_attribute_values(":now", s(&u.at))
                 .expression_attribute_values(":c", s(InternalStatus::Creating.as_str()))
                 .expression_attribute_values(":p", s(InternalStatus::Provisioning.as_str()))
@@ -185,7 +256,8 @@ impl SessionStore for DynamoSessions {
                 req = req.expression_attribute_values(":arn", s(arn));
             }
             if let Some(url) = &u.connect_url {
-                set.push("connectUrl = :url");
+                // Behind the connect gateway the item has the gateway's URL from the create on.
+                set.push("connectUrl = if_not_exists(connectUrl, :url)");
                 req = req.expression_attribute_values(":url", s(url));
             }
             match req

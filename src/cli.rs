@@ -19,9 +19,9 @@ use crate::auth::{Authenticator, KeySource, StaticKeys, unix_now};
 use crate::aws;
 use crate::chrome::{self, LaunchOptions, flags};
 use crate::config::{
-    self, ArchivePlace, ChromeSettings, Cli, Command, ConfigErrors, ContextSource, KeyConfig,
-    LocalConfig, LogFormat, PoolQueue, ProxyConfig, ProxyTuning, RunConfig, SessionStoreConfig,
-    TokenConfig,
+    self, ArchivePlace, ChromeSettings, Cli, Command, ConfigErrors, ContextSource, GatewayConfig,
+    KeyConfig, LocalConfig, LogFormat, PoolQueue, ProxyConfig, ProxyTuning, RunConfig,
+    SessionStoreConfig, TokenConfig,
 };
 use crate::proxy::Limits;
 use crate::secrets::{FetchError, SecretKeyCache};
@@ -63,6 +63,10 @@ pub fn main_with(cli: Cli) -> i32 {
         }
         Command::Proxy(a) => match ProxyConfig::from_args(&a) {
             Ok(c) => with_runtime(c.tuning.log_format, |tasks| proxy(c, tasks)),
+            Err(e) => config_error(&e),
+        },
+        Command::Gateway(a) => match GatewayConfig::from_args(&a) {
+            Ok(c) => with_runtime(c.tuning.log_format, |tasks| gateway(c, tasks)),
             Err(e) => config_error(&e),
         },
     }
@@ -407,4 +411,90 @@ async fn proxy(c: ProxyConfig, tasks: Shutdown) -> i32 {
     )
     .await;
     finish(result)
+}
+
+/// `gateway`: the key loaded, the listener bound (its address printed as `listen: ADDR` on
+/// stdout, which the local platform reads back), then connections served until a signal.
+async fn gateway(c: GatewayConfig, tasks: Shutdown) -> i32 {
+    use crate::gateway::lookup::{DirRoutes, SessionRoutes};
+    use crate::gateway::verify::SharedKeyVerifier;
+    use crate::gateway::{Gateway, GatewaySettings};
+
+    if c.exit_with_parent && !exit_with_parent() {
+        info!("the process that started this one has exited already");
+        return 0;
+    }
+    let keys = match proxy_keys(&c.key, &tasks).await {
+        Ok(k) => k,
+        Err(e) => {
+            error!(error = %e, "the signing secret is unavailable");
+            return EXIT_FAILURE;
+        }
+    };
+    let routes: Arc<dyn SessionRoutes> = match &c.store {
+        SessionStoreConfig::Directory(dir) => Arc::new(DirRoutes(
+            wallcrawler_contract::session_doc::DirStore::new(dir.clone()),
+        )),
+        SessionStoreConfig::Table(table) => {
+            let sdk = aws::sdk_config().await;
+            Arc::new(aws::DynamoRoutes::new(&sdk, table.clone()))
+        }
+        SessionStoreConfig::None => unreachable!("the configuration requires a store"),
+    };
+    let mut limits = limits(&c.tuning);
+    limits.intercept_browser_close = false;
+    let settings = GatewaySettings {
+        limits,
+        hold: c.hold,
+        max_held: c.max_held,
+        max_held_per_session: c.max_held_per_session,
+        lookup_ttl: c.lookup_ttl,
+    };
+    let verifier = Arc::new(SharedKeyVerifier::new(keys, c.leeway_seconds));
+    let gateway = match Gateway::new(verifier, routes, settings, &tasks) {
+        Ok(g) => g,
+        Err(e) => {
+            error!(error = %e, "could not start the relay thread");
+            return EXIT_FAILURE;
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(c.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            error!(addr = %c.listen, error = %e, "could not listen");
+            return EXIT_FAILURE;
+        }
+    };
+    let addr = listener.local_addr().unwrap_or(c.listen);
+    if let Some(maddr) = c.tuning.metrics_addr {
+        match tokio::net::TcpListener::bind(maddr).await {
+            Ok(ml) => {
+                info!(addr = %ml.local_addr().unwrap_or(maddr), "metrics listening");
+                tasks.spawn(telemetry::serve_metrics(
+                    ml,
+                    gateway.metrics().clone(),
+                    tasks.token().clone(),
+                    tasks.tracker().clone(),
+                ));
+            }
+            Err(e) => {
+                error!(addr = %maddr, error = %e, "could not listen for metrics");
+                return EXIT_FAILURE;
+            }
+        }
+    }
+    tasks.spawn(
+        gateway
+            .clone()
+            .serve(listener, tasks.token().clone(), tasks.tracker().clone()),
+    );
+    info!(listen = %addr, "gateway listening");
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listen: {addr}");
+        let _ = out.flush();
+    }
+    tasks.token().cancelled().await;
+    gateway.close_all_relays();
+    0
 }

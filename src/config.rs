@@ -145,6 +145,34 @@ settings_group! {
     }
 }
 
+settings_group! {
+    /// Everything `gateway` reads besides the edge's limits and telemetry.
+    GatewaySettingsArgs {
+        /// Address to listen on; port 0 = any free port (the one bound is printed as `listen: ADDR` on stdout) [default: 0.0.0.0:9223].
+        listen = "GATEWAY_LISTEN",
+        /// DynamoDB sessions table where sessions are looked up (consistent reads).
+        sessions_table_name = "SESSIONS_TABLE_NAME",
+        /// Directory of local session documents, instead of the table (local platform).
+        sessions_dir = "SESSIONS_DIR",
+        /// Literal HS256 signing key (development); overrides the Secrets Manager secret.
+        jwt_signing_key = "WALLCRAWLER_JWT_SIGNING_KEY",
+        /// Secrets Manager secret holding {"algorithm":"HS256","signingKey":…}.
+        jwt_signing_secret_arn = "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+        /// Clock-skew leeway in seconds for exp/nbf/iat [default: 30].
+        jwt_leeway_seconds = "JWT_LEEWAY_SECONDS",
+        /// Seconds a client is held for a session that is still starting before 503 with Retry-After [default: 90].
+        gateway_hold_seconds = "GATEWAY_HOLD_SECONDS",
+        /// Clients held at once for starting sessions, in all; beyond it 503 [default: 4096].
+        gateway_max_held = "GATEWAY_MAX_HELD",
+        /// Clients held at once for one starting session; beyond it 503 [default: 32].
+        gateway_max_held_per_session = "GATEWAY_MAX_HELD_PER_SESSION",
+        /// Milliseconds a session lookup is reused (lookups of one session are shared meanwhile) [default: 250].
+        gateway_lookup_ttl_ms = "GATEWAY_LOOKUP_TTL_MS",
+        /// true = end (as on SIGTERM) when the process that started this one exits (the local platform sets it) [default: false].
+        exit_with_parent = "EXIT_WITH_PARENT",
+    }
+}
+
 /// Browserbase-compatible remote browser: one supervised Chrome behind an authenticating CDP proxy.
 ///
 /// Without a subcommand, runs `local`.
@@ -168,6 +196,15 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Only the authenticating proxy, in front of an already running CDP endpoint.
     Proxy(ProxyArgs),
+    /// The connect gateway: one listener for every session, routed by the session the token
+    /// names.
+    ///
+    /// Verifies the token as a task does (401 before any lookup), looks the session up (the
+    /// sessions table or SESSIONS_DIR), holds a client while its session starts (503 after
+    /// GATEWAY_HOLD_SECONDS), refuses ended (410) and unknown (404) sessions at once, and
+    /// relays READY sessions' clients to their task's proxy, the request forwarded as sent.
+    /// Plain TCP (TLS ends in front of it for now).
+    Gateway(GatewayArgs),
     /// Print a signed token for a session (bare token and a newline on stdout).
     Token(TokenArgs),
 }
@@ -238,6 +275,17 @@ pub struct ProxyArgs {
     #[command(flatten)]
     pub auth: AuthArgs,
     /// The proxy's limits and telemetry.
+    #[command(flatten)]
+    pub tuning: ProxyTuningArgs,
+}
+
+/// Flags (and environment variables) of `gateway`.
+#[derive(Args, Debug, Default, Clone)]
+pub struct GatewayArgs {
+    /// The gateway's settings.
+    #[command(flatten)]
+    pub gateway: GatewaySettingsArgs,
+    /// The edge's limits and telemetry (MAX_CONNECTIONS counts relayed connections).
     #[command(flatten)]
     pub tuning: ProxyTuningArgs,
 }
@@ -480,6 +528,31 @@ pub struct ProxyConfig {
     pub tuning: ProxyTuning,
 }
 
+/// `wallcrawler-controller gateway`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayConfig {
+    /// `GATEWAY_LISTEN`.
+    pub listen: SocketAddr,
+    /// Where sessions are looked up (a table or a directory).
+    pub store: SessionStoreConfig,
+    /// Where the signing key comes from.
+    pub key: KeyConfig,
+    /// `JWT_LEEWAY_SECONDS`.
+    pub leeway_seconds: u64,
+    /// `GATEWAY_HOLD_SECONDS`.
+    pub hold: Duration,
+    /// `GATEWAY_MAX_HELD`.
+    pub max_held: usize,
+    /// `GATEWAY_MAX_HELD_PER_SESSION`.
+    pub max_held_per_session: usize,
+    /// `GATEWAY_LOOKUP_TTL_MS`.
+    pub lookup_ttl: Duration,
+    /// `EXIT_WITH_PARENT`.
+    pub exit_with_parent: bool,
+    /// The edge's limits and telemetry.
+    pub tuning: ProxyTuning,
+}
+
 /// `wallcrawler-controller token`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenConfig {
@@ -593,7 +666,19 @@ fn auth_config(r: &mut Reader<'_>, pool: bool) -> AuthConfig {
     } else {
         (r.required("SESSION_ID"), r.text("PROJECT_ID"))
     };
-    let key = match (
+    let key = key_config(r);
+    let leeway_seconds = r.number("JWT_LEEWAY_SECONDS", 30, 0, 3600);
+    AuthConfig {
+        session_id,
+        project_id,
+        key,
+        leeway_seconds,
+    }
+}
+
+/// The signing key: the literal one, else the Secrets Manager secret.
+fn key_config(r: &mut Reader<'_>) -> KeyConfig {
+    match (
         r.s.get("WALLCRAWLER_JWT_SIGNING_KEY"),
         r.text("WALLCRAWLER_JWT_SIGNING_SECRET_ARN"),
     ) {
@@ -606,13 +691,6 @@ fn auth_config(r: &mut Reader<'_>, pool: bool) -> AuthConfig {
             );
             KeyConfig::Literal(String::new())
         }
-    };
-    let leeway_seconds = r.number("JWT_LEEWAY_SECONDS", 30, 0, 3600);
-    AuthConfig {
-        session_id,
-        project_id,
-        key,
-        leeway_seconds,
     }
 }
 
@@ -932,6 +1010,79 @@ impl ProxyConfig {
             listen: listen.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
             upstream,
             auth,
+            tuning,
+        })
+    }
+}
+
+impl GatewayConfig {
+    /// Checks the command line's arguments, collecting every problem.
+    pub fn from_args(a: &GatewayArgs) -> Result<Self, ConfigErrors> {
+        let mut s = a.gateway.settings();
+        s.extend(a.tuning.settings());
+        Self::from_settings(&s)
+    }
+
+    /// Checks every setting of `s`, collecting every problem.
+    pub fn from_settings(s: &Settings) -> Result<Self, ConfigErrors> {
+        let mut r = Reader::new(s);
+        let listen = r
+            .parse::<SocketAddr>("GATEWAY_LISTEN", "an address such as 0.0.0.0:9223")
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 9223)));
+        let store = match (r.text("SESSIONS_TABLE_NAME"), r.text("SESSIONS_DIR")) {
+            (Some(_), Some(_)) => {
+                r.errors
+                    .push("set SESSIONS_TABLE_NAME or SESSIONS_DIR, not both".to_owned());
+                SessionStoreConfig::None
+            }
+            (Some(t), None) => SessionStoreConfig::Table(t),
+            (None, Some(d)) => SessionStoreConfig::Directory(PathBuf::from(d)),
+            (None, None) => {
+                r.errors.push(
+                    "the gateway looks sessions up: set SESSIONS_TABLE_NAME (or SESSIONS_DIR)"
+                        .to_owned(),
+                );
+                SessionStoreConfig::None
+            }
+        };
+        let key = key_config(&mut r);
+        let leeway_seconds = r.number("JWT_LEEWAY_SECONDS", 30, 0, 3600);
+        let hold = Duration::from_secs(r.number(
+            "GATEWAY_HOLD_SECONDS",
+            crate::gateway::DEFAULT_HOLD.as_secs(),
+            1,
+            3600,
+        ));
+        let max_held = r.number(
+            "GATEWAY_MAX_HELD",
+            crate::gateway::DEFAULT_MAX_HELD as u64,
+            1,
+            1_000_000,
+        ) as usize;
+        let max_held_per_session = r.number(
+            "GATEWAY_MAX_HELD_PER_SESSION",
+            crate::gateway::DEFAULT_MAX_HELD_PER_SESSION as u64,
+            1,
+            1_000_000,
+        ) as usize;
+        let lookup_ttl = Duration::from_millis(r.number(
+            "GATEWAY_LOOKUP_TTL_MS",
+            crate::gateway::DEFAULT_LOOKUP_TTL.as_millis() as u64,
+            1,
+            60_000,
+        ));
+        let exit_with_parent = r.boolean("EXIT_WITH_PARENT", false);
+        let tuning = tuning(&mut r, Mode::Proxy);
+        r.finish(GatewayConfig {
+            listen,
+            store,
+            key,
+            leeway_seconds,
+            hold,
+            max_held,
+            max_held_per_session,
+            lookup_ttl,
+            exit_with_parent,
             tuning,
         })
     }
@@ -1302,6 +1453,38 @@ mod tests {
             e.0,
             vec!["TOKEN_TTL must be between 1 and 21600, got 86400".to_owned()]
         );
+    }
+
+    #[test]
+    fn gateway_defaults_and_every_problem() {
+        let c = GatewayConfig::from_settings(&map(&[
+            ("SESSIONS_DIR", "/s"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+        ]))
+        .unwrap();
+        assert_eq!(c.listen, "0.0.0.0:9223".parse().unwrap());
+        assert_eq!(c.store, SessionStoreConfig::Directory("/s".into()));
+        assert_eq!(c.hold, Duration::from_secs(90));
+        assert_eq!((c.max_held, c.max_held_per_session), (4096, 32));
+        assert_eq!(c.lookup_ttl, Duration::from_millis(250));
+        assert_eq!(c.tuning.metrics_addr, None);
+        let e = GatewayConfig::from_settings(&map(&[
+            ("GATEWAY_LISTEN", "nowhere"),
+            ("GATEWAY_HOLD_SECONDS", "0"),
+            ("GATEWAY_MAX_HELD_PER_SESSION", "x"),
+        ]))
+        .unwrap_err();
+        let text = e.to_string();
+        for needle in [
+            "GATEWAY_LISTEN must be an address",
+            "set SESSIONS_TABLE_NAME (or SESSIONS_DIR)",
+            "a signing key is required",
+            "GATEWAY_HOLD_SECONDS must be between 1 and 3600",
+            "GATEWAY_MAX_HELD_PER_SESSION must be a whole number",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in {text}");
+        }
+        assert_eq!(e.0.len(), 5);
     }
 
     #[test]

@@ -20,6 +20,8 @@
 //! - [`public_ip`]: which address the task announces.
 //! - [`stores`]: the narrow interfaces to outside services, and a local archive directory.
 //! - [`aws`]: the AWS SDK adapters behind those interfaces.
+//! - [`gateway`]: the connect gateway: one listener for every session, routed by the token's
+//!   session to its task's proxy (token check, session lookup, holding, relay).
 //! - [`pool`]: pool mode: a warm browser waiting for a claim, then the claimed session.
 //! - [`scale_in`]: a claimed pool task's protection from the service's scale-in.
 //! - [`tls`]: the connect gateway's TLS: a certificate read again from its PEM files when they
@@ -37,6 +39,7 @@ pub mod aws;
 pub mod chrome;
 pub mod cli;
 pub mod config;
+pub mod gateway;
 pub(crate) mod pool;
 pub mod profile;
 pub mod proxy;

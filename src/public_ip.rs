@@ -18,6 +18,8 @@ pub struct Discovered {
     pub ip: String,
     pub source: &'static str,
     pub task_arn: Option<String>,
+    /// The task's private address from the task metadata, when it answered.
+    pub private_ip: Option<String>,
 }
 
 /// What the task metadata says about the task.
@@ -100,12 +102,14 @@ pub async fn discover(
         None => TaskMetadata::default(),
     };
     let task_arn = metadata.task_arn.clone();
+    let private_ip = metadata.private_ip.clone();
     let found = |ip: String, source| {
         info!(public_ip = %ip, source, "announced address chosen");
         Discovered {
             ip,
             source,
             task_arn: task_arn.clone(),
+            private_ip: private_ip.clone(),
         }
     };
     if let Some(ip) = override_ip {

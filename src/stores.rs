@@ -148,8 +148,13 @@ pub struct ReadyUpdate {
     pub public_ip: String,
     /// `ecsTaskArn`, when known.
     pub task_arn: Option<String>,
-    /// `connectUrl`, when the item has a signing key.
+    /// `connectUrl`, when the item has a signing key; written only when the item has none
+    /// yet (behind the connect gateway the control plane wrote the gateway's at create).
     pub connect_url: Option<String>,
+    /// `privateIP`: the task's own address, where the connect gateway dials it.
+    pub private_ip: String,
+    /// `proxyPort`: the proxy's port at that address.
+    pub proxy_port: u16,
     /// When the session became ready (`readyAt`), an ISO 8601 timestamp.
     pub at: String,
 }
@@ -450,12 +455,14 @@ impl SessionStore for DirectorySessions {
                         }
                         d.set_status(InternalStatus::Ready);
                         d.public_ip = Some(u.public_ip.clone());
+                        d.private_ip = Some(u.private_ip.clone());
+                        d.proxy_port = Some(u.proxy_port);
                         d.ready_at = Some(u.at.clone());
                         d.updated_at = Some(u.at.clone());
                         if u.task_arn.is_some() {
                             d.ecs_task_arn = u.task_arn.clone();
                         }
-                        if u.connect_url.is_some() {
+                        if d.connect_url.is_none() {
                             d.connect_url = u.connect_url.clone();
                         }
                         Ok(true)

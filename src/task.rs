@@ -379,8 +379,20 @@ pub(crate) async fn announce_ready(
         let connect_url = record
             .and_then(|r| r.signing_key.as_deref())
             .map(|k| session::connect_url(&announced.ip, ready.proxy_addr.port(), k));
+        // Where the connect gateway dials this task: its private address (task metadata),
+        // else the address the proxy is bound to, else the announced one.
+        let private_ip = announced.private_ip.clone().unwrap_or_else(|| {
+            let bound = ready.proxy_addr.ip();
+            if bound.is_unspecified() {
+                announced.ip.clone()
+            } else {
+                bound.to_string()
+            }
+        });
         let update = ReadyUpdate {
             public_ip: announced.ip.clone(),
+            private_ip,
+            proxy_port: ready.proxy_addr.port(),
             task_arn: announced
                 .task_arn
                 .clone()

@@ -287,6 +287,18 @@ impl Metrics {
     }
 }
 
+/// What a metrics listener serves: a registry's OpenMetrics text.
+pub trait Exposition: Send + Sync + 'static {
+    /// The OpenMetrics text exposition ([`EXPOSITION_CONTENT_TYPE`]).
+    fn render(&self) -> String;
+}
+
+impl Exposition for Metrics {
+    fn render(&self) -> String {
+        Metrics::render(self)
+    }
+}
+
 /// Metrics scrapes answered at the same time, at most; a connection beyond it waits for a slot.
 const MAX_SCRAPES: usize = 8;
 
@@ -302,7 +314,7 @@ const SCRAPE_MAX_HEAD: usize = 8 * 1024;
 /// `tracker` (so shutdown waits for them).
 pub async fn serve_metrics(
     listener: TcpListener,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn Exposition>,
     cancel: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -327,7 +339,7 @@ pub async fn serve_metrics(
         let cancel = cancel.clone();
         tracker.spawn(async move {
             let service = service_fn(move |req| {
-                std::future::ready(Ok::<_, Infallible>(scrape(&req, &metrics)))
+                std::future::ready(Ok::<_, Infallible>(scrape(&req, metrics.as_ref())))
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -345,7 +357,7 @@ pub async fn serve_metrics(
 }
 
 /// The answer to one metrics request.
-fn scrape<B>(req: &Request<B>, metrics: &Metrics) -> Response<Full<Bytes>> {
+fn scrape<B>(req: &Request<B>, metrics: &dyn Exposition) -> Response<Full<Bytes>> {
     let (status, content_type, body) =
         if req.method() == Method::GET && req.uri().path() == "/metrics" {
             (StatusCode::OK, EXPOSITION_CONTENT_TYPE, metrics.render())

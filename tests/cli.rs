@@ -134,7 +134,55 @@ fn help_documents_every_variable() {
         assert!(help.contains(var), "{var} not in run --help");
     }
     let top = String::from_utf8(run(&["--help"], &[]).stdout).unwrap();
-    for sub in ["local", "run", "proxy", "token"] {
+    for sub in ["local", "run", "proxy", "gateway", "token"] {
         assert!(top.contains(sub), "{sub} not in --help");
     }
+}
+
+#[test]
+fn gateway_help_documents_every_variable_and_its_errors_exit_64() {
+    let out = run(&["gateway", "--help"], &[]);
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for var in [
+        "GATEWAY_LISTEN",
+        "SESSIONS_TABLE_NAME",
+        "SESSIONS_DIR",
+        "WALLCRAWLER_JWT_SIGNING_KEY",
+        "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+        "JWT_LEEWAY_SECONDS",
+        "GATEWAY_HOLD_SECONDS",
+        "GATEWAY_MAX_HELD",
+        "GATEWAY_MAX_HELD_PER_SESSION",
+        "GATEWAY_LOOKUP_TTL_MS",
+        "EXIT_WITH_PARENT",
+        "MAX_CONNECTIONS",
+        "MAX_PENDING_CONNECTIONS",
+        "MAX_PENDING_PER_ADDRESS",
+        "PROXY_HEADER_TIMEOUT_SECONDS",
+        "METRICS_ADDR",
+        "LOG_FORMAT",
+    ] {
+        assert!(help.contains(var), "{var} not in gateway --help");
+    }
+    let out = run(
+        &["gateway"],
+        &[
+            ("GATEWAY_LISTEN", "nowhere"),
+            ("GATEWAY_HOLD_SECONDS", "0"),
+            ("SESSIONS_DIR", "/tmp/x"),
+            ("SESSIONS_TABLE_NAME", "t"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "GATEWAY_LISTEN must be an address",
+        "GATEWAY_HOLD_SECONDS must be between 1 and 3600",
+        "set SESSIONS_TABLE_NAME or SESSIONS_DIR, not both",
+        "a signing key is required",
+    ] {
+        assert!(err.contains(needle), "{needle} missing from: {err}");
+    }
+    assert!(out.stdout.is_empty());
 }

@@ -14,6 +14,8 @@ mod cli;
 mod clients;
 /// Host/Origin handling and discovery URLs pointing back at the proxy.
 mod discovery;
+/// The connect gateway: routing by the token's session, refusals before any dial, holding.
+mod gateway;
 /// Chrome lifecycle: SIGTERM, Browser.close, crash, exit codes, no leftover processes.
 mod lifecycle;
 /// Proxy edge cases against a stand-in upstream: huge frames, closes, bad requests, cap, metrics.

@@ -726,7 +726,7 @@ fn log_relay_end(outcome: &relay::RelayOutcome, started: Instant) {
 /// One request per connection: every answer but a 101 says `Connection: close` (keep-alive is
 /// not disabled in the builder, since hyper would then add `close` to the 101's `Connection:
 /// Upgrade`, which WebSocket clients refuse).
-fn server_builder(limits: &Limits) -> http1::Builder {
+pub(crate) fn server_builder(limits: &Limits) -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
         // Hyper's read buffer cannot be smaller than 8 KiB.
@@ -899,7 +899,7 @@ impl Drop for ClientGuard<'_> {
 }
 
 /// A WebSocket upgrade request as RFC 6455 §4.2.1 requires.
-fn is_valid_upgrade(head: &RequestHead) -> bool {
+pub(crate) fn is_valid_upgrade(head: &RequestHead) -> bool {
     head.method == Method::GET
         && head.version == 1
         && head.header_has_token(header::UPGRADE, "websocket")
@@ -1001,7 +1001,7 @@ fn parse_switching(buf: &[u8]) -> Result<Option<usize>, DialError> {
 
 /// Writes `response`, half-closes, and drains what the client still sends for a moment so the
 /// answer is not lost to a reset.
-async fn respond_and_close(mut stream: TcpStream, response: Vec<u8>) {
+pub(crate) async fn respond_and_close(mut stream: TcpStream, response: Vec<u8>) {
     if stream.write_all(&response).await.is_err() {
         return;
     }
@@ -1010,7 +1010,7 @@ async fn respond_and_close(mut stream: TcpStream, response: Vec<u8>) {
 
 /// Half-closes an answered connection and drains what the client still sends, for a moment
 /// (1 s, 256 KiB), so the answer is not lost to a reset.
-async fn linger(mut stream: TcpStream) {
+pub(crate) async fn linger(mut stream: TcpStream) {
     let _ = stream.shutdown().await;
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let mut sink = [0u8; 4096];

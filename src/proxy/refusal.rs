@@ -49,6 +49,13 @@ pub enum Refusal {
     BrowserNotReady,
     /// Chrome could not be reached or answered wrongly (502).
     BadGateway,
+    /// Gateway: the token's session has ended (410).
+    SessionEnded,
+    /// Gateway: the token's session does not exist (404).
+    NoSuchSession,
+    /// Gateway: the session did not become ready in time, or too many clients wait for it
+    /// (503, `Retry-After`).
+    SessionNotReady,
 }
 
 impl Refusal {
@@ -63,8 +70,12 @@ impl Refusal {
             | Self::NotFound
             | Self::MethodNotAllowed
             | Self::Unauthorized
-            | Self::NoSuchTarget => Fault::Client,
-            Self::AtCapacity | Self::NotReady | Self::BrowserNotReady => Fault::Us,
+            | Self::NoSuchTarget
+            | Self::SessionEnded
+            | Self::NoSuchSession => Fault::Client,
+            Self::AtCapacity | Self::NotReady | Self::BrowserNotReady | Self::SessionNotReady => {
+                Fault::Us
+            }
             Self::BadGateway => Fault::Chrome,
         }
     }
@@ -95,6 +106,9 @@ impl Refusal {
             Self::NotReady => (S::SERVICE_UNAVAILABLE, O::NotReady, "not ready\n"),
             Self::BrowserNotReady => (S::SERVICE_UNAVAILABLE, O::NotReady, "browser not ready\n"),
             Self::BadGateway => (S::BAD_GATEWAY, O::UpstreamFailed, "bad gateway\n"),
+            Self::SessionEnded => (S::GONE, O::NotFound, "session ended\n"),
+            Self::NoSuchSession => (S::NOT_FOUND, O::NotFound, "no such session\n"),
+            Self::SessionNotReady => (S::SERVICE_UNAVAILABLE, O::NotReady, "session not ready\n"),
         }
     }
 
@@ -127,7 +141,7 @@ impl Refusal {
     fn retry_after(self) -> bool {
         matches!(
             self,
-            Self::AtCapacity | Self::NotReady | Self::BrowserNotReady
+            Self::AtCapacity | Self::NotReady | Self::BrowserNotReady | Self::SessionNotReady
         )
     }
 

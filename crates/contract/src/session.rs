@@ -146,6 +146,16 @@ mod tests {
     }
 
     #[test]
+    fn gateway_urls_have_a_path() {
+        for base in ["ws://127.0.0.1:9", "ws://127.0.0.1:9/"] {
+            assert_eq!(
+                gateway_connect_url(base, "t.k.n"),
+                "ws://127.0.0.1:9/?signingKey=t.k.n"
+            );
+        }
+    }
+
+    #[test]
     fn only_pending_states_may_become_ready() {
         let ready: Vec<_> = InternalStatus::ALL
             .into_iter()
@@ -190,6 +200,11 @@ pub mod attr {
     pub const REGION: &str = "region";
     /// `publicIP`: the address clients connect to.
     pub const PUBLIC_IP: &str = "publicIP";
+    /// `privateIP`: the task's own address, where the connect gateway dials its proxy (written
+    /// with READY).
+    pub const PRIVATE_IP: &str = "privateIP";
+    /// `proxyPort`: the task's proxy port behind that address (a number, written with READY).
+    pub const PROXY_PORT: &str = "proxyPort";
     /// `ecsTaskArn`: the ECS task serving the session, when known.
     pub const ECS_TASK_ARN: &str = "ecsTaskArn";
     /// `connectUrl`: `ws://<publicIP>:<port>?signingKey=<token>`.
@@ -208,6 +223,13 @@ pub mod attr {
     pub const TERMINATION_REASON: &str = "terminationReason";
     /// `userMetadata`: the client's free-form JSON, kept as given.
     pub const USER_METADATA: &str = "userMetadata";
+}
+
+/// `<base>/?signingKey=<token>`: a connect URL through the connect gateway, formed at create
+/// from its base URL (`ws://127.0.0.1:PORT`, `wss://connect.example.com`). The path is `/`:
+/// tungstenite-based clients send a path-less URL's empty path as is, which servers refuse.
+pub fn gateway_connect_url(base: &str, signing_key: &str) -> String {
+    format!("{}/?signingKey={signing_key}", base.trim_end_matches('/'))
 }
 
 /// `ws://<publicIP>:<port>?signingKey=<token>`, the URL clients connect to.

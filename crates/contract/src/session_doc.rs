@@ -55,10 +55,17 @@ pub struct SessionDoc {
     /// `publicIP`: the address clients connect to.
     #[serde(rename = "publicIP", default, skip_serializing_if = "Option::is_none")]
     pub public_ip: Option<String>,
+    /// `privateIP`: the task's own address, where the connect gateway dials it (READY).
+    #[serde(rename = "privateIP", default, skip_serializing_if = "Option::is_none")]
+    pub private_ip: Option<String>,
+    /// `proxyPort`: the task's proxy port at `privateIP` (READY).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_port: Option<u16>,
     /// `ecsTaskArn`: the task serving the session, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ecs_task_arn: Option<String>,
-    /// `connectUrl`: `ws://<publicIP>:<port>?signingKey=<token>`, once READY.
+    /// `connectUrl`: `ws://<publicIP>:<port>?signingKey=<token>`, once READY; behind the
+    /// connect gateway, `<gateway>/?signingKey=<token>` from the create on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_url: Option<String>,
     /// `signingKey`: the session's CDP access token.
@@ -312,6 +319,8 @@ mod tests {
     fn attribute_names_match_the_table() {
         let mut d = doc("sess_1");
         d.public_ip = Some("1.2.3.4".into());
+        d.private_ip = Some("10.0.0.5".into());
+        d.proxy_port = Some(9223);
         d.proxy_bytes = Some(7);
         let v = serde_json::to_value(&d).unwrap();
         for k in [
@@ -323,6 +332,8 @@ mod tests {
             "expiresAt",
             "keepAlive",
             "publicIP",
+            "privateIP",
+            "proxyPort",
             "proxyBytes",
         ] {
             assert!(v.get(k).is_some(), "{k}");

@@ -368,6 +368,34 @@ pub fn validate(
     check_claims(claims, key_index, v)
 }
 
+/// Checks `token` against `keys` as [`validate`] does, for whichever session the token names:
+/// every rule holds but the session binding, and the session the token is for (`sessionId`,
+/// with `sub` equal when present) is what the result says. For the connect gateway, which
+/// serves every session and routes by that id; the task behind it still checks the token
+/// against its own session. A token without `sessionId` is refused as [`validate`] refuses it
+/// ([`TokenError::Session`], after the time and issuer rules, so the reason is the same).
+pub fn validate_any_session(
+    token: &str,
+    keys: &[SigningKey],
+    project_id: Option<&str>,
+    leeway_seconds: u64,
+    now: u64,
+) -> Result<Verified, TokenError> {
+    let (key_index, payload) = verify_signature(token, keys)?;
+    let Object(claims): Object<RawClaims<'_>> =
+        serde_json::from_slice(&payload).map_err(|_| TokenError::Malformed)?;
+    // Bound to the token's own session. An empty `sessionId` is bound to a name no token
+    // carries, so the same rule refuses it (a missing one is refused by that rule anyway).
+    let session = claims.session_id.clone().unwrap_or_default();
+    let v = Validation {
+        session_id: if session.is_empty() { "\0" } else { &session },
+        project_id,
+        leeway_seconds,
+        now,
+    };
+    check_claims(claims, key_index, &v)
+}
+
 /// Structure, header and signature; the payload is read only under a matching key. Separated so
 /// a caller can tell "no key matched" (worth refreshing the key set) from every other refusal.
 ///
@@ -549,6 +577,51 @@ mod tests {
     fn header_constant_is_what_it_claims() {
         let h = URL_SAFE_NO_PAD.decode(HEADER_B64).unwrap();
         assert_eq!(h, br#"{"alg":"HS256","typ":"JWT"}"#);
+    }
+
+    #[test]
+    fn any_session_takes_the_tokens_own_session_and_keeps_every_other_rule() {
+        let t = Claims::new("sess_b", "proj_a", NOW, 3600).mint(&key());
+        let ok = validate_any_session(&t, &[key()], None, 30, NOW).unwrap();
+        assert_eq!(ok.session_id, "sess_b");
+        assert_eq!(
+            validate_any_session(&t, &[key()], Some("proj_x"), 30, NOW),
+            Err(TokenError::Project)
+        );
+        assert_eq!(
+            validate_any_session(&t, &[SigningKey::new(b"other")], None, 30, NOW),
+            Err(TokenError::Signature)
+        );
+        assert_eq!(
+            validate_any_session(&t, &[key()], None, 30, NOW + 7200),
+            Err(TokenError::Expired)
+        );
+        let mismatched = with(|c| {
+            c.insert("sub".into(), json!("sess_other"));
+        });
+        assert_eq!(
+            validate_any_session(&mismatched, &[key()], None, 30, NOW),
+            Err(TokenError::Session)
+        );
+        for gone in [json!(null), json!("")] {
+            let t = with(|c| {
+                c.insert("sessionId".into(), gone.clone());
+                c.remove("sub");
+            });
+            assert_eq!(
+                validate_any_session(&t, &[key()], None, 30, NOW),
+                Err(TokenError::Session),
+                "{gone}"
+            );
+        }
+        let no_session = with(|c| {
+            c.remove("sessionId");
+            c.remove("sub");
+        });
+        assert_eq!(
+            validate_any_session(&no_session, &[key()], None, 30, NOW),
+            Err(TokenError::Session)
+        );
     }
 
     #[test]

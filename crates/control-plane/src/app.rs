@@ -22,6 +22,11 @@ pub struct Settings {
     pub region: String,
     /// Lifetime of presigned upload URLs.
     pub upload_url_ttl: u64,
+    /// The connect gateway's base URL (`CONNECT_BASE_URL`, e.g. `wss://connect.example.com`):
+    /// every session's `connectUrl` is formed from it at create, and the create answers at
+    /// once (RUNNING) instead of waiting for READY. `None`: direct mode, the task's own URL
+    /// once READY.
+    pub connect_base: Option<String>,
 }
 
 impl Default for Settings {
@@ -32,6 +37,7 @@ impl Default for Settings {
             poll_every: Duration::from_millis(250),
             region: "us-east-1".to_owned(),
             upload_url_ttl: 3600,
+            connect_base: None,
         }
     }
 }

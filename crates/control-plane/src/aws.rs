@@ -146,6 +146,9 @@ pub struct Config {
     /// `POOL_QUEUE_URL`: sessions are claimed by warm pool tasks through this SQS queue
     /// instead of a `RunTask` per session.
     pub pool_queue_url: Option<String>,
+    /// `CONNECT_BASE_URL`: the connect gateway's base URL (`ws://` or `wss://`); when set the
+    /// create answers at once with `connectUrl` formed from it.
+    pub connect_base_url: Option<String>,
 }
 
 /// Every configuration problem, listed at once.
@@ -216,10 +219,19 @@ impl Config {
                 25
             }
         };
+        let connect_base_url = var(get, "CONNECT_BASE_URL");
+        if let Some(u) = &connect_base_url
+            && !crate::handlers::is_connect_base(u)
+        {
+            problems.push(format!(
+                "CONNECT_BASE_URL must be ws://HOST[:PORT] or wss://HOST[:PORT], got {u:?}"
+            ));
+        }
         if !problems.is_empty() {
             return Err(ConfigError(problems));
         }
         Ok(Self {
+            connect_base_url,
             tables: Tables::from_source(get),
             contexts_bucket,
             ecs: EcsSettings {
@@ -251,6 +263,7 @@ pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
     let dynamo = aws_sdk_dynamodb::Client::new(sdk);
     let mut settings = Settings {
         create_wait: cfg.create_wait,
+        connect_base: cfg.connect_base_url.clone(),
         ..Settings::default()
     };
     if let Some(r) = sdk.region().map(|r| r.as_ref())
@@ -1475,6 +1488,17 @@ mod tests {
         assert_eq!(c.ecs.security_groups, ["sg-1", "sg-2"]);
         assert!(!c.ecs.assign_public_ip);
         assert_eq!(c.create_wait, Duration::from_secs(2));
+        assert_eq!(c.connect_base_url, None);
+        pairs.push(("CONNECT_BASE_URL", "wss://connect.example.test"));
+        let c = Config::from_source(&source(&pairs)).unwrap();
+        assert_eq!(
+            c.connect_base_url.as_deref(),
+            Some("wss://connect.example.test")
+        );
+        pairs.pop();
+        pairs.push(("CONNECT_BASE_URL", "https://connect.example.test/x?y"));
+        let e = Config::from_source(&source(&pairs)).unwrap_err();
+        assert!(e.0[0].starts_with("CONNECT_BASE_URL must be"), "{e}");
     }
 
     #[test]

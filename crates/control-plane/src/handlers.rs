@@ -136,6 +136,11 @@ async fn start_session(
         ..Default::default()
     };
     doc.set_status(InternalStatus::Creating);
+    if let (Some(base), Some(token)) = (&app.settings.connect_base, &doc.signing_key) {
+        doc.connect_url = Some(wallcrawler_contract::session::gateway_connect_url(
+            base, token,
+        ));
+    }
     if let Some((c, persist)) = &context {
         doc.context_id = Some(c.context_id.clone());
         doc.context_persist = Some(*persist);
@@ -272,8 +277,47 @@ pub async fn create_session(
         .sessions
         .mark_provisioning(&id, task_arn.as_deref(), &app.now_iso())
         .await?;
+    if app.settings.connect_base.is_some() {
+        // Behind the gateway the URL works now: a client that connects before READY is held.
+        info!(session.id = %id, project.id = %p.project_id(), "session created; answering with the gateway's connectUrl");
+        let mut current = doc;
+        current.ecs_task_arn = task_arn;
+        return Ok((
+            StatusCode::CREATED,
+            Json(session_create_to_api(&api_view(&app, current))),
+        )
+            .into_response());
+    }
     info!(session.id = %id, project.id = %p.project_id(), "session created; waiting for READY");
     wait_for_ready(&app, &id, doc, started, deadline).await
+}
+
+/// Whether `url` can be a connect base URL: `ws://` or `wss://` and an authority, nothing
+/// after it but an optional `/`.
+pub fn is_connect_base(url: &str) -> bool {
+    let rest = url
+        .strip_prefix("wss://")
+        .or_else(|| url.strip_prefix("ws://"));
+    rest.map(|r| r.strip_suffix('/').unwrap_or(r))
+        .is_some_and(|a| {
+            !a.is_empty()
+                && a.bytes().all(|b| {
+                    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']')
+                })
+        })
+}
+
+/// The session as the API shows it. Behind the connect gateway a session still starting is
+/// shown RUNNING, as Browserbase shows it once created: its `connectUrl` works (the gateway
+/// holds a client until the browser is up).
+fn api_view(app: &App, mut d: SessionDoc) -> SessionDoc {
+    if app.settings.connect_base.is_some()
+        && d.connect_url.is_some()
+        && d.internal().is_some_and(InternalStatus::may_become_ready)
+    {
+        d.status = InternalStatus::Ready.sdk_status().as_str().to_owned();
+    }
+    d
 }
 
 /// Polls the new session's item until READY, a terminal status (slot and lease given back),
@@ -385,9 +429,10 @@ pub async fn list_sessions(
         .sessions
         .list_project(p.project_id())
         .await?
-        .iter()
+        .into_iter()
+        .map(|s| api_view(&app, s))
         .filter(|s| status.as_ref().is_none_or(|want| &s.status == want))
-        .map(session_to_api)
+        .map(|s| session_to_api(&s))
         .collect();
     Ok(Json(list).into_response())
 }
@@ -397,7 +442,7 @@ pub async fn list_sessions(
 pub async fn get_session(caller: Caller, Path(id): Path<String>) -> ApiResult {
     let (app, p) = caller.into_parts();
     let s = own_session(&app, &p, &id).await?;
-    Ok(Json(session_create_to_api(&s)).into_response())
+    Ok(Json(session_create_to_api(&api_view(&app, s))).into_response())
 }
 
 #[derive(Debug, Default, Deserialize)]

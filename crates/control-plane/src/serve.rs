@@ -42,18 +42,35 @@ pub struct LocalServer {
     router: axum::Router,
     controllers: Controllers,
     pool: Option<Arc<LocalPool>>,
+    /// The connect gateway every session's `connectUrl` points at (`None`: direct mode).
+    gateway: Option<GatewayChild>,
 }
 
 impl LocalServer {
     /// Binds 127.0.0.1:`port` and prepares the data directory (creating the local project and
     /// API key on first start). `pool`: controllers kept warm (0 = one started per session).
+    /// `gateway`: start the connect gateway and hand out its URL at create (otherwise direct
+    /// mode: each controller's own URL once READY).
     pub async fn bind(
         port: u16,
         data_dir: &Path,
-        settings: Settings,
+        mut settings: Settings,
         pool: usize,
+        gateway: bool,
     ) -> anyhow::Result<LocalServer> {
         let identity = load_or_init(data_dir)?;
+        let gateway = if gateway {
+            let g = GatewayChild::start(
+                &controller_bin(),
+                &data_dir.join("sessions"),
+                &identity.signing_key,
+            )
+            .await?;
+            settings.connect_base = Some(format!("ws://{}", g.addr));
+            Some(g)
+        } else {
+            None
+        };
         let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).await?;
         let addr = listener.local_addr()?;
         let sessions = DirSessions(DirStore::new(data_dir.join("sessions")));
@@ -109,7 +126,13 @@ impl LocalServer {
             router,
             controllers,
             pool,
+            gateway,
         })
+    }
+
+    /// The connect gateway's address, when it runs.
+    pub fn gateway_addr(&self) -> Option<SocketAddr> {
+        self.gateway.as_ref().map(|g| g.addr)
     }
 
     /// Serves until `shutdown` completes, then stops every controller it started.
@@ -127,7 +150,100 @@ impl LocalServer {
         info!("stopping local sessions");
         self.controllers.stop_all();
         self.controllers.wait_all(Duration::from_secs(30)).await;
+        if let Some(g) = self.gateway {
+            g.stop().await;
+        }
         Ok(())
+    }
+}
+
+/// Gateway settings `serve` passes on from its own environment when set there.
+pub const GATEWAY_PASSED_THROUGH: [&str; 5] = [
+    "GATEWAY_HOLD_SECONDS",
+    "GATEWAY_MAX_HELD",
+    "GATEWAY_MAX_HELD_PER_SESSION",
+    "GATEWAY_LOOKUP_TTL_MS",
+    "JWT_LEEWAY_SECONDS",
+];
+
+/// How long the gateway has to bind and say where.
+const GATEWAY_START: Duration = Duration::from_secs(10);
+
+/// The local platform's connect gateway: one `wallcrawler-controller gateway` child on a free
+/// port of 127.0.0.1, reading the session documents the controllers write.
+struct GatewayChild {
+    child: tokio::process::Child,
+    addr: SocketAddr,
+}
+
+impl GatewayChild {
+    /// Starts the gateway and reads back the address it bound (`listen: ADDR` on its stdout).
+    async fn start(bin: &Path, sessions_dir: &Path, signing_key: &str) -> anyhow::Result<Self> {
+        use tokio::io::AsyncBufReadExt;
+        let mut cmd = tokio::process::Command::new(bin);
+        cmd.arg("gateway")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("SESSIONS_DIR", sessions_dir)
+            .env("WALLCRAWLER_JWT_SIGNING_KEY", signing_key)
+            .env("GATEWAY_LISTEN", "127.0.0.1:0")
+            // Off unless asked for (tests read the gateway's counters there).
+            .env(
+                "METRICS_ADDR",
+                std::env::var("WALLCRAWLER_GATEWAY_METRICS_ADDR").unwrap_or_default(),
+            )
+            // The gateway never outlives `serve`, however `serve` ends.
+            .env("EXIT_WITH_PARENT", "true")
+            .env("LOG_FORMAT", "text")
+            .env(
+                "RUST_LOG",
+                std::env::var("WALLCRAWLER_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true);
+        for var in GATEWAY_PASSED_THROUGH {
+            if let Some(v) = std::env::var_os(var) {
+                cmd.env(var, v);
+            }
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("starting {} gateway failed: {e}", bin.display()))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("the gateway's stdout"))?;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(GATEWAY_START, lines.next_line())
+            .await
+            .map_err(|_| anyhow::anyhow!("the gateway did not start within {GATEWAY_START:?}"))??
+            .ok_or_else(|| anyhow::anyhow!("the gateway exited before it listened"))?;
+        let addr: SocketAddr = line
+            .strip_prefix("listen: ")
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("the gateway said {line:?}, not its address"))?;
+        // Nothing more is expected on its stdout; read it to the end all the same.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        info!(%addr, "connect gateway listening");
+        Ok(Self { child, addr })
+    }
+
+    /// SIGTERM, then a bounded wait (killed when it does not end).
+    async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
     }
 }
 

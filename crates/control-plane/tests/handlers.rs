@@ -805,6 +805,41 @@ async fn create_answers_running_with_connect_url_when_ready() {
 }
 
 #[tokio::test]
+async fn behind_a_connect_gateway_create_answers_at_once_with_the_gateways_url() {
+    let h = Harness::with_settings(
+        LaunchBehaviour::StayPending,
+        Settings {
+            connect_base: Some("wss://connect.example.test".into()),
+            ..waiting(Duration::from_secs(5))
+        },
+    );
+    let started = Instant::now();
+    let (status, body) = h.create("{}").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "no wait for READY: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(body["status"], "RUNNING", "{body}");
+    let id = body["id"].as_str().unwrap().to_owned();
+    let token = body["signingKey"].as_str().expect("signingKey");
+    assert_eq!(
+        body["connectUrl"],
+        format!("wss://connect.example.test/?signingKey={token}")
+    );
+    validate(token, &id, PROJ_A);
+    // Stored as it is: the task is still starting, with the gateway's URL from the create on.
+    let stored = h.session(&id);
+    assert_eq!(stored.internal_status, "PROVISIONING");
+    assert_eq!(stored.connect_url.as_deref(), body["connectUrl"].as_str());
+    let (status, polled) = h.get(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(polled["status"], "RUNNING");
+    assert_eq!(polled["connectUrl"], body["connectUrl"]);
+}
+
+#[tokio::test]
 async fn create_answers_pending_without_connect_url_and_the_session_can_be_polled() {
     let h = Harness::new(LaunchBehaviour::StayPending);
     let started = Instant::now();

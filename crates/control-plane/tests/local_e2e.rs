@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// `serve`'s direct mode: no connect gateway, each create waits for its controller's READY
+/// (the tests of the create's own waiting, and those whose controller is a stand-in script).
+const DIRECT: (&str, &str) = ("WALLCRAWLER_DIRECT_CONNECT", "true");
+
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -16,6 +20,8 @@ fn workspace() -> PathBuf {
 struct Server {
     child: Child,
     base: String,
+    /// The connect gateway's `ws://` base (`None` in direct mode).
+    gateway: Option<String>,
     key: String,
     project: String,
     data: tempfile::TempDir,
@@ -69,9 +75,12 @@ impl Server {
         let base = get("baseURL: ");
         let key = get("apiKey: ");
         let project = get("projectId: ");
+        let direct = env.iter().any(|(k, v)| *k == DIRECT.0 && *v == DIRECT.1);
+        let gateway = (!direct).then(|| get("gateway: "));
         Server {
             child,
             base,
+            gateway,
             key,
             project,
             data,
@@ -262,7 +271,7 @@ fn the_stock_sdk_sends_a_failed_create_and_a_501_only_once() {
     .unwrap();
     // One controller per session (a failing pool controller never takes the claim: the create
     // would wait and answer PENDING instead of failing).
-    let s = Server::spawn_with("25", &failing, &[("WALLCRAWLER_POOL_SIZE", "0")]);
+    let s = Server::spawn_with("25", &failing, &[("WALLCRAWLER_POOL_SIZE", "0"), DIRECT]);
     let r = s.node("no-retry");
     assert_eq!(r["ok"], true, "{r}");
     let once = |status: u16| serde_json::json!({"status": status, "requests": 1});
@@ -339,6 +348,7 @@ fn local_platform_files_are_private_limits_hold_and_exited_controllers_give_slot
             ("CDP_DISCONNECT_TIMEOUT", "300"),
             ("CDP_DISCONNECT_GRACE", "7"),
             ("WALLCRAWLER_POOL_SIZE", "0"),
+            DIRECT,
         ],
     );
     let dir = s.dir();
@@ -465,7 +475,11 @@ fn gated_pool(pool: &str, create_wait: &str) -> (Server, tempfile::TempDir) {
     let s = Server::spawn_with(
         create_wait,
         &controller,
-        &[("WALLCRAWLER_POOL_SIZE", pool), ("CHROME_PATH", &chrome)],
+        &[
+            ("WALLCRAWLER_POOL_SIZE", pool),
+            ("CHROME_PATH", &chrome),
+            DIRECT,
+        ],
     );
     (s, gate)
 }
@@ -737,7 +751,7 @@ fn warm_browsers_yield_the_cpu_and_a_claimed_one_gets_it_back() {
     let s = Server::spawn_with(
         "25",
         &bin.with_file_name("wallcrawler-controller"),
-        &[("WALLCRAWLER_POOL_SIZE", "1")],
+        &[("WALLCRAWLER_POOL_SIZE", "1"), DIRECT],
     );
     let (first, second) = (s.pool_name(1), s.pool_name(2));
     let own = ppid_and_nice(std::process::id() as i32).unwrap().1;
@@ -759,5 +773,159 @@ fn warm_browsers_yield_the_cpu_and_a_claimed_one_gets_it_back() {
     s.wait_session(v["id"].as_str().unwrap(), "COMPLETED", |d| {
         d["status"] == "COMPLETED" && d["endedAt"].is_string()
     });
+    s.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The connect gateway (`serve`'s default): one port for every session, URLs handed out at create.
+
+/// Drives `url` with `client` (puppeteer or playwright) through tests/node/drive.mjs.
+fn drive_with(client: &str, url: &str) -> serde_json::Value {
+    let dir = workspace().join("tests/node");
+    let out = Command::new("node")
+        .arg(dir.join("drive.mjs"))
+        .args(["--client", client, "--url", url])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_default();
+    assert_eq!(
+        last["eval"],
+        2,
+        "{client} {url}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    last
+}
+
+/// Sends an upgrade for `path` to `addr` and returns the answer's head (the socket stays open
+/// until the head has arrived, so a held client waits here).
+fn upgrade_head(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut b) {
+            Ok(1) => head.push(b[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// The path and query of a gateway connectUrl (`/?signingKey=…`).
+fn path_of(connect_url: &str) -> &str {
+    let rest = connect_url.strip_prefix("ws://").unwrap();
+    &rest[rest.find('/').unwrap()..]
+}
+
+#[test]
+fn puppeteer_and_playwright_drive_a_page_through_the_gateway() {
+    let s = Server::start("25");
+    let gw = s.gateway.clone().expect("serve runs a gateway by default");
+    let v = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
+    assert_eq!(v["status"], "RUNNING", "{v}");
+    let url = v["connectUrl"].as_str().unwrap();
+    let token = v["signingKey"].as_str().unwrap();
+    assert_eq!(
+        url,
+        format!("{gw}/?signingKey={token}"),
+        "one port for every session"
+    );
+    drive_with("puppeteer", url);
+    drive_with("playwright", url);
+    // Playwright's HTTP discovery: /json/version through the gateway names the gateway.
+    drive_with("playwright", &url.replacen("ws://", "http://", 1));
+    let second = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
+    let second_url = second["connectUrl"].as_str().unwrap();
+    assert!(
+        second_url.starts_with(&format!("{gw}/?signingKey=")),
+        "{second}"
+    );
+    drive_with("puppeteer", second_url);
+    for v in [&v, &second] {
+        s.release(v["id"].as_str().unwrap());
+    }
+    s.stop();
+}
+
+#[test]
+fn with_pool_0_create_answers_at_once_and_a_client_connecting_at_once_is_held_then_served() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let s = Server::spawn_with(
+        "25",
+        &bin.with_file_name("wallcrawler-controller"),
+        &[
+            ("WALLCRAWLER_POOL_SIZE", "0"),
+            ("WALLCRAWLER_GATEWAY_METRICS_ADDR", &metrics),
+        ],
+    );
+    let started = Instant::now();
+    let v = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
+    let took = started.elapsed();
+    assert_eq!(v["status"], "RUNNING", "{v}");
+    let url = v["connectUrl"].as_str().unwrap().to_owned();
+    // At once: the controller has only just been started, its Chrome is not up.
+    let gw = s.gateway.clone().unwrap();
+    let head = upgrade_head(gw.trim_start_matches("ws://"), path_of(&url));
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        took < Duration::from_secs(5),
+        "the create did not wait: {took:?}"
+    );
+    let scrape = |name: &str| -> f64 {
+        use std::io::{Read, Write};
+        let mut m = std::net::TcpStream::connect(&metrics).unwrap();
+        write!(
+            m,
+            "GET /metrics HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        m.read_to_string(&mut text).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    assert_eq!(
+        scrape("wallcrawler_gateway_hold_seconds_count"),
+        1.0,
+        "the client was held until the controller was up"
+    );
+    drive_with("puppeteer", &url);
+    s.release(v["id"].as_str().unwrap());
+    s.stop();
+}
+
+#[test]
+fn a_released_sessions_client_gets_410_within_a_second() {
+    let s = Server::start("25");
+    let gw = s.gateway.clone().unwrap();
+    let v = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
+    let url = v["connectUrl"].as_str().unwrap();
+    s.release(v["id"].as_str().unwrap());
+    let started = Instant::now();
+    let head = upgrade_head(gw.trim_start_matches("ws://"), path_of(url));
+    assert!(head.starts_with("HTTP/1.1 410"), "{head}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
     s.stop();
 }

@@ -22,7 +22,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the whole platform locally: the API on 127.0.0.1, sessions as local controller
-    /// processes, data in a directory. Prints `baseURL:`, `apiKey:` and `projectId:` lines.
+    /// processes, data in a directory. Prints `baseURL:`, `apiKey:` and `projectId:` lines,
+    /// and `gateway:` (the connect gateway every connectUrl points at) unless `--direct`.
     Serve {
         /// Port on 127.0.0.1; 0 = any free port.
         #[arg(long, default_value_t = 8080)]
@@ -37,6 +38,11 @@ enum Command {
         /// in milliseconds; each costs an idle Chrome. 0 = start one controller per session.
         #[arg(long, env = "WALLCRAWLER_POOL_SIZE", default_value_t = 2)]
         pool: usize,
+        /// Direct mode: no connect gateway; each session's connectUrl is its controller's own
+        /// port, known once READY (the create waits for it). By default one gateway on a free
+        /// port of 127.0.0.1 serves every session, and creates answer at once.
+        #[arg(long, env = "WALLCRAWLER_DIRECT_CONNECT")]
+        direct: bool,
     },
     /// Administer projects and API keys in the DynamoDB tables of an AWS deployment. AWS
     /// region, credentials and `AWS_ENDPOINT_URL` come from the standard AWS environment.
@@ -221,12 +227,14 @@ fn main() {
                 data_dir,
                 create_wait_seconds,
                 pool,
+                direct,
             } => {
                 let settings = Settings {
                     create_wait: Duration::from_secs(create_wait_seconds),
                     ..Settings::default()
                 };
-                let server = match LocalServer::bind(port, &data_dir, settings, pool).await {
+                let server = match LocalServer::bind(port, &data_dir, settings, pool, !direct).await
+                {
                     Ok(s) => s,
                     Err(e) => {
                         tracing::error!("could not start: {e:#}");
@@ -237,6 +245,9 @@ fn main() {
                 let _ = writeln!(out, "baseURL: http://{}", server.addr);
                 let _ = writeln!(out, "apiKey: {}", server.identity.api_key);
                 let _ = writeln!(out, "projectId: {}", server.identity.project_id);
+                if let Some(g) = server.gateway_addr() {
+                    let _ = writeln!(out, "gateway: ws://{g}");
+                }
                 let _ = out.flush();
                 drop(out);
                 match server.run(shutdown_signal()).await {

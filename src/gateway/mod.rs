@@ -1,0 +1,749 @@
+//! The connect gateway: one way in for every session, routed by the session the token names.
+//!
+//! Per connection: admitted as *pending* (the proxy's [`admission`] budget) → hyper's
+//! HTTP/1.1 server reads the request head (the proxy's limits, the header deadline) → route
+//! (the proxy's rules: unknown paths 404 before any credential is looked at) → the token is
+//! verified as a task verifies it, but for whichever session it names ([`verify`]) — a refused
+//! credential is answered 401 here, before any lookup or dial → the connection leaves the
+//! pending budget → the session is looked up ([`lookup`]: a short cache, one read per session
+//! at a time) and:
+//! - READY: the task's proxy is dialled at the address READY wrote and the original request
+//!   head (path, query with the token, headers, the client's `Host`) is sent to it as is, so
+//!   the task checks the token again and its `/json` answers name the gateway; then the bytes
+//!   are relayed both ways on the relay thread (the task's answer, a 101 or a refusal,
+//!   included);
+//! - starting: the client is held (bounded per session and in all), looking again with a short
+//!   backoff, until READY or the hold bound (then 503 with `Retry-After`);
+//! - ended: 410 at once; unknown: 404 at once. Neither is ever dialled.
+//!
+//! Plain TCP only for now: a TLS acceptor and a PROXY protocol v2 reader would sit between
+//! the accept and [`Gateway::handle`], which takes any stream hyper can drive once they exist.
+
+pub mod lookup;
+pub mod metrics;
+pub mod verify;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::{Future, poll_fn};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use ::http::{HeaderValue, Request, Response, StatusCode, header};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, debug, info, warn};
+
+use crate::auth::{self, AuthError};
+use crate::proxy::admission::{Pending, PendingSlot};
+use crate::proxy::http::RequestHead;
+use crate::proxy::refusal::{self, Refusal};
+use crate::proxy::route::{self, Route, RouteError};
+use crate::proxy::{
+    Limits, REJECT_BACKLOG, is_valid_upgrade, linger, relay, respond_and_close, server_builder,
+};
+use crate::shutdown::Shutdown;
+use lookup::{Lookups, Place, SessionRoutes};
+use metrics::{GatewayMetrics, Refused};
+use verify::{TokenVerifier, verify_presented};
+
+type Answer = Response<Full<Bytes>>;
+
+/// Default bound on holding a client for a session that is still starting.
+pub const DEFAULT_HOLD: Duration = Duration::from_secs(90);
+
+/// Default cap on clients held at once, in all.
+pub const DEFAULT_MAX_HELD: usize = 4096;
+
+/// Default cap on clients held at once for one session.
+pub const DEFAULT_MAX_HELD_PER_SESSION: usize = 32;
+
+/// Default time a looked-up place is reused.
+pub const DEFAULT_LOOKUP_TTL: Duration = Duration::from_millis(250);
+
+/// First wait between two looks at a starting session; it doubles up to [`MAX_RECHECK`].
+const FIRST_RECHECK: Duration = Duration::from_millis(50);
+
+/// Longest wait between two looks at a starting session.
+const MAX_RECHECK: Duration = Duration::from_millis(500);
+
+/// Failed reads of the store in a row before a held client is refused (503).
+const MAX_LOOKUP_FAILURES: u32 = 3;
+
+/// What the gateway is configured with besides its key and store.
+#[derive(Debug, Clone)]
+pub struct GatewaySettings {
+    /// The proxy's edge limits: relayed connections (`max_connections`), the pending budget,
+    /// header time and size, and the dial timeout (`upstream_timeout`).
+    pub limits: Limits,
+    /// How long a client is held for a session that is still starting.
+    pub hold: Duration,
+    /// Clients held at once, in all.
+    pub max_held: usize,
+    /// Clients held at once for one session.
+    pub max_held_per_session: usize,
+    /// How long a looked-up place is reused.
+    pub lookup_ttl: Duration,
+}
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        Self {
+            limits: Limits {
+                intercept_browser_close: false,
+                ..Limits::default()
+            },
+            hold: DEFAULT_HOLD,
+            max_held: DEFAULT_MAX_HELD,
+            max_held_per_session: DEFAULT_MAX_HELD_PER_SESSION,
+            lookup_ttl: DEFAULT_LOOKUP_TTL,
+        }
+    }
+}
+
+/// The gateway's shared state.
+pub struct Gateway {
+    verifier: Arc<dyn TokenVerifier>,
+    lookups: Lookups,
+    metrics: Arc<GatewayMetrics>,
+    settings: GatewaySettings,
+    held: Arc<Held>,
+    /// One per relayed connection (`MAX_CONNECTIONS`).
+    permits: Arc<Semaphore>,
+    /// Connections not authenticated yet.
+    pending: Arc<Pending>,
+    /// Bounds the evicted connections being answered 503.
+    reject_permits: Arc<Semaphore>,
+    relays: relay::RelayLoop,
+    server: http1::Builder,
+}
+
+impl Gateway {
+    /// A gateway checking tokens with `verifier` and finding sessions through `routes`; the
+    /// relay thread runs on `tasks`.
+    pub fn new(
+        verifier: Arc<dyn TokenVerifier>,
+        routes: Arc<dyn SessionRoutes>,
+        settings: GatewaySettings,
+        tasks: &Shutdown,
+    ) -> std::io::Result<Arc<Self>> {
+        let metrics = GatewayMetrics::new();
+        let lookups = Lookups::new(routes, settings.lookup_ttl, {
+            let metrics = metrics.clone();
+            move |found| metrics.lookup(found)
+        });
+        Ok(Arc::new(Self {
+            verifier,
+            lookups,
+            held: Arc::new(Held {
+                total: Arc::new(Semaphore::new(settings.max_held.max(1))),
+                per_session: Mutex::default(),
+                max_per_session: settings.max_held_per_session.max(1),
+                metrics: metrics.clone(),
+            }),
+            metrics,
+            permits: Arc::new(Semaphore::new(settings.limits.max_connections)),
+            pending: Pending::new(settings.limits.pending),
+            reject_permits: Arc::new(Semaphore::new(REJECT_BACKLOG)),
+            relays: relay::RelayLoop::start(tasks)?,
+            server: server_builder(&settings.limits),
+            settings,
+        }))
+    }
+
+    /// The gateway's metrics.
+    pub fn metrics(&self) -> &Arc<GatewayMetrics> {
+        &self.metrics
+    }
+
+    /// Ends every relay (shutdown).
+    pub fn close_all_relays(&self) {
+        self.relays.cancel_all();
+    }
+
+    /// Accepts connections until `stop` fires; connection tasks run on `tracker`.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        stop: CancellationToken,
+        tracker: TaskTracker,
+    ) {
+        loop {
+            let (stream, peer) = tokio::select! {
+                r = listener.accept() => match r {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // EMFILE and friends: back off briefly instead of spinning.
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = stop.cancelled() => return,
+            };
+            let _ = stream.set_nodelay(true);
+            // Where a TLS handshake and a PROXY protocol header will be read, before the
+            // connection counts against the pending budget's address.
+            let (slot, _) = self.pending.admit(peer.ip());
+            let this = self.clone();
+            let span = tracing::info_span!(
+                "gw",
+                client.addr = %peer,
+                session.id = tracing::field::Empty
+            );
+            tracker.spawn(
+                async move {
+                    this.metrics.connections_open.inc();
+                    this.clone().handle(stream, slot).await;
+                    this.metrics.connections_open.dec();
+                }
+                .instrument(span),
+            );
+        }
+    }
+
+    /// Serves one connection through hyper: until it is authenticated it holds `slot` in the
+    /// pending budget (503 when evicted, 408 when its head is late); once a task's proxy is
+    /// dialled, the socket is taken back from hyper and relayed.
+    async fn handle(self: Arc<Self>, stream: TcpStream, slot: PendingSlot) {
+        let deadline = tokio::time::sleep(self.settings.limits.header_timeout);
+        let evicted = slot.eviction();
+        let exchange = Arc::new(Exchange::new(slot));
+        let service = {
+            let (this, exchange) = (self.clone(), exchange.clone());
+            service_fn(move |req| {
+                let (this, exchange) = (this.clone(), exchange.clone());
+                async move { Ok::<_, Infallible>(this.respond(req, &exchange).await) }
+            })
+        };
+        let mut conn = self.server.serve_connection(TokioIo::new(stream), service);
+        let eviction = evicted.cancelled();
+        tokio::pin!(deadline, eviction);
+        let mut watch_eviction = true;
+        let early = loop {
+            let step = poll_fn(|cx| {
+                if watch_eviction && eviction.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Step::Evicted);
+                }
+                if let Poll::Ready(done) = Pin::new(&mut conn).poll(cx) {
+                    return Poll::Ready(Step::Done(done));
+                }
+                if exchange.phase() == Phase::Relaying {
+                    return Poll::Ready(Step::Relay);
+                }
+                if exchange.phase() == Phase::Head && deadline.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Step::HeadTimeout);
+                }
+                Poll::Pending
+            })
+            .await;
+            match step {
+                Step::Evicted => match exchange.phase() {
+                    Phase::Head | Phase::Admitting => break Refused::Evicted,
+                    Phase::Answered => return,
+                    Phase::Admitted | Phase::Relaying => watch_eviction = false,
+                },
+                Step::HeadTimeout => break Refused::HeaderTimeout,
+                Step::Done(done) => {
+                    if let Err(e) = &done {
+                        debug!(error = %e, "connection ended");
+                        if e.is_parse() || e.is_parse_too_large() {
+                            self.metrics.refused(Refused::BadRequest);
+                        }
+                    }
+                    let stream = conn.into_parts().io.into_inner();
+                    tokio::select! {
+                        () = linger(stream) => {}
+                        () = evicted.cancelled() => {}
+                    }
+                    return;
+                }
+                Step::Relay => {
+                    // Hyper has written nothing; what it read past the head comes back too.
+                    let parts = conn.into_parts();
+                    if let Some(task) = exchange.take_task() {
+                        return self
+                            .relay(parts.io.into_inner(), parts.read_buf, task)
+                            .await;
+                    }
+                    return;
+                }
+            }
+        };
+        let stream = conn.into_parts().io.into_inner();
+        self.metrics.refused(early);
+        if early == Refused::Evicted {
+            let response = Refusal::AtCapacity.to_bytes();
+            match self.reject_permits.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    respond_and_close(stream, response).await;
+                    drop(permit);
+                }
+                Err(_) => {
+                    let _ = stream.try_write(&response);
+                }
+            }
+            return;
+        }
+        tokio::select! {
+            () = respond_and_close(stream, Refusal::HeaderTimeout.to_bytes()) => {}
+            () = evicted.cancelled() => {}
+        }
+    }
+
+    /// Hyper's request handler: an answer, or (a task dialled) none at all: the handler stays
+    /// pending with the task's socket stashed, and [`Gateway::handle`] takes over.
+    async fn respond(&self, req: Request<Incoming>, exchange: &Exchange) -> Answer {
+        exchange.set_phase(Phase::Admitting);
+        match self.route_request(req, exchange).await {
+            Ok(()) => std::future::pending().await,
+            Err(answer) => {
+                if exchange.phase() != Phase::Admitted {
+                    exchange.set_phase(Phase::Answered);
+                }
+                answer
+            }
+        }
+    }
+
+    /// Counts, logs and answers a refusal.
+    fn refuse(&self, refusal: Refusal, why: Refused) -> Answer {
+        self.metrics.refused(why);
+        refusal.log(None);
+        refusal.response()
+    }
+
+    /// Route, credential, lookup (holding while the session starts), dial. `Ok` once the
+    /// task's socket is stashed in `exchange`.
+    async fn route_request(
+        &self,
+        req: Request<Incoming>,
+        exchange: &Exchange,
+    ) -> Result<(), Answer> {
+        let (parts, _body) = req.into_parts();
+        let Some(head) = RequestHead::from_parts(parts) else {
+            return Err(self.refuse(Refusal::Malformed, Refused::BadRequest));
+        };
+        let wants_upgrade = head.header_values(header::UPGRADE).next().is_some();
+        let route = match route::route(head.method.as_str(), head.path(), wants_upgrade) {
+            Ok(r) => r,
+            Err(RouteError::NotFound) => {
+                return Err(self.refuse(Refusal::NotFound, Refused::BadRequest));
+            }
+            Err(RouteError::MethodNotAllowed) => {
+                return Err(self.refuse(Refusal::MethodNotAllowed, Refused::BadRequest));
+            }
+        };
+        if route == Route::Health {
+            return Err(self.health());
+        }
+        if matches!(route, Route::BrowserRoot | Route::Devtools(_)) && !is_valid_upgrade(&head) {
+            return Err(self.refuse(Refusal::BadUpgrade, Refused::BadRequest));
+        }
+        // The credential, before anything is looked up or dialled.
+        let verified = match auth::extract(&head, route != Route::JsonNew) {
+            Ok(presented) => verify_presented(self.verifier.as_ref(), &presented).await,
+            Err(e) => Err(AuthError::Token(e)),
+        };
+        let session = match verified {
+            Ok(v) => v.session_id,
+            Err(AuthError::Token(e)) => {
+                self.metrics.auth_refused(e);
+                info!(reason = e.reason(), "credential refused: {e}");
+                return Err(self.refuse(Refusal::Unauthorized, Refused::Unauthorized));
+            }
+            Err(AuthError::KeysUnavailable | AuthError::Unclaimed) => {
+                return Err(self.refuse(Refusal::NotReady, Refused::NotReady));
+            }
+        };
+        exchange.admitted();
+        tracing::Span::current().record("session.id", session.as_str());
+        if !wallcrawler_contract::claim::valid_id(&session) {
+            return Err(self.refuse(Refusal::NoSuchSession, Refused::UnknownSession));
+        }
+        let addr = self.locate(&session).await?;
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            return Err(self.refuse(Refusal::AtCapacity, Refused::AtCapacity));
+        };
+        let task = match self.dial(addr, &head).await {
+            Ok(t) => t,
+            // A cached READY may be a moment old: the task may have ended since. Look again,
+            // once, past the cache.
+            Err(()) => {
+                self.lookups.forget(&session).await;
+                match self.lookups.place(&session).await {
+                    Ok(Place::Ended) => {
+                        return Err(self.refuse(Refusal::SessionEnded, Refused::SessionEnded));
+                    }
+                    Ok(Place::Ready(moved)) if moved != addr => self
+                        .dial(moved, &head)
+                        .await
+                        .map_err(|()| self.refuse(Refusal::BadGateway, Refused::BadGateway))?,
+                    _ => return Err(self.refuse(Refusal::BadGateway, Refused::BadGateway)),
+                }
+            }
+        };
+        exchange.stash(Task {
+            stream: task,
+            permit,
+            session,
+            started: Instant::now(),
+        });
+        Ok(())
+    }
+
+    /// `/health`: 200 once tokens can be checked.
+    fn health(&self) -> Answer {
+        let (status, body) = if self.verifier.ready() {
+            (StatusCode::OK, "{\"status\":\"ok\"}\n")
+        } else {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{\"status\":\"unavailable\"}\n",
+            )
+        };
+        refusal::plain(
+            status,
+            HeaderValue::from_static("application/json"),
+            Bytes::from_static(body.as_bytes()),
+        )
+    }
+
+    /// Where the session's task answers, holding the client while the session starts.
+    async fn locate(&self, session: &str) -> Result<SocketAddr, Answer> {
+        let started = Instant::now();
+        let deadline = started + self.settings.hold;
+        let mut held: Option<HeldGuard> = None;
+        let mut wait = FIRST_RECHECK;
+        let mut failures = 0;
+        let outcome = loop {
+            match self.lookups.place(session).await {
+                Ok(Place::Ready(addr)) => break Ok(addr),
+                Ok(Place::Ended) => break Err((Refusal::SessionEnded, Refused::SessionEnded)),
+                Ok(Place::Unknown) => {
+                    break Err((Refusal::NoSuchSession, Refused::UnknownSession));
+                }
+                Ok(Place::Unroutable) => {
+                    warn!("the session is READY but its item names no address to dial");
+                    break Err((Refusal::BadGateway, Refused::BadGateway));
+                }
+                Ok(Place::Starting) => failures = 0,
+                Err(e) => {
+                    warn!(error = %e, "looking the session up failed");
+                    failures += 1;
+                    if failures >= MAX_LOOKUP_FAILURES {
+                        break Err((Refusal::SessionNotReady, Refused::LookupFailed));
+                    }
+                }
+            }
+            if held.is_none() {
+                match self.held.try_hold(session) {
+                    Some(g) => held = Some(g),
+                    None => break Err((Refusal::SessionNotReady, Refused::HeldAtCapacity)),
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break Err((Refusal::SessionNotReady, Refused::HoldTimeout));
+            }
+            tokio::time::sleep(wait.min(deadline - now)).await;
+            wait = (wait * 2).min(MAX_RECHECK);
+        };
+        if held.is_some() {
+            self.metrics
+                .hold_seconds
+                .observe(started.elapsed().as_secs_f64());
+        }
+        outcome.map_err(|(refusal, why)| self.refuse(refusal, why))
+    }
+
+    /// Connects to the task's proxy and sends it the client's request head; a failure is
+    /// counted and logged.
+    async fn dial(&self, addr: SocketAddr, head: &RequestHead) -> Result<TcpStream, ()> {
+        self.metrics.dials.inc();
+        let dialled = tokio::time::timeout(self.settings.limits.upstream_timeout, async {
+            let mut s = TcpStream::connect(addr).await?;
+            let _ = s.set_nodelay(true);
+            s.write_all(&forwarded_head(head)).await?;
+            Ok::<_, std::io::Error>(s)
+        })
+        .await;
+        match dialled {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(e)) => {
+                self.metrics.dial_failures.inc();
+                warn!(task.addr = %addr, error = %e, "dialling the task failed");
+                Err(())
+            }
+            Err(_) => {
+                self.metrics.dial_failures.inc();
+                warn!(task.addr = %addr, "dialling the task timed out");
+                Err(())
+            }
+        }
+    }
+
+    /// Relays the client and the task's proxy until either closes.
+    async fn relay(&self, client: TcpStream, client_prefix: Bytes, task: Task) {
+        let Task {
+            stream,
+            permit,
+            session,
+            started,
+        } = task;
+        let (client, upstream) = match (client.into_std(), stream.into_std()) {
+            (Ok(c), Ok(u)) => (c, u),
+            (Err(e), _) | (_, Err(e)) => {
+                warn!(error = %e, "could not hand the connection to the relay thread");
+                return;
+            }
+        };
+        self.metrics.relayed.inc();
+        let outcome = self
+            .relays
+            .relay(relay::Job {
+                client,
+                chrome: upstream,
+                client_prefix: Vec::from(client_prefix),
+                chrome_prefix: Vec::new(),
+                inspector: None,
+                on_browser_close: Box::new(|| {}),
+                metrics: self.metrics.relay.clone(),
+            })
+            .await;
+        self.metrics.relayed.dec();
+        drop(permit);
+        let end = match &outcome.end {
+            relay::RelayEnd::ClientClosed => "client_closed".to_owned(),
+            relay::RelayEnd::ChromeClosed => "task_closed".to_owned(),
+            relay::RelayEnd::ClientError(e) => format!("client_error: {e}"),
+            relay::RelayEnd::ChromeError(e) => format!("task_error: {e}"),
+            relay::RelayEnd::Cancelled => "shutdown".to_owned(),
+        };
+        info!(
+            session.id = %session,
+            bytes.client_to_task = outcome.client_to_chrome,
+            bytes.task_to_client = outcome.chrome_to_client,
+            duration_ms = started.elapsed().as_millis() as u64,
+            end = %end,
+            "gateway connection closed"
+        );
+    }
+}
+
+/// The client's request head as the task receives it: method, target (path and query, the
+/// token included) and every header as sent, `Host` included, so the task checks the same
+/// credential and names the gateway in its discovery answers.
+pub fn forwarded_head(head: &RequestHead) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(head.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(head.target.as_str().as_bytes());
+    out.extend_from_slice(if head.version == 0 {
+        b" HTTP/1.0\r\n"
+    } else {
+        b" HTTP/1.1\r\n"
+    });
+    for (name, value) in &head.headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// Clients held for starting sessions: a share of a global budget and of a per-session one.
+struct Held {
+    total: Arc<Semaphore>,
+    per_session: Mutex<HashMap<String, usize>>,
+    max_per_session: usize,
+    metrics: Arc<GatewayMetrics>,
+}
+
+impl Held {
+    fn try_hold(self: &Arc<Self>, session: &str) -> Option<HeldGuard> {
+        let permit = self.total.clone().try_acquire_owned().ok()?;
+        let mut map = self.per_session.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(session.to_owned()).or_default();
+        if *n >= self.max_per_session {
+            return None;
+        }
+        *n += 1;
+        drop(map);
+        self.metrics.held.inc();
+        Some(HeldGuard {
+            held: self.clone(),
+            session: session.to_owned(),
+            _permit: permit,
+        })
+    }
+}
+
+/// One held client; its place is given back when dropped.
+struct HeldGuard {
+    held: Arc<Held>,
+    session: String,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for HeldGuard {
+    fn drop(&mut self) {
+        self.held.metrics.held.dec();
+        let mut map = self
+            .held
+            .per_session
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = map.get_mut(&self.session) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.session);
+            }
+        }
+    }
+}
+
+/// What woke a connection's driver.
+enum Step {
+    Evicted,
+    HeadTimeout,
+    Done(hyper::Result<()>),
+    Relay,
+}
+
+/// Where a connection's request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No request head yet.
+    Head,
+    /// A head arrived; not authenticated yet.
+    Admitting,
+    /// Answered without being authenticated: still pending.
+    Answered,
+    /// Authenticated: out of the pending budget (held, or being dialled, or answered).
+    Admitted,
+    /// A task's socket is stashed: the driver takes the client's back from hyper.
+    Relaying,
+}
+
+/// The task connection a request was routed to.
+struct Task {
+    stream: TcpStream,
+    /// One of the `MAX_CONNECTIONS` slots, held until the relay ends.
+    permit: OwnedSemaphorePermit,
+    session: String,
+    started: Instant,
+}
+
+/// What a connection's driver and its request handler share (one task: never contended).
+struct Exchange(Mutex<ExchangeState>);
+
+struct ExchangeState {
+    phase: Phase,
+    slot: Option<PendingSlot>,
+    task: Option<Task>,
+}
+
+impl Exchange {
+    fn new(slot: PendingSlot) -> Self {
+        Self(Mutex::new(ExchangeState {
+            phase: Phase::Head,
+            slot: Some(slot),
+            task: None,
+        }))
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, ExchangeState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn phase(&self) -> Phase {
+        self.state().phase
+    }
+
+    fn set_phase(&self, phase: Phase) {
+        self.state().phase = phase;
+    }
+
+    fn admitted(&self) {
+        let slot = {
+            let mut st = self.state();
+            st.phase = Phase::Admitted;
+            st.slot.take()
+        };
+        drop(slot);
+    }
+
+    fn stash(&self, task: Task) {
+        let mut st = self.state();
+        st.phase = Phase::Relaying;
+        st.task = Some(task);
+    }
+
+    fn take_task(&self) -> Option<Task> {
+        self.state().task.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::http::parse_request_head;
+
+    #[test]
+    fn the_head_goes_to_the_task_as_the_client_sent_it() {
+        let raw = b"GET /devtools/browser/x?signingKey=t.k.n HTTP/1.1\r\nHost: gw.example:443\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: k==\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer t.k.n\r\n\r\n";
+        let (head, _) = parse_request_head(raw, 65536).unwrap().unwrap();
+        let out = String::from_utf8(forwarded_head(&head)).unwrap();
+        assert!(
+            out.starts_with("GET /devtools/browser/x?signingKey=t.k.n HTTP/1.1\r\n"),
+            "{out}"
+        );
+        for h in [
+            "host: gw.example:443\r\n",
+            "upgrade: websocket\r\n",
+            "sec-websocket-key: k==\r\n",
+            "authorization: Bearer t.k.n\r\n",
+        ] {
+            assert!(out.contains(h), "{h} in {out}");
+        }
+        assert!(out.ends_with("\r\n\r\n"));
+        let (again, len) = parse_request_head(out.as_bytes(), 65536).unwrap().unwrap();
+        assert_eq!(len, out.len());
+        assert_eq!(again.target, head.target);
+    }
+
+    #[test]
+    fn held_places_are_bounded_per_session_and_in_all() {
+        let held = Arc::new(Held {
+            total: Arc::new(Semaphore::new(3)),
+            per_session: Mutex::default(),
+            max_per_session: 2,
+            metrics: GatewayMetrics::new(),
+        });
+        let a1 = held.try_hold("a").unwrap();
+        let _a2 = held.try_hold("a").unwrap();
+        assert!(held.try_hold("a").is_none(), "per session");
+        let _b1 = held.try_hold("b").unwrap();
+        assert!(held.try_hold("c").is_none(), "in all");
+        assert_eq!(held.metrics.held.get(), 3);
+        drop(a1);
+        assert_eq!(held.metrics.held.get(), 2);
+        let _a3 = held.try_hold("a").unwrap();
+        assert_eq!(held.metrics.held.get(), 3);
+    }
+}

@@ -1,0 +1,561 @@
+//! `wallcrawler-controller gateway` against session documents the test writes and stand-in
+//! tasks that count every connection made to them: routing by the token's session, refusals
+//! before any dial, holding a client while its session starts, and the bounds on holding.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use wallcrawler_contract::InternalStatus;
+use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
+
+use crate::support::upstream::{FakeUpstream, UpEvent};
+use crate::support::{Controller, KEY, WAIT, now, raw_http, status_of, token, upgrade_request};
+
+const A: &str = "sess_aaaaaaaa-0000-0000-0000-000000000001";
+const B: &str = "sess_bbbbbbbb-0000-0000-0000-000000000002";
+
+/// A gateway over a fresh sessions directory, with its metrics on a free port.
+struct Gw {
+    c: Controller,
+    addr: SocketAddr,
+    metrics: SocketAddr,
+    store: DirStore,
+    _dir: tempfile::TempDir,
+}
+
+impl Gw {
+    fn start(envs: &[(&str, &str)]) -> Gw {
+        let dir = tempfile::tempdir().unwrap();
+        let sessions = dir.path().join("sessions");
+        let metrics = {
+            // A free port for the metrics listener (bound, read, released).
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let maddr = metrics.to_string();
+        let sdir = sessions.display().to_string();
+        let mut all = vec![
+            ("SESSIONS_DIR", sdir.as_str()),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+            ("GATEWAY_LISTEN", "127.0.0.1:0"),
+            ("METRICS_ADDR", maddr.as_str()),
+            ("LOG_FORMAT", "json"),
+        ];
+        all.extend_from_slice(envs);
+        let mut c = Controller::spawn(&["gateway"], &all);
+        let line = c.wait_stdout_line(|l| l.starts_with("listen: "));
+        let addr = line.trim_start_matches("listen: ").parse().unwrap();
+        Gw {
+            c,
+            addr,
+            metrics,
+            store: DirStore::new(sessions),
+            _dir: dir,
+        }
+    }
+
+    /// Writes session `id` with `status`, its proxy at `task` (when READY).
+    fn put(&self, id: &str, status: InternalStatus, task: Option<SocketAddr>) {
+        let mut d = SessionDoc {
+            session_id: id.into(),
+            project_id: "proj_a".into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            expires_at: now() + 600,
+            private_ip: task.map(|a| a.ip().to_string()),
+            proxy_port: task.map(|a| a.port()),
+            ..Default::default()
+        };
+        d.set_status(status);
+        if self.store.get(id).unwrap().is_some() {
+            self.store
+                .update::<()>(id, |cur| {
+                    *cur = d.clone();
+                    Ok(true)
+                })
+                .unwrap()
+                .unwrap();
+        } else {
+            self.store.create(&d).unwrap();
+        }
+    }
+
+    fn upgrade(&self, token: &str) -> String {
+        raw_http(
+            self.addr,
+            &upgrade_request(
+                &format!("/?signingKey={token}"),
+                &self.addr.to_string(),
+                &[],
+            ),
+        )
+    }
+
+    /// The value of metric line `name` (e.g. `wallcrawler_gateway_held`).
+    fn metric(&self, name: &str) -> f64 {
+        let text = raw_http(
+            self.metrics,
+            b"GET /metrics HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n",
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    }
+
+    /// Polls the metrics until `name` reaches `want` (the event the test waits for).
+    fn wait_metric(&self, name: &str, want: f64) {
+        let deadline = Instant::now() + WAIT;
+        while self.metric(name) < want {
+            assert!(Instant::now() < deadline, "{name} never reached {want}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// The head an upgrade reached `up` with.
+fn upgraded(up: &FakeUpstream) -> String {
+    match up.next_event() {
+        UpEvent::Upgraded(head) => head,
+        other => panic!("expected an upgrade, got {other:?}"),
+    }
+}
+
+/// Opens an upgrade and returns the socket once the answer's head arrived, with that head.
+fn open_upgrade(gw: SocketAddr, token: &str) -> (TcpStream, String) {
+    let mut s = TcpStream::connect(gw).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(&upgrade_request(
+        &format!("/?signingKey={token}"),
+        &gw.to_string(),
+        &[],
+    ))
+    .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "closed before an answer");
+        head.push(b[0]);
+    }
+    (s, String::from_utf8(head).unwrap())
+}
+
+#[test]
+fn a_ready_sessions_client_reaches_its_task_with_the_request_as_sent() {
+    let up = FakeUpstream::idle();
+    let gw = Gw::start(&[]);
+    gw.put(A, InternalStatus::Ready, Some(up.addr));
+    let t = token(KEY, A, "proj_a", 600);
+    let (mut s, head) = open_upgrade(gw.addr, &t);
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let forwarded = upgraded(&up);
+    // The task checks the same token again and sees the Host the client used.
+    assert!(
+        forwarded.starts_with(&format!("GET /?signingKey={t} HTTP/1.1\r\n")),
+        "{forwarded}"
+    );
+    assert!(
+        forwarded
+            .to_ascii_lowercase()
+            .contains(&format!("host: {}\r\n", gw.addr)),
+        "{forwarded}"
+    );
+    // Bytes flow through: the client's close reaches the task.
+    s.write_all(b"\x88\x80\0\0\0\0").unwrap();
+    drop(s);
+    assert_eq!(up.next_event(), UpEvent::Closed);
+    assert_eq!(up.connections.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn bad_expired_and_wrongly_signed_tokens_get_401_and_no_task_is_dialled() {
+    let up = FakeUpstream::idle();
+    let gw = Gw::start(&[]);
+    gw.put(A, InternalStatus::Ready, Some(up.addr));
+    let expired = {
+        use wallcrawler_contract::{Claims, SigningKey};
+        Claims::new(A, "proj_a", now() - 7200, 60).mint(&SigningKey::new(KEY.as_bytes()))
+    };
+    let good = token(KEY, A, "proj_a", 600);
+    let host = gw.addr.to_string();
+    let cases: Vec<(String, Vec<String>)> = vec![
+        ("/".into(), vec![]),
+        ("/?signingKey=not.a.jwt".into(), vec![]),
+        (format!("/?signingKey={expired}"), vec![]),
+        (
+            format!("/?signingKey={}", token("another-key", A, "proj_a", 600)),
+            vec![],
+        ),
+        // Both sources present: both must be valid.
+        (
+            format!("/?signingKey={good}"),
+            vec![format!("Authorization: Bearer {expired}")],
+        ),
+        // Both valid, for two sessions.
+        (
+            format!("/?signingKey={good}"),
+            vec![format!(
+                "Authorization: Bearer {}",
+                token(KEY, B, "proj_a", 600)
+            )],
+        ),
+    ];
+    for (path, headers) in &cases {
+        let extra: Vec<&str> = headers.iter().map(String::as_str).collect();
+        let answer = raw_http(gw.addr, &upgrade_request(path, &host, &extra));
+        assert_eq!(status_of(&answer), 401, "{path}: {answer}");
+        assert!(answer.ends_with("\r\n\r\nunauthorized\n"), "{answer}");
+    }
+    assert_eq!(
+        up.connections.load(Ordering::SeqCst),
+        0,
+        "no connection was made to the task"
+    );
+    assert_eq!(gw.metric("wallcrawler_gateway_dials_total"), 0.0);
+    assert_eq!(
+        gw.metric("wallcrawler_gateway_lookups_total{result=\"ready\"}"),
+        0.0
+    );
+    assert_eq!(
+        gw.metric("wallcrawler_gateway_refusals_total{reason=\"unauthorized\"}"),
+        cases.len() as f64
+    );
+    // No token in the gateway's log.
+    let log = gw.c.stderr.text();
+    assert!(!log.contains(&good) && !log.contains(&expired), "{log}");
+}
+
+#[test]
+fn a_token_for_one_session_never_reaches_anothers_task() {
+    let (up_a, up_b) = (FakeUpstream::idle(), FakeUpstream::idle());
+    let gw = Gw::start(&[]);
+    gw.put(A, InternalStatus::Ready, Some(up_a.addr));
+    gw.put(B, InternalStatus::Ready, Some(up_b.addr));
+    for _ in 0..3 {
+        let (s, head) = open_upgrade(gw.addr, &token(KEY, A, "proj_a", 600));
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        upgraded(&up_a);
+        drop(s);
+        assert_eq!(up_a.next_event(), UpEvent::Closed);
+    }
+    assert_eq!(up_a.connections.load(Ordering::SeqCst), 3);
+    assert_eq!(up_b.connections.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn ended_and_unknown_sessions_are_refused_at_once_without_a_dial() {
+    let up = FakeUpstream::idle();
+    let gw = Gw::start(&[]);
+    for (i, status) in [
+        InternalStatus::Stopped,
+        InternalStatus::Failed,
+        InternalStatus::TimedOut,
+        InternalStatus::Terminating,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = format!("sess_cccccccc-0000-0000-0000-00000000000{i}");
+        gw.put(&id, status, Some(up.addr));
+        let started = Instant::now();
+        let answer = gw.upgrade(&token(KEY, &id, "proj_a", 600));
+        assert_eq!(status_of(&answer), 410, "{status:?}: {answer}");
+        assert!(answer.ends_with("session ended\n"), "{answer}");
+        assert!(started.elapsed() < Duration::from_secs(1), "{status:?}");
+    }
+    let started = Instant::now();
+    let answer = gw.upgrade(&token(KEY, B, "proj_a", 600));
+    assert_eq!(status_of(&answer), 404, "{answer}");
+    assert!(answer.ends_with("no such session\n"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(up.connections.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_client_of_a_starting_session_is_held_then_served_once_ready() {
+    let up = FakeUpstream::idle();
+    let gw = Gw::start(&[]);
+    gw.put(A, InternalStatus::Provisioning, None);
+    let addr = gw.addr;
+    let t = token(KEY, A, "proj_a", 600);
+    let client = std::thread::spawn(move || open_upgrade(addr, &t));
+    gw.wait_metric("wallcrawler_gateway_held", 1.0);
+    assert_eq!(
+        up.connections.load(Ordering::SeqCst),
+        0,
+        "not dialled while held"
+    );
+    gw.put(A, InternalStatus::Ready, Some(up.addr));
+    let (_s, head) = client.join().unwrap();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    upgraded(&up);
+    assert_eq!(gw.metric("wallcrawler_gateway_held"), 0.0);
+    assert_eq!(gw.metric("wallcrawler_gateway_hold_seconds_count"), 1.0);
+}
+
+#[test]
+fn a_held_client_of_a_session_released_meanwhile_gets_410() {
+    let up = FakeUpstream::idle();
+    let gw = Gw::start(&[]);
+    gw.put(A, InternalStatus::Starting, None);
+    let addr = gw.addr;
+    let t = token(KEY, A, "proj_a", 600);
+    let client = std::thread::spawn(move || {
+        raw_http(
+            addr,
+            &upgrade_request(&format!("/?signingKey={t}"), &addr.to_string(), &[]),
+        )
+    });
+    gw.wait_metric("wallcrawler_gateway_held", 1.0);
+    let released = Instant::now();
+    gw.put(A, InternalStatus::Stopped, None);
+    let answer = client.join().unwrap();
+    assert_eq!(status_of(&answer), 410, "{answer}");
+    assert!(released.elapsed() < Duration::from_secs(1));
+    assert_eq!(up.connections.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_session_that_never_becomes_ready_gets_503_after_the_bound() {
+    let gw = Gw::start(&[("GATEWAY_HOLD_SECONDS", "1")]);
+    gw.put(A, InternalStatus::Creating, None);
+    let started = Instant::now();
+    let answer = gw.upgrade(&token(KEY, A, "proj_a", 600));
+    let waited = started.elapsed();
+    assert_eq!(status_of(&answer), 503, "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 1\r\n"),
+        "{answer}"
+    );
+    assert!(answer.ends_with("session not ready\n"), "{answer}");
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    assert_eq!(
+        gw.metric("wallcrawler_gateway_refusals_total{reason=\"hold_timeout\"}"),
+        1.0
+    );
+}
+
+#[test]
+fn a_flood_of_held_clients_cannot_keep_a_ready_client_or_health_out() {
+    let up = FakeUpstream::idle();
+    let gw = Gw::start(&[
+        ("GATEWAY_MAX_HELD", "8"),
+        ("GATEWAY_MAX_HELD_PER_SESSION", "4"),
+    ]);
+    gw.put(A, InternalStatus::Starting, None);
+    gw.put(B, InternalStatus::Ready, Some(up.addr));
+    let t = token(KEY, A, "proj_a", 600);
+    // Twenty clients for the starting session: four are held, the others refused at once.
+    let flood: Vec<_> = (0..20)
+        .map(|_| {
+            let mut s = TcpStream::connect(gw.addr).unwrap();
+            s.set_read_timeout(Some(WAIT)).unwrap();
+            s.write_all(&upgrade_request(
+                &format!("/?signingKey={t}"),
+                &gw.addr.to_string(),
+                &[],
+            ))
+            .unwrap();
+            s
+        })
+        .collect();
+    gw.wait_metric(
+        "wallcrawler_gateway_refusals_total{reason=\"held_at_capacity\"}",
+        16.0,
+    );
+    assert_eq!(gw.metric("wallcrawler_gateway_held"), 4.0);
+    let health = raw_http(
+        gw.addr,
+        b"GET /health HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status_of(&health), 200, "{health}");
+    let (_s, head) = open_upgrade(gw.addr, &token(KEY, B, "proj_a", 600));
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    upgraded(&up);
+    drop(flood);
+}
+
+#[test]
+fn discovery_goes_to_the_task_with_the_clients_host() {
+    let up = FakeUpstream::idle();
+    let gw = Gw::start(&[]);
+    gw.put(A, InternalStatus::Ready, Some(up.addr));
+    let t = token(KEY, A, "proj_a", 600);
+    let answer = raw_http(
+        gw.addr,
+        format!(
+            "GET /json/version?signingKey={t} HTTP/1.1\r\nHost: gw.example:443\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    let heads = up.heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(
+        heads[0].starts_with(&format!("GET /json/version?signingKey={t} HTTP/1.1\r\n")),
+        "{}",
+        heads[0]
+    );
+    assert!(
+        heads[0]
+            .to_ascii_lowercase()
+            .contains("host: gw.example:443\r\n"),
+        "{}",
+        heads[0]
+    );
+    // Unauthenticated routes are the gateway's own.
+    let health = raw_http(gw.addr, b"GET /health HTTP/1.1\r\nHost: gw\r\n\r\n");
+    assert_eq!(status_of(&health), 200, "{health}");
+    assert!(health.ends_with("{\"status\":\"ok\"}\n"), "{health}");
+    let nothing = raw_http(gw.addr, b"GET /metrics HTTP/1.1\r\nHost: gw\r\n\r\n");
+    assert_eq!(status_of(&nothing), 404, "{nothing}");
+    assert_eq!(up.connections.load(Ordering::SeqCst), 1);
+}
+
+/// The AWS shape end to end, on the local AWS: the gateway looks the session up in the
+/// sessions table; a client that connects while the item is still PROVISIONING is held; a
+/// real task (`run`, real Chromium) writes READY with its private address and proxy port,
+/// keeping the gateway URL the item got at create; the held client and Puppeteer are then
+/// served through the gateway; once the session is released, a client gets 410.
+#[test]
+fn the_sessions_table_routes_a_held_client_to_the_task_that_becomes_ready() {
+    use crate::support::aws::{self, AttributeValue, get_session, number, put_session, s, text};
+
+    let table = aws::create_sessions_table();
+    let aws_env = aws::env();
+    let mut envs: Vec<(&str, &str)> = aws_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    envs.push(("SESSIONS_TABLE_NAME", &table));
+    let gw = {
+        let mut all = envs.clone();
+        all.extend([
+            ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+            ("GATEWAY_LISTEN", "127.0.0.1:0"),
+            ("LOG_FORMAT", "json"),
+        ]);
+        let mut c = Controller::spawn(&["gateway"], &all);
+        let line = c.wait_stdout_line(|l| l.starts_with("listen: "));
+        let addr: SocketAddr = line.trim_start_matches("listen: ").parse().unwrap();
+        (c, addr)
+    };
+    let (_gw, gw_addr) = gw;
+    let id = format!("sess_{}", uuid::Uuid::new_v4());
+    let t = token(KEY, &id, "proj_a", 3600);
+    let connect_url = format!("ws://{gw_addr}/?signingKey={t}");
+    put_session(
+        &table,
+        vec![
+            ("sessionId", s(&id)),
+            ("internalStatus", s("PROVISIONING")),
+            ("status", s("PENDING")),
+            ("projectId", s("proj_a")),
+            ("signingKey", s(&t)),
+            ("connectUrl", s(&connect_url)),
+            ("keepAlive", AttributeValue::Bool(true)),
+            ("createdAt", s("2026-11-21T00:00:00.000Z")),
+            ("expiresAt", AttributeValue::N((now() + 3600).to_string())),
+        ],
+    );
+    let held = {
+        let t = t.clone();
+        std::thread::spawn(move || open_upgrade(gw_addr, &t))
+    };
+    let mut task = {
+        let mut all = envs.clone();
+        all.extend([
+            ("SESSION_ID", id.as_str()),
+            ("PROJECT_ID", "proj_a"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+            ("CDP_PROXY_HOST", "127.0.0.1"),
+            ("PUBLIC_IP", "127.0.0.1"),
+        ]);
+        crate::support::run_task(&all)
+    };
+    let ready = task.wait_event(|e| e["message"] == "session ready");
+    let port: u16 = ready["proxy"]
+        .as_str()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (_s, head) = held.join().unwrap();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let item = get_session(&table, &id);
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("READY"));
+    assert_eq!(text(&item, "privateIP").as_deref(), Some("127.0.0.1"));
+    assert_eq!(number(&item, "proxyPort"), Some(port as f64));
+    assert_eq!(
+        text(&item, "connectUrl").as_deref(),
+        Some(connect_url.as_str()),
+        "READY keeps the gateway URL written at create"
+    );
+    let driven = crate::support::node(
+        "drive.mjs",
+        &["--client", "puppeteer", "--url", &connect_url],
+    );
+    assert_eq!(driven["eval"], 2, "{driven}");
+    // Released: the item is terminal, the task ends.
+    put_session(
+        &table,
+        vec![
+            ("sessionId", s(&id)),
+            ("internalStatus", s("STOPPED")),
+            ("status", s("COMPLETED")),
+            ("projectId", s("proj_a")),
+            ("expiresAt", AttributeValue::N((now() + 3600).to_string())),
+        ],
+    );
+    task.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(task.wait_exit().code(), Some(0), "{}", task.stderr.text());
+    let started = Instant::now();
+    let answer = raw_http(
+        gw_addr,
+        &upgrade_request(&format!("/?signingKey={t}"), &gw_addr.to_string(), &[]),
+    );
+    assert_eq!(status_of(&answer), 410, "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn a_cached_ready_whose_task_is_gone_is_looked_up_again() {
+    // Lookups kept for a minute: only the failed dial makes the gateway read the item again.
+    let gw = Gw::start(&[("GATEWAY_LOOKUP_TTL_MS", "60000")]);
+    let gone = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    gw.put(A, InternalStatus::Ready, Some(gone));
+    let t = token(KEY, A, "proj_a", 600);
+    let answer = gw.upgrade(&t);
+    assert_eq!(status_of(&answer), 502, "{answer}");
+    gw.put(A, InternalStatus::Stopped, Some(gone));
+    let answer = gw.upgrade(&t);
+    assert_eq!(status_of(&answer), 410, "{answer}");
+    assert_eq!(gw.metric("wallcrawler_gateway_dial_failures_total"), 2.0);
+}
+
+#[test]
+fn a_held_client_that_leaves_gives_its_place_back() {
+    let gw = Gw::start(&[("GATEWAY_MAX_HELD_PER_SESSION", "1")]);
+    gw.put(A, InternalStatus::Starting, None);
+    let t = token(KEY, A, "proj_a", 600);
+    let mut s = TcpStream::connect(gw.addr).unwrap();
+    s.write_all(&upgrade_request(
+        &format!("/?signingKey={t}"),
+        &gw.addr.to_string(),
+        &[],
+    ))
+    .unwrap();
+    gw.wait_metric("wallcrawler_gateway_held", 1.0);
+    drop(s);
+    let deadline = Instant::now() + WAIT;
+    while gw.metric("wallcrawler_gateway_held") > 0.0 {
+        assert!(Instant::now() < deadline, "the place stayed taken");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(gw.metric("wallcrawler_gateway_connections_open"), 0.0);
+}
