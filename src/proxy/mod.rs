@@ -20,6 +20,7 @@ pub mod admission;
 pub mod discovery;
 pub mod http;
 pub mod inspect;
+pub mod proxy_header;
 pub mod refusal;
 pub mod relay;
 pub mod route;
