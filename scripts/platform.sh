@@ -2,8 +2,9 @@
 # The whole platform on this machine, no AWS account: installs Chromium when missing (as
 # root on Debian/Ubuntu), builds the controller and the control plane (the one debug build the
 # tests also use: scripts/lib.sh; WALLCRAWLER_BUILD=release for an optimised one), and runs
-# `wallcrawler-control-plane serve`, which prints `baseURL:`, `apiKey:` and `projectId:` on
-# stdout. Sessions created through the API run as local controller processes.
+# `wallcrawler-control-plane serve`, which prints `baseURL:`, `apiKey:`, `projectId:` and
+# `gateway:` on stdout. Sessions created through the API run as local controller processes,
+# reached through one connect gateway.
 # Extra arguments go to `serve` (default: --port 8080 --data-dir .wallcrawler). Ctrl-C ends it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
