@@ -413,6 +413,20 @@ async fn proxy(c: ProxyConfig, tasks: Shutdown) -> i32 {
     finish(result)
 }
 
+/// The gateway's TLS configuration: the certificate loaded (an unusable one is an error at
+/// start) and looked at again every [`crate::tls::RELOAD_EVERY`] until shutdown.
+fn gateway_tls(
+    files: &crate::tls::CertFiles,
+    tasks: &Shutdown,
+) -> Result<Arc<rustls::ServerConfig>, crate::tls::TlsError> {
+    let cert = Arc::new(crate::tls::ReloadingCert::load(files.clone())?);
+    tasks.spawn(
+        cert.clone()
+            .watch(crate::tls::RELOAD_EVERY, tasks.token().clone()),
+    );
+    crate::tls::server_config(cert)
+}
+
 /// `gateway`: the key loaded, the listener bound (its address printed as `listen: ADDR` on
 /// stdout, which the local platform reads back), then connections served until a signal.
 async fn gateway(c: GatewayConfig, tasks: Shutdown) -> i32 {
@@ -443,12 +457,25 @@ async fn gateway(c: GatewayConfig, tasks: Shutdown) -> i32 {
     };
     let mut limits = limits(&c.tuning);
     limits.intercept_browser_close = false;
+    let tls = match &c.tls {
+        None => None,
+        Some(files) => match gateway_tls(files, &tasks) {
+            Ok(config) => Some(config),
+            Err(e) => {
+                error!(error = %e, "the gateway's TLS certificate is unusable");
+                return EXIT_FAILURE;
+            }
+        },
+    };
     let settings = GatewaySettings {
         limits,
         hold: c.hold,
         max_held: c.max_held,
         max_held_per_session: c.max_held_per_session,
         lookup_ttl: c.lookup_ttl,
+        tls,
+        client_tls: c.client_tls,
+        proxy_protocol_to_tasks: c.proxy_protocol_to_tasks,
     };
     let verifier = Arc::new(SharedKeyVerifier::new(keys, c.leeway_seconds));
     let gateway = match Gateway::new(verifier, routes, settings, &tasks) {

@@ -14,6 +14,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use wallcrawler_contract::token::MAX_SESSION_SECONDS;
 
+use crate::proxy::proxy_header::TrustedNetworks;
+use crate::tls::CertFiles;
+
 /// Raw settings keyed by environment-variable name.
 pub type Settings = BTreeMap<&'static str, String>;
 
@@ -76,6 +79,8 @@ settings_group! {
         header_timeout_seconds = "PROXY_HEADER_TIMEOUT_SECONDS",
         /// Log format on stderr: json or text [default: json in run, text otherwise].
         log_format = "LOG_FORMAT",
+        /// Comma-separated networks (CIDR) or addresses whose connections may start with a PROXY protocol v2 header naming the real client and whether it used TLS: a load balancer's, the connect gateway's. Anyone else's header is refused (400) [default: none].
+        trusted_proxy_networks = "TRUSTED_PROXY_NETWORKS",
     }
 }
 
@@ -170,6 +175,14 @@ settings_group! {
         gateway_lookup_ttl_ms = "GATEWAY_LOOKUP_TTL_MS",
         /// true = end (as on SIGTERM) when the process that started this one exits (the local platform sets it) [default: false].
         exit_with_parent = "EXIT_WITH_PARENT",
+        /// PEM certificate chain (leaf first): the gateway ends TLS itself and serves wss://; read again when it changes. With GATEWAY_TLS_KEY.
+        gateway_tls_cert = "GATEWAY_TLS_CERT",
+        /// PEM private key of GATEWAY_TLS_CERT.
+        gateway_tls_key = "GATEWAY_TLS_KEY",
+        /// true = clients reach the gateway over TLS ended in front of it (a load balancer's TLS listener): discovery answers name wss:// and https://. Implied by GATEWAY_TLS_CERT [default: false].
+        gateway_client_tls = "GATEWAY_CLIENT_TLS",
+        /// true = each connection to a task starts with a PROXY protocol v2 header naming the client and whether it used TLS; the tasks must list the gateway's network in TRUSTED_PROXY_NETWORKS [default: true].
+        gateway_proxy_protocol = "GATEWAY_PROXY_PROTOCOL",
     }
 }
 
@@ -367,6 +380,8 @@ pub struct ProxyTuning {
     pub header_timeout: Duration,
     /// `LOG_FORMAT`.
     pub log_format: LogFormat,
+    /// `TRUSTED_PROXY_NETWORKS`: who may send a PROXY protocol v2 header.
+    pub trusted_proxies: TrustedNetworks,
 }
 
 /// Which profile the task starts from.
@@ -549,6 +564,12 @@ pub struct GatewayConfig {
     pub lookup_ttl: Duration,
     /// `EXIT_WITH_PARENT`.
     pub exit_with_parent: bool,
+    /// `GATEWAY_TLS_CERT` and `GATEWAY_TLS_KEY`: TLS ended in the gateway.
+    pub tls: Option<CertFiles>,
+    /// Clients use TLS (`GATEWAY_CLIENT_TLS`, or TLS ended here).
+    pub client_tls: bool,
+    /// `GATEWAY_PROXY_PROTOCOL`: a PROXY v2 header before each connection to a task.
+    pub proxy_protocol_to_tasks: bool,
     /// The edge's limits and telemetry.
     pub tuning: ProxyTuning,
 }
@@ -731,7 +752,15 @@ fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
             LogFormat::Text
         }
     };
+    let trusted_proxies = match r.text("TRUSTED_PROXY_NETWORKS") {
+        None => TrustedNetworks::default(),
+        Some(list) => list.parse().unwrap_or_else(|e| {
+            r.errors.push(format!("TRUSTED_PROXY_NETWORKS: {e}"));
+            TrustedNetworks::default()
+        }),
+    };
     ProxyTuning {
+        trusted_proxies,
         max_connections,
         max_pending,
         max_pending_per_address,
@@ -1072,8 +1101,26 @@ impl GatewayConfig {
             60_000,
         ));
         let exit_with_parent = r.boolean("EXIT_WITH_PARENT", false);
+        let tls = match (r.text("GATEWAY_TLS_CERT"), r.text("GATEWAY_TLS_KEY")) {
+            (Some(cert), Some(key)) => Some(CertFiles {
+                cert: PathBuf::from(cert),
+                key: PathBuf::from(key),
+            }),
+            (None, None) => None,
+            _ => {
+                r.errors.push(
+                    "set GATEWAY_TLS_CERT and GATEWAY_TLS_KEY together (or neither)".to_owned(),
+                );
+                None
+            }
+        };
+        let client_tls = r.boolean("GATEWAY_CLIENT_TLS", false) || tls.is_some();
+        let proxy_protocol_to_tasks = r.boolean("GATEWAY_PROXY_PROTOCOL", true);
         let tuning = tuning(&mut r, Mode::Proxy);
         r.finish(GatewayConfig {
+            tls,
+            client_tls,
+            proxy_protocol_to_tasks,
             listen,
             store,
             key,

@@ -41,11 +41,15 @@ pub enum Refused {
     HeaderTimeout,
     /// Evicted from the pending budget (503).
     Evicted,
+    /// A malformed PROXY protocol header from a trusted network (closed).
+    ProxyHeader,
+    /// The TLS handshake failed (closed).
+    TlsHandshake,
 }
 
 impl Refused {
     /// Every reason, one series each, in this order.
-    pub const ALL: [Refused; 12] = [
+    pub const ALL: [Refused; 14] = [
         Self::Unauthorized,
         Self::SessionEnded,
         Self::UnknownSession,
@@ -58,6 +62,8 @@ impl Refused {
         Self::BadRequest,
         Self::HeaderTimeout,
         Self::Evicted,
+        Self::ProxyHeader,
+        Self::TlsHandshake,
     ];
 
     /// The label value.
@@ -75,6 +81,8 @@ impl Refused {
             Self::BadRequest => "bad_request",
             Self::HeaderTimeout => "header_timeout",
             Self::Evicted => "evicted",
+            Self::ProxyHeader => "proxy_header",
+            Self::TlsHandshake => "tls_handshake",
         }
     }
 }

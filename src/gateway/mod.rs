@@ -16,11 +16,22 @@
 //!   backoff, until READY or the hold bound (then 503 with `Retry-After`);
 //! - ended: 410 at once; unknown: 404 at once. Neither is ever dialled.
 //!
-//! Plain TCP only for now: a TLS acceptor and a PROXY protocol v2 reader would sit between
-//! the accept and [`Gateway::handle`], which takes any stream hyper can drive once they exist.
+//!
+//! Before any of that, at the accept: a peer in `TRUSTED_PROXY_NETWORKS` (the load balancer)
+//! may put a PROXY protocol v2 header first, naming the real client, which is then the address
+//! the pending budget counts and the logs name ([`crate::proxy::proxy_header`]); anyone else's
+//! header is just a malformed request. With a certificate (`GATEWAY_TLS_CERT`) the TLS
+//! handshake follows, inside the pending budget and the header deadline ([`crate::tls`]: the
+//! certificate is read again when its files change). Toward the task, each connection starts
+//! with a PROXY v2 header of the gateway's own (`GATEWAY_PROXY_PROTOCOL`), naming the client
+//! and whether it used TLS, which the task takes from the gateway's network only: its
+//! per-address limits count real clients, and its `/json` answers name `wss://` URLs when the
+//! client used TLS. Plain client connections are relayed on the relay thread as a task relays;
+//! TLS ones on the runtime ([`stream`]).
 
 pub mod lookup;
 pub mod metrics;
+pub mod stream;
 pub mod verify;
 
 use std::collections::HashMap;
@@ -49,6 +60,7 @@ use tracing::{Instrument, debug, info, warn};
 use crate::auth::{self, AuthError};
 use crate::proxy::admission::{Pending, PendingSlot};
 use crate::proxy::http::RequestHead;
+use crate::proxy::proxy_header::{self, Source};
 use crate::proxy::refusal::{self, Refusal};
 use crate::proxy::route::{self, Route, RouteError};
 use crate::proxy::{
@@ -57,6 +69,7 @@ use crate::proxy::{
 use crate::shutdown::Shutdown;
 use lookup::{Lookups, Place, SessionRoutes};
 use metrics::{GatewayMetrics, Refused};
+use stream::{Client, ClientStream};
 use verify::{TokenVerifier, verify_presented};
 
 type Answer = Response<Full<Bytes>>;
@@ -96,6 +109,12 @@ pub struct GatewaySettings {
     pub max_held_per_session: usize,
     /// How long a looked-up place is reused.
     pub lookup_ttl: Duration,
+    /// TLS ended in the gateway (`GATEWAY_TLS_CERT`), or none.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Clients reach the gateway over TLS, ended here or in front of it (`GATEWAY_CLIENT_TLS`).
+    pub client_tls: bool,
+    /// Each connection to a task starts with a PROXY v2 header (`GATEWAY_PROXY_PROTOCOL`).
+    pub proxy_protocol_to_tasks: bool,
 }
 
 impl Default for GatewaySettings {
@@ -109,6 +128,9 @@ impl Default for GatewaySettings {
             max_held: DEFAULT_MAX_HELD,
             max_held_per_session: DEFAULT_MAX_HELD_PER_SESSION,
             lookup_ttl: DEFAULT_LOOKUP_TTL,
+            tls: None,
+            client_tls: false,
+            proxy_protocol_to_tasks: true,
         }
     }
 }
@@ -127,6 +149,9 @@ pub struct Gateway {
     /// Bounds the evicted connections being answered 503.
     reject_permits: Arc<Semaphore>,
     relays: relay::RelayLoop,
+    /// Cancelled to end the relays of TLS connections (they run on the runtime).
+    tls_relays: CancellationToken,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     server: http1::Builder,
 }
 
@@ -158,6 +183,8 @@ impl Gateway {
             pending: Pending::new(settings.limits.pending),
             reject_permits: Arc::new(Semaphore::new(REJECT_BACKLOG)),
             relays: relay::RelayLoop::start(tasks)?,
+            tls_relays: CancellationToken::new(),
+            tls: settings.tls.clone().map(tokio_rustls::TlsAcceptor::from),
             server: server_builder(&settings.limits),
             settings,
         }))
@@ -171,6 +198,7 @@ impl Gateway {
     /// Ends every relay (shutdown).
     pub fn close_all_relays(&self) {
         self.relays.cancel_all();
+        self.tls_relays.cancel();
     }
 
     /// Accepts connections until `stop` fires; connection tasks run on `tracker`.
@@ -194,33 +222,113 @@ impl Gateway {
                 () = stop.cancelled() => return,
             };
             let _ = stream.set_nodelay(true);
-            // Where a TLS handshake and a PROXY protocol header will be read, before the
-            // connection counts against the pending budget's address.
-            let (slot, _) = self.pending.admit(peer.ip());
             let this = self.clone();
             let span = tracing::info_span!(
                 "gw",
                 client.addr = %peer,
                 session.id = tracing::field::Empty
             );
-            tracker.spawn(
-                async move {
-                    this.metrics.connections_open.inc();
-                    this.clone().handle(stream, slot).await;
-                    this.metrics.connections_open.dec();
-                }
-                .instrument(span),
-            );
+            let client = Client {
+                addr: peer,
+                tls: self.settings.client_tls,
+            };
+            if self.settings.limits.trusted_proxies.contains(peer.ip()) {
+                // The load balancer: the client it names is admitted once its header is read.
+                tracker.spawn(
+                    async move {
+                        this.metrics.connections_open.inc();
+                        this.clone().from_trusted(stream, client).await;
+                        this.metrics.connections_open.dec();
+                    }
+                    .instrument(span),
+                );
+            } else {
+                // Admitted here, in accept order, so the budget's eviction order is the
+                // arrival order.
+                let (slot, _) = self.pending.admit(peer.ip());
+                tracker.spawn(
+                    async move {
+                        this.metrics.connections_open.inc();
+                        this.clone().accepted(stream, client, slot).await;
+                        this.metrics.connections_open.dec();
+                    }
+                    .instrument(span),
+                );
+            }
         }
+    }
+
+    /// A connection from a trusted network: its PROXY header, if any, names the client (read
+    /// within the header deadline; a broken one closes the connection), then it is admitted
+    /// under that client's address.
+    async fn from_trusted(self: Arc<Self>, mut stream: TcpStream, mut client: Client) {
+        let read = tokio::time::timeout(
+            self.settings.limits.header_timeout,
+            proxy_header::read(&mut stream),
+        )
+        .await;
+        match read {
+            Ok(Ok(Source::Direct)) => {}
+            Ok(Ok(Source::Forwarded { client: addr, tls })) => {
+                client.addr = addr;
+                client.tls |= tls;
+                tracing::Span::current().record("client.addr", tracing::field::display(addr));
+            }
+            Ok(Err(e)) => {
+                debug!(error = %e, "refused a PROXY protocol header");
+                self.metrics.refused(Refused::ProxyHeader);
+                return;
+            }
+            Err(_) => {
+                self.metrics.refused(Refused::HeaderTimeout);
+                return;
+            }
+        }
+        let (slot, _) = self.pending.admit(client.addr.ip());
+        self.accepted(stream, client, slot).await;
+    }
+
+    /// An admitted connection: its TLS handshake when the gateway ends TLS (within the header
+    /// deadline, and given up when evicted), then [`Gateway::handle`].
+    async fn accepted(self: Arc<Self>, stream: TcpStream, client: Client, slot: PendingSlot) {
+        let stream = match &self.tls {
+            None => ClientStream::Plain(stream),
+            Some(acceptor) => {
+                let evicted = slot.eviction();
+                let handshake = tokio::select! {
+                    r = tokio::time::timeout(
+                        self.settings.limits.header_timeout,
+                        acceptor.accept(stream),
+                    ) => r,
+                    () = evicted.cancelled() => {
+                        self.metrics.refused(Refused::Evicted);
+                        return;
+                    }
+                };
+                match handshake {
+                    Ok(Ok(tls)) => ClientStream::Tls(Box::new(tls)),
+                    Ok(Err(e)) => {
+                        debug!(error = %e, "TLS handshake failed");
+                        self.metrics.refused(Refused::TlsHandshake);
+                        return;
+                    }
+                    Err(_) => {
+                        self.metrics.refused(Refused::HeaderTimeout);
+                        return;
+                    }
+                }
+            }
+        };
+        self.handle(stream, client, slot).await;
     }
 
     /// Serves one connection through hyper: until it is authenticated it holds `slot` in the
     /// pending budget (503 when evicted, 408 when its head is late); once a task's proxy is
     /// dialled, the socket is taken back from hyper and relayed.
-    async fn handle(self: Arc<Self>, stream: TcpStream, slot: PendingSlot) {
+    async fn handle(self: Arc<Self>, stream: ClientStream, client: Client, slot: PendingSlot) {
         let deadline = tokio::time::sleep(self.settings.limits.header_timeout);
         let evicted = slot.eviction();
-        let exchange = Arc::new(Exchange::new(slot));
+        let exchange = Arc::new(Exchange::new(slot, client));
         let service = {
             let (this, exchange) = (self.clone(), exchange.clone());
             service_fn(move |req| {
@@ -377,7 +485,8 @@ impl Gateway {
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
             return Err(self.refuse(Refusal::AtCapacity, Refused::AtCapacity));
         };
-        let task = match self.dial(addr, &head).await {
+        let client = exchange.client();
+        let task = match self.dial(addr, &head, client).await {
             Ok(t) => t,
             // A cached READY may be a moment old: the task may have ended since. Look again,
             // once, past the cache.
@@ -388,7 +497,7 @@ impl Gateway {
                         return Err(self.refuse(Refusal::SessionEnded, Refused::SessionEnded));
                     }
                     Ok(Place::Ready(moved)) if moved != addr => self
-                        .dial(moved, &head)
+                        .dial(moved, &head, client)
                         .await
                         .map_err(|()| self.refuse(Refusal::BadGateway, Refused::BadGateway))?,
                     _ => return Err(self.refuse(Refusal::BadGateway, Refused::BadGateway)),
@@ -469,14 +578,25 @@ impl Gateway {
         outcome.map_err(|(refusal, why)| self.refuse(refusal, why))
     }
 
-    /// Connects to the task's proxy and sends it the client's request head; a failure is
-    /// counted and logged.
-    async fn dial(&self, addr: SocketAddr, head: &RequestHead) -> Result<TcpStream, ()> {
+    /// Connects to the task's proxy and sends it the client's request head (after a PROXY v2
+    /// header naming the client, when configured); a failure is counted and logged.
+    async fn dial(
+        &self,
+        addr: SocketAddr,
+        head: &RequestHead,
+        client: Client,
+    ) -> Result<TcpStream, ()> {
         self.metrics.dials.inc();
         let dialled = tokio::time::timeout(self.settings.limits.upstream_timeout, async {
             let mut s = TcpStream::connect(addr).await?;
             let _ = s.set_nodelay(true);
-            s.write_all(&forwarded_head(head)).await?;
+            let mut first = if self.settings.proxy_protocol_to_tasks {
+                proxy_header::encode(client.addr, s.local_addr()?, client.tls)?
+            } else {
+                Vec::new()
+            };
+            first.extend_from_slice(&forwarded_head(head));
+            s.write_all(&first).await?;
             Ok::<_, std::io::Error>(s)
         })
         .await;
@@ -496,7 +616,11 @@ impl Gateway {
     }
 
     /// Relays the client and the task's proxy until either closes.
-    async fn relay(&self, client: TcpStream, client_prefix: Bytes, task: Task) {
+    async fn relay(&self, client: ClientStream, client_prefix: Bytes, task: Task) {
+        let client = match client {
+            ClientStream::Plain(tcp) => tcp,
+            ClientStream::Tls(tls) => return self.relay_tls(*tls, client_prefix, task).await,
+        };
         let Task {
             stream,
             permit,
@@ -538,6 +662,59 @@ impl Gateway {
             bytes.task_to_client = outcome.chrome_to_client,
             duration_ms = started.elapsed().as_millis() as u64,
             end = %end,
+            "gateway connection closed"
+        );
+    }
+}
+
+/// Buffer per direction of a TLS client's relay (the runtime's copy; plain connections use the
+/// relay thread's shared buffers).
+const TLS_RELAY_BUFFER: usize = 64 * 1024;
+
+impl Gateway {
+    /// Relays a TLS client and the task's proxy on the runtime until either closes, or
+    /// shutdown; the bytes hyper read past the head go to the task first.
+    async fn relay_tls(
+        &self,
+        mut client: tokio_rustls::server::TlsStream<TcpStream>,
+        client_prefix: Bytes,
+        task: Task,
+    ) {
+        let Task {
+            stream: mut upstream,
+            permit,
+            session,
+            started,
+        } = task;
+        self.metrics.relayed.inc();
+        let copied = async {
+            upstream.write_all(&client_prefix).await?;
+            tokio::io::copy_bidirectional_with_sizes(
+                &mut client,
+                &mut upstream,
+                TLS_RELAY_BUFFER,
+                TLS_RELAY_BUFFER,
+            )
+            .await
+        };
+        let (up, down, end) = tokio::select! {
+            r = copied => match r {
+                Ok((up, down)) => (up + client_prefix.len() as u64, down, "closed".to_owned()),
+                Err(e) => (0, 0, format!("error: {e}")),
+            },
+            () = self.tls_relays.cancelled() => (0, 0, "shutdown".to_owned()),
+        };
+        self.metrics.relay.bytes_client_to_chrome.inc_by(up);
+        self.metrics.relay.bytes_chrome_to_client.inc_by(down);
+        self.metrics.relayed.dec();
+        drop(permit);
+        info!(
+            session.id = %session,
+            bytes.client_to_task = up,
+            bytes.task_to_client = down,
+            duration_ms = started.elapsed().as_millis() as u64,
+            end = %end,
+            tls = true,
             "gateway connection closed"
         );
     }
@@ -656,15 +833,21 @@ struct ExchangeState {
     phase: Phase,
     slot: Option<PendingSlot>,
     task: Option<Task>,
+    client: Client,
 }
 
 impl Exchange {
-    fn new(slot: PendingSlot) -> Self {
+    fn new(slot: PendingSlot, client: Client) -> Self {
         Self(Mutex::new(ExchangeState {
             phase: Phase::Head,
             slot: Some(slot),
             task: None,
+            client,
         }))
+    }
+
+    fn client(&self) -> Client {
+        self.state().client
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, ExchangeState> {

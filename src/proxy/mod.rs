@@ -42,7 +42,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use nix::sys::socket::SockaddrStorage;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
@@ -56,6 +56,7 @@ use crate::shutdown::Shutdown;
 use crate::telemetry::{Metrics, Outcome};
 use crate::upstream::{self, Upstream, UpstreamError, UpstreamState};
 use admission::{Admission, Pending, PendingLimits, PendingSlot};
+use proxy_header::TrustedNetworks;
 use refusal::Refusal;
 use route::{Route, RouteError};
 
@@ -94,6 +95,9 @@ pub struct Limits {
     /// Withhold a client's `Browser.close` and tell the session owner (who closes Chrome
     /// itself, cleanly). Off in `proxy` mode, where the browser is not ours to manage.
     pub intercept_browser_close: bool,
+    /// Peers whose connections may start with a PROXY protocol v2 header
+    /// (`TRUSTED_PROXY_NETWORKS`).
+    pub trusted_proxies: TrustedNetworks,
 }
 
 impl Default for Limits {
@@ -108,6 +112,7 @@ impl Default for Limits {
             max_head_bytes: MAX_HEAD_BYTES,
             upstream_timeout: Duration::from_secs(10),
             intercept_browser_close: true,
+            trusted_proxies: TrustedNetworks::default(),
         }
     }
 }
@@ -122,6 +127,7 @@ impl Limits {
                 max_per_address: t.max_pending_per_address,
             },
             header_timeout: t.header_timeout,
+            trusted_proxies: t.trusted_proxies.clone(),
             ..Self::default()
         }
     }
@@ -1002,7 +1008,10 @@ fn parse_switching(buf: &[u8]) -> Result<Option<usize>, DialError> {
 
 /// Writes `response`, half-closes, and drains what the client still sends for a moment so the
 /// answer is not lost to a reset.
-pub(crate) async fn respond_and_close(mut stream: TcpStream, response: Vec<u8>) {
+pub(crate) async fn respond_and_close<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    response: Vec<u8>,
+) {
     if stream.write_all(&response).await.is_err() {
         return;
     }
@@ -1011,7 +1020,7 @@ pub(crate) async fn respond_and_close(mut stream: TcpStream, response: Vec<u8>) 
 
 /// Half-closes an answered connection and drains what the client still sends, for a moment
 /// (1 s, 256 KiB), so the answer is not lost to a reset.
-pub(crate) async fn linger(mut stream: TcpStream) {
+pub(crate) async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
     let _ = stream.shutdown().await;
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let mut sink = [0u8; 4096];
