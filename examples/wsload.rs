@@ -13,6 +13,9 @@
 //!   - connection setup (TCP connect + upgrade + 101 read), likewise, each connection closed
 //!     and its teardown awaited outside the timed part;
 //!   - RSS (VmRSS, pid and children summed) with `--idle-conns` upgraded connections held idle.
+//! - `burst`: opens `--conns` upgraded connections to one target from one address,
+//!   `--concurrency` at a time (each connect followed at once by its upgrade request), holds
+//!   them all and counts the answers: 101s, refusals by status, errors.
 //! - `free-port`, `wait-port`: small helpers for the script.
 //!
 //! Build with `cargo build --release --examples`; all traffic is on loopback.
@@ -65,6 +68,27 @@ enum Command {
     },
     /// Measures the targets in one run.
     Compare(CompareArgs),
+    /// Opens many upgraded connections at once from one address and counts the refusals.
+    Burst(BurstArgs),
+}
+
+#[derive(clap::Args)]
+struct BurstArgs {
+    /// HOST:PORT to connect to.
+    #[arg(long)]
+    target: SocketAddr,
+    /// Request path of every upgrade (may carry `?signingKey=`).
+    #[arg(long)]
+    path: String,
+    /// Connections opened, and held until all are done.
+    #[arg(long, default_value_t = 200)]
+    conns: usize,
+    /// Connections being set up at the same time (`--conns` = all at once).
+    #[arg(long, default_value_t = 50)]
+    concurrency: usize,
+    /// Times the whole burst is repeated (connections of one round closed before the next).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
 }
 
 #[derive(clap::Args)]
@@ -179,7 +203,100 @@ fn main() -> Result<()> {
             Ok(())
         }),
         Command::Compare(args) => rt.block_on(compare(args)),
+        Command::Burst(args) => rt.block_on(burst(args)),
     }
+}
+
+/// What one connection of a burst got.
+enum BurstAnswer {
+    Upgraded(TcpStream),
+    /// Another status (its number; 0 if the status line did not parse).
+    Refused(u16),
+    /// Closed or failed before a complete answer.
+    Failed,
+}
+
+async fn burst_one(addr: SocketAddr, request: &[u8]) -> BurstAnswer {
+    let Ok(mut stream) = TcpStream::connect(addr).await else {
+        return BurstAnswer::Failed;
+    };
+    let _ = stream.set_nodelay(true);
+    if stream.write_all(request).await.is_err() {
+        return BurstAnswer::Failed;
+    }
+    let mut buf = Vec::with_capacity(512);
+    if ws::read_head(&mut stream, &mut buf).await.is_err() {
+        return BurstAnswer::Failed;
+    }
+    let status = std::str::from_utf8(&buf)
+        .ok()
+        .and_then(|h| h.split(' ').nth(1))
+        .and_then(|c| c.parse::<u16>().ok())
+        .unwrap_or(0);
+    if status == 101 {
+        BurstAnswer::Upgraded(stream)
+    } else {
+        BurstAnswer::Refused(status)
+    }
+}
+
+async fn burst(a: BurstArgs) -> Result<()> {
+    let request = ws::upgrade_request("127.0.0.1", &a.path);
+    let concurrency = a.concurrency.clamp(1, a.conns.max(1));
+    for round in 0..a.rounds {
+        let started = Instant::now();
+        let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..concurrency {
+            let (next, request, conns, addr) = (next.clone(), request.clone(), a.conns, a.target);
+            workers.spawn(async move {
+                let mut got = Vec::new();
+                while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < conns {
+                    let t0 = Instant::now();
+                    let answer = burst_one(addr, &request).await;
+                    got.push((answer, t0.elapsed().as_secs_f64() * 1e6));
+                }
+                got
+            });
+        }
+        let (mut held, mut refused, mut failed) = (Vec::new(), Vec::<u16>::new(), 0usize);
+        let mut setup_us = Vec::new();
+        while let Some(got) = workers.join_next().await {
+            for (answer, us) in got.context("a burst worker panicked")? {
+                setup_us.push(us);
+                match answer {
+                    BurstAnswer::Upgraded(s) => held.push(s),
+                    BurstAnswer::Refused(code) => refused.push(code),
+                    BurstAnswer::Failed => failed += 1,
+                }
+            }
+        }
+        let wall_ms = started.elapsed().as_secs_f64() * 1e3;
+        refused.sort_unstable();
+        let mut by_status = serde_json::Map::new();
+        for code in &refused {
+            let n = by_status
+                .entry(code.to_string())
+                .or_insert(json!(0))
+                .as_u64()
+                .unwrap_or(0);
+            by_status.insert(code.to_string(), json!(n + 1));
+        }
+        let doc = json!({
+            "round": round + 1,
+            "conns": a.conns,
+            "concurrency": concurrency,
+            "upgraded": held.len(),
+            "refused": refused.len(),
+            "refused_by_status": by_status,
+            "failed": failed,
+            "setup": stats(&mut setup_us),
+            "wall_ms": wall_ms,
+        });
+        println!("{doc}");
+        drop(held);
+    }
+    Ok(())
 }
 
 /// Sum of utime+stime (clock ticks) and of VmRSS (KiB) over `pids` and their children.

@@ -11,7 +11,7 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
@@ -130,12 +130,27 @@ struct Serving {
     stop_metrics: CancellationToken,
 }
 
-/// Binds `addr`: the listener and the address it got (`addr` may ask for port 0).
+/// Connections the kernel holds for a listener until it accepts them. Tokio's default (std's,
+/// 128) is smaller than a burst of simultaneous connects the pending budget admits: beyond it
+/// the kernel drops the SYNs, and each such client only retries a second later. The kernel caps
+/// it at `net.core.somaxconn` (4,096 on current kernels).
+pub const LISTEN_BACKLOG: u32 = 1024;
+
+/// Binds `addr` with [`LISTEN_BACKLOG`]: the listener and the address it got (`addr` may ask
+/// for port 0).
 async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), AppError> {
     let bound = async {
-        let listener = TcpListener::bind(addr).await?;
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        // As tokio's own bind does: a restarted task rebinds its port at once.
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        let listener = socket.listen(LISTEN_BACKLOG)?;
         let local = listener.local_addr()?;
-        Ok((listener, local))
+        Ok::<_, std::io::Error>((listener, local))
     };
     bound
         .await

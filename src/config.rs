@@ -69,10 +69,12 @@ settings_group! {
     ProxyTuningArgs {
         /// Concurrent upgraded (authenticated) client connections; beyond it new upgrades get 503 [default: 4096].
         max_connections = "MAX_CONNECTIONS",
-        /// Connections not authenticated yet (sending their request); when full, the oldest of the address holding the most is closed with 503 [default: 256].
+        /// Connections not authenticated yet (sending their request); beyond it, one silent for PENDING_MIN_AGE_MS from the address holding the most is closed with 503; younger ones are admitted over it up to 4x [default: 256].
         max_pending_connections = "MAX_PENDING_CONNECTIONS",
-        /// Of those, from one client address (IPv6: one /64); beyond it that address's oldest is closed with 503 [default: 32].
+        /// Of those, from one client address (IPv6: one /64); beyond it that address's oldest is closed with 503 once silent for PENDING_MIN_AGE_MS [default: 32].
         max_pending_per_address = "MAX_PENDING_PER_ADDRESS",
+        /// Milliseconds a pending connection must have been silent before it can be evicted, so bursts from one address get through (0 = evict by count alone) [default: 500].
+        pending_min_age_ms = "PENDING_MIN_AGE_MS",
         /// Prometheus metrics listener, empty = off [default: 127.0.0.1:9224 in run, off otherwise].
         metrics_addr = "METRICS_ADDR",
         /// Seconds a client has to send complete request headers before 408 [default: 3].
@@ -374,6 +376,9 @@ pub struct ProxyTuning {
     pub max_pending: usize,
     /// The share of `max_pending` one client address may hold.
     pub max_pending_per_address: usize,
+    /// `PENDING_MIN_AGE_MS`: how long a pending connection must have been silent before it
+    /// can be evicted.
+    pub pending_min_age: Duration,
     /// `METRICS_ADDR`: the metrics listener (`None`: off).
     pub metrics_addr: Option<SocketAddr>,
     /// `PROXY_HEADER_TIMEOUT_SECONDS`: time to send a complete request head.
@@ -729,6 +734,12 @@ fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
         1,
         1_000_000,
     ) as usize;
+    let pending_min_age = Duration::from_millis(r.number(
+        "PENDING_MIN_AGE_MS",
+        crate::proxy::DEFAULT_PENDING_MIN_AGE.as_millis() as u64,
+        0,
+        60_000,
+    ));
     let metrics_addr = match r.s.get("METRICS_ADDR").map(|v| v.trim()) {
         Some("") => None,
         Some(_) => r.parse::<SocketAddr>("METRICS_ADDR", "an address such as 127.0.0.1:9224"),
@@ -764,6 +775,7 @@ fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
         max_connections,
         max_pending,
         max_pending_per_address,
+        pending_min_age,
         metrics_addr,
         header_timeout,
         log_format,
@@ -1217,6 +1229,7 @@ mod tests {
         assert_eq!(c.tuning.max_connections, 4096);
         assert_eq!(c.tuning.max_pending, 256);
         assert_eq!(c.tuning.max_pending_per_address, 32);
+        assert_eq!(c.tuning.pending_min_age, Duration::from_millis(500));
         assert_eq!(c.tuning.header_timeout, Duration::from_secs(3));
         assert_eq!(
             c.tuning.metrics_addr,
@@ -1408,6 +1421,7 @@ mod tests {
             ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
             ("MAX_PENDING_CONNECTIONS", "16"),
             ("MAX_PENDING_PER_ADDRESS", "4"),
+            ("PENDING_MIN_AGE_MS", "250"),
             ("PROXY_HEADER_TIMEOUT_SECONDS", "2"),
         ]))
         .unwrap();
@@ -1415,15 +1429,17 @@ mod tests {
             (
                 c.tuning.max_pending,
                 c.tuning.max_pending_per_address,
+                c.tuning.pending_min_age,
                 c.tuning.header_timeout
             ),
-            (16, 4, Duration::from_secs(2))
+            (16, 4, Duration::from_millis(250), Duration::from_secs(2))
         );
         let e = RunConfig::from_settings(&map(&[
             ("SESSION_ID", "s"),
             ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
             ("MAX_PENDING_CONNECTIONS", "0"),
             ("MAX_PENDING_PER_ADDRESS", "many"),
+            ("PENDING_MIN_AGE_MS", "60001"),
         ]))
         .unwrap_err()
         .to_string();
@@ -1433,6 +1449,10 @@ mod tests {
         );
         assert!(
             e.contains("MAX_PENDING_PER_ADDRESS must be a whole number"),
+            "{e}"
+        );
+        assert!(
+            e.contains("PENDING_MIN_AGE_MS must be between 0 and 60000"),
             "{e}"
         );
     }

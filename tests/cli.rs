@@ -121,6 +121,7 @@ fn help_documents_every_variable() {
         "MAX_CONNECTIONS",
         "MAX_PENDING_CONNECTIONS",
         "MAX_PENDING_PER_ADDRESS",
+        "PENDING_MIN_AGE_MS",
         "PROXY_HEADER_TIMEOUT_SECONDS",
         "METRICS_ADDR",
         "LOG_FORMAT",

@@ -754,6 +754,119 @@ fn idle_unauthenticated_sockets_starve_neither_clients_nor_health() {
     );
 }
 
+/// A burst is not an attack: 200 simultaneous connects from one address (a gateway, a NAT),
+/// each sending its upgrade at once, all get through to real Chrome with the default
+/// limits (32 pending per address, 256 in all), and every one of them works.
+#[test]
+fn a_burst_of_200_simultaneous_connects_from_one_address_all_get_through() {
+    const BURST: usize = 200;
+    let (_c, s) = Controller::local(&[], &[]);
+    let request = upgrade_request(
+        &format!("/?signingKey={}", s.token),
+        &s.addr.to_string(),
+        &[],
+    );
+    // All connected before the first answer is read: each sends its upgrade as soon as it is
+    // connected, and the proxy admits them faster than it answers them.
+    let mut conns: Vec<TcpStream> = (0..BURST)
+        .map(|_| {
+            let mut t = TcpStream::connect(s.addr).unwrap();
+            t.set_read_timeout(Some(WAIT)).unwrap();
+            t.set_write_timeout(Some(WAIT)).unwrap();
+            t.write_all(&request).unwrap();
+            t
+        })
+        .collect();
+    let mut refused = Vec::new();
+    for (i, c) in conns.iter_mut().enumerate() {
+        let head = read_head(c).unwrap_or_else(|| panic!("connection {i}: no answer"));
+        if status_of(&head) != 101 {
+            refused.push((i, head));
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "{} of {BURST} refused, first: {:?}",
+        refused.len(),
+        refused.first()
+    );
+    // Each is a live CDP connection to the browser.
+    for (i, c) in conns.into_iter().enumerate() {
+        let mut ws =
+            tungstenite::WebSocket::from_raw_socket(c, tungstenite::protocol::Role::Client, None);
+        let msg = serde_json::json!({"id": i, "method": "Browser.getVersion"});
+        ws.send(Message::text(msg.to_string())).unwrap();
+        let reply = loop {
+            if let Message::Text(t) = ws.read().unwrap() {
+                let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                if v["id"] == i {
+                    break v;
+                }
+            }
+        };
+        assert!(
+            reply["result"]["product"].as_str().is_some(),
+            "connection {i}: {reply}"
+        );
+    }
+}
+
+/// The attacker's side of evicting by age: a flood of idle sockets from many addresses,
+/// faster than they can age into evictability and well past the hard ceiling (4 x
+/// `MAX_PENDING_CONNECTIONS`). The proxy never holds more pending connections than the
+/// ceiling, `/health` and an authenticated client get in during the flood, and once the
+/// sockets are silent for `PENDING_MIN_AGE_MS` the budget holds again.
+#[test]
+fn a_flood_of_idle_sockets_from_many_addresses_stays_bounded_and_keeps_nobody_out() {
+    const BUDGET: u64 = 16;
+    const CEILING: u64 = 4 * BUDGET;
+    let up = FakeUpstream::idle();
+    let (mut c, addr) = support::proxy(
+        up.addr,
+        &[
+            ("MAX_PENDING_CONNECTIONS", "16"),
+            ("MAX_PENDING_PER_ADDRESS", "4"),
+            ("PROXY_HEADER_TIMEOUT_SECONDS", "600"),
+        ],
+    );
+    // 300 idle sockets, three from each of 127.0.1.1 to 127.0.1.100.
+    let flood: Vec<TcpStream> = (0..300u16)
+        .map(|i| connect_from(Ipv4Addr::new(127, 0, 1, 1 + (i / 3) as u8), addr))
+        .collect();
+
+    let health = raw_http(addr, b"GET /health HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(status_of(&health), 200, "{health}");
+    let client = upgraded(addr);
+    next_upgrade(&up);
+
+    // Trimmed back to the budget once the flood is old enough.
+    c.wait_event(|e| {
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("pending budget trimmed"))
+            && e["pending"].as_u64().is_some_and(|n| n <= BUDGET)
+    });
+    // Every admission and trim reported the pending count: never above the ceiling.
+    let counts: Vec<u64> = c
+        .stderr
+        .lines()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|e| e["pending"].as_u64())
+        .collect();
+    assert!(
+        counts.iter().any(|n| *n > BUDGET),
+        "the flood never went over the budget: the test proves nothing"
+    );
+    assert!(
+        counts.iter().all(|n| *n <= CEILING),
+        "more than {CEILING} pending: {:?}",
+        counts.iter().max()
+    );
+    drop(client);
+    drop(flood);
+}
+
 /// A client that sends its first frame in the same write as its upgrade request: the bytes the
 /// HTTP server read past the head are handed to the relay with the socket, not lost.
 #[test]

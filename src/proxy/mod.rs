@@ -2,19 +2,20 @@
 //! rewriting, relay and health.
 //!
 //! Per connection: admitted as *pending* ([`admission`]: its own budget, per client address,
-//! an older pending connection evicted when it is full) → hyper's HTTP/1.1 server reads the
-//! request head (size and header-count limits, deadline) → route → authenticate → check Chrome
-//! is ready → leave the pending budget → either answer a `/json/*` request from Chrome with URLs
-//! rewritten, or dial Chrome's WebSocket *before* answering the client's upgrade, take the
-//! client's socket back from hyper (`into_parts`, with any bytes it already read), write
-//! Chrome's 101 as Chrome sent it and relay bytes on the relay thread until either side
-//! closes. Hyper writes every other answer; the 101 does not go through hyper's upgrade path
-//! (`Upgraded::downcast`), which cost about 2 µs more per connection setup (p50, `wsload
-//! compare` of the two builds interleaved) for no gain: the bytes are Chrome's either way.
-//! Only these upgraded connections hold one of the `MAX_CONNECTIONS` slots. Every refusal is a
-//! [`Refusal`]. Toward Chrome the `Host` is Chrome's loopback address, `Origin` and credentials
-//! are dropped, and `Sec-WebSocket-Extensions` is removed so no compression hides the client's
-//! commands from the `Browser.close` inspector.
+//! kept by evicting connections silent for a minimum age; younger ones are admitted over it up
+//! to a hard ceiling) → hyper's HTTP/1.1 server reads the request head (size and header-count
+//! limits, deadline) → route → authenticate → check Chrome is ready → leave the pending budget
+//! → either answer a `/json/*` request from Chrome with URLs rewritten, or dial Chrome's
+//! WebSocket *before* answering the client's upgrade, take the client's socket back from hyper
+//! (`into_parts`, with any bytes it already read), write Chrome's 101 as Chrome sent it and
+//! relay bytes on the relay thread until either side closes. Hyper writes every other answer;
+//! the 101 does not go through hyper's upgrade path (`Upgraded::downcast`), which cost about
+//! 2 µs more per connection setup (p50, `wsload compare` of the two builds interleaved) for no
+//! gain: the bytes are Chrome's either way. Only these upgraded connections hold one of the
+//! `MAX_CONNECTIONS` slots. Every refusal is a [`Refusal`]. Toward Chrome the `Host` is
+//! Chrome's loopback address, `Origin` and credentials are dropped, and
+//! `Sec-WebSocket-Extensions` is removed so no compression hides the client's commands from the
+//! `Browser.close` inspector.
 
 pub mod admission;
 pub mod discovery;
@@ -76,6 +77,9 @@ pub const DEFAULT_MAX_PENDING: usize = 256;
 /// Default share of that budget one client address may hold.
 pub const DEFAULT_MAX_PENDING_PER_ADDRESS: usize = 32;
 
+/// Default time a pending connection must have been silent before it can be evicted.
+pub const DEFAULT_PENDING_MIN_AGE: Duration = admission::DEFAULT_MIN_AGE;
+
 /// Default time a client has to send its request head.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -107,6 +111,7 @@ impl Default for Limits {
             pending: PendingLimits {
                 max_pending: DEFAULT_MAX_PENDING,
                 max_per_address: DEFAULT_MAX_PENDING_PER_ADDRESS,
+                min_age: DEFAULT_PENDING_MIN_AGE,
             },
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             max_head_bytes: MAX_HEAD_BYTES,
@@ -125,6 +130,7 @@ impl Limits {
             pending: PendingLimits {
                 max_pending: t.max_pending,
                 max_per_address: t.max_pending_per_address,
+                min_age: t.pending_min_age,
             },
             header_timeout: t.header_timeout,
             trusted_proxies: t.trusted_proxies.clone(),
@@ -239,6 +245,19 @@ impl Proxy {
         // connection's Chrome deadline (10 s) would do that once.
         let mut pacer = tokio::time::interval(Duration::from_secs(1));
         pacer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Brings the pending budget back once connections admitted over it are old enough.
+        let metrics = self.metrics.clone();
+        let pending = self.pending.clone();
+        tracker.spawn(self.pending.clone().run_trimmer(stop.clone(), move |n| {
+            for _ in 0..n {
+                metrics.outcome(Outcome::AtCapacity);
+            }
+            debug!(
+                evicted = n,
+                pending = pending.len(),
+                "pending budget trimmed: evicted unauthenticated connections silent too long"
+            );
+        }));
         loop {
             let (stream, peer) = tokio::select! {
                 _ = pacer.tick() => continue,
@@ -255,9 +274,11 @@ impl Proxy {
             };
             let _ = stream.set_nodelay(true);
             let (slot, admission) = self.pending.admit(peer.ip());
-            if admission != Admission::Free {
+            if admission.evicted() {
                 self.metrics.outcome(Outcome::AtCapacity);
-                debug!(client.addr = %peer, ?admission, "pending budget full: evicted an older unauthenticated connection");
+                debug!(client.addr = %peer, ?admission, pending = self.pending.len(), "pending budget full: evicted an older unauthenticated connection");
+            } else if admission == Admission::OverBudget {
+                debug!(client.addr = %peer, pending = self.pending.len(), "admitted over the pending budget: nobody silent long enough to evict");
             }
             let this = self.clone();
             let span = tracing::info_span!("conn", session.id = %self.auth.session_id(), client.addr = %peer);
@@ -438,7 +459,7 @@ impl Proxy {
     /// stays pending with the upgrade stashed in `exchange`, and [`Proxy::handle`] takes the
     /// socket back from hyper, writes Chrome's 101 and relays.
     async fn respond(&self, req: Request<Incoming>, exchange: &Exchange, socket: Socket) -> Answer {
-        exchange.set_phase(Phase::Admitting);
+        exchange.heard();
         let admitted = match self.admit(req).await {
             Ok(a) => a,
             Err(answer) => {
@@ -821,6 +842,15 @@ impl Exchange {
 
     fn phase(&self) -> Phase {
         self.state().phase
+    }
+
+    /// The request head arrived: it is being admitted, and is no longer silent.
+    fn heard(&self) {
+        let mut st = self.state();
+        st.phase = Phase::Admitting;
+        if let Some(slot) = st.slot.as_mut() {
+            slot.heard();
+        }
     }
 
     fn set_phase(&self, phase: Phase) {
