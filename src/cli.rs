@@ -20,7 +20,7 @@ use crate::aws;
 use crate::chrome::{self, LaunchOptions, flags};
 use crate::config::{
     self, ArchivePlace, ChromeSettings, Cli, Command, ConfigErrors, ContextSource, GatewayConfig,
-    KeyConfig, LocalConfig, LogFormat, PoolQueue, ProxyConfig, ProxyTuning, RunConfig,
+    GatewayTls, KeyConfig, LocalConfig, LogFormat, PoolQueue, ProxyConfig, ProxyTuning, RunConfig,
     SessionStoreConfig, TokenConfig,
 };
 use crate::proxy::Limits;
@@ -414,12 +414,23 @@ async fn proxy(c: ProxyConfig, tasks: Shutdown) -> i32 {
 }
 
 /// The gateway's TLS configuration: the certificate loaded (an unusable one is an error at
-/// start) and looked at again every [`crate::tls::RELOAD_EVERY`] until shutdown.
+/// start) and looked at again every [`crate::tls::RELOAD_EVERY`] until shutdown. A local
+/// authority's certificate is printed as `caCert: PATH` on stdout.
 fn gateway_tls(
-    files: &crate::tls::CertFiles,
+    source: &GatewayTls,
     tasks: &Shutdown,
 ) -> Result<Arc<rustls::ServerConfig>, crate::tls::TlsError> {
-    let cert = Arc::new(crate::tls::ReloadingCert::load(files.clone())?);
+    let files = match source {
+        GatewayTls::Files(files) => files.clone(),
+        GatewayTls::LocalCa(dir) => {
+            let ca = crate::tls::LocalCa::ensure(dir)?;
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "caCert: {}", ca.ca_cert.display());
+            let _ = out.flush();
+            ca.server
+        }
+    };
+    let cert = Arc::new(crate::tls::ReloadingCert::load(files)?);
     tasks.spawn(
         cert.clone()
             .watch(crate::tls::RELOAD_EVERY, tasks.token().clone()),
@@ -459,7 +470,7 @@ async fn gateway(c: GatewayConfig, tasks: Shutdown) -> i32 {
     limits.intercept_browser_close = false;
     let tls = match &c.tls {
         None => None,
-        Some(files) => match gateway_tls(files, &tasks) {
+        Some(source) => match gateway_tls(source, &tasks) {
             Ok(config) => Some(config),
             Err(e) => {
                 error!(error = %e, "the gateway's TLS certificate is unusable");

@@ -181,6 +181,8 @@ settings_group! {
         gateway_tls_cert = "GATEWAY_TLS_CERT",
         /// PEM private key of GATEWAY_TLS_CERT.
         gateway_tls_key = "GATEWAY_TLS_KEY",
+        /// Instead of GATEWAY_TLS_CERT/KEY: a directory holding a local certificate authority and a certificate it signed for 127.0.0.1, ::1 and localhost (made on first use, files 0600, reused after); the CA's certificate is printed as `caCert: PATH` on stdout (the local platform's `serve --tls`).
+        gateway_local_ca_dir = "GATEWAY_LOCAL_CA_DIR",
         /// true = clients reach the gateway over TLS ended in front of it (a load balancer's TLS listener): discovery answers name wss:// and https://. Implied by GATEWAY_TLS_CERT [default: false].
         gateway_client_tls = "GATEWAY_CLIENT_TLS",
         /// true = each connection to a task starts with a PROXY protocol v2 header naming the client and whether it used TLS; the tasks must list the gateway's network in TRUSTED_PROXY_NETWORKS [default: true].
@@ -569,14 +571,23 @@ pub struct GatewayConfig {
     pub lookup_ttl: Duration,
     /// `EXIT_WITH_PARENT`.
     pub exit_with_parent: bool,
-    /// `GATEWAY_TLS_CERT` and `GATEWAY_TLS_KEY`: TLS ended in the gateway.
-    pub tls: Option<CertFiles>,
+    /// TLS ended in the gateway, and where its certificate comes from.
+    pub tls: Option<GatewayTls>,
     /// Clients use TLS (`GATEWAY_CLIENT_TLS`, or TLS ended here).
     pub client_tls: bool,
     /// `GATEWAY_PROXY_PROTOCOL`: a PROXY v2 header before each connection to a task.
     pub proxy_protocol_to_tasks: bool,
     /// The edge's limits and telemetry.
     pub tuning: ProxyTuning,
+}
+
+/// Where the gateway's TLS certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GatewayTls {
+    /// `GATEWAY_TLS_CERT` and `GATEWAY_TLS_KEY`, read again when they change.
+    Files(CertFiles),
+    /// `GATEWAY_LOCAL_CA_DIR`: a local authority's certificate, made on first use.
+    LocalCa(PathBuf),
 }
 
 /// `wallcrawler-controller token`.
@@ -1113,7 +1124,7 @@ impl GatewayConfig {
             60_000,
         ));
         let exit_with_parent = r.boolean("EXIT_WITH_PARENT", false);
-        let tls = match (r.text("GATEWAY_TLS_CERT"), r.text("GATEWAY_TLS_KEY")) {
+        let files = match (r.text("GATEWAY_TLS_CERT"), r.text("GATEWAY_TLS_KEY")) {
             (Some(cert), Some(key)) => Some(CertFiles {
                 cert: PathBuf::from(cert),
                 key: PathBuf::from(key),
@@ -1125,6 +1136,18 @@ impl GatewayConfig {
                 );
                 None
             }
+        };
+        let tls = match (files, r.text("GATEWAY_LOCAL_CA_DIR")) {
+            (Some(_), Some(_)) => {
+                r.errors.push(
+                    "set GATEWAY_TLS_CERT/GATEWAY_TLS_KEY or GATEWAY_LOCAL_CA_DIR, not both"
+                        .to_owned(),
+                );
+                None
+            }
+            (Some(f), None) => Some(GatewayTls::Files(f)),
+            (None, Some(dir)) => Some(GatewayTls::LocalCa(PathBuf::from(dir))),
+            (None, None) => None,
         };
         let client_tls = r.boolean("GATEWAY_CLIENT_TLS", false) || tls.is_some();
         let proxy_protocol_to_tasks = r.boolean("GATEWAY_PROXY_PROTOCOL", true);

@@ -208,6 +208,11 @@ impl Gateway {
         stop: CancellationToken,
         tracker: TaskTracker,
     ) {
+        // Brings the pending budget back once connections admitted over it are old enough
+        // (each evicted connection counts itself as `evicted`).
+        tracker.spawn(self.pending.clone().run_trimmer(stop.clone(), |n| {
+            debug!(evicted = n, "pending budget trimmed");
+        }));
         loop {
             let (stream, peer) = tokio::select! {
                 r = listener.accept() => match r {
@@ -262,11 +267,17 @@ impl Gateway {
     /// within the header deadline; a broken one closes the connection), then it is admitted
     /// under that client's address.
     async fn from_trusted(self: Arc<Self>, mut stream: TcpStream, mut client: Client) {
-        let read = tokio::time::timeout(
-            self.settings.limits.header_timeout,
-            proxy_header::read(&mut stream),
-        )
-        .await;
+        // Counted under the peer's own address while its header is read: the budget bounds
+        // these connections too.
+        let (reading, _) = self.pending.admit(client.addr.ip());
+        let evicted = reading.eviction();
+        let read = tokio::select! {
+            r = tokio::time::timeout(
+                self.settings.limits.header_timeout,
+                proxy_header::read(&mut stream),
+            ) => r,
+            () = evicted.cancelled() => return,
+        };
         match read {
             Ok(Ok(Source::Direct)) => {}
             Ok(Ok(Source::Forwarded { client: addr, tls })) => {
@@ -285,6 +296,7 @@ impl Gateway {
             }
         }
         let (slot, _) = self.pending.admit(client.addr.ip());
+        drop(reading);
         self.accepted(stream, client, slot).await;
     }
 

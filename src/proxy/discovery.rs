@@ -21,35 +21,39 @@ pub fn is_valid_authority(host: &str) -> bool {
 }
 
 /// Rewrites every `webSocketDebuggerUrl` and `devtoolsFrontendUrl` in a `/json/version` or
-/// `/json/list` body to point at `authority`, carrying `token` when given.
+/// `/json/list` body to point at `authority`, carrying `token` when given; `secure`: the
+/// client's connection was TLS (ended in front of the proxy), so the URLs are `wss://` too.
 pub fn rewrite_discovery(
     body: &[u8],
     authority: &str,
     token: Option<&str>,
+    secure: bool,
 ) -> Result<Vec<u8>, serde_json::Error> {
     let mut value: Value = serde_json::from_slice(body)?;
     match &mut value {
         Value::Array(items) => items
             .iter_mut()
-            .for_each(|i| rewrite_object(i, authority, token)),
-        other => rewrite_object(other, authority, token),
+            .for_each(|i| rewrite_object(i, authority, token, secure)),
+        other => rewrite_object(other, authority, token, secure),
     }
     serde_json::to_vec_pretty(&value)
 }
 
-fn rewrite_object(v: &mut Value, authority: &str, token: Option<&str>) {
+fn rewrite_object(v: &mut Value, authority: &str, token: Option<&str>, secure: bool) {
     let Some(obj) = v.as_object_mut() else { return };
     if let Some(Value::String(url)) = obj.get_mut("webSocketDebuggerUrl") {
-        *url = rewrite_ws_url(url, authority, token);
+        *url = rewrite_ws_url(url, authority, token, secure);
     }
     if let Some(Value::String(url)) = obj.get_mut("devtoolsFrontendUrl") {
-        *url = rewrite_frontend_url(url, authority, token);
+        *url = rewrite_frontend_url(url, authority, token, secure);
     }
 }
 
-/// `ws://127.0.0.1:9222/devtools/page/X` → `ws://<authority>/devtools/page/X[?signingKey=T]`.
-pub fn rewrite_ws_url(url: &str, authority: &str, token: Option<&str>) -> String {
+/// `ws://127.0.0.1:9222/devtools/page/X` → `ws://<authority>/devtools/page/X[?signingKey=T]`
+/// (`wss://` when `secure`).
+pub fn rewrite_ws_url(url: &str, authority: &str, token: Option<&str>, secure: bool) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("ws", url));
+    let scheme = if secure { "wss" } else { scheme };
     let path = rest.find('/').map_or("/", |i| &rest[i..]);
     let mut out = format!("{scheme}://{authority}{path}");
     if let Some(t) = token {
@@ -73,14 +77,22 @@ pub fn is_proxy_relative(url: &str) -> bool {
         && !b.iter().any(|c| c.is_ascii_control() || *c == b' ')
 }
 
-/// Rewrites the `ws=` (or `wss=`) parameter of a DevTools frontend URL to `authority`. The
-/// token is added only when the URL itself points back at the proxy
-/// ([`is_proxy_relative`]): a frontend on another host must never receive it.
-pub fn rewrite_frontend_url(url: &str, authority: &str, token: Option<&str>) -> String {
+/// Rewrites the `ws=` (or `wss=`) parameter of a DevTools frontend URL to `authority` (named
+/// `wss=` when `secure`: the frontend then dials `wss://`). The token is added only when the
+/// URL itself points back at the proxy ([`is_proxy_relative`]): a frontend on another host
+/// must never receive it.
+pub fn rewrite_frontend_url(
+    url: &str,
+    authority: &str,
+    token: Option<&str>,
+    secure: bool,
+) -> String {
     let token = token.filter(|_| is_proxy_relative(url));
     for key in ["?ws=", "&ws=", "?wss=", "&wss="] {
         if let Some(start) = url.find(key) {
             let value_start = start + key.len();
+            // `?` or `&`, then the parameter's name as the client's scheme wants it.
+            let name_start = start + 1;
             let value_end = url[value_start..]
                 .find('&')
                 .map_or(url.len(), |i| value_start + i);
@@ -94,7 +106,12 @@ pub fn rewrite_frontend_url(url: &str, authority: &str, token: Option<&str>) -> 
                 new_value.push_str("%3D");
                 new_value.extend(form_urlencoded::byte_serialize(t.as_bytes()));
             }
-            return format!("{}{}{}", &url[..value_start], new_value, &url[value_end..]);
+            let name = if secure { "wss=" } else { &key[1..] };
+            return format!(
+                "{}{name}{new_value}{}",
+                &url[..name_start],
+                &url[value_end..]
+            );
         }
     }
     url.to_owned()
@@ -144,6 +161,7 @@ mod tests {
             VERSION.as_bytes(),
             "browser.example.test:9223",
             Some("t.k.n"),
+            false,
         )
         .unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
@@ -156,7 +174,7 @@ mod tests {
 
     #[test]
     fn list_rewrites_every_url_and_keeps_other_entries() {
-        let out = rewrite_discovery(LIST.as_bytes(), "10.0.0.1:9223", None).unwrap();
+        let out = rewrite_discovery(LIST.as_bytes(), "10.0.0.1:9223", None, false).unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(
             v[0]["webSocketDebuggerUrl"],
@@ -171,11 +189,37 @@ mod tests {
     }
 
     #[test]
+    fn behind_tls_the_urls_are_secure() {
+        let out =
+            rewrite_discovery(LIST.as_bytes(), "connect.example.test", Some("a.b"), true).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v[0]["webSocketDebuggerUrl"],
+            "wss://connect.example.test/devtools/page/P1?signingKey=a.b"
+        );
+        assert_eq!(
+            v[0]["devtoolsFrontendUrl"],
+            "https://chrome-devtools-frontend.appspot.com/serve_rev/@x/inspector.html?wss=connect.example.test/devtools/page/P1"
+        );
+        let relative = rewrite_frontend_url(
+            "/devtools/inspector.html?ws=127.0.0.1:1/devtools/page/P&x=1",
+            "h",
+            None,
+            true,
+        );
+        assert_eq!(
+            relative,
+            "/devtools/inspector.html?wss=h/devtools/page/P&x=1"
+        );
+    }
+
+    #[test]
     fn frontend_url_carries_an_encoded_token() {
         let u = rewrite_frontend_url(
             "/devtools/inspector.html?ws=127.0.0.1:1/devtools/page/P&x=1",
             "h:2",
             Some("a.b"),
+            false,
         );
         assert_eq!(
             u,
@@ -189,6 +233,7 @@ mod tests {
             "https://chrome-devtools-frontend.appspot.com/serve_rev/@x/inspector.html?ws=127.0.0.1:1/devtools/page/P",
             "h:2",
             Some("a.b"),
+            false,
         );
         assert_eq!(
             absolute,
@@ -202,7 +247,7 @@ mod tests {
             "inspector.html?ws=127.0.0.1:1/devtools/page/P",
         ] {
             assert!(!is_proxy_relative(elsewhere), "{elsewhere}");
-            let out = rewrite_frontend_url(elsewhere, "h:2", Some("a.b"));
+            let out = rewrite_frontend_url(elsewhere, "h:2", Some("a.b"), false);
             assert!(
                 out.contains("ws=h:2/devtools/page/P"),
                 "ws= still rewritten: {out}"
@@ -212,7 +257,7 @@ mod tests {
         assert!(is_proxy_relative(
             "/devtools/inspector.html?ws=h/devtools/page/P"
         ));
-        let out = rewrite_discovery(LIST.as_bytes(), "h:2", Some("a.b")).unwrap();
+        let out = rewrite_discovery(LIST.as_bytes(), "h:2", Some("a.b"), false).unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(
             v[0]["webSocketDebuggerUrl"],

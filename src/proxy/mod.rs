@@ -57,7 +57,7 @@ use crate::shutdown::Shutdown;
 use crate::telemetry::{Metrics, Outcome};
 use crate::upstream::{self, Upstream, UpstreamError, UpstreamState};
 use admission::{Admission, Pending, PendingLimits, PendingSlot};
-use proxy_header::TrustedNetworks;
+use proxy_header::{Source, TrustedNetworks};
 use refusal::Refusal;
 use route::{Route, RouteError};
 
@@ -273,19 +273,27 @@ impl Proxy {
                 () = stop.cancelled() => return,
             };
             let _ = stream.set_nodelay(true);
-            let (slot, admission) = self.pending.admit(peer.ip());
-            if admission.evicted() {
-                self.metrics.outcome(Outcome::AtCapacity);
-                debug!(client.addr = %peer, ?admission, pending = self.pending.len(), "pending budget full: evicted an older unauthenticated connection");
-            } else if admission == Admission::OverBudget {
-                debug!(client.addr = %peer, pending = self.pending.len(), "admitted over the pending budget: nobody silent long enough to evict");
-            }
             let this = self.clone();
             let span = tracing::info_span!("conn", session.id = %self.auth.session_id(), client.addr = %peer);
+            if self.limits.trusted_proxies.contains(peer.ip()) {
+                // The gateway or a load balancer: the client its header names is admitted once
+                // the header is read.
+                tracker.spawn(
+                    async move {
+                        this.metrics.connections_open.inc();
+                        this.clone().from_trusted(stream, peer).await;
+                        this.metrics.connections_open.dec();
+                    }
+                    .instrument(span),
+                );
+                continue;
+            }
+            // Admitted here, in accept order, so the budget's eviction order is arrival order.
+            let slot = self.admit_pending(peer);
             tracker.spawn(
                 async move {
                     this.metrics.connections_open.inc();
-                    this.clone().handle(stream, slot).await;
+                    this.clone().handle(stream, slot, false).await;
                     this.metrics.connections_open.dec();
                 }
                 .instrument(span),
@@ -293,16 +301,64 @@ impl Proxy {
         }
     }
 
+    /// A connection into the pending budget, under `client`'s address.
+    fn admit_pending(&self, client: SocketAddr) -> PendingSlot {
+        let (slot, admission) = self.pending.admit(client.ip());
+        if admission.evicted() {
+            self.metrics.outcome(Outcome::AtCapacity);
+            debug!(client.addr = %client, ?admission, pending = self.pending.len(), "pending budget full: evicted an older unauthenticated connection");
+        } else if admission == Admission::OverBudget {
+            debug!(client.addr = %client, pending = self.pending.len(), "admitted over the pending budget: nobody silent long enough to evict");
+        }
+        slot
+    }
+
+    /// A connection from `TRUSTED_PROXY_NETWORKS`: the PROXY v2 header it may start with names
+    /// the client (read within the header deadline; a broken or late one closes the
+    /// connection), which is then what the pending budget counts and the log names.
+    async fn from_trusted(self: Arc<Self>, mut stream: TcpStream, peer: SocketAddr) {
+        // Counted under the peer's own address while its header is read: the budget bounds
+        // these connections too.
+        let reading = self.admit_pending(peer);
+        let evicted = reading.eviction();
+        let read = tokio::select! {
+            r = tokio::time::timeout(self.limits.header_timeout, proxy_header::read(&mut stream)) => r,
+            () = evicted.cancelled() => return,
+        };
+        let (client, secure) = match read {
+            Ok(Ok(Source::Direct)) => (peer, false),
+            Ok(Ok(Source::Forwarded { client, tls })) => {
+                tracing::Span::current().record("client.addr", tracing::field::display(client));
+                (client, tls)
+            }
+            Ok(Err(e)) => {
+                debug!(error = %e, "refused a PROXY protocol header");
+                self.metrics.outcome(Outcome::BadRequest);
+                return;
+            }
+            Err(_) => {
+                self.metrics.outcome(Outcome::HeaderTimeout);
+                return;
+            }
+        };
+        let slot = self.admit_pending(client);
+        drop(reading);
+        self.handle(stream, slot, secure).await;
+    }
+
     /// Serves one connection through hyper. Until it is authenticated (or answered), it holds
     /// `slot` in the pending budget and is closed with a 503 as soon as it is evicted from it;
     /// a head that does not arrive within the header timeout gets a 408. Hyper answers neither
     /// (it has no request to answer), so both are written here, on the socket taken back from
     /// hyper; so is Chrome's 101 once the handler has stashed an accepted upgrade.
-    async fn handle(self: Arc<Self>, stream: TcpStream, slot: PendingSlot) {
+    async fn handle(self: Arc<Self>, stream: TcpStream, slot: PendingSlot, secure: bool) {
         // Counts from the accept; its timer is registered only if hyper still waits for the
         // head (registering one wakes the I/O driver: an eventfd write, one more epoll round).
         let deadline = tokio::time::sleep(self.limits.header_timeout);
-        let socket = Socket(stream.as_raw_fd());
+        let socket = Socket {
+            fd: stream.as_raw_fd(),
+            secure,
+        };
         let evicted = slot.eviction();
         let exchange = Arc::new(Exchange::new(slot));
         let service = {
@@ -610,7 +666,7 @@ impl Proxy {
             let content_type = answer.content_type.unwrap_or(json_type);
             return refusal::plain(answer.status, content_type, answer.body);
         }
-        match discovery::rewrite_discovery(&answer.body, &authority, token) {
+        match discovery::rewrite_discovery(&answer.body, &authority, token, socket.secure) {
             Ok(body) => {
                 self.metrics.outcome(Outcome::Http);
                 refusal::plain(StatusCode::OK, json_type, body.into())
@@ -768,13 +824,17 @@ pub(crate) fn server_builder(limits: &Limits) -> http1::Builder {
 /// A client connection's socket, by descriptor, for the one question asked of it while hyper
 /// owns it: which local address the client reached, asked only when a `/json` request has no
 /// `Host` (not a system call per connection). The descriptor stays the connection's while its
-/// handler runs: hyper's connection owns the socket and polls the handler.
+/// handler runs: hyper's connection owns the socket and polls the handler. `secure`: a trusted
+/// PROXY header said the client's connection was TLS (ended in front of the proxy).
 #[derive(Debug, Clone, Copy)]
-struct Socket(RawFd);
+struct Socket {
+    fd: RawFd,
+    secure: bool,
+}
 
 impl Socket {
     fn local_addr(self) -> Option<SocketAddr> {
-        let addr: SockaddrStorage = nix::sys::socket::getsockname(self.0).ok()?;
+        let addr: SockaddrStorage = nix::sys::socket::getsockname(self.fd).ok()?;
         if let Some(v4) = addr.as_sockaddr_in() {
             Some(SocketAddr::V4((*v4).into()))
         } else {

@@ -107,6 +107,9 @@ impl Controllers {
             .env("CDP_PROXY_HOST", "127.0.0.1")
             .env("CHROME_DEBUG_PORT", "0")
             .env("PUBLIC_IP", "127.0.0.1")
+            // The local connect gateway's PROXY headers name the real client (and whether it
+            // used TLS); only connections from this machine may carry one.
+            .env("TRUSTED_PROXY_NETWORKS", "127.0.0.0/8,::1/128")
             .env("USER_DATA_DIR", profile)
             .env("METRICS_ADDR", "")
             // A controller never outlives `serve`, however `serve` ends.

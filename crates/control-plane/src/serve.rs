@@ -46,30 +46,43 @@ pub struct LocalServer {
     gateway: Option<GatewayChild>,
 }
 
+/// How clients reach the local platform's sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Connect {
+    /// Each controller's own port, known once READY (the create waits for it).
+    Direct,
+    /// One connect gateway for every session, its URL handed out at create. `tls`: it serves
+    /// `wss://` with a certificate from a local authority kept in `<data dir>/tls`.
+    Gateway {
+        /// Serve `wss://`.
+        tls: bool,
+    },
+}
+
 impl LocalServer {
     /// Binds 127.0.0.1:`port` and prepares the data directory (creating the local project and
     /// API key on first start). `pool`: controllers kept warm (0 = one started per session).
-    /// `gateway`: start the connect gateway and hand out its URL at create (otherwise direct
-    /// mode: each controller's own URL once READY).
     pub async fn bind(
         port: u16,
         data_dir: &Path,
         mut settings: Settings,
         pool: usize,
-        gateway: bool,
+        connect: Connect,
     ) -> anyhow::Result<LocalServer> {
         let identity = load_or_init(data_dir)?;
-        let gateway = if gateway {
-            let g = GatewayChild::start(
-                &controller_bin(),
-                &data_dir.join("sessions"),
-                &identity.signing_key,
-            )
-            .await?;
-            settings.connect_base = Some(format!("ws://{}", g.addr));
-            Some(g)
-        } else {
-            None
+        let gateway = match connect {
+            Connect::Direct => None,
+            Connect::Gateway { tls } => {
+                let g = GatewayChild::start(
+                    &controller_bin(),
+                    &data_dir.join("sessions"),
+                    &identity.signing_key,
+                    tls.then(|| data_dir.join("tls")).as_deref(),
+                )
+                .await?;
+                settings.connect_base = Some(g.url());
+                Some(g)
+            }
         };
         let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).await?;
         let addr = listener.local_addr()?;
@@ -135,6 +148,17 @@ impl LocalServer {
         self.gateway.as_ref().map(|g| g.addr)
     }
 
+    /// The connect gateway's base URL (`ws://` or `wss://`), when it runs.
+    pub fn gateway_url(&self) -> Option<String> {
+        self.gateway.as_ref().map(GatewayChild::url)
+    }
+
+    /// The local certificate authority a client trusts to reach a `wss://` gateway
+    /// (`NODE_EXTRA_CA_CERTS`), when the gateway serves TLS.
+    pub fn ca_cert(&self) -> Option<&Path> {
+        self.gateway.as_ref().and_then(|g| g.ca_cert.as_deref())
+    }
+
     /// Serves until `shutdown` completes, then stops every controller it started.
     pub async fn run(
         self,
@@ -174,11 +198,20 @@ const GATEWAY_START: Duration = Duration::from_secs(10);
 struct GatewayChild {
     child: tokio::process::Child,
     addr: SocketAddr,
+    /// The local authority's certificate, when the gateway serves TLS.
+    ca_cert: Option<PathBuf>,
 }
 
 impl GatewayChild {
-    /// Starts the gateway and reads back the address it bound (`listen: ADDR` on its stdout).
-    async fn start(bin: &Path, sessions_dir: &Path, signing_key: &str) -> anyhow::Result<Self> {
+    /// Starts the gateway and reads back the address it bound (`listen: ADDR` on its stdout)
+    /// and, with `tls_dir` (a local certificate authority, made there on first use), the
+    /// authority's certificate (`caCert: PATH`, printed before it).
+    async fn start(
+        bin: &Path,
+        sessions_dir: &Path,
+        signing_key: &str,
+        tls_dir: Option<&Path>,
+    ) -> anyhow::Result<Self> {
         use tokio::io::AsyncBufReadExt;
         let mut cmd = tokio::process::Command::new(bin);
         cmd.arg("gateway")
@@ -208,6 +241,9 @@ impl GatewayChild {
                 cmd.env(var, v);
             }
         }
+        if let Some(dir) = tls_dir {
+            cmd.env("GATEWAY_LOCAL_CA_DIR", dir);
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| anyhow::anyhow!("starting {} gateway failed: {e}", bin.display()))?;
@@ -216,18 +252,42 @@ impl GatewayChild {
             .take()
             .ok_or_else(|| anyhow::anyhow!("the gateway's stdout"))?;
         let mut lines = tokio::io::BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(GATEWAY_START, lines.next_line())
-            .await
-            .map_err(|_| anyhow::anyhow!("the gateway did not start within {GATEWAY_START:?}"))??
-            .ok_or_else(|| anyhow::anyhow!("the gateway exited before it listened"))?;
-        let addr: SocketAddr = line
-            .strip_prefix("listen: ")
-            .and_then(|a| a.parse().ok())
-            .ok_or_else(|| anyhow::anyhow!("the gateway said {line:?}, not its address"))?;
+        let mut ca_cert = None;
+        let addr = tokio::time::timeout(GATEWAY_START, async {
+            loop {
+                let line = lines
+                    .next_line()
+                    .await?
+                    .ok_or_else(|| anyhow::anyhow!("the gateway exited before it listened"))?;
+                if let Some(path) = line.strip_prefix("caCert: ") {
+                    ca_cert = Some(PathBuf::from(path));
+                    continue;
+                }
+                break line
+                    .strip_prefix("listen: ")
+                    .and_then(|a| a.parse::<SocketAddr>().ok())
+                    .ok_or_else(|| anyhow::anyhow!("the gateway said {line:?}, not its address"));
+            }
+        })
+        .await
+        .map_err(|_| anyhow::anyhow!("the gateway did not start within {GATEWAY_START:?}"))??;
+        if tls_dir.is_some() && ca_cert.is_none() {
+            anyhow::bail!("the gateway serves TLS but named no certificate authority");
+        }
         // Nothing more is expected on its stdout; read it to the end all the same.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         info!(%addr, "connect gateway listening");
-        Ok(Self { child, addr })
+        Ok(Self {
+            child,
+            addr,
+            ca_cert,
+        })
+    }
+
+    /// `ws://ADDR`, or `wss://ADDR` when it serves TLS.
+    fn url(&self) -> String {
+        let scheme = if self.ca_cert.is_some() { "wss" } else { "ws" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// SIGTERM, then a bounded wait (killed when it does not end).

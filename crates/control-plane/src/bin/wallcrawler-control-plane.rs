@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use wallcrawler_control_plane::admin::{self, NewProject};
 use wallcrawler_control_plane::app::Settings;
 use wallcrawler_control_plane::aws::{self, DynamoKeys, DynamoProjects};
-use wallcrawler_control_plane::serve::{LocalServer, shutdown_signal};
+use wallcrawler_control_plane::serve::{Connect, LocalServer, shutdown_signal};
 
 /// Wallcrawler's Browserbase-compatible control plane.
 #[derive(Parser)]
@@ -43,6 +43,11 @@ enum Command {
         /// port of 127.0.0.1 serves every session, and creates answer at once.
         #[arg(long, env = "WALLCRAWLER_DIRECT_CONNECT")]
         direct: bool,
+        /// The gateway serves wss:// with a certificate for 127.0.0.1 and localhost from a
+        /// local certificate authority, made in `<data-dir>/tls/` on first start; prints
+        /// `caCert: PATH`, the authority a client trusts (`NODE_EXTRA_CA_CERTS=PATH` for Node).
+        #[arg(long, env = "WALLCRAWLER_TLS", conflicts_with = "direct")]
+        tls: bool,
     },
     /// Administer projects and API keys in the DynamoDB tables of an AWS deployment. AWS
     /// region, credentials and `AWS_ENDPOINT_URL` come from the standard AWS environment.
@@ -228,12 +233,18 @@ fn main() {
                 create_wait_seconds,
                 pool,
                 direct,
+                tls,
             } => {
                 let settings = Settings {
                     create_wait: Duration::from_secs(create_wait_seconds),
                     ..Settings::default()
                 };
-                let server = match LocalServer::bind(port, &data_dir, settings, pool, !direct).await
+                let connect = if direct {
+                    Connect::Direct
+                } else {
+                    Connect::Gateway { tls }
+                };
+                let server = match LocalServer::bind(port, &data_dir, settings, pool, connect).await
                 {
                     Ok(s) => s,
                     Err(e) => {
@@ -245,8 +256,11 @@ fn main() {
                 let _ = writeln!(out, "baseURL: http://{}", server.addr);
                 let _ = writeln!(out, "apiKey: {}", server.identity.api_key);
                 let _ = writeln!(out, "projectId: {}", server.identity.project_id);
-                if let Some(g) = server.gateway_addr() {
-                    let _ = writeln!(out, "gateway: ws://{g}");
+                if let Some(g) = server.gateway_url() {
+                    let _ = writeln!(out, "gateway: {g}");
+                }
+                if let Some(ca) = server.ca_cert() {
+                    let _ = writeln!(out, "caCert: {}", ca.display());
                 }
                 let _ = out.flush();
                 drop(out);
