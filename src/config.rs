@@ -221,7 +221,7 @@ pub enum Command {
     /// GATEWAY_HOLD_SECONDS), refuses ended (410) and unknown (404) sessions at once, and
     /// relays READY sessions' clients to their task's proxy, the request forwarded as sent.
     /// Plain TCP (TLS ends in front of it for now).
-    Gateway(GatewayArgs),
+    Gateway(Box<GatewayArgs>),
     /// Print a signed token for a session (bare token and a newline on stdout).
     Token(TokenArgs),
 }

@@ -42,6 +42,9 @@ impl Gw {
             ("GATEWAY_LISTEN", "127.0.0.1:0"),
             ("METRICS_ADDR", maddr.as_str()),
             ("LOG_FORMAT", "json"),
+            // The stand-in tasks speak plain HTTP; the PROXY header toward tasks has its own
+            // tests (and a real task reads it in the sessions-table test).
+            ("GATEWAY_PROXY_PROTOCOL", "false"),
         ];
         all.extend_from_slice(envs);
         let mut c = Controller::spawn(&["gateway"], &all);
@@ -470,6 +473,8 @@ fn the_sessions_table_routes_a_held_client_to_the_task_that_becomes_ready() {
             ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
             ("CDP_PROXY_HOST", "127.0.0.1"),
             ("PUBLIC_IP", "127.0.0.1"),
+            // The gateway's network: its PROXY header names the client.
+            ("TRUSTED_PROXY_NETWORKS", "127.0.0.1/32"),
         ]);
         crate::support::run_task(&all)
     };

@@ -20,6 +20,8 @@ mod gateway;
 mod lifecycle;
 /// Proxy edge cases against a stand-in upstream: huge frames, closes, bad requests, cap, metrics.
 mod proxy_edges;
+/// The PROXY v2 header: only from trusted networks, the named client counted, TLS passed on.
+mod proxy_protocol;
 /// Secrets Manager rotation: new key at once, previous key still, others refused.
 mod rotation;
 /// No token text in any log line of a debug-level run.

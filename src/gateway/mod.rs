@@ -228,9 +228,11 @@ impl Gateway {
             };
             let _ = stream.set_nodelay(true);
             let this = self.clone();
+            // `client.addr` is recorded once it is known: the peer's, or the client a trusted
+            // peer's PROXY header names.
             let span = tracing::info_span!(
                 "gw",
-                client.addr = %peer,
+                client.addr = tracing::field::Empty,
                 session.id = tracing::field::Empty
             );
             let client = Client {
@@ -248,6 +250,7 @@ impl Gateway {
                     .instrument(span),
                 );
             } else {
+                span.record("client.addr", tracing::field::display(peer));
                 // Admitted here, in accept order, so the budget's eviction order is the
                 // arrival order.
                 let (slot, _) = self.pending.admit(peer.ip());
@@ -283,10 +286,9 @@ impl Gateway {
             Ok(Ok(Source::Forwarded { client: addr, tls })) => {
                 client.addr = addr;
                 client.tls |= tls;
-                tracing::Span::current().record("client.addr", tracing::field::display(addr));
             }
             Ok(Err(e)) => {
-                debug!(error = %e, "refused a PROXY protocol header");
+                debug!(peer.addr = %client.addr, error = %e, "refused a PROXY protocol header");
                 self.metrics.refused(Refused::ProxyHeader);
                 return;
             }
@@ -295,6 +297,7 @@ impl Gateway {
                 return;
             }
         }
+        tracing::Span::current().record("client.addr", tracing::field::display(client.addr));
         let (slot, _) = self.pending.admit(client.addr.ip());
         drop(reading);
         self.accepted(stream, client, slot).await;

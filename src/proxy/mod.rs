@@ -274,7 +274,9 @@ impl Proxy {
             };
             let _ = stream.set_nodelay(true);
             let this = self.clone();
-            let span = tracing::info_span!("conn", session.id = %self.auth.session_id(), client.addr = %peer);
+            // `client.addr` is recorded once it is known: the peer's, or the client a trusted
+            // peer's PROXY header names.
+            let span = tracing::info_span!("conn", session.id = %self.auth.session_id(), client.addr = tracing::field::Empty);
             if self.limits.trusted_proxies.contains(peer.ip()) {
                 // The gateway or a load balancer: the client its header names is admitted once
                 // the header is read.
@@ -288,6 +290,7 @@ impl Proxy {
                 );
                 continue;
             }
+            span.record("client.addr", tracing::field::display(peer));
             // Admitted here, in accept order, so the budget's eviction order is arrival order.
             let slot = self.admit_pending(peer);
             tracker.spawn(
@@ -327,12 +330,9 @@ impl Proxy {
         };
         let (client, secure) = match read {
             Ok(Ok(Source::Direct)) => (peer, false),
-            Ok(Ok(Source::Forwarded { client, tls })) => {
-                tracing::Span::current().record("client.addr", tracing::field::display(client));
-                (client, tls)
-            }
+            Ok(Ok(Source::Forwarded { client, tls })) => (client, tls),
             Ok(Err(e)) => {
-                debug!(error = %e, "refused a PROXY protocol header");
+                debug!(peer.addr = %peer, error = %e, "refused a PROXY protocol header");
                 self.metrics.outcome(Outcome::BadRequest);
                 return;
             }
@@ -341,6 +341,7 @@ impl Proxy {
                 return;
             }
         };
+        tracing::Span::current().record("client.addr", tracing::field::display(client));
         let slot = self.admit_pending(client);
         drop(reading);
         self.handle(stream, slot, secure).await;

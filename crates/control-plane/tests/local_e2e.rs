@@ -13,6 +13,9 @@ const WAIT: Duration = Duration::from_secs(60);
 /// (the tests of the create's own waiting, and those whose controller is a stand-in script).
 const DIRECT: (&str, &str) = ("WALLCRAWLER_DIRECT_CONNECT", "true");
 
+/// `serve --tls`: the gateway serves `wss://` with a local authority's certificate.
+const TLS: (&str, &str) = ("WALLCRAWLER_TLS", "true");
+
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -20,8 +23,10 @@ fn workspace() -> PathBuf {
 struct Server {
     child: Child,
     base: String,
-    /// The connect gateway's `ws://` base (`None` in direct mode).
+    /// The connect gateway's `ws://` (`wss://` with `--tls`) base (`None` in direct mode).
     gateway: Option<String>,
+    /// The local certificate authority's PEM (`--tls`).
+    ca: Option<String>,
     key: String,
     project: String,
     data: tempfile::TempDir,
@@ -77,10 +82,13 @@ impl Server {
         let project = get("projectId: ");
         let direct = env.iter().any(|(k, v)| *k == DIRECT.0 && *v == DIRECT.1);
         let gateway = (!direct).then(|| get("gateway: "));
+        let tls = env.iter().any(|(k, v)| *k == TLS.0 && *v == TLS.1);
+        let ca = tls.then(|| get("caCert: "));
         Server {
             child,
             base,
             gateway,
+            ca,
             key,
             project,
             data,
@@ -781,10 +789,16 @@ fn warm_browsers_yield_the_cpu_and_a_claimed_one_gets_it_back() {
 
 /// Drives `url` with `client` (puppeteer or playwright) through tests/node/drive.mjs.
 fn drive_with(client: &str, url: &str) -> serde_json::Value {
+    drive_with_env(client, url, &[])
+}
+
+/// [`drive_with`] with more environment for the client (e.g. `NODE_EXTRA_CA_CERTS`).
+fn drive_with_env(client: &str, url: &str, env: &[(&str, &str)]) -> serde_json::Value {
     let dir = workspace().join("tests/node");
     let out = Command::new("node")
         .arg(dir.join("drive.mjs"))
         .args(["--client", client, "--url", url])
+        .envs(env.iter().copied())
         .current_dir(&dir)
         .output()
         .unwrap();
@@ -927,5 +941,151 @@ fn a_released_sessions_client_gets_410_within_a_second() {
         "{:?}",
         started.elapsed()
     );
+    s.stop();
+}
+
+/// Per tapped connection: the client's bytes, then the server's.
+type Recorded = std::sync::Mutex<Vec<(Vec<u8>, Vec<u8>)>>;
+
+/// A loopback forwarder in front of `to` that records every byte each connection sent either
+/// way (what a capture of the wire would show).
+struct Tap {
+    addr: std::net::SocketAddr,
+    seen: std::sync::Arc<Recorded>,
+}
+
+impl Tap {
+    fn start(to: std::net::SocketAddr) -> Tap {
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<Recorded> = Arc::default();
+        let all = seen.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = std::net::TcpStream::connect(to) else {
+                    return;
+                };
+                let slot = {
+                    let mut v = all.lock().unwrap();
+                    v.push((Vec::new(), Vec::new()));
+                    v.len() - 1
+                };
+                for (from, into, up) in [
+                    (
+                        client.try_clone().unwrap(),
+                        server.try_clone().unwrap(),
+                        true,
+                    ),
+                    (server, client, false),
+                ] {
+                    let all = all.clone();
+                    std::thread::spawn(move || Tap::pump(from, into, &all, slot, up));
+                }
+            }
+        });
+        Tap { addr, seen }
+    }
+
+    fn pump(
+        mut from: std::net::TcpStream,
+        mut into: std::net::TcpStream,
+        all: &Recorded,
+        slot: usize,
+        up: bool,
+    ) {
+        use std::io::{Read, Write};
+        let mut buf = [0u8; 16 * 1024];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 || into.write_all(&buf[..n]).is_err() {
+                break;
+            }
+            let mut v = all.lock().unwrap();
+            let rec = if up { &mut v[slot].0 } else { &mut v[slot].1 };
+            rec.extend_from_slice(&buf[..n]);
+        }
+        let _ = into.shutdown(std::net::Shutdown::Write);
+    }
+
+    fn connections(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+#[test]
+fn with_tls_every_client_drives_a_page_over_wss_and_the_wire_never_shows_the_token() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
+    let s = Server::spawn_with("25", &bin.with_file_name("wallcrawler-controller"), &[TLS]);
+    let gw = s.gateway.clone().expect("a gateway");
+    assert!(gw.starts_with("wss://127.0.0.1:"), "{gw}");
+    let ca = s.ca.clone().expect("serve --tls prints caCert:");
+    assert!(std::path::Path::new(&ca).is_file(), "{ca}");
+    let v = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
+    assert_eq!(v["status"], "RUNNING", "{v}");
+    let url = v["connectUrl"].as_str().unwrap().to_owned();
+    let token = v["signingKey"].as_str().unwrap().to_owned();
+    assert_eq!(url, format!("{gw}/?signingKey={token}"));
+
+    // Every client goes through a recording forwarder in front of the gateway.
+    let gw_addr: std::net::SocketAddr = gw.trim_start_matches("wss://").parse().unwrap();
+    let tap = Tap::start(gw_addr);
+    let tapped = url.replacen(&gw_addr.to_string(), &tap.addr.to_string(), 1);
+    let trust = [("NODE_EXTRA_CA_CERTS", ca.as_str())];
+    for client in ["puppeteer", "playwright", "cri", "stagehand"] {
+        drive_with_env(client, &tapped, &trust);
+    }
+    // Playwright's discovery over https: /json/version through the gateway names wss:// URLs,
+    // and they work (Playwright dials the one it is given).
+    drive_with_env(
+        "playwright",
+        &tapped.replacen("wss://", "https://", 1),
+        &trust,
+    );
+
+    // Without trusting the authority, a client is refused by its own TLS check.
+    let dir = workspace().join("tests/node");
+    let untrusting = Command::new("node")
+        .arg(dir.join("drive.mjs"))
+        .args(["--client", "puppeteer", "--url", &tapped])
+        .env_remove("NODE_EXTRA_CA_CERTS")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        !untrusting.status.success(),
+        "a client that trusts no local CA"
+    );
+
+    let conns = tap.connections();
+    assert!(
+        conns.len() >= 6,
+        "every client went through the tap: {}",
+        conns.len()
+    );
+    for (i, (up, down)) in conns.iter().enumerate() {
+        // TLS records from the first byte: a handshake record (0x16), TLS 1.x (0x03).
+        if !up.is_empty() {
+            assert_eq!(
+                &up[..2],
+                &[0x16, 0x03],
+                "connection {i} starts with a TLS handshake"
+            );
+        }
+        for (dir, bytes) in [("client", up), ("server", down)] {
+            for needle in [
+                token.as_bytes(),
+                b"signingKey".as_slice(),
+                b"HTTP/1.1".as_slice(),
+            ] {
+                assert!(
+                    !bytes.windows(needle.len()).any(|w| w == needle),
+                    "connection {i}: the {dir}'s bytes show {:?} in clear",
+                    String::from_utf8_lossy(needle)
+                );
+            }
+        }
+    }
+    s.release(v["id"].as_str().unwrap());
     s.stop();
 }
