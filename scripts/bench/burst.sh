@@ -14,6 +14,8 @@
 # Knobs (environment):
 #   ROUNDS=3            rounds of each scenario
 #   BUILD=1             cargo build --release first (0 to reuse the release build)
+#   CTL=PATH            the wallcrawler-controller binary measured as "proxy" (default: the
+#                       release build)
 #   PROXY_B=PATH        also run the scenarios against this wallcrawler-controller binary
 #                       (e.g. a build from before a change), alternating with the current one
 set -euo pipefail
@@ -33,7 +35,7 @@ if [[ "$BUILD" == 1 ]]; then
   log "building release binaries"
   cargo build --release --quiet --bin wallcrawler-controller --example wsload
 fi
-CTL="$TARGET_DIR/release/wallcrawler-controller"
+CTL="${CTL:-$TARGET_DIR/release/wallcrawler-controller}"
 WSLOAD="$TARGET_DIR/release/examples/wsload"
 [[ -x "$CTL" && -x "$WSLOAD" ]] || die "missing $CTL or $WSLOAD (run without BUILD=0)"
 
