@@ -564,3 +564,235 @@ fn a_held_client_that_leaves_gives_its_place_back() {
     }
     assert_eq!(gw.metric("wallcrawler_gateway_connections_open"), 0.0);
 }
+
+#[test]
+fn a_100_mb_message_passes_through_the_gateway_and_the_task_intact_both_ways() {
+    use crate::support::upstream::{read_big_frame, write_big_frame};
+    use crate::support::{SESSION, proxy};
+    use std::sync::{Arc, Mutex, mpsc};
+
+    const BIG: u64 = 100 * 1000 * 1000;
+    let (received_tx, received_rx) = mpsc::channel::<std::io::Result<(u8, u64)>>();
+    let received_tx = Mutex::new(received_tx);
+    // Chrome's stand-in: reads one frame whole (checking every byte), answers with another.
+    let up = FakeUpstream::start(Arc::new(move |s: &mut TcpStream| {
+        let got = read_big_frame(s);
+        let ok = got.is_ok();
+        let _ = received_tx.lock().unwrap().send(got);
+        if ok {
+            write_big_frame(s, 0x2, BIG, false)?;
+        }
+        Ok(())
+    }));
+    // The task behind the gateway: the proxy, taking the gateway's PROXY header.
+    let (_task, task_addr) = proxy(up.addr, &[("TRUSTED_PROXY_NETWORKS", "127.0.0.1/32")]);
+    let gw = Gw::start(&[("GATEWAY_PROXY_PROTOCOL", "true")]);
+    gw.put(SESSION, InternalStatus::Ready, Some(task_addr));
+
+    let (mut client, head) = open_upgrade(gw.addr, &token(KEY, SESSION, "proj_a", 600));
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    write_big_frame(&mut client, 0x2, BIG, true).expect("the client streams 100 MB up");
+    let up_result = received_rx
+        .recv_timeout(WAIT)
+        .expect("the upstream read the message in time");
+    assert_eq!(up_result.expect("intact at Chrome's end"), (0x2, BIG));
+    assert_eq!(
+        read_big_frame(&mut client).expect("intact at the client's end"),
+        (0x2, BIG)
+    );
+}
+
+/// One CDP command over a WebSocket through `addr` (`ws://addr/?signingKey=token`); its result.
+fn cdp_once(
+    addr: SocketAddr,
+    token: &str,
+    method: &str,
+    params: serde_json::Value,
+) -> serde_json::Value {
+    use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest};
+    let req = format!("ws://{addr}/?signingKey={token}")
+        .into_client_request()
+        .unwrap();
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(WAIT)).unwrap();
+    let (mut ws, resp) = tungstenite::client(req, tcp).expect("upgrade through the gateway");
+    assert_eq!(resp.status(), 101);
+    let cmd = serde_json::json!({"id": 1, "method": method, "params": params});
+    ws.send(Message::text(cmd.to_string())).unwrap();
+    loop {
+        if let Message::Text(t) = ws.read().unwrap() {
+            let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+            if v["id"] == 1 {
+                let _ = ws.close(None);
+                return v["result"].clone();
+            }
+        }
+    }
+}
+
+/// `gateway` over `sessions` on `listen`; its bound address.
+fn gateway_on(sessions: &std::path::Path, listen: &str) -> (Controller, SocketAddr) {
+    let dir = sessions.display().to_string();
+    let mut c = Controller::spawn(
+        &["gateway"],
+        &[
+            ("SESSIONS_DIR", dir.as_str()),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+            ("GATEWAY_LISTEN", listen),
+            ("LOG_FORMAT", "json"),
+        ],
+    );
+    let line = c.wait_stdout_line(|l| l.starts_with("listen: "));
+    (c, line.trim_start_matches("listen: ").parse().unwrap())
+}
+
+/// A keepAlive session served by a real task (`run`, real Chromium) behind a gateway, both on
+/// one sessions directory: the gateway, its address, the task, the token, the directory.
+struct Behind {
+    gateway: Controller,
+    addr: SocketAddr,
+    task: Controller,
+    token: String,
+    sessions: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Behind {
+    fn start() -> Behind {
+        let dir = tempfile::tempdir().unwrap();
+        let sessions = dir.path().join("sessions");
+        let id = format!("sess_{}", uuid::Uuid::new_v4());
+        let t = token(KEY, &id, "proj_a", 3600);
+        let mut doc = SessionDoc {
+            session_id: id.clone(),
+            project_id: "proj_a".into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            expires_at: now() + 3600,
+            keep_alive: true,
+            signing_key: Some(t.clone()),
+            ..Default::default()
+        };
+        doc.set_status(InternalStatus::Provisioning);
+        DirStore::new(&sessions).create(&doc).unwrap();
+        let (gateway, addr) = gateway_on(&sessions, "127.0.0.1:0");
+        let sdir = sessions.display().to_string();
+        let mut task = crate::support::run_task(&[
+            ("SESSION_ID", id.as_str()),
+            ("PROJECT_ID", "proj_a"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+            ("SESSIONS_DIR", sdir.as_str()),
+            ("CDP_PROXY_HOST", "127.0.0.1"),
+            ("PUBLIC_IP", "127.0.0.1"),
+            ("TRUSTED_PROXY_NETWORKS", "127.0.0.1/32"),
+        ]);
+        task.wait_event(|e| e["message"] == "session ready");
+        Behind {
+            gateway,
+            addr,
+            task,
+            token: t,
+            sessions,
+            _dir: dir,
+        }
+    }
+
+    fn stop(mut self) {
+        self.task.signal(nix::sys::signal::Signal::SIGTERM);
+        assert!(self.task.wait_exit().success());
+    }
+}
+
+#[test]
+fn a_keepalive_session_survives_a_gateway_restart_with_the_same_connect_url() {
+    let mut b = Behind::start();
+    let (gw, t) = (b.addr, b.token.clone());
+    // A page opened through the first gateway; the client goes away.
+    let made = cdp_once(
+        gw,
+        &t,
+        "Target.createTarget",
+        serde_json::json!({"url": "data:text/html,<title>kept</title>"}),
+    );
+    let target = made["targetId"].as_str().expect("a target").to_owned();
+
+    // The gateway restarts on the same address: the same connectUrl reaches the same page.
+    b.gateway.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(b.gateway.wait_exit().success());
+    let (second, again) = gateway_on(&b.sessions, &gw.to_string());
+    b.gateway = second;
+    assert_eq!(again, gw);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let targets = cdp_once(gw, &t, "Target.getTargets", serde_json::json!({}));
+        let page = targets["targetInfos"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["targetId"] == target.as_str())
+            .cloned()
+            .expect("the page opened before the restart is still there");
+        if page["title"] == "kept" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{page}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    b.stop();
+}
+
+/// A burst through the gateway: 200 simultaneous connects from one address, each sending its
+/// upgrade at once, all reach real Chrome through the gateway and the task (both with their
+/// default pending budgets), and each is a working CDP connection.
+#[test]
+fn a_burst_of_200_simultaneous_connects_through_the_gateway_all_get_through() {
+    use crate::support::upstream::read_head;
+    use tokio_tungstenite::tungstenite::{self, Message};
+    const BURST: usize = 200;
+    let b = Behind::start();
+    let request = upgrade_request(
+        &format!("/?signingKey={}", b.token),
+        &b.addr.to_string(),
+        &[],
+    );
+    let mut conns: Vec<TcpStream> = (0..BURST)
+        .map(|_| {
+            let mut t = TcpStream::connect(b.addr).unwrap();
+            t.set_read_timeout(Some(WAIT)).unwrap();
+            t.set_write_timeout(Some(WAIT)).unwrap();
+            t.write_all(&request).unwrap();
+            t
+        })
+        .collect();
+    let mut refused = Vec::new();
+    for (i, c) in conns.iter_mut().enumerate() {
+        let head = read_head(c).unwrap_or_else(|| panic!("connection {i}: no answer"));
+        if status_of(&head) != 101 {
+            refused.push((i, head));
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "{} of {BURST} refused, first: {:?}",
+        refused.len(),
+        refused.first()
+    );
+    for (i, c) in conns.into_iter().enumerate() {
+        let mut ws =
+            tungstenite::WebSocket::from_raw_socket(c, tungstenite::protocol::Role::Client, None);
+        let msg = serde_json::json!({"id": i, "method": "Browser.getVersion"});
+        ws.send(Message::text(msg.to_string())).unwrap();
+        let reply = loop {
+            if let Message::Text(t) = ws.read().unwrap() {
+                let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                if v["id"] == i {
+                    break v;
+                }
+            }
+        };
+        assert!(
+            reply["result"]["product"].as_str().is_some(),
+            "connection {i}: {reply}"
+        );
+    }
+    b.stop();
+}

@@ -96,6 +96,11 @@ impl Server {
     }
 
     fn node(&self, scenario: &str) -> serde_json::Value {
+        self.node_with_env(scenario, &[])
+    }
+
+    /// [`Server::node`] with more environment for Node (e.g. `NODE_EXTRA_CA_CERTS`).
+    fn node_with_env(&self, scenario: &str, env: &[(&str, &str)]) -> serde_json::Value {
         let dir = workspace().join("tests/node");
         assert!(
             dir.join("node_modules").is_dir(),
@@ -116,6 +121,7 @@ impl Server {
             // Stagehand's own SDK client reads it; any client built without a baseURL then
             // calls the platform, never api.browserbase.com.
             .env("BROWSERBASE_BASE_URL", &self.base)
+            .envs(env.iter().copied())
             .current_dir(&dir)
             .output()
             .unwrap();
@@ -858,6 +864,7 @@ fn puppeteer_and_playwright_drive_a_page_through_the_gateway() {
     );
     drive_with("puppeteer", url);
     drive_with("playwright", url);
+    drive_with("cri", url);
     // Playwright's HTTP discovery: /json/version through the gateway names the gateway.
     drive_with("playwright", &url.replacen("ws://", "http://", 1));
     let second = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
@@ -1042,6 +1049,11 @@ fn with_tls_every_client_drives_a_page_over_wss_and_the_wire_never_shows_the_tok
         &tapped.replacen("wss://", "https://", 1),
         &trust,
     );
+
+    // Stagehand 3 with env BROWSERBASE: it creates its session through the API and connects
+    // to the wss:// connectUrl it is given.
+    let r = s.node_with_env("stagehand-browserbase", &trust);
+    assert_eq!(r["eval"], 2, "{r}");
 
     // Without trusting the authority, a client is refused by its own TLS check.
     let dir = workspace().join("tests/node");
