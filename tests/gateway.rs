@@ -632,18 +632,7 @@ fn cdp_once(
 
 /// `gateway` over `sessions` on `listen`; its bound address.
 fn gateway_on(sessions: &std::path::Path, listen: &str) -> (Controller, SocketAddr) {
-    let dir = sessions.display().to_string();
-    let mut c = Controller::spawn(
-        &["gateway"],
-        &[
-            ("SESSIONS_DIR", dir.as_str()),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
-            ("GATEWAY_LISTEN", listen),
-            ("LOG_FORMAT", "json"),
-        ],
-    );
-    let line = c.wait_stdout_line(|l| l.starts_with("listen: "));
-    (c, line.trim_start_matches("listen: ").parse().unwrap())
+    crate::support::gateway(sessions, listen, &[])
 }
 
 /// A keepAlive session served by a real task (`run`, real Chromium) behind a gateway, both on
@@ -745,8 +734,6 @@ fn a_keepalive_session_survives_a_gateway_restart_with_the_same_connect_url() {
 /// default pending budgets), and each is a working CDP connection.
 #[test]
 fn a_burst_of_200_simultaneous_connects_through_the_gateway_all_get_through() {
-    use crate::support::upstream::read_head;
-    use tokio_tungstenite::tungstenite::{self, Message};
     const BURST: usize = 200;
     let b = Behind::start();
     let request = upgrade_request(
@@ -754,45 +741,6 @@ fn a_burst_of_200_simultaneous_connects_through_the_gateway_all_get_through() {
         &b.addr.to_string(),
         &[],
     );
-    let mut conns: Vec<TcpStream> = (0..BURST)
-        .map(|_| {
-            let mut t = TcpStream::connect(b.addr).unwrap();
-            t.set_read_timeout(Some(WAIT)).unwrap();
-            t.set_write_timeout(Some(WAIT)).unwrap();
-            t.write_all(&request).unwrap();
-            t
-        })
-        .collect();
-    let mut refused = Vec::new();
-    for (i, c) in conns.iter_mut().enumerate() {
-        let head = read_head(c).unwrap_or_else(|| panic!("connection {i}: no answer"));
-        if status_of(&head) != 101 {
-            refused.push((i, head));
-        }
-    }
-    assert!(
-        refused.is_empty(),
-        "{} of {BURST} refused, first: {:?}",
-        refused.len(),
-        refused.first()
-    );
-    for (i, c) in conns.into_iter().enumerate() {
-        let mut ws =
-            tungstenite::WebSocket::from_raw_socket(c, tungstenite::protocol::Role::Client, None);
-        let msg = serde_json::json!({"id": i, "method": "Browser.getVersion"});
-        ws.send(Message::text(msg.to_string())).unwrap();
-        let reply = loop {
-            if let Message::Text(t) = ws.read().unwrap() {
-                let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
-                if v["id"] == i {
-                    break v;
-                }
-            }
-        };
-        assert!(
-            reply["result"]["product"].as_str().is_some(),
-            "connection {i}: {reply}"
-        );
-    }
+    crate::support::burst_of_upgrades(b.addr, &request, BURST);
     b.stop();
 }

@@ -768,47 +768,7 @@ fn a_burst_of_200_simultaneous_connects_from_one_address_all_get_through() {
     );
     // All connected before the first answer is read: each sends its upgrade as soon as it is
     // connected, and the proxy admits them faster than it answers them.
-    let mut conns: Vec<TcpStream> = (0..BURST)
-        .map(|_| {
-            let mut t = TcpStream::connect(s.addr).unwrap();
-            t.set_read_timeout(Some(WAIT)).unwrap();
-            t.set_write_timeout(Some(WAIT)).unwrap();
-            t.write_all(&request).unwrap();
-            t
-        })
-        .collect();
-    let mut refused = Vec::new();
-    for (i, c) in conns.iter_mut().enumerate() {
-        let head = read_head(c).unwrap_or_else(|| panic!("connection {i}: no answer"));
-        if status_of(&head) != 101 {
-            refused.push((i, head));
-        }
-    }
-    assert!(
-        refused.is_empty(),
-        "{} of {BURST} refused, first: {:?}",
-        refused.len(),
-        refused.first()
-    );
-    // Each is a live CDP connection to the browser.
-    for (i, c) in conns.into_iter().enumerate() {
-        let mut ws =
-            tungstenite::WebSocket::from_raw_socket(c, tungstenite::protocol::Role::Client, None);
-        let msg = serde_json::json!({"id": i, "method": "Browser.getVersion"});
-        ws.send(Message::text(msg.to_string())).unwrap();
-        let reply = loop {
-            if let Message::Text(t) = ws.read().unwrap() {
-                let v: Value = serde_json::from_str(t.as_str()).unwrap();
-                if v["id"] == i {
-                    break v;
-                }
-            }
-        };
-        assert!(
-            reply["result"]["product"].as_str().is_some(),
-            "connection {i}: {reply}"
-        );
-    }
+    support::burst_of_upgrades(s.addr, &request, BURST);
 }
 
 /// The attacker's side of evicting by age: a flood of idle sockets from many addresses,

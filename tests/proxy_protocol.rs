@@ -140,17 +140,7 @@ fn gateway_with_one_session(
     };
     d.set_status(InternalStatus::Ready);
     DirStore::new(&sessions).create(&d).unwrap();
-    let sdir = sessions.display().to_string();
-    let mut all = vec![
-        ("SESSIONS_DIR", sdir.as_str()),
-        ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
-        ("GATEWAY_LISTEN", "127.0.0.1:0"),
-        ("LOG_FORMAT", "json"),
-    ];
-    all.extend_from_slice(envs);
-    let mut c = Controller::spawn(&["gateway"], &all);
-    let line = c.wait_stdout_line(|l| l.starts_with("listen: "));
-    let addr = line.trim_start_matches("listen: ").parse().unwrap();
+    let (c, addr) = crate::support::gateway(&sessions, "127.0.0.1:0", envs);
     (c, addr, token(KEY, id, "proj_a", 600), dir)
 }
 

@@ -528,3 +528,66 @@ pub fn run_task(envs: &[(&str, &str)]) -> Controller {
     all.extend_from_slice(envs);
     Controller::spawn(&["run"], &all)
 }
+
+/// `n` connections to `addr` at once, each sending `request` (an upgrade) as soon as it is
+/// connected, all before the first answer is read; asserts every one got 101 and is a working
+/// CDP connection to a browser (`Browser.getVersion`).
+pub fn burst_of_upgrades(addr: SocketAddr, request: &[u8], n: usize) {
+    use tokio_tungstenite::tungstenite::{self, Message};
+    let mut conns: Vec<TcpStream> = (0..n)
+        .map(|_| {
+            let mut t = TcpStream::connect(addr).unwrap();
+            t.set_read_timeout(Some(WAIT)).unwrap();
+            t.set_write_timeout(Some(WAIT)).unwrap();
+            t.write_all(request).unwrap();
+            t
+        })
+        .collect();
+    let mut refused = Vec::new();
+    for (i, c) in conns.iter_mut().enumerate() {
+        let head = upstream::read_head(c).unwrap_or_else(|| panic!("connection {i}: no answer"));
+        if status_of(&head) != 101 {
+            refused.push((i, head));
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "{} of {n} refused, first: {:?}",
+        refused.len(),
+        refused.first()
+    );
+    for (i, c) in conns.into_iter().enumerate() {
+        let mut ws =
+            tungstenite::WebSocket::from_raw_socket(c, tungstenite::protocol::Role::Client, None);
+        let msg = serde_json::json!({"id": i, "method": "Browser.getVersion"});
+        ws.send(Message::text(msg.to_string())).unwrap();
+        let reply = loop {
+            if let Message::Text(t) = ws.read().unwrap() {
+                let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                if v["id"] == i {
+                    break v;
+                }
+            }
+        };
+        assert!(
+            reply["result"]["product"].as_str().is_some(),
+            "connection {i}: {reply}"
+        );
+    }
+}
+
+/// `wallcrawler-controller gateway` over the session documents in `sessions`, listening on
+/// `listen`, with `envs` on top; its bound address (read from its `listen:` line).
+pub fn gateway(sessions: &Path, listen: &str, envs: &[(&str, &str)]) -> (Controller, SocketAddr) {
+    let dir = sessions.display().to_string();
+    let mut all = vec![
+        ("SESSIONS_DIR", dir.as_str()),
+        ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+        ("GATEWAY_LISTEN", listen),
+        ("LOG_FORMAT", "json"),
+    ];
+    all.extend_from_slice(envs);
+    let mut c = Controller::spawn(&["gateway"], &all);
+    let line = c.wait_stdout_line(|l| l.starts_with("listen: "));
+    (c, line.trim_start_matches("listen: ").parse().unwrap())
+}

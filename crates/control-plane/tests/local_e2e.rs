@@ -559,22 +559,7 @@ impl Server {
 
 /// Puppeteer connects to `url`, evaluates 1+1 and disconnects.
 fn drive(url: &str) {
-    let dir = workspace().join("tests/node");
-    let out = Command::new("node")
-        .arg(dir.join("drive.mjs"))
-        .args(["--client", "puppeteer", "--url", url])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let last: serde_json::Value =
-        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_default();
-    assert_eq!(
-        last["eval"],
-        2,
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    drive_with("puppeteer", url);
 }
 
 fn create(s: &Server, body: &str) -> serde_json::Value {
