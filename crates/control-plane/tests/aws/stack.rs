@@ -16,6 +16,9 @@
 
 use super::*;
 
+/// The test's stand-in for the VPC: every process of the connect leg runs on loopback.
+const LOOPBACK: &str = "127.0.0.1/32";
+
 /// Bound on creating the stack (moto can leave a stack CREATE_IN_PROGRESS forever).
 const STACK_WAIT: Duration = Duration::from_secs(90);
 
@@ -24,7 +27,7 @@ struct Stack {
     outputs: HashMap<String, String>,
     api_env: Vec<(String, String)>,
     task_env: Vec<(String, String)>,
-    /// The gateway task definition's command and environment.
+    /// The gateway task definition's command and environment (empty in direct mode).
     gateway_command: Vec<String>,
     gateway_env: Vec<(String, String)>,
 }
@@ -43,7 +46,8 @@ fn strings(v: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-async fn create_stack(prefix: &str) -> Stack {
+/// Creates the stack in moto with `ConnectMode` = `mode`.
+async fn create_stack(prefix: &str, mode: &str) -> Stack {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let python = root.join(".venv/bin/python");
     assert!(
@@ -56,6 +60,7 @@ async fn create_stack(prefix: &str) -> Stack {
             .arg(root.join("deploy/moto_stack.py"))
             .args(["--endpoint", &moto().endpoint, "--prefix", prefix])
             .args(["--timeout", &STACK_WAIT.as_secs().to_string()])
+            .args(["--connect-mode", mode])
             .kill_on_drop(true)
             .output(),
     )
@@ -79,11 +84,14 @@ async fn create_stack(prefix: &str) -> Stack {
         task_env: strings(&v["taskEnv"]),
         gateway_command: v["gateway"]["command"]
             .as_array()
-            .unwrap_or_else(|| panic!("no gateway in the stack: {v}"))
-            .iter()
+            .into_iter()
+            .flatten()
             .map(|c| c.as_str().unwrap().to_owned())
             .collect(),
-        gateway_env: strings(&v["gateway"]["env"]),
+        gateway_env: match &v["gateway"] {
+            Value::Null => Vec::new(),
+            g => strings(&g["env"]),
+        },
     }
 }
 
@@ -132,6 +140,8 @@ impl Gateway {
             .envs(stack.gateway_env.iter().cloned())
             .envs(aws_env())
             .env("GATEWAY_LISTEN", "127.0.0.1:0")
+            // The stack trusts PROXY headers from the VPC (the NLB); here the "NLB" is loopback.
+            .env("TRUSTED_PROXY_NETWORKS", LOOPBACK)
             .env("METRICS_ADDR", "127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -257,7 +267,7 @@ fn api_vars(stack: &Stack) -> HashMap<&'static str, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
     let prefix = format!("wcs-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let stack = create_stack(&prefix).await;
+    let stack = create_stack(&prefix, "gateway").await;
     let out = |k: &str| {
         stack
             .outputs
@@ -302,8 +312,16 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
         "{attrs}"
     );
 
-    // The gateway as the gateway service runs it.
+    // The gateway as the gateway service runs it. Both it and the browser tasks trust PROXY v2
+    // headers from the VPC (moto's default VPC here); the test runs them on loopback.
     assert_eq!(stack.gateway_command, ["gateway"]);
+    let vpc = |env: &[(String, String)]| {
+        env.iter()
+            .find(|(k, _)| k == "TRUSTED_PROXY_NETWORKS")
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(vpc(&stack.gateway_env).as_deref(), Some("172.31.0.0/16"));
+    assert_eq!(vpc(&stack.task_env).as_deref(), Some("172.31.0.0/16"));
     let gateway = Gateway::start(&stack).await;
 
     // The API as the API function would run, configured by the stack; its connect base URL is
@@ -387,10 +405,16 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
         dlq,
         tmp: tempfile::tempdir().unwrap(),
     };
+    let mut task_env = stack.task_env.clone();
+    for (k, v) in &mut task_env {
+        if k == "TRUSTED_PROXY_NETWORKS" {
+            *v = LOOPBACK.to_owned();
+        }
+    }
     let mut task = PoolTask::start(
         &pool,
         TaskOptions {
-            task_env: Some(stack.task_env.clone()),
+            task_env: Some(task_env),
             ..Default::default()
         },
     )
@@ -469,4 +493,66 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
         (0, 0),
         "nothing dead-lettered"
     );
+}
+
+/// Direct mode (`ConnectMode=direct`): no load balancer, no gateway; the pool task's own address
+/// is the `connectUrl`, READY written before the create answers, as before Step 8.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stack_in_direct_mode_serves_a_session_at_the_tasks_address() {
+    let prefix = format!("wcd-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let stack = create_stack(&prefix, "direct").await;
+    assert!(
+        stack.gateway_command.is_empty(),
+        "no gateway in direct mode"
+    );
+    for k in [
+        "ConnectUrl",
+        "GatewayServiceName",
+        "moto:ConnectListenerArn",
+    ] {
+        assert!(!stack.outputs.contains_key(k), "{k}: {:?}", stack.outputs);
+    }
+    let vars = api_vars(&stack);
+    assert!(!vars.contains_key("CONNECT_BASE_URL"), "{vars:?}");
+    assert_eq!(vars["ECS_ASSIGN_PUBLIC_IP"], "ENABLED");
+    let task_env: HashMap<_, _> = stack.task_env.iter().cloned().collect();
+    assert_eq!(
+        task_env.get("PUBLIC_IP_REQUIRED").map(String::as_str),
+        Some("true")
+    );
+    assert!(!task_env.contains_key("TRUSTED_PROXY_NETWORKS"));
+
+    let f = Fixture::from_vars(sdk().await, vars).await;
+    let sqs = aws_sdk_sqs::Client::new(&f.sdk);
+    let queue = stack.outputs["ClaimsQueueUrl"].clone();
+    let dlq = stack.outputs["ClaimsDeadLetterQueueUrl"].clone();
+    let pool = Pool {
+        f,
+        sqs,
+        queue,
+        dlq,
+        tmp: tempfile::tempdir().unwrap(),
+    };
+    // The test's PUBLIC_IP (loopback) stands for the address EC2 would give.
+    let mut task = PoolTask::start(
+        &pool,
+        TaskOptions {
+            task_env: Some(stack.task_env.clone()),
+            ..Default::default()
+        },
+    )
+    .await
+    .warm()
+    .await;
+    let (id, url) = pool.served_at_once(&mut task).await;
+    let proxy = task.wait_event("proxy listening").await["addr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        url.starts_with(&format!("ws://{proxy}")),
+        "{url} is the task's own address"
+    );
+    drive(&url).await;
+    pool.released_and_ended(&mut task, &id).await;
 }
