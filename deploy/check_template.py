@@ -8,6 +8,14 @@ every environment variable the template sets is one the code reads, the variable
 requires are set, every AWS call the code makes is allowed to the role that makes it, and every
 checkov skip carries a reason.
 
+The template has two connect modes (the ConnectMode parameter). Every assertion runs on the
+template as CloudFormation would resolve it in each mode (conditions evaluated, Fn::If taken,
+AWS::NoValue dropped, resources of false conditions left out); a failure names its mode. In
+gateway mode it also asserts the connect leg: no ECS service assigns a public IP, the browser
+tasks' security group admits tcp 9223 only from the gateway's security group (no address
+range), the target group has PROXY protocol v2 on, the gateway's role allows only what the
+gateway calls.
+
     .venv/bin/python deploy/check_template.py [deploy/template.yaml]
 
 Prints one line per failed assertion to stderr and exits 1 if any failed.
@@ -21,11 +29,12 @@ from cfnlint.decode import decode
 
 ROOT = Path(__file__).resolve().parent.parent
 failures = []
+MODE = [""]
 
 
 def check(cond, what):
     if not cond:
-        failures.append(what)
+        failures.append(f"[{MODE[0]}] {what}" if MODE[0] else what)
     return cond
 
 
@@ -34,6 +43,62 @@ def load(path):
     if matches:
         sys.exit(f"cannot parse {path}: {matches}")
     return template
+
+
+NO_VALUE = object()
+
+
+def resolve(t, overrides):
+    """The template as CloudFormation resolves it with the parameters' defaults and `overrides`:
+    conditions evaluated, Fn::If taken, AWS::NoValue dropped, resources and outputs whose
+    condition is false left out. Other intrinsic functions stay as they are."""
+    params = {k: v.get("Default") for k, v in t.get("Parameters", {}).items()}
+    params.update(overrides)
+    conds = {}
+
+    def value(x):
+        if isinstance(x, dict) and "Ref" in x and x["Ref"] in params:
+            return params[x["Ref"]]
+        return x
+
+    def ev(e):
+        (k, v), = e.items()
+        if k == "Fn::Equals":
+            return value(v[0]) == value(v[1])
+        if k == "Fn::Not":
+            return not ev(v[0])
+        if k == "Fn::And":
+            return all(ev(x) for x in v)
+        if k == "Fn::Or":
+            return any(ev(x) for x in v)
+        if k == "Condition":
+            return cond(v)
+        raise ValueError(f"cannot evaluate condition {e}")
+
+    def cond(name):
+        if name not in conds:
+            conds[name] = ev(t["Conditions"][name])
+        return conds[name]
+
+    def walk(node):
+        if isinstance(node, dict):
+            if list(node) == ["Fn::If"]:
+                c, a, b = node["Fn::If"]
+                return walk(a if cond(c) else b)
+            if node == {"Ref": "AWS::NoValue"}:
+                return NO_VALUE
+            out = {k: walk(v) for k, v in node.items()}
+            return {k: v for k, v in out.items() if v is not NO_VALUE}
+        if isinstance(node, list):
+            return [x for x in (walk(v) for v in node) if x is not NO_VALUE]
+        return node
+
+    out = {k: v for k, v in t.items() if k not in ("Resources", "Outputs")}
+    for section in ("Resources", "Outputs"):
+        out[section] = {
+            k: walk(v) for k, v in t.get(section, {}).items() if "Condition" not in v or cond(v["Condition"])
+        }
+    return out
 
 
 def resources(t, rtype):
@@ -130,9 +195,10 @@ def env_names_read(path):
     return set(re.findall(r'"([A-Z][A-Z0-9_]{3,})"', (ROOT / path).read_text()))
 
 
-def main():
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "deploy/template.yaml"
-    t = load(path)
+def check_mode(t, mode):
+    """Every assertion on `t`, the template resolved for ConnectMode `mode`."""
+    MODE[0] = mode
+    gateway = mode == "gateway"
     r = t["Resources"]
 
     # --- Tables: names, keys, indexes, TTL, stream, PITR, on-demand ----------------------
@@ -302,6 +368,9 @@ def main():
     # Not an SDK call: the ECS agent's endpoint, which acts with the task role.
     if "/task-protection/v1/state" in (ROOT / "src/scale_in.rs").read_text():
         controller.add("ecs:UpdateTaskProtection")
+    if gateway:
+        # Behind the gateway the task announces its private address and asks EC2 nothing.
+        controller.discard("ec2:DescribeNetworkInterfaces")
     for a in sorted(controller):
         res = {
             "dynamodb": "SessionsTable",
@@ -395,6 +464,169 @@ def main():
     for name, res in r.items():
         for skip in res.get("Metadata", {}).get("checkov", {}).get("skip", []):
             check(len(str(skip.get("comment", "")).strip()) >= 20, f"{name}: checkov skip {skip.get('id')} has a reason")
+
+    # --- The connect leg --------------------------------------------------------------------
+    if gateway:
+        check_gateway(t, env, api_env)
+    else:
+        check_direct(t, env, api_env)
+
+
+def ingress(t, group):
+    """The ingress rules of security group `group`: inline, and AWS::EC2::SecurityGroupIngress
+    resources naming it."""
+    rules = list(props(t, group).get("SecurityGroupIngress", []))
+    for res in resources(t, "AWS::EC2::SecurityGroupIngress").values():
+        if group in ref_names(res["Properties"].get("GroupId")):
+            rules.append(res["Properties"])
+    return rules
+
+
+def check_gateway(t, task_env, api_env):
+    r = t["Resources"]
+    for name in ("ConnectLoadBalancer", "ConnectListener", "GatewayTargetGroup", "GatewaySecurityGroup",
+                 "GatewayTaskRole", "GatewayTaskDefinition", "GatewayService", "GatewayScalableTarget"):
+        check(name in r, f"{name} exists")
+    if not all(n in r for n in ("ConnectLoadBalancer", "ConnectListener", "GatewayTargetGroup",
+                                "GatewaySecurityGroup", "GatewayTaskRole", "GatewayTaskDefinition", "GatewayService")):
+        return
+
+    # No browser task (nor the gateway) has a public address.
+    for name, svc in resources(t, "AWS::ECS::Service").items():
+        vpc = svc["Properties"].get("NetworkConfiguration", {}).get("AwsvpcConfiguration", {})
+        check(vpc.get("AssignPublicIp", "DISABLED") == "DISABLED", f"{name}: AssignPublicIp DISABLED")
+        check("PrivateSubnetIds" in ref_names(vpc.get("Subnets")) and "SubnetIds" not in ref_names(vpc.get("Subnets")),
+              f"{name}: runs in PrivateSubnetIds")
+    check(api_env.get("ECS_ASSIGN_PUBLIC_IP") == "DISABLED", "ApiFunction: ECS_ASSIGN_PUBLIC_IP DISABLED")
+    check("PrivateSubnetIds" in ref_names(api_env.get("ECS_SUBNETS")), "ApiFunction: ECS_SUBNETS = PrivateSubnetIds")
+
+    # 9223 on the browser tasks: only from the gateway's security group, never a range.
+    rules = ingress(t, "TaskSecurityGroup")
+    check(rules, "TaskSecurityGroup: has its ingress rule")
+    for rule in rules:
+        check(
+            rule.get("IpProtocol") == "tcp" and rule.get("FromPort") == 9223 and rule.get("ToPort") == 9223,
+            f"TaskSecurityGroup: ingress is tcp 9223 only ({rule})",
+        )
+        check(
+            "GatewaySecurityGroup" in ref_names(rule.get("SourceSecurityGroupId"))
+            and not any(k in rule for k in ("CidrIp", "CidrIpv6", "SourcePrefixListId")),
+            f"TaskSecurityGroup: 9223 open only to the gateway's security group ({rule})",
+        )
+    # The gateway: only from the load balancer's security group.
+    for rule in ingress(t, "GatewaySecurityGroup"):
+        check(
+            "ConnectLoadBalancerSecurityGroup" in ref_names(rule.get("SourceSecurityGroupId"))
+            and not any(k in rule for k in ("CidrIp", "CidrIpv6", "SourcePrefixListId")),
+            f"GatewaySecurityGroup: open only to the load balancer's security group ({rule})",
+        )
+
+    lb = props(t, "ConnectLoadBalancer")
+    check(lb.get("Type") == "network" and lb.get("Scheme") == "internet-facing", "ConnectLoadBalancer: internet-facing NLB")
+    check("ConnectLoadBalancerSecurityGroup" in ref_names(lb.get("SecurityGroups")), "ConnectLoadBalancer: has its security group")
+    ln = props(t, "ConnectListener")
+    check(
+        ln.get("Protocol") == "TLS" and ln.get("Port") == 443
+        and "ConnectCertificateArn" in ref_names(ln.get("Certificates"))
+        and str(ln.get("SslPolicy", "")).startswith("ELBSecurityPolicy-TLS13"),
+        "ConnectListener: TLS 443 with ConnectCertificateArn and a TLS 1.3 policy",
+    )
+    check(
+        [a.get("Type") for a in ln.get("DefaultActions", [])] == ["forward"]
+        and "GatewayTargetGroup" in ref_names(ln["DefaultActions"]),
+        "ConnectListener: forwards to GatewayTargetGroup",
+    )
+    tg = props(t, "GatewayTargetGroup")
+    attrs = {a["Key"]: str(a["Value"]) for a in tg.get("TargetGroupAttributes", [])}
+    check(attrs.get("proxy_protocol_v2.enabled") == "true", "GatewayTargetGroup: PROXY protocol v2 on")
+    check(tg.get("Protocol") == "TCP" and tg.get("TargetType") == "ip", "GatewayTargetGroup: TCP to ip targets (Fargate)")
+    check(tg.get("HealthCheckPath") == "/health" and tg.get("HealthCheckProtocol") == "HTTP", "GatewayTargetGroup: HTTP health check on /health")
+
+    # The gateway's task: the controller's gateway mode, configured only with what it reads.
+    td = props(t, "GatewayTaskDefinition")
+    check(td.get("NetworkMode") == "awsvpc" and td.get("RequiresCompatibilities") == ["FARGATE"], "GatewayTaskDefinition: Fargate, awsvpc")
+    check("GatewayTaskRole" in ref_names(td.get("TaskRoleArn")), "GatewayTaskDefinition: its own task role")
+    (c,) = td["ContainerDefinitions"]
+    check(c.get("Command") == ["gateway"], "GatewayTaskDefinition: command [gateway] (the controller's gateway mode)")
+    genv = {e["Name"]: e["Value"] for e in c.get("Environment", [])}
+    read = env_names_read("src/config.rs")
+    for name in genv:
+        check(name in read or name.startswith("AWS_"), f"GatewayTaskDefinition: {name} is read by src/config.rs")
+    for name in ("GATEWAY_LISTEN", "SESSIONS_TABLE_NAME", "WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "TRUSTED_PROXY_NETWORKS"):
+        check(name in genv, f"GatewayTaskDefinition: sets {name}")
+    check("SessionsTable" in ref_names(genv.get("SESSIONS_TABLE_NAME")), "GatewayTaskDefinition: SESSIONS_TABLE_NAME is the sessions table")
+    check("VpcCidr" in ref_names(genv.get("TRUSTED_PROXY_NETWORKS")), "GatewayTaskDefinition: TRUSTED_PROXY_NETWORKS = VpcCidr (the NLB's nodes)")
+    port = str(genv.get("GATEWAY_LISTEN", "")).rpartition(":")[2]
+    check(
+        port == "9223" and [p.get("ContainerPort") for p in c.get("PortMappings", [])] == [9223] and tg.get("Port") == 9223,
+        "GatewayTaskDefinition: GATEWAY_LISTEN, the container port and the target group agree (9223)",
+    )
+    hc = c.get("HealthCheck", {}).get("Command", [])
+    check(any("127.0.0.1:9223/health" in str(x) for x in hc), "GatewayTaskDefinition: health check on /health")
+    svc = props(t, "GatewayService")
+    check(
+        [(b.get("ContainerName"), b.get("ContainerPort")) for b in svc.get("LoadBalancers", [])] == [("gateway", 9223)]
+        and "GatewayTargetGroup" in ref_names(svc["LoadBalancers"]),
+        "GatewayService: registered in GatewayTargetGroup",
+    )
+    check("GatewaySecurityGroup" in ref_names(svc.get("NetworkConfiguration")), "GatewayService: in GatewaySecurityGroup")
+    policies = [p["Properties"] for p in resources(t, "AWS::ApplicationAutoScaling::ScalingPolicy").values()
+                if "GatewayScalableTarget" in ref_names(p["Properties"].get("ScalingTargetId"))]
+    check(
+        any(p.get("PolicyType") == "TargetTrackingScaling"
+            and p["TargetTrackingScalingPolicyConfiguration"]["PredefinedMetricSpecification"]["PredefinedMetricType"]
+            == "ECSServiceAverageCPUUtilization" for p in policies),
+        "GatewayScalableTarget: CPU target tracking",
+    )
+
+    # The gateway's role: the session item read and the key, nothing more.
+    check(
+        actions(t, "GatewayTaskRole") == {"dynamodb:GetItem", "secretsmanager:GetSecretValue"},
+        f"GatewayTaskRole: only dynamodb:GetItem and secretsmanager:GetSecretValue ({sorted(actions(t, 'GatewayTaskRole'))})",
+    )
+    for a, res in (("dynamodb:GetItem", "SessionsTable"), ("secretsmanager:GetSecretValue", "SigningSecret")):
+        check(allowed(t, "GatewayTaskRole", a, res), f"GatewayTaskRole: allows {a} on {res}")
+    for st in statements(t, "GatewayTaskRole"):
+        check("*" not in as_list(st["Resource"]), f"GatewayTaskRole: {st.get('Sid')} is scoped to a resource")
+
+    # Browser tasks behind the gateway: no EC2 lookup, the gateway trusted for PROXY headers.
+    check("ec2:DescribeNetworkInterfaces" not in actions(t, "TaskRole"), "TaskRole: no ec2:DescribeNetworkInterfaces behind the gateway")
+    check("PUBLIC_IP_REQUIRED" not in task_env, "TaskDefinition: no PUBLIC_IP_REQUIRED behind the gateway")
+    check("VpcCidr" in ref_names(task_env.get("TRUSTED_PROXY_NETWORKS")), "TaskDefinition: TRUSTED_PROXY_NETWORKS = VpcCidr (the gateway's)")
+
+    # The create answers at once with the gateway's URL.
+    base = api_env.get("CONNECT_BASE_URL")
+    check(base is not None and "wss://" in str(base), f"ApiFunction: CONNECT_BASE_URL is a wss:// URL ({base})")
+    out = t.get("Outputs", {}).get("ConnectUrl", {})
+    check(out and out.get("Value") == base, "Outputs: ConnectUrl = the API's CONNECT_BASE_URL")
+
+
+def check_direct(t, task_env, api_env):
+    r = t["Resources"]
+    for name in r:
+        check(not name.startswith(("Gateway", "Connect")), f"{name}: not created in direct mode")
+    vpc = props(t, "PoolService")["NetworkConfiguration"]["AwsvpcConfiguration"]
+    check(vpc.get("AssignPublicIp") == "ENABLED" and "SubnetIds" in ref_names(vpc.get("Subnets")),
+          "PoolService: public IP in SubnetIds")
+    check(api_env.get("ECS_ASSIGN_PUBLIC_IP") == "ENABLED", "ApiFunction: ECS_ASSIGN_PUBLIC_IP ENABLED")
+    check("CONNECT_BASE_URL" not in api_env, "ApiFunction: no CONNECT_BASE_URL (connectUrl is the task's address)")
+    check(
+        all("ClientCidr" in ref_names(x.get("CidrIp")) for x in ingress(t, "TaskSecurityGroup")),
+        "TaskSecurityGroup: 9223 from ClientCidr",
+    )
+    check(task_env.get("PUBLIC_IP_REQUIRED") == "true", "TaskDefinition: PUBLIC_IP_REQUIRED=true (never announce a private IP)")
+    check("TRUSTED_PROXY_NETWORKS" not in task_env, "TaskDefinition: no TRUSTED_PROXY_NETWORKS without a gateway")
+    check(allowed(t, "TaskRole", "ec2:DescribeNetworkInterfaces", "*"), "TaskRole: allows ec2:DescribeNetworkInterfaces")
+
+
+def main():
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "deploy/template.yaml"
+    raw = load(path)
+    modes = raw["Parameters"]["ConnectMode"]
+    check(modes.get("Default") == "gateway", "ConnectMode: gateway is the default")
+    for mode in modes["AllowedValues"]:
+        check_mode(resolve(raw, {"ConnectMode": mode}), mode)
+    MODE[0] = ""
 
     for f in failures:
         print(f"check_template: FAILED: {f}", file=sys.stderr)

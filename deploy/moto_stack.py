@@ -15,6 +15,17 @@ forever). This script changes a copy of the template, never the file, in exactly
   bucket with the plain PutBucketPolicy;
 - AWS::ApiGateway::Stage: removed; after the stack is up, the stage is created with the plain
   CreateStage on the stack's deployment;
+- AWS::ElasticLoadBalancingV2::LoadBalancer and ::Listener (gateway mode): moto's CloudFormation
+  ignores the load balancer's `Type` and makes an application load balancer, whose TLS listener
+  it then refuses (create-stack: "ValidationError: Listener protocol 'TLS' must be one of
+  'HTTP, HTTPS'"). The network load balancer is created before the stack with the plain
+  CreateLoadBalancer (Type network), every reference to it (Ref, GetAtt DNSName, Sub) replaced
+  by its ARN or DNS name; after the stack is up it gets the stack's security group
+  (SetSecurityGroups) and the listener is created with the plain CreateListener (TLS 443, the
+  template's certificate, policy and forward action);
+- AWS::ElasticLoadBalancingV2::TargetGroup: made by the stack, but moto ignores its
+  TargetGroupAttributes (PROXY protocol v2 among them), so they are put afterwards with the
+  plain ModifyTargetGroupAttributes;
 
 moto also accepts AWS::ApiGateway::Authorizer but creates nothing (the method has no authorizer
 id), and its UpdateMethod fails on /authorizerId, so the authorizer wiring is not recreated here:
@@ -67,6 +78,39 @@ def replace_refs(node, name, value):
     return node
 
 
+def replace_attrs(node, name, ref, attrs):
+    """Replaces {"Ref": name} by `ref`, {"Fn::GetAtt": [name, A]} by attrs[A], and ${name} /
+    ${name.A} inside Fn::Sub strings by the same values."""
+    if isinstance(node, dict):
+        if list(node.keys()) == ["Ref"] and node["Ref"] == name:
+            return ref
+        if list(node.keys()) == ["Fn::GetAtt"]:
+            v = node["Fn::GetAtt"]
+            res, attr = (v[0], v[1]) if isinstance(v, list) else v.split(".", 1)
+            if res == name:
+                return attrs[attr]
+        if list(node.keys()) == ["Fn::Sub"]:
+            v = node["Fn::Sub"]
+            text, extra = (v[0], v[1]) if isinstance(v, list) else (v, None)
+            text = text.replace("${" + name + "}", ref)
+            for attr, value in attrs.items():
+                text = text.replace("${" + name + "." + attr + "}", value)
+            return {"Fn::Sub": [text, replace_attrs(extra, name, ref, attrs)] if extra is not None else text}
+        return {k: replace_attrs(v, name, ref, attrs) for k, v in node.items()}
+    if isinstance(node, list):
+        return [replace_attrs(v, name, ref, attrs) for v in node]
+    return node
+
+
+def drop_depends_on(resources, name):
+    for other in resources.values():
+        deps = other.get("DependsOn")
+        if deps == name:
+            del other["DependsOn"]
+        elif isinstance(deps, list) and name in deps:
+            other["DependsOn"] = [d for d in deps if d != name]
+
+
 def mentions(node, name):
     """Whether node refers to the logical id `name` in any way (Ref, GetAtt, Sub)."""
     if isinstance(node, dict):
@@ -108,6 +152,7 @@ def main():
     ap.add_argument("--prefix", required=True, help="NamePrefix of the stack (unique per test)")
     ap.add_argument("--template", default=str(ROOT / "deploy/template.yaml"))
     ap.add_argument("--timeout", type=float, default=120, help="seconds to wait for the stack")
+    ap.add_argument("--connect-mode", default="gateway", choices=["gateway", "direct"], help="ConnectMode")
     a = ap.parse_args()
     if not a.endpoint.startswith(("http://127.", "http://localhost", "http://[::1]")):
         sys.exit("moto_stack: the endpoint must be a loopback address")
@@ -143,12 +188,7 @@ def main():
             template = replace_refs(template, name, arn)
             resources = template["Resources"]
             changed.append(f"{name}: created with CreateSecret ({secret_name}), Ref -> its ARN")
-        for other in resources.values():
-            deps = other.get("DependsOn")
-            if deps == name:
-                del other["DependsOn"]
-            elif isinstance(deps, list) and name in deps:
-                other["DependsOn"] = [d for d in deps if d != name]
+        drop_depends_on(resources, name)
     for name in deferred:
         left = [k for k, v in template.items() if k != "Resources" and mentions(v, name)]
         left += [k for k, v in resources.items() if mentions(v, name)]
@@ -156,20 +196,60 @@ def main():
             sys.exit(f"moto_stack: {name} is still referred to by {left}")
 
     # --- Parameters for moto --------------------------------------------------------------
-    vpc = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"][0]["VpcId"]
+    default_vpc = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"][0]
+    vpc, vpc_cidr = default_vpc["VpcId"], default_vpc["CidrBlock"]
     subnet = ec2.describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])["Subnets"][0]["SubnetId"]
+    # The TLS listener's certificate (moto's ACM issues one at once).
+    certificate = client("acm").request_certificate(DomainName="connect.wallcrawler.test")["CertificateArn"]
     code_bucket = f"{a.prefix}-lambda-code"
     s3.create_bucket(Bucket=code_bucket)
     params = {
         "NamePrefix": a.prefix,
         "VpcId": vpc,
+        "ConnectMode": a.connect_mode,
+        "VpcCidr": vpc_cidr,
         "SubnetIds": subnet,
+        # moto's default VPC has no private subnets; one subnet stands for both kinds.
+        "PrivateSubnetIds": subnet,
+        "ConnectCertificateArn": certificate,
         "ClientCidr": "127.0.0.1/32",
         "ImageUri": "wallcrawler-controller:moto",
         "LambdaCodeBucket": code_bucket,
     }
     for key_param in ("ApiLambdaKey", "AuthorizerLambdaKey", "TaskEventsLambdaKey"):
         s3.put_object(Bucket=code_bucket, Key=template["Parameters"][key_param]["Default"], Body=placeholder_zip())
+
+    # --- The network load balancer and its listener (gateway mode): the plain API ----------
+    elbv2 = client("elbv2")
+    nlb = None
+    lbs = {k: v for k, v in resources.items() if v["Type"] == "AWS::ElasticLoadBalancingV2::LoadBalancer"}
+    listeners = {k: v for k, v in resources.items() if v["Type"] == "AWS::ElasticLoadBalancingV2::Listener"}
+    if a.connect_mode == "gateway" and lbs:
+        ((lb_name, lb),) = lbs.items()
+        ((listener_name, listener),) = listeners.items()
+        p = lb["Properties"]
+        made = elbv2.create_load_balancer(
+            Name=f"{a.prefix}-connect"[:32],
+            Type=p["Type"],
+            Scheme=p["Scheme"],
+            Subnets=[subnet],
+        )["LoadBalancers"][0]
+        nlb = {"name": lb_name, "arn": made["LoadBalancerArn"], "dns": made["DNSName"], "listener": listener,
+               "properties": p}
+        for name in (lb_name, listener_name):
+            del resources[name]
+            drop_depends_on(resources, name)
+        template = replace_attrs(
+            template, lb_name, nlb["arn"],
+            {"DNSName": made["DNSName"], "CanonicalHostedZoneID": made["CanonicalHostedZoneId"]},
+        )
+        resources = template["Resources"]
+        changed.append(f"{lb_name}: created with CreateLoadBalancer (Type {made['Type']}), references -> its ARN and DNS name")
+        for name in (lb_name, listener_name):
+            left = [k for k, v in template.items() if k != "Resources" and mentions(v, name)]
+            left += [k for k, v in resources.items() if mentions(v, name)]
+            if left:
+                sys.exit(f"moto_stack: {name} is still referred to by {left}")
 
     # --- The stack ------------------------------------------------------------------------
     stack = f"{a.prefix}-stack"
@@ -225,11 +305,46 @@ def main():
             apigw.create_stage(restApiId=api_id, stageName=stage, deploymentId=deployment["id"])
             changed.append(f"{name}: created with CreateStage ({stage})")
 
+    if nlb is not None:
+        p = nlb["properties"]
+        groups = [physical[g["Fn::GetAtt"][0]] for g in p.get("SecurityGroups", [])]
+        elbv2.set_security_groups(LoadBalancerArn=nlb["arn"], SecurityGroups=groups)
+        elbv2.modify_load_balancer_attributes(LoadBalancerArn=nlb["arn"], Attributes=p.get("LoadBalancerAttributes", []))
+        lp = nlb["listener"]["Properties"]
+        (action,) = lp["DefaultActions"]
+        tg_name = action["TargetGroupArn"]["Ref"]
+        tg_arn = physical[tg_name]
+        cert = lp["Certificates"][0]["CertificateArn"]
+        cert = params[cert["Ref"]] if isinstance(cert, dict) else cert
+        listener_arn = elbv2.create_listener(
+            LoadBalancerArn=nlb["arn"],
+            Protocol=lp["Protocol"],
+            Port=lp["Port"],
+            Certificates=[{"CertificateArn": cert}],
+            SslPolicy=lp["SslPolicy"],
+            DefaultActions=[{"Type": action["Type"], "TargetGroupArn": tg_arn}],
+        )["Listeners"][0]["ListenerArn"]
+        changed.append(f"{nlb['name']}: security groups {groups} with SetSecurityGroups; its listener with CreateListener")
+        tg = template["Resources"][tg_name]["Properties"]
+        elbv2.modify_target_group_attributes(TargetGroupArn=tg_arn, Attributes=tg.get("TargetGroupAttributes", []))
+        changed.append(f"{tg_name}: TargetGroupAttributes put with ModifyTargetGroupAttributes")
+        outputs["moto:ConnectListenerArn"] = listener_arn
+        outputs["moto:GatewayTargetGroupArn"] = tg_arn
+        outputs["moto:ConnectLoadBalancerArn"] = nlb["arn"]
+
     lam, ecs = client("lambda"), client("ecs")
     api_env = lam.get_function_configuration(FunctionName=outputs["ApiFunctionName"])["Environment"]["Variables"]
     td = ecs.describe_task_definition(taskDefinition=outputs["TaskDefinitionArn"])["taskDefinition"]
     (container,) = td["containerDefinitions"]
     task_env = {e["name"]: e["value"] for e in container.get("environment", [])}
+    gateway = None
+    if "GatewayTaskDefinitionArn" in outputs:
+        gtd = ecs.describe_task_definition(taskDefinition=outputs["GatewayTaskDefinitionArn"])["taskDefinition"]
+        (g,) = gtd["containerDefinitions"]
+        gateway = {
+            "command": g.get("command", []),
+            "env": {e["name"]: e["value"] for e in g.get("environment", [])},
+        }
     json.dump(
         {
             "stack": stack,
@@ -237,6 +352,7 @@ def main():
             "outputs": outputs,
             "apiEnv": api_env,
             "taskEnv": task_env,
+            "gateway": gateway,
             "changed": changed,
         },
         sys.stdout,

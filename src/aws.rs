@@ -25,7 +25,7 @@ use wallcrawler_contract::{InternalStatus, SigningSecret};
 
 use crate::stores::{
     ArchiveStore, BoxError, BoxRead, ClaimQueue, Context, NetworkLookup, ReadyResult, ReadyUpdate,
-    Received, SessionRecord, SessionStore, StoreError,
+    Received, SessionRecord, SessionStore, StoreError, TaskInterface,
 };
 
 /// Size of one multipart upload part (S3's minimum is 5 MiB).
@@ -623,29 +623,53 @@ pub struct Ec2Network {
 }
 
 impl NetworkLookup for Ec2Network {
-    fn public_ip_for<'a>(
+    fn public_ip_of<'a>(
         &'a self,
-        private_ip: &'a str,
+        iface: &'a TaskInterface,
     ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
         Box::pin(async move {
-            let filter = aws_sdk_ec2::types::Filter::builder()
-                .name("addresses.private-ip-address")
-                .values(private_ip)
-                .build();
+            let filter = |name: &str, value: &str| {
+                aws_sdk_ec2::types::Filter::builder()
+                    .name(name)
+                    .values(value)
+                    .build()
+            };
+            // The MAC address names this task's interface; the private address with it keeps
+            // a stale or reused MAC from matching anything else.
             let out = self
                 .client
                 .describe_network_interfaces()
-                .filters(filter)
+                .filters(filter("mac-address", &iface.mac))
+                .filters(filter("addresses.private-ip-address", &iface.private_ip))
                 .send()
                 .await
                 .map_err(|e| sdk_error("EC2", e))?;
-            Ok(out.network_interfaces().iter().find_map(|ni| {
-                ni.association()
-                    .and_then(|a| a.public_ip())
-                    .map(str::to_owned)
-            }))
+            Ok(public_ip_of(out.network_interfaces(), iface))
         })
     }
+}
+
+/// The public address of the interface that is `iface` among `found` (matched again here, in
+/// case a filter was ignored).
+fn public_ip_of(
+    found: &[aws_sdk_ec2::types::NetworkInterface],
+    iface: &TaskInterface,
+) -> Option<String> {
+    found
+        .iter()
+        .filter(|ni| {
+            ni.mac_address()
+                .is_some_and(|m| m.eq_ignore_ascii_case(&iface.mac))
+                && ni
+                    .private_ip_addresses()
+                    .iter()
+                    .any(|a| a.private_ip_address() == Some(iface.private_ip.as_str()))
+        })
+        .find_map(|ni| {
+            ni.association()
+                .and_then(|a| a.public_ip())
+                .map(str::to_owned)
+        })
 }
 
 #[cfg(test)]
@@ -731,5 +755,44 @@ mod tests {
             );
             assert!(e.to_string().contains("malformed session item"), "{e}");
         }
+    }
+
+    #[test]
+    fn the_public_ip_is_the_one_of_the_interface_with_our_mac_and_private_address() {
+        use aws_sdk_ec2::types::{
+            NetworkInterface, NetworkInterfaceAssociation, NetworkInterfacePrivateIpAddress,
+        };
+        let ni = |mac: &str, private: &str, public: Option<&str>| {
+            let mut b = NetworkInterface::builder()
+                .mac_address(mac)
+                .private_ip_addresses(
+                    NetworkInterfacePrivateIpAddress::builder()
+                        .private_ip_address(private)
+                        .build(),
+                );
+            if let Some(p) = public {
+                b = b.association(NetworkInterfaceAssociation::builder().public_ip(p).build());
+            }
+            b.build()
+        };
+        let ours = TaskInterface {
+            mac: "0e:9e:32:c7:48:85".into(),
+            private_ip: "10.0.2.106".into(),
+        };
+        // Another VPC's interface with the same private address, and ours (MAC in capitals).
+        let found = [
+            ni("0a:00:00:00:00:01", "10.0.2.106", Some("198.51.100.9")),
+            ni("0E:9E:32:C7:48:85", "10.0.2.106", Some("203.0.113.7")),
+        ];
+        assert_eq!(public_ip_of(&found, &ours).as_deref(), Some("203.0.113.7"));
+        assert_eq!(
+            public_ip_of(&found[..1], &ours),
+            None,
+            "never another interface's"
+        );
+        let no_public = [ni("0e:9e:32:c7:48:85", "10.0.2.106", None)];
+        assert_eq!(public_ip_of(&no_public, &ours), None);
+        let other_private = [ni("0e:9e:32:c7:48:85", "10.0.9.9", Some("203.0.113.7"))];
+        assert_eq!(public_ip_of(&other_private, &ours), None);
     }
 }

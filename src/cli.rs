@@ -251,7 +251,7 @@ async fn task_deps(c: &RunConfig) -> Result<TaskDeps, DepsError> {
             matches!(p.queue, PoolQueue::Sqs(_)) || matches!(p.archives, ArchivePlace::Bucket(_))
         })
         || matches!(c.auth.key, KeyConfig::SecretArn(_))
-        || (c.metadata_uri.is_some() && c.public_ip.is_none());
+        || needs_ec2(c);
     let sdk = if needs_aws {
         Some(aws::sdk_config().await)
     } else {
@@ -313,12 +313,18 @@ async fn task_deps(c: &RunConfig) -> Result<TaskDeps, DepsError> {
             SecretsManagerKeys::new(sdk, arn),
         )));
     }
-    if let (Some(_), None, Some(sdk)) = (&c.metadata_uri, &c.public_ip, &sdk) {
+    if let (true, Some(sdk)) = (needs_ec2(c), &sdk) {
         deps.network = Some(Arc::new(aws::Ec2Network {
             client: aws_sdk_ec2::Client::new(sdk),
         }));
     }
     Ok(deps)
+}
+
+/// Only direct mode (`PUBLIC_IP_REQUIRED`) looks its public address up in EC2; behind the
+/// connect gateway a task announces its private address and asks EC2 nothing.
+fn needs_ec2(c: &RunConfig) -> bool {
+    c.public_ip_required && c.public_ip.is_none() && c.metadata_uri.is_some()
 }
 
 async fn run(c: RunConfig, flags: Vec<String>, tasks: Shutdown) -> i32 {

@@ -119,6 +119,8 @@ settings_group! {
         user_data_dir = "USER_DATA_DIR",
         /// Address to announce instead of discovering it.
         public_ip = "PUBLIC_IP",
+        /// Direct mode: true = announce the public IP of the task's own network interface (found in EC2 by the MAC address in the ECS task metadata), and fail the session rather than announce a private address when there is none; false = announce the private address and ask EC2 nothing (behind the connect gateway) [default: false].
+        public_ip_required = "PUBLIC_IP_REQUIRED",
         /// true = survive client disconnects until release or expiry (when no table is configured) [default: false].
         keep_alive = "KEEP_ALIVE",
         /// Session expiry, unix seconds (when no table is configured).
@@ -487,6 +489,8 @@ pub struct RunConfig {
     pub context_persist: bool,
     /// `PUBLIC_IP`: the address to announce instead of discovering one.
     pub public_ip: Option<std::net::IpAddr>,
+    /// `PUBLIC_IP_REQUIRED`: announce the task interface's public address (EC2) or fail.
+    pub public_ip_required: bool,
     /// `KEEP_ALIVE`, when the session item does not say.
     pub keep_alive: bool,
     /// `SESSION_EXPIRES_AT` (Unix seconds), when the session item does not say.
@@ -850,6 +854,10 @@ impl RunConfig {
         let profile_max_entries = r.number("PROFILE_MAX_ENTRIES", 100_000, 1, u64::MAX);
         let shutdown_budget = Duration::from_secs(r.number("SHUTDOWN_BUDGET_SECONDS", 25, 1, 120));
         let metadata_uri = r.text("ECS_CONTAINER_METADATA_URI_V4");
+        let public_ip_required = r.boolean("PUBLIC_IP_REQUIRED", false);
+        if public_ip_required && public_ip.is_none() && metadata_uri.is_none() {
+            r.errors.push("PUBLIC_IP_REQUIRED=true needs ECS_CONTAINER_METADATA_URI_V4 (set by ECS) or PUBLIC_IP".to_owned());
+        }
         let agent_uri = r.text("ECS_AGENT_URI");
         let exit_with_parent = r.boolean("EXIT_WITH_PARENT", false);
         let background_nice = match r.number("BACKGROUND_NICE", 0, 0, 19) {
@@ -868,6 +876,7 @@ impl RunConfig {
             context,
             context_persist,
             public_ip,
+            public_ip_required,
             keep_alive,
             expires_at,
             profile_max_bytes,

@@ -207,12 +207,23 @@ pub trait ArchiveStore: Send + Sync {
     fn put<'a>(&'a self, key: &'a str, body: BoxRead) -> BoxFuture<'a, Result<u64, StoreError>>;
 }
 
-/// Public address of the network interface holding a private address.
+/// The task's own network interface, as the ECS task metadata describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskInterface {
+    /// Its MAC address (`Containers[].Networks[].MACAddress`): unique to this interface.
+    pub mac: String,
+    /// Its private IPv4 address.
+    pub private_ip: String,
+}
+
+/// The public address of the task's own network interface (direct mode).
 pub trait NetworkLookup: Send + Sync {
-    /// The public address of the interface holding `private_ip`, `None` when it has none.
-    fn public_ip_for<'a>(
+    /// The public address of `iface`, found by its MAC address together with its private
+    /// address (never by the private address alone, which other VPCs may use too); `None`
+    /// when the interface has none.
+    fn public_ip_of<'a>(
         &'a self,
-        private_ip: &'a str,
+        iface: &'a TaskInterface,
     ) -> BoxFuture<'a, Result<Option<String>, StoreError>>;
 }
 

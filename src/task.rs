@@ -369,12 +369,26 @@ pub(crate) async fn announce_ready(
     fallback_task_arn: Option<&str>,
 ) -> Result<Session, i32> {
     let ready = session.ready();
-    let announced = public_ip::discover(
+    let announced = match public_ip::discover(
         c.public_ip,
         c.metadata_uri.as_deref(),
         deps.network.as_deref(),
+        c.public_ip_required,
     )
-    .await;
+    .await
+    {
+        Ok(a) => a,
+        // Direct mode: clients could not reach a private address, so no READY at all.
+        Err(e) => {
+            error!(error = %e, cause = ?std::error::Error::source(&e).map(|s| s.to_string()), "no public IP to announce");
+            session
+                .close_chrome(false, Step::ChromeClosed.share(c.shutdown_budget))
+                .await;
+            let bytes = session.proxy_bytes();
+            session.finish();
+            return Err(item.fail(&e.reason(), bytes).await);
+        }
+    };
     if let Some(store) = &deps.sessions {
         let connect_url = record
             .and_then(|r| r.signing_key.as_deref())

@@ -115,8 +115,9 @@ fn wait_ready(c: &mut Controller, token: &str) -> String {
     format!("ws://127.0.0.1:{port}?signingKey={token}")
 }
 
-/// A network interface with a public address in moto's default VPC: (private, public).
-fn eni_with_public_ip() -> (String, String) {
+/// A network interface in moto's default VPC, with a public address when `public`: (private,
+/// MAC, public).
+fn eni(public: bool) -> (String, String, Option<String>) {
     let ec2 = aws::ec2();
     aws::rt().block_on(async move {
         let subnets = ec2.describe_subnets().send().await.unwrap();
@@ -128,6 +129,11 @@ fn eni_with_public_ip() -> (String, String) {
             .await
             .unwrap();
         let eni = eni.network_interface().unwrap();
+        let private = eni.private_ip_address().unwrap().to_owned();
+        let mac = eni.mac_address().unwrap().to_owned();
+        if !public {
+            return (private, mac, None);
+        }
         let alloc = ec2
             .allocate_address()
             .domain(aws_sdk_ec2::types::DomainType::Vpc)
@@ -140,10 +146,7 @@ fn eni_with_public_ip() -> (String, String) {
             .send()
             .await
             .unwrap();
-        (
-            eni.private_ip_address().unwrap().to_owned(),
-            alloc.public_ip().unwrap().to_owned(),
-        )
+        (private, mac, Some(alloc.public_ip().unwrap().to_owned()))
     })
 }
 
@@ -155,14 +158,19 @@ enum End {
 fn full_lifecycle(end: End) {
     let w = World::new();
     aws::put_object(&w.bucket, &w.key(), archive_with_cookie());
-    let (private_ip, public_ip) = eni_with_public_ip();
-    let metadata = task_metadata_server(TASK_ARN, &private_ip);
+    let (private_ip, mac, public_ip) = eni(true);
+    let public_ip = public_ip.unwrap();
+    let metadata = task_metadata_server(TASK_ARN, &private_ip, &mac);
 
+    // Direct mode: the public address of the task's own interface (EC2, by its MAC).
     let (first, t1) = w.session("PROVISIONING", vec![]);
     let mut c = w.start(
         &first,
         true,
-        &[("ECS_CONTAINER_METADATA_URI_V4", &metadata)],
+        &[
+            ("ECS_CONTAINER_METADATA_URI_V4", &metadata),
+            ("PUBLIC_IP_REQUIRED", "true"),
+        ],
     );
     let url = wait_ready(&mut c, &t1);
     let item = get_session(&w.table, &first);
@@ -226,6 +234,68 @@ fn full_lifecycle(end: End) {
     assert_eq!(back["localStorage"], "ls-value", "{back}");
     c2.signal(Signal::SIGTERM);
     assert_eq!(c2.wait_exit().code(), Some(0));
+}
+
+/// Behind the connect gateway (no PUBLIC_IP_REQUIRED) the task announces its private address
+/// and never asks EC2, though its interface has a public one.
+#[test]
+fn behind_the_gateway_the_task_announces_its_private_address() {
+    let w = World::new();
+    let (private_ip, mac, _) = eni(true);
+    let metadata = task_metadata_server(TASK_ARN, &private_ip, &mac);
+    let (id, t) = w.session("PROVISIONING", vec![]);
+    let mut c = w.start(&id, false, &[("ECS_CONTAINER_METADATA_URI_V4", &metadata)]);
+    wait_ready(&mut c, &t);
+    let item = get_session(&w.table, &id);
+    assert_eq!(
+        text(&item, "privateIP").as_deref(),
+        Some(private_ip.as_str())
+    );
+    assert_eq!(
+        text(&item, "publicIP").as_deref(),
+        Some(private_ip.as_str())
+    );
+    let chosen = c.wait_event(|e| e["message"] == "announced address chosen");
+    assert_eq!(
+        chosen["source"], "task metadata private address",
+        "{chosen}"
+    );
+    c.signal(Signal::SIGTERM);
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+}
+
+/// Direct mode with no public address on the task's interface: the session fails with a clear
+/// reason and the task never announces its private address.
+#[test]
+fn direct_mode_without_a_public_ip_fails_the_session_and_announces_nothing() {
+    let w = World::new();
+    let (private_ip, mac, _) = eni(false);
+    let metadata = task_metadata_server(TASK_ARN, &private_ip, &mac);
+    let (id, _) = w.session("PROVISIONING", vec![]);
+    let mut c = w.start(
+        &id,
+        false,
+        &[
+            ("ECS_CONTAINER_METADATA_URI_V4", &metadata),
+            ("PUBLIC_IP_REQUIRED", "true"),
+        ],
+    );
+    assert_ne!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+    let item = get_session(&w.table, &id);
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("FAILED"));
+    assert_eq!(text(&item, "status").as_deref(), Some("ERROR"));
+    assert_eq!(
+        text(&item, "terminationReason").as_deref(),
+        Some(
+            "the task's public IP (PUBLIC_IP_REQUIRED) could not be found: the task's network \
+             interface has no public IPv4 address"
+        ),
+        "{item:?}"
+    );
+    for never in ["publicIP", "privateIP", "readyAt", "connectUrl"] {
+        assert!(!item.contains_key(never), "{never} written: {item:?}");
+    }
+    assert!(text(&item, "endedAt").is_some());
 }
 
 #[test]

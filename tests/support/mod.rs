@@ -487,15 +487,17 @@ pub fn proxy(upstream: SocketAddr, envs: &[(&str, &str)]) -> (Controller, Socket
 }
 
 /// A stand-in for the ECS task metadata v4 endpoint: answers every GET with a task document
-/// naming `task_arn` and `private_ip`. Returns the `ECS_CONTAINER_METADATA_URI_V4` value.
-pub fn task_metadata_server(task_arn: &str, private_ip: &str) -> String {
+/// naming `task_arn`, and `private_ip` with the interface's MAC address `mac`. Returns the
+/// `ECS_CONTAINER_METADATA_URI_V4` value.
+pub fn task_metadata_server(task_arn: &str, private_ip: &str, mac: &str) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let body = serde_json::json!({
         "Cluster": "wallcrawler",
         "TaskARN": task_arn,
         "Family": "wallcrawler-browser",
-        "Containers": [{"Name": "controller", "Networks": [{"NetworkMode": "awsvpc", "IPv4Addresses": [private_ip]}]}]
+        "Containers": [{"Name": "controller", "Networks": [{"NetworkMode": "awsvpc",
+            "IPv4Addresses": [private_ip], "MACAddress": mac}]}]
     })
     .to_string();
     std::thread::spawn(move || {

@@ -1,15 +1,23 @@
-//! The CloudFormation template (deploy/template.yaml) created as a stack in moto, and the
-//! platform run on what it created: the API built from the API function's environment as the
-//! stack set it, a pool controller started with the task definition's environment as the stack
-//! registered it (plus the test's loopback settings), one session created, taken from the
-//! stack's claims queue, READY, driven by Puppeteer, released, `endedAt`.
+//! The CloudFormation template (deploy/template.yaml) created as a stack in moto, in its default
+//! connect mode (the gateway), and the platform run on what it created: the connect gateway
+//! started with the gateway task definition's command and environment as the stack registered
+//! them, the API built from the API function's environment as the stack set it, a pool
+//! controller started with the browser task definition's environment (each plus the test's
+//! loopback settings: listen addresses, moto's endpoint, and the API's CONNECT_BASE_URL pointed
+//! at the local gateway instead of the NLB's wss:// name); one session created (answered at
+//! once with the gateway's URL), taken from the stack's claims queue, driven by Puppeteer
+//! through the gateway to the task, released, `endedAt`, and refused by the gateway afterwards.
 //!
 //! deploy/moto_stack.py creates the stack (boto3): it replaces, in a copy of the template, the
-//! resource types moto's CloudFormation refuses (the secret, the bucket policy, the API stage)
-//! by the same resources made through the plain APIs, and says so in its answer. What moto
-//! accepts but ignores is asserted on the template by deploy/check_template.py.
+//! resource types moto's CloudFormation refuses (the secret, the bucket policy, the API stage,
+//! the network load balancer and its TLS listener) by the same resources made through the plain
+//! APIs, and says so in its answer. What moto accepts but ignores is asserted on the template
+//! by deploy/check_template.py.
 
 use super::*;
+
+/// The test's stand-in for the VPC: every process of the connect leg runs on loopback.
+const LOOPBACK: &str = "127.0.0.1/32";
 
 /// Bound on creating the stack (moto can leave a stack CREATE_IN_PROGRESS forever).
 const STACK_WAIT: Duration = Duration::from_secs(90);
@@ -19,6 +27,9 @@ struct Stack {
     outputs: HashMap<String, String>,
     api_env: Vec<(String, String)>,
     task_env: Vec<(String, String)>,
+    /// The gateway task definition's command and environment (empty in direct mode).
+    gateway_command: Vec<String>,
+    gateway_env: Vec<(String, String)>,
 }
 
 fn strings(v: &Value) -> Vec<(String, String)> {
@@ -35,7 +46,8 @@ fn strings(v: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-async fn create_stack(prefix: &str) -> Stack {
+/// Creates the stack in moto with `ConnectMode` = `mode`.
+async fn create_stack(prefix: &str, mode: &str) -> Stack {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let python = root.join(".venv/bin/python");
     assert!(
@@ -48,6 +60,7 @@ async fn create_stack(prefix: &str) -> Stack {
             .arg(root.join("deploy/moto_stack.py"))
             .args(["--endpoint", &moto().endpoint, "--prefix", prefix])
             .args(["--timeout", &STACK_WAIT.as_secs().to_string()])
+            .args(["--connect-mode", mode])
             .kill_on_drop(true)
             .output(),
     )
@@ -69,6 +82,151 @@ async fn create_stack(prefix: &str) -> Stack {
         outputs: strings(&v["outputs"]).into_iter().collect(),
         api_env: strings(&v["apiEnv"]),
         task_env: strings(&v["taskEnv"]),
+        gateway_command: v["gateway"]["command"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| c.as_str().unwrap().to_owned())
+            .collect(),
+        gateway_env: match &v["gateway"] {
+            Value::Null => Vec::new(),
+            g => strings(&g["env"]),
+        },
+    }
+}
+
+/// An AWS Query API call to moto (`service` as in the credential scope): the XML answer. (Raw,
+/// as [`ec2_first`] does, rather than one more SDK crate to compile.)
+async fn query(service: &str, version: &str, params: &str) -> String {
+    let (status, xml) = http(
+        "POST",
+        &format!("{}/", moto().endpoint),
+        &[
+            (
+                "authorization",
+                &format!(
+                    "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/{service}/aws4_request, \
+                     SignedHeaders=host, Signature=0"
+                ),
+            ),
+            ("content-type", "application/x-www-form-urlencoded"),
+        ],
+        format!("Version={version}&{params}").into_bytes(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{xml}");
+    xml
+}
+
+/// The connect gateway as the stack's gateway service runs it: the task definition's command
+/// and environment, on a free loopback port, talking to moto. Killed when dropped.
+struct Gateway {
+    child: tokio::process::Child,
+    /// Where it listens (`listen: ADDR` on its stdout).
+    addr: std::net::SocketAddr,
+    /// Its Prometheus listener.
+    metrics: String,
+    log: Arc<Log>,
+}
+
+impl Gateway {
+    async fn start(stack: &Stack) -> Gateway {
+        let mut cmd = tokio::process::Command::new(controller_bin());
+        cmd.args(&stack.gateway_command)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", std::env::var_os("HOME").unwrap_or("/root".into()))
+            .env("RUST_LOG", "info")
+            .envs(stack.gateway_env.iter().cloned())
+            .envs(aws_env())
+            .env("GATEWAY_LISTEN", "127.0.0.1:0")
+            // The stack trusts PROXY headers from the VPC (the NLB); here the "NLB" is loopback.
+            .env("TRUSTED_PROXY_NETWORKS", LOOPBACK)
+            .env("METRICS_ADDR", "127.0.0.1:0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("start wallcrawler-controller gateway");
+        let log = Arc::new(Log::default());
+        let (tx, mut seen) = watch::channel(0u64);
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let reader_log = log.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                reader_log.lines.lock().unwrap().push(line);
+                tx.send_modify(|n| *n += 1);
+            }
+            *reader_log.closed.lock().unwrap() = true;
+            tx.send_modify(|n| *n += 1);
+        });
+        let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(POOL_WAIT, out.next_line())
+            .await
+            .expect("the gateway listened in time")
+            .unwrap()
+            .unwrap_or_else(|| {
+                panic!(
+                    "the gateway ended:\n{}",
+                    log.lines.lock().unwrap().join("\n")
+                )
+            });
+        let addr = line
+            .strip_prefix("listen: ")
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("the gateway said {line:?}"));
+        tokio::spawn(async move { while let Ok(Some(_)) = out.next_line().await {} });
+        let deadline = tokio::time::Instant::now() + POOL_WAIT;
+        let metrics = loop {
+            let found = log
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find(|e| e["message"] == "metrics listening")
+                .map(|e| e["addr"].as_str().unwrap().to_owned());
+            if let Some(m) = found {
+                break m;
+            }
+            seen.borrow_and_update();
+            if tokio::time::timeout_at(deadline, seen.changed())
+                .await
+                .is_err()
+            {
+                panic!("the gateway's metrics listener never came up");
+            }
+        };
+        Gateway {
+            child,
+            addr,
+            metrics,
+            log,
+        }
+    }
+
+    /// A counter or gauge of its Prometheus page.
+    async fn metric(&self, name: &str) -> f64 {
+        let (_, page) = http(
+            "GET",
+            &format!("http://{}/metrics", self.metrics),
+            &[],
+            vec![],
+        )
+        .await;
+        gauge(&page, name)
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        if std::thread::panicking() || std::env::var_os("POOL_TEST_LOGS").is_some() {
+            eprintln!(
+                "--- gateway ---\n{}",
+                self.log.lines.lock().unwrap().join("\n")
+            );
+        }
     }
 }
 
@@ -91,6 +249,7 @@ fn api_vars(stack: &Stack) -> HashMap<&'static str, String> {
         "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
         "CREATE_WAIT_SECONDS",
         "POOL_QUEUE_URL",
+        "CONNECT_BASE_URL",
     ];
     stack
         .api_env
@@ -106,9 +265,9 @@ fn api_vars(stack: &Stack) -> HashMap<&'static str, String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stack_created_in_moto_serves_a_session_through_its_pool() {
+async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
     let prefix = format!("wcs-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let stack = create_stack(&prefix).await;
+    let stack = create_stack(&prefix, "gateway").await;
     let out = |k: &str| {
         stack
             .outputs
@@ -117,8 +276,65 @@ async fn stack_created_in_moto_serves_a_session_through_its_pool() {
             .clone()
     };
 
-    // The API as the API function would run, configured only by the stack.
-    let vars = api_vars(&stack);
+    // The connect leg as the stack made it: the NLB's TLS listener forwards to the gateway's
+    // target group, which sends PROXY protocol v2.
+    let listener = query(
+        "elasticloadbalancing",
+        "2015-12-01",
+        &format!(
+            "Action=DescribeListeners&ListenerArns.member.1={}",
+            out("moto:ConnectListenerArn")
+        ),
+    )
+    .await;
+    for part in [
+        "<Protocol>TLS</Protocol>",
+        "<Port>443</Port>",
+        &format!(
+            "<TargetGroupArn>{}</TargetGroupArn>",
+            out("moto:GatewayTargetGroupArn")
+        ),
+    ] {
+        assert!(listener.contains(part), "{part} in {listener}");
+    }
+    let attrs = query(
+        "elasticloadbalancing",
+        "2015-12-01",
+        &format!(
+            "Action=DescribeTargetGroupAttributes&TargetGroupArn={}",
+            out("moto:GatewayTargetGroupArn")
+        ),
+    )
+    .await;
+    let compact: String = attrs.split_whitespace().collect();
+    assert!(
+        compact.contains("<Key>proxy_protocol_v2.enabled</Key><Value>true</Value>"),
+        "{attrs}"
+    );
+
+    // The gateway as the gateway service runs it. Both it and the browser tasks trust PROXY v2
+    // headers from the VPC (moto's default VPC here); the test runs them on loopback.
+    assert_eq!(stack.gateway_command, ["gateway"]);
+    let vpc = |env: &[(String, String)]| {
+        env.iter()
+            .find(|(k, _)| k == "TRUSTED_PROXY_NETWORKS")
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(vpc(&stack.gateway_env).as_deref(), Some("172.31.0.0/16"));
+    assert_eq!(vpc(&stack.task_env).as_deref(), Some("172.31.0.0/16"));
+    let gateway = Gateway::start(&stack).await;
+
+    // The API as the API function would run, configured by the stack; its connect base URL is
+    // the NLB's wss:// name, which the test replaces by the local gateway's address.
+    let mut vars = api_vars(&stack);
+    let base = vars.insert("CONNECT_BASE_URL", format!("ws://{}", gateway.addr));
+    assert_eq!(base.as_deref(), Some(out("ConnectUrl").as_str()));
+    assert!(
+        out("ConnectUrl").starts_with("wss://"),
+        "{}",
+        out("ConnectUrl")
+    );
+    assert_eq!(vars["ECS_ASSIGN_PUBLIC_IP"], "DISABLED");
     let f = Fixture::from_vars(sdk().await, vars).await;
     assert_eq!(f.cfg.tables.sessions, out("SessionsTableName"));
     assert_eq!(f.cfg.tables.projects, out("ProjectsTableName"));
@@ -189,6 +405,135 @@ async fn stack_created_in_moto_serves_a_session_through_its_pool() {
         dlq,
         tmp: tempfile::tempdir().unwrap(),
     };
+    let mut task_env = stack.task_env.clone();
+    for (k, v) in &mut task_env {
+        if k == "TRUSTED_PROXY_NETWORKS" {
+            *v = LOOPBACK.to_owned();
+        }
+    }
+    let mut task = PoolTask::start(
+        &pool,
+        TaskOptions {
+            task_env: Some(task_env),
+            ..Default::default()
+        },
+    )
+    .await
+    .warm()
+    .await;
+
+    // The create answers at once with the gateway's URL; the task takes the claim.
+    let v = pool.create(json!({"keepAlive": true})).await;
+    assert_eq!(v["status"], "RUNNING", "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let url = connect_url(&v);
+    assert_eq!(
+        url,
+        format!(
+            "ws://{}/?signingKey={}",
+            gateway.addr,
+            v["signingKey"].as_str().unwrap()
+        )
+    );
+    let taken = task.wait_event("claim taken").await;
+    assert_eq!(taken["span"]["session.id"], id.as_str(), "{taken}");
+
+    // Puppeteer through the gateway, which dials the task where READY said it listens.
+    drive(&url).await;
+    let item = pool.f.item(&id).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("READY"));
+    assert_eq!(
+        text(&item, "ecsTaskArn").as_deref(),
+        Some(task.arn.as_str())
+    );
+    assert_eq!(text(&item, "privateIP").as_deref(), Some("127.0.0.1"));
+    let proxy = task.wait_event("proxy listening").await["addr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        item.get("proxyPort")
+            .and_then(|p| p.as_n().ok())
+            .map(String::as_str),
+        proxy.rsplit(':').next(),
+        "{item:?}"
+    );
+    assert_eq!(
+        text(&item, "connectUrl").as_deref(),
+        Some(url.as_str()),
+        "READY kept the gateway's connectUrl"
+    );
+    assert!(gateway.metric("wallcrawler_gateway_dials_total").await >= 1.0);
+    assert!(
+        gateway
+            .metric("wallcrawler_gateway_bytes_client_to_task_total")
+            .await
+            > 0.0
+    );
+    pool.claims_deleted().await;
+
+    pool.released_and_ended(&mut task, &id).await;
+    // Ended: the gateway refuses the session's token at once, with no dial.
+    let dials = gateway.metric("wallcrawler_gateway_dials_total").await;
+    let token = v["signingKey"].as_str().unwrap();
+    let (status, _) = http(
+        "GET",
+        &format!("http://{}/json/version?signingKey={token}", gateway.addr),
+        &[],
+        vec![],
+    )
+    .await;
+    assert_eq!(status, StatusCode::GONE);
+    assert_eq!(
+        gateway.metric("wallcrawler_gateway_dials_total").await,
+        dials
+    );
+    assert_eq!(
+        pool.messages(&pool.dlq).await,
+        (0, 0),
+        "nothing dead-lettered"
+    );
+}
+
+/// Direct mode (`ConnectMode=direct`): no load balancer, no gateway; the pool task's own address
+/// is the `connectUrl`, READY written before the create answers, as before Step 8.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stack_in_direct_mode_serves_a_session_at_the_tasks_address() {
+    let prefix = format!("wcd-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let stack = create_stack(&prefix, "direct").await;
+    assert!(
+        stack.gateway_command.is_empty(),
+        "no gateway in direct mode"
+    );
+    for k in [
+        "ConnectUrl",
+        "GatewayServiceName",
+        "moto:ConnectListenerArn",
+    ] {
+        assert!(!stack.outputs.contains_key(k), "{k}: {:?}", stack.outputs);
+    }
+    let vars = api_vars(&stack);
+    assert!(!vars.contains_key("CONNECT_BASE_URL"), "{vars:?}");
+    assert_eq!(vars["ECS_ASSIGN_PUBLIC_IP"], "ENABLED");
+    let task_env: HashMap<_, _> = stack.task_env.iter().cloned().collect();
+    assert_eq!(
+        task_env.get("PUBLIC_IP_REQUIRED").map(String::as_str),
+        Some("true")
+    );
+    assert!(!task_env.contains_key("TRUSTED_PROXY_NETWORKS"));
+
+    let f = Fixture::from_vars(sdk().await, vars).await;
+    let sqs = aws_sdk_sqs::Client::new(&f.sdk);
+    let queue = stack.outputs["ClaimsQueueUrl"].clone();
+    let dlq = stack.outputs["ClaimsDeadLetterQueueUrl"].clone();
+    let pool = Pool {
+        f,
+        sqs,
+        queue,
+        dlq,
+        tmp: tempfile::tempdir().unwrap(),
+    };
+    // The test's PUBLIC_IP (loopback) stands for the address EC2 would give.
     let mut task = PoolTask::start(
         &pool,
         TaskOptions {
@@ -199,13 +544,15 @@ async fn stack_created_in_moto_serves_a_session_through_its_pool() {
     .await
     .warm()
     .await;
-
     let (id, url) = pool.served_at_once(&mut task).await;
+    let proxy = task.wait_event("proxy listening").await["addr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        url.starts_with(&format!("ws://{proxy}")),
+        "{url} is the task's own address"
+    );
     drive(&url).await;
     pool.released_and_ended(&mut task, &id).await;
-    assert_eq!(
-        pool.messages(&pool.dlq).await,
-        (0, 0),
-        "nothing dead-lettered"
-    );
 }
