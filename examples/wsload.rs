@@ -134,6 +134,10 @@ struct CompareArgs {
     /// Idle connections held for the RSS figure (0 skips it).
     #[arg(long, default_value_t = 1_000)]
     idle_conns: usize,
+    /// Also hold `--idle-conns` connections that each echoed one message of this size first
+    /// (0 skips it): what a relay keeps per connection once it has carried a large message.
+    #[arg(long, default_value_t = 0)]
+    idle_warm_bytes: usize,
     /// Clock ticks per second of /proc/<pid>/stat (`getconf CLK_TCK`).
     #[arg(long, default_value_t = 100)]
     clk_tck: u64,
@@ -673,11 +677,12 @@ struct Idle {
 }
 
 /// RSS of the target's processes before and while `n` upgraded connections (each having
-/// echoed one 256 B message) sit idle.
-async fn idle(t: &Target, request: &[u8], n: usize) -> Result<Idle> {
+/// echoed one 256 B message, then one `warm_bytes` message when not 0) sit idle.
+async fn idle(t: &Target, request: &[u8], n: usize, warm_bytes: usize) -> Result<Idle> {
     let before = sample(&t.pids).rss_kib;
     let frame = ws::masked_frame(1, 256);
-    let mut scratch = vec![0u8; frame.len()];
+    let warm = (warm_bytes > 0).then(|| ws::masked_frame(2, warm_bytes));
+    let mut scratch = vec![0u8; frame.len().max(warm.as_ref().map_or(0, Vec::len))];
     let mut held = Vec::with_capacity(n);
     for _ in 0..n {
         let mut c = t
@@ -685,6 +690,9 @@ async fn idle(t: &Target, request: &[u8], n: usize) -> Result<Idle> {
             .await
             .with_context(|| format!("{}: upgrade", t.name))?;
         ws::round_trip(&mut c, &frame, &mut scratch).await?;
+        if let Some(w) = &warm {
+            ws::round_trip(&mut c, w, &mut scratch).await?;
+        }
         held.push(c);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -765,9 +773,23 @@ async fn compare(mut a: CompareArgs) -> Result<()> {
                 "wsload: {} idle connections through {} …",
                 a.idle_conns, t.name
             );
-            idles.push(Some(idle(t, &request, a.idle_conns).await?));
+            idles.push(Some(idle(t, &request, a.idle_conns, 0).await?));
         } else {
             idles.push(None);
+        }
+    }
+    let mut warm_idles = Vec::new();
+    for t in targets {
+        if a.idle_conns > 0 && a.idle_warm_bytes > 0 && !t.pids.is_empty() {
+            eprintln!(
+                "wsload: {} idle connections through {}, each after a {} B message …",
+                a.idle_conns, t.name, a.idle_warm_bytes
+            );
+            warm_idles.push(Some(
+                idle(t, &request, a.idle_conns, a.idle_warm_bytes).await?,
+            ));
+        } else {
+            warm_idles.push(None);
         }
     }
 
@@ -796,6 +818,13 @@ async fn compare(mut a: CompareArgs) -> Result<()> {
             "setup": stats(&mut setups[i]),
             "idle": idles[i].as_ref().map(|x| json!({
                 "conns": a.idle_conns,
+                "rss_before_mib": x.before_kib as f64 / 1024.0,
+                "rss_held_mib": x.held_kib as f64 / 1024.0,
+                "kib_per_conn": (x.held_kib as f64 - x.before_kib as f64) / a.idle_conns as f64,
+            })),
+            "idle_after_message": warm_idles[i].as_ref().map(|x| json!({
+                "conns": a.idle_conns,
+                "message_bytes": a.idle_warm_bytes,
                 "rss_before_mib": x.before_kib as f64 / 1024.0,
                 "rss_held_mib": x.held_kib as f64 / 1024.0,
                 "kib_per_conn": (x.held_kib as f64 - x.before_kib as f64) / a.idle_conns as f64,
@@ -894,6 +923,14 @@ fn print_table(doc: &Value) {
         (
             "  KiB per idle connection",
             Box::new(|t: &Value| cell(&t["idle"]["kib_per_conn"], 1)),
+        ),
+        (
+            "RSS with idle conns held, each after a big message, MiB",
+            Box::new(|t: &Value| cell(&t["idle_after_message"]["rss_held_mib"], 1)),
+        ),
+        (
+            "  KiB per such connection",
+            Box::new(|t: &Value| cell(&t["idle_after_message"]["kib_per_conn"], 1)),
         ),
     ];
     let idle_n = targets

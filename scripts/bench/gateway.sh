@@ -24,6 +24,9 @@
 #   IDLE_CONNS=9900     idle connections held through each relay; a relay holds two sockets per
 #                       connection, so the open-file limit (hard limit 20000 on our VMs) caps it
 #                       just under 10,000
+#   IDLE_WARM_BYTES=131072  then as many idle connections again, each having echoed one message
+#                       of this size first (0 skips it): what a relay keeps per connection once
+#                       it has carried a large message (a screenshot, say)
 #   BUILD=1             cargo build --release first (0 to reuse the release build)
 #   GATEWAY_B=PATH      also measure this wallcrawler-controller binary (target "gateway-B",
 #                       started the same way), e.g. a build from before a relay change
@@ -39,6 +42,7 @@ CONNS="${CONNS:-4}"
 RTT_SAMPLES="${RTT_SAMPLES:-20000}"
 SETUP_SAMPLES="${SETUP_SAMPLES:-2000}"
 IDLE_CONNS="${IDLE_CONNS:-9900}"
+IDLE_WARM_BYTES="${IDLE_WARM_BYTES:-131072}"
 BUILD="${BUILD:-1}"
 OUT_DIR="${OUT_DIR:-$ROOT/bench-results}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
@@ -232,7 +236,7 @@ timeout 1500 "${LOAD_CPU[@]}" "$WSLOAD" compare \
   --path "/?signingKey=$TOKEN" \
   --conns "$CONNS" --secs "$SECS" --rounds "$ROUNDS" \
   --rtt-samples "$RTT_SAMPLES" --setup-samples "$SETUP_SAMPLES" --idle-conns "$IDLE_CONNS" \
-  --clk-tck "$(getconf CLK_TCK)" \
+  --idle-warm-bytes "$IDLE_WARM_BYTES" --clk-tck "$(getconf CLK_TCK)" \
   --json "$OUT_DIR/gateway-$STAMP.json" | tee -a "$REPORT"
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$REPORT"
 kill -0 "$GATEWAY_PID" 2>/dev/null || die "the gateway exited during the run"
