@@ -12,7 +12,8 @@
 //!     random order per sample;
 //!   - connection setup (TCP connect + upgrade + 101 read), likewise, each connection closed
 //!     and its teardown awaited outside the timed part;
-//!   - RSS (VmRSS, pid and children summed) with `--idle-conns` upgraded connections held idle.
+//!   - RSS (VmRSS, pid and children summed) with `--idle-conns` upgraded connections held idle,
+//!     and with `--idle-warm-bytes` as many again, each having echoed one message that large.
 //! - `burst`: opens `--conns` upgraded connections to one target from one address,
 //!   `--concurrency` at a time (each connect followed at once by its upgrade request), holds
 //!   them all and counts the answers: 101s, refusals by status, errors.
