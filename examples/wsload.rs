@@ -12,11 +12,16 @@
 //!     random order per sample;
 //!   - connection setup (TCP connect + upgrade + 101 read), likewise, each connection closed
 //!     and its teardown awaited outside the timed part;
-//!   - RSS (VmRSS, pid and children summed) with `--idle-conns` upgraded connections held idle.
+//!   - RSS (VmRSS, pid and children summed) with `--idle-conns` upgraded connections held idle,
+//!     and with `--idle-warm-bytes` as many again, each having echoed one message that large.
 //! - `burst`: opens `--conns` upgraded connections to one target from one address,
 //!   `--concurrency` at a time (each connect followed at once by its upgrade request), holds
 //!   them all and counts the answers: 101s, refusals by status, errors.
 //! - `free-port`, `wait-port`: small helpers for the script.
+//!
+//! A `compare` target given as `NAME=wss://HOST:PORT` is reached over TLS (rustls on aws-lc-rs,
+//! trusting only `--ca-cert`, no session resumption: every setup is a full handshake), so
+//! `scripts/bench/gateway.sh` can measure TLS-terminating relays.
 //!
 //! Build with `cargo build --release --examples`; all traffic is on loopback.
 
@@ -26,15 +31,21 @@ mod ws;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsConnector;
 
 const MIB: usize = 1024 * 1024;
 
@@ -93,10 +104,13 @@ struct BurstArgs {
 
 #[derive(clap::Args)]
 struct CompareArgs {
-    /// NAME=HOST:PORT[@PID,PID…]: a target and the processes whose CPU and RSS are charged to
-    /// it (children included). Give the baseline first.
+    /// NAME=[wss://]HOST:PORT[@PID,PID…]: a target and the processes whose CPU and RSS are
+    /// charged to it (children included); `wss://` = over TLS. Give the baseline first.
     #[arg(long = "target", required = true)]
     targets: Vec<Target>,
+    /// PEM file of the certificate authority `wss://` targets' certificates chain to.
+    #[arg(long)]
+    ca_cert: Option<PathBuf>,
     /// Request path of every upgrade (may carry `?signingKey=`).
     #[arg(long)]
     path: String,
@@ -121,6 +135,10 @@ struct CompareArgs {
     /// Idle connections held for the RSS figure (0 skips it).
     #[arg(long, default_value_t = 1_000)]
     idle_conns: usize,
+    /// Also hold `--idle-conns` connections that each echoed one message of this size first
+    /// (0 skips it): what a relay keeps per connection once it has carried a large message.
+    #[arg(long, default_value_t = 0)]
+    idle_warm_bytes: usize,
     /// Clock ticks per second of /proc/<pid>/stat (`getconf CLK_TCK`).
     #[arg(long, default_value_t = 100)]
     clk_tck: u64,
@@ -129,18 +147,124 @@ struct CompareArgs {
     json: Option<PathBuf>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 struct Target {
     name: String,
     addr: SocketAddr,
     pids: Vec<u32>,
+    /// Given as `wss://`.
+    wss: bool,
+    /// The TLS client for a `wss://` target (set once `--ca-cert` is read).
+    tls: Option<TlsConnector>,
+}
+
+impl Target {
+    /// Connects (TCP, then TLS for `wss://`), upgrades on `request` and reads the 101.
+    async fn connect(&self, request: &[u8]) -> std::io::Result<Conn> {
+        let tcp = TcpStream::connect(self.addr).await?;
+        tcp.set_nodelay(true)?;
+        let mut conn = match &self.tls {
+            None => Conn::Plain(tcp),
+            Some(c) => {
+                let name = ServerName::IpAddress(self.addr.ip().into());
+                Conn::Tls(Box::new(c.connect(name, tcp).await?))
+            }
+        };
+        ws::upgrade(&mut conn, request).await?;
+        Ok(conn)
+    }
+}
+
+/// A client connection, plain or TLS.
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl Conn {
+    /// Protocol version, cipher suite and key exchange group, for the record.
+    fn tls_params(&self) -> Option<String> {
+        let Conn::Tls(s) = self else { return None };
+        let c = s.get_ref().1;
+        Some(format!(
+            "{:?} {:?} {:?}",
+            c.protocol_version()?,
+            c.negotiated_cipher_suite()?.suite(),
+            c.negotiated_key_exchange_group()?.name()
+        ))
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_flush(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// A TLS client trusting only the certificates in `ca` (PEM), without session resumption so
+/// that every connection setup measures a full handshake.
+fn tls_connector(ca: &std::path::Path) -> Result<TlsConnector> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in
+        CertificateDer::pem_file_iter(ca).with_context(|| format!("reading {}", ca.display()))?
+    {
+        roots.add(c.with_context(|| format!("parsing {}", ca.display()))?)?;
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.resumption = rustls::client::Resumption::disabled();
+    Ok(TlsConnector::from(Arc::new(config)))
 }
 
 impl FromStr for Target {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let (name, rest) = s.split_once('=').ok_or("expected NAME=HOST:PORT[@PID,…]")?;
+        let (name, rest) = s
+            .split_once('=')
+            .ok_or("expected NAME=[wss://]HOST:PORT[@PID,…]")?;
+        let (wss, rest) = match rest.strip_prefix("wss://") {
+            Some(r) => (true, r),
+            None => (false, rest),
+        };
         let (addr, pids) = match rest.split_once('@') {
             Some((a, p)) => (
                 a,
@@ -155,6 +279,8 @@ impl FromStr for Target {
             name: name.to_owned(),
             addr,
             pids,
+            wss,
+            tls: None,
         })
     }
 }
@@ -384,7 +510,8 @@ async fn throughput(t: &Target, request: &[u8], a: &CompareArgs) -> Result<Throu
     let local = tokio::task::LocalSet::new();
     let mut tasks = Vec::new();
     for _ in 0..a.conns {
-        let mut conn = ws::connect_upgraded(t.addr, request)
+        let mut conn = t
+            .connect(request)
             .await
             .with_context(|| format!("{}: upgrade", t.name))?;
         let (frame, done, stop) = (frame.clone(), done.clone(), stop.clone());
@@ -453,7 +580,8 @@ async fn rtt(targets: &[Target], request: &[u8], samples: usize) -> Result<Vec<R
     let mut scratch = vec![0u8; frame.len()];
     let mut conns = Vec::new();
     for t in targets {
-        let mut c = ws::connect_upgraded(t.addr, request)
+        let mut c = t
+            .connect(request)
             .await
             .with_context(|| format!("{}: upgrade", t.name))?;
         for _ in 0..2_000 {
@@ -491,7 +619,8 @@ async fn setup(targets: &[Target], request: &[u8], samples: usize) -> Result<Vec
     for i in 0..samples + 200 {
         for &j in order.next() {
             let start = Instant::now();
-            let mut conn = ws::connect_upgraded(targets[j].addr, request)
+            let mut conn = targets[j]
+                .connect(request)
                 .await
                 .with_context(|| format!("{}: upgrade", targets[j].name))?;
             let took = start.elapsed().as_secs_f64() * 1e6;
@@ -549,17 +678,22 @@ struct Idle {
 }
 
 /// RSS of the target's processes before and while `n` upgraded connections (each having
-/// echoed one 256 B message) sit idle.
-async fn idle(t: &Target, request: &[u8], n: usize) -> Result<Idle> {
+/// echoed one 256 B message, then one `warm_bytes` message when not 0) sit idle.
+async fn idle(t: &Target, request: &[u8], n: usize, warm_bytes: usize) -> Result<Idle> {
     let before = sample(&t.pids).rss_kib;
     let frame = ws::masked_frame(1, 256);
-    let mut scratch = vec![0u8; frame.len()];
+    let warm = (warm_bytes > 0).then(|| ws::masked_frame(2, warm_bytes));
+    let mut scratch = vec![0u8; frame.len().max(warm.as_ref().map_or(0, Vec::len))];
     let mut held = Vec::with_capacity(n);
     for _ in 0..n {
-        let mut c = ws::connect_upgraded(t.addr, request)
+        let mut c = t
+            .connect(request)
             .await
             .with_context(|| format!("{}: upgrade", t.name))?;
         ws::round_trip(&mut c, &frame, &mut scratch).await?;
+        if let Some(w) = &warm {
+            ws::round_trip(&mut c, w, &mut scratch).await?;
+        }
         held.push(c);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -583,13 +717,30 @@ fn stats(samples: &mut [f64]) -> Value {
     })
 }
 
-async fn compare(a: CompareArgs) -> Result<()> {
+async fn compare(mut a: CompareArgs) -> Result<()> {
+    if a.targets.iter().any(|t| t.wss) {
+        let ca = a
+            .ca_cert
+            .as_deref()
+            .context("a wss:// target needs --ca-cert")?;
+        let connector = tls_connector(ca)?;
+        for t in a.targets.iter_mut().filter(|t| t.wss) {
+            t.tls = Some(connector.clone());
+        }
+    }
+    let a = a;
     let targets = &a.targets;
     let request = ws::upgrade_request("127.0.0.1", &a.path);
+    let mut tls_params = Vec::new();
     for t in targets {
-        let mut c = ws::connect_upgraded(t.addr, &request)
+        let mut c = t
+            .connect(&request)
             .await
             .with_context(|| format!("{} ({}) does not upgrade", t.name, t.addr))?;
+        tls_params.push(c.tls_params());
+        if let Some(p) = c.tls_params() {
+            eprintln!("wsload: {} negotiated {p}", t.name);
+        }
         let frame = ws::masked_frame(1, 256);
         let mut scratch = vec![0u8; frame.len()];
         ws::round_trip(&mut c, &frame, &mut scratch)
@@ -623,9 +774,23 @@ async fn compare(a: CompareArgs) -> Result<()> {
                 "wsload: {} idle connections through {} …",
                 a.idle_conns, t.name
             );
-            idles.push(Some(idle(t, &request, a.idle_conns).await?));
+            idles.push(Some(idle(t, &request, a.idle_conns, 0).await?));
         } else {
             idles.push(None);
+        }
+    }
+    let mut warm_idles = Vec::new();
+    for t in targets {
+        if a.idle_conns > 0 && a.idle_warm_bytes > 0 && !t.pids.is_empty() {
+            eprintln!(
+                "wsload: {} idle connections through {}, each after a {} B message …",
+                a.idle_conns, t.name, a.idle_warm_bytes
+            );
+            warm_idles.push(Some(
+                idle(t, &request, a.idle_conns, a.idle_warm_bytes).await?,
+            ));
+        } else {
+            warm_idles.push(None);
         }
     }
 
@@ -638,6 +803,7 @@ async fn compare(a: CompareArgs) -> Result<()> {
         results.push(json!({
             "name": t.name,
             "addr": t.addr.to_string(),
+            "tls": tls_params[i],
             "pids": with_children(&t.pids),
             "throughput": {
                 "mib_per_s": tput,
@@ -657,6 +823,18 @@ async fn compare(a: CompareArgs) -> Result<()> {
                 "rss_held_mib": x.held_kib as f64 / 1024.0,
                 "kib_per_conn": (x.held_kib as f64 - x.before_kib as f64) / a.idle_conns as f64,
             })),
+            // Per connection over the RSS before the first idle test: memory the first one
+            // freed may stay with the process and be reused by the second.
+            "idle_after_message": warm_idles[i].as_ref().map(|x| {
+                let base = idles[i].as_ref().map_or(x.before_kib, |f| f.before_kib);
+                json!({
+                    "conns": a.idle_conns,
+                    "message_bytes": a.idle_warm_bytes,
+                    "rss_before_mib": x.before_kib as f64 / 1024.0,
+                    "rss_held_mib": x.held_kib as f64 / 1024.0,
+                    "kib_per_conn": (x.held_kib as f64 - base as f64) / a.idle_conns as f64,
+                })
+            }),
         }));
     }
     let doc = json!({
@@ -751,6 +929,14 @@ fn print_table(doc: &Value) {
         (
             "  KiB per idle connection",
             Box::new(|t: &Value| cell(&t["idle"]["kib_per_conn"], 1)),
+        ),
+        (
+            "RSS with idle conns held, each after a big message, MiB",
+            Box::new(|t: &Value| cell(&t["idle_after_message"]["rss_held_mib"], 1)),
+        ),
+        (
+            "  KiB per such conn (over RSS before idle test)",
+            Box::new(|t: &Value| cell(&t["idle_after_message"]["kib_per_conn"], 1)),
         ),
     ];
     let idle_n = targets

@@ -9,8 +9,10 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::Poll;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
@@ -80,7 +82,10 @@ async fn echo_connection(mut stream: TcpStream, addr: SocketAddr) -> io::Result<
 
 /// Reads into `buf` until it holds a complete HTTP head; returns the head's length (any bytes
 /// after it stay in `buf`).
-pub async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<usize> {
+pub async fn read_head<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+) -> io::Result<usize> {
     let mut chunk = [0u8; 2048];
     loop {
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -108,12 +113,24 @@ pub fn upgrade_request(host: &str, path: &str) -> Vec<u8> {
 
 /// Connects, upgrades on `path` and reads the 101. Fails on any other answer, or if the
 /// server sent frame bytes along with its 101 (the echo upstream never does).
+#[allow(dead_code)] // benches/relay.rs uses it; wsload connects through its own `Target`
 pub async fn connect_upgraded(addr: SocketAddr, request: &[u8]) -> io::Result<TcpStream> {
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
+    upgrade(&mut stream, request).await?;
+    Ok(stream)
+}
+
+/// Sends the upgrade `request` on a connected stream (plain or TLS) and reads the 101, as
+/// [`connect_upgraded`] does.
+pub async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    request: &[u8],
+) -> io::Result<()> {
     stream.write_all(request).await?;
+    stream.flush().await?;
     let mut buf = Vec::with_capacity(512);
-    let len = read_head(&mut stream, &mut buf).await?;
+    let len = read_head(stream, &mut buf).await?;
     if !buf.starts_with(b"HTTP/1.1 101") {
         let line = String::from_utf8_lossy(&buf[..len])
             .lines()
@@ -128,7 +145,7 @@ pub async fn connect_upgraded(addr: SocketAddr, request: &[u8]) -> io::Result<Tc
             "unexpected bytes after the 101",
         ));
     }
-    Ok(stream)
+    Ok(())
 }
 
 /// One masked client frame (FIN set) with a `len`-byte payload: a CDP-looking JSON text when
@@ -164,13 +181,47 @@ pub fn masked_frame(opcode: u8, len: usize) -> Vec<u8> {
 
 /// Sends `frame` and reads the same number of bytes back into `scratch` (at least as long),
 /// writing and reading at once so a frame larger than the socket buffers cannot deadlock.
-pub async fn round_trip(
-    stream: &mut TcpStream,
+/// Both halves are polled from one future, so any stream works (a TLS stream cannot be split
+/// without a lock) at no extra cost for a plain one.
+pub async fn round_trip<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
     frame: &[u8],
     scratch: &mut [u8],
 ) -> io::Result<()> {
-    let (mut r, mut w) = stream.split();
     let back = &mut scratch[..frame.len()];
-    tokio::try_join!(w.write_all(frame), r.read_exact(back))?;
-    Ok(())
+    let (mut sent, mut got, mut flushed) = (0, 0, false);
+    std::future::poll_fn(|cx| {
+        while sent < frame.len() {
+            match Pin::new(&mut *stream).poll_write(cx, &frame[sent..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => sent += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => break,
+            }
+        }
+        if sent == frame.len() && !flushed {
+            match Pin::new(&mut *stream).poll_flush(cx) {
+                Poll::Ready(Ok(())) => flushed = true,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {}
+            }
+        }
+        while got < back.len() {
+            let mut rb = ReadBuf::new(&mut back[got..]);
+            match Pin::new(&mut *stream).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) if rb.filled().is_empty() => {
+                    return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into()));
+                }
+                Poll::Ready(Ok(())) => got += rb.filled().len(),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => break,
+            }
+        }
+        if flushed && got == back.len() {
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
 }
