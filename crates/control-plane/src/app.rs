@@ -27,6 +27,9 @@ pub struct Settings {
     /// once (RUNNING) instead of waiting for READY. `None`: direct mode, the task's own URL
     /// once READY.
     pub connect_base: Option<String>,
+    /// A certificate authority `/debug` trusts, beside the system's roots, to read pages
+    /// through a `wss://` gateway (the local platform's `serve --tls`).
+    pub connect_ca: Option<std::path::PathBuf>,
 }
 
 impl Default for Settings {
@@ -38,6 +41,7 @@ impl Default for Settings {
             region: "us-east-1".to_owned(),
             upload_url_ttl: 3600,
             connect_base: None,
+            connect_ca: None,
         }
     }
 }

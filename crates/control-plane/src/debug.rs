@@ -1,30 +1,101 @@
 //! The live page list of a running session, read from its proxy's `/json/list` with the
-//! session's own token (the proxy rewrites every URL to point back at itself).
+//! session's own token (the proxy rewrites every URL to point back at itself) — through the
+//! connect gateway when the session's `connectUrl` is the gateway's, over TLS when it is
+//! `wss://` (trusting the system's roots, and the local platform's authority when given).
 
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// `host:port` of a `ws://host:port?signingKey=…` connect URL.
-pub fn authority_of(connect_url: &str) -> Option<&str> {
-    let rest = connect_url.strip_prefix("ws://")?;
+/// `(tls, host:port)` of a `ws://host:port/?signingKey=…` or `wss://…` connect URL.
+pub fn endpoint_of(connect_url: &str) -> Option<(bool, &str)> {
+    let (tls, rest) = if let Some(r) = connect_url.strip_prefix("wss://") {
+        (true, r)
+    } else {
+        (false, connect_url.strip_prefix("ws://")?)
+    };
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    Some(&rest[..end]).filter(|a| !a.is_empty())
+    Some((tls, &rest[..end])).filter(|(_, a)| !a.is_empty())
 }
 
-/// Browserbase's `pages[]` from the proxy's `/json/list`.
-pub async fn page_list(connect_url: &str, token: &str) -> Result<Vec<Value>, String> {
-    let authority = authority_of(connect_url)
-        .ok_or("connectUrl has no host")?
-        .to_owned();
+/// `host:port` of a connect URL.
+pub fn authority_of(connect_url: &str) -> Option<&str> {
+    endpoint_of(connect_url).map(|(_, a)| a)
+}
+
+/// The system's root certificates, read once.
+fn native_roots() -> &'static [CertificateDer<'static>] {
+    static ROOTS: OnceLock<Vec<CertificateDer<'static>>> = OnceLock::new();
+    ROOTS.get_or_init(|| rustls_native_certs::load_native_certs().certs)
+}
+
+/// A TLS client trusting the system's roots and `extra_ca` (a PEM file), when given.
+fn tls_client(extra_ca: Option<&Path>) -> Result<tokio_rustls::TlsConnector, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(native_roots().iter().cloned());
+    if let Some(path) = extra_ca {
+        for cert in CertificateDer::pem_file_iter(path).map_err(|e| e.to_string())? {
+            roots
+                .add(cert.map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+/// Sends `request` on `s` and reads the answer to its end (at most 8 MiB). A TLS peer that
+/// closes without `close_notify` after answering is taken as the end.
+async fn exchange(
+    mut s: impl AsyncRead + AsyncWrite + Unpin,
+    request: &[u8],
+) -> Result<Vec<u8>, String> {
+    s.write_all(request).await.map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    match (&mut s).take(8 * 1024 * 1024).read_to_end(&mut out).await {
+        Ok(_) => Ok(out),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !out.is_empty() => Ok(out),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Browserbase's `pages[]` from the proxy's `/json/list`; `extra_ca`: an authority trusted
+/// beside the system's for a `wss://` URL (the local platform's).
+pub async fn page_list(
+    connect_url: &str,
+    token: &str,
+    extra_ca: Option<&Path>,
+) -> Result<Vec<Value>, String> {
+    let (tls, authority) = endpoint_of(connect_url).ok_or("connectUrl has no host")?;
+    let authority = authority.to_owned();
     let body = tokio::time::timeout(Duration::from_secs(5), async {
-        let mut s = tokio::net::TcpStream::connect(&authority).await.map_err(|e| e.to_string())?;
+        let tcp = tokio::net::TcpStream::connect(&authority).await.map_err(|e| e.to_string())?;
         let req = format!("GET /json/list?signingKey={token} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
-        s.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
-        let mut out = Vec::new();
-        (&mut s).take(8 * 1024 * 1024).read_to_end(&mut out).await.map_err(|e| e.to_string())?;
-        Ok::<_, String>(out)
+        if !tls {
+            return exchange(tcp, req.as_bytes()).await;
+        }
+        let host = authority
+            .rsplit_once(':')
+            .map_or(authority.as_str(), |(h, _)| h)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
+        let s = tls_client(extra_ca)?
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        exchange(s, req.as_bytes()).await
     })
     .await
     .map_err(|_| "timed out".to_owned())??;
@@ -64,5 +135,14 @@ mod tests {
         );
         assert_eq!(super::authority_of("ws://h:1/devtools"), Some("h:1"));
         assert_eq!(super::authority_of("http://h"), None);
+        assert_eq!(
+            super::endpoint_of("wss://connect.example.test/?signingKey=x"),
+            Some((true, "connect.example.test"))
+        );
+        assert_eq!(
+            super::endpoint_of("ws://127.0.0.1:5/?signingKey=x"),
+            Some((false, "127.0.0.1:5"))
+        );
+        assert_eq!(super::endpoint_of("wss://"), None);
     }
 }

@@ -500,13 +500,16 @@ pub async fn debug_session(caller: Caller, Path(id): Path<String>) -> ApiResult 
     ) else {
         return Err(ApiError::conflict(format!("session {id} is not running")));
     };
-    let pages = crate::debug::page_list(url, token).await.map_err(|e| {
-        warn!(session.id = %id, error = %e, "reading the browser's page list failed");
-        ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "the session's browser did not answer",
-        )
-    })?;
+    let extra_ca = app.settings.connect_ca.as_deref();
+    let pages = crate::debug::page_list(url, token, extra_ca)
+        .await
+        .map_err(|e| {
+            warn!(session.id = %id, error = %e, "reading the browser's page list failed");
+            ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "the session's browser did not answer",
+            )
+        })?;
     Ok(Json(json!({
         "wsUrl": url,
         "debuggerUrl": Value::Null,

@@ -81,6 +81,7 @@ impl LocalServer {
                 )
                 .await?;
                 settings.connect_base = Some(g.url());
+                settings.connect_ca = g.ca_cert.clone();
                 Some(g)
             }
         };

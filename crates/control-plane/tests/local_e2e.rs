@@ -1040,6 +1040,27 @@ fn with_tls_every_client_drives_a_page_over_wss_and_the_wire_never_shows_the_tok
     let r = s.node_with_env("stagehand-browserbase", &trust);
     assert_eq!(r["eval"], 2, "{r}");
 
+    // /debug reads the pages through the wss:// gateway too (trusting serve's authority), and
+    // every page's URL is a wss:// one on the gateway.
+    let (status, debug) = s.call(
+        "GET",
+        &format!("/v1/sessions/{}/debug", v["id"].as_str().unwrap()),
+        "",
+    );
+    assert_eq!(status, 200, "{debug}");
+    assert_eq!(debug["wsUrl"], url.as_str(), "{debug}");
+    let pages = debug["pages"].as_array().expect("pages");
+    assert!(!pages.is_empty(), "{debug}");
+    for p in pages {
+        assert!(
+            p["wsUrl"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{gw}/devtools/page/")),
+            "{debug}"
+        );
+    }
+
     // Without trusting the authority, a client is refused by its own TLS check.
     let dir = workspace().join("tests/node");
     let untrusting = Command::new("node")
