@@ -45,9 +45,13 @@ fn start() -> Moto {
     );
     // moto runs under a shell that ends it when our stdin pipe closes, i.e. when the test
     // binary exits, so no server outlives the tests.
+    // moto's server with DynamoDB's conditional writes made atomic (tests/py/moto_server.py).
+    let python = repo_root().join(".venv/bin/python");
+    let wrapper = repo_root().join("tests/py/moto_server.py");
     let script = format!(
-        "{} -H 127.0.0.1 -p 0 2>&1 & m=$!; cat >/dev/null; kill $m",
-        bin.display()
+        "{} {} 127.0.0.1 0 2>&1 & m=$!; cat >/dev/null; kill $m",
+        python.display(),
+        wrapper.display()
     );
     let mut child = Command::new("sh")
         .args(["-c", &script])
