@@ -567,23 +567,12 @@ fn a_held_client_that_leaves_gives_its_place_back() {
 
 #[test]
 fn a_100_mb_message_passes_through_the_gateway_and_the_task_intact_both_ways() {
-    use crate::support::upstream::{read_big_frame, write_big_frame};
+    use crate::support::upstream::{big_echo, read_big_frame, write_big_frame};
     use crate::support::{SESSION, proxy};
-    use std::sync::{Arc, Mutex, mpsc};
 
     const BIG: u64 = 100 * 1000 * 1000;
-    let (received_tx, received_rx) = mpsc::channel::<std::io::Result<(u8, u64)>>();
-    let received_tx = Mutex::new(received_tx);
     // Chrome's stand-in: reads one frame whole (checking every byte), answers with another.
-    let up = FakeUpstream::start(Arc::new(move |s: &mut TcpStream| {
-        let got = read_big_frame(s);
-        let ok = got.is_ok();
-        let _ = received_tx.lock().unwrap().send(got);
-        if ok {
-            write_big_frame(s, 0x2, BIG, false)?;
-        }
-        Ok(())
-    }));
+    let (up, received_rx) = big_echo(BIG);
     // The task behind the gateway: the proxy, taking the gateway's PROXY header.
     let (_task, task_addr) = proxy(up.addr, &[("TRUSTED_PROXY_NETWORKS", "127.0.0.1/32")]);
     let gw = Gw::start(&[("GATEWAY_PROXY_PROTOCOL", "true")]);

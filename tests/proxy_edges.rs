@@ -164,17 +164,7 @@ fn metric(text: &str, series: &str) -> u64 {
 #[test]
 fn a_256_mib_message_passes_each_way_in_bounded_memory() {
     const BIG: u64 = 256 * MIB;
-    let (received_tx, received_rx) = mpsc::channel::<io::Result<(u8, u64)>>();
-    let received_tx = Mutex::new(received_tx);
-    let up = FakeUpstream::start(Arc::new(move |s: &mut TcpStream| {
-        let got = read_big_frame(s);
-        let ok = got.is_ok();
-        let _ = received_tx.lock().unwrap().send(got);
-        if ok {
-            write_big_frame(s, 0x2, BIG, false)?;
-        }
-        Ok(())
-    }));
+    let (up, received_rx) = crate::support::upstream::big_echo(BIG);
     let (c, addr) = support::proxy(up.addr, &[]);
     let pid = c.child.id();
     let before = peak_rss(pid);

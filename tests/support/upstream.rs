@@ -239,3 +239,20 @@ pub fn read_big_frame(stream: &mut impl Read) -> io::Result<(u8, u64)> {
     }
     Ok((opcode, len))
 }
+
+/// Chrome's stand-in for big messages: reads one frame whole (checking every byte), reports it
+/// on the receiver, and answers with a frame of `len` bytes.
+pub fn big_echo(len: u64) -> (FakeUpstream, mpsc::Receiver<io::Result<(u8, u64)>>) {
+    let (received_tx, received_rx) = mpsc::channel();
+    let received_tx = Mutex::new(received_tx);
+    let up = FakeUpstream::start(Arc::new(move |s: &mut TcpStream| {
+        let got = read_big_frame(s);
+        let ok = got.is_ok();
+        let _ = received_tx.lock().unwrap().send(got);
+        if ok {
+            write_big_frame(s, 0x2, len, false)?;
+        }
+        Ok(())
+    }));
+    (up, received_rx)
+}

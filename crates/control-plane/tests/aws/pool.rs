@@ -429,6 +429,24 @@ struct Log {
     closed: Mutex<bool>,
 }
 
+/// Reads `child`'s stderr into a [`Log`] as it comes; the counter moves with every line and
+/// once more when stderr closes (what waiters watch).
+fn watch_stderr(child: &mut tokio::process::Child) -> (Arc<Log>, watch::Receiver<u64>) {
+    let log = Arc::new(Log::default());
+    let (tx, seen) = watch::channel(0u64);
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let reader_log = log.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            reader_log.lines.lock().unwrap().push(line);
+            tx.send_modify(|n| *n += 1);
+        }
+        *reader_log.closed.lock().unwrap() = true;
+        tx.send_modify(|n| *n += 1);
+    });
+    (log, seen)
+}
+
 /// A pool controller: `wallcrawler-controller run` in pool mode, as one Fargate task of the
 /// pool. Killed (SIGKILL, Chrome with it) if the test ends without stopping it.
 struct PoolTask {
@@ -488,18 +506,7 @@ impl PoolTask {
             cmd.env("POOL_CLAIM_VISIBILITY_SECONDS", v.to_string());
         }
         let mut child = cmd.spawn().expect("start wallcrawler-controller");
-        let log = Arc::new(Log::default());
-        let (tx, seen) = watch::channel(0u64);
-        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-        let reader_log = log.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                reader_log.lines.lock().unwrap().push(line);
-                tx.send_modify(|n| *n += 1);
-            }
-            *reader_log.closed.lock().unwrap() = true;
-            tx.send_modify(|n| *n += 1);
-        });
+        let (log, seen) = watch_stderr(&mut child);
         PoolTask {
             child,
             arn,

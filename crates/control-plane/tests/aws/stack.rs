@@ -148,18 +148,7 @@ impl Gateway {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("start wallcrawler-controller gateway");
-        let log = Arc::new(Log::default());
-        let (tx, mut seen) = watch::channel(0u64);
-        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-        let reader_log = log.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                reader_log.lines.lock().unwrap().push(line);
-                tx.send_modify(|n| *n += 1);
-            }
-            *reader_log.closed.lock().unwrap() = true;
-            tx.send_modify(|n| *n += 1);
-        });
+        let (log, mut seen) = watch_stderr(&mut child);
         let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
         let line = tokio::time::timeout(POOL_WAIT, out.next_line())
             .await
