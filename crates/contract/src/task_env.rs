@@ -1,0 +1,78 @@
+//! The names of the environment variables that cross from the control plane to a controller.
+//!
+//! The control plane writes them (into an ECS task's container overrides, or a local child
+//! controller's environment) and the controller's configuration reads them: each name is said
+//! once, here, so the two sides cannot drift apart. Variables only one side knows (the control
+//! plane's own tables, a controller's tuning) stay with that side.
+
+/// The session this task serves (a single-session task; a pool task takes it from its claim).
+pub const SESSION_ID: &str = "SESSION_ID";
+/// The session's project.
+pub const PROJECT_ID: &str = "PROJECT_ID";
+/// When the session ends (Unix seconds), when the session item does not say.
+pub const SESSION_EXPIRES_AT: &str = "SESSION_EXPIRES_AT";
+
+/// The DynamoDB sessions table the controller writes READY and the final status to.
+pub const SESSIONS_TABLE_NAME: &str = "SESSIONS_TABLE_NAME";
+/// The local platform's directory of session documents (instead of the table).
+pub const SESSIONS_DIR: &str = "SESSIONS_DIR";
+
+/// The Secrets Manager ARN of the token signing secret.
+pub const SIGNING_SECRET_ARN: &str = "WALLCRAWLER_JWT_SIGNING_SECRET_ARN";
+/// The token signing key itself (the local platform; no Secrets Manager).
+pub const SIGNING_KEY: &str = "WALLCRAWLER_JWT_SIGNING_KEY";
+/// Seconds of clock skew a token's times are allowed.
+pub const JWT_LEEWAY_SECONDS: &str = "JWT_LEEWAY_SECONDS";
+
+/// The context (profile) the session starts from.
+pub const CONTEXT_ID: &str = "CONTEXT_ID";
+/// The S3 bucket of context profiles.
+pub const CONTEXTS_BUCKET_NAME: &str = "CONTEXTS_BUCKET_NAME";
+/// The local platform's directory of context profiles (instead of the bucket).
+pub const CONTEXTS_DIR: &str = "CONTEXTS_DIR";
+/// The profile archive's key, when it is not the context's default.
+pub const CONTEXT_S3_KEY: &str = "CONTEXT_S3_KEY";
+/// `true`: upload the profile again when the session ends.
+pub const CONTEXT_PERSIST: &str = "CONTEXT_PERSIST";
+
+/// The port the controller's authenticating proxy listens on.
+pub const CDP_PROXY_PORT: &str = "CDP_PROXY_PORT";
+/// The address the controller's proxy binds (a local controller: loopback).
+pub const CDP_PROXY_HOST: &str = "CDP_PROXY_HOST";
+/// Chrome's own DevTools port on loopback (0: any free port).
+pub const CHROME_DEBUG_PORT: &str = "CHROME_DEBUG_PORT";
+/// The address the controller reports as its public IP instead of asking the task metadata.
+pub const PUBLIC_IP: &str = "PUBLIC_IP";
+/// The networks allowed to put a PROXY protocol header before a connection's bytes.
+pub const TRUSTED_PROXY_NETWORKS: &str = "TRUSTED_PROXY_NETWORKS";
+/// Chrome's profile directory.
+pub const USER_DATA_DIR: &str = "USER_DATA_DIR";
+/// Where the controller serves its metrics (empty: nowhere).
+pub const METRICS_ADDR: &str = "METRICS_ADDR";
+/// `true`: the controller ends when the process that started it does.
+pub const EXIT_WITH_PARENT: &str = "EXIT_WITH_PARENT";
+/// The niceness of work no client waits on (a warm-up, a close).
+pub const BACKGROUND_NICE: &str = "BACKGROUND_NICE";
+/// `json` or `text` log lines.
+pub const LOG_FORMAT: &str = "LOG_FORMAT";
+
+/// Pool mode: the SQS queue of claims.
+pub const POOL_QUEUE_URL: &str = "POOL_QUEUE_URL";
+/// Pool mode on the local platform: the directory queue of claims.
+pub const POOL_QUEUE_DIR: &str = "POOL_QUEUE_DIR";
+/// Pool mode on the local platform: this controller's name in the pool.
+pub const POOL_TASK_NAME: &str = "POOL_TASK_NAME";
+/// Pool mode: how long a warm controller waits for a claim before it retires.
+pub const POOL_IDLE_LIFETIME_SECONDS: &str = "POOL_IDLE_LIFETIME_SECONDS";
+
+/// The Chrome binary.
+pub const CHROME_PATH: &str = "CHROME_PATH";
+/// How long a session nobody has connected to yet waits.
+pub const CDP_DISCONNECT_TIMEOUT: &str = "CDP_DISCONNECT_TIMEOUT";
+/// How long a session waits once its last client has left.
+pub const CDP_DISCONNECT_GRACE: &str = "CDP_DISCONNECT_GRACE";
+
+/// The connect gateway's listening address.
+pub const GATEWAY_LISTEN: &str = "GATEWAY_LISTEN";
+/// The local platform's certificate authority directory for the gateway's TLS.
+pub const GATEWAY_LOCAL_CA_DIR: &str = "GATEWAY_LOCAL_CA_DIR";
