@@ -1,13 +1,13 @@
-//! Administration over the ports (`wallcrawler-control-plane admin …`): create projects, create
+//! Administration over the stores (`wallcrawler-control-plane admin …`): create projects, create
 //! API keys (the raw key exists only in the return value; the store gets its SHA-256 hash) and
 //! revoke them.
 
 use wallcrawler_contract::token::random_hex;
 
-use crate::error::PortError;
+use crate::error::StoreError;
 use crate::handlers::TIMEOUT_RANGE;
 use crate::model::{ApiKeyRecord, Project, hash_api_key};
-use crate::ports::{KeyRepo, ProjectRepo};
+use crate::stores::{KeyStore, RecordStore};
 
 /// Why an administrative action was refused.
 #[derive(Debug, thiserror::Error)]
@@ -17,7 +17,7 @@ pub enum AdminError {
     Invalid(String),
     /// A table could not be read or written.
     #[error(transparent)]
-    Store(#[from] PortError),
+    Store(#[from] StoreError),
 }
 
 /// A new project.
@@ -45,7 +45,7 @@ fn valid_id(id: &str) -> bool {
 
 /// Creates an ACTIVE project; refuses an id that exists.
 pub async fn create_project(
-    projects: &dyn ProjectRepo,
+    projects: &dyn RecordStore<Project>,
     new: NewProject,
     now: &str,
 ) -> Result<Project, AdminError> {
@@ -95,8 +95,8 @@ pub fn generate_key() -> String {
 /// Creates an ACTIVE key for `project_id` (and `extra` projects, which must exist too).
 /// Returns the raw key — shown once, stored nowhere — and the stored record.
 pub async fn create_key(
-    keys: &dyn KeyRepo,
-    projects: &dyn ProjectRepo,
+    keys: &dyn KeyStore,
+    projects: &dyn RecordStore<Project>,
     project_id: &str,
     extra: &[String],
     name: Option<String>,
@@ -140,7 +140,7 @@ pub fn parse_hash(h: &str) -> Result<String, AdminError> {
 }
 
 /// Marks a key INACTIVE; refuses an unknown one.
-pub async fn revoke_key(keys: &dyn KeyRepo, hash: &str) -> Result<(), AdminError> {
+pub async fn revoke_key(keys: &dyn KeyStore, hash: &str) -> Result<(), AdminError> {
     if keys.set_status(hash, "INACTIVE").await? {
         Ok(())
     } else {

@@ -19,9 +19,9 @@ use wallcrawler_contract::{Claims, InternalStatus};
 
 use crate::app::App;
 use crate::auth::{Caller, Principal, check_body_project};
-use crate::error::ApiError;
+use crate::error::{ApiError, chain};
 use crate::model::{ContextRecord, session_create_to_api, session_to_api};
-use crate::ports::{Cond, LaunchSpec};
+use crate::stores::{Cond, LaunchSpec, Terminal};
 
 /// Shortest and longest session timeout, seconds.
 pub const TIMEOUT_RANGE: std::ops::RangeInclusive<u64> = 60..=21_600;
@@ -165,17 +165,13 @@ async fn start_session(
     match app.launcher.launch(spec).await {
         Ok(arn) => Ok((doc, arn)),
         Err(e) => {
-            let reason = format!("the browser task could not be started: {e}");
-            let _ = app
-                .sessions
-                .mark_terminal(
-                    id,
-                    InternalStatus::Failed,
-                    Some(&reason),
-                    &app.now_iso(),
-                    true,
-                )
-                .await;
+            let reason = format!("the browser task could not be started: {}", chain(&e));
+            let to = Terminal {
+                status: InternalStatus::Failed,
+                reason: Some(&reason),
+                ended: true,
+            };
+            let _ = app.sessions.mark_terminal(id, to, &app.now_iso()).await;
             Err(fail(ApiError::from(e)))
         }
     }
@@ -473,7 +469,11 @@ pub async fn update_session(caller: Caller, Path(id): Path<String>, body: Bytes)
     let s = own_session(&app, &p, &id).await?;
     let after = match app
         .sessions
-        .mark_terminal(&id, InternalStatus::Stopped, None, &app.now_iso(), false)
+        .mark_terminal(
+            &id,
+            Terminal::status(InternalStatus::Stopped),
+            &app.now_iso(),
+        )
         .await?
     {
         Cond::Done(d) => d,

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use wallcrawler_control_plane::admin::{self, NewProject};
 use wallcrawler_control_plane::app::Settings;
 use wallcrawler_control_plane::aws::{self, DynamoKeys, DynamoProjects};
-use wallcrawler_control_plane::serve::{Connect, LocalServer, shutdown_signal};
+use wallcrawler_control_plane::local::serve::{Connect, LocalServer, shutdown_signal};
 
 /// Wallcrawler's Browserbase-compatible control plane.
 #[derive(Parser)]

@@ -20,15 +20,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use wallcrawler_contract::retry;
 
+use async_trait::async_trait;
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::{InternalStatus, time::now_iso8601};
 
-use crate::error::PortError;
-use crate::local::DirSessions;
-use crate::ports::*;
+use super::DirSessions;
+use crate::error::StoreError;
+use crate::stores::*;
 
 /// Controller settings a local controller takes from `serve`'s own environment when set there.
 pub const PASSED_THROUGH: [&str; 5] = [
@@ -63,9 +64,9 @@ pub struct Controllers {
     pub sessions: DirSessions,
     /// Where a session that ends gives back its project slot and context lease (the same
     /// stores the API uses: their locks are per instance).
-    pub slots: Arc<dyn SlotRepo>,
+    pub slots: Arc<dyn SlotStore>,
     /// Context records, whose writer lease a persisting session gives back at its end.
-    pub contexts: Arc<dyn ContextRepo>,
+    pub contexts: Arc<dyn ContextStore>,
     children: Arc<Mutex<HashMap<String, u32>>>,
     stopping: Arc<AtomicBool>,
 }
@@ -77,8 +78,8 @@ impl Controllers {
         data_dir: PathBuf,
         signing_key: String,
         sessions: DirSessions,
-        slots: Arc<dyn SlotRepo>,
-        contexts: Arc<dyn ContextRepo>,
+        slots: Arc<dyn SlotStore>,
+        contexts: Arc<dyn ContextStore>,
     ) -> Self {
         Self {
             controller_bin,
@@ -138,12 +139,9 @@ impl Controllers {
         name: &str,
         mut cmd: tokio::process::Command,
         on_exit: impl FnOnce(String) -> BoxFuture<'static, ()> + Send + 'static,
-    ) -> PortResult<u32> {
+    ) -> StoreResult<u32> {
         let mut child = cmd.spawn().map_err(|e| {
-            PortError::Failed(format!(
-                "starting {} failed: {e}",
-                self.controller_bin.display()
-            ))
+            StoreError::failed_by(format!("starting {}", self.controller_bin.display()), e)
         })?;
         let pid = child.id().unwrap_or_default();
         self.children
@@ -213,10 +211,12 @@ impl Controllers {
             .sessions
             .mark_terminal(
                 id,
-                InternalStatus::Failed,
-                Some(&reason),
+                Terminal {
+                    status: InternalStatus::Failed,
+                    reason: Some(&reason),
+                    ended: true,
+                },
                 &now_iso8601(),
-                true,
             )
             .await
         {
@@ -256,42 +256,37 @@ async fn remove_profile(dir: &Path) {
 /// One controller per session (`--pool 0`).
 pub struct LocalLauncher(pub Controllers);
 
+#[async_trait]
 impl Launcher for LocalLauncher {
-    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>> {
-        Box::pin(async move {
-            let ctl = &self.0;
-            let profile = ctl.data_dir.join("profiles").join(&spec.session_id);
-            let mut cmd = ctl.command(&profile);
-            cmd.env("SESSION_ID", &spec.session_id)
-                .env("PROJECT_ID", &spec.project_id);
-            if let Some((context_id, key, persist)) = &spec.context {
-                cmd.env("CONTEXT_ID", context_id)
-                    .env("CONTEXTS_DIR", ctl.data_dir.join("contexts"))
-                    .env("CONTEXT_S3_KEY", key)
-                    .env("CONTEXT_PERSIST", persist.to_string());
-            }
-            for (k, v) in &spec.env {
-                cmd.env(k, v);
-            }
-            let (exit_ctl, id) = (ctl.clone(), spec.session_id.clone());
-            let pid = ctl.spawn(&spec.session_id, cmd, move |how| {
-                Box::pin(async move {
-                    let _ = tokio::fs::remove_dir_all(&profile).await;
-                    exit_ctl.record_exit(&id, &how).await;
-                })
-            })?;
-            info!(session.id = %spec.session_id, pid, "controller started");
-            Ok(Some(format!("local:{pid}")))
-        })
+    async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
+        let ctl = &self.0;
+        let profile = ctl.data_dir.join("profiles").join(&spec.session_id);
+        let mut cmd = ctl.command(&profile);
+        cmd.env("SESSION_ID", &spec.session_id)
+            .env("PROJECT_ID", &spec.project_id);
+        if let Some((context_id, key, persist)) = &spec.context {
+            cmd.env("CONTEXT_ID", context_id)
+                .env("CONTEXTS_DIR", ctl.data_dir.join("contexts"))
+                .env("CONTEXT_S3_KEY", key)
+                .env("CONTEXT_PERSIST", persist.to_string());
+        }
+        for (k, v) in &spec.env {
+            cmd.env(k, v);
+        }
+        let (exit_ctl, id) = (ctl.clone(), spec.session_id.clone());
+        let pid = ctl.spawn(&spec.session_id, cmd, move |how| {
+            Box::pin(async move {
+                let _ = tokio::fs::remove_dir_all(&profile).await;
+                exit_ctl.record_exit(&id, &how).await;
+            })
+        })?;
+        info!(session.id = %spec.session_id, pid, "controller started");
+        Ok(Some(format!("local:{pid}")))
     }
 
-    fn stop<'a>(
-        &'a self,
-        session_id: &'a str,
-        _task_arn: Option<&'a str>,
-    ) -> BoxFuture<'a, PortResult<()>> {
+    async fn stop(&self, session_id: &str, _task_arn: Option<&str>) -> StoreResult<()> {
         self.0.signal(session_id);
-        Box::pin(async { Ok(()) })
+        Ok(())
     }
 }
 
@@ -378,7 +373,7 @@ impl LocalPool {
         }
     }
 
-    fn spawn(self: &Arc<Self>, name: &str) -> PortResult<()> {
+    fn spawn(self: &Arc<Self>, name: &str) -> StoreResult<()> {
         let profile = self.ctl.data_dir.join("profiles").join(name);
         let mut cmd = self.ctl.command(&profile);
         cmd.env("POOL_QUEUE_DIR", self.queue.dir())
@@ -448,27 +443,22 @@ impl LocalPool {
     }
 }
 
+#[async_trait]
 impl Launcher for LocalPool {
     /// Sends the claim; an idle controller takes it (no task name until READY).
-    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>> {
-        Box::pin(async move {
-            let queue = self.queue.clone();
-            let claim = spec.claim();
-            tokio::task::spawn_blocking(move || queue.send(&claim))
-                .await
-                .map_err(|e| PortError::Failed(e.to_string()))?
-                .map_err(|e| PortError::Failed(format!("sending the claim failed: {e}")))?;
-            Ok(None)
-        })
+    async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
+        let queue = self.queue.clone();
+        let claim = spec.claim();
+        tokio::task::spawn_blocking(move || queue.send(&claim))
+            .await
+            .map_err(|e| StoreError::failed_by("sending the claim", e))?
+            .map_err(|e| StoreError::failed_by("sending the claim", e))?;
+        Ok(None)
     }
 
     /// SIGTERM to the controller that wrote READY (its name is the task ARN), or that holds the
     /// claim; a claim nobody took yet is dropped by the controller that takes it.
-    fn stop<'a>(
-        &'a self,
-        session_id: &'a str,
-        task_arn: Option<&'a str>,
-    ) -> BoxFuture<'a, PortResult<()>> {
+    async fn stop(&self, session_id: &str, task_arn: Option<&str>) -> StoreResult<()> {
         let owner = task_arn
             .filter(|n| {
                 self.queue
@@ -481,6 +471,6 @@ impl Launcher for LocalPool {
         if let Some(owner) = owner {
             self.ctl.signal(&owner);
         }
-        Box::pin(async { Ok(()) })
+        Ok(())
     }
 }

@@ -11,15 +11,11 @@ use tracing::info;
 use wallcrawler_contract::SigningKey;
 use wallcrawler_contract::session_doc::DirStore;
 
+use super::controllers::{Controllers, LocalLauncher, LocalPool};
+use super::{DirSessions, FileMap, LocalArchives, LocalIdentity, load_or_init, upload_archive};
 use crate::app::{App, Settings};
-use crate::controllers::{Controllers, LocalLauncher, LocalPool};
-use crate::local::{
-    DirSessions, FileMap, LocalArchives, LocalIdentity, load_or_init, upload_archive,
-};
-use crate::memory::StaticSigner;
 use crate::model::ContextRecord;
-use crate::ports::Launcher;
-use crate::ports::SystemClock;
+use crate::stores::{Launcher, StaticSigner, SystemClock};
 
 /// Where the controller binary is: `WALLCRAWLER_CONTROLLER_BIN`, else next to this executable.
 pub fn controller_bin() -> PathBuf {
