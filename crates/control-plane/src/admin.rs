@@ -92,18 +92,39 @@ pub fn generate_key() -> String {
     format!("wc_{}", random_hex(32))
 }
 
-/// Creates an ACTIVE key for `project_id` (and `extra` projects, which must exist too).
-/// Returns the raw key — shown once, stored nowhere — and the stored record.
+/// A new API key.
+#[derive(Debug, Clone, Copy)]
+pub struct NewKey<'a> {
+    /// The key's default project.
+    pub project_id: &'a str,
+    /// Other projects it may select (each must exist).
+    pub extra: &'a [String],
+    /// `name`: a label.
+    pub name: Option<&'a str>,
+}
+
+impl<'a> NewKey<'a> {
+    /// A key for `project_id` alone, without a name.
+    pub fn of(project_id: &'a str) -> Self {
+        Self {
+            project_id,
+            extra: &[],
+            name: None,
+        }
+    }
+}
+
+/// Creates an ACTIVE key for `new.project_id` (and `new.extra` projects, which must exist
+/// too). Returns the raw key — shown once, stored nowhere — and the stored record.
 pub async fn create_key(
     keys: &dyn KeyStore,
     projects: &dyn RecordStore<Project>,
-    project_id: &str,
-    extra: &[String],
-    name: Option<String>,
+    new: NewKey<'_>,
     now: &str,
 ) -> Result<(String, ApiKeyRecord), AdminError> {
+    let project_id = new.project_id;
     let mut ids = vec![project_id.to_owned()];
-    for p in extra {
+    for p in new.extra {
         if !ids.contains(p) {
             ids.push(p.clone());
         }
@@ -119,7 +140,7 @@ pub async fn create_key(
         key_id: Some(format!("key_{}", random_hex(8))),
         project_id: project_id.to_owned(),
         project_ids: ids,
-        name,
+        name: new.name.map(str::to_owned),
         status: "ACTIVE".into(),
         created_at: now.to_owned(),
     };
@@ -181,11 +202,19 @@ mod tests {
 
         let missing = ["proj_nope".to_owned()];
         assert!(
-            create_key(&keys, &projects, &p.project_id, &missing, None, "t")
-                .await
-                .is_err()
+            create_key(
+                &keys,
+                &projects,
+                NewKey {
+                    extra: &missing,
+                    ..NewKey::of(&p.project_id)
+                },
+                "t"
+            )
+            .await
+            .is_err()
         );
-        let (raw, rec) = create_key(&keys, &projects, &p.project_id, &[], None, "t")
+        let (raw, rec) = create_key(&keys, &projects, NewKey::of(&p.project_id), "t")
             .await
             .unwrap();
         assert!(raw.starts_with("wc_") && raw.len() == 67);

@@ -182,12 +182,12 @@ pub async fn claim_context(
 /// create, an unreturned lease taken over.
 pub async fn give_back(slots: &dyn SlotStore, contexts: &dyn ContextStore, d: &SessionDoc) {
     if let Err(e) = slots.give_back(&d.project_id, &d.session_id).await {
-        warn!(session.id = %d.session_id, error = %e, "giving back the project slot failed");
+        warn!(session.id = %d.session_id, error = %crate::error::chain(&e), "giving back the project slot failed");
     }
     if let (Some(ctx), Some(_)) = (&d.context_id, &d.ended_at)
         && let Err(e) = contexts.release_writer(ctx, &d.session_id).await
     {
-        warn!(session.id = %d.session_id, error = %e, "releasing the context lease failed");
+        warn!(session.id = %d.session_id, error = %crate::error::chain(&e), "releasing the context lease failed");
     }
 }
 

@@ -335,9 +335,7 @@ impl Fixture {
         let (api_key, _) = admin::create_key(
             app.keys.as_ref(),
             app.projects.as_ref(),
-            &project.project_id,
-            &[],
-            None,
+            admin::NewKey::of(&project.project_id),
             &now,
         )
         .await
@@ -412,7 +410,7 @@ impl Fixture {
             owner_id: None,
         };
         let p = admin::create_project(&projects, new, &now).await.unwrap();
-        let (key, _) = admin::create_key(&keys, &projects, &p.project_id, &[], None, &now)
+        let (key, _) = admin::create_key(&keys, &projects, admin::NewKey::of(&p.project_id), &now)
             .await
             .unwrap();
         (p.project_id, key)

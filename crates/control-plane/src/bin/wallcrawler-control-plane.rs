@@ -156,16 +156,23 @@ async fn admin(tables: AdminTables, command: AdminCommand) -> i32 {
             project_id,
             project_ids,
             name,
-        } => admin::create_key(&keys, &projects, &project_id, &project_ids, name, &now)
-            .await
-            .map(|(raw, rec)| {
-                tracing::info!(
-                    key.id = rec.key_id.as_deref().unwrap_or(""),
-                    projects = %rec.project_ids.join(","),
-                    "API key created; it is printed once and stored only as a hash"
-                );
-                println!("{raw}");
-            }),
+        } => {
+            let new = admin::NewKey {
+                project_id: &project_id,
+                extra: &project_ids,
+                name: name.as_deref(),
+            };
+            admin::create_key(&keys, &projects, new, &now)
+                .await
+                .map(|(raw, rec)| {
+                    tracing::info!(
+                        key.id = rec.key_id.as_deref().unwrap_or(""),
+                        projects = %rec.project_ids.join(","),
+                        "API key created; it is printed once and stored only as a hash"
+                    );
+                    println!("{raw}");
+                })
+        }
         AdminCommand::RevokeKey { key, hash } => {
             let hash = match (key, hash) {
                 (Some(k), _) => {
@@ -185,7 +192,7 @@ async fn admin(tables: AdminTables, command: AdminCommand) -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            tracing::error!("{e}");
+            tracing::error!("{}", wallcrawler_control_plane::error::chain(&e));
             1
         }
     }

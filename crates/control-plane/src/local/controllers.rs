@@ -51,6 +51,18 @@ const POOL_TICK: Duration = Duration::from_millis(10);
 /// A controller that exits sooner than this without serving counts as a failed start.
 const EARLY_EXIT: Duration = Duration::from_secs(10);
 
+/// Where a session that ends is recorded: its document, and the project slot and context
+/// lease it gives back (the same stores the API uses: their locks are per instance).
+#[derive(Clone)]
+pub struct Ends {
+    /// The session documents children write their status to (`SESSIONS_DIR`).
+    pub sessions: DirSessions,
+    /// Projects' slots.
+    pub slots: Arc<dyn SlotStore>,
+    /// Context records, whose writer lease a persisting session gives back at its end.
+    pub contexts: Arc<dyn ContextStore>,
+}
+
 /// What every local controller shares, and the running children (by session id or pool name).
 #[derive(Clone)]
 pub struct Controllers {
@@ -60,13 +72,8 @@ pub struct Controllers {
     pub data_dir: PathBuf,
     /// The HS256 key children verify tokens with (`WALLCRAWLER_JWT_SIGNING_KEY`).
     pub signing_key: String,
-    /// The session documents children write their status to (`SESSIONS_DIR`).
-    pub sessions: DirSessions,
-    /// Where a session that ends gives back its project slot and context lease (the same
-    /// stores the API uses: their locks are per instance).
-    pub slots: Arc<dyn SlotStore>,
-    /// Context records, whose writer lease a persisting session gives back at its end.
-    pub contexts: Arc<dyn ContextStore>,
+    /// Where a controller's exit is recorded.
+    pub ends: Ends,
     children: Arc<Mutex<HashMap<String, u32>>>,
     stopping: Arc<AtomicBool>,
 }
@@ -77,17 +84,13 @@ impl Controllers {
         controller_bin: PathBuf,
         data_dir: PathBuf,
         signing_key: String,
-        sessions: DirSessions,
-        slots: Arc<dyn SlotStore>,
-        contexts: Arc<dyn ContextStore>,
+        ends: Ends,
     ) -> Self {
         Self {
             controller_bin,
             data_dir,
             signing_key,
-            sessions,
-            slots,
-            contexts,
+            ends,
             children: Default::default(),
             stopping: Default::default(),
         }
@@ -208,6 +211,7 @@ impl Controllers {
     async fn record_exit(&self, id: &str, how: &str) {
         let reason = format!("the browser task exited ({how}) before the session ended");
         match self
+            .ends
             .sessions
             .mark_terminal(
                 id,
@@ -228,11 +232,12 @@ impl Controllers {
                 } else {
                     info!(session.id = %id, exit = %how, "controller exited")
                 }
-                crate::limits::give_back(self.slots.as_ref(), self.contexts.as_ref(), &d).await;
+                let ends = &self.ends;
+                crate::limits::give_back(ends.slots.as_ref(), ends.contexts.as_ref(), &d).await;
             }
             Ok(Cond::Failed(None)) => info!(session.id = %id, exit = %how, "controller exited"),
             Err(e) => {
-                warn!(session.id = %id, error = %e, "recording the controller's exit failed")
+                warn!(session.id = %id, error = %crate::error::chain(&e), "recording the controller's exit failed")
             }
         }
     }
@@ -368,7 +373,7 @@ impl LocalPool {
             self.next.fetch_add(1, Ordering::Relaxed)
         );
         if let Err(e) = self.spawn(&name) {
-            error!(error = %e, "starting a pool controller failed");
+            error!(error = %crate::error::chain(&e), "starting a pool controller failed");
             self.failed_start();
         }
     }

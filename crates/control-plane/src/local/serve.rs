@@ -11,7 +11,7 @@ use tracing::info;
 use wallcrawler_contract::SigningKey;
 use wallcrawler_contract::session_doc::DirStore;
 
-use super::controllers::{Controllers, LocalLauncher, LocalPool};
+use super::controllers::{Controllers, Ends, LocalLauncher, LocalPool};
 use super::{DirSessions, FileMap, LocalArchives, LocalIdentity, load_or_init, upload_archive};
 use crate::app::{App, Settings};
 use crate::model::ContextRecord;
@@ -66,21 +66,8 @@ impl LocalServer {
         connect: Connect,
     ) -> anyhow::Result<LocalServer> {
         let identity = load_or_init(data_dir)?;
-        let gateway = match connect {
-            Connect::Direct => None,
-            Connect::Gateway { tls } => {
-                let g = GatewayChild::start(
-                    &controller_bin(),
-                    &data_dir.join("sessions"),
-                    &identity.signing_key,
-                    tls.then(|| data_dir.join("tls")).as_deref(),
-                )
-                .await?;
-                settings.connect_base = Some(g.url());
-                settings.connect_ca = g.ca_cert.clone();
-                Some(g)
-            }
-        };
+        let gateway =
+            GatewayChild::for_connect(connect, data_dir, &identity, &mut settings).await?;
         let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).await?;
         let addr = listener.local_addr()?;
         let sessions = DirSessions(DirStore::new(data_dir.join("sessions")));
@@ -94,13 +81,16 @@ impl LocalServer {
             Arc::new(FileMap::new(data_dir.join("active-sessions.json")));
         let contexts: Arc<FileMap<ContextRecord>> =
             Arc::new(FileMap::new(data_dir.join("contexts.json")));
+        let ends = Ends {
+            sessions: sessions.clone(),
+            slots: slots.clone(),
+            contexts: contexts.clone(),
+        };
         let controllers = Controllers::new(
             controller_bin(),
             data_dir.to_owned(),
             identity.signing_key.clone(),
-            sessions.clone(),
-            slots.clone(),
-            contexts.clone(),
+            ends,
         );
         let pool = match pool {
             0 => None,
@@ -200,6 +190,29 @@ struct GatewayChild {
 }
 
 impl GatewayChild {
+    /// The gateway `connect` asks for, started, and `settings` pointed at it; none in direct
+    /// mode.
+    async fn for_connect(
+        connect: Connect,
+        data_dir: &Path,
+        identity: &LocalIdentity,
+        settings: &mut Settings,
+    ) -> anyhow::Result<Option<Self>> {
+        let Connect::Gateway { tls } = connect else {
+            return Ok(None);
+        };
+        let g = GatewayChild::start(
+            &controller_bin(),
+            &data_dir.join("sessions"),
+            &identity.signing_key,
+            tls.then(|| data_dir.join("tls")).as_deref(),
+        )
+        .await?;
+        settings.connect_base = Some(g.url());
+        settings.connect_ca = g.ca_cert.clone();
+        Ok(Some(g))
+    }
+
     /// Starts the gateway and reads back the address it bound (`listen: ADDR` on its stdout)
     /// and, with `tls_dir` (a local certificate authority, made there on first use), the
     /// authority's certificate (`caCert: PATH`, printed before it).
