@@ -259,6 +259,8 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::aws::controller_environment;
+    use crate::stores::LaunchSpec;
 
     fn source(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let m: HashMap<String, String> = pairs
@@ -332,5 +334,34 @@ mod tests {
         pairs.push(("CONNECT_BASE_URL", "https://connect.example.test/x?y"));
         let e = Config::from_source(&source(&pairs)).unwrap_err();
         assert!(e.0[0].starts_with("CONNECT_BASE_URL must be"), "{e}");
+    }
+
+    #[test]
+    fn the_controller_gets_its_context_only_with_one() {
+        let c = Config::from_source(&source(&FULL)).unwrap();
+        let mut spec = LaunchSpec {
+            session_id: "sess_1".into(),
+            project_id: "proj_1".into(),
+            context: None,
+            env: vec![],
+        };
+        let names = |e: Vec<(String, String)>| e.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert_eq!(
+            names(controller_environment(&c, &spec)),
+            [
+                "SESSION_ID",
+                "PROJECT_ID",
+                "SESSIONS_TABLE_NAME",
+                "CDP_PROXY_PORT",
+                "WALLCRAWLER_JWT_SIGNING_SECRET_ARN"
+            ]
+        );
+        spec.context = Some(("ctx_1".into(), "proj_1/ctx_1/profile.tar.gz".into(), true));
+        let env = controller_environment(&c, &spec);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("CONTEXT_ID"), Some("ctx_1"));
+        assert_eq!(get("CONTEXTS_BUCKET_NAME"), Some("wc-contexts"));
+        assert_eq!(get("CONTEXT_S3_KEY"), Some("proj_1/ctx_1/profile.tar.gz"));
+        assert_eq!(get("CONTEXT_PERSIST"), Some("true"));
     }
 }

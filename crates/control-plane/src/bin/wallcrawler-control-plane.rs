@@ -173,21 +173,7 @@ async fn admin(tables: AdminTables, command: AdminCommand) -> i32 {
                     println!("{raw}");
                 })
         }
-        AdminCommand::RevokeKey { key, hash } => {
-            let hash = match (key, hash) {
-                (Some(k), _) => {
-                    read_key(&k).map(|k| wallcrawler_control_plane::model::hash_api_key(&k))
-                }
-                (None, Some(h)) => admin::parse_hash(&h),
-                (None, None) => unreachable!("clap requires --key or --hash"),
-            };
-            match hash {
-                Ok(h) => admin::revoke_key(&keys, &h).await.map(|()| {
-                    tracing::info!(key.hash = %&h[..16], "API key revoked (INACTIVE)");
-                }),
-                Err(e) => Err(e),
-            }
-        }
+        AdminCommand::RevokeKey { key, hash } => revoke(&keys, key, hash).await,
     };
     match result {
         Ok(()) => 0,
@@ -196,6 +182,22 @@ async fn admin(tables: AdminTables, command: AdminCommand) -> i32 {
             1
         }
     }
+}
+
+/// `revoke-key`: the key from `--key` (or its hash from `--hash`) made INACTIVE.
+async fn revoke(
+    keys: &DynamoKeys,
+    key: Option<String>,
+    hash: Option<String>,
+) -> Result<(), admin::AdminError> {
+    let h = match (key, hash) {
+        (Some(k), _) => wallcrawler_control_plane::model::hash_api_key(&read_key(&k)?),
+        (None, Some(h)) => admin::parse_hash(&h)?,
+        (None, None) => unreachable!("clap requires --key or --hash"),
+    };
+    admin::revoke_key(keys, &h).await?;
+    tracing::info!(key.hash = %&h[..16], "API key revoked (INACTIVE)");
+    Ok(())
 }
 
 /// `--key`: the key itself, or `-` for one line of stdin.

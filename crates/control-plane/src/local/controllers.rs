@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use wallcrawler_contract::retry;
+use wallcrawler_contract::task_env;
 
 use async_trait::async_trait;
 use futures_util::future::BoxFuture;
@@ -33,11 +34,11 @@ use crate::stores::*;
 
 /// Controller settings a local controller takes from `serve`'s own environment when set there.
 pub const PASSED_THROUGH: [&str; 5] = [
-    "CHROME_PATH",
-    "CDP_DISCONNECT_TIMEOUT",
-    "CDP_DISCONNECT_GRACE",
-    "POOL_IDLE_LIFETIME_SECONDS",
-    "BACKGROUND_NICE",
+    task_env::CHROME_PATH,
+    task_env::CDP_DISCONNECT_TIMEOUT,
+    task_env::CDP_DISCONNECT_GRACE,
+    task_env::POOL_IDLE_LIFETIME_SECONDS,
+    task_env::BACKGROUND_NICE,
 ];
 
 /// Controllers share this machine's cores: a warm-up or a close (which no client waits on)
@@ -105,21 +106,21 @@ impl Controllers {
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", std::env::var_os("HOME").unwrap_or_default())
-            .env("SESSIONS_DIR", self.data_dir.join("sessions"))
-            .env("WALLCRAWLER_JWT_SIGNING_KEY", &self.signing_key)
-            .env("CDP_PROXY_PORT", "0")
-            .env("CDP_PROXY_HOST", "127.0.0.1")
-            .env("CHROME_DEBUG_PORT", "0")
-            .env("PUBLIC_IP", "127.0.0.1")
+            .env(task_env::SESSIONS_DIR, self.data_dir.join("sessions"))
+            .env(task_env::SIGNING_KEY, &self.signing_key)
+            .env(task_env::CDP_PROXY_PORT, "0")
+            .env(task_env::CDP_PROXY_HOST, "127.0.0.1")
+            .env(task_env::CHROME_DEBUG_PORT, "0")
+            .env(task_env::PUBLIC_IP, "127.0.0.1")
             // The local connect gateway's PROXY headers name the real client (and whether it
             // used TLS); only connections from this machine may carry one.
-            .env("TRUSTED_PROXY_NETWORKS", "127.0.0.0/8,::1/128")
-            .env("USER_DATA_DIR", profile)
-            .env("METRICS_ADDR", "")
+            .env(task_env::TRUSTED_PROXY_NETWORKS, "127.0.0.0/8,::1/128")
+            .env(task_env::USER_DATA_DIR, profile)
+            .env(task_env::METRICS_ADDR, "")
             // A controller never outlives `serve`, however `serve` ends.
-            .env("EXIT_WITH_PARENT", "true")
-            .env("BACKGROUND_NICE", BACKGROUND_NICE)
-            .env("LOG_FORMAT", "text")
+            .env(task_env::EXIT_WITH_PARENT, "true")
+            .env(task_env::BACKGROUND_NICE, BACKGROUND_NICE)
+            .env(task_env::LOG_FORMAT, "text")
             .env(
                 "RUST_LOG",
                 std::env::var("WALLCRAWLER_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
@@ -267,13 +268,13 @@ impl Launcher for LocalLauncher {
         let ctl = &self.0;
         let profile = ctl.data_dir.join("profiles").join(&spec.session_id);
         let mut cmd = ctl.command(&profile);
-        cmd.env("SESSION_ID", &spec.session_id)
-            .env("PROJECT_ID", &spec.project_id);
+        cmd.env(task_env::SESSION_ID, &spec.session_id)
+            .env(task_env::PROJECT_ID, &spec.project_id);
         if let Some((context_id, key, persist)) = &spec.context {
-            cmd.env("CONTEXT_ID", context_id)
-                .env("CONTEXTS_DIR", ctl.data_dir.join("contexts"))
-                .env("CONTEXT_S3_KEY", key)
-                .env("CONTEXT_PERSIST", persist.to_string());
+            cmd.env(task_env::CONTEXT_ID, context_id)
+                .env(task_env::CONTEXTS_DIR, ctl.data_dir.join("contexts"))
+                .env(task_env::CONTEXT_S3_KEY, key)
+                .env(task_env::CONTEXT_PERSIST, persist.to_string());
         }
         for (k, v) in &spec.env {
             cmd.env(k, v);
@@ -381,9 +382,9 @@ impl LocalPool {
     fn spawn(self: &Arc<Self>, name: &str) -> StoreResult<()> {
         let profile = self.ctl.data_dir.join("profiles").join(name);
         let mut cmd = self.ctl.command(&profile);
-        cmd.env("POOL_QUEUE_DIR", self.queue.dir())
-            .env("POOL_TASK_NAME", name)
-            .env("CONTEXTS_DIR", self.ctl.data_dir.join("contexts"));
+        cmd.env(task_env::POOL_QUEUE_DIR, self.queue.dir())
+            .env(task_env::POOL_TASK_NAME, name)
+            .env(task_env::CONTEXTS_DIR, self.ctl.data_dir.join("contexts"));
         let (pool, owner, started) = (self.clone(), name.to_owned(), Instant::now());
         let pid = self.ctl.spawn(name, cmd, move |how| {
             Box::pin(async move { pool.exited(&owner, &how, &profile, started).await })

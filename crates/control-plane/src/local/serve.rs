@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tracing::info;
 use wallcrawler_contract::SigningKey;
 use wallcrawler_contract::session_doc::DirStore;
+use wallcrawler_contract::task_env;
 
 use super::controllers::{Controllers, Ends, LocalLauncher, LocalPool};
 use super::{DirSessions, FileMap, LocalArchives, LocalIdentity, load_or_init, upload_archive};
@@ -170,11 +171,11 @@ impl LocalServer {
 
 /// Gateway settings `serve` passes on from its own environment when set there.
 pub const GATEWAY_PASSED_THROUGH: [&str; 5] = [
-    "GATEWAY_HOLD_SECONDS",
-    "GATEWAY_MAX_HELD",
-    "GATEWAY_MAX_HELD_PER_SESSION",
-    "GATEWAY_LOOKUP_TTL_MS",
-    "JWT_LEEWAY_SECONDS",
+    task_env::GATEWAY_HOLD_SECONDS,
+    task_env::GATEWAY_MAX_HELD,
+    task_env::GATEWAY_MAX_HELD_PER_SESSION,
+    task_env::GATEWAY_LOOKUP_TTL_MS,
+    task_env::JWT_LEEWAY_SECONDS,
 ];
 
 /// How long the gateway has to bind and say where.
@@ -227,17 +228,17 @@ impl GatewayChild {
         cmd.arg("gateway")
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("SESSIONS_DIR", sessions_dir)
-            .env("WALLCRAWLER_JWT_SIGNING_KEY", signing_key)
-            .env("GATEWAY_LISTEN", "127.0.0.1:0")
+            .env(task_env::SESSIONS_DIR, sessions_dir)
+            .env(task_env::SIGNING_KEY, signing_key)
+            .env(task_env::GATEWAY_LISTEN, "127.0.0.1:0")
             // Off unless asked for (tests read the gateway's counters there).
             .env(
-                "METRICS_ADDR",
+                task_env::METRICS_ADDR,
                 std::env::var("WALLCRAWLER_GATEWAY_METRICS_ADDR").unwrap_or_default(),
             )
             // The gateway never outlives `serve`, however `serve` ends.
-            .env("EXIT_WITH_PARENT", "true")
-            .env("LOG_FORMAT", "text")
+            .env(task_env::EXIT_WITH_PARENT, "true")
+            .env(task_env::LOG_FORMAT, "text")
             .env(
                 "RUST_LOG",
                 std::env::var("WALLCRAWLER_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
@@ -252,7 +253,7 @@ impl GatewayChild {
             }
         }
         if let Some(dir) = tls_dir {
-            cmd.env("GATEWAY_LOCAL_CA_DIR", dir);
+            cmd.env(task_env::GATEWAY_LOCAL_CA_DIR, dir);
         }
         let mut child = cmd
             .spawn()
