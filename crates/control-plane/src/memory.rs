@@ -10,7 +10,7 @@ use wallcrawler_contract::session_doc::SessionDoc;
 
 use crate::error::StoreError;
 use crate::model::{ApiKeyRecord, ContextRecord, Project, Record};
-use crate::rules;
+use crate::rules::{self, LockedMap};
 use crate::stores::*;
 
 /// Session items in memory, keyed by `sessionId`.
@@ -94,7 +94,7 @@ impl SessionStore for MemSessions {
     }
 }
 
-/// Records in memory, by key: projects ([`MemProjects`]) and API keys ([`MemKeys`]).
+/// Records in memory, by key: projects, API keys, contexts and slot sets.
 pub struct MemRecords<R>(pub Arc<Mutex<BTreeMap<String, R>>>);
 
 impl<R> Default for MemRecords<R> {
@@ -135,62 +135,14 @@ impl<R: Record> RecordStore<R> for MemRecords<R> {
     }
 }
 
-#[async_trait]
-impl KeyStore for MemKeys {
-    async fn set_status(&self, hash: &str, status: &str) -> StoreResult<bool> {
-        Ok(self.with(|m| rules::set_status(m, hash, status)))
+impl<V: Send> LockedMap<V> for MemRecords<V> {
+    fn modify<T>(&self, f: impl FnOnce(&mut BTreeMap<String, V>) -> T) -> StoreResult<T> {
+        Ok(self.with(f))
     }
 }
 
-#[async_trait]
-impl ContextStore for MemContexts {
-    async fn create(&self, c: ContextRecord) -> StoreResult<()> {
-        self.put(c).await
-    }
-    async fn get(&self, id: &str) -> StoreResult<Option<ContextRecord>> {
-        RecordStore::get(self, id).await
-    }
-    async fn touch(&self, id: &str, at: &str) -> StoreResult<()> {
-        self.with(|m| rules::touch(m, id, at));
-        Ok(())
-    }
-    async fn delete(&self, id: &str) -> StoreResult<()> {
-        self.with(|m| m.remove(id));
-        Ok(())
-    }
-    async fn take_writer(
-        &self,
-        id: &str,
-        session_id: &str,
-        replacing: Option<&str>,
-    ) -> StoreResult<Lease> {
-        Ok(self.with(|m| rules::take_writer_of(m, id, session_id, replacing)))
-    }
-    async fn release_writer(&self, id: &str, session_id: &str) -> StoreResult<()> {
-        self.with(|m| rules::release_writer_of(m, id, session_id));
-        Ok(())
-    }
-}
-
-/// Projects' slot sets.
-#[derive(Default, Clone)]
-pub struct MemSlots(pub Arc<Mutex<BTreeMap<String, Vec<String>>>>);
-
-#[async_trait]
-impl SlotStore for MemSlots {
-    async fn take(&self, project_id: &str, session_id: &str, limit: u64) -> StoreResult<Slot> {
-        let mut m = self.0.lock().expect("not poisoned");
-        Ok(rules::take_slot(&mut m, project_id, session_id, limit))
-    }
-    async fn give_back(&self, project_id: &str, session_id: &str) -> StoreResult<()> {
-        rules::give_back_slot(
-            &mut self.0.lock().expect("not poisoned"),
-            project_id,
-            session_id,
-        );
-        Ok(())
-    }
-}
+/// Projects' slot sets in memory, keyed by `projectId`.
+pub type MemSlots = MemRecords<Vec<String>>;
 
 /// Presigned URLs that name the key; deletions recorded.
 #[derive(Default, Clone)]

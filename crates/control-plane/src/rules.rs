@@ -1,14 +1,19 @@
 //! The conditional rules of the stores that are not DynamoDB (local files, memory), written
 //! once: each changes a record in place and says whether its condition held. The DynamoDB
-//! stores express the same rules as condition expressions.
+//! stores express the same rules as condition expressions. The stores over one locked map
+//! ([`LockedMap`]: in memory, in a local file) are written here once.
 
 use std::collections::BTreeMap;
 
 use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::session_doc::SessionDoc;
 
+use async_trait::async_trait;
+
 use crate::model::{ApiKeyRecord, ContextRecord};
-use crate::stores::{Lease, Slot, Terminal};
+use crate::stores::{
+    ContextStore, KeyStore, Lease, RecordStore, Slot, SlotStore, StoreResult, Terminal,
+};
 
 /// CREATING → PROVISIONING with the task's ARN; `false` (nothing written) from any other
 /// status.
@@ -148,5 +153,57 @@ pub fn release_writer_of(
 ) {
     if let Some(c) = contexts.get_mut(id) {
         release_writer(c, session_id);
+    }
+}
+
+/// Records in one map, changed under a lock: the memory and local-file stores, whose key,
+/// context and slot stores are the implementations below.
+pub trait LockedMap<V>: Send + Sync {
+    /// Applies `f` to the map (saved afterwards where it is kept); `f`'s result.
+    fn modify<T>(&self, f: impl FnOnce(&mut BTreeMap<String, V>) -> T) -> StoreResult<T>;
+}
+
+#[async_trait]
+impl<M: LockedMap<ApiKeyRecord> + RecordStore<ApiKeyRecord>> KeyStore for M {
+    async fn set_status(&self, hash: &str, status: &str) -> StoreResult<bool> {
+        self.modify(|m| set_status(m, hash, status))
+    }
+}
+
+#[async_trait]
+impl<M: LockedMap<ContextRecord>> ContextStore for M {
+    async fn create(&self, c: ContextRecord) -> StoreResult<()> {
+        self.modify(|m| m.insert(c.context_id.clone(), c)).map(drop)
+    }
+    async fn get(&self, id: &str) -> StoreResult<Option<ContextRecord>> {
+        self.modify(|m| m.get(id).cloned())
+    }
+    async fn touch(&self, id: &str, at: &str) -> StoreResult<()> {
+        self.modify(|m| touch(m, id, at))
+    }
+    async fn delete(&self, id: &str) -> StoreResult<()> {
+        self.modify(|m| m.remove(id)).map(drop)
+    }
+    async fn take_writer(
+        &self,
+        id: &str,
+        session_id: &str,
+        replacing: Option<&str>,
+    ) -> StoreResult<Lease> {
+        self.modify(|m| take_writer_of(m, id, session_id, replacing))
+    }
+    async fn release_writer(&self, id: &str, session_id: &str) -> StoreResult<()> {
+        self.modify(|m| release_writer_of(m, id, session_id))
+    }
+}
+
+/// Projects' slot sets (project id → session ids).
+#[async_trait]
+impl<M: LockedMap<Vec<String>>> SlotStore for M {
+    async fn take(&self, project_id: &str, session_id: &str, limit: u64) -> StoreResult<Slot> {
+        self.modify(|m| take_slot(m, project_id, session_id, limit))
+    }
+    async fn give_back(&self, project_id: &str, session_id: &str) -> StoreResult<()> {
+        self.modify(|m| give_back_slot(m, project_id, session_id))
     }
 }

@@ -32,8 +32,8 @@ use wallcrawler_contract::session_doc::{DirStore, DocError, SessionDoc};
 use wallcrawler_contract::time::now_iso8601;
 
 use crate::error::{ApiError, StoreError};
-use crate::model::{ApiKeyRecord, ContextRecord, Project, Record};
-use crate::rules;
+use crate::model::{ApiKeyRecord, Project, Record};
+use crate::rules::{self, LockedMap};
 use crate::stores::*;
 
 fn doc_err(e: DocError) -> StoreError {
@@ -214,49 +214,11 @@ impl<R: Record> RecordStore<R> for FileMap<R> {
     }
 }
 
-#[async_trait]
-impl KeyStore for FileMap<ApiKeyRecord> {
-    async fn set_status(&self, hash: &str, status: &str) -> StoreResult<bool> {
-        self.modify(|m| rules::set_status(m, hash, status))
-    }
-}
-
-#[async_trait]
-impl ContextStore for FileMap<ContextRecord> {
-    async fn create(&self, c: ContextRecord) -> StoreResult<()> {
-        self.put(c).await
-    }
-    async fn get(&self, id: &str) -> StoreResult<Option<ContextRecord>> {
-        FileMap::get(self, id)
-    }
-    async fn touch(&self, id: &str, at: &str) -> StoreResult<()> {
-        self.modify(|m| rules::touch(m, id, at))
-    }
-    async fn delete(&self, id: &str) -> StoreResult<()> {
-        self.modify(|m| m.remove(id)).map(drop)
-    }
-    async fn take_writer(
-        &self,
-        id: &str,
-        session_id: &str,
-        replacing: Option<&str>,
-    ) -> StoreResult<Lease> {
-        self.modify(|m| rules::take_writer_of(m, id, session_id, replacing))
-    }
-    async fn release_writer(&self, id: &str, session_id: &str) -> StoreResult<()> {
-        self.modify(|m| rules::release_writer_of(m, id, session_id))
-    }
-}
-
-/// Projects' slot sets (`<data>/active-sessions.json`: project id → session ids), changed
-/// under the map's lock: the one server process is the only writer.
-#[async_trait]
-impl SlotStore for FileMap<Vec<String>> {
-    async fn take(&self, project_id: &str, session_id: &str, limit: u64) -> StoreResult<Slot> {
-        self.modify(|m| rules::take_slot(m, project_id, session_id, limit))
-    }
-    async fn give_back(&self, project_id: &str, session_id: &str) -> StoreResult<()> {
-        self.modify(|m| rules::give_back_slot(m, project_id, session_id))
+/// Projects, API keys, contexts and slot sets (`<data>/active-sessions.json`), changed under
+/// the map's lock: the one server process is the only writer.
+impl<V: Serialize + DeserializeOwned + Clone + Send + Sync> LockedMap<V> for FileMap<V> {
+    fn modify<T>(&self, f: impl FnOnce(&mut BTreeMap<String, V>) -> T) -> StoreResult<T> {
+        FileMap::modify(self, f)
     }
 }
 
