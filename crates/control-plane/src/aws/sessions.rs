@@ -2,6 +2,7 @@
 //! and its two indexes.
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
@@ -39,12 +40,16 @@ impl DynamoSessions {
         ))
     }
 
-    /// Every item a paginated `Query`/`Scan` returns, as documents.
-    fn docs(items: &[Item], out: &mut Vec<SessionDoc>) -> StoreResult<()> {
-        for i in items {
-            out.push(item::from_item(SESSION, i)?);
-        }
-        Ok(())
+    /// Every item of a paginated `Query`/`Scan`, as documents.
+    fn docs<E>(items: SdkResult<Vec<Item>, E>) -> StoreResult<Vec<SessionDoc>>
+    where
+        E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
+    {
+        let items = items.map_err(|e| sdk_error(SESSIONS, e))?;
+        Ok(items
+            .iter()
+            .map(|i| item::from_item(SESSION, i))
+            .collect::<Result<_, _>>()?)
     }
 
     /// An update of session `id` that answers with the new item (ALL_NEW), or with the current
@@ -80,28 +85,21 @@ impl SessionStore for DynamoSessions {
 
     /// `Query` on [`PROJECT_INDEX`] (eventually consistent: GSIs cannot be read otherwise).
     async fn list_project(&self, project_id: &str) -> StoreResult<Vec<SessionDoc>> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .0
-                .client
-                .query()
-                .table_name(&self.0.name)
-                .index_name(PROJECT_INDEX)
-                .key_condition_expression("projectId = :p")
-                .expression_attribute_values(":p", s(project_id))
-                .scan_index_forward(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| sdk_error(SESSIONS, e))?;
-            Self::docs(page.items(), &mut out)?;
-            start = page.last_evaluated_key;
-            if start.is_none() {
-                break;
-            }
-        }
+        let items = self
+            .0
+            .client
+            .query()
+            .table_name(&self.0.name)
+            .index_name(PROJECT_INDEX)
+            .key_condition_expression("projectId = :p")
+            .expression_attribute_values(":p", s(project_id))
+            .scan_index_forward(true)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await;
+        let mut out = Self::docs(items)?;
         // The index orders by createdAt; ties (same millisecond) by id, as the other stores.
         out.sort_by(|a, b| {
             a.created_at
@@ -135,28 +133,20 @@ impl SessionStore for DynamoSessions {
 
     /// A consistent `Scan` filtered on `contextId`: reads the whole table (see the module doc).
     async fn list_context(&self, context_id: &str) -> StoreResult<Vec<SessionDoc>> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .0
-                .client
-                .scan()
-                .table_name(&self.0.name)
-                .filter_expression("contextId = :c")
-                .expression_attribute_values(":c", s(context_id))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| sdk_error(SESSIONS, e))?;
-            Self::docs(page.items(), &mut out)?;
-            start = page.last_evaluated_key;
-            if start.is_none() {
-                break;
-            }
-        }
-        Ok(out)
+        let items = self
+            .0
+            .client
+            .scan()
+            .table_name(&self.0.name)
+            .filter_expression("contextId = :c")
+            .expression_attribute_values(":c", s(context_id))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await;
+        Self::docs(items)
     }
 
     /// `UpdateItem` on condition `internalStatus = CREATING`.
