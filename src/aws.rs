@@ -33,7 +33,7 @@ pub const PART_SIZE: usize = 8 * 1024 * 1024;
 
 /// The controller's SDK configuration (the workspace's one, with the task's limits).
 pub async fn sdk_config() -> aws_config::SdkConfig {
-    wallcrawler_aws::sdk_config(wallcrawler_aws::Limits::TASK).await
+    wallcrawler_aws::sdk_config(wallcrawler_aws::CallLimits::TASK).await
 }
 
 /// A failed SDK call as a store error, classified as the control plane does

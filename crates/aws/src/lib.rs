@@ -27,7 +27,7 @@ use wallcrawler_contract::session::attr;
 
 /// How long calls may take, and how many attempts one call makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct CallLimits {
     /// Connecting to the service's endpoint.
     pub connect: Duration,
     /// One attempt of a call.
@@ -38,9 +38,9 @@ pub struct Limits {
     pub max_attempts: Option<u32>,
 }
 
-impl Limits {
+impl CallLimits {
     /// The controller: an archive part may take a while; three attempts per call.
-    pub const TASK: Limits = Limits {
+    pub const TASK: CallLimits = CallLimits {
         connect: Duration::from_secs(3),
         attempt: Duration::from_secs(30),
         operation: None,
@@ -48,7 +48,7 @@ impl Limits {
     };
 
     /// The API: everything well inside API Gateway's 29 s; attempts from the standard chain.
-    pub const API: Limits = Limits {
+    pub const API: CallLimits = CallLimits {
         connect: Duration::from_secs(3),
         attempt: Duration::from_secs(5),
         operation: Some(Duration::from_secs(12)),
@@ -58,7 +58,7 @@ impl Limits {
 
 /// The one SDK configuration: region, credentials and `AWS_ENDPOINT_URL` from the standard
 /// chain, with `limits`, so a dead dependency is a clear error within seconds, never a hang.
-pub async fn sdk_config(limits: Limits) -> SdkConfig {
+pub async fn sdk_config(limits: CallLimits) -> SdkConfig {
     let mut timeouts = TimeoutConfig::builder()
         .connect_timeout(limits.connect)
         .operation_attempt_timeout(limits.attempt);
@@ -169,8 +169,8 @@ mod tests {
 
     #[test]
     fn api_calls_end_well_inside_api_gateway_s_limit() {
-        let op = Limits::API.operation.expect("bounded");
+        let op = CallLimits::API.operation.expect("bounded");
         assert!(op < Duration::from_secs(29));
-        assert!(Limits::API.attempt <= op);
+        assert!(CallLimits::API.attempt <= op);
     }
 }

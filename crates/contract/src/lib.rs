@@ -1,7 +1,10 @@
 //! The wire contract shared by the Wallcrawler controller and the control plane.
 //!
-//! Everything here is plain data and pure functions — no async runtime, no I/O — so both sides
-//! agree on the same rules without the control plane depending on the proxy's runtime.
+//! Plain data and pure functions, no async runtime, so both sides agree on the same rules
+//! without the control plane depending on the proxy's runtime. The one exception to "no I/O"
+//! is the local platform's two directories both sides share — the queue of claims
+//! ([`claim::DirQueue`]) and the session documents ([`session_doc::DirStore`]) — plain
+//! blocking file operations, kept here so their layout and locking are written once.
 //!
 //! - [`token`]: the CDP access token (HS256 JWT): claims, minting, and every acceptance rule.
 //! - [`claim`]: how a session reaches a warm pool controller, and the local queue of claims.

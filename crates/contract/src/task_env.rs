@@ -76,3 +76,11 @@ pub const CDP_DISCONNECT_GRACE: &str = "CDP_DISCONNECT_GRACE";
 pub const GATEWAY_LISTEN: &str = "GATEWAY_LISTEN";
 /// The local platform's certificate authority directory for the gateway's TLS.
 pub const GATEWAY_LOCAL_CA_DIR: &str = "GATEWAY_LOCAL_CA_DIR";
+/// How long the gateway holds a client whose session is not READY yet.
+pub const GATEWAY_HOLD_SECONDS: &str = "GATEWAY_HOLD_SECONDS";
+/// How many clients the gateway holds at once.
+pub const GATEWAY_MAX_HELD: &str = "GATEWAY_MAX_HELD";
+/// How many clients the gateway holds for one session.
+pub const GATEWAY_MAX_HELD_PER_SESSION: &str = "GATEWAY_MAX_HELD_PER_SESSION";
+/// How long the gateway keeps a session lookup.
+pub const GATEWAY_LOOKUP_TTL_MS: &str = "GATEWAY_LOOKUP_TTL_MS";

@@ -1,13 +1,13 @@
-//! Administration over the ports (`wallcrawler-control-plane admin …`): create projects, create
+//! Administration over the stores (`wallcrawler-control-plane admin …`): create projects, create
 //! API keys (the raw key exists only in the return value; the store gets its SHA-256 hash) and
 //! revoke them.
 
 use wallcrawler_contract::token::random_hex;
 
-use crate::error::PortError;
+use crate::error::StoreError;
 use crate::handlers::TIMEOUT_RANGE;
 use crate::model::{ApiKeyRecord, Project, hash_api_key};
-use crate::ports::{KeyRepo, ProjectRepo};
+use crate::stores::{KeyStore, RecordStore};
 
 /// Why an administrative action was refused.
 #[derive(Debug, thiserror::Error)]
@@ -17,7 +17,7 @@ pub enum AdminError {
     Invalid(String),
     /// A table could not be read or written.
     #[error(transparent)]
-    Store(#[from] PortError),
+    Store(#[from] StoreError),
 }
 
 /// A new project.
@@ -45,7 +45,7 @@ fn valid_id(id: &str) -> bool {
 
 /// Creates an ACTIVE project; refuses an id that exists.
 pub async fn create_project(
-    projects: &dyn ProjectRepo,
+    projects: &dyn RecordStore<Project>,
     new: NewProject,
     now: &str,
 ) -> Result<Project, AdminError> {
@@ -92,18 +92,39 @@ pub fn generate_key() -> String {
     format!("wc_{}", random_hex(32))
 }
 
-/// Creates an ACTIVE key for `project_id` (and `extra` projects, which must exist too).
-/// Returns the raw key — shown once, stored nowhere — and the stored record.
+/// A new API key.
+#[derive(Debug, Clone, Copy)]
+pub struct NewKey<'a> {
+    /// The key's default project.
+    pub project_id: &'a str,
+    /// Other projects it may select (each must exist).
+    pub extra: &'a [String],
+    /// `name`: a label.
+    pub name: Option<&'a str>,
+}
+
+impl<'a> NewKey<'a> {
+    /// A key for `project_id` alone, without a name.
+    pub fn of(project_id: &'a str) -> Self {
+        Self {
+            project_id,
+            extra: &[],
+            name: None,
+        }
+    }
+}
+
+/// Creates an ACTIVE key for `new.project_id` (and `new.extra` projects, which must exist
+/// too). Returns the raw key — shown once, stored nowhere — and the stored record.
 pub async fn create_key(
-    keys: &dyn KeyRepo,
-    projects: &dyn ProjectRepo,
-    project_id: &str,
-    extra: &[String],
-    name: Option<String>,
+    keys: &dyn KeyStore,
+    projects: &dyn RecordStore<Project>,
+    new: NewKey<'_>,
     now: &str,
 ) -> Result<(String, ApiKeyRecord), AdminError> {
+    let project_id = new.project_id;
     let mut ids = vec![project_id.to_owned()];
-    for p in extra {
+    for p in new.extra {
         if !ids.contains(p) {
             ids.push(p.clone());
         }
@@ -119,7 +140,7 @@ pub async fn create_key(
         key_id: Some(format!("key_{}", random_hex(8))),
         project_id: project_id.to_owned(),
         project_ids: ids,
-        name,
+        name: new.name.map(str::to_owned),
         status: "ACTIVE".into(),
         created_at: now.to_owned(),
     };
@@ -140,7 +161,7 @@ pub fn parse_hash(h: &str) -> Result<String, AdminError> {
 }
 
 /// Marks a key INACTIVE; refuses an unknown one.
-pub async fn revoke_key(keys: &dyn KeyRepo, hash: &str) -> Result<(), AdminError> {
+pub async fn revoke_key(keys: &dyn KeyStore, hash: &str) -> Result<(), AdminError> {
     if keys.set_status(hash, "INACTIVE").await? {
         Ok(())
     } else {
@@ -181,11 +202,19 @@ mod tests {
 
         let missing = ["proj_nope".to_owned()];
         assert!(
-            create_key(&keys, &projects, &p.project_id, &missing, None, "t")
-                .await
-                .is_err()
+            create_key(
+                &keys,
+                &projects,
+                NewKey {
+                    extra: &missing,
+                    ..NewKey::of(&p.project_id)
+                },
+                "t"
+            )
+            .await
+            .is_err()
         );
-        let (raw, rec) = create_key(&keys, &projects, &p.project_id, &[], None, "t")
+        let (raw, rec) = create_key(&keys, &projects, NewKey::of(&p.project_id), "t")
             .await
             .unwrap();
         assert!(raw.starts_with("wc_") && raw.len() == 67);

@@ -3,8 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::ports::{
-    ArchiveUrls, Clock, ContextRepo, KeyRepo, Launcher, ProjectRepo, SessionRepo, Signer, SlotRepo,
+use crate::model::Project;
+use crate::stores::{
+    ArchiveUrls, Clock, ContextStore, KeyStore, Launcher, RecordStore, SessionStore, Signer,
+    SlotStore,
 };
 
 /// Settings of the API (from the environment in the binaries).
@@ -50,15 +52,15 @@ impl Default for Settings {
 #[derive(Clone)]
 pub struct App {
     /// Session items.
-    pub sessions: Arc<dyn SessionRepo>,
+    pub sessions: Arc<dyn SessionStore>,
     /// Project records.
-    pub projects: Arc<dyn ProjectRepo>,
+    pub projects: Arc<dyn RecordStore<Project>>,
     /// Projects' concurrency slots.
-    pub slots: Arc<dyn SlotRepo>,
+    pub slots: Arc<dyn SlotStore>,
     /// API-key records.
-    pub keys: Arc<dyn KeyRepo>,
+    pub keys: Arc<dyn KeyStore>,
     /// Context records and their writer leases.
-    pub contexts: Arc<dyn ContextRepo>,
+    pub contexts: Arc<dyn ContextStore>,
     /// Presigned upload URLs and deletion of context archives.
     pub archives: Arc<dyn ArchiveUrls>,
     /// Starts and stops controller tasks.

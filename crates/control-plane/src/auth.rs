@@ -13,6 +13,7 @@ use axum::http::request::Parts;
 use crate::app::App;
 use crate::error::ApiError;
 use crate::model::{Project, hash_api_key};
+use crate::stores::{KeyStore, RecordStore};
 
 /// Who is calling.
 #[derive(Debug, Clone)]
@@ -56,7 +57,7 @@ impl FromRequestParts<App> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self, ApiError> {
         let started = Instant::now();
-        let principal = authorize(app, &parts.headers).await?;
+        let principal = authorize(app.keys.as_ref(), app.projects.as_ref(), &parts.headers).await?;
         Ok(Self {
             app: app.clone(),
             principal,
@@ -72,8 +73,13 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
-/// Authorises a request from its headers.
-pub async fn authorize(app: &App, headers: &HeaderMap) -> Result<Principal, ApiError> {
+/// Authorises a request from its headers: reads only the key's record and the selected
+/// project's.
+pub async fn authorize(
+    keys: &dyn KeyStore,
+    projects: &dyn RecordStore<Project>,
+    headers: &HeaderMap,
+) -> Result<Principal, ApiError> {
     let raw = header(headers, "x-wc-api-key")
         .or_else(|| header(headers, "x-bb-api-key"))
         .ok_or_else(|| {
@@ -82,8 +88,7 @@ pub async fn authorize(app: &App, headers: &HeaderMap) -> Result<Principal, ApiE
             )
         })?;
     let hash = hash_api_key(raw);
-    let key = app
-        .keys
+    let key = keys
         .get(&hash)
         .await?
         .ok_or_else(|| ApiError::unauthorized("unknown API key"))?;
@@ -103,8 +108,7 @@ pub async fn authorize(app: &App, headers: &HeaderMap) -> Result<Principal, ApiE
         }
         None => key.project_id.clone(),
     };
-    let project = app
-        .projects
+    let project = projects
         .get(&selected)
         .await?
         .ok_or_else(|| ApiError::forbidden(format!("project {selected} does not exist")))?;

@@ -1,19 +1,33 @@
 //! API errors in Browserbase's shape: `{"statusCode": N, "error": "<reason phrase>",
 //! "message": "<what was wrong>"}`. Messages name what was wrong and never carry a key or token.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 /// An error answer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("{status}: {message}")]
 pub struct ApiError {
     /// The HTTP status; also `statusCode` and, as its reason phrase, `error` in the body.
     pub status: StatusCode,
     /// `message`: what was wrong, for the client (never a key or token).
     pub message: String,
+    /// Our failure behind a 5xx (a store's), for the log only.
+    #[source]
+    pub cause: Option<Arc<StoreError>>,
 }
+
+/// Two answers are the same when the client sees the same (the cause is for the log).
+impl PartialEq for ApiError {
+    fn eq(&self, other: &Self) -> bool {
+        self.status == other.status && self.message == other.message
+    }
+}
+
+impl Eq for ApiError {}
 
 impl ApiError {
     /// An answer with this status and message.
@@ -21,6 +35,20 @@ impl ApiError {
         Self {
             status,
             message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// This answer, with `cause` kept for the log.
+    pub fn caused_by(mut self, cause: StoreError) -> Self {
+        self.cause = Some(Arc::new(cause));
+        self
+    }
+
+    /// Logs the cause of a failure of ours, once: where the answer is made.
+    pub fn log_cause(&self) {
+        if let Some(cause) = &self.cause {
+            tracing::error!(status = %self.status, error = %chain(cause.as_ref()), "backend failure");
         }
     }
     /// 400: the request is malformed or out of range.
@@ -72,38 +100,99 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        self.log_cause();
         (self.status, Json(self.body())).into_response()
     }
 }
 
-/// A failure of a store, launcher or other outside service; becomes a 500/503 without detail
-/// leaking beyond the message.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum PortError {
-    /// The named service could not be reached (503, may succeed on retry).
-    #[error("{0} is unavailable")]
-    Unavailable(String),
-    /// The call failed for another reason (500); the message says what.
-    #[error("{0}")]
-    Failed(String),
+/// What a store error carries as its cause.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A failure of a store, launcher or other outside service; becomes a 503 or a 500 whose
+/// detail (the source chain) goes to the log only, once, where the response is made.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The named service could not be reached or is throttling (503, may succeed on retry).
+    #[error("{service} is unavailable")]
+    Unavailable {
+        /// "the sessions table", "ECS", …
+        service: &'static str,
+        /// Why, when known.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The call failed for another reason (500).
+    #[error("{context}")]
+    Failed {
+        /// What was being done.
+        context: String,
+        /// Why, when known.
+        #[source]
+        source: Option<BoxError>,
+    },
 }
 
-impl From<wallcrawler_aws::item::ItemError> for PortError {
-    /// An item that does not map is a failure on our side (500; the detail goes to the log).
-    fn from(e: wallcrawler_aws::item::ItemError) -> Self {
-        PortError::Failed(e.to_string())
+impl StoreError {
+    /// `service` is unavailable, for no reason known beyond that.
+    pub fn unavailable(service: &'static str) -> Self {
+        Self::Unavailable {
+            service,
+            source: None,
+        }
+    }
+    /// `service` is unavailable because of `source`.
+    pub fn unavailable_by(service: &'static str, source: impl Into<BoxError>) -> Self {
+        Self::Unavailable {
+            service,
+            source: Some(source.into()),
+        }
+    }
+    /// `context` failed, for a reason it says itself.
+    pub fn failed(context: impl Into<String>) -> Self {
+        Self::Failed {
+            context: context.into(),
+            source: None,
+        }
+    }
+    /// `context` failed because of `source`.
+    pub fn failed_by(context: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Failed {
+            context: context.into(),
+            source: Some(source.into()),
+        }
     }
 }
 
-impl From<PortError> for ApiError {
-    fn from(e: PortError) -> Self {
-        tracing::error!(error = %e, "backend failure");
-        match e {
-            PortError::Unavailable(what) => {
-                ApiError::unavailable(format!("{what} is unavailable; try again"))
+impl From<wallcrawler_aws::item::ItemError> for StoreError {
+    /// An item that does not map is a failure on our side (500; the detail goes to the log).
+    fn from(e: wallcrawler_aws::item::ItemError) -> Self {
+        StoreError::failed_by("a stored item", e)
+    }
+}
+
+/// An error and its sources, `: `-joined, for one log line.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        next = s.source();
+    }
+    out
+}
+
+impl From<StoreError> for ApiError {
+    /// The answer for a failed store; the error rides along as the cause, logged when the
+    /// response is made ([`ApiError::into_response`]).
+    fn from(e: StoreError) -> Self {
+        let answer = match &e {
+            StoreError::Unavailable { service, .. } => {
+                ApiError::unavailable(format!("{service} is unavailable; try again"))
             }
-            PortError::Failed(_) => ApiError::internal("the request could not be completed"),
-        }
+            StoreError::Failed { .. } => ApiError::internal("the request could not be completed"),
+        };
+        answer.caused_by(e)
     }
 }
 

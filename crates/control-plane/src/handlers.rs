@@ -19,9 +19,9 @@ use wallcrawler_contract::{Claims, InternalStatus};
 
 use crate::app::App;
 use crate::auth::{Caller, Principal, check_body_project};
-use crate::error::ApiError;
+use crate::error::{ApiError, chain};
 use crate::model::{ContextRecord, session_create_to_api, session_to_api};
-use crate::ports::{Cond, LaunchSpec};
+use crate::stores::{Cond, LaunchSpec, Terminal};
 
 /// Shortest and longest session timeout, seconds.
 pub const TIMEOUT_RANGE: std::ops::RangeInclusive<u64> = 60..=21_600;
@@ -86,9 +86,6 @@ fn timeout_of(v: &Option<Value>, default: u64) -> Result<u64, ApiError> {
     Ok(t)
 }
 
-/// A failed start: the answer, and the context whose lease the session may hold.
-type StartError = (ApiError, Option<String>);
-
 /// A validated create request.
 struct NewSession {
     timeout: u64,
@@ -98,6 +95,34 @@ struct NewSession {
     context: Option<(ContextRecord, bool)>,
 }
 
+impl NewSession {
+    /// The session's item (CREATING) for session `id` of `project_id`, created at `now_ms`,
+    /// with its token.
+    fn into_doc(self, id: &str, project_id: &str, now_ms: u64, token: String) -> SessionDoc {
+        let now = wallcrawler_contract::time::iso8601_millis(now_ms);
+        let mut doc = SessionDoc {
+            session_id: id.to_owned(),
+            project_id: project_id.to_owned(),
+            created_at: now.clone(),
+            updated_at: Some(now.clone()),
+            started_at: Some(now),
+            expires_at: now_ms / 1000 + self.timeout,
+            keep_alive: self.keep_alive,
+            region: self.region,
+            signing_key: Some(token),
+            user_metadata: self.user_metadata,
+            ..Default::default()
+        };
+        doc.set_status(InternalStatus::Creating);
+        if let Some((c, persist)) = self.context {
+            doc.context_id = Some(c.context_id);
+            doc.context_persist = Some(persist);
+            doc.context_storage_key = Some(c.storage_key);
+        }
+        doc
+    }
+}
+
 /// Everything between taking the slot and the task's start: the token, the item (CREATING)
 /// and the launch. On failure the caller gives slot and lease back.
 async fn start_session(
@@ -105,78 +130,42 @@ async fn start_session(
     p: &Principal,
     new: NewSession,
     id: &str,
-) -> Result<(SessionDoc, Option<String>), StartError> {
-    let NewSession {
-        timeout,
-        region,
-        keep_alive,
-        user_metadata,
-        context,
-    } = new;
-    let ctx_id = context.as_ref().map(|(c, _)| c.context_id.clone());
-    let fail = |e: ApiError| (e, ctx_id.clone());
+) -> Result<(SessionDoc, Option<String>), ApiError> {
     let now_ms = app.clock.now_millis();
-    let now = wallcrawler_contract::time::iso8601_millis(now_ms);
     let token = app
         .signer
-        .sign(Claims::new(id, p.project_id(), now_ms / 1000, timeout))
-        .await
-        .map_err(|e| fail(e.into()))?;
-    let mut doc = SessionDoc {
-        session_id: id.to_owned(),
-        project_id: p.project_id().to_owned(),
-        created_at: now.clone(),
-        updated_at: Some(now.clone()),
-        started_at: Some(now.clone()),
-        expires_at: now_ms / 1000 + timeout,
-        keep_alive,
-        region,
-        signing_key: Some(token),
-        user_metadata,
-        ..Default::default()
-    };
-    doc.set_status(InternalStatus::Creating);
+        .sign(Claims::new(id, p.project_id(), now_ms / 1000, new.timeout))
+        .await?;
+    let context = new
+        .context
+        .as_ref()
+        .map(|(c, persist)| (c.context_id.clone(), c.storage_key.clone(), *persist));
+    let mut doc = new.into_doc(id, p.project_id(), now_ms, token);
     if let (Some(base), Some(token)) = (&app.settings.connect_base, &doc.signing_key) {
         doc.connect_url = Some(wallcrawler_contract::session::gateway_connect_url(
             base, token,
         ));
     }
-    if let Some((c, persist)) = &context {
-        doc.context_id = Some(c.context_id.clone());
-        doc.context_persist = Some(*persist);
-        doc.context_storage_key = Some(c.storage_key.clone());
-    }
-    if let Cond::Failed(_) = app
-        .sessions
-        .create(doc.clone())
-        .await
-        .map_err(|e| fail(e.into()))?
-    {
-        return Err(fail(ApiError::internal("session id collision; retry")));
+    if let Cond::Failed(_) = app.sessions.create(doc.clone()).await? {
+        return Err(ApiError::internal("session id collision; retry"));
     }
     let spec = LaunchSpec {
         session_id: id.to_owned(),
         project_id: p.project_id().to_owned(),
-        context: context
-            .as_ref()
-            .map(|(c, persist)| (c.context_id.clone(), c.storage_key.clone(), *persist)),
+        context,
         env: Vec::new(),
     };
     match app.launcher.launch(spec).await {
         Ok(arn) => Ok((doc, arn)),
         Err(e) => {
-            let reason = format!("the browser task could not be started: {e}");
-            let _ = app
-                .sessions
-                .mark_terminal(
-                    id,
-                    InternalStatus::Failed,
-                    Some(&reason),
-                    &app.now_iso(),
-                    true,
-                )
-                .await;
-            Err(fail(ApiError::from(e)))
+            let reason = format!("the browser task could not be started: {}", chain(&e));
+            let to = Terminal {
+                status: InternalStatus::Failed,
+                reason: Some(&reason),
+                ended: true,
+            };
+            let _ = app.sessions.mark_terminal(id, to, &app.now_iso()).await;
+            Err(ApiError::from(e))
         }
     }
 }
@@ -254,10 +243,11 @@ pub async fn create_session(
         if let Some((ctx, true)) = &new.context
             && let Err(re) = app.contexts.release_writer(&ctx.context_id, &id).await
         {
-            warn!(session.id = %id, error = %re, "releasing the context lease failed");
+            warn!(session.id = %id, error = %chain(&re), "releasing the context lease failed");
         }
         return Err(e);
     }
+    let ctx_id = new.context.as_ref().map(|(c, _)| c.context_id.clone());
     let outcome = start_session(&app, &p, new, &id).await;
     let (doc, task_arn) = match outcome {
         Ok(s) => s,
@@ -268,9 +258,9 @@ pub async fn create_session(
                 ended_at: Some(app.now_iso()),
                 ..Default::default()
             };
-            holder.context_id = e.1;
+            holder.context_id = ctx_id;
             crate::limits::give_back(app.slots.as_ref(), app.contexts.as_ref(), &holder).await;
-            return Err(e.0);
+            return Err(e);
         }
     };
     let _ = app
@@ -473,7 +463,11 @@ pub async fn update_session(caller: Caller, Path(id): Path<String>, body: Bytes)
     let s = own_session(&app, &p, &id).await?;
     let after = match app
         .sessions
-        .mark_terminal(&id, InternalStatus::Stopped, None, &app.now_iso(), false)
+        .mark_terminal(
+            &id,
+            Terminal::status(InternalStatus::Stopped),
+            &app.now_iso(),
+        )
         .await?
     {
         Cond::Done(d) => d,
@@ -483,7 +477,7 @@ pub async fn update_session(caller: Caller, Path(id): Path<String>, body: Bytes)
     // controller has written `endedAt` after saving it.
     crate::limits::give_back(app.slots.as_ref(), app.contexts.as_ref(), &after).await;
     if let Err(e) = app.launcher.stop(&id, s.ecs_task_arn.as_deref()).await {
-        warn!(session.id = %id, error = %e, "stopping the task failed; it ends itself at its idle timeout or expiry");
+        warn!(session.id = %id, error = %chain(&e), "stopping the task failed; it ends itself at its idle timeout or expiry");
     }
     info!(session.id = %id, "session released");
     Ok(Json(session_to_api(&after)).into_response())

@@ -4,7 +4,10 @@
 //!
 //! - [`error`]: Browserbase's error shape.
 //! - [`model`]: project, API key and context records; the JSON the API answers with.
-//! - [`ports`]: what the handlers need (stores, presigned URLs, task launcher, signer, clock).
+//! - [`stores`]: what the handlers need (stores, presigned URLs, task launcher, signer, clock),
+//!   as async traits.
+//! - [`rules`]: the conditional rules the file and memory stores apply (DynamoDB's are
+//!   condition expressions).
 //! - [`auth`]: API-key authorisation and project selection.
 //! - [`limits`]: the concurrency cap and the one-writer-per-context rule, by conditional
 //!   writes (slots and leases).
@@ -12,11 +15,11 @@
 //! - [`debug`]: a running session's page list, from its proxy.
 //! - [`memory`]: in-memory ports (tests, reference semantics).
 //! - [`local`]: the local platform: file-backed stores shared with local controllers;
-//!   [`controllers`] runs `wallcrawler-controller run` child processes (a warm pool taking
-//!   claims, or one per session); [`serve`] wires it up.
-//! - [`aws`]: the AWS platform: DynamoDB stores, S3 presigned URLs, ECS and SQS-pool launchers, Secrets
-//!   Manager signer, configuration from the environment; [`lambda`] has the authorizer and the
-//!   ECS task-state handler the Lambda binaries run.
+//!   [`local::controllers`] runs `wallcrawler-controller run` child processes (a warm pool
+//!   taking claims, or one per session); [`local::serve`] wires it up.
+//! - [`aws`]: the AWS platform, one file per service: DynamoDB stores, S3 presigned URLs, ECS
+//!   and SQS-pool launchers, Secrets Manager signer, configuration from the environment;
+//!   [`aws::lambda`] has the authorizer and the ECS task-state handler the Lambda binaries run.
 //! - [`admin`]: create projects and API keys, revoke keys.
 
 #![warn(missing_docs)]
@@ -25,15 +28,13 @@ pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod aws;
-pub mod controllers;
 pub mod debug;
 pub mod error;
 pub mod handlers;
-pub mod lambda;
 pub mod limits;
 pub mod local;
 pub mod memory;
 pub mod model;
-pub mod ports;
 pub mod router;
-pub mod serve;
+pub mod rules;
+pub mod stores;

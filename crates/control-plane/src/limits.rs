@@ -1,7 +1,7 @@
 //! A project's concurrency cap and a context's one-writer rule, held under concurrency by
 //! conditional writes rather than check-then-act.
 //!
-//! - **Slots.** Each project has one set of active session ids ([`SlotRepo`]; in DynamoDB an
+//! - **Slots.** Each project has one set of active session ids ([`SlotStore`]; in DynamoDB an
 //!   item `<projectId>#active` of the projects table with a string set `activeSessions`). A
 //!   create takes a slot before its item exists or its task starts (`ADD` on condition that
 //!   the set holds fewer than `concurrency` ids or already holds this one), so of N
@@ -35,7 +35,7 @@ use wallcrawler_contract::session_doc::SessionDoc;
 use crate::app::App;
 use crate::error::ApiError;
 use crate::model::{ContextRecord, Project};
-use crate::ports::{ContextRepo, Lease, PortResult, SessionRepo, Slot, SlotRepo};
+use crate::stores::{ContextStore, Lease, SessionStore, Slot, SlotStore, StoreResult};
 
 /// How long after its id was minted a session whose item is missing still counts as active
 /// (its create may be between taking the slot and writing the item).
@@ -117,7 +117,7 @@ pub async fn take_slot(app: &App, project: &Project, session_id: &str) -> Result
 /// Whether the lease holder is a writer a new session must wait for: a persisting session
 /// without `endedAt`, or one whose create is still in flight (lease taken, item not written
 /// yet). `false` when it has ended or is gone.
-async fn live_writer(sessions: &dyn SessionRepo, holder: &str) -> PortResult<bool> {
+async fn live_writer(sessions: &dyn SessionStore, holder: &str) -> StoreResult<bool> {
     Ok(match sessions.get(holder).await? {
         Some(d) => d.ended_at.is_none() && d.context_persist == Some(true),
         None => !missing_long_enough(holder),
@@ -180,14 +180,14 @@ pub async fn claim_context(
 /// conditional on the session's id, so calling this twice, or for a session that holds
 /// nothing, is harmless. Failures are logged; an unreturned slot is reclaimed by a later
 /// create, an unreturned lease taken over.
-pub async fn give_back(slots: &dyn SlotRepo, contexts: &dyn ContextRepo, d: &SessionDoc) {
+pub async fn give_back(slots: &dyn SlotStore, contexts: &dyn ContextStore, d: &SessionDoc) {
     if let Err(e) = slots.give_back(&d.project_id, &d.session_id).await {
-        warn!(session.id = %d.session_id, error = %e, "giving back the project slot failed");
+        warn!(session.id = %d.session_id, error = %crate::error::chain(&e), "giving back the project slot failed");
     }
     if let (Some(ctx), Some(_)) = (&d.context_id, &d.ended_at)
         && let Err(e) = contexts.release_writer(ctx, &d.session_id).await
     {
-        warn!(session.id = %d.session_id, error = %e, "releasing the context lease failed");
+        warn!(session.id = %d.session_id, error = %crate::error::chain(&e), "releasing the context lease failed");
     }
 }
 

@@ -5,6 +5,18 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use wallcrawler_contract::session_doc::SessionDoc;
 
+/// A record kept in a table addressed by one string key (the stores' generic part).
+pub trait Record: Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static {
+    /// The key's attribute name (`projectId`, …).
+    const KEY: &'static str;
+    /// What one record is called in errors ("project").
+    const WHAT: &'static str;
+    /// What its table is called in errors ("the projects table").
+    const TABLE: &'static str;
+    /// This record's key.
+    fn key(&self) -> &str;
+}
+
 /// `wallcrawler-projects` item.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -28,6 +40,33 @@ pub struct Project {
     pub created_at: String,
     /// `updatedAt`: ISO 8601.
     pub updated_at: String,
+}
+
+impl Record for Project {
+    const KEY: &'static str = "projectId";
+    const WHAT: &'static str = "project";
+    const TABLE: &'static str = "the projects table";
+    fn key(&self) -> &str {
+        &self.project_id
+    }
+}
+
+impl Record for ApiKeyRecord {
+    const KEY: &'static str = "apiKeyHash";
+    const WHAT: &'static str = "API key";
+    const TABLE: &'static str = "the API keys table";
+    fn key(&self) -> &str {
+        &self.api_key_hash
+    }
+}
+
+impl Record for ContextRecord {
+    const KEY: &'static str = "contextId";
+    const WHAT: &'static str = "context";
+    const TABLE: &'static str = "the contexts table";
+    fn key(&self) -> &str {
+        &self.context_id
+    }
 }
 
 impl Project {
@@ -90,7 +129,7 @@ pub struct ContextRecord {
     /// `updatedAt`: ISO 8601.
     pub updated_at: String,
     /// The persisting session that holds the context's writer lease (`writerSessionId`); the
-    /// lease is free once that session has `endedAt` (see [`crate::limits`]).
+    /// lease is free once that session has `endedAt` (see the `limits` module).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writer_session_id: Option<String>,
 }

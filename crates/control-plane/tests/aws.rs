@@ -30,17 +30,17 @@ use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::token::{self, Validation};
 use wallcrawler_contract::{InternalStatus, SigningKey};
 use wallcrawler_control_plane::admin::{self, NewProject};
+use wallcrawler_control_plane::aws::lambda::{
+    Authorizer, TaskEventOutcome, TaskStateChange, authorize_request, handle_task_state_change,
+};
 use wallcrawler_control_plane::aws::{
     ACTIVE_SESSIONS, Config, DynamoContexts, DynamoKeys, DynamoProjects, DynamoSessions,
     DynamoSlots, PROJECT_INDEX, TASK_INDEX, build_app,
 };
-use wallcrawler_control_plane::lambda::{
-    TaskEventOutcome, TaskStateChange, authorize_request, authorizer_app, handle_task_state_change,
-};
 use wallcrawler_control_plane::memory::MemSessions;
 use wallcrawler_control_plane::model::hash_api_key;
-use wallcrawler_control_plane::ports::{Cond, SessionRepo};
 use wallcrawler_control_plane::router::router;
+use wallcrawler_control_plane::stores::{Cond, SessionStore, Terminal};
 
 #[path = "aws/pool.rs"]
 mod pool;
@@ -335,9 +335,7 @@ impl Fixture {
         let (api_key, _) = admin::create_key(
             app.keys.as_ref(),
             app.projects.as_ref(),
-            &project.project_id,
-            &[],
-            None,
+            admin::NewKey::of(&project.project_id),
             &now,
         )
         .await
@@ -412,7 +410,7 @@ impl Fixture {
             owner_id: None,
         };
         let p = admin::create_project(&projects, new, &now).await.unwrap();
-        let (key, _) = admin::create_key(&keys, &projects, &p.project_id, &[], None, &now)
+        let (key, _) = admin::create_key(&keys, &projects, admin::NewKey::of(&p.project_id), &now)
             .await
             .unwrap();
         (p.project_id, key)
@@ -1089,16 +1087,20 @@ fn doc(id: &str, status: InternalStatus, ended: bool) -> SessionDoc {
 }
 
 /// One of the store's conditional operations, as the handlers use them.
-async fn apply(r: &dyn SessionRepo, op: &str, id: &str, at: &str) -> Cond<SessionDoc> {
+async fn apply(r: &dyn SessionStore, op: &str, id: &str, at: &str) -> Cond<SessionDoc> {
     match op {
         "provisioning" => r.mark_provisioning(id, Some("arn:task/1"), at).await,
         "release" => {
-            r.mark_terminal(id, InternalStatus::Stopped, None, at, false)
+            r.mark_terminal(id, Terminal::status(InternalStatus::Stopped), at)
                 .await
         }
         "task stopped" => {
-            r.mark_terminal(id, InternalStatus::Failed, Some("gone"), at, true)
-                .await
+            let to = Terminal {
+                status: InternalStatus::Failed,
+                reason: Some("gone"),
+                ended: true,
+            };
+            r.mark_terminal(id, to, at).await
         }
         _ => {
             r.mark_ended_if_missing(id, at).await.unwrap();
@@ -1263,7 +1265,7 @@ fn printed_id(out: &str, prefix: &str) -> String {
 }
 
 /// The authorizer's answer to `key`, as JSON, after checking its policy's effect.
-async fn policy(auth: &wallcrawler_control_plane::app::App, key: &str, effect: &str) -> Value {
+async fn policy(auth: &Authorizer, key: &str, effect: &str) -> Value {
     let answer = authorize_request(auth, &authorizer_event(key))
         .await
         .unwrap();
@@ -1370,10 +1372,10 @@ async fn admin_creates_projects_and_keys_and_revokes_keys() {
     assert_eq!(status, StatusCode::OK, "{projects}");
     assert_eq!(projects[0]["id"], project_id.as_str());
     assert_eq!(projects[0]["concurrency"], 3);
-    let auth = authorizer_app(
-        Arc::new(DynamoKeys::new(dynamo.clone(), &cfg.tables.api_keys)),
-        Arc::new(DynamoProjects::new(dynamo.clone(), &cfg.tables.projects)),
-    );
+    let auth = Authorizer {
+        keys: Arc::new(DynamoKeys::new(dynamo.clone(), &cfg.tables.api_keys)),
+        projects: Arc::new(DynamoProjects::new(dynamo.clone(), &cfg.tables.projects)),
+    };
     let allow = policy(&auth, &key, "Allow").await;
     assert_eq!(
         allow["policyDocument"]["Statement"][0]["Resource"][0],

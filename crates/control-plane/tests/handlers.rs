@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
-use futures_util::future::BoxFuture;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -22,16 +21,16 @@ use wallcrawler_contract::time::{iso8601_millis, parse_iso8601};
 use wallcrawler_contract::token::{self, Validation};
 use wallcrawler_contract::{InternalStatus, SigningKey, TokenError};
 use wallcrawler_control_plane::app::{App, Settings};
-use wallcrawler_control_plane::error::PortError;
+use wallcrawler_control_plane::error::StoreError;
 use wallcrawler_control_plane::memory::{
     LaunchBehaviour, MemArchives, MemContexts, MemKeys, MemLauncher, MemProjects, MemSessions,
-    MemSlots, StaticSigner,
+    MemSlots,
 };
 use wallcrawler_control_plane::model::{ApiKeyRecord, ContextRecord, Project, hash_api_key};
-use wallcrawler_control_plane::ports::{
-    Clock, Cond, LaunchSpec, Launcher, PortResult, SessionRepo,
-};
 use wallcrawler_control_plane::router::router;
+use wallcrawler_control_plane::stores::{
+    Clock, Cond, LaunchSpec, Launcher, SessionStore, StaticSigner, StoreResult, Terminal,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Fixture: projects, keys, a clock that only moves when told, and the router over it all.
@@ -75,71 +74,50 @@ struct Yielding {
     listings: Arc<Listings>,
 }
 
-impl SessionRepo for Yielding {
-    fn create(&self, doc: SessionDoc) -> BoxFuture<'_, PortResult<Cond<SessionDoc>>> {
-        Box::pin(async move {
-            tokio::task::yield_now().await;
-            self.inner.create(doc).await
-        })
+#[async_trait::async_trait]
+impl SessionStore for Yielding {
+    async fn create(&self, doc: SessionDoc) -> StoreResult<Cond<SessionDoc>> {
+        tokio::task::yield_now().await;
+        self.inner.create(doc).await
     }
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<SessionDoc>>> {
-        Box::pin(async move {
-            tokio::task::yield_now().await;
-            self.inner.get(id).await
-        })
+    async fn get(&self, id: &str) -> StoreResult<Option<SessionDoc>> {
+        tokio::task::yield_now().await;
+        self.inner.get(id).await
     }
-    fn list_project<'a>(&'a self, p: &'a str) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
+    async fn list_project(&self, p: &str) -> StoreResult<Vec<SessionDoc>> {
         self.listings.by_project.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async move {
-            tokio::task::yield_now().await;
-            self.inner.list_project(p).await
-        })
+        tokio::task::yield_now().await;
+        self.inner.list_project(p).await
     }
-    fn list_context<'a>(&'a self, c: &'a str) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
+    async fn list_context(&self, c: &str) -> StoreResult<Vec<SessionDoc>> {
         self.listings.by_context.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async move {
-            tokio::task::yield_now().await;
-            self.inner.list_context(c).await
-        })
+        tokio::task::yield_now().await;
+        self.inner.list_context(c).await
     }
-    fn find_by_task<'a>(&'a self, t: &'a str) -> BoxFuture<'a, PortResult<Option<String>>> {
-        self.inner.find_by_task(t)
+    async fn find_by_task(&self, t: &str) -> StoreResult<Option<String>> {
+        self.inner.find_by_task(t).await
     }
-    fn mark_provisioning<'a>(
-        &'a self,
-        id: &'a str,
-        arn: Option<&'a str>,
-        at: &'a str,
-    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
-        Box::pin(async move {
-            tokio::task::yield_now().await;
-            self.inner.mark_provisioning(id, arn, at).await
-        })
+    async fn mark_provisioning(
+        &self,
+        id: &str,
+        arn: Option<&str>,
+        at: &str,
+    ) -> StoreResult<Cond<SessionDoc>> {
+        tokio::task::yield_now().await;
+        self.inner.mark_provisioning(id, arn, at).await
     }
-    fn mark_terminal<'a>(
-        &'a self,
-        id: &'a str,
-        status: InternalStatus,
-        reason: Option<&'a str>,
-        at: &'a str,
-        ended: bool,
-    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
-        Box::pin(async move {
-            tokio::task::yield_now().await;
-            self.inner
-                .mark_terminal(id, status, reason, at, ended)
-                .await
-        })
+    async fn mark_terminal(
+        &self,
+        id: &str,
+        to: Terminal<'_>,
+        at: &str,
+    ) -> StoreResult<Cond<SessionDoc>> {
+        tokio::task::yield_now().await;
+        self.inner.mark_terminal(id, to, at).await
     }
-    fn mark_ended_if_missing<'a>(
-        &'a self,
-        id: &'a str,
-        at: &'a str,
-    ) -> BoxFuture<'a, PortResult<()>> {
-        Box::pin(async move {
-            tokio::task::yield_now().await;
-            self.inner.mark_ended_if_missing(id, at).await
-        })
+    async fn mark_ended_if_missing(&self, id: &str, at: &str) -> StoreResult<()> {
+        tokio::task::yield_now().await;
+        self.inner.mark_ended_if_missing(id, at).await
     }
 }
 
@@ -906,23 +884,22 @@ async fn launcher_failure_is_503_and_the_session_failed() {
 #[derive(Clone)]
 struct FailingTask(MemSessions);
 
+#[async_trait::async_trait]
 impl Launcher for FailingTask {
-    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>> {
+    async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
         let sessions = self.0.clone();
-        Box::pin(async move {
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(30)).await;
-                let mut m = sessions.0.lock().unwrap();
-                let d = m.get_mut(&spec.session_id).unwrap();
-                d.set_status(InternalStatus::Failed);
-                d.termination_reason = Some("Chrome did not start".to_owned());
-                d.ended_at = Some(iso8601_millis(T0));
-            });
-            Ok(Some("arn:test:task/failing".to_owned()))
-        })
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            let mut m = sessions.0.lock().unwrap();
+            let d = m.get_mut(&spec.session_id).unwrap();
+            d.set_status(InternalStatus::Failed);
+            d.termination_reason = Some("Chrome did not start".to_owned());
+            d.ended_at = Some(iso8601_millis(T0));
+        });
+        Ok(Some("arn:test:task/failing".to_owned()))
     }
-    fn stop<'a>(&'a self, _: &'a str, _: Option<&'a str>) -> BoxFuture<'a, PortResult<()>> {
-        Box::pin(async { Err(PortError::Failed("unused".to_owned())) })
+    async fn stop(&self, _: &str, _: Option<&str>) -> StoreResult<()> {
+        Err(StoreError::failed("unused"))
     }
 }
 
@@ -1277,11 +1254,11 @@ async fn a_stopped_task_gives_back_its_slot_and_context_lease() {
     let id = body["id"].as_str().unwrap();
     assert_eq!(h.held(PROJ_A), [id]);
     assert_eq!(h.writer("ctx_mine").as_deref(), Some(id));
-    let event: wallcrawler_control_plane::lambda::TaskStateChange =
+    let event: wallcrawler_control_plane::aws::lambda::TaskStateChange =
         serde_json::from_value(json!({"detail-type": "ECS Task State Change", "detail": {
             "lastStatus": "STOPPED", "startedBy": id, "stoppedReason": "Task failed"}}))
         .unwrap();
-    let outcome = wallcrawler_control_plane::lambda::handle_task_state_change(
+    let outcome = wallcrawler_control_plane::aws::lambda::handle_task_state_change(
         &h.sessions,
         &h.slots,
         &h.contexts,
@@ -1292,7 +1269,7 @@ async fn a_stopped_task_gives_back_its_slot_and_context_lease() {
     .unwrap();
     assert_eq!(
         outcome,
-        wallcrawler_control_plane::lambda::TaskEventOutcome::Failed(id.to_owned())
+        wallcrawler_control_plane::aws::lambda::TaskEventOutcome::Failed(id.to_owned())
     );
     assert!(h.held(PROJ_A).is_empty());
     assert_eq!(h.writer("ctx_mine"), None);

@@ -4,7 +4,8 @@
 //! path. Configured by the environment (see `aws::Config`); a configuration error is logged
 //! with every problem listed, exit status 64.
 
-use wallcrawler_control_plane::{aws, lambda, router};
+use wallcrawler_control_plane::aws::{self, lambda};
+use wallcrawler_control_plane::router;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {

@@ -8,19 +8,19 @@ use std::sync::Arc;
 
 use aws_lambda_events::apigw::ApiGatewayCustomAuthorizerRequestTypeRequest;
 use lambda_runtime::{LambdaEvent, service_fn};
-use wallcrawler_control_plane::{aws, lambda};
+use wallcrawler_control_plane::aws::{self, lambda};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     let (tables, dynamo) = lambda::tables_from_env().await;
-    let app = lambda::authorizer_app(
-        Arc::new(aws::DynamoKeys::new(dynamo.clone(), &tables.api_keys)),
-        Arc::new(aws::DynamoProjects::new(dynamo, &tables.projects)),
-    );
+    let auth = lambda::Authorizer {
+        keys: Arc::new(aws::DynamoKeys::new(dynamo.clone(), &tables.api_keys)),
+        projects: Arc::new(aws::DynamoProjects::new(dynamo, &tables.projects)),
+    };
     lambda_runtime::run(service_fn(
         |ev: LambdaEvent<ApiGatewayCustomAuthorizerRequestTypeRequest>| {
-            let app = app.clone();
-            async move { lambda::authorize_request(&app, &ev.payload).await }
+            let auth = auth.clone();
+            async move { lambda::authorize_request(&auth, &ev.payload).await }
         },
     ))
     .await

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use wallcrawler_control_plane::admin::{self, NewProject};
 use wallcrawler_control_plane::app::Settings;
 use wallcrawler_control_plane::aws::{self, DynamoKeys, DynamoProjects};
-use wallcrawler_control_plane::serve::{Connect, LocalServer, shutdown_signal};
+use wallcrawler_control_plane::local::serve::{Connect, LocalServer, shutdown_signal};
 
 /// Wallcrawler's Browserbase-compatible control plane.
 #[derive(Parser)]
@@ -156,39 +156,48 @@ async fn admin(tables: AdminTables, command: AdminCommand) -> i32 {
             project_id,
             project_ids,
             name,
-        } => admin::create_key(&keys, &projects, &project_id, &project_ids, name, &now)
-            .await
-            .map(|(raw, rec)| {
-                tracing::info!(
-                    key.id = rec.key_id.as_deref().unwrap_or(""),
-                    projects = %rec.project_ids.join(","),
-                    "API key created; it is printed once and stored only as a hash"
-                );
-                println!("{raw}");
-            }),
-        AdminCommand::RevokeKey { key, hash } => {
-            let hash = match (key, hash) {
-                (Some(k), _) => {
-                    read_key(&k).map(|k| wallcrawler_control_plane::model::hash_api_key(&k))
-                }
-                (None, Some(h)) => admin::parse_hash(&h),
-                (None, None) => unreachable!("clap requires --key or --hash"),
+        } => {
+            let new = admin::NewKey {
+                project_id: &project_id,
+                extra: &project_ids,
+                name: name.as_deref(),
             };
-            match hash {
-                Ok(h) => admin::revoke_key(&keys, &h).await.map(|()| {
-                    tracing::info!(key.hash = %&h[..16], "API key revoked (INACTIVE)");
-                }),
-                Err(e) => Err(e),
-            }
+            admin::create_key(&keys, &projects, new, &now)
+                .await
+                .map(|(raw, rec)| {
+                    tracing::info!(
+                        key.id = rec.key_id.as_deref().unwrap_or(""),
+                        projects = %rec.project_ids.join(","),
+                        "API key created; it is printed once and stored only as a hash"
+                    );
+                    println!("{raw}");
+                })
         }
+        AdminCommand::RevokeKey { key, hash } => revoke(&keys, key, hash).await,
     };
     match result {
         Ok(()) => 0,
         Err(e) => {
-            tracing::error!("{e}");
+            tracing::error!("{}", wallcrawler_control_plane::error::chain(&e));
             1
         }
     }
+}
+
+/// `revoke-key`: the key from `--key` (or its hash from `--hash`) made INACTIVE.
+async fn revoke(
+    keys: &DynamoKeys,
+    key: Option<String>,
+    hash: Option<String>,
+) -> Result<(), admin::AdminError> {
+    let h = match (key, hash) {
+        (Some(k), _) => wallcrawler_control_plane::model::hash_api_key(&read_key(&k)?),
+        (None, Some(h)) => admin::parse_hash(&h)?,
+        (None, None) => unreachable!("clap requires --key or --hash"),
+    };
+    admin::revoke_key(keys, &h).await?;
+    tracing::info!(key.hash = %&h[..16], "API key revoked (INACTIVE)");
+    Ok(())
 }
 
 /// `--key`: the key itself, or `-` for one line of stdin.

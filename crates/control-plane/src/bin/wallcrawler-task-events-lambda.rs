@@ -5,8 +5,8 @@
 //! `CONTEXTS_TABLE_NAME`. A store failure fails the invocation, so EventBridge retries it.
 
 use lambda_runtime::{LambdaEvent, service_fn};
-use wallcrawler_control_plane::lambda::{TaskStateChange, handle_task_state_change};
-use wallcrawler_control_plane::{aws, lambda};
+use wallcrawler_control_plane::aws::lambda::{TaskStateChange, handle_task_state_change};
+use wallcrawler_control_plane::aws::{self, lambda};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
@@ -20,7 +20,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         handle_task_state_change(sessions, slots, contexts, &ev.payload, &at)
             .await
             .map(|outcome| serde_json::json!({ "outcome": format!("{outcome:?}") }))
-            .map_err(|e| e.to_string())
+            .map_err(|e| wallcrawler_control_plane::error::chain(&e))
     }))
     .await
 }

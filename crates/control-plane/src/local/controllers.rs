@@ -19,24 +19,26 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use wallcrawler_contract::retry;
+use wallcrawler_contract::task_env;
 
+use async_trait::async_trait;
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::{InternalStatus, time::now_iso8601};
 
-use crate::error::PortError;
-use crate::local::DirSessions;
-use crate::ports::*;
+use super::DirSessions;
+use crate::error::StoreError;
+use crate::stores::*;
 
 /// Controller settings a local controller takes from `serve`'s own environment when set there.
 pub const PASSED_THROUGH: [&str; 5] = [
-    "CHROME_PATH",
-    "CDP_DISCONNECT_TIMEOUT",
-    "CDP_DISCONNECT_GRACE",
-    "POOL_IDLE_LIFETIME_SECONDS",
-    "BACKGROUND_NICE",
+    task_env::CHROME_PATH,
+    task_env::CDP_DISCONNECT_TIMEOUT,
+    task_env::CDP_DISCONNECT_GRACE,
+    task_env::POOL_IDLE_LIFETIME_SECONDS,
+    task_env::BACKGROUND_NICE,
 ];
 
 /// Controllers share this machine's cores: a warm-up or a close (which no client waits on)
@@ -50,6 +52,18 @@ const POOL_TICK: Duration = Duration::from_millis(10);
 /// A controller that exits sooner than this without serving counts as a failed start.
 const EARLY_EXIT: Duration = Duration::from_secs(10);
 
+/// Where a session that ends is recorded: its document, and the project slot and context
+/// lease it gives back (the same stores the API uses: their locks are per instance).
+#[derive(Clone)]
+pub struct Ends {
+    /// The session documents children write their status to (`SESSIONS_DIR`).
+    pub sessions: DirSessions,
+    /// Projects' slots.
+    pub slots: Arc<dyn SlotStore>,
+    /// Context records, whose writer lease a persisting session gives back at its end.
+    pub contexts: Arc<dyn ContextStore>,
+}
+
 /// What every local controller shares, and the running children (by session id or pool name).
 #[derive(Clone)]
 pub struct Controllers {
@@ -59,13 +73,8 @@ pub struct Controllers {
     pub data_dir: PathBuf,
     /// The HS256 key children verify tokens with (`WALLCRAWLER_JWT_SIGNING_KEY`).
     pub signing_key: String,
-    /// The session documents children write their status to (`SESSIONS_DIR`).
-    pub sessions: DirSessions,
-    /// Where a session that ends gives back its project slot and context lease (the same
-    /// stores the API uses: their locks are per instance).
-    pub slots: Arc<dyn SlotRepo>,
-    /// Context records, whose writer lease a persisting session gives back at its end.
-    pub contexts: Arc<dyn ContextRepo>,
+    /// Where a controller's exit is recorded.
+    pub ends: Ends,
     children: Arc<Mutex<HashMap<String, u32>>>,
     stopping: Arc<AtomicBool>,
 }
@@ -76,17 +85,13 @@ impl Controllers {
         controller_bin: PathBuf,
         data_dir: PathBuf,
         signing_key: String,
-        sessions: DirSessions,
-        slots: Arc<dyn SlotRepo>,
-        contexts: Arc<dyn ContextRepo>,
+        ends: Ends,
     ) -> Self {
         Self {
             controller_bin,
             data_dir,
             signing_key,
-            sessions,
-            slots,
-            contexts,
+            ends,
             children: Default::default(),
             stopping: Default::default(),
         }
@@ -101,21 +106,21 @@ impl Controllers {
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", std::env::var_os("HOME").unwrap_or_default())
-            .env("SESSIONS_DIR", self.data_dir.join("sessions"))
-            .env("WALLCRAWLER_JWT_SIGNING_KEY", &self.signing_key)
-            .env("CDP_PROXY_PORT", "0")
-            .env("CDP_PROXY_HOST", "127.0.0.1")
-            .env("CHROME_DEBUG_PORT", "0")
-            .env("PUBLIC_IP", "127.0.0.1")
+            .env(task_env::SESSIONS_DIR, self.data_dir.join("sessions"))
+            .env(task_env::SIGNING_KEY, &self.signing_key)
+            .env(task_env::CDP_PROXY_PORT, "0")
+            .env(task_env::CDP_PROXY_HOST, "127.0.0.1")
+            .env(task_env::CHROME_DEBUG_PORT, "0")
+            .env(task_env::PUBLIC_IP, "127.0.0.1")
             // The local connect gateway's PROXY headers name the real client (and whether it
             // used TLS); only connections from this machine may carry one.
-            .env("TRUSTED_PROXY_NETWORKS", "127.0.0.0/8,::1/128")
-            .env("USER_DATA_DIR", profile)
-            .env("METRICS_ADDR", "")
+            .env(task_env::TRUSTED_PROXY_NETWORKS, "127.0.0.0/8,::1/128")
+            .env(task_env::USER_DATA_DIR, profile)
+            .env(task_env::METRICS_ADDR, "")
             // A controller never outlives `serve`, however `serve` ends.
-            .env("EXIT_WITH_PARENT", "true")
-            .env("BACKGROUND_NICE", BACKGROUND_NICE)
-            .env("LOG_FORMAT", "text")
+            .env(task_env::EXIT_WITH_PARENT, "true")
+            .env(task_env::BACKGROUND_NICE, BACKGROUND_NICE)
+            .env(task_env::LOG_FORMAT, "text")
             .env(
                 "RUST_LOG",
                 std::env::var("WALLCRAWLER_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
@@ -138,12 +143,9 @@ impl Controllers {
         name: &str,
         mut cmd: tokio::process::Command,
         on_exit: impl FnOnce(String) -> BoxFuture<'static, ()> + Send + 'static,
-    ) -> PortResult<u32> {
+    ) -> StoreResult<u32> {
         let mut child = cmd.spawn().map_err(|e| {
-            PortError::Failed(format!(
-                "starting {} failed: {e}",
-                self.controller_bin.display()
-            ))
+            StoreError::failed_by(format!("starting {}", self.controller_bin.display()), e)
         })?;
         let pid = child.id().unwrap_or_default();
         self.children
@@ -210,13 +212,16 @@ impl Controllers {
     async fn record_exit(&self, id: &str, how: &str) {
         let reason = format!("the browser task exited ({how}) before the session ended");
         match self
+            .ends
             .sessions
             .mark_terminal(
                 id,
-                InternalStatus::Failed,
-                Some(&reason),
+                Terminal {
+                    status: InternalStatus::Failed,
+                    reason: Some(&reason),
+                    ended: true,
+                },
                 &now_iso8601(),
-                true,
             )
             .await
         {
@@ -228,11 +233,12 @@ impl Controllers {
                 } else {
                     info!(session.id = %id, exit = %how, "controller exited")
                 }
-                crate::limits::give_back(self.slots.as_ref(), self.contexts.as_ref(), &d).await;
+                let ends = &self.ends;
+                crate::limits::give_back(ends.slots.as_ref(), ends.contexts.as_ref(), &d).await;
             }
             Ok(Cond::Failed(None)) => info!(session.id = %id, exit = %how, "controller exited"),
             Err(e) => {
-                warn!(session.id = %id, error = %e, "recording the controller's exit failed")
+                warn!(session.id = %id, error = %crate::error::chain(&e), "recording the controller's exit failed")
             }
         }
     }
@@ -256,42 +262,37 @@ async fn remove_profile(dir: &Path) {
 /// One controller per session (`--pool 0`).
 pub struct LocalLauncher(pub Controllers);
 
+#[async_trait]
 impl Launcher for LocalLauncher {
-    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>> {
-        Box::pin(async move {
-            let ctl = &self.0;
-            let profile = ctl.data_dir.join("profiles").join(&spec.session_id);
-            let mut cmd = ctl.command(&profile);
-            cmd.env("SESSION_ID", &spec.session_id)
-                .env("PROJECT_ID", &spec.project_id);
-            if let Some((context_id, key, persist)) = &spec.context {
-                cmd.env("CONTEXT_ID", context_id)
-                    .env("CONTEXTS_DIR", ctl.data_dir.join("contexts"))
-                    .env("CONTEXT_S3_KEY", key)
-                    .env("CONTEXT_PERSIST", persist.to_string());
-            }
-            for (k, v) in &spec.env {
-                cmd.env(k, v);
-            }
-            let (exit_ctl, id) = (ctl.clone(), spec.session_id.clone());
-            let pid = ctl.spawn(&spec.session_id, cmd, move |how| {
-                Box::pin(async move {
-                    let _ = tokio::fs::remove_dir_all(&profile).await;
-                    exit_ctl.record_exit(&id, &how).await;
-                })
-            })?;
-            info!(session.id = %spec.session_id, pid, "controller started");
-            Ok(Some(format!("local:{pid}")))
-        })
+    async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
+        let ctl = &self.0;
+        let profile = ctl.data_dir.join("profiles").join(&spec.session_id);
+        let mut cmd = ctl.command(&profile);
+        cmd.env(task_env::SESSION_ID, &spec.session_id)
+            .env(task_env::PROJECT_ID, &spec.project_id);
+        if let Some((context_id, key, persist)) = &spec.context {
+            cmd.env(task_env::CONTEXT_ID, context_id)
+                .env(task_env::CONTEXTS_DIR, ctl.data_dir.join("contexts"))
+                .env(task_env::CONTEXT_S3_KEY, key)
+                .env(task_env::CONTEXT_PERSIST, persist.to_string());
+        }
+        for (k, v) in &spec.env {
+            cmd.env(k, v);
+        }
+        let (exit_ctl, id) = (ctl.clone(), spec.session_id.clone());
+        let pid = ctl.spawn(&spec.session_id, cmd, move |how| {
+            Box::pin(async move {
+                let _ = tokio::fs::remove_dir_all(&profile).await;
+                exit_ctl.record_exit(&id, &how).await;
+            })
+        })?;
+        info!(session.id = %spec.session_id, pid, "controller started");
+        Ok(Some(format!("local:{pid}")))
     }
 
-    fn stop<'a>(
-        &'a self,
-        session_id: &'a str,
-        _task_arn: Option<&'a str>,
-    ) -> BoxFuture<'a, PortResult<()>> {
+    async fn stop(&self, session_id: &str, _task_arn: Option<&str>) -> StoreResult<()> {
         self.0.signal(session_id);
-        Box::pin(async { Ok(()) })
+        Ok(())
     }
 }
 
@@ -373,17 +374,17 @@ impl LocalPool {
             self.next.fetch_add(1, Ordering::Relaxed)
         );
         if let Err(e) = self.spawn(&name) {
-            error!(error = %e, "starting a pool controller failed");
+            error!(error = %crate::error::chain(&e), "starting a pool controller failed");
             self.failed_start();
         }
     }
 
-    fn spawn(self: &Arc<Self>, name: &str) -> PortResult<()> {
+    fn spawn(self: &Arc<Self>, name: &str) -> StoreResult<()> {
         let profile = self.ctl.data_dir.join("profiles").join(name);
         let mut cmd = self.ctl.command(&profile);
-        cmd.env("POOL_QUEUE_DIR", self.queue.dir())
-            .env("POOL_TASK_NAME", name)
-            .env("CONTEXTS_DIR", self.ctl.data_dir.join("contexts"));
+        cmd.env(task_env::POOL_QUEUE_DIR, self.queue.dir())
+            .env(task_env::POOL_TASK_NAME, name)
+            .env(task_env::CONTEXTS_DIR, self.ctl.data_dir.join("contexts"));
         let (pool, owner, started) = (self.clone(), name.to_owned(), Instant::now());
         let pid = self.ctl.spawn(name, cmd, move |how| {
             Box::pin(async move { pool.exited(&owner, &how, &profile, started).await })
@@ -448,27 +449,22 @@ impl LocalPool {
     }
 }
 
+#[async_trait]
 impl Launcher for LocalPool {
     /// Sends the claim; an idle controller takes it (no task name until READY).
-    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>> {
-        Box::pin(async move {
-            let queue = self.queue.clone();
-            let claim = spec.claim();
-            tokio::task::spawn_blocking(move || queue.send(&claim))
-                .await
-                .map_err(|e| PortError::Failed(e.to_string()))?
-                .map_err(|e| PortError::Failed(format!("sending the claim failed: {e}")))?;
-            Ok(None)
-        })
+    async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
+        let queue = self.queue.clone();
+        let claim = spec.claim();
+        tokio::task::spawn_blocking(move || queue.send(&claim))
+            .await
+            .map_err(|e| StoreError::failed_by("sending the claim", e))?
+            .map_err(|e| StoreError::failed_by("sending the claim", e))?;
+        Ok(None)
     }
 
     /// SIGTERM to the controller that wrote READY (its name is the task ARN), or that holds the
     /// claim; a claim nobody took yet is dropped by the controller that takes it.
-    fn stop<'a>(
-        &'a self,
-        session_id: &'a str,
-        task_arn: Option<&'a str>,
-    ) -> BoxFuture<'a, PortResult<()>> {
+    async fn stop(&self, session_id: &str, task_arn: Option<&str>) -> StoreResult<()> {
         let owner = task_arn
             .filter(|n| {
                 self.queue
@@ -481,6 +477,6 @@ impl Launcher for LocalPool {
         if let Some(owner) = owner {
             self.ctl.signal(&owner);
         }
-        Box::pin(async { Ok(()) })
+        Ok(())
     }
 }

@@ -7,33 +7,37 @@
 //! - Archives live in `<data>/contexts/<projectId>/<contextId>/profile.tar.gz`; "presigned"
 //!   upload URLs point at this server (`PUT /_local/archives/<key>?expires=…&signature=…`, an
 //!   HMAC of key and expiry).
-//! - Controllers are child processes (see [`crate::controllers`]): a warm pool taking claims
-//!   from `<data>/claims`, or one `wallcrawler-controller run` per session.
+//! - Controllers are child processes (see [`controllers`]): a warm pool taking claims
+//!   from `<data>/claims`, or one `wallcrawler-controller run` per session; [`serve`] wires
+//!   it all up.
+
+pub mod controllers;
+pub mod serve;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use async_trait::async_trait;
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use futures_util::StreamExt;
-use futures_util::future::BoxFuture;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use tokio::io::AsyncWriteExt;
 use tracing::info;
 use wallcrawler_contract::session_doc::{DirStore, DocError, SessionDoc};
-use wallcrawler_contract::{InternalStatus, time::now_iso8601};
+use wallcrawler_contract::time::now_iso8601;
 
-use crate::error::{ApiError, PortError};
-use crate::memory::rules;
-use crate::model::{ApiKeyRecord, ContextRecord, Project};
-use crate::ports::*;
+use crate::error::{ApiError, StoreError};
+use crate::model::{ApiKeyRecord, Project, Record};
+use crate::rules::{self, LockedMap};
+use crate::stores::*;
 
-fn doc_err(e: DocError) -> PortError {
-    PortError::Failed(e.to_string())
+fn doc_err(e: DocError) -> StoreError {
+    StoreError::failed_by("the session documents", e)
 }
 
 /// Session documents in a directory.
@@ -44,11 +48,11 @@ impl DirSessions {
     async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&DirStore) -> Result<T, DocError> + Send + 'static,
-    ) -> PortResult<T> {
+    ) -> StoreResult<T> {
         let s = self.0.clone();
         tokio::task::spawn_blocking(move || f(&s))
             .await
-            .map_err(|e| PortError::Failed(e.to_string()))?
+            .map_err(|e| StoreError::failed_by("the session documents", e))?
             .map_err(doc_err)
     }
 
@@ -56,7 +60,7 @@ impl DirSessions {
         &self,
         id: &str,
         f: impl FnOnce(&mut SessionDoc) -> bool + Send + 'static,
-    ) -> PortResult<Cond<SessionDoc>> {
+    ) -> StoreResult<Cond<SessionDoc>> {
         let id = id.to_owned();
         let r = self
             .run(
@@ -76,97 +80,74 @@ impl DirSessions {
     async fn list_where(
         &self,
         keep: impl Fn(&SessionDoc) -> bool + Send,
-    ) -> PortResult<Vec<SessionDoc>> {
+    ) -> StoreResult<Vec<SessionDoc>> {
         let all = self.run(|s| s.list()).await?;
         Ok(all.into_iter().filter(|d| keep(d)).collect())
     }
 }
 
-impl SessionRepo for DirSessions {
-    fn create(&self, doc: SessionDoc) -> BoxFuture<'_, PortResult<Cond<SessionDoc>>> {
-        Box::pin(async move {
-            self.run(move |s| match s.create(&doc) {
-                Ok(()) => Ok(Cond::Done(doc)),
-                Err(DocError::Exists(_)) => Ok(Cond::Failed(None)),
-                Err(e) => Err(e),
-            })
-            .await
+#[async_trait]
+impl SessionStore for DirSessions {
+    async fn create(&self, doc: SessionDoc) -> StoreResult<Cond<SessionDoc>> {
+        self.run(move |s| match s.create(&doc) {
+            Ok(()) => Ok(Cond::Done(doc)),
+            Err(DocError::Exists(_)) => Ok(Cond::Failed(None)),
+            Err(e) => Err(e),
         })
+        .await
     }
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<SessionDoc>>> {
+    async fn get(&self, id: &str) -> StoreResult<Option<SessionDoc>> {
         let id = id.to_owned();
-        Box::pin(async move { self.run(move |s| s.get(&id)).await })
+        self.run(move |s| s.get(&id)).await
     }
-    fn list_project<'a>(
-        &'a self,
-        project_id: &'a str,
-    ) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
-        let p = project_id.to_owned();
-        Box::pin(self.list_where(move |d| d.project_id == p))
+    async fn list_project(&self, project_id: &str) -> StoreResult<Vec<SessionDoc>> {
+        self.list_where(|d| d.project_id == project_id).await
     }
-    fn list_context<'a>(
-        &'a self,
-        context_id: &'a str,
-    ) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
-        let c = context_id.to_owned();
-        Box::pin(self.list_where(move |d| d.context_id.as_deref() == Some(&c)))
-    }
-    fn find_by_task<'a>(&'a self, task_arn: &'a str) -> BoxFuture<'a, PortResult<Option<String>>> {
-        let t = task_arn.to_owned();
-        Box::pin(async move {
-            Ok(self
-                .run(|s| s.list())
-                .await?
-                .into_iter()
-                .find(|d| d.ecs_task_arn.as_deref() == Some(&t))
-                .map(|d| d.session_id))
-        })
-    }
-    fn mark_provisioning<'a>(
-        &'a self,
-        id: &'a str,
-        task_arn: Option<&'a str>,
-        at: &'a str,
-    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
-        let (arn, at) = (task_arn.map(str::to_owned), at.to_owned());
-        Box::pin(async move {
-            self.cond(id, move |d| rules::provisioning(d, arn.as_deref(), &at))
-                .await
-        })
-    }
-    fn mark_terminal<'a>(
-        &'a self,
-        id: &'a str,
-        status: InternalStatus,
-        reason: Option<&'a str>,
-        at: &'a str,
-        ended: bool,
-    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
-        let (reason, at) = (reason.map(str::to_owned), at.to_owned());
-        Box::pin(async move {
-            self.cond(id, move |d| {
-                rules::terminal(d, status, reason.as_deref(), &at, ended)
-            })
+    async fn list_context(&self, context_id: &str) -> StoreResult<Vec<SessionDoc>> {
+        self.list_where(|d| d.context_id.as_deref() == Some(context_id))
             .await
-        })
     }
-    fn mark_ended_if_missing<'a>(
-        &'a self,
-        id: &'a str,
-        at: &'a str,
-    ) -> BoxFuture<'a, PortResult<()>> {
-        let at = at.to_owned();
-        Box::pin(async move {
-            self.cond(id, move |d| {
-                let missing = d.ended_at.is_none();
-                if missing {
-                    d.ended_at = Some(at);
-                }
-                missing
-            })
-            .await?;
-            Ok(())
+    async fn find_by_task(&self, task_arn: &str) -> StoreResult<Option<String>> {
+        Ok(self
+            .list_where(|d| d.ecs_task_arn.as_deref() == Some(task_arn))
+            .await?
+            .into_iter()
+            .next()
+            .map(|d| d.session_id))
+    }
+    async fn mark_provisioning(
+        &self,
+        id: &str,
+        task_arn: Option<&str>,
+        at: &str,
+    ) -> StoreResult<Cond<SessionDoc>> {
+        let (arn, at) = (task_arn.map(str::to_owned), at.to_owned());
+        self.cond(id, move |d| rules::provisioning(d, arn.as_deref(), &at))
+            .await
+    }
+    async fn mark_terminal(
+        &self,
+        id: &str,
+        to: Terminal<'_>,
+        at: &str,
+    ) -> StoreResult<Cond<SessionDoc>> {
+        let (status, ended, at) = (to.status, to.ended, at.to_owned());
+        let reason = to.reason.map(str::to_owned);
+        self.cond(id, move |d| {
+            let to = Terminal {
+                status,
+                reason: reason.as_deref(),
+                ended,
+            };
+            rules::terminal(d, to, &at)
         })
+        .await
+    }
+    async fn mark_ended_if_missing(&self, id: &str, at: &str) -> StoreResult<()> {
+        let at = at.to_owned();
+        self.cond(id, move |d| rules::ended_if_missing(d, &at))
+            .await?;
+        Ok(())
     }
 }
 
@@ -187,30 +168,33 @@ impl<T: Serialize + DeserializeOwned + Clone> FileMap<T> {
         }
     }
 
-    fn load(&self) -> PortResult<BTreeMap<String, T>> {
+    fn load(&self) -> StoreResult<BTreeMap<String, T>> {
         match std::fs::read(&self.path) {
-            Ok(b) => serde_json::from_slice(&b)
-                .map_err(|e| PortError::Failed(format!("{}: {e}", self.path.display()))),
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| self.failed(e)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
-            Err(e) => Err(PortError::Failed(format!("{}: {e}", self.path.display()))),
+            Err(e) => Err(self.failed(e)),
         }
     }
 
-    fn store(&self, m: &BTreeMap<String, T>) -> PortResult<()> {
+    fn store(&self, m: &BTreeMap<String, T>) -> StoreResult<()> {
         let tmp = self.path.with_extension("json.tmp");
         write_private(&tmp, &serde_json::to_vec_pretty(m).expect("serializes"))
             .and_then(|_| std::fs::rename(&tmp, &self.path))
-            .map_err(|e| PortError::Failed(format!("{}: {e}", self.path.display())))
+            .map_err(|e| self.failed(e))
+    }
+
+    fn failed(&self, e: impl Into<crate::error::BoxError>) -> StoreError {
+        StoreError::failed_by(self.path.display().to_string(), e)
     }
 
     /// The entry under `k`, if any.
-    pub fn get(&self, k: &str) -> PortResult<Option<T>> {
+    pub fn get(&self, k: &str) -> StoreResult<Option<T>> {
         let _g = self.lock.lock().expect("not poisoned");
         Ok(self.load()?.get(k).cloned())
     }
 
     /// Applies `f` to the map and saves it; returns `f`'s result.
-    pub fn modify<R>(&self, f: impl FnOnce(&mut BTreeMap<String, T>) -> R) -> PortResult<R> {
+    pub fn modify<R>(&self, f: impl FnOnce(&mut BTreeMap<String, T>) -> R) -> StoreResult<R> {
         let _g = self.lock.lock().expect("not poisoned");
         let mut m = self.load()?;
         let r = f(&mut m);
@@ -219,117 +203,22 @@ impl<T: Serialize + DeserializeOwned + Clone> FileMap<T> {
     }
 }
 
-macro_rules! ready {
-    ($e:expr) => {{
-        let r = $e;
-        Box::pin(async move { r })
-    }};
-}
-
-impl ProjectRepo for FileMap<Project> {
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<Project>>> {
-        ready!(FileMap::get(self, id))
+#[async_trait]
+impl<R: Record> RecordStore<R> for FileMap<R> {
+    async fn get(&self, key: &str) -> StoreResult<Option<R>> {
+        FileMap::get(self, key)
     }
-    fn put(&self, p: Project) -> BoxFuture<'_, PortResult<()>> {
-        ready!(self.modify(|m| {
-            m.insert(p.project_id.clone(), p);
-        }))
+    async fn put(&self, record: R) -> StoreResult<()> {
+        self.modify(|m| m.insert(record.key().to_owned(), record))
+            .map(drop)
     }
 }
 
-impl KeyRepo for FileMap<ApiKeyRecord> {
-    fn get<'a>(&'a self, hash: &'a str) -> BoxFuture<'a, PortResult<Option<ApiKeyRecord>>> {
-        ready!(FileMap::get(self, hash))
-    }
-    fn put(&self, k: ApiKeyRecord) -> BoxFuture<'_, PortResult<()>> {
-        ready!(self.modify(|m| {
-            m.insert(k.api_key_hash.clone(), k);
-        }))
-    }
-    fn set_status<'a>(&'a self, hash: &'a str, status: &'a str) -> BoxFuture<'a, PortResult<bool>> {
-        ready!(self.modify(|m| match m.get_mut(hash) {
-            Some(k) => {
-                k.status = status.to_owned();
-                true
-            }
-            None => false,
-        }))
-    }
-}
-
-impl ContextRepo for FileMap<ContextRecord> {
-    fn create(&self, c: ContextRecord) -> BoxFuture<'_, PortResult<()>> {
-        ready!(self.modify(|m| {
-            m.insert(c.context_id.clone(), c);
-        }))
-    }
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<ContextRecord>>> {
-        ready!(FileMap::get(self, id))
-    }
-    fn touch<'a>(&'a self, id: &'a str, at: &'a str) -> BoxFuture<'a, PortResult<()>> {
-        ready!(self.modify(|m| {
-            if let Some(c) = m.get_mut(id) {
-                c.updated_at = at.to_owned();
-            }
-        }))
-    }
-    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<()>> {
-        ready!(self.modify(|m| {
-            m.remove(id);
-        }))
-    }
-    fn take_writer<'a>(
-        &'a self,
-        id: &'a str,
-        session_id: &'a str,
-        replacing: Option<&'a str>,
-    ) -> BoxFuture<'a, PortResult<Lease>> {
-        ready!(self.modify(|m| match m.get_mut(id) {
-            Some(c) => rules::take_writer(c, session_id, replacing),
-            None => Lease::NoContext,
-        }))
-    }
-    fn release_writer<'a>(
-        &'a self,
-        id: &'a str,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, PortResult<()>> {
-        ready!(self.modify(|m| {
-            if let Some(c) = m.get_mut(id) {
-                rules::release_writer(c, session_id);
-            }
-        }))
-    }
-}
-
-/// Projects' slot sets (`<data>/active-sessions.json`: project id → session ids), changed
-/// under the map's lock: the one server process is the only writer.
-impl SlotRepo for FileMap<Vec<String>> {
-    fn take<'a>(
-        &'a self,
-        project_id: &'a str,
-        session_id: &'a str,
-        limit: u64,
-    ) -> BoxFuture<'a, PortResult<Slot>> {
-        ready!(self.modify(|m| rules::take_slot(
-            m.entry(project_id.to_owned()).or_default(),
-            session_id,
-            limit
-        )))
-    }
-    fn give_back<'a>(
-        &'a self,
-        project_id: &'a str,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, PortResult<()>> {
-        ready!(self.modify(|m| {
-            if let Some(held) = m.get_mut(project_id) {
-                held.retain(|h| h != session_id);
-                if held.is_empty() {
-                    m.remove(project_id);
-                }
-            }
-        }))
+/// Projects, API keys, contexts and slot sets (`<data>/active-sessions.json`), changed under
+/// the map's lock: the one server process is the only writer.
+impl<V: Serialize + DeserializeOwned + Clone + Send + Sync> LockedMap<V> for FileMap<V> {
+    fn modify<T>(&self, f: impl FnOnce(&mut BTreeMap<String, V>) -> T) -> StoreResult<T> {
+        FileMap::modify(self, f)
     }
 }
 
@@ -368,28 +257,22 @@ fn valid_key(key: &str) -> bool {
         })
 }
 
+#[async_trait]
 impl ArchiveUrls for LocalArchives {
-    fn presign_put<'a>(
-        &'a self,
-        key: &'a str,
-        ttl_seconds: u64,
-    ) -> BoxFuture<'a, PortResult<String>> {
+    async fn presign_put(&self, key: &str, ttl_seconds: u64) -> StoreResult<String> {
         let expires = wallcrawler_contract::time::unix_millis() / 1000 + ttl_seconds;
         let sig = signature(&self.url_key, key, expires);
-        ready!(Ok(format!(
+        Ok(format!(
             "{}/_local/archives/{key}?expires={expires}&signature={sig}",
             self.base_url
-        )))
+        ))
     }
-    fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, PortResult<()>> {
-        let path = self.dir.join(key);
-        Box::pin(async move {
-            match tokio::fs::remove_file(&path).await {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(PortError::Failed(e.to_string())),
-            }
-        })
+    async fn delete(&self, key: &str) -> StoreResult<()> {
+        match tokio::fs::remove_file(self.dir.join(key)).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::failed_by(format!("removing archive {key}"), e)),
+        }
     }
 }
 
@@ -544,14 +427,14 @@ pub fn load_or_init(data_dir: &Path) -> anyhow::Result<LocalIdentity> {
     Ok(id)
 }
 
-impl From<PortError> for std::io::Error {
-    fn from(e: PortError) -> Self {
-        std::io::Error::other(e.to_string())
+impl From<StoreError> for std::io::Error {
+    fn from(e: StoreError) -> Self {
+        std::io::Error::other(e)
     }
 }
 
 /// Response for the archive route's errors.
-impl IntoResponse for PortError {
+impl IntoResponse for StoreError {
     fn into_response(self) -> axum::response::Response {
         ApiError::from(self).into_response()
     }

@@ -1,16 +1,16 @@
-//! What the handlers need from the outside world, as narrow traits: stores for sessions,
+//! What the handlers need from the outside world, as narrow async traits: stores for sessions,
 //! projects, API keys and contexts, presigned URLs for archives, a task launcher, the token
 //! signer and a clock. DynamoDB/S3/ECS implementations are in `aws`, local ones in `local`,
 //! in-memory ones for tests in `memory`.
 
-use futures_util::future::BoxFuture;
+use async_trait::async_trait;
 use wallcrawler_contract::session_doc::SessionDoc;
 
-use crate::error::PortError;
-use crate::model::{ApiKeyRecord, ContextRecord, Project};
+use crate::error::StoreError;
+use crate::model::{ApiKeyRecord, ContextRecord, Record};
 
 /// What every port answers: a value, or an outside service's failure.
-pub type PortResult<T> = Result<T, PortError>;
+pub type StoreResult<T> = Result<T, StoreError>;
 
 /// Outcome of a conditional write.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,69 +21,79 @@ pub enum Cond<T> {
     Failed(Option<T>),
 }
 
+/// A terminal write: the status, why, and whether the session has ended (`endedAt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Terminal<'a> {
+    /// The terminal status to set (kept when the session is terminal already).
+    pub status: wallcrawler_contract::InternalStatus,
+    /// `terminationReason`, set with the status.
+    pub reason: Option<&'a str>,
+    /// Also set a missing `endedAt`.
+    pub ended: bool,
+}
+
+impl Terminal<'_> {
+    /// `status`, with no reason, the session not (yet) ended.
+    pub fn status(status: wallcrawler_contract::InternalStatus) -> Self {
+        Self {
+            status,
+            reason: None,
+            ended: false,
+        }
+    }
+}
+
 /// The `wallcrawler-sessions` table.
-pub trait SessionRepo: Send + Sync {
+#[async_trait]
+pub trait SessionStore: Send + Sync {
     /// Creates the item; fails the condition if the id exists.
-    fn create(&self, doc: SessionDoc) -> BoxFuture<'_, PortResult<Cond<SessionDoc>>>;
+    async fn create(&self, doc: SessionDoc) -> StoreResult<Cond<SessionDoc>>;
     /// Strongly consistent read.
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<SessionDoc>>>;
+    async fn get(&self, id: &str) -> StoreResult<Option<SessionDoc>>;
     /// Every session of a project, oldest first.
-    fn list_project<'a>(
-        &'a self,
-        project_id: &'a str,
-    ) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>>;
+    async fn list_project(&self, project_id: &str) -> StoreResult<Vec<SessionDoc>>;
     /// Sessions that use a context.
-    fn list_context<'a>(
-        &'a self,
-        context_id: &'a str,
-    ) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>>;
+    async fn list_context(&self, context_id: &str) -> StoreResult<Vec<SessionDoc>>;
     /// The session whose READY named `task_arn` (`ecsTaskArn`), if any: how a stopped pool
     /// task, which carries no session in `startedBy`, is traced back to its session.
-    fn find_by_task<'a>(&'a self, task_arn: &'a str) -> BoxFuture<'a, PortResult<Option<String>>>;
+    async fn find_by_task(&self, task_arn: &str) -> StoreResult<Option<String>>;
     /// CREATING → PROVISIONING with the task's ARN (only from CREATING).
-    fn mark_provisioning<'a>(
-        &'a self,
-        id: &'a str,
-        task_arn: Option<&'a str>,
-        at: &'a str,
-    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>>;
-    /// A terminal status unless already terminal (then the status is kept); `ended` also sets a
-    /// missing `endedAt`. `Done` when anything was written.
-    fn mark_terminal<'a>(
-        &'a self,
-        id: &'a str,
-        status: wallcrawler_contract::InternalStatus,
-        reason: Option<&'a str>,
-        at: &'a str,
-        ended: bool,
-    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>>;
+    async fn mark_provisioning(
+        &self,
+        id: &str,
+        task_arn: Option<&str>,
+        at: &str,
+    ) -> StoreResult<Cond<SessionDoc>>;
+    /// `to`'s terminal status unless already terminal (then the status is kept); `to.ended`
+    /// also sets a missing `endedAt`. `Done` when anything was written.
+    async fn mark_terminal(
+        &self,
+        id: &str,
+        to: Terminal<'_>,
+        at: &str,
+    ) -> StoreResult<Cond<SessionDoc>>;
     /// Sets `endedAt` if missing (orphaned tasks).
-    fn mark_ended_if_missing<'a>(
-        &'a self,
-        id: &'a str,
-        at: &'a str,
-    ) -> BoxFuture<'a, PortResult<()>>;
+    async fn mark_ended_if_missing(&self, id: &str, at: &str) -> StoreResult<()>;
 }
 
-/// The `wallcrawler-projects` table.
-pub trait ProjectRepo: Send + Sync {
-    /// The project with this id, if any.
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<Project>>>;
-    /// Writes the project, replacing any with the same id.
-    fn put(&self, p: Project) -> BoxFuture<'_, PortResult<()>>;
+/// A table of records addressed by one string key: projects (`wallcrawler-projects`) and API
+/// keys (`wallcrawler-api-keys`, keyed by the key's SHA-256 hex) are the same code.
+#[async_trait]
+pub trait RecordStore<R: Record>: Send + Sync {
+    /// The record with this key, if any.
+    async fn get(&self, key: &str) -> StoreResult<Option<R>>;
+    /// Writes the record, replacing any with the same key.
+    async fn put(&self, record: R) -> StoreResult<()>;
 }
 
-/// The `wallcrawler-api-keys` table, keyed by the key's SHA-256 hex.
-pub trait KeyRepo: Send + Sync {
-    /// The key record with this hash, if any.
-    fn get<'a>(&'a self, hash: &'a str) -> BoxFuture<'a, PortResult<Option<ApiKeyRecord>>>;
-    /// Writes the key record, replacing any with the same hash.
-    fn put(&self, k: ApiKeyRecord) -> BoxFuture<'_, PortResult<()>>;
+/// The `wallcrawler-api-keys` table: records, and revocation.
+#[async_trait]
+pub trait KeyStore: RecordStore<ApiKeyRecord> {
     /// Sets ACTIVE/INACTIVE; false when there is no such key.
-    fn set_status<'a>(&'a self, hash: &'a str, status: &'a str) -> BoxFuture<'a, PortResult<bool>>;
+    async fn set_status(&self, hash: &str, status: &str) -> StoreResult<bool>;
 }
 
-/// Outcome of [`SlotRepo::take`].
+/// Outcome of [`SlotStore::take`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Slot {
     /// The session holds one of the project's slots (also when it already did).
@@ -93,25 +103,17 @@ pub enum Slot {
 }
 
 /// A project's concurrency slots: the set of its active sessions' ids, changed only by
-/// conditional writes (see [`crate::limits`]).
-pub trait SlotRepo: Send + Sync {
+/// conditional writes (see the `limits` module).
+#[async_trait]
+pub trait SlotStore: Send + Sync {
     /// Adds `session_id` to the project's set if it holds fewer than `limit` ids (or holds this
     /// one already: a retry is idempotent).
-    fn take<'a>(
-        &'a self,
-        project_id: &'a str,
-        session_id: &'a str,
-        limit: u64,
-    ) -> BoxFuture<'a, PortResult<Slot>>;
+    async fn take(&self, project_id: &str, session_id: &str, limit: u64) -> StoreResult<Slot>;
     /// Removes `session_id` from the project's set (idempotent).
-    fn give_back<'a>(
-        &'a self,
-        project_id: &'a str,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, PortResult<()>>;
+    async fn give_back(&self, project_id: &str, session_id: &str) -> StoreResult<()>;
 }
 
-/// Outcome of [`ContextRepo::take_writer`].
+/// Outcome of [`ContextStore::take_writer`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lease {
     /// The session is the context's writer (also when it already was).
@@ -123,42 +125,36 @@ pub enum Lease {
 }
 
 /// The `wallcrawler-contexts` table.
-pub trait ContextRepo: Send + Sync {
+#[async_trait]
+pub trait ContextStore: Send + Sync {
     /// Writes a new context record.
-    fn create(&self, c: ContextRecord) -> BoxFuture<'_, PortResult<()>>;
+    async fn create(&self, c: ContextRecord) -> StoreResult<()>;
     /// The context with this id, if any.
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<Option<ContextRecord>>>;
+    async fn get(&self, id: &str) -> StoreResult<Option<ContextRecord>>;
     /// Sets the context's `updatedAt` to `at` (nothing when there is no such context).
-    fn touch<'a>(&'a self, id: &'a str, at: &'a str) -> BoxFuture<'a, PortResult<()>>;
+    async fn touch(&self, id: &str, at: &str) -> StoreResult<()>;
     /// Removes the context record (idempotent).
-    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, PortResult<()>>;
+    async fn delete(&self, id: &str) -> StoreResult<()>;
     /// Makes `session_id` the context's writer (`writerSessionId`), on condition that there is
     /// none, that it is this session already, or that it is `replacing` (a writer seen to have
     /// ended).
-    fn take_writer<'a>(
-        &'a self,
-        id: &'a str,
-        session_id: &'a str,
-        replacing: Option<&'a str>,
-    ) -> BoxFuture<'a, PortResult<Lease>>;
+    async fn take_writer(
+        &self,
+        id: &str,
+        session_id: &str,
+        replacing: Option<&str>,
+    ) -> StoreResult<Lease>;
     /// Clears the writer on condition that it is `session_id` (idempotent).
-    fn release_writer<'a>(
-        &'a self,
-        id: &'a str,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, PortResult<()>>;
+    async fn release_writer(&self, id: &str, session_id: &str) -> StoreResult<()>;
 }
 
 /// Where context archives live.
+#[async_trait]
 pub trait ArchiveUrls: Send + Sync {
     /// A URL accepting one `PUT` of the archive at `key`, valid for `ttl_seconds`.
-    fn presign_put<'a>(
-        &'a self,
-        key: &'a str,
-        ttl_seconds: u64,
-    ) -> BoxFuture<'a, PortResult<String>>;
+    async fn presign_put(&self, key: &str, ttl_seconds: u64) -> StoreResult<String>;
     /// Removes the archive at `key`; a missing archive is not an error.
-    fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, PortResult<()>>;
+    async fn delete(&self, key: &str) -> StoreResult<()>;
 }
 
 /// What a task needs to know (becomes the controller's environment).
@@ -194,21 +190,29 @@ impl LaunchSpec {
 }
 
 /// Starts and stops controller tasks.
+#[async_trait]
 pub trait Launcher: Send + Sync {
     /// Returns the task's ARN (or local handle).
-    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>>;
+    async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>>;
     /// Stops the session's task (by ARN when known, else by the session it was started for).
-    fn stop<'a>(
-        &'a self,
-        session_id: &'a str,
-        task_arn: Option<&'a str>,
-    ) -> BoxFuture<'a, PortResult<()>>;
+    async fn stop(&self, session_id: &str, task_arn: Option<&str>) -> StoreResult<()>;
 }
 
 /// Signs CDP tokens.
+#[async_trait]
 pub trait Signer: Send + Sync {
     /// A token over `claims` (HS256, with the current signing key).
-    fn sign(&self, claims: wallcrawler_contract::Claims) -> BoxFuture<'_, PortResult<String>>;
+    async fn sign(&self, claims: wallcrawler_contract::Claims) -> StoreResult<String>;
+}
+
+/// Signs with a fixed key (the local platform, tests).
+pub struct StaticSigner(pub wallcrawler_contract::SigningKey);
+
+#[async_trait]
+impl Signer for StaticSigner {
+    async fn sign(&self, claims: wallcrawler_contract::Claims) -> StoreResult<String> {
+        Ok(claims.mint(&self.0))
+    }
 }
 
 /// Time, injectable for tests.

@@ -10,16 +10,13 @@ use tokio::net::TcpListener;
 use tracing::info;
 use wallcrawler_contract::SigningKey;
 use wallcrawler_contract::session_doc::DirStore;
+use wallcrawler_contract::task_env;
 
+use super::controllers::{Controllers, Ends, LocalLauncher, LocalPool};
+use super::{DirSessions, FileMap, LocalArchives, LocalIdentity, load_or_init, upload_archive};
 use crate::app::{App, Settings};
-use crate::controllers::{Controllers, LocalLauncher, LocalPool};
-use crate::local::{
-    DirSessions, FileMap, LocalArchives, LocalIdentity, load_or_init, upload_archive,
-};
-use crate::memory::StaticSigner;
 use crate::model::ContextRecord;
-use crate::ports::Launcher;
-use crate::ports::SystemClock;
+use crate::stores::{Launcher, StaticSigner, SystemClock};
 
 /// Where the controller binary is: `WALLCRAWLER_CONTROLLER_BIN`, else next to this executable.
 pub fn controller_bin() -> PathBuf {
@@ -70,21 +67,8 @@ impl LocalServer {
         connect: Connect,
     ) -> anyhow::Result<LocalServer> {
         let identity = load_or_init(data_dir)?;
-        let gateway = match connect {
-            Connect::Direct => None,
-            Connect::Gateway { tls } => {
-                let g = GatewayChild::start(
-                    &controller_bin(),
-                    &data_dir.join("sessions"),
-                    &identity.signing_key,
-                    tls.then(|| data_dir.join("tls")).as_deref(),
-                )
-                .await?;
-                settings.connect_base = Some(g.url());
-                settings.connect_ca = g.ca_cert.clone();
-                Some(g)
-            }
-        };
+        let gateway =
+            GatewayChild::for_connect(connect, data_dir, &identity, &mut settings).await?;
         let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).await?;
         let addr = listener.local_addr()?;
         let sessions = DirSessions(DirStore::new(data_dir.join("sessions")));
@@ -98,13 +82,16 @@ impl LocalServer {
             Arc::new(FileMap::new(data_dir.join("active-sessions.json")));
         let contexts: Arc<FileMap<ContextRecord>> =
             Arc::new(FileMap::new(data_dir.join("contexts.json")));
+        let ends = Ends {
+            sessions: sessions.clone(),
+            slots: slots.clone(),
+            contexts: contexts.clone(),
+        };
         let controllers = Controllers::new(
             controller_bin(),
             data_dir.to_owned(),
             identity.signing_key.clone(),
-            sessions.clone(),
-            slots.clone(),
-            contexts.clone(),
+            ends,
         );
         let pool = match pool {
             0 => None,
@@ -184,11 +171,11 @@ impl LocalServer {
 
 /// Gateway settings `serve` passes on from its own environment when set there.
 pub const GATEWAY_PASSED_THROUGH: [&str; 5] = [
-    "GATEWAY_HOLD_SECONDS",
-    "GATEWAY_MAX_HELD",
-    "GATEWAY_MAX_HELD_PER_SESSION",
-    "GATEWAY_LOOKUP_TTL_MS",
-    "JWT_LEEWAY_SECONDS",
+    task_env::GATEWAY_HOLD_SECONDS,
+    task_env::GATEWAY_MAX_HELD,
+    task_env::GATEWAY_MAX_HELD_PER_SESSION,
+    task_env::GATEWAY_LOOKUP_TTL_MS,
+    task_env::JWT_LEEWAY_SECONDS,
 ];
 
 /// How long the gateway has to bind and say where.
@@ -204,6 +191,29 @@ struct GatewayChild {
 }
 
 impl GatewayChild {
+    /// The gateway `connect` asks for, started, and `settings` pointed at it; none in direct
+    /// mode.
+    async fn for_connect(
+        connect: Connect,
+        data_dir: &Path,
+        identity: &LocalIdentity,
+        settings: &mut Settings,
+    ) -> anyhow::Result<Option<Self>> {
+        let Connect::Gateway { tls } = connect else {
+            return Ok(None);
+        };
+        let g = GatewayChild::start(
+            &controller_bin(),
+            &data_dir.join("sessions"),
+            &identity.signing_key,
+            tls.then(|| data_dir.join("tls")).as_deref(),
+        )
+        .await?;
+        settings.connect_base = Some(g.url());
+        settings.connect_ca = g.ca_cert.clone();
+        Ok(Some(g))
+    }
+
     /// Starts the gateway and reads back the address it bound (`listen: ADDR` on its stdout)
     /// and, with `tls_dir` (a local certificate authority, made there on first use), the
     /// authority's certificate (`caCert: PATH`, printed before it).
@@ -218,17 +228,17 @@ impl GatewayChild {
         cmd.arg("gateway")
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("SESSIONS_DIR", sessions_dir)
-            .env("WALLCRAWLER_JWT_SIGNING_KEY", signing_key)
-            .env("GATEWAY_LISTEN", "127.0.0.1:0")
+            .env(task_env::SESSIONS_DIR, sessions_dir)
+            .env(task_env::SIGNING_KEY, signing_key)
+            .env(task_env::GATEWAY_LISTEN, "127.0.0.1:0")
             // Off unless asked for (tests read the gateway's counters there).
             .env(
-                "METRICS_ADDR",
+                task_env::METRICS_ADDR,
                 std::env::var("WALLCRAWLER_GATEWAY_METRICS_ADDR").unwrap_or_default(),
             )
             // The gateway never outlives `serve`, however `serve` ends.
-            .env("EXIT_WITH_PARENT", "true")
-            .env("LOG_FORMAT", "text")
+            .env(task_env::EXIT_WITH_PARENT, "true")
+            .env(task_env::LOG_FORMAT, "text")
             .env(
                 "RUST_LOG",
                 std::env::var("WALLCRAWLER_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
@@ -243,7 +253,7 @@ impl GatewayChild {
             }
         }
         if let Some(dir) = tls_dir {
-            cmd.env("GATEWAY_LOCAL_CA_DIR", dir);
+            cmd.env(task_env::GATEWAY_LOCAL_CA_DIR, dir);
         }
         let mut child = cmd
             .spawn()

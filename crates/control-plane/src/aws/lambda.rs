@@ -11,16 +11,15 @@ use aws_lambda_events::apigw::{
 };
 use aws_lambda_events::iam::{IamPolicyEffect, IamPolicyStatement};
 use axum::http::StatusCode;
-use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
 use tracing::{info, warn};
-use wallcrawler_contract::session_doc::SessionDoc;
-use wallcrawler_contract::{Claims, InternalStatus};
+use wallcrawler_contract::InternalStatus;
 
-use crate::app::{App, Settings};
-use crate::error::PortError;
-use crate::ports::*;
+use crate::model::Project;
+use crate::stores::{
+    Cond, ContextStore, KeyStore, RecordStore, SessionStore, SlotStore, StoreResult, Terminal,
+};
 
 /// Logs for a Lambda function: JSON lines on stderr (CloudWatch keeps them), level from
 /// `RUST_LOG` (default `info`). The runtime crates are capped at `info` whatever `RUST_LOG`
@@ -45,11 +44,11 @@ pub fn init_tracing() {
 
 /// What the table-only functions (the authorizer, the task-events handler) start with: logging
 /// ([`init_tracing`]), the table names from the environment and one DynamoDB client.
-pub async fn tables_from_env() -> (crate::aws::Tables, aws_sdk_dynamodb::Client) {
+pub async fn tables_from_env() -> (super::Tables, aws_sdk_dynamodb::Client) {
     init_tracing();
-    let sdk = crate::aws::sdk_config().await;
+    let sdk = super::sdk_config().await;
     (
-        crate::aws::Tables::from_env(),
+        super::Tables::from_env(),
         aws_sdk_dynamodb::Client::new(&sdk),
     )
 }
@@ -101,137 +100,14 @@ pub fn strip_stage(mut req: lambda_http::Request) -> lambda_http::Request {
 // ---------------------------------------------------------------------------------------------
 // Authorizer
 
-/// A port the authorizer has no use for: it only reads API keys and projects, and its role
-/// may read nothing else.
-struct NotHere;
-
-fn not_here<T: Send + 'static>() -> BoxFuture<'static, PortResult<T>> {
-    Box::pin(async {
-        Err(PortError::Failed(
-            "not available in the authorizer function".into(),
-        ))
-    })
-}
-
-impl SessionRepo for NotHere {
-    fn create(&self, _: SessionDoc) -> BoxFuture<'_, PortResult<Cond<SessionDoc>>> {
-        not_here()
-    }
-    fn get<'a>(&'a self, _: &'a str) -> BoxFuture<'a, PortResult<Option<SessionDoc>>> {
-        not_here()
-    }
-    fn list_project<'a>(&'a self, _: &'a str) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
-        not_here()
-    }
-    fn list_context<'a>(&'a self, _: &'a str) -> BoxFuture<'a, PortResult<Vec<SessionDoc>>> {
-        not_here()
-    }
-    fn find_by_task<'a>(&'a self, _: &'a str) -> BoxFuture<'a, PortResult<Option<String>>> {
-        not_here()
-    }
-    fn mark_provisioning<'a>(
-        &'a self,
-        _: &'a str,
-        _: Option<&'a str>,
-        _: &'a str,
-    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
-        not_here()
-    }
-    fn mark_terminal<'a>(
-        &'a self,
-        _: &'a str,
-        _: InternalStatus,
-        _: Option<&'a str>,
-        _: &'a str,
-        _: bool,
-    ) -> BoxFuture<'a, PortResult<Cond<SessionDoc>>> {
-        not_here()
-    }
-    fn mark_ended_if_missing<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a str,
-    ) -> BoxFuture<'a, PortResult<()>> {
-        not_here()
-    }
-}
-
-impl ContextRepo for NotHere {
-    fn create(&self, _: crate::model::ContextRecord) -> BoxFuture<'_, PortResult<()>> {
-        not_here()
-    }
-    fn get<'a>(
-        &'a self,
-        _: &'a str,
-    ) -> BoxFuture<'a, PortResult<Option<crate::model::ContextRecord>>> {
-        not_here()
-    }
-    fn touch<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, PortResult<()>> {
-        not_here()
-    }
-    fn delete<'a>(&'a self, _: &'a str) -> BoxFuture<'a, PortResult<()>> {
-        not_here()
-    }
-    fn take_writer<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a str,
-        _: Option<&'a str>,
-    ) -> BoxFuture<'a, PortResult<Lease>> {
-        not_here()
-    }
-    fn release_writer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, PortResult<()>> {
-        not_here()
-    }
-}
-
-impl SlotRepo for NotHere {
-    fn take<'a>(&'a self, _: &'a str, _: &'a str, _: u64) -> BoxFuture<'a, PortResult<Slot>> {
-        not_here()
-    }
-    fn give_back<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, PortResult<()>> {
-        not_here()
-    }
-}
-
-impl ArchiveUrls for NotHere {
-    fn presign_put<'a>(&'a self, _: &'a str, _: u64) -> BoxFuture<'a, PortResult<String>> {
-        not_here()
-    }
-    fn delete<'a>(&'a self, _: &'a str) -> BoxFuture<'a, PortResult<()>> {
-        not_here()
-    }
-}
-
-impl Launcher for NotHere {
-    fn launch(&self, _: LaunchSpec) -> BoxFuture<'_, PortResult<Option<String>>> {
-        not_here()
-    }
-    fn stop<'a>(&'a self, _: &'a str, _: Option<&'a str>) -> BoxFuture<'a, PortResult<()>> {
-        not_here()
-    }
-}
-
-impl Signer for NotHere {
-    fn sign(&self, _: Claims) -> BoxFuture<'_, PortResult<String>> {
-        not_here()
-    }
-}
-
-/// An [`App`] for [`crate::auth::authorize`] alone: real key and project stores, nothing else.
-pub fn authorizer_app(keys: Arc<dyn KeyRepo>, projects: Arc<dyn ProjectRepo>) -> App {
-    App {
-        sessions: Arc::new(NotHere),
-        projects,
-        slots: Arc::new(NotHere),
-        keys,
-        contexts: Arc::new(NotHere),
-        archives: Arc::new(NotHere),
-        launcher: Arc::new(NotHere),
-        signer: Arc::new(NotHere),
-        clock: Arc::new(SystemClock),
-        settings: Settings::default(),
-    }
+/// What the authorizer reads: API keys and projects, and nothing else (its role may read
+/// nothing else).
+#[derive(Clone)]
+pub struct Authorizer {
+    /// API-key records.
+    pub keys: Arc<dyn KeyStore>,
+    /// Project records.
+    pub projects: Arc<dyn RecordStore<Project>>,
 }
 
 /// Why the authorizer did not answer with a policy. API Gateway turns an error whose message is
@@ -289,12 +165,12 @@ fn policy(effect: IamPolicyEffect, resource: String) -> ApiGatewayCustomAuthoriz
 /// Inactive key or project, foreign project: a Deny policy (403). The raw key is not logged
 /// and goes nowhere; the principal is a prefix of its hash.
 pub async fn authorize_request(
-    app: &App,
+    auth: &Authorizer,
     req: &ApiGatewayCustomAuthorizerRequestTypeRequest,
 ) -> Result<ApiGatewayCustomAuthorizerResponse, AuthorizerError> {
     let resource = stage_resource(req.method_arn.as_deref().unwrap_or("*"));
     let mut out = ApiGatewayCustomAuthorizerResponse::default();
-    match crate::auth::authorize(app, &req.headers).await {
+    match crate::auth::authorize(auth.keys.as_ref(), auth.projects.as_ref(), &req.headers).await {
         Ok(p) => {
             info!(project.id = %p.project_id(), "authorized");
             out.principal_id = Some(format!("key:{}", &p.key_hash[..16]));
@@ -317,6 +193,7 @@ pub async fn authorize_request(
         }
         Err(e) => {
             warn!(status = %e.status, reason = %e.message, "the key could not be checked");
+            e.log_cause();
             Err(AuthorizerError::Backend)
         }
     }
@@ -404,7 +281,7 @@ impl TaskStateChange {
             .iter()
             .flat_map(|o| &o.container_overrides)
             .flat_map(|c| &c.environment)
-            .find(|e| e.name == "SESSION_ID" && !e.value.is_empty())
+            .find(|e| e.name == wallcrawler_contract::task_env::SESSION_ID && !e.value.is_empty())
             .map(|e| e.value.as_str())
     }
 }
@@ -429,12 +306,12 @@ pub enum TaskEventOutcome {
 /// then gives back its project slot and context lease ([`crate::limits::give_back`]).
 /// Events for running tasks and for tasks that are not sessions' are ignored.
 pub async fn handle_task_state_change(
-    sessions: &dyn SessionRepo,
-    slots: &dyn SlotRepo,
-    contexts: &dyn ContextRepo,
+    sessions: &dyn SessionStore,
+    slots: &dyn SlotStore,
+    contexts: &dyn ContextStore,
     event: &TaskStateChange,
     at: &str,
-) -> PortResult<TaskEventOutcome> {
+) -> StoreResult<TaskEventOutcome> {
     if event.detail_type != "ECS Task State Change" {
         return Ok(TaskEventOutcome::Ignored("not an ECS task state change"));
     }
@@ -464,9 +341,12 @@ pub async fn handle_task_state_change(
             .as_deref()
             .unwrap_or("no reason given")
     );
-    let written = sessions
-        .mark_terminal(id, InternalStatus::Failed, Some(&reason), at, true)
-        .await?;
+    let to = Terminal {
+        status: InternalStatus::Failed,
+        reason: Some(&reason),
+        ended: true,
+    };
+    let written = sessions.mark_terminal(id, to, at).await?;
     // Every delivery gives back (idempotent), so a retried event finishes a partial one.
     if let Cond::Done(d) | Cond::Failed(Some(d)) = &written {
         crate::limits::give_back(slots, contexts, d).await;
@@ -493,6 +373,8 @@ pub async fn handle_task_state_change(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wallcrawler_contract::session_doc::SessionDoc;
+
     use crate::memory::{MemContexts, MemSessions, MemSlots};
 
     #[test]
@@ -538,7 +420,7 @@ mod tests {
         let e = event(json!({"detail-type": "ECS Task State Change", "detail": {
             "startedBy": "ecs-svc/123",
             "overrides": {"containerOverrides": [{"name": "controller", "environment": [
-                {"name": "PROJECT_ID", "value": "p"}, {"name": "SESSION_ID", "value": "sess_b"}]}]}
+                {"name": "PROJECT_ID", "value": "p"}, {"name": wallcrawler_contract::task_env::SESSION_ID, "value": "sess_b"}]}]}
         }}));
         assert_eq!(e.session_id(), Some("sess_b"));
         let e =

@@ -1,0 +1,367 @@
+//! The API function's configuration ([`Config::from_env`]: table names, bucket, ECS, the
+//! signing secret) and the wiring of the AWS stores into an [`App`] ([`build_app`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::SdkConfig;
+
+use super::{
+    DynamoContexts, DynamoKeys, DynamoProjects, DynamoSessions, DynamoSlots, EcsLauncher,
+    S3Archives, SecretsSigner, SqsPoolLauncher,
+};
+use crate::app::{App, Settings};
+use crate::stores::SystemClock;
+
+/// Table names; each defaults to the schema's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tables {
+    /// `SESSIONS_TABLE_NAME`, default `wallcrawler-sessions`.
+    pub sessions: String,
+    /// `PROJECTS_TABLE_NAME`, default `wallcrawler-projects`.
+    pub projects: String,
+    /// `API_KEYS_TABLE_NAME`, default `wallcrawler-api-keys`.
+    pub api_keys: String,
+    /// `CONTEXTS_TABLE_NAME`, default `wallcrawler-contexts`.
+    pub contexts: String,
+}
+
+impl Default for Tables {
+    fn default() -> Self {
+        Self {
+            sessions: "wallcrawler-sessions".into(),
+            projects: "wallcrawler-projects".into(),
+            api_keys: "wallcrawler-api-keys".into(),
+            contexts: "wallcrawler-contexts".into(),
+        }
+    }
+}
+
+/// A variable's value; empty counts as unset.
+fn var(get: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    get(name)
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+impl Tables {
+    /// Reads the four `*_TABLE_NAME` variables from `get` (the environment in the binaries).
+    pub fn from_source(get: &dyn Fn(&str) -> Option<String>) -> Self {
+        let d = Self::default();
+        Self {
+            sessions: var(get, "SESSIONS_TABLE_NAME").unwrap_or(d.sessions),
+            projects: var(get, "PROJECTS_TABLE_NAME").unwrap_or(d.projects),
+            api_keys: var(get, "API_KEYS_TABLE_NAME").unwrap_or(d.api_keys),
+            contexts: var(get, "CONTEXTS_TABLE_NAME").unwrap_or(d.contexts),
+        }
+    }
+
+    /// Reads the process environment.
+    pub fn from_env() -> Self {
+        Self::from_source(&|k| std::env::var(k).ok())
+    }
+}
+
+/// How session tasks are started on ECS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EcsSettings {
+    /// `ECS_CLUSTER` (name or ARN).
+    pub cluster: String,
+    /// `ECS_TASK_DEFINITION` (`family`, `family:revision` or ARN).
+    pub task_definition: String,
+    /// `ECS_SUBNETS`, comma-separated.
+    pub subnets: Vec<String>,
+    /// `ECS_SECURITY_GROUPS`, comma-separated; empty = the VPC's default group.
+    pub security_groups: Vec<String>,
+    /// `ECS_ASSIGN_PUBLIC_IP` (`ENABLED`, the default, or `DISABLED`). Clients connect to the
+    /// task's public IP, so disable it only with a network design of your own.
+    pub assign_public_ip: bool,
+    /// `ECS_CONTAINER_NAME`: the controller's container in the task definition, default
+    /// `controller`.
+    pub container_name: String,
+}
+
+/// Everything the API function needs besides the SDK's own configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The four DynamoDB tables.
+    pub tables: Tables,
+    /// `CONTEXTS_BUCKET_NAME` (required).
+    pub contexts_bucket: String,
+    /// How session tasks are started on ECS.
+    pub ecs: EcsSettings,
+    /// `CDP_PROXY_PORT`, default 9223 (passed on to the task).
+    pub cdp_proxy_port: u16,
+    /// `WALLCRAWLER_JWT_SIGNING_SECRET_ARN` (required): signs tokens here, verifies them in the
+    /// task.
+    pub signing_secret_arn: String,
+    /// `CREATE_WAIT_SECONDS`, default 25 (inside API Gateway's 29 s integration timeout).
+    pub create_wait: Duration,
+    /// `POOL_QUEUE_URL`: sessions are claimed by warm pool tasks through this SQS queue
+    /// instead of a `RunTask` per session.
+    pub pool_queue_url: Option<String>,
+    /// `CONNECT_BASE_URL`: the connect gateway's base URL (`ws://` or `wss://`); when set the
+    /// create answers at once with `connectUrl` formed from it.
+    pub connect_base_url: Option<String>,
+}
+
+/// Every configuration problem, listed at once.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {}", .0.join("; "))]
+pub struct ConfigError(pub Vec<String>);
+
+fn list(v: Option<String>) -> Vec<String> {
+    v.map(|v| {
+        v.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// `ECS_ASSIGN_PUBLIC_IP`: `ENABLED` (the default) or `DISABLED`.
+fn public_ip(get: &dyn Fn(&str) -> Option<String>, problems: &mut Vec<String>) -> bool {
+    match var(get, "ECS_ASSIGN_PUBLIC_IP")
+        .map(|v| v.to_ascii_uppercase())
+        .as_deref()
+    {
+        None | Some("ENABLED" | "TRUE") => true,
+        Some("DISABLED" | "FALSE") => false,
+        Some(other) => {
+            problems.push(format!(
+                "ECS_ASSIGN_PUBLIC_IP must be ENABLED or DISABLED, got {other:?}"
+            ));
+            true
+        }
+    }
+}
+
+/// Variable `name` as a number: `default` when unset, `None` when it does not parse (the
+/// caller says what it must be).
+fn number<T: std::str::FromStr>(
+    get: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+    default: T,
+) -> Option<T> {
+    match var(get, name) {
+        None => Some(default),
+        Some(v) => v.parse().ok(),
+    }
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_source(&|k| std::env::var(k).ok())
+    }
+
+    /// Reads the variables from `get`; lists every missing or invalid one.
+    pub fn from_source(get: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut problems = Vec::new();
+        let mut required = |name: &str| {
+            var(get, name).unwrap_or_else(|| {
+                problems.push(format!("{name} is required"));
+                String::new()
+            })
+        };
+        let contexts_bucket = required("CONTEXTS_BUCKET_NAME");
+        let cluster = required("ECS_CLUSTER");
+        let task_definition = required("ECS_TASK_DEFINITION");
+        let signing_secret_arn = required("WALLCRAWLER_JWT_SIGNING_SECRET_ARN");
+        let subnets = list(var(get, "ECS_SUBNETS"));
+        if subnets.is_empty() {
+            problems.push("ECS_SUBNETS is required (comma-separated subnet ids)".into());
+        }
+        let assign_public_ip = public_ip(get, &mut problems);
+        let cdp_proxy_port = number(get, "CDP_PROXY_PORT", 9223)
+            .filter(|p| *p > 0)
+            .unwrap_or_else(|| {
+                problems.push("CDP_PROXY_PORT must be a port number (1-65535)".into());
+                9223
+            });
+        let create_wait = number(get, "CREATE_WAIT_SECONDS", 25u64).unwrap_or_else(|| {
+            problems.push("CREATE_WAIT_SECONDS must be a whole number of seconds".into());
+            25
+        });
+        let connect_base_url = var(get, "CONNECT_BASE_URL");
+        if let Some(u) = &connect_base_url
+            && !crate::handlers::is_connect_base(u)
+        {
+            problems.push(format!(
+                "CONNECT_BASE_URL must be ws://HOST[:PORT] or wss://HOST[:PORT], got {u:?}"
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(ConfigError(problems));
+        }
+        Ok(Self {
+            connect_base_url,
+            tables: Tables::from_source(get),
+            contexts_bucket,
+            ecs: EcsSettings {
+                cluster,
+                task_definition,
+                subnets,
+                security_groups: list(var(get, "ECS_SECURITY_GROUPS")),
+                assign_public_ip,
+                container_name: var(get, "ECS_CONTAINER_NAME")
+                    .unwrap_or_else(|| "controller".into()),
+            },
+            cdp_proxy_port,
+            signing_secret_arn,
+            create_wait: Duration::from_secs(create_wait),
+            pool_queue_url: var(get, "POOL_QUEUE_URL"),
+        })
+    }
+}
+
+/// The shared SDK configuration: region, credentials, retries (`AWS_MAX_ATTEMPTS`, default 3)
+/// and `AWS_ENDPOINT_URL` from the standard chain; short timeouts so a dead dependency is an
+/// error within seconds, well inside API Gateway's 29 s.
+pub async fn sdk_config() -> SdkConfig {
+    wallcrawler_aws::sdk_config(wallcrawler_aws::CallLimits::API).await
+}
+
+/// The API on AWS: DynamoDB, S3, ECS and Secrets Manager behind the ports.
+pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
+    let dynamo = aws_sdk_dynamodb::Client::new(sdk);
+    let mut settings = Settings {
+        create_wait: cfg.create_wait,
+        connect_base: cfg.connect_base_url.clone(),
+        ..Settings::default()
+    };
+    if let Some(r) = sdk.region().map(|r| r.as_ref())
+        && crate::handlers::REGIONS.contains(&r)
+    {
+        settings.region = r.to_owned();
+    }
+    App {
+        sessions: Arc::new(DynamoSessions::new(dynamo.clone(), &cfg.tables.sessions)),
+        projects: Arc::new(DynamoProjects::new(dynamo.clone(), &cfg.tables.projects)),
+        slots: Arc::new(DynamoSlots::new(dynamo.clone(), &cfg.tables.projects)),
+        keys: Arc::new(DynamoKeys::new(dynamo.clone(), &cfg.tables.api_keys)),
+        contexts: Arc::new(DynamoContexts::new(dynamo, &cfg.tables.contexts)),
+        archives: Arc::new(S3Archives::new(sdk, &cfg.contexts_bucket)),
+        launcher: match &cfg.pool_queue_url {
+            Some(url) => Arc::new(SqsPoolLauncher::new(sdk, url, cfg.clone())),
+            None => Arc::new(EcsLauncher::new(sdk, cfg.clone())),
+        },
+        signer: Arc::new(SecretsSigner::new(sdk, &cfg.signing_secret_arn)),
+        clock: Arc::new(SystemClock),
+        settings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::aws::controller_environment;
+    use crate::stores::LaunchSpec;
+
+    fn source(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    const FULL: [(&str, &str); 5] = [
+        ("CONTEXTS_BUCKET_NAME", "wc-contexts"),
+        ("ECS_CLUSTER", "wallcrawler"),
+        ("ECS_TASK_DEFINITION", "wallcrawler-controller"),
+        ("ECS_SUBNETS", "subnet-a, subnet-b,"),
+        ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "arn:secret"),
+    ];
+
+    #[test]
+    fn config_lists_every_missing_variable_at_once() {
+        let e = Config::from_source(&source(&[("ECS_ASSIGN_PUBLIC_IP", "maybe")])).unwrap_err();
+        let all = e.to_string();
+        for name in [
+            "CONTEXTS_BUCKET_NAME",
+            "ECS_CLUSTER",
+            "ECS_TASK_DEFINITION",
+            "ECS_SUBNETS",
+            "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+            "ECS_ASSIGN_PUBLIC_IP",
+        ] {
+            assert!(all.contains(name), "{name} missing from {all}");
+        }
+        assert_eq!(e.0.len(), 6);
+    }
+
+    #[test]
+    fn config_defaults_follow_the_schema() {
+        let c = Config::from_source(&source(&FULL)).unwrap();
+        assert_eq!(c.tables, Tables::default());
+        assert_eq!(c.tables.sessions, "wallcrawler-sessions");
+        assert_eq!(c.tables.api_keys, "wallcrawler-api-keys");
+        assert_eq!(c.ecs.subnets, ["subnet-a", "subnet-b"]);
+        assert!(c.ecs.security_groups.is_empty());
+        assert!(c.ecs.assign_public_ip);
+        assert_eq!(c.ecs.container_name, "controller");
+        assert_eq!(c.cdp_proxy_port, 9223);
+        assert_eq!(c.create_wait, Duration::from_secs(25));
+        let mut pairs = FULL.to_vec();
+        pairs.extend([
+            ("SESSIONS_TABLE_NAME", "s"),
+            ("ECS_SECURITY_GROUPS", "sg-1,sg-2"),
+            ("ECS_ASSIGN_PUBLIC_IP", "disabled"),
+            ("CREATE_WAIT_SECONDS", "2"),
+            ("CDP_PROXY_PORT", "0"),
+        ]);
+        let e = Config::from_source(&source(&pairs)).unwrap_err();
+        assert_eq!(e.0, ["CDP_PROXY_PORT must be a port number (1-65535)"]);
+        pairs.pop();
+        let c = Config::from_source(&source(&pairs)).unwrap();
+        assert_eq!(c.tables.sessions, "s");
+        assert_eq!(c.ecs.security_groups, ["sg-1", "sg-2"]);
+        assert!(!c.ecs.assign_public_ip);
+        assert_eq!(c.create_wait, Duration::from_secs(2));
+        assert_eq!(c.connect_base_url, None);
+        pairs.push(("CONNECT_BASE_URL", "wss://connect.example.test"));
+        let c = Config::from_source(&source(&pairs)).unwrap();
+        assert_eq!(
+            c.connect_base_url.as_deref(),
+            Some("wss://connect.example.test")
+        );
+        pairs.pop();
+        pairs.push(("CONNECT_BASE_URL", "https://connect.example.test/x?y"));
+        let e = Config::from_source(&source(&pairs)).unwrap_err();
+        assert!(e.0[0].starts_with("CONNECT_BASE_URL must be"), "{e}");
+    }
+
+    #[test]
+    fn the_controller_gets_its_context_only_with_one() {
+        let c = Config::from_source(&source(&FULL)).unwrap();
+        let mut spec = LaunchSpec {
+            session_id: "sess_1".into(),
+            project_id: "proj_1".into(),
+            context: None,
+            env: vec![],
+        };
+        let names = |e: Vec<(String, String)>| e.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert_eq!(
+            names(controller_environment(&c, &spec)),
+            [
+                "SESSION_ID",
+                "PROJECT_ID",
+                "SESSIONS_TABLE_NAME",
+                "CDP_PROXY_PORT",
+                "WALLCRAWLER_JWT_SIGNING_SECRET_ARN"
+            ]
+        );
+        spec.context = Some(("ctx_1".into(), "proj_1/ctx_1/profile.tar.gz".into(), true));
+        let env = controller_environment(&c, &spec);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("CONTEXT_ID"), Some("ctx_1"));
+        assert_eq!(get("CONTEXTS_BUCKET_NAME"), Some("wc-contexts"));
+        assert_eq!(get("CONTEXT_S3_KEY"), Some("proj_1/ctx_1/profile.tar.gz"));
+        assert_eq!(get("CONTEXT_PERSIST"), Some("true"));
+    }
+}

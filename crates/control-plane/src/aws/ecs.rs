@@ -1,0 +1,184 @@
+//! ECS Fargate as the task launcher ([`EcsLauncher`]): one `RunTask` per session, with the
+//! controller's environment ([`controller_environment`]) as a container override.
+
+use async_trait::async_trait;
+use aws_config::SdkConfig;
+use aws_sdk_ecs::operation::run_task::RunTaskOutput;
+use aws_sdk_ecs::types::{
+    AssignPublicIp, AwsVpcConfiguration, ContainerOverride, KeyValuePair, LaunchType,
+    NetworkConfiguration, TaskOverride,
+};
+use tracing::{info, warn};
+use wallcrawler_contract::task_env;
+
+use super::{Config, sdk_error};
+use crate::error::StoreError;
+use crate::stores::{LaunchSpec, Launcher, StoreResult};
+
+/// The controller's environment for one session (the names of §2 of the spec).
+pub fn controller_environment(cfg: &Config, spec: &LaunchSpec) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        (task_env::SESSION_ID.into(), spec.session_id.clone()),
+        (task_env::PROJECT_ID.into(), spec.project_id.clone()),
+        (
+            task_env::SESSIONS_TABLE_NAME.into(),
+            cfg.tables.sessions.clone(),
+        ),
+        (
+            task_env::CDP_PROXY_PORT.into(),
+            cfg.cdp_proxy_port.to_string(),
+        ),
+        (
+            task_env::SIGNING_SECRET_ARN.into(),
+            cfg.signing_secret_arn.clone(),
+        ),
+    ];
+    if let Some((context_id, key, persist)) = &spec.context {
+        env.extend([
+            (task_env::CONTEXT_ID.into(), context_id.clone()),
+            (
+                task_env::CONTEXTS_BUCKET_NAME.into(),
+                cfg.contexts_bucket.clone(),
+            ),
+            (task_env::CONTEXT_S3_KEY.into(), key.clone()),
+            (task_env::CONTEXT_PERSIST.into(), persist.to_string()),
+        ]);
+    }
+    env.extend(spec.env.iter().cloned());
+    env
+}
+
+/// Starts one Fargate task per session (`RunTask`) and stops it on release (`StopTask`).
+pub struct EcsLauncher {
+    client: aws_sdk_ecs::Client,
+    cfg: Config,
+}
+
+impl EcsLauncher {
+    /// A launcher calling ECS with the SDK's configuration and `cfg`'s cluster and network.
+    pub fn new(sdk: &SdkConfig, cfg: Config) -> Self {
+        Self {
+            client: aws_sdk_ecs::Client::new(sdk),
+            cfg,
+        }
+    }
+
+    /// The task's network: `cfg`'s subnets, security groups and public IP setting.
+    fn network(&self) -> StoreResult<NetworkConfiguration> {
+        let ecs = &self.cfg.ecs;
+        let vpc = AwsVpcConfiguration::builder()
+            .set_subnets(Some(ecs.subnets.clone()))
+            .set_security_groups(
+                (!ecs.security_groups.is_empty()).then(|| ecs.security_groups.clone()),
+            )
+            .assign_public_ip(if ecs.assign_public_ip {
+                AssignPublicIp::Enabled
+            } else {
+                AssignPublicIp::Disabled
+            })
+            .build()
+            .map_err(|e| StoreError::failed_by("ECS network configuration", e))?;
+        Ok(NetworkConfiguration::builder()
+            .awsvpc_configuration(vpc)
+            .build())
+    }
+
+    /// The controller's container with the session's environment.
+    fn overrides(&self, spec: &LaunchSpec) -> TaskOverride {
+        let environment = controller_environment(&self.cfg, spec)
+            .into_iter()
+            .map(|(k, v)| KeyValuePair::builder().name(k).value(v).build())
+            .collect();
+        TaskOverride::builder()
+            .container_overrides(
+                ContainerOverride::builder()
+                    .name(&self.cfg.ecs.container_name)
+                    .set_environment(Some(environment))
+                    .build(),
+            )
+            .build()
+    }
+}
+
+const ECS: &str = "ECS";
+
+/// The started task's ARN, or why `RunTask` started none.
+fn started(spec: &LaunchSpec, out: &RunTaskOutput) -> StoreResult<String> {
+    if let Some(f) = out.failures().first() {
+        let reason = f.reason().unwrap_or("unknown");
+        let detail = format!(
+            "RunTask failed: {reason} {} {}",
+            f.arn().unwrap_or_default(),
+            f.detail().unwrap_or_default()
+        );
+        warn!(session.id = %spec.session_id, error = %detail, "the task was not started");
+        // Capacity shortages pass; anything else is a configuration problem.
+        return Err(if reason.starts_with("RESOURCE") {
+            StoreError::unavailable_by("Fargate capacity", detail)
+        } else {
+            StoreError::failed_by(ECS, detail)
+        });
+    }
+    out.tasks()
+        .first()
+        .and_then(|t| t.task_arn())
+        .map(str::to_owned)
+        .ok_or_else(|| StoreError::failed(format!("{ECS}: RunTask returned no task")))
+}
+
+#[async_trait]
+impl Launcher for EcsLauncher {
+    /// `RunTask`: FARGATE, one task, `startedBy` = the session id (which the task-state handler
+    /// reads back), the session id as idempotency token (an SDK retry never starts a second
+    /// task), the controller's environment as a container override.
+    async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
+        let out = self
+            .client
+            .run_task()
+            .cluster(&self.cfg.ecs.cluster)
+            .task_definition(&self.cfg.ecs.task_definition)
+            .launch_type(LaunchType::Fargate)
+            .count(1)
+            .started_by(&spec.session_id)
+            .client_token(&spec.session_id)
+            .network_configuration(self.network()?)
+            .overrides(self.overrides(&spec))
+            .send()
+            .await
+            .map_err(|e| sdk_error(ECS, e))?;
+        let arn = started(&spec, &out)?;
+        info!(session.id = %spec.session_id, task.arn = %arn, "task started");
+        Ok(Some(arn))
+    }
+
+    /// `StopTask` with reason "released by API"; without a known ARN, every task `startedBy`
+    /// the session is stopped.
+    async fn stop(&self, session_id: &str, task_arn: Option<&str>) -> StoreResult<()> {
+        let cluster = &self.cfg.ecs.cluster;
+        let arns = match task_arn {
+            Some(a) => vec![a.to_owned()],
+            None => self
+                .client
+                .list_tasks()
+                .cluster(cluster)
+                .started_by(session_id)
+                .send()
+                .await
+                .map_err(|e| sdk_error(ECS, e))?
+                .task_arns()
+                .to_vec(),
+        };
+        for arn in arns {
+            self.client
+                .stop_task()
+                .cluster(cluster)
+                .task(&arn)
+                .reason("released by API")
+                .send()
+                .await
+                .map_err(|e| sdk_error(ECS, e))?;
+            info!(session.id = %session_id, task.arn = %arn, "task stopped");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,64 @@
+//! The AWS implementations of the stores, one file per service: the DynamoDB table helpers
+//! (`table`), sessions (`sessions`), projects, API keys and contexts (`records`), projects'
+//! slots (`slots`), S3 presigned upload URLs (`s3`), ECS Fargate (`ecs`) and the SQS pool
+//! (`sqs`) as task launchers, the Secrets Manager backed token signer (`signer`); the
+//! configuration that names them and the wiring ([`Config::from_env`], [`build_app`], in
+//! `config`); and [`lambda`], what the Lambda functions run. SDK types stay in this module.
+//!
+//! Items are written with exactly the attribute names and types of the table schema
+//! (`seeds/dynamodb-schema.md`), through the workspace's one mapping
+//! ([`wallcrawler_aws::item`]): the records' serde names are the attribute names, strings are
+//! `S` (timestamps ISO 8601), numbers `N` (`expiresAt`, `proxyBytes`, `defaultTimeout`, …),
+//! booleans `BOOL`, `userMetadata` an `M` and `projectIds` an `L` of `S`. Reads are strongly
+//! consistent `GetItem`s, except the two listings:
+//!
+//! - a project's sessions come from the `projectId-createdAt-index` GSI (projection `ALL`).
+//!   GSIs cannot be read consistently, so a session created a moment ago may be missing from
+//!   `GET /v1/sessions` for a short while. The concurrency cap does not use it: it is the
+//!   project's slot set ([`DynamoSlots`], see [`crate::limits`]).
+//! - a stopped pool task's session comes from the sparse `ecsTaskArn-index` GSI (`KEYS_ONLY`),
+//!   written with READY long before the task stops.
+//! - a context's sessions come from a consistent `Scan` with a filter: it reads the whole
+//!   sessions table, and is used only by `DELETE /v1/contexts/{id}` (rare). Creates never scan:
+//!   the one-writer rule is the context item's `writerSessionId` lease, checked by key.
+//!
+//! Conditional writes follow the `rules` module exactly; see each method.
+
+mod config;
+mod ecs;
+pub mod lambda;
+mod records;
+mod s3;
+mod sessions;
+mod signer;
+mod slots;
+mod sqs;
+mod table;
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+
+pub use config::{Config, ConfigError, EcsSettings, Tables, build_app, sdk_config};
+pub use ecs::{EcsLauncher, controller_environment};
+pub use records::{DynamoContexts, DynamoKeys, DynamoProjects, DynamoRecords};
+pub use s3::S3Archives;
+pub use sessions::{DynamoSessions, PROJECT_INDEX, TASK_INDEX};
+pub use signer::{KEY_TTL, SecretsSigner};
+pub use slots::{ACTIVE_SESSIONS, DynamoSlots};
+pub use sqs::SqsPoolLauncher;
+
+use crate::error::StoreError;
+
+/// A failed SDK call as a store error, the call's error as its source: unreachable or
+/// throttled = `Unavailable` (503, "try again"), anything else = `Failed` (500; the detail
+/// goes to the log only).
+fn sdk_error<E, R>(service: &'static str, e: SdkError<E, R>) -> StoreError
+where
+    E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    if wallcrawler_aws::classify(&e) == wallcrawler_aws::Failure::Transient {
+        StoreError::unavailable_by(service, e)
+    } else {
+        StoreError::failed_by(service, e)
+    }
+}

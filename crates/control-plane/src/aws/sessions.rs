@@ -1,0 +1,357 @@
+//! The sessions table ([`DynamoSessions`]): the session item, its conditional status writes
+//! and its two indexes.
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
+use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
+use wallcrawler_aws::item::{self, Item};
+use wallcrawler_contract::InternalStatus;
+use wallcrawler_contract::session::attr;
+use wallcrawler_contract::session_doc::SessionDoc;
+
+use super::sdk_error;
+use super::table::{SdkResult, Table, condition, from_opt, s};
+use crate::error::StoreError;
+use crate::stores::{Cond, SessionStore, StoreResult, Terminal};
+
+/// The sessions table's GSI by project (PK `projectId`, SK `createdAt`, projection `ALL`).
+pub const PROJECT_INDEX: &str = "projectId-createdAt-index";
+/// Sessions by the task that served them (hash `ecsTaskArn`, projection `KEYS_ONLY`; sparse:
+/// only items with a task ARN are in it).
+pub const TASK_INDEX: &str = "ecsTaskArn-index";
+
+const SESSIONS: &str = "the sessions table";
+const SESSION: &str = "session";
+
+/// `wallcrawler-sessions` (key `sessionId`).
+pub struct DynamoSessions(Table);
+
+impl DynamoSessions {
+    /// Sessions in `table` (`sessionId` key).
+    pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
+        Self(Table::new(
+            client,
+            table,
+            attr::SESSION_ID,
+            SESSIONS,
+            SESSION,
+        ))
+    }
+
+    /// Every item of a paginated `Query`/`Scan`, as documents.
+    fn docs<E>(items: SdkResult<Vec<Item>, E>) -> StoreResult<Vec<SessionDoc>>
+    where
+        E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
+    {
+        let items = items.map_err(|e| sdk_error(SESSIONS, e))?;
+        Ok(items
+            .iter()
+            .map(|i| item::from_item(SESSION, i))
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// An update of session `id` that answers with the new item (ALL_NEW), or with the current
+    /// one (ALL_OLD) when its condition fails.
+    fn update_returning(&self, id: &str) -> UpdateItemFluentBuilder {
+        self.0.update_or_old(id).return_values(ReturnValue::AllNew)
+    }
+}
+
+#[async_trait]
+impl SessionStore for DynamoSessions {
+    /// `PutItem` on condition `attribute_not_exists(sessionId)`.
+    async fn create(&self, doc: SessionDoc) -> StoreResult<Cond<SessionDoc>> {
+        let r = self
+            .0
+            .client
+            .put_item()
+            .table_name(&self.0.name)
+            .set_item(Some(item::to_item(SESSION, &doc)?))
+            .condition_expression("attribute_not_exists(sessionId)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match condition(r, SESSIONS)? {
+            Ok(_) => Ok(Cond::Done(doc)),
+            Err(old) => Ok(Cond::Failed(from_opt(SESSION, old.as_ref())?)),
+        }
+    }
+
+    async fn get(&self, id: &str) -> StoreResult<Option<SessionDoc>> {
+        self.0.get(id).await
+    }
+
+    /// `Query` on [`PROJECT_INDEX`] (eventually consistent: GSIs cannot be read otherwise).
+    async fn list_project(&self, project_id: &str) -> StoreResult<Vec<SessionDoc>> {
+        let items = self
+            .0
+            .client
+            .query()
+            .table_name(&self.0.name)
+            .index_name(PROJECT_INDEX)
+            .key_condition_expression("projectId = :p")
+            .expression_attribute_values(":p", s(project_id))
+            .scan_index_forward(true)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await;
+        let mut out = Self::docs(items)?;
+        // The index orders by createdAt; ties (same millisecond) by id, as the other stores.
+        out.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then(a.session_id.cmp(&b.session_id))
+        });
+        Ok(out)
+    }
+
+    /// `Query` on [`TASK_INDEX`]; a task serves one session, so the first key is the answer.
+    async fn find_by_task(&self, task_arn: &str) -> StoreResult<Option<String>> {
+        let page = self
+            .0
+            .client
+            .query()
+            .table_name(&self.0.name)
+            .index_name(TASK_INDEX)
+            .key_condition_expression("ecsTaskArn = :t")
+            .expression_attribute_values(":t", s(task_arn))
+            .limit(1)
+            .send()
+            .await
+            .map_err(|e| sdk_error(SESSIONS, e))?;
+        Ok(page
+            .items()
+            .first()
+            .and_then(|i| i.get("sessionId"))
+            .and_then(|v| v.as_s().ok())
+            .cloned())
+    }
+
+    /// A consistent `Scan` filtered on `contextId`: reads the whole table (see the module doc).
+    async fn list_context(&self, context_id: &str) -> StoreResult<Vec<SessionDoc>> {
+        let items = self
+            .0
+            .client
+            .scan()
+            .table_name(&self.0.name)
+            .filter_expression("contextId = :c")
+            .expression_attribute_values(":c", s(context_id))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await;
+        Self::docs(items)
+    }
+
+    /// `UpdateItem` on condition `internalStatus = CREATING`.
+    async fn mark_provisioning(
+        &self,
+        id: &str,
+        task_arn: Option<&str>,
+        at: &str,
+    ) -> StoreResult<Cond<SessionDoc>> {
+        let mut expr = String::from("SET internalStatus = :prov, #st = :sdk, updatedAt = :at");
+        let mut req = self
+            .update_returning(id)
+            .condition_expression("internalStatus = :creating")
+            .expression_attribute_names("#st", attr::STATUS)
+            .expression_attribute_values(":creating", s(InternalStatus::Creating.as_str()))
+            .expression_attribute_values(":prov", s(InternalStatus::Provisioning.as_str()))
+            .expression_attribute_values(
+                ":sdk",
+                s(InternalStatus::Provisioning.sdk_status().as_str()),
+            )
+            .expression_attribute_values(":at", s(at));
+        if let Some(arn) = task_arn {
+            expr.push_str(", ecsTaskArn = :arn");
+            req = req.expression_attribute_values(":arn", s(arn));
+        }
+        updated(req.update_expression(expr).send().await)
+    }
+
+    /// Two conditional `UpdateItem`s, race-free because a terminal status never changes:
+    /// 1. on condition "exists and not terminal": the status (and reason), `updatedAt`, and
+    ///    with `ended` `endedAt = if_not_exists(endedAt, :at)`;
+    /// 2. only if (1) failed on a terminal item without `endedAt` and `ended` is asked for: on
+    ///    condition "exists and no `endedAt`", `endedAt` and `updatedAt`.
+    async fn mark_terminal(
+        &self,
+        id: &str,
+        to: Terminal<'_>,
+        at: &str,
+    ) -> StoreResult<Cond<SessionDoc>> {
+        let req = self.update_returning(id);
+        let (req, mut expr) = wallcrawler_aws::terminal_update(req, to.status, to.reason, at);
+        let ended = to.ended;
+        if ended {
+            expr.push_str(", endedAt = if_not_exists(endedAt, :at)");
+        }
+        let current = match updated(req.update_expression(expr).send().await)? {
+            Cond::Done(d) => return Ok(Cond::Done(d)),
+            Cond::Failed(None) => return Ok(Cond::Failed(None)),
+            Cond::Failed(Some(d)) => d,
+        };
+        if !ended || current.ended_at.is_some() {
+            return Ok(Cond::Failed(Some(current)));
+        }
+        let r = self
+            .update_returning(id)
+            .condition_expression(ENDED_MISSING)
+            .update_expression("SET endedAt = :at, updatedAt = :at")
+            .expression_attribute_values(":at", s(at))
+            .send()
+            .await;
+        updated(r)
+    }
+
+    /// `UpdateItem` on condition "exists and no `endedAt`"; a failed condition is fine.
+    async fn mark_ended_if_missing(&self, id: &str, at: &str) -> StoreResult<()> {
+        let req = self
+            .0
+            .update(id)
+            .condition_expression(ENDED_MISSING)
+            .update_expression("SET endedAt = :at")
+            .expression_attribute_values(":at", s(at));
+        self.0.unless_condition_fails(req).await
+    }
+}
+
+/// The condition of the writes of `endedAt`: the session exists and has none yet.
+const ENDED_MISSING: &str = "attribute_exists(sessionId) AND attribute_not_exists(endedAt)";
+
+/// A conditional session update's outcome: the new item, or the current one (ALL_OLD) when
+/// the condition failed.
+fn updated(r: SdkResult<UpdateItemOutput, UpdateItemError>) -> StoreResult<Cond<SessionDoc>> {
+    match condition(r, SESSIONS)? {
+        Ok(out) => match out.attributes() {
+            Some(i) => Ok(Cond::Done(item::from_item(SESSION, i)?)),
+            None => Err(StoreError::failed(format!(
+                "{SESSIONS}: an update returned no item"
+            ))),
+        },
+        Err(old) => Ok(Cond::Failed(from_opt(SESSION, old.as_ref())?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::types::AttributeValue;
+
+    use super::*;
+    use crate::model::ApiKeyRecord;
+
+    #[test]
+    fn session_items_use_the_schema_names_and_types() {
+        let mut d = SessionDoc {
+            session_id: "sess_1".into(),
+            project_id: "proj_1".into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            expires_at: 1_800_000_000,
+            keep_alive: true,
+            region: "us-east-1".into(),
+            proxy_bytes: Some(42),
+            context_persist: Some(false),
+            public_ip: Some("203.0.113.1".into()),
+            user_metadata: Some(serde_json::json!({"a": [1, "x", null], "b": {"c": true}})),
+            ..Default::default()
+        };
+        d.set_status(InternalStatus::Creating);
+        let item = item::to_item(SESSION, &d).unwrap();
+        assert_eq!(item[attr::SESSION_ID], s("sess_1"));
+        assert_eq!(item[attr::STATUS], s("PENDING"));
+        assert_eq!(item[attr::INTERNAL_STATUS], s("CREATING"));
+        assert_eq!(item[attr::CREATED_AT], s("2026-01-01T00:00:00.000Z"));
+        assert_eq!(
+            item[attr::EXPIRES_AT],
+            AttributeValue::N("1800000000".into())
+        );
+        assert_eq!(item[attr::KEEP_ALIVE], AttributeValue::Bool(true));
+        assert_eq!(item[attr::PROXY_BYTES], AttributeValue::N("42".into()));
+        assert_eq!(item[attr::CONTEXT_PERSIST], AttributeValue::Bool(false));
+        assert_eq!(item[attr::PUBLIC_IP], s("203.0.113.1"));
+        assert!(matches!(item[attr::USER_METADATA], AttributeValue::M(_)));
+        assert!(!item.contains_key(attr::ENDED_AT), "absent stays absent");
+        assert_eq!(item::from_item::<SessionDoc>(SESSION, &item).unwrap(), d);
+    }
+
+    #[test]
+    fn key_items_hold_project_ids_as_a_list_of_strings() {
+        let k = ApiKeyRecord {
+            api_key_hash: "ab".into(),
+            key_id: None,
+            project_id: "p1".into(),
+            project_ids: vec!["p1".into(), "p2".into()],
+            name: None,
+            status: "ACTIVE".into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+        };
+        let item = item::to_item("API key", &k).unwrap();
+        assert_eq!(item["apiKeyHash"], s("ab"));
+        assert_eq!(
+            item["projectIds"],
+            AttributeValue::L(vec![s("p1"), s("p2")])
+        );
+        assert_eq!(item::from_item::<ApiKeyRecord>("key", &item).unwrap(), k);
+    }
+
+    #[test]
+    fn whole_numbers_another_tool_wrote_read_back_and_sets_read_as_lists() {
+        // (`numbers_read_back_as_integers_when_whole` itself is in `wallcrawler_aws::item`.)
+        let mut d = SessionDoc {
+            session_id: "sess_1".into(),
+            expires_at: 1_700_000_000,
+            proxy_bytes: Some(7),
+            ..Default::default()
+        };
+        d.set_status(InternalStatus::Ready);
+        let mut i = item::to_item(SESSION, &d).unwrap();
+        i.insert(
+            attr::EXPIRES_AT.into(),
+            AttributeValue::N("1700000000.0".into()),
+        );
+        i.insert(attr::PROXY_BYTES.into(), AttributeValue::N("7.0".into()));
+        assert_eq!(item::from_item::<SessionDoc>(SESSION, &i).unwrap(), d);
+        i.insert(attr::EXPIRES_AT.into(), AttributeValue::N("1.5".into()));
+        let e = item::from_item::<SessionDoc>(SESSION, &i).unwrap_err();
+        assert!(e.to_string().contains("malformed session item"), "{e}");
+
+        let mut k = item::to_item(
+            "API key",
+            &ApiKeyRecord {
+                api_key_hash: "ab".into(),
+                key_id: None,
+                project_id: "p1".into(),
+                project_ids: vec![],
+                name: None,
+                status: "ACTIVE".into(),
+                created_at: "2026-01-01T00:00:00.000Z".into(),
+            },
+        )
+        .unwrap();
+        k.insert("projectIds".into(), AttributeValue::Ss(vec!["p1".into()]));
+        let r: ApiKeyRecord = item::from_item("API key", &k).unwrap();
+        assert_eq!(r.project_ids, ["p1"]);
+    }
+
+    #[test]
+    fn a_malformed_item_is_a_failure_not_a_panic() {
+        let i: Item = [
+            (attr::SESSION_ID.to_owned(), s("sess_1")),
+            (
+                attr::SIGNING_KEY.to_owned(),
+                AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(b"x".to_vec())),
+            ),
+        ]
+        .into();
+        assert!(matches!(
+            from_opt::<SessionDoc>(SESSION, Some(&i)),
+            Err(StoreError::Failed { .. })
+        ));
+    }
+}
