@@ -32,7 +32,6 @@ use tokio::sync::watch;
 use super::*;
 
 /// The CloudFormation stack in moto, run with these helpers.
-#[path = "stack.rs"]
 mod stack;
 
 /// Bound on any single wait here (a hang guard for a loaded machine, never a speed assertion).

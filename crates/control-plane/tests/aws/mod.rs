@@ -4,7 +4,7 @@
 //! conditional writes against the in-memory reference; the ECS task-state handler; presigned
 //! uploads; and the `admin` commands of the real binary. In `pool` (tests/aws/pool.rs): pool
 //! mode, the API sending claims to SQS and real pool controllers with Chromium serving them; in
-//! `pool::stack` (tests/aws/stack.rs): deploy/template.yaml created as a stack in moto, the
+//! `pool::stack` (tests/aws/pool/stack.rs): deploy/template.yaml created as a stack in moto, the
 //! platform run on its resources.
 //!
 //! One moto server per test binary (started on first use, on a free port, ended with the test
@@ -42,7 +42,6 @@ use wallcrawler_control_plane::model::hash_api_key;
 use wallcrawler_control_plane::ports::{Cond, SessionRepo};
 use wallcrawler_control_plane::router::router;
 
-#[path = "aws/pool.rs"]
 mod pool;
 
 const WAIT: Duration = Duration::from_secs(20);
