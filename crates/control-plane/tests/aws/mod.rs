@@ -16,10 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_config::SdkConfig;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
-    KeyType, Projection, ProjectionType, ScalarAttributeType,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{Method, Request, StatusCode};
@@ -32,7 +29,7 @@ use wallcrawler_contract::{InternalStatus, SigningKey};
 use wallcrawler_control_plane::admin::{self, NewProject};
 use wallcrawler_control_plane::aws::{
     ACTIVE_SESSIONS, Config, DynamoContexts, DynamoKeys, DynamoProjects, DynamoSessions,
-    DynamoSlots, PROJECT_INDEX, TASK_INDEX, build_app,
+    DynamoSlots, PROJECT_INDEX, build_app,
 };
 use wallcrawler_control_plane::lambda::{
     TaskEventOutcome, TaskStateChange, authorize_request, authorizer_app, handle_task_state_change,
@@ -51,7 +48,7 @@ const PUBLIC_IP: &str = "203.0.113.7";
 // ---------------------------------------------------------------------------------------------
 // moto
 
-use wallcrawler_testkit::moto;
+use wallcrawler_testkit::{moto, tables, unique};
 
 /// The SDK configuration for moto.
 async fn sdk() -> SdkConfig {
@@ -66,10 +63,6 @@ fn aws_env() -> Vec<(&'static str, String)> {
     env
 }
 
-fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
-}
-
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
 }
@@ -79,74 +72,8 @@ fn text(item: &HashMap<String, AttributeValue>, k: &str) -> Option<String> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Fixture: tables (the sessions table with its GSI), bucket, secret, ECS cluster and task
+// Fixture: the tables as the template declares them (testkit::tables), bucket, secret, ECS cluster and task
 // definition, one ACTIVE project with a key, and the API built exactly as the Lambda builds it.
-
-async fn create_table(sdk: &SdkConfig, name: &str, key: &str, project_index: bool) {
-    let def = |n: &str| {
-        AttributeDefinition::builder()
-            .attribute_name(n)
-            .attribute_type(ScalarAttributeType::S)
-            .build()
-            .unwrap()
-    };
-    let schema = |n: &str, t: KeyType| {
-        KeySchemaElement::builder()
-            .attribute_name(n)
-            .key_type(t)
-            .build()
-            .unwrap()
-    };
-    let index = |name: &str, keys: Vec<KeySchemaElement>, projection: ProjectionType| {
-        GlobalSecondaryIndex::builder()
-            .index_name(name)
-            .set_key_schema(Some(keys))
-            .projection(Projection::builder().projection_type(projection).build())
-            .build()
-            .unwrap()
-    };
-    let mut req = aws_sdk_dynamodb::Client::new(sdk)
-        .create_table()
-        .table_name(name)
-        .attribute_definitions(def(key))
-        .key_schema(schema(key, KeyType::Hash))
-        .billing_mode(BillingMode::PayPerRequest);
-    if project_index {
-        req = req
-            .attribute_definitions(def("projectId"))
-            .attribute_definitions(def("createdAt"))
-            .global_secondary_indexes(index(
-                PROJECT_INDEX,
-                vec![
-                    schema("projectId", KeyType::Hash),
-                    schema("createdAt", KeyType::Range),
-                ],
-                ProjectionType::All,
-            ))
-            .attribute_definitions(def("ecsTaskArn"))
-            .global_secondary_indexes(index(
-                TASK_INDEX,
-                vec![schema("ecsTaskArn", KeyType::Hash)],
-                ProjectionType::KeysOnly,
-            ));
-    }
-    req.send().await.unwrap();
-}
-
-/// The four tables under unique names; returns the `*_TABLE_NAME` variables.
-async fn create_tables(sdk: &SdkConfig) -> Vec<(&'static str, String)> {
-    let names = vec![
-        ("SESSIONS_TABLE_NAME", unique("sessions")),
-        ("PROJECTS_TABLE_NAME", unique("projects")),
-        ("API_KEYS_TABLE_NAME", unique("api-keys")),
-        ("CONTEXTS_TABLE_NAME", unique("contexts")),
-    ];
-    create_table(sdk, &names[0].1, "sessionId", true).await;
-    create_table(sdk, &names[1].1, "projectId", false).await;
-    create_table(sdk, &names[2].1, "apiKeyHash", false).await;
-    create_table(sdk, &names[3].1, "contextId", false).await;
-    names
-}
 
 fn s3(sdk: &SdkConfig) -> aws_sdk_s3::Client {
     aws_sdk_s3::Client::from_conf(
@@ -279,7 +206,7 @@ impl Fixture {
     /// [`Fixture::new`] with more of the API function's environment (e.g. `POOL_QUEUE_URL`).
     async fn with_env(create_wait_seconds: u64, extra: Vec<(&'static str, String)>) -> Fixture {
         let sdk = sdk().await;
-        let mut vars = create_tables(&sdk).await;
+        let mut vars = tables::create_all(&sdk).await;
         let bucket = unique("contexts");
         s3(&sdk)
             .create_bucket()
@@ -1110,8 +1037,7 @@ async fn apply(r: &dyn SessionRepo, op: &str, id: &str, at: &str) -> Cond<Sessio
 #[tokio::test]
 async fn conditional_writes_follow_the_memory_rules() {
     let sdk = sdk().await;
-    let table = unique("sessions");
-    create_table(&sdk, &table, "sessionId", true).await;
+    let table = tables::create(&sdk, &tables::SESSIONS).await;
     let dynamo = DynamoSessions::new(aws_sdk_dynamodb::Client::new(&sdk), &table);
     let at = "2026-01-01T00:02:00.000Z";
     let starts = [
@@ -1277,7 +1203,7 @@ async fn policy(auth: &wallcrawler_control_plane::app::App, key: &str, effect: &
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_creates_projects_and_keys_and_revokes_keys() {
     let sdk = sdk().await;
-    let tables = create_tables(&sdk).await;
+    let tables = tables::create_all(&sdk).await;
     let run = |args: &[&str], stdin: Option<String>| {
         let (tables, args) = (
             tables.clone(),

@@ -252,7 +252,7 @@ impl Pool {
                  while [ ! -e '{gate}' ]; do sleep 0.05; done\n    exit 1 ;;\nesac\n\
                  exec '{chrome}' \"$@\"\n",
                 gate = self.tmp.path().join("gate").display(),
-                chrome = chromium().display()
+                chrome = wallcrawler_testkit::chromium().display()
             ),
         )
         .unwrap();
@@ -273,25 +273,13 @@ impl Pool {
             &path,
             format!(
                 "#!/bin/sh\ncase \"$*\" in\n  *.claimed*) exec sleep 600 ;;\nesac\nexec '{}' \"$@\"\n",
-                chromium().display()
+                wallcrawler_testkit::chromium().display()
             ),
         )
         .unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         path
     }
-}
-
-/// The real Chromium (Debian's). Panics — never skips — when missing.
-fn chromium() -> PathBuf {
-    if let Some(p) = std::env::var_os("CHROME_PATH") {
-        return PathBuf::from(p);
-    }
-    ["/usr/lib/chromium/chromium", "/usr/bin/chromium"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .expect("Chromium is not installed: run scripts/install-test-deps.sh")
 }
 
 /// The controller binary, built next to this crate's binaries.
@@ -463,7 +451,7 @@ impl PoolTask {
     async fn start(pool: &Pool, o: TaskOptions) -> PoolTask {
         let arn = ecs_task(&pool.f).await;
         let (metadata, agent_uri, agent) = metadata_server(&arn).await;
-        let chrome = o.chrome.unwrap_or_else(chromium);
+        let chrome = o.chrome.unwrap_or_else(wallcrawler_testkit::chromium);
         let mut cmd = tokio::process::Command::new(controller_bin());
         cmd.arg("run")
             // Nothing of the test's environment but what a task has.
@@ -613,36 +601,23 @@ impl Drop for PoolTask {
 
 /// `node tests/node/<script> <args>`: the last JSON line it printed, asserted ok.
 async fn node(script: &str, args: &[&str]) -> Value {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/node");
-    assert!(
-        dir.join("node_modules").is_dir(),
-        "run scripts/install-test-deps.sh first"
-    );
+    let mut cmd = tokio::process::Command::from(wallcrawler_testkit::node::command(script));
     // The script's own deadline first (it then says where it was), ours as a backstop.
     let out = tokio::time::timeout(
         POOL_WAIT * 2,
-        tokio::process::Command::new("node")
-            .arg(script)
-            .args(args)
+        cmd.args(args)
             .args(["--timeout-ms", "90000"])
-            .current_dir(&dir)
             .kill_on_drop(true)
             .output(),
     )
     .await
     .expect("the node client finished")
     .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let v: Value = stdout
-        .lines()
-        .last()
-        .and_then(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "no JSON from {script}: {stdout}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+    let v = wallcrawler_testkit::node::last_json(
+        script,
+        &String::from_utf8_lossy(&out.stdout),
+        &String::from_utf8_lossy(&out.stderr),
+    );
     assert_eq!(v["ok"], true, "{script}: {v}");
     v
 }
