@@ -7,6 +7,7 @@
 //! - [`chromium`]: the real Chromium the browser tests run.
 //! - [`node`]: the Node clients of tests/node (puppeteer-core, playwright-core, Stagehand...).
 //! - [`tar`]: archives with raw headers, for the hostile-archive tests.
+//! - `platform` (feature `platform`): the control plane on moto, built as its Lambda builds it.
 
 #![warn(missing_docs)]
 
@@ -14,6 +15,8 @@ use std::path::{Path, PathBuf};
 
 pub mod moto;
 pub mod node;
+#[cfg(feature = "platform")]
+pub mod platform;
 pub mod tables;
 pub mod tar;
 

@@ -18,9 +18,13 @@
 //!   (a service's task has no session in `startedBy`) and ends it;
 //! - a poison claim ends in the dead-letter queue and the task still serves valid claims.
 //!
+//! The controllers are this package's binary (`support::bin`, which Cargo builds for these
+//! tests); the control plane's API runs in the test from its library, as its Lambda builds it
+//! (`wallcrawler_testkit::platform::Fixture`).
+//!
 //! A failing test prints its controllers' logs; `POOL_TEST_LOGS=1` prints them always.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::Mutex;
 
@@ -29,7 +33,20 @@ use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ::http::{Method, StatusCode};
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde_json::{Value, json};
+use std::process::Stdio;
+use wallcrawler_contract::SigningKey;
+use wallcrawler_control_plane::lambda::TaskEventOutcome;
+use wallcrawler_testkit::platform::{
+    Fixture, SIGNING_KEY, aws_env, http, sdk, stopped_event, text,
+};
+use wallcrawler_testkit::unique;
 
 /// The CloudFormation stack in moto, run with these helpers.
 mod stack;
@@ -282,18 +299,6 @@ impl Pool {
     }
 }
 
-/// The controller binary, built next to this crate's binaries.
-fn controller_bin() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
-        .with_file_name("wallcrawler-controller");
-    assert!(
-        bin.is_file(),
-        "build the controller first (cargo test --workspace): {}",
-        bin.display()
-    );
-    bin
-}
-
 /// A moto ECS task for a pool controller to be: its ARN.
 async fn ecs_task(f: &Fixture) -> String {
     use aws_sdk_ecs::types::{AwsVpcConfiguration, LaunchType, NetworkConfiguration};
@@ -452,7 +457,7 @@ impl PoolTask {
         let arn = ecs_task(&pool.f).await;
         let (metadata, agent_uri, agent) = metadata_server(&arn).await;
         let chrome = o.chrome.unwrap_or_else(wallcrawler_testkit::chromium);
-        let mut cmd = tokio::process::Command::new(controller_bin());
+        let mut cmd = tokio::process::Command::new(crate::support::bin());
         cmd.arg("run")
             // Nothing of the test's environment but what a task has.
             .env_clear()
