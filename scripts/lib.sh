@@ -25,7 +25,9 @@ wc_bin_dir() {
 # Builds the workspace's binaries (and, in the shared debug build, its tests); progress on stderr.
 wc_build() {
   case "${WALLCRAWLER_BUILD:-debug}" in
-    debug) cargo test --workspace --locked --lib --bins --tests --no-run --quiet >&2 ;;
+    # `--tests` builds each package's binaries too (its integration tests run them); no
+    # `--bins`, which would add an empty unit-test harness per binary.
+    debug) cargo test --workspace --locked --lib --tests --no-run --quiet >&2 ;;
     release) cargo build --workspace --release --locked --bins --quiet >&2 ;;
     *)
       echo "WALLCRAWLER_BUILD must be debug or release, not '${WALLCRAWLER_BUILD}'" >&2

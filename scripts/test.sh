@@ -41,11 +41,12 @@ log "infrastructure template checks"
 bash scripts/check-infra.sh
 
 log "cargo test"
-# Unit and integration tests of every crate (no doc-tests: the crates have no doc examples).
+# Unit and integration tests of every crate (no doc-tests: the crates have no doc examples),
+# the same build as scripts/lib.sh (its binaries are built for the integration tests).
 results="$(mktemp)"
 trap 'rm -f "$results"' EXIT
 set +e
-cargo test --workspace --locked --lib --bins --tests -- "${filter[@]}" 2>&1 | tee "$results"
+cargo test --workspace --locked --lib --tests -- "${filter[@]}" 2>&1 | tee "$results"
 status=${PIPESTATUS[0]}
 set -e
 passed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^passed;?$/) s += $(i-1) } END { print s + 0 }' "$results")

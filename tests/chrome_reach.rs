@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-use crate::support::{Controller, WAIT, bin, chrome_path, node, repo_root};
+use crate::support::{Controller, WAIT, bin, chromium, node, repo_root};
 
 /// `(ppid, pgrp)` of `pid`, from `/proc/<pid>/stat`.
 fn parents(pid: i32) -> Option<(i32, i32)> {
@@ -223,7 +223,7 @@ exit "$status"
         .env("TMP", dir.path())
         .env("POLICIES", repo_root().join("chrome/policies"))
         .env("BIN", bin())
-        .env("CHROME", chrome_path())
+        .env("CHROME", chromium())
         .env("NODE_DIR", repo_root().join("tests/node"))
         .env("TARGETS", targets.join("|"))
         .env("WAIT", WAIT.as_secs().to_string())
@@ -273,7 +273,7 @@ fn chrome_runs_sandboxed_as_a_non_root_user() {
         Some(nix::unistd::Gid::from_raw(65534)),
     )
     .unwrap();
-    let chrome = chrome_path();
+    let chrome = chromium();
     let home_s = home.path().to_str().unwrap().to_owned();
     let mut c = Controller::spawn_via(
         &[

@@ -22,17 +22,7 @@ fn puppeteer_with_the_connect_url() {
 #[test]
 fn puppeteer_with_the_token_in_an_authorization_header() {
     let (_c, s) = Controller::local(&[], &[]);
-    let r = node(
-        "drive.mjs",
-        &[
-            "--client",
-            "puppeteer",
-            "--url",
-            &s.ws_url(),
-            "--bearer",
-            &s.token,
-        ],
-    );
+    let r = s.drive_with_bearer("puppeteer", &s.ws_url());
     assert_drove(&r, "puppeteer (header)");
 }
 
@@ -57,17 +47,7 @@ fn playwright_with_the_http_url_and_query_token() {
 #[test]
 fn playwright_with_the_http_url_and_header() {
     let (_c, s) = Controller::local(&[], &[]);
-    let r = node(
-        "drive.mjs",
-        &[
-            "--client",
-            "playwright",
-            "--url",
-            &s.http_url(),
-            "--bearer",
-            &s.token,
-        ],
-    );
+    let r = s.drive_with_bearer("playwright", &s.http_url());
     assert_drove(&r, "playwright http+header");
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::support::{
-    Controller, WAIT, chrome_path, node, node_spawn, processes_with, user_data_dir_of,
+    Controller, WAIT, chromium, node, node_spawn, processes_with, user_data_dir_of,
 };
 
 /// Waits (bounded) until no process mentions `profile` any more.
@@ -119,7 +119,7 @@ fn a_missing_chrome_is_a_clear_failure() {
 /// client, an hour here, does not apply).
 #[test]
 fn run_mode_ends_itself_when_idle() {
-    let chrome = chrome_path();
+    let chrome = chromium();
     let mut c = Controller::spawn(
         &["run"],
         &[

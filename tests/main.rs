@@ -18,6 +18,10 @@ mod discovery;
 mod gateway;
 /// Chrome lifecycle: SIGTERM, Browser.close, crash, exit codes, no leftover processes.
 mod lifecycle;
+/// Pool mode on moto: the control plane's API (its library, as its Lambda builds it) sending
+/// claims to SQS, real pool controllers with Chromium serving them; and deploy/template.yaml
+/// created as a stack in moto, the platform run on its resources (`pool::stack`).
+mod pool;
 /// Proxy edge cases against a stand-in upstream: huge frames, closes, bad requests, cap, metrics.
 mod proxy_edges;
 /// The PROXY v2 header: only from trusted networks, the named client counted, TLS passed on.

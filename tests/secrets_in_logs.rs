@@ -20,17 +20,7 @@ fn no_token_text_in_a_debug_log() {
     let http = format!("{}?signingKey={}", s.http_url(), s.token);
     let r = node("drive.mjs", &["--client", "playwright", "--url", &http]);
     assert_eq!(r["ok"], true, "{r}");
-    let r = node(
-        "drive.mjs",
-        &[
-            "--client",
-            "playwright",
-            "--url",
-            &s.http_url(),
-            "--bearer",
-            &s.token,
-        ],
-    );
+    let r = s.drive_with_bearer("playwright", &s.http_url());
     assert_eq!(r["ok"], true, "{r}");
     for bad in [&other, &format!("{}x", s.token)] {
         let a = raw_http(

@@ -86,6 +86,26 @@ impl World {
         all.extend_from_slice(more);
         run_task(&all)
     }
+
+    /// [`World::start`] with `CDP_DISCONNECT_TIMEOUT` (for the first client to come) and
+    /// `CDP_DISCONNECT_GRACE` (after the last client left), in seconds.
+    fn start_with_disconnect(&self, session: &str, timeout: &str, grace: &str) -> Controller {
+        let more = [
+            ("CDP_DISCONNECT_TIMEOUT", timeout),
+            ("CDP_DISCONNECT_GRACE", grace),
+        ];
+        self.start(session, false, &more)
+    }
+
+    /// [`World::start`] in direct mode (`PUBLIC_IP_REQUIRED`), the task metadata endpoint at
+    /// `metadata`.
+    fn start_direct(&self, session: &str, persist: bool, metadata: &str) -> Controller {
+        let more = [
+            ("ECS_CONTAINER_METADATA_URI_V4", metadata),
+            ("PUBLIC_IP_REQUIRED", "true"),
+        ];
+        self.start(session, persist, &more)
+    }
 }
 
 /// An archive holding one session cookie for the test origin (restored over CDP at start).
@@ -164,14 +184,7 @@ fn full_lifecycle(end: End) {
 
     // Direct mode: the public address of the task's own interface (EC2, by its MAC).
     let (first, t1) = w.session("PROVISIONING", vec![]);
-    let mut c = w.start(
-        &first,
-        true,
-        &[
-            ("ECS_CONTAINER_METADATA_URI_V4", &metadata),
-            ("PUBLIC_IP_REQUIRED", "true"),
-        ],
-    );
+    let mut c = w.start_direct(&first, true, &metadata);
     let url = wait_ready(&mut c, &t1);
     let item = get_session(&w.table, &first);
     assert_eq!(text(&item, "internalStatus").as_deref(), Some("READY"));
@@ -272,14 +285,7 @@ fn direct_mode_without_a_public_ip_fails_the_session_and_announces_nothing() {
     let (private_ip, mac, _) = eni(false);
     let metadata = task_metadata_server(TASK_ARN, &private_ip, &mac);
     let (id, _) = w.session("PROVISIONING", vec![]);
-    let mut c = w.start(
-        &id,
-        false,
-        &[
-            ("ECS_CONTAINER_METADATA_URI_V4", &metadata),
-            ("PUBLIC_IP_REQUIRED", "true"),
-        ],
-    );
+    let mut c = w.start_direct(&id, false, &metadata);
     assert_ne!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
     let item = get_session(&w.table, &id);
     assert_eq!(text(&item, "internalStatus").as_deref(), Some("FAILED"));
@@ -428,7 +434,7 @@ fn released_while_starting_is_not_brought_back() {
         format!(
             "#!/bin/sh\nwhile [ ! -e '{}' ]; do sleep 0.05; done\nexec '{}' \"$@\"\n",
             gate.display(),
-            crate::support::chrome_path().display()
+            crate::support::chromium().display()
         ),
     )
     .unwrap();
@@ -474,14 +480,7 @@ fn released_while_starting_is_not_brought_back() {
 fn a_session_ends_a_grace_after_its_last_client_left() {
     let w = World::new();
     let (id, t) = w.session("PROVISIONING", vec![]);
-    let mut c = w.start(
-        &id,
-        false,
-        &[
-            ("CDP_DISCONNECT_TIMEOUT", "3600"),
-            ("CDP_DISCONNECT_GRACE", "1"),
-        ],
-    );
+    let mut c = w.start_with_disconnect(&id, "3600", "1");
     let url = wait_ready(&mut c, &t);
     let (mut holder, lines) = crate::support::node_spawn("hold.mjs", &["--url", &url]);
     assert_eq!(
@@ -510,14 +509,7 @@ fn keep_alive_survives_a_disconnect() {
         "PROVISIONING",
         vec![("keepAlive", AttributeValue::Bool(true))],
     );
-    let mut c = w.start(
-        &id,
-        false,
-        &[
-            ("CDP_DISCONNECT_TIMEOUT", "1"),
-            ("CDP_DISCONNECT_GRACE", "1"),
-        ],
-    );
+    let mut c = w.start_with_disconnect(&id, "1", "1");
     let url = wait_ready(&mut c, &t);
     assert_eq!(
         node("drive.mjs", &["--client", "puppeteer", "--url", &url])["ok"],

@@ -7,29 +7,12 @@ use std::time::{Duration, Instant};
 
 use tar::EntryType;
 use wallcrawler_contract::storage::profile_key;
+use wallcrawler_testkit::tar::raw_tar;
 
 use crate::support::aws::{self, AttributeValue, get_session, put_session, s, text};
 use crate::support::{Controller, KEY, WAIT, now, run_task};
 
 const PROJECT: &str = "proj_fail";
-
-/// A tar with raw headers (the tar crate's builders refuse the hostile entries).
-fn raw_tar(entries: &[(&str, EntryType, &[u8], Option<&str>)]) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for (path, kind, data, link) in entries {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(*kind);
-        h.set_size(data.len() as u64);
-        h.set_mode(0o644);
-        h.as_gnu_mut().unwrap().name[..path.len()].copy_from_slice(path.as_bytes());
-        if let Some(l) = link {
-            h.as_gnu_mut().unwrap().linkname[..l.len()].copy_from_slice(l.as_bytes());
-        }
-        h.set_cksum();
-        b.append(&h, *data).unwrap();
-    }
-    b.into_inner().unwrap()
-}
 
 fn gzip(data: &[u8]) -> Vec<u8> {
     use std::io::Write;

@@ -10,6 +10,16 @@ import { cdpSession } from "./rawcdp.mjs";
 
 const isHttp = (url) => /^https?:/i.test(url);
 
+// What every client does with its page (puppeteer's and playwright's Page agree on these):
+// load the test page, evaluate 1 + 1, take a screenshot, close the page.
+async function exercise(page, browserVersion) {
+  await page.goto(DATA_URL);
+  const evalResult = await page.evaluate(() => 1 + 1);
+  const shot = await page.screenshot({ type: "png" });
+  await page.close();
+  return { eval: evalResult, screenshotBytes: shot.length, browserVersion };
+}
+
 async function withPuppeteer(url, headers) {
   const { default: puppeteer } = await import("puppeteer-core");
   // Real puppeteer behaviour for http URLs: browserURL fetches
@@ -21,12 +31,7 @@ async function withPuppeteer(url, headers) {
   const browser = await puppeteer.connect(opts);
   try {
     const browserVersion = await browser.version();
-    const page = await browser.newPage();
-    await page.goto(DATA_URL);
-    const evalResult = await page.evaluate(() => 1 + 1);
-    const shot = await page.screenshot({ type: "png" });
-    await page.close();
-    return { eval: evalResult, screenshotBytes: shot.length, browserVersion };
+    return await exercise(await browser.newPage(), browserVersion);
   } finally {
     await browser.disconnect();
   }
@@ -42,12 +47,7 @@ async function withPlaywright(url, headers) {
     // Use the default context (as Browserbase-style clients do) and close
     // only the page we made.
     const context = browser.contexts()[0] ?? (await browser.newContext());
-    const page = await context.newPage();
-    await page.goto(DATA_URL);
-    const evalResult = await page.evaluate(() => 1 + 1);
-    const shot = await page.screenshot({ type: "png" });
-    await page.close();
-    return { eval: evalResult, screenshotBytes: shot.length, browserVersion };
+    return await exercise(await context.newPage(), browserVersion);
   } finally {
     // On a connectOverCDP browser, close() only disconnects.
     await browser.close();

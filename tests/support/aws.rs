@@ -5,9 +5,7 @@
 use std::sync::OnceLock;
 
 pub use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-};
+use wallcrawler_testkit::tables;
 
 /// Environment for a child process talking to moto.
 pub fn env() -> Vec<(&'static str, String)> {
@@ -56,37 +54,12 @@ pub fn ec2() -> aws_sdk_ec2::Client {
     aws_sdk_ec2::Client::new(&sdk())
 }
 
-/// A unique resource name.
-pub fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
-}
+pub use wallcrawler_testkit::unique;
 
-/// Creates a sessions table (key `sessionId`).
+/// Creates a sessions table as the template declares it.
 pub fn create_sessions_table() -> String {
-    let name = unique("sessions");
-    let c = dynamo();
-    rt().block_on(
-        c.create_table()
-            .table_name(&name)
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name("sessionId")
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .unwrap(),
-            )
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name("sessionId")
-                    .key_type(KeyType::Hash)
-                    .build()
-                    .unwrap(),
-            )
-            .billing_mode(BillingMode::PayPerRequest)
-            .send(),
-    )
-    .unwrap();
-    name
+    let sdk = sdk();
+    rt().block_on(tables::create(&sdk, &tables::SESSIONS))
 }
 
 pub fn s(v: &str) -> AttributeValue {

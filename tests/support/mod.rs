@@ -18,6 +18,9 @@ use wallcrawler_contract::{Claims, SigningKey};
 pub mod aws;
 pub mod upstream;
 
+pub use wallcrawler_testkit::node::{node, node_output, node_spawn};
+pub use wallcrawler_testkit::{chromium, repo_root};
+
 /// Bound on any single wait in these tests (a hang guard, not a speed assertion).
 pub const WAIT: Duration = Duration::from_secs(45);
 
@@ -26,30 +29,6 @@ pub const KEY: &str = "integration-test-signing-key";
 
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-controller"))
-}
-
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The real Chromium binary (Debian's, installed by `.ci/run`). Panics — never skips — when
-/// missing.
-pub fn chrome_path() -> PathBuf {
-    if let Ok(p) = std::env::var("CHROME_PATH") {
-        return PathBuf::from(p);
-    }
-    for p in [
-        "/usr/lib/chromium/chromium",
-        "/usr/bin/chromium",
-        "/usr/bin/google-chrome",
-    ] {
-        if Path::new(p).is_file() {
-            return PathBuf::from(p);
-        }
-    }
-    panic!(
-        "Chromium is not installed: run scripts/install-test-deps.sh (apt-get install chromium)"
-    );
 }
 
 /// A token for `session` (and `project`) signed with `key`, valid for `ttl` seconds.
@@ -168,7 +147,7 @@ impl Controller {
 
     /// `local --port 0` with real Chromium; waits for the connectUrl.
     pub fn local(extra_args: &[&str], envs: &[(&str, &str)]) -> (Controller, LocalSession) {
-        let chrome = chrome_path();
+        let chrome = chromium();
         let mut args = vec![
             "local",
             "--port",
@@ -330,6 +309,14 @@ impl LocalSession {
         format!("http://{}", self.addr)
     }
 
+    /// `client` (tests/node/drive.mjs) at `url`, the token in an `Authorization` header.
+    pub fn drive_with_bearer(&self, client: &str, url: &str) -> serde_json::Value {
+        node(
+            "drive.mjs",
+            &["--client", client, "--url", url, "--bearer", &self.token],
+        )
+    }
+
     /// The session id inside the local token.
     pub fn session_id(&self) -> String {
         use base64::Engine;
@@ -340,63 +327,6 @@ impl LocalSession {
         let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
         v["sessionId"].as_str().unwrap().to_owned()
     }
-}
-
-/// Runs a script of `tests/node` and returns the JSON of its last stdout line.
-pub fn node(script: &str, args: &[&str]) -> serde_json::Value {
-    let out = node_output(script, args);
-    let last = out.stdout.lines().last().unwrap_or_default().to_owned();
-    serde_json::from_str(&last).unwrap_or_else(|_| panic!("{script} printed no JSON: {out:?}"))
-}
-
-#[derive(Debug)]
-pub struct NodeOutput {
-    pub status: ExitStatus,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-pub fn node_output(script: &str, args: &[&str]) -> NodeOutput {
-    let dir = repo_root().join("tests/node");
-    assert!(
-        dir.join("node_modules").is_dir(),
-        "tests/node/node_modules is missing: run scripts/install-test-deps.sh"
-    );
-    let out = Command::new("node")
-        .arg(dir.join(script))
-        .args(args)
-        .current_dir(&dir)
-        .output()
-        .expect("run node");
-    NodeOutput {
-        status: out.status,
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// Starts a node script in the background, returning the child and a receiver of its stdout
-/// lines parsed as JSON.
-pub fn node_spawn(script: &str, args: &[&str]) -> (Child, mpsc::Receiver<serde_json::Value>) {
-    let dir = repo_root().join("tests/node");
-    let mut child = Command::new("node")
-        .arg(dir.join(script))
-        .args(args)
-        .current_dir(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run node");
-    let (tx, rx) = mpsc::channel();
-    let out = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str(&line) {
-                let _ = tx.send(v);
-            }
-        }
-    });
-    (child, rx)
 }
 
 /// One raw HTTP exchange: sends `request` bytes, reads until the server closes (bounded).
@@ -517,7 +447,7 @@ pub fn task_metadata_server(task_arn: &str, private_ip: &str, mac: &str) -> Stri
 /// `wallcrawler-controller run` with JSON logs, real Chromium on free ports, no metrics, the
 /// local AWS, and `envs` on top.
 pub fn run_task(envs: &[(&str, &str)]) -> Controller {
-    let chrome = chrome_path();
+    let chrome = chromium();
     let aws = aws::env();
     let mut all: Vec<(&str, &str)> = vec![
         ("LOG_FORMAT", "json"),

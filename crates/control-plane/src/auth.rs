@@ -4,7 +4,7 @@
 //! Missing or unknown key: 401; inactive key or project, or a foreign project: 403. The raw key
 //! goes nowhere past this function.
 
-use std::time::Instant;
+use tokio::time::Instant;
 
 use axum::extract::FromRequestParts;
 use axum::http::HeaderMap;

@@ -2,7 +2,8 @@
 //! Lambda alike. Every handler authorises first and only ever touches the selected project's
 //! records: ids of other projects answer 404.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use axum::Json;
 use axum::body::Bytes;

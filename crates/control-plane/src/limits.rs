@@ -26,7 +26,8 @@
 //! there (yet) counts as stale only once its id is older than [`MISSING_GRACE`], so a
 //! simultaneous create that has taken its slot but not written its item yet is never robbed.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use tracing::{info, warn};
 use wallcrawler_contract::InternalStatus;

@@ -5,16 +5,20 @@
 //! Not covered here: `GET /v1/sessions/{id}/debug` for a *running* session, which reads the
 //! page list from a real controller's proxy (the lifecycle tests of the controller crate run
 //! that path against real Chromium); only its refusal for a session that is not running is.
+//!
+//! The tests that wait out a create's budget run on paused time (`start_paused`): the handlers'
+//! deadlines are on tokio's clock, which then moves on at once whenever every task waits.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
+use tokio::time::Instant;
 use tower::ServiceExt;
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::time::{iso8601_millis, parse_iso8601};
@@ -817,7 +821,7 @@ async fn behind_a_connect_gateway_create_answers_at_once_with_the_gateways_url()
     assert_eq!(polled["connectUrl"], body["connectUrl"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn create_answers_pending_without_connect_url_and_the_session_can_be_polled() {
     let h = Harness::new(LaunchBehaviour::StayPending);
     let started = Instant::now();
@@ -1098,7 +1102,7 @@ async fn concurrency_reached_is_429() {
     assert_eq!(h.held(PROJ_OTHER), ["sess_4"], "another project's slots");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn simultaneous_creates_never_exceed_the_concurrency_limit() {
     let h = Harness::new(LaunchBehaviour::StayPending);
     let answers = h.create_at_once(12, "{}").await;
@@ -1200,7 +1204,7 @@ fn saving_session(h: &Harness, id: &str, ctx: &str) {
         .writer_session_id = Some(id.to_owned());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn simultaneous_persisting_creates_on_one_context_get_one_writer() {
     let h = Harness::with_settings(
         LaunchBehaviour::BecomeReady,
@@ -1275,7 +1279,7 @@ async fn a_stopped_task_gives_back_its_slot_and_context_lease() {
     assert_eq!(h.writer("ctx_mine"), None);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn context_held_by_a_persisting_session_that_never_ends_is_409() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     h.insert_context("ctx_busy", PROJ_A);
@@ -1300,7 +1304,7 @@ async fn context_held_by_a_persisting_session_that_never_ends_is_409() {
     assert_eq!(h.sessions.0.lock().unwrap().len(), 1, "nothing created");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn context_held_by_a_persisting_session_that_ends_during_the_wait_is_granted() {
     let h = Harness::with_settings(
         LaunchBehaviour::BecomeReady,
@@ -1952,7 +1956,7 @@ fn assert_no_retry(got: (StatusCode, Option<String>), status: StatusCode, what: 
     assert_eq!(got, (status, Some("false".to_owned())), "{what}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn every_refused_create_tells_clients_not_to_retry() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     let create = |key, body| h.retry_advice(Method::POST, "/v1/sessions", key, body);

@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use wallcrawler_testkit::node;
+
 const WAIT: Duration = Duration::from_secs(60);
 
 /// `serve`'s direct mode: no connect gateway, each create waits for its controller's READY
@@ -15,10 +17,6 @@ const DIRECT: (&str, &str) = ("WALLCRAWLER_DIRECT_CONNECT", "true");
 
 /// `serve --tls`: the gateway serves `wss://` with a local authority's certificate.
 const TLS: (&str, &str) = ("WALLCRAWLER_TLS", "true");
-
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 struct Server {
     child: Child,
@@ -101,13 +99,7 @@ impl Server {
 
     /// [`Server::node`] with more environment for Node (e.g. `NODE_EXTRA_CA_CERTS`).
     fn node_with_env(&self, scenario: &str, env: &[(&str, &str)]) -> serde_json::Value {
-        let dir = workspace().join("tests/node");
-        assert!(
-            dir.join("node_modules").is_dir(),
-            "run scripts/install-test-deps.sh first"
-        );
-        let out = Command::new("node")
-            .arg(dir.join("platform.mjs"))
+        let out = node::command("platform.mjs")
             .args([
                 "--base",
                 &self.base,
@@ -122,17 +114,13 @@ impl Server {
             // calls the platform, never api.browserbase.com.
             .env("BROWSERBASE_BASE_URL", &self.base)
             .envs(env.iter().copied())
-            .current_dir(&dir)
             .output()
             .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let last = stdout.lines().last().unwrap_or_default();
-        serde_json::from_str(last).unwrap_or_else(|_| {
-            panic!(
-                "no JSON from {scenario}: {stdout}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })
+        node::last_json(
+            scenario,
+            &String::from_utf8_lossy(&out.stdout),
+            &String::from_utf8_lossy(&out.stderr),
+        )
     }
 
     /// The data directory.
@@ -785,12 +773,9 @@ fn drive_with(client: &str, url: &str) -> serde_json::Value {
 
 /// [`drive_with`] with more environment for the client (e.g. `NODE_EXTRA_CA_CERTS`).
 fn drive_with_env(client: &str, url: &str, env: &[(&str, &str)]) -> serde_json::Value {
-    let dir = workspace().join("tests/node");
-    let out = Command::new("node")
-        .arg(dir.join("drive.mjs"))
+    let out = node::command("drive.mjs")
         .args(["--client", client, "--url", url])
         .envs(env.iter().copied())
-        .current_dir(&dir)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -1062,12 +1047,9 @@ fn with_tls_every_client_drives_a_page_over_wss_and_the_wire_never_shows_the_tok
     }
 
     // Without trusting the authority, a client is refused by its own TLS check.
-    let dir = workspace().join("tests/node");
-    let untrusting = Command::new("node")
-        .arg(dir.join("drive.mjs"))
+    let untrusting = node::command("drive.mjs")
         .args(["--client", "puppeteer", "--url", &tapped])
         .env_remove("NODE_EXTRA_CA_CERTS")
-        .current_dir(&dir)
         .output()
         .unwrap();
     assert!(

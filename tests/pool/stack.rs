@@ -14,6 +14,9 @@
 //! APIs, and says so in its answer. What moto accepts but ignores is asserted on the template
 //! by deploy/check_template.py.
 
+use wallcrawler_control_plane::aws::PROJECT_INDEX;
+use wallcrawler_testkit::moto;
+
 use super::*;
 
 /// The test's stand-in for the VPC: every process of the connect leg runs on loopback.
@@ -48,7 +51,7 @@ fn strings(v: &Value) -> Vec<(String, String)> {
 
 /// Creates the stack in moto with `ConnectMode` = `mode`.
 async fn create_stack(prefix: &str, mode: &str) -> Stack {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = wallcrawler_testkit::repo_root();
     let python = root.join(".venv/bin/python");
     assert!(
         python.is_file(),
@@ -131,7 +134,7 @@ struct Gateway {
 
 impl Gateway {
     async fn start(stack: &Stack) -> Gateway {
-        let mut cmd = tokio::process::Command::new(controller_bin());
+        let mut cmd = tokio::process::Command::new(crate::support::bin());
         cmd.args(&stack.gateway_command)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())

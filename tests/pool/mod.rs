@@ -18,9 +18,13 @@
 //!   (a service's task has no session in `startedBy`) and ends it;
 //! - a poison claim ends in the dead-letter queue and the task still serves valid claims.
 //!
+//! The controllers are this package's binary (`support::bin`, which Cargo builds for these
+//! tests); the control plane's API runs in the test from its library, as its Lambda builds it
+//! (`wallcrawler_testkit::platform::Fixture`).
+//!
 //! A failing test prints its controllers' logs; `POOL_TEST_LOGS=1` prints them always.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::Mutex;
 
@@ -29,10 +33,22 @@ use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ::http::{Method, StatusCode};
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde_json::{Value, json};
+use std::process::Stdio;
+use wallcrawler_contract::SigningKey;
+use wallcrawler_control_plane::aws::lambda::TaskEventOutcome;
+use wallcrawler_testkit::platform::{
+    Fixture, SIGNING_KEY, aws_env, http, sdk, stopped_event, text,
+};
+use wallcrawler_testkit::unique;
 
 /// The CloudFormation stack in moto, run with these helpers.
-#[path = "stack.rs"]
 mod stack;
 
 /// Bound on any single wait here (a hang guard for a loaded machine, never a speed assertion).
@@ -253,7 +269,7 @@ impl Pool {
                  while [ ! -e '{gate}' ]; do sleep 0.05; done\n    exit 1 ;;\nesac\n\
                  exec '{chrome}' \"$@\"\n",
                 gate = self.tmp.path().join("gate").display(),
-                chrome = chromium().display()
+                chrome = wallcrawler_testkit::chromium().display()
             ),
         )
         .unwrap();
@@ -274,37 +290,13 @@ impl Pool {
             &path,
             format!(
                 "#!/bin/sh\ncase \"$*\" in\n  *.claimed*) exec sleep 600 ;;\nesac\nexec '{}' \"$@\"\n",
-                chromium().display()
+                wallcrawler_testkit::chromium().display()
             ),
         )
         .unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         path
     }
-}
-
-/// The real Chromium (Debian's). Panics — never skips — when missing.
-fn chromium() -> PathBuf {
-    if let Some(p) = std::env::var_os("CHROME_PATH") {
-        return PathBuf::from(p);
-    }
-    ["/usr/lib/chromium/chromium", "/usr/bin/chromium"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .expect("Chromium is not installed: run scripts/install-test-deps.sh")
-}
-
-/// The controller binary, built next to this crate's binaries.
-fn controller_bin() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
-        .with_file_name("wallcrawler-controller");
-    assert!(
-        bin.is_file(),
-        "build the controller first (cargo test --workspace): {}",
-        bin.display()
-    );
-    bin
 }
 
 /// A moto ECS task for a pool controller to be: its ARN.
@@ -464,8 +456,8 @@ impl PoolTask {
     async fn start(pool: &Pool, o: TaskOptions) -> PoolTask {
         let arn = ecs_task(&pool.f).await;
         let (metadata, agent_uri, agent) = metadata_server(&arn).await;
-        let chrome = o.chrome.unwrap_or_else(chromium);
-        let mut cmd = tokio::process::Command::new(controller_bin());
+        let chrome = o.chrome.unwrap_or_else(wallcrawler_testkit::chromium);
+        let mut cmd = tokio::process::Command::new(crate::support::bin());
         cmd.arg("run")
             // Nothing of the test's environment but what a task has.
             .env_clear()
@@ -614,36 +606,23 @@ impl Drop for PoolTask {
 
 /// `node tests/node/<script> <args>`: the last JSON line it printed, asserted ok.
 async fn node(script: &str, args: &[&str]) -> Value {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/node");
-    assert!(
-        dir.join("node_modules").is_dir(),
-        "run scripts/install-test-deps.sh first"
-    );
+    let mut cmd = tokio::process::Command::from(wallcrawler_testkit::node::command(script));
     // The script's own deadline first (it then says where it was), ours as a backstop.
     let out = tokio::time::timeout(
         POOL_WAIT * 2,
-        tokio::process::Command::new("node")
-            .arg(script)
-            .args(args)
+        cmd.args(args)
             .args(["--timeout-ms", "90000"])
-            .current_dir(&dir)
             .kill_on_drop(true)
             .output(),
     )
     .await
     .expect("the node client finished")
     .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let v: Value = stdout
-        .lines()
-        .last()
-        .and_then(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "no JSON from {script}: {stdout}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+    let v = wallcrawler_testkit::node::last_json(
+        script,
+        &String::from_utf8_lossy(&out.stdout),
+        &String::from_utf8_lossy(&out.stderr),
+    );
     assert_eq!(v["ok"], true, "{script}: {v}");
     v
 }
