@@ -3,7 +3,7 @@
 # checkov (every suppression is a `Metadata.checkov.skip` with a reason in the template; none on
 # the command line), and deploy/check_template.py (what moto ignores and cfn-lint misses, and
 # the template's environment and IAM against the code). The stack itself is created in moto by
-# the cargo test `stack_` (crates/control-plane/tests/aws/stack.rs).
+# the cargo test `stack_` (tests/pool/stack.rs).
 #
 # Needs scripts/install-test-deps.sh first (.venv with cfn-lint, .venv-checkov with checkov).
 set -euo pipefail
