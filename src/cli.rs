@@ -23,10 +23,11 @@ use crate::config::{
     GatewayTls, KeyConfig, LocalConfig, LogFormat, PoolQueue, ProxyConfig, ProxyTuning, RunConfig,
     SessionStoreConfig, TokenConfig,
 };
+use crate::profile::DirectoryArchives;
 use crate::proxy::Limits;
 use crate::secrets::{FetchError, SecretKeyCache};
 use crate::shutdown::Shutdown;
-use crate::stores::{DirClaims, DirectoryArchives, DirectorySessions};
+use crate::stores::{DirClaims, DirectorySessions};
 use crate::task::{self, TaskDeps};
 use crate::telemetry;
 

@@ -1,9 +1,9 @@
 //! The narrow interfaces the controller needs from the outside world, named for what it needs:
 //! where the session item lives ([`SessionStore`]), where profile archives live
 //! ([`ArchiveStore`]), and how a private address maps to a public one ([`NetworkLookup`]).
-//! Where the signing secret comes from is [`crate::secrets::SecretFetcher`]. AWS
-//! implementations are in [`crate::aws`]; a local directory implementation of the archive
-//! store is here.
+//! The implementations import these ports, never the reverse: the AWS adapters (`aws`), the
+//! archive directory (`profile`), the Secrets Manager key cache (`secrets`); the session and
+//! claim directories of the local platform are here.
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use backon::Retryable as _;
 use futures_util::future::BoxFuture;
-use tokio::io::{AsyncRead, AsyncWriteExt};
+use tokio::io::AsyncRead;
 use tracing::warn;
 use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::claim::DirQueue;
@@ -319,81 +319,6 @@ impl ClaimQueue for DirClaims {
     }
 }
 
-/// Archives in a local directory (`<dir>/<key>`), for the local platform and benchmarks.
-pub struct DirectoryArchives {
-    /// The directory holding the archives.
-    pub dir: PathBuf,
-}
-
-impl DirectoryArchives {
-    fn path(&self, key: &str) -> Result<PathBuf, StoreError> {
-        let rel = crate::profile::safe_relative(std::path::Path::new(key)).map_err(|e| {
-            StoreError::Refused {
-                service: "contexts directory",
-                source: e.into(),
-            }
-        })?;
-        Ok(self.dir.join(rel))
-    }
-}
-
-impl ArchiveStore for DirectoryArchives {
-    fn open<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<BoxRead>, StoreError>> {
-        Box::pin(async move {
-            let path = self.path(key)?;
-            match tokio::fs::File::open(&path).await {
-                Ok(f) => Ok(Some(
-                    Box::pin(tokio::io::BufReader::with_capacity(256 * 1024, f)) as BoxRead,
-                )),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(StoreError::Unavailable {
-                    service: "contexts directory",
-                    source: e.into(),
-                }),
-            }
-        })
-    }
-
-    fn put<'a>(
-        &'a self,
-        key: &'a str,
-        mut body: BoxRead,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(async move {
-            let io = |e: std::io::Error| StoreError::Other {
-                service: "contexts directory",
-                source: e.into(),
-            };
-            let path = self.path(key)?;
-            let parent = path
-                .parent()
-                .map(PathBuf::from)
-                .unwrap_or_else(|| self.dir.clone());
-            tokio::fs::create_dir_all(&parent).await.map_err(io)?;
-            let tmp = parent.join(format!(
-                ".{}.partial-{}",
-                path.file_name()
-                    .map(|n| n.to_string_lossy())
-                    .unwrap_or_default(),
-                uuid::Uuid::new_v4()
-            ));
-            let result = async {
-                let mut f = tokio::fs::File::create(&tmp).await.map_err(io)?;
-                let n = tokio::io::copy(&mut body, &mut f).await.map_err(io)?;
-                f.flush().await.map_err(io)?;
-                f.sync_all().await.map_err(io)?;
-                tokio::fs::rename(&tmp, &path).await.map_err(io)?;
-                Ok(n)
-            }
-            .await;
-            if result.is_err() {
-                let _ = tokio::fs::remove_file(&tmp).await;
-            }
-            result
-        })
-    }
-}
-
 /// Session documents in a directory (`SESSIONS_DIR`, the local platform's table), with the same
 /// conditional semantics as the DynamoDB adapter.
 pub struct DirectorySessions {
@@ -542,49 +467,5 @@ impl SessionStore for DirectorySessions {
             .unwrap_or_else(|never| match never {});
             Ok(())
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn directory_archives_replace_atomically() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = DirectoryArchives {
-            dir: dir.path().to_owned(),
-        };
-        assert!(store.open("p/c/profile.tar.gz").await.unwrap().is_none());
-        store
-            .put("p/c/profile.tar.gz", Box::pin(&b"first"[..]))
-            .await
-            .unwrap();
-        // A failing body leaves the previous archive in place.
-        struct Failing;
-        impl AsyncRead for Failing {
-            fn poll_read(
-                self: Pin<&mut Self>,
-                _: &mut std::task::Context<'_>,
-                _: &mut tokio::io::ReadBuf<'_>,
-            ) -> std::task::Poll<std::io::Result<()>> {
-                std::task::Poll::Ready(Err(std::io::Error::other("interrupted")))
-            }
-        }
-        assert!(
-            store
-                .put("p/c/profile.tar.gz", Box::pin(Failing))
-                .await
-                .is_err()
-        );
-        let mut r = store.open("p/c/profile.tar.gz").await.unwrap().unwrap();
-        let mut s = String::new();
-        tokio::io::AsyncReadExt::read_to_string(&mut r, &mut s)
-            .await
-            .unwrap();
-        assert_eq!(s, "first");
-        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("p/c")).unwrap().collect();
-        assert_eq!(leftovers.len(), 1, "no partial file left behind");
-        assert!(store.open("../escape").await.is_err());
     }
 }

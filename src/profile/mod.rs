@@ -30,7 +30,9 @@ use tar::{EntryType, PaxExtensions};
 
 use crate::telemetry::clip;
 
+mod directory;
 mod stream;
+pub use directory::DirectoryArchives;
 pub use stream::{ProfileError, hydrate, persist_profile};
 
 /// The most one extension header (GNU long name or long link, PAX) may hold. Its size is

@@ -169,7 +169,7 @@ pub async fn persist_profile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stores::DirectoryArchives;
+    use crate::profile::DirectoryArchives;
     use wallcrawler_contract::storage::SESSION_COOKIES_FILE;
 
     #[tokio::test]
