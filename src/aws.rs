@@ -25,7 +25,7 @@ use wallcrawler_contract::{InternalStatus, SigningSecret};
 
 use crate::stores::{
     ArchiveStore, BoxError, BoxRead, ClaimQueue, Context, NetworkLookup, ReadyResult, ReadyUpdate,
-    Received, SessionRecord, SessionStore, StoreError, TaskInterface,
+    Received, SessionRecord, SessionStore, StoreError, TaskInterface, TerminalUpdate,
 };
 
 /// Size of one multipart upload part (S3's minimum is 5 MiB).
@@ -128,6 +128,26 @@ fn to_record(i: &Item) -> Result<SessionRecord, StoreError> {
 
 const TABLE: &str = "sessions table";
 
+/// The session item `id`, strongly consistent (READY and the end are read back at once);
+/// only `projection`'s attributes when given.
+async fn get_session(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    id: &str,
+    projection: Option<&str>,
+) -> Result<Option<Item>, StoreError> {
+    let out = client
+        .get_item()
+        .table_name(table)
+        .key(attr::SESSION_ID, s(id))
+        .consistent_read(true)
+        .set_projection_expression(projection.map(str::to_owned))
+        .send()
+        .await
+        .map_err(|e| sdk_error(TABLE, e))?;
+    Ok(out.item)
+}
+
 /// The sessions table as the connect gateway reads it: one strongly consistent `GetItem` per
 /// lookup, only the attributes routing needs.
 pub struct DynamoRoutes {
@@ -168,20 +188,12 @@ impl crate::gateway::lookup::SessionRoutes for DynamoRoutes {
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<crate::gateway::lookup::RouteItem>, StoreError>> {
         Box::pin(async move {
-            let out = self
-                .client
-                .get_item()
-                .table_name(&self.table)
-                .key(attr::SESSION_ID, s(session_id))
-                .consistent_read(true)
-                .projection_expression("internalStatus, privateIP, proxyPort, endedAt")
-                .send()
-                .await
-                .map_err(|e| sdk_error(TABLE, e))?;
-            let Some(i) = out.item() else {
+            let routing = "internalStatus, privateIP, proxyPort, endedAt";
+            let got = get_session(&self.client, &self.table, session_id, Some(routing)).await?;
+            let Some(i) = got else {
                 return Ok(None);
             };
-            let v: RouteView = item::from_item("session", i).map_err(|e| StoreError::Other {
+            let v: RouteView = item::from_item("session", &i).map_err(|e| StoreError::Other {
                 service: TABLE,
                 source: e.into(),
             })?;
@@ -201,16 +213,8 @@ impl SessionStore for DynamoSessions {
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>> {
         Box::pin(async move {
-            let out = self
-                .client
-                .get_item()
-                .table_name(&self.table)
-                .key(attr::SESSION_ID, s(session_id))
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(|e| sdk_error(TABLE, e))?;
-            out.item().map(to_record).transpose()
+            let got = get_session(&self.client, &self.table, session_id, None).await?;
+            got.as_ref().map(to_record).transpose()
         })
     }
 
@@ -283,9 +287,7 @@ impl SessionStore for DynamoSessions {
     fn mark_terminal<'a>(
         &'a self,
         session_id: &'a str,
-        status: InternalStatus,
-        reason: Option<&'a str>,
-        at: &'a str,
+        t: &'a TerminalUpdate<'a>,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
             let req = self
@@ -293,7 +295,7 @@ impl SessionStore for DynamoSessions {
                 .update_item()
                 .table_name(&self.table)
                 .key(attr::SESSION_ID, s(session_id));
-            let (req, expr) = wallcrawler_aws::terminal_update(req, status, reason, at);
+            let (req, expr) = wallcrawler_aws::terminal_update(req, t.status, t.reason, t.at);
             match req.update_expression(expr).send().await {
                 Ok(_) => Ok(true),
                 Err(e)

@@ -168,6 +168,17 @@ pub enum ReadyResult {
     NotPending(Option<InternalStatus>),
 }
 
+/// A terminal status for the session item, written unless it is terminal already.
+#[derive(Debug, Clone, Copy)]
+pub struct TerminalUpdate<'a> {
+    /// STOPPED, TIMED_OUT or FAILED.
+    pub status: InternalStatus,
+    /// The `terminationReason`, if any.
+    pub reason: Option<&'a str>,
+    /// When (ISO 8601).
+    pub at: &'a str,
+}
+
 /// The session item, written only with conditional updates.
 pub trait SessionStore: Send + Sync {
     /// The session item, `None` when there is none.
@@ -185,9 +196,7 @@ pub trait SessionStore: Send + Sync {
     fn mark_terminal<'a>(
         &'a self,
         session_id: &'a str,
-        status: InternalStatus,
-        reason: Option<&'a str>,
-        at: &'a str,
+        t: &'a TerminalUpdate<'a>,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
     /// `proxyBytes` and, last of all, `endedAt`.
     fn mark_ended<'a>(
@@ -417,14 +426,13 @@ impl SessionStore for DirectorySessions {
     fn mark_terminal<'a>(
         &'a self,
         session_id: &'a str,
-        status: InternalStatus,
-        reason: Option<&'a str>,
-        at: &'a str,
+        t: &'a TerminalUpdate<'a>,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        let (id, reason, at) = (
+        let (id, status, reason, at) = (
             session_id.to_owned(),
-            reason.map(str::to_owned),
-            at.to_owned(),
+            t.status,
+            t.reason.map(str::to_owned),
+            t.at.to_owned(),
         );
         Box::pin(async move {
             let (written, _) = self
