@@ -10,7 +10,6 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use backon::Retryable as _;
-use futures_util::future::BoxFuture;
 use tokio::io::AsyncRead;
 use tracing::warn;
 use wallcrawler_contract::InternalStatus;
@@ -180,40 +179,26 @@ pub struct TerminalUpdate<'a> {
 }
 
 /// The session item, written only with conditional updates.
+#[async_trait::async_trait]
 pub trait SessionStore: Send + Sync {
     /// The session item, `None` when there is none.
-    fn load<'a>(
-        &'a self,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>>;
+    async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
     /// READY, only from a pending status.
-    fn mark_ready<'a>(
-        &'a self,
-        session_id: &'a str,
-        u: &'a ReadyUpdate,
-    ) -> BoxFuture<'a, Result<ReadyResult, StoreError>>;
+    async fn mark_ready(&self, id: &str, u: &ReadyUpdate) -> Result<ReadyResult, StoreError>;
     /// A terminal status, unless the item is terminal already (then false, nothing written).
-    fn mark_terminal<'a>(
-        &'a self,
-        session_id: &'a str,
-        t: &'a TerminalUpdate<'a>,
-    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+    async fn mark_terminal(&self, id: &str, t: &TerminalUpdate<'_>) -> Result<bool, StoreError>;
     /// `proxyBytes` and, last of all, `endedAt`.
-    fn mark_ended<'a>(
-        &'a self,
-        session_id: &'a str,
-        proxy_bytes: u64,
-        at: &'a str,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    async fn mark_ended(&self, id: &str, proxy_bytes: u64, at: &str) -> Result<(), StoreError>;
 }
 
 /// Profile archives by key.
+#[async_trait::async_trait]
 pub trait ArchiveStore: Send + Sync {
     /// The archive's bytes, or `None` when there is none yet (a new context).
-    fn open<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<BoxRead>, StoreError>>;
+    async fn open(&self, key: &str) -> Result<Option<BoxRead>, StoreError>;
     /// Stores the archive read from `body`. The previous archive is replaced only once the new
     /// one is complete; a failed upload leaves it as it was. Returns the bytes stored.
-    fn put<'a>(&'a self, key: &'a str, body: BoxRead) -> BoxFuture<'a, Result<u64, StoreError>>;
+    async fn put(&self, key: &str, body: BoxRead) -> Result<u64, StoreError>;
 }
 
 /// The task's own network interface, as the ECS task metadata describes it.
@@ -226,14 +211,12 @@ pub struct TaskInterface {
 }
 
 /// The public address of the task's own network interface (direct mode).
+#[async_trait::async_trait]
 pub trait NetworkLookup: Send + Sync {
     /// The public address of `iface`, found by its MAC address together with its private
     /// address (never by the private address alone, which other VPCs may use too); `None`
     /// when the interface has none.
-    fn public_ip_of<'a>(
-        &'a self,
-        iface: &'a TaskInterface,
-    ) -> BoxFuture<'a, Result<Option<String>, StoreError>>;
+    async fn public_ip_of(&self, iface: &TaskInterface) -> Result<Option<String>, StoreError>;
 }
 
 /// A claim received from the pool's queue.
@@ -248,24 +231,21 @@ pub struct Received {
 /// The queue a pool controller takes its session from (SQS, or a directory locally). A
 /// received claim is invisible to other controllers until it is settled or, for SQS, until its
 /// visibility timeout passes.
+#[async_trait::async_trait]
 pub trait ClaimQueue: Send + Sync {
     /// Waits up to `wait` for a claim.
-    fn receive(&self, wait: Duration) -> BoxFuture<'_, Result<Option<Received>, StoreError>>;
+    async fn receive(&self, wait: Duration) -> Result<Option<Received>, StoreError>;
     /// READY is written: the claim is done (deleted).
-    fn complete<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    async fn complete(&self, receipt: &str) -> Result<(), StoreError>;
     /// The claim's session is gone or no longer pending: deleted, unserved.
-    fn discard<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    async fn discard(&self, receipt: &str) -> Result<(), StoreError>;
     /// A claim that does not parse: toward the dead-letter queue (SQS: visible again at once,
     /// and the queue's redrive policy moves it after its receive count).
-    fn poison<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    async fn poison(&self, receipt: &str) -> Result<(), StoreError>;
     /// Still bringing the claim's session up: invisible to other controllers for `more` from
     /// now (SQS: its visibility timeout restarted). A directory claim stays with its owner
     /// until it is settled or the owner exits: nothing to do.
-    fn keep<'a>(
-        &'a self,
-        receipt: &'a str,
-        more: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    async fn keep(&self, receipt: &str, more: Duration) -> Result<(), StoreError>;
 }
 
 /// Claims in a directory shared with the local platform ([`DirQueue`]), taken under `owner`.
@@ -288,43 +268,38 @@ impl DirClaims {
     }
 }
 
+#[async_trait::async_trait]
 impl ClaimQueue for DirClaims {
-    fn receive(&self, wait: Duration) -> BoxFuture<'_, Result<Option<Received>, StoreError>> {
-        Box::pin(async move {
-            let deadline = tokio::time::Instant::now() + wait;
-            loop {
-                if let Some(t) = self.queue.take(&self.owner).map_err(Self::io)? {
-                    return Ok(Some(Received {
-                        body: t.body,
-                        receipt: t.name,
-                    }));
-                }
-                if tokio::time::Instant::now() >= deadline {
-                    return Ok(None);
-                }
-                tokio::time::sleep(DIR_QUEUE_POLL).await;
+    async fn receive(&self, wait: Duration) -> Result<Option<Received>, StoreError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(t) = self.queue.take(&self.owner).map_err(Self::io)? {
+                return Ok(Some(Received {
+                    body: t.body,
+                    receipt: t.name,
+                }));
             }
-        })
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(DIR_QUEUE_POLL).await;
+        }
     }
-    fn complete<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move { self.queue.complete(receipt, &self.owner).map_err(Self::io) })
+    async fn complete(&self, receipt: &str) -> Result<(), StoreError> {
+        self.queue.complete(receipt, &self.owner).map_err(Self::io)
     }
-    fn discard<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            self.queue
-                .drop_claim(receipt, &self.owner)
-                .map_err(Self::io)
-        })
+    async fn discard(&self, receipt: &str) -> Result<(), StoreError> {
+        self.queue
+            .drop_claim(receipt, &self.owner)
+            .map_err(Self::io)
     }
-    fn poison<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            self.queue
-                .dead_letter(receipt, &self.owner)
-                .map_err(Self::io)
-        })
+    async fn poison(&self, receipt: &str) -> Result<(), StoreError> {
+        self.queue
+            .dead_letter(receipt, &self.owner)
+            .map_err(Self::io)
     }
-    fn keep<'a>(&'a self, _: &'a str, _: Duration) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async { Ok(()) })
+    async fn keep(&self, _: &str, _: Duration) -> Result<(), StoreError> {
+        Ok(())
     }
 }
 
@@ -364,116 +339,93 @@ impl DirectorySessions {
     }
 }
 
+#[async_trait::async_trait]
 impl SessionStore for DirectorySessions {
-    fn load<'a>(
-        &'a self,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>> {
-        let id = session_id.to_owned();
-        Box::pin(async move {
-            let doc = self.blocking(move |s| s.get(&id)).await?;
-            Ok(doc.map(|d| SessionRecord {
-                internal_status: d.internal(),
-                signing_key: d.signing_key,
-                keep_alive: d.keep_alive,
-                expires_at: Some(d.expires_at).filter(|e| *e > 0),
-                project_id: Some(d.project_id),
-                ever_ready: d.ready_at.is_some(),
-                ended: d.ended_at.is_some(),
-            }))
-        })
+    async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let id = id.to_owned();
+        let doc = self.blocking(move |s| s.get(&id)).await?;
+        Ok(doc.map(|d| SessionRecord {
+            internal_status: d.internal(),
+            signing_key: d.signing_key,
+            keep_alive: d.keep_alive,
+            expires_at: Some(d.expires_at).filter(|e| *e > 0),
+            project_id: Some(d.project_id),
+            ever_ready: d.ready_at.is_some(),
+            ended: d.ended_at.is_some(),
+        }))
     }
 
-    fn mark_ready<'a>(
-        &'a self,
-        session_id: &'a str,
-        u: &'a ReadyUpdate,
-    ) -> BoxFuture<'a, Result<ReadyResult, StoreError>> {
-        let id = session_id.to_owned();
+    async fn mark_ready(&self, id: &str, u: &ReadyUpdate) -> Result<ReadyResult, StoreError> {
+        let id = id.to_owned();
         let u = u.clone();
-        Box::pin(async move {
-            let (written, doc) = self
-                .blocking(move |s| {
-                    s.update::<std::convert::Infallible>(&id, |d| {
-                        if !d.internal().is_some_and(InternalStatus::may_become_ready) {
-                            return Ok(false);
-                        }
-                        d.set_status(InternalStatus::Ready);
-                        d.public_ip = Some(u.public_ip.clone());
-                        d.private_ip = Some(u.private_ip.clone());
-                        d.proxy_port = Some(u.proxy_port);
-                        d.ready_at = Some(u.at.clone());
-                        d.updated_at = Some(u.at.clone());
-                        if u.task_arn.is_some() {
-                            d.ecs_task_arn = u.task_arn.clone();
-                        }
-                        if d.connect_url.is_none() {
-                            d.connect_url = u.connect_url.clone();
-                        }
-                        Ok(true)
-                    })
-                })
-                .await?
-                .unwrap_or_else(|never| match never {});
-            Ok(if written {
-                ReadyResult::Ready
-            } else {
-                ReadyResult::NotPending(doc.internal())
-            })
-        })
-    }
-
-    fn mark_terminal<'a>(
-        &'a self,
-        session_id: &'a str,
-        t: &'a TerminalUpdate<'a>,
-    ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        let (id, status, reason, at) = (
-            session_id.to_owned(),
-            t.status,
-            t.reason.map(str::to_owned),
-            t.at.to_owned(),
-        );
-        Box::pin(async move {
-            let (written, _) = self
-                .blocking(move |s| {
-                    s.update::<std::convert::Infallible>(&id, |d| {
-                        if d.internal().is_some_and(InternalStatus::is_terminal) {
-                            return Ok(false);
-                        }
-                        d.set_status(status);
-                        d.updated_at = Some(at.clone());
-                        if reason.is_some() {
-                            d.termination_reason = reason.clone();
-                        }
-                        Ok(true)
-                    })
-                })
-                .await?
-                .unwrap_or_else(|never| match never {});
-            Ok(written)
-        })
-    }
-
-    fn mark_ended<'a>(
-        &'a self,
-        session_id: &'a str,
-        proxy_bytes: u64,
-        at: &'a str,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let (id, at) = (session_id.to_owned(), at.to_owned());
-        Box::pin(async move {
-            self.blocking(move |s| {
+        let (written, doc) = self
+            .blocking(move |s| {
                 s.update::<std::convert::Infallible>(&id, |d| {
-                    d.proxy_bytes = Some(proxy_bytes);
-                    d.ended_at = Some(at.clone());
-                    d.updated_at = Some(at.clone());
+                    if !d.internal().is_some_and(InternalStatus::may_become_ready) {
+                        return Ok(false);
+                    }
+                    d.set_status(InternalStatus::Ready);
+                    d.public_ip = Some(u.public_ip.clone());
+                    d.private_ip = Some(u.private_ip.clone());
+                    d.proxy_port = Some(u.proxy_port);
+                    d.ready_at = Some(u.at.clone());
+                    d.updated_at = Some(u.at.clone());
+                    if u.task_arn.is_some() {
+                        d.ecs_task_arn = u.task_arn.clone();
+                    }
+                    if d.connect_url.is_none() {
+                        d.connect_url = u.connect_url.clone();
+                    }
                     Ok(true)
                 })
             })
             .await?
             .unwrap_or_else(|never| match never {});
-            Ok(())
+        Ok(if written {
+            ReadyResult::Ready
+        } else {
+            ReadyResult::NotPending(doc.internal())
         })
+    }
+
+    async fn mark_terminal(&self, id: &str, t: &TerminalUpdate<'_>) -> Result<bool, StoreError> {
+        let (id, status, reason, at) = (
+            id.to_owned(),
+            t.status,
+            t.reason.map(str::to_owned),
+            t.at.to_owned(),
+        );
+        let (written, _) = self
+            .blocking(move |s| {
+                s.update::<std::convert::Infallible>(&id, |d| {
+                    if d.internal().is_some_and(InternalStatus::is_terminal) {
+                        return Ok(false);
+                    }
+                    d.set_status(status);
+                    d.updated_at = Some(at.clone());
+                    if reason.is_some() {
+                        d.termination_reason = reason.clone();
+                    }
+                    Ok(true)
+                })
+            })
+            .await?
+            .unwrap_or_else(|never| match never {});
+        Ok(written)
+    }
+
+    async fn mark_ended(&self, id: &str, proxy_bytes: u64, at: &str) -> Result<(), StoreError> {
+        let (id, at) = (id.to_owned(), at.to_owned());
+        self.blocking(move |s| {
+            s.update::<std::convert::Infallible>(&id, |d| {
+                d.proxy_bytes = Some(proxy_bytes);
+                d.ended_at = Some(at.clone());
+                d.updated_at = Some(at.clone());
+                Ok(true)
+            })
+        })
+        .await?
+        .unwrap_or_else(|never| match never {});
+        Ok(())
     }
 }

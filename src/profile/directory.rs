@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-use futures_util::future::BoxFuture;
 use tokio::io::AsyncWriteExt;
 
 use crate::stores::{ArchiveStore, BoxRead, StoreError};
@@ -24,60 +23,53 @@ impl DirectoryArchives {
     }
 }
 
+#[async_trait::async_trait]
 impl ArchiveStore for DirectoryArchives {
-    fn open<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<BoxRead>, StoreError>> {
-        Box::pin(async move {
-            let path = self.path(key)?;
-            match tokio::fs::File::open(&path).await {
-                Ok(f) => Ok(Some(
-                    Box::pin(tokio::io::BufReader::with_capacity(256 * 1024, f)) as BoxRead,
-                )),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(StoreError::Unavailable {
-                    service: "contexts directory",
-                    source: e.into(),
-                }),
-            }
-        })
-    }
-
-    fn put<'a>(
-        &'a self,
-        key: &'a str,
-        mut body: BoxRead,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(async move {
-            let io = |e: std::io::Error| StoreError::Other {
+    async fn open(&self, key: &str) -> Result<Option<BoxRead>, StoreError> {
+        let path = self.path(key)?;
+        match tokio::fs::File::open(&path).await {
+            Ok(f) => Ok(Some(
+                Box::pin(tokio::io::BufReader::with_capacity(256 * 1024, f)) as BoxRead,
+            )),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::Unavailable {
                 service: "contexts directory",
                 source: e.into(),
-            };
-            let path = self.path(key)?;
-            let parent = path
-                .parent()
-                .map(PathBuf::from)
-                .unwrap_or_else(|| self.dir.clone());
-            tokio::fs::create_dir_all(&parent).await.map_err(io)?;
-            let tmp = parent.join(format!(
-                ".{}.partial-{}",
-                path.file_name()
-                    .map(|n| n.to_string_lossy())
-                    .unwrap_or_default(),
-                uuid::Uuid::new_v4()
-            ));
-            let result = async {
-                let mut f = tokio::fs::File::create(&tmp).await.map_err(io)?;
-                let n = tokio::io::copy(&mut body, &mut f).await.map_err(io)?;
-                f.flush().await.map_err(io)?;
-                f.sync_all().await.map_err(io)?;
-                tokio::fs::rename(&tmp, &path).await.map_err(io)?;
-                Ok(n)
-            }
-            .await;
-            if result.is_err() {
-                let _ = tokio::fs::remove_file(&tmp).await;
-            }
-            result
-        })
+            }),
+        }
+    }
+
+    async fn put(&self, key: &str, mut body: BoxRead) -> Result<u64, StoreError> {
+        let io = |e: std::io::Error| StoreError::Other {
+            service: "contexts directory",
+            source: e.into(),
+        };
+        let path = self.path(key)?;
+        let parent = path
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| self.dir.clone());
+        tokio::fs::create_dir_all(&parent).await.map_err(io)?;
+        let tmp = parent.join(format!(
+            ".{}.partial-{}",
+            path.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default(),
+            uuid::Uuid::new_v4()
+        ));
+        let result = async {
+            let mut f = tokio::fs::File::create(&tmp).await.map_err(io)?;
+            let n = tokio::io::copy(&mut body, &mut f).await.map_err(io)?;
+            f.flush().await.map_err(io)?;
+            f.sync_all().await.map_err(io)?;
+            tokio::fs::rename(&tmp, &path).await.map_err(io)?;
+            Ok(n)
+        }
+        .await;
+        if result.is_err() {
+            let _ = tokio::fs::remove_file(&tmp).await;
+        }
+        result
     }
 }
 
