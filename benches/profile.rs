@@ -28,11 +28,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use wallcrawler_controller::profile::{self, Limits};
-use wallcrawler_controller::stores::{ArchiveStore, DirectoryArchives};
+use wallcrawler_controller::profile::DirectoryArchives;
+use wallcrawler_controller::profile::{self, ArchiveLimits};
+use wallcrawler_controller::stores::ArchiveStore;
 
 const KEY: &str = "proj_bench/ctx_bench/profile.tar.gz";
-const LIMITS: Limits = Limits {
+const LIMITS: ArchiveLimits = ArchiveLimits {
     max_bytes: 1 << 31,
     max_entries: 100_000,
 };

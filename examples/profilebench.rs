@@ -32,11 +32,12 @@ use serde_json::{Value, json};
 use std::os::unix::process::CommandExt;
 use wallcrawler_controller::aws::S3Archives;
 use wallcrawler_controller::chrome::flags;
-use wallcrawler_controller::profile::{self, Limits};
-use wallcrawler_controller::stores::{ArchiveStore, DirectoryArchives};
+use wallcrawler_controller::profile::DirectoryArchives;
+use wallcrawler_controller::profile::{self, ArchiveLimits};
+use wallcrawler_controller::stores::ArchiveStore;
 
 const KEY: &str = "proj_bench/ctx_bench/profile.tar.gz";
-const LIMITS: Limits = Limits {
+const LIMITS: ArchiveLimits = ArchiveLimits {
     max_bytes: 1 << 31,
     max_entries: 100_000,
 };

@@ -42,16 +42,6 @@ pub enum EndReason {
     ChromeCrashed(String),
 }
 
-impl EndReason {
-    /// Process exit status for this end.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            Self::ChromeCrashed(_) => 1,
-            _ => 0,
-        }
-    }
-}
-
 /// How an exit of Chrome that the controller did not ask for ends the session.
 ///
 /// Chrome exits with status 0 only when it closed itself cleanly (CDP `Browser.close`, or a
@@ -94,13 +84,18 @@ pub struct IdlePolicy {
     pub after_last_client: Duration,
 }
 
-/// Everything a Chrome-backed session needs.
-pub struct SessionOptions {
+/// What the proxy serves with: who may connect, where it and its metrics listen, its limits.
+pub struct ProxyOptions {
     pub auth: Authenticator,
     pub listen: SocketAddr,
     pub metrics_addr: Option<SocketAddr>,
-    pub chrome: LaunchOptions,
     pub limits: Limits,
+}
+
+/// Everything a Chrome-backed session needs.
+pub struct SessionOptions {
+    pub proxy: ProxyOptions,
+    pub chrome: LaunchOptions,
     /// `None` = keepAlive (never idle).
     pub idle: Option<IdlePolicy>,
     /// Unix seconds.
@@ -159,13 +154,16 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), AppError> {
 
 impl Serving {
     async fn start(
-        auth: Authenticator,
-        listen: SocketAddr,
-        metrics_addr: Option<SocketAddr>,
-        limits: Limits,
+        opts: ProxyOptions,
         upstream: watch::Receiver<UpstreamState>,
         tasks: &Shutdown,
     ) -> Result<Self, AppError> {
+        let ProxyOptions {
+            auth,
+            listen,
+            metrics_addr,
+            limits,
+        } = opts;
         let (listener, addr) = bind(listen).await?;
         let metrics = Metrics::new();
         let stop_accepting = tasks.child();
@@ -243,15 +241,7 @@ impl Session {
         signal: &CancellationToken,
     ) -> Result<Started, AppError> {
         let (upstream_tx, upstream_rx) = upstream::upstream_channel();
-        let serving = Serving::start(
-            opts.auth,
-            opts.listen,
-            opts.metrics_addr,
-            opts.limits,
-            upstream_rx,
-            &opts.tasks,
-        )
-        .await?;
+        let serving = Serving::start(opts.proxy, upstream_rx, &opts.tasks).await?;
         let chrome = match launch_or_signal(&opts.chrome, signal, &opts.tasks).await {
             Ok(Some(c)) => c,
             Ok(None) => {
@@ -445,15 +435,12 @@ pub async fn run_session(
 
 /// Runs the proxy alone in front of `upstream` until the root token of `tasks` is cancelled.
 pub async fn run_proxy(
-    auth: Authenticator,
-    listen: SocketAddr,
-    metrics_addr: Option<SocketAddr>,
+    mut opts: ProxyOptions,
     upstream_addr: SocketAddr,
-    mut limits: Limits,
     tasks: &Shutdown,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<EndReason, AppError> {
-    limits.intercept_browser_close = false;
+    opts.limits.intercept_browser_close = false;
     let up = Arc::new(Upstream::new(upstream_addr, None));
     match up.browser_path(Duration::from_secs(2)).await {
         Ok(_) => info!(upstream = %upstream_addr, "upstream answers /json/version"),
@@ -462,7 +449,7 @@ pub async fn run_proxy(
         }
     }
     let (_upstream_tx, upstream_rx) = watch::channel(UpstreamState::Ready(up));
-    let serving = Serving::start(auth, listen, metrics_addr, limits, upstream_rx, tasks).await?;
+    let serving = Serving::start(opts, upstream_rx, tasks).await?;
     on_ready(serving.addr);
     tasks.token().cancelled().await;
     serving.stop();
@@ -592,16 +579,6 @@ mod tests {
         let timer = tokio::spawn(idle(rx, None));
         tokio::time::sleep(Duration::from_secs(86_400)).await;
         assert!(!timer.is_finished());
-    }
-
-    #[test]
-    fn only_a_crash_is_a_failure() {
-        assert_eq!(EndReason::Signal.exit_code(), 0);
-        assert_eq!(EndReason::ClientClosedBrowser.exit_code(), 0);
-        assert_eq!(EndReason::IdleTimeout.exit_code(), 0);
-        assert_eq!(EndReason::Expired.exit_code(), 0);
-        assert_eq!(EndReason::ChromeExitedCleanly.exit_code(), 0);
-        assert_eq!(EndReason::ChromeCrashed("x".into()).exit_code(), 1);
     }
 
     /// What Debian Chromium really gives (checked by hand): status 0 after `Browser.close`

@@ -25,7 +25,7 @@ use wallcrawler_contract::{InternalStatus, SigningSecret};
 
 use crate::stores::{
     ArchiveStore, BoxError, BoxRead, ClaimQueue, Context, NetworkLookup, ReadyResult, ReadyUpdate,
-    Received, SessionRecord, SessionStore, StoreError, TaskInterface,
+    Received, SessionRecord, SessionStore, StoreError, TaskInterface, TerminalUpdate,
 };
 
 /// Size of one multipart upload part (S3's minimum is 5 MiB).
@@ -128,6 +128,26 @@ fn to_record(i: &Item) -> Result<SessionRecord, StoreError> {
 
 const TABLE: &str = "sessions table";
 
+/// The session item `id`, strongly consistent (READY and the end are read back at once);
+/// only `projection`'s attributes when given.
+async fn get_session(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    id: &str,
+    projection: Option<&str>,
+) -> Result<Option<Item>, StoreError> {
+    let out = client
+        .get_item()
+        .table_name(table)
+        .key(attr::SESSION_ID, s(id))
+        .consistent_read(true)
+        .set_projection_expression(projection.map(str::to_owned))
+        .send()
+        .await
+        .map_err(|e| sdk_error(TABLE, e))?;
+    Ok(out.item)
+}
+
 /// The sessions table as the connect gateway reads it: one strongly consistent `GetItem` per
 /// lookup, only the attributes routing needs.
 pub struct DynamoRoutes {
@@ -168,20 +188,12 @@ impl crate::gateway::lookup::SessionRoutes for DynamoRoutes {
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<crate::gateway::lookup::RouteItem>, StoreError>> {
         Box::pin(async move {
-            let out = self
-                .client
-                .get_item()
-                .table_name(&self.table)
-                .key(attr::SESSION_ID, s(session_id))
-                .consistent_read(true)
-                .projection_expression("internalStatus, privateIP, proxyPort, endedAt")
-                .send()
-                .await
-                .map_err(|e| sdk_error(TABLE, e))?;
-            let Some(i) = out.item() else {
+            let routing = "internalStatus, privateIP, proxyPort, endedAt";
+            let got = get_session(&self.client, &self.table, session_id, Some(routing)).await?;
+            let Some(i) = got else {
                 return Ok(None);
             };
-            let v: RouteView = item::from_item("session", i).map_err(|e| StoreError::Other {
+            let v: RouteView = item::from_item("session", &i).map_err(|e| StoreError::Other {
                 service: TABLE,
                 source: e.into(),
             })?;
@@ -195,138 +207,100 @@ impl crate::gateway::lookup::SessionRoutes for DynamoRoutes {
     }
 }
 
+#[async_trait::async_trait]
 impl SessionStore for DynamoSessions {
-    fn load<'a>(
-        &'a self,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>> {
-        Box::pin(async move {
-            let out = self
-                .client
-                .get_item()
-                .table_name(&self.table)
-                .key(attr::SESSION_ID, s(session_id))
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(|e| sdk_error(TABLE, e))?;
-            out.item().map(to_record).transpose()
-        })
+    async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let got = get_session(&self.client, &self.table, id, None).await?;
+        got.as_ref().map(to_record).transpose()
     }
 
-    fn mark_ready<'a>(
-        &'a self,
-        session_id: &'a str,
-        u: &'a ReadyUpdate,
-    ) -> BoxFuture<'a, Result<ReadyResult, StoreError>> {
-        Box::pin(async move {
-            let mut set = vec![
-                "internalStatus = :ready",
-                "#st = :running",
-                "publicIP = :ip",
-                "privateIP = :pip",
-                "proxyPort = :port",
-                "readyAt = :now",
-                "updatedAt = :now",
-            ];
-            let mut req = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key(attr::SESSION_ID, s(session_id))
-                .condition_expression("internalStatus IN (:c, :p, :s)")
-                .expression_attribute_names("#st", attr::STATUS)
-                .expression_attribute_values(":ready", s(InternalStatus::Ready.as_str()))
-                .expression_attribute_values(
-                    ":running",
-                    s(InternalStatus::Ready.sdk_status().as_str()),
-                )
-                .expression_attribute_values(":ip", s(&u.public_ip))
-                .expression_attribute_values(":pip", s(&u.private_ip))
-                .expression_attribute_values(":port", AttributeValue::N(u.proxy_port.to_string()))
-                .expression_attribute_values(":now", s(&u.at))
-                .expression_attribute_values(":c", s(InternalStatus::Creating.as_str()))
-                .expression_attribute_values(":p", s(InternalStatus::Provisioning.as_str()))
-                .expression_attribute_values(":s", s(InternalStatus::Starting.as_str()))
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                );
-            if let Some(arn) = &u.task_arn {
-                set.push("ecsTaskArn = :arn");
-                req = req.expression_attribute_values(":arn", s(arn));
-            }
-            if let Some(url) = &u.connect_url {
-                // Behind the connect gateway the item has the gateway's URL from the create on.
-                set.push("connectUrl = if_not_exists(connectUrl, :url)");
-                req = req.expression_attribute_values(":url", s(url));
-            }
-            match req
-                .update_expression(format!("SET {}", set.join(", ")))
-                .send()
-                .await
-            {
-                Ok(_) => Ok(ReadyResult::Ready),
-                Err(e) => {
-                    if let Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(ccf)) =
-                        e.as_service_error()
-                    {
-                        let current = ccf.item().map(to_record).transpose()?;
-                        let current = current.and_then(|r| r.internal_status);
-                        return Ok(ReadyResult::NotPending(current));
-                    }
-                    Err(sdk_error(TABLE, e))
-                }
-            }
-        })
-    }
-
-    fn mark_terminal<'a>(
-        &'a self,
-        session_id: &'a str,
-        status: InternalStatus,
-        reason: Option<&'a str>,
-        at: &'a str,
-    ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move {
-            let req = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key(attr::SESSION_ID, s(session_id));
-            let (req, expr) = wallcrawler_aws::terminal_update(req, status, reason, at);
-            match req.update_expression(expr).send().await {
-                Ok(_) => Ok(true),
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+    async fn mark_ready(&self, id: &str, u: &ReadyUpdate) -> Result<ReadyResult, StoreError> {
+        let mut set = vec![
+            "internalStatus = :ready",
+            "#st = :running",
+            "publicIP = :ip",
+            "privateIP = :pip",
+            "proxyPort = :port",
+            "readyAt = :now",
+            "updatedAt = :now",
+        ];
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::SESSION_ID, s(id))
+            .condition_expression("internalStatus IN (:c, :p, :s)")
+            .expression_attribute_names("#st", attr::STATUS)
+            .expression_attribute_values(":ready", s(InternalStatus::Ready.as_str()))
+            .expression_attribute_values(":running", s(InternalStatus::Ready.sdk_status().as_str()))
+            .expression_attribute_values(":ip", s(&u.public_ip))
+            .expression_attribute_values(":pip", s(&u.private_ip))
+            .expression_attribute_values(":port", AttributeValue::N(u.proxy_port.to_string()))
+            .expression_attribute_values(":now", s(&u.at))
+            .expression_attribute_values(":c", s(InternalStatus::Creating.as_str()))
+            .expression_attribute_values(":p", s(InternalStatus::Provisioning.as_str()))
+            .expression_attribute_values(":s", s(InternalStatus::Starting.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        if let Some(arn) = &u.task_arn {
+            set.push("ecsTaskArn = :arn");
+            req = req.expression_attribute_values(":arn", s(arn));
+        }
+        if let Some(url) = &u.connect_url {
+            // Behind the connect gateway the item has the gateway's URL from the create on.
+            set.push("connectUrl = if_not_exists(connectUrl, :url)");
+            req = req.expression_attribute_values(":url", s(url));
+        }
+        match req
+            .update_expression(format!("SET {}", set.join(", ")))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(ReadyResult::Ready),
+            Err(e) => {
+                if let Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(ccf)) =
+                    e.as_service_error()
                 {
-                    Ok(false)
+                    let current = ccf.item().map(to_record).transpose()?;
+                    let current = current.and_then(|r| r.internal_status);
+                    return Ok(ReadyResult::NotPending(current));
                 }
-                Err(e) => Err(sdk_error(TABLE, e)),
+                Err(sdk_error(TABLE, e))
             }
-        })
+        }
     }
 
-    fn mark_ended<'a>(
-        &'a self,
-        session_id: &'a str,
-        proxy_bytes: u64,
-        at: &'a str,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            self.client
-                .update_item()
-                .table_name(&self.table)
-                .key(attr::SESSION_ID, s(session_id))
-                .condition_expression("attribute_exists(sessionId)")
-                .update_expression("SET proxyBytes = :b, endedAt = :now, updatedAt = :now")
-                .expression_attribute_values(":b", AttributeValue::N(proxy_bytes.to_string()))
-                .expression_attribute_values(":now", s(at))
-                .send()
-                .await
-                .map_err(|e| sdk_error(TABLE, e))?;
-            Ok(())
-        })
+    async fn mark_terminal(&self, id: &str, t: &TerminalUpdate<'_>) -> Result<bool, StoreError> {
+        let req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::SESSION_ID, s(id));
+        let (req, expr) = wallcrawler_aws::terminal_update(req, t.status, t.reason, t.at);
+        match req.update_expression(expr).send().await {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(sdk_error(TABLE, e)),
+        }
+    }
+
+    async fn mark_ended(&self, id: &str, proxy_bytes: u64, at: &str) -> Result<(), StoreError> {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::SESSION_ID, s(id))
+            .condition_expression("attribute_exists(sessionId)")
+            .update_expression("SET proxyBytes = :b, endedAt = :now, updatedAt = :now")
+            .expression_attribute_values(":b", AttributeValue::N(proxy_bytes.to_string()))
+            .expression_attribute_values(":now", s(at))
+            .send()
+            .await
+            .map_err(|e| sdk_error(TABLE, e))?;
+        Ok(())
     }
 }
 
@@ -365,58 +339,51 @@ async fn fill(body: &mut BoxRead, limit: usize) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+#[async_trait::async_trait]
 impl ArchiveStore for S3Archives {
-    fn open<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<BoxRead>, StoreError>> {
-        Box::pin(async move {
-            match self
-                .client
-                .get_object()
-                .bucket(&self.bucket)
-                .key(key)
-                .send()
-                .await
-            {
-                Ok(out) => Ok(Some(Box::pin(out.body.into_async_read()) as BoxRead)),
-                Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => Ok(None),
-                Err(e) => Err(sdk_error(BUCKET, e)),
-            }
-        })
+    async fn open(&self, key: &str) -> Result<Option<BoxRead>, StoreError> {
+        match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(Some(Box::pin(out.body.into_async_read()) as BoxRead)),
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => Ok(None),
+            Err(e) => Err(sdk_error(BUCKET, e)),
+        }
     }
 
-    fn put<'a>(
-        &'a self,
-        key: &'a str,
-        mut body: BoxRead,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(async move {
-            let first = fill(&mut body, PART_SIZE).await.map_err(read_error)?;
-            if first.len() < PART_SIZE {
-                let n = first.len() as u64;
-                self.client
-                    .put_object()
-                    .bucket(&self.bucket)
-                    .key(key)
-                    .body(ByteStream::from(first))
-                    .send()
-                    .await
-                    .map_err(|e| sdk_error(BUCKET, e))?;
-                return Ok(n);
-            }
-            let created = self
-                .client
-                .create_multipart_upload()
+    async fn put(&self, key: &str, mut body: BoxRead) -> Result<u64, StoreError> {
+        let first = fill(&mut body, PART_SIZE).await.map_err(read_error)?;
+        if first.len() < PART_SIZE {
+            let n = first.len() as u64;
+            self.client
+                .put_object()
                 .bucket(&self.bucket)
                 .key(key)
+                .body(ByteStream::from(first))
                 .send()
                 .await
                 .map_err(|e| sdk_error(BUCKET, e))?;
-            let upload_id = created.upload_id().unwrap_or_default();
-            let result = self.upload_parts(key, upload_id, first, body).await;
-            if result.is_err() {
-                self.abort(key, upload_id).await;
-            }
-            result
-        })
+            return Ok(n);
+        }
+        let created = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| sdk_error(BUCKET, e))?;
+        let upload_id = created.upload_id().unwrap_or_default();
+        let result = self.upload_parts(key, upload_id, first, body).await;
+        if result.is_err() {
+            self.abort(key, upload_id).await;
+        }
+        result
     }
 }
 
@@ -545,74 +512,61 @@ const SQS_MAX_WAIT: Duration = Duration::from_secs(20);
 
 impl SqsClaims {
     /// `ChangeMessageVisibility`: the claim is visible again `after` from now.
-    fn visible_in<'a>(
-        &'a self,
-        receipt: &'a str,
-        after: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            self.client
-                .change_message_visibility()
-                .queue_url(&self.queue_url)
-                .receipt_handle(receipt)
-                .visibility_timeout(after.as_secs().min(43_200) as i32)
-                .send()
-                .await
-                .map_err(|e| sdk_error(SQS, e))?;
-            Ok(())
-        })
+    async fn visible_in(&self, receipt: &str, after: Duration) -> Result<(), StoreError> {
+        self.client
+            .change_message_visibility()
+            .queue_url(&self.queue_url)
+            .receipt_handle(receipt)
+            .visibility_timeout(after.as_secs().min(43_200) as i32)
+            .send()
+            .await
+            .map_err(|e| sdk_error(SQS, e))?;
+        Ok(())
     }
 
-    fn delete<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            self.client
-                .delete_message()
-                .queue_url(&self.queue_url)
-                .receipt_handle(receipt)
-                .send()
-                .await
-                .map_err(|e| sdk_error(SQS, e))?;
-            Ok(())
-        })
+    async fn delete(&self, receipt: &str) -> Result<(), StoreError> {
+        self.client
+            .delete_message()
+            .queue_url(&self.queue_url)
+            .receipt_handle(receipt)
+            .send()
+            .await
+            .map_err(|e| sdk_error(SQS, e))?;
+        Ok(())
     }
 }
 
+#[async_trait::async_trait]
 impl ClaimQueue for SqsClaims {
-    fn receive(&self, wait: Duration) -> BoxFuture<'_, Result<Option<Received>, StoreError>> {
-        Box::pin(async move {
-            let answer = self
-                .client
-                .receive_message()
-                .queue_url(&self.queue_url)
-                .max_number_of_messages(1)
-                .wait_time_seconds(wait.min(SQS_MAX_WAIT).as_secs() as i32)
-                .visibility_timeout(self.visibility.as_secs().min(43_200) as i32)
-                .send()
-                .await
-                .map_err(|e| sdk_error(SQS, e))?;
-            Ok(answer.messages().first().and_then(|m| {
-                Some(Received {
-                    body: m.body()?.as_bytes().to_vec(),
-                    receipt: m.receipt_handle()?.to_owned(),
-                })
-            }))
-        })
+    async fn receive(&self, wait: Duration) -> Result<Option<Received>, StoreError> {
+        let answer = self
+            .client
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(1)
+            .wait_time_seconds(wait.min(SQS_MAX_WAIT).as_secs() as i32)
+            .visibility_timeout(self.visibility.as_secs().min(43_200) as i32)
+            .send()
+            .await
+            .map_err(|e| sdk_error(SQS, e))?;
+        Ok(answer.messages().first().and_then(|m| {
+            Some(Received {
+                body: m.body()?.as_bytes().to_vec(),
+                receipt: m.receipt_handle()?.to_owned(),
+            })
+        }))
     }
-    fn complete<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.delete(receipt)
+    async fn complete(&self, receipt: &str) -> Result<(), StoreError> {
+        self.delete(receipt).await
     }
-    fn discard<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.delete(receipt)
+    async fn discard(&self, receipt: &str) -> Result<(), StoreError> {
+        self.delete(receipt).await
     }
-    fn poison<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.visible_in(receipt, Duration::ZERO)
+    async fn poison(&self, receipt: &str) -> Result<(), StoreError> {
+        self.visible_in(receipt, Duration::ZERO).await
     }
-    fn keep<'a>(
-        &'a self,
-        receipt: &'a str,
-        more: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.visible_in(receipt, more)
+    async fn keep(&self, receipt: &str, more: Duration) -> Result<(), StoreError> {
+        self.visible_in(receipt, more).await
     }
 }
 
@@ -622,30 +576,26 @@ pub struct Ec2Network {
     pub client: aws_sdk_ec2::Client,
 }
 
+#[async_trait::async_trait]
 impl NetworkLookup for Ec2Network {
-    fn public_ip_of<'a>(
-        &'a self,
-        iface: &'a TaskInterface,
-    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
-        Box::pin(async move {
-            let filter = |name: &str, value: &str| {
-                aws_sdk_ec2::types::Filter::builder()
-                    .name(name)
-                    .values(value)
-                    .build()
-            };
-            // The MAC address names this task's interface; the private address with it keeps
-            // a stale or reused MAC from matching anything else.
-            let out = self
-                .client
-                .describe_network_interfaces()
-                .filters(filter("mac-address", &iface.mac))
-                .filters(filter("addresses.private-ip-address", &iface.private_ip))
-                .send()
-                .await
-                .map_err(|e| sdk_error("EC2", e))?;
-            Ok(public_ip_of(out.network_interfaces(), iface))
-        })
+    async fn public_ip_of(&self, iface: &TaskInterface) -> Result<Option<String>, StoreError> {
+        let filter = |name: &str, value: &str| {
+            aws_sdk_ec2::types::Filter::builder()
+                .name(name)
+                .values(value)
+                .build()
+        };
+        // The MAC address names this task's interface; the private address with it keeps
+        // a stale or reused MAC from matching anything else.
+        let out = self
+            .client
+            .describe_network_interfaces()
+            .filters(filter("mac-address", &iface.mac))
+            .filters(filter("addresses.private-ip-address", &iface.private_ip))
+            .send()
+            .await
+            .map_err(|e| sdk_error("EC2", e))?;
+        Ok(public_ip_of(out.network_interfaces(), iface))
     }
 }
 

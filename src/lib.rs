@@ -13,16 +13,21 @@
 //! - [`app`]: wiring of the serving modes: a Chrome-backed session, or the proxy alone.
 //! - [`shutdown`]: the root cancellation token, the tracker every task runs on, and the
 //!   shutdown budget as named steps with their deadlines.
-//! - [`task`]: the ECS task's lifecycle: session item, signing secret, profile, READY, persist.
+//! - [`session`]: one session's lifecycle, the steps both drivers of `run` take (session item,
+//!   signing secret, profile, READY, the end sequence), and how a run ends ([`session::Ending`]:
+//!   the terminal writes and the exit status, in one place).
+//! - [`modes`]: the drivers `cli` chooses between: `local`, `run` (one session's task, or a pool
+//!   controller: a warm browser waiting for a claim, then the claimed session), `proxy` and
+//!   `gateway`.
 //! - [`profile`]: the profile archive, packed and (safely) unpacked, and streamed to and from
-//!   its store.
+//!   its store (and a local directory of archives).
 //! - [`secrets`]: the Secrets Manager key cache (TTL, coalescing, rotation).
 //! - [`public_ip`]: which address the task announces.
-//! - [`stores`]: the narrow interfaces to outside services, and a local archive directory.
+//! - [`stores`]: the narrow interfaces to outside services, and the local platform's session
+//!   and claim directories.
 //! - [`aws`]: the AWS SDK adapters behind those interfaces.
 //! - [`gateway`]: the connect gateway: one listener for every session, routed by the token's
 //!   session to its task's proxy (token check, session lookup, holding, relay).
-//! - [`pool`]: pool mode: a warm browser waiting for a claim, then the claimed session.
 //! - [`scale_in`]: a claimed pool task's protection from the service's scale-in.
 //! - [`tls`]: the connect gateway's TLS: a certificate read again from its PEM files when they
 //!   change, and the local platform's certificate authority.
@@ -40,15 +45,15 @@ pub mod chrome;
 pub mod cli;
 pub mod config;
 pub mod gateway;
-pub(crate) mod pool;
+pub(crate) mod modes;
 pub mod profile;
 pub mod proxy;
 pub(crate) mod public_ip;
 pub(crate) mod scale_in;
 pub(crate) mod secrets;
+pub(crate) mod session;
 pub mod shutdown;
 pub mod stores;
-pub(crate) mod task;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;

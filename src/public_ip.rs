@@ -234,7 +234,10 @@ pub async fn discover(
         }
     };
     if let Some(ip) = override_ip {
-        return Ok(found(ip.to_string(), "PUBLIC_IP"));
+        return Ok(found(
+            ip.to_string(),
+            wallcrawler_contract::task_env::PUBLIC_IP,
+        ));
     }
     if required {
         if !answered {
@@ -277,8 +280,6 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    use futures_util::future::BoxFuture;
 
     use super::*;
 
@@ -372,11 +373,9 @@ mod tests {
         }
     }
 
+    #[async_trait::async_trait]
     impl NetworkLookup for FakeNetwork {
-        fn public_ip_of<'a>(
-            &'a self,
-            iface: &'a TaskInterface,
-        ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        async fn public_ip_of(&self, iface: &TaskInterface) -> Result<Option<String>, StoreError> {
             self.asked.lock().unwrap().push(iface.clone());
             let mut answers = self.answers.lock().unwrap();
             let answer = if answers.len() > 1 {
@@ -384,7 +383,7 @@ mod tests {
             } else {
                 answers[0].clone()
             };
-            Box::pin(async move { answer.map_err(failure) })
+            answer.map_err(failure)
         }
     }
 

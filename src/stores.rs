@@ -1,17 +1,16 @@
 //! The narrow interfaces the controller needs from the outside world, named for what it needs:
 //! where the session item lives ([`SessionStore`]), where profile archives live
 //! ([`ArchiveStore`]), and how a private address maps to a public one ([`NetworkLookup`]).
-//! Where the signing secret comes from is [`crate::secrets::SecretFetcher`]. AWS
-//! implementations are in [`crate::aws`]; a local directory implementation of the archive
-//! store is here.
+//! The implementations import these ports, never the reverse: the AWS adapters (`aws`), the
+//! archive directory (`profile`), the Secrets Manager key cache (`secrets`); the session and
+//! claim directories of the local platform are here.
 
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
 use backon::Retryable as _;
-use futures_util::future::BoxFuture;
-use tokio::io::{AsyncRead, AsyncWriteExt};
+use tokio::io::AsyncRead;
 use tracing::warn;
 use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::claim::DirQueue;
@@ -168,43 +167,38 @@ pub enum ReadyResult {
     NotPending(Option<InternalStatus>),
 }
 
+/// A terminal status for the session item, written unless it is terminal already.
+#[derive(Debug, Clone, Copy)]
+pub struct TerminalUpdate<'a> {
+    /// STOPPED, TIMED_OUT or FAILED.
+    pub status: InternalStatus,
+    /// The `terminationReason`, if any.
+    pub reason: Option<&'a str>,
+    /// When (ISO 8601).
+    pub at: &'a str,
+}
+
 /// The session item, written only with conditional updates.
+#[async_trait::async_trait]
 pub trait SessionStore: Send + Sync {
     /// The session item, `None` when there is none.
-    fn load<'a>(
-        &'a self,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>>;
+    async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
     /// READY, only from a pending status.
-    fn mark_ready<'a>(
-        &'a self,
-        session_id: &'a str,
-        u: &'a ReadyUpdate,
-    ) -> BoxFuture<'a, Result<ReadyResult, StoreError>>;
+    async fn mark_ready(&self, id: &str, u: &ReadyUpdate) -> Result<ReadyResult, StoreError>;
     /// A terminal status, unless the item is terminal already (then false, nothing written).
-    fn mark_terminal<'a>(
-        &'a self,
-        session_id: &'a str,
-        status: InternalStatus,
-        reason: Option<&'a str>,
-        at: &'a str,
-    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+    async fn mark_terminal(&self, id: &str, t: &TerminalUpdate<'_>) -> Result<bool, StoreError>;
     /// `proxyBytes` and, last of all, `endedAt`.
-    fn mark_ended<'a>(
-        &'a self,
-        session_id: &'a str,
-        proxy_bytes: u64,
-        at: &'a str,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    async fn mark_ended(&self, id: &str, proxy_bytes: u64, at: &str) -> Result<(), StoreError>;
 }
 
 /// Profile archives by key.
+#[async_trait::async_trait]
 pub trait ArchiveStore: Send + Sync {
     /// The archive's bytes, or `None` when there is none yet (a new context).
-    fn open<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<BoxRead>, StoreError>>;
+    async fn open(&self, key: &str) -> Result<Option<BoxRead>, StoreError>;
     /// Stores the archive read from `body`. The previous archive is replaced only once the new
     /// one is complete; a failed upload leaves it as it was. Returns the bytes stored.
-    fn put<'a>(&'a self, key: &'a str, body: BoxRead) -> BoxFuture<'a, Result<u64, StoreError>>;
+    async fn put(&self, key: &str, body: BoxRead) -> Result<u64, StoreError>;
 }
 
 /// The task's own network interface, as the ECS task metadata describes it.
@@ -217,14 +211,12 @@ pub struct TaskInterface {
 }
 
 /// The public address of the task's own network interface (direct mode).
+#[async_trait::async_trait]
 pub trait NetworkLookup: Send + Sync {
     /// The public address of `iface`, found by its MAC address together with its private
     /// address (never by the private address alone, which other VPCs may use too); `None`
     /// when the interface has none.
-    fn public_ip_of<'a>(
-        &'a self,
-        iface: &'a TaskInterface,
-    ) -> BoxFuture<'a, Result<Option<String>, StoreError>>;
+    async fn public_ip_of(&self, iface: &TaskInterface) -> Result<Option<String>, StoreError>;
 }
 
 /// A claim received from the pool's queue.
@@ -239,24 +231,21 @@ pub struct Received {
 /// The queue a pool controller takes its session from (SQS, or a directory locally). A
 /// received claim is invisible to other controllers until it is settled or, for SQS, until its
 /// visibility timeout passes.
+#[async_trait::async_trait]
 pub trait ClaimQueue: Send + Sync {
     /// Waits up to `wait` for a claim.
-    fn receive(&self, wait: Duration) -> BoxFuture<'_, Result<Option<Received>, StoreError>>;
+    async fn receive(&self, wait: Duration) -> Result<Option<Received>, StoreError>;
     /// READY is written: the claim is done (deleted).
-    fn complete<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    async fn complete(&self, receipt: &str) -> Result<(), StoreError>;
     /// The claim's session is gone or no longer pending: deleted, unserved.
-    fn discard<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    async fn discard(&self, receipt: &str) -> Result<(), StoreError>;
     /// A claim that does not parse: toward the dead-letter queue (SQS: visible again at once,
     /// and the queue's redrive policy moves it after its receive count).
-    fn poison<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    async fn poison(&self, receipt: &str) -> Result<(), StoreError>;
     /// Still bringing the claim's session up: invisible to other controllers for `more` from
     /// now (SQS: its visibility timeout restarted). A directory claim stays with its owner
     /// until it is settled or the owner exits: nothing to do.
-    fn keep<'a>(
-        &'a self,
-        receipt: &'a str,
-        more: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    async fn keep(&self, receipt: &str, more: Duration) -> Result<(), StoreError>;
 }
 
 /// Claims in a directory shared with the local platform ([`DirQueue`]), taken under `owner`.
@@ -279,118 +268,38 @@ impl DirClaims {
     }
 }
 
+#[async_trait::async_trait]
 impl ClaimQueue for DirClaims {
-    fn receive(&self, wait: Duration) -> BoxFuture<'_, Result<Option<Received>, StoreError>> {
-        Box::pin(async move {
-            let deadline = tokio::time::Instant::now() + wait;
-            loop {
-                if let Some(t) = self.queue.take(&self.owner).map_err(Self::io)? {
-                    return Ok(Some(Received {
-                        body: t.body,
-                        receipt: t.name,
-                    }));
-                }
-                if tokio::time::Instant::now() >= deadline {
-                    return Ok(None);
-                }
-                tokio::time::sleep(DIR_QUEUE_POLL).await;
+    async fn receive(&self, wait: Duration) -> Result<Option<Received>, StoreError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(t) = self.queue.take(&self.owner).map_err(Self::io)? {
+                return Ok(Some(Received {
+                    body: t.body,
+                    receipt: t.name,
+                }));
             }
-        })
-    }
-    fn complete<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move { self.queue.complete(receipt, &self.owner).map_err(Self::io) })
-    }
-    fn discard<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            self.queue
-                .drop_claim(receipt, &self.owner)
-                .map_err(Self::io)
-        })
-    }
-    fn poison<'a>(&'a self, receipt: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            self.queue
-                .dead_letter(receipt, &self.owner)
-                .map_err(Self::io)
-        })
-    }
-    fn keep<'a>(&'a self, _: &'a str, _: Duration) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async { Ok(()) })
-    }
-}
-
-/// Archives in a local directory (`<dir>/<key>`), for the local platform and benchmarks.
-pub struct DirectoryArchives {
-    /// The directory holding the archives.
-    pub dir: PathBuf,
-}
-
-impl DirectoryArchives {
-    fn path(&self, key: &str) -> Result<PathBuf, StoreError> {
-        let rel = crate::profile::safe_relative(std::path::Path::new(key)).map_err(|e| {
-            StoreError::Refused {
-                service: "contexts directory",
-                source: e.into(),
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
             }
-        })?;
-        Ok(self.dir.join(rel))
+            tokio::time::sleep(DIR_QUEUE_POLL).await;
+        }
     }
-}
-
-impl ArchiveStore for DirectoryArchives {
-    fn open<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<BoxRead>, StoreError>> {
-        Box::pin(async move {
-            let path = self.path(key)?;
-            match tokio::fs::File::open(&path).await {
-                Ok(f) => Ok(Some(
-                    Box::pin(tokio::io::BufReader::with_capacity(256 * 1024, f)) as BoxRead,
-                )),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(StoreError::Unavailable {
-                    service: "contexts directory",
-                    source: e.into(),
-                }),
-            }
-        })
+    async fn complete(&self, receipt: &str) -> Result<(), StoreError> {
+        self.queue.complete(receipt, &self.owner).map_err(Self::io)
     }
-
-    fn put<'a>(
-        &'a self,
-        key: &'a str,
-        mut body: BoxRead,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(async move {
-            let io = |e: std::io::Error| StoreError::Other {
-                service: "contexts directory",
-                source: e.into(),
-            };
-            let path = self.path(key)?;
-            let parent = path
-                .parent()
-                .map(PathBuf::from)
-                .unwrap_or_else(|| self.dir.clone());
-            tokio::fs::create_dir_all(&parent).await.map_err(io)?;
-            let tmp = parent.join(format!(
-                ".{}.partial-{}",
-                path.file_name()
-                    .map(|n| n.to_string_lossy())
-                    .unwrap_or_default(),
-                uuid::Uuid::new_v4()
-            ));
-            let result = async {
-                let mut f = tokio::fs::File::create(&tmp).await.map_err(io)?;
-                let n = tokio::io::copy(&mut body, &mut f).await.map_err(io)?;
-                f.flush().await.map_err(io)?;
-                f.sync_all().await.map_err(io)?;
-                tokio::fs::rename(&tmp, &path).await.map_err(io)?;
-                Ok(n)
-            }
-            .await;
-            if result.is_err() {
-                let _ = tokio::fs::remove_file(&tmp).await;
-            }
-            result
-        })
+    async fn discard(&self, receipt: &str) -> Result<(), StoreError> {
+        self.queue
+            .drop_claim(receipt, &self.owner)
+            .map_err(Self::io)
+    }
+    async fn poison(&self, receipt: &str) -> Result<(), StoreError> {
+        self.queue
+            .dead_letter(receipt, &self.owner)
+            .map_err(Self::io)
+    }
+    async fn keep(&self, _: &str, _: Duration) -> Result<(), StoreError> {
+        Ok(())
     }
 }
 
@@ -430,161 +339,93 @@ impl DirectorySessions {
     }
 }
 
+#[async_trait::async_trait]
 impl SessionStore for DirectorySessions {
-    fn load<'a>(
-        &'a self,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>> {
-        let id = session_id.to_owned();
-        Box::pin(async move {
-            let doc = self.blocking(move |s| s.get(&id)).await?;
-            Ok(doc.map(|d| SessionRecord {
-                internal_status: d.internal(),
-                signing_key: d.signing_key,
-                keep_alive: d.keep_alive,
-                expires_at: Some(d.expires_at).filter(|e| *e > 0),
-                project_id: Some(d.project_id),
-                ever_ready: d.ready_at.is_some(),
-                ended: d.ended_at.is_some(),
-            }))
-        })
+    async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let id = id.to_owned();
+        let doc = self.blocking(move |s| s.get(&id)).await?;
+        Ok(doc.map(|d| SessionRecord {
+            internal_status: d.internal(),
+            signing_key: d.signing_key,
+            keep_alive: d.keep_alive,
+            expires_at: Some(d.expires_at).filter(|e| *e > 0),
+            project_id: Some(d.project_id),
+            ever_ready: d.ready_at.is_some(),
+            ended: d.ended_at.is_some(),
+        }))
     }
 
-    fn mark_ready<'a>(
-        &'a self,
-        session_id: &'a str,
-        u: &'a ReadyUpdate,
-    ) -> BoxFuture<'a, Result<ReadyResult, StoreError>> {
-        let id = session_id.to_owned();
+    async fn mark_ready(&self, id: &str, u: &ReadyUpdate) -> Result<ReadyResult, StoreError> {
+        let id = id.to_owned();
         let u = u.clone();
-        Box::pin(async move {
-            let (written, doc) = self
-                .blocking(move |s| {
-                    s.update::<std::convert::Infallible>(&id, |d| {
-                        if !d.internal().is_some_and(InternalStatus::may_become_ready) {
-                            return Ok(false);
-                        }
-                        d.set_status(InternalStatus::Ready);
-                        d.public_ip = Some(u.public_ip.clone());
-                        d.private_ip = Some(u.private_ip.clone());
-                        d.proxy_port = Some(u.proxy_port);
-                        d.ready_at = Some(u.at.clone());
-                        d.updated_at = Some(u.at.clone());
-                        if u.task_arn.is_some() {
-                            d.ecs_task_arn = u.task_arn.clone();
-                        }
-                        if d.connect_url.is_none() {
-                            d.connect_url = u.connect_url.clone();
-                        }
-                        Ok(true)
-                    })
-                })
-                .await?
-                .unwrap_or_else(|never| match never {});
-            Ok(if written {
-                ReadyResult::Ready
-            } else {
-                ReadyResult::NotPending(doc.internal())
-            })
-        })
-    }
-
-    fn mark_terminal<'a>(
-        &'a self,
-        session_id: &'a str,
-        status: InternalStatus,
-        reason: Option<&'a str>,
-        at: &'a str,
-    ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        let (id, reason, at) = (
-            session_id.to_owned(),
-            reason.map(str::to_owned),
-            at.to_owned(),
-        );
-        Box::pin(async move {
-            let (written, _) = self
-                .blocking(move |s| {
-                    s.update::<std::convert::Infallible>(&id, |d| {
-                        if d.internal().is_some_and(InternalStatus::is_terminal) {
-                            return Ok(false);
-                        }
-                        d.set_status(status);
-                        d.updated_at = Some(at.clone());
-                        if reason.is_some() {
-                            d.termination_reason = reason.clone();
-                        }
-                        Ok(true)
-                    })
-                })
-                .await?
-                .unwrap_or_else(|never| match never {});
-            Ok(written)
-        })
-    }
-
-    fn mark_ended<'a>(
-        &'a self,
-        session_id: &'a str,
-        proxy_bytes: u64,
-        at: &'a str,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let (id, at) = (session_id.to_owned(), at.to_owned());
-        Box::pin(async move {
-            self.blocking(move |s| {
+        let (written, doc) = self
+            .blocking(move |s| {
                 s.update::<std::convert::Infallible>(&id, |d| {
-                    d.proxy_bytes = Some(proxy_bytes);
-                    d.ended_at = Some(at.clone());
-                    d.updated_at = Some(at.clone());
+                    if !d.internal().is_some_and(InternalStatus::may_become_ready) {
+                        return Ok(false);
+                    }
+                    d.set_status(InternalStatus::Ready);
+                    d.public_ip = Some(u.public_ip.clone());
+                    d.private_ip = Some(u.private_ip.clone());
+                    d.proxy_port = Some(u.proxy_port);
+                    d.ready_at = Some(u.at.clone());
+                    d.updated_at = Some(u.at.clone());
+                    if u.task_arn.is_some() {
+                        d.ecs_task_arn = u.task_arn.clone();
+                    }
+                    if d.connect_url.is_none() {
+                        d.connect_url = u.connect_url.clone();
+                    }
                     Ok(true)
                 })
             })
             .await?
             .unwrap_or_else(|never| match never {});
-            Ok(())
+        Ok(if written {
+            ReadyResult::Ready
+        } else {
+            ReadyResult::NotPending(doc.internal())
         })
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn directory_archives_replace_atomically() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = DirectoryArchives {
-            dir: dir.path().to_owned(),
-        };
-        assert!(store.open("p/c/profile.tar.gz").await.unwrap().is_none());
-        store
-            .put("p/c/profile.tar.gz", Box::pin(&b"first"[..]))
-            .await
-            .unwrap();
-        // A failing body leaves the previous archive in place.
-        struct Failing;
-        impl AsyncRead for Failing {
-            fn poll_read(
-                self: Pin<&mut Self>,
-                _: &mut std::task::Context<'_>,
-                _: &mut tokio::io::ReadBuf<'_>,
-            ) -> std::task::Poll<std::io::Result<()>> {
-                std::task::Poll::Ready(Err(std::io::Error::other("interrupted")))
-            }
-        }
-        assert!(
-            store
-                .put("p/c/profile.tar.gz", Box::pin(Failing))
-                .await
-                .is_err()
+    async fn mark_terminal(&self, id: &str, t: &TerminalUpdate<'_>) -> Result<bool, StoreError> {
+        let (id, status, reason, at) = (
+            id.to_owned(),
+            t.status,
+            t.reason.map(str::to_owned),
+            t.at.to_owned(),
         );
-        let mut r = store.open("p/c/profile.tar.gz").await.unwrap().unwrap();
-        let mut s = String::new();
-        tokio::io::AsyncReadExt::read_to_string(&mut r, &mut s)
-            .await
-            .unwrap();
-        assert_eq!(s, "first");
-        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("p/c")).unwrap().collect();
-        assert_eq!(leftovers.len(), 1, "no partial file left behind");
-        assert!(store.open("../escape").await.is_err());
+        let (written, _) = self
+            .blocking(move |s| {
+                s.update::<std::convert::Infallible>(&id, |d| {
+                    if d.internal().is_some_and(InternalStatus::is_terminal) {
+                        return Ok(false);
+                    }
+                    d.set_status(status);
+                    d.updated_at = Some(at.clone());
+                    if reason.is_some() {
+                        d.termination_reason = reason.clone();
+                    }
+                    Ok(true)
+                })
+            })
+            .await?
+            .unwrap_or_else(|never| match never {});
+        Ok(written)
+    }
+
+    async fn mark_ended(&self, id: &str, proxy_bytes: u64, at: &str) -> Result<(), StoreError> {
+        let (id, at) = (id.to_owned(), at.to_owned());
+        self.blocking(move |s| {
+            s.update::<std::convert::Infallible>(&id, |d| {
+                d.proxy_bytes = Some(proxy_bytes);
+                d.ended_at = Some(at.clone());
+                d.updated_at = Some(at.clone());
+                Ok(true)
+            })
+        })
+        .await?
+        .unwrap_or_else(|never| match never {});
+        Ok(())
     }
 }

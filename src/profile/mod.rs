@@ -30,7 +30,9 @@ use tar::{EntryType, PaxExtensions};
 
 use crate::telemetry::clip;
 
+mod directory;
 mod stream;
+pub use directory::DirectoryArchives;
 pub use stream::{ProfileError, hydrate, persist_profile};
 
 /// The most one extension header (GNU long name or long link, PAX) may hold. Its size is
@@ -45,7 +47,7 @@ const BLOCK: u64 = 512;
 
 /// Limits applied while unpacking.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub struct ArchiveLimits {
     /// Cap on the entries' decompressed file contents, in bytes, all entries together.
     pub max_bytes: u64,
     /// Cap on the number of entries.
@@ -88,10 +90,10 @@ pub enum ArchiveError {
     /// An entry type the unpacker does not support (e.g. GNU sparse files).
     #[error("archive entry {0:?} has an unsupported type")]
     UnsupportedType(String),
-    /// The contents exceed [`Limits::max_bytes`] (the cap).
+    /// The contents exceed [`ArchiveLimits::max_bytes`] (the cap).
     #[error("archive unpacks to more than {0} bytes")]
     TooLarge(u64),
-    /// More entries than [`Limits::max_entries`] (the cap).
+    /// More entries than [`ArchiveLimits::max_entries`] (the cap).
     #[error("archive has more than {0} entries")]
     TooManyEntries(u64),
     /// The archive stream is truncated or corrupt; the text says what was wrong.
@@ -120,7 +122,7 @@ pub enum ArchiveError {
 /// What unpacking did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct UnpackStats {
-    /// Entries unpacked (every entry counted against [`Limits::max_entries`]).
+    /// Entries unpacked (every entry counted against [`ArchiveLimits::max_entries`]).
     pub entries: u64,
     /// Bytes of file contents written.
     pub bytes: u64,
@@ -210,7 +212,7 @@ fn prepare_parents(root: &Path, rel: &Path, display: &str) -> Result<(), Archive
 pub fn unpack_gz(
     reader: impl Read,
     dest: &Path,
-    limits: Limits,
+    limits: ArchiveLimits,
 ) -> Result<UnpackStats, ArchiveError> {
     unpack_tar(GzDecoder::new(reader), dest, limits)
 }
@@ -259,13 +261,13 @@ impl<R: Read> Read for Metered<R> {
 
 /// Extension headers seen before the entry they describe.
 #[derive(Default)]
-struct Pending {
+struct ExtensionHeaders {
     long_name: Option<Vec<u8>>,
     long_link: Option<Vec<u8>>,
     pax: Option<Vec<u8>>,
 }
 
-impl Pending {
+impl ExtensionHeaders {
     fn is_empty(&self) -> bool {
         self.long_name.is_none() && self.long_link.is_none() && self.pax.is_none()
     }
@@ -334,7 +336,7 @@ fn read_extension(entry: &mut impl Read, size: u64) -> Result<Vec<u8>, ArchiveEr
 pub fn unpack_tar(
     reader: impl Read,
     dest: &Path,
-    limits: Limits,
+    limits: ArchiveLimits,
 ) -> Result<UnpackStats, ArchiveError> {
     fs::create_dir_all(dest).map_err(|source| ArchiveError::Write {
         path: dest.display().to_string(),
@@ -352,7 +354,7 @@ pub fn unpack_tar(
         budget,
         stats: UnpackStats::default(),
         declared: 0,
-        pending: Pending::default(),
+        pending: ExtensionHeaders::default(),
         written_files: HashSet::new(),
         buf: vec![0u8; 256 * 1024],
     };
@@ -372,14 +374,14 @@ pub fn unpack_tar(
 /// The state of one unpacking: what has been read and written so far, against the limits.
 struct Unpacker<'a> {
     dest: &'a Path,
-    limits: Limits,
+    limits: ArchiveLimits,
     /// What the reader may still hand out (headers, padding, declared data).
     budget: Rc<Budget>,
     stats: UnpackStats,
     /// Every entry's declared data, files or not: what the reader may hand out beyond headers.
     declared: u64,
     /// Extension headers read for the next entry.
-    pending: Pending,
+    pending: ExtensionHeaders,
     /// Regular files this archive wrote: the only targets a hard link may have.
     written_files: HashSet<PathBuf>,
     buf: Vec<u8>,
@@ -585,7 +587,7 @@ fn extension_kind(kind: EntryType) -> Option<&'static str> {
 
 /// A link entry's target: from its GNU long link, its PAX `linkpath`, or its header.
 fn link_name<R: Read>(
-    ext: &Pending,
+    ext: &ExtensionHeaders,
     entry: &tar::Entry<'_, R>,
     display: &str,
 ) -> Result<PathBuf, ArchiveError> {
@@ -1085,7 +1087,7 @@ mod tests {
     use super::*;
     use std::fs::File;
 
-    const LIMITS: Limits = Limits {
+    const LIMITS: ArchiveLimits = ArchiveLimits {
         max_bytes: 1 << 20,
         max_entries: 100,
     };
@@ -1306,7 +1308,7 @@ mod tests {
         let (_r, profile, _c) = setup();
         let big = vec![7u8; 2000];
         let tar = raw_tar(&[("a", EntryType::Regular, &big, None)]);
-        let small = Limits {
+        let small = ArchiveLimits {
             max_bytes: 1000,
             max_entries: 10,
         };
@@ -1368,7 +1370,7 @@ mod tests {
         );
         assert!(tar.len() > GZ_CHUNK * 5);
         let dest = tempfile::tempdir().unwrap();
-        let big = Limits {
+        let big = ArchiveLimits {
             max_bytes: 1 << 30,
             max_entries: 10,
         };
@@ -1559,7 +1561,7 @@ mod tests {
     #[test]
     fn every_declared_byte_counts_toward_the_limit() {
         let (_r, profile, _c) = setup();
-        let small = Limits {
+        let small = ArchiveLimits {
             max_bytes: 1000,
             max_entries: 10,
         };

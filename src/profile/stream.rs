@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::{ArchiveError, Limits, UnpackStats};
+use super::{ArchiveError, ArchiveLimits, UnpackStats};
 use crate::stores::{ArchiveStore, BoxRead, StoreError, retry};
 
 /// Why the profile could not be restored or saved.
@@ -45,7 +45,7 @@ pub async fn hydrate(
     store: &dyn ArchiveStore,
     key: &str,
     dest: &Path,
-    limits: Limits,
+    limits: ArchiveLimits,
     retry_for: Duration,
 ) -> Result<Option<UnpackStats>, ProfileError> {
     let Some(reader) = retry("fetching the profile archive", retry_for, || {
@@ -169,7 +169,7 @@ pub async fn persist_profile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stores::DirectoryArchives;
+    use crate::profile::DirectoryArchives;
     use wallcrawler_contract::storage::SESSION_COOKIES_FILE;
 
     #[tokio::test]
@@ -190,7 +190,7 @@ mod tests {
         .unwrap();
         assert!(n > 0);
         let dest = tempfile::tempdir().unwrap();
-        let limits = Limits {
+        let limits = ArchiveLimits {
             max_bytes: 1 << 30,
             max_entries: 1000,
         };

@@ -880,7 +880,7 @@ async fn pool_a_slow_task_keeps_its_claim_from_the_others() {
         .warm_task(TaskOptions {
             chrome: Some(pool.chrome_failing_on_claimed_profiles_at_the_gate()),
             visibility_seconds: Some(VISIBILITY),
-            rust_log: Some("info,wallcrawler_controller::pool=debug"),
+            rust_log: Some("info,wallcrawler_controller::modes::pool=debug"),
             ..Default::default()
         })
         .await;

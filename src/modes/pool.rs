@@ -26,6 +26,7 @@
 //! both serving one session.
 
 use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,12 +39,9 @@ use crate::app::{Session, Started};
 use crate::auth::Authenticator;
 use crate::chrome::LaunchOptions;
 use crate::config::{PoolConfig, RunConfig};
+use crate::session::{ContextPlan, Deps, Ending, Outcome, Run, STARTUP_RETRY, SessionItem};
 use crate::shutdown::{Shutdown, Step};
 use crate::stores::{ClaimQueue, Received, SessionRecord};
-use crate::task::{
-    ContextPlan, EXIT_FAILURE, Item, STARTUP_RETRY, TaskDeps, announce_ready, idle_policy,
-    load_keys, restore_profile, restore_session_cookies, serve_until_end, session_options,
-};
 
 /// Longest single wait on the queue (SQS allows 20 s); the loop waits again until the idle
 /// lifetime passes.
@@ -61,23 +59,34 @@ enum Verdict {
     },
 }
 
-/// Runs a pool controller until its session ends (or its idle lifetime); the exit status.
-pub async fn run_pool(
-    c: RunConfig,
-    pool: PoolConfig,
+/// Runs a pool controller until its session ends (or its idle lifetime); how it ended.
+pub async fn run(
+    c: &RunConfig,
+    pool: &PoolConfig,
     launch: LaunchOptions,
-    deps: TaskDeps,
+    deps: &Deps,
     tasks: &Shutdown,
-) -> i32 {
-    let signal = tasks.token();
+) -> Ending {
     let (Some(queue), Some(_)) = (deps.claims.clone(), deps.sessions.as_ref()) else {
         error!("pool mode needs a claim queue and a session store");
-        return EXIT_FAILURE;
+        return Ending::Aborted;
     };
     let started = Instant::now();
-    let session = match warm_up(&c, &launch, &deps, tasks).await {
+    // No session yet: nothing to write to.
+    let warm = Run {
+        c,
+        deps,
+        tasks,
+        item: SessionItem {
+            store: None,
+            id: "",
+        },
+        plan: ContextPlan::default(),
+        profile: launch.user_data_dir.clone(),
+    };
+    let session = match warm_up(&warm, &launch).await {
         Ok(s) => s,
-        Err(code) => return code,
+        Err(outcome) => return warm.settle(outcome).await,
     };
     let warm_at = Instant::now();
     let metrics = session.metrics().clone();
@@ -87,163 +96,172 @@ pub async fn run_pool(
         task = %pool.task_name,
         "warm; waiting for a claim"
     );
-
-    let Some((claim, received, record)) =
-        wait_for_claim(queue.as_ref(), &deps, &pool, warm_at, signal).await
-    else {
+    let waiting = Waiting {
+        queue: queue.as_ref(),
+        deps,
+        pool,
+        warm_at,
+    };
+    let Some((claim, received, record)) = waiting.claim(tasks.token()).await else {
         session
             .close_chrome(false, Step::ChromeClosed.share(c.shutdown_budget))
             .await;
         session.finish();
-        return 0;
+        return Ending::NoSession;
     };
     let claimed_at = Instant::now();
     // At least 1 ms: 0 means "not claimed yet".
     metrics
         .pool_idle
         .set((claimed_at - warm_at).as_secs_f64().max(0.001));
-    let sid = claim.session_id.clone();
-    let span = tracing::info_span!("session", session.id = %sid);
+    let span = tracing::info_span!("session", session.id = %claim.session_id);
     async move {
         info!(
             idle_ms = millis(claimed_at - warm_at),
             context = claim.context.is_some(),
             "claim taken"
         );
-        let item = Item {
-            store: deps.sessions.as_deref(),
-            id: &sid,
-        };
-        let plan = ContextPlan {
-            key: claim.context.as_ref().map(|x| x.key.clone()),
-            persist: claim.context.as_ref().is_some_and(|x| x.persist),
-        };
+        let run = claimed_run(&warm, &claim, &launch);
         let served = ClaimedSession {
-            c: &c,
-            deps: &deps,
-            pool: &pool,
+            run: &run,
+            pool,
             claim: &claim,
             record,
-            plan: &plan,
-            item: &item,
             queue: queue.as_ref(),
             receipt: &received.receipt,
-            tasks,
         };
-        served
-            .serve(session, launch, claimed_at, signal, &metrics)
-            .await
+        served.serve(session, launch, claimed_at, &metrics).await
     }
     .instrument(span)
     .await
 }
 
-/// The signing keys loaded and a warm Chrome behind a proxy bound to no session yet; `Err` is
-/// the exit status (0 after a signal).
-async fn warm_up(
-    c: &RunConfig,
-    launch: &LaunchOptions,
-    deps: &TaskDeps,
-    tasks: &Shutdown,
-) -> Result<Session, i32> {
-    let nobody = Item {
-        store: None,
-        id: "",
+/// The claimed session's run: its item, its context's plan, its profile directory (with a
+/// context, its own, next to the warm one, removed at exit).
+fn claimed_run<'a>(warm: &Run<'a>, claim: &'a Claim, launch: &LaunchOptions) -> Run<'a> {
+    let plan = ContextPlan {
+        key: claim.context.as_ref().map(|x| x.key.clone()),
+        persist: claim.context.as_ref().is_some_and(|x| x.persist),
     };
-    let keys = load_keys(c, deps, &nobody, tasks).await?;
+    let profile = match plan.key {
+        Some(_) => claimed_path(launch),
+        None => launch.user_data_dir.clone(),
+    };
+    Run {
+        c: warm.c,
+        deps: warm.deps,
+        tasks: warm.tasks,
+        item: SessionItem {
+            store: warm.deps.sessions.as_deref(),
+            id: &claim.session_id,
+        },
+        plan,
+        profile,
+    }
+}
+
+/// The signing keys loaded and a warm Chrome behind a proxy bound to no session yet.
+async fn warm_up(warm: &Run<'_>, launch: &LaunchOptions) -> Result<Session, Outcome> {
+    let c = warm.c;
+    let keys = warm.load_keys().await?;
     let auth = Authenticator::unbound(keys, c.auth.leeway_seconds);
     // Nobody waits on a warm-up: with BACKGROUND_NICE it yields to the sessions being served.
     let warm_launch = LaunchOptions {
         nice: c.background_nice,
         ..launch.clone()
     };
-    let opts = session_options(c, auth, warm_launch, false, None, tasks);
-    match Session::warm(opts, tasks.token()).await {
+    let opts = warm.session_options(auth, warm_launch, false, None);
+    match Session::warm(opts, warm.tasks.token()).await {
         Ok(Started::Running(s)) => Ok(*s),
-        Ok(Started::Interrupted) => Err(0),
+        Ok(Started::Interrupted) => Err(Ending::NoSession.into()),
         Err(e) => {
             error!(error = %e, "warming up failed");
-            Err(EXIT_FAILURE)
+            Err(Ending::Aborted.into())
         }
     }
 }
 
-/// Waits for a claim this controller should serve. `None`: a signal, or the idle lifetime
-/// passed, or the session store failed (the claim, if any, is left to come back).
-async fn wait_for_claim(
-    queue: &dyn ClaimQueue,
-    deps: &TaskDeps,
-    pool: &PoolConfig,
+/// A warm controller waiting for a claim.
+struct Waiting<'a> {
+    queue: &'a dyn ClaimQueue,
+    deps: &'a Deps,
+    pool: &'a PoolConfig,
     warm_at: Instant,
-    signal: &CancellationToken,
-) -> Option<(Claim, Received, SessionRecord)> {
-    let idle_deadline = warm_at + pool.idle_lifetime;
-    loop {
-        let left = idle_deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            info!("idle lifetime reached with no claim; exiting");
-            return None;
-        }
-        let got = tokio::select! {
-            r = queue.receive(left.min(RECEIVE_WAIT)) => r,
-            () = signal.cancelled() => {
-                info!("signal received while waiting for a claim");
+}
+
+impl Waiting<'_> {
+    /// Waits for a claim this controller should serve. `None`: a signal, or the idle lifetime
+    /// passed, or the session store failed (the claim, if any, is left to come back).
+    async fn claim(&self, signal: &CancellationToken) -> Option<(Claim, Received, SessionRecord)> {
+        let queue = self.queue;
+        let idle_deadline = self.warm_at + self.pool.idle_lifetime;
+        loop {
+            let left = idle_deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                info!("idle lifetime reached with no claim; exiting");
                 return None;
             }
-        };
-        let received = match got {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(e) => {
-                warn!(error = %e, "receiving a claim failed; retrying");
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                    () = signal.cancelled() => return None,
+            let got = tokio::select! {
+                r = queue.receive(left.min(RECEIVE_WAIT)) => r,
+                () = signal.cancelled() => {
+                    info!("signal received while waiting for a claim");
+                    return None;
+                }
+            };
+            let received = match got {
+                Ok(Some(r)) => r,
+                Ok(None) => continue,
+                Err(e) => {
+                    warn!(error = %e, "receiving a claim failed; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        () = signal.cancelled() => return None,
+                    }
+                }
+            };
+            let claim = match Claim::parse(&received.body) {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(error = %e, "a claim was refused; it goes toward the dead-letter queue");
+                    if let Err(e) = queue.poison(&received.receipt).await {
+                        warn!(error = %e, "returning the refused claim failed");
+                    }
+                    continue;
+                }
+            };
+            match judge(self.deps, &claim).await? {
+                Verdict::Serve(record) => return Some((claim, received, record)),
+                Verdict::Discard { why, end } => {
+                    info!(session.id = %claim.session_id, why, "claim dropped");
+                    if end {
+                        let item = SessionItem {
+                            store: self.deps.sessions.as_deref(),
+                            id: &claim.session_id,
+                        };
+                        item.settle(&Ending::Released, 0, None).await;
+                    }
+                    if let Err(e) = queue.discard(&received.receipt).await {
+                        warn!(error = %e, "deleting the dropped claim failed");
+                    }
                 }
             }
-        };
-        let claim = match Claim::parse(&received.body) {
-            Ok(c) => c,
-            Err(e) => {
-                warn!(error = %e, "a claim was refused; it goes toward the dead-letter queue");
-                if let Err(e) = queue.poison(&received.receipt).await {
-                    warn!(error = %e, "returning the refused claim failed");
-                }
-                continue;
-            }
-        };
-        match judge(deps, &claim).await {
-            Ok(Verdict::Serve(record)) => return Some((claim, received, record)),
-            Ok(Verdict::Discard { why, end }) => {
-                info!(session.id = %claim.session_id, why, "claim dropped");
-                if end {
-                    let item = Item {
-                        store: deps.sessions.as_deref(),
-                        id: &claim.session_id,
-                    };
-                    item.ended(0).await;
-                }
-                if let Err(e) = queue.discard(&received.receipt).await {
-                    warn!(error = %e, "deleting the dropped claim failed");
-                }
-            }
-            Err(()) => return None,
         }
     }
 }
 
-/// Whether the claimed session is still waiting for a browser. `Err`: the store failed (logged).
-async fn judge(deps: &TaskDeps, claim: &Claim) -> Result<Verdict, ()> {
-    let store = deps.sessions.as_ref().ok_or(())?;
+/// Whether the claimed session is still waiting for a browser. `None`: the store failed
+/// (logged).
+async fn judge(deps: &Deps, claim: &Claim) -> Option<Verdict> {
+    let store = deps.sessions.as_ref()?;
     let loaded = crate::stores::retry("reading the claimed session", STARTUP_RETRY, || {
         store.load(&claim.session_id)
     })
     .await;
     match loaded {
-        Ok(record) => Ok(verdict(claim, record)),
+        Ok(record) => Some(verdict(claim, record)),
         Err(e) => {
             error!(error = %e, "the sessions table cannot be read; leaving the claim to come back");
-            Err(())
+            None
         }
     }
 }
@@ -278,19 +296,16 @@ fn verdict(claim: &Claim, record: Option<SessionRecord>) -> Verdict {
 
 /// A claim being served, and what serving it needs.
 struct ClaimedSession<'a> {
-    c: &'a RunConfig,
-    deps: &'a TaskDeps,
+    run: &'a Run<'a>,
     pool: &'a PoolConfig,
     claim: &'a Claim,
     record: SessionRecord,
-    plan: &'a ContextPlan,
-    item: &'a Item<'a>,
     queue: &'a dyn ClaimQueue,
     receipt: &'a str,
-    tasks: &'a Shutdown,
 }
 
 impl ClaimedSession<'_> {
+    /// The claim deleted: completed once served (`done`), else dropped.
     async fn settle(&self, done: bool) {
         let r = if done {
             self.queue.complete(self.receipt).await
@@ -307,22 +322,24 @@ impl ClaimedSession<'_> {
         session: Session,
         launch: LaunchOptions,
         claimed_at: Instant,
-        signal: &CancellationToken,
         metrics: &Arc<crate::telemetry::Metrics>,
-    ) -> i32 {
+    ) -> Ending {
         // Until READY (or the end of trying) the claim is kept from other controllers: a slow
         // bring-up (a large archive, a loaded host) must not let a second controller take the
         // claim and race this one, whose failure would then end the session the other serves.
         let up = tokio::select! {
             biased;
-            up = self.bring_up(session, &launch, signal) => up,
+            up = self.bring_up(session, &launch) => up,
             never = self.keep_claim() => match never {},
         };
-        let (session, claimed_dir, profile) = match up {
+        let (session, claimed_dir) = match up {
             Ok(up) => up,
-            Err((code, done)) => {
+            Err(outcome) => {
+                // A session released meanwhile is not this controller's to complete.
+                let done = outcome.ending != Ending::Released;
+                let ending = self.run.settle(outcome).await;
                 self.settle(done).await;
-                return code;
+                return ending;
             }
         };
         metrics
@@ -333,12 +350,9 @@ impl ClaimedSession<'_> {
             "claimed session READY"
         );
         self.settle(true).await;
-        let code = serve_until_end(
-            session, self.c, self.deps, self.plan, &profile, self.item, signal,
-        )
-        .await;
+        let ending = self.run.serve_until_end(session).await;
         drop(claimed_dir);
-        code
+        ending
     }
 
     /// Restarts the claim's visibility timeout every half of it, for as long as it is polled.
@@ -357,15 +371,16 @@ impl ClaimedSession<'_> {
     /// the session can have ended: READY does not wait on the agent, and a failure costs
     /// nothing but the protection.
     fn protect_from_scale_in(&self) {
-        let Some(uri) = self.c.agent_uri.clone() else {
+        let c = self.run.c;
+        let Some(uri) = c.agent_uri.clone() else {
             return;
         };
         let minutes = crate::scale_in::minutes_until(
             self.record.expires_at,
             wallcrawler_contract::time::unix_millis() / 1000,
-            self.c.shutdown_budget,
+            c.shutdown_budget,
         );
-        self.tasks.spawn(
+        self.run.tasks.spawn(
             async move {
                 match crate::scale_in::protect(&uri, minutes).await {
                     Ok(()) => info!(minutes, "task protected from scale-in"),
@@ -377,15 +392,13 @@ impl ClaimedSession<'_> {
     }
 
     /// The session brought up: its proxy bound, Chrome on the context's profile if it has one,
-    /// READY written. `Err`: the exit status, and whether the claim is done with (deleted)
-    /// rather than dropped.
+    /// READY written; with a context, its profile directory (removed when dropped).
     async fn bring_up(
         &self,
         mut session: Session,
         launch: &LaunchOptions,
-        signal: &CancellationToken,
-    ) -> Result<(Session, Option<ClaimedDir>, std::path::PathBuf), (i32, bool)> {
-        let c = self.c;
+    ) -> Result<(Session, Option<ClaimedDir>), Outcome> {
+        let run = self.run;
         // A client waits on this session from now on (its Chrome, or the close of the warm one).
         session.to_foreground();
         self.protect_from_scale_in();
@@ -394,87 +407,60 @@ impl ClaimedSession<'_> {
             Some(self.claim.project_id.clone()),
         );
         session.set_lifecycle(
-            idle_policy(c, self.record.keep_alive),
+            run.idle_policy(self.record.keep_alive),
             self.record.expires_at,
         );
-        // With a context: its own profile directory, next to the warm one (removed at exit).
-        let claimed_dir = match self.plan.key {
-            Some(_) => match claimed_profile_dir(launch) {
+        let claimed_dir = match run.plan.key {
+            Some(_) => match ClaimedDir::create(&run.profile) {
                 Ok(d) => Some(d),
                 Err(e) => {
-                    let code = self
-                        .item
-                        .fail(&format!("no profile directory for the context: {e}"), 0)
-                        .await;
-                    return Err((code, true));
+                    let reason = format!("no profile directory for the context: {e}");
+                    return Err(Ending::failed(reason).into());
                 }
             },
             None => None,
         };
-        let profile = claimed_dir
-            .as_ref()
-            .map_or(launch.user_data_dir.clone(), |d| d.path().to_owned());
         if claimed_dir.is_some() {
-            match self
-                .switch_profile(&mut session, launch, &profile, signal)
-                .await
-            {
-                Ok(true) => {}
-                Ok(false) => {
-                    // A signal while Chrome started: the session was not brought up.
-                    self.item.terminal(InternalStatus::Stopped, None).await;
-                    self.item.ended(0).await;
-                    session.finish();
-                    return Err((0, true));
-                }
-                Err(code) => {
-                    session.finish();
-                    return Err((code, true));
-                }
+            let stopped = match self.switch_profile(&mut session, launch).await {
+                Ok(true) => None,
+                // A signal while Chrome started: the session was not brought up.
+                Ok(false) => Some(Ending::Interrupted.into()),
+                Err(outcome) => Some(outcome),
+            };
+            if let Some(outcome) = stopped {
+                session.finish();
+                return Err(outcome);
             }
         }
         session.publish();
-        restore_session_cookies(&session.chrome, &profile).await;
-        let announced = announce_ready(
-            session,
-            c,
-            self.deps,
-            Some(&self.record),
-            self.item,
-            Some(&self.pool.task_name),
-        )
-        .await;
-        match announced {
-            Ok(session) => Ok((session, claimed_dir, profile)),
-            Err(code) => Err((code, code != 0)),
-        }
+        run.restore_session_cookies(&session.chrome).await;
+        let session = run
+            .announce_ready(session, Some(&self.record), Some(&self.pool.task_name))
+            .await?;
+        Ok((session, claimed_dir))
     }
 
-    /// Closes the warm Chrome while the context's archive is unpacked into `profile`, then
-    /// starts Chrome on it. `Ok(false)`: a signal came first. `Err`: the exit status, FAILED
-    /// written.
+    /// Closes the warm Chrome while the context's archive is unpacked into the claimed
+    /// profile, then starts Chrome on it. `Ok(false)`: a signal came first.
     async fn switch_profile(
         &self,
         session: &mut Session,
         launch: &LaunchOptions,
-        profile: &std::path::Path,
-        signal: &CancellationToken,
-    ) -> Result<bool, i32> {
+    ) -> Result<bool, Outcome> {
+        let run = self.run;
         let t0 = Instant::now();
-        let close_budget = Step::ChromeClosed.share(self.c.shutdown_budget);
-        let (closed, restored) = tokio::join!(
-            session.chrome.close(close_budget),
-            restore_profile(self.c, self.deps, self.plan, profile, self.item)
-        );
+        let close_budget = Step::ChromeClosed.share(run.c.shutdown_budget);
+        let (closed, restored) =
+            tokio::join!(session.chrome.close(close_budget), run.restore_profile());
         let closed_ms = millis(t0.elapsed());
         restored?;
         info!(outcome = ?closed, elapsed_ms = closed_ms, "warm chrome closed and profile restored");
         let claimed = LaunchOptions {
-            user_data_dir: profile.to_owned(),
+            user_data_dir: run.profile.clone(),
             ..launch.clone()
         };
         let t1 = Instant::now();
-        match session.relaunch(&claimed, signal).await {
+        match session.relaunch(&claimed, run.tasks.token()).await {
             Ok(started) => {
                 info!(
                     elapsed_ms = millis(t1.elapsed()),
@@ -482,21 +468,33 @@ impl ClaimedSession<'_> {
                 );
                 Ok(started)
             }
-            Err(e) => Err(self
-                .item
-                .fail(&format!("the browser could not be started: {e}"), 0)
-                .await),
+            Err(e) => Err(Ending::failed(format!("the browser could not be started: {e}")).into()),
         }
     }
 }
 
 /// The claimed context's profile directory, `<warm profile>.claimed` (a name the local platform
-/// also removes when the controller dies), removed when dropped.
-struct ClaimedDir(std::path::PathBuf);
+/// also removes when the controller dies).
+fn claimed_path(launch: &LaunchOptions) -> PathBuf {
+    let mut name = launch.user_data_dir.as_os_str().to_owned();
+    name.push(".claimed");
+    name.into()
+}
+
+/// The claimed context's profile directory, removed when dropped.
+struct ClaimedDir(PathBuf);
 
 impl ClaimedDir {
-    fn path(&self) -> &std::path::Path {
-        &self.0
+    /// A new empty directory at `path` (anything left there by a previous controller removed).
+    fn create(path: &Path) -> std::io::Result<Self> {
+        let dir = Self(path.to_owned());
+        match std::fs::remove_dir_all(&dir.0) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        std::fs::DirBuilder::new().mode(0o700).create(&dir.0)?;
+        Ok(dir)
     }
 }
 
@@ -504,20 +502,6 @@ impl Drop for ClaimedDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// A new empty directory next to the warm profile, for the claimed context's profile.
-fn claimed_profile_dir(launch: &LaunchOptions) -> std::io::Result<ClaimedDir> {
-    let mut name = launch.user_data_dir.as_os_str().to_owned();
-    name.push(".claimed");
-    let dir = ClaimedDir(name.into());
-    match std::fs::remove_dir_all(dir.path()) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    std::fs::DirBuilder::new().mode(0o700).create(dir.path())?;
-    Ok(dir)
 }
 
 fn millis(d: Duration) -> u64 {

@@ -1,0 +1,144 @@
+//! The outside services `run` needs, built once from one SDK configuration.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use aws_config::SdkConfig;
+use wallcrawler_aws::secrets::SecretsManagerKeys;
+use wallcrawler_contract::claim::DirQueue;
+
+use crate::aws;
+use crate::config::{
+    ArchivePlace, ContextSource, KeyConfig, PoolConfig, PoolQueue, RunConfig, SessionStoreConfig,
+};
+use crate::profile::DirectoryArchives;
+use crate::session::Deps;
+use crate::stores::{ArchiveStore, ClaimQueue, DirClaims, DirectorySessions, SessionStore};
+
+/// Why the outside services of `run` could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum DepsError {
+    /// The pool's claims directory could not be made ready.
+    #[error("the claims directory {} cannot be used", dir.display())]
+    ClaimsDir {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The outside services `c` names, built with one SDK configuration when any is on AWS.
+pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
+    let sdk = if needs_aws(c) {
+        Some(aws::sdk_config().await)
+    } else {
+        None
+    };
+    let sdk = sdk.as_ref();
+    let pool = c.pool.as_ref();
+    let claims = match pool {
+        Some(p) => claims(p, sdk)?,
+        None => None,
+    };
+    Ok(Deps {
+        sessions: sessions(&c.store, sdk),
+        // A pool's own archive place, when it has one, over the configured context's.
+        archives: pool
+            .and_then(|p| pool_archives(&p.archives, sdk))
+            .or_else(|| context_archives(&c.context, sdk)),
+        secrets: match (&c.auth.key, sdk) {
+            (KeyConfig::SecretArn(arn), Some(sdk)) => Some(Arc::new(aws::SecretsManagerSecret(
+                SecretsManagerKeys::new(sdk, arn),
+            ))),
+            _ => None,
+        },
+        network: match (needs_ec2(c), sdk) {
+            (true, Some(sdk)) => Some(Arc::new(aws::Ec2Network {
+                client: aws_sdk_ec2::Client::new(sdk),
+            })),
+            _ => None,
+        },
+        claims,
+    })
+}
+
+/// Whether any service `c` names is on AWS.
+fn needs_aws(c: &RunConfig) -> bool {
+    matches!(c.store, SessionStoreConfig::Table(_))
+        || matches!(c.context, ContextSource::Bucket { .. })
+        || c.pool.as_ref().is_some_and(|p| {
+            matches!(p.queue, PoolQueue::Sqs(_)) || matches!(p.archives, ArchivePlace::Bucket(_))
+        })
+        || matches!(c.auth.key, KeyConfig::SecretArn(_))
+        || needs_ec2(c)
+}
+
+/// Only direct mode (`PUBLIC_IP_REQUIRED`) looks its public address up in EC2; behind the
+/// connect gateway a task announces its private address and asks EC2 nothing.
+fn needs_ec2(c: &RunConfig) -> bool {
+    c.public_ip_required && c.public_ip.is_none() && c.metadata_uri.is_some()
+}
+
+fn sessions(store: &SessionStoreConfig, sdk: Option<&SdkConfig>) -> Option<Arc<dyn SessionStore>> {
+    match (store, sdk) {
+        (SessionStoreConfig::Table(t), Some(sdk)) => {
+            Some(Arc::new(aws::DynamoSessions::new(sdk, t.clone())))
+        }
+        (SessionStoreConfig::Directory(dir), _) => {
+            Some(Arc::new(DirectorySessions::new(dir.clone())))
+        }
+        _ => None,
+    }
+}
+
+fn context_archives(
+    context: &ContextSource,
+    sdk: Option<&SdkConfig>,
+) -> Option<Arc<dyn ArchiveStore>> {
+    match (context, sdk) {
+        (ContextSource::Bucket { bucket, .. }, Some(sdk)) => {
+            Some(Arc::new(aws::S3Archives::new(sdk, bucket.clone())))
+        }
+        (ContextSource::Directory { dir, .. }, _) => {
+            Some(Arc::new(DirectoryArchives { dir: dir.clone() }))
+        }
+        _ => None,
+    }
+}
+
+fn pool_archives(place: &ArchivePlace, sdk: Option<&SdkConfig>) -> Option<Arc<dyn ArchiveStore>> {
+    match (place, sdk) {
+        (ArchivePlace::Bucket(bucket), Some(sdk)) => {
+            Some(Arc::new(aws::S3Archives::new(sdk, bucket.clone())))
+        }
+        (ArchivePlace::Directory(dir), _) => Some(Arc::new(DirectoryArchives { dir: dir.clone() })),
+        _ => None,
+    }
+}
+
+fn claims(
+    p: &PoolConfig,
+    sdk: Option<&SdkConfig>,
+) -> Result<Option<Arc<dyn ClaimQueue>>, DepsError> {
+    Ok(match (&p.queue, sdk) {
+        (PoolQueue::Sqs(url), Some(sdk)) => Some(Arc::new(aws::SqsClaims {
+            client: aws_sdk_sqs::Client::new(sdk),
+            queue_url: url.clone(),
+            visibility: p.visibility,
+        })),
+        (PoolQueue::Directory(dir), _) => {
+            let queue = DirQueue::new(dir.clone());
+            queue.init().map_err(|source| DepsError::ClaimsDir {
+                dir: dir.clone(),
+                source,
+            })?;
+            Some(Arc::new(DirClaims {
+                queue,
+                owner: p.task_name.clone(),
+            }))
+        }
+        _ => None,
+    })
+}

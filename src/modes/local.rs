@@ -1,0 +1,75 @@
+//! `local`: a Chrome behind the proxy on loopback for a developer, with a fresh key and
+//! profile, its connectUrl printed on stdout, until a signal or the session's own end.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{error, info};
+use wallcrawler_contract::{Claims, SigningKey};
+
+use super::{ended, launch_options, profile_tempdir};
+use crate::app::{self, ProxyOptions, SessionOptions};
+use crate::auth::{Authenticator, KeySource, StaticKeys, unix_now};
+use crate::config::LocalConfig;
+use crate::proxy::Limits;
+use crate::session::Ending;
+use crate::shutdown::Shutdown;
+
+/// Runs `local` until it ends.
+pub async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending {
+    let session_id = format!("sess_{}", uuid::Uuid::new_v4());
+    let key = c
+        .key
+        .clone()
+        .unwrap_or_else(|| wallcrawler_contract::token::random_hex(32));
+    let token = Claims::new(&session_id, "", unix_now(), c.token_ttl)
+        .mint(&SigningKey::new(key.as_bytes()));
+    let profile = match profile_tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            error!(error = %e, "could not create a profile directory");
+            return Ending::Aborted;
+        }
+    };
+    let chrome = match launch_options(&c.chrome, flags, profile.path().to_owned()) {
+        Ok(o) => o,
+        Err(e) => {
+            error!("{e}");
+            return Ending::Aborted;
+        }
+    };
+    let keys: Arc<dyn KeySource> = Arc::new(StaticKeys::new(key.as_bytes()));
+    let opts = SessionOptions {
+        proxy: ProxyOptions {
+            auth: Authenticator::new(keys, session_id.clone(), None, 30),
+            listen: SocketAddr::from(([127, 0, 0, 1], c.port)),
+            metrics_addr: c.tuning.metrics_addr,
+            limits: Limits::from_tuning(&c.tuning),
+        },
+        chrome,
+        idle: None,
+        expires_at: None,
+        shutdown_budget: Duration::from_secs(25),
+        background_nice: None,
+        tasks: tasks.clone(),
+    };
+    let result = app::run_session(opts, tasks.token().clone(), |ready| {
+        info!(
+            session.id = %session_id,
+            proxy = %ready.proxy_addr,
+            chrome.pid = ready.chrome_pid,
+            "local session ready; connect with the connectUrl printed on stdout"
+        );
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "connectUrl: ws://{}?signingKey={token}",
+            ready.proxy_addr
+        );
+        let _ = out.flush();
+    })
+    .await;
+    ended(result)
+}

@@ -1,0 +1,232 @@
+//! How a run ends ([`Ending`]), and the one place that turns it into the session item's last
+//! writes ([`SessionItem::settle`]) and the process's exit status ([`Ending::exit_code`]).
+
+use std::future::Future;
+
+use tracing::{error, info};
+use wallcrawler_contract::InternalStatus;
+use wallcrawler_contract::time::now_iso8601;
+
+use crate::app::EndReason;
+use crate::shutdown::{Step, Steps};
+use crate::stores::{SessionStore, TerminalUpdate};
+use crate::telemetry::clip;
+
+/// Exit status of a failed run.
+pub const EXIT_FAILURE: i32 = 1;
+
+/// The most a `terminationReason` holds, in bytes.
+pub const MAX_REASON_BYTES: usize = 1024;
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// The session ended as sessions do (a signal, a client's `Browser.close`, idle, Chrome
+    /// closing itself cleanly): STOPPED.
+    Completed,
+    /// The session's `expiresAt` passed: TIMED_OUT.
+    TimedOut,
+    /// The session was released before it was served (before its task started, or before
+    /// READY): nothing but `endedAt`.
+    Released,
+    /// A signal while the browser started: STOPPED.
+    Interrupted,
+    /// FAILED, with the reason the session item keeps.
+    Failed {
+        /// What went wrong, in a few words (clipped to [`MAX_REASON_BYTES`] when written).
+        reason: String,
+    },
+    /// Ended before taking on any session (a pool controller's idle lifetime, a signal while
+    /// it waited): nothing to write.
+    NoSession,
+    /// Could not start, with no session item to write to (logged where it happened).
+    Aborted,
+}
+
+impl Ending {
+    /// A failure of the session, logged once here.
+    pub fn failed(reason: impl Into<String>) -> Self {
+        let reason = reason.into();
+        error!(reason, "session failed");
+        Self::Failed { reason }
+    }
+
+    /// The process's exit status for this ending.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::Failed { .. } | Self::Aborted => EXIT_FAILURE,
+            _ => 0,
+        }
+    }
+
+    /// The terminal status this ending writes (`None`: the item keeps its own).
+    fn terminal(&self) -> Option<TerminalStatus<'_>> {
+        let (status, reason) = match self {
+            Self::Completed | Self::Interrupted => (InternalStatus::Stopped, None),
+            Self::TimedOut => (InternalStatus::TimedOut, Some("the session expired")),
+            Self::Failed { reason } => (InternalStatus::Failed, Some(reason.as_str())),
+            Self::Released | Self::NoSession | Self::Aborted => return None,
+        };
+        Some(TerminalStatus { status, reason })
+    }
+
+    /// Whether this ending writes `endedAt` (every ending of a session taken on).
+    fn writes_ended(&self) -> bool {
+        !matches!(self, Self::NoSession | Self::Aborted)
+    }
+}
+
+impl From<&EndReason> for Ending {
+    fn from(reason: &EndReason) -> Self {
+        match reason {
+            EndReason::Expired => Self::TimedOut,
+            // Logged as the crash it is when the session saw it end.
+            EndReason::ChromeCrashed(how) => Self::Failed {
+                reason: format!("the browser exited unexpectedly ({how})"),
+            },
+            _ => Self::Completed,
+        }
+    }
+}
+
+/// A terminal status and its reason.
+struct TerminalStatus<'a> {
+    status: InternalStatus,
+    reason: Option<&'a str>,
+}
+
+/// How a run stopped before its session was served to the end, and the bytes relayed by then.
+#[derive(Debug)]
+pub struct Outcome {
+    /// How the run ends.
+    pub ending: Ending,
+    /// Bytes relayed, both directions, for `proxyBytes`.
+    pub proxy_bytes: u64,
+}
+
+impl From<Ending> for Outcome {
+    fn from(ending: Ending) -> Self {
+        Self {
+            ending,
+            proxy_bytes: 0,
+        }
+    }
+}
+
+/// Writes to the session item, tolerant of its absence (no table configured, or a pool
+/// controller's warm-up, which serves no session yet).
+pub struct SessionItem<'a> {
+    /// Where the item lives.
+    pub store: Option<&'a dyn SessionStore>,
+    /// The session's id.
+    pub id: &'a str,
+}
+
+impl SessionItem<'_> {
+    /// The item's last writes for `ending`: its terminal status (an item already terminal
+    /// keeps its own), then `proxyBytes` and `endedAt`; each within its step's deadline when
+    /// the end sequence's `steps` are given.
+    pub async fn settle(&self, ending: &Ending, proxy_bytes: u64, steps: Option<&Steps>) {
+        if let Some(t) = ending.terminal() {
+            within(steps, Step::TerminalStatus, self.terminal(&t)).await;
+        }
+        if ending.writes_ended() {
+            within(steps, Step::EndedAt, self.ended(proxy_bytes)).await;
+        }
+    }
+
+    async fn terminal(&self, t: &TerminalStatus<'_>) {
+        let Some(store) = self.store else { return };
+        // Whatever the source, the stored reason stays small (DynamoDB refuses items over 400 KB:
+        // a huge reason would mean the terminal status is never written).
+        let reason = t.reason.map(|r| clip(r, MAX_REASON_BYTES));
+        let update = TerminalUpdate {
+            status: t.status,
+            reason: reason.as_deref(),
+            at: &now_iso8601(),
+        };
+        match store.mark_terminal(self.id, &update).await {
+            Ok(true) => info!(status = t.status.as_str(), "terminal status written"),
+            Ok(false) => info!("the session was already terminal; its status is kept"),
+            Err(e) => error!(error = %e, "writing the terminal status failed"),
+        }
+    }
+
+    /// `proxyBytes` and `endedAt`.
+    pub async fn ended(&self, proxy_bytes: u64) {
+        let Some(store) = self.store else { return };
+        match store.mark_ended(self.id, proxy_bytes, &now_iso8601()).await {
+            Ok(()) => info!(proxy_bytes, "endedAt written"),
+            Err(e) => error!(error = %e, "writing endedAt failed"),
+        }
+    }
+}
+
+/// Runs `work` within `step`'s deadline when there are `steps`, else to its end.
+async fn within(steps: Option<&Steps>, step: Step, work: impl Future<Output = ()>) {
+    match steps {
+        Some(steps) => {
+            steps.run(step, work).await;
+        }
+        None => work.await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_failure_exits_non_zero() {
+        for reason in [
+            EndReason::Signal,
+            EndReason::ClientClosedBrowser,
+            EndReason::IdleTimeout,
+            EndReason::Expired,
+            EndReason::ChromeExitedCleanly,
+        ] {
+            assert_eq!(Ending::from(&reason).exit_code(), 0, "{reason:?}");
+        }
+        let crash = Ending::from(&EndReason::ChromeCrashed("x".into()));
+        assert_eq!(crash.exit_code(), 1);
+        for ending in [Ending::Released, Ending::Interrupted, Ending::NoSession] {
+            assert_eq!(ending.exit_code(), 0, "{ending:?}");
+        }
+        assert_eq!(Ending::Aborted.exit_code(), 1);
+    }
+
+    #[test]
+    fn each_ending_writes_its_terminal_status() {
+        let status = |e: &Ending| {
+            e.terminal()
+                .map(|t| (t.status, t.reason.map(str::to_owned)))
+        };
+        assert_eq!(
+            status(&Ending::Completed),
+            Some((InternalStatus::Stopped, None))
+        );
+        assert_eq!(
+            status(&Ending::Interrupted),
+            Some((InternalStatus::Stopped, None))
+        );
+        assert_eq!(
+            status(&Ending::TimedOut),
+            Some((InternalStatus::TimedOut, Some("the session expired".into())))
+        );
+        assert_eq!(
+            status(&Ending::from(&EndReason::ChromeCrashed(
+                "killed by SIGKILL".into()
+            ))),
+            Some((
+                InternalStatus::Failed,
+                Some("the browser exited unexpectedly (killed by SIGKILL)".into())
+            ))
+        );
+        for quiet in [Ending::Released, Ending::NoSession, Ending::Aborted] {
+            assert_eq!(status(&quiet), None, "{quiet:?}");
+        }
+        assert!(Ending::Released.writes_ended());
+        assert!(!Ending::NoSession.writes_ended());
+        assert!(!Ending::Aborted.writes_ended());
+    }
+}

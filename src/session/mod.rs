@@ -1,0 +1,370 @@
+//! One session's lifecycle, the steps both drivers of `run` take (a single-session task, and
+//! a pool controller's claimed session), as methods on the [`Run`] that carries what they
+//! share.
+//!
+//! Start: the session item read (keepAlive, expiry, the token for connectUrl) → the signing
+//! keys → the profile restored → Chrome and the proxy started → the session cookies put back
+//! → the public address chosen → conditional READY. A step that ends the run early says how as
+//! an [`Outcome`]; its driver hands it to [`Run::settle`], the one place that writes the
+//! session item's last fields ([`SessionItem::settle`]), so a step never writes FAILED itself.
+//!
+//! End (signal, a client's Browser.close, idle, expiry, crash), the steps of
+//! [`crate::shutdown::Step`] each within its deadline: stop admitting → (persist: session
+//! cookies exported over CDP) → Chrome closed through CDP → (persist: tar → gzip → store,
+//! atomically; [`crate::profile::persist_profile`]) → terminal status → `proxyBytes` and, last,
+//! `endedAt` — all within the shutdown budget. Chrome closing itself cleanly after client
+//! traffic (a close the proxy could not inspect) ends the same way, except that the session
+//! cookies went with it: the on-disk profile is saved.
+
+mod ending;
+mod ready;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::{error, info, warn};
+use wallcrawler_contract::storage::SESSION_COOKIES_FILE;
+
+pub use ending::{EXIT_FAILURE, Ending, Outcome, SessionItem};
+
+use crate::app::{EndReason, IdlePolicy, ProxyOptions, Session, SessionOptions};
+use crate::auth::{Authenticator, KeySource, StaticKeys};
+use crate::chrome::{Chrome, LaunchOptions, cdp};
+use crate::config::{ContextSource, KeyConfig, RunConfig};
+use crate::profile::{self, ArchiveLimits, hydrate, persist_profile};
+use crate::proxy::Limits;
+use crate::secrets::{self, SecretFetcher, SecretKeyCache};
+use crate::shutdown::{Shutdown, Step, Steps};
+use crate::stores::{ArchiveStore, ClaimQueue, NetworkLookup, SessionRecord, SessionStore, retry};
+
+/// The most the saved session cookies file may hold. Chrome keeps at most 3,300 cookies of
+/// at most 4 KiB of name and value each (about 13 MiB); as JSON with their attributes they fit
+/// in 16 MiB, so a larger file was not written by us.
+pub const MAX_SESSION_COOKIES_BYTES: u64 = 16 << 20;
+
+/// How long startup reads retry an unavailable service.
+pub const STARTUP_RETRY: Duration = Duration::from_secs(10);
+
+/// The outside services a run uses, each optional.
+#[derive(Default, Clone)]
+pub struct Deps {
+    /// Where session items live.
+    pub sessions: Option<Arc<dyn SessionStore>>,
+    /// Where profile archives live.
+    pub archives: Option<Arc<dyn ArchiveStore>>,
+    /// Where the signing secret comes from.
+    pub secrets: Option<Arc<SecretFetcher>>,
+    /// How a private address maps to a public one (direct mode).
+    pub network: Option<Arc<dyn NetworkLookup>>,
+    /// Pool mode: where claims come from.
+    pub claims: Option<Arc<dyn ClaimQueue>>,
+}
+
+/// The profile a session starts from and whether it is saved at the end.
+#[derive(Debug, Clone, Default)]
+pub struct ContextPlan {
+    /// The archive key, when the session has a context.
+    pub key: Option<String>,
+    /// Whether the profile is saved again at the end.
+    pub persist: bool,
+}
+
+impl ContextPlan {
+    /// A single-session task's plan, from its configuration.
+    pub fn from_config(c: &RunConfig) -> Self {
+        let key = match &c.context {
+            ContextSource::None => None,
+            ContextSource::Bucket { key, .. } | ContextSource::Directory { key, .. } => {
+                Some(key.clone())
+            }
+        };
+        Self {
+            key,
+            persist: c.context_persist,
+        }
+    }
+}
+
+/// What the steps of one run share.
+pub struct Run<'a> {
+    /// The configuration of `run`.
+    pub c: &'a RunConfig,
+    /// The outside services.
+    pub deps: &'a Deps,
+    /// Where every task of the run is spawned, and its root token.
+    pub tasks: &'a Shutdown,
+    /// The session item's writes.
+    pub item: SessionItem<'a>,
+    /// The context's profile, and whether it is saved.
+    pub plan: ContextPlan,
+    /// Chrome's user-data-dir.
+    pub profile: PathBuf,
+}
+
+impl Run<'_> {
+    /// The session item's last writes for how the run stopped before being served to the end;
+    /// the run's ending.
+    pub async fn settle(&self, outcome: Outcome) -> Ending {
+        self.item
+            .settle(&outcome.ending, outcome.proxy_bytes, None)
+            .await;
+        outcome.ending
+    }
+
+    /// The session item, retried while the table is unavailable. `None` when no table is
+    /// configured.
+    pub async fn load_record(&self) -> Result<Option<SessionRecord>, Outcome> {
+        let Some(store) = &self.deps.sessions else {
+            return Ok(None);
+        };
+        match retry("reading the session item", STARTUP_RETRY, || {
+            store.load(self.item.id)
+        })
+        .await
+        {
+            Ok(Some(r)) => Ok(Some(r)),
+            Ok(None) => {
+                error!("the session item does not exist");
+                Err(Ending::Aborted.into())
+            }
+            Err(e) => {
+                error!(error = %e, "the sessions table cannot be read");
+                Err(Ending::Aborted.into())
+            }
+        }
+    }
+
+    /// The signing keys: the literal key, or the Secrets Manager cache loaded (and refreshed,
+    /// on the run's tasks, until the run ends).
+    pub async fn load_keys(&self) -> Result<Arc<dyn KeySource>, Outcome> {
+        match &self.c.auth.key {
+            KeyConfig::Literal(k) => Ok(Arc::new(StaticKeys::new(k.as_bytes()))),
+            KeyConfig::SecretArn(_) => {
+                let Some(fetcher) = self.deps.secrets.clone() else {
+                    return Err(Ending::failed("no Secrets Manager client").into());
+                };
+                let cache = SecretKeyCache::new(fetcher, self.tasks.tracker().clone());
+                if let Err(e) = cache.load_initial(STARTUP_RETRY).await {
+                    error!(error = %e, "loading the signing secret failed");
+                    let reason = format!(
+                        "the signing secret is unavailable: {} (see the task log)",
+                        secrets::summary(&e)
+                    );
+                    return Err(Ending::failed(reason).into());
+                }
+                cache.spawn_refresher(self.tasks.token().clone());
+                Ok(cache)
+            }
+        }
+    }
+
+    /// Unpacks the context's archive into the profile directory.
+    pub async fn restore_profile(&self) -> Result<(), Outcome> {
+        let (Some(key), Some(archives)) = (&self.plan.key, &self.deps.archives) else {
+            return Ok(());
+        };
+        let limits = ArchiveLimits {
+            max_bytes: self.c.profile_max_bytes,
+            max_entries: self.c.profile_max_entries,
+        };
+        match hydrate(archives.as_ref(), key, &self.profile, limits, STARTUP_RETRY).await {
+            Ok(Some(stats)) => {
+                info!(
+                    entries = stats.entries,
+                    bytes = stats.bytes,
+                    "profile restored"
+                );
+                Ok(())
+            }
+            Ok(None) => {
+                info!("no archive for this context yet; starting with an empty profile");
+                Ok(())
+            }
+            Err(e) => {
+                error!(error = %e, "restoring the profile failed");
+                let reason = format!("the profile could not be restored: {}", e.reason());
+                Err(Ending::failed(reason).into())
+            }
+        }
+    }
+
+    /// The browser session's options from the configuration and the session item.
+    pub fn session_options(
+        &self,
+        auth: Authenticator,
+        launch: LaunchOptions,
+        keep_alive: bool,
+        expires_at: Option<u64>,
+    ) -> SessionOptions {
+        let c = self.c;
+        SessionOptions {
+            proxy: ProxyOptions {
+                auth,
+                listen: std::net::SocketAddr::new(c.proxy_host, c.proxy_port),
+                metrics_addr: c.tuning.metrics_addr,
+                limits: Limits::from_tuning(&c.tuning),
+            },
+            chrome: launch,
+            idle: self.idle_policy(keep_alive),
+            expires_at,
+            shutdown_budget: c.shutdown_budget,
+            background_nice: c.background_nice,
+            tasks: self.tasks.clone(),
+        }
+    }
+
+    /// When a session without keepAlive ends for want of clients (`None`: keepAlive, never).
+    pub fn idle_policy(&self, keep_alive: bool) -> Option<IdlePolicy> {
+        (!keep_alive).then_some(IdlePolicy {
+            before_first_client: self.c.disconnect_timeout,
+            after_last_client: self.c.disconnect_grace,
+        })
+    }
+
+    /// From READY to the end: waits for whatever ends the session, then runs the end
+    /// sequence. The run's ending.
+    pub async fn serve_until_end(&self, session: Session) -> Ending {
+        let reason = session.wait_end(self.tasks.token()).await;
+        self.end_session(session, &reason).await
+    }
+
+    /// The end sequence, each step of [`Step::ALL`] within its deadline of
+    /// `SHUTDOWN_BUDGET_SECONDS`: stop admitting → session cookies → Chrome closed (relays end
+    /// with it) → archive → terminal status → `proxyBytes` and `endedAt`.
+    async fn end_session(&self, session: Session, reason: &EndReason) -> Ending {
+        let steps = Steps::start(self.c.shutdown_budget);
+        session.stop_admitting();
+        let crashed = matches!(reason, EndReason::ChromeCrashed(_));
+        let chrome_gone = matches!(reason, EndReason::ChromeExitedCleanly);
+        let target = match (&self.plan.key, &self.deps.archives) {
+            (Some(key), Some(archives)) if self.plan.persist && !crashed => Some((key, archives)),
+            _ => None,
+        };
+        let mut extra = Vec::new();
+        if target.is_some() {
+            extra.extend(export_session_cookies(&session, chrome_gone, &steps).await);
+        }
+        let closed = session
+            .close_chrome(crashed, steps.left(Step::ChromeClosed))
+            .await;
+        let bytes = session.proxy_bytes();
+        session.finish();
+        if crashed {
+            info!("the browser crashed; the previous archive is kept");
+        } else if let Some((key, archives)) = target {
+            if !chrome_gone && closed.as_ref().is_some_and(|o| !o.is_clean()) {
+                warn!("chrome did not close cleanly; persisting what it left on disk");
+            }
+            save_profile(archives.clone(), key, &self.profile, extra, &steps).await;
+        }
+        let ending = Ending::from(reason);
+        self.item.settle(&ending, bytes, Some(&steps)).await;
+        ending
+    }
+
+    /// Puts back the session cookies a previous session saved (Chrome never writes them to
+    /// disk).
+    pub async fn restore_session_cookies(&self, chrome: &Chrome) {
+        let Some(data) = read_saved_cookies(&self.profile).await else {
+            return;
+        };
+        let cookies: Vec<serde_json::Value> = match serde_json::from_slice(&data) {
+            Ok(v) => v,
+            Err(_) => {
+                warn!("the saved session cookies are not a JSON array; ignoring them");
+                return;
+            }
+        };
+        let n = cookies.len();
+        match cdp::set_cookies(&chrome.browser_ws_url(), cookies, Duration::from_secs(5)).await {
+            Ok(()) => info!(session_cookies = n, "session cookies restored"),
+            Err(e) => warn!(error = %e, "restoring session cookies failed"),
+        }
+    }
+}
+
+/// The session cookies file a previous session left in `profile`, read and removed.
+async fn read_saved_cookies(profile: &Path) -> Option<Vec<u8>> {
+    let file = profile.join(SESSION_COOKIES_FILE);
+    let read = {
+        let file = file.clone();
+        tokio::task::spawn_blocking(move || {
+            profile::read_own_file(&file, MAX_SESSION_COOKIES_BYTES)
+        })
+        .await
+    };
+    // Removing a link removes the link, never what it points at.
+    let _ = tokio::fs::remove_file(&file).await;
+    match read {
+        Ok(Ok(data)) => data,
+        Ok(Err(e)) => {
+            warn!(error = %e, "the saved session cookies were not read");
+            None
+        }
+        Err(e) => {
+            warn!(error = %e, "reading the saved session cookies stopped");
+            None
+        }
+    }
+}
+
+/// The session cookies as the archive's extra root file (Chrome never writes them to disk);
+/// none when Chrome is gone already or the export fails (the profile is saved without them).
+async fn export_session_cookies(
+    session: &Session,
+    chrome_gone: bool,
+    steps: &Steps,
+) -> Option<(String, Vec<u8>)> {
+    if chrome_gone {
+        warn!(
+            "the browser closed itself; its profile on disk is saved, but its session cookies \
+             cannot be exported any more"
+        );
+        return None;
+    }
+    let url = session.chrome.browser_ws_url();
+    match cdp::all_cookies(&url, steps.left(Step::Cookies)).await {
+        Ok(all) => {
+            let params = cdp::session_cookie_params(&all);
+            info!(session_cookies = params.len(), "session cookies exported");
+            let json = serde_json::to_vec(&params).unwrap_or_default();
+            Some((SESSION_COOKIES_FILE.to_owned(), json))
+        }
+        Err(e) => {
+            warn!(error = %e, "exporting session cookies failed; persisting without them");
+            None
+        }
+    }
+}
+
+/// Packs and uploads the profile within the archive step; on any failure the previous
+/// archive stays the context's.
+async fn save_profile(
+    archives: Arc<dyn ArchiveStore>,
+    key: &str,
+    profile: &Path,
+    extra: Vec<(String, Vec<u8>)>,
+    steps: &Steps,
+) {
+    let started = Instant::now();
+    let saved = steps
+        .run(
+            Step::Archive,
+            persist_profile(archives, key, profile, extra),
+        )
+        .await;
+    match saved {
+        Some(Ok(bytes)) => info!(
+            bytes,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "profile saved"
+        ),
+        Some(Err(e)) => {
+            error!(error = %e, "saving the profile failed; the previous archive is kept")
+        }
+        None => {
+            error!("saving the profile ran out of shutdown budget; the previous archive is kept")
+        }
+    }
+}

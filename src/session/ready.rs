@@ -1,0 +1,132 @@
+//! READY: the public address chosen, then the conditional write (only from a pending status)
+//! with the announced address and connectUrl.
+
+use tracing::{error, info};
+use wallcrawler_contract::session;
+use wallcrawler_contract::time::now_iso8601;
+
+use super::{Ending, Outcome, Run};
+use crate::app::{Ready, Session};
+use crate::public_ip::{self, Discovered};
+use crate::shutdown::Step;
+use crate::stores::{ReadyResult, ReadyUpdate, SessionRecord, SessionStore};
+
+impl Run<'_> {
+    /// Writes READY (only from a pending status) with the announced address and connectUrl.
+    /// `Err` once the browser is closed: released when the session was released meanwhile, a
+    /// failure when the address or the write failed.
+    pub async fn announce_ready(
+        &self,
+        session: Session,
+        record: Option<&SessionRecord>,
+        fallback_task_arn: Option<&str>,
+    ) -> Result<Session, Outcome> {
+        let c = self.c;
+        let ready = session.ready();
+        let announced = match public_ip::discover(
+            c.public_ip,
+            c.metadata_uri.as_deref(),
+            self.deps.network.as_deref(),
+            c.public_ip_required,
+        )
+        .await
+        {
+            Ok(a) => a,
+            // Direct mode: clients could not reach a private address, so no READY at all.
+            Err(e) => {
+                error!(error = %e, cause = ?std::error::Error::source(&e).map(|s| s.to_string()), "no public IP to announce");
+                let proxy_bytes = self.close(session).await;
+                return Err(Outcome {
+                    ending: Ending::failed(e.reason()),
+                    proxy_bytes,
+                });
+            }
+        };
+        if let Some(store) = &self.deps.sessions {
+            let update = ready_update(&ready, &announced, record, fallback_task_arn);
+            return self.mark_ready(session, store.as_ref(), &update).await;
+        }
+        info!(session.id = %self.item.id, proxy = %ready.proxy_addr, chrome.pid = ready.chrome_pid, "session ready");
+        Ok(session)
+    }
+
+    /// The conditional READY write; the browser closed when it does not pass.
+    async fn mark_ready(
+        &self,
+        session: Session,
+        store: &dyn SessionStore,
+        update: &ReadyUpdate,
+    ) -> Result<Session, Outcome> {
+        let outcome = store.mark_ready(self.item.id, update).await;
+        let ending = match outcome {
+            Ok(ReadyResult::Ready) => {
+                info!(public_ip = %update.public_ip, "session READY");
+                let ready = session.ready();
+                info!(session.id = %self.item.id, proxy = %ready.proxy_addr, chrome.pid = ready.chrome_pid, "session ready");
+                return Ok(session);
+            }
+            Ok(ReadyResult::NotPending(status)) => {
+                let proxy_bytes = self.close(session).await;
+                info!(status = ?status.map(|s| s.as_str()), "the session was released before it was ready; shutting down");
+                return Err(Outcome {
+                    ending: Ending::Released,
+                    proxy_bytes,
+                });
+            }
+            Err(e) => e,
+        };
+        let proxy_bytes = self.close(session).await;
+        error!(error = %ending, "writing READY failed");
+        let reason = format!(
+            "announcing READY failed: {} (see the task log)",
+            ending.summary()
+        );
+        Err(Outcome {
+            ending: Ending::failed(reason),
+            proxy_bytes,
+        })
+    }
+
+    /// Closes the browser of a session that will not be served; the bytes it relayed.
+    async fn close(&self, session: Session) -> u64 {
+        session
+            .close_chrome(false, Step::ChromeClosed.share(self.c.shutdown_budget))
+            .await;
+        let bytes = session.proxy_bytes();
+        session.finish();
+        bytes
+    }
+}
+
+/// The READY write: where clients and the connect gateway reach this task.
+fn ready_update(
+    ready: &Ready,
+    announced: &Discovered,
+    record: Option<&SessionRecord>,
+    fallback_task_arn: Option<&str>,
+) -> ReadyUpdate {
+    let connect_url = record
+        .and_then(|r| r.signing_key.as_deref())
+        .map(|k| session::connect_url(&announced.ip, ready.proxy_addr.port(), k));
+    // Where the connect gateway dials this task: its private address (task metadata),
+    // else the address the proxy is bound to, else the announced one.
+    let private_ip = announced.private_ip.clone().unwrap_or_else(|| {
+        let bound = ready.proxy_addr.ip();
+        if bound.is_unspecified() {
+            announced.ip.clone()
+        } else {
+            bound.to_string()
+        }
+    });
+    ReadyUpdate {
+        public_ip: announced.ip.clone(),
+        private_ip,
+        proxy_port: ready.proxy_addr.port(),
+        task_arn: announced
+            .task_arn
+            .clone()
+            .or_else(|| fallback_task_arn.map(str::to_owned)),
+        connect_url,
+        at: now_iso8601(),
+    }
+}
