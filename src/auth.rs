@@ -12,8 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use wallcrawler_contract::token::{self, Validation, Verified};
 use wallcrawler_contract::{SigningKey, TokenError};
 
-use crate::proxy::discovery::token_params;
-use crate::proxy::http::RequestHead;
+use http::HeaderMap;
 
 /// The keys currently accepted (the shared key cache's set).
 pub use wallcrawler_aws::keys::KeySet;
@@ -69,24 +68,34 @@ pub struct Presented {
     pub bearer: Option<String>,
 }
 
-/// Extracts credentials. `use_query` is false for routes whose query is not ours (`/json/new`).
-pub fn extract(head: &RequestHead, use_query: bool) -> Result<Presented, TokenError> {
-    let query = if use_query {
-        let mut values = head.query().map(token_params).unwrap_or_default();
-        match values.len() {
+/// The query parameter that carries a token.
+pub const TOKEN_PARAM: &str = "signingKey";
+
+/// Every value of the `signingKey` query parameter, percent-decoded.
+pub fn token_params(query: &str) -> Vec<String> {
+    form_urlencoded::parse(query.as_bytes())
+        .filter(|(k, _)| k == TOKEN_PARAM)
+        .map(|(_, v)| v.into_owned())
+        .collect()
+}
+
+/// Extracts credentials from a request's query (`None` for routes whose query is not ours,
+/// such as `/json/new`) and headers.
+pub fn extract(query: Option<&str>, headers: &HeaderMap) -> Result<Presented, TokenError> {
+    let query = match query.map(token_params) {
+        None => None,
+        Some(mut values) => match values.len() {
             0 => None,
             1 => values.pop(),
             _ => return Err(TokenError::Ambiguous),
-        }
-    } else {
-        None
+        },
     };
-    let mut auth = head.header_values(::http::header::AUTHORIZATION);
+    let mut auth = headers.get_all(::http::header::AUTHORIZATION).into_iter();
     let bearer = match (auth.next(), auth.next()) {
         (None, _) => None,
         (Some(_), Some(_)) => return Err(TokenError::Ambiguous),
         (Some(v), None) => {
-            let v = std::str::from_utf8(v)
+            let v = std::str::from_utf8(v.as_bytes())
                 .map_err(|_| TokenError::Malformed)?
                 .trim();
             let (scheme, rest) = v.split_once(' ').ok_or(TokenError::Malformed)?;
@@ -209,7 +218,7 @@ pub fn unix_now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::http::parse_request_head;
+    use crate::proxy::http::{RequestHead, parse_request_head};
     use wallcrawler_contract::Claims;
 
     fn head(raw: &str) -> RequestHead {
@@ -217,6 +226,11 @@ mod tests {
             .unwrap()
             .unwrap()
             .0
+    }
+
+    /// The credentials of a raw request, as the proxy extracts them.
+    fn extract_from(head: &RequestHead, use_query: bool) -> Result<Presented, TokenError> {
+        extract(head.query().filter(|_| use_query), &head.headers)
     }
 
     fn auth() -> Authenticator {
@@ -230,29 +244,29 @@ mod tests {
     #[test]
     fn extraction_rules() {
         assert_eq!(
-            extract(&head("GET / HTTP/1.1\r\n\r\n"), true),
+            extract_from(&head("GET / HTTP/1.1\r\n\r\n"), true),
             Err(TokenError::Missing)
         );
         assert_eq!(
-            extract(&head("GET /?signingKey=a HTTP/1.1\r\n\r\n"), true).unwrap(),
+            extract_from(&head("GET /?signingKey=a HTTP/1.1\r\n\r\n"), true).unwrap(),
             Presented {
                 query: Some("a".into()),
                 bearer: None
             }
         );
         assert_eq!(
-            extract(&head("GET /?signingKey=a HTTP/1.1\r\n\r\n"), false),
+            extract_from(&head("GET /?signingKey=a HTTP/1.1\r\n\r\n"), false),
             Err(TokenError::Missing)
         );
         assert_eq!(
-            extract(
+            extract_from(
                 &head("GET /?signingKey=a&signingKey=b HTTP/1.1\r\n\r\n"),
                 true
             ),
             Err(TokenError::Ambiguous)
         );
         assert_eq!(
-            extract(
+            extract_from(
                 &head("GET / HTTP/1.1\r\nAuthorization: bearer xyz\r\n\r\n"),
                 true
             )
@@ -263,14 +277,14 @@ mod tests {
             }
         );
         assert_eq!(
-            extract(
+            extract_from(
                 &head("GET / HTTP/1.1\r\nAuthorization: Basic xyz\r\n\r\n"),
                 true
             ),
             Err(TokenError::Malformed)
         );
         assert_eq!(
-            extract(
+            extract_from(
                 &head(
                     "GET / HTTP/1.1\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n\r\n"
                 ),

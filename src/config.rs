@@ -12,10 +12,43 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use names::*;
+use wallcrawler_contract::task_env::*;
 use wallcrawler_contract::token::MAX_SESSION_SECONDS;
 
+use crate::gateway;
+use crate::proxy::admission::PendingLimits;
 use crate::proxy::proxy_header::TrustedNetworks;
+use crate::proxy::{self, Limits};
+pub use crate::telemetry::LogFormat;
 use crate::tls::CertFiles;
+
+/// The names of the variables only the controller reads (those the control plane hands it are
+/// in [`wallcrawler_contract::task_env`]); each the flag's variable and the parser's key.
+mod names {
+    pub const CHROME_FLAGS_FILE: &str = "CHROME_FLAGS_FILE";
+    pub const ECS_AGENT_URI: &str = "ECS_AGENT_URI";
+    pub const ECS_CONTAINER_METADATA_URI_V4: &str = "ECS_CONTAINER_METADATA_URI_V4";
+    pub const GATEWAY_CLIENT_TLS: &str = "GATEWAY_CLIENT_TLS";
+    pub const GATEWAY_HOLD_SECONDS: &str = "GATEWAY_HOLD_SECONDS";
+    pub const GATEWAY_LOOKUP_TTL_MS: &str = "GATEWAY_LOOKUP_TTL_MS";
+    pub const GATEWAY_MAX_HELD: &str = "GATEWAY_MAX_HELD";
+    pub const GATEWAY_MAX_HELD_PER_SESSION: &str = "GATEWAY_MAX_HELD_PER_SESSION";
+    pub const GATEWAY_PROXY_PROTOCOL: &str = "GATEWAY_PROXY_PROTOCOL";
+    pub const GATEWAY_TLS_CERT: &str = "GATEWAY_TLS_CERT";
+    pub const GATEWAY_TLS_KEY: &str = "GATEWAY_TLS_KEY";
+    pub const KEEP_ALIVE: &str = "KEEP_ALIVE";
+    pub const MAX_CONNECTIONS: &str = "MAX_CONNECTIONS";
+    pub const MAX_PENDING_CONNECTIONS: &str = "MAX_PENDING_CONNECTIONS";
+    pub const MAX_PENDING_PER_ADDRESS: &str = "MAX_PENDING_PER_ADDRESS";
+    pub const PENDING_MIN_AGE_MS: &str = "PENDING_MIN_AGE_MS";
+    pub const POOL_CLAIM_VISIBILITY_SECONDS: &str = "POOL_CLAIM_VISIBILITY_SECONDS";
+    pub const PROFILE_MAX_BYTES: &str = "PROFILE_MAX_BYTES";
+    pub const PROFILE_MAX_ENTRIES: &str = "PROFILE_MAX_ENTRIES";
+    pub const PROXY_HEADER_TIMEOUT_SECONDS: &str = "PROXY_HEADER_TIMEOUT_SECONDS";
+    pub const PUBLIC_IP_REQUIRED: &str = "PUBLIC_IP_REQUIRED";
+    pub const SHUTDOWN_BUDGET_SECONDS: &str = "SHUTDOWN_BUDGET_SECONDS";
+}
 
 /// Raw settings keyed by environment-variable name.
 pub type Settings = BTreeMap<&'static str, String>;
@@ -26,7 +59,7 @@ pub const EXIT_CONFIG: i32 = 64;
 /// Declares a clap argument group whose fields are all optional strings backed by environment
 /// variables, and its conversion into [`Settings`].
 macro_rules! settings_group {
-    ($(#[$meta:meta])* $name:ident { $( $(#[$fmeta:meta])* $field:ident = $env:literal ),* $(,)? }) => {
+    ($(#[$meta:meta])* $name:ident { $( $(#[$fmeta:meta])* $field:ident = $env:tt ),* $(,)? }) => {
         $(#[$meta])*
         #[derive(Args, Debug, Default, Clone)]
         pub struct $name {
@@ -52,15 +85,15 @@ settings_group! {
     /// Token checking, shared by `run` and `proxy`.
     AuthArgs {
         /// Session this task serves (sess_…); tokens for any other session are refused. Required.
-        session_id = "SESSION_ID",
+        session_id = SESSION_ID,
         /// Owning project; when set, tokens for another project are refused.
-        project_id = "PROJECT_ID",
+        project_id = PROJECT_ID,
         /// Literal HS256 signing key (development); overrides the Secrets Manager secret.
-        jwt_signing_key = "WALLCRAWLER_JWT_SIGNING_KEY",
+        jwt_signing_key = SIGNING_KEY,
         /// Secrets Manager secret holding {"algorithm":"HS256","signingKey":…}.
-        jwt_signing_secret_arn = "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+        jwt_signing_secret_arn = SIGNING_SECRET_ARN,
         /// Clock-skew leeway in seconds for exp/nbf/iat [default: 30].
-        jwt_leeway_seconds = "JWT_LEEWAY_SECONDS",
+        jwt_leeway_seconds = JWT_LEEWAY_SECONDS,
     }
 }
 
@@ -68,21 +101,21 @@ settings_group! {
     /// Limits and telemetry of the proxy, shared by every serving mode.
     ProxyTuningArgs {
         /// Concurrent upgraded (authenticated) client connections; beyond it new upgrades get 503 [default: 4096].
-        max_connections = "MAX_CONNECTIONS",
+        max_connections = MAX_CONNECTIONS,
         /// Connections not authenticated yet (sending their request); beyond it, one silent for PENDING_MIN_AGE_MS from the address holding the most is closed with 503; younger ones are admitted over it up to 4x [default: 256].
-        max_pending_connections = "MAX_PENDING_CONNECTIONS",
+        max_pending_connections = MAX_PENDING_CONNECTIONS,
         /// Of those, from one client address (IPv6: one /64); beyond it that address's oldest is closed with 503 once silent for PENDING_MIN_AGE_MS [default: 32].
-        max_pending_per_address = "MAX_PENDING_PER_ADDRESS",
+        max_pending_per_address = MAX_PENDING_PER_ADDRESS,
         /// Milliseconds a pending connection must have been silent before it can be evicted, so bursts from one address get through (0 = evict by count alone) [default: 500].
-        pending_min_age_ms = "PENDING_MIN_AGE_MS",
+        pending_min_age_ms = PENDING_MIN_AGE_MS,
         /// Prometheus metrics listener, empty = off [default: 127.0.0.1:9224 in run, off otherwise].
-        metrics_addr = "METRICS_ADDR",
+        metrics_addr = METRICS_ADDR,
         /// Seconds a client has to send complete request headers before 408 [default: 3].
-        header_timeout_seconds = "PROXY_HEADER_TIMEOUT_SECONDS",
+        header_timeout_seconds = PROXY_HEADER_TIMEOUT_SECONDS,
         /// Log format on stderr: json or text [default: json in run, text otherwise].
-        log_format = "LOG_FORMAT",
+        log_format = LOG_FORMAT,
         /// Comma-separated networks (CIDR) or addresses whose connections may start with a PROXY protocol v2 header naming the real client and whether it used TLS: a load balancer's, the connect gateway's. Anyone else's header is refused (400) [default: none].
-        trusted_proxy_networks = "TRUSTED_PROXY_NETWORKS",
+        trusted_proxy_networks = TRUSTED_PROXY_NETWORKS,
     }
 }
 
@@ -90,67 +123,67 @@ settings_group! {
     /// Everything `run` reads besides auth and tuning.
     RunSettingsArgs {
         /// DynamoDB sessions table (unset = no table writes).
-        sessions_table_name = "SESSIONS_TABLE_NAME",
+        sessions_table_name = SESSIONS_TABLE_NAME,
         /// Directory of local session documents, instead of the table (local platform).
-        sessions_dir = "SESSIONS_DIR",
+        sessions_dir = SESSIONS_DIR,
         /// Context to hydrate (with CONTEXTS_BUCKET_NAME and CONTEXT_S3_KEY).
-        context_id = "CONTEXT_ID",
+        context_id = CONTEXT_ID,
         /// S3 bucket of context archives.
-        contexts_bucket_name = "CONTEXTS_BUCKET_NAME",
+        contexts_bucket_name = CONTEXTS_BUCKET_NAME,
         /// Key of the profile archive: <projectId>/<contextId>/profile.tar.gz.
-        context_s3_key = "CONTEXT_S3_KEY",
+        context_s3_key = CONTEXT_S3_KEY,
         /// Directory holding archives at <dir>/<CONTEXT_S3_KEY>, instead of the bucket.
-        contexts_dir = "CONTEXTS_DIR",
+        contexts_dir = CONTEXTS_DIR,
         /// true = upload the profile on shutdown [default: false].
-        context_persist = "CONTEXT_PERSIST",
+        context_persist = CONTEXT_PERSIST,
         /// Proxy listen port [default: 9223].
-        cdp_proxy_port = "CDP_PROXY_PORT",
+        cdp_proxy_port = CDP_PROXY_PORT,
         /// Proxy listen address; 127.0.0.1 keeps it on this machine (local platform) [default: 0.0.0.0].
-        cdp_proxy_host = "CDP_PROXY_HOST",
+        cdp_proxy_host = CDP_PROXY_HOST,
         /// Seconds with no client connected before the task ends itself, while no client has connected yet; not applied while keepAlive [default: 120].
-        cdp_disconnect_timeout = "CDP_DISCONNECT_TIMEOUT",
+        cdp_disconnect_timeout = CDP_DISCONNECT_TIMEOUT,
         /// Seconds the task waits after its last client disconnected before it ends itself; not applied while keepAlive [default: 10].
-        cdp_disconnect_grace = "CDP_DISCONNECT_GRACE",
+        cdp_disconnect_grace = CDP_DISCONNECT_GRACE,
         /// Chrome binary [default: chromium/chrome found on the PATH].
-        chrome_path = "CHROME_PATH",
+        chrome_path = CHROME_PATH,
         /// Chrome's DevTools port on 127.0.0.1; 0 = any free port [default: 9222].
-        chrome_debug_port = "CHROME_DEBUG_PORT",
+        chrome_debug_port = CHROME_DEBUG_PORT,
         /// Chrome user-data-dir [default: a fresh temporary directory].
-        user_data_dir = "USER_DATA_DIR",
+        user_data_dir = USER_DATA_DIR,
         /// Address to announce instead of discovering it.
-        public_ip = "PUBLIC_IP",
+        public_ip = PUBLIC_IP,
         /// Direct mode: true = announce the public IP of the task's own network interface (found in EC2 by the MAC address in the ECS task metadata), and fail the session rather than announce a private address when there is none; false = announce the private address and ask EC2 nothing (behind the connect gateway) [default: false].
-        public_ip_required = "PUBLIC_IP_REQUIRED",
+        public_ip_required = PUBLIC_IP_REQUIRED,
         /// true = survive client disconnects until release or expiry (when no table is configured) [default: false].
-        keep_alive = "KEEP_ALIVE",
+        keep_alive = KEEP_ALIVE,
         /// Session expiry, unix seconds (when no table is configured).
-        session_expires_at = "SESSION_EXPIRES_AT",
+        session_expires_at = SESSION_EXPIRES_AT,
         /// Largest total unpacked size of a profile archive, bytes [default: 2147483648].
-        profile_max_bytes = "PROFILE_MAX_BYTES",
+        profile_max_bytes = PROFILE_MAX_BYTES,
         /// Most entries in a profile archive [default: 100000].
-        profile_max_entries = "PROFILE_MAX_ENTRIES",
+        profile_max_entries = PROFILE_MAX_ENTRIES,
         /// Seconds for the whole shutdown sequence, upload included [default: 25].
-        shutdown_budget_seconds = "SHUTDOWN_BUDGET_SECONDS",
+        shutdown_budget_seconds = SHUTDOWN_BUDGET_SECONDS,
         /// Chrome flags file replacing the built-in chrome/flags.conf.
-        chrome_flags_file = "CHROME_FLAGS_FILE",
+        chrome_flags_file = CHROME_FLAGS_FILE,
         /// ECS task metadata v4 endpoint (set by ECS): task ARN and network interface.
-        ecs_container_metadata_uri_v4 = "ECS_CONTAINER_METADATA_URI_V4",
+        ecs_container_metadata_uri_v4 = ECS_CONTAINER_METADATA_URI_V4,
         /// ECS agent endpoint (set by ECS): in pool mode a claimed task turns its scale-in protection on there until its session's expiry.
-        ecs_agent_uri = "ECS_AGENT_URI",
+        ecs_agent_uri = ECS_AGENT_URI,
         /// Nice value (1-19) for Chrome while no client waits on it: a pool controller's warm-up (raised back to the controller's own when claimed, which needs CAP_SYS_NICE) and every session's close; 0 = off. For hosts running many controllers (the local platform sets 19); pointless on Fargate, one browser per task [default: 0].
-        background_nice = "BACKGROUND_NICE",
+        background_nice = BACKGROUND_NICE,
         /// true = end (as on SIGTERM) when the process that started this one exits; the local platform sets it so no controller outlives it [default: false].
-        exit_with_parent = "EXIT_WITH_PARENT",
+        exit_with_parent = EXIT_WITH_PARENT,
         /// Pool mode: the SQS queue of claims. The controller warms up (Chrome running, the proxy answering 503), serves the first session claimed through the queue, then exits; SESSION_ID, PROJECT_ID and the context come from the claim.
-        pool_queue_url = "POOL_QUEUE_URL",
+        pool_queue_url = POOL_QUEUE_URL,
         /// Pool mode with a directory queue of claims (the local platform), instead of POOL_QUEUE_URL.
-        pool_queue_dir = "POOL_QUEUE_DIR",
+        pool_queue_dir = POOL_QUEUE_DIR,
         /// Pool mode: seconds an unclaimed controller waits before ending itself, so new images roll through [default: 3600].
-        pool_idle_lifetime_seconds = "POOL_IDLE_LIFETIME_SECONDS",
+        pool_idle_lifetime_seconds = POOL_IDLE_LIFETIME_SECONDS,
         /// Pool mode: seconds a taken claim stays invisible to other controllers (SQS visibility timeout); a controller that dies before READY lets another take it after this [default: 60].
-        pool_claim_visibility_seconds = "POOL_CLAIM_VISIBILITY_SECONDS",
+        pool_claim_visibility_seconds = POOL_CLAIM_VISIBILITY_SECONDS,
         /// Pool mode: this controller's name in a POOL_QUEUE_DIR, reported as its task ARN when ECS gives none [default: pool-<pid>].
-        pool_task_name = "POOL_TASK_NAME",
+        pool_task_name = POOL_TASK_NAME,
     }
 }
 
@@ -158,37 +191,37 @@ settings_group! {
     /// Everything `gateway` reads besides the edge's limits and telemetry.
     GatewaySettingsArgs {
         /// Address to listen on; port 0 = any free port (the one bound is printed as `listen: ADDR` on stdout) [default: 0.0.0.0:9223].
-        listen = "GATEWAY_LISTEN",
+        listen = GATEWAY_LISTEN,
         /// DynamoDB sessions table where sessions are looked up (consistent reads).
-        sessions_table_name = "SESSIONS_TABLE_NAME",
+        sessions_table_name = SESSIONS_TABLE_NAME,
         /// Directory of local session documents, instead of the table (local platform).
-        sessions_dir = "SESSIONS_DIR",
+        sessions_dir = SESSIONS_DIR,
         /// Literal HS256 signing key (development); overrides the Secrets Manager secret.
-        jwt_signing_key = "WALLCRAWLER_JWT_SIGNING_KEY",
+        jwt_signing_key = SIGNING_KEY,
         /// Secrets Manager secret holding {"algorithm":"HS256","signingKey":…}.
-        jwt_signing_secret_arn = "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+        jwt_signing_secret_arn = SIGNING_SECRET_ARN,
         /// Clock-skew leeway in seconds for exp/nbf/iat [default: 30].
-        jwt_leeway_seconds = "JWT_LEEWAY_SECONDS",
+        jwt_leeway_seconds = JWT_LEEWAY_SECONDS,
         /// Seconds a client is held for a session that is still starting before 503 with Retry-After [default: 90].
-        gateway_hold_seconds = "GATEWAY_HOLD_SECONDS",
+        gateway_hold_seconds = GATEWAY_HOLD_SECONDS,
         /// Clients held at once for starting sessions, in all; beyond it 503 [default: 4096].
-        gateway_max_held = "GATEWAY_MAX_HELD",
+        gateway_max_held = GATEWAY_MAX_HELD,
         /// Clients held at once for one starting session; beyond it 503 [default: 32].
-        gateway_max_held_per_session = "GATEWAY_MAX_HELD_PER_SESSION",
+        gateway_max_held_per_session = GATEWAY_MAX_HELD_PER_SESSION,
         /// Milliseconds a session lookup is reused (lookups of one session are shared meanwhile) [default: 250].
-        gateway_lookup_ttl_ms = "GATEWAY_LOOKUP_TTL_MS",
+        gateway_lookup_ttl_ms = GATEWAY_LOOKUP_TTL_MS,
         /// true = end (as on SIGTERM) when the process that started this one exits (the local platform sets it) [default: false].
-        exit_with_parent = "EXIT_WITH_PARENT",
+        exit_with_parent = EXIT_WITH_PARENT,
         /// PEM certificate chain (leaf first): the gateway ends TLS itself and serves wss://; read again when it changes. With GATEWAY_TLS_KEY.
-        gateway_tls_cert = "GATEWAY_TLS_CERT",
+        gateway_tls_cert = GATEWAY_TLS_CERT,
         /// PEM private key of GATEWAY_TLS_CERT.
-        gateway_tls_key = "GATEWAY_TLS_KEY",
+        gateway_tls_key = GATEWAY_TLS_KEY,
         /// Instead of GATEWAY_TLS_CERT/KEY: a directory holding a local certificate authority and a certificate it signed for 127.0.0.1, ::1 and localhost (made on first use, files 0600, reused after); the CA's certificate is printed as `caCert: PATH` on stdout (the local platform's `serve --tls`).
-        gateway_local_ca_dir = "GATEWAY_LOCAL_CA_DIR",
+        gateway_local_ca_dir = GATEWAY_LOCAL_CA_DIR,
         /// true = clients reach the gateway over TLS ended in front of it (a load balancer's TLS listener): discovery answers name wss:// and https://. Implied by GATEWAY_TLS_CERT [default: false].
-        gateway_client_tls = "GATEWAY_CLIENT_TLS",
+        gateway_client_tls = GATEWAY_CLIENT_TLS,
         /// true = each connection to a task starts with a PROXY protocol v2 header naming the client and whether it used TLS; the tasks must list the gateway's network in TRUSTED_PROXY_NETWORKS [default: true].
-        gateway_proxy_protocol = "GATEWAY_PROXY_PROTOCOL",
+        gateway_proxy_protocol = GATEWAY_PROXY_PROTOCOL,
     }
 }
 
@@ -234,7 +267,7 @@ pub struct SigningKeyArg {
     /// Literal HS256 signing key (`local` generates one when unset; `token` needs it).
     #[arg(
         long,
-        env = "WALLCRAWLER_JWT_SIGNING_KEY",
+        env = SIGNING_KEY,
         hide_env_values = true,
         value_name = "KEY"
     )]
@@ -248,7 +281,7 @@ pub struct LocalArgs {
     #[arg(long, value_name = "N")]
     pub port: Option<String>,
     /// Chrome binary [default: found on the PATH].
-    #[arg(long, env = "CHROME_PATH", value_name = "PATH")]
+    #[arg(long, env = CHROME_PATH, value_name = "PATH")]
     pub chrome_path: Option<String>,
     /// Lifetime of the printed token in seconds, at most 21600 [default: 3600].
     #[arg(long, value_name = "SECONDS")]
@@ -257,10 +290,10 @@ pub struct LocalArgs {
     #[command(flatten)]
     pub key: SigningKeyArg,
     /// Chrome's DevTools port on 127.0.0.1; 0 = any free port [default: 0].
-    #[arg(long, env = "CHROME_DEBUG_PORT", value_name = "N")]
+    #[arg(long, env = CHROME_DEBUG_PORT, value_name = "N")]
     pub chrome_debug_port: Option<String>,
     /// Chrome flags file replacing the built-in chrome/flags.conf.
-    #[arg(long, env = "CHROME_FLAGS_FILE", value_name = "PATH")]
+    #[arg(long, env = CHROME_FLAGS_FILE, value_name = "PATH")]
     pub chrome_flags_file: Option<String>,
     /// The proxy's limits and telemetry.
     #[command(flatten)]
@@ -330,15 +363,6 @@ pub struct TokenArgs {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
 pub struct ConfigErrors(pub Vec<String>);
-
-/// How logs are written to stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    /// One JSON object per line (ECS, CloudWatch).
-    Json,
-    /// Human-readable lines (a terminal).
-    Text,
-}
 
 /// Where the signing key comes from.
 #[derive(Clone, PartialEq, Eq)]
@@ -671,6 +695,21 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// A count of connections or clients, 1 to a million.
+    fn count(&mut self, name: &str, default: usize) -> usize {
+        self.number(name, default as u64, 1, 1_000_000) as usize
+    }
+
+    /// A duration given in whole seconds, `min..=max` of them.
+    fn seconds(&mut self, name: &str, default: Duration, min: u64, max: u64) -> Duration {
+        Duration::from_secs(self.number(name, default.as_secs(), min, max))
+    }
+
+    /// A duration given in whole milliseconds, `min..=max` of them.
+    fn millis(&mut self, name: &str, default: Duration, min: u64, max: u64) -> Duration {
+        Duration::from_millis(self.number(name, default.as_millis() as u64, min, max))
+    }
+
     fn boolean(&mut self, name: &str, default: bool) -> bool {
         match self.text(name).map(|v| v.to_ascii_lowercase()) {
             None => default,
@@ -681,6 +720,18 @@ impl<'a> Reader<'a> {
                     .push(format!("{name} must be true or false, got {v:?}"));
                 default
             }
+        }
+    }
+
+    /// Two settings of which at most one may be given: both given is a problem (and neither
+    /// is returned).
+    fn exclusive(&mut self, a: &str, b: &str) -> (Option<String>, Option<String>) {
+        match (self.text(a), self.text(b)) {
+            (Some(_), Some(_)) => {
+                self.errors.push(format!("set {a} or {b}, not both"));
+                (None, None)
+            }
+            pair => pair,
         }
     }
 
@@ -696,7 +747,7 @@ impl<'a> Reader<'a> {
 /// Token settings; in pool mode the session and project come from the claim instead.
 fn auth_config(r: &mut Reader<'_>, pool: bool) -> AuthConfig {
     let (session_id, project_id) = if pool {
-        for name in ["SESSION_ID", "PROJECT_ID"] {
+        for name in [SESSION_ID, PROJECT_ID] {
             if r.text(name).is_some() {
                 r.errors.push(format!(
                     "{name} comes from each claim in pool mode (POOL_QUEUE_URL or POOL_QUEUE_DIR); unset it"
@@ -705,10 +756,10 @@ fn auth_config(r: &mut Reader<'_>, pool: bool) -> AuthConfig {
         }
         (String::new(), None)
     } else {
-        (r.required("SESSION_ID"), r.text("PROJECT_ID"))
+        (r.required(SESSION_ID), r.text(PROJECT_ID))
     };
     let key = key_config(r);
-    let leeway_seconds = r.number("JWT_LEEWAY_SECONDS", 30, 0, 3600);
+    let leeway_seconds = r.number(JWT_LEEWAY_SECONDS, 30, 0, 3600);
     AuthConfig {
         session_id,
         project_id,
@@ -719,10 +770,7 @@ fn auth_config(r: &mut Reader<'_>, pool: bool) -> AuthConfig {
 
 /// The signing key: the literal one, else the Secrets Manager secret.
 fn key_config(r: &mut Reader<'_>) -> KeyConfig {
-    match (
-        r.s.get("WALLCRAWLER_JWT_SIGNING_KEY"),
-        r.text("WALLCRAWLER_JWT_SIGNING_SECRET_ARN"),
-    ) {
+    match (r.s.get(SIGNING_KEY), r.text(SIGNING_SECRET_ARN)) {
         (Some(k), _) if !k.is_empty() => KeyConfig::Literal(k.clone()),
         (_, Some(arn)) => KeyConfig::SecretArn(arn),
         _ => {
@@ -736,38 +784,31 @@ fn key_config(r: &mut Reader<'_>) -> KeyConfig {
 }
 
 fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
-    let max_connections = r.number("MAX_CONNECTIONS", 4096, 1, 1_000_000) as usize;
-    let max_pending = r.number(
-        "MAX_PENDING_CONNECTIONS",
-        crate::proxy::DEFAULT_MAX_PENDING as u64,
-        1,
-        1_000_000,
-    ) as usize;
-    let max_pending_per_address = r.number(
-        "MAX_PENDING_PER_ADDRESS",
-        crate::proxy::DEFAULT_MAX_PENDING_PER_ADDRESS as u64,
-        1,
-        1_000_000,
-    ) as usize;
-    let pending_min_age = Duration::from_millis(r.number(
-        "PENDING_MIN_AGE_MS",
-        crate::proxy::DEFAULT_PENDING_MIN_AGE.as_millis() as u64,
+    let max_connections = r.count(MAX_CONNECTIONS, proxy::DEFAULT_MAX_CONNECTIONS);
+    let max_pending = r.count(MAX_PENDING_CONNECTIONS, proxy::DEFAULT_MAX_PENDING);
+    let max_pending_per_address = r.count(
+        MAX_PENDING_PER_ADDRESS,
+        proxy::DEFAULT_MAX_PENDING_PER_ADDRESS,
+    );
+    let pending_min_age = r.millis(
+        PENDING_MIN_AGE_MS,
+        proxy::DEFAULT_PENDING_MIN_AGE,
         0,
         60_000,
-    ));
-    let metrics_addr = match r.s.get("METRICS_ADDR").map(|v| v.trim()) {
+    );
+    let metrics_addr = match r.s.get(METRICS_ADDR).map(|v| v.trim()) {
         Some("") => None,
-        Some(_) => r.parse::<SocketAddr>("METRICS_ADDR", "an address such as 127.0.0.1:9224"),
+        Some(_) => r.parse::<SocketAddr>(METRICS_ADDR, "an address such as 127.0.0.1:9224"),
         None if mode == Mode::Run => Some(SocketAddr::from(([127, 0, 0, 1], 9224))),
         None => None,
     };
-    let header_timeout = Duration::from_secs(r.number(
-        "PROXY_HEADER_TIMEOUT_SECONDS",
-        crate::proxy::DEFAULT_HEADER_TIMEOUT.as_secs(),
+    let header_timeout = r.seconds(
+        PROXY_HEADER_TIMEOUT_SECONDS,
+        proxy::DEFAULT_HEADER_TIMEOUT,
         1,
         600,
-    ));
-    let log_format = match r.text("LOG_FORMAT").as_deref() {
+    );
+    let log_format = match r.text(LOG_FORMAT).as_deref() {
         None if mode == Mode::Run => LogFormat::Json,
         None => LogFormat::Text,
         Some("json") => LogFormat::Json,
@@ -778,7 +819,7 @@ fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
             LogFormat::Text
         }
     };
-    let trusted_proxies = match r.text("TRUSTED_PROXY_NETWORKS") {
+    let trusted_proxies = match r.text(TRUSTED_PROXY_NETWORKS) {
         None => TrustedNetworks::default(),
         Some(list) => list.parse().unwrap_or_else(|e| {
             r.errors.push(format!("TRUSTED_PROXY_NETWORKS: {e}"));
@@ -797,12 +838,31 @@ fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
     }
 }
 
+// The proxy's limits are built here, from the operator's settings, so the proxy never reads the
+// configuration (config sits on top of the modules it configures).
+impl Limits {
+    /// The limits an operator configured; the rest default.
+    pub fn from_tuning(t: &ProxyTuning) -> Self {
+        Self {
+            max_connections: t.max_connections,
+            pending: PendingLimits {
+                max_pending: t.max_pending,
+                max_per_address: t.max_pending_per_address,
+                min_age: t.pending_min_age,
+            },
+            header_timeout: t.header_timeout,
+            trusted_proxies: t.trusted_proxies.clone(),
+            ..Self::default()
+        }
+    }
+}
+
 fn chrome_settings(r: &mut Reader<'_>, default_port: u16) -> ChromeSettings {
     ChromeSettings {
-        path: r.text("CHROME_PATH").map(PathBuf::from),
-        debug_port: r.number("CHROME_DEBUG_PORT", default_port as u64, 0, 65535) as u16,
-        user_data_dir: r.text("USER_DATA_DIR").map(PathBuf::from),
-        flags_file: r.text("CHROME_FLAGS_FILE").map(PathBuf::from),
+        path: r.text(CHROME_PATH).map(PathBuf::from),
+        debug_port: r.number(CHROME_DEBUG_PORT, default_port as u64, 0, 65535) as u16,
+        user_data_dir: r.text(USER_DATA_DIR).map(PathBuf::from),
+        flags_file: r.text(CHROME_FLAGS_FILE).map(PathBuf::from),
     }
 }
 
@@ -813,24 +873,15 @@ impl RunConfig {
         let pool_queue = pool_queue(&mut r);
         let auth = auth_config(&mut r, pool_queue.is_some());
         let tuning = tuning(&mut r, Mode::Run);
-        let proxy_port = r.number("CDP_PROXY_PORT", 9223, 0, 65535) as u16;
+        let proxy_port = r.number(CDP_PROXY_PORT, 9223, 0, 65535) as u16;
         let proxy_host = r
-            .parse("CDP_PROXY_HOST", "an IP address such as 127.0.0.1")
+            .parse(CDP_PROXY_HOST, "an IP address such as 127.0.0.1")
             .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
         let disconnect_timeout =
-            Duration::from_secs(r.number("CDP_DISCONNECT_TIMEOUT", 120, 1, 86_400));
-        let disconnect_grace = Duration::from_secs(r.number("CDP_DISCONNECT_GRACE", 10, 1, 3_600));
+            Duration::from_secs(r.number(CDP_DISCONNECT_TIMEOUT, 120, 1, 86_400));
+        let disconnect_grace = Duration::from_secs(r.number(CDP_DISCONNECT_GRACE, 10, 1, 3_600));
         let chrome = chrome_settings(&mut r, 9222);
-        let store = match (r.text("SESSIONS_TABLE_NAME"), r.text("SESSIONS_DIR")) {
-            (Some(_), Some(_)) => {
-                r.errors
-                    .push("set SESSIONS_TABLE_NAME or SESSIONS_DIR, not both".to_owned());
-                SessionStoreConfig::None
-            }
-            (Some(t), None) => SessionStoreConfig::Table(t),
-            (None, Some(d)) => SessionStoreConfig::Directory(PathBuf::from(d)),
-            (None, None) => SessionStoreConfig::None,
-        };
+        let store = session_store(&mut r);
         let pool = pool_queue.map(|queue| pool_config(&mut r, queue));
         if pool.is_some() && store == SessionStoreConfig::None {
             r.errors.push(
@@ -838,29 +889,21 @@ impl RunConfig {
                     .to_owned(),
             );
         }
-        let context = if pool.is_some() {
-            ContextSource::None
-        } else {
-            context_source(&mut r)
-        };
-        let context_persist = r.boolean("CONTEXT_PERSIST", false);
-        if context_persist && context == ContextSource::None {
-            r.errors.push("CONTEXT_PERSIST=true needs a context (CONTEXT_ID, CONTEXTS_BUCKET_NAME or CONTEXTS_DIR, CONTEXT_S3_KEY)".to_owned());
-        }
-        let public_ip = r.parse("PUBLIC_IP", "an IP address");
-        let keep_alive = r.boolean("KEEP_ALIVE", false);
-        let expires_at = r.parse::<u64>("SESSION_EXPIRES_AT", "unix seconds");
-        let profile_max_bytes = r.number("PROFILE_MAX_BYTES", 2_147_483_648, 1, u64::MAX);
-        let profile_max_entries = r.number("PROFILE_MAX_ENTRIES", 100_000, 1, u64::MAX);
-        let shutdown_budget = Duration::from_secs(r.number("SHUTDOWN_BUDGET_SECONDS", 25, 1, 120));
-        let metadata_uri = r.text("ECS_CONTAINER_METADATA_URI_V4");
-        let public_ip_required = r.boolean("PUBLIC_IP_REQUIRED", false);
+        let (context, context_persist) = context_of_run(&mut r, pool.is_some());
+        let public_ip = r.parse(PUBLIC_IP, "an IP address");
+        let keep_alive = r.boolean(KEEP_ALIVE, false);
+        let expires_at = r.parse::<u64>(SESSION_EXPIRES_AT, "unix seconds");
+        let profile_max_bytes = r.number(PROFILE_MAX_BYTES, 2_147_483_648, 1, u64::MAX);
+        let profile_max_entries = r.number(PROFILE_MAX_ENTRIES, 100_000, 1, u64::MAX);
+        let shutdown_budget = Duration::from_secs(r.number(SHUTDOWN_BUDGET_SECONDS, 25, 1, 120));
+        let metadata_uri = r.text(ECS_CONTAINER_METADATA_URI_V4);
+        let public_ip_required = r.boolean(PUBLIC_IP_REQUIRED, false);
         if public_ip_required && public_ip.is_none() && metadata_uri.is_none() {
             r.errors.push("PUBLIC_IP_REQUIRED=true needs ECS_CONTAINER_METADATA_URI_V4 (set by ECS) or PUBLIC_IP".to_owned());
         }
-        let agent_uri = r.text("ECS_AGENT_URI");
-        let exit_with_parent = r.boolean("EXIT_WITH_PARENT", false);
-        let background_nice = match r.number("BACKGROUND_NICE", 0, 0, 19) {
+        let agent_uri = r.text(ECS_AGENT_URI);
+        let exit_with_parent = r.boolean(EXIT_WITH_PARENT, false);
+        let background_nice = match r.number(BACKGROUND_NICE, 0, 0, 19) {
             0 => None,
             n => Some(n as i32),
         };
@@ -891,15 +934,34 @@ impl RunConfig {
     }
 }
 
+/// Where the session item lives: `SESSIONS_TABLE_NAME` or `SESSIONS_DIR` (or nowhere).
+fn session_store(r: &mut Reader<'_>) -> SessionStoreConfig {
+    match r.exclusive(SESSIONS_TABLE_NAME, SESSIONS_DIR) {
+        (Some(t), _) => SessionStoreConfig::Table(t),
+        (_, Some(d)) => SessionStoreConfig::Directory(PathBuf::from(d)),
+        (None, None) => SessionStoreConfig::None,
+    }
+}
+
+/// The profile a `run` starts from (none in pool mode: each claim names it), and whether it
+/// is uploaded at the end.
+fn context_of_run(r: &mut Reader<'_>, pool: bool) -> (ContextSource, bool) {
+    let context = if pool {
+        ContextSource::None
+    } else {
+        context_source(r)
+    };
+    let persist = r.boolean(CONTEXT_PERSIST, false);
+    if persist && context == ContextSource::None {
+        r.errors.push("CONTEXT_PERSIST=true needs a context (CONTEXT_ID, CONTEXTS_BUCKET_NAME or CONTEXTS_DIR, CONTEXT_S3_KEY)".to_owned());
+    }
+    (context, persist)
+}
+
 fn pool_queue(r: &mut Reader<'_>) -> Option<PoolQueue> {
-    match (r.text("POOL_QUEUE_URL"), r.text("POOL_QUEUE_DIR")) {
-        (Some(_), Some(_)) => {
-            r.errors
-                .push("set POOL_QUEUE_URL or POOL_QUEUE_DIR, not both".to_owned());
-            None
-        }
-        (Some(url), None) => Some(PoolQueue::Sqs(url)),
-        (None, Some(dir)) => Some(PoolQueue::Directory(PathBuf::from(dir))),
+    match r.exclusive(POOL_QUEUE_URL, POOL_QUEUE_DIR) {
+        (Some(url), _) => Some(PoolQueue::Sqs(url)),
+        (_, Some(dir)) => Some(PoolQueue::Directory(PathBuf::from(dir))),
         (None, None) => None,
     }
 }
@@ -907,28 +969,23 @@ fn pool_queue(r: &mut Reader<'_>) -> Option<PoolQueue> {
 /// The rest of pool mode: the context comes from each claim, so only its archives' place is
 /// configured.
 fn pool_config(r: &mut Reader<'_>, queue: PoolQueue) -> PoolConfig {
-    for name in ["CONTEXT_ID", "CONTEXT_S3_KEY", "CONTEXT_PERSIST"] {
+    for name in [CONTEXT_ID, CONTEXT_S3_KEY, CONTEXT_PERSIST] {
         if r.text(name).is_some() {
             r.errors.push(format!(
                 "{name} comes from each claim in pool mode; unset it (CONTEXTS_BUCKET_NAME or CONTEXTS_DIR says where archives are)"
             ));
         }
     }
-    let archives = match (r.text("CONTEXTS_BUCKET_NAME"), r.text("CONTEXTS_DIR")) {
-        (Some(_), Some(_)) => {
-            r.errors
-                .push("set CONTEXTS_BUCKET_NAME or CONTEXTS_DIR, not both".to_owned());
-            ArchivePlace::None
-        }
-        (Some(b), None) => ArchivePlace::Bucket(b),
-        (None, Some(d)) => ArchivePlace::Directory(PathBuf::from(d)),
+    let archives = match r.exclusive(CONTEXTS_BUCKET_NAME, CONTEXTS_DIR) {
+        (Some(b), _) => ArchivePlace::Bucket(b),
+        (_, Some(d)) => ArchivePlace::Directory(PathBuf::from(d)),
         (None, None) => ArchivePlace::None,
     };
     let idle_lifetime =
-        Duration::from_secs(r.number("POOL_IDLE_LIFETIME_SECONDS", 3600, 1, 7 * 86_400));
-    let visibility = Duration::from_secs(r.number("POOL_CLAIM_VISIBILITY_SECONDS", 60, 1, 43_200));
+        Duration::from_secs(r.number(POOL_IDLE_LIFETIME_SECONDS, 3600, 1, 7 * 86_400));
+    let visibility = Duration::from_secs(r.number(POOL_CLAIM_VISIBILITY_SECONDS, 60, 1, 43_200));
     let task_name = r
-        .text("POOL_TASK_NAME")
+        .text(POOL_TASK_NAME)
         .unwrap_or_else(|| format!("pool-{}", std::process::id()));
     if !wallcrawler_contract::claim::valid_id(&task_name) {
         r.errors
@@ -944,10 +1001,10 @@ fn pool_config(r: &mut Reader<'_>, queue: PoolQueue) -> PoolConfig {
 }
 
 fn context_source(r: &mut Reader<'_>) -> ContextSource {
-    let id = r.text("CONTEXT_ID");
-    let bucket = r.text("CONTEXTS_BUCKET_NAME");
-    let key = r.text("CONTEXT_S3_KEY");
-    let dir = r.text("CONTEXTS_DIR");
+    let id = r.text(CONTEXT_ID);
+    let bucket = r.text(CONTEXTS_BUCKET_NAME);
+    let key = r.text(CONTEXT_S3_KEY);
+    let dir = r.text(CONTEXTS_DIR);
     if bucket.is_some() && dir.is_some() {
         r.errors
             .push("set CONTEXTS_BUCKET_NAME or CONTEXTS_DIR, not both".to_owned());
@@ -971,9 +1028,9 @@ fn context_source(r: &mut Reader<'_>) -> ContextSource {
         },
         (id, place, key) => {
             let missing: Vec<&str> = [
-                ("CONTEXT_ID", id.is_none()),
+                (CONTEXT_ID, id.is_none()),
                 ("CONTEXTS_BUCKET_NAME (or CONTEXTS_DIR)", place.is_none()),
-                ("CONTEXT_S3_KEY", key.is_none()),
+                (CONTEXT_S3_KEY, key.is_none()),
             ]
             .into_iter()
             .filter_map(|(n, m)| m.then_some(n))
@@ -996,22 +1053,22 @@ impl LocalConfig {
                 s.insert(k, v.clone());
             }
         };
-        put("CDP_PROXY_PORT", &a.port);
-        put("CHROME_PATH", &a.chrome_path);
+        put(CDP_PROXY_PORT, &a.port);
+        put(CHROME_PATH, &a.chrome_path);
         put("TOKEN_TTL", &a.token_ttl);
-        put("WALLCRAWLER_JWT_SIGNING_KEY", &a.key.jwt_signing_key);
-        put("CHROME_DEBUG_PORT", &a.chrome_debug_port);
-        put("CHROME_FLAGS_FILE", &a.chrome_flags_file);
+        put(SIGNING_KEY, &a.key.jwt_signing_key);
+        put(CHROME_DEBUG_PORT, &a.chrome_debug_port);
+        put(CHROME_FLAGS_FILE, &a.chrome_flags_file);
         Self::from_settings(&s)
     }
 
     /// Checks every setting of `s`, collecting every problem.
     pub fn from_settings(s: &Settings) -> Result<Self, ConfigErrors> {
         let mut r = Reader::new(s);
-        let port = r.number("CDP_PROXY_PORT", 9223, 0, 65535) as u16;
+        let port = r.number(CDP_PROXY_PORT, 9223, 0, 65535) as u16;
         // The proxy refuses tokens that outlive the longest session.
         let token_ttl = r.number("TOKEN_TTL", 3600, 1, MAX_SESSION_SECONDS);
-        let key = r.text("WALLCRAWLER_JWT_SIGNING_KEY");
+        let key = r.text(SIGNING_KEY);
         let chrome = chrome_settings(&mut r, 0);
         let tuning = tuning(&mut r, Mode::Local);
         r.finish(LocalConfig {
@@ -1088,78 +1145,33 @@ impl GatewayConfig {
     pub fn from_settings(s: &Settings) -> Result<Self, ConfigErrors> {
         let mut r = Reader::new(s);
         let listen = r
-            .parse::<SocketAddr>("GATEWAY_LISTEN", "an address such as 0.0.0.0:9223")
+            .parse::<SocketAddr>(GATEWAY_LISTEN, "an address such as 0.0.0.0:9223")
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 9223)));
-        let store = match (r.text("SESSIONS_TABLE_NAME"), r.text("SESSIONS_DIR")) {
-            (Some(_), Some(_)) => {
-                r.errors
-                    .push("set SESSIONS_TABLE_NAME or SESSIONS_DIR, not both".to_owned());
-                SessionStoreConfig::None
-            }
-            (Some(t), None) => SessionStoreConfig::Table(t),
-            (None, Some(d)) => SessionStoreConfig::Directory(PathBuf::from(d)),
-            (None, None) => {
-                r.errors.push(
-                    "the gateway looks sessions up: set SESSIONS_TABLE_NAME (or SESSIONS_DIR)"
-                        .to_owned(),
-                );
-                SessionStoreConfig::None
-            }
-        };
+        let store = session_store(&mut r);
+        if r.text(SESSIONS_TABLE_NAME).is_none() && r.text(SESSIONS_DIR).is_none() {
+            r.errors.push(
+                "the gateway looks sessions up: set SESSIONS_TABLE_NAME (or SESSIONS_DIR)"
+                    .to_owned(),
+            );
+        }
         let key = key_config(&mut r);
-        let leeway_seconds = r.number("JWT_LEEWAY_SECONDS", 30, 0, 3600);
-        let hold = Duration::from_secs(r.number(
-            "GATEWAY_HOLD_SECONDS",
-            crate::gateway::DEFAULT_HOLD.as_secs(),
-            1,
-            3600,
-        ));
-        let max_held = r.number(
-            "GATEWAY_MAX_HELD",
-            crate::gateway::DEFAULT_MAX_HELD as u64,
-            1,
-            1_000_000,
-        ) as usize;
-        let max_held_per_session = r.number(
-            "GATEWAY_MAX_HELD_PER_SESSION",
-            crate::gateway::DEFAULT_MAX_HELD_PER_SESSION as u64,
-            1,
-            1_000_000,
-        ) as usize;
-        let lookup_ttl = Duration::from_millis(r.number(
-            "GATEWAY_LOOKUP_TTL_MS",
-            crate::gateway::DEFAULT_LOOKUP_TTL.as_millis() as u64,
+        let leeway_seconds = r.number(JWT_LEEWAY_SECONDS, 30, 0, 3600);
+        let hold = r.seconds(GATEWAY_HOLD_SECONDS, gateway::DEFAULT_HOLD, 1, 3600);
+        let max_held = r.count(GATEWAY_MAX_HELD, gateway::DEFAULT_MAX_HELD);
+        let max_held_per_session = r.count(
+            GATEWAY_MAX_HELD_PER_SESSION,
+            gateway::DEFAULT_MAX_HELD_PER_SESSION,
+        );
+        let lookup_ttl = r.millis(
+            GATEWAY_LOOKUP_TTL_MS,
+            gateway::DEFAULT_LOOKUP_TTL,
             1,
             60_000,
-        ));
-        let exit_with_parent = r.boolean("EXIT_WITH_PARENT", false);
-        let files = match (r.text("GATEWAY_TLS_CERT"), r.text("GATEWAY_TLS_KEY")) {
-            (Some(cert), Some(key)) => Some(CertFiles {
-                cert: PathBuf::from(cert),
-                key: PathBuf::from(key),
-            }),
-            (None, None) => None,
-            _ => {
-                r.errors.push(
-                    "set GATEWAY_TLS_CERT and GATEWAY_TLS_KEY together (or neither)".to_owned(),
-                );
-                None
-            }
-        };
-        let tls = match (files, r.text("GATEWAY_LOCAL_CA_DIR")) {
-            (Some(_), Some(_)) => {
-                r.errors.push(
-                    "set GATEWAY_TLS_CERT/GATEWAY_TLS_KEY or GATEWAY_LOCAL_CA_DIR, not both"
-                        .to_owned(),
-                );
-                None
-            }
-            (Some(f), None) => Some(GatewayTls::Files(f)),
-            (None, Some(dir)) => Some(GatewayTls::LocalCa(PathBuf::from(dir))),
-            (None, None) => None,
-        };
-        let client_tls = r.boolean("GATEWAY_CLIENT_TLS", false) || tls.is_some();
-        let proxy_protocol_to_tasks = r.boolean("GATEWAY_PROXY_PROTOCOL", true);
+        );
+        let exit_with_parent = r.boolean(EXIT_WITH_PARENT, false);
+        let tls = gateway_tls(&mut r);
+        let client_tls = r.boolean(GATEWAY_CLIENT_TLS, false) || tls.is_some();
+        let proxy_protocol_to_tasks = r.boolean(GATEWAY_PROXY_PROTOCOL, true);
         let tuning = tuning(&mut r, Mode::Proxy);
         r.finish(GatewayConfig {
             tls,
@@ -1179,15 +1191,42 @@ impl GatewayConfig {
     }
 }
 
+/// TLS ended in the gateway: certificate files, or a local authority's directory.
+fn gateway_tls(r: &mut Reader<'_>) -> Option<GatewayTls> {
+    let files = match (r.text(GATEWAY_TLS_CERT), r.text(GATEWAY_TLS_KEY)) {
+        (Some(cert), Some(key)) => Some(CertFiles {
+            cert: PathBuf::from(cert),
+            key: PathBuf::from(key),
+        }),
+        (None, None) => None,
+        _ => {
+            r.errors
+                .push("set GATEWAY_TLS_CERT and GATEWAY_TLS_KEY together (or neither)".to_owned());
+            None
+        }
+    };
+    match (files, r.text(GATEWAY_LOCAL_CA_DIR)) {
+        (Some(_), Some(_)) => {
+            r.errors.push(
+                "set GATEWAY_TLS_CERT/GATEWAY_TLS_KEY or GATEWAY_LOCAL_CA_DIR, not both".to_owned(),
+            );
+            None
+        }
+        (Some(f), None) => Some(GatewayTls::Files(f)),
+        (None, Some(dir)) => Some(GatewayTls::LocalCa(PathBuf::from(dir))),
+        (None, None) => None,
+    }
+}
+
 impl TokenConfig {
     /// Checks the command line's arguments, collecting every problem.
     pub fn from_args(a: &TokenArgs) -> Result<Self, ConfigErrors> {
         let mut s = Settings::new();
         for (k, v) in [
-            ("SESSION_ID", &a.session_id),
-            ("PROJECT_ID", &a.project_id),
+            (SESSION_ID, &a.session_id),
+            (PROJECT_ID, &a.project_id),
             ("TOKEN_TTL", &a.ttl),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", &a.key.jwt_signing_key),
+            (SIGNING_KEY, &a.key.jwt_signing_key),
         ] {
             if let Some(v) = v {
                 s.insert(k, v.clone());
@@ -1199,10 +1238,10 @@ impl TokenConfig {
     /// Checks every setting of `s`, collecting every problem.
     pub fn from_settings(s: &Settings) -> Result<Self, ConfigErrors> {
         let mut r = Reader::new(s);
-        let session_id = r.required("SESSION_ID");
-        let project_id = r.text("PROJECT_ID").unwrap_or_default();
+        let session_id = r.required(SESSION_ID);
+        let project_id = r.text(PROJECT_ID).unwrap_or_default();
         let ttl = r.number("TOKEN_TTL", 3600, 1, MAX_SESSION_SECONDS);
-        let key = match r.s.get("WALLCRAWLER_JWT_SIGNING_KEY") {
+        let key = match r.s.get(SIGNING_KEY) {
             Some(k) if !k.is_empty() => k.clone(),
             _ => {
                 r.errors
@@ -1222,6 +1261,14 @@ impl TokenConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Asserts that `e` lists every one of `needles` (each a part of one problem's line).
+    fn assert_lists(e: &ConfigErrors, needles: &[&str]) {
+        let text = e.to_string();
+        for needle in needles {
+            assert!(text.contains(needle), "{needle:?} not in {text}");
+        }
+    }
 
     fn map(pairs: &[(&'static str, &str)]) -> Settings {
         pairs.iter().map(|(k, v)| (*k, v.to_string())).collect()
@@ -1258,7 +1305,7 @@ mod tests {
         assert_eq!(c.disconnect_timeout, Duration::from_secs(120));
         assert_eq!(c.disconnect_grace, Duration::from_secs(10));
         assert_eq!(c.auth.leeway_seconds, 30);
-        assert_eq!(c.tuning.max_connections, 4096);
+        assert_eq!(c.tuning.max_connections, proxy::DEFAULT_MAX_CONNECTIONS);
         assert_eq!(c.tuning.max_pending, 256);
         assert_eq!(c.tuning.max_pending_per_address, 32);
         assert_eq!(c.tuning.pending_min_age, Duration::from_millis(500));
@@ -1358,18 +1405,17 @@ mod tests {
             ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
             ("POOL_TASK_NAME", "../x"),
         ]))
-        .unwrap_err()
-        .0
-        .join("\n");
-        for needle in [
-            "SESSION_ID comes from each claim",
-            "CONTEXT_ID comes from each claim",
-            "CONTEXT_S3_KEY comes from each claim",
-            "POOL_TASK_NAME must be",
-            "pool mode needs the session item",
-        ] {
-            assert!(e.contains(needle), "{needle} in {e}");
-        }
+        .unwrap_err();
+        assert_lists(
+            &e,
+            &[
+                "SESSION_ID comes from each claim",
+                "CONTEXT_ID comes from each claim",
+                "CONTEXT_S3_KEY comes from each claim",
+                "POOL_TASK_NAME must be",
+                "pool mode needs the session item",
+            ],
+        );
         let both = RunConfig::from_settings(&map(&[
             ("POOL_QUEUE_DIR", "/q"),
             ("POOL_QUEUE_URL", "http://127.0.0.1:1/q"),
@@ -1390,18 +1436,18 @@ mod tests {
             ("KEEP_ALIVE", "maybe"),
         ]))
         .unwrap_err();
-        let text = e.to_string();
-        for needle in [
-            "SESSION_ID is required",
-            "a signing key is required",
-            "CDP_PROXY_PORT must be between",
-            "JWT_LEEWAY_SECONDS must be a whole number",
-            "missing CONTEXTS_BUCKET_NAME (or CONTEXTS_DIR), CONTEXT_S3_KEY",
-            "LOG_FORMAT must be json or text",
-            "KEEP_ALIVE must be true or false",
-        ] {
-            assert!(text.contains(needle), "{needle:?} not in {text}");
-        }
+        assert_lists(
+            &e,
+            &[
+                "SESSION_ID is required",
+                "a signing key is required",
+                "CDP_PROXY_PORT must be between",
+                "JWT_LEEWAY_SECONDS must be a whole number",
+                "missing CONTEXTS_BUCKET_NAME (or CONTEXTS_DIR), CONTEXT_S3_KEY",
+                "LOG_FORMAT must be json or text",
+                "KEEP_ALIVE must be true or false",
+            ],
+        );
         assert_eq!(e.0.len(), 7);
     }
 
@@ -1564,7 +1610,13 @@ mod tests {
         assert_eq!(c.listen, "0.0.0.0:9223".parse().unwrap());
         assert_eq!(c.store, SessionStoreConfig::Directory("/s".into()));
         assert_eq!(c.hold, Duration::from_secs(90));
-        assert_eq!((c.max_held, c.max_held_per_session), (4096, 32));
+        assert_eq!(
+            (c.max_held, c.max_held_per_session),
+            (
+                gateway::DEFAULT_MAX_HELD,
+                gateway::DEFAULT_MAX_HELD_PER_SESSION
+            )
+        );
         assert_eq!(c.lookup_ttl, Duration::from_millis(250));
         assert_eq!(c.tuning.metrics_addr, None);
         let e = GatewayConfig::from_settings(&map(&[
@@ -1573,16 +1625,16 @@ mod tests {
             ("GATEWAY_MAX_HELD_PER_SESSION", "x"),
         ]))
         .unwrap_err();
-        let text = e.to_string();
-        for needle in [
-            "GATEWAY_LISTEN must be an address",
-            "set SESSIONS_TABLE_NAME (or SESSIONS_DIR)",
-            "a signing key is required",
-            "GATEWAY_HOLD_SECONDS must be between 1 and 3600",
-            "GATEWAY_MAX_HELD_PER_SESSION must be a whole number",
-        ] {
-            assert!(text.contains(needle), "{needle:?} not in {text}");
-        }
+        assert_lists(
+            &e,
+            &[
+                "GATEWAY_LISTEN must be an address",
+                "set SESSIONS_TABLE_NAME (or SESSIONS_DIR)",
+                "a signing key is required",
+                "GATEWAY_HOLD_SECONDS must be between 1 and 3600",
+                "GATEWAY_MAX_HELD_PER_SESSION must be a whole number",
+            ],
+        );
         assert_eq!(e.0.len(), 5);
     }
 
@@ -1590,5 +1642,71 @@ mod tests {
     fn cli_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    /// The help states each default the parser applies (the constants, said once).
+    #[test]
+    fn help_states_the_defaults_the_parser_uses() {
+        use crate::{gateway, proxy};
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let help = |mode: &str, arg: &str| {
+            let sub = cli.find_subcommand(mode).unwrap();
+            let a = sub.get_arguments().find(|a| a.get_id() == arg).unwrap();
+            a.get_help().unwrap().to_string()
+        };
+        for (mode, arg, default) in [
+            (
+                "run",
+                "max_connections",
+                proxy::DEFAULT_MAX_CONNECTIONS as u128,
+            ),
+            (
+                "run",
+                "max_pending_connections",
+                proxy::DEFAULT_MAX_PENDING as u128,
+            ),
+            (
+                "run",
+                "max_pending_per_address",
+                proxy::DEFAULT_MAX_PENDING_PER_ADDRESS as u128,
+            ),
+            (
+                "run",
+                "pending_min_age_ms",
+                proxy::DEFAULT_PENDING_MIN_AGE.as_millis(),
+            ),
+            (
+                "run",
+                "header_timeout_seconds",
+                proxy::DEFAULT_HEADER_TIMEOUT.as_secs().into(),
+            ),
+            (
+                "gateway",
+                "gateway_hold_seconds",
+                gateway::DEFAULT_HOLD.as_secs().into(),
+            ),
+            (
+                "gateway",
+                "gateway_max_held",
+                gateway::DEFAULT_MAX_HELD as u128,
+            ),
+            (
+                "gateway",
+                "gateway_max_held_per_session",
+                gateway::DEFAULT_MAX_HELD_PER_SESSION as u128,
+            ),
+            (
+                "gateway",
+                "gateway_lookup_ttl_ms",
+                gateway::DEFAULT_LOOKUP_TTL.as_millis(),
+            ),
+        ] {
+            let text = help(mode, arg);
+            assert!(
+                text.contains(&format!("[default: {default}]")),
+                "{mode} {arg}: {text}"
+            );
+        }
     }
 }

@@ -28,7 +28,14 @@ use tracing::debug;
 use tracing_subscriber::EnvFilter;
 use wallcrawler_contract::TokenError;
 
-use crate::config::LogFormat;
+/// How logs are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line (ECS, CloudWatch).
+    Json,
+    /// Human-readable lines (a terminal).
+    Text,
+}
 
 /// Installs the global subscriber: stderr only, level from `RUST_LOG` (default `info`).
 pub fn init_logging(format: LogFormat) {
@@ -142,7 +149,7 @@ pub struct Metrics {
     /// Bytes relayed from Chrome to the client.
     pub bytes_chrome_to_client: Counter,
     outcomes: [Counter; Outcome::ALL.len()],
-    refusals: [Counter; TokenError::ALL.len()],
+    refusals: AuthRefusals,
     /// Pool mode, in seconds (0 = not reached): start → warm, warm → claimed, claimed → READY.
     pub pool_warmup: Gauge<f64, AtomicU64>,
     /// See `pool_warmup`.
@@ -160,7 +167,7 @@ pub const EXPOSITION_CONTENT_TYPE: &str =
 
 /// A counter family registered as `name` (with `help`), one series per label value, each
 /// created now so it is exposed at zero.
-fn counters<const N: usize>(
+pub fn counters<const N: usize>(
     registry: &mut Registry,
     (name, help): (&str, &str),
     key: &'static str,
@@ -172,21 +179,66 @@ fn counters<const N: usize>(
     series
 }
 
+/// The OpenMetrics text of `registries`, in order, and its `# EOF`.
+pub fn encode(registries: &[&Registry]) -> String {
+    let mut s = String::with_capacity(4096);
+    // Writing to a String cannot fail.
+    for r in registries {
+        let _ = text::encode_registry(&mut s, r);
+    }
+    let _ = text::encode_eof(&mut s);
+    s
+}
+
+/// A counter registered as `name` (with `help`).
+pub fn counter(registry: &mut Registry, name: &str, help: &str) -> Counter {
+    let c = Counter::default();
+    registry.register(name, help, c.clone());
+    c
+}
+
+/// A gauge registered as `name` (with `help`).
+pub fn gauge(registry: &mut Registry, name: &str, help: &str) -> Gauge {
+    let g = Gauge::default();
+    registry.register(name, help, g.clone());
+    g
+}
+
+/// Refused credentials, one series per [`TokenError`] reason (the proxy's and the gateway's).
+pub struct AuthRefusals([Counter; TokenError::ALL.len()]);
+
+impl AuthRefusals {
+    /// The family registered as `name`, every reason at zero.
+    pub fn register(registry: &mut Registry, name: &str) -> Self {
+        Self(counters(
+            registry,
+            (name, "Refused credentials by reason"),
+            "reason",
+            TokenError::ALL.map(TokenError::reason),
+        ))
+    }
+
+    /// Counts a refused credential.
+    pub fn count(&self, e: TokenError) {
+        if let Some(i) = TokenError::ALL.iter().position(|x| *x == e) {
+            self.0[i].inc();
+        }
+    }
+}
+
 impl Metrics {
     /// Every series registered, at zero.
     pub fn new() -> Arc<Self> {
         let mut registry = Registry::default();
-        let clients_active = Gauge::default();
-        registry.register(
+        let clients_active = gauge(
+            &mut registry,
             "wallcrawler_proxy_clients",
             "Upgraded CDP client connections open now",
-            clients_active.clone(),
         );
-        let connections_open = Gauge::default();
-        registry.register(
+        let connections_open = gauge(
+            &mut registry,
             "wallcrawler_proxy_connections_open",
             "TCP connections being handled now",
-            connections_open.clone(),
         );
         let [bytes_client_to_chrome, bytes_chrome_to_client] = counters(
             &mut registry,
@@ -203,15 +255,7 @@ impl Metrics {
             "outcome",
             Outcome::ALL.map(Outcome::label),
         );
-        let refusals = counters(
-            &mut registry,
-            (
-                "wallcrawler_proxy_auth_refusals",
-                "Refused credentials by reason",
-            ),
-            "reason",
-            TokenError::ALL.map(TokenError::reason),
-        );
+        let refusals = AuthRefusals::register(&mut registry, "wallcrawler_proxy_auth_refusals");
         let mut pool_registry = Registry::default();
         let pool_warmup = Gauge::default();
         let pool_idle = Gauge::default();
@@ -257,11 +301,7 @@ impl Metrics {
 
     /// Counts a refused credential.
     pub fn refusal(&self, e: TokenError) {
-        let i = TokenError::ALL
-            .iter()
-            .position(|x| *x == e)
-            .expect("listed");
-        self.refusals[i].inc();
+        self.refusals.count(e);
     }
 
     /// Connections counted with outcome `o` so far.
@@ -276,14 +316,11 @@ impl Metrics {
 
     /// The OpenMetrics text exposition ([`EXPOSITION_CONTENT_TYPE`]).
     pub fn render(&self) -> String {
-        let mut s = String::with_capacity(4096);
-        // Writing to a String cannot fail.
-        let _ = text::encode_registry(&mut s, &self.registry);
         if self.pool_warmup.get() > 0.0 {
-            let _ = text::encode_registry(&mut s, &self.pool_registry);
+            encode(&[&self.registry, &self.pool_registry])
+        } else {
+            encode(&[&self.registry])
         }
-        let _ = text::encode_eof(&mut s);
-        s
     }
 }
 

@@ -3,16 +3,14 @@
 
 use std::sync::Arc;
 
-use prometheus_client::encoding::text;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 use wallcrawler_contract::TokenError;
 
 use super::lookup::{Place, Read};
-use crate::telemetry::{Exposition, Metrics};
+use crate::telemetry::{AuthRefusals, Exposition, Metrics, counter, counters, encode, gauge};
 
 /// Why the gateway answered a request itself instead of relaying it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,18 +95,21 @@ const LOOKUPS: [&str; 6] = [
     "error",
 ];
 
-type Label = [(&'static str, &'static str); 1];
-
-fn counters<const N: usize>(
-    registry: &mut Registry,
-    (name, help): (&str, &str),
-    key: &'static str,
-    values: [&'static str; N],
-) -> [Counter; N] {
-    let family = Family::<Label, Counter>::default();
-    let series = values.map(|v| family.get_or_create_owned(&[(key, v)]));
-    registry.register(name, help, family);
-    series
+/// The relay thread's metrics, of which only the bytes each way are registered (under the
+/// gateway's names).
+fn relay_bytes(registry: &mut Registry) -> Arc<Metrics> {
+    let relay = Metrics::new();
+    registry.register(
+        "wallcrawler_gateway_bytes_client_to_task",
+        "Bytes relayed from clients to tasks",
+        relay.bytes_client_to_chrome.clone(),
+    );
+    registry.register(
+        "wallcrawler_gateway_bytes_task_to_client",
+        "Bytes relayed from tasks to clients",
+        relay.bytes_chrome_to_client.clone(),
+    );
+    relay
 }
 
 /// The gateway's series.
@@ -127,7 +128,7 @@ pub struct GatewayMetrics {
     pub dial_failures: Counter,
     lookups: [Counter; LOOKUPS.len()],
     refusals: [Counter; Refused::ALL.len()],
-    auth_refusals: [Counter; TokenError::ALL.len()],
+    auth_refusals: AuthRefusals,
     /// The relay thread's byte counters (its own [`Metrics`]; only the bytes are exposed).
     pub relay: Arc<Metrics>,
     registry: Registry,
@@ -137,11 +138,6 @@ impl GatewayMetrics {
     /// Every series registered, at zero.
     pub fn new() -> Arc<Self> {
         let mut registry = Registry::default();
-        let gauge = |registry: &mut Registry, name: &str, help: &str| {
-            let g = Gauge::default();
-            registry.register(name, help, g.clone());
-            g
-        };
         let connections_open = gauge(
             &mut registry,
             "wallcrawler_gateway_connections_open",
@@ -164,17 +160,15 @@ impl GatewayMetrics {
             Unit::Seconds,
             hold_seconds.clone(),
         );
-        let dials = Counter::default();
-        registry.register(
+        let dials = counter(
+            &mut registry,
             "wallcrawler_gateway_dials",
             "Connections made to tasks",
-            dials.clone(),
         );
-        let dial_failures = Counter::default();
-        registry.register(
+        let dial_failures = counter(
+            &mut registry,
             "wallcrawler_gateway_dial_failures",
             "Connections to tasks that failed",
-            dial_failures.clone(),
         );
         let lookups = counters(
             &mut registry,
@@ -194,26 +188,9 @@ impl GatewayMetrics {
             "reason",
             Refused::ALL.map(Refused::label),
         );
-        let auth_refusals = counters(
-            &mut registry,
-            (
-                "wallcrawler_gateway_auth_refusals",
-                "Refused credentials by reason",
-            ),
-            "reason",
-            TokenError::ALL.map(TokenError::reason),
-        );
-        let relay = Metrics::new();
-        registry.register(
-            "wallcrawler_gateway_bytes_client_to_task",
-            "Bytes relayed from clients to tasks",
-            relay.bytes_client_to_chrome.clone(),
-        );
-        registry.register(
-            "wallcrawler_gateway_bytes_task_to_client",
-            "Bytes relayed from tasks to clients",
-            relay.bytes_chrome_to_client.clone(),
-        );
+        let auth_refusals =
+            AuthRefusals::register(&mut registry, "wallcrawler_gateway_auth_refusals");
+        let relay = relay_bytes(&mut registry);
         Arc::new(Self {
             connections_open,
             held,
@@ -249,9 +226,7 @@ impl GatewayMetrics {
 
     /// Counts a refused credential.
     pub fn auth_refused(&self, e: TokenError) {
-        if let Some(i) = TokenError::ALL.iter().position(|x| *x == e) {
-            self.auth_refusals[i].inc();
-        }
+        self.auth_refusals.count(e);
     }
 
     /// Requests refused for `r` so far.
@@ -262,9 +237,7 @@ impl GatewayMetrics {
 
 impl Exposition for GatewayMetrics {
     fn render(&self) -> String {
-        let mut s = String::with_capacity(4096);
-        let _ = text::encode(&mut s, &self.registry);
-        s
+        encode(&[&self.registry])
     }
 }
 

@@ -35,8 +35,7 @@ pub mod stream;
 pub mod verify;
 
 use std::collections::HashMap;
-use std::convert::Infallible;
-use std::future::{Future, poll_fn};
+use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -48,17 +47,17 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, debug, info, warn};
+use tracing::{debug, info, warn};
 
-use crate::auth::{self, AuthError};
+use crate::auth::AuthError;
+use crate::proxy::accept::{self, Unread};
 use crate::proxy::admission::{Pending, PendingSlot};
+use crate::proxy::exchange::{self, Driven, Exchange, Phase};
 use crate::proxy::http::RequestHead;
 use crate::proxy::proxy_header::{self, Source};
 use crate::proxy::refusal::{self, Refusal};
@@ -213,21 +212,9 @@ impl Gateway {
         tracker.spawn(self.pending.clone().run_trimmer(stop.clone(), |n| {
             debug!(evicted = n, "pending budget trimmed");
         }));
-        loop {
-            let (stream, peer) = tokio::select! {
-                r = listener.accept() => match r {
-                    Ok(c) => c,
-                    Err(e) => {
-                        // EMFILE and friends: back off briefly instead of spinning.
-                        warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                () = stop.cancelled() => return,
-            };
-            let _ = stream.set_nodelay(true);
+        while let Some((stream, peer)) = accept::next(&listener, &stop, None).await {
             let this = self.clone();
+            let open = &self.metrics.connections_open;
             // `client.addr` is recorded once it is known: the peer's, or the client a trusted
             // peer's PROXY header names.
             let span = tracing::info_span!(
@@ -241,27 +228,13 @@ impl Gateway {
             };
             if self.settings.limits.trusted_proxies.contains(peer.ip()) {
                 // The load balancer: the client it names is admitted once its header is read.
-                tracker.spawn(
-                    async move {
-                        this.metrics.connections_open.inc();
-                        this.clone().from_trusted(stream, client).await;
-                        this.metrics.connections_open.dec();
-                    }
-                    .instrument(span),
-                );
+                accept::spawn(&tracker, open, span, this.from_trusted(stream, client));
             } else {
                 span.record("client.addr", tracing::field::display(peer));
                 // Admitted here, in accept order, so the budget's eviction order is the
                 // arrival order.
                 let (slot, _) = self.pending.admit(peer.ip());
-                tracker.spawn(
-                    async move {
-                        this.metrics.connections_open.inc();
-                        this.clone().accepted(stream, client, slot).await;
-                        this.metrics.connections_open.dec();
-                    }
-                    .instrument(span),
-                );
+                accept::spawn(&tracker, open, span, this.accepted(stream, client, slot));
             }
         }
     }
@@ -274,28 +247,16 @@ impl Gateway {
         // these connections too.
         let (reading, _) = self.pending.admit(client.addr.ip());
         let evicted = reading.eviction();
-        let read = tokio::select! {
-            r = tokio::time::timeout(
-                self.settings.limits.header_timeout,
-                proxy_header::read(&mut stream),
-            ) => r,
-            () = evicted.cancelled() => return,
-        };
-        match read {
-            Ok(Ok(Source::Direct)) => {}
-            Ok(Ok(Source::Forwarded { client: addr, tls })) => {
+        let deadline = self.settings.limits.header_timeout;
+        match accept::read_source(&mut stream, client.addr, deadline, &evicted).await {
+            Ok(Source::Direct) => {}
+            Ok(Source::Forwarded { client: addr, tls }) => {
                 client.addr = addr;
                 client.tls |= tls;
             }
-            Ok(Err(e)) => {
-                debug!(peer.addr = %client.addr, error = %e, "refused a PROXY protocol header");
-                self.metrics.refused(Refused::ProxyHeader);
-                return;
-            }
-            Err(_) => {
-                self.metrics.refused(Refused::HeaderTimeout);
-                return;
-            }
+            Err(Unread::Evicted) => return,
+            Err(Unread::Refused) => return self.metrics.refused(Refused::ProxyHeader),
+            Err(Unread::Late) => return self.metrics.refused(Refused::HeaderTimeout),
         }
         tracing::Span::current().record("client.addr", tracing::field::display(client.addr));
         let (slot, _) = self.pending.admit(client.addr.ip());
@@ -341,85 +302,47 @@ impl Gateway {
     /// pending budget (503 when evicted, 408 when its head is late); once a task's proxy is
     /// dialled, the socket is taken back from hyper and relayed.
     async fn handle(self: Arc<Self>, stream: ClientStream, client: Client, slot: PendingSlot) {
-        let deadline = tokio::time::sleep(self.settings.limits.header_timeout);
-        let evicted = slot.eviction();
-        let exchange = Arc::new(Exchange::new(slot, client));
-        let service = {
-            let (this, exchange) = (self.clone(), exchange.clone());
-            service_fn(move |req| {
-                let (this, exchange) = (this.clone(), exchange.clone());
-                async move { Ok::<_, Infallible>(this.respond(req, &exchange).await) }
-            })
+        let exchange = Arc::new(Exchange::new(slot));
+        let evicted = exchange.eviction();
+        let this = self.clone();
+        let respond = move |req, exchange: Arc<Exchange<Task>>| {
+            let this = this.clone();
+            async move { this.respond(req, &exchange, client).await }
         };
-        let mut conn = self.server.serve_connection(TokioIo::new(stream), service);
-        let eviction = evicted.cancelled();
-        tokio::pin!(deadline, eviction);
-        let mut watch_eviction = true;
-        let early = loop {
-            let step = poll_fn(|cx| {
-                if watch_eviction && eviction.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Step::Evicted);
-                }
-                if let Poll::Ready(done) = Pin::new(&mut conn).poll(cx) {
-                    return Poll::Ready(Step::Done(done));
-                }
-                if exchange.phase() == Phase::Relaying {
-                    return Poll::Ready(Step::Relay);
-                }
-                if exchange.phase() == Phase::Head && deadline.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Step::HeadTimeout);
-                }
-                Poll::Pending
-            })
-            .await;
-            match step {
-                Step::Evicted => match exchange.phase() {
-                    Phase::Head | Phase::Admitting => break Refused::Evicted,
-                    Phase::Answered => return,
-                    Phase::Admitted | Phase::Relaying => watch_eviction = false,
-                },
-                Step::HeadTimeout => break Refused::HeaderTimeout,
-                Step::Done(done) => {
-                    if let Err(e) = &done {
-                        debug!(error = %e, "connection ended");
-                        if e.is_parse() || e.is_parse_too_large() {
-                            self.metrics.refused(Refused::BadRequest);
-                        }
-                    }
-                    let stream = conn.into_parts().io.into_inner();
-                    tokio::select! {
-                        () = linger(stream) => {}
-                        () = evicted.cancelled() => {}
-                    }
-                    return;
-                }
-                Step::Relay => {
-                    // Hyper has written nothing; what it read past the head comes back too.
-                    let parts = conn.into_parts();
-                    if let Some(task) = exchange.take_task() {
-                        return self
-                            .relay(parts.io.into_inner(), parts.read_buf, task)
-                            .await;
-                    }
-                    return;
-                }
+        let timeout = self.settings.limits.header_timeout;
+        let served = exchange::serve(&self.server, stream, &exchange, timeout, respond).await;
+        let stream = match served {
+            Driven::Evicted(stream) => {
+                self.metrics.refused(Refused::Evicted);
+                let try_write = |s: &ClientStream, b: &[u8]| {
+                    let _ = s.try_write(b);
+                };
+                return exchange::answer_evicted(stream, &self.reject_permits, try_write).await;
             }
+            Driven::HeadTimeout(stream) => stream,
+            Driven::Done(done, stream) => {
+                if let Err(e) = &done {
+                    debug!(error = %e, "connection ended");
+                    if e.is_parse() || e.is_parse_too_large() {
+                        self.metrics.refused(Refused::BadRequest);
+                    }
+                }
+                tokio::select! {
+                    () = linger(stream) => {}
+                    () = evicted.cancelled() => {}
+                }
+                return;
+            }
+            Driven::HandOver(stream, read_ahead) => {
+                // Hyper has written nothing; what it read past the head comes back too.
+                if let Some(task) = exchange.take() {
+                    self.relay(stream, read_ahead, task).await;
+                }
+                return;
+            }
+            Driven::Dropped => return,
         };
-        let stream = conn.into_parts().io.into_inner();
-        self.metrics.refused(early);
-        if early == Refused::Evicted {
-            let response = Refusal::AtCapacity.to_bytes();
-            match self.reject_permits.clone().try_acquire_owned() {
-                Ok(permit) => {
-                    respond_and_close(stream, response).await;
-                    drop(permit);
-                }
-                Err(_) => {
-                    let _ = stream.try_write(&response);
-                }
-            }
-            return;
-        }
+        self.metrics.refused(Refused::HeaderTimeout);
         tokio::select! {
             () = respond_and_close(stream, Refusal::HeaderTimeout.to_bytes()) => {}
             () = evicted.cancelled() => {}
@@ -428,9 +351,14 @@ impl Gateway {
 
     /// Hyper's request handler: an answer, or (a task dialled) none at all: the handler stays
     /// pending with the task's socket stashed, and [`Gateway::handle`] takes over.
-    async fn respond(&self, req: Request<Incoming>, exchange: &Exchange) -> Answer {
+    async fn respond(
+        &self,
+        req: Request<Incoming>,
+        exchange: &Exchange<Task>,
+        client: Client,
+    ) -> Answer {
         exchange.set_phase(Phase::Admitting);
-        match self.route_request(req, exchange).await {
+        match self.route_request(req, exchange, client).await {
             Ok(()) => std::future::pending().await,
             Err(answer) => {
                 if exchange.phase() != Phase::Admitted {
@@ -453,7 +381,8 @@ impl Gateway {
     async fn route_request(
         &self,
         req: Request<Incoming>,
-        exchange: &Exchange,
+        exchange: &Exchange<Task>,
+        client: Client,
     ) -> Result<(), Answer> {
         let (parts, _body) = req.into_parts();
         let Some(head) = RequestHead::from_parts(parts) else {
@@ -476,7 +405,7 @@ impl Gateway {
             return Err(self.refuse(Refusal::BadUpgrade, Refused::BadRequest));
         }
         // The credential, before anything is looked up or dialled.
-        let verified = match auth::extract(&head, route != Route::JsonNew) {
+        let verified = match head.credentials(route != Route::JsonNew) {
             Ok(presented) => verify_presented(self.verifier.as_ref(), &presented).await,
             Err(e) => Err(AuthError::Token(e)),
         };
@@ -500,7 +429,6 @@ impl Gateway {
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
             return Err(self.refuse(Refusal::AtCapacity, Refused::AtCapacity));
         };
-        let client = exchange.client();
         let task = match self.dial(addr, &head, client).await {
             Ok(t) => t,
             // A cached READY may be a moment old: the task may have ended since. Look again,
@@ -961,29 +889,6 @@ impl Drop for HeldGuard {
     }
 }
 
-/// What woke a connection's driver.
-enum Step {
-    Evicted,
-    HeadTimeout,
-    Done(hyper::Result<()>),
-    Relay,
-}
-
-/// Where a connection's request stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// No request head yet.
-    Head,
-    /// A head arrived; not authenticated yet.
-    Admitting,
-    /// Answered without being authenticated: still pending.
-    Answered,
-    /// Authenticated: out of the pending budget (held, or being dialled, or answered).
-    Admitted,
-    /// A task's socket is stashed: the driver takes the client's back from hyper.
-    Relaying,
-}
-
 /// The task connection a request was routed to.
 struct Task {
     stream: TcpStream,
@@ -991,62 +896,6 @@ struct Task {
     permit: OwnedSemaphorePermit,
     session: String,
     started: Instant,
-}
-
-/// What a connection's driver and its request handler share (one task: never contended).
-struct Exchange(Mutex<ExchangeState>);
-
-struct ExchangeState {
-    phase: Phase,
-    slot: Option<PendingSlot>,
-    task: Option<Task>,
-    client: Client,
-}
-
-impl Exchange {
-    fn new(slot: PendingSlot, client: Client) -> Self {
-        Self(Mutex::new(ExchangeState {
-            phase: Phase::Head,
-            slot: Some(slot),
-            task: None,
-            client,
-        }))
-    }
-
-    fn client(&self) -> Client {
-        self.state().client
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, ExchangeState> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn phase(&self) -> Phase {
-        self.state().phase
-    }
-
-    fn set_phase(&self, phase: Phase) {
-        self.state().phase = phase;
-    }
-
-    fn admitted(&self) {
-        let slot = {
-            let mut st = self.state();
-            st.phase = Phase::Admitted;
-            st.slot.take()
-        };
-        drop(slot);
-    }
-
-    fn stash(&self, task: Task) {
-        let mut st = self.state();
-        st.phase = Phase::Relaying;
-        st.task = Some(task);
-    }
-
-    fn take_task(&self) -> Option<Task> {
-        self.state().task.take()
-    }
 }
 
 #[cfg(test)]

@@ -7,8 +7,7 @@
 
 use serde_json::Value;
 
-/// Name of the query parameter carrying the token.
-pub const TOKEN_PARAM: &str = "signingKey";
+pub use crate::auth::{TOKEN_PARAM, token_params};
 
 /// Whether `host` is safe to echo into URLs: an authority (`name[:port]`, `[v6]:port`), nothing
 /// that could change a URL's structure.
@@ -140,14 +139,6 @@ pub fn strip_token_param(query: &str) -> Option<String> {
     }
 }
 
-/// Every value of the `signingKey` query parameter, percent-decoded.
-pub fn token_params(query: &str) -> Vec<String> {
-    form_urlencoded::parse(query.as_bytes())
-        .filter(|(k, _)| k == TOKEN_PARAM)
-        .map(|(_, v)| v.into_owned())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,33 +163,39 @@ mod tests {
         assert_eq!(v["Browser"], "Chrome/156");
     }
 
+    /// [`LIST`] rewritten for `host`: the answer, and its first entry's two URLs.
+    fn list_for(host: &str, token: Option<&str>, secure: bool) -> (Vec<u8>, Value, Value) {
+        let out = rewrite_discovery(LIST.as_bytes(), host, token, secure).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        let urls = (
+            v[0]["webSocketDebuggerUrl"].clone(),
+            v[0]["devtoolsFrontendUrl"].clone(),
+        );
+        (out, urls.0, urls.1)
+    }
+
     #[test]
     fn list_rewrites_every_url_and_keeps_other_entries() {
-        let out = rewrite_discovery(LIST.as_bytes(), "10.0.0.1:9223", None, false).unwrap();
-        let v: Value = serde_json::from_slice(&out).unwrap();
+        let (out, ws, frontend) = list_for("10.0.0.1:9223", None, false);
+        assert_eq!(ws, "ws://10.0.0.1:9223/devtools/page/P1");
         assert_eq!(
-            v[0]["webSocketDebuggerUrl"],
-            "ws://10.0.0.1:9223/devtools/page/P1"
-        );
-        assert_eq!(
-            v[0]["devtoolsFrontendUrl"],
+            frontend,
             "https://chrome-devtools-frontend.appspot.com/serve_rev/@x/inspector.html?ws=10.0.0.1:9223/devtools/page/P1"
         );
+        let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v[1]["type"], "browser_ui");
         assert!(!String::from_utf8(out).unwrap().contains("127.0.0.1"));
     }
 
     #[test]
     fn behind_tls_the_urls_are_secure() {
-        let out =
-            rewrite_discovery(LIST.as_bytes(), "connect.example.test", Some("a.b"), true).unwrap();
-        let v: Value = serde_json::from_slice(&out).unwrap();
+        let (_, ws, frontend) = list_for("connect.example.test", Some("a.b"), true);
         assert_eq!(
-            v[0]["webSocketDebuggerUrl"],
+            ws,
             "wss://connect.example.test/devtools/page/P1?signingKey=a.b"
         );
         assert_eq!(
-            v[0]["devtoolsFrontendUrl"],
+            frontend,
             "https://chrome-devtools-frontend.appspot.com/serve_rev/@x/inspector.html?wss=connect.example.test/devtools/page/P1"
         );
         let relative = rewrite_frontend_url(

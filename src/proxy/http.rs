@@ -5,7 +5,10 @@
 use ::http::header::HeaderName;
 use ::http::header::{AsHeaderName, HeaderMap, HeaderValue};
 use ::http::uri::PathAndQuery;
-use ::http::{Method, Version, request};
+use ::http::{Method, StatusCode, Version, request};
+use wallcrawler_contract::TokenError;
+
+use crate::auth::{self, Presented};
 
 /// Most headers a request may carry.
 pub const MAX_HEADERS: usize = 64;
@@ -80,18 +83,114 @@ impl RequestHead {
     pub fn query(&self) -> Option<&str> {
         self.target.query()
     }
+
+    /// The credentials presented; the query is read only when `use_query` (it is not ours on
+    /// `/json/new`).
+    pub fn credentials(&self, use_query: bool) -> Result<Presented, TokenError> {
+        auth::extract(self.query().filter(|_| use_query), &self.headers)
+    }
 }
 
-/// Why a raw request head could not be parsed (tests build heads from raw text).
-#[cfg(test)]
+/// Why a raw head could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum HeadError {
-    /// The head is larger than the allowed size.
+    /// The head is larger than the allowed size, or has too many header fields.
     #[error("request headers too large")]
     TooLarge,
-    /// The head is not a valid HTTP/1.x request head.
+    /// The head is not a valid HTTP/1.x head.
     #[error("malformed request")]
     Malformed,
+}
+
+/// A complete HTTP/1.x head read from raw bytes: what the proxy reads itself (Chrome's answer
+/// to an upgrade, whose socket is ours rather than hyper's) and the tests' raw requests.
+pub struct RawHead<'a> {
+    /// The request or status line, without its line ending.
+    pub start: &'a str,
+    /// The header lines, each checked to be a `name: value` field.
+    fields: &'a [u8],
+    /// The head's length, blank line included: what follows is the body (or frames).
+    pub len: usize,
+}
+
+impl<'a> RawHead<'a> {
+    /// Reads a complete head from `buf`, or `None` when more bytes are needed. Lines end in
+    /// CRLF (or LF); more than `max_fields` header fields is [`HeadError::TooLarge`].
+    pub fn read(buf: &'a [u8], max_fields: usize) -> Result<Option<Self>, HeadError> {
+        let mut lines = Lines { buf, pos: 0 };
+        let Some(start) = lines.next() else {
+            return Ok(None);
+        };
+        let start = std::str::from_utf8(start).map_err(|_| HeadError::Malformed)?;
+        let fields_at = lines.pos;
+        let mut count = 0;
+        while let Some(line) = lines.next() {
+            if line.is_empty() {
+                let fields = &buf[fields_at..lines.pos];
+                let len = lines.pos;
+                return Ok(Some(Self { start, fields, len }));
+            }
+            count += 1;
+            if count > max_fields {
+                return Err(HeadError::TooLarge);
+            }
+            split_field(line).ok_or(HeadError::Malformed)?;
+        }
+        Ok(None)
+    }
+
+    /// The header fields as `(name, value)`, the value trimmed of surrounding blanks.
+    pub fn fields(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + use<'a> {
+        let lines = Lines {
+            buf: self.fields,
+            pos: 0,
+        };
+        lines.filter_map(split_field)
+    }
+
+    /// The status of a response head (`HTTP/1.x NNN reason`).
+    pub fn status(&self) -> Result<StatusCode, HeadError> {
+        let rest = self
+            .start
+            .strip_prefix("HTTP/1.")
+            .ok_or(HeadError::Malformed)?;
+        let mut parts = rest.splitn(3, ' ');
+        let (Some("0" | "1"), Some(code)) = (parts.next(), parts.next()) else {
+            return Err(HeadError::Malformed);
+        };
+        if code.len() != 3 {
+            return Err(HeadError::Malformed);
+        }
+        StatusCode::from_bytes(code.as_bytes()).map_err(|_| HeadError::Malformed)
+    }
+}
+
+/// The lines of a head, each without its line ending; stops at the first incomplete one.
+struct Lines<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let rest = &self.buf[self.pos..];
+        let nl = rest.iter().position(|&b| b == b'\n')?;
+        self.pos += nl + 1;
+        let line = &rest[..nl];
+        Some(line.strip_suffix(b"\r").unwrap_or(line))
+    }
+}
+
+/// A `name: value` header line split, or `None` when it is not one (the name a token, the
+/// value without control bytes but tabs).
+fn split_field(line: &[u8]) -> Option<(&[u8], &[u8])> {
+    let colon = line.iter().position(|&b| b == b':')?;
+    let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+    let token = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    let text = |b: &u8| *b == b'\t' || (*b >= 0x20 && *b != 0x7f);
+    (!name.is_empty() && name.iter().all(token) && value.iter().all(text)).then_some((name, value))
 }
 
 /// Parses a complete request head from `buf`, or `None` when more bytes are needed: the
@@ -101,48 +200,45 @@ pub fn parse_request_head(
     buf: &[u8],
     limit: usize,
 ) -> Result<Option<(RequestHead, usize)>, HeadError> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut headers);
-    match req.parse(buf) {
-        Ok(httparse::Status::Complete(len)) => {
-            if len > limit {
-                return Err(HeadError::TooLarge);
-            }
-            let mut headers = HeaderMap::with_capacity(req.headers.len());
-            for h in req.headers.iter() {
-                let name = HeaderName::from_bytes(h.name.as_bytes());
-                let value = HeaderValue::from_bytes(h.value);
-                let (Ok(name), Ok(value)) = (name, value) else {
-                    return Err(HeadError::Malformed);
-                };
-                headers.append(name, value);
-            }
-            let path = req.path.unwrap_or_default();
-            if !path.starts_with('/') {
-                return Err(HeadError::Malformed);
-            }
-            let method = Method::from_bytes(req.method.unwrap_or_default().as_bytes());
-            let (Ok(method), Ok(target)) = (method, PathAndQuery::try_from(path)) else {
-                return Err(HeadError::Malformed);
-            };
-            let head = RequestHead {
-                method,
-                target,
-                version: req.version.unwrap_or(1),
-                headers,
-            };
-            Ok(Some((head, len)))
-        }
-        Ok(httparse::Status::Partial) => {
-            if buf.len() > limit {
-                Err(HeadError::TooLarge)
-            } else {
-                Ok(None)
-            }
-        }
-        Err(httparse::Error::TooManyHeaders) => Err(HeadError::TooLarge),
-        Err(_) => Err(HeadError::Malformed),
+    let Some(raw) = RawHead::read(buf, MAX_HEADERS)? else {
+        return if buf.len() > limit {
+            Err(HeadError::TooLarge)
+        } else {
+            Ok(None)
+        };
+    };
+    if raw.len > limit {
+        return Err(HeadError::TooLarge);
     }
+    let mut headers = HeaderMap::new();
+    for (name, value) in raw.fields() {
+        let name = HeaderName::from_bytes(name).map_err(|_| HeadError::Malformed)?;
+        let value = HeaderValue::from_bytes(value).map_err(|_| HeadError::Malformed)?;
+        headers.append(name, value);
+    }
+    let mut parts = raw.start.split(' ');
+    let (Some(method), Some(path), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(HeadError::Malformed);
+    };
+    let version = match version {
+        "HTTP/1.0" => 0,
+        "HTTP/1.1" => 1,
+        _ => return Err(HeadError::Malformed),
+    };
+    if !path.starts_with('/') {
+        return Err(HeadError::Malformed);
+    }
+    let method = Method::from_bytes(method.as_bytes()).map_err(|_| HeadError::Malformed)?;
+    let target = PathAndQuery::try_from(path).map_err(|_| HeadError::Malformed)?;
+    let head = RequestHead {
+        method,
+        target,
+        version,
+        headers,
+    };
+    Ok(Some((head, raw.len)))
 }
 
 #[cfg(test)]

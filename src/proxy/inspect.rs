@@ -315,7 +315,7 @@ impl Inspector {
                         let bytes = buf[..*have].to_vec();
                         (parse_header(&bytes), HeaderBytes::Owned(bytes))
                     };
-                    self.start_frame(header, seg, input, out, &mut close_seen);
+                    close_seen |= self.start_frame(header, seg, input, out);
                 }
                 State::Collect { remaining, fin } => {
                     let take = (*remaining).min(input.len() - pos);
@@ -327,7 +327,7 @@ impl Inspector {
                     }
                     pos += take;
                     if done {
-                        self.end_held_frame(fin, out, &mut close_seen);
+                        close_seen |= self.end_held_frame(fin, out);
                     }
                 }
                 State::Stream { remaining } => {
@@ -344,21 +344,22 @@ impl Inspector {
         close_seen
     }
 
-    /// A complete header was read: hold the frame or stream it.
+    /// A complete header was read: hold the frame or stream it. True when it completed a
+    /// withheld `Browser.close` (an empty last fragment).
     fn start_frame(
         &mut self,
         h: Header,
         header: HeaderBytes,
         input: &[u8],
         out: &mut Vec<Segment>,
-        close_seen: &mut bool,
-    ) {
+    ) -> bool {
         if h.is_control() {
             // Pings and pongs may overtake the held fragments; a close may not.
             if h.opcode == OP_CLOSE {
                 self.flush(out);
             }
-            return self.stream(h, header, out);
+            self.stream(h, header, out);
+            return false;
         }
         let hold = match &self.message {
             Message::Between => h.opcode == OP_TEXT && h.len <= INSPECT_LIMIT as u64,
@@ -372,7 +373,8 @@ impl Inspector {
             } else {
                 Message::Passing
             };
-            return self.stream(h, header, out);
+            self.stream(h, header, out);
+            return false;
         }
         if matches!(self.message, Message::Between) {
             self.message = Message::Held(Held::default());
@@ -393,24 +395,23 @@ impl Inspector {
             remaining: len,
             fin: h.fin,
         };
-        if len == 0 {
-            self.end_held_frame(h.fin, out, close_seen);
-        }
+        len == 0 && self.end_held_frame(h.fin, out)
     }
 
     /// The payload of a held frame is complete; decide on the message if it was the last.
-    fn end_held_frame(&mut self, fin: bool, out: &mut Vec<Segment>, close_seen: &mut bool) {
+    /// True when it was the last fragment of a `Browser.close`, which is withheld.
+    fn end_held_frame(&mut self, fin: bool, out: &mut Vec<Segment>) -> bool {
         self.state = NO_HEADER;
         if !fin {
-            return;
+            return false;
         }
         if let Message::Held(held) = std::mem::replace(&mut self.message, Message::Between) {
             if is_browser_close_plain(&held.payload()) {
-                *close_seen = true;
-            } else {
-                out.push(Segment::Owned(held.raw));
+                return true;
             }
+            out.push(Segment::Owned(held.raw));
         }
+        false
     }
 
     /// Forwards a held, incomplete message as it came; the rest of it streams.

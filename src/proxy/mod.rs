@@ -17,8 +17,10 @@
 //! `Sec-WebSocket-Extensions` is removed so no compression hides the client's commands from the
 //! `Browser.close` inspector.
 
+pub(crate) mod accept;
 pub mod admission;
 pub mod discovery;
+pub(crate) mod exchange;
 pub mod http;
 pub mod inspect;
 pub mod proxy_header;
@@ -26,13 +28,9 @@ pub mod refusal;
 pub mod relay;
 pub mod route;
 
-use std::convert::Infallible;
-use std::future::{Future, poll_fn};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::Poll;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ::http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -40,23 +38,22 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use nix::sys::socket::SockaddrStorage;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, debug, error, info, warn};
+use tracing::{debug, error, info};
 
 use self::http::RequestHead;
-use crate::auth::{self, AuthError, Authenticator, Presented};
-use crate::config::ProxyTuning;
+use crate::auth::{AuthError, Authenticator, Presented};
 use crate::shutdown::Shutdown;
 use crate::telemetry::{Metrics, Outcome};
 use crate::upstream::{self, Upstream, UpstreamError, UpstreamState};
+use accept::{Unread, read_source};
 use admission::{Admission, Pending, PendingLimits, PendingSlot};
+use exchange::{Driven, Exchange, Phase};
 use proxy_header::{Source, TrustedNetworks};
 use refusal::Refusal;
 use route::{Route, RouteError};
@@ -70,6 +67,9 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// Evicted connections answered 503 at the same time, at most; beyond it an evicted connection
 /// is closed after a best-effort answer, without waiting.
 pub const REJECT_BACKLOG: usize = 256;
+
+/// Default cap on upgraded (authenticated) connections (`MAX_CONNECTIONS`).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
 /// Default budget of connections that have not authenticated yet.
 pub const DEFAULT_MAX_PENDING: usize = 256;
@@ -107,7 +107,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_connections: 4096,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             pending: PendingLimits {
                 max_pending: DEFAULT_MAX_PENDING,
                 max_per_address: DEFAULT_MAX_PENDING_PER_ADDRESS,
@@ -118,23 +118,6 @@ impl Default for Limits {
             upstream_timeout: Duration::from_secs(10),
             intercept_browser_close: true,
             trusted_proxies: TrustedNetworks::default(),
-        }
-    }
-}
-
-impl Limits {
-    /// The limits an operator configured; the rest default.
-    pub fn from_tuning(t: &ProxyTuning) -> Self {
-        Self {
-            max_connections: t.max_connections,
-            pending: PendingLimits {
-                max_pending: t.max_pending,
-                max_per_address: t.max_pending_per_address,
-                min_age: t.pending_min_age,
-            },
-            header_timeout: t.header_timeout,
-            trusted_proxies: t.trusted_proxies.clone(),
-            ..Self::default()
         }
     }
 }
@@ -258,49 +241,22 @@ impl Proxy {
                 "pending budget trimmed: evicted unauthenticated connections silent too long"
             );
         }));
-        loop {
-            let (stream, peer) = tokio::select! {
-                _ = pacer.tick() => continue,
-                r = listener.accept() => match r {
-                    Ok(c) => c,
-                    Err(e) => {
-                        // EMFILE and friends: back off briefly instead of spinning.
-                        warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                () = stop.cancelled() => return,
-            };
-            let _ = stream.set_nodelay(true);
+        while let Some((stream, peer)) = accept::next(&listener, &stop, Some(&mut pacer)).await {
             let this = self.clone();
+            let open = &self.metrics.connections_open;
             // `client.addr` is recorded once it is known: the peer's, or the client a trusted
             // peer's PROXY header names.
             let span = tracing::info_span!("conn", session.id = %self.auth.session_id(), client.addr = tracing::field::Empty);
             if self.limits.trusted_proxies.contains(peer.ip()) {
                 // The gateway or a load balancer: the client its header names is admitted once
                 // the header is read.
-                tracker.spawn(
-                    async move {
-                        this.metrics.connections_open.inc();
-                        this.clone().from_trusted(stream, peer).await;
-                        this.metrics.connections_open.dec();
-                    }
-                    .instrument(span),
-                );
+                accept::spawn(&tracker, open, span, this.from_trusted(stream, peer));
                 continue;
             }
             span.record("client.addr", tracing::field::display(peer));
             // Admitted here, in accept order, so the budget's eviction order is arrival order.
             let slot = self.admit_pending(peer);
-            tracker.spawn(
-                async move {
-                    this.metrics.connections_open.inc();
-                    this.clone().handle(stream, slot, false).await;
-                    this.metrics.connections_open.dec();
-                }
-                .instrument(span),
-            );
+            accept::spawn(&tracker, open, span, this.handle(stream, slot, false));
         }
     }
 
@@ -324,22 +280,13 @@ impl Proxy {
         // these connections too.
         let reading = self.admit_pending(peer);
         let evicted = reading.eviction();
-        let read = tokio::select! {
-            r = tokio::time::timeout(self.limits.header_timeout, proxy_header::read(&mut stream)) => r,
-            () = evicted.cancelled() => return,
-        };
-        let (client, secure) = match read {
-            Ok(Ok(Source::Direct)) => (peer, false),
-            Ok(Ok(Source::Forwarded { client, tls })) => (client, tls),
-            Ok(Err(e)) => {
-                debug!(peer.addr = %peer, error = %e, "refused a PROXY protocol header");
-                self.metrics.outcome(Outcome::BadRequest);
-                return;
-            }
-            Err(_) => {
-                self.metrics.outcome(Outcome::HeaderTimeout);
-                return;
-            }
+        let deadline = self.limits.header_timeout;
+        let (client, secure) = match read_source(&mut stream, peer, deadline, &evicted).await {
+            Ok(Source::Direct) => (peer, false),
+            Ok(Source::Forwarded { client, tls }) => (client, tls),
+            Err(Unread::Evicted) => return,
+            Err(Unread::Refused) => return self.metrics.outcome(Outcome::BadRequest),
+            Err(Unread::Late) => return self.metrics.outcome(Outcome::HeaderTimeout),
         };
         tracing::Span::current().record("client.addr", tracing::field::display(client));
         let slot = self.admit_pending(client);
@@ -353,76 +300,35 @@ impl Proxy {
     /// (it has no request to answer), so both are written here, on the socket taken back from
     /// hyper; so is Chrome's 101 once the handler has stashed an accepted upgrade.
     async fn handle(self: Arc<Self>, stream: TcpStream, slot: PendingSlot, secure: bool) {
-        // Counts from the accept; its timer is registered only if hyper still waits for the
-        // head (registering one wakes the I/O driver: an eventfd write, one more epoll round).
-        let deadline = tokio::time::sleep(self.limits.header_timeout);
         let socket = Socket {
             fd: stream.as_raw_fd(),
             secure,
         };
-        let evicted = slot.eviction();
         let exchange = Arc::new(Exchange::new(slot));
-        let service = {
-            let (this, exchange) = (self.clone(), exchange.clone());
-            service_fn(move |req| {
-                let (this, exchange) = (this.clone(), exchange.clone());
-                async move { Ok::<_, Infallible>(this.respond(req, &exchange, socket).await) }
-            })
+        let evicted = exchange.eviction();
+        let this = self.clone();
+        let respond = move |req, exchange: Arc<Exchange<Upgrade>>| {
+            let this = this.clone();
+            async move { this.respond(req, &exchange, socket).await }
         };
-        let mut conn = self.server.serve_connection(TokioIo::new(stream), service);
-        let eviction = evicted.cancelled();
-        tokio::pin!(deadline, eviction);
-        let mut watch_eviction = true;
-        let early = loop {
-            let step = poll_fn(|cx| {
-                // Eviction first, then hyper, then (while the head is awaited) the deadline.
-                if watch_eviction && eviction.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Step::Evicted);
-                }
-                if let Poll::Ready(done) = Pin::new(&mut conn).poll(cx) {
-                    return Poll::Ready(Step::Done(done));
-                }
-                // The handler stashed an upgrade Chrome accepted and waits for nothing more.
-                if exchange.phase() == Phase::Upgrading {
-                    return Poll::Ready(Step::Upgrade);
-                }
-                if exchange.phase() == Phase::Head && deadline.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Step::HeadTimeout);
-                }
-                Poll::Pending
-            })
-            .await;
-            match step {
-                Step::Evicted => match exchange.phase() {
-                    Phase::Head | Phase::Admitting => break Refusal::AtCapacity,
-                    // The answer lingers (draining the client) only while nobody needs the slot.
-                    Phase::Answered => return,
-                    Phase::Admitted | Phase::Upgrading => watch_eviction = false,
-                },
-                Step::HeadTimeout => break Refusal::HeaderTimeout,
-                Step::Done(done) => {
-                    let stream = conn.into_parts().io.into_inner();
-                    return self.finish(stream, done, &exchange, &evicted).await;
-                }
-                Step::Upgrade => {
-                    // Hyper has written nothing; what it read past the head (early WebSocket
-                    // frames) comes back with the socket.
-                    let parts = conn.into_parts();
-                    if let Some(upgrade) = exchange.take_upgrade() {
-                        return self
-                            .relay(parts.io.into_inner(), parts.read_buf, upgrade)
-                            .await;
-                    }
-                    return;
-                }
+        let timeout = self.limits.header_timeout;
+        let served = exchange::serve(&self.server, stream, &exchange, timeout, respond).await;
+        // No request is being answered (or its handler is dropped) when the driver gives an
+        // early socket back: hyper has written nothing, so the refusal goes straight onto it.
+        let (early, stream) = match served {
+            Driven::Evicted(stream) => return self.refuse_evicted(stream).await,
+            Driven::HeadTimeout(stream) => (Refusal::HeaderTimeout, stream),
+            Driven::Done(done, stream) => {
+                return self.finish(stream, done, &exchange, &evicted).await;
             }
+            Driven::HandOver(stream, read_ahead) => {
+                if let Some(upgrade) = exchange.take() {
+                    self.relay(stream, read_ahead, upgrade).await;
+                }
+                return;
+            }
+            Driven::Dropped => return,
         };
-        // No request is being answered (or its handler is dropped here): hyper has written
-        // nothing, so the refusal goes straight onto the socket.
-        let stream = conn.into_parts().io.into_inner();
-        if early == Refusal::AtCapacity {
-            return self.refuse_evicted(stream).await;
-        }
         self.metrics.outcome(early.outcome());
         early.log(None);
         tokio::select! {
@@ -436,10 +342,10 @@ impl Proxy {
         &self,
         mut stream: TcpStream,
         done: hyper::Result<()>,
-        exchange: &Exchange,
+        exchange: &Exchange<Upgrade>,
         evicted: &CancellationToken,
     ) {
-        if exchange.take_upgrade().is_some() {
+        if exchange.take().is_some() {
             // The client left while Chrome accepted its upgrade.
             self.metrics.outcome(Outcome::ClientGone);
             return;
@@ -488,16 +394,10 @@ impl Proxy {
     /// An evicted connection: a 503 and a close. Only [`REJECT_BACKLOG`] of them linger to
     /// drain the client; the others get a best-effort answer and are closed at once.
     async fn refuse_evicted(&self, stream: TcpStream) {
-        let response = Refusal::AtCapacity.to_bytes();
-        match self.reject_permits.clone().try_acquire_owned() {
-            Ok(permit) => {
-                respond_and_close(stream, response).await;
-                drop(permit);
-            }
-            Err(_) => {
-                let _ = stream.try_write(&response);
-            }
-        }
+        exchange::answer_evicted(stream, &self.reject_permits, |s, b| {
+            let _ = s.try_write(b);
+        })
+        .await;
     }
 
     /// Counts and logs `refusal`, and answers it.
@@ -515,7 +415,12 @@ impl Proxy {
     /// a `/json/*` answer or, for an upgrade Chrome accepted, no answer at all: the handler
     /// stays pending with the upgrade stashed in `exchange`, and [`Proxy::handle`] takes the
     /// socket back from hyper, writes Chrome's 101 and relays.
-    async fn respond(&self, req: Request<Incoming>, exchange: &Exchange, socket: Socket) -> Answer {
+    async fn respond(
+        &self,
+        req: Request<Incoming>,
+        exchange: &Exchange<Upgrade>,
+        socket: Socket,
+    ) -> Answer {
         exchange.heard();
         let admitted = match self.admit(req).await {
             Ok(a) => a,
@@ -613,7 +518,7 @@ impl Proxy {
         head: &RequestHead,
         use_query: bool,
     ) -> Result<Presented, AuthError> {
-        let presented = auth::extract(head, use_query)?;
+        let presented = head.credentials(use_query)?;
         self.auth.check(&presented).await?;
         Ok(presented)
     }
@@ -678,7 +583,11 @@ impl Proxy {
 
     /// Dials Chrome's WebSocket for an authenticated upgrade and stashes the connection and
     /// Chrome's 101 in `exchange` for [`Proxy::handle`]; `Err` is the refusal to answer.
-    async fn upgrade(&self, admitted: Admitted, exchange: &Exchange) -> Result<(), Answer> {
+    async fn upgrade(
+        &self,
+        admitted: Admitted,
+        exchange: &Exchange<Upgrade>,
+    ) -> Result<(), Answer> {
         let started = Instant::now();
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
             debug!("connection cap reached");
@@ -722,7 +631,7 @@ impl Proxy {
             }
             Err(e) => return Err(self.refuse(Refusal::BadGateway, Some(&e))),
         };
-        exchange.stash_upgrade(Upgrade {
+        exchange.stash(Upgrade {
             chrome,
             answer,
             chrome_prefix,
@@ -842,111 +751,6 @@ impl Socket {
             addr.as_sockaddr_in6()
                 .map(|v6| SocketAddr::V6((*v6).into()))
         }
-    }
-}
-
-/// What woke a connection's driver ([`Proxy::handle`]).
-enum Step {
-    /// The pending budget evicted it.
-    Evicted,
-    /// The head did not arrive within the header timeout.
-    HeadTimeout,
-    /// Hyper is done with the connection.
-    Done(hyper::Result<()>),
-    /// Chrome accepted the upgrade; hyper is to give the socket back.
-    Upgrade,
-}
-
-/// Where a connection's request stands, as its driver ([`Proxy::handle`]) needs to know when
-/// the header deadline passes or the connection is evicted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// No request head yet.
-    Head,
-    /// A head arrived and is being admitted (not authenticated yet).
-    Admitting,
-    /// Answered without being authenticated (a refusal, `/health`): still pending.
-    Answered,
-    /// Authenticated: out of the pending budget.
-    Admitted,
-    /// Chrome accepted the upgrade: the driver takes the socket back from hyper.
-    Upgrading,
-}
-
-/// What a connection's driver and its request handler share (one task: never contended).
-struct Exchange(Mutex<ExchangeState>);
-
-struct ExchangeState {
-    phase: Phase,
-    /// The handler returned an answer whose outcome it counted (any answer but Chrome's 101).
-    counted: bool,
-    /// The connection's place in the pending budget, left once it is authenticated.
-    slot: Option<PendingSlot>,
-    /// An upgrade Chrome accepted, for the driver once hyper has written the 101.
-    upgrade: Option<Upgrade>,
-}
-
-impl Exchange {
-    fn new(slot: PendingSlot) -> Self {
-        Self(Mutex::new(ExchangeState {
-            phase: Phase::Head,
-            counted: false,
-            slot: Some(slot),
-            upgrade: None,
-        }))
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, ExchangeState> {
-        // Consistent after every statement: a panic elsewhere cannot break it.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn phase(&self) -> Phase {
-        self.state().phase
-    }
-
-    /// The request head arrived: it is being admitted, and is no longer silent.
-    fn heard(&self) {
-        let mut st = self.state();
-        st.phase = Phase::Admitting;
-        if let Some(slot) = st.slot.as_mut() {
-            slot.heard();
-        }
-    }
-
-    fn set_phase(&self, phase: Phase) {
-        self.state().phase = phase;
-    }
-
-    /// Authenticated: the connection leaves the pending budget.
-    fn admitted(&self) {
-        let slot = {
-            let mut st = self.state();
-            st.phase = Phase::Admitted;
-            st.slot.take()
-        };
-        drop(slot);
-    }
-
-    /// The handler answered; its outcome is counted unless it stashed an upgrade.
-    fn answered(&self) {
-        let mut st = self.state();
-        st.counted = st.upgrade.is_none();
-    }
-
-    /// Whether the handler's answer counted the connection's outcome already.
-    fn counted(&self) -> bool {
-        self.state().counted
-    }
-
-    fn stash_upgrade(&self, upgrade: Upgrade) {
-        let mut st = self.state();
-        st.phase = Phase::Upgrading;
-        st.upgrade = Some(upgrade);
-    }
-
-    fn take_upgrade(&self) -> Option<Upgrade> {
-        self.state().upgrade.take()
     }
 }
 
@@ -1076,25 +880,23 @@ async fn dial_upgrade(
     }
 }
 
+/// Most header fields Chrome's answer to an upgrade may have.
+const MAX_UPSTREAM_FIELDS: usize = 32;
+
 /// The length of Chrome's answer to the upgrade, once its head is complete: a 101, which goes
 /// to the client as Chrome wrote it (its `Sec-WebSocket-Accept` among its headers); anything
 /// else is a refusal.
 fn parse_switching(buf: &[u8]) -> Result<Option<usize>, DialError> {
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut parsed = httparse::Response::new(&mut headers);
-    let len = match parsed.parse(buf) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(_) => return Err(UpstreamError::Malformed.into()),
+    let Some(head) =
+        http::RawHead::read(buf, MAX_UPSTREAM_FIELDS).map_err(|_| UpstreamError::Malformed)?
+    else {
+        return Ok(None);
     };
-    let status = parsed
-        .code
-        .and_then(|c| StatusCode::from_u16(c).ok())
-        .ok_or(UpstreamError::Malformed)?;
+    let status = head.status().map_err(|_| UpstreamError::Malformed)?;
     if status != StatusCode::SWITCHING_PROTOCOLS {
         return Err(DialError::Refused(status));
     }
-    Ok(Some(len))
+    Ok(Some(head.len))
 }
 
 /// Writes `response`, half-closes, and drains what the client still sends for a moment so the

@@ -261,9 +261,23 @@ struct Worker {
     conns: Slab<Conn>,
     /// Connections with work left after their turn.
     busy: VecDeque<usize>,
+    scratch: Scratch,
+    cancelled: bool,
+}
+
+/// The worker's reusable space for one read and what the transform makes of it.
+struct Scratch {
     buf: Box<[u8]>,
     segs: Vec<Segment>,
-    cancelled: bool,
+}
+
+/// One direction of a connection for one turn: where bytes come from and go to, its state,
+/// and the metric counting them.
+struct Lane<'a> {
+    src: &'a mut Side,
+    dst: &'a mut Side,
+    flow: &'a mut Flow,
+    shared: &'a AtomicU64,
 }
 
 impl Worker {
@@ -273,8 +287,10 @@ impl Worker {
             commands,
             conns: Slab::new(),
             busy: VecDeque::new(),
-            buf: vec![0u8; read_buffer].into_boxed_slice(),
-            segs: Vec::new(),
+            scratch: Scratch {
+                buf: vec![0u8; read_buffer].into_boxed_slice(),
+                segs: Vec::new(),
+            },
             cancelled: false,
         }
     }
@@ -417,77 +433,17 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
-        let Conn {
-            client,
-            chrome,
-            up,
-            down,
-            inspector,
-            on_browser_close,
-            metrics,
-            ..
-        } = conn;
-        let up_turn = match inspector {
-            Some(i) => pump(
-                client,
-                chrome,
-                up,
-                metrics.bytes_client_to_chrome.inner(),
-                i,
-                &mut self.buf,
-                &mut self.segs,
-                on_browser_close,
-            ),
-            None => pump(
-                client,
-                chrome,
-                up,
-                metrics.bytes_client_to_chrome.inner(),
-                &mut Plain,
-                &mut self.buf,
-                &mut self.segs,
-                on_browser_close,
-            ),
-        };
-        let (end, up_busy) = match up_turn {
-            Err(PumpEnd::SrcEof) => (Some(RelayEnd::ClientClosed), false),
-            Err(PumpEnd::SrcError(e)) => (Some(RelayEnd::ClientError(e)), false),
-            Err(PumpEnd::DstError(e)) => (Some(RelayEnd::ChromeError(e)), false),
-            Ok(t) => (None, matches!(t, Turn::Busy)),
-        };
-        let end = end.or_else(|| {
-            match pump(
-                chrome,
-                client,
-                down,
-                metrics.bytes_chrome_to_client.inner(),
-                &mut Plain,
-                &mut self.buf,
-                &mut self.segs,
-                &|| {},
-            ) {
-                Err(PumpEnd::SrcEof) => Some(RelayEnd::ChromeClosed),
-                Err(PumpEnd::SrcError(e)) => Some(RelayEnd::ChromeError(e)),
-                Err(PumpEnd::DstError(e)) => Some(RelayEnd::ClientError(e)),
-                Ok(Turn::Busy) => {
-                    self.busy.push_back(key);
-                    None
-                }
-                Ok(Turn::Idle) => {
-                    if up_busy {
-                        self.busy.push_back(key);
-                    }
-                    None
-                }
+        match turn(conn, &mut self.scratch) {
+            Ok(Turn::Busy) => self.busy.push_back(key),
+            Ok(Turn::Idle) => {}
+            Err(end) => {
+                // Not deregistered: closing the sockets (their only descriptors) takes them
+                // out of the epoll set, two system calls fewer per connection.
+                let conn = self.conns.remove(key);
+                // A key may be queued as busy; it is skipped once its slot is empty or reused
+                // (a spurious turn on a reused slot only finds nothing to do).
+                finish(conn, end);
             }
-        });
-        if let Some(end) = end {
-            // Not deregistered: closing the sockets (their only descriptors) takes them out of
-            // the epoll set, two system calls fewer per connection.
-            let conn = self.conns.remove(key);
-            // A key may be queued as busy; it is skipped once its slot is empty or reused
-            // (a spurious turn on a reused slot only finds nothing to do).
-            finish(conn, end);
         }
     }
 
@@ -508,18 +464,66 @@ fn finish(conn: Conn, end: RelayEnd) {
     // Dropping `conn` closes both sockets.
 }
 
-/// Moves bytes from `src` to `dst` until one of them would block or the read budget is spent.
-#[allow(clippy::too_many_arguments)]
+/// One turn of a connection: client to Chrome (through the inspector, if any), then, unless
+/// that ended it, Chrome to client. `Busy` when either direction has more to do.
+fn turn(conn: &mut Conn, scratch: &mut Scratch) -> Result<Turn, RelayEnd> {
+    let Conn {
+        client,
+        chrome,
+        up,
+        down,
+        inspector,
+        on_browser_close,
+        metrics,
+        ..
+    } = conn;
+    let lane = Lane {
+        src: &mut *client,
+        dst: &mut *chrome,
+        flow: up,
+        shared: metrics.bytes_client_to_chrome.inner(),
+    };
+    let up_turn = match inspector {
+        Some(i) => pump(lane, i, scratch, on_browser_close),
+        None => pump(lane, &mut Plain, scratch, on_browser_close),
+    }
+    .map_err(|e| match e {
+        PumpEnd::SrcEof => RelayEnd::ClientClosed,
+        PumpEnd::SrcError(e) => RelayEnd::ClientError(e),
+        PumpEnd::DstError(e) => RelayEnd::ChromeError(e),
+    })?;
+    let lane = Lane {
+        src: chrome,
+        dst: client,
+        flow: down,
+        shared: metrics.bytes_chrome_to_client.inner(),
+    };
+    let down_turn = pump(lane, &mut Plain, scratch, &|| {}).map_err(|e| match e {
+        PumpEnd::SrcEof => RelayEnd::ChromeClosed,
+        PumpEnd::SrcError(e) => RelayEnd::ChromeError(e),
+        PumpEnd::DstError(e) => RelayEnd::ClientError(e),
+    })?;
+    Ok(match (up_turn, down_turn) {
+        (Turn::Idle, Turn::Idle) => Turn::Idle,
+        _ => Turn::Busy,
+    })
+}
+
+/// Moves bytes along `lane` until its source or destination would block or the read budget
+/// is spent.
 fn pump<T: Transform>(
-    src: &mut Side,
-    dst: &mut Side,
-    flow: &mut Flow,
-    shared: &AtomicU64,
+    lane: Lane<'_>,
     transform: &mut T,
-    buf: &mut [u8],
-    segs: &mut Vec<Segment>,
+    scratch: &mut Scratch,
     on_browser_close: &dyn Fn(),
 ) -> Result<Turn, PumpEnd> {
+    let Lane {
+        src,
+        dst,
+        flow,
+        shared,
+    } = lane;
+    let Scratch { buf, segs } = scratch;
     let mut reads = 0;
     loop {
         if flow.sent < flow.pending.len() {
@@ -795,17 +799,17 @@ mod tests {
         (src.readable, dst.writable) = (true, true);
         let mut flow = Flow::default();
         let counter = AtomicU64::new(0);
-        let mut buf = [0u8; 16];
-        let turn = pump(
-            &mut src,
-            &mut dst,
-            &mut flow,
-            &counter,
-            &mut Plain,
-            &mut buf,
-            &mut Vec::new(),
-            &|| {},
-        );
+        let mut scratch = Scratch {
+            buf: vec![0u8; 16].into_boxed_slice(),
+            segs: Vec::new(),
+        };
+        let lane = Lane {
+            src: &mut src,
+            dst: &mut dst,
+            flow: &mut flow,
+            shared: &counter,
+        };
+        let turn = pump(lane, &mut Plain, &mut scratch, &|| {});
         assert!(matches!(turn, Ok(Turn::Busy)));
         assert_eq!(flow.bytes, (16 * READS_PER_TURN) as u64);
         assert_eq!(
