@@ -30,10 +30,6 @@ mod names {
     pub const ECS_AGENT_URI: &str = "ECS_AGENT_URI";
     pub const ECS_CONTAINER_METADATA_URI_V4: &str = "ECS_CONTAINER_METADATA_URI_V4";
     pub const GATEWAY_CLIENT_TLS: &str = "GATEWAY_CLIENT_TLS";
-    pub const GATEWAY_HOLD_SECONDS: &str = "GATEWAY_HOLD_SECONDS";
-    pub const GATEWAY_LOOKUP_TTL_MS: &str = "GATEWAY_LOOKUP_TTL_MS";
-    pub const GATEWAY_MAX_HELD: &str = "GATEWAY_MAX_HELD";
-    pub const GATEWAY_MAX_HELD_PER_SESSION: &str = "GATEWAY_MAX_HELD_PER_SESSION";
     pub const GATEWAY_PROXY_PROTOCOL: &str = "GATEWAY_PROXY_PROTOCOL";
     pub const GATEWAY_TLS_CERT: &str = "GATEWAY_TLS_CERT";
     pub const GATEWAY_TLS_KEY: &str = "GATEWAY_TLS_KEY";

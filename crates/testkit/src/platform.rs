@@ -16,12 +16,12 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 use wallcrawler_control_plane::admin::{self, NewProject};
+use wallcrawler_control_plane::aws::lambda::{
+    Authorizer, TaskEventOutcome, TaskStateChange, authorize_request, handle_task_state_change,
+};
 use wallcrawler_control_plane::aws::{
     ACTIVE_SESSIONS, Config, DynamoContexts, DynamoKeys, DynamoProjects, DynamoSessions,
     DynamoSlots, build_app,
-};
-use wallcrawler_control_plane::aws::lambda::{
-    Authorizer, TaskEventOutcome, TaskStateChange, authorize_request, handle_task_state_change,
 };
 use wallcrawler_control_plane::router::router;
 
