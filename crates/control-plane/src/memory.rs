@@ -44,7 +44,7 @@ impl MemSessions {
 
 #[async_trait]
 impl SessionStore for MemSessions {
-    async fn create(&self, doc: SessionDoc) -> StoreResult<Cond<SessionDoc>> {
+    async fn create(&self, doc: SessionDoc) -> DocWrite {
         Ok(self.with(|m| {
             if let Some(cur) = m.get(&doc.session_id) {
                 Cond::Failed(Some(cur.clone()))
@@ -72,20 +72,10 @@ impl SessionStore for MemSessions {
                 .map(|d| d.session_id.clone())
         }))
     }
-    async fn mark_provisioning(
-        &self,
-        id: &str,
-        task_arn: Option<&str>,
-        at: &str,
-    ) -> StoreResult<Cond<SessionDoc>> {
+    async fn mark_provisioning(&self, id: &str, task_arn: Option<&str>, at: &str) -> DocWrite {
         Ok(self.cond(id, |d| rules::provisioning(d, task_arn, at)))
     }
-    async fn mark_terminal(
-        &self,
-        id: &str,
-        to: Terminal<'_>,
-        at: &str,
-    ) -> StoreResult<Cond<SessionDoc>> {
+    async fn mark_terminal(&self, id: &str, to: Terminal<'_>, at: &str) -> DocWrite {
         Ok(self.cond(id, |d| rules::terminal(d, to, at)))
     }
     async fn mark_ended_if_missing(&self, id: &str, at: &str) -> StoreResult<()> {

@@ -187,10 +187,10 @@ impl<M: LockedMap<ContextRecord>> ContextStore for M {
     async fn take_writer(
         &self,
         id: &str,
-        session_id: &str,
+        sid: &str,
         replacing: Option<&str>,
     ) -> StoreResult<Lease> {
-        self.modify(|m| take_writer_of(m, id, session_id, replacing))
+        self.modify(|m| take_writer_of(m, id, sid, replacing))
     }
     async fn release_writer(&self, id: &str, session_id: &str) -> StoreResult<()> {
         self.modify(|m| release_writer_of(m, id, session_id))

@@ -12,6 +12,10 @@ use crate::model::{ApiKeyRecord, ContextRecord, Record};
 /// What every port answers: a value, or an outside service's failure.
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// What a conditional write of a session document answers (the signatures of the session
+/// stores' writes fit on one line with it).
+pub type DocWrite = StoreResult<Cond<SessionDoc>>;
+
 /// Outcome of a conditional write.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cond<T> {
@@ -47,7 +51,7 @@ impl Terminal<'_> {
 #[async_trait]
 pub trait SessionStore: Send + Sync {
     /// Creates the item; fails the condition if the id exists.
-    async fn create(&self, doc: SessionDoc) -> StoreResult<Cond<SessionDoc>>;
+    async fn create(&self, doc: SessionDoc) -> DocWrite;
     /// Strongly consistent read.
     async fn get(&self, id: &str) -> StoreResult<Option<SessionDoc>>;
     /// Every session of a project, oldest first.
@@ -58,20 +62,10 @@ pub trait SessionStore: Send + Sync {
     /// task, which carries no session in `startedBy`, is traced back to its session.
     async fn find_by_task(&self, task_arn: &str) -> StoreResult<Option<String>>;
     /// CREATING → PROVISIONING with the task's ARN (only from CREATING).
-    async fn mark_provisioning(
-        &self,
-        id: &str,
-        task_arn: Option<&str>,
-        at: &str,
-    ) -> StoreResult<Cond<SessionDoc>>;
+    async fn mark_provisioning(&self, id: &str, task_arn: Option<&str>, at: &str) -> DocWrite;
     /// `to`'s terminal status unless already terminal (then the status is kept); `to.ended`
     /// also sets a missing `endedAt`. `Done` when anything was written.
-    async fn mark_terminal(
-        &self,
-        id: &str,
-        to: Terminal<'_>,
-        at: &str,
-    ) -> StoreResult<Cond<SessionDoc>>;
+    async fn mark_terminal(&self, id: &str, to: Terminal<'_>, at: &str) -> DocWrite;
     /// Sets `endedAt` if missing (orphaned tasks).
     async fn mark_ended_if_missing(&self, id: &str, at: &str) -> StoreResult<()>;
 }
@@ -138,12 +132,8 @@ pub trait ContextStore: Send + Sync {
     /// Makes `session_id` the context's writer (`writerSessionId`), on condition that there is
     /// none, that it is this session already, or that it is `replacing` (a writer seen to have
     /// ended).
-    async fn take_writer(
-        &self,
-        id: &str,
-        session_id: &str,
-        replacing: Option<&str>,
-    ) -> StoreResult<Lease>;
+    async fn take_writer(&self, id: &str, sid: &str, replacing: Option<&str>)
+    -> StoreResult<Lease>;
     /// Clears the writer on condition that it is `session_id` (idempotent).
     async fn release_writer(&self, id: &str, session_id: &str) -> StoreResult<()>;
 }

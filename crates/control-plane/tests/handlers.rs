@@ -80,7 +80,7 @@ struct Yielding {
 
 #[async_trait::async_trait]
 impl SessionStore for Yielding {
-    async fn create(&self, doc: SessionDoc) -> StoreResult<Cond<SessionDoc>> {
+    async fn create(&self, doc: SessionDoc) -> DocWrite {
         tokio::task::yield_now().await;
         self.inner.create(doc).await
     }
@@ -101,21 +101,11 @@ impl SessionStore for Yielding {
     async fn find_by_task(&self, t: &str) -> StoreResult<Option<String>> {
         self.inner.find_by_task(t).await
     }
-    async fn mark_provisioning(
-        &self,
-        id: &str,
-        arn: Option<&str>,
-        at: &str,
-    ) -> StoreResult<Cond<SessionDoc>> {
+    async fn mark_provisioning(&self, id: &str, arn: Option<&str>, at: &str) -> DocWrite {
         tokio::task::yield_now().await;
         self.inner.mark_provisioning(id, arn, at).await
     }
-    async fn mark_terminal(
-        &self,
-        id: &str,
-        to: Terminal<'_>,
-        at: &str,
-    ) -> StoreResult<Cond<SessionDoc>> {
+    async fn mark_terminal(&self, id: &str, to: Terminal<'_>, at: &str) -> DocWrite {
         tokio::task::yield_now().await;
         self.inner.mark_terminal(id, to, at).await
     }

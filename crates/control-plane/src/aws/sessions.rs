@@ -62,7 +62,7 @@ impl DynamoSessions {
 #[async_trait]
 impl SessionStore for DynamoSessions {
     /// `PutItem` on condition `attribute_not_exists(sessionId)`.
-    async fn create(&self, doc: SessionDoc) -> StoreResult<Cond<SessionDoc>> {
+    async fn create(&self, doc: SessionDoc) -> DocWrite {
         let r = self
             .0
             .client
@@ -150,12 +150,7 @@ impl SessionStore for DynamoSessions {
     }
 
     /// `UpdateItem` on condition `internalStatus = CREATING`.
-    async fn mark_provisioning(
-        &self,
-        id: &str,
-        task_arn: Option<&str>,
-        at: &str,
-    ) -> StoreResult<Cond<SessionDoc>> {
+    async fn mark_provisioning(&self, id: &str, task_arn: Option<&str>, at: &str) -> DocWrite {
         let mut expr = String::from("SET internalStatus = :prov, #st = :sdk, updatedAt = :at");
         let mut req = self
             .update_returning(id)
@@ -180,12 +175,7 @@ impl SessionStore for DynamoSessions {
     ///    with `ended` `endedAt = if_not_exists(endedAt, :at)`;
     /// 2. only if (1) failed on a terminal item without `endedAt` and `ended` is asked for: on
     ///    condition "exists and no `endedAt`", `endedAt` and `updatedAt`.
-    async fn mark_terminal(
-        &self,
-        id: &str,
-        to: Terminal<'_>,
-        at: &str,
-    ) -> StoreResult<Cond<SessionDoc>> {
+    async fn mark_terminal(&self, id: &str, to: Terminal<'_>, at: &str) -> DocWrite {
         let req = self.update_returning(id);
         let (req, mut expr) = wallcrawler_aws::terminal_update(req, to.status, to.reason, at);
         let ended = to.ended;
@@ -227,7 +217,7 @@ const ENDED_MISSING: &str = "attribute_exists(sessionId) AND attribute_not_exist
 
 /// A conditional session update's outcome: the new item, or the current one (ALL_OLD) when
 /// the condition failed.
-fn updated(r: SdkResult<UpdateItemOutput, UpdateItemError>) -> StoreResult<Cond<SessionDoc>> {
+fn updated(r: SdkResult<UpdateItemOutput, UpdateItemError>) -> DocWrite {
     match condition(r, SESSIONS)? {
         Ok(out) => match out.attributes() {
             Some(i) => Ok(Cond::Done(item::from_item(SESSION, i)?)),

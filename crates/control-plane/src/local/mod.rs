@@ -60,7 +60,7 @@ impl DirSessions {
         &self,
         id: &str,
         f: impl FnOnce(&mut SessionDoc) -> bool + Send + 'static,
-    ) -> StoreResult<Cond<SessionDoc>> {
+    ) -> DocWrite {
         let id = id.to_owned();
         let r = self
             .run(
@@ -88,7 +88,7 @@ impl DirSessions {
 
 #[async_trait]
 impl SessionStore for DirSessions {
-    async fn create(&self, doc: SessionDoc) -> StoreResult<Cond<SessionDoc>> {
+    async fn create(&self, doc: SessionDoc) -> DocWrite {
         self.run(move |s| match s.create(&doc) {
             Ok(()) => Ok(Cond::Done(doc)),
             Err(DocError::Exists(_)) => Ok(Cond::Failed(None)),
@@ -115,22 +115,12 @@ impl SessionStore for DirSessions {
             .next()
             .map(|d| d.session_id))
     }
-    async fn mark_provisioning(
-        &self,
-        id: &str,
-        task_arn: Option<&str>,
-        at: &str,
-    ) -> StoreResult<Cond<SessionDoc>> {
+    async fn mark_provisioning(&self, id: &str, task_arn: Option<&str>, at: &str) -> DocWrite {
         let (arn, at) = (task_arn.map(str::to_owned), at.to_owned());
         self.cond(id, move |d| rules::provisioning(d, arn.as_deref(), &at))
             .await
     }
-    async fn mark_terminal(
-        &self,
-        id: &str,
-        to: Terminal<'_>,
-        at: &str,
-    ) -> StoreResult<Cond<SessionDoc>> {
+    async fn mark_terminal(&self, id: &str, to: Terminal<'_>, at: &str) -> DocWrite {
         let (status, ended, at) = (to.status, to.ended, at.to_owned());
         let reason = to.reason.map(str::to_owned);
         self.cond(id, move |d| {
