@@ -31,6 +31,9 @@ cargo fmt --all -- --check
 log "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+log "shape: function length and parameters outside tests, no module circle (scripts/check-shape.sh)"
+bash scripts/check-shape.sh
+
 log "Dockerfile and shell lint"
 bash scripts/lint-docker.sh
 
