@@ -33,7 +33,7 @@ use wallcrawler_control_plane::memory::{
 use wallcrawler_control_plane::model::{ApiKeyRecord, ContextRecord, Project, hash_api_key};
 use wallcrawler_control_plane::router::router;
 use wallcrawler_control_plane::stores::{
-    Clock, Cond, LaunchSpec, Launcher, SessionStore, StaticSigner, StoreResult, Terminal,
+    Clock, DocWrite, LaunchSpec, Launcher, SessionStore, StaticSigner, StoreResult, Terminal,
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ use wallcrawler_contract::session_doc::SessionDoc;
 use super::sdk_error;
 use super::table::{SdkResult, Table, condition, from_opt, s};
 use crate::error::StoreError;
-use crate::stores::{Cond, SessionStore, StoreResult, Terminal};
+use crate::stores::{Cond, DocWrite, SessionStore, StoreResult, Terminal};
 
 /// The sessions table's GSI by project (PK `projectId`, SK `createdAt`, projection `ALL`).
 pub const PROJECT_INDEX: &str = "projectId-createdAt-index";
