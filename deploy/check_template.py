@@ -184,15 +184,26 @@ OPS = {
 }
 
 
-def code_actions(path):
-    src = (ROOT / path).read_text()
+def sources(*patterns):
+    """The text of every file matching the patterns (paths or globs under the repository)."""
+    return "\n".join(f.read_text() for pat in patterns for f in sorted(ROOT.glob(pat)))
+
+
+# The controller reads the names the control plane hands it as constants of the contract crate.
+CONTROLLER_CONFIG = ("src/config.rs", "crates/contract/src/task_env.rs")
+# The control plane's AWS adapter, one file per service.
+CONTROL_PLANE_AWS = ("crates/control-plane/src/aws/*.rs",)
+
+
+def code_actions(*paths):
+    src = sources(*paths)
     # `.op()` at the start of a builder chain (the SDK's fluent calls), not e.g. `uri.query()`.
     found = set(re.findall(r"\n\s*\.([a-z_]+)\(\)\s*\n", src))
     return {OPS[o] for o in found if o in OPS}
 
 
-def env_names_read(path):
-    return set(re.findall(r'"([A-Z][A-Z0-9_]{3,})"', (ROOT / path).read_text()))
+def env_names_read(*paths):
+    return set(re.findall(r'"([A-Z][A-Z0-9_]{3,})"', sources(*paths)))
 
 
 def check_mode(t, mode):
@@ -253,7 +264,7 @@ def check_mode(t, mode):
         and g.get("Projection") == {"ProjectionType": "KEYS_ONLY"},
         "SessionsTable: ecsTaskArn-index (ecsTaskArn; KEYS_ONLY)",
     )
-    src = (ROOT / "crates/control-plane/src/aws.rs").read_text()
+    src = sources(*CONTROL_PLANE_AWS)
     for const in ("PROJECT_INDEX", "TASK_INDEX"):
         m = re.search(const + r': &str = "([^"]+)"', src)
         check(m and m.group(1) in gsis, f"SessionsTable: has the index the code queries ({const})")
@@ -329,7 +340,7 @@ def check_mode(t, mode):
     )
     check(c.get("LogConfiguration", {}).get("LogDriver") == "awslogs", "TaskDefinition: awslogs")
     check(c.get("MemoryReservation") or c.get("Memory"), "TaskDefinition: container memory reservation")
-    read = env_names_read("src/config.rs")
+    read = env_names_read(*CONTROLLER_CONFIG)
     for name in env:
         check(name in read or name.startswith("AWS_"), f"TaskDefinition: {name} is read by src/config.rs")
     for name in ("SESSIONS_TABLE_NAME", "WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "CONTEXTS_BUCKET_NAME", "POOL_QUEUE_URL"):
@@ -341,13 +352,13 @@ def check_mode(t, mode):
     check(svc.get("LaunchType") == "FARGATE", "PoolService: FARGATE")
 
     # --- Functions: runtime, environment ---------------------------------------------------
-    cp_read = env_names_read("crates/control-plane/src/aws.rs")
+    cp_read = env_names_read(*CONTROL_PLANE_AWS)
     required = set(re.findall(r'required\("([A-Z_]+)"\)', src)) | {"ECS_SUBNETS"}
     for fn in ("ApiFunction", "AuthorizerFunction", "TaskEventsFunction"):
         p = props(t, fn)
         check(p.get("Runtime") == "provided.al2023" and p.get("Handler") == "bootstrap", f"{fn}: provided.al2023, bootstrap")
         for name in p.get("Environment", {}).get("Variables", {}):
-            check(name in cp_read, f"{fn}: {name} is read by crates/control-plane/src/aws.rs")
+            check(name in cp_read, f"{fn}: {name} is read by crates/control-plane/src/aws/")
     api_env = props(t, "ApiFunction")["Environment"]["Variables"]
     for name in sorted(required | {"POOL_QUEUE_URL"}):
         check(name in api_env, f"ApiFunction: sets {name}")
@@ -383,7 +394,7 @@ def check_mode(t, mode):
         needs("TaskRole", a, res)
     check(actions(t, "TaskRole") <= controller, f"TaskRole: nothing beyond the code's calls ({sorted(actions(t, 'TaskRole') - controller)})")
 
-    api = code_actions("crates/control-plane/src/aws.rs") | shared
+    api = code_actions(*CONTROL_PLANE_AWS) | shared
     for a, res in [
         ("dynamodb:PutItem", "SessionsTable"),
         ("dynamodb:GetItem", "SessionsTable"),
@@ -549,7 +560,7 @@ def check_gateway(t, task_env, api_env):
     (c,) = td["ContainerDefinitions"]
     check(c.get("Command") == ["gateway"], "GatewayTaskDefinition: command [gateway] (the controller's gateway mode)")
     genv = {e["Name"]: e["Value"] for e in c.get("Environment", [])}
-    read = env_names_read("src/config.rs")
+    read = env_names_read(*CONTROLLER_CONFIG)
     for name in genv:
         check(name in read or name.startswith("AWS_"), f"GatewayTaskDefinition: {name} is read by src/config.rs")
     for name in ("GATEWAY_LISTEN", "SESSIONS_TABLE_NAME", "WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "TRUSTED_PROXY_NETWORKS"):

@@ -68,6 +68,16 @@ use crate::proxy::{
 use crate::shutdown::Shutdown;
 use lookup::{Lookups, Place, SessionRoutes};
 use metrics::{GatewayMetrics, Refused};
+
+/// Why the gateway could not reach a session's task (counted and logged where it happens; the
+/// client is answered 502 or, when the session has ended meanwhile, 410).
+#[derive(Debug, thiserror::Error)]
+enum DialError {
+    #[error(transparent)]
+    Failed(std::io::Error),
+    #[error("no answer within the upstream timeout")]
+    TimedOut,
+}
 use stream::{Client, ClientStream};
 use verify::{TokenVerifier, verify_presented};
 
@@ -433,7 +443,7 @@ impl Gateway {
             Ok(t) => t,
             // A cached READY may be a moment old: the task may have ended since. Look again,
             // once, past the cache.
-            Err(()) => {
+            Err(_) => {
                 self.lookups.forget(&session).await;
                 match self.lookups.place(&session).await {
                     Ok(Place::Ended) => {
@@ -442,7 +452,7 @@ impl Gateway {
                     Ok(Place::Ready(moved)) if moved != addr => self
                         .dial(moved, &head, client)
                         .await
-                        .map_err(|()| self.refuse(Refusal::BadGateway, Refused::BadGateway))?,
+                        .map_err(|_| self.refuse(Refusal::BadGateway, Refused::BadGateway))?,
                     _ => return Err(self.refuse(Refusal::BadGateway, Refused::BadGateway)),
                 }
             }
@@ -522,13 +532,13 @@ impl Gateway {
     }
 
     /// Connects to the task's proxy and sends it the client's request head (after a PROXY v2
-    /// header naming the client, when configured); a failure is counted and logged.
+    /// header naming the client, when configured); a failure is counted and logged here.
     async fn dial(
         &self,
         addr: SocketAddr,
         head: &RequestHead,
         client: Client,
-    ) -> Result<TcpStream, ()> {
+    ) -> Result<TcpStream, DialError> {
         self.metrics.dials.inc();
         let dialled = tokio::time::timeout(self.settings.limits.upstream_timeout, async {
             let mut s = TcpStream::connect(addr).await?;
@@ -543,19 +553,14 @@ impl Gateway {
             Ok::<_, std::io::Error>(s)
         })
         .await;
-        match dialled {
-            Ok(Ok(s)) => Ok(s),
-            Ok(Err(e)) => {
-                self.metrics.dial_failures.inc();
-                warn!(task.addr = %addr, error = %e, "dialling the task failed");
-                Err(())
-            }
-            Err(_) => {
-                self.metrics.dial_failures.inc();
-                warn!(task.addr = %addr, "dialling the task timed out");
-                Err(())
-            }
-        }
+        let failed = match dialled {
+            Ok(Ok(s)) => return Ok(s),
+            Ok(Err(e)) => DialError::Failed(e),
+            Err(_) => DialError::TimedOut,
+        };
+        self.metrics.dial_failures.inc();
+        warn!(task.addr = %addr, error = %failed, "dialling the task failed");
+        Err(failed)
     }
 
     /// Relays the client and the task's proxy until either closes.
