@@ -191,6 +191,25 @@ pub async fn task_metadata(uri: &str) -> Option<TaskMetadata> {
     read_task_metadata(uri).await.ok()
 }
 
+/// The task metadata, or `None` (logged) when the endpoint does not answer; `retried`: with
+/// bounded retries (a public address depends on it).
+async fn read_metadata(uri: &str, retried: bool) -> Option<TaskMetadata> {
+    let read = if retried {
+        stores::retry("reading the ECS task metadata", LOOKUP_RETRY_BUDGET, || {
+            read_task_metadata(uri)
+        })
+        .await
+        .map_err(|e| warn!(error = %e, "the ECS task metadata endpoint did not answer"))
+        .ok()
+    } else {
+        task_metadata(uri).await
+    };
+    if read.is_none() && !retried {
+        warn!("the ECS task metadata endpoint did not answer");
+    }
+    read
+}
+
 /// Decides the announced address. `required` (`PUBLIC_IP_REQUIRED`, direct mode): a public
 /// address must be found, else the error; otherwise `network` is never asked.
 pub async fn discover(
@@ -200,26 +219,7 @@ pub async fn discover(
     required: bool,
 ) -> Result<Discovered, PublicIpError> {
     let metadata = match metadata_uri {
-        Some(uri) if required && override_ip.is_none() => {
-            match stores::retry("reading the ECS task metadata", LOOKUP_RETRY_BUDGET, || {
-                read_task_metadata(uri)
-            })
-            .await
-            {
-                Ok(m) => Some(m),
-                Err(e) => {
-                    warn!(error = %e, "the ECS task metadata endpoint did not answer");
-                    None
-                }
-            }
-        }
-        Some(uri) => {
-            let m = task_metadata(uri).await;
-            if m.is_none() {
-                warn!("the ECS task metadata endpoint did not answer");
-            }
-            m
-        }
+        Some(uri) => read_metadata(uri, required && override_ip.is_none()).await,
         None => None,
     };
     let answered = metadata.is_some();

@@ -415,21 +415,7 @@ impl Gateway {
             return Err(self.refuse(Refusal::BadUpgrade, Refused::BadRequest));
         }
         // The credential, before anything is looked up or dialled.
-        let verified = match head.credentials(route != Route::JsonNew) {
-            Ok(presented) => verify_presented(self.verifier.as_ref(), &presented).await,
-            Err(e) => Err(AuthError::Token(e)),
-        };
-        let session = match verified {
-            Ok(v) => v.session_id,
-            Err(AuthError::Token(e)) => {
-                self.metrics.auth_refused(e);
-                info!(reason = e.reason(), "credential refused: {e}");
-                return Err(self.refuse(Refusal::Unauthorized, Refused::Unauthorized));
-            }
-            Err(AuthError::KeysUnavailable | AuthError::Unclaimed) => {
-                return Err(self.refuse(Refusal::NotReady, Refused::NotReady));
-            }
-        };
+        let session = self.session_of(&head, &route).await?;
         exchange.admitted();
         tracing::Span::current().record("session.id", session.as_str());
         if !wallcrawler_contract::claim::valid_id(&session) {
@@ -439,24 +425,7 @@ impl Gateway {
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
             return Err(self.refuse(Refusal::AtCapacity, Refused::AtCapacity));
         };
-        let task = match self.dial(addr, &head, client).await {
-            Ok(t) => t,
-            // A cached READY may be a moment old: the task may have ended since. Look again,
-            // once, past the cache.
-            Err(_) => {
-                self.lookups.forget(&session).await;
-                match self.lookups.place(&session).await {
-                    Ok(Place::Ended) => {
-                        return Err(self.refuse(Refusal::SessionEnded, Refused::SessionEnded));
-                    }
-                    Ok(Place::Ready(moved)) if moved != addr => self
-                        .dial(moved, &head, client)
-                        .await
-                        .map_err(|_| self.refuse(Refusal::BadGateway, Refused::BadGateway))?,
-                    _ => return Err(self.refuse(Refusal::BadGateway, Refused::BadGateway)),
-                }
-            }
-        };
+        let task = self.connect(&session, addr, &head, client).await?;
         exchange.stash(Task {
             stream: task,
             permit,
@@ -464,6 +433,49 @@ impl Gateway {
             started: Instant::now(),
         });
         Ok(())
+    }
+
+    /// The session the request's credential is for, or the refusal (401 for a bad token, 503
+    /// while the keys cannot be checked).
+    async fn session_of(&self, head: &RequestHead, route: &Route) -> Result<String, Answer> {
+        let verified = match head.credentials(*route != Route::JsonNew) {
+            Ok(presented) => verify_presented(self.verifier.as_ref(), &presented).await,
+            Err(e) => Err(AuthError::Token(e)),
+        };
+        match verified {
+            Ok(v) => Ok(v.session_id),
+            Err(AuthError::Token(e)) => {
+                self.metrics.auth_refused(e);
+                info!(reason = e.reason(), "credential refused: {e}");
+                Err(self.refuse(Refusal::Unauthorized, Refused::Unauthorized))
+            }
+            Err(AuthError::KeysUnavailable | AuthError::Unclaimed) => {
+                Err(self.refuse(Refusal::NotReady, Refused::NotReady))
+            }
+        }
+    }
+
+    /// Dials the session's task at `addr`. A cached READY may be a moment old: the task may
+    /// have ended since, so a failed dial looks again, once, past the cache.
+    async fn connect(
+        &self,
+        session: &str,
+        addr: SocketAddr,
+        head: &RequestHead,
+        client: Client,
+    ) -> Result<TcpStream, Answer> {
+        if let Ok(task) = self.dial(addr, head, client).await {
+            return Ok(task);
+        }
+        self.lookups.forget(session).await;
+        match self.lookups.place(session).await {
+            Ok(Place::Ended) => Err(self.refuse(Refusal::SessionEnded, Refused::SessionEnded)),
+            Ok(Place::Ready(moved)) if moved != addr => self
+                .dial(moved, head, client)
+                .await
+                .map_err(|_| self.refuse(Refusal::BadGateway, Refused::BadGateway)),
+            _ => Err(self.refuse(Refusal::BadGateway, Refused::BadGateway)),
+        }
     }
 
     /// `/health`: 200 once tokens can be checked.
@@ -657,6 +669,48 @@ struct TlsLeg {
 }
 
 impl TlsLeg {
+    /// Reads into the empty buffer: `Ready` once bytes (or the end) are in; `Pending` with what
+    /// was written pushed out (a TLS writer may still hold part of a record) and the buffer
+    /// given back while nothing is in flight.
+    fn poll_fill<R, W>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        src: Pin<&mut R>,
+        dst: Pin<&mut W>,
+    ) -> Poll<std::io::Result<()>>
+    where
+        R: tokio::io::AsyncRead + ?Sized,
+        W: tokio::io::AsyncWrite + ?Sized,
+    {
+        let mut buf = self.buf.take().unwrap_or_else(take_tls_buffer);
+        let mut read = tokio::io::ReadBuf::new(&mut buf);
+        match src.poll_read(cx, &mut read) {
+            Poll::Ready(Ok(())) => {
+                let n = read.filled().len();
+                if n == 0 {
+                    self.read_done = true;
+                    give_back_tls_buffer(buf);
+                } else {
+                    (self.pos, self.cap) = (0, n);
+                    self.buf = Some(buf);
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => {
+                give_back_tls_buffer(buf);
+                Poll::Ready(Err(e))
+            }
+            Poll::Pending => {
+                give_back_tls_buffer(buf);
+                if self.need_flush {
+                    std::task::ready!(dst.poll_flush(cx))?;
+                    self.need_flush = false;
+                }
+                Poll::Pending
+            }
+        }
+    }
+
     /// Copies until `src` ends, then shuts `dst` down; the bytes copied.
     fn poll_copy<R, W>(
         &mut self,
@@ -670,34 +724,7 @@ impl TlsLeg {
     {
         loop {
             if self.pos == self.cap && !self.read_done {
-                let mut buf = self.buf.take().unwrap_or_else(take_tls_buffer);
-                let mut read = tokio::io::ReadBuf::new(&mut buf);
-                match src.as_mut().poll_read(cx, &mut read) {
-                    Poll::Ready(Ok(())) => {
-                        let n = read.filled().len();
-                        if n == 0 {
-                            self.read_done = true;
-                            give_back_tls_buffer(buf);
-                        } else {
-                            (self.pos, self.cap) = (0, n);
-                            self.buf = Some(buf);
-                        }
-                    }
-                    Poll::Ready(Err(e)) => {
-                        give_back_tls_buffer(buf);
-                        return Poll::Ready(Err(e));
-                    }
-                    Poll::Pending => {
-                        // Nothing to read: the buffer goes back, and what was written is
-                        // pushed out (a TLS writer may still hold part of a record).
-                        give_back_tls_buffer(buf);
-                        if self.need_flush {
-                            std::task::ready!(dst.as_mut().poll_flush(cx))?;
-                            self.need_flush = false;
-                        }
-                        return Poll::Pending;
-                    }
-                }
+                std::task::ready!(self.poll_fill(cx, src.as_mut(), dst.as_mut()))?;
             }
             if let Some(buf) = &mut self.buf {
                 while self.pos < self.cap {

@@ -72,18 +72,7 @@ pub async fn run(
         return Ending::Aborted;
     };
     let started = Instant::now();
-    // No session yet: nothing to write to.
-    let warm = Run {
-        c,
-        deps,
-        tasks,
-        item: SessionItem {
-            store: None,
-            id: "",
-        },
-        plan: ContextPlan::default(),
-        profile: launch.user_data_dir.clone(),
-    };
+    let warm = warm_run(c, deps, tasks, launch.user_data_dir.clone());
     let session = match warm_up(&warm, &launch).await {
         Ok(s) => s,
         Err(outcome) => return warm.settle(outcome).await,
@@ -134,6 +123,26 @@ pub async fn run(
     }
     .instrument(span)
     .await
+}
+
+/// The warm controller's run: no session yet, so nothing to write to.
+fn warm_run<'a>(
+    c: &'a RunConfig,
+    deps: &'a Deps,
+    tasks: &'a Shutdown,
+    profile: PathBuf,
+) -> Run<'a> {
+    Run {
+        c,
+        deps,
+        tasks,
+        item: SessionItem {
+            store: None,
+            id: "",
+        },
+        plan: ContextPlan::default(),
+        profile,
+    }
 }
 
 /// The claimed session's run: its item, its context's plan, its profile directory (with a

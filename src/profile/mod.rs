@@ -1054,31 +1054,38 @@ fn pack_dir<W: Write>(
             // Unpacking refuses symbolic links; Chrome makes the ones it needs (`Singleton*`).
             continue;
         } else if ft.is_file() {
-            // Never through a link, should the file have been replaced by one meanwhile.
-            let opened = OpenOptions::new()
-                .read(true)
-                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-                .open(&path);
-            let mut f = match opened {
-                Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => continue,
-                Err(source) => {
-                    return Err(ArchiveError::Read {
-                        path: display,
-                        source,
-                    });
-                }
-            };
-            b.append_file(&child_rel, &mut f)
-                .map_err(|source| ArchiveError::Read {
-                    path: display.clone(),
-                    source,
-                })?;
-            stats.entries += 1;
-            stats.bytes += meta.len();
+            pack_file(b, &path, &child_rel, meta.len(), stats)?;
         }
     }
+    Ok(())
+}
+
+/// Appends the regular file at `path` as `rel`: never through a link, should the file have
+/// been replaced by one meanwhile, and nothing when it has vanished.
+fn pack_file<W: Write>(
+    b: &mut tar::Builder<W>,
+    path: &Path,
+    rel: &Path,
+    len: u64,
+    stats: &mut PackStats,
+) -> Result<(), ArchiveError> {
+    let read_err = |source| ArchiveError::Read {
+        path: rel.display().to_string(),
+        source,
+    };
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path);
+    let mut f = match opened {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => return Ok(()),
+        Err(source) => return Err(read_err(source)),
+    };
+    b.append_file(rel, &mut f).map_err(read_err)?;
+    stats.entries += 1;
+    stats.bytes += len;
     Ok(())
 }
 

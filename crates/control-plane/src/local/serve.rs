@@ -97,10 +97,7 @@ impl LocalServer {
             0 => None,
             n => Some(LocalPool::new(controllers.clone(), n)?),
         };
-        let launcher: Arc<dyn Launcher> = match &pool {
-            Some(p) => p.clone(),
-            None => Arc::new(LocalLauncher(controllers.clone())),
-        };
+        let launcher = launcher(&controllers, pool.as_ref());
         let app = App {
             sessions: Arc::new(sessions),
             projects: Arc::new(FileMap::new(data_dir.join("projects.json"))),
@@ -224,37 +221,7 @@ impl GatewayChild {
         tls_dir: Option<&Path>,
     ) -> anyhow::Result<Self> {
         use tokio::io::AsyncBufReadExt;
-        let mut cmd = tokio::process::Command::new(bin);
-        cmd.arg("gateway")
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env(task_env::SESSIONS_DIR, sessions_dir)
-            .env(task_env::SIGNING_KEY, signing_key)
-            .env(task_env::GATEWAY_LISTEN, "127.0.0.1:0")
-            // Off unless asked for (tests read the gateway's counters there).
-            .env(
-                task_env::METRICS_ADDR,
-                std::env::var("WALLCRAWLER_GATEWAY_METRICS_ADDR").unwrap_or_default(),
-            )
-            // The gateway never outlives `serve`, however `serve` ends.
-            .env(task_env::EXIT_WITH_PARENT, "true")
-            .env(task_env::LOG_FORMAT, "text")
-            .env(
-                "RUST_LOG",
-                std::env::var("WALLCRAWLER_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
-            .kill_on_drop(true);
-        for var in GATEWAY_PASSED_THROUGH {
-            if let Some(v) = std::env::var_os(var) {
-                cmd.env(var, v);
-            }
-        }
-        if let Some(dir) = tls_dir {
-            cmd.env(task_env::GATEWAY_LOCAL_CA_DIR, dir);
-        }
+        let mut cmd = gateway_command(bin, sessions_dir, signing_key, tls_dir);
         let mut child = cmd
             .spawn()
             .map_err(|e| anyhow::anyhow!("starting {} gateway failed: {e}", bin.display()))?;
@@ -331,4 +298,54 @@ pub async fn shutdown_signal() {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
+}
+
+/// What starts sessions: the warm pool, or (none) one controller started per session.
+fn launcher(controllers: &Controllers, pool: Option<&Arc<LocalPool>>) -> Arc<dyn Launcher> {
+    match pool {
+        Some(p) => p.clone(),
+        None => Arc::new(LocalLauncher(controllers.clone())),
+    }
+}
+
+/// The gateway's command: the local platform's sessions and key, a loopback listener, only the
+/// environment it needs (plus `GATEWAY_PASSED_THROUGH` from `serve`'s own).
+fn gateway_command(
+    bin: &Path,
+    sessions_dir: &Path,
+    signing_key: &str,
+    tls_dir: Option<&Path>,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.arg("gateway")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env(task_env::SESSIONS_DIR, sessions_dir)
+        .env(task_env::SIGNING_KEY, signing_key)
+        .env(task_env::GATEWAY_LISTEN, "127.0.0.1:0")
+        // Off unless asked for (tests read the gateway's counters there).
+        .env(
+            task_env::METRICS_ADDR,
+            std::env::var("WALLCRAWLER_GATEWAY_METRICS_ADDR").unwrap_or_default(),
+        )
+        // The gateway never outlives `serve`, however `serve` ends.
+        .env(task_env::EXIT_WITH_PARENT, "true")
+        .env(task_env::LOG_FORMAT, "text")
+        .env(
+            "RUST_LOG",
+            std::env::var("WALLCRAWLER_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true);
+    for var in GATEWAY_PASSED_THROUGH {
+        if let Some(v) = std::env::var_os(var) {
+            cmd.env(var, v);
+        }
+    }
+    if let Some(dir) = tls_dir {
+        cmd.env(task_env::GATEWAY_LOCAL_CA_DIR, dir);
+    }
+    cmd
 }
