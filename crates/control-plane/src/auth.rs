@@ -40,10 +40,17 @@ pub struct Caller {
     pub app: App,
     /// Who is calling.
     pub principal: Principal,
-    /// When the request began to be handled (authorisation included), for deadlines such as
-    /// the create's wait for READY.
+    /// When the request reached the front door ([`Received`], API Gateway's own time), else
+    /// when it began to be handled here: deadlines such as the create's wait for READY count
+    /// from it.
     pub started: Instant,
 }
+
+/// A request extension: when the request reached the front door in front of this process
+/// (API Gateway's receive time), so that the time it spent before the handler counts against
+/// the front door's own limit.
+#[derive(Debug, Clone, Copy)]
+pub struct Received(pub Instant);
 
 impl Caller {
     /// The application state and the principal.
@@ -56,7 +63,10 @@ impl FromRequestParts<App> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self, ApiError> {
-        let started = Instant::now();
+        let started = parts
+            .extensions
+            .get::<Received>()
+            .map_or_else(Instant::now, |r| r.0);
         let principal = authorize(app.keys.as_ref(), app.projects.as_ref(), &parts.headers).await?;
         Ok(Self {
             app: app.clone(),

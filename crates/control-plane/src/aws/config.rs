@@ -95,7 +95,8 @@ pub struct Config {
     /// `WALLCRAWLER_JWT_SIGNING_SECRET_ARN` (required): signs tokens here, verifies them in the
     /// task.
     pub signing_secret_arn: String,
-    /// `CREATE_WAIT_SECONDS`, default 25 (inside API Gateway's 29 s integration timeout).
+    /// How long `POST /v1/sessions` waits for READY, counted from API Gateway's receive time:
+    /// [`CREATE_BUDGET`], or less with `CREATE_WAIT_SECONDS` (never more).
     pub create_wait: Duration,
     /// `POOL_QUEUE_URL`: sessions are claimed by warm pool tasks through this SQS queue
     /// instead of a `RunTask` per session.
@@ -104,6 +105,20 @@ pub struct Config {
     /// create answers at once with `connectUrl` formed from it.
     pub connect_base_url: Option<String>,
 }
+
+/// API Gateway's integration timeout: it answers 504 itself after this, whatever the function
+/// does (documented limit, not raisable for Lambda proxy integrations of a REST API by default).
+pub const INTEGRATION_LIMIT: Duration = Duration::from_secs(29);
+
+/// Time a create keeps, after its wait for READY, to answer: stopping an unclaimed task, giving
+/// its slot back, writing the item, the response itself (each call bounded by the SDK's
+/// timeouts, `CallLimits::API`).
+pub const ANSWER_MARGIN: Duration = Duration::from_secs(3);
+
+/// How long a create may wait for READY, from API Gateway's receive time: the integration
+/// limit less the margin to answer, so the function always answers before API Gateway's 504
+/// (which the SDKs would retry into duplicate sessions).
+pub const CREATE_BUDGET: Duration = INTEGRATION_LIMIT.saturating_sub(ANSWER_MARGIN);
 
 /// Every configuration problem, listed at once.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -181,10 +196,18 @@ impl Config {
                 problems.push("CDP_PROXY_PORT must be a port number (1-65535)".into());
                 9223
             });
-        let create_wait = number(get, "CREATE_WAIT_SECONDS", 25u64).unwrap_or_else(|| {
-            problems.push("CREATE_WAIT_SECONDS must be a whole number of seconds".into());
-            25
-        });
+        let budget = CREATE_BUDGET.as_secs();
+        let create_wait = number(get, "CREATE_WAIT_SECONDS", budget)
+            .filter(|s| *s <= budget)
+            .unwrap_or_else(|| {
+                problems.push(format!(
+                    "CREATE_WAIT_SECONDS must be a whole number of seconds up to {budget} \
+                     (API Gateway's {}s integration limit less {}s to answer)",
+                    INTEGRATION_LIMIT.as_secs(),
+                    ANSWER_MARGIN.as_secs()
+                ));
+                budget
+            });
         let connect_base_url = var(get, "CONNECT_BASE_URL");
         if let Some(u) = &connect_base_url
             && !crate::handlers::is_connect_base(u)
@@ -306,7 +329,7 @@ mod tests {
         assert!(c.ecs.assign_public_ip);
         assert_eq!(c.ecs.container_name, "controller");
         assert_eq!(c.cdp_proxy_port, 9223);
-        assert_eq!(c.create_wait, Duration::from_secs(25));
+        assert_eq!(c.create_wait, CREATE_BUDGET);
         let mut pairs = FULL.to_vec();
         pairs.extend([
             ("SESSIONS_TABLE_NAME", "s"),
@@ -334,6 +357,27 @@ mod tests {
         pairs.push(("CONNECT_BASE_URL", "https://connect.example.test/x?y"));
         let e = Config::from_source(&source(&pairs)).unwrap_err();
         assert!(e.0[0].starts_with("CONNECT_BASE_URL must be"), "{e}");
+    }
+
+    #[test]
+    fn the_create_waits_within_api_gateways_limit_and_no_longer() {
+        assert_eq!(CREATE_BUDGET, Duration::from_secs(26));
+        let mut pairs = FULL.to_vec();
+        pairs.push(("CREATE_WAIT_SECONDS", "26"));
+        assert_eq!(
+            Config::from_source(&source(&pairs)).unwrap().create_wait,
+            CREATE_BUDGET
+        );
+        pairs.pop();
+        pairs.push(("CREATE_WAIT_SECONDS", "27"));
+        let e = Config::from_source(&source(&pairs)).unwrap_err();
+        assert_eq!(
+            e.0,
+            [
+                "CREATE_WAIT_SECONDS must be a whole number of seconds up to 26 \
+              (API Gateway's 29s integration limit less 3s to answer)"
+            ]
+        );
     }
 
     #[test]

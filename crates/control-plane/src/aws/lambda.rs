@@ -4,6 +4,9 @@
 //! behind their back. The `src/bin/*-lambda.rs` binaries only wire these to the Lambda runtime.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use aws_lambda_events::apigw::{
     ApiGatewayCustomAuthorizerPolicy, ApiGatewayCustomAuthorizerRequestTypeRequest,
@@ -16,6 +19,8 @@ use serde_json::json;
 use tracing::{info, warn};
 use wallcrawler_contract::InternalStatus;
 
+use crate::auth::Received;
+use crate::aws::config::INTEGRATION_LIMIT;
 use crate::model::Project;
 use crate::stores::{
     Cond, ContextStore, KeyStore, RecordStore, SessionStore, SlotStore, StoreResult, Terminal,
@@ -53,6 +58,16 @@ pub async fn tables_from_env() -> (super::Tables, aws_sdk_dynamodb::Client) {
     )
 }
 
+/// The instant API Gateway received a request, from its epoch milliseconds (`requestTimeEpoch`,
+/// `timeEpoch`) and ours; `None` when absent. Clamped to the integration limit: a clock skew
+/// never makes a request older than API Gateway would still wait for.
+fn received_at(epoch_ms: i64, now_ms: u64) -> Option<Instant> {
+    let epoch_ms = u64::try_from(epoch_ms).ok().filter(|ms| *ms > 0)?;
+    let spent = Duration::from_millis(now_ms.saturating_sub(epoch_ms)).min(INTEGRATION_LIMIT);
+    let now = Instant::now();
+    Some(now.checked_sub(spent).unwrap_or(now))
+}
+
 // ---------------------------------------------------------------------------------------------
 // The API function
 
@@ -72,15 +87,18 @@ pub fn path_without_stage<'a>(stage: Option<&str>, path: &'a str) -> &'a str {
 }
 
 /// The API function's requests as the router expects them: the stage prefix removed from the
-/// URI (scheme, host and query kept).
+/// URI (scheme, host and query kept), and API Gateway's receive time attached ([`Received`]).
 pub fn strip_stage(mut req: lambda_http::Request) -> lambda_http::Request {
     use lambda_http::RequestExt;
     use lambda_http::request::RequestContext;
-    let stage = match req.request_context_ref() {
-        Some(RequestContext::ApiGatewayV1(c)) => c.stage.clone(),
-        Some(RequestContext::ApiGatewayV2(c)) => c.stage.clone(),
-        _ => None,
+    let (stage, received_ms) = match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV1(c)) => (c.stage.clone(), c.request_time_epoch),
+        Some(RequestContext::ApiGatewayV2(c)) => (c.stage.clone(), c.time_epoch),
+        _ => (None, 0),
     };
+    if let Some(at) = received_at(received_ms, wallcrawler_contract::time::unix_millis()) {
+        req.extensions_mut().insert(Received(at));
+    }
     let path = req.uri().path();
     let stripped = path_without_stage(stage.as_deref(), path);
     if stripped.len() != path.len() {
@@ -394,6 +412,31 @@ mod tests {
         );
         assert_eq!(path_without_stage(Some("$default"), "/v1/x"), "/v1/x");
         assert_eq!(path_without_stage(None, "/prod/v1/x"), "/prod/v1/x");
+    }
+
+    #[test]
+    fn the_wait_counts_from_api_gateways_receive_time() {
+        let now = wallcrawler_contract::time::unix_millis();
+        let at = received_at(i64::try_from(now - 4_000).unwrap(), now).unwrap();
+        let spent = at.elapsed();
+        assert!(
+            spent >= Duration::from_secs(4) && spent < Duration::from_secs(10),
+            "{spent:?}"
+        );
+        // A clock ahead of ours counts as just received; one far behind as the whole limit.
+        assert!(
+            received_at(i64::try_from(now + 5_000).unwrap(), now)
+                .unwrap()
+                .elapsed()
+                < Duration::from_secs(5)
+        );
+        let old = received_at(1, now).unwrap().elapsed();
+        assert!(
+            old >= INTEGRATION_LIMIT && old < INTEGRATION_LIMIT + Duration::from_secs(5),
+            "{old:?}"
+        );
+        assert!(received_at(0, now).is_none());
+        assert!(received_at(-1, now).is_none());
     }
 
     #[test]
