@@ -39,6 +39,9 @@ mod names {
     pub const MAX_PENDING_PER_ADDRESS: &str = "MAX_PENDING_PER_ADDRESS";
     pub const PENDING_MIN_AGE_MS: &str = "PENDING_MIN_AGE_MS";
     pub const POOL_CLAIM_VISIBILITY_SECONDS: &str = "POOL_CLAIM_VISIBILITY_SECONDS";
+    pub const POOL_METRIC_NAMESPACE: &str = "POOL_METRIC_NAMESPACE";
+    pub const POOL_METRIC_PERIOD_SECONDS: &str = "POOL_METRIC_PERIOD_SECONDS";
+    pub const POOL_METRIC_POOL: &str = "POOL_METRIC_POOL";
     pub const PROFILE_MAX_BYTES: &str = "PROFILE_MAX_BYTES";
     pub const PROFILE_MAX_ENTRIES: &str = "PROFILE_MAX_ENTRIES";
     pub const PROXY_HEADER_TIMEOUT_SECONDS: &str = "PROXY_HEADER_TIMEOUT_SECONDS";
@@ -180,6 +183,12 @@ settings_group! {
         pool_claim_visibility_seconds = POOL_CLAIM_VISIBILITY_SECONDS,
         /// Pool mode: this controller's name in a POOL_QUEUE_DIR, reported as its task ARN when ECS gives none [default: pool-<pid>].
         pool_task_name = POOL_TASK_NAME,
+        /// Pool mode: CloudWatch namespace of the pool's scaling metric. When set (with POOL_METRIC_POOL), the controller writes one embedded-metric-format line on stderr per period: IdleWarmTasks (1 while warm and unclaimed, else 0) and WarmTasks (1), dimension Pool.
+        pool_metric_namespace = POOL_METRIC_NAMESPACE,
+        /// Pool mode: the metric's `Pool` dimension (the stack's name prefix on AWS).
+        pool_metric_pool = POOL_METRIC_POOL,
+        /// Pool mode: seconds between metric lines, one of 1, 5, 10, 30, 60; each line is written mid-period so a period holds one sample per task [default: 10].
+        pool_metric_period_seconds = POOL_METRIC_PERIOD_SECONDS,
     }
 }
 
@@ -482,6 +491,19 @@ pub struct PoolConfig {
     pub visibility: Duration,
     /// This controller's name (its task ARN on ECS).
     pub task_name: String,
+    /// The scaling metric it reports, if any (`POOL_METRIC_*`).
+    pub metric: Option<PoolMetric>,
+}
+
+/// The pool's scaling metric (see `pool_metric`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolMetric {
+    /// `POOL_METRIC_NAMESPACE`.
+    pub namespace: String,
+    /// `POOL_METRIC_POOL`: the `Pool` dimension's value.
+    pub pool: String,
+    /// `POOL_METRIC_PERIOD_SECONDS`.
+    pub period: Duration,
 }
 
 /// `wallcrawler-controller run`.
@@ -993,6 +1015,46 @@ fn pool_config(r: &mut Reader<'_>, queue: PoolQueue) -> PoolConfig {
         idle_lifetime,
         visibility,
         task_name,
+        metric: pool_metric(r),
+    }
+}
+
+/// `POOL_METRIC_*`: both names or neither; CloudWatch's own limits on them.
+fn pool_metric(r: &mut Reader<'_>) -> Option<PoolMetric> {
+    let period = r.number(POOL_METRIC_PERIOD_SECONDS, 10, 1, 60);
+    if ![1, 5, 10, 30, 60].contains(&period) {
+        r.errors
+            .push("POOL_METRIC_PERIOD_SECONDS must be one of 1, 5, 10, 30, 60".to_owned());
+    }
+    let cloudwatch_name = |v: &str| {
+        (1..=255).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
+    };
+    match (r.text(POOL_METRIC_NAMESPACE), r.text(POOL_METRIC_POOL)) {
+        (Some(namespace), Some(pool)) => {
+            if !cloudwatch_name(&namespace) || namespace.starts_with("AWS/") {
+                r.errors.push(
+                    "POOL_METRIC_NAMESPACE must be 1-255 printable ASCII characters, not under AWS/"
+                        .to_owned(),
+                );
+            }
+            if !cloudwatch_name(&pool) {
+                r.errors
+                    .push("POOL_METRIC_POOL must be 1-255 printable ASCII characters".to_owned());
+            }
+            Some(PoolMetric {
+                namespace,
+                pool,
+                period: Duration::from_secs(period),
+            })
+        }
+        (None, None) => None,
+        _ => {
+            r.errors.push(
+                "POOL_METRIC_NAMESPACE and POOL_METRIC_POOL go together: set both or neither"
+                    .to_owned(),
+            );
+            None
+        }
     }
 }
 
@@ -1368,6 +1430,49 @@ mod tests {
         assert_eq!(
             with(&[("BACKGROUND_NICE", "-5")]).unwrap_err().0,
             vec![r#"BACKGROUND_NICE must be a whole number, got "-5""#.to_owned()]
+        );
+    }
+
+    #[test]
+    fn the_pool_metric_is_both_names_or_neither() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut v = vec![
+                ("POOL_QUEUE_DIR", "/q"),
+                ("SESSIONS_DIR", "/s"),
+                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ];
+            v.extend_from_slice(extra);
+            RunConfig::from_settings(&map(&v)).map(|c| c.pool.unwrap().metric)
+        };
+        assert_eq!(with(&[]).unwrap(), None);
+        assert_eq!(
+            with(&[
+                ("POOL_METRIC_NAMESPACE", "Wallcrawler"),
+                ("POOL_METRIC_POOL", "wc")
+            ])
+            .unwrap(),
+            Some(PoolMetric {
+                namespace: "Wallcrawler".into(),
+                pool: "wc".into(),
+                period: Duration::from_secs(10),
+            })
+        );
+        assert_lists(
+            &with(&[("POOL_METRIC_NAMESPACE", "Wallcrawler")]).unwrap_err(),
+            &["POOL_METRIC_NAMESPACE and POOL_METRIC_POOL go together"],
+        );
+        assert_lists(
+            &with(&[
+                ("POOL_METRIC_NAMESPACE", "AWS/ECS"),
+                ("POOL_METRIC_POOL", "w\u{7}c"),
+                ("POOL_METRIC_PERIOD_SECONDS", "7"),
+            ])
+            .unwrap_err(),
+            &[
+                "POOL_METRIC_PERIOD_SECONDS must be one of 1, 5, 10, 30, 60",
+                "POOL_METRIC_NAMESPACE must be 1-255 printable ASCII characters, not under AWS/",
+                "POOL_METRIC_POOL must be 1-255 printable ASCII characters",
+            ],
         );
     }
 

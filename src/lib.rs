@@ -46,6 +46,7 @@ pub mod cli;
 pub mod config;
 pub mod gateway;
 pub(crate) mod modes;
+pub mod pool_metric;
 pub mod profile;
 pub mod proxy;
 pub(crate) mod public_ip;

@@ -39,6 +39,7 @@ use crate::app::{Session, Started};
 use crate::auth::Authenticator;
 use crate::chrome::LaunchOptions;
 use crate::config::{PoolConfig, RunConfig};
+use crate::pool_metric::{self, Idle};
 use crate::session::{ContextPlan, Deps, Ending, Outcome, Run, STARTUP_RETRY, SessionItem};
 use crate::shutdown::{Shutdown, Step};
 use crate::stores::{ClaimQueue, Received, SessionRecord};
@@ -78,6 +79,15 @@ pub async fn run(
         Err(outcome) => return warm.settle(outcome).await,
     };
     let warm_at = Instant::now();
+    let idle = Idle::default();
+    if let Some(metric) = pool.metric.clone() {
+        idle.set(true);
+        tasks.spawn(pool_metric::report(
+            metric,
+            idle.clone(),
+            tasks.token().clone(),
+        ));
+    }
     let metrics = session.metrics().clone();
     metrics.pool_warmup.set((warm_at - started).as_secs_f64());
     info!(
@@ -98,6 +108,7 @@ pub async fn run(
         session.finish();
         return Ending::NoSession;
     };
+    idle.set(false);
     let claimed_at = Instant::now();
     // At least 1 ms: 0 means "not claimed yet".
     metrics

@@ -404,7 +404,8 @@ struct TaskOptions {
     chrome: Option<PathBuf>,
     /// POOL_CLAIM_VISIBILITY_SECONDS.
     visibility_seconds: Option<u64>,
-    /// METRICS_ADDR=127.0.0.1:0 instead of no metrics.
+    /// METRICS_ADDR=127.0.0.1:0 instead of no metrics, and the pool's scaling metric on stderr
+    /// every second.
     metrics: bool,
     /// RUST_LOG instead of `info`.
     rust_log: Option<&'static str>,
@@ -490,6 +491,15 @@ impl PoolTask {
             .env("CHROME_DEBUG_PORT", "0")
             .env("CHROME_PATH", chrome)
             .env("METRICS_ADDR", if o.metrics { "127.0.0.1:0" } else { "" })
+            .envs(
+                [
+                    ("POOL_METRIC_NAMESPACE", "Wallcrawler"),
+                    ("POOL_METRIC_POOL", "test-pool"),
+                    ("POOL_METRIC_PERIOD_SECONDS", "1"),
+                ]
+                .into_iter()
+                .filter(|_| o.metrics),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -512,40 +522,69 @@ impl PoolTask {
         self.log.lines.lock().unwrap().join("\n")
     }
 
-    /// The JSON log events whose message is `message`.
-    fn events(&self, message: &str) -> Vec<Value> {
+    /// The JSON lines `matches` accepts.
+    fn lines_where(&self, matches: impl Fn(&Value) -> bool) -> Vec<Value> {
         self.log
             .lines
             .lock()
             .unwrap()
             .iter()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e["message"] == message)
+            .filter(|e| matches(e))
             .collect()
+    }
+
+    /// The JSON log events whose message is `message`.
+    fn events(&self, message: &str) -> Vec<Value> {
+        self.lines_where(|e| e["message"] == message)
     }
 
     /// Waits until `n` events say `message`; the last of them.
     async fn wait_events(&mut self, message: &str, n: usize) -> Value {
+        self.wait_lines(&format!("{message:?} ×{n}"), n, |e| {
+            e["message"] == message
+        })
+        .await
+    }
+
+    /// Waits until `n` JSON lines match; the last of them.
+    async fn wait_lines(
+        &mut self,
+        what: &str,
+        n: usize,
+        matches: impl Fn(&Value) -> bool,
+    ) -> Value {
         let deadline = tokio::time::Instant::now() + POOL_WAIT;
         loop {
             self.seen.borrow_and_update();
-            let found = self.events(message);
+            let found = self.lines_where(&matches);
             if found.len() >= n {
                 return found[n - 1].clone();
             }
             let closed = *self.log.closed.lock().unwrap();
             assert!(
                 !closed,
-                "the controller ended before logging {message:?} ×{n}:\n{}",
+                "the controller ended before logging {what}:\n{}",
                 self.text()
             );
             if tokio::time::timeout_at(deadline, self.seen.changed())
                 .await
                 .is_err()
             {
-                panic!("no {message:?} ×{n} in time:\n{}", self.text());
+                panic!("no {what} in time:\n{}", self.text());
             }
         }
+    }
+
+    /// Waits for a scaling-metric line (embedded metric format) saying `idle` (1 or 0).
+    async fn wait_pool_metric(&mut self, idle: u64) -> Value {
+        self.wait_lines(&format!("IdleWarmTasks={idle}"), 1, |e| {
+            e["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Wallcrawler"
+                && e["Pool"] == "test-pool"
+                && e["IdleWarmTasks"] == idle
+                && e["WarmTasks"] == 1
+        })
+        .await
     }
 
     async fn wait_event(&mut self, message: &str) -> Value {
@@ -702,8 +741,12 @@ async fn pool_a_warm_task_serves_create_at_once_and_release_stops_it() {
     assert_eq!(gauge(&page, "wallcrawler_pool_claim_to_ready_seconds"), 0.0);
     // A warm task is not protected from scale-in: the service's scale-in takes idle tasks.
     assert!(task.agent.lock().unwrap().is_empty());
+    // It counts itself idle in the pool's scaling metric…
+    task.wait_pool_metric(1).await;
 
     let (id, url) = pool.served_at_once(&mut task).await;
+    // …and busy once claimed.
+    task.wait_pool_metric(0).await;
     assert_eq!(
         text(&pool.f.item(&id).await, "publicIP").as_deref(),
         Some("127.0.0.1")
