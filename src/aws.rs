@@ -352,6 +352,18 @@ impl ArchiveStore for S3Archives {
         {
             Ok(out) => Ok(Some(Box::pin(out.body.into_async_read()) as BoxRead)),
             Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => Ok(None),
+            // S3 answers a missing key so to a role that may not list the bucket.
+            Err(e) if e.as_service_error().and_then(|se| se.code()) == Some("AccessDenied") => {
+                Err(StoreError::Refused {
+                    service: BUCKET,
+                    source: Box::new(Context {
+                        what: "reading the context's archive was denied (AccessDenied; for a \
+                               missing archive too unless the task role may s3:ListBucket the \
+                               bucket)",
+                        source: e.into(),
+                    }),
+                })
+            }
             Err(e) => Err(sdk_error(BUCKET, e)),
         }
     }
@@ -625,8 +637,58 @@ fn public_ip_of(
 #[cfg(test)]
 mod tests {
     use aws_sdk_dynamodb::primitives::Blob;
+    use tokio::io::AsyncWriteExt;
 
     use super::*;
+
+    /// An S3 endpoint on loopback answering every request 403 AccessDenied, as S3 answers a
+    /// `GetObject` of a missing key to a role without `s3:ListBucket`.
+    async fn denying_s3() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code>\
+                        <Message>Access Denied</Message><RequestId>r</RequestId></Error>";
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut head = vec![0u8; 8192];
+                let _ = conn.read(&mut head).await;
+                let answer = format!(
+                    "HTTP/1.1 403 Forbidden\r\ncontent-type: application/xml\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn a_denied_archive_read_names_the_missing_list_permission() {
+        let sdk = aws_config::SdkConfig::builder()
+            .endpoint_url(denying_s3().await)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_s3::config::SharedCredentialsProvider::new(
+                aws_sdk_s3::config::Credentials::for_tests(),
+            ))
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .build();
+        let archives = S3Archives::new(&sdk, "contexts".into());
+        let e = match archives.open("proj_1/ctx_1/profile.tar.gz").await {
+            Err(e) => e,
+            Ok(_) => panic!("a denied read is not a missing archive"),
+        };
+        assert!(matches!(e, StoreError::Refused { .. }), "{e:?}");
+        let text = crate::stores::Chain(&e).to_string();
+        assert!(
+            text.starts_with(
+                "contexts bucket refused the request: reading the context's archive \
+                              was denied (AccessDenied; for a missing archive too unless the task \
+                              role may s3:ListBucket the bucket)"
+            ),
+            "{text}"
+        );
+    }
 
     fn item(pairs: Vec<(&str, AttributeValue)>) -> Item {
         pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
