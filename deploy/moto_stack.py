@@ -36,7 +36,7 @@ What moto accepts but ignores (TTL, PITR, task-level Fargate settings, the bucke
 block and lifecycle, managed policies) is asserted on the template by deploy/check_template.py.
 
 The stack's parameters for moto: moto's default VPC and one default subnet, a placeholder image,
-and a code bucket holding three placeholder zips (moto stores Lambda code but cannot run it here).
+and a code bucket holding four placeholder zips (moto stores Lambda code but cannot run it here).
 Every wait is bounded. Prints one JSON object on stdout: the stack's outputs, the API function's
 environment and the controller container's environment as moto holds them, and what was changed.
 Progress and errors go to stderr; exit status 1 on failure.
@@ -216,7 +216,7 @@ def main():
         "ImageUri": "wallcrawler-controller:moto",
         "LambdaCodeBucket": code_bucket,
     }
-    for key_param in ("ApiLambdaKey", "AuthorizerLambdaKey", "TaskEventsLambdaKey"):
+    for key_param in ("ApiLambdaKey", "AuthorizerLambdaKey", "TaskEventsLambdaKey", "SweeperLambdaKey"):
         s3.put_object(Bucket=code_bucket, Key=template["Parameters"][key_param]["Default"], Body=placeholder_zip())
 
     # --- The network load balancer and its listener (gateway mode): the plain API ----------

@@ -242,6 +242,9 @@ fn api_vars(stack: &Stack) -> HashMap<&'static str, String> {
         "CREATE_WAIT_SECONDS",
         "POOL_QUEUE_URL",
         "CONNECT_BASE_URL",
+        // The claim deadlines (Step 10; the control plane's code for them is merged separately).
+        "CLAIM_WAIT_SECONDS",
+        "CLAIM_WAIT_MAX_SECONDS",
     ];
     stack
         .api_env
