@@ -386,10 +386,13 @@ def check_mode(t, mode):
     api_env = props(t, "ApiFunction")["Environment"]["Variables"]
     for name in sorted(required | {"POOL_QUEUE_URL"}):
         check(name in api_env, f"ApiFunction: sets {name}")
-    check(
-        int(props(t, "ApiFunction")["Timeout"]) > int(t["Parameters"]["CreateWaitSeconds"]["MaxValue"]),
-        "ApiFunction: Timeout above CREATE_WAIT_SECONDS",
-    )
+    # The create's wait is derived from API Gateway's integration limit (aws/config.rs), not
+    # configured beside it: the function outlives that limit and is given no wait of its own.
+    cp_config = (ROOT / "crates/control-plane/src/aws/config.rs").read_text()
+    limit = int(re.search(r"INTEGRATION_LIMIT: Duration = Duration::from_secs\((\d+)\)", cp_config).group(1))
+    check(limit == 29, "aws/config.rs: INTEGRATION_LIMIT is API Gateway's 29 s")
+    check(int(props(t, "ApiFunction")["Timeout"]) > limit, "ApiFunction: Timeout above API Gateway's integration limit")
+    check("CREATE_WAIT_SECONDS" not in api_env, "ApiFunction: no CREATE_WAIT_SECONDS (the wait is derived from the 29 s limit)")
 
     # --- IAM: every call the code makes is allowed, on the right resource -------------------
     def needs(role, action, resource):
