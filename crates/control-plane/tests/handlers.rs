@@ -23,7 +23,7 @@ use tower::ServiceExt;
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::time::{iso8601_millis, parse_iso8601};
 use wallcrawler_contract::token::{self, Validation};
-use wallcrawler_contract::{InternalStatus, SigningKey, TokenError};
+use wallcrawler_contract::{InternalStatus, SdkStatus, SigningKey, TokenError};
 use wallcrawler_control_plane::app::{App, Settings};
 use wallcrawler_control_plane::error::StoreError;
 use wallcrawler_control_plane::memory::{
@@ -112,6 +112,18 @@ impl SessionStore for Yielding {
     async fn mark_ended_if_missing(&self, id: &str, at: &str) -> StoreResult<()> {
         tokio::task::yield_now().await;
         self.inner.mark_ended_if_missing(id, at).await
+    }
+    async fn extend_claim(&self, id: &str, to: u64) -> DocWrite {
+        tokio::task::yield_now().await;
+        self.inner.extend_claim(id, to).await
+    }
+    async fn end_unserved(&self, id: &str, now: u64, at: &str) -> DocWrite {
+        tokio::task::yield_now().await;
+        self.inner.end_unserved(id, now, at).await
+    }
+    async fn expiring(&self, st: SdkStatus, before: u64, limit: usize) -> StoreResult<Vec<String>> {
+        tokio::task::yield_now().await;
+        self.inner.expiring(st, before, limit).await
     }
 }
 
