@@ -1220,4 +1220,27 @@ async fn the_lambda_binaries_answer_through_the_runtime_api() {
             .unwrap()
             .contains("CannotPullContainerError")
     );
+
+    // The sweeper function: a scheduled event (its body ignored) ends a session whose claim's
+    // deadline passed, and answers the run's summary.
+    let (status, v) = f.create(json!({})).await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    let stranded = v["id"].as_str().unwrap().to_owned();
+    set_number(&f, &stranded, "claimDeadline", now_secs() - 1).await;
+    let scheduled = json!({
+        "version": "0", "id": "e2", "detail-type": "Scheduled Event", "source": "aws.events",
+        "account": "123456789012", "time": "2026-11-21T12:00:00Z", "region": "us-east-1",
+        "resources": ["arn:aws:events:us-east-1:123456789012:rule/sweeper"], "detail": {}
+    });
+    let (posted, _) = run_lambda(
+        env!("CARGO_BIN_EXE_wallcrawler-sweeper-lambda"),
+        &f.vars,
+        vec![scheduled],
+    )
+    .await;
+    assert_eq!(posted[0].1, "response", "{posted:?}");
+    assert_eq!(posted[0].2["ended"], 1, "{posted:?}");
+    assert_eq!(posted[0].2["unserved"], 1, "{posted:?}");
+    let item = f.item(&stranded).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("TIMED_OUT"));
 }
