@@ -279,16 +279,7 @@ impl SessionStore for DynamoSessions {
             .table_name(&self.table)
             .key(attr::SESSION_ID, s(id));
         let (req, expr) = wallcrawler_aws::terminal_update(req, t.status, t.reason, t.at);
-        match req.update_expression(expr).send().await {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(sdk_error(TABLE, e)),
-        }
+        written(req.update_expression(expr).send().await)
     }
 
     async fn end_unserved(&self, id: &str, now: u64, at: &str) -> Result<bool, StoreError> {
@@ -297,16 +288,7 @@ impl SessionStore for DynamoSessions {
             .update_item()
             .table_name(&self.table)
             .key(attr::SESSION_ID, s(id));
-        match wallcrawler_aws::unserved_update(req, now, at).send().await {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(sdk_error(TABLE, e)),
-        }
+        written(wallcrawler_aws::unserved_update(req, now, at).send().await)
     }
 
     async fn mark_ended(&self, id: &str, proxy_bytes: u64, at: &str) -> Result<(), StoreError> {
@@ -322,6 +304,28 @@ impl SessionStore for DynamoSessions {
             .await
             .map_err(|e| sdk_error(TABLE, e))?;
         Ok(())
+    }
+}
+
+/// A conditional `UpdateItem`'s outcome: whether it wrote (`false`: its condition failed).
+fn written<R>(
+    r: Result<
+        R,
+        SdkError<
+            aws_sdk_dynamodb::operation::update_item::UpdateItemError,
+            aws_sdk_dynamodb::config::http::HttpResponse,
+        >,
+    >,
+) -> Result<bool, StoreError> {
+    match r {
+        Ok(_) => Ok(true),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(sdk_error(TABLE, e)),
     }
 }
 

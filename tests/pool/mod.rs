@@ -992,7 +992,11 @@ async fn pool_a_claim_past_its_deadline_is_never_served_and_the_task_takes_the_n
         .iter()
         .map(|e| e["span"]["session.id"].as_str().unwrap_or("").to_owned())
         .collect();
-    assert_eq!(taken, [waiting.clone()], "only the live claim is served");
+    assert_eq!(
+        taken,
+        std::slice::from_ref(&waiting),
+        "only the live claim is served"
+    );
     let item = pool.f.item(&gone).await;
     assert_eq!(text(&item, "internalStatus").as_deref(), Some("TIMED_OUT"));
     assert_eq!(text(&item, "status").as_deref(), Some("TIMED_OUT"));

@@ -88,12 +88,7 @@ impl SessionStore for MemSessions {
     async fn end_unserved(&self, id: &str, now: u64, at: &str) -> DocWrite {
         Ok(self.cond(id, |d| d.end_unserved(now, at)))
     }
-    async fn expiring(
-        &self,
-        status: SdkStatus,
-        before: u64,
-        limit: usize,
-    ) -> StoreResult<Vec<String>> {
+    async fn expiring(&self, status: SdkStatus, before: u64, limit: usize) -> Ids {
         Ok(rules::expiring(
             self.list_where(|_| true),
             status,

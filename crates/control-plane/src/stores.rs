@@ -13,6 +13,9 @@ use crate::model::{ApiKeyRecord, ContextRecord, Record};
 /// What every port answers: a value, or an outside service's failure.
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// Session ids (the signatures of the index queries fit on one line with it).
+pub type Ids = StoreResult<Vec<String>>;
+
 /// What a conditional write of a session document answers (the signatures of the session
 /// stores' writes fit on one line with it).
 pub type DocWrite = StoreResult<Cond<SessionDoc>>;
@@ -79,12 +82,7 @@ pub trait SessionStore: Send + Sync {
     /// `expiresAt` is before `before` (Unix seconds), earliest expiry first: DynamoDB's
     /// `status-expiresAt-index` (`KEYS_ONLY`, so the caller reads each session by key). How
     /// the sweeper finds sessions to end without a scan.
-    async fn expiring(
-        &self,
-        status: SdkStatus,
-        before: u64,
-        limit: usize,
-    ) -> StoreResult<Vec<String>>;
+    async fn expiring(&self, status: SdkStatus, before: u64, limit: usize) -> Ids;
 }
 
 /// A table of records addressed by one string key: projects (`wallcrawler-projects`) and API

@@ -33,7 +33,7 @@ use wallcrawler_control_plane::memory::{
 use wallcrawler_control_plane::model::{ApiKeyRecord, ContextRecord, Project, hash_api_key};
 use wallcrawler_control_plane::router::router;
 use wallcrawler_control_plane::stores::{
-    Clock, DocWrite, LaunchSpec, Launcher, SessionStore, StaticSigner, StoreResult, Terminal,
+    Clock, DocWrite, Ids, LaunchSpec, Launcher, SessionStore, StaticSigner, StoreResult, Terminal,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -121,9 +121,9 @@ impl SessionStore for Yielding {
         tokio::task::yield_now().await;
         self.inner.end_unserved(id, now, at).await
     }
-    async fn expiring(&self, st: SdkStatus, before: u64, limit: usize) -> StoreResult<Vec<String>> {
+    async fn expiring(&self, status: SdkStatus, before: u64, limit: usize) -> Ids {
         tokio::task::yield_now().await;
-        self.inner.expiring(st, before, limit).await
+        self.inner.expiring(status, before, limit).await
     }
 }
 

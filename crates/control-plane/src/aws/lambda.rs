@@ -53,6 +53,18 @@ pub async fn tables_from_env() -> (super::Tables, aws_sdk_dynamodb::Client) {
     )
 }
 
+/// The API function's configuration from the environment (the sweeper reads the same); a
+/// configuration error is logged with every problem listed, and the process exits 64.
+pub fn config_or_exit() -> super::Config {
+    match super::Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}");
+            std::process::exit(64);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The API function
 

@@ -14,7 +14,7 @@ use wallcrawler_contract::{InternalStatus, SdkStatus};
 use super::sdk_error;
 use super::table::{SdkResult, Table, condition, from_opt, s};
 use crate::error::StoreError;
-use crate::stores::{Cond, DocWrite, SessionStore, StoreResult, Terminal};
+use crate::stores::{Cond, DocWrite, Ids, SessionStore, StoreResult, Terminal};
 
 /// The sessions table's GSI by project (PK `projectId`, SK `createdAt`, projection `ALL`).
 pub const PROJECT_INDEX: &str = "projectId-createdAt-index";
@@ -232,12 +232,7 @@ impl SessionStore for DynamoSessions {
 
     /// `Query` on [`STATUS_INDEX`]: `status = :st AND expiresAt < :before`, ascending, pages
     /// until `limit` keys.
-    async fn expiring(
-        &self,
-        status: SdkStatus,
-        before: u64,
-        limit: usize,
-    ) -> StoreResult<Vec<String>> {
+    async fn expiring(&self, status: SdkStatus, before: u64, limit: usize) -> Ids {
         let mut ids = Vec::new();
         let mut start = None;
         while ids.len() < limit {

@@ -14,13 +14,7 @@ use wallcrawler_control_plane::sweep::{PAGE_LIMIT, sweep};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     lambda::init_tracing();
-    let cfg = match aws::Config::from_env() {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!("{e}");
-            std::process::exit(64);
-        }
-    };
+    let cfg = lambda::config_or_exit();
     let app = aws::build_app(&aws::sdk_config().await, &cfg);
     let app = &app;
     lambda_runtime::run(service_fn(|_: LambdaEvent<serde_json::Value>| async move {

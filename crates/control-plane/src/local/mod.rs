@@ -147,12 +147,7 @@ impl SessionStore for DirSessions {
         let at = at.to_owned();
         self.cond(id, move |d| d.end_unserved(now, &at)).await
     }
-    async fn expiring(
-        &self,
-        status: SdkStatus,
-        before: u64,
-        limit: usize,
-    ) -> StoreResult<Vec<String>> {
+    async fn expiring(&self, status: SdkStatus, before: u64, limit: usize) -> Ids {
         let all = self.run(|s| s.list()).await?;
         Ok(rules::expiring(all, status, before, limit))
     }

@@ -35,6 +35,20 @@ use wallcrawler_testkit::platform::{
 };
 use wallcrawler_testkit::tables;
 
+/// `POST /v1/contexts` with `key`; asserts 201; the context's id.
+async fn new_context(f: &Fixture, key: &str) -> String {
+    let (status, c) = call_with_key(
+        &f.router,
+        key,
+        Method::POST,
+        "/v1/contexts",
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{c}");
+    c["id"].as_str().unwrap().to_owned()
+}
+
 /// A create body asking for context `id`, persisting or not (`None`: no `persist` field).
 fn with_context(id: &str, persist: Option<bool>) -> Value {
     let mut context = json!({ "id": id });
@@ -412,16 +426,7 @@ async fn simultaneous_creates_never_exceed_the_projects_concurrency() {
 async fn simultaneous_persisting_creates_on_one_context_get_one_writer() {
     let f = Fixture::new(1).await;
     let (project, key) = f.project_with_key(10).await;
-    let (status, c) = call_with_key(
-        &f.router,
-        &key,
-        Method::POST,
-        "/v1/contexts",
-        Some(json!({})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{c}");
-    let ctx = c["id"].as_str().unwrap().to_owned();
+    let ctx = new_context(&f, &key).await;
     let persist = with_context(&ctx, Some(true));
     let (answers, ids) = simultaneous_creates(&f, &key, 6, persist.clone()).await;
     assert_eq!(ids.len(), 1, "{answers:?}");
@@ -571,16 +576,7 @@ async fn the_sweeper_ends_stranded_sessions_and_frees_their_slot_and_lease() {
     // A project limited to one session, whose one session persists a context and is stranded:
     // its task never comes up (PENDING), and its claim's deadline passes.
     let (project, key) = f.project_with_key(1).await;
-    let (status, c) = call_with_key(
-        &f.router,
-        &key,
-        Method::POST,
-        "/v1/contexts",
-        Some(json!({})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{c}");
-    let ctx = c["id"].as_str().unwrap().to_owned();
+    let ctx = new_context(&f, &key).await;
     let (status, v) = f.create_as(&key, with_context(&ctx, Some(true))).await;
     assert_eq!(
         (status, v["status"].as_str()),
