@@ -266,9 +266,7 @@ impl Waiting<'_> {
             }
         }
     }
-}
 
-impl Waiting<'_> {
     /// The claim's verdict, with a session whose claim lapsed ended here (conditionally: a
     /// session made READY, or whose deadline a poll moved, meanwhile is judged again) and
     /// its claim then discarded, so the controller takes the next claim at once. `None`: the

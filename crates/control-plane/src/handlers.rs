@@ -87,6 +87,16 @@ fn timeout_of(v: &Option<Value>, default: u64) -> Result<u64, ApiError> {
     Ok(t)
 }
 
+/// A new session's `claimDeadline`: the claim wait from `now`, and never before the create's own
+/// wait for READY is over (its client is waiting all that time).
+fn claim_deadline(settings: &crate::app::Settings, now: u64) -> u64 {
+    let create_wait = settings.create_wait.as_secs();
+    settings
+        .claim_wait
+        .at_create(now)
+        .max(now.saturating_add(create_wait))
+}
+
 /// A validated create request.
 struct NewSession {
     timeout: u64,
@@ -98,12 +108,12 @@ struct NewSession {
 
 impl NewSession {
     /// The session's item (CREATING) for session `id` of `project_id`, created now,
-    /// with its token; its claim's deadline is `app`'s claim wait from now.
+    /// with its token and its claim's deadline ([`claim_deadline`]).
     fn into_doc(self, app: &App, id: &str, project_id: &str, token: String) -> SessionDoc {
         let now_ms = app.clock.now_millis();
         let now = wallcrawler_contract::time::iso8601_millis(now_ms);
         let mut doc = SessionDoc {
-            claim_deadline: Some(app.settings.claim_wait.at_create(now_ms / 1000)),
+            claim_deadline: Some(claim_deadline(&app.settings, now_ms / 1000)),
             session_id: id.to_owned(),
             project_id: project_id.to_owned(),
             created_at: now.clone(),

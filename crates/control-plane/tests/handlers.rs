@@ -863,6 +863,65 @@ async fn create_answers_pending_without_connect_url_and_the_session_can_be_polle
     validate(polled["signingKey"].as_str().unwrap(), &id, PROJ_A);
 }
 
+#[tokio::test(start_paused = true)]
+async fn polls_move_a_pending_sessions_claim_deadline_within_its_cap_and_never_once_ready() {
+    let h = Harness::with_settings(
+        LaunchBehaviour::StayPending,
+        Settings {
+            claim_wait: wallcrawler_contract::claim::ClaimWait { wait: 60, max: 100 },
+            ..waiting(Duration::from_millis(400))
+        },
+    );
+    let t0 = T0 / 1000;
+    let (status, body) = h.create("{}").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["id"].as_str().unwrap().to_owned();
+    assert_eq!(h.session(&id).claim_deadline, Some(t0 + 60));
+    let path = format!("/v1/sessions/{id}");
+    for (at, want) in [(t0 + 10, t0 + 70), (t0 + 5, t0 + 70), (t0 + 90, t0 + 100)] {
+        h.clock.set(at * 1000);
+        let (status, _) = h.get(&path).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            h.session(&id).claim_deadline,
+            Some(want),
+            "a poll at +{}",
+            at - t0
+        );
+    }
+    h.sessions
+        .0
+        .lock()
+        .unwrap()
+        .get_mut(&id)
+        .unwrap()
+        .claim_deadline = Some(t0 + 1);
+    h.sessions
+        .0
+        .lock()
+        .unwrap()
+        .get_mut(&id)
+        .unwrap()
+        .set_status(InternalStatus::Ready);
+    h.get(&path).await;
+    assert_eq!(
+        h.session(&id).claim_deadline,
+        Some(t0 + 1),
+        "READY: unmoved"
+    );
+    // The first deadline never comes before the create's own wait for READY is over.
+    let h = Harness::with_settings(
+        LaunchBehaviour::StayPending,
+        Settings {
+            claim_wait: wallcrawler_contract::claim::ClaimWait { wait: 1, max: 100 },
+            ..waiting(Duration::from_secs(20))
+        },
+    );
+    let (_, body) = h.create("{}").await;
+    let id = body["id"].as_str().unwrap();
+    assert_eq!(h.session(id).claim_deadline, Some(T0 / 1000 + 20));
+}
+
 #[tokio::test]
 async fn launcher_failure_is_503_and_the_session_failed() {
     let h = Harness::new(LaunchBehaviour::Fail);
