@@ -8,8 +8,10 @@
 //!   range `expiresAt`, `KEYS_ONLY`; [`SessionStore::expiring`]), never a scan: RUNNING
 //!   sessions whose `expiresAt` is more than [`EXPIRY_GRACE`] ago, and PENDING ones, earliest
 //!   expiry first (a pending session's `claimDeadline` is not in the index, so each is read);
-//!   at most `limit` of each per run, so a run is bounded whatever the backlog (the next run
-//!   goes on with the rest: ended sessions leave those statuses);
+//!   at most `limit` of each per run, so a run is bounded whatever the backlog. Ended sessions
+//!   leave those statuses, so the next run goes on with the rest; but pending sessions not due
+//!   yet keep their place, so with more than `limit` pending at once the ones expiring last
+//!   wait until earlier ones are READY or ended;
 //! - reads each by key (strongly consistent) and ends it when it is due:
 //!   - still pending past its `claimDeadline`: TIMED_OUT, "no browser was available in time",
 //!     `endedAt` — one conditional write, only if still pending and past the deadline, so a

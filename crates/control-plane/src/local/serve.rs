@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use axum::routing::put;
 use tokio::net::TcpListener;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::info;
 use wallcrawler_contract::SigningKey;
 use wallcrawler_contract::session_doc::DirStore;
@@ -166,9 +167,9 @@ impl LocalServer {
             pool.start();
         }
         // Aborted when dropped, at the end of `run`.
-        let _sweeper = self
-            .sweep_every
-            .map(|every| AbortOnDrop(tokio::spawn(sweep_periodically(self.app.clone(), every))));
+        let _sweeper = self.sweep_every.map(|every| {
+            AbortOnDropHandle::new(tokio::spawn(sweep_periodically(self.app.clone(), every)))
+        });
         axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown)
             .await?;
@@ -184,15 +185,6 @@ impl LocalServer {
 
 /// How often the local platform's sweeper runs unless told otherwise.
 pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(30);
-
-/// A task aborted when this is dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
 
 /// The sweeper every `every`, the first run one interval after the start.
 async fn sweep_periodically(app: App, every: Duration) {
