@@ -95,6 +95,8 @@ struct SessionView {
     ready_at: bool,
     #[serde(deserialize_with = "present")]
     ended_at: bool,
+    #[serde(deserialize_with = "wallcrawler_contract::whole::lenient")]
+    claim_deadline: Option<u64>,
 }
 
 /// True for any value: called only when the attribute is there.
@@ -112,6 +114,7 @@ impl From<SessionView> for SessionRecord {
             project_id: v.project_id,
             ever_ready: v.ready_at,
             ended: v.ended_at,
+            claim_deadline: v.claim_deadline,
         }
     }
 }
@@ -276,16 +279,16 @@ impl SessionStore for DynamoSessions {
             .table_name(&self.table)
             .key(attr::SESSION_ID, s(id));
         let (req, expr) = wallcrawler_aws::terminal_update(req, t.status, t.reason, t.at);
-        match req.update_expression(expr).send().await {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(sdk_error(TABLE, e)),
-        }
+        written(req.update_expression(expr).send().await)
+    }
+
+    async fn end_unserved(&self, id: &str, now: u64, at: &str) -> Result<bool, StoreError> {
+        let req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::SESSION_ID, s(id));
+        written(wallcrawler_aws::unserved_update(req, now, at).send().await)
     }
 
     async fn mark_ended(&self, id: &str, proxy_bytes: u64, at: &str) -> Result<(), StoreError> {
@@ -301,6 +304,28 @@ impl SessionStore for DynamoSessions {
             .await
             .map_err(|e| sdk_error(TABLE, e))?;
         Ok(())
+    }
+}
+
+/// A conditional `UpdateItem`'s outcome: whether it wrote (`false`: its condition failed).
+fn written<R>(
+    r: Result<
+        R,
+        SdkError<
+            aws_sdk_dynamodb::operation::update_item::UpdateItemError,
+            aws_sdk_dynamodb::config::http::HttpResponse,
+        >,
+    >,
+) -> Result<bool, StoreError> {
+    match r {
+        Ok(_) => Ok(true),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(sdk_error(TABLE, e)),
     }
 }
 
@@ -707,6 +732,7 @@ mod tests {
             (attr::EXPIRES_AT, n("1700000000")),
             (attr::PROJECT_ID, s("proj_1")),
             (attr::READY_AT, s("2026-01-01T00:00:00.000Z")),
+            (attr::CLAIM_DEADLINE, n("1699990060")),
             ("someOtherAttribute", AttributeValue::L(vec![n("1")])),
         ]))
         .unwrap();
@@ -720,8 +746,12 @@ mod tests {
                 project_id: Some("proj_1".into()),
                 ever_ready: true,
                 ended: false,
+                claim_deadline: Some(1_699_990_060),
             }
         );
+        // A deadline of another shape is no deadline, not a malformed item.
+        let r = to_record(&item(vec![(attr::CLAIM_DEADLINE, s("soon"))])).unwrap();
+        assert_eq!(r.claim_deadline, None);
     }
 
     #[test]

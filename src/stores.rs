@@ -138,6 +138,9 @@ pub struct SessionRecord {
     pub ever_ready: bool,
     /// `endedAt` is set.
     pub ended: bool,
+    /// `claimDeadline`, in unix seconds: after it no client waits for the session's browser
+    /// (`None`: an item older than deadlines, or one of another shape: no deadline).
+    pub claim_deadline: Option<u64>,
 }
 
 /// The READY write.
@@ -189,6 +192,11 @@ pub trait SessionStore: Send + Sync {
     async fn mark_terminal(&self, id: &str, t: &TerminalUpdate<'_>) -> Result<bool, StoreError>;
     /// `proxyBytes` and, last of all, `endedAt`.
     async fn mark_ended(&self, id: &str, proxy_bytes: u64, at: &str) -> Result<(), StoreError>;
+    /// Ends a session no browser took in time (`SessionDoc::end_unserved`: TIMED_OUT, "no
+    /// browser was available in time", `endedAt` = `at`), on condition that it is still
+    /// pending and its `claimDeadline` is before `now` (unix seconds). False: the condition
+    /// failed (READY meanwhile, or a poll moved the deadline), nothing written.
+    async fn end_unserved(&self, id: &str, now: u64, at: &str) -> Result<bool, StoreError>;
 }
 
 /// Profile archives by key.
@@ -352,6 +360,7 @@ impl SessionStore for DirectorySessions {
             project_id: Some(d.project_id),
             ever_ready: d.ready_at.is_some(),
             ended: d.ended_at.is_some(),
+            claim_deadline: d.claim_deadline,
         }))
     }
 
@@ -408,6 +417,17 @@ impl SessionStore for DirectorySessions {
                     }
                     Ok(true)
                 })
+            })
+            .await?
+            .unwrap_or_else(|never| match never {});
+        Ok(written)
+    }
+
+    async fn end_unserved(&self, id: &str, now: u64, at: &str) -> Result<bool, StoreError> {
+        let (id, at) = (id.to_owned(), at.to_owned());
+        let (written, _) = self
+            .blocking(move |s| {
+                s.update::<std::convert::Infallible>(&id, |d| Ok(d.end_unserved(now, &at)))
             })
             .await?
             .unwrap_or_else(|never| match never {});

@@ -8,6 +8,11 @@
 //! idle lifetime passes (it exits, and ECS — or the local platform — starts a fresh one, so new
 //! images roll through).
 //!
+//! A claim whose session is still pending but past its `claimDeadline` (no client waits any
+//! more) is not served: the controller ends the session (TIMED_OUT, "no browser was available
+//! in time", `endedAt`; conditional on it still being pending and past its deadline), deletes
+//! the claim and takes the next one at once.
+//!
 //! A claim that does not parse is poison (toward the dead-letter queue). A claim whose session
 //! is missing or no longer pending (released meanwhile, or served by another controller after a
 //! redelivery) is deleted, and the controller stays warm for the next; a session released
@@ -33,7 +38,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, warn};
 use wallcrawler_contract::InternalStatus;
-use wallcrawler_contract::claim::Claim;
+use wallcrawler_contract::claim::{Claim, NO_BROWSER_IN_TIME, lapsed};
 
 use crate::app::{Session, Started};
 use crate::auth::Authenticator;
@@ -51,6 +56,9 @@ const RECEIVE_WAIT: Duration = Duration::from_secs(20);
 /// What to do with a parsed claim.
 enum Verdict {
     Serve(SessionRecord),
+    /// Pending past its claim's deadline: no client waits any more. The session is ended
+    /// ("no browser was available in time") and the claim deleted, never served to nobody.
+    Unserved,
     /// Deleted unserved, with the reason for the log; `end`: the session ended before any
     /// controller served it, and this one writes its `endedAt` (as `run` does for a session
     /// released before its task started), or nobody would and its context stayed leased.
@@ -249,8 +257,10 @@ impl Waiting<'_> {
                     continue;
                 }
             };
-            match judge(self.deps, &claim).await? {
+            match self.judged(&claim).await? {
                 Verdict::Serve(record) => return Some((claim, received, record)),
+                // Acted on by `judged`: never returned.
+                Verdict::Unserved => {}
                 Verdict::Discard { why, end } => {
                     info!(session.id = %claim.session_id, why, "claim dropped");
                     if end {
@@ -267,18 +277,51 @@ impl Waiting<'_> {
             }
         }
     }
+
+    /// The claim's verdict, with a session whose claim lapsed ended here (conditionally: a
+    /// session made READY, or whose deadline a poll moved, meanwhile is judged again) and
+    /// its claim then discarded, so the controller takes the next claim at once. `None`: the
+    /// store failed (logged).
+    async fn judged(&self, claim: &Claim) -> Option<Verdict> {
+        let store = self.deps.sessions.as_ref()?;
+        for _ in 0..3 {
+            let now = wallcrawler_contract::time::unix_millis() / 1000;
+            match judge(self.deps, claim, now).await? {
+                Verdict::Unserved => {}
+                v => return Some(v),
+            }
+            let at = wallcrawler_contract::time::now_iso8601();
+            match store.end_unserved(&claim.session_id, now, &at).await {
+                Ok(true) => {
+                    return Some(Verdict::Discard {
+                        why: format!("its claim's deadline passed: {NO_BROWSER_IN_TIME}"),
+                        end: false,
+                    });
+                }
+                Ok(false) => debug!("the session changed while its claim lapsed; judged again"),
+                Err(e) => {
+                    error!(error = %e, "ending an unserved session failed; leaving its claim to come back");
+                    return None;
+                }
+            }
+        }
+        Some(Verdict::Discard {
+            why: "the session kept changing while its claim lapsed".into(),
+            end: false,
+        })
+    }
 }
 
-/// Whether the claimed session is still waiting for a browser. `None`: the store failed
-/// (logged).
-async fn judge(deps: &Deps, claim: &Claim) -> Option<Verdict> {
+/// Whether the claimed session is still waiting for a browser, at `now` (unix seconds).
+/// `None`: the store failed (logged).
+async fn judge(deps: &Deps, claim: &Claim, now: u64) -> Option<Verdict> {
     let store = deps.sessions.as_ref()?;
     let loaded = crate::stores::retry("reading the claimed session", STARTUP_RETRY, || {
         store.load(&claim.session_id)
     })
     .await;
     match loaded {
-        Ok(record) => Some(verdict(claim, record)),
+        Ok(record) => Some(verdict(claim, record, now)),
         Err(e) => {
             error!(error = %e, "the sessions table cannot be read; leaving the claim to come back");
             None
@@ -286,8 +329,8 @@ async fn judge(deps: &Deps, claim: &Claim) -> Option<Verdict> {
     }
 }
 
-/// What to do with `claim`, given its session item (`None`: no such session).
-fn verdict(claim: &Claim, record: Option<SessionRecord>) -> Verdict {
+/// What to do with `claim`, given its session item (`None`: no such session), at `now`.
+fn verdict(claim: &Claim, record: Option<SessionRecord>, now: u64) -> Verdict {
     let Some(record) = record else {
         return Verdict::Discard {
             why: "the session does not exist".into(),
@@ -301,6 +344,7 @@ fn verdict(claim: &Claim, record: Option<SessionRecord>) -> Verdict {
         };
     }
     match record.internal_status {
+        Some(s) if s.may_become_ready() && lapsed(record.claim_deadline, now) => Verdict::Unserved,
         Some(s) if s.may_become_ready() => Verdict::Serve(record),
         s => Verdict::Discard {
             why: format!(
@@ -550,8 +594,8 @@ mod tests {
 
     /// `Some(end)` for a discard, `None` for a serve.
     fn discard_end(record: Option<SessionRecord>) -> Option<bool> {
-        match verdict(&claim(), record) {
-            Verdict::Serve(_) => None,
+        match verdict(&claim(), record, 1_000) {
+            Verdict::Serve(_) | Verdict::Unserved => None,
             Verdict::Discard { end, .. } => Some(end),
         }
     }
@@ -565,6 +609,35 @@ mod tests {
         ] {
             assert_eq!(discard_end(Some(record(s))), None, "{s:?}");
         }
+    }
+
+    #[test]
+    fn a_pending_session_past_its_claims_deadline_is_not_served() {
+        let with = |status, deadline| SessionRecord {
+            claim_deadline: deadline,
+            ..record(status)
+        };
+        let v = |r| verdict(&claim(), Some(r), 1_000);
+        assert!(matches!(
+            v(with(InternalStatus::Provisioning, Some(999))),
+            Verdict::Unserved
+        ));
+        for (status, deadline) in [
+            (InternalStatus::Provisioning, Some(1_000)),
+            (InternalStatus::Creating, Some(1_001)),
+            // An item older than deadlines.
+            (InternalStatus::Provisioning, None),
+        ] {
+            assert!(
+                matches!(v(with(status, deadline)), Verdict::Serve(_)),
+                "{status:?} {deadline:?}"
+            );
+        }
+        // READY (served by another controller) or ended: dropped as before, not ended here.
+        assert!(matches!(
+            v(with(InternalStatus::Ready, Some(1))),
+            Verdict::Discard { end: false, .. }
+        ));
     }
 
     #[test]

@@ -14,6 +14,8 @@
 //! - a session released before any task took its claim: the claim is dropped, the task stays
 //!   warm and serves the next session;
 //! - no warm task: create answers PENDING and the next task to start serves the session;
+//! - a claim past its deadline (no client waits): the task ends its session (TIMED_OUT, "no
+//!   browser was available in time") instead of serving it, and serves the next claim;
 //! - a task that dies after READY: the task-state handler finds its session by the task ARN
 //!   (a service's task has no session in `startedBy`) and ends it;
 //! - a poison claim ends in the dead-letter queue and the task still serves valid claims.
@@ -997,6 +999,70 @@ async fn pool_a_session_released_before_its_claim_is_taken_is_never_served() {
         _ => pool.running(next["id"].as_str().unwrap()).await,
     };
     pool.drive_and_release(&next, &mut task).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_claim_past_its_deadline_is_never_served_and_the_task_takes_the_next() {
+    let pool = Pool::new(1).await;
+    // Two sessions wait with no warm task; the first one's client has gone: its claim's
+    // deadline has passed (the test moves it into the past rather than waiting a minute).
+    let gone = pool.create(json!({})).await;
+    assert_eq!(gone["status"], "PENDING", "{gone}");
+    let gone = gone["id"].as_str().unwrap().to_owned();
+    let past = wallcrawler_contract::time::unix_millis() / 1000 - 1;
+    pool.f
+        .dynamo()
+        .update_item()
+        .table_name(&pool.f.cfg.tables.sessions)
+        .key("sessionId", AttributeValue::S(gone.clone()))
+        .update_expression("SET claimDeadline = :d")
+        .expression_attribute_values(":d", AttributeValue::N(past.to_string()))
+        .send()
+        .await
+        .unwrap();
+    let waiting = pool.create(json!({"keepAlive": true})).await;
+    assert_eq!(waiting["status"], "PENDING", "{waiting}");
+    let waiting = waiting["id"].as_str().unwrap().to_owned();
+
+    // The task takes the lapsed claim first, ends its session and takes the next at once.
+    let mut task = pool.task().await;
+    let dropped = task.wait_event("claim dropped").await;
+    assert_eq!(dropped["session.id"], gone.as_str(), "{dropped}");
+    let v = pool.running(&waiting).await;
+    pool.assert_served_by(&waiting, &task).await;
+    let taken: Vec<String> = task
+        .events("claim taken")
+        .iter()
+        .map(|e| e["span"]["session.id"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(
+        taken,
+        std::slice::from_ref(&waiting),
+        "only the live claim is served"
+    );
+    let item = pool.f.item(&gone).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("TIMED_OUT"));
+    assert_eq!(text(&item, "status").as_deref(), Some("TIMED_OUT"));
+    assert_eq!(
+        text(&item, "terminationReason").as_deref(),
+        Some("no browser was available in time")
+    );
+    assert!(item.contains_key("endedAt"), "{item:?}");
+    assert!(
+        !item.contains_key("readyAt") && !item.contains_key("connectUrl"),
+        "never served: {item:?}"
+    );
+    let (status, answer) = pool
+        .f
+        .call(Method::GET, &format!("/v1/sessions/{gone}"), None)
+        .await;
+    assert_eq!(
+        (status, answer["status"].as_str()),
+        (StatusCode::OK, Some("TIMED_OUT"))
+    );
+    drive(&connect_url(&v)).await;
+    pool.released_and_stopped(&mut task, &waiting).await;
+    pool.claims_deleted().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

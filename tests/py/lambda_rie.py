@@ -16,7 +16,9 @@ events to the emulator's invoke endpoint and checks the answers:
   - wallcrawler-authorizer-lambda, REQUEST authorizer events: Allow with the project as context
     for the key, `Unauthorized` for an unknown one;
   - wallcrawler-task-events-lambda, an EventBridge "ECS Task State Change" for that session's
-    task, STOPPED: the session becomes FAILED with the stop reason and gets endedAt.
+    task, STOPPED: the session becomes FAILED with the stop reason and gets endedAt;
+  - wallcrawler-sweeper-lambda, a scheduled event: a new PENDING session whose claim's deadline
+    passed becomes TIMED_OUT ("no browser was available in time") with endedAt.
 
 The project and its API key are made by the real `wallcrawler-control-plane admin` against moto.
 No API key appears in any function's log. Exits 1 with a clear message on any miss.
@@ -121,6 +123,15 @@ def authorizer_event(key: str) -> dict:
             "httpMethod": "GET",
             "apiId": API_ID,
         },
+    }
+
+
+def scheduled_event() -> dict:
+    """An EventBridge schedule's event, as the sweeper's rule sends it (its body is ignored)."""
+    return {
+        "version": "0", "id": str(uuid.uuid4()), "detail-type": "Scheduled Event", "source": "aws.events",
+        "account": "123456789012", "time": "2026-11-21T12:00:00Z", "region": "us-east-1",
+        "resources": ["arn:aws:events:us-east-1:123456789012:rule/wallcrawler-sweeper"], "detail": {},
     }
 
 
@@ -247,11 +258,20 @@ def run(dist: Path, admin_binary: str) -> None:
                     {"AttributeName": "projectId", "AttributeType": "S"},
                     {"AttributeName": "createdAt", "AttributeType": "S"},
                 ]
+                args["AttributeDefinitions"] += [
+                    {"AttributeName": "status", "AttributeType": "S"},
+                    {"AttributeName": "expiresAt", "AttributeType": "N"},
+                ]
                 args["GlobalSecondaryIndexes"] = [{
                     "IndexName": "projectId-createdAt-index",
                     "KeySchema": [{"AttributeName": "projectId", "KeyType": "HASH"},
                                   {"AttributeName": "createdAt", "KeyType": "RANGE"}],
                     "Projection": {"ProjectionType": "ALL"},
+                }, {
+                    "IndexName": "status-expiresAt-index",
+                    "KeySchema": [{"AttributeName": "status", "KeyType": "HASH"},
+                                  {"AttributeName": "expiresAt", "KeyType": "RANGE"}],
+                    "Projection": {"ProjectionType": "KEYS_ONLY"},
                 }]
             dynamo.create_table(**args)
         table_env = {var: name for var, (name, _) in tables.items()}
@@ -346,6 +366,23 @@ def run(dist: Path, admin_binary: str) -> None:
                and "CannotPullContainerError" in (s(item, "terminationReason") or ""),
                f"after the stopped task the session is {s(item, 'internalStatus')}, endedAt={s(item, 'endedAt')}")
         log(f"{events.name}: the session FAILED with the stop reason and endedAt ({time.monotonic() - t0:.1f} s)")
+
+        # The sweeper: a scheduled event ends a session whose claim's deadline passed.
+        t0 = time.monotonic()
+        status, created = proxy_answer(api.name, api.invoke(rest_event("POST", "/v1/sessions", api_key, {"timeout": 120})))
+        expect(status == 201 and created.get("status") == "PENDING", f"POST /v1/sessions answered {status} {created}")
+        stranded = created["id"]
+        dynamo.update_item(TableName=table_env["SESSIONS_TABLE_NAME"], Key={"sessionId": {"S": stranded}},
+                           UpdateExpression="SET claimDeadline = :d",
+                           ExpressionAttributeValues={":d": {"N": str(int(time.time()) - 1)}})
+        sweeper = start("wallcrawler-sweeper-lambda")
+        summary = sweeper.invoke(scheduled_event())
+        expect(summary.get("ended") == 1 and summary.get("unserved") == 1, f"the sweeper answered {summary}, want 1 ended")
+        item = dynamo.get_item(TableName=table_env["SESSIONS_TABLE_NAME"], Key={"sessionId": {"S": stranded}}, ConsistentRead=True)["Item"]
+        expect(s(item, "internalStatus") == "TIMED_OUT" and bool(s(item, "endedAt"))
+               and s(item, "terminationReason") == "no browser was available in time",
+               f"after the sweep the session is {s(item, 'internalStatus')}, endedAt={s(item, 'endedAt')}")
+        log(f"{sweeper.name}: the stranded session TIMED_OUT with endedAt ({time.monotonic() - t0:.1f} s)")
 
         for f in functions:
             text = f.log()

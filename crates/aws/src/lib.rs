@@ -139,6 +139,43 @@ pub fn terminal_update(
     (req, expr)
 }
 
+/// The sessions table's end of a session no browser took in time, on `req` (an `UpdateItem`
+/// of one session): [`UNSERVED_STATUS`](wallcrawler_contract::claim::UNSERVED_STATUS) with
+/// [`NO_BROWSER_IN_TIME`](wallcrawler_contract::claim::NO_BROWSER_IN_TIME), `endedAt` and
+/// `updatedAt` = `at`, on condition that the session is still pending (never one a
+/// controller made READY meanwhile) and its `claimDeadline` is before `now` (Unix seconds;
+/// never one a client's poll extended meanwhile). The same rule as
+/// `SessionDoc::end_unserved`.
+pub fn unserved_update(
+    req: UpdateItemFluentBuilder,
+    now: u64,
+    at: &str,
+) -> UpdateItemFluentBuilder {
+    use wallcrawler_contract::claim::{NO_BROWSER_IN_TIME, UNSERVED_STATUS};
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    pending_condition(req, "claimDeadline < :now")
+        .update_expression(
+            "SET internalStatus = :to, #st = :sdk, terminationReason = :reason, \
+             endedAt = :at, updatedAt = :at",
+        )
+        .expression_attribute_names("#st", attr::STATUS)
+        .expression_attribute_values(":to", s(UNSERVED_STATUS.as_str()))
+        .expression_attribute_values(":sdk", s(UNSERVED_STATUS.sdk_status().as_str()))
+        .expression_attribute_values(":reason", s(NO_BROWSER_IN_TIME))
+        .expression_attribute_values(":at", s(at))
+        .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
+}
+
+/// `req` on condition that the session is pending (CREATING, PROVISIONING or STARTING) and
+/// `and` holds; the values `:c`, `:p`, `:s` are set here.
+pub fn pending_condition(req: UpdateItemFluentBuilder, and: &str) -> UpdateItemFluentBuilder {
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    req.condition_expression(format!("internalStatus IN (:c, :p, :s) AND {and}"))
+        .expression_attribute_values(":c", s(InternalStatus::Creating.as_str()))
+        .expression_attribute_values(":p", s(InternalStatus::Provisioning.as_str()))
+        .expression_attribute_values(":s", s(InternalStatus::Starting.as_str()))
+}
+
 #[cfg(test)]
 mod tests {
     use aws_sdk_dynamodb::error::ErrorMetadata;

@@ -17,10 +17,60 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::session::InternalStatus;
 use crate::storage::profile_key;
 
 /// The largest claim accepted, in bytes (a real one is ~200 B).
 pub const MAX_CLAIM_BYTES: usize = 4096;
+
+/// The `terminationReason` of a session no browser took before its claim's deadline.
+pub const NO_BROWSER_IN_TIME: &str = "no browser was available in time";
+
+/// The status such a session ends with. TIMED_OUT rather than FAILED/ERROR: no browser failed;
+/// what ran out is the time a client waits for one, and Browserbase's TIMED_OUT is a session
+/// that is over without anything having gone wrong on the client's side.
+pub const UNSERVED_STATUS: InternalStatus = InternalStatus::TimedOut;
+
+/// How long a claim waits for a browser (the session item's `claimDeadline`). Past its
+/// deadline no client is waiting any more (Stagehand and the SDK never poll for long), so a
+/// pool controller that takes the claim ends the session instead of serving it to nobody.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimWait {
+    /// `CLAIM_WAIT_SECONDS`: the deadline is this long after the create, and after each of the
+    /// client's polls (`GET /v1/sessions/{id}`) while the session is not READY.
+    pub wait: u64,
+    /// `CLAIM_WAIT_MAX_SECONDS`: however often the client polls, the deadline stays within
+    /// this long of the create.
+    pub max: u64,
+}
+
+impl Default for ClaimWait {
+    fn default() -> Self {
+        Self { wait: 60, max: 600 }
+    }
+}
+
+impl ClaimWait {
+    /// The deadline of a session created at `created` (Unix seconds).
+    pub fn at_create(self, created: u64) -> u64 {
+        created.saturating_add(self.wait.min(self.max))
+    }
+
+    /// The deadline a poll at `now` moves `current` to, capped at `created` + `max`; `None`
+    /// when that is no later than `current`.
+    pub fn on_poll(self, created: u64, current: u64, now: u64) -> Option<u64> {
+        let to = now
+            .saturating_add(self.wait)
+            .min(created.saturating_add(self.max));
+        (to > current).then_some(to)
+    }
+}
+
+/// Whether a claim's deadline has passed at `now` (Unix seconds); `None` (an item older than
+/// deadlines) never has.
+pub fn lapsed(deadline: Option<u64>, now: u64) -> bool {
+    deadline.is_some_and(|d| d < now)
+}
 
 /// The context a claimed session uses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -346,6 +396,25 @@ mod tests {
             project_id: "proj_1".into(),
             context: None,
         }
+    }
+
+    #[test]
+    fn the_deadline_moves_with_polls_up_to_its_cap() {
+        let w = ClaimWait { wait: 60, max: 600 };
+        assert_eq!(w.at_create(1_000), 1_060);
+        // A poll 30 s in moves it to 30 s + 60 s after the create.
+        assert_eq!(w.on_poll(1_000, 1_060, 1_030), Some(1_090));
+        // Never backwards, never past createdAt + max.
+        assert_eq!(w.on_poll(1_000, 1_090, 1_010), None);
+        assert_eq!(w.on_poll(1_000, 1_590, 1_560), Some(1_600));
+        assert_eq!(w.on_poll(1_000, 1_600, 1_590), None);
+        assert_eq!(w.on_poll(1_000, 1_600, 9_999), None);
+        // A max below the wait caps the first deadline too.
+        assert_eq!(ClaimWait { wait: 60, max: 10 }.at_create(1_000), 1_010);
+        assert_eq!(w.at_create(u64::MAX), u64::MAX, "saturates");
+        assert!(!lapsed(None, u64::MAX), "no deadline: an older item");
+        assert!(!lapsed(Some(1_060), 1_060));
+        assert!(lapsed(Some(1_060), 1_061));
     }
 
     #[test]

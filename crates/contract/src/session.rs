@@ -223,6 +223,9 @@ pub mod attr {
     pub const TERMINATION_REASON: &str = "terminationReason";
     /// `userMetadata`: the client's free-form JSON, kept as given.
     pub const USER_METADATA: &str = "userMetadata";
+    /// `claimDeadline`: Unix seconds (a number) after which no client waits for the session's
+    /// browser any more (see [`crate::claim::ClaimWait`]); absent on items older than it.
+    pub const CLAIM_DEADLINE: &str = "claimDeadline";
 }
 
 /// `<base>/?signingKey=<token>`: a connect URL through the connect gateway, formed at create

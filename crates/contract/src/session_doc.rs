@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::claim::valid_id;
+use crate::claim::{ClaimWait, NO_BROWSER_IN_TIME, UNSERVED_STATUS, lapsed, valid_id};
 use crate::session::InternalStatus;
 
 /// One session. Field names are the table's attribute names.
@@ -93,6 +93,14 @@ pub struct SessionDoc {
     /// `userMetadata`: the client's free-form JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_metadata: Option<serde_json::Value>,
+    /// `claimDeadline`: Unix seconds after which no client waits for a browser (see
+    /// [`crate::claim::ClaimWait`]). Absent (older items), or not a whole number: no deadline.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::whole::lenient"
+    )]
+    pub claim_deadline: Option<u64>,
 }
 
 impl SessionDoc {
@@ -105,6 +113,48 @@ impl SessionDoc {
     pub fn set_status(&mut self, s: InternalStatus) {
         self.internal_status = s.as_str().to_owned();
         self.status = s.sdk_status().as_str().to_owned();
+    }
+
+    /// Whether the session still waits for a browser (CREATING, PROVISIONING, STARTING).
+    pub fn pending(&self) -> bool {
+        self.internal()
+            .is_some_and(InternalStatus::may_become_ready)
+    }
+
+    /// The `claimDeadline` a client's poll at `now` (Unix seconds) sets: only while the session
+    /// is pending, only on an item that has a deadline, never past `createdAt` + `w.max`;
+    /// `None` when it stays as it is.
+    pub fn polled_deadline(&self, w: ClaimWait, now: u64) -> Option<u64> {
+        if !self.pending() {
+            return None;
+        }
+        let created = crate::time::parse_iso8601(&self.created_at)? / 1000;
+        w.on_poll(created, self.claim_deadline?, now)
+    }
+
+    /// The conditional rule of a deadline's extension: `to`, if the session is still pending
+    /// and `to` is later than its deadline. Whether it was written.
+    pub fn extend_claim(&mut self, to: u64) -> bool {
+        let later = self.claim_deadline.is_some_and(|d| d < to);
+        if self.pending() && later {
+            self.claim_deadline = Some(to);
+        }
+        self.pending() && later
+    }
+
+    /// The conditional rule of ending a session no browser took in time: only while it is
+    /// pending and its deadline has passed at `now`; then [`UNSERVED_STATUS`] with
+    /// [`NO_BROWSER_IN_TIME`], and `endedAt` (no controller served it: nothing else would
+    /// write it). Whether it was written.
+    pub fn end_unserved(&mut self, now: u64, at: &str) -> bool {
+        if !self.pending() || !lapsed(self.claim_deadline, now) {
+            return false;
+        }
+        self.set_status(UNSERVED_STATUS);
+        self.termination_reason = Some(NO_BROWSER_IN_TIME.to_owned());
+        self.ended_at = Some(at.to_owned());
+        self.updated_at = Some(at.to_owned());
+        true
     }
 }
 
@@ -301,6 +351,8 @@ impl DirStore {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn doc(id: &str) -> SessionDoc {
@@ -340,6 +392,61 @@ mod tests {
         }
         assert_eq!(v["internalStatus"], "CREATING");
         assert_eq!(v["status"], "PENDING");
+    }
+
+    #[test]
+    fn polls_extend_the_deadline_only_while_pending_and_an_unserved_end_needs_it_past() {
+        let w = ClaimWait { wait: 60, max: 600 };
+        // createdAt 2026-01-01T00:00:00Z.
+        let created = 1_767_225_600;
+        let mut d = doc("sess_1");
+        d.created_at = "2026-01-01T00:00:00.000Z".into();
+        assert_eq!(
+            d.polled_deadline(w, created + 10),
+            None,
+            "no deadline: none made"
+        );
+        d.claim_deadline = Some(w.at_create(created));
+        assert_eq!(d.polled_deadline(w, created + 10), Some(created + 70));
+        assert_eq!(
+            d.polled_deadline(w, created + 900),
+            Some(created + 600),
+            "capped"
+        );
+        assert!(d.extend_claim(created + 70));
+        assert!(!d.extend_claim(created + 65), "never backwards");
+        assert!(!d.end_unserved(created + 70, "t"), "not past yet");
+        d.set_status(InternalStatus::Ready);
+        assert_eq!(
+            d.polled_deadline(w, created + 20),
+            None,
+            "READY: no extension"
+        );
+        assert!(!d.extend_claim(created + 90));
+        assert!(
+            !d.end_unserved(created + 999, "t"),
+            "READY is never ended as unserved"
+        );
+        d.set_status(InternalStatus::Provisioning);
+        assert!(d.end_unserved(created + 71, "2026-01-01T00:01:11.000Z"));
+        assert_eq!(d.internal(), Some(InternalStatus::TimedOut));
+        assert_eq!(d.status, "TIMED_OUT");
+        assert_eq!(d.termination_reason.as_deref(), Some(NO_BROWSER_IN_TIME));
+        assert_eq!(d.ended_at.as_deref(), Some("2026-01-01T00:01:11.000Z"));
+        assert!(!d.end_unserved(created + 72, "t"), "once");
+    }
+
+    #[test]
+    fn a_deadline_of_another_shape_reads_as_none() {
+        let mut v = serde_json::to_value(doc("sess_1")).unwrap();
+        for odd in [json!("soon"), json!(1.5), json!({"x": 1}), json!(null)] {
+            v["claimDeadline"] = odd.clone();
+            let d: SessionDoc = serde_json::from_value(v.clone()).unwrap();
+            assert_eq!(d.claim_deadline, None, "{odd}");
+        }
+        v["claimDeadline"] = json!(1_700_000_000.0);
+        let d: SessionDoc = serde_json::from_value(v).unwrap();
+        assert_eq!(d.claim_deadline, Some(1_700_000_000));
     }
 
     #[test]

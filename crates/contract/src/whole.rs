@@ -22,6 +22,23 @@ pub fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error
     Option::<Whole>::deserialize(d).map(|o| o.map(|w| w.0))
 }
 
+/// An optional whole-number field read leniently: anything but a whole number (a string, a
+/// fraction, a map) reads as `None`, as if absent, instead of making the whole record
+/// malformed. For fields an older or foreign writer may have left in another shape, where
+/// "absent" has a safe meaning (`claimDeadline`: no deadline).
+pub fn lenient<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Maybe {
+        Whole(Whole),
+        Other(de::IgnoredAny),
+    }
+    Option::<Maybe>::deserialize(d).map(|m| match m {
+        Some(Maybe::Whole(w)) => Some(w.0),
+        _ => None,
+    })
+}
+
 struct Whole(u64);
 
 impl<'de> Deserialize<'de> for Whole {

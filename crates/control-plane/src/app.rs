@@ -32,6 +32,9 @@ pub struct Settings {
     /// A certificate authority `/debug` trusts, beside the system's roots, to read pages
     /// through a `wss://` gateway (the local platform's `serve --tls`).
     pub connect_ca: Option<std::path::PathBuf>,
+    /// `CLAIM_WAIT_SECONDS` and `CLAIM_WAIT_MAX_SECONDS`: a new session's `claimDeadline`, and
+    /// how far a client's polls move it.
+    pub claim_wait: wallcrawler_contract::claim::ClaimWait,
 }
 
 impl Default for Settings {
@@ -44,6 +47,7 @@ impl Default for Settings {
             upload_url_ttl: 3600,
             connect_base: None,
             connect_ca: None,
+            claim_wait: Default::default(),
         }
     }
 }

@@ -87,6 +87,16 @@ fn timeout_of(v: &Option<Value>, default: u64) -> Result<u64, ApiError> {
     Ok(t)
 }
 
+/// A new session's `claimDeadline`: the claim wait from `now`, and never before the create's own
+/// wait for READY is over (its client is waiting all that time).
+fn claim_deadline(settings: &crate::app::Settings, now: u64) -> u64 {
+    let create_wait = settings.create_wait.as_secs();
+    settings
+        .claim_wait
+        .at_create(now)
+        .max(now.saturating_add(create_wait))
+}
+
 /// A validated create request.
 struct NewSession {
     timeout: u64,
@@ -97,11 +107,13 @@ struct NewSession {
 }
 
 impl NewSession {
-    /// The session's item (CREATING) for session `id` of `project_id`, created at `now_ms`,
-    /// with its token.
-    fn into_doc(self, id: &str, project_id: &str, now_ms: u64, token: String) -> SessionDoc {
+    /// The session's item (CREATING) for session `id` of `project_id`, created now,
+    /// with its token and its claim's deadline ([`claim_deadline`]).
+    fn into_doc(self, app: &App, id: &str, project_id: &str, token: String) -> SessionDoc {
+        let now_ms = app.clock.now_millis();
         let now = wallcrawler_contract::time::iso8601_millis(now_ms);
         let mut doc = SessionDoc {
+            claim_deadline: Some(claim_deadline(&app.settings, now_ms / 1000)),
             session_id: id.to_owned(),
             project_id: project_id.to_owned(),
             created_at: now.clone(),
@@ -132,16 +144,15 @@ async fn start_session(
     new: NewSession,
     id: &str,
 ) -> Result<(SessionDoc, Option<String>), ApiError> {
-    let now_ms = app.clock.now_millis();
     let token = app
         .signer
-        .sign(Claims::new(id, p.project_id(), now_ms / 1000, new.timeout))
+        .sign(Claims::new(id, p.project_id(), app.now_secs(), new.timeout))
         .await?;
     let context = new
         .context
         .as_ref()
         .map(|(c, persist)| (c.context_id.clone(), c.storage_key.clone(), *persist));
-    let mut doc = new.into_doc(id, p.project_id(), now_ms, token);
+    let mut doc = new.into_doc(app, id, p.project_id(), token);
     if let (Some(base), Some(token)) = (&app.settings.connect_base, &doc.signing_key) {
         doc.connect_url = Some(wallcrawler_contract::session::gateway_connect_url(
             base, token,
@@ -432,8 +443,22 @@ pub async fn list_sessions(
 /// that got PENDING can poll for them.
 pub async fn get_session(caller: Caller, Path(id): Path<String>) -> ApiResult {
     let (app, p) = caller.into_parts();
-    let s = own_session(&app, &p, &id).await?;
+    let s = polled(&app, own_session(&app, &p, &id).await?).await?;
     Ok(Json(session_create_to_api(&api_view(&app, s))).into_response())
+}
+
+/// A client polls a session not yet READY: it is still waiting, so the claim's deadline moves
+/// (conditionally: never once READY, never backwards, never past the cap). The session as it
+/// is after that.
+async fn polled(app: &App, s: SessionDoc) -> Result<SessionDoc, ApiError> {
+    let Some(to) = s.polled_deadline(app.settings.claim_wait, app.now_secs()) else {
+        return Ok(s);
+    };
+    Ok(match app.sessions.extend_claim(&s.session_id, to).await? {
+        Cond::Done(d) => d,
+        // READY or ended meanwhile, or another poll moved it further.
+        Cond::Failed(current) => current.unwrap_or(s),
+    })
 }
 
 #[derive(Debug, Default, Deserialize)]

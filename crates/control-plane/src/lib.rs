@@ -13,6 +13,8 @@
 //!   writes (slots and leases).
 //! - [`handlers`] and [`router`]: the endpoints, one router for every deployment.
 //! - [`debug`]: a running session's page list, from its proxy.
+//! - [`sweep`]: the sweeper, which ends sessions stranded past their claim's deadline or
+//!   their expiry (a Lambda on a schedule, a periodic task of the local platform).
 //! - [`memory`]: in-memory ports (tests, reference semantics).
 //! - [`local`]: the local platform: file-backed stores shared with local controllers;
 //!   [`local::controllers`] runs `wallcrawler-controller run` child processes (a warm pool
@@ -38,3 +40,4 @@ pub mod model;
 pub mod router;
 pub mod rules;
 pub mod stores;
+pub mod sweep;

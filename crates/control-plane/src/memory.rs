@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::session_doc::SessionDoc;
+use wallcrawler_contract::{InternalStatus, SdkStatus};
 
 use crate::error::StoreError;
 use crate::model::{ApiKeyRecord, ContextRecord, Project, Record};
@@ -81,6 +81,20 @@ impl SessionStore for MemSessions {
     async fn mark_ended_if_missing(&self, id: &str, at: &str) -> StoreResult<()> {
         self.cond(id, |d| rules::ended_if_missing(d, at));
         Ok(())
+    }
+    async fn extend_claim(&self, id: &str, to: u64) -> DocWrite {
+        Ok(self.cond(id, |d| d.extend_claim(to)))
+    }
+    async fn end_unserved(&self, id: &str, now: u64, at: &str) -> DocWrite {
+        Ok(self.cond(id, |d| d.end_unserved(now, at)))
+    }
+    async fn expiring(&self, status: SdkStatus, before: u64, limit: usize) -> Ids {
+        Ok(rules::expiring(
+            self.list_where(|_| true),
+            status,
+            before,
+            limit,
+        ))
     }
 }
 

@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::session_doc::SessionDoc;
+use wallcrawler_contract::{InternalStatus, SdkStatus};
 
 use async_trait::async_trait;
 
@@ -57,6 +57,22 @@ pub fn ended_if_missing(d: &mut SessionDoc, at: &str) -> bool {
         d.ended_at = Some(at.to_owned());
     }
     missing
+}
+
+/// The index query of [`SessionStore::expiring`](crate::stores::SessionStore::expiring) over
+/// `all`: up to `limit` ids whose `status` is `status` and `expiresAt` before `before`,
+/// earliest expiry first (ties by id).
+pub fn expiring(all: Vec<SessionDoc>, status: SdkStatus, before: u64, limit: usize) -> Vec<String> {
+    let mut due: Vec<SessionDoc> = all
+        .into_iter()
+        .filter(|d| d.status == status.as_str() && d.expires_at < before)
+        .collect();
+    due.sort_by(|a, b| {
+        a.expires_at
+            .cmp(&b.expires_at)
+            .then(a.session_id.cmp(&b.session_id))
+    });
+    due.into_iter().take(limit).map(|d| d.session_id).collect()
 }
 
 /// Projects' slot sets: project id → the ids of the sessions holding its slots.

@@ -4,6 +4,7 @@
 //! in-memory ones for tests in `memory`.
 
 use async_trait::async_trait;
+use wallcrawler_contract::SdkStatus;
 use wallcrawler_contract::session_doc::SessionDoc;
 
 use crate::error::StoreError;
@@ -11,6 +12,9 @@ use crate::model::{ApiKeyRecord, ContextRecord, Record};
 
 /// What every port answers: a value, or an outside service's failure.
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Session ids (the signatures of the index queries fit on one line with it).
+pub type Ids = StoreResult<Vec<String>>;
 
 /// What a conditional write of a session document answers (the signatures of the session
 /// stores' writes fit on one line with it).
@@ -68,6 +72,17 @@ pub trait SessionStore: Send + Sync {
     async fn mark_terminal(&self, id: &str, to: Terminal<'_>, at: &str) -> DocWrite;
     /// Sets `endedAt` if missing (orphaned tasks).
     async fn mark_ended_if_missing(&self, id: &str, at: &str) -> StoreResult<()>;
+    /// Moves `claimDeadline` to `to` (its client polled), on condition that the session is
+    /// pending and its deadline earlier ([`SessionDoc::extend_claim`]).
+    async fn extend_claim(&self, id: &str, to: u64) -> DocWrite;
+    /// Ends a session no browser took in time ([`SessionDoc::end_unserved`]: TIMED_OUT, the
+    /// reason, `endedAt`), on condition that it is pending and its deadline before `now`.
+    async fn end_unserved(&self, id: &str, now: u64, at: &str) -> DocWrite;
+    /// Up to `limit` ids of the sessions whose SDK-visible `status` is `status` and whose
+    /// `expiresAt` is before `before` (Unix seconds), earliest expiry first: DynamoDB's
+    /// `status-expiresAt-index` (`KEYS_ONLY`, so the caller reads each session by key). How
+    /// the sweeper finds sessions to end without a scan.
+    async fn expiring(&self, status: SdkStatus, before: u64, limit: usize) -> Ids;
 }
 
 /// A table of records addressed by one string key: projects (`wallcrawler-projects`) and API

@@ -23,7 +23,7 @@ use tower::ServiceExt;
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::time::{iso8601_millis, parse_iso8601};
 use wallcrawler_contract::token::{self, Validation};
-use wallcrawler_contract::{InternalStatus, SigningKey, TokenError};
+use wallcrawler_contract::{InternalStatus, SdkStatus, SigningKey, TokenError};
 use wallcrawler_control_plane::app::{App, Settings};
 use wallcrawler_control_plane::error::StoreError;
 use wallcrawler_control_plane::memory::{
@@ -33,7 +33,7 @@ use wallcrawler_control_plane::memory::{
 use wallcrawler_control_plane::model::{ApiKeyRecord, ContextRecord, Project, hash_api_key};
 use wallcrawler_control_plane::router::router;
 use wallcrawler_control_plane::stores::{
-    Clock, DocWrite, LaunchSpec, Launcher, SessionStore, StaticSigner, StoreResult, Terminal,
+    Clock, DocWrite, Ids, LaunchSpec, Launcher, SessionStore, StaticSigner, StoreResult, Terminal,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -112,6 +112,18 @@ impl SessionStore for Yielding {
     async fn mark_ended_if_missing(&self, id: &str, at: &str) -> StoreResult<()> {
         tokio::task::yield_now().await;
         self.inner.mark_ended_if_missing(id, at).await
+    }
+    async fn extend_claim(&self, id: &str, to: u64) -> DocWrite {
+        tokio::task::yield_now().await;
+        self.inner.extend_claim(id, to).await
+    }
+    async fn end_unserved(&self, id: &str, now: u64, at: &str) -> DocWrite {
+        tokio::task::yield_now().await;
+        self.inner.end_unserved(id, now, at).await
+    }
+    async fn expiring(&self, status: SdkStatus, before: u64, limit: usize) -> Ids {
+        tokio::task::yield_now().await;
+        self.inner.expiring(status, before, limit).await
     }
 }
 
@@ -849,6 +861,65 @@ async fn create_answers_pending_without_connect_url_and_the_session_can_be_polle
     assert_eq!(polled["status"], "RUNNING");
     assert_eq!(polled["connectUrl"], "ws://192.0.2.1:9223");
     validate(polled["signingKey"].as_str().unwrap(), &id, PROJ_A);
+}
+
+#[tokio::test(start_paused = true)]
+async fn polls_move_a_pending_sessions_claim_deadline_within_its_cap_and_never_once_ready() {
+    let h = Harness::with_settings(
+        LaunchBehaviour::StayPending,
+        Settings {
+            claim_wait: wallcrawler_contract::claim::ClaimWait { wait: 60, max: 100 },
+            ..waiting(Duration::from_millis(400))
+        },
+    );
+    let t0 = T0 / 1000;
+    let (status, body) = h.create("{}").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["id"].as_str().unwrap().to_owned();
+    assert_eq!(h.session(&id).claim_deadline, Some(t0 + 60));
+    let path = format!("/v1/sessions/{id}");
+    for (at, want) in [(t0 + 10, t0 + 70), (t0 + 5, t0 + 70), (t0 + 90, t0 + 100)] {
+        h.clock.set(at * 1000);
+        let (status, _) = h.get(&path).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            h.session(&id).claim_deadline,
+            Some(want),
+            "a poll at +{}",
+            at - t0
+        );
+    }
+    h.sessions
+        .0
+        .lock()
+        .unwrap()
+        .get_mut(&id)
+        .unwrap()
+        .claim_deadline = Some(t0 + 1);
+    h.sessions
+        .0
+        .lock()
+        .unwrap()
+        .get_mut(&id)
+        .unwrap()
+        .set_status(InternalStatus::Ready);
+    h.get(&path).await;
+    assert_eq!(
+        h.session(&id).claim_deadline,
+        Some(t0 + 1),
+        "READY: unmoved"
+    );
+    // The first deadline never comes before the create's own wait for READY is over.
+    let h = Harness::with_settings(
+        LaunchBehaviour::StayPending,
+        Settings {
+            claim_wait: wallcrawler_contract::claim::ClaimWait { wait: 1, max: 100 },
+            ..waiting(Duration::from_secs(20))
+        },
+    );
+    let (_, body) = h.create("{}").await;
+    let id = body["id"].as_str().unwrap();
+    assert_eq!(h.session(id).claim_deadline, Some(T0 / 1000 + 20));
 }
 
 #[tokio::test]

@@ -459,6 +459,15 @@ exec /usr/lib/chromium/chromium "$@"
 
 /// A pool server whose controllers run [`GATED_CHROMIUM`] (gates in the returned directory).
 fn gated_pool(pool: &str, create_wait: &str) -> (Server, tempfile::TempDir) {
+    gated_pool_with(pool, create_wait, &[])
+}
+
+/// [`gated_pool`] with more environment for `serve`.
+fn gated_pool_with(
+    pool: &str,
+    create_wait: &str,
+    extra: &[(&str, &str)],
+) -> (Server, tempfile::TempDir) {
     let gate = tempfile::tempdir().unwrap();
     let wrapper = gate.path().join("chromium");
     std::fs::write(
@@ -474,15 +483,13 @@ fn gated_pool(pool: &str, create_wait: &str) -> (Server, tempfile::TempDir) {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
     let controller = bin.with_file_name("wallcrawler-controller");
     let chrome = wrapper.display().to_string();
-    let s = Server::spawn_with(
-        create_wait,
-        &controller,
-        &[
-            ("WALLCRAWLER_POOL_SIZE", pool),
-            ("CHROME_PATH", &chrome),
-            DIRECT,
-        ],
-    );
+    let mut env = vec![
+        ("WALLCRAWLER_POOL_SIZE", pool),
+        ("CHROME_PATH", chrome.as_str()),
+        DIRECT,
+    ];
+    env.extend_from_slice(extra);
+    let s = Server::spawn_with(create_wait, &controller, &env);
     (s, gate)
 }
 
@@ -693,6 +700,81 @@ fn a_session_released_before_its_claim_was_taken_is_never_brought_up() {
     let next_id = next["id"].as_str().unwrap();
     assert_eq!(s.doc(next_id)["ecsTaskArn"], s.pool_name(1).as_str());
     s.release(next_id);
+    s.stop();
+}
+
+impl Server {
+    /// Moves session `id`'s claim deadline into the past, in its document (the test moves
+    /// time along for one session instead of waiting for it; no GET, which would move it on).
+    fn lapse_claim(&self, id: &str) {
+        let p = self.dir().join("sessions").join(format!("{id}.json"));
+        let mut doc = self.doc(id);
+        let past = wallcrawler_contract::time::unix_millis() / 1000 - 1;
+        assert!(
+            doc["claimDeadline"].is_u64(),
+            "a new session has a deadline: {doc}"
+        );
+        doc["claimDeadline"] = past.into();
+        std::fs::write(&p, serde_json::to_vec(&doc).unwrap()).unwrap();
+    }
+}
+
+#[test]
+fn a_claim_past_its_deadline_is_never_served_and_the_controller_serves_the_next() {
+    let (s, gate) = gated_pool("1", "1");
+    // Two sessions wait while no controller is warm; the first one's client has gone.
+    let gone = create_pending(&s);
+    s.lapse_claim(&gone);
+    let waiting = create_pending(&s);
+    open_gate(&gate, "warm");
+    let running = s.wait_session(&waiting, "RUNNING, served by the one controller", |d| {
+        d["status"] == "RUNNING" && d["connectUrl"].is_string()
+    });
+    drive(running["connectUrl"].as_str().unwrap());
+    assert_eq!(s.doc(&waiting)["ecsTaskArn"], s.pool_name(1).as_str());
+    let doc = s.doc(&gone);
+    assert_eq!(doc["internalStatus"], "TIMED_OUT", "{doc}");
+    assert_eq!(doc["status"], "TIMED_OUT", "{doc}");
+    assert_eq!(doc["terminationReason"], "no browser was available in time");
+    assert!(
+        doc["endedAt"].is_string() && doc["readyAt"].is_null(),
+        "{doc}"
+    );
+    assert!(s.claims("new").is_empty() && s.claims("dead").is_empty());
+    s.release(&waiting);
+    s.stop();
+}
+
+#[test]
+fn the_sweeper_ends_a_stranded_session_and_gives_back_its_slot_and_lease() {
+    // No controller ever warms up (the gate stays shut): the claim is never taken.
+    let (s, gate) = gated_pool_with("1", "1", &[("SWEEP_INTERVAL_SECONDS", "1")]);
+    let (status, c) = s.call("POST", "/v1/contexts", "{}");
+    assert_eq!(status, 201, "{c}");
+    let ctx = c["id"].as_str().unwrap().to_owned();
+    let persisting =
+        format!(r#"{{"browserSettings": {{"context": {{"id": "{ctx}", "persist": true}}}}}}"#);
+    let v = create(&s, &persisting);
+    assert_eq!(v["status"], "PENDING", "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let slots = || std::fs::read_to_string(s.dir().join("active-sessions.json")).unwrap();
+    let writer = || std::fs::read_to_string(s.dir().join("contexts.json")).unwrap();
+    assert!(slots().contains(&id) && writer().contains(&id));
+    s.lapse_claim(&id);
+    wait_for("the sweeper ended the session", || {
+        s.doc(&id)["endedAt"].is_string()
+    });
+    let doc = s.doc(&id);
+    assert_eq!(doc["internalStatus"], "TIMED_OUT", "{doc}");
+    assert_eq!(doc["terminationReason"], "no browser was available in time");
+    wait_for("its slot and lease given back", || {
+        !slots().contains(&id) && !writer().contains(&id)
+    });
+    // A persisting create on the context goes through (it would wait, then 409, for a live
+    // writer).
+    let next = create(&s, &persisting);
+    assert_eq!(next["status"], "PENDING", "{next}");
+    open_gate(&gate, "warm");
     s.stop();
 }
 

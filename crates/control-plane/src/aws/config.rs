@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::SdkConfig;
+use wallcrawler_contract::claim::ClaimWait;
 
 use super::{
     DynamoContexts, DynamoKeys, DynamoProjects, DynamoSessions, DynamoSlots, EcsLauncher,
@@ -104,6 +105,34 @@ pub struct Config {
     /// `CONNECT_BASE_URL`: the connect gateway's base URL (`ws://` or `wss://`); when set the
     /// create answers at once with `connectUrl` formed from it.
     pub connect_base_url: Option<String>,
+    /// `CLAIM_WAIT_SECONDS` (default 60) and `CLAIM_WAIT_MAX_SECONDS` (default 600): how long
+    /// a session waits for a browser after its create and after each poll, and at most.
+    pub claim_wait: ClaimWait,
+}
+
+/// `CLAIM_WAIT_SECONDS` and `CLAIM_WAIT_MAX_SECONDS` (whole seconds, the wait at least 1 and
+/// no more than the maximum); problems are added to `problems`.
+pub fn claim_wait(get: &dyn Fn(&str) -> Option<String>, problems: &mut Vec<String>) -> ClaimWait {
+    let d = ClaimWait::default();
+    let wait = number(get, "CLAIM_WAIT_SECONDS", d.wait).filter(|w| *w > 0);
+    let max = number(get, "CLAIM_WAIT_MAX_SECONDS", d.max);
+    match (wait, max) {
+        (Some(wait), Some(max)) if wait <= max => return ClaimWait { wait, max },
+        (Some(_), Some(_)) => {
+            problems.push("CLAIM_WAIT_SECONDS must not be more than CLAIM_WAIT_MAX_SECONDS".into())
+        }
+        (w, m) => {
+            if w.is_none() {
+                problems.push(
+                    "CLAIM_WAIT_SECONDS must be a whole number of seconds, at least 1".into(),
+                );
+            }
+            if m.is_none() {
+                problems.push("CLAIM_WAIT_MAX_SECONDS must be a whole number of seconds".into());
+            }
+        }
+    }
+    d
 }
 
 /// API Gateway's integration timeout: it answers 504 itself after this, whatever the function
@@ -208,6 +237,7 @@ impl Config {
                 ));
                 budget
             });
+        let claim_wait = claim_wait(get, &mut problems);
         let connect_base_url = var(get, "CONNECT_BASE_URL");
         if let Some(u) = &connect_base_url
             && !crate::handlers::is_connect_base(u)
@@ -220,6 +250,7 @@ impl Config {
             return Err(ConfigError(problems));
         }
         Ok(Self {
+            claim_wait,
             connect_base_url,
             tables: Tables::from_source(get),
             contexts_bucket,
@@ -253,6 +284,7 @@ pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
     let mut settings = Settings {
         create_wait: cfg.create_wait,
         connect_base: cfg.connect_base_url.clone(),
+        claim_wait: cfg.claim_wait,
         ..Settings::default()
     };
     if let Some(r) = sdk.region().map(|r| r.as_ref())
@@ -330,6 +362,7 @@ mod tests {
         assert_eq!(c.ecs.container_name, "controller");
         assert_eq!(c.cdp_proxy_port, 9223);
         assert_eq!(c.create_wait, CREATE_BUDGET);
+        assert_eq!(c.claim_wait, ClaimWait { wait: 60, max: 600 });
         let mut pairs = FULL.to_vec();
         pairs.extend([
             ("SESSIONS_TABLE_NAME", "s"),
@@ -378,6 +411,34 @@ mod tests {
               (API Gateway's 29s integration limit less 3s to answer)"
             ]
         );
+    }
+
+    #[test]
+    fn claim_waits_are_whole_seconds_and_the_wait_within_the_maximum() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = FULL.to_vec();
+            pairs.extend_from_slice(extra);
+            Config::from_source(&source(&pairs))
+        };
+        let c = with(&[
+            ("CLAIM_WAIT_SECONDS", "5"),
+            ("CLAIM_WAIT_MAX_SECONDS", "30"),
+        ])
+        .unwrap();
+        assert_eq!(c.claim_wait, ClaimWait { wait: 5, max: 30 });
+        let e = with(&[
+            ("CLAIM_WAIT_SECONDS", "31"),
+            ("CLAIM_WAIT_MAX_SECONDS", "30"),
+        ]);
+        assert_eq!(
+            e.unwrap_err().0,
+            ["CLAIM_WAIT_SECONDS must not be more than CLAIM_WAIT_MAX_SECONDS"]
+        );
+        let e = with(&[
+            ("CLAIM_WAIT_SECONDS", "0"),
+            ("CLAIM_WAIT_MAX_SECONDS", "-1"),
+        ]);
+        assert_eq!(e.unwrap_err().0.len(), 2);
     }
 
     #[test]

@@ -16,6 +16,8 @@
 //!   GSIs cannot be read consistently, so a session created a moment ago may be missing from
 //!   `GET /v1/sessions` for a short while. The concurrency cap does not use it: it is the
 //!   project's slot set ([`DynamoSlots`], see [`crate::limits`]).
+//! - the sweeper's candidates come from the `status-expiresAt-index` GSI (`KEYS_ONLY`), each
+//!   then read by key.
 //! - a stopped pool task's session comes from the sparse `ecsTaskArn-index` GSI (`KEYS_ONLY`),
 //!   written with READY long before the task stops.
 //! - a context's sessions come from a consistent `Scan` with a filter: it reads the whole
@@ -41,7 +43,7 @@ pub use config::{Config, ConfigError, EcsSettings, Tables, build_app, sdk_config
 pub use ecs::{EcsLauncher, controller_environment};
 pub use records::{DynamoContexts, DynamoKeys, DynamoProjects, DynamoRecords};
 pub use s3::S3Archives;
-pub use sessions::{DynamoSessions, PROJECT_INDEX, TASK_INDEX};
+pub use sessions::{DynamoSessions, PROJECT_INDEX, STATUS_INDEX, TASK_INDEX};
 pub use signer::{KEY_TTL, SecretsSigner};
 pub use slots::{ACTIVE_SESSIONS, DynamoSlots};
 pub use sqs::SqsPoolLauncher;

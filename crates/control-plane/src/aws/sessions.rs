@@ -1,23 +1,26 @@
 //! The sessions table ([`DynamoSessions`]): the session item, its conditional status writes
-//! and its two indexes.
+//! and its three indexes.
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
-use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use wallcrawler_aws::item::{self, Item};
-use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::session::attr;
 use wallcrawler_contract::session_doc::SessionDoc;
+use wallcrawler_contract::{InternalStatus, SdkStatus};
 
 use super::sdk_error;
 use super::table::{SdkResult, Table, condition, from_opt, s};
 use crate::error::StoreError;
-use crate::stores::{Cond, DocWrite, SessionStore, StoreResult, Terminal};
+use crate::stores::{Cond, DocWrite, Ids, SessionStore, StoreResult, Terminal};
 
 /// The sessions table's GSI by project (PK `projectId`, SK `createdAt`, projection `ALL`).
 pub const PROJECT_INDEX: &str = "projectId-createdAt-index";
+/// Sessions by status and expiry (hash `status`, range `expiresAt`, projection `KEYS_ONLY`):
+/// what the sweeper queries.
+pub const STATUS_INDEX: &str = "status-expiresAt-index";
 /// Sessions by the task that served them (hash `ecsTaskArn`, projection `KEYS_ONLY`; sparse:
 /// only items with a task ARN are in it).
 pub const TASK_INDEX: &str = "ecsTaskArn-index";
@@ -209,6 +212,56 @@ impl SessionStore for DynamoSessions {
             .update_expression("SET endedAt = :at")
             .expression_attribute_values(":at", s(at));
         self.0.unless_condition_fails(req).await
+    }
+
+    /// `UpdateItem` on condition "pending and `claimDeadline` < `to`".
+    async fn extend_claim(&self, id: &str, to: u64) -> DocWrite {
+        let req =
+            wallcrawler_aws::pending_condition(self.update_returning(id), "claimDeadline < :to")
+                .update_expression("SET claimDeadline = :to")
+                .expression_attribute_values(":to", AttributeValue::N(to.to_string()));
+        updated(req.send().await)
+    }
+
+    /// `UpdateItem` on condition "pending and `claimDeadline` < `now`"
+    /// ([`wallcrawler_aws::unserved_update`], the controller's own write).
+    async fn end_unserved(&self, id: &str, now: u64, at: &str) -> DocWrite {
+        let req = wallcrawler_aws::unserved_update(self.update_returning(id), now, at);
+        updated(req.send().await)
+    }
+
+    /// `Query` on [`STATUS_INDEX`]: `status = :st AND expiresAt < :before`, ascending, pages
+    /// until `limit` keys.
+    async fn expiring(&self, status: SdkStatus, before: u64, limit: usize) -> Ids {
+        let mut ids = Vec::new();
+        let mut start = None;
+        while ids.len() < limit {
+            let page = self
+                .0
+                .client
+                .query()
+                .table_name(&self.0.name)
+                .index_name(STATUS_INDEX)
+                .key_condition_expression("#st = :st AND expiresAt < :before")
+                .expression_attribute_names("#st", attr::STATUS)
+                .expression_attribute_values(":st", s(status.as_str()))
+                .expression_attribute_values(":before", AttributeValue::N(before.to_string()))
+                .limit(i32::try_from(limit - ids.len()).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| sdk_error(SESSIONS, e))?;
+            ids.extend(
+                page.items()
+                    .iter()
+                    .filter_map(|i| i.get(attr::SESSION_ID)?.as_s().ok().cloned()),
+            );
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        Ok(ids)
     }
 }
 

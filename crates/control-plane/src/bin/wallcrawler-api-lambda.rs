@@ -10,13 +10,7 @@ use wallcrawler_control_plane::router;
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     lambda::init_tracing();
-    let cfg = match aws::Config::from_env() {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!("{e}");
-            std::process::exit(64);
-        }
-    };
+    let cfg = lambda::config_or_exit();
     let sdk = aws::sdk_config().await;
     let api = router::router(aws::build_app(&sdk, &cfg));
     lambda_http::run(lambda_http::tower::ServiceExt::map_request(

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use wallcrawler_contract::claim::ClaimWait;
 use wallcrawler_control_plane::admin::{self, NewProject};
 use wallcrawler_control_plane::app::Settings;
 use wallcrawler_control_plane::aws::{self, DynamoKeys, DynamoProjects};
@@ -24,31 +25,7 @@ enum Command {
     /// Run the whole platform locally: the API on 127.0.0.1, sessions as local controller
     /// processes, data in a directory. Prints `baseURL:`, `apiKey:` and `projectId:` lines,
     /// and `gateway:` (the connect gateway every connectUrl points at) unless `--direct`.
-    Serve {
-        /// Port on 127.0.0.1; 0 = any free port.
-        #[arg(long, default_value_t = 8080)]
-        port: u16,
-        /// Where projects, keys, sessions and context archives are kept.
-        #[arg(long, default_value = ".wallcrawler")]
-        data_dir: PathBuf,
-        /// Seconds `POST /v1/sessions` waits for READY before answering PENDING.
-        #[arg(long, env = "CREATE_WAIT_SECONDS", default_value_t = 25)]
-        create_wait_seconds: u64,
-        /// Controllers kept warm (Chrome running, waiting for a session), so a create answers
-        /// in milliseconds; each costs an idle Chrome. 0 = start one controller per session.
-        #[arg(long, env = "WALLCRAWLER_POOL_SIZE", default_value_t = 2)]
-        pool: usize,
-        /// Direct mode: no connect gateway; each session's connectUrl is its controller's own
-        /// port, known once READY (the create waits for it). By default one gateway on a free
-        /// port of 127.0.0.1 serves every session, and creates answer at once.
-        #[arg(long, env = "WALLCRAWLER_DIRECT_CONNECT")]
-        direct: bool,
-        /// The gateway serves wss:// with a certificate for 127.0.0.1 and localhost from a
-        /// local certificate authority, made in `<data-dir>/tls/` on first start; prints
-        /// `caCert: PATH`, the authority a client trusts (`NODE_EXTRA_CA_CERTS=PATH` for Node).
-        #[arg(long, env = "WALLCRAWLER_TLS", conflicts_with = "direct")]
-        tls: bool,
-    },
+    Serve(ServeArgs),
     /// Administer projects and API keys in the DynamoDB tables of an AWS deployment. AWS
     /// region, credentials and `AWS_ENDPOINT_URL` come from the standard AWS environment.
     Admin {
@@ -57,6 +34,47 @@ enum Command {
         #[command(subcommand)]
         command: AdminCommand,
     },
+}
+
+/// `serve`'s options.
+#[derive(Args)]
+struct ServeArgs {
+    /// Port on 127.0.0.1; 0 = any free port.
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Where projects, keys, sessions and context archives are kept.
+    #[arg(long, default_value = ".wallcrawler")]
+    data_dir: PathBuf,
+    /// Seconds `POST /v1/sessions` waits for READY before answering PENDING.
+    #[arg(long, env = "CREATE_WAIT_SECONDS", default_value_t = 25)]
+    create_wait_seconds: u64,
+    /// Controllers kept warm (Chrome running, waiting for a session), so a create answers
+    /// in milliseconds; each costs an idle Chrome. 0 = start one controller per session.
+    #[arg(long, env = "WALLCRAWLER_POOL_SIZE", default_value_t = 2)]
+    pool: usize,
+    /// Direct mode: no connect gateway; each session's connectUrl is its controller's own
+    /// port, known once READY (the create waits for it). By default one gateway on a free
+    /// port of 127.0.0.1 serves every session, and creates answer at once.
+    #[arg(long, env = "WALLCRAWLER_DIRECT_CONNECT")]
+    direct: bool,
+    /// The gateway serves wss:// with a certificate for 127.0.0.1 and localhost from a
+    /// local certificate authority, made in `<data-dir>/tls/` on first start; prints
+    /// `caCert: PATH`, the authority a client trusts (`NODE_EXTRA_CA_CERTS=PATH` for Node).
+    #[arg(long, env = "WALLCRAWLER_TLS", conflicts_with = "direct")]
+    tls: bool,
+    /// Seconds a new session waits for a browser (its claim's deadline), moved on by each
+    /// `GET /v1/sessions/{id}` while it is not READY; past it, a warm controller taking its
+    /// claim ends it ("no browser was available in time") instead of serving it.
+    #[arg(long, env = "CLAIM_WAIT_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    claim_wait_seconds: u64,
+    /// The latest claim deadline, in seconds after the create, however often the client polls.
+    #[arg(long, env = "CLAIM_WAIT_MAX_SECONDS", default_value_t = 600)]
+    claim_wait_max_seconds: u64,
+    /// Seconds between two runs of the sweeper, which ends sessions stranded past their
+    /// claim's deadline or their expiry and gives back their slots and leases; 0 = never.
+    #[arg(long, env = "SWEEP_INTERVAL_SECONDS", default_value_t = 30)]
+    sweep_interval_seconds: u64,
 }
 
 #[derive(Args)]
@@ -217,6 +235,54 @@ fn read_key(arg: &str) -> Result<String, admin::AdminError> {
     Ok(key)
 }
 
+/// Runs the local platform until a signal; the exit status.
+async fn serve(args: ServeArgs) -> i32 {
+    if args.claim_wait_seconds > args.claim_wait_max_seconds {
+        tracing::error!("CLAIM_WAIT_SECONDS must not be more than CLAIM_WAIT_MAX_SECONDS");
+        return 64;
+    }
+    let settings = Settings {
+        create_wait: Duration::from_secs(args.create_wait_seconds),
+        claim_wait: ClaimWait {
+            wait: args.claim_wait_seconds,
+            max: args.claim_wait_max_seconds,
+        },
+        ..Settings::default()
+    };
+    let connect = if args.direct {
+        Connect::Direct
+    } else {
+        Connect::Gateway { tls: args.tls }
+    };
+    let bound = LocalServer::bind(args.port, &args.data_dir, settings, args.pool, connect).await;
+    let server = match bound {
+        Ok(s) => s.sweep_every(Duration::from_secs(args.sweep_interval_seconds)),
+        Err(e) => {
+            tracing::error!("could not start: {e:#}");
+            return 1;
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "baseURL: http://{}", server.addr);
+    let _ = writeln!(out, "apiKey: {}", server.identity.api_key);
+    let _ = writeln!(out, "projectId: {}", server.identity.project_id);
+    if let Some(g) = server.gateway_url() {
+        let _ = writeln!(out, "gateway: {g}");
+    }
+    if let Some(ca) = server.ca_cert() {
+        let _ = writeln!(out, "caCert: {}", ca.display());
+    }
+    let _ = out.flush();
+    drop(out);
+    match server.run(shutdown_signal()).await {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!("server failed: {e:#}");
+            1
+        }
+    }
+}
+
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -236,51 +302,7 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let code = rt.block_on(async {
         match cli.command {
-            Command::Serve {
-                port,
-                data_dir,
-                create_wait_seconds,
-                pool,
-                direct,
-                tls,
-            } => {
-                let settings = Settings {
-                    create_wait: Duration::from_secs(create_wait_seconds),
-                    ..Settings::default()
-                };
-                let connect = if direct {
-                    Connect::Direct
-                } else {
-                    Connect::Gateway { tls }
-                };
-                let server = match LocalServer::bind(port, &data_dir, settings, pool, connect).await
-                {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::error!("could not start: {e:#}");
-                        return 1;
-                    }
-                };
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "baseURL: http://{}", server.addr);
-                let _ = writeln!(out, "apiKey: {}", server.identity.api_key);
-                let _ = writeln!(out, "projectId: {}", server.identity.project_id);
-                if let Some(g) = server.gateway_url() {
-                    let _ = writeln!(out, "gateway: {g}");
-                }
-                if let Some(ca) = server.ca_cert() {
-                    let _ = writeln!(out, "caCert: {}", ca.display());
-                }
-                let _ = out.flush();
-                drop(out);
-                match server.run(shutdown_signal()).await {
-                    Ok(()) => 0,
-                    Err(e) => {
-                        tracing::error!("server failed: {e:#}");
-                        1
-                    }
-                }
-            }
+            Command::Serve(args) => serve(args).await,
             Command::Admin { tables, command } => admin(tables, command).await,
         }
     });

@@ -28,6 +28,7 @@ use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use tokio::io::AsyncWriteExt;
 use tracing::info;
+use wallcrawler_contract::SdkStatus;
 use wallcrawler_contract::session_doc::{DirStore, DocError, SessionDoc};
 use wallcrawler_contract::time::now_iso8601;
 
@@ -138,6 +139,17 @@ impl SessionStore for DirSessions {
         self.cond(id, move |d| rules::ended_if_missing(d, &at))
             .await?;
         Ok(())
+    }
+    async fn extend_claim(&self, id: &str, to: u64) -> DocWrite {
+        self.cond(id, move |d| d.extend_claim(to)).await
+    }
+    async fn end_unserved(&self, id: &str, now: u64, at: &str) -> DocWrite {
+        let at = at.to_owned();
+        self.cond(id, move |d| d.end_unserved(now, &at)).await
+    }
+    async fn expiring(&self, status: SdkStatus, before: u64, limit: usize) -> Ids {
+        let all = self.run(|s| s.list()).await?;
+        Ok(rules::expiring(all, status, before, limit))
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use axum::routing::put;
 use tokio::net::TcpListener;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::info;
 use wallcrawler_contract::SigningKey;
 use wallcrawler_contract::session_doc::DirStore;
@@ -41,6 +42,10 @@ pub struct LocalServer {
     pool: Option<Arc<LocalPool>>,
     /// The connect gateway every session's `connectUrl` points at (`None`: direct mode).
     gateway: Option<GatewayChild>,
+    /// The stores the sweeper works on (the router's own).
+    app: App,
+    /// How often the sweeper runs (`None`: never).
+    sweep_every: Option<Duration>,
 }
 
 /// How clients reach the local platform's sessions.
@@ -116,7 +121,7 @@ impl LocalServer {
             .route("/_local/archives/{*key}", put(upload_archive))
             .with_state(archives)
             .layer(axum::extract::DefaultBodyLimit::disable());
-        let router = crate::router::router(app).merge(uploads);
+        let router = crate::router::router(app.clone()).merge(uploads);
         Ok(LocalServer {
             addr,
             identity,
@@ -125,7 +130,15 @@ impl LocalServer {
             controllers,
             pool,
             gateway,
+            app,
+            sweep_every: Some(DEFAULT_SWEEP_EVERY),
         })
+    }
+
+    /// Runs the sweeper ([`crate::sweep`]) every `every` while serving (zero: never).
+    pub fn sweep_every(mut self, every: Duration) -> Self {
+        self.sweep_every = (!every.is_zero()).then_some(every);
+        self
     }
 
     /// The connect gateway's address, when it runs.
@@ -153,6 +166,10 @@ impl LocalServer {
         if let Some(pool) = &self.pool {
             pool.start();
         }
+        // Aborted when dropped, at the end of `run`.
+        let _sweeper = self.sweep_every.map(|every| {
+            AbortOnDropHandle::new(tokio::spawn(sweep_periodically(self.app.clone(), every)))
+        });
         axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown)
             .await?;
@@ -163,6 +180,21 @@ impl LocalServer {
             g.stop().await;
         }
         Ok(())
+    }
+}
+
+/// How often the local platform's sweeper runs unless told otherwise.
+pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+/// The sweeper every `every`, the first run one interval after the start.
+async fn sweep_periodically(app: App, every: Duration) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if let Err(e) = crate::sweep::sweep(&app, crate::sweep::PAGE_LIMIT).await {
+            tracing::warn!(error = %crate::error::chain(&e), "the sweep failed; it runs again later");
+        }
     }
 }
 

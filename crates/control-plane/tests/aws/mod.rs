@@ -19,7 +19,7 @@ use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::token::{self, Validation};
-use wallcrawler_contract::{InternalStatus, SigningKey};
+use wallcrawler_contract::{InternalStatus, SdkStatus, SigningKey};
 use wallcrawler_control_plane::aws::lambda::{Authorizer, TaskEventOutcome, authorize_request};
 use wallcrawler_control_plane::aws::{
     Config, DynamoKeys, DynamoProjects, DynamoSessions, build_app,
@@ -27,12 +27,27 @@ use wallcrawler_control_plane::aws::{
 use wallcrawler_control_plane::memory::MemSessions;
 use wallcrawler_control_plane::model::hash_api_key;
 use wallcrawler_control_plane::router::router;
+use wallcrawler_control_plane::rules;
 use wallcrawler_control_plane::stores::{Cond, SessionStore, Terminal};
 use wallcrawler_testkit::platform::{
     Fixture, PUBLIC_IP, SIGNING_KEY, WAIT, authorizer_event, aws_env, call_with_key, get_item,
     http, policy, refused, s, s3, sdk, stopped_event, task_env, text,
 };
 use wallcrawler_testkit::tables;
+
+/// `POST /v1/contexts` with `key`; asserts 201; the context's id.
+async fn new_context(f: &Fixture, key: &str) -> String {
+    let (status, c) = call_with_key(
+        &f.router,
+        key,
+        Method::POST,
+        "/v1/contexts",
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{c}");
+    c["id"].as_str().unwrap().to_owned()
+}
 
 /// A create body asking for context `id`, persisting or not (`None`: no `persist` field).
 fn with_context(id: &str, persist: Option<bool>) -> Value {
@@ -411,16 +426,7 @@ async fn simultaneous_creates_never_exceed_the_projects_concurrency() {
 async fn simultaneous_persisting_creates_on_one_context_get_one_writer() {
     let f = Fixture::new(1).await;
     let (project, key) = f.project_with_key(10).await;
-    let (status, c) = call_with_key(
-        &f.router,
-        &key,
-        Method::POST,
-        "/v1/contexts",
-        Some(json!({})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{c}");
-    let ctx = c["id"].as_str().unwrap().to_owned();
+    let ctx = new_context(&f, &key).await;
     let persist = with_context(&ctx, Some(true));
     let (answers, ids) = simultaneous_creates(&f, &key, 6, persist.clone()).await;
     assert_eq!(ids.len(), 1, "{answers:?}");
@@ -477,6 +483,167 @@ async fn simultaneous_persisting_creates_on_one_context_get_one_writer() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// (g) claims with a deadline, and the sweeper
+
+/// Sets number attribute `name` of session `id` (the test moves time along for one session).
+async fn set_number(f: &Fixture, id: &str, name: &str, v: u64) {
+    f.dynamo()
+        .update_item()
+        .table_name(&f.cfg.tables.sessions)
+        .key("sessionId", s(id))
+        .update_expression("SET #n = :v")
+        .expression_attribute_names("#n", name)
+        .expression_attribute_values(":v", AttributeValue::N(v.to_string()))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// A number attribute of session `id`.
+async fn number(f: &Fixture, id: &str, name: &str) -> Option<u64> {
+    f.item(id)
+        .await
+        .get(name)
+        .map(|v| v.as_n().unwrap().parse().unwrap())
+}
+
+fn now_secs() -> u64 {
+    wallcrawler_contract::time::unix_millis() / 1000
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_polls_move_its_claims_deadline_until_ready_and_never_past_the_cap() {
+    let f = Fixture::with_env(1, vec![("CLAIM_WAIT_SECONDS", "30".into())]).await;
+    let (status, v) = f.create(json!({})).await;
+    assert_eq!(
+        (status, v["status"].as_str()),
+        (StatusCode::CREATED, Some("PENDING"))
+    );
+    let id = v["id"].as_str().unwrap().to_owned();
+    let created =
+        wallcrawler_contract::time::parse_iso8601(&text(&f.item(&id).await, "createdAt").unwrap())
+            .unwrap()
+            / 1000;
+    assert_eq!(number(&f, &id, "claimDeadline").await, Some(created + 30));
+    let get = format!("/v1/sessions/{id}");
+    // An earlier deadline (the poll comes later than the create): moved to now + 30 s.
+    set_number(&f, &id, "claimDeadline", created + 1).await;
+    let before = now_secs();
+    let (status, _) = f.call(Method::GET, &get, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let moved = number(&f, &id, "claimDeadline").await.unwrap();
+    assert!((before + 30..=now_secs() + 30).contains(&moved), "{moved}");
+    // Never past createdAt + CLAIM_WAIT_MAX_SECONDS (600).
+    set_number(&f, &id, "claimDeadline", created + 600).await;
+    f.call(Method::GET, &get, None).await;
+    assert_eq!(number(&f, &id, "claimDeadline").await, Some(created + 600));
+    // Once READY, never.
+    set_number(&f, &id, "claimDeadline", created + 1).await;
+    let (sessions, _, _) = f.stores();
+    let ready = f.play_controller();
+    assert_eq!(ready.await.unwrap(), id);
+    f.call(Method::GET, &get, None).await;
+    assert_eq!(number(&f, &id, "claimDeadline").await, Some(created + 1));
+    // And a READY session is never ended as unserved, deadline or not.
+    let r = sessions
+        .end_unserved(&id, now_secs(), "2026-01-01T00:00:00.000Z")
+        .await;
+    assert!(matches!(r.unwrap(), Cond::Failed(Some(_))));
+    assert_eq!(
+        text(&f.item(&id).await, "internalStatus").as_deref(),
+        Some("READY")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweeper_ends_stranded_sessions_and_frees_their_slot_and_lease() {
+    use wallcrawler_control_plane::sweep::{EXPIRED_REASON, PAGE_LIMIT, sweep};
+    let f = Fixture::new(1).await;
+    let app = build_app(&f.sdk, &f.cfg);
+    // A READY session, and one whose task vanished long past its expiry (made READY by the
+    // test's controller first: it takes any PROVISIONING session).
+    let live = f.running_session(json!({})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let gone = f.running_session(json!({})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let gone_arn = text(&f.item(&gone).await, "ecsTaskArn").unwrap();
+    set_number(&f, &gone, "expiresAt", now_secs() - 3600).await;
+
+    // A project limited to one session, whose one session persists a context and is stranded:
+    // its task never comes up (PENDING), and its claim's deadline passes.
+    let (project, key) = f.project_with_key(1).await;
+    let ctx = new_context(&f, &key).await;
+    let (status, v) = f.create_as(&key, with_context(&ctx, Some(true))).await;
+    assert_eq!(
+        (status, v["status"].as_str()),
+        (StatusCode::CREATED, Some("PENDING")),
+        "{v}"
+    );
+    let stranded = v["id"].as_str().unwrap().to_owned();
+    let stranded_arn = text(&f.item(&stranded).await, "ecsTaskArn").unwrap();
+    let (status, full) = f.create_as(&key, json!({})).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{full}");
+    assert_eq!(f.writer(&ctx).await.as_deref(), Some(stranded.as_str()));
+    // Before the deadline: nothing to do.
+    assert_eq!(
+        sweep(&app, PAGE_LIMIT).await.unwrap().ended,
+        1,
+        "only the expired one"
+    );
+    assert_eq!(
+        text(&f.item(&stranded).await, "status").as_deref(),
+        Some("PENDING")
+    );
+    set_number(&f, &stranded, "claimDeadline", now_secs() - 1).await;
+    let swept = sweep(&app, PAGE_LIMIT).await.unwrap();
+    assert_eq!(
+        (swept.ended, swept.unserved, swept.failed),
+        (1, 1, 0),
+        "{swept:?}"
+    );
+
+    let item = f.item(&stranded).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("TIMED_OUT"));
+    assert_eq!(text(&item, "status").as_deref(), Some("TIMED_OUT"));
+    assert_eq!(
+        text(&item, "terminationReason").as_deref(),
+        Some("no browser was available in time")
+    );
+    assert!(item.contains_key("endedAt"));
+    assert_eq!(
+        f.task(&stranded_arn).await.desired_status(),
+        Some("STOPPED")
+    );
+    // Its slot and its lease are free: a new persisting create on the context succeeds.
+    assert_eq!(f.held(&project).await, Vec::<String>::new());
+    assert_eq!(f.writer(&ctx).await, None);
+    let (status, next) = f.create_as(&key, with_context(&ctx, Some(true))).await;
+    assert_eq!(status, StatusCode::CREATED, "{next}");
+    assert_eq!(f.writer(&ctx).await.as_deref(), next["id"].as_str());
+
+    // The expired one: TIMED_OUT, ended, its task stopped; the READY one untouched.
+    let item = f.item(&gone).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("TIMED_OUT"));
+    assert_eq!(
+        text(&item, "terminationReason").as_deref(),
+        Some(EXPIRED_REASON)
+    );
+    assert!(item.contains_key("endedAt"));
+    assert_eq!(f.task(&gone_arn).await.desired_status(), Some("STOPPED"));
+    let item = f.item(&live).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("READY"));
+    assert!(!item.contains_key("endedAt"));
+    assert!(f.held(&f.project_id).await.contains(&live));
+    // Idempotent: a second run ends nothing more.
+    let again = sweep(&app, PAGE_LIMIT).await.unwrap();
+    assert_eq!((again.ended, again.failed), (0, 0), "{again:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
 // The DynamoDB store's conditional writes agree with the in-memory reference
 
 fn doc(id: &str, status: InternalStatus, ended: bool) -> SessionDoc {
@@ -487,11 +654,15 @@ fn doc(id: &str, status: InternalStatus, ended: bool) -> SessionDoc {
         expires_at: 1_900_000_000,
         region: "us-east-1".into(),
         ended_at: ended.then(|| "2026-01-01T00:01:00.000Z".into()),
+        claim_deadline: Some(CLAIM_DEADLINE),
         ..Default::default()
     };
     d.set_status(status);
     d
 }
+
+/// The claim deadline of [`doc`]'s sessions.
+const CLAIM_DEADLINE: u64 = 1_800_000_000;
 
 /// One of the store's conditional operations, as the handlers use them.
 async fn apply(r: &dyn SessionStore, op: &str, id: &str, at: &str) -> Cond<SessionDoc> {
@@ -509,6 +680,9 @@ async fn apply(r: &dyn SessionStore, op: &str, id: &str, at: &str) -> Cond<Sessi
             };
             r.mark_terminal(id, to, at).await
         }
+        "extend claim" => r.extend_claim(id, CLAIM_DEADLINE + 60).await,
+        "unserved" => r.end_unserved(id, CLAIM_DEADLINE + 1, at).await,
+        "unserved too early" => r.end_unserved(id, CLAIM_DEADLINE, at).await,
         _ => {
             r.mark_ended_if_missing(id, at).await.unwrap();
             Ok(Cond::Done(r.get(id).await.unwrap().unwrap()))
@@ -532,7 +706,15 @@ async fn conditional_writes_follow_the_memory_rules() {
         (InternalStatus::Failed, false),
         (InternalStatus::TimedOut, true),
     ];
-    let ops = ["provisioning", "release", "task stopped", "ended"];
+    let ops = [
+        "provisioning",
+        "release",
+        "task stopped",
+        "extend claim",
+        "unserved",
+        "unserved too early",
+        "ended",
+    ];
     for op_name in ops {
         for (i, (st, ended)) in starts.iter().enumerate() {
             let id = format!("sess_{op_name}_{i}").replace(' ', "_");
@@ -579,10 +761,28 @@ async fn conditional_writes_follow_the_memory_rules() {
         .into_iter()
         .map(|d| d.session_id)
         .collect();
-    assert_eq!(listed.len(), 29);
+    assert_eq!(listed.len(), 50);
     let mut sorted = listed.clone();
     sorted.sort_by_key(|id| (id.len(), id.clone()));
     assert_eq!(listed, sorted, "ordered by createdAt, then id");
+    // The sweeper's index query (status-expiresAt-index) finds what the reference finds.
+    let all = dynamo.list_project("proj_rules").await.unwrap();
+    for status in [SdkStatus::Pending, SdkStatus::Running, SdkStatus::TimedOut] {
+        for before in [1_900_000_000, 1_900_000_001, u64::MAX] {
+            let mut got = dynamo.expiring(status, before, 1000).await.unwrap();
+            let mut want = rules::expiring(all.clone(), status, before, 1000);
+            got.sort();
+            want.sort();
+            assert_eq!(got, want, "{status:?} before {before}");
+        }
+        let bounded = dynamo.expiring(status, u64::MAX, 3).await.unwrap();
+        let all_of = rules::expiring(all.clone(), status, u64::MAX, 1000).len();
+        assert_eq!(
+            bounded.len(),
+            all_of.min(3),
+            "{status:?}: at most the limit"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1016,4 +1216,27 @@ async fn the_lambda_binaries_answer_through_the_runtime_api() {
             .unwrap()
             .contains("CannotPullContainerError")
     );
+
+    // The sweeper function: a scheduled event (its body ignored) ends a session whose claim's
+    // deadline passed, and answers the run's summary.
+    let (status, v) = f.create(json!({})).await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    let stranded = v["id"].as_str().unwrap().to_owned();
+    set_number(&f, &stranded, "claimDeadline", now_secs() - 1).await;
+    let scheduled = json!({
+        "version": "0", "id": "e2", "detail-type": "Scheduled Event", "source": "aws.events",
+        "account": "123456789012", "time": "2026-11-21T12:00:00Z", "region": "us-east-1",
+        "resources": ["arn:aws:events:us-east-1:123456789012:rule/sweeper"], "detail": {}
+    });
+    let (posted, _) = run_lambda(
+        env!("CARGO_BIN_EXE_wallcrawler-sweeper-lambda"),
+        &f.vars,
+        vec![scheduled],
+    )
+    .await;
+    assert_eq!(posted[0].1, "response", "{posted:?}");
+    assert_eq!(posted[0].2["ended"], 1, "{posted:?}");
+    assert_eq!(posted[0].2["unserved"], 1, "{posted:?}");
+    let item = f.item(&stranded).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("TIMED_OUT"));
 }
