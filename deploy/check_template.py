@@ -216,18 +216,9 @@ def env_names_read(*paths):
 # in the controller, the claim deadlines in the API, written on other branches at the same
 # time). Until the code reads one, it is a note, not a failure; once merged, this set is empty
 # of anything unread and can go.
-LANDING = {"POOL_METRIC_NAMESPACE", "POOL_METRIC_POOL", "CLAIM_WAIT_SECONDS", "CLAIM_WAIT_MAX_SECONDS"}
-notes = set()
-
-
 def check_read(name, read, what):
-    """`name`, set by the template, is read by the code (`read`); a LANDING name only noted."""
-    if name in read or name.startswith("AWS_"):
-        return
-    if name in LANDING:
-        notes.add(f"{what} (set ahead of the code that reads it)")
-        return
-    check(False, what)
+    """`name`, set by the template, is read by the code (`read`)."""
+    check(name in read or name.startswith("AWS_"), what)
 
 
 def check_mode(t, mode):
@@ -386,6 +377,18 @@ def check_mode(t, mode):
     api_env = props(t, "ApiFunction")["Environment"]["Variables"]
     for name in sorted(required | {"POOL_QUEUE_URL"}):
         check(name in api_env, f"ApiFunction: sets {name}")
+    # The sweeper reads the API function's configuration (aws::Config): the same values.
+    if "GatewayTaskDefinition" in t["Resources"]:
+        gw = props(t, "GatewayTaskDefinition")["ContainerDefinitions"][0]["Environment"]
+        gw_env = {e["Name"]: e["Value"] for e in gw}
+        check(
+            gw_env.get("GATEWAY_HOLD_SECONDS") == {"Ref": "ClaimWaitSeconds"}
+            and api_env.get("CLAIM_WAIT_SECONDS") == {"Ref": "ClaimWaitSeconds"},
+            "GatewayTaskDefinition: holds a client as long as the API's claim wait (GATEWAY_HOLD_SECONDS = ClaimWaitSeconds)",
+        )
+    sweeper_env = props(t, "SweeperFunction")["Environment"]["Variables"]
+    for name in sorted(required | {"POOL_QUEUE_URL"}):
+        check(sweeper_env.get(name) == api_env.get(name), f"SweeperFunction: sets {name} as the API function does")
     # The create's wait is derived from API Gateway's integration limit (aws/config.rs), not
     # configured beside it: the function outlives that limit and is given no wait of its own.
     cp_config = (ROOT / "crates/control-plane/src/aws/config.rs").read_text()
@@ -730,8 +733,7 @@ def check_sweeper(t, api_env, needs):
     moto_stack = (ROOT / "deploy/moto_stack.py").read_text()
     check("wallcrawler-sweeper-lambda" in lambda_sh, "scripts/lambda.sh: packages wallcrawler-sweeper-lambda")
     check('"SweeperLambdaKey"' in moto_stack, "deploy/moto_stack.py: uploads the SweeperLambdaKey zip")
-    if not (ROOT / SWEEPER_CODE[0]).is_file():
-        notes.add(f"SweeperFunction: {SWEEPER_CODE[0]} not in this tree yet")
+    check((ROOT / SWEEPER_CODE[0]).is_file(), f"SweeperFunction: {SWEEPER_CODE[0]} exists")
 
 
 def idle_metric(alarm):
@@ -786,8 +788,7 @@ def check_pool_scaling(t, task_env):
         and a.get("AlarmActions") == [{"Ref": "PoolScaleOutPolicy"}],
         "ClaimsWaitingAlarm: claims waiting in the queue drive PoolScaleOutPolicy (the backstop)",
     )
-    if "IdleWarmTasks" not in sources("src/**/*.rs"):
-        notes.add("the controller's IdleWarmTasks metric is not in src/ yet")
+    check("IdleWarmTasks" in sources("src/**/*.rs"), "the controller writes the IdleWarmTasks metric (src/)")
 
 def ingress(t, group):
     """The ingress rules of security group `group`: inline, and AWS::EC2::SecurityGroupIngress
@@ -947,8 +948,6 @@ def main():
     check_redeploy(raw)
     check_alarm_topic(raw)
 
-    for n in sorted(notes):
-        print(f"check_template: note: {n}", file=sys.stderr)
     for f in failures:
         print(f"check_template: FAILED: {f}", file=sys.stderr)
     print(f"check_template: {len(failures)} failed", file=sys.stderr)
