@@ -223,6 +223,8 @@ pub mod attr {
     pub const TERMINATION_REASON: &str = "terminationReason";
     /// `userMetadata`: the client's free-form JSON, kept as given.
     pub const USER_METADATA: &str = "userMetadata";
+    /// Set once the session's usage is in its project's total.
+    pub const USAGE_COUNTED: &str = "usageCounted";
 }
 
 /// `<base>/?signingKey=<token>`: a connect URL through the connect gateway, formed at create

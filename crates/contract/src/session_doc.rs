@@ -93,6 +93,10 @@ pub struct SessionDoc {
     /// `userMetadata`: the client's free-form JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_metadata: Option<serde_json::Value>,
+    /// `usageCounted`: the session's minutes and bytes are in its project's usage total (set
+    /// by the same write that adds them, on condition it was not set: counted once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_counted: Option<bool>,
 }
 
 impl SessionDoc {

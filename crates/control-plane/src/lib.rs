@@ -12,6 +12,8 @@
 //! - [`limits`]: the concurrency cap and the one-writer-per-context rule, by conditional
 //!   writes (slots and leases).
 //! - [`handlers`] and [`router`]: the endpoints, one router for every deployment.
+//! - [`cursor`]: the tamper-evident paging cursor of `GET /v1/sessions`.
+//! - [`usage`]: projects' usage as a running total, each session counted once.
 //! - [`debug`]: a running session's page list, from its proxy.
 //! - [`memory`]: in-memory ports (tests, reference semantics).
 //! - [`local`]: the local platform: file-backed stores shared with local controllers;
@@ -28,6 +30,7 @@ pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod aws;
+pub mod cursor;
 pub mod debug;
 pub mod error;
 pub mod handlers;
@@ -38,3 +41,4 @@ pub mod model;
 pub mod router;
 pub mod rules;
 pub mod stores;
+pub mod usage;

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 
 use crate::model::{ApiKeyRecord, ContextRecord};
 use crate::stores::{
-    ContextStore, KeyStore, Lease, RecordStore, Slot, SlotStore, StoreResult, Terminal,
+    ContextStore, KeyStore, Lease, RecordStore, Slot, SlotStore, StoreResult, Terminal, Usage,
 };
 
 /// CREATING → PROVISIONING with the task's ARN; `false` (nothing written) from any other
@@ -57,6 +57,20 @@ pub fn ended_if_missing(d: &mut SessionDoc, at: &str) -> bool {
         d.ended_at = Some(at.to_owned());
     }
     missing
+}
+
+/// Marks the session's usage counted; whether it was not yet (then the caller adds it).
+pub fn mark_counted(d: &mut SessionDoc) -> bool {
+    let first = d.usage_counted != Some(true);
+    d.usage_counted = Some(true);
+    first
+}
+
+/// Adds `used` to `project_id`'s total in `totals`.
+pub fn add_usage(totals: &mut BTreeMap<String, Usage>, project_id: &str, used: Usage) {
+    let t = totals.entry(project_id.to_owned()).or_default();
+    t.browser_minutes += used.browser_minutes;
+    t.proxy_bytes += used.proxy_bytes;
 }
 
 /// Projects' slot sets: project id → the ids of the sessions holding its slots.

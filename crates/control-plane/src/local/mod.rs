@@ -40,9 +40,9 @@ fn doc_err(e: DocError) -> StoreError {
     StoreError::failed_by("the session documents", e)
 }
 
-/// Session documents in a directory.
+/// Session documents in a directory; projects' usage totals in a file beside them.
 #[derive(Clone)]
-pub struct DirSessions(pub DirStore);
+pub struct DirSessions(pub DirStore, pub Arc<FileMap<Usage>>);
 
 impl DirSessions {
     async fn run<T: Send + 'static>(
@@ -100,8 +100,14 @@ impl SessionStore for DirSessions {
         let id = id.to_owned();
         self.run(move |s| s.get(&id)).await
     }
-    async fn list_project(&self, project_id: &str) -> StoreResult<Vec<SessionDoc>> {
-        self.list_where(|d| d.project_id == project_id).await
+    async fn list_project(
+        &self,
+        project_id: &str,
+        after: Option<&ListPos>,
+        limit: usize,
+    ) -> StoreResult<SessionPage> {
+        let all = self.list_where(|d| d.project_id == project_id).await?;
+        Ok(page_of(all, after, limit))
     }
     async fn list_context(&self, context_id: &str) -> StoreResult<Vec<SessionDoc>> {
         self.list_where(|d| d.context_id.as_deref() == Some(context_id))
@@ -138,6 +144,19 @@ impl SessionStore for DirSessions {
         self.cond(id, move |d| rules::ended_if_missing(d, &at))
             .await?;
         Ok(())
+    }
+    /// Marks the document (under its lock), then adds to the total (under the file's): a
+    /// crash between the two leaves the session marked but uncounted.
+    async fn count_usage(&self, id: &str, project_id: &str, used: Usage) -> StoreResult<bool> {
+        let first = matches!(self.cond(id, rules::mark_counted).await?, Cond::Done(_));
+        if first {
+            self.1.modify(|m| rules::add_usage(m, project_id, used))?;
+        }
+        Ok(first)
+    }
+    async fn usage(&self, project_id: &str) -> StoreResult<Usage> {
+        self.1
+            .modify(|m| m.get(project_id).copied().unwrap_or_default())
     }
 }
 

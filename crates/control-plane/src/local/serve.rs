@@ -71,7 +71,10 @@ impl LocalServer {
             GatewayChild::for_connect(connect, data_dir, &identity, &mut settings).await?;
         let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).await?;
         let addr = listener.local_addr()?;
-        let sessions = DirSessions(DirStore::new(data_dir.join("sessions")));
+        let sessions = DirSessions(
+            DirStore::new(data_dir.join("sessions")),
+            Arc::new(FileMap::new(data_dir.join("usage.json"))),
+        );
         let archives = Arc::new(LocalArchives {
             dir: data_dir.join("contexts"),
             base_url: format!("http://{addr}"),

@@ -34,6 +34,9 @@ use wallcrawler_testkit::platform::{
 };
 use wallcrawler_testkit::tables;
 
+/// Limits that scale: slot writes of a constant size, the limit exact at the boundary.
+mod scale;
+
 /// A create body asking for context `id`, persisting or not (`None`: no `persist` field).
 fn with_context(id: &str, persist: Option<bool>) -> Value {
     let mut context = json!({ "id": id });
@@ -373,10 +376,10 @@ async fn simultaneous_creates_never_exceed_the_projects_concurrency() {
     assert_eq!(f.held(&project).await, ids);
     // Exactly two items, two tasks.
     let listed = DynamoSessions::new(f.dynamo(), &f.cfg.tables.sessions)
-        .list_project(&project)
+        .list_project(&project, None, 10)
         .await
         .unwrap();
-    assert_eq!(listed.len(), 2);
+    assert_eq!(listed.sessions.len(), 2);
 
     // Release gives a slot back; a session that ended by itself (the controller writes the
     // sessions table only) is reclaimed by the next create that finds the project full.
@@ -573,9 +576,10 @@ async fn conditional_writes_follow_the_memory_rules() {
     assert_eq!(dynamo.create(other).await.unwrap(), Cond::Failed(Some(d)));
     // The project listing (the GSI), oldest first.
     let listed: Vec<String> = dynamo
-        .list_project("proj_rules")
+        .list_project("proj_rules", None, 100)
         .await
         .unwrap()
+        .sessions
         .into_iter()
         .map(|d| d.session_id)
         .collect();
