@@ -1,19 +1,20 @@
 //! Limits that scale (Step 10, item 6), on moto through the real SDK: the concurrency slots'
 //! writes stay the same size however many sessions are active, the limit is exact under
 //! simultaneous creates at the boundary, a give-back twice is harmless; the listing index pages
-//! and holds no token.
+//! and holds no token; usage is a running total, each session counted once.
 
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use futures_util::StreamExt;
 use serde_json::json;
+use wallcrawler_contract::time::{iso8601_millis, now_iso8601, parse_iso8601};
 use wallcrawler_control_plane::aws::{COUNTER, DynamoSessions, DynamoSlots};
 use wallcrawler_control_plane::limits::new_session_id;
 use wallcrawler_control_plane::memory::MemSessions;
 use wallcrawler_control_plane::stores::{LISTED, SessionStore, Slot, SlotStore};
-use wallcrawler_testkit::platform::{Fixture, refused, s};
+use wallcrawler_testkit::platform::{Fixture, call_with_key, refused, s, stopped_event, text};
 use wallcrawler_testkit::tables;
 
 /// DynamoDB's size of an item: each attribute's name plus its value (numbers counted as their
@@ -241,4 +242,64 @@ async fn the_listing_index_pages_like_the_reference_and_holds_no_token() {
     }
     assert_eq!(pages.iter().sum::<usize>(), 5, "{pages:?}");
     assert_eq!(pages[..3], [2, 2, 1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_counts_a_session_once_under_two_simultaneous_enders() {
+    let f = Fixture::new(1).await;
+    let (project, key) = f.project_with_key(5).await;
+    let usage = || async {
+        let path = format!("/v1/projects/{project}/usage");
+        let (status, v) = call_with_key(&f.router, &key, Method::GET, &path, None).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v
+    };
+    assert_eq!(usage().await, json!({"browserMinutes": 0, "proxyBytes": 0}));
+    let mut ids = Vec::new();
+    for bytes in [1_000u64, 234] {
+        let (status, v) = f.create_as(&key, json!({})).await;
+        assert_eq!(status, StatusCode::CREATED, "{v}");
+        let id = v["id"].as_str().unwrap().to_owned();
+        // The controller ends it 61 s after it started, with its proxy's byte count.
+        let item = f.item(&id).await;
+        let started = parse_iso8601(&text(&item, "startedAt").unwrap()).unwrap();
+        f.dynamo()
+            .update_item()
+            .table_name(&f.cfg.tables.sessions)
+            .key("sessionId", s(&id))
+            .update_expression(
+                "SET internalStatus = :st, #st = :sdk, endedAt = :at, proxyBytes = :b",
+            )
+            .expression_attribute_names("#st", "status")
+            .expression_attribute_values(":st", s("STOPPED"))
+            .expression_attribute_values(":sdk", s("COMPLETED"))
+            .expression_attribute_values(":at", s(&iso8601_millis(started + 61_000)))
+            .expression_attribute_values(":b", AttributeValue::N(bytes.to_string()))
+            .send()
+            .await
+            .unwrap();
+        ids.push((id, text(&item, "ecsTaskArn").unwrap()));
+    }
+    // Each task's stop is delivered twice at once (EventBridge delivers at least once), and a
+    // create reclaiming the slot would count too: each session is counted once.
+    let at = now_iso8601();
+    let events: Vec<_> = ids
+        .iter()
+        .map(|(id, arn)| stopped_event(arn, Some(id), None))
+        .collect();
+    futures_util::future::join_all(events.iter().chain(&events).map(|e| f.task_stopped(e, &at)))
+        .await;
+    assert_eq!(
+        usage().await,
+        json!({"browserMinutes": 4, "proxyBytes": 1_234})
+    );
+    for (id, _) in &ids {
+        assert_eq!(
+            f.item(id).await.get("usageCounted"),
+            Some(&AttributeValue::Bool(true))
+        );
+    }
+    // The total is one item, never a session: the listing does not show it.
+    let (_, listed) = call_with_key(&f.router, &key, Method::GET, "/v1/sessions", None).await;
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
 }
