@@ -225,6 +225,24 @@ pub mod attr {
     pub const USER_METADATA: &str = "userMetadata";
     /// Set once the session's usage is in its project's total.
     pub const USAGE_COUNTED: &str = "usageCounted";
+
+    /// What the listing index (`projectId-createdAt-index`) projects besides the keys
+    /// (`projectId`, `createdAt`, `sessionId`): what `GET /v1/sessions` shows, never the token
+    /// (`signingKey`) or `connectUrl`, which carries it.
+    pub const LISTED: [&str; 12] = [
+        STATUS,
+        INTERNAL_STATUS,
+        UPDATED_AT,
+        STARTED_AT,
+        ENDED_AT,
+        EXPIRES_AT,
+        KEEP_ALIVE,
+        REGION,
+        PUBLIC_IP,
+        PROXY_BYTES,
+        CONTEXT_ID,
+        USER_METADATA,
+    ];
 }
 
 /// `<base>/?signingKey=<token>`: a connect URL through the connect gateway, formed at create

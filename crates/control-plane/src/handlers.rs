@@ -22,7 +22,7 @@ use crate::app::App;
 use crate::auth::{Caller, Principal, check_body_project};
 use crate::error::{ApiError, chain};
 use crate::model::{ContextRecord, session_create_to_api, session_to_api};
-use crate::stores::{Cond, LaunchSpec, Terminal};
+use crate::stores::{Cond, LaunchSpec, PageAt, Terminal};
 
 /// Shortest and longest session timeout, seconds.
 pub const TIMEOUT_RANGE: std::ops::RangeInclusive<u64> = 60..=21_600;
@@ -470,10 +470,11 @@ pub async fn list_sessions(
     };
     let mut list: Vec<Value> = Vec::new();
     for _ in 0..PAGE_READS {
-        let page = app
-            .sessions
-            .list_project(p.project_id(), after.as_ref(), limit - list.len())
-            .await?;
+        let at = PageAt {
+            after: after.take(),
+            limit: limit - list.len(),
+        };
+        let page = app.sessions.list_project(p.project_id(), at).await?;
         list.extend(
             page.sessions
                 .into_iter()

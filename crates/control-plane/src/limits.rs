@@ -3,7 +3,7 @@
 //!
 //! - **Slots.** A create takes one of its project's `concurrency` slots ([`SlotStore`]) before
 //!   its item exists or its task starts; of N simultaneous creates at most `concurrency` get
-//!   one. In DynamoDB ([`crate::aws::DynamoSlots`], table `wallcrawler-slots`, key
+//!   one. In DynamoDB (`aws::DynamoSlots`, table `wallcrawler-slots`, key
 //!   `projectId` + `sessionId`) a project's slots are one small counter item (`held`) plus one
 //!   small item per holder, and a take is one `TransactWriteItems` of two writes: the counter
 //!   `ADD 1` on condition `held < :limit`, and the holder's item `Put` on condition it does not

@@ -60,14 +60,8 @@ impl SessionStore for MemSessions {
     async fn get(&self, id: &str) -> StoreResult<Option<SessionDoc>> {
         Ok(self.with(|m| m.get(id).cloned()))
     }
-    async fn list_project(
-        &self,
-        project_id: &str,
-        after: Option<&ListPos>,
-        limit: usize,
-    ) -> StoreResult<SessionPage> {
-        let all = self.list_where(|d| d.project_id == project_id);
-        Ok(page_of(all, after, limit))
+    async fn list_project(&self, project_id: &str, at: PageAt) -> Listing {
+        Ok(page_of(self.list_where(|d| d.project_id == project_id), at))
     }
     async fn list_context(&self, context_id: &str) -> StoreResult<Vec<SessionDoc>> {
         Ok(self.list_where(|d| d.context_id.as_deref() == Some(context_id)))

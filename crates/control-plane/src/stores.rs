@@ -66,6 +66,19 @@ impl ListPos {
     }
 }
 
+/// Which page of a project's listing: the sessions after `after` (from the first when
+/// `None`), `limit` at most.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PageAt {
+    /// The last session of the previous page.
+    pub after: Option<ListPos>,
+    /// The most sessions to answer.
+    pub limit: usize,
+}
+
+/// What a listing answers (the stores' signatures fit on one line with it).
+pub type Listing = StoreResult<SessionPage>;
+
 /// One page of a project's sessions.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionPage {
@@ -75,23 +88,8 @@ pub struct SessionPage {
     pub next: Option<ListPos>,
 }
 
-/// The attributes the listing index (`projectId-createdAt-index`) projects besides its keys
-/// (`projectId`, `createdAt`) and the table's (`sessionId`): what `GET /v1/sessions` shows,
-/// never the token (`signingKey`) or `connectUrl`, which carries it.
-pub const LISTED: [&str; 12] = [
-    "status",
-    "internalStatus",
-    "updatedAt",
-    "startedAt",
-    "endedAt",
-    "expiresAt",
-    "keepAlive",
-    "region",
-    "publicIP",
-    "proxyBytes",
-    "contextId",
-    "userMetadata",
-];
+/// What the listing index projects besides the keys (see [`listed`]).
+pub use wallcrawler_contract::session::attr::LISTED;
 
 /// A session as the listing index holds it: [`LISTED`] and the keys, nothing else (the
 /// in-memory and local stores list through it, as DynamoDB's index does).
@@ -116,16 +114,16 @@ pub fn listed(d: SessionDoc) -> SessionDoc {
     }
 }
 
-/// Page `limit` of `docs` (one project's sessions, in any order) after `after`: how the
-/// stores without an index page.
-pub fn page_of(docs: Vec<SessionDoc>, after: Option<&ListPos>, limit: usize) -> SessionPage {
+/// Page `at` of `docs` (one project's sessions, in any order): how the stores without an
+/// index page.
+pub fn page_of(docs: Vec<SessionDoc>, at: PageAt) -> SessionPage {
     let mut docs: Vec<_> = docs
         .into_iter()
-        .filter(|d| after.is_none_or(|a| ListPos::of(d) > *a))
+        .filter(|d| at.after.as_ref().is_none_or(|a| ListPos::of(d) > *a))
         .collect();
     docs.sort_by_key(ListPos::of);
-    let more = docs.len() > limit;
-    docs.truncate(limit);
+    let more = docs.len() > at.limit;
+    docs.truncate(at.limit);
     SessionPage {
         next: more.then(|| docs.last().map(ListPos::of)).flatten(),
         sessions: docs.into_iter().map(listed).collect(),
@@ -151,12 +149,7 @@ pub trait SessionStore: Send + Sync {
     async fn get(&self, id: &str) -> StoreResult<Option<SessionDoc>>;
     /// Up to `limit` of a project's sessions after `after`, oldest first, as the listing index
     /// holds them ([`listed`]: no token, no `connectUrl`), and where the next page starts.
-    async fn list_project(
-        &self,
-        project_id: &str,
-        after: Option<&ListPos>,
-        limit: usize,
-    ) -> StoreResult<SessionPage>;
+    async fn list_project(&self, project_id: &str, at: PageAt) -> Listing;
     /// Sessions that use a context.
     async fn list_context(&self, context_id: &str) -> StoreResult<Vec<SessionDoc>>;
     /// The session whose READY named `task_arn` (`ecsTaskArn`), if any: how a stopped pool

@@ -34,7 +34,7 @@ use wallcrawler_control_plane::memory::{
 use wallcrawler_control_plane::model::{ApiKeyRecord, ContextRecord, Project, hash_api_key};
 use wallcrawler_control_plane::router::router;
 use wallcrawler_control_plane::stores::{
-    Clock, DocWrite, LaunchSpec, Launcher, ListPos, SessionPage, SessionStore, StaticSigner,
+    Clock, DocWrite, LaunchSpec, Launcher, Listing, PageAt, SessionStore, StaticSigner,
     StoreResult, Terminal, Usage,
 };
 
@@ -90,15 +90,10 @@ impl SessionStore for Yielding {
         tokio::task::yield_now().await;
         self.inner.get(id).await
     }
-    async fn list_project(
-        &self,
-        p: &str,
-        after: Option<&ListPos>,
-        limit: usize,
-    ) -> StoreResult<SessionPage> {
+    async fn list_project(&self, p: &str, at: PageAt) -> Listing {
         self.listings.by_project.fetch_add(1, Ordering::SeqCst);
         tokio::task::yield_now().await;
-        self.inner.list_project(p, after, limit).await
+        self.inner.list_project(p, at).await
     }
     async fn list_context(&self, c: &str) -> StoreResult<Vec<SessionDoc>> {
         self.listings.by_context.fetch_add(1, Ordering::SeqCst);

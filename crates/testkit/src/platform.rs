@@ -363,34 +363,25 @@ impl Fixture {
     /// The session ids holding the project's slots (its slot items), sorted; checks that the
     /// project's counter item counts them.
     pub async fn held(&self, project_id: &str) -> Vec<String> {
-        let items = self
+        let (_, slots, _) = self.stores();
+        let mut held = slots.holders(project_id).await.unwrap();
+        held.sort();
+        let counter = self
             .dynamo()
-            .query()
+            .get_item()
             .table_name(&self.cfg.tables.slots)
-            .key_condition_expression("projectId = :p")
-            .expression_attribute_values(":p", s(project_id))
+            .key("projectId", s(project_id))
+            .key("sessionId", s(COUNTER))
             .consistent_read(true)
-            .into_paginator()
-            .items()
             .send()
-            .try_collect()
             .await
             .unwrap();
-        let mut held = Vec::new();
-        let mut counted = 0;
-        for i in &items {
-            match text(i, "sessionId").as_deref() {
-                Some(COUNTER) => counted = number(i, HELD),
-                Some(id) => held.push(id.to_owned()),
-                None => panic!("a slot item without sessionId: {i:?}"),
-            }
-        }
+        let counted = counter.item.as_ref().map_or(0, |i| number(i, HELD));
         assert_eq!(
             counted,
             held.len() as u64,
             "the counter counts the slot items"
         );
-        held.sort();
         held
     }
 

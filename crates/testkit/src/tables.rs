@@ -57,21 +57,8 @@ pub const SESSIONS: Table = Table {
             name: "projectId-createdAt-index",
             keys: ("projectId", Some("createdAt")),
             projection: "INCLUDE",
-            // What listing shows (the control plane's `stores::LISTED`): never the token.
-            include: &[
-                "status",
-                "internalStatus",
-                "updatedAt",
-                "startedAt",
-                "endedAt",
-                "expiresAt",
-                "keepAlive",
-                "region",
-                "publicIP",
-                "proxyBytes",
-                "contextId",
-                "userMetadata",
-            ],
+            // What listing shows: never the token.
+            include: &wallcrawler_contract::session::attr::LISTED,
         },
         Index {
             name: "status-expiresAt-index",

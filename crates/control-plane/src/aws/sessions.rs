@@ -17,7 +17,8 @@ use super::sdk_error;
 use super::table::{SdkResult, Table, condition, from_opt, s, transact};
 use crate::error::StoreError;
 use crate::stores::{
-    Cond, DocWrite, ListPos, SessionPage, SessionStore, StoreResult, Terminal, Usage,
+    Cond, DocWrite, ListPos, Listing, PageAt, SessionPage, SessionStore, StoreResult, Terminal,
+    Usage,
 };
 
 /// The sessions table's GSI by project (PK `projectId`, SK `createdAt`, projection `INCLUDE`
@@ -89,15 +90,10 @@ impl SessionStore for DynamoSessions {
     }
 
     /// One `Query` on [`PROJECT_INDEX`] (eventually consistent: GSIs cannot be read
-    /// otherwise) with `Limit`, from `ExclusiveStartKey` = `after`'s index and table keys;
+    /// otherwise) with `Limit`, from `ExclusiveStartKey` = `at.after`'s index and table keys;
     /// `LastEvaluatedKey` is where the next page starts.
-    async fn list_project(
-        &self,
-        project_id: &str,
-        after: Option<&ListPos>,
-        limit: usize,
-    ) -> StoreResult<SessionPage> {
-        let start = after.map(|a| {
+    async fn list_project(&self, project_id: &str, at: PageAt) -> Listing {
+        let start = at.after.map(|a| {
             Item::from([
                 (attr::PROJECT_ID.to_owned(), s(project_id)),
                 (attr::CREATED_AT.to_owned(), s(&a.created_at)),
@@ -113,7 +109,7 @@ impl SessionStore for DynamoSessions {
             .key_condition_expression("projectId = :p")
             .expression_attribute_values(":p", s(project_id))
             .scan_index_forward(true)
-            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+            .limit(i32::try_from(at.limit).unwrap_or(i32::MAX))
             .set_exclusive_start_key(start)
             .send()
             .await

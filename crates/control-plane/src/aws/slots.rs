@@ -63,7 +63,7 @@ impl DynamoSlots {
     }
 
     /// The project's holders: a consistent `Query` of its partition, the counter left out.
-    async fn holders(&self, project_id: &str) -> StoreResult<Vec<String>> {
+    pub async fn holders(&self, project_id: &str) -> StoreResult<Vec<String>> {
         let items: Vec<_> = self
             .client
             .query()

@@ -45,6 +45,14 @@ fn doc_err(e: DocError) -> StoreError {
 pub struct DirSessions(pub DirStore, pub Arc<FileMap<Usage>>);
 
 impl DirSessions {
+    /// The documents in `<data_dir>/sessions`, the usage totals in `<data_dir>/usage.json`.
+    pub fn in_dir(data_dir: &Path) -> Self {
+        Self(
+            DirStore::new(data_dir.join("sessions")),
+            Arc::new(FileMap::new(data_dir.join("usage.json"))),
+        )
+    }
+
     async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&DirStore) -> Result<T, DocError> + Send + 'static,
@@ -100,14 +108,9 @@ impl SessionStore for DirSessions {
         let id = id.to_owned();
         self.run(move |s| s.get(&id)).await
     }
-    async fn list_project(
-        &self,
-        project_id: &str,
-        after: Option<&ListPos>,
-        limit: usize,
-    ) -> StoreResult<SessionPage> {
+    async fn list_project(&self, project_id: &str, at: PageAt) -> Listing {
         let all = self.list_where(|d| d.project_id == project_id).await?;
-        Ok(page_of(all, after, limit))
+        Ok(page_of(all, at))
     }
     async fn list_context(&self, context_id: &str) -> StoreResult<Vec<SessionDoc>> {
         self.list_where(|d| d.context_id.as_deref() == Some(context_id))

@@ -27,7 +27,7 @@ use wallcrawler_control_plane::aws::{
 use wallcrawler_control_plane::memory::MemSessions;
 use wallcrawler_control_plane::model::hash_api_key;
 use wallcrawler_control_plane::router::router;
-use wallcrawler_control_plane::stores::{Cond, SessionStore, Terminal};
+use wallcrawler_control_plane::stores::{Cond, PageAt, SessionStore, Terminal};
 use wallcrawler_testkit::platform::{
     Fixture, PUBLIC_IP, SIGNING_KEY, WAIT, authorizer_event, aws_env, call_with_key, get_item,
     http, policy, refused, s, s3, sdk, stopped_event, task_env, text,
@@ -376,7 +376,13 @@ async fn simultaneous_creates_never_exceed_the_projects_concurrency() {
     assert_eq!(f.held(&project).await, ids);
     // Exactly two items, two tasks.
     let listed = DynamoSessions::new(f.dynamo(), &f.cfg.tables.sessions)
-        .list_project(&project, None, 10)
+        .list_project(
+            &project,
+            PageAt {
+                after: None,
+                limit: 10,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(listed.sessions.len(), 2);
@@ -576,7 +582,13 @@ async fn conditional_writes_follow_the_memory_rules() {
     assert_eq!(dynamo.create(other).await.unwrap(), Cond::Failed(Some(d)));
     // The project listing (the GSI), oldest first.
     let listed: Vec<String> = dynamo
-        .list_project("proj_rules", None, 100)
+        .list_project(
+            "proj_rules",
+            PageAt {
+                after: None,
+                limit: 100,
+            },
+        )
         .await
         .unwrap()
         .sessions

@@ -13,7 +13,7 @@ use wallcrawler_contract::time::{iso8601_millis, now_iso8601, parse_iso8601};
 use wallcrawler_control_plane::aws::{COUNTER, DynamoSessions, DynamoSlots};
 use wallcrawler_control_plane::limits::new_session_id;
 use wallcrawler_control_plane::memory::MemSessions;
-use wallcrawler_control_plane::stores::{LISTED, SessionStore, Slot, SlotStore};
+use wallcrawler_control_plane::stores::{LISTED, PageAt, SessionStore, Slot, SlotStore};
 use wallcrawler_testkit::platform::{Fixture, call_with_key, refused, s, stopped_event, text};
 use wallcrawler_testkit::tables;
 
@@ -141,7 +141,11 @@ async fn a_double_give_back_is_harmless() {
     }
     store.give_back("p", &never).await.unwrap();
     store.give_back("other", &b).await.unwrap();
-    assert_eq!(f.held("p").await, [b.clone()], "one slot given back, once");
+    assert_eq!(
+        f.held("p").await,
+        std::slice::from_ref(&b),
+        "one slot given back, once"
+    );
     let c = new_session_id();
     assert_eq!(store.take("p", &c, 2).await.unwrap(), Slot::Taken);
     let d = new_session_id();
@@ -196,7 +200,16 @@ async fn the_listing_index_pages_like_the_reference_and_holds_no_token() {
     let dynamo = DynamoSessions::new(f.dynamo(), &f.cfg.tables.sessions);
     // The same sessions in the reference store, in full.
     let memory = MemSessions::default();
-    let all = dynamo.list_project(&project, None, 100).await.unwrap();
+    let all = dynamo
+        .list_project(
+            &project,
+            PageAt {
+                after: None,
+                limit: 100,
+            },
+        )
+        .await
+        .unwrap();
     for d in &all.sessions {
         memory
             .create(dynamo.get(&d.session_id).await.unwrap().unwrap())
@@ -214,14 +227,9 @@ async fn the_listing_index_pages_like_the_reference_and_holds_no_token() {
     );
     let (mut after, mut pages) = (None, Vec::new());
     loop {
-        let got = dynamo
-            .list_project(&project, after.as_ref(), 2)
-            .await
-            .unwrap();
-        let want = memory
-            .list_project(&project, after.as_ref(), 2)
-            .await
-            .unwrap();
+        let at = PageAt { after, limit: 2 };
+        let got = dynamo.list_project(&project, at.clone()).await.unwrap();
+        let want = memory.list_project(&project, at).await.unwrap();
         assert_eq!(
             got.sessions, want.sessions,
             "the index holds what listing needs, no more"
