@@ -1,14 +1,15 @@
 //! The DynamoDB helpers every store here shares: one table addressed by one string key
-//! ([`Table`]), conditional writes and their outcome ([`condition`]), items as records.
+//! ([`Table`]), conditional writes and their outcome ([`condition`]), transactions retried
+//! while they conflict ([`transact`]), items as records.
+
+use std::time::Duration;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
 use aws_sdk_dynamodb::types::error::ConditionalCheckFailedException;
-use std::time::Duration;
-
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
@@ -18,6 +19,7 @@ use serde::de::DeserializeOwned;
 use wallcrawler_aws::item::{self, Item};
 
 use super::sdk_error;
+use crate::error::StoreError;
 use crate::model::Record;
 use crate::stores::StoreResult;
 
@@ -243,7 +245,8 @@ pub(super) async fn transact(
             Some(Cancelled::Conditions(failed)) => return Ok(Err(failed)),
             Some(Cancelled::Conflict) => match waits.next() {
                 Some(wait) => tokio::time::sleep(wait).await,
-                None => return Err(sdk_error(service, e)),
+                // Still contended: "try again" (503), not a failure of ours.
+                None => return Err(StoreError::unavailable_by(service, e)),
             },
             None => return Err(sdk_error(service, e)),
         }
