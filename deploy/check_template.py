@@ -205,7 +205,10 @@ def code_actions(*paths):
     src = sources(*paths)
     # `.op()` at the start of a builder chain (the SDK's fluent calls), not e.g. `uri.query()`.
     found = set(re.findall(r"\n\s*\.([a-z_]+)\(\)\s*\n", src))
-    return {OPS[o] for o in found if o in OPS}
+    # A TransactWriteItems is authorised per item, as the item's own write.
+    items = {"Put": "dynamodb:PutItem", "Update": "dynamodb:UpdateItem", "Delete": "dynamodb:DeleteItem"}
+    transact = {items[k] for k in re.findall(r"\b(Put|Update|Delete)::builder\(\)", src)}
+    return {OPS[o] for o in found if o in OPS} | transact
 
 
 def env_names_read(*paths):
@@ -243,6 +246,17 @@ def check_mode(t, mode):
             p.get("PointInTimeRecoverySpecification", {}).get("PointInTimeRecoveryEnabled") is True,
             f"{name}: point-in-time recovery enabled",
         )
+    slots = props(t, "SlotsTable")
+    check(str(slots.get("TableName", {}).get("Fn::Sub", "")).endswith("-slots"), "SlotsTable: TableName ends with -slots")
+    check(
+        slots.get("KeySchema") == [
+            {"AttributeName": "projectId", "KeyType": "HASH"},
+            {"AttributeName": "sessionId", "KeyType": "RANGE"},
+        ]
+        and slots.get("BillingMode") == "PAY_PER_REQUEST"
+        and slots.get("PointInTimeRecoverySpecification", {}).get("PointInTimeRecoveryEnabled") is True,
+        "SlotsTable: projectId (HASH) + sessionId (RANGE): a counter and one item per held slot; on-demand, PITR",
+    )
     s = props(t, "SessionsTable")
     check(
         s.get("TimeToLiveSpecification") == {"AttributeName": "expiresAt", "Enabled": True},
@@ -261,8 +275,13 @@ def check_mode(t, mode):
             {"AttributeName": "projectId", "KeyType": "HASH"},
             {"AttributeName": "createdAt", "KeyType": "RANGE"},
         ]
-        and g.get("Projection") == {"ProjectionType": "ALL"},
-        "SessionsTable: projectId-createdAt-index (projectId, createdAt; ALL)",
+        and g.get("Projection", {}).get("ProjectionType") == "INCLUDE"
+        and set(g["Projection"].get("NonKeyAttributes", [])) == listed_attributes(),
+        "SessionsTable: projectId-createdAt-index (projectId, createdAt; INCLUDE exactly the contract's attr::LISTED)",
+    )
+    check(
+        not {"signingKey", "connectUrl"} & set(g.get("Projection", {}).get("NonKeyAttributes", [])),
+        "SessionsTable: projectId-createdAt-index holds no token (signingKey, connectUrl)",
     )
     g = gsis.get("status-expiresAt-index", {})
     check(
@@ -435,7 +454,10 @@ def check_mode(t, mode):
         ("dynamodb:Scan", "SessionsTable"),
         ("dynamodb:Query", "SessionsTable"),
         ("dynamodb:GetItem", "ProjectsTable"),
-        ("dynamodb:UpdateItem", "ProjectsTable"),
+        ("dynamodb:PutItem", "SlotsTable"),
+        ("dynamodb:UpdateItem", "SlotsTable"),
+        ("dynamodb:DeleteItem", "SlotsTable"),
+        ("dynamodb:Query", "SlotsTable"),
         ("dynamodb:GetItem", "ApiKeysTable"),
         ("dynamodb:PutItem", "ContextsTable"),
         ("dynamodb:GetItem", "ContextsTable"),
@@ -455,8 +477,9 @@ def check_mode(t, mode):
     check(api <= actions(t, "ApiFunctionRole"), f"ApiFunctionRole: every call of the control plane ({sorted(api - actions(t, 'ApiFunctionRole'))})")
     for tbl in ("ApiKeysTable", "ProjectsTable"):
         needs("AuthorizerFunctionRole", "dynamodb:GetItem", tbl)
-    for tbl in ("SessionsTable", "ProjectsTable", "ContextsTable"):
+    for tbl in ("SessionsTable", "ContextsTable", "SlotsTable"):
         needs("TaskEventsFunctionRole", "dynamodb:UpdateItem", tbl)
+    needs("TaskEventsFunctionRole", "dynamodb:DeleteItem", "SlotsTable")
     needs("TaskEventsFunctionRole", "dynamodb:Query", "SessionsTable")
 
     # --- Step 10: what a real account enforces, retries, claims, the sweeper, scaling -------
@@ -522,9 +545,17 @@ def check_list_bucket(t):
     check(all("s3:prefix" not in str(st.get("Condition", "")) for st in sts), "TaskRole: s3:ListBucket without an s3:prefix condition")
 
 
+def listed_attributes():
+    """The attribute names of the contract's `attr::LISTED` (what listing shows)."""
+    src = (ROOT / "crates/contract/src/session.rs").read_text()
+    names = dict(re.findall(r'pub const ([A-Z_]+): &str = "([A-Za-z]+)";', src))
+    body = re.search(r"pub const LISTED: \[&str; \d+\] = \[(.*?)\];", src, re.S).group(1)
+    return {names[c] for c in re.findall(r"[A-Z_]+", body)}
+
+
 def check_retention_policies(t):
     """Item 2: kept when the stack is deleted, removed when its first create rolls back."""
-    for name in ("SessionsTable", "ProjectsTable", "ApiKeysTable", "ContextsTable", "ContextsBucket"):
+    for name in ("SessionsTable", "ProjectsTable", "ApiKeysTable", "ContextsTable", "SlotsTable", "ContextsBucket"):
         r = t["Resources"][name]
         check(
             r.get("DeletionPolicy") == "RetainExceptOnCreate" and r.get("UpdateReplacePolicy") == "Retain",
@@ -698,7 +729,8 @@ SWEEPER_GRANTS = {
     ("dynamodb:Query", "status-expiresAt-index"),
     ("dynamodb:GetItem", "SessionsTable"),
     ("dynamodb:UpdateItem", "SessionsTable"),
-    ("dynamodb:UpdateItem", "ProjectsTable"),
+    ("dynamodb:UpdateItem", "SlotsTable"),
+    ("dynamodb:DeleteItem", "SlotsTable"),
     ("dynamodb:UpdateItem", "ContextsTable"),
     ("ecs:StopTask", "Cluster"),
 }
@@ -709,7 +741,7 @@ def check_sweeper(t, api_env, needs):
     fn = props(t, "SweeperFunction")
     check(fn.get("Code", {}).get("S3Key") == {"Ref": "SweeperLambdaKey"}, "SweeperFunction: code at SweeperLambdaKey")
     env = fn.get("Environment", {}).get("Variables", {})
-    for var in ("SESSIONS_TABLE_NAME", "PROJECTS_TABLE_NAME", "CONTEXTS_TABLE_NAME", "ECS_CLUSTER"):
+    for var in ("SESSIONS_TABLE_NAME", "SLOTS_TABLE_NAME", "CONTEXTS_TABLE_NAME", "ECS_CLUSTER"):
         check(var in env and env.get(var) == api_env.get(var), f"SweeperFunction: {var} as the API function's")
     rules = [r["Properties"] for r in resources(t, "AWS::Events::Rule").values()]
     check(

@@ -13,6 +13,9 @@
 //   no-retry:  with the SDK's own retry policy (2 retries of 408/409/429/5xx), counts the
 //              requests a failed create and the 501 endpoints cost (run against a platform
 //              whose controller cannot start).
+//   paging:    lists the project's sessions a page at a time with the SDK's paging query
+//              parameters (`limit`, `cursor`; the next cursor comes in the `x-next-cursor`
+//              header, read through `withResponse()`); a tampered cursor gets a 400.
 // Prints {"ok":true,...} with what it observed.
 
 import { requireArg, run } from "./lib.mjs";
@@ -183,6 +186,34 @@ async function busy(args) {
   return { conflict, secondStatus: second.status, firstEndedBeforeSecond: Boolean(firstAfter.endedAt) };
 }
 
+async function paging(args) {
+  const bb = await client(args);
+  const ids = [];
+  const pages = [];
+  let cursor;
+  let first;
+  for (;;) {
+    const query = cursor ? { limit: 2, cursor } : { limit: 2 };
+    const { data, response } = await bb.sessions.list(query).withResponse();
+    pages.push(data.length);
+    ids.push(...data.map((s) => s.id));
+    cursor = response.headers.get("x-next-cursor");
+    first ??= cursor;
+    if (!cursor) break;
+    if (pages.length > 50) throw new Error(`the pages never end: ${JSON.stringify(pages)}`);
+  }
+  // One character of the payload changed: the project or position it names would differ.
+  const tampered = (first[0] === "e" ? "f" : "e") + first.slice(1);
+  let refused;
+  try {
+    await bb.sessions.list({ limit: 2, cursor: tampered });
+    refused = { status: "listed" };
+  } catch (e) {
+    refused = { status: e.status, message: e.error?.message ?? e.message };
+  }
+  return { ids, pages, refused };
+}
+
 run(async (args) => {
   const scenario = requireArg(args, "scenario");
   if (scenario === "persist") return persist(args);
@@ -190,5 +221,6 @@ run(async (args) => {
   if (scenario === "stagehand-browserbase") return stagehandBrowserbase(args);
   if (scenario === "no-retry") return noRetry(args);
   if (scenario === "busy") return busy(args);
+  if (scenario === "paging") return paging(args);
   throw new Error(`unknown --scenario ${scenario}`);
 }, { defaultTimeoutMs: 120000 });

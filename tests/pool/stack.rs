@@ -230,6 +230,7 @@ fn api_vars(stack: &Stack) -> HashMap<&'static str, String> {
         "PROJECTS_TABLE_NAME",
         "API_KEYS_TABLE_NAME",
         "CONTEXTS_TABLE_NAME",
+        "SLOTS_TABLE_NAME",
         "CONTEXTS_BUCKET_NAME",
         "ECS_CLUSTER",
         "ECS_TASK_DEFINITION",

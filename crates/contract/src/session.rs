@@ -226,6 +226,27 @@ pub mod attr {
     /// `claimDeadline`: Unix seconds (a number) after which no client waits for the session's
     /// browser any more (see [`crate::claim::ClaimWait`]); absent on items older than it.
     pub const CLAIM_DEADLINE: &str = "claimDeadline";
+
+    /// Set once the session's usage is in its project's total.
+    pub const USAGE_COUNTED: &str = "usageCounted";
+
+    /// What the listing index (`projectId-createdAt-index`) projects besides the keys
+    /// (`projectId`, `createdAt`, `sessionId`): what `GET /v1/sessions` shows, never the token
+    /// (`signingKey`) or `connectUrl`, which carries it.
+    pub const LISTED: [&str; 12] = [
+        STATUS,
+        INTERNAL_STATUS,
+        UPDATED_AT,
+        STARTED_AT,
+        ENDED_AT,
+        EXPIRES_AT,
+        KEEP_ALIVE,
+        REGION,
+        PUBLIC_IP,
+        PROXY_BYTES,
+        CONTEXT_ID,
+        USER_METADATA,
+    ];
 }
 
 /// `<base>/?signingKey=<token>`: a connect URL through the connect gateway, formed at create

@@ -101,6 +101,10 @@ pub struct SessionDoc {
         deserialize_with = "crate::whole::lenient"
     )]
     pub claim_deadline: Option<u64>,
+    /// `usageCounted`: the session's minutes and bytes are in its project's usage total (set
+    /// by the same write that adds them, on condition it was not set: counted once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_counted: Option<bool>,
 }
 
 impl SessionDoc {

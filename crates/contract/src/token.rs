@@ -60,6 +60,13 @@ impl SigningKey {
             decoding: DecodingKey::from_secret(key),
         }
     }
+
+    /// An HMAC-SHA256 of `msg` with this key, base64url (what HS256 signs with): for values
+    /// the control plane hands out and must recognise unaltered, such as listing cursors.
+    pub fn mac(&self, msg: &[u8]) -> String {
+        jsonwebtoken::crypto::sign(msg, &self.encoding, Algorithm::HS256)
+            .expect("HS256 signs with any key")
+    }
 }
 
 impl std::fmt::Debug for SigningKey {

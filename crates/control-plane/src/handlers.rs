@@ -22,7 +22,7 @@ use crate::app::App;
 use crate::auth::{Caller, Principal, check_body_project};
 use crate::error::{ApiError, chain};
 use crate::model::{ContextRecord, session_create_to_api, session_to_api};
-use crate::stores::{Cond, LaunchSpec, Terminal};
+use crate::stores::{Cond, LaunchSpec, PageAt, Terminal};
 
 /// Shortest and longest session timeout, seconds.
 pub const TIMEOUT_RANGE: std::ops::RangeInclusive<u64> = 60..=21_600;
@@ -312,9 +312,21 @@ pub fn is_connect_base(url: &str) -> bool {
 /// The session as the API shows it. Behind the connect gateway a session still starting is
 /// shown RUNNING, as Browserbase shows it once created: its `connectUrl` works (the gateway
 /// holds a client until the browser is up).
-fn api_view(app: &App, mut d: SessionDoc) -> SessionDoc {
+fn api_view(app: &App, d: SessionDoc) -> SessionDoc {
+    let has_url = d.connect_url.is_some();
+    shown(app, d, has_url)
+}
+
+/// [`api_view`] of a listed session, which carries no `connectUrl` (the listing index holds
+/// no token): behind the gateway every session gets one at create.
+fn listed_view(app: &App, d: SessionDoc) -> SessionDoc {
+    shown(app, d, true)
+}
+
+/// The session shown RUNNING while starting behind the gateway with a `connectUrl`.
+fn shown(app: &App, mut d: SessionDoc, has_url: bool) -> SessionDoc {
     if app.settings.connect_base.is_some()
-        && d.connect_url.is_some()
+        && has_url
         && d.internal().is_some_and(InternalStatus::may_become_ready)
     {
         d.status = InternalStatus::Ready.sdk_status().as_str().to_owned();
@@ -342,6 +354,7 @@ async fn wait_for_ready(
             }
             Some(s) if s.is_terminal() => {
                 crate::limits::give_back(app.slots.as_ref(), app.contexts.as_ref(), &current).await;
+                crate::usage::count(app.sessions.as_ref(), &current).await;
                 return Err(ApiError::internal(format!(
                     "the browser failed to start: {}",
                     current
@@ -401,13 +414,57 @@ async fn own_session(app: &App, p: &Principal, id: &str) -> Result<SessionDoc, A
     owned(p, id, app.sessions.get(id).await?)
 }
 
-/// The query of `GET /v1/sessions`: `status`, an SDK-visible status to filter by.
+/// The query of `GET /v1/sessions`: `status`, an SDK-visible status to filter by; `limit`, the
+/// page size; `cursor`, where a previous page said the next one starts.
 #[derive(Debug, Deserialize)]
 pub struct ListQuery {
     status: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
 }
 
-/// `GET /v1/sessions[?status=…]`.
+/// Sessions per page when the query names no `limit`.
+pub const PAGE_DEFAULT: usize = 100;
+/// The largest `limit`.
+pub const PAGE_MAX: usize = 1000;
+/// The response header carrying the next page's cursor (absent on the last page). The body
+/// stays the bare array the Browserbase SDK's `sessions.list` returns; its `withResponse()`
+/// gives the headers.
+pub const NEXT_CURSOR: &str = "x-next-cursor";
+/// Index reads one page may take to fill itself when `status` filters sessions out.
+const PAGE_READS: usize = 5;
+
+/// The `status` filter, checked.
+fn status_filter(s: Option<&str>) -> Result<Option<String>, ApiError> {
+    match s {
+        None | Some("") => Ok(None),
+        Some(s @ ("RUNNING" | "ERROR" | "TIMED_OUT" | "COMPLETED" | "PENDING")) => {
+            Ok(Some(s.to_owned()))
+        }
+        Some(s) => Err(ApiError::bad_request(format!(
+            "status must be one of RUNNING, ERROR, TIMED_OUT, COMPLETED, PENDING, got {s:?}"
+        ))),
+    }
+}
+
+/// The page size, checked.
+fn page_size(s: Option<&str>) -> Result<usize, ApiError> {
+    let Some(s) = s.filter(|s| !s.is_empty()) else {
+        return Ok(PAGE_DEFAULT);
+    };
+    s.parse()
+        .ok()
+        .filter(|n| (1..=PAGE_MAX).contains(n))
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "limit must be a whole number from 1 to {PAGE_MAX}, got {s:?}"
+            ))
+        })
+}
+
+/// `GET /v1/sessions[?status=…][&limit=…][&cursor=…]`: one page, oldest first; the
+/// [`NEXT_CURSOR`] header says where the next starts. Reads the listing index page by page
+/// (never the project's whole history), filling the page from at most [`PAGE_READS`] reads.
 pub async fn list_sessions(
     caller: Caller,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -416,27 +473,39 @@ pub async fn list_sessions(
     // axum's own rejection is plain text; answer in Browserbase's error shape instead.
     let Query(q) = query
         .map_err(|e| ApiError::bad_request(format!("invalid query string: {}", e.body_text())))?;
-    let status = match q.status.as_deref() {
-        None | Some("") => None,
-        Some(s @ ("RUNNING" | "ERROR" | "TIMED_OUT" | "COMPLETED" | "PENDING")) => {
-            Some(s.to_owned())
-        }
-        Some(s) => {
-            return Err(ApiError::bad_request(format!(
-                "status must be one of RUNNING, ERROR, TIMED_OUT, COMPLETED, PENDING, got {s:?}"
-            )));
-        }
+    let status = status_filter(q.status.as_deref())?;
+    let limit = page_size(q.limit.as_deref())?;
+    let mut after = match q.cursor.as_deref().filter(|c| !c.is_empty()) {
+        Some(c) => Some(crate::cursor::open(app.signer.as_ref(), p.project_id(), c).await?),
+        None => None,
     };
-    let list: Vec<Value> = app
-        .sessions
-        .list_project(p.project_id())
-        .await?
-        .into_iter()
-        .map(|s| api_view(&app, s))
-        .filter(|s| status.as_ref().is_none_or(|want| &s.status == want))
-        .map(|s| session_to_api(&s))
-        .collect();
-    Ok(Json(list).into_response())
+    let mut list: Vec<Value> = Vec::new();
+    for _ in 0..PAGE_READS {
+        let at = PageAt {
+            after: after.take(),
+            limit: limit - list.len(),
+        };
+        let page = app.sessions.list_project(p.project_id(), at).await?;
+        list.extend(
+            page.sessions
+                .into_iter()
+                .map(|s| listed_view(&app, s))
+                .filter(|s| status.as_ref().is_none_or(|want| &s.status == want))
+                .map(|s| session_to_api(&s)),
+        );
+        after = page.next;
+        if after.is_none() || list.len() == limit {
+            break;
+        }
+    }
+    let mut r = Json(list).into_response();
+    if let Some(pos) = after {
+        let cursor = crate::cursor::seal(app.signer.as_ref(), p.project_id(), &pos).await?;
+        let value = axum::http::HeaderValue::try_from(cursor)
+            .map_err(|_| ApiError::internal("a cursor is not a header value"))?;
+        r.headers_mut().insert(NEXT_CURSOR, value);
+    }
+    Ok(r)
 }
 
 /// `GET /v1/sessions/{id}`: includes `connectUrl` and `signingKey` while running, so a client
@@ -670,25 +739,14 @@ pub async fn get_project(caller: Caller, Path(id): Path<String>) -> ApiResult {
     Ok(Json(own_project(&app, &p, &id).await?.to_api()).into_response())
 }
 
-/// `GET /v1/projects/{id}/usage`: browser minutes (per session, (`endedAt` or now) −
-/// `startedAt`, rounded up) and proxy bytes.
+/// `GET /v1/projects/{id}/usage`: the project's running total of browser minutes and proxy
+/// bytes over its ended sessions (see [`crate::usage`]), one read.
 pub async fn project_usage(caller: Caller, Path(id): Path<String>) -> ApiResult {
     let (app, p) = caller.into_parts();
     own_project(&app, &p, &id).await?;
-    let now = app.clock.now_millis();
-    let (mut minutes, mut bytes) = (0u64, 0u64);
-    for s in app.sessions.list_project(&id).await? {
-        let parse = |t: &Option<String>| {
-            t.as_deref()
-                .and_then(wallcrawler_contract::time::parse_iso8601)
-        };
-        let start = parse(&s.started_at)
-            .or_else(|| wallcrawler_contract::time::parse_iso8601(&s.created_at));
-        if let Some(start) = start {
-            let end = parse(&s.ended_at).unwrap_or(now).max(start);
-            minutes += (end - start).div_ceil(60_000);
-        }
-        bytes += s.proxy_bytes.unwrap_or(0);
-    }
-    Ok(Json(json!({ "browserMinutes": minutes, "proxyBytes": bytes })).into_response())
+    let u = app.sessions.usage(&id).await?;
+    Ok(
+        Json(json!({ "browserMinutes": u.browser_minutes, "proxyBytes": u.proxy_bytes }))
+            .into_response(),
+    )
 }

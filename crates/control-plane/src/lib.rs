@@ -12,6 +12,8 @@
 //! - [`limits`]: the concurrency cap and the one-writer-per-context rule, by conditional
 //!   writes (slots and leases).
 //! - [`handlers`] and [`router`]: the endpoints, one router for every deployment.
+//! - [`cursor`]: the tamper-evident paging cursor of `GET /v1/sessions`.
+//! - [`usage`]: projects' usage as a running total, each session counted once.
 //! - [`debug`]: a running session's page list, from its proxy.
 //! - [`sweep`]: the sweeper, which ends sessions stranded past their claim's deadline or
 //!   their expiry (a Lambda on a schedule, a periodic task of the local platform).
@@ -30,6 +32,7 @@ pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod aws;
+pub mod cursor;
 pub mod debug;
 pub mod error;
 pub mod handlers;
@@ -41,3 +44,4 @@ pub mod router;
 pub mod rules;
 pub mod stores;
 pub mod sweep;
+pub mod usage;

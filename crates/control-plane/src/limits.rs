@@ -1,17 +1,32 @@
 //! A project's concurrency cap and a context's one-writer rule, held under concurrency by
 //! conditional writes rather than check-then-act.
 //!
-//! - **Slots.** Each project has one set of active session ids ([`SlotStore`]; in DynamoDB an
-//!   item `<projectId>#active` of the projects table with a string set `activeSessions`). A
-//!   create takes a slot before its item exists or its task starts (`ADD` on condition that
-//!   the set holds fewer than `concurrency` ids or already holds this one), so of N
-//!   simultaneous creates at most `concurrency` get one. When the set is full, the create looks its members up by key
-//!   (at most `concurrency` strongly consistent reads) and gives back the slots of stale ones
+//! - **Slots.** A create takes one of its project's `concurrency` slots ([`SlotStore`]) before
+//!   its item exists or its task starts; of N simultaneous creates at most `concurrency` get
+//!   one. In DynamoDB (`aws::DynamoSlots`, table `wallcrawler-slots`, key
+//!   `projectId` + `sessionId`) a project's slots are one small counter item (`held`) plus one
+//!   small item per holder, and a take is one `TransactWriteItems` of two writes: the counter
+//!   `ADD 1` on condition `held < :limit`, and the holder's item `Put` on condition it does not
+//!   exist. Both happen or neither, so the counter is always the number of holder items, and
+//!   the write costs the same with 1 or 100,000 active sessions (the old design, one string
+//!   set of every holder, rewrote the whole set on each take: its cost grew with the number of
+//!   active sessions and it broke at DynamoDB's 400 KB item limit near 9,700). A retried take
+//!   finds its item there (that condition fails alone): `Taken`, nothing counted twice. A
+//!   give-back deletes the holder's item on condition it exists and `ADD -1`s the counter in
+//!   one transaction, so a second give-back changes nothing. Simultaneous creates of one
+//!   project contend on its counter item: DynamoDB cancels a transaction that meets another on
+//!   the same item (`TransactionConflict`) and the store retries it after a short jittered
+//!   wait; one counter item takes on the order of hundreds of such transactions per second
+//!   (each costs 2 write units per item; an item's partition serves 1,000 per second).
+//!   When the counter says full, the create reads the holders (a strongly consistent `Query`
+//!   of the project's partition, at most `concurrency` small items) and looks each up by key
+//!   (strongly consistent reads), gives back the slots of stale ones
 //!   — terminal, with `endedAt`, expired, or gone (TTL) — then tries once more; else 429. That
 //!   is how sessions that ended by themselves (idle timeout, expiry, `Browser.close`: only the
 //!   controller knows, and it writes the sessions table alone) give their slot back.
 //!   Release, a failed create, the ECS task-state handler and the local launcher (when its
-//!   child exits) give slots back directly.
+//!   child exits) give slots back directly. (The local and in-memory stores keep a list per
+//!   project under one lock: the same rules, without DynamoDB's item costs.)
 //! - **Writer lease.** A context's record names its writer (`writerSessionId`). A persisting
 //!   create takes the lease on condition that there is none or that it is a writer it has seen
 //!   end (`endedAt`: the controller writes it last, after its upload). While the writer has
@@ -105,6 +120,10 @@ pub async fn take_slot(app: &App, project: &Project, session_id: &str) -> Result
             if stale(h, doc.as_ref(), now) {
                 app.slots.give_back(pid, h).await?;
                 reclaimed += 1;
+                // An ended session the API learns about only now.
+                if let Some(d) = &doc {
+                    crate::usage::count(app.sessions.as_ref(), d).await;
+                }
             }
         }
         if reclaimed == 0 {

@@ -13,9 +13,12 @@ use crate::model::{ApiKeyRecord, ContextRecord, Project, Record};
 use crate::rules::{self, LockedMap};
 use crate::stores::*;
 
-/// Session items in memory, keyed by `sessionId`.
+/// Session items in memory, keyed by `sessionId`; and projects' usage totals.
 #[derive(Default, Clone)]
-pub struct MemSessions(pub Arc<Mutex<BTreeMap<String, SessionDoc>>>);
+pub struct MemSessions(
+    pub Arc<Mutex<BTreeMap<String, SessionDoc>>>,
+    pub Arc<Mutex<BTreeMap<String, Usage>>>,
+);
 
 impl MemSessions {
     fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<String, SessionDoc>) -> T) -> T {
@@ -57,10 +60,8 @@ impl SessionStore for MemSessions {
     async fn get(&self, id: &str) -> StoreResult<Option<SessionDoc>> {
         Ok(self.with(|m| m.get(id).cloned()))
     }
-    async fn list_project(&self, project_id: &str) -> StoreResult<Vec<SessionDoc>> {
-        let mut r = self.list_where(|d| d.project_id == project_id);
-        r.sort_by(|a, b| a.created_at.cmp(&b.created_at));
-        Ok(r)
+    async fn list_project(&self, project_id: &str, at: PageAt) -> Listing {
+        Ok(page_of(self.list_where(|d| d.project_id == project_id), at))
     }
     async fn list_context(&self, context_id: &str) -> StoreResult<Vec<SessionDoc>> {
         Ok(self.list_where(|d| d.context_id.as_deref() == Some(context_id)))
@@ -95,6 +96,21 @@ impl SessionStore for MemSessions {
             before,
             limit,
         ))
+    }
+    /// Marks and adds under the sessions' lock: both or neither.
+    async fn count_usage(&self, id: &str, project_id: &str, used: Usage) -> StoreResult<bool> {
+        Ok(self.with(|m| {
+            let first = m.get_mut(id).is_some_and(rules::mark_counted);
+            if first {
+                let mut totals = self.1.lock().expect("not poisoned");
+                rules::add_usage(&mut totals, project_id, used);
+            }
+            first
+        }))
+    }
+    async fn usage(&self, project_id: &str) -> StoreResult<Usage> {
+        let totals = self.1.lock().expect("not poisoned");
+        Ok(totals.get(project_id).copied().unwrap_or_default())
     }
 }
 

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 
 use crate::model::{ApiKeyRecord, ContextRecord};
 use crate::stores::{
-    ContextStore, KeyStore, Lease, RecordStore, Slot, SlotStore, StoreResult, Terminal,
+    ContextStore, KeyStore, Lease, RecordStore, Slot, SlotStore, StoreResult, Terminal, Usage,
 };
 
 /// CREATING → PROVISIONING with the task's ARN; `false` (nothing written) from any other
@@ -73,6 +73,20 @@ pub fn expiring(all: Vec<SessionDoc>, status: SdkStatus, before: u64, limit: usi
             .then(a.session_id.cmp(&b.session_id))
     });
     due.into_iter().take(limit).map(|d| d.session_id).collect()
+}
+
+/// Marks the session's usage counted; whether it was not yet (then the caller adds it).
+pub fn mark_counted(d: &mut SessionDoc) -> bool {
+    let first = d.usage_counted != Some(true);
+    d.usage_counted = Some(true);
+    first
+}
+
+/// Adds `used` to `project_id`'s total in `totals`.
+pub fn add_usage(totals: &mut BTreeMap<String, Usage>, project_id: &str, used: Usage) {
+    let t = totals.entry(project_id.to_owned()).or_default();
+    t.browser_minutes += used.browser_minutes;
+    t.proxy_bytes += used.proxy_bytes;
 }
 
 /// Projects' slot sets: project id → the ids of the sessions holding its slots.

@@ -51,6 +51,99 @@ impl Terminal<'_> {
     }
 }
 
+/// A place in a project's listing: a session's `createdAt` and id (the listing's order).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ListPos {
+    /// `createdAt`, ISO 8601 (sorts as time).
+    pub created_at: String,
+    /// `sessionId`: orders sessions created in the same millisecond.
+    pub session_id: String,
+}
+
+impl ListPos {
+    /// Where `d` is in its project's listing.
+    pub fn of(d: &SessionDoc) -> Self {
+        Self {
+            created_at: d.created_at.clone(),
+            session_id: d.session_id.clone(),
+        }
+    }
+}
+
+/// Which page of a project's listing: the sessions after `after` (from the first when
+/// `None`), `limit` at most.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PageAt {
+    /// The last session of the previous page.
+    pub after: Option<ListPos>,
+    /// The most sessions to answer.
+    pub limit: usize,
+}
+
+/// What a listing answers (the stores' signatures fit on one line with it).
+pub type Listing = StoreResult<SessionPage>;
+
+/// One page of a project's sessions.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionPage {
+    /// The sessions, oldest first, as listed ([`listed`]).
+    pub sessions: Vec<SessionDoc>,
+    /// Where the next page starts; `None` when there is no more.
+    pub next: Option<ListPos>,
+}
+
+/// What the listing index projects besides the keys (see [`listed`]).
+pub use wallcrawler_contract::session::attr::LISTED;
+
+/// A session as the listing index holds it: [`LISTED`] and the keys, nothing else (the
+/// in-memory and local stores list through it, as DynamoDB's index does).
+pub fn listed(d: SessionDoc) -> SessionDoc {
+    SessionDoc {
+        session_id: d.session_id,
+        project_id: d.project_id,
+        created_at: d.created_at,
+        status: d.status,
+        internal_status: d.internal_status,
+        updated_at: d.updated_at,
+        started_at: d.started_at,
+        ended_at: d.ended_at,
+        expires_at: d.expires_at,
+        keep_alive: d.keep_alive,
+        region: d.region,
+        public_ip: d.public_ip,
+        proxy_bytes: d.proxy_bytes,
+        context_id: d.context_id,
+        user_metadata: d.user_metadata,
+        ..Default::default()
+    }
+}
+
+/// Page `at` of `docs` (one project's sessions, in any order): how the stores without an
+/// index page.
+pub fn page_of(docs: Vec<SessionDoc>, at: PageAt) -> SessionPage {
+    let mut docs: Vec<_> = docs
+        .into_iter()
+        .filter(|d| at.after.as_ref().is_none_or(|a| ListPos::of(d) > *a))
+        .collect();
+    docs.sort_by_key(ListPos::of);
+    let more = docs.len() > at.limit;
+    docs.truncate(at.limit);
+    SessionPage {
+        next: more.then(|| docs.last().map(ListPos::of)).flatten(),
+        sessions: docs.into_iter().map(listed).collect(),
+    }
+}
+
+/// What a project has used: browser minutes and proxy bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// `browserMinutes`: per session, `endedAt` − `startedAt`, rounded up.
+    pub browser_minutes: u64,
+    /// `proxyBytes`: bytes the sessions' proxies relayed.
+    pub proxy_bytes: u64,
+}
+
 /// The `wallcrawler-sessions` table.
 #[async_trait]
 pub trait SessionStore: Send + Sync {
@@ -58,8 +151,9 @@ pub trait SessionStore: Send + Sync {
     async fn create(&self, doc: SessionDoc) -> DocWrite;
     /// Strongly consistent read.
     async fn get(&self, id: &str) -> StoreResult<Option<SessionDoc>>;
-    /// Every session of a project, oldest first.
-    async fn list_project(&self, project_id: &str) -> StoreResult<Vec<SessionDoc>>;
+    /// Up to `limit` of a project's sessions after `after`, oldest first, as the listing index
+    /// holds them ([`listed`]: no token, no `connectUrl`), and where the next page starts.
+    async fn list_project(&self, project_id: &str, at: PageAt) -> Listing;
     /// Sessions that use a context.
     async fn list_context(&self, context_id: &str) -> StoreResult<Vec<SessionDoc>>;
     /// The session whose READY named `task_arn` (`ecsTaskArn`), if any: how a stopped pool
@@ -83,6 +177,12 @@ pub trait SessionStore: Send + Sync {
     /// `status-expiresAt-index` (`KEYS_ONLY`, so the caller reads each session by key). How
     /// the sweeper finds sessions to end without a scan.
     async fn expiring(&self, status: SdkStatus, before: u64, limit: usize) -> Ids;
+    /// Adds `used` to the project's usage total and marks session `id` counted, both or
+    /// neither, on condition that it exists and was not counted yet: `true` when this call
+    /// counted it (so a session is counted once however many paths learn that it ended).
+    async fn count_usage(&self, id: &str, project_id: &str, used: Usage) -> StoreResult<bool>;
+    /// The project's usage total (one read).
+    async fn usage(&self, project_id: &str) -> StoreResult<Usage>;
 }
 
 /// A table of records addressed by one string key: projects (`wallcrawler-projects`) and API
@@ -203,11 +303,13 @@ pub trait Launcher: Send + Sync {
     async fn stop(&self, session_id: &str, task_arn: Option<&str>) -> StoreResult<()>;
 }
 
-/// Signs CDP tokens.
+/// Signs CDP tokens, and other things the API hands out and must recognise (listing cursors).
 #[async_trait]
 pub trait Signer: Send + Sync {
     /// A token over `claims` (HS256, with the current signing key).
     async fn sign(&self, claims: wallcrawler_contract::Claims) -> StoreResult<String>;
+    /// An HMAC-SHA256 of `msg` with the current signing key, base64url.
+    async fn mac(&self, msg: &[u8]) -> StoreResult<String>;
 }
 
 /// Signs with a fixed key (the local platform, tests).
@@ -217,6 +319,9 @@ pub struct StaticSigner(pub wallcrawler_contract::SigningKey);
 impl Signer for StaticSigner {
     async fn sign(&self, claims: wallcrawler_contract::Claims) -> StoreResult<String> {
         Ok(claims.mint(&self.0))
+    }
+    async fn mac(&self, msg: &[u8]) -> StoreResult<String> {
+        Ok(self.0.mac(msg))
     }
 }
 

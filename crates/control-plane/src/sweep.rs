@@ -20,7 +20,8 @@
 //!   - not terminal and past `expiresAt` + [`EXPIRY_GRACE`]: TIMED_OUT with
 //!     [`EXPIRED_REASON`] on condition that it is not terminal, then `endedAt` if missing;
 //! - for each session it ended: stops its task ([`Launcher::stop`]) and gives back its
-//!   project slot and its context's writer lease ([`crate::limits::give_back`]).
+//!   project slot and its context's writer lease ([`crate::limits::give_back`]), and counts its
+//!   usage ([`crate::usage::count`]).
 //!
 //! Idempotent: a session already ended fails the conditions and is skipped, so two runs at
 //! once or a retried run end each session once. The grace leaves a live controller time to
@@ -142,6 +143,7 @@ async fn end_if_due(app: &App, id: &str, now: u64) -> StoreResult<Option<Due>> {
         warn!(session.id = %id, error = %chain(&e), "stopping the session's task failed");
     }
     crate::limits::give_back(app.slots.as_ref(), app.contexts.as_ref(), &ended).await;
+    crate::usage::count(app.sessions.as_ref(), &ended).await;
     info!(session.id = %id, reason = ?why, "stranded session ended");
     Ok(Some(why))
 }

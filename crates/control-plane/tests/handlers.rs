@@ -26,6 +26,7 @@ use wallcrawler_contract::token::{self, Validation};
 use wallcrawler_contract::{InternalStatus, SdkStatus, SigningKey, TokenError};
 use wallcrawler_control_plane::app::{App, Settings};
 use wallcrawler_control_plane::error::StoreError;
+use wallcrawler_control_plane::handlers::NEXT_CURSOR;
 use wallcrawler_control_plane::memory::{
     LaunchBehaviour, MemArchives, MemContexts, MemKeys, MemLauncher, MemProjects, MemSessions,
     MemSlots,
@@ -33,7 +34,8 @@ use wallcrawler_control_plane::memory::{
 use wallcrawler_control_plane::model::{ApiKeyRecord, ContextRecord, Project, hash_api_key};
 use wallcrawler_control_plane::router::router;
 use wallcrawler_control_plane::stores::{
-    Clock, DocWrite, Ids, LaunchSpec, Launcher, SessionStore, StaticSigner, StoreResult, Terminal,
+    Clock, DocWrite, Ids, LaunchSpec, Launcher, Listing, PageAt, SessionStore, StaticSigner,
+    StoreResult, Terminal, Usage,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -88,10 +90,10 @@ impl SessionStore for Yielding {
         tokio::task::yield_now().await;
         self.inner.get(id).await
     }
-    async fn list_project(&self, p: &str) -> StoreResult<Vec<SessionDoc>> {
+    async fn list_project(&self, p: &str, at: PageAt) -> Listing {
         self.listings.by_project.fetch_add(1, Ordering::SeqCst);
         tokio::task::yield_now().await;
-        self.inner.list_project(p).await
+        self.inner.list_project(p, at).await
     }
     async fn list_context(&self, c: &str) -> StoreResult<Vec<SessionDoc>> {
         self.listings.by_context.fetch_add(1, Ordering::SeqCst);
@@ -124,6 +126,13 @@ impl SessionStore for Yielding {
     async fn expiring(&self, status: SdkStatus, before: u64, limit: usize) -> Ids {
         tokio::task::yield_now().await;
         self.inner.expiring(status, before, limit).await
+    }
+    async fn count_usage(&self, id: &str, project_id: &str, used: Usage) -> StoreResult<bool> {
+        tokio::task::yield_now().await;
+        self.inner.count_usage(id, project_id, used).await
+    }
+    async fn usage(&self, project_id: &str) -> StoreResult<Usage> {
+        self.inner.usage(project_id).await
     }
 }
 
@@ -1524,6 +1533,136 @@ async fn list_sessions_with_an_unreadable_query_is_400_json() {
     assert_error(&r, StatusCode::UNAUTHORIZED, &["missing API key"]);
 }
 
+/// `n` sessions of `PROJ_A`, one a millisecond apart, every third PENDING; their ids in order.
+fn seed_many(h: &Harness, n: u64) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let id = format!("sess_{i:04}");
+            let st = if i % 3 == 0 {
+                InternalStatus::Provisioning
+            } else {
+                InternalStatus::Stopped
+            };
+            let mut d = doc(&id, PROJ_A, st);
+            d.created_at = iso8601_millis(T0 + i);
+            h.insert_session(d);
+            id
+        })
+        .collect()
+}
+
+/// Every page of `GET /v1/sessions?<query>`, following the next-page header; the ids in the
+/// order listed, and the number of pages.
+async fn all_pages(h: &Harness, query: &str) -> (Vec<String>, usize) {
+    let (mut listed, mut pages, mut cursor) = (Vec::new(), 0, None::<String>);
+    loop {
+        let mut path = format!("/v1/sessions?{query}");
+        if let Some(c) = &cursor {
+            path.push_str(&format!("&cursor={c}"));
+        }
+        let r = h
+            .exchange(Method::GET, &path, &[("x-wc-api-key", KEY_A)], None)
+            .await;
+        assert_eq!(r.0, StatusCode::OK, "{}", r.2);
+        pages += 1;
+        listed.extend(
+            r.2.as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["id"].as_str().unwrap().to_owned()),
+        );
+        match r.1.get(NEXT_CURSOR) {
+            Some(c) => cursor = Some(c.to_str().unwrap().to_owned()),
+            None => return (listed, pages),
+        }
+    }
+}
+
+#[tokio::test]
+async fn list_sessions_pages_with_a_cursor_and_a_bounded_size() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let ids = seed_many(&h, 250);
+    // No limit: pages of the default size, oldest first.
+    let (listed, pages) = all_pages(&h, "").await;
+    assert_eq!((listed.as_slice(), pages), (ids.as_slice(), 3));
+    let (listed, pages) = all_pages(&h, "limit=7").await;
+    assert_eq!((listed.as_slice(), pages), (ids.as_slice(), 36));
+    // The status filter fills pages across index reads; the cursor goes on after them.
+    let pending: Vec<String> = ids.iter().step_by(3).cloned().collect();
+    let (listed, _) = all_pages(&h, "status=PENDING&limit=10").await;
+    assert_eq!(listed, pending);
+    for bad in ["0", "1001", "ten", "-1"] {
+        let r = h.get(&format!("/v1/sessions?limit={bad}")).await;
+        assert_error(
+            &r,
+            StatusCode::BAD_REQUEST,
+            &["limit must be a whole number from 1 to 1000"],
+        );
+    }
+}
+
+/// `s` with its last character changed.
+fn last_changed(s: &str) -> String {
+    let mut s = s.to_owned();
+    let last = s.pop().unwrap();
+    s.push(if last == 'A' { 'B' } else { 'A' });
+    s
+}
+
+#[tokio::test]
+async fn a_tampered_or_foreign_cursor_is_refused() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    seed_many(&h, 5);
+    let mut d = doc("sess_theirs", PROJ_OTHER, InternalStatus::Ready);
+    d.created_at = iso8601_millis(T0 - 1);
+    h.insert_session(d);
+    let r = h
+        .exchange(
+            Method::GET,
+            "/v1/sessions?limit=2",
+            &[("x-wc-api-key", KEY_OTHER)],
+            None,
+        )
+        .await;
+    assert_eq!(r.1.get(NEXT_CURSOR), None, "one session, one page");
+    let r = h
+        .exchange(
+            Method::GET,
+            "/v1/sessions?limit=2",
+            &[("x-wc-api-key", KEY_A)],
+            None,
+        )
+        .await;
+    let mine = r.1.get(NEXT_CURSOR).unwrap().to_str().unwrap().to_owned();
+    // Another project's key with this project's cursor: refused, nothing read.
+    let r = h
+        .call(
+            Method::GET,
+            &format!("/v1/sessions?cursor={mine}"),
+            Some(KEY_OTHER),
+            None,
+        )
+        .await;
+    assert_error(
+        &r,
+        StatusCode::BAD_REQUEST,
+        &["cursor belongs to another project"],
+    );
+    // Any change to a cursor.
+    let (payload, mac) = mine.split_once('.').unwrap();
+    let mut flipped = payload.as_bytes().to_vec();
+    flipped[3] ^= 1;
+    for bad in [
+        format!("{}.{mac}", String::from_utf8(flipped).unwrap()),
+        format!("{payload}.{}", last_changed(mac)),
+        payload.to_owned(),
+        "garbage".to_owned(),
+    ] {
+        let r = h.get(&format!("/v1/sessions?cursor={bad}")).await;
+        assert_error(&r, StatusCode::BAD_REQUEST, &["cursor is not valid"]);
+    }
+}
+
 #[tokio::test]
 async fn get_session_answers_the_session() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
@@ -1956,7 +2095,7 @@ async fn projects_of_others_are_404() {
 }
 
 #[tokio::test]
-async fn usage_sums_minutes_rounded_up_per_session_and_proxy_bytes() {
+async fn usage_is_a_running_total_of_ended_sessions_counted_once() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     let ended = |id: &str, start: u64, end: u64, bytes: Option<u64>| {
         let mut d = doc(id, PROJ_A, InternalStatus::Stopped);
@@ -1966,28 +2105,45 @@ async fn usage_sums_minutes_rounded_up_per_session_and_proxy_bytes() {
         d
     };
     // 61 s → 2 min; exactly 60 s → 1 min; 1 ms → 1 min; no startedAt: from createdAt, 30 s → 1.
-    h.insert_session(ended("sess_1", T0, T0 + 61_000, Some(1_000)));
-    h.insert_session(ended("sess_2", T0, T0 + 60_000, Some(2_500)));
-    h.insert_session(ended("sess_3", T0, T0 + 1, None));
     let mut no_start = ended("sess_4", 0, T0 + 30_000, Some(500));
     no_start.started_at = None;
-    h.insert_session(no_start);
-    // Still running: until now, 2.5 min → 3.
-    let mut running = doc("sess_5", PROJ_A, InternalStatus::Ready);
-    running.started_at = Some(iso8601_millis(T0));
-    running.proxy_bytes = Some(4);
-    h.insert_session(running);
-    // Another project's session counts for that project only.
     let mut theirs = ended("sess_6", T0, T0 + 600_000, Some(1 << 30));
     theirs.project_id = PROJ_OTHER.to_owned();
-    h.insert_session(theirs);
+    let mut running = doc("sess_5", PROJ_A, InternalStatus::Ready);
+    running.proxy_bytes = Some(4);
+    let docs = [
+        ended("sess_1", T0, T0 + 61_000, Some(1_000)),
+        ended("sess_2", T0, T0 + 60_000, Some(2_500)),
+        ended("sess_3", T0, T0 + 1, None),
+        no_start,
+        running,
+        theirs,
+    ];
+    for d in &docs {
+        h.insert_session(d.clone());
+    }
     h.clock.set(T0 + 150_000);
-
+    // Every path that learns of an end counts; twice, or at once, is still once. A running
+    // session is not in the total yet.
+    for _ in 0..2 {
+        futures_util::future::join_all(
+            docs.iter()
+                .map(|d| wallcrawler_control_plane::usage::count(&h.sessions, d)),
+        )
+        .await;
+    }
     let (status, body) = h.get(&format!("/v1/projects/{PROJ_A}/usage")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         body,
-        json!({ "browserMinutes": 2 + 1 + 1 + 1 + 3, "proxyBytes": 1_000 + 2_500 + 500 + 4 })
+        json!({ "browserMinutes": 2 + 1 + 1 + 1, "proxyBytes": 1_000 + 2_500 + 500 })
+    );
+    assert_eq!(h.session("sess_1").usage_counted, Some(true));
+    assert_eq!(h.session("sess_5").usage_counted, None);
+    assert_eq!(
+        h.listings.by_project.load(Ordering::SeqCst),
+        0,
+        "the total is read, not summed over the project's sessions"
     );
     // proj_b, the key's other project, has none.
     let (status, body) = h.get(&format!("/v1/projects/{PROJ_B}/usage")).await;

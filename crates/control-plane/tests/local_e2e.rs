@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
 use wallcrawler_testkit::node;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -287,6 +288,45 @@ fn the_stock_sdk_sends_a_failed_create_and_a_501_only_once() {
         .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
         .collect();
     assert_eq!(sessions.len(), 1, "one create, one session: {sessions:?}");
+    s.stop();
+}
+
+/// The stock SDK pages through more sessions than one page with its paging parameters, and a
+/// tampered cursor is refused with a 400 (the sessions are written where the platform keeps
+/// them: no controller runs).
+#[test]
+fn the_stock_sdk_pages_through_the_sessions_and_a_tampered_cursor_is_refused() {
+    let scripts = tempfile::tempdir().unwrap();
+    let failing = scripts.path().join("failing-controller");
+    std::fs::write(&failing, FAILING_CONTROLLER).unwrap();
+    let s = Server::spawn_with("5", &failing, &[("WALLCRAWLER_POOL_SIZE", "0"), DIRECT]);
+    let store = DirStore::new(s.dir().join("sessions"));
+    let mut ids = Vec::new();
+    for i in 0..5u64 {
+        let mut d = SessionDoc {
+            session_id: format!("sess_paging_{i}"),
+            project_id: s.project.clone(),
+            created_at: wallcrawler_contract::time::iso8601_millis(1_767_225_600_000 + i),
+            expires_at: 1_767_229_200,
+            signing_key: Some("a-token".into()),
+            ..Default::default()
+        };
+        d.set_status(wallcrawler_contract::InternalStatus::Stopped);
+        store.create(&d).unwrap();
+        ids.push(d.session_id);
+    }
+    let r = s.node("paging");
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["ids"], serde_json::json!(ids), "{r}");
+    assert_eq!(r["pages"], serde_json::json!([2, 2, 1]), "{r}");
+    assert_eq!(r["refused"]["status"], 400, "{r}");
+    assert!(
+        r["refused"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cursor is not valid"),
+        "{r}"
+    );
     s.stop();
 }
 

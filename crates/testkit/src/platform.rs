@@ -20,8 +20,8 @@ use wallcrawler_control_plane::aws::lambda::{
     Authorizer, TaskEventOutcome, TaskStateChange, authorize_request, handle_task_state_change,
 };
 use wallcrawler_control_plane::aws::{
-    ACTIVE_SESSIONS, Config, DynamoContexts, DynamoKeys, DynamoProjects, DynamoSessions,
-    DynamoSlots, build_app,
+    COUNTER, Config, DynamoContexts, DynamoKeys, DynamoProjects, DynamoSessions, DynamoSlots, HELD,
+    build_app,
 };
 use wallcrawler_control_plane::router::router;
 
@@ -57,6 +57,13 @@ pub fn s(v: &str) -> AttributeValue {
 /// The string attribute `k` of `item`.
 pub fn text(item: &HashMap<String, AttributeValue>, k: &str) -> Option<String> {
     item.get(k).and_then(|v| v.as_s().ok()).cloned()
+}
+
+/// The whole-number attribute `k` of `item` (0 when absent).
+pub fn number(item: &HashMap<String, AttributeValue>, k: &str) -> u64 {
+    item.get(k)
+        .and_then(|v| v.as_n().ok())
+        .map_or(0, |n| n.parse().expect("a whole number"))
 }
 
 /// An S3 client for moto (path-style addressing).
@@ -317,7 +324,7 @@ impl Fixture {
     pub fn stores(&self) -> (DynamoSessions, DynamoSlots, DynamoContexts) {
         (
             DynamoSessions::new(self.dynamo(), &self.cfg.tables.sessions),
-            DynamoSlots::new(self.dynamo(), &self.cfg.tables.projects),
+            DynamoSlots::new(self.dynamo(), &self.cfg.tables.slots),
             DynamoContexts::new(self.dynamo(), &self.cfg.tables.contexts),
         )
     }
@@ -353,18 +360,28 @@ impl Fixture {
             .unwrap_or_default()
     }
 
-    /// The session ids holding the project's slots (the `<projectId>#active` item), sorted.
+    /// The session ids holding the project's slots (its slot items), sorted; checks that the
+    /// project's counter item counts them.
     pub async fn held(&self, project_id: &str) -> Vec<String> {
-        let slots = DynamoSlots::key(project_id);
-        let item = self
-            .get_item(&self.cfg.tables.projects, "projectId", &slots)
-            .await;
-        let mut held = match item.get(ACTIVE_SESSIONS) {
-            Some(AttributeValue::Ss(v)) => v.clone(),
-            None => Vec::new(),
-            Some(other) => panic!("activeSessions is a string set, got {other:?}"),
-        };
+        let (_, slots, _) = self.stores();
+        let mut held = slots.holders(project_id).await.unwrap();
         held.sort();
+        let counter = self
+            .dynamo()
+            .get_item()
+            .table_name(&self.cfg.tables.slots)
+            .key("projectId", s(project_id))
+            .key("sessionId", s(COUNTER))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        let counted = counter.item.as_ref().map_or(0, |i| number(i, HELD));
+        assert_eq!(
+            counted,
+            held.len() as u64,
+            "the counter counts the slot items"
+        );
         held
     }
 

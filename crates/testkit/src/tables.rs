@@ -20,6 +20,8 @@ pub struct Table {
     pub attributes: &'static [(&'static str, &'static str)],
     /// Its partition key.
     pub key: &'static str,
+    /// Its sort key, if any.
+    pub sort: Option<&'static str>,
     /// Its global secondary indexes.
     pub indexes: &'static [Index],
 }
@@ -30,8 +32,10 @@ pub struct Index {
     pub name: &'static str,
     /// Its partition key and, if any, its sort key.
     pub keys: (&'static str, Option<&'static str>),
-    /// `ALL` or `KEYS_ONLY`.
+    /// `ALL`, `KEYS_ONLY` or `INCLUDE`.
     pub projection: &'static str,
+    /// With `INCLUDE`, the attributes projected besides the keys.
+    pub include: &'static [&'static str],
 }
 
 /// The sessions table.
@@ -47,21 +51,26 @@ pub const SESSIONS: Table = Table {
         ("ecsTaskArn", "S"),
     ],
     key: "sessionId",
+    sort: None,
     indexes: &[
         Index {
             name: "projectId-createdAt-index",
             keys: ("projectId", Some("createdAt")),
-            projection: "ALL",
+            projection: "INCLUDE",
+            // What listing shows: never the token.
+            include: &wallcrawler_contract::session::attr::LISTED,
         },
         Index {
             name: "status-expiresAt-index",
             keys: ("status", Some("expiresAt")),
             projection: "KEYS_ONLY",
+            include: &[],
         },
         Index {
             name: "ecsTaskArn-index",
             keys: ("ecsTaskArn", None),
             projection: "KEYS_ONLY",
+            include: &[],
         },
     ],
 };
@@ -72,6 +81,7 @@ pub const PROJECTS: Table = Table {
     suffix: "projects",
     attributes: &[("projectId", "S")],
     key: "projectId",
+    sort: None,
     indexes: &[],
 };
 
@@ -81,10 +91,12 @@ pub const API_KEYS: Table = Table {
     suffix: "api-keys",
     attributes: &[("apiKeyHash", "S"), ("projectId", "S")],
     key: "apiKeyHash",
+    sort: None,
     indexes: &[Index {
         name: "projectId-index",
         keys: ("projectId", None),
         projection: "ALL",
+        include: &[],
     }],
 };
 
@@ -94,11 +106,22 @@ pub const CONTEXTS: Table = Table {
     suffix: "contexts",
     attributes: &[("contextId", "S")],
     key: "contextId",
+    sort: None,
+    indexes: &[],
+};
+
+/// The projects' concurrency slots: per project a counter item and one item per held slot.
+pub const SLOTS: Table = Table {
+    var: "SLOTS_TABLE_NAME",
+    suffix: "slots",
+    attributes: &[("projectId", "S"), ("sessionId", "S")],
+    key: "projectId",
+    sort: Some("sessionId"),
     indexes: &[],
 };
 
 /// Every table of the template.
-pub const ALL: [&Table; 4] = [&SESSIONS, &PROJECTS, &API_KEYS, &CONTEXTS];
+pub const ALL: [&Table; 5] = [&SESSIONS, &PROJECTS, &API_KEYS, &CONTEXTS, &SLOTS];
 
 fn schema(name: &str, kind: KeyType) -> KeySchemaElement {
     KeySchemaElement::builder()
@@ -117,6 +140,10 @@ fn index(i: &Index) -> GlobalSecondaryIndex {
         .projection(
             Projection::builder()
                 .projection_type(ProjectionType::from(i.projection))
+                .set_non_key_attributes(
+                    (!i.include.is_empty())
+                        .then(|| i.include.iter().map(|a| (*a).to_owned()).collect()),
+                )
                 .build(),
         )
         .build()
@@ -129,7 +156,11 @@ pub async fn create(sdk: &SdkConfig, table: &Table) -> String {
     let mut req = aws_sdk_dynamodb::Client::new(sdk)
         .create_table()
         .table_name(&name)
-        .key_schema(schema(table.key, KeyType::Hash))
+        .set_key_schema(Some(
+            std::iter::once(schema(table.key, KeyType::Hash))
+                .chain(table.sort.map(|r| schema(r, KeyType::Range)))
+                .collect(),
+        ))
         .billing_mode(BillingMode::PayPerRequest);
     for (attribute, kind) in table.attributes {
         req = req.attribute_definitions(
@@ -191,6 +222,9 @@ mod tests {
                 "- {{ AttributeName: {}, KeyType: HASH }}",
                 table.key
             ));
+            if let Some(r) = table.sort {
+                has(format!("- {{ AttributeName: {r}, KeyType: RANGE }}"));
+            }
             for i in table.indexes {
                 has(format!("- IndexName: {}", i.name));
                 has(format!(
@@ -200,10 +234,18 @@ mod tests {
                 if let Some(r) = i.keys.1 {
                     has(format!("- {{ AttributeName: {r}, KeyType: RANGE }}"));
                 }
-                has(format!(
-                    "Projection: {{ ProjectionType: {} }}",
-                    i.projection
-                ));
+                if i.include.is_empty() {
+                    has(format!(
+                        "Projection: {{ ProjectionType: {} }}",
+                        i.projection
+                    ));
+                } else {
+                    has(format!(
+                        "Projection: {{ ProjectionType: {}, NonKeyAttributes: [{}] }}",
+                        i.projection,
+                        i.include.join(", ")
+                    ));
+                }
             }
             let count = |needle: &str| lines.iter().filter(|l| l.contains(needle)).count();
             assert_eq!(

@@ -25,6 +25,8 @@ pub struct Tables {
     pub api_keys: String,
     /// `CONTEXTS_TABLE_NAME`, default `wallcrawler-contexts`.
     pub contexts: String,
+    /// `SLOTS_TABLE_NAME`, default `wallcrawler-slots`: projects' concurrency slots.
+    pub slots: String,
 }
 
 impl Default for Tables {
@@ -34,6 +36,7 @@ impl Default for Tables {
             projects: "wallcrawler-projects".into(),
             api_keys: "wallcrawler-api-keys".into(),
             contexts: "wallcrawler-contexts".into(),
+            slots: "wallcrawler-slots".into(),
         }
     }
 }
@@ -46,7 +49,7 @@ fn var(get: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String> {
 }
 
 impl Tables {
-    /// Reads the four `*_TABLE_NAME` variables from `get` (the environment in the binaries).
+    /// Reads the five `*_TABLE_NAME` variables from `get` (the environment in the binaries).
     pub fn from_source(get: &dyn Fn(&str) -> Option<String>) -> Self {
         let d = Self::default();
         Self {
@@ -54,6 +57,7 @@ impl Tables {
             projects: var(get, "PROJECTS_TABLE_NAME").unwrap_or(d.projects),
             api_keys: var(get, "API_KEYS_TABLE_NAME").unwrap_or(d.api_keys),
             contexts: var(get, "CONTEXTS_TABLE_NAME").unwrap_or(d.contexts),
+            slots: var(get, "SLOTS_TABLE_NAME").unwrap_or(d.slots),
         }
     }
 
@@ -85,7 +89,7 @@ pub struct EcsSettings {
 /// Everything the API function needs besides the SDK's own configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// The four DynamoDB tables.
+    /// The DynamoDB tables.
     pub tables: Tables,
     /// `CONTEXTS_BUCKET_NAME` (required).
     pub contexts_bucket: String,
@@ -295,7 +299,7 @@ pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
     App {
         sessions: Arc::new(DynamoSessions::new(dynamo.clone(), &cfg.tables.sessions)),
         projects: Arc::new(DynamoProjects::new(dynamo.clone(), &cfg.tables.projects)),
-        slots: Arc::new(DynamoSlots::new(dynamo.clone(), &cfg.tables.projects)),
+        slots: Arc::new(DynamoSlots::new(dynamo.clone(), &cfg.tables.slots)),
         keys: Arc::new(DynamoKeys::new(dynamo.clone(), &cfg.tables.api_keys)),
         contexts: Arc::new(DynamoContexts::new(dynamo, &cfg.tables.contexts)),
         archives: Arc::new(S3Archives::new(sdk, &cfg.contexts_bucket)),

@@ -333,7 +333,8 @@ pub enum TaskEventOutcome {
 
 /// Closes the session of a stopped task: FAILED/ERROR (reason from `stoppedReason`) if it was
 /// not terminal yet, and a missing `endedAt` in every case, so no context stays busy forever;
-/// then gives back its project slot and context lease ([`crate::limits::give_back`]).
+/// then gives back its project slot and context lease ([`crate::limits::give_back`]) and counts
+/// its usage ([`crate::usage::count`]).
 /// Events for running tasks and for tasks that are not sessions' are ignored.
 pub async fn handle_task_state_change(
     sessions: &dyn SessionStore,
@@ -380,6 +381,7 @@ pub async fn handle_task_state_change(
     // Every delivery gives back (idempotent), so a retried event finishes a partial one.
     if let Cond::Done(d) | Cond::Failed(Some(d)) = &written {
         crate::limits::give_back(slots, contexts, d).await;
+        crate::usage::count(sessions, d).await;
     }
     let outcome = match written {
         Cond::Failed(None) => TaskEventOutcome::UnknownSession(id.to_owned()),

@@ -12,10 +12,12 @@
 //! booleans `BOOL`, `userMetadata` an `M` and `projectIds` an `L` of `S`. Reads are strongly
 //! consistent `GetItem`s, except the two listings:
 //!
-//! - a project's sessions come from the `projectId-createdAt-index` GSI (projection `ALL`).
-//!   GSIs cannot be read consistently, so a session created a moment ago may be missing from
-//!   `GET /v1/sessions` for a short while. The concurrency cap does not use it: it is the
-//!   project's slot set ([`DynamoSlots`], see [`crate::limits`]).
+//! - a project's sessions come a page at a time (`Limit`, `ExclusiveStartKey`) from the
+//!   `projectId-createdAt-index` GSI, which projects only what listing shows
+//!   ([`crate::stores::LISTED`]; never `signingKey` or `connectUrl`). GSIs cannot be read
+//!   consistently, so a session created a moment ago may be missing from `GET /v1/sessions`
+//!   for a short while. The concurrency cap does not use it: it is the project's slots
+//!   ([`DynamoSlots`], see [`crate::limits`]).
 //! - the sweeper's candidates come from the `status-expiresAt-index` GSI (`KEYS_ONLY`), each
 //!   then read by key.
 //! - a stopped pool task's session comes from the sparse `ecsTaskArn-index` GSI (`KEYS_ONLY`),
@@ -43,9 +45,9 @@ pub use config::{Config, ConfigError, EcsSettings, Tables, build_app, sdk_config
 pub use ecs::{EcsLauncher, controller_environment};
 pub use records::{DynamoContexts, DynamoKeys, DynamoProjects, DynamoRecords};
 pub use s3::S3Archives;
-pub use sessions::{DynamoSessions, PROJECT_INDEX, STATUS_INDEX, TASK_INDEX};
+pub use sessions::{DynamoSessions, PROJECT_INDEX, STATUS_INDEX, TASK_INDEX, usage_key};
 pub use signer::{KEY_TTL, SecretsSigner};
-pub use slots::{ACTIVE_SESSIONS, DynamoSlots};
+pub use slots::{COUNTER, DynamoSlots, HELD};
 pub use sqs::SqsPoolLauncher;
 
 use crate::error::StoreError;

@@ -5,18 +5,24 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
 use wallcrawler_aws::item::{self, Item};
 use wallcrawler_contract::session::attr;
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::{InternalStatus, SdkStatus};
 
 use super::sdk_error;
-use super::table::{SdkResult, Table, condition, from_opt, s};
+use super::table::{SdkResult, Table, condition, from_opt, s, transact};
 use crate::error::StoreError;
-use crate::stores::{Cond, DocWrite, Ids, SessionStore, StoreResult, Terminal};
+use crate::stores::{
+    Cond, DocWrite, Ids, ListPos, Listing, PageAt, SessionPage, SessionStore, StoreResult,
+    Terminal, Usage,
+};
 
-/// The sessions table's GSI by project (PK `projectId`, SK `createdAt`, projection `ALL`).
+/// The sessions table's GSI by project (PK `projectId`, SK `createdAt`, projection `INCLUDE`
+/// of [`crate::stores::LISTED`]: no token).
 pub const PROJECT_INDEX: &str = "projectId-createdAt-index";
 /// Sessions by status and expiry (hash `status`, range `expiresAt`, projection `KEYS_ONLY`):
 /// what the sweeper queries.
@@ -86,9 +92,18 @@ impl SessionStore for DynamoSessions {
         self.0.get(id).await
     }
 
-    /// `Query` on [`PROJECT_INDEX`] (eventually consistent: GSIs cannot be read otherwise).
-    async fn list_project(&self, project_id: &str) -> StoreResult<Vec<SessionDoc>> {
-        let items = self
+    /// One `Query` on [`PROJECT_INDEX`] (eventually consistent: GSIs cannot be read
+    /// otherwise) with `Limit`, from `ExclusiveStartKey` = `at.after`'s index and table keys;
+    /// `LastEvaluatedKey` is where the next page starts.
+    async fn list_project(&self, project_id: &str, at: PageAt) -> Listing {
+        let start = at.after.map(|a| {
+            Item::from([
+                (attr::PROJECT_ID.to_owned(), s(project_id)),
+                (attr::CREATED_AT.to_owned(), s(&a.created_at)),
+                (attr::SESSION_ID.to_owned(), s(&a.session_id)),
+            ])
+        });
+        let out = self
             .0
             .client
             .query()
@@ -97,19 +112,24 @@ impl SessionStore for DynamoSessions {
             .key_condition_expression("projectId = :p")
             .expression_attribute_values(":p", s(project_id))
             .scan_index_forward(true)
-            .into_paginator()
-            .items()
+            .limit(i32::try_from(at.limit).unwrap_or(i32::MAX))
+            .set_exclusive_start_key(start)
             .send()
-            .try_collect()
-            .await;
-        let mut out = Self::docs(items)?;
-        // The index orders by createdAt; ties (same millisecond) by id, as the other stores.
-        out.sort_by(|a, b| {
-            a.created_at
-                .cmp(&b.created_at)
-                .then(a.session_id.cmp(&b.session_id))
+            .await
+            .map_err(|e| sdk_error(SESSIONS, e))?;
+        let sessions = out
+            .items()
+            .iter()
+            .map(|i| item::from_item(SESSION, i))
+            .collect::<Result<_, _>>()?;
+        let next = out.last_evaluated_key().map(|k| {
+            let text = |a: &str| k.get(a).and_then(|v| v.as_s().ok()).cloned();
+            ListPos {
+                created_at: text(attr::CREATED_AT).unwrap_or_default(),
+                session_id: text(attr::SESSION_ID).unwrap_or_default(),
+            }
         });
-        Ok(out)
+        Ok(SessionPage { sessions, next })
     }
 
     /// `Query` on [`TASK_INDEX`]; a task serves one session, so the first key is the answer.
@@ -263,6 +283,74 @@ impl SessionStore for DynamoSessions {
         }
         Ok(ids)
     }
+
+    /// One `TransactWriteItems`: the session `SET usageCounted` on condition that it exists
+    /// and has none, and the project's usage item (`usage#<projectId>`, [`usage_key`]) `ADD`s
+    /// the minutes and bytes. Only the first of simultaneous counts passes the condition.
+    async fn count_usage(&self, id: &str, project_id: &str, used: Usage) -> StoreResult<bool> {
+        let mark = Update::builder()
+            .table_name(&self.0.name)
+            .key(attr::SESSION_ID, s(id))
+            .update_expression("SET #c = :t")
+            .condition_expression("attribute_exists(sessionId) AND attribute_not_exists(#c)")
+            .expression_attribute_names("#c", attr::USAGE_COUNTED)
+            .expression_attribute_values(":t", AttributeValue::Bool(true))
+            .build()
+            .expect("table, key and expression set");
+        let add = Update::builder()
+            .table_name(&self.0.name)
+            .key(attr::SESSION_ID, s(&usage_key(project_id)))
+            .update_expression("ADD #m :m, #b :b")
+            .expression_attribute_names("#m", BROWSER_MINUTES)
+            .expression_attribute_names("#b", attr::PROXY_BYTES)
+            .expression_attribute_values(":m", number(used.browser_minutes))
+            .expression_attribute_values(":b", number(used.proxy_bytes))
+            .build()
+            .expect("table, key and expression set");
+        let items = vec![
+            TransactWriteItem::builder().update(mark).build(),
+            TransactWriteItem::builder().update(add).build(),
+        ];
+        Ok(transact(&self.0.client, items, SESSIONS).await?.is_ok())
+    }
+
+    /// A consistent `GetItem` of the project's usage item.
+    async fn usage(&self, project_id: &str) -> StoreResult<Usage> {
+        let out = self
+            .0
+            .client
+            .get_item()
+            .table_name(&self.0.name)
+            .key(attr::SESSION_ID, s(&usage_key(project_id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk_error(SESSIONS, e))?;
+        let read = |a: &str| {
+            out.item()
+                .and_then(|i| i.get(a)?.as_n().ok()?.parse().ok())
+                .unwrap_or(0)
+        };
+        Ok(Usage {
+            browser_minutes: read(BROWSER_MINUTES),
+            proxy_bytes: read(attr::PROXY_BYTES),
+        })
+    }
+}
+
+/// The usage item's minutes attribute.
+const BROWSER_MINUTES: &str = "browserMinutes";
+
+/// The key of a project's usage item in the sessions table: not a session id (those start
+/// with `sess_`), and with no `projectId`, `createdAt`, `status` or `expiresAt` it is in no
+/// index and never expires.
+pub fn usage_key(project_id: &str) -> String {
+    format!("usage#{project_id}")
+}
+
+/// A number attribute.
+fn number(n: u64) -> AttributeValue {
+    AttributeValue::N(n.to_string())
 }
 
 /// The condition of the writes of `endedAt`: the session exists and has none yet.

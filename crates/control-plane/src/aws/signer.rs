@@ -70,6 +70,9 @@ impl Signer for SecretsSigner {
     async fn sign(&self, claims: Claims) -> StoreResult<String> {
         Ok(claims.mint(&self.key().await?))
     }
+    async fn mac(&self, msg: &[u8]) -> StoreResult<String> {
+        Ok(self.key().await?.mac(msg))
+    }
 }
 
 #[cfg(test)]

@@ -1,77 +1,136 @@
-//! Projects' concurrency slots, in the projects table ([`DynamoSlots`]).
+//! Projects' concurrency slots, in their own table ([`DynamoSlots`]).
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
 
-use super::table::{Table, s};
+use super::sdk_error;
+use super::table::{s, transact};
 use crate::stores::{Slot, SlotStore, StoreResult};
 
-/// Projects' concurrency slots: in the projects table, one item per project with key
-/// `projectId` = `<projectId>#active` (project ids hold no `#`) and a string set
-/// `activeSessions` (DynamoDB drops an emptied set, so "no attribute" = no slot taken). Kept
-/// apart from the project item so that replacing a project (admin) never resets it.
-pub struct DynamoSlots(Table);
+/// Projects' concurrency slots: table `wallcrawler-slots`, partition key `projectId`, sort key
+/// `sessionId`. Per project, one item per held slot (sort key = the holder's session id) and
+/// one counter item (sort key [`COUNTER`], attribute [`HELD`]) that is always the number of
+/// slot items: the two change only together, in one `TransactWriteItems`. A take or give-back
+/// writes these two small items whatever the number of active sessions; only a full project's
+/// create reads the holders (a consistent `Query` of the partition) to reclaim stale ones.
+pub struct DynamoSlots {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+}
 
-/// The attribute holding a project's active session ids.
-pub const ACTIVE_SESSIONS: &str = "activeSessions";
+/// The counter item's sort key (session ids start with `sess_`, so no holder has it).
+pub const COUNTER: &str = "#count";
+/// The counter item's attribute: how many slot items the project has.
+pub const HELD: &str = "held";
+
+const SLOTS: &str = "the slots table";
 
 impl DynamoSlots {
-    /// Slots kept in `projects_table`, on the `<projectId>#active` items.
-    pub fn new(client: aws_sdk_dynamodb::Client, projects_table: &str) -> Self {
-        Self(Table::new(
+    /// Slots kept in `table`.
+    pub fn new(client: aws_sdk_dynamodb::Client, table: &str) -> Self {
+        Self {
             client,
-            projects_table,
-            "projectId",
-            "the projects table",
-            "project slots",
-        ))
+            table: table.to_owned(),
+        }
     }
 
-    /// The slot item's key for a project.
-    pub fn key(project_id: &str) -> String {
-        format!("{project_id}#active")
+    /// The key of project `project_id`'s item `sort` (a holder's session id, or [`COUNTER`]).
+    fn key(project_id: &str, sort: &str) -> std::collections::HashMap<String, AttributeValue> {
+        [
+            ("projectId".to_owned(), s(project_id)),
+            ("sessionId".to_owned(), s(sort)),
+        ]
+        .into()
+    }
+
+    /// The counter update `ADD held :d`; with a limit, on condition that fewer slots than it
+    /// are held (or none ever were).
+    fn counter(&self, project_id: &str, d: i64, limit: Option<u64>) -> TransactWriteItem {
+        let mut u = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(project_id, COUNTER)))
+            .update_expression("ADD #h :d")
+            .expression_attribute_names("#h", HELD)
+            .expression_attribute_values(":d", AttributeValue::N(d.to_string()));
+        if let Some(limit) = limit {
+            u = u
+                .condition_expression("attribute_not_exists(#h) OR #h < :limit")
+                .expression_attribute_values(":limit", AttributeValue::N(limit.to_string()));
+        }
+        TransactWriteItem::builder()
+            .update(u.build().expect("table, key and expression set"))
+            .build()
+    }
+
+    /// The project's holders: a consistent `Query` of its partition, the counter left out.
+    pub async fn holders(&self, project_id: &str) -> StoreResult<Vec<String>> {
+        let items: Vec<_> = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("projectId = :p")
+            .expression_attribute_values(":p", s(project_id))
+            .projection_expression("sessionId")
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| sdk_error(SLOTS, e))?;
+        Ok(items
+            .iter()
+            .filter_map(|i| i.get("sessionId")?.as_s().ok())
+            .filter(|id| *id != COUNTER)
+            .cloned()
+            .collect())
     }
 }
 
 #[async_trait]
 impl SlotStore for DynamoSlots {
-    /// `UpdateItem ADD activeSessions :sid` on condition `attribute_not_exists(activeSessions)
-    /// OR size(activeSessions) < :limit OR contains(activeSessions, :sid)`; ALL_OLD on failure
-    /// lists the holders.
+    /// One transaction: the counter `ADD held 1` on condition `held < :limit` (or no counter
+    /// yet), and the slot item `Put` on condition that it does not exist. The slot item's
+    /// condition failing means this session holds a slot already (a retried take): `Taken`.
+    /// The counter's alone: full, and the holders are read (a `Query`) for the caller to
+    /// reclaim stale ones.
     async fn take(&self, project_id: &str, session_id: &str, limit: u64) -> StoreResult<Slot> {
-        let req = self
-            .0
-            .update_or_old(&Self::key(project_id))
-            .update_expression("ADD #a :sids")
-            .condition_expression(
-                "attribute_not_exists(#a) OR size(#a) < :limit OR contains(#a, :sid)",
-            )
-            .expression_attribute_names("#a", ACTIVE_SESSIONS)
-            .expression_attribute_values(":sids", AttributeValue::Ss(vec![session_id.into()]))
-            .expression_attribute_values(":sid", s(session_id))
-            .expression_attribute_values(":limit", AttributeValue::N(limit.to_string()));
-        let old = match self.0.conditional(req).await? {
-            Ok(_) => return Ok(Slot::Taken),
-            Err(old) => old,
-        };
-        Ok(Slot::Full(
-            match old.as_ref().and_then(|i| i.get(ACTIVE_SESSIONS)) {
-                Some(AttributeValue::Ss(v)) => v.clone(),
-                _ => Vec::new(),
-            },
-        ))
+        let mut item = Self::key(project_id, session_id);
+        item.insert(
+            "takenAt".to_owned(),
+            s(&wallcrawler_contract::time::now_iso8601()),
+        );
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(sessionId)")
+            .build()
+            .expect("table and item set");
+        let items = vec![
+            self.counter(project_id, 1, Some(limit)),
+            TransactWriteItem::builder().put(put).build(),
+        ];
+        match transact(&self.client, items, SLOTS).await? {
+            Ok(()) => Ok(Slot::Taken),
+            Err(failed) if failed.contains(&1) => Ok(Slot::Taken),
+            Err(_) => Ok(Slot::Full(self.holders(project_id).await?)),
+        }
     }
 
-    /// `UpdateItem DELETE activeSessions :sid` on condition that the item exists (so no empty
-    /// item is created).
+    /// One transaction: the slot item `Delete` on condition that it exists, and the counter
+    /// `ADD held -1`. A slot not held (a second give-back) fails the condition and changes
+    /// nothing.
     async fn give_back(&self, project_id: &str, session_id: &str) -> StoreResult<()> {
-        let req = self
-            .0
-            .update(&Self::key(project_id))
-            .condition_expression("attribute_exists(projectId)")
-            .update_expression("DELETE #a :sids")
-            .expression_attribute_names("#a", ACTIVE_SESSIONS)
-            .expression_attribute_values(":sids", AttributeValue::Ss(vec![session_id.into()]));
-        self.0.unless_condition_fails(req).await
+        let delete = Delete::builder()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(project_id, session_id)))
+            .condition_expression("attribute_exists(sessionId)")
+            .build()
+            .expect("table and key set");
+        let items = vec![
+            TransactWriteItem::builder().delete(delete).build(),
+            self.counter(project_id, -1, None),
+        ];
+        transact(&self.client, items, SLOTS).await.map(drop)
     }
 }

@@ -1,17 +1,25 @@
 //! The DynamoDB helpers every store here shares: one table addressed by one string key
-//! ([`Table`]), conditional writes and their outcome ([`condition`]), items as records.
+//! ([`Table`]), conditional writes and their outcome ([`condition`]), transactions retried
+//! while they conflict ([`transact`]), items as records.
+
+use std::time::Duration;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
 use aws_sdk_dynamodb::types::error::ConditionalCheckFailedException;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
+use backon::{BackoffBuilder as _, ExponentialBuilder};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use wallcrawler_aws::item::{self, Item};
 
 use super::sdk_error;
+use crate::error::StoreError;
 use crate::model::Record;
 use crate::stores::StoreResult;
 
@@ -195,4 +203,70 @@ impl Table {
             .map_err(|e| sdk_error(self.service, e))?;
         Ok(())
     }
+}
+
+/// How many times a transaction that met another on one of its items (`TransactionConflict`:
+/// e.g. simultaneous creates of one project on its slot counter) is tried again, after a short
+/// jittered wait.
+const CONFLICT_RETRIES: usize = 10;
+
+/// What a cancelled transaction's reasons say, by the position of its items.
+enum Cancelled {
+    /// The condition on these items (by index) failed.
+    Conditions(Vec<usize>),
+    /// Another transaction was writing one of the items: try again.
+    Conflict,
+}
+
+/// Sends a `TransactWriteItems`, trying again while it conflicts with another transaction on
+/// the same items; `Ok(Err(indexes))` when the conditions of those items failed.
+pub(super) async fn transact(
+    client: &aws_sdk_dynamodb::Client,
+    items: Vec<TransactWriteItem>,
+    service: &'static str,
+) -> StoreResult<Result<(), Vec<usize>>> {
+    let mut waits = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(10))
+        .with_max_delay(Duration::from_millis(200))
+        .with_jitter()
+        .with_max_times(CONFLICT_RETRIES)
+        .build();
+    loop {
+        let r = client
+            .transact_write_items()
+            .set_transact_items(Some(items.clone()))
+            .send()
+            .await;
+        let e = match r {
+            Ok(_) => return Ok(Ok(())),
+            Err(e) => e,
+        };
+        match e.as_service_error().and_then(cancelled) {
+            Some(Cancelled::Conditions(failed)) => return Ok(Err(failed)),
+            Some(Cancelled::Conflict) => match waits.next() {
+                Some(wait) => tokio::time::sleep(wait).await,
+                // Still contended: "try again" (503), not a failure of ours.
+                None => return Err(StoreError::unavailable_by(service, e)),
+            },
+            None => return Err(sdk_error(service, e)),
+        }
+    }
+}
+
+/// A cancelled transaction's reasons; `None` when the error is something else.
+fn cancelled(e: &TransactWriteItemsError) -> Option<Cancelled> {
+    let TransactWriteItemsError::TransactionCanceledException(c) = e else {
+        return None;
+    };
+    let codes: Vec<_> = c.cancellation_reasons().iter().map(|r| r.code()).collect();
+    if codes.contains(&Some("TransactionConflict")) {
+        return Some(Cancelled::Conflict);
+    }
+    let failed: Vec<usize> = codes
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c == Some("ConditionalCheckFailed"))
+        .map(|(i, _)| i)
+        .collect();
+    (!failed.is_empty()).then_some(Cancelled::Conditions(failed))
 }

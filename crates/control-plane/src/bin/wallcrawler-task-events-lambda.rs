@@ -1,7 +1,7 @@
 //! `wallcrawler-task-events-lambda`: the target of an EventBridge rule on "ECS Task State
 //! Change" events with `lastStatus` STOPPED. Closes the session of a task that stopped without
 //! ending it (FAILED/ERROR if it was live, and `endedAt` in every case) and gives back its
-//! project slot and context lease. Reads `SESSIONS_TABLE_NAME`, `PROJECTS_TABLE_NAME` and
+//! project slot and context lease. Reads `SESSIONS_TABLE_NAME`, `SLOTS_TABLE_NAME` and
 //! `CONTEXTS_TABLE_NAME`. A store failure fails the invocation, so EventBridge retries it.
 
 use lambda_runtime::{LambdaEvent, service_fn};
@@ -12,7 +12,7 @@ use wallcrawler_control_plane::aws::{self, lambda};
 async fn main() -> Result<(), lambda_runtime::Error> {
     let (tables, dynamo) = lambda::tables_from_env().await;
     let sessions = aws::DynamoSessions::new(dynamo.clone(), &tables.sessions);
-    let slots = aws::DynamoSlots::new(dynamo.clone(), &tables.projects);
+    let slots = aws::DynamoSlots::new(dynamo.clone(), &tables.slots);
     let contexts = aws::DynamoContexts::new(dynamo, &tables.contexts);
     let (sessions, slots, contexts) = (&sessions, &slots, &contexts);
     lambda_runtime::run(service_fn(|ev: LambdaEvent<TaskStateChange>| async move {

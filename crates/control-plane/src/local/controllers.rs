@@ -235,6 +235,7 @@ impl Controllers {
                 }
                 let ends = &self.ends;
                 crate::limits::give_back(ends.slots.as_ref(), ends.contexts.as_ref(), &d).await;
+                crate::usage::count(&ends.sessions, &d).await;
             }
             Ok(Cond::Failed(None)) => info!(session.id = %id, exit = %how, "controller exited"),
             Err(e) => {

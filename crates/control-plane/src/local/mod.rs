@@ -41,11 +41,19 @@ fn doc_err(e: DocError) -> StoreError {
     StoreError::failed_by("the session documents", e)
 }
 
-/// Session documents in a directory.
+/// Session documents in a directory; projects' usage totals in a file beside them.
 #[derive(Clone)]
-pub struct DirSessions(pub DirStore);
+pub struct DirSessions(pub DirStore, pub Arc<FileMap<Usage>>);
 
 impl DirSessions {
+    /// The documents in `<data_dir>/sessions`, the usage totals in `<data_dir>/usage.json`.
+    pub fn in_dir(data_dir: &Path) -> Self {
+        Self(
+            DirStore::new(data_dir.join("sessions")),
+            Arc::new(FileMap::new(data_dir.join("usage.json"))),
+        )
+    }
+
     async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&DirStore) -> Result<T, DocError> + Send + 'static,
@@ -101,8 +109,9 @@ impl SessionStore for DirSessions {
         let id = id.to_owned();
         self.run(move |s| s.get(&id)).await
     }
-    async fn list_project(&self, project_id: &str) -> StoreResult<Vec<SessionDoc>> {
-        self.list_where(|d| d.project_id == project_id).await
+    async fn list_project(&self, project_id: &str, at: PageAt) -> Listing {
+        let all = self.list_where(|d| d.project_id == project_id).await?;
+        Ok(page_of(all, at))
     }
     async fn list_context(&self, context_id: &str) -> StoreResult<Vec<SessionDoc>> {
         self.list_where(|d| d.context_id.as_deref() == Some(context_id))
@@ -150,6 +159,19 @@ impl SessionStore for DirSessions {
     async fn expiring(&self, status: SdkStatus, before: u64, limit: usize) -> Ids {
         let all = self.run(|s| s.list()).await?;
         Ok(rules::expiring(all, status, before, limit))
+    }
+    /// Marks the document (under its lock), then adds to the total (under the file's): a
+    /// crash between the two leaves the session marked but uncounted.
+    async fn count_usage(&self, id: &str, project_id: &str, used: Usage) -> StoreResult<bool> {
+        let first = matches!(self.cond(id, rules::mark_counted).await?, Cond::Done(_));
+        if first {
+            self.1.modify(|m| rules::add_usage(m, project_id, used))?;
+        }
+        Ok(first)
+    }
+    async fn usage(&self, project_id: &str) -> StoreResult<Usage> {
+        self.1
+            .modify(|m| m.get(project_id).copied().unwrap_or_default())
     }
 }
 

@@ -10,7 +10,6 @@ use tokio::net::TcpListener;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::info;
 use wallcrawler_contract::SigningKey;
-use wallcrawler_contract::session_doc::DirStore;
 use wallcrawler_contract::task_env;
 
 use super::controllers::{Controllers, Ends, LocalLauncher, LocalPool};
@@ -76,7 +75,7 @@ impl LocalServer {
             GatewayChild::for_connect(connect, data_dir, &identity, &mut settings).await?;
         let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).await?;
         let addr = listener.local_addr()?;
-        let sessions = DirSessions(DirStore::new(data_dir.join("sessions")));
+        let sessions = DirSessions::in_dir(data_dir);
         let archives = Arc::new(LocalArchives {
             dir: data_dir.join("contexts"),
             base_url: format!("http://{addr}"),

@@ -28,7 +28,7 @@ use wallcrawler_control_plane::memory::MemSessions;
 use wallcrawler_control_plane::model::hash_api_key;
 use wallcrawler_control_plane::router::router;
 use wallcrawler_control_plane::rules;
-use wallcrawler_control_plane::stores::{Cond, SessionStore, Terminal};
+use wallcrawler_control_plane::stores::{Cond, PageAt, SessionStore, Terminal};
 use wallcrawler_testkit::platform::{
     Fixture, PUBLIC_IP, SIGNING_KEY, WAIT, authorizer_event, aws_env, call_with_key, get_item,
     http, policy, refused, s, s3, sdk, stopped_event, task_env, text,
@@ -48,6 +48,9 @@ async fn new_context(f: &Fixture, key: &str) -> String {
     assert_eq!(status, StatusCode::CREATED, "{c}");
     c["id"].as_str().unwrap().to_owned()
 }
+
+/// Limits that scale: slot writes of a constant size, the limit exact at the boundary.
+mod scale;
 
 /// A create body asking for context `id`, persisting or not (`None`: no `persist` field).
 fn with_context(id: &str, persist: Option<bool>) -> Value {
@@ -388,10 +391,16 @@ async fn simultaneous_creates_never_exceed_the_projects_concurrency() {
     assert_eq!(f.held(&project).await, ids);
     // Exactly two items, two tasks.
     let listed = DynamoSessions::new(f.dynamo(), &f.cfg.tables.sessions)
-        .list_project(&project)
+        .list_project(
+            &project,
+            PageAt {
+                after: None,
+                limit: 10,
+            },
+        )
         .await
         .unwrap();
-    assert_eq!(listed.len(), 2);
+    assert_eq!(listed.sessions.len(), 2);
 
     // Release gives a slot back; a session that ended by itself (the controller writes the
     // sessions table only) is reclaimed by the next create that finds the project full.
@@ -634,6 +643,14 @@ async fn the_sweeper_ends_stranded_sessions_and_frees_their_slot_and_lease() {
     );
     assert!(item.contains_key("endedAt"));
     assert_eq!(f.task(&gone_arn).await.desired_status(), Some("STOPPED"));
+    // Both are in their project's usage total (counted once, by the sweeper).
+    for id in [&gone, &stranded] {
+        assert_eq!(
+            f.item(id).await.get("usageCounted"),
+            Some(&AttributeValue::Bool(true)),
+            "{id}"
+        );
+    }
     let item = f.item(&live).await;
     assert_eq!(text(&item, "internalStatus").as_deref(), Some("READY"));
     assert!(!item.contains_key("endedAt"));
@@ -755,9 +772,16 @@ async fn conditional_writes_follow_the_memory_rules() {
     assert_eq!(dynamo.create(other).await.unwrap(), Cond::Failed(Some(d)));
     // The project listing (the GSI), oldest first.
     let listed: Vec<String> = dynamo
-        .list_project("proj_rules")
+        .list_project(
+            "proj_rules",
+            PageAt {
+                after: None,
+                limit: 100,
+            },
+        )
         .await
         .unwrap()
+        .sessions
         .into_iter()
         .map(|d| d.session_id)
         .collect();
@@ -766,7 +790,17 @@ async fn conditional_writes_follow_the_memory_rules() {
     sorted.sort_by_key(|id| (id.len(), id.clone()));
     assert_eq!(listed, sorted, "ordered by createdAt, then id");
     // The sweeper's index query (status-expiresAt-index) finds what the reference finds.
-    let all = dynamo.list_project("proj_rules").await.unwrap();
+    let all = dynamo
+        .list_project(
+            "proj_rules",
+            PageAt {
+                after: None,
+                limit: 100,
+            },
+        )
+        .await
+        .unwrap()
+        .sessions;
     for status in [SdkStatus::Pending, SdkStatus::Running, SdkStatus::TimedOut] {
         for before in [1_900_000_000, 1_900_000_001, u64::MAX] {
             let mut got = dynamo.expiring(status, before, 1000).await.unwrap();
