@@ -699,6 +699,13 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
     let id = v["id"].as_str().unwrap().to_owned();
     task.wait_event("no archive for this context yet; starting with an empty profile")
         .await;
+    // READY or the session's failure (a refused call), whichever the task says first.
+    let ready = task
+        .wait_lines("READY or a failure", 1, |e| {
+            e["message"] == "claimed session READY" || e["level"] == "ERROR"
+        })
+        .await;
+    assert_eq!(ready["message"], "claimed session READY", "{}", task.text());
     drive(&connect_url(&v)).await;
     pool.released_and_ended(&mut task, &id).await;
     assert_eq!(task.events("profile saved").len(), 1, "{}", task.text());
