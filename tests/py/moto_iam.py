@@ -38,14 +38,25 @@ stdout only (the test's pipe), never to stderr.
 
 import argparse
 import ast
+import ipaddress
 import json
 import sys
+import urllib.parse
 import uuid
 
-import boto3
+from support import moto_client
 
 # The services whose requests moto authorises against a resource ARN of their own.
 SCOPED_BY_MOTO = ("s3", "sqs")
+
+
+def is_loopback(url):
+    """Whether `url` is plain HTTP to a loopback address (the host parsed, not a prefix)."""
+    u = urllib.parse.urlsplit(url)
+    try:
+        return u.scheme == "http" and (u.hostname == "localhost" or ipaddress.ip_address(u.hostname).is_loopback)
+    except ValueError:
+        return False
 
 
 def as_list(v):
@@ -120,13 +131,10 @@ def main():
     ap.add_argument("--principal", action="append", default=[], help="LABEL=PHYSICAL_ID")
     ap.add_argument("--bucket", action="append", default=[], help="a bucket whose TLS-only Deny goes")
     a = ap.parse_args()
-    if not a.endpoint.startswith(("http://127.", "http://localhost", "http://[::1]")):
+    if not is_loopback(a.endpoint):
         sys.exit("moto_iam: the endpoint must be a loopback address")
-    session = boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    )
-    client = lambda svc: session.client(svc, endpoint_url=a.endpoint)  # noqa: E731
-    cfn, iam, sts = client("cloudformation"), client("iam"), client("sts")
+
+    cfn, iam, sts = (moto_client(a.endpoint, svc) for svc in ("cloudformation", "iam", "sts"))
 
     template = cfn.get_template(StackName=a.stack)["TemplateBody"]
     template = json.loads(template) if isinstance(template, str) else template
@@ -137,7 +145,7 @@ def main():
     }
     notes, principals = [], {}
     for bucket in a.bucket:
-        without_tls_only(client("s3"), bucket, notes)
+        without_tls_only(moto_client(a.endpoint, "s3"), bucket, notes)
     for p in a.principal:
         label, ident = p.split("=", 1)
         role = physical[role_of(template, physical, ident)]
