@@ -414,6 +414,8 @@ struct TaskOptions {
     /// The task definition's environment, instead of the pool's queue, table, secret and
     /// bucket (the test's loopback settings still apply on top).
     task_env: Option<Vec<(String, String)>>,
+    /// The AWS endpoint and credentials, instead of the shared moto's with dummy credentials.
+    aws_env: Option<Vec<(&'static str, String)>>,
 }
 
 /// What a controller wrote on stderr (JSON lines), shared with the task reading it.
@@ -484,7 +486,7 @@ impl PoolTask {
             }
         }
         cmd.env("POOL_TASK_NAME", unique("pool-task"))
-            .envs(aws_env())
+            .envs(o.aws_env.unwrap_or_else(aws_env))
             .env("ECS_CONTAINER_METADATA_URI_V4", metadata)
             .env("ECS_AGENT_URI", agent_uri)
             .env("PUBLIC_IP", "127.0.0.1")

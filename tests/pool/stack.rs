@@ -13,9 +13,14 @@
 //! the network load balancer and its TLS listener) by the same resources made through the plain
 //! APIs, and says so in its answer. What moto accepts but ignores is asserted on the template
 //! by deploy/check_template.py.
+//!
+//! The third test runs the same platform on a private moto with IAM enforced, each process with
+//! its own role's credentials only (see its comment for what moto cannot enforce).
 
+use aws_sdk_dynamodb::config::Credentials;
 use wallcrawler_control_plane::aws::PROJECT_INDEX;
-use wallcrawler_testkit::moto;
+use wallcrawler_testkit::platform::{aws_env_as, s3};
+use wallcrawler_testkit::{Moto, dummy_credentials, moto};
 
 use super::*;
 
@@ -27,6 +32,8 @@ const STACK_WAIT: Duration = Duration::from_secs(90);
 
 /// What deploy/moto_stack.py answers.
 struct Stack {
+    /// The stack's name.
+    name: String,
     outputs: HashMap<String, String>,
     api_env: Vec<(String, String)>,
     task_env: Vec<(String, String)>,
@@ -49,8 +56,8 @@ fn strings(v: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Creates the stack in moto with `ConnectMode` = `mode`.
-async fn create_stack(prefix: &str, mode: &str) -> Stack {
+/// Creates the stack in the moto server at `endpoint` with `ConnectMode` = `mode`.
+async fn create_stack(endpoint: &str, prefix: &str, mode: &str) -> Stack {
     let root = wallcrawler_testkit::repo_root();
     let python = root.join(".venv/bin/python");
     assert!(
@@ -61,7 +68,7 @@ async fn create_stack(prefix: &str, mode: &str) -> Stack {
         STACK_WAIT + Duration::from_secs(30),
         tokio::process::Command::new(python)
             .arg(root.join("deploy/moto_stack.py"))
-            .args(["--endpoint", &moto().endpoint, "--prefix", prefix])
+            .args(["--endpoint", endpoint, "--prefix", prefix])
             .args(["--timeout", &STACK_WAIT.as_secs().to_string()])
             .args(["--connect-mode", mode])
             .kill_on_drop(true)
@@ -82,6 +89,7 @@ async fn create_stack(prefix: &str, mode: &str) -> Stack {
         v["stack"], v["seconds"], v["changed"]
     );
     Stack {
+        name: v["stack"].as_str().unwrap().to_owned(),
         outputs: strings(&v["outputs"]).into_iter().collect(),
         api_env: strings(&v["apiEnv"]),
         task_env: strings(&v["taskEnv"]),
@@ -98,12 +106,13 @@ async fn create_stack(prefix: &str, mode: &str) -> Stack {
     }
 }
 
-/// An AWS Query API call to moto (`service` as in the credential scope): the XML answer. (Raw,
-/// as [`ec2_first`] does, rather than one more SDK crate to compile.)
-async fn query(service: &str, version: &str, params: &str) -> String {
+/// An AWS Query API call to the moto server at `endpoint` (`service` as in the credential
+/// scope), unsigned (so only while moto enforces no IAM): the XML answer. (Raw, as
+/// [`ec2_first`] does, rather than one more SDK crate to compile.)
+async fn query(endpoint: &str, service: &str, version: &str, params: &str) -> String {
     let (status, xml) = http(
         "POST",
-        &format!("{}/", moto().endpoint),
+        &format!("{endpoint}/"),
         &[
             (
                 "authorization",
@@ -122,7 +131,8 @@ async fn query(service: &str, version: &str, params: &str) -> String {
 }
 
 /// The connect gateway as the stack's gateway service runs it: the task definition's command
-/// and environment, on a free loopback port, talking to moto. Killed when dropped.
+/// and environment, on a free loopback port, talking to moto (`aws`: its endpoint and
+/// credentials). Killed when dropped.
 struct Gateway {
     child: tokio::process::Child,
     /// Where it listens (`listen: ADDR` on its stdout).
@@ -133,7 +143,7 @@ struct Gateway {
 }
 
 impl Gateway {
-    async fn start(stack: &Stack) -> Gateway {
+    async fn start(stack: &Stack, aws: Vec<(&'static str, String)>) -> Gateway {
         let mut cmd = tokio::process::Command::new(crate::support::bin());
         cmd.args(&stack.gateway_command)
             .env_clear()
@@ -141,7 +151,7 @@ impl Gateway {
             .env("HOME", std::env::var_os("HOME").unwrap_or("/root".into()))
             .env("RUST_LOG", "info")
             .envs(stack.gateway_env.iter().cloned())
-            .envs(aws_env())
+            .envs(aws)
             .env("GATEWAY_LISTEN", "127.0.0.1:0")
             // The stack trusts PROXY headers from the VPC (the NLB); here the "NLB" is loopback.
             .env("TRUSTED_PROXY_NETWORKS", LOOPBACK)
@@ -260,10 +270,35 @@ fn api_vars(stack: &Stack) -> HashMap<&'static str, String> {
         .collect()
 }
 
+impl Pool {
+    /// The API `f` on the stack's claims queue and dead-letter queue.
+    fn on_stack(f: Fixture, stack: &Stack) -> Pool {
+        Pool {
+            sqs: aws_sdk_sqs::Client::new(&f.sdk),
+            f,
+            queue: stack.outputs["ClaimsQueueUrl"].clone(),
+            dlq: stack.outputs["ClaimsDeadLetterQueueUrl"].clone(),
+            tmp: tempfile::tempdir().unwrap(),
+        }
+    }
+}
+
+/// The browser task definition's environment, trusting PROXY v2 headers from loopback (the
+/// test's stand-in for the VPC the gateway runs in) instead of the VPC.
+fn behind_loopback(stack: &Stack) -> Vec<(String, String)> {
+    let mut env = stack.task_env.clone();
+    for (k, v) in &mut env {
+        if k == "TRUSTED_PROXY_NETWORKS" {
+            *v = LOOPBACK.to_owned();
+        }
+    }
+    env
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
     let prefix = format!("wcs-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let stack = create_stack(&prefix, "gateway").await;
+    let stack = create_stack(&moto().endpoint, &prefix, "gateway").await;
     let out = |k: &str| {
         stack
             .outputs
@@ -275,6 +310,7 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
     // The connect leg as the stack made it: the NLB's TLS listener forwards to the gateway's
     // target group, which sends PROXY protocol v2.
     let listener = query(
+        &moto().endpoint,
         "elasticloadbalancing",
         "2015-12-01",
         &format!(
@@ -294,6 +330,7 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
         assert!(listener.contains(part), "{part} in {listener}");
     }
     let attrs = query(
+        &moto().endpoint,
         "elasticloadbalancing",
         "2015-12-01",
         &format!(
@@ -318,7 +355,7 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
     };
     assert_eq!(vpc(&stack.gateway_env).as_deref(), Some("172.31.0.0/16"));
     assert_eq!(vpc(&stack.task_env).as_deref(), Some("172.31.0.0/16"));
-    let gateway = Gateway::start(&stack).await;
+    let gateway = Gateway::start(&stack, aws_env()).await;
 
     // The API as the API function would run, configured by the stack; its connect base URL is
     // the NLB's wss:// name, which the test replaces by the local gateway's address.
@@ -394,23 +431,11 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
     );
 
     // A pool task as the service would start it: the task definition's environment.
-    let pool = Pool {
-        f,
-        sqs,
-        queue,
-        dlq,
-        tmp: tempfile::tempdir().unwrap(),
-    };
-    let mut task_env = stack.task_env.clone();
-    for (k, v) in &mut task_env {
-        if k == "TRUSTED_PROXY_NETWORKS" {
-            *v = LOOPBACK.to_owned();
-        }
-    }
+    let pool = Pool::on_stack(f, &stack);
     let mut task = PoolTask::start(
         &pool,
         TaskOptions {
-            task_env: Some(task_env),
+            task_env: Some(behind_loopback(&stack)),
             ..Default::default()
         },
     )
@@ -496,7 +521,7 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stack_in_direct_mode_serves_a_session_at_the_tasks_address() {
     let prefix = format!("wcd-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let stack = create_stack(&prefix, "direct").await;
+    let stack = create_stack(&moto().endpoint, &prefix, "direct").await;
     assert!(
         stack.gateway_command.is_empty(),
         "no gateway in direct mode"
@@ -518,17 +543,7 @@ async fn stack_in_direct_mode_serves_a_session_at_the_tasks_address() {
     );
     assert!(!task_env.contains_key("TRUSTED_PROXY_NETWORKS"));
 
-    let f = Fixture::from_vars(sdk().await, vars).await;
-    let sqs = aws_sdk_sqs::Client::new(&f.sdk);
-    let queue = stack.outputs["ClaimsQueueUrl"].clone();
-    let dlq = stack.outputs["ClaimsDeadLetterQueueUrl"].clone();
-    let pool = Pool {
-        f,
-        sqs,
-        queue,
-        dlq,
-        tmp: tempfile::tempdir().unwrap(),
-    };
+    let pool = Pool::on_stack(Fixture::from_vars(sdk().await, vars).await, &stack);
     // The test's PUBLIC_IP (loopback) stands for the address EC2 would give.
     let mut task = PoolTask::start(
         &pool,
@@ -551,4 +566,167 @@ async fn stack_in_direct_mode_serves_a_session_at_the_tasks_address() {
     );
     drive(&url).await;
     pool.released_and_ended(&mut task, &id).await;
+}
+
+/// What tests/py/moto_iam.py answers: credentials of the stack's roles, limited to the role's
+/// own policies, and of an IAM user allowed everything (for the test's own checks).
+struct Limited {
+    roles: HashMap<String, Credentials>,
+    admin: Credentials,
+    /// What was changed for moto, to be said in the test's output.
+    widened: Vec<String>,
+}
+
+/// Limits `principals` (label, stack resource: a function name or task definition ARN) to
+/// their roles' policies in the private moto `moto` (tests/py/moto_iam.py says how and why),
+/// and lets `bucket`'s objects be reached over moto's plain HTTP.
+async fn limited_to_roles(
+    moto: &Moto,
+    stack: &Stack,
+    principals: &[(&str, String)],
+    bucket: &str,
+) -> Limited {
+    let root = wallcrawler_testkit::repo_root();
+    let mut cmd = tokio::process::Command::new(root.join(".venv/bin/python"));
+    cmd.arg(root.join("tests/py/moto_iam.py"))
+        .args(["--endpoint", &moto.endpoint, "--stack", &stack.name])
+        .args(["--bucket", bucket]);
+    for (label, id) in principals {
+        cmd.args(["--principal", &format!("{label}={id}")]);
+    }
+    let out = tokio::time::timeout(POOL_WAIT, cmd.kill_on_drop(true).output())
+        .await
+        .expect("tests/py/moto_iam.py finished")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "tests/py/moto_iam.py failed:\n{stderr}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("tests/py/moto_iam.py answered no JSON ({e}):\n{stderr}"));
+    let creds = |c: &Value| {
+        let s = |k: &str| c[k].as_str().map(str::to_owned);
+        Credentials::new(
+            s("accessKeyId").unwrap(),
+            s("secretAccessKey").unwrap(),
+            s("sessionToken"),
+            None,
+            "moto-iam",
+        )
+    };
+    Limited {
+        roles: v["principals"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(label, c)| (label.clone(), creds(c)))
+            .collect(),
+        admin: creds(&v["admin"]),
+        widened: serde_json::from_value(v["widened"].clone()).unwrap(),
+    }
+}
+
+/// From now on every request to `moto` is authenticated and authorised by its IAM policies.
+async fn enforce_iam(moto: &Moto) {
+    let url = format!("{}/moto-api/reset-auth", moto.endpoint);
+    let (status, body) = http("POST", &url, &[], b"0".to_vec()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// Item 1 of Step 10 as far as moto's IAM mode goes: the API, the gateway and a pool task each
+/// run with credentials limited to its own role's policies as the stack made them, and serve a
+/// session on a context created just before (no archive yet), persisted at the end. A call the
+/// code makes and the role does not grant fails the test (moto answers AccessDenied).
+///
+/// moto authorises most actions against the resource "*", so the roles' statements are widened
+/// to it for every service but S3 and SQS (tests/py/moto_iam.py): this proves the ACTIONS,
+/// deploy/check_template.py the resources. The bucket's TLS-only Deny is lifted (moto cannot see
+/// TLS and applies it to every request). Conditions are not evaluated by moto.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
+    // IAM enforcement is global to a moto server: this test has one of its own.
+    let moto = tokio::task::spawn_blocking(Moto::start).await.unwrap();
+    let prefix = format!("wci-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let stack = create_stack(&moto.endpoint, &prefix, "gateway").await;
+    let out = |k: &str| stack.outputs[k].clone();
+
+    // Set up while moto checks nothing: the project and its key (the admin's work, not the
+    // API's), then the roles' credentials.
+    let setup = moto.sdk_config_as(dummy_credentials()).await;
+    let f = Fixture::from_vars(setup.clone(), api_vars(&stack)).await;
+    let limited = limited_to_roles(
+        &moto,
+        &stack,
+        &[
+            ("api", out("ApiFunctionName")),
+            ("task", out("TaskDefinitionArn")),
+            ("gateway", out("GatewayTaskDefinitionArn")),
+        ],
+        &out("ContextsBucketName"),
+    )
+    .await;
+    eprintln!("changed for moto's IAM: {:#?}", limited.widened);
+    enforce_iam(&moto).await;
+    let refused = aws_sdk_dynamodb::Client::new(&setup)
+        .get_item()
+        .table_name(out("SessionsTableName"))
+        .key("sessionId", AttributeValue::S("any".into()))
+        .send()
+        .await;
+    assert!(
+        refused.is_err(),
+        "moto enforces IAM: dummy keys are refused"
+    );
+
+    let role = |label: &str| limited.roles[label].clone();
+    let gateway = Gateway::start(&stack, aws_env_as(&moto, &role("gateway"))).await;
+    let mut vars = api_vars(&stack);
+    vars.insert("CONNECT_BASE_URL", format!("ws://{}", gateway.addr));
+    let api = moto.sdk_config_as(role("api")).await;
+    let admin = moto.sdk_config_as(limited.admin.clone()).await;
+    let pool = Pool::on_stack(f.reconfigured(&api, admin, vars), &stack);
+    let mut task = pool
+        .warm_task(TaskOptions {
+            task_env: Some(behind_loopback(&stack)),
+            aws_env: Some(aws_env_as(&moto, &role("task"))),
+            ..Default::default()
+        })
+        .await;
+
+    let ctx = pool.new_context().await;
+    let v = pool
+        .create(json!({"keepAlive": true,
+            "browserSettings": {"context": {"id": ctx, "persist": true}}}))
+        .await;
+    assert_eq!(v["status"], "RUNNING", "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    task.wait_event("no archive for this context yet; starting with an empty profile")
+        .await;
+    // READY or the session's failure (a refused call), whichever the task says first.
+    let ready = task
+        .wait_lines("READY or a failure", 1, |e| {
+            e["message"] == "claimed session READY" || e["level"] == "ERROR"
+        })
+        .await;
+    assert_eq!(ready["message"], "claimed session READY", "{}", task.text());
+    drive(&connect_url(&v)).await;
+    pool.released_and_ended(&mut task, &id).await;
+    assert_eq!(task.events("profile saved").len(), 1, "{}", task.text());
+    let archive = s3(&pool.f.sdk)
+        .head_object()
+        .bucket(out("ContextsBucketName"))
+        .key(wallcrawler_contract::storage::profile_key(
+            &pool.f.project_id,
+            &ctx,
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert!(archive.content_length().unwrap_or(0) > 0, "{archive:?}");
+    assert_eq!(
+        pool.messages(&pool.dlq).await,
+        (0, 0),
+        "nothing dead-lettered"
+    );
 }

@@ -69,6 +69,19 @@ def port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def moto_client(endpoint: str, service: str):
+    """A boto3 client for the moto server at `endpoint`, with moto's dummy keys (valid until
+    IAM enforcement is switched on) and one attempt per call."""
+    return boto3.client(
+        service,
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(retries={"max_attempts": 1}, s3={"addressing_style": "path"}),
+    )
+
+
 class Moto:
     """moto_server on a free port (read from its own line `Running on http://127.0.0.1:N`)."""
 
@@ -98,14 +111,7 @@ class Moto:
         return {**AWS_ENV, "AWS_ENDPOINT_URL": self.endpoint}
 
     def client(self, service: str):
-        return boto3.client(
-            service,
-            endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            config=Config(retries={"max_attempts": 1}, s3={"addressing_style": "path"}),
-        )
+        return moto_client(self.endpoint, service)
 
     def close(self) -> None:
         stop(self.proc)

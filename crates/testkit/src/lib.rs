@@ -20,7 +20,7 @@ pub mod platform;
 pub mod tables;
 pub mod tar;
 
-pub use moto::{Moto, child_env, moto, sdk_config};
+pub use moto::{Moto, child_env, dummy_credentials, moto, sdk_config};
 
 /// The workspace's root directory.
 pub fn repo_root() -> PathBuf {

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use aws_config::SdkConfig;
+use aws_sdk_dynamodb::config::Credentials;
 use aws_sdk_dynamodb::types::AttributeValue;
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -25,7 +26,7 @@ use wallcrawler_control_plane::aws::{
 };
 use wallcrawler_control_plane::router::router;
 
-use crate::{moto, tables, unique};
+use crate::{Moto, moto, tables, unique};
 
 /// Bound on the waits here (a hang guard, not a speed assertion).
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -44,7 +45,12 @@ pub async fn sdk() -> SdkConfig {
 /// Environment for a child process talking to moto, with one SDK attempt per call (moto's
 /// internal errors are HTML 500s the SDK would otherwise retry for seconds).
 pub fn aws_env() -> Vec<(&'static str, String)> {
-    let mut env = crate::child_env();
+    aws_env_as(moto(), &crate::dummy_credentials())
+}
+
+/// [`aws_env`] for the moto server `moto` with `creds`.
+pub fn aws_env_as(moto: &Moto, creds: &Credentials) -> Vec<(&'static str, String)> {
+    let mut env = moto.child_env_as(creds);
     env.push(("AWS_MAX_ATTEMPTS", "1".into()));
     env
 }
@@ -272,6 +278,24 @@ impl Fixture {
             cfg,
             project_id: project.project_id,
             api_key,
+        }
+    }
+
+    /// The API rebuilt from `vars` (the project and its key kept) on `api`, e.g. a role's
+    /// credentials; the fixture's own reads and writes go through `checks` from then on.
+    pub fn reconfigured(
+        self,
+        api: &SdkConfig,
+        checks: SdkConfig,
+        vars: HashMap<&'static str, String>,
+    ) -> Fixture {
+        let cfg = Config::from_source(&|k| vars.get(k).cloned()).expect("a complete configuration");
+        Fixture {
+            router: router(build_app(api, &cfg)),
+            sdk: checks,
+            vars,
+            cfg,
+            ..self
         }
     }
 
