@@ -21,6 +21,10 @@ moto 5.2.5 evaluates identity policies, but (moto/iam/access_control.py, moto/co
 - it stores the inline policies CloudFormation made as Python objects, which its own policy
   evaluation cannot read (it expects JSON text): every inline policy is put again, as JSON, with
   PutRolePolicy.
+- it authorises a DynamoDB `TransactWriteItems` as the action `dynamodb:TransactWriteItems`,
+  where AWS authorises each of its items as that item's own write (PutItem, UpdateItem,
+  DeleteItem; https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html):
+  a widened statement that grants any of those also grants moto's name for the transaction.
 - it has no request context for `Condition` keys (ecs:cluster, iam:PassedToService, s3:prefix…)
   and treats every condition as met: conditions are kept as written and are not enforced.
 - it applies a bucket policy's statements to every object request, with their conditions
@@ -48,6 +52,9 @@ from support import moto_client
 
 # The services whose requests moto authorises against a resource ARN of their own.
 SCOPED_BY_MOTO = ("s3", "sqs")
+# The item writes AWS authorises a transaction's items as; moto checks the transaction instead.
+ITEM_WRITES = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+TRANSACTION = "dynamodb:TransactWriteItems"
 
 
 def is_loopback(url):
@@ -87,6 +94,8 @@ def widened(doc, role, policy, notes):
             out.append(st)
             continue
         keep = [a for a in actions if a not in widen]
+        if any(a in ITEM_WRITES for a in widen):
+            widen.append(TRANSACTION)
         if keep:
             out.append({**st, "Action": keep})
         sid = st.get("Sid", "")
