@@ -274,6 +274,16 @@ def run(dist: Path, admin_binary: str) -> None:
                     "Projection": {"ProjectionType": "KEYS_ONLY"},
                 }]
             dynamo.create_table(**args)
+        # Projects' concurrency slots: a counter and one item per holder (the template's SlotsTable).
+        dynamo.create_table(
+            TableName=f"slots-{suffix}",
+            AttributeDefinitions=[{"AttributeName": "projectId", "AttributeType": "S"},
+                                  {"AttributeName": "sessionId", "AttributeType": "S"}],
+            KeySchema=[{"AttributeName": "projectId", "KeyType": "HASH"},
+                       {"AttributeName": "sessionId", "KeyType": "RANGE"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        tables["SLOTS_TABLE_NAME"] = (f"slots-{suffix}", "projectId")
         table_env = {var: name for var, (name, _) in tables.items()}
         bucket = f"contexts-{suffix}"
         moto.client("s3").create_bucket(Bucket=bucket)
