@@ -11,6 +11,8 @@
 //! wake-ups: steady enough to catch regressions. The proxy uses the default limits, as in
 //! `run` mode: the client's frames pass the `Browser.close` inspector. For proxy-vs-nginx
 //! figures across processes see `scripts/bench/compare.sh`.
+// Test code is not held to the shape limits of clippy.toml: a test reads top to bottom.
+#![allow(clippy::too_many_lines, clippy::too_many_arguments)]
 
 #[path = "support/ws.rs"]
 mod ws;

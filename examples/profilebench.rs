@@ -12,6 +12,8 @@
 //! - `shutdown`: SIGTERM → exit of a persisting `run` whose profile is the generated one.
 //!
 //! MB = 10^6 bytes. Build with `cargo build --release --examples`.
+// Test code is not held to the shape limits of clippy.toml: a test reads top to bottom.
+#![allow(clippy::too_many_lines, clippy::too_many_arguments)]
 
 #[path = "../benches/support/profile_gen.rs"]
 mod profile_gen;

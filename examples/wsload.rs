@@ -24,6 +24,8 @@
 //! `scripts/bench/gateway.sh` can measure TLS-terminating relays.
 //!
 //! Build with `cargo build --release --examples`; all traffic is on loopback.
+// Test code is not held to the shape limits of clippy.toml: a test reads top to bottom.
+#![allow(clippy::too_many_lines, clippy::too_many_arguments)]
 
 #[path = "../benches/support/ws.rs"]
 mod ws;

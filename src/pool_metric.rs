@@ -18,6 +18,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::PoolMetric;
+use crate::shutdown::Shutdown;
 
 /// A pool controller's state as the metric reports it.
 #[derive(Debug, Clone, Default)]
@@ -34,8 +35,19 @@ impl Idle {
     }
 }
 
+/// A warm controller's state, idle, reported every period while `tasks` run (when there is a
+/// metric to report).
+pub fn start(metric: Option<PoolMetric>, tasks: &Shutdown) -> Idle {
+    let idle = Idle::default();
+    if let Some(metric) = metric {
+        idle.set(true);
+        tasks.spawn(report(metric, idle.clone(), tasks.token().clone()));
+    }
+    idle
+}
+
 /// Writes `metric`'s line to stderr every period, with `idle`'s state, until `stop` fires.
-pub async fn report(metric: PoolMetric, idle: Idle, stop: CancellationToken) {
+async fn report(metric: PoolMetric, idle: Idle, stop: CancellationToken) {
     loop {
         let wait = until_next(wallcrawler_contract::time::unix_millis(), metric.period);
         tokio::select! {

@@ -44,7 +44,7 @@ use crate::app::{Session, Started};
 use crate::auth::Authenticator;
 use crate::chrome::LaunchOptions;
 use crate::config::{PoolConfig, RunConfig};
-use crate::pool_metric::{self, Idle};
+use crate::pool_metric;
 use crate::session::{ContextPlan, Deps, Ending, Outcome, Run, STARTUP_RETRY, SessionItem};
 use crate::shutdown::{Shutdown, Step};
 use crate::stores::{ClaimQueue, Received, SessionRecord};
@@ -87,15 +87,7 @@ pub async fn run(
         Err(outcome) => return warm.settle(outcome).await,
     };
     let warm_at = Instant::now();
-    let idle = Idle::default();
-    if let Some(metric) = pool.metric.clone() {
-        idle.set(true);
-        tasks.spawn(pool_metric::report(
-            metric,
-            idle.clone(),
-            tasks.token().clone(),
-        ));
-    }
+    let idle = pool_metric::start(pool.metric.clone(), tasks);
     let metrics = session.metrics().clone();
     metrics.pool_warmup.set((warm_at - started).as_secs_f64());
     info!(

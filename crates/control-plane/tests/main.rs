@@ -1,6 +1,8 @@
 //! Integration tests of `wallcrawler-control-plane`: the HTTP contract over the in-memory
 //! ports, the AWS adapters against moto (a local AWS speaking the real wire protocol), and the
 //! local platform (`serve`) with real controllers, Chromium and the Node clients.
+// Test code is not held to the shape limits of clippy.toml: a test reads top to bottom.
+#![allow(clippy::too_many_lines, clippy::too_many_arguments)]
 
 /// The API, stores, task-state handler, `admin` and the Lambda binaries on moto (pool mode and
 /// the CloudFormation stack, which run real controllers, are the root package's `pool` tests).

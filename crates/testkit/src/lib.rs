@@ -8,7 +8,8 @@
 //! - [`node`]: the Node clients of tests/node (puppeteer-core, playwright-core, Stagehand...).
 //! - [`tar`]: archives with raw headers, for the hostile-archive tests.
 //! - `platform` (feature `platform`): the control plane on moto, built as its Lambda builds it.
-
+// Test code is not held to the shape limits of clippy.toml: a test reads top to bottom.
+#![cfg_attr(test, allow(clippy::too_many_lines, clippy::too_many_arguments))]
 #![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
