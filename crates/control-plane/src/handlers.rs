@@ -571,11 +571,30 @@ pub async fn update_session(caller: Caller, Path(id): Path<String>, body: Bytes)
     // The slot now (a released session is not active); the context lease only once the
     // controller has written `endedAt` after saving it.
     crate::limits::give_back(app.slots.as_ref(), app.contexts.as_ref(), &after).await;
-    if let Err(e) = app.launcher.stop(&id, s.ecs_task_arn.as_deref()).await {
+    let task_arn = task_to_stop(&app, &after).await;
+    if let Err(e) = app.launcher.stop(&id, task_arn.as_deref()).await {
         warn!(session.id = %id, error = %chain(&e), "stopping the task failed; it ends itself at its idle timeout or expiry");
     }
     info!(session.id = %id, "session released");
     Ok(Json(session_to_api(&after)).into_response())
+}
+
+/// The task a release stops: the one the item names as it is after the release's own write,
+/// not as it was read before it (a controller may have written READY with its ARN in between;
+/// stopping the ARN read before would stop nothing, and the browser would serve until expiry).
+/// When that names none, the item is read again, consistently, once. A task still unnamed then
+/// is not stopped here: its controller sees the item terminal at its next watch and ends itself.
+async fn task_to_stop(app: &App, after: &SessionDoc) -> Option<String> {
+    if let Some(arn) = &after.ecs_task_arn {
+        return Some(arn.clone());
+    }
+    match app.sessions.get(&after.session_id).await {
+        Ok(d) => d.and_then(|d| d.ecs_task_arn),
+        Err(e) => {
+            warn!(session.id = %after.session_id, error = %chain(&e), "re-reading the released session failed");
+            None
+        }
+    }
 }
 
 /// `GET /v1/sessions/{id}/debug`: the live page list from the running browser.

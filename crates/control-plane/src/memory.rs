@@ -201,6 +201,8 @@ pub struct MemLauncher {
     pub launched: Arc<Mutex<Vec<LaunchSpec>>>,
     /// The session id of every stop asked for, in order.
     pub stopped: Arc<Mutex<Vec<String>>>,
+    /// The task ARN each of those stops named, in the same order.
+    pub stopped_tasks: Arc<Mutex<Vec<Option<String>>>>,
 }
 
 impl MemLauncher {
@@ -211,6 +213,7 @@ impl MemLauncher {
             behaviour: Arc::new(Mutex::new(behaviour)),
             launched: Default::default(),
             stopped: Default::default(),
+            stopped_tasks: Default::default(),
         }
     }
 }
@@ -244,11 +247,15 @@ impl Launcher for MemLauncher {
             }
         }
     }
-    async fn stop(&self, session_id: &str, _task_arn: Option<&str>) -> StoreResult<()> {
+    async fn stop(&self, session_id: &str, task_arn: Option<&str>) -> StoreResult<()> {
         self.stopped
             .lock()
             .expect("not poisoned")
             .push(session_id.to_owned());
+        self.stopped_tasks
+            .lock()
+            .expect("not poisoned")
+            .push(task_arn.map(str::to_owned));
         Ok(())
     }
 }
