@@ -2,6 +2,12 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The longest shutdown budget a controller may have (`SHUTDOWN_BUDGET_SECONDS` is at most
+/// this): Fargate's longest stop timeout, after which ECS kills the task. A session's
+/// controller is gone by its `expiresAt` plus this, so the control plane counts a writer that
+/// has not written `endedAt` by then as dead.
+pub const MAX_SHUTDOWN_BUDGET_SECONDS: u64 = 120;
+
 /// Detailed lifecycle status kept in `internalStatus`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]

@@ -35,7 +35,9 @@
 //!   claimed before the slot, so a create waiting for a writer holds no slot meanwhile; one
 //!   that then finds the project full gives the lease back. No create scans
 //!   the sessions table. The task-state handler and the local launcher clear the lease of a
-//!   session they close; a lease whose writer ended by itself is simply taken over.
+//!   session they close; a lease whose writer ended by itself is simply taken over, and so is
+//!   one whose writer is past its `expiresAt` plus the longest shutdown budget without
+//!   `endedAt` (its controller died before writing it: nobody is saving the context).
 //!
 //! Session ids are UUID v7 (`sess_<uuid>`): a member of a slot set whose session item is not
 //! there (yet) counts as stale only once its id is older than [`MISSING_GRACE`], so a
@@ -46,6 +48,7 @@ use tokio::time::Instant;
 
 use tracing::{info, warn};
 use wallcrawler_contract::InternalStatus;
+use wallcrawler_contract::session::MAX_SHUTDOWN_BUDGET_SECONDS;
 use wallcrawler_contract::session_doc::SessionDoc;
 
 use crate::app::App;
@@ -135,13 +138,29 @@ pub async fn take_slot(app: &App, project: &Project, session_id: &str) -> Result
 }
 
 /// Whether the lease holder is a writer a new session must wait for: a persisting session
-/// without `endedAt`, or one whose create is still in flight (lease taken, item not written
-/// yet). `false` when it has ended or is gone.
-async fn live_writer(sessions: &dyn SessionStore, holder: &str) -> StoreResult<bool> {
+/// that may still be saving the context ([`may_be_saving`]), or one whose create is still in
+/// flight (lease taken, item not written yet). `false` when it has ended or is gone.
+async fn live_writer(
+    sessions: &dyn SessionStore,
+    holder: &str,
+    now_secs: u64,
+) -> StoreResult<bool> {
     Ok(match sessions.get(holder).await? {
-        Some(d) => d.ended_at.is_none() && d.context_persist == Some(true),
+        Some(d) => may_be_saving(&d, now_secs),
         None => !missing_long_enough(holder),
     })
+}
+
+/// Whether a persisting session may still be saving its context: it has no `endedAt` and its
+/// controller may still be running. A controller ends its session at `expiresAt` at the
+/// latest and then has its shutdown budget (at most [`MAX_SHUTDOWN_BUDGET_SECONDS`], ECS's
+/// longest stop timeout, after which ECS kills it) to upload the profile and write `endedAt`;
+/// past both, a session without `endedAt` is one whose controller died before writing it, and
+/// waiting for it would hold the context forever.
+fn may_be_saving(d: &SessionDoc, now_secs: u64) -> bool {
+    d.ended_at.is_none()
+        && d.context_persist == Some(true)
+        && now_secs <= d.expires_at.saturating_add(MAX_SHUTDOWN_BUDGET_SECONDS)
 }
 
 /// One writer per context: a persisting session takes the lease, any session waits (until
@@ -177,7 +196,7 @@ pub async fn claim_context(
                 },
             }
         };
-        if !live_writer(app.sessions.as_ref(), &holder).await? {
+        if !live_writer(app.sessions.as_ref(), &holder, app.now_secs()).await? {
             if !persist {
                 return Ok(());
             }
@@ -226,6 +245,33 @@ mod tests {
             minted_millis(&format!("sess_{}", uuid::Uuid::new_v4())),
             None
         );
+    }
+
+    #[test]
+    fn a_writer_past_its_expiry_and_the_shutdown_budget_is_not_saving() {
+        let now = 1_800_000_000;
+        let d = SessionDoc {
+            expires_at: now - MAX_SHUTDOWN_BUDGET_SECONDS,
+            context_persist: Some(true),
+            ..Default::default()
+        };
+        assert!(may_be_saving(&d, now), "within the budget after expiry");
+        assert!(
+            !may_be_saving(&d, now + 1),
+            "past it: the controller is gone"
+        );
+        let ended = SessionDoc {
+            ended_at: Some("2027-01-15T08:00:00.000Z".into()),
+            expires_at: now + 60,
+            ..d.clone()
+        };
+        assert!(!may_be_saving(&ended, now), "endedAt: saved");
+        let reading = SessionDoc {
+            context_persist: Some(false),
+            expires_at: now + 60,
+            ..d
+        };
+        assert!(!may_be_saving(&reading, now), "not a writer");
     }
 
     #[test]
