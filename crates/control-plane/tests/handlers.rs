@@ -20,6 +20,7 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tower::ServiceExt;
+use wallcrawler_contract::session::MAX_SHUTDOWN_BUDGET_SECONDS;
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::time::{iso8601_millis, parse_iso8601};
 use wallcrawler_contract::token::{self, Validation};
@@ -72,12 +73,33 @@ struct Listings {
     by_context: AtomicU64,
 }
 
+/// A write to the sessions made by someone else (a controller) at a chosen moment.
+type Interleaved = std::sync::Mutex<Option<Box<dyn FnOnce(&MemSessions) + Send>>>;
+
+/// Writes that land around a terminal write, once each: just before it (after the caller's
+/// read) and just after it — a controller writing READY with its task ARN at that moment.
+#[derive(Default)]
+struct Interleaving {
+    before_terminal: Interleaved,
+    after_terminal: Interleaved,
+}
+
+impl Interleaving {
+    fn run(slot: &Interleaved, sessions: &MemSessions) {
+        let write = slot.lock().unwrap().take();
+        if let Some(write) = write {
+            write(sessions);
+        }
+    }
+}
+
 /// The in-memory sessions store, yielding to the runtime before every call — as a real store
 /// does while its request is in flight — so simultaneous requests interleave; and counting
 /// listings (a create must look sessions up by key only).
 struct Yielding {
     inner: MemSessions,
     listings: Arc<Listings>,
+    interleaving: Arc<Interleaving>,
 }
 
 #[async_trait::async_trait]
@@ -109,7 +131,10 @@ impl SessionStore for Yielding {
     }
     async fn mark_terminal(&self, id: &str, to: Terminal<'_>, at: &str) -> DocWrite {
         tokio::task::yield_now().await;
-        self.inner.mark_terminal(id, to, at).await
+        Interleaving::run(&self.interleaving.before_terminal, &self.inner);
+        let written = self.inner.mark_terminal(id, to, at).await;
+        Interleaving::run(&self.interleaving.after_terminal, &self.inner);
+        written
     }
     async fn mark_ended_if_missing(&self, id: &str, at: &str) -> StoreResult<()> {
         tokio::task::yield_now().await;
@@ -156,6 +181,8 @@ struct Harness {
     sessions: MemSessions,
     /// How often the handlers listed sessions (project GSI query, context Scan).
     listings: Arc<Listings>,
+    /// Writes a test interleaves with the handlers' own.
+    interleaving: Arc<Interleaving>,
     slots: MemSlots,
     contexts: MemContexts,
     archives: MemArchives,
@@ -255,12 +282,14 @@ impl Harness {
         let contexts = MemContexts::default();
         let slots = MemSlots::default();
         let listings = Arc::new(Listings::default());
+        let interleaving = Arc::new(Interleaving::default());
         let archives = MemArchives::default();
         let clock = Arc::new(TestClock(AtomicU64::new(T0)));
         let app = App {
             sessions: Arc::new(Yielding {
                 inner: sessions.clone(),
                 listings: listings.clone(),
+                interleaving: interleaving.clone(),
             }),
             projects: Arc::new(projects),
             slots: Arc::new(slots.clone()),
@@ -276,6 +305,7 @@ impl Harness {
             router: router(app),
             sessions,
             listings,
+            interleaving,
             slots,
             contexts,
             archives,
@@ -451,6 +481,11 @@ impl Harness {
 
     fn stopped(&self) -> Vec<String> {
         self.launcher.stopped.lock().unwrap().clone()
+    }
+
+    /// The task ARN each stop named.
+    fn stopped_tasks(&self) -> Vec<Option<String>> {
+        self.launcher.stopped_tasks.lock().unwrap().clone()
     }
 }
 
@@ -1374,6 +1409,35 @@ async fn context_held_by_a_persisting_session_that_never_ends_is_409() {
     assert_eq!(h.sessions.0.lock().unwrap().len(), 1, "nothing created");
 }
 
+/// A persisting writer whose controller died without writing `endedAt` holds the lease only
+/// until its `expiresAt` plus the longest shutdown budget: a create then takes it over at once.
+#[tokio::test(start_paused = true)]
+async fn context_held_by_a_writer_past_its_expiry_and_budget_is_taken_over() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_context("ctx_busy", PROJ_A);
+    let mut dead = using_context("sess_dead", InternalStatus::Ready, "ctx_busy", true);
+    dead.expires_at = T0 / 1000 - MAX_SHUTDOWN_BUDGET_SECONDS - 1;
+    h.insert_session(dead);
+    h.contexts
+        .0
+        .lock()
+        .unwrap()
+        .get_mut("ctx_busy")
+        .unwrap()
+        .writer_session_id = Some("sess_dead".to_owned());
+    let started = Instant::now();
+    let (status, body) = h.create(&with_context("ctx_busy", Some(true))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(started.elapsed() < h.settings.poll_every, "no wait");
+    assert_eq!(
+        h.contexts.0.lock().unwrap()["ctx_busy"]
+            .writer_session_id
+            .as_deref(),
+        body["id"].as_str(),
+        "the new session holds the lease"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn context_held_by_a_persisting_session_that_ends_during_the_wait_is_granted() {
     let h = Harness::with_settings(
@@ -1721,6 +1785,48 @@ async fn request_release_stops_the_session_and_its_task() {
         "endedAt is the controller's, after its upload"
     );
     assert_eq!(h.stopped(), ["sess_1"]);
+}
+
+/// What a controller's READY writes, as [`doc`] does for a READY session, with its task ARN.
+fn write_ready(sessions: &MemSessions, id: &str, task_arn: &str) {
+    let mut m = sessions.0.lock().unwrap();
+    let d = m.get_mut(id).unwrap();
+    let ready = doc(id, &d.project_id, InternalStatus::Ready);
+    d.set_status(InternalStatus::Ready);
+    d.public_ip = ready.public_ip;
+    d.connect_url = ready.connect_url;
+    d.ecs_task_arn = Some(task_arn.to_owned());
+}
+
+/// A release that read the item while it was still starting (no task ARN yet) and a
+/// controller's READY with its ARN landing before the release's write: the stop names the
+/// task the item names after the write, not the none read before it.
+#[tokio::test]
+async fn a_release_racing_ready_stops_the_task_ready_named() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_session(doc("sess_1", PROJ_A, InternalStatus::Starting));
+    *h.interleaving.before_terminal.lock().unwrap() = Some(Box::new(|s: &MemSessions| {
+        write_ready(s, "sess_1", "arn:test:task/pool-7")
+    }));
+    let (status, body) = h.release("sess_1").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(h.session("sess_1").internal_status, "STOPPED");
+    assert_eq!(h.stopped_tasks(), [Some("arn:test:task/pool-7".to_owned())]);
+}
+
+/// A release whose own write leaves an item naming no task reads it again (consistently) and
+/// stops the task named by then.
+#[tokio::test]
+async fn a_release_that_finds_no_task_reads_the_item_again() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_session(doc("sess_1", PROJ_A, InternalStatus::Starting));
+    *h.interleaving.after_terminal.lock().unwrap() = Some(Box::new(|s: &MemSessions| {
+        s.0.lock().unwrap().get_mut("sess_1").unwrap().ecs_task_arn =
+            Some("arn:test:task/pool-8".to_owned());
+    }));
+    let (status, body) = h.release("sess_1").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(h.stopped_tasks(), [Some("arn:test:task/pool-8".to_owned())]);
 }
 
 #[tokio::test]
