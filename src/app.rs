@@ -40,6 +40,10 @@ pub enum EndReason {
     ChromeExitedCleanly,
     /// Chrome exited without being asked to, by a signal or with a non-zero status.
     ChromeCrashed(String),
+    /// The session item turned terminal (a release, the sweeper, the task-state handler) or
+    /// disappeared while the session was served: someone else ended it, and the stop meant
+    /// for this task did not reach it. Ended as on a signal; the item keeps its status.
+    EndedElsewhere,
 }
 
 /// How an exit of Chrome that the controller did not ask for ends the session.

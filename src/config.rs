@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use names::*;
+use wallcrawler_contract::session::MAX_SHUTDOWN_BUDGET_SECONDS;
 use wallcrawler_contract::task_env::*;
 use wallcrawler_contract::token::MAX_SESSION_SECONDS;
 
@@ -33,6 +34,7 @@ mod names {
     pub const GATEWAY_PROXY_PROTOCOL: &str = "GATEWAY_PROXY_PROTOCOL";
     pub const GATEWAY_TLS_CERT: &str = "GATEWAY_TLS_CERT";
     pub const GATEWAY_TLS_KEY: &str = "GATEWAY_TLS_KEY";
+    pub const ITEM_WATCH_SECONDS: &str = "ITEM_WATCH_SECONDS";
     pub const KEEP_ALIVE: &str = "KEEP_ALIVE";
     pub const MAX_CONNECTIONS: &str = "MAX_CONNECTIONS";
     pub const MAX_PENDING_CONNECTIONS: &str = "MAX_PENDING_CONNECTIONS";
@@ -163,6 +165,8 @@ settings_group! {
         profile_max_entries = PROFILE_MAX_ENTRIES,
         /// Seconds for the whole shutdown sequence, upload included [default: 25].
         shutdown_budget_seconds = SHUTDOWN_BUDGET_SECONDS,
+        /// Seconds between the strongly consistent reads of its own session item a serving controller makes from READY on; when the item turns terminal (a release, the sweeper, the task-state handler) or disappears, the controller ends the session as on SIGTERM, keeping the terminal status. Costs one small consistent GetItem per interval per session [default: 5].
+        item_watch_seconds = ITEM_WATCH_SECONDS,
         /// Chrome flags file replacing the built-in chrome/flags.conf.
         chrome_flags_file = CHROME_FLAGS_FILE,
         /// ECS task metadata v4 endpoint (set by ECS): task ARN and network interface.
@@ -543,6 +547,8 @@ pub struct RunConfig {
     pub profile_max_entries: u64,
     /// `SHUTDOWN_BUDGET_SECONDS`: the whole end sequence, upload included.
     pub shutdown_budget: Duration,
+    /// `ITEM_WATCH_SECONDS`: how often a serving controller reads its own session item.
+    pub item_watch: Duration,
     /// `ECS_CONTAINER_METADATA_URI_V4`: the task metadata endpoint.
     pub metadata_uri: Option<String>,
     /// `ECS_AGENT_URI`: where a claimed pool task asks for scale-in protection.
@@ -913,7 +919,13 @@ impl RunConfig {
         let expires_at = r.parse::<u64>(SESSION_EXPIRES_AT, "unix seconds");
         let profile_max_bytes = r.number(PROFILE_MAX_BYTES, 2_147_483_648, 1, u64::MAX);
         let profile_max_entries = r.number(PROFILE_MAX_ENTRIES, 100_000, 1, u64::MAX);
-        let shutdown_budget = Duration::from_secs(r.number(SHUTDOWN_BUDGET_SECONDS, 25, 1, 120));
+        let shutdown_budget = Duration::from_secs(r.number(
+            SHUTDOWN_BUDGET_SECONDS,
+            25,
+            1,
+            MAX_SHUTDOWN_BUDGET_SECONDS,
+        ));
+        let item_watch = Duration::from_secs(r.number(ITEM_WATCH_SECONDS, 5, 1, 300));
         let metadata_uri = r.text(ECS_CONTAINER_METADATA_URI_V4);
         let public_ip_required = r.boolean(PUBLIC_IP_REQUIRED, false);
         if public_ip_required && public_ip.is_none() && metadata_uri.is_none() {
@@ -943,6 +955,7 @@ impl RunConfig {
             profile_max_bytes,
             profile_max_entries,
             shutdown_budget,
+            item_watch,
             metadata_uri,
             agent_uri,
             pool,
@@ -1374,6 +1387,7 @@ mod tests {
         );
         assert_eq!(c.tuning.log_format, LogFormat::Json);
         assert_eq!(c.shutdown_budget, Duration::from_secs(25));
+        assert_eq!(c.item_watch, Duration::from_secs(5));
         assert_eq!(c.profile_max_bytes, 2_147_483_648);
         assert_eq!(c.profile_max_entries, 100_000);
         assert_eq!(c.context, ContextSource::None);

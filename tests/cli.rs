@@ -118,6 +118,7 @@ fn help_documents_every_variable() {
         "PROFILE_MAX_BYTES",
         "PROFILE_MAX_ENTRIES",
         "SHUTDOWN_BUDGET_SECONDS",
+        "ITEM_WATCH_SECONDS",
         "MAX_CONNECTIONS",
         "MAX_PENDING_CONNECTIONS",
         "MAX_PENDING_PER_ADDRESS",

@@ -27,7 +27,8 @@ pub enum Ending {
     /// The session's `expiresAt` passed: TIMED_OUT.
     TimedOut,
     /// The session was released before it was served (before its task started, or before
-    /// READY): nothing but `endedAt`.
+    /// READY), or ended by someone else while served (its item turned terminal): nothing but
+    /// `endedAt`, the item's own terminal status kept.
     Released,
     /// A signal while the browser started: STOPPED.
     Interrupted,
@@ -80,6 +81,7 @@ impl From<&EndReason> for Ending {
     fn from(reason: &EndReason) -> Self {
         match reason {
             EndReason::Expired => Self::TimedOut,
+            EndReason::EndedElsewhere => Self::Released,
             // Logged as the crash it is when the session saw it end.
             EndReason::ChromeCrashed(how) => Self::Failed {
                 reason: format!("the browser exited unexpectedly ({how})"),

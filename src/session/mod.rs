@@ -8,7 +8,8 @@
 //! an [`Outcome`]; its driver hands it to [`Run::settle`], the one place that writes the
 //! session item's last fields ([`SessionItem::settle`]), so a step never writes FAILED itself.
 //!
-//! End (signal, a client's Browser.close, idle, expiry, crash), the steps of
+//! End (signal, a client's Browser.close, idle, expiry, crash, the item turned terminal by a
+//! release whose stop missed the task — [`watch`]), the steps of
 //! [`crate::shutdown::Step`] each within its deadline: stop admitting → (persist: session
 //! cookies exported over CDP) → Chrome closed through CDP → (persist: tar → gzip → store,
 //! atomically; [`crate::profile::persist_profile`]) → terminal status → `proxyBytes` and, last,
@@ -18,6 +19,7 @@
 
 mod ending;
 mod ready;
+mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -222,10 +224,16 @@ impl Run<'_> {
         })
     }
 
-    /// From READY to the end: waits for whatever ends the session, then runs the end
-    /// sequence. The run's ending.
+    /// From READY to the end: waits for whatever ends the session — the session's own events,
+    /// or its item turned terminal by someone else ([`watch`]) — then runs the end sequence.
+    /// The run's ending.
     pub async fn serve_until_end(&self, session: Session) -> Ending {
-        let reason = session.wait_end(self.tasks.token()).await;
+        let reason = tokio::select! {
+            reason = session.wait_end(self.tasks.token()) => reason,
+            () = watch::until_ended_elsewhere(self.item.store, self.item.id, self.c.item_watch) => {
+                EndReason::EndedElsewhere
+            }
+        };
         self.end_session(session, &reason).await
     }
 
