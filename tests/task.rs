@@ -445,19 +445,7 @@ fn released_while_starting_is_not_brought_back() {
     .unwrap();
     let mut c = w.start(&id, true, &[("CHROME_PATH", wrapper.to_str().unwrap())]);
     c.wait_event(|e| e["message"] == "chrome started");
-    aws::rt()
-        .block_on(
-            aws::dynamo()
-                .update_item()
-                .table_name(&w.table)
-                .key("sessionId", s(&id))
-                .update_expression("SET internalStatus = :s, #st = :c")
-                .expression_attribute_names("#st", "status")
-                .expression_attribute_values(":s", s("STOPPED"))
-                .expression_attribute_values(":c", s("COMPLETED"))
-                .send(),
-        )
-        .unwrap();
+    release_in_table(&w.table, &id);
     std::fs::write(&gate, "").unwrap();
     assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
     let item = get_session(&w.table, &id);
@@ -471,6 +459,82 @@ fn released_while_starting_is_not_brought_back() {
     assert!(
         aws::get_object(&w.bucket, &w.key()).is_none(),
         "nothing persisted"
+    );
+}
+
+/// The API's release write (STOPPED, COMPLETED), and no stop reaching the task.
+fn release_in_table(table: &str, id: &str) {
+    aws::rt()
+        .block_on(
+            aws::dynamo()
+                .update_item()
+                .table_name(table)
+                .key("sessionId", s(id))
+                .update_expression("SET internalStatus = :s, #st = :c")
+                .expression_attribute_names("#st", "status")
+                .expression_attribute_values(":s", s("STOPPED"))
+                .expression_attribute_values(":c", s("COMPLETED"))
+                .send(),
+        )
+        .unwrap();
+}
+
+/// Polls (bounded by `within`) until nothing accepts connections at `addr`.
+fn wait_refused(addr: &str, within: Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if std::net::TcpStream::connect(addr).is_err() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// A release whose stop never reached the task (it read the item before READY, so it named no
+/// task; or its StopTask failed): the item alone says STOPPED. The controller, watching its
+/// item, ends the session itself within seconds — its proxy refuses connections, the profile
+/// is saved, `endedAt` is written and the release's status is kept — with no signal sent.
+#[test]
+fn a_release_whose_stop_missed_the_task_still_ends_the_browser() {
+    let w = World::new();
+    let (id, t) = w.session(
+        "PROVISIONING",
+        vec![("keepAlive", AttributeValue::Bool(true))],
+    );
+    let mut c = w.start(&id, true, &[("ITEM_WATCH_SECONDS", "1")]);
+    let url = wait_ready(&mut c, &t);
+    let proxy = url
+        .trim_start_matches("ws://")
+        .split('?')
+        .next()
+        .unwrap()
+        .to_owned();
+    let chrome = c.chrome_pid();
+    assert!(std::net::TcpStream::connect(&proxy).is_ok(), "serving");
+    release_in_table(&w.table, &id);
+    assert!(
+        wait_refused(&proxy, Duration::from_secs(30)),
+        "the proxy still accepts connections 30 s after the release; stderr:\n{}",
+        c.stderr.text()
+    );
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+    assert!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(chrome), None).is_err(),
+        "chrome is gone"
+    );
+    let ending = c.wait_event(|e| {
+        e["message"] == "the session item turned terminal elsewhere; ending the session"
+    });
+    assert_eq!(ending["status"], "STOPPED", "{ending}");
+    let item = get_session(&w.table, &id);
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
+    assert_eq!(text(&item, "status").as_deref(), Some("COMPLETED"));
+    assert!(text(&item, "terminationReason").is_none(), "{item:?}");
+    assert!(text(&item, "endedAt").is_some(), "{item:?}");
+    assert!(
+        aws::get_object(&w.bucket, &w.key()).is_some(),
+        "the profile was saved as on any normal end"
     );
 }
 
