@@ -18,7 +18,9 @@
 //!   browser was available in time") instead of serving it, and serves the next claim;
 //! - a task that dies after READY: the task-state handler finds its session by the task ARN
 //!   (a service's task has no session in `startedBy`) and ends it;
-//! - a poison claim ends in the dead-letter queue and the task still serves valid claims.
+//! - a poison claim ends in the dead-letter queue and the task still serves valid claims;
+//! - a release whose StopTask never reaches the task: the task sees its item STOPPED and ends
+//!   the session itself within seconds.
 //!
 //! The controllers are this package's binary (`support::bin`, which Cargo builds for these
 //! tests); the control plane's API runs in the test from its library, as its Lambda builds it
@@ -1165,4 +1167,41 @@ async fn pool_a_task_dying_after_ready_has_its_session_ended_by_the_task_state_h
     let item = pool.f.item(&id).await;
     assert_eq!(text(&item, "internalStatus").as_deref(), Some("FAILED"));
     assert_eq!(text(&item, "endedAt").as_deref(), Some(at.as_str()));
+}
+
+/// A release whose StopTask never reaches the controller (ECS failed it; or the release read
+/// the item before READY and named no task): nobody signals the task, yet it sees its item
+/// STOPPED at its next read (`ITEM_WATCH_SECONDS`, 5 s by default) and ends the session
+/// itself — its proxy refuses connections within seconds, it exits 0, the item keeps the
+/// release's STOPPED and gets `endedAt`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_release_whose_stop_never_reaches_the_task_still_ends_it() {
+    let pool = Pool::new(20).await;
+    let mut task = pool.warm_task(TaskOptions::default()).await;
+    let (id, url) = pool.served_at_once(&mut task).await;
+    drive(&url).await;
+    let proxy = url
+        .trim_start_matches("ws://")
+        .split(['?', '/'])
+        .next()
+        .unwrap()
+        .to_owned();
+    // The API writes STOPPED and asks moto to stop the task; nothing plays ECS's SIGTERM.
+    pool.release(&id).await;
+    let status = tokio::time::timeout(Duration::from_secs(30), task.child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("still serving 30 s after the release:\n{}", task.text()))
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{}", task.text());
+    assert!(
+        tokio::net::TcpStream::connect(&proxy).await.is_err(),
+        "the proxy at {proxy} still accepts connections"
+    );
+    let seen = task.events("the session item turned terminal elsewhere; ending the session");
+    assert_eq!(seen.len(), 1, "{}", task.text());
+    assert_eq!(seen[0]["status"], "STOPPED");
+    let item = pool.ended(&id).await;
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
+    assert_eq!(text(&item, "status").as_deref(), Some("COMPLETED"));
+    assert!(!item.contains_key("terminationReason"), "{item:?}");
 }
