@@ -45,7 +45,9 @@ impl Launcher for SqsPoolLauncher {
     }
 
     /// `StopTask` of the task that wrote READY. Before READY there is none to stop: the task
-    /// that takes the claim finds the session released and drops it.
+    /// that takes the claim finds the session released and drops it; a task this misses (READY
+    /// written after the release looked, a failed `StopTask`) sees its item terminal at its
+    /// next `ITEM_WATCH_SECONDS` read and ends itself.
     async fn stop(&self, session_id: &str, task_arn: Option<&str>) -> StoreResult<()> {
         match task_arn {
             Some(_) => self.ecs.stop(session_id, task_arn).await,
