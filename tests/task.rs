@@ -697,6 +697,25 @@ fn a_token_for_this_session_from_the_item_works_and_others_do_not() {
 /// `CONTEXTS_DIR`, with the same lifecycle as the table and the bucket.
 #[test]
 fn local_session_documents_and_archive_directory() {
+    local_session(LocalEnd::Sigterm);
+}
+
+/// The local platform's session document turned STOPPED (a release) with no signal to the
+/// controller: its watch reads the document as it reads the table, and it ends the session.
+#[test]
+fn local_a_session_document_released_elsewhere_ends_the_controller() {
+    local_session(LocalEnd::ReleasedInDocument);
+}
+
+/// How [`local_session`] ends its controller.
+enum LocalEnd {
+    Sigterm,
+    /// The release's STOPPED written into the document, and nothing else.
+    ReleasedInDocument,
+}
+
+fn local_session(end: LocalEnd) {
+    use wallcrawler_contract::InternalStatus;
     use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
     let root = tempfile::tempdir().unwrap();
     let sessions = DirStore::new(root.path().join("sessions"));
@@ -710,9 +729,11 @@ fn local_session_documents_and_archive_directory() {
         created_at: wallcrawler_contract::time::now_iso8601(),
         expires_at: now() + 600,
         signing_key: Some(t.clone()),
+        // Nothing but the end under test ends it (no idle end once the client has left).
+        keep_alive: true,
         ..Default::default()
     };
-    doc.set_status(wallcrawler_contract::InternalStatus::Creating);
+    doc.set_status(InternalStatus::Creating);
     sessions.create(&doc).unwrap();
     let dirs = (
         root.path().join("sessions").display().to_string(),
@@ -727,6 +748,7 @@ fn local_session_documents_and_archive_directory() {
         ("CONTEXT_S3_KEY", &key),
         ("CONTEXT_PERSIST", "true"),
         ("PUBLIC_IP", "127.0.0.1"),
+        ("ITEM_WATCH_SECONDS", "1"),
     ]);
     let url = wait_ready(&mut c, &t);
     let ready = sessions.get(&id).unwrap().unwrap();
@@ -739,7 +761,19 @@ fn local_session_documents_and_archive_directory() {
         node("context.mjs", &["--url", &url, "--mode", "write"])["ok"],
         true
     );
-    c.signal(Signal::SIGTERM);
+    match end {
+        LocalEnd::Sigterm => c.signal(Signal::SIGTERM),
+        LocalEnd::ReleasedInDocument => {
+            let released = sessions.update(&id, |d| {
+                d.set_status(InternalStatus::Stopped);
+                Ok::<_, ()>(true)
+            });
+            assert!(matches!(released, Ok(Ok((true, _)))), "{released:?}");
+            c.wait_event(|e| {
+                e["message"] == "the session item turned terminal elsewhere; ending the session"
+            });
+        }
+    }
     assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
     let done = sessions.get(&id).unwrap().unwrap();
     assert_eq!(
