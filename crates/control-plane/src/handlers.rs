@@ -573,7 +573,7 @@ pub async fn update_session(caller: Caller, Path(id): Path<String>, body: Bytes)
     crate::limits::give_back(app.slots.as_ref(), app.contexts.as_ref(), &after).await;
     let task_arn = task_to_stop(&app, &after).await;
     if let Err(e) = app.launcher.stop(&id, task_arn.as_deref()).await {
-        warn!(session.id = %id, error = %chain(&e), "stopping the task failed; it ends itself at its idle timeout or expiry");
+        warn!(session.id = %id, error = %chain(&e), "stopping the task failed; it ends itself once it reads its item terminal (ITEM_WATCH_SECONDS)");
     }
     info!(session.id = %id, "session released");
     Ok(Json(session_to_api(&after)).into_response())
