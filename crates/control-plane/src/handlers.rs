@@ -590,7 +590,7 @@ struct UpdateSession {
 }
 
 /// `POST /v1/sessions/{id}` with `{"status":"REQUEST_RELEASE"}`.
-pub async fn update_session(caller: Caller, Path(id): Path<String>, body: Bytes) -> ApiResult {
+pub async fn update_session(caller: Caller, PathId(id): PathId, body: Bytes) -> ApiResult {
     let (app, p) = caller.into_parts();
     let req: UpdateSession = parse_body(&body)?;
     check_body_project(&p, req.project_id.as_deref())?;
