@@ -277,10 +277,11 @@ fn the_stock_sdk_sends_a_failed_create_and_a_501_only_once() {
     let s = Server::spawn_with("25", &failing, &[("WALLCRAWLER_POOL_SIZE", "0"), DIRECT]);
     let r = s.node("no-retry");
     assert_eq!(r["ok"], true, "{r}");
-    let once = |status: u16| serde_json::json!({"status": status, "requests": 1});
-    assert_eq!(r["create"], once(500), "{r}");
+    let once = |status: u16| serde_json::json!([status, 1]);
+    let got = |what: &str| serde_json::json!([r[what]["status"], r[what]["requests"]]);
+    assert_eq!(got("create"), once(500), "{r}");
     for endpoint in ["logs", "recording", "downloads"] {
-        assert_eq!(r[endpoint], once(501), "{endpoint}: {r}");
+        assert_eq!(got(endpoint), once(501), "{endpoint}: {r}");
     }
     let sessions: Vec<_> = std::fs::read_dir(s.dir().join("sessions"))
         .unwrap()
