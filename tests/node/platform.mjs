@@ -13,6 +13,10 @@
 //   no-retry:  with the SDK's own retry policy (2 retries of 408/409/429/5xx), counts the
 //              requests a failed create and the 501 endpoints cost (run against a platform
 //              whose controller cannot start).
+//   edges:     with the stock retry policy and counted requests: lists by metadata query (`q`,
+//              alone and with `status`), a malformed `q`, `debug` of a released session (409),
+//              a malformed id and a create with userMetadata over 512 characters; each refusal
+//              must cost one request (run against sessions the test wrote, no controller).
 //   paging:    lists the project's sessions a page at a time with the SDK's paging query
 //              parameters (`limit`, `cursor`; the next cursor comes in the `x-next-cursor`
 //              header, read through `withResponse()`); a tampered cursor gets a 400.
@@ -129,14 +133,16 @@ async function stagehandBrowserbase(args) {
   return { sessionId, eval: value, title };
 }
 
-async function noRetry(args) {
+// The SDK with its stock retry policy (maxRetries defaults to 2: only the answers'
+// x-should-retry stops it) and a fetch that counts requests; `attempt(call)` answers the call's
+// status and how many requests it cost.
+async function countingClient(args) {
   const { default: Browserbase } = await import("@browserbasehq/sdk");
   const sent = [];
   const counting = (url, init) => {
     sent.push(`${init?.method ?? "GET"} ${new URL(url).pathname}`);
     return fetch(url, init);
   };
-  // The stock retry policy (maxRetries defaults to 2): only the answers' x-should-retry stops it.
   const bb = new Browserbase({
     apiKey: requireArg(args, "key"),
     baseURL: requireArg(args, "base"),
@@ -146,13 +152,20 @@ async function noRetry(args) {
   const attempt = async (call) => {
     const before = sent.length;
     let status = "succeeded";
+    let message;
     try {
       await call();
     } catch (e) {
       status = e.status ?? `no status: ${e.message}`;
+      message = e.error?.message;
     }
-    return { status, requests: sent.length - before };
+    return { status, requests: sent.length - before, message };
   };
+  return { bb, attempt, sent };
+}
+
+async function noRetry(args) {
+  const { bb, attempt, sent } = await countingClient(args);
   const projectId = requireArg(args, "project");
   const id = "sess_does_not_matter";
   return {
@@ -160,6 +173,29 @@ async function noRetry(args) {
     logs: await attempt(() => bb.sessions.logs.list(id)),
     recording: await attempt(() => bb.sessions.recording.retrieve(id)),
     downloads: await attempt(() => bb.sessions.downloads.list(id)),
+    sent,
+  };
+}
+
+// The session the Rust test writes released (STOPPED) before running `edges`.
+const RELEASED = "sess_edges_released";
+
+async function edges(args) {
+  const { bb, attempt, sent } = await countingClient(args);
+  const listed = async (q) => (await bb.sessions.list({ q })).map((s) => s.id).sort();
+  return {
+    shipped: await listed("user_metadata['order']['status']:'shipped'"),
+    shippedCompleted: (
+      await bb.sessions.list({ q: "user_metadata['order']['status']:'shipped'", status: "COMPLETED" })
+    ).map((s) => s.id),
+    staging: await listed("user_metadata['env']:'staging'"),
+    lost: await listed("user_metadata['order']['status']:'lost'"),
+    badQuery: await attempt(() => bb.sessions.list({ q: "order.status=shipped" })),
+    debugReleased: await attempt(() => bb.sessions.debug(RELEASED)),
+    malformedId: await attempt(() => bb.sessions.retrieve("sess.1")),
+    bigMetadata: await attempt(() =>
+      bb.sessions.create({ projectId: requireArg(args, "project"), userMetadata: { k: "v".repeat(505) } }),
+    ),
     sent,
   };
 }
@@ -222,5 +258,6 @@ run(async (args) => {
   if (scenario === "no-retry") return noRetry(args);
   if (scenario === "busy") return busy(args);
   if (scenario === "paging") return paging(args);
+  if (scenario === "edges") return edges(args);
   throw new Error(`unknown --scenario ${scenario}`);
 }, { defaultTimeoutMs: 120000 });

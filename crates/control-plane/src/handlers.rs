@@ -8,8 +8,9 @@ use tokio::time::Instant;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query};
+use axum::extract::{FromRequestParts, Path, Query};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -21,6 +22,7 @@ use wallcrawler_contract::{Claims, InternalStatus};
 use crate::app::App;
 use crate::auth::{Caller, Principal, check_body_project};
 use crate::error::{ApiError, chain};
+use crate::metadata::MetadataQuery;
 use crate::model::{ContextRecord, session_create_to_api, session_to_api};
 use crate::stores::{Cond, LaunchSpec, PageAt, Terminal};
 
@@ -205,10 +207,8 @@ async fn checked_request(
             )));
         }
     };
-    if let Some(m) = &req.user_metadata
-        && !m.is_object()
-    {
-        return Err(ApiError::bad_request("userMetadata must be a JSON object"));
+    if let Some(m) = &req.user_metadata {
+        crate::metadata::check(m).map_err(|e| ApiError::bad_request(e.to_string()))?;
     }
     let context = match req.browser_settings.and_then(|b| b.context) {
         Some(ContextSettings {
@@ -400,6 +400,40 @@ impl Owned for ContextRecord {
     }
 }
 
+/// The `{id}` of a route's path. axum's own rejection (an id that does not percent-decode to
+/// UTF-8) is plain text; this answers in Browserbase's error shape.
+pub struct PathId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|Path(id)| PathId(id))
+            .map_err(|_| ApiError::bad_request("the id in the path is not valid UTF-8"))
+    }
+}
+
+/// `id`, if it can be a `what`'s id: ids are made of 1 to 128 of `A-Z a-z 0-9 _ -` (as the
+/// platform mints them), checked before any store sees one (DynamoDB refuses a key over
+/// 2 KB; a file store must never see a path). The refusal shows a clipped, escaped part.
+fn checked_id<'a>(what: &str, id: &'a str) -> Result<&'a str, ApiError> {
+    if wallcrawler_contract::claim::valid_id(id) {
+        return Ok(id);
+    }
+    const SHOWN: usize = 32;
+    let head: String = id.chars().take(SHOWN).collect();
+    let more = if id.chars().nth(SHOWN).is_some() {
+        "…"
+    } else {
+        ""
+    };
+    Err(ApiError::bad_request(format!(
+        "{what} id must be 1 to 128 of the characters A-Z a-z 0-9 _ -, got {head:?}{more}"
+    )))
+}
+
 /// The record `found` under `id`, if it belongs to the caller's project: a missing one and
 /// another project's alike are 404, so ids of other projects reveal nothing.
 fn owned<T: Owned>(p: &Principal, id: &str, found: Option<T>) -> Result<T, ApiError> {
@@ -411,14 +445,17 @@ fn owned<T: Owned>(p: &Principal, id: &str, found: Option<T>) -> Result<T, ApiEr
 
 /// The session, if it belongs to the caller's project.
 async fn own_session(app: &App, p: &Principal, id: &str) -> Result<SessionDoc, ApiError> {
+    let id = checked_id(SessionDoc::WHAT, id)?;
     owned(p, id, app.sessions.get(id).await?)
 }
 
-/// The query of `GET /v1/sessions`: `status`, an SDK-visible status to filter by; `limit`, the
-/// page size; `cursor`, where a previous page said the next one starts.
+/// The query of `GET /v1/sessions`: `status`, an SDK-visible status to filter by; `q`,
+/// Browserbase's metadata query ([`crate::metadata`]); `limit`, the page size; `cursor`,
+/// where a previous page said the next one starts.
 #[derive(Debug, Deserialize)]
 pub struct ListQuery {
     status: Option<String>,
+    q: Option<String>,
     limit: Option<String>,
     cursor: Option<String>,
 }
@@ -462,9 +499,18 @@ fn page_size(s: Option<&str>) -> Result<usize, ApiError> {
         })
 }
 
-/// `GET /v1/sessions[?status=…][&limit=…][&cursor=…]`: one page, oldest first; the
+/// The `q` filter, parsed.
+fn metadata_filter(q: Option<&str>) -> Result<Option<MetadataQuery>, ApiError> {
+    q.filter(|q| !q.is_empty())
+        .map(MetadataQuery::parse)
+        .transpose()
+        .map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+/// `GET /v1/sessions[?status=…][&q=…][&limit=…][&cursor=…]`: one page, oldest first; the
 /// [`NEXT_CURSOR`] header says where the next starts. Reads the listing index page by page
-/// (never the project's whole history), filling the page from at most [`PAGE_READS`] reads.
+/// (never the project's whole history), filling the page from at most [`PAGE_READS`] reads;
+/// `status` and `q` filter what the reads find (the index projects `userMetadata`).
 pub async fn list_sessions(
     caller: Caller,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -474,6 +520,7 @@ pub async fn list_sessions(
     let Query(q) = query
         .map_err(|e| ApiError::bad_request(format!("invalid query string: {}", e.body_text())))?;
     let status = status_filter(q.status.as_deref())?;
+    let query = metadata_filter(q.q.as_deref())?;
     let limit = page_size(q.limit.as_deref())?;
     let mut after = match q.cursor.as_deref().filter(|c| !c.is_empty()) {
         Some(c) => Some(crate::cursor::open(app.signer.as_ref(), p.project_id(), c).await?),
@@ -489,6 +536,11 @@ pub async fn list_sessions(
         list.extend(
             page.sessions
                 .into_iter()
+                .filter(|s| {
+                    query
+                        .as_ref()
+                        .is_none_or(|q| q.matches(s.user_metadata.as_ref()))
+                })
                 .map(|s| listed_view(&app, s))
                 .filter(|s| status.as_ref().is_none_or(|want| &s.status == want))
                 .map(|s| session_to_api(&s)),
@@ -510,7 +562,7 @@ pub async fn list_sessions(
 
 /// `GET /v1/sessions/{id}`: includes `connectUrl` and `signingKey` while running, so a client
 /// that got PENDING can poll for them.
-pub async fn get_session(caller: Caller, Path(id): Path<String>) -> ApiResult {
+pub async fn get_session(caller: Caller, PathId(id): PathId) -> ApiResult {
     let (app, p) = caller.into_parts();
     let s = polled(&app, own_session(&app, &p, &id).await?).await?;
     Ok(Json(session_create_to_api(&api_view(&app, s))).into_response())
@@ -538,7 +590,7 @@ struct UpdateSession {
 }
 
 /// `POST /v1/sessions/{id}` with `{"status":"REQUEST_RELEASE"}`.
-pub async fn update_session(caller: Caller, Path(id): Path<String>, body: Bytes) -> ApiResult {
+pub async fn update_session(caller: Caller, PathId(id): PathId, body: Bytes) -> ApiResult {
     let (app, p) = caller.into_parts();
     let req: UpdateSession = parse_body(&body)?;
     check_body_project(&p, req.project_id.as_deref())?;
@@ -598,7 +650,7 @@ async fn task_to_stop(app: &App, after: &SessionDoc) -> Option<String> {
 }
 
 /// `GET /v1/sessions/{id}/debug`: the live page list from the running browser.
-pub async fn debug_session(caller: Caller, Path(id): Path<String>) -> ApiResult {
+pub async fn debug_session(caller: Caller, PathId(id): PathId) -> ApiResult {
     let (app, p) = caller.into_parts();
     let s = own_session(&app, &p, &id).await?;
     let (Some(url), Some(token), true) = (
@@ -678,17 +730,18 @@ pub async fn create_context(caller: Caller, body: Bytes) -> ApiResult {
 
 /// The context, if it belongs to the caller's project.
 async fn own_context(app: &App, p: &Principal, id: &str) -> Result<ContextRecord, ApiError> {
+    let id = checked_id(ContextRecord::WHAT, id)?;
     owned(p, id, app.contexts.get(id).await?)
 }
 
 /// `GET /v1/contexts/{id}`.
-pub async fn get_context(caller: Caller, Path(id): Path<String>) -> ApiResult {
+pub async fn get_context(caller: Caller, PathId(id): PathId) -> ApiResult {
     let (app, p) = caller.into_parts();
     Ok(Json(own_context(&app, &p, &id).await?.to_api()).into_response())
 }
 
 /// `PUT /v1/contexts/{id}`: a fresh upload URL.
-pub async fn update_context(caller: Caller, Path(id): Path<String>) -> ApiResult {
+pub async fn update_context(caller: Caller, PathId(id): PathId) -> ApiResult {
     let (app, p) = caller.into_parts();
     let c = own_context(&app, &p, &id).await?;
     app.contexts.touch(&id, &app.now_iso()).await?;
@@ -696,7 +749,7 @@ pub async fn update_context(caller: Caller, Path(id): Path<String>) -> ApiResult
 }
 
 /// `DELETE /v1/contexts/{id}`: refused while a session still uses it.
-pub async fn delete_context(caller: Caller, Path(id): Path<String>) -> ApiResult {
+pub async fn delete_context(caller: Caller, PathId(id): PathId) -> ApiResult {
     let (app, p) = caller.into_parts();
     let c = own_context(&app, &p, &id).await?;
     if let Some(s) = app
@@ -736,6 +789,7 @@ async fn own_project(
     p: &Principal,
     id: &str,
 ) -> Result<crate::model::Project, ApiError> {
+    let id = checked_id("project", id)?;
     if !p.project_ids.iter().any(|k| k == id) {
         return Err(ApiError::not_found(format!("project {id} not found")));
     }
@@ -753,14 +807,14 @@ async fn own_project(
 }
 
 /// `GET /v1/projects/{id}`.
-pub async fn get_project(caller: Caller, Path(id): Path<String>) -> ApiResult {
+pub async fn get_project(caller: Caller, PathId(id): PathId) -> ApiResult {
     let (app, p) = caller.into_parts();
     Ok(Json(own_project(&app, &p, &id).await?.to_api()).into_response())
 }
 
 /// `GET /v1/projects/{id}/usage`: the project's running total of browser minutes and proxy
 /// bytes over its ended sessions (see [`crate::usage`]), one read.
-pub async fn project_usage(caller: Caller, Path(id): Path<String>) -> ApiResult {
+pub async fn project_usage(caller: Caller, PathId(id): PathId) -> ApiResult {
     let (app, p) = caller.into_parts();
     own_project(&app, &p, &id).await?;
     let u = app.sessions.usage(&id).await?;

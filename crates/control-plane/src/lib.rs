@@ -13,6 +13,7 @@
 //!   writes (slots and leases).
 //! - [`handlers`] and [`router`]: the endpoints, one router for every deployment.
 //! - [`cursor`]: the tamper-evident paging cursor of `GET /v1/sessions`.
+//! - [`metadata`]: `userMetadata`'s bounds and Browserbase's metadata query (`q`).
 //! - [`usage`]: projects' usage as a running total, each session counted once.
 //! - [`debug`]: a running session's page list, from its proxy.
 //! - [`sweep`]: the sweeper, which ends sessions stranded past their claim's deadline or
@@ -40,6 +41,7 @@ pub mod handlers;
 pub mod limits;
 pub mod local;
 pub mod memory;
+pub mod metadata;
 pub mod model;
 pub mod router;
 pub mod rules;

@@ -1,7 +1,16 @@
 //! The one router behind both the local server and the Lambda function.
+//!
+//! Retry advice: the stock Browserbase SDKs retry 408, 409, 429 and every 5xx twice (with
+//! back-off, ~1.5 s in all, and no idempotency key) unless the answer's `x-should-retry`
+//! says otherwise, which they obey before their own rule. Every 4xx and 5xx of every route
+//! says `x-should-retry: false` — a refusal, a conflict with the session's state, the
+//! concurrency limit (held by live sessions for minutes, not seconds) and our own failures
+//! answer the same again — except a 503, which means a service we depend on was unreachable
+//! or throttling for now and is worth the SDK's retries. `POST /v1/sessions` says `false` on
+//! a 503 too: a retried create can start a second browser.
 
 use axum::Router;
-use axum::http::{HeaderName, HeaderValue};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::middleware::map_response;
 use axum::response::Response;
 use axum::routing::{MethodFilter, MethodRouter, get, on, post};
@@ -12,8 +21,7 @@ use crate::handlers as h;
 /// Browserbase's SDKs obey it before their own rule (retry 408, 409, 429 and every 5xx).
 const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 
-/// Every `/v1/…` route over `app`; failures of `POST /v1/sessions` and of the unimplemented
-/// routes carry `x-should-retry: false`.
+/// Every `/v1/…` route over `app`, with the retry advice of the module doc.
 pub fn router(app: App) -> Router {
     Router::new()
         .route(
@@ -58,26 +66,44 @@ pub fn router(app: App) -> Router {
         .fallback(|| async { crate::error::ApiError::not_found("no such endpoint") })
         .method_not_allowed_fallback(|| async {
             crate::error::ApiError::new(
-                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                StatusCode::METHOD_NOT_ALLOWED,
                 "method not allowed on this endpoint",
             )
         })
+        .layer(map_response(advise_retry))
         .with_state(app)
 }
 
 /// A Browserbase endpoint Wallcrawler does not implement yet: 501, never worth a retry.
 fn unimplemented(methods: MethodFilter) -> MethodRouter<App> {
-    on(methods, h::not_implemented).route_layer(map_response(no_retry_on_failure))
+    on(methods, h::not_implemented)
 }
 
-/// `x-should-retry: false` on every failure of the routes it wraps. The stock Browserbase
-/// SDKs retry 408, 409, 429 and every 5xx twice, with no idempotency key, unless this header
-/// says otherwise: a retried `POST /v1/sessions` can start a second browser, and a 501 only
-/// answers 501 again after ~1.5 s of back-off.
-async fn no_retry_on_failure(mut res: Response) -> Response {
-    if !res.status().is_success() {
-        res.headers_mut()
-            .insert(X_SHOULD_RETRY, HeaderValue::from_static("false"));
+/// `x-should-retry: false` on every failure of the route it wraps, 503 included (the create).
+async fn no_retry_on_failure(res: Response) -> Response {
+    if res.status().is_success() {
+        res
+    } else {
+        no_retry(res)
     }
+}
+
+/// Every route: `x-should-retry: false` on every 4xx and 5xx but a 503 (see the module doc);
+/// advice a route gave itself stands.
+async fn advise_retry(res: Response) -> Response {
+    let status = res.status();
+    let failed = status.is_client_error() || status.is_server_error();
+    if failed && status != StatusCode::SERVICE_UNAVAILABLE {
+        no_retry(res)
+    } else {
+        res
+    }
+}
+
+/// `res`, saying `x-should-retry: false` unless it gives advice already.
+fn no_retry(mut res: Response) -> Response {
+    res.headers_mut()
+        .entry(X_SHOULD_RETRY)
+        .or_insert(HeaderValue::from_static("false"));
     res
 }

@@ -10,7 +10,7 @@
 //! deadlines are on tokio's clock, which then moves on at once whenever every task waits.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -100,6 +100,8 @@ struct Yielding {
     inner: MemSessions,
     listings: Arc<Listings>,
     interleaving: Arc<Interleaving>,
+    /// Set: `get` answers that the table is unreachable (a 503 worth the client's retry).
+    down: Arc<AtomicBool>,
 }
 
 #[async_trait::async_trait]
@@ -110,6 +112,9 @@ impl SessionStore for Yielding {
     }
     async fn get(&self, id: &str) -> StoreResult<Option<SessionDoc>> {
         tokio::task::yield_now().await;
+        if self.down.load(Ordering::SeqCst) {
+            return Err(StoreError::unavailable("the sessions table"));
+        }
         self.inner.get(id).await
     }
     async fn list_project(&self, p: &str, at: PageAt) -> Listing {
@@ -183,6 +188,8 @@ struct Harness {
     listings: Arc<Listings>,
     /// Writes a test interleaves with the handlers' own.
     interleaving: Arc<Interleaving>,
+    /// Set: the sessions table's reads by key fail as unreachable.
+    sessions_down: Arc<AtomicBool>,
     slots: MemSlots,
     contexts: MemContexts,
     archives: MemArchives,
@@ -283,6 +290,7 @@ impl Harness {
         let slots = MemSlots::default();
         let listings = Arc::new(Listings::default());
         let interleaving = Arc::new(Interleaving::default());
+        let sessions_down = Arc::new(AtomicBool::new(false));
         let archives = MemArchives::default();
         let clock = Arc::new(TestClock(AtomicU64::new(T0)));
         let app = App {
@@ -290,6 +298,7 @@ impl Harness {
                 inner: sessions.clone(),
                 listings: listings.clone(),
                 interleaving: interleaving.clone(),
+                down: sessions_down.clone(),
             }),
             projects: Arc::new(projects),
             slots: Arc::new(slots.clone()),
@@ -306,6 +315,7 @@ impl Harness {
             sessions,
             listings,
             interleaving,
+            sessions_down,
             slots,
             contexts,
             archives,
@@ -2350,7 +2360,7 @@ async fn every_501_tells_clients_not_to_retry() {
 }
 
 #[tokio::test]
-async fn other_answers_leave_retrying_to_the_client() {
+async fn successes_carry_no_advice_and_every_other_failure_says_not_to_retry() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     let advice =
         |method: Method, uri: &'static str, body| h.retry_advice(method, uri, Some(KEY_A), body);
@@ -2363,27 +2373,380 @@ async fn other_answers_leave_retrying_to_the_client() {
         advice(Method::GET, "/v1/sessions", None).await,
         (StatusCode::OK, None)
     );
-    assert_eq!(
+    assert_no_retry(
         advice(Method::GET, "/v1/sessions/sess_unknown", None).await,
-        (StatusCode::NOT_FOUND, None)
+        StatusCode::NOT_FOUND,
+        "an unknown session",
     );
-    assert_eq!(
+    assert_no_retry(
         advice(Method::GET, "/v1/nothing", None).await,
-        (StatusCode::NOT_FOUND, None)
+        StatusCode::NOT_FOUND,
+        "no such endpoint",
     );
-    assert_eq!(
+    assert_no_retry(
+        advice(Method::PATCH, "/v1/sessions", None).await,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed",
+    );
+    assert_no_retry(
         advice(
             Method::POST,
             "/v1/sessions/sess_unknown",
-            Some(r#"{"status": "REQUEST_RELEASE"}"#)
+            Some(r#"{"status": "REQUEST_RELEASE"}"#),
         )
         .await,
-        (StatusCode::NOT_FOUND, None)
+        StatusCode::NOT_FOUND,
+        "releasing an unknown session",
     );
-    assert_eq!(
+    assert_no_retry(
         h.retry_advice(Method::GET, "/v1/sessions", None, None)
             .await,
-        (StatusCode::UNAUTHORIZED, None),
-        "only the create route of /v1/sessions"
+        StatusCode::UNAUTHORIZED,
+        "no key on the listing",
     );
+}
+
+/// The Python SDK retried `/debug`'s 409 on a released session twice (~1.3 s) and the
+/// concurrency 429 does not clear within the SDK's ~1.5 s of retries: both say `false`.
+#[tokio::test]
+async fn a_409_from_debug_of_a_released_session_and_the_concurrency_429_say_not_to_retry() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_session(doc("sess_run", PROJ_A, InternalStatus::Ready));
+    assert_eq!(h.release("sess_run").await.0, StatusCode::OK);
+    let got = h
+        .retry_advice(
+            Method::GET,
+            "/v1/sessions/sess_run/debug",
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_no_retry(got, StatusCode::CONFLICT, "debug of a released session");
+    for id in ["sess_1", "sess_2", "sess_3"] {
+        h.insert_session(doc(id, PROJ_A, InternalStatus::Ready));
+    }
+    h.hold_slots(PROJ_A, &["sess_1", "sess_2", "sess_3"]);
+    let got = h
+        .retry_advice(Method::POST, "/v1/sessions", Some(KEY_A), Some("{}"))
+        .await;
+    assert_no_retry(got, StatusCode::TOO_MANY_REQUESTS, "concurrency reached");
+}
+
+/// An unreachable store is transient: its 503 leaves the SDK's retries on (no advice), except
+/// on the create, which a retry could run twice.
+#[tokio::test]
+async fn a_503_from_an_unreachable_store_leaves_retrying_to_the_client() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_session(doc("sess_run", PROJ_A, InternalStatus::Ready));
+    h.sessions_down.store(true, Ordering::SeqCst);
+    for uri in ["/v1/sessions/sess_run", "/v1/sessions/sess_run/debug"] {
+        let r = h
+            .exchange(Method::GET, uri, &[("x-wc-api-key", KEY_A)], None)
+            .await;
+        assert_eq!(r.0, StatusCode::SERVICE_UNAVAILABLE, "{uri}: {}", r.2);
+        assert_eq!(r.1.get("x-should-retry"), None, "{uri}");
+        assert!(
+            r.2["message"].as_str().unwrap().contains("try again"),
+            "{}",
+            r.2
+        );
+    }
+    let got = h
+        .retry_advice(Method::POST, "/v1/sessions", Some(KEY_A), Some("{}"))
+        .await;
+    assert_no_retry(got, StatusCode::SERVICE_UNAVAILABLE, "a create");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Malformed ids: a 400 before any store sees them, never a 500 (which the SDKs retry).
+
+/// Every route that takes an id, with `{id}` where it goes.
+const ID_ROUTES: [(&str, &str, Option<&str>); 9] = [
+    ("GET", "/v1/sessions/{id}", None),
+    (
+        "POST",
+        "/v1/sessions/{id}",
+        Some(r#"{"status": "REQUEST_RELEASE"}"#),
+    ),
+    ("GET", "/v1/sessions/{id}/debug", None),
+    ("GET", "/v1/contexts/{id}", None),
+    ("PUT", "/v1/contexts/{id}", Some("{}")),
+    ("DELETE", "/v1/contexts/{id}", None),
+    ("GET", "/v1/projects/{id}", None),
+    ("GET", "/v1/projects/{id}/usage", None),
+    ("GET", "/v1/sessions/{id}/logs", None),
+];
+
+#[tokio::test]
+async fn a_malformed_id_is_a_400_on_every_route_and_never_echoed_whole() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let huge = "a".repeat(3000);
+    let secretish = format!("sess_{}.{}", "x".repeat(40), "SECRETTAIL");
+    let malformed = [
+        huge.as_str(),
+        "sess.1",
+        "..%2F..%2Fetc%2Fpasswd",
+        "%2E%2E",
+        "sess%00x",
+        "s%C3%A9ss",
+        "sess%20x",
+        "%E2%80%AEsess",
+        secretish.as_str(),
+    ];
+    for (method, route, body) in ID_ROUTES {
+        for id in malformed {
+            let uri = route.replace("{id}", id);
+            let (status, headers, value) = h
+                .exchange(
+                    method.parse().unwrap(),
+                    &uri,
+                    &[("x-wc-api-key", KEY_A)],
+                    body,
+                )
+                .await;
+            let what = format!("{method} {}", &uri[..uri.len().min(80)]);
+            if route.ends_with("/logs") {
+                // Not implemented: 501 whatever the id, and never retried either.
+                assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{what}");
+            } else {
+                assert_error(
+                    &(status, value.clone()),
+                    StatusCode::BAD_REQUEST,
+                    &["id must be 1 to 128 of the characters A-Z a-z 0-9 _ -"],
+                );
+            }
+            assert_eq!(
+                headers.get("x-should-retry").map(|v| v.to_str().unwrap()),
+                Some("false"),
+                "{what}"
+            );
+            let message = value["message"].as_str().unwrap();
+            assert!(message.len() < 200, "{what}: {message}");
+            assert!(!message.contains("SECRETTAIL"), "{what}: {message}");
+            assert!(
+                message.chars().all(|c| !c.is_control() && c != '\u{202e}'),
+                "{what}: {message:?}"
+            );
+        }
+        // Not percent-decodable to UTF-8: Browserbase's error shape too.
+        let uri = route.replace("{id}", "%FF%FE");
+        let r = h
+            .call(method.parse().unwrap(), &uri, Some(KEY_A), body)
+            .await;
+        if !route.ends_with("/logs") {
+            assert_error(&r, StatusCode::BAD_REQUEST, &["id in the path"]);
+        }
+    }
+    assert!(h.archives.0.lock().unwrap().is_empty(), "nothing deleted");
+    // Without a key it is still the key that is refused first.
+    let r = h.call(Method::GET, "/v1/sessions/sess.1", None, None).await;
+    assert_error(&r, StatusCode::UNAUTHORIZED, &["missing API key"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// userMetadata's bounds and the metadata query `q` of GET /v1/sessions.
+
+#[tokio::test]
+async fn user_metadata_of_512_characters_is_accepted_and_513_refused() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    // {"k":"…"} is 8 characters besides the value: JSON.stringify's length is 512.
+    let at = json!({ "userMetadata": { "k": "v".repeat(504) } });
+    let (status, v) = h.create(&at.to_string()).await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    assert_eq!(v["userMetadata"]["k"].as_str().unwrap().len(), 504);
+    let over = json!({ "userMetadata": { "k": "v".repeat(505) } });
+    let r = h.create(&over.to_string()).await;
+    assert_error(
+        &r,
+        StatusCode::BAD_REQUEST,
+        &["userMetadata must be at most 512 characters"],
+    );
+    let mut deep = json!({ "k": "v" });
+    for _ in 0..20 {
+        deep = json!({ "k": deep });
+    }
+    let r = h.create(&json!({ "userMetadata": deep }).to_string()).await;
+    assert_error(
+        &r,
+        StatusCode::BAD_REQUEST,
+        &["userMetadata must be nested at most 16 levels"],
+    );
+    let r = h.create(r#"{"userMetadata": ["k"]}"#).await;
+    assert_error(
+        &r,
+        StatusCode::BAD_REQUEST,
+        &["userMetadata must be a JSON object"],
+    );
+    assert_eq!(
+        h.launched().len(),
+        1,
+        "only the session within the bounds started"
+    );
+}
+
+/// `q` URL-encoded as the SDKs send it (`encodeURIComponent`).
+fn q(query: &str) -> String {
+    query
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'!' | b'~' | b'*' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn with_metadata(id: &str, project_id: &str, status: InternalStatus, m: Value) -> SessionDoc {
+    let mut d = doc(id, project_id, status);
+    d.user_metadata = Some(m);
+    d
+}
+
+#[tokio::test]
+async fn list_sessions_filters_by_the_metadata_query_and_status() {
+    let h = &Harness::new(LaunchBehaviour::BecomeReady);
+    let list = |query: String| async move {
+        let (code, body) = h.get(&format!("/v1/sessions?{query}")).await;
+        assert_eq!(code, StatusCode::OK, "{query}: {body}");
+        ids(&body)
+    };
+    let shipped = json!({"order": {"status": "shipped"}, "env": "staging"});
+    for (id, project, status, m) in [
+        (
+            "sess_ship_run",
+            PROJ_A,
+            InternalStatus::Ready,
+            shipped.clone(),
+        ),
+        (
+            "sess_ship_done",
+            PROJ_A,
+            InternalStatus::Stopped,
+            shipped.clone(),
+        ),
+        (
+            "sess_pending",
+            PROJ_A,
+            InternalStatus::Ready,
+            json!({"order": {"status": "pending"}}),
+        ),
+        (
+            "sess_number",
+            PROJ_A,
+            InternalStatus::Ready,
+            json!({"order": {"status": 1}}),
+        ),
+        (
+            "sess_flat",
+            PROJ_A,
+            InternalStatus::Ready,
+            json!({"order": "shipped"}),
+        ),
+        (
+            "sess_theirs",
+            PROJ_OTHER,
+            InternalStatus::Ready,
+            shipped.clone(),
+        ),
+    ] {
+        h.insert_session(with_metadata(id, project, status, m));
+    }
+    h.insert_session(doc("sess_none", PROJ_A, InternalStatus::Ready));
+    let shipped_q = q("user_metadata['order']['status']:'shipped'");
+    assert_eq!(
+        list(format!("q={shipped_q}")).await,
+        ["sess_ship_done", "sess_ship_run"]
+    );
+    assert_eq!(
+        list(format!("q={shipped_q}&status=RUNNING")).await,
+        ["sess_ship_run"]
+    );
+    assert_eq!(
+        list(format!("q={}", q("user_metadata['env']:'staging'"))).await,
+        ["sess_ship_done", "sess_ship_run"]
+    );
+    assert_eq!(
+        list(format!("q={}", q("user_metadata['order']:'shipped'"))).await,
+        ["sess_flat"]
+    );
+    assert!(
+        list(format!("q={}", q("user_metadata['order']['status']:'1'")))
+            .await
+            .is_empty()
+    );
+    assert!(
+        list(format!("q={}", q("user_metadata['nope']:'shipped'")))
+            .await
+            .is_empty()
+    );
+    // An empty q filters nothing, as an empty status does.
+    assert_eq!(list("q=".to_owned()).await.len(), 6);
+}
+
+#[tokio::test]
+async fn a_malformed_metadata_query_is_400_naming_the_form() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_session(with_metadata(
+        "sess_1",
+        PROJ_A,
+        InternalStatus::Ready,
+        json!({"env": "staging"}),
+    ));
+    for bad in [
+        "env:staging",
+        "user_metadata.env:'staging'",
+        "user_metadata['env']",
+        "user_metadata['env']:staging",
+        "user_metadata['env']:'staging' OR 1=1",
+        "metadata['env']:'staging'",
+        "*",
+    ] {
+        let uri = format!("/v1/sessions?q={}", q(bad));
+        let (status, headers, value) = h
+            .exchange(Method::GET, &uri, &[("x-wc-api-key", KEY_A)], None)
+            .await;
+        assert_error(
+            &(status, value),
+            StatusCode::BAD_REQUEST,
+            &["q must have the form user_metadata['path']['to']['field']:'value'"],
+        );
+        assert_eq!(headers.get("x-should-retry").unwrap(), "false", "{bad}");
+    }
+    let long = format!("user_metadata['env']:'{}'", "s".repeat(2000));
+    let r = h.get(&format!("/v1/sessions?q={}", q(&long))).await;
+    assert_error(
+        &r,
+        StatusCode::BAD_REQUEST,
+        &["q must be at most 1024 characters"],
+    );
+}
+
+#[tokio::test]
+async fn the_metadata_query_pages_with_the_cursor() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let ids = seed_many(&h, 120);
+    // Every fourth session is tagged run=r1.
+    let mut tagged = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let mut d = h.session(id);
+        let run = if i % 4 == 0 { "r1" } else { "r2" };
+        d.user_metadata = Some(json!({ "run": run }));
+        if i % 4 == 0 {
+            tagged.push(id.clone());
+        }
+        h.insert_session(d);
+    }
+    let query = format!("q={}&limit=7", q("user_metadata['run']:'r1'"));
+    let (listed, pages) = all_pages(&h, &query).await;
+    assert_eq!(listed, tagged);
+    assert!(pages >= 5, "{pages} pages of at most 7");
+    // With status too: tagged and PENDING (every third) is every twelfth.
+    let both: Vec<String> = ids.iter().step_by(12).cloned().collect();
+    let query = format!(
+        "q={}&status=PENDING&limit=3",
+        q("user_metadata['run']:'r1'")
+    );
+    let (listed, _) = all_pages(&h, &query).await;
+    assert_eq!(listed, both);
 }

@@ -277,10 +277,11 @@ fn the_stock_sdk_sends_a_failed_create_and_a_501_only_once() {
     let s = Server::spawn_with("25", &failing, &[("WALLCRAWLER_POOL_SIZE", "0"), DIRECT]);
     let r = s.node("no-retry");
     assert_eq!(r["ok"], true, "{r}");
-    let once = |status: u16| serde_json::json!({"status": status, "requests": 1});
-    assert_eq!(r["create"], once(500), "{r}");
+    let once = |status: u16| serde_json::json!([status, 1]);
+    let got = |what: &str| serde_json::json!([r[what]["status"], r[what]["requests"]]);
+    assert_eq!(got("create"), once(500), "{r}");
     for endpoint in ["logs", "recording", "downloads"] {
-        assert_eq!(r[endpoint], once(501), "{endpoint}: {r}");
+        assert_eq!(got(endpoint), once(501), "{endpoint}: {r}");
     }
     let sessions: Vec<_> = std::fs::read_dir(s.dir().join("sessions"))
         .unwrap()
@@ -327,6 +328,99 @@ fn the_stock_sdk_pages_through_the_sessions_and_a_tampered_cursor_is_refused() {
             .contains("cursor is not valid"),
         "{r}"
     );
+    s.stop();
+}
+
+/// The stock SDK, with its own retry policy, lists by metadata query (`q`, with `status` too)
+/// and gets only the matching sessions; a malformed `q`, `debug` of a released session (409), a
+/// malformed id (the file store's refusal was a 500) and userMetadata over 512 characters are
+/// each refused with one request (`x-should-retry: false`), and the refused create starts
+/// nothing. The sessions are written where the platform keeps them: no controller runs.
+#[test]
+fn the_stock_sdk_lists_by_metadata_query_and_each_refusal_costs_one_request() {
+    let scripts = tempfile::tempdir().unwrap();
+    let failing = scripts.path().join("failing-controller");
+    std::fs::write(&failing, FAILING_CONTROLLER).unwrap();
+    let s = Server::spawn_with("5", &failing, &[("WALLCRAWLER_POOL_SIZE", "0"), DIRECT]);
+    let store = DirStore::new(s.dir().join("sessions"));
+    use wallcrawler_contract::InternalStatus::{Failed, Stopped};
+    let shipped = serde_json::json!({"order": {"status": "shipped"}, "env": "staging"});
+    for (i, (id, status, metadata)) in [
+        ("sess_edges_ship_done", Stopped, Some(shipped.clone())),
+        (
+            "sess_edges_ship_err",
+            Failed,
+            Some(serde_json::json!({"order": {"status": "shipped"}})),
+        ),
+        (
+            "sess_edges_pending_order",
+            Stopped,
+            Some(serde_json::json!({"order": {"status": "pending"}, "env": "staging"})),
+        ),
+        ("sess_edges_plain", Stopped, None),
+        ("sess_edges_released", Stopped, Some(shipped.clone())),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut d = SessionDoc {
+            session_id: id.to_owned(),
+            project_id: s.project.clone(),
+            created_at: wallcrawler_contract::time::iso8601_millis(1_767_225_600_000 + i as u64),
+            expires_at: 1_767_229_200,
+            signing_key: Some("a-token".into()),
+            user_metadata: metadata,
+            ..Default::default()
+        };
+        d.set_status(status);
+        store.create(&d).unwrap();
+    }
+    let r = s.node("edges");
+    assert_eq!(r["ok"], true, "{r}");
+    let ids = |v: &[&str]| serde_json::json!(v);
+    assert_eq!(
+        r["shipped"],
+        ids(&[
+            "sess_edges_released",
+            "sess_edges_ship_done",
+            "sess_edges_ship_err"
+        ]),
+        "{r}"
+    );
+    assert_eq!(
+        r["shippedCompleted"],
+        ids(&["sess_edges_ship_done", "sess_edges_released"]),
+        "{r}"
+    );
+    assert_eq!(
+        r["staging"],
+        ids(&[
+            "sess_edges_pending_order",
+            "sess_edges_released",
+            "sess_edges_ship_done"
+        ]),
+        "{r}"
+    );
+    assert_eq!(r["lost"], ids(&[]), "{r}");
+    for (what, status, says) in [
+        ("badQuery", 400, "q must have the form"),
+        ("debugReleased", 409, "is not running"),
+        ("malformedId", 400, "id must be 1 to 128"),
+        ("bigMetadata", 400, "at most 512 characters"),
+    ] {
+        assert_eq!(r[what]["status"], status, "{what}: {r}");
+        assert_eq!(r[what]["requests"], 1, "{what}: {r}");
+        assert!(
+            r[what]["message"].as_str().unwrap_or("").contains(says),
+            "{what}: {r}"
+        );
+    }
+    let sessions = std::fs::read_dir(s.dir().join("sessions"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .count();
+    assert_eq!(sessions, 5, "the refused create started nothing");
     s.stop();
 }
 

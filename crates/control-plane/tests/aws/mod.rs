@@ -1261,3 +1261,43 @@ async fn the_lambda_binaries_answer_through_the_runtime_api() {
     let item = f.item(&stranded).await;
     assert_eq!(text(&item, "internalStatus").as_deref(), Some("TIMED_OUT"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Malformed ids never reach DynamoDB.
+
+/// Every id outside the platform's alphabet is a 400 on every route that takes an id, before
+/// any table is read, its message clipped. DynamoDB refuses a key over 2 KB with a
+/// ValidationException (the store's failure: a 500, which the SDKs retried twice); moto answers
+/// such a read with no item (it checks key sizes on writes only), so against moto the old
+/// answer was a 404 echoing all 3,000 characters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_id_is_a_400_before_dynamodb_sees_it() {
+    let f = Fixture::new(5).await;
+    let huge = "s".repeat(3000);
+    let release = json!({"status": "REQUEST_RELEASE"});
+    for id in [huge.as_str(), "sess.1", "%2E%2E%2Fx", "s%C3%A9ss"] {
+        for (method, path, body) in [
+            (Method::GET, format!("/v1/sessions/{id}"), None),
+            (
+                Method::POST,
+                format!("/v1/sessions/{id}"),
+                Some(release.clone()),
+            ),
+            (Method::GET, format!("/v1/sessions/{id}/debug"), None),
+            (Method::GET, format!("/v1/contexts/{id}"), None),
+            (Method::PUT, format!("/v1/contexts/{id}"), Some(json!({}))),
+            (Method::DELETE, format!("/v1/contexts/{id}"), None),
+            (Method::GET, format!("/v1/projects/{id}"), None),
+            (Method::GET, format!("/v1/projects/{id}/usage"), None),
+        ] {
+            let what = format!("{method} {}", &path[..path.len().min(60)]);
+            let (status, v) = f.call(method, &path, body).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {v}");
+            let message = v["message"].as_str().unwrap();
+            assert!(
+                message.contains("id must be 1 to 128 of the characters") && message.len() < 200,
+                "{what}: {v}"
+            );
+        }
+    }
+}
