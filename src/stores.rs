@@ -14,6 +14,8 @@ use tokio::io::AsyncRead;
 use tracing::warn;
 use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::claim::DirQueue;
+use wallcrawler_contract::session_doc::{DocError, SessionDoc};
+pub use wallcrawler_contract::session_doc::Take;
 use wallcrawler_contract::retry::{self, Transient};
 
 /// A stream of archive bytes.
@@ -141,11 +143,26 @@ pub struct SessionRecord {
     /// `claimDeadline`, in unix seconds: after it no client waits for the session's browser
     /// (`None`: an item older than deadlines, or one of another shape: no deadline).
     pub claim_deadline: Option<u64>,
+    /// `owner`: the controller that took the session's claim, when one did.
+    pub owner: Option<String>,
+    /// `ownerUntil`, in unix seconds: the owner's lease before READY (`None`: READY written,
+    /// or no owner).
+    pub owner_until: Option<u64>,
 }
 
-/// The READY write.
+impl SessionRecord {
+    /// The controller holding the session at `now`, if any (see
+    /// [`wallcrawler_contract::session_doc::live_owner`]).
+    pub fn live_owner(&self, now: u64) -> Option<&str> {
+        wallcrawler_contract::session_doc::live_owner(self.owner.as_deref(), self.owner_until, now)
+    }
+}
+
+/// The READY write, on condition that the session is pending and `owner` owns it.
 #[derive(Debug, Clone)]
 pub struct ReadyUpdate {
+    /// The controller writing it (`owner`).
+    pub owner: String,
     /// `publicIP`: the address clients connect to.
     pub public_ip: String,
     /// `ecsTaskArn`, when known.
@@ -168,11 +185,40 @@ pub enum ReadyResult {
     Ready,
     /// The session was no longer CREATING/PROVISIONING/STARTING (released or ended meanwhile).
     NotPending(Option<InternalStatus>),
+    /// Another controller owns the session now (this one's lease lapsed and it was taken).
+    Lost,
 }
 
-/// A terminal status for the session item, written unless it is terminal already.
+/// Outcome of taking a claimed session ([`SessionStore::take`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TakeResult {
+    /// This controller owns the session now.
+    Taken,
+    /// Not taken: the session as it is (`None`: gone), no longer pending or held by another
+    /// controller.
+    Refused(Option<SessionRecord>),
+}
+
+/// `proxyBytes` and `endedAt`, on condition that `owner` owns the session or nobody holds it
+/// at `now` ([`wallcrawler_contract::session_doc::SessionDoc::may_end`]).
+#[derive(Debug, Clone, Copy)]
+pub struct EndedUpdate<'a> {
+    /// The controller writing it.
+    pub owner: &'a str,
+    /// Now, unix seconds (whose leases have lapsed).
+    pub now: u64,
+    /// Bytes relayed, both directions.
+    pub proxy_bytes: u64,
+    /// `endedAt` (ISO 8601).
+    pub at: &'a str,
+}
+
+/// A terminal status for the session item, written unless it is terminal already, and only by
+/// its owner.
 #[derive(Debug, Clone, Copy)]
 pub struct TerminalUpdate<'a> {
+    /// The controller writing it (`owner`).
+    pub owner: &'a str,
     /// STOPPED, TIMED_OUT or FAILED.
     pub status: InternalStatus,
     /// The `terminationReason`, if any.
@@ -186,12 +232,23 @@ pub struct TerminalUpdate<'a> {
 pub trait SessionStore: Send + Sync {
     /// The session item, `None` when there is none.
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
-    /// READY, only from a pending status.
+    /// Takes the claimed session for `t.owner` (`SessionDoc::take`: only while pending and
+    /// held by nobody else; sets `owner`, `ownerUntil` and `ecsTaskArn`).
+    async fn take(&self, id: &str, t: &Take<'_>) -> Result<TakeResult, StoreError>;
+    /// Keeps `owner`'s lease until `until` (unix seconds), only while it owns the pending
+    /// session. False: it lost it (or the session is no longer pending), nothing written.
+    async fn keep_owner(&self, id: &str, owner: &str, until: u64) -> Result<bool, StoreError>;
+    /// Gives the pending session up (`SessionDoc::give_up`): `owner`, `ownerUntil` and
+    /// `ecsTaskArn` removed, only by its owner. False: nothing written.
+    async fn give_up(&self, id: &str, owner: &str) -> Result<bool, StoreError>;
+    /// READY, only from a pending status and only by its owner.
     async fn mark_ready(&self, id: &str, u: &ReadyUpdate) -> Result<ReadyResult, StoreError>;
-    /// A terminal status, unless the item is terminal already (then false, nothing written).
+    /// A terminal status, unless the item is terminal already or another controller owns it
+    /// (then false, nothing written).
     async fn mark_terminal(&self, id: &str, t: &TerminalUpdate<'_>) -> Result<bool, StoreError>;
-    /// `proxyBytes` and, last of all, `endedAt`.
-    async fn mark_ended(&self, id: &str, proxy_bytes: u64, at: &str) -> Result<(), StoreError>;
+    /// `proxyBytes` and, last of all, `endedAt` ([`EndedUpdate`]'s condition). False: the
+    /// condition failed, nothing written.
+    async fn mark_ended(&self, id: &str, e: &EndedUpdate<'_>) -> Result<bool, StoreError>;
     /// Ends a session no browser took in time (`SessionDoc::end_unserved`: TIMED_OUT, "no
     /// browser was available in time", `endedAt` = `at`), on condition that it is still
     /// pending and its `claimDeadline` is before `now` (unix seconds). False: the condition
@@ -254,6 +311,11 @@ pub trait ClaimQueue: Send + Sync {
     /// now (SQS: its visibility timeout restarted). A directory claim stays with its owner
     /// until it is settled or the owner exits: nothing to do.
     async fn keep(&self, receipt: &str, more: Duration) -> Result<(), StoreError>;
+    /// Not this controller's to serve now: the claim is handed back, visible to every
+    /// controller again `after` from now (SQS: its visibility timeout set to it; a directory:
+    /// back in the queue, taken by nobody before then). Its session is pending and held by
+    /// another controller whose lease ends then, or this controller is being stopped (zero).
+    async fn hand_back(&self, receipt: &str, after: Duration) -> Result<(), StoreError>;
 }
 
 /// Claims in a directory shared with the local platform ([`DirQueue`]), taken under `owner`.
@@ -309,6 +371,11 @@ impl ClaimQueue for DirClaims {
     async fn keep(&self, _: &str, _: Duration) -> Result<(), StoreError> {
         Ok(())
     }
+    async fn hand_back(&self, receipt: &str, after: Duration) -> Result<(), StoreError> {
+        self.queue
+            .put_back(receipt, &self.owner, after)
+            .map_err(Self::io)
+    }
 }
 
 /// Session documents in a directory (`SESSIONS_DIR`, the local platform's table), with the same
@@ -347,105 +414,158 @@ impl DirectorySessions {
     }
 }
 
+/// The controller's record of a session document.
+fn record(d: SessionDoc) -> SessionRecord {
+    SessionRecord {
+        internal_status: d.internal(),
+        signing_key: d.signing_key,
+        keep_alive: d.keep_alive,
+        expires_at: Some(d.expires_at).filter(|e| *e > 0),
+        project_id: Some(d.project_id),
+        ever_ready: d.ready_at.is_some(),
+        ended: d.ended_at.is_some(),
+        claim_deadline: d.claim_deadline,
+        owner: d.owner,
+        owner_until: d.owner_until,
+    }
+}
+
+impl DirectorySessions {
+    /// A conditional update: `f` changes the document and says whether to write it. Whether
+    /// it was written, and the document as it is afterwards; `None`: there is no document
+    /// (a condition that fails, as in DynamoDB).
+    async fn conditional(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut SessionDoc) -> bool + Send + 'static,
+    ) -> Result<Option<(bool, SessionDoc)>, StoreError> {
+        let id = id.to_owned();
+        self.blocking(move |s| {
+            match s.update::<std::convert::Infallible>(&id, |d| Ok(f(d))) {
+                Ok(r) => Ok(Some(r.unwrap_or_else(|never| match never {}))),
+                Err(DocError::Missing(_)) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .await
+    }
+
+    /// Whether a [`Self::conditional`] update wrote.
+    async fn written(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut SessionDoc) -> bool + Send + 'static,
+    ) -> Result<bool, StoreError> {
+        Ok(self.conditional(id, f).await?.is_some_and(|(w, _)| w))
+    }
+}
+
 #[async_trait::async_trait]
 impl SessionStore for DirectorySessions {
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
         let id = id.to_owned();
         let doc = self.blocking(move |s| s.get(&id)).await?;
-        Ok(doc.map(|d| SessionRecord {
-            internal_status: d.internal(),
-            signing_key: d.signing_key,
-            keep_alive: d.keep_alive,
-            expires_at: Some(d.expires_at).filter(|e| *e > 0),
-            project_id: Some(d.project_id),
-            ever_ready: d.ready_at.is_some(),
-            ended: d.ended_at.is_some(),
-            claim_deadline: d.claim_deadline,
-        }))
+        Ok(doc.map(record))
+    }
+
+    async fn take(&self, id: &str, t: &Take<'_>) -> Result<TakeResult, StoreError> {
+        let (owner, task) = (t.owner.to_owned(), t.task.map(str::to_owned));
+        let (until, now) = (t.until, t.now);
+        let taken = self
+            .conditional(id, move |d| {
+                d.take(&Take {
+                    owner: &owner,
+                    until,
+                    task: task.as_deref(),
+                    now,
+                })
+            })
+            .await;
+        Ok(match taken? {
+            Some((true, _)) => TakeResult::Taken,
+            Some((false, d)) => TakeResult::Refused(Some(record(d))),
+            None => TakeResult::Refused(None),
+        })
+    }
+
+    async fn keep_owner(&self, id: &str, owner: &str, until: u64) -> Result<bool, StoreError> {
+        let owner = owner.to_owned();
+        self.written(id, move |d| d.keep_owner(&owner, until)).await
+    }
+
+    async fn give_up(&self, id: &str, owner: &str) -> Result<bool, StoreError> {
+        let owner = owner.to_owned();
+        self.written(id, move |d| d.give_up(&owner)).await
     }
 
     async fn mark_ready(&self, id: &str, u: &ReadyUpdate) -> Result<ReadyResult, StoreError> {
-        let id = id.to_owned();
         let u = u.clone();
-        let (written, doc) = self
-            .blocking(move |s| {
-                s.update::<std::convert::Infallible>(&id, |d| {
-                    if !d.internal().is_some_and(InternalStatus::may_become_ready) {
-                        return Ok(false);
-                    }
-                    d.set_status(InternalStatus::Ready);
-                    d.public_ip = Some(u.public_ip.clone());
-                    d.private_ip = Some(u.private_ip.clone());
-                    d.proxy_port = Some(u.proxy_port);
-                    d.ready_at = Some(u.at.clone());
-                    d.updated_at = Some(u.at.clone());
-                    if u.task_arn.is_some() {
-                        d.ecs_task_arn = u.task_arn.clone();
-                    }
-                    if d.connect_url.is_none() {
-                        d.connect_url = u.connect_url.clone();
-                    }
-                    Ok(true)
-                })
+        let done = self
+            .conditional(id, move |d| {
+                if !d.pending() || !d.owned_by(&u.owner) {
+                    return false;
+                }
+                d.set_status(InternalStatus::Ready);
+                d.owner_until = None;
+                d.public_ip = Some(u.public_ip.clone());
+                d.private_ip = Some(u.private_ip.clone());
+                d.proxy_port = Some(u.proxy_port);
+                d.ready_at = Some(u.at.clone());
+                d.updated_at = Some(u.at.clone());
+                if u.task_arn.is_some() {
+                    d.ecs_task_arn = u.task_arn.clone();
+                }
+                if d.connect_url.is_none() {
+                    d.connect_url = u.connect_url.clone();
+                }
+                true
             })
-            .await?
-            .unwrap_or_else(|never| match never {});
-        Ok(if written {
-            ReadyResult::Ready
-        } else {
-            ReadyResult::NotPending(doc.internal())
+            .await?;
+        Ok(match done {
+            Some((true, _)) => ReadyResult::Ready,
+            Some((false, d)) if d.pending() => ReadyResult::Lost,
+            Some((false, d)) => ReadyResult::NotPending(d.internal()),
+            None => ReadyResult::NotPending(None),
         })
     }
 
     async fn mark_terminal(&self, id: &str, t: &TerminalUpdate<'_>) -> Result<bool, StoreError> {
-        let (id, status, reason, at) = (
-            id.to_owned(),
+        let (owner, status, reason, at) = (
+            t.owner.to_owned(),
             t.status,
             t.reason.map(str::to_owned),
             t.at.to_owned(),
         );
-        let (written, _) = self
-            .blocking(move |s| {
-                s.update::<std::convert::Infallible>(&id, |d| {
-                    if d.internal().is_some_and(InternalStatus::is_terminal) {
-                        return Ok(false);
-                    }
-                    d.set_status(status);
-                    d.updated_at = Some(at.clone());
-                    if reason.is_some() {
-                        d.termination_reason = reason.clone();
-                    }
-                    Ok(true)
-                })
+        self.written(id, move |d| {
+                if d.internal().is_some_and(InternalStatus::is_terminal) || !d.owned_by(&owner) {
+                    return false;
+                }
+                d.set_status(status);
+                d.updated_at = Some(at.clone());
+                if reason.is_some() {
+                    d.termination_reason = reason;
+                }
+                true
             })
-            .await?
-            .unwrap_or_else(|never| match never {});
-        Ok(written)
+            .await
     }
 
     async fn end_unserved(&self, id: &str, now: u64, at: &str) -> Result<bool, StoreError> {
-        let (id, at) = (id.to_owned(), at.to_owned());
-        let (written, _) = self
-            .blocking(move |s| {
-                s.update::<std::convert::Infallible>(&id, |d| Ok(d.end_unserved(now, &at)))
-            })
-            .await?
-            .unwrap_or_else(|never| match never {});
-        Ok(written)
+        let at = at.to_owned();
+        self.written(id, move |d| d.end_unserved(now, &at)).await
     }
 
-    async fn mark_ended(&self, id: &str, proxy_bytes: u64, at: &str) -> Result<(), StoreError> {
-        let (id, at) = (id.to_owned(), at.to_owned());
-        self.blocking(move |s| {
-            s.update::<std::convert::Infallible>(&id, |d| {
-                d.proxy_bytes = Some(proxy_bytes);
+    async fn mark_ended(&self, id: &str, e: &EndedUpdate<'_>) -> Result<bool, StoreError> {
+        let (owner, now, bytes, at) = (e.owner.to_owned(), e.now, e.proxy_bytes, e.at.to_owned());
+        self.written(id, move |d| {
+                if !d.may_end(&owner, now) {
+                    return false;
+                }
+                d.proxy_bytes = Some(bytes);
                 d.ended_at = Some(at.clone());
-                d.updated_at = Some(at.clone());
-                Ok(true)
+                d.updated_at = Some(at);
+                true
             })
-        })
-        .await?
-        .unwrap_or_else(|never| match never {});
-        Ok(())
+            .await
     }
 }

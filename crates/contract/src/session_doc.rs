@@ -101,6 +101,17 @@ pub struct SessionDoc {
         deserialize_with = "crate::whole::lenient"
     )]
     pub claim_deadline: Option<u64>,
+    /// `owner`: the controller that took the session's claim (see
+    /// [`crate::session::attr::OWNER`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// `ownerUntil`: Unix seconds, the lease of an owner that has not written READY yet.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::whole::lenient"
+    )]
+    pub owner_until: Option<u64>,
     /// `usageCounted`: the session's minutes and bytes are in its project's usage total (set
     /// by the same write that adds them, on condition it was not set: counted once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -160,6 +171,82 @@ impl SessionDoc {
         self.updated_at = Some(at.to_owned());
         true
     }
+
+    /// The owner that holds the session at `now` (Unix seconds): one that wrote READY (no
+    /// lease) or whose lease has not lapsed; `None` when nobody does.
+    pub fn live_owner(&self, now: u64) -> Option<&str> {
+        live_owner(self.owner.as_deref(), self.owner_until, now)
+    }
+
+    /// The conditional rule of taking a claimed session: only while it is pending and nobody
+    /// else holds it (no owner, `me` already, or a lapsed lease); then `me` owns it until
+    /// `until`, and `ecsTaskArn` names `task` (so a release stops it even before READY).
+    /// Whether it was written.
+    pub fn take(&mut self, t: &Take<'_>) -> bool {
+        let free = self.live_owner(t.now).is_none_or(|o| o == t.owner);
+        if !self.pending() || !free {
+            return false;
+        }
+        self.owner = Some(t.owner.to_owned());
+        self.owner_until = Some(t.until);
+        if let Some(task) = t.task {
+            self.ecs_task_arn = Some(task.to_owned());
+        }
+        true
+    }
+
+    /// Whether `me` owns the session.
+    pub fn owned_by(&self, me: &str) -> bool {
+        self.owner.as_deref() == Some(me)
+    }
+
+    /// The conditional rule of an owner's lease kept alive: only `me`'s, only while pending.
+    pub fn keep_owner(&mut self, me: &str, until: u64) -> bool {
+        if !self.owned_by(me) || !self.pending() {
+            return false;
+        }
+        self.owner_until = Some(until);
+        true
+    }
+
+    /// The conditional rule of an owner giving the session up before READY (it is being
+    /// stopped and hands the claim back): only `me`, only while pending; the owner, its lease
+    /// and the task it named are removed, so the next controller takes it at once.
+    pub fn give_up(&mut self, me: &str) -> bool {
+        if !self.owned_by(me) || !self.pending() {
+            return false;
+        }
+        self.owner = None;
+        self.owner_until = None;
+        self.ecs_task_arn = None;
+        true
+    }
+
+    /// Whether a controller `me` may write the session's end (`proxyBytes`, `endedAt`) at
+    /// `now`: its owner, or anyone when nobody holds it (a session released before any
+    /// controller served it: nobody else would write it).
+    pub fn may_end(&self, me: &str, now: u64) -> bool {
+        self.owned_by(me) || self.live_owner(now).is_none()
+    }
+}
+
+/// A controller taking a claimed session ([`SessionDoc::take`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Take<'a> {
+    /// The controller (`owner`).
+    pub owner: &'a str,
+    /// Its lease, Unix seconds (`ownerUntil`).
+    pub until: u64,
+    /// The task it runs in, for `ecsTaskArn` (`None`: left as it is).
+    pub task: Option<&'a str>,
+    /// Now, Unix seconds.
+    pub now: u64,
+}
+
+/// The owner that holds a session at `now`: one without a lease (it wrote READY) or whose
+/// lease has not lapsed.
+pub fn live_owner(owner: Option<&str>, until: Option<u64>, now: u64) -> Option<&str> {
+    owner.filter(|_| until.is_none_or(|u| u >= now))
 }
 
 /// Why a document operation failed.
