@@ -321,7 +321,8 @@ impl SessionStore for DynamoSessions {
     }
 
     async fn mark_terminal(&self, id: &str, t: &TerminalUpdate<'_>) -> Result<bool, StoreError> {
-        let (req, expr) = wallcrawler_aws::terminal_update(self.update(id), t.status, t.reason, t.at);
+        let (req, expr) =
+            wallcrawler_aws::terminal_update(self.update(id), t.status, t.reason, t.at);
         // The shared write's condition, and only by the session's owner.
         let shared = req.get_condition_expression().clone().unwrap_or_default();
         let req = req
@@ -332,13 +333,19 @@ impl SessionStore for DynamoSessions {
     }
 
     async fn end_unserved(&self, id: &str, now: u64, at: &str) -> Result<bool, StoreError> {
-        written(wallcrawler_aws::unserved_update(self.update(id), now, at).send().await)
+        written(
+            wallcrawler_aws::unserved_update(self.update(id), now, at)
+                .send()
+                .await,
+        )
     }
 
     async fn mark_ended(&self, id: &str, e: &EndedUpdate<'_>) -> Result<bool, StoreError> {
         let req = self
             .update(id)
-            .condition_expression(format!("attribute_exists(sessionId) AND ({OWNED} OR {FREE})"))
+            .condition_expression(format!(
+                "attribute_exists(sessionId) AND ({OWNED} OR {FREE})"
+            ))
             .update_expression("SET proxyBytes = :b, endedAt = :at, updatedAt = :at")
             .expression_attribute_names("#owner", attr::OWNER)
             .expression_attribute_values(":me", s(e.owner))
@@ -378,7 +385,9 @@ type UpdateResult<R> = Result<
 
 /// The item as it was when a conditional update's condition failed (`Some(None)`: there was
 /// no item); `None` for any other failure.
-fn refused_item<R>(r: &SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError, R>) -> Option<Option<&Item>> {
+fn refused_item<R>(
+    r: &SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError, R>,
+) -> Option<Option<&Item>> {
     match r.as_service_error() {
         Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(ccf)) => {
             Some(ccf.item())

@@ -14,9 +14,9 @@ use tokio::io::AsyncRead;
 use tracing::warn;
 use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::claim::DirQueue;
-use wallcrawler_contract::session_doc::{DocError, SessionDoc};
-pub use wallcrawler_contract::session_doc::Take;
 use wallcrawler_contract::retry::{self, Transient};
+pub use wallcrawler_contract::session_doc::Take;
+use wallcrawler_contract::session_doc::{DocError, SessionDoc};
 
 /// A stream of archive bytes.
 pub type BoxRead = Pin<Box<dyn AsyncRead + Send>>;
@@ -440,13 +440,13 @@ impl DirectorySessions {
         f: impl FnOnce(&mut SessionDoc) -> bool + Send + 'static,
     ) -> Result<Option<(bool, SessionDoc)>, StoreError> {
         let id = id.to_owned();
-        self.blocking(move |s| {
-            match s.update::<std::convert::Infallible>(&id, |d| Ok(f(d))) {
+        self.blocking(
+            move |s| match s.update::<std::convert::Infallible>(&id, |d| Ok(f(d))) {
                 Ok(r) => Ok(Some(r.unwrap_or_else(|never| match never {}))),
                 Err(DocError::Missing(_)) => Ok(None),
                 Err(e) => Err(e),
-            }
-        })
+            },
+        )
         .await
     }
 
@@ -537,17 +537,17 @@ impl SessionStore for DirectorySessions {
             t.at.to_owned(),
         );
         self.written(id, move |d| {
-                if d.internal().is_some_and(InternalStatus::is_terminal) || !d.owned_by(&owner) {
-                    return false;
-                }
-                d.set_status(status);
-                d.updated_at = Some(at.clone());
-                if reason.is_some() {
-                    d.termination_reason = reason;
-                }
-                true
-            })
-            .await
+            if d.internal().is_some_and(InternalStatus::is_terminal) || !d.owned_by(&owner) {
+                return false;
+            }
+            d.set_status(status);
+            d.updated_at = Some(at.clone());
+            if reason.is_some() {
+                d.termination_reason = reason;
+            }
+            true
+        })
+        .await
     }
 
     async fn end_unserved(&self, id: &str, now: u64, at: &str) -> Result<bool, StoreError> {
@@ -558,14 +558,156 @@ impl SessionStore for DirectorySessions {
     async fn mark_ended(&self, id: &str, e: &EndedUpdate<'_>) -> Result<bool, StoreError> {
         let (owner, now, bytes, at) = (e.owner.to_owned(), e.now, e.proxy_bytes, e.at.to_owned());
         self.written(id, move |d| {
-                if !d.may_end(&owner, now) {
-                    return false;
-                }
-                d.proxy_bytes = Some(bytes);
-                d.ended_at = Some(at.clone());
-                d.updated_at = Some(at);
-                true
+            if !d.may_end(&owner, now) {
+                return false;
+            }
+            d.proxy_bytes = Some(bytes);
+            d.ended_at = Some(at.clone());
+            d.updated_at = Some(at);
+            true
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(store: &SessionDoc, dir: &std::path::Path) {
+        wallcrawler_contract::session_doc::DirStore::new(dir)
+            .create(store)
+            .unwrap();
+    }
+
+    fn doc(id: &str) -> SessionDoc {
+        let mut d = SessionDoc {
+            session_id: id.into(),
+            project_id: "proj_1".into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            expires_at: 5_000,
+            ..Default::default()
+        };
+        d.set_status(InternalStatus::Provisioning);
+        d
+    }
+
+    fn take<'a>(owner: &'a str, now: u64) -> Take<'a> {
+        Take {
+            owner,
+            until: now + 60,
+            task: Some(owner),
+            now,
+        }
+    }
+
+    fn ready(owner: &str) -> ReadyUpdate {
+        ReadyUpdate {
+            owner: owner.into(),
+            public_ip: "127.0.0.1".into(),
+            task_arn: Some(owner.into()),
+            connect_url: None,
+            private_ip: "127.0.0.1".into(),
+            proxy_port: 9,
+            at: "2026-01-01T00:00:01.000Z".into(),
+        }
+    }
+
+    /// The directory store's writes, each conditional on the owner: me, another (live), or
+    /// another whose lease lapsed.
+    #[tokio::test]
+    async fn the_directory_store_writes_only_as_the_sessions_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        pending(&doc("sess_1"), dir.path());
+        let s = DirectorySessions::new(dir.path().to_owned());
+        assert_eq!(
+            s.take("sess_1", &take("a", 100)).await.unwrap(),
+            TakeResult::Taken
+        );
+        // Another controller, while a's lease runs: refused, with the session as it is.
+        let TakeResult::Refused(Some(r)) = s.take("sess_1", &take("b", 130)).await.unwrap() else {
+            panic!("b took a session a holds");
+        };
+        assert_eq!((r.owner.as_deref(), r.owner_until), (Some("a"), Some(160)));
+        assert_eq!(r.live_owner(130), Some("a"));
+        assert_eq!(
+            s.mark_ready("sess_1", &ready("b")).await.unwrap(),
+            ReadyResult::Lost
+        );
+        let stop = |owner| TerminalUpdate {
+            owner,
+            status: InternalStatus::Failed,
+            reason: Some("b failed"),
+            at: "t",
+        };
+        assert!(!s.mark_terminal("sess_1", &stop("b")).await.unwrap());
+        let end = |owner, now| EndedUpdate {
+            owner,
+            now,
+            proxy_bytes: 7,
+            at: "t",
+        };
+        assert!(!s.mark_ended("sess_1", &end("b", 130)).await.unwrap());
+        assert!(!s.keep_owner("sess_1", "b", 999).await.unwrap());
+        assert!(!s.give_up("sess_1", "b").await.unwrap());
+        let doc = s.store.get("sess_1").unwrap().unwrap();
+        assert_eq!(
+            doc.internal(),
+            Some(InternalStatus::Provisioning),
+            "b wrote nothing"
+        );
+        assert!(doc.ended_at.is_none() && doc.termination_reason.is_none());
+
+        // a's lease lapses (it died): b takes the session over, and a may write nothing.
+        assert_eq!(
+            s.take("sess_1", &take("b", 161)).await.unwrap(),
+            TakeResult::Taken
+        );
+        assert!(!s.keep_owner("sess_1", "a", 999).await.unwrap());
+        assert_eq!(
+            s.mark_ready("sess_1", &ready("a")).await.unwrap(),
+            ReadyResult::Lost
+        );
+        assert_eq!(
+            s.mark_ready("sess_1", &ready("b")).await.unwrap(),
+            ReadyResult::Ready
+        );
+        let r = s.load("sess_1").await.unwrap().unwrap();
+        assert_eq!(
+            (r.owner.as_deref(), r.owner_until),
+            (Some("b"), None),
+            "held for good"
+        );
+        assert!(!s.mark_terminal("sess_1", &stop("a")).await.unwrap());
+        assert!(!s.mark_ended("sess_1", &end("a", u64::MAX)).await.unwrap());
+        assert!(s.mark_terminal("sess_1", &stop("b")).await.unwrap());
+        assert!(s.mark_ended("sess_1", &end("b", 200)).await.unwrap());
+        // Released meanwhile: READY by its owner says so (not lost).
+        pending(&self::doc("sess_2"), dir.path());
+        assert_eq!(
+            s.take("sess_2", &take("c", 100)).await.unwrap(),
+            TakeResult::Taken
+        );
+        s.store
+            .update::<()>("sess_2", |d| {
+                d.set_status(InternalStatus::Stopped);
+                Ok(true)
             })
-            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            s.mark_ready("sess_2", &ready("c")).await.unwrap(),
+            ReadyResult::NotPending(Some(InternalStatus::Stopped))
+        );
+        assert!(
+            !s.give_up("sess_2", "c").await.unwrap(),
+            "never given up once over"
+        );
+        assert!(s.mark_ended("sess_2", &end("c", 100)).await.unwrap());
+        assert_eq!(
+            s.take("sess_9", &take("c", 100)).await.unwrap(),
+            TakeResult::Refused(None),
+            "gone"
+        );
     }
 }

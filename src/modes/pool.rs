@@ -62,7 +62,9 @@ enum Verdict {
     /// Pending, but held by another controller (a claim delivered twice, or its owner's lease
     /// still running): handed back, visible again once the owner's lease (`ownerUntil`,
     /// `None`: none known) ends, so it is served if that owner dies before READY.
-    HandBack { until: Option<u64> },
+    HandBack {
+        until: Option<u64>,
+    },
     /// Deleted unserved, with the reason for the log; `end`: the session ended before any
     /// controller served it, and this one writes its `endedAt` (as `run` does for a session
     /// released before its task started), or nobody would and its context stayed leased.
@@ -314,7 +316,10 @@ impl Waiting<'_> {
 
     /// A received claim judged and acted on: `Some(Some(…))` to serve (its session taken),
     /// `Some(None)` to wait for the next. `None`: the session store failed.
-    async fn consider(&self, received: Received) -> Option<Option<(Claim, Received, SessionRecord)>> {
+    async fn consider(
+        &self,
+        received: Received,
+    ) -> Option<Option<(Claim, Received, SessionRecord)>> {
         let claim = match Claim::parse(&received.body) {
             Ok(c) => c,
             Err(e) => {
@@ -581,7 +586,9 @@ impl ClaimedSession<'_> {
             match store.give_up(self.run.item.id, self.run.item.owner).await {
                 Ok(true) => info!("the session is given up for another controller"),
                 Ok(false) => info!("the session was not this controller's to give up any more"),
-                Err(e) => warn!(error = %e, "giving the session up failed; it is free once its lease ends"),
+                Err(e) => {
+                    warn!(error = %e, "giving the session up failed; it is free once its lease ends")
+                }
             }
         }
         match self.queue.hand_back(self.receipt, Duration::ZERO).await {
@@ -621,7 +628,8 @@ impl ClaimedSession<'_> {
             return false;
         };
         let (id, me) = (self.run.item.id, self.run.item.owner);
-        let until = wallcrawler_contract::time::unix_millis() / 1000 + self.pool.visibility.as_secs();
+        let until =
+            wallcrawler_contract::time::unix_millis() / 1000 + self.pool.visibility.as_secs();
         match store.keep_owner(id, me, until).await {
             Ok(true) => false,
             Ok(false) => match store.load(id).await {

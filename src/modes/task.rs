@@ -97,10 +97,19 @@ async fn take(
         task: task_arn,
         now,
     };
-    match retry("taking the session", STARTUP_RETRY, || store.take(run.item.id, &t)).await {
+    match retry("taking the session", STARTUP_RETRY, || {
+        store.take(run.item.id, &t)
+    })
+    .await
+    {
         Ok(TakeResult::Taken) => Ok(()),
-        Ok(TakeResult::Refused(Some(r))) if r.internal_status.is_some_and(|s| s.may_become_ready()) => {
-            info!(owner = r.owner.as_deref().unwrap_or(""), "another controller owns the session");
+        Ok(TakeResult::Refused(Some(r)))
+            if r.internal_status.is_some_and(|s| s.may_become_ready()) =>
+        {
+            info!(
+                owner = r.owner.as_deref().unwrap_or(""),
+                "another controller owns the session"
+            );
             Err(Ending::Lost.into())
         }
         Ok(TakeResult::Refused(_)) => {

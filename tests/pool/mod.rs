@@ -44,6 +44,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{Value, json};
 use std::process::Stdio;
 use wallcrawler_contract::SigningKey;
+use wallcrawler_contract::claim::{Claim, ClaimContext};
 use wallcrawler_control_plane::aws::lambda::TaskEventOutcome;
 use wallcrawler_testkit::platform::{
     Fixture, SIGNING_KEY, aws_env, http, sdk, stopped_event, text,
@@ -262,13 +263,26 @@ impl Pool {
     /// A Chrome that starts normally for the warm profile but, on a claimed context's profile,
     /// waits until [`Pool::open_gate`] and then fails (exit 1): a slow bring-up that fails.
     fn chrome_failing_on_claimed_profiles_at_the_gate(&self) -> PathBuf {
+        self.chrome_at_the_gate("chrome-gated.sh", "exit 1")
+    }
+
+    /// A Chrome that starts normally for the warm profile but, on a claimed context's profile,
+    /// starts only once [`Pool::open_gate`] is called: a bring-up held where the test wants.
+    fn chrome_held_on_claimed_profiles_at_the_gate(&self) -> PathBuf {
+        let chrome = wallcrawler_testkit::chromium();
+        let then = format!("exec '{}' \"$@\"", chrome.display());
+        self.chrome_at_the_gate("chrome-held.sh", &then)
+    }
+
+    /// A Chrome wrapper `name` that on a claimed profile waits for the gate, then runs `then`.
+    fn chrome_at_the_gate(&self, name: &str, then: &str) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
-        let path = self.tmp.path().join("chrome-gated.sh");
+        let path = self.tmp.path().join(name);
         std::fs::write(
             &path,
             format!(
                 "#!/bin/sh\ncase \"$*\" in\n  *.claimed*)\n    \
-                 while [ ! -e '{gate}' ]; do sleep 0.05; done\n    exit 1 ;;\nesac\n\
+                 while [ ! -e '{gate}' ]; do sleep 0.05; done\n    {then} ;;\nesac\n\
                  exec '{chrome}' \"$@\"\n",
                 gate = self.tmp.path().join("gate").display(),
                 chrome = wallcrawler_testkit::chromium().display()
@@ -636,6 +650,32 @@ impl PoolTask {
         }
         self.signal(Signal::SIGTERM);
         self.exit().await
+    }
+}
+
+impl PoolTask {
+    /// Waits until the SDK logs "transmitting request" after "warm": the first long poll is on
+    /// the wire (needs `aws_smithy_runtime::client::orchestrator=trace`).
+    async fn receive_in_flight(&mut self) {
+        let deadline = Instant::now() + POOL_WAIT;
+        loop {
+            let sent = {
+                let lines = self.log.lines.lock().unwrap();
+                let warm = lines
+                    .iter()
+                    .position(|l| l.contains("warm; waiting for a claim"));
+                warm.is_some_and(|w| {
+                    lines[w..]
+                        .iter()
+                        .any(|l| l.contains("transmitting request"))
+                })
+            };
+            if sent {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no receive:\n{}", self.text());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 
@@ -1165,4 +1205,221 @@ async fn pool_a_task_dying_after_ready_has_its_session_ended_by_the_task_state_h
     let item = pool.f.item(&id).await;
     assert_eq!(text(&item, "internalStatus").as_deref(), Some("FAILED"));
     assert_eq!(text(&item, "endedAt").as_deref(), Some(at.as_str()));
+}
+
+impl Pool {
+    /// Sends `claim` to the pool's queue, as the API does (a second copy: SQS delivers at
+    /// least once, and the SDK retries a `SendMessage` that timed out).
+    async fn send_claim(&self, claim: &Claim) {
+        self.sqs
+            .send_message()
+            .queue_url(&self.queue)
+            .message_body(claim.to_json())
+            .send()
+            .await
+            .unwrap();
+    }
+
+    /// Waits until each of `tasks` has either taken a claim or handed one back; asserts exactly
+    /// one took it. The index of the one that did.
+    async fn one_took(&self, tasks: &[PoolTask]) -> usize {
+        let deadline = Instant::now() + POOL_WAIT;
+        let logs = || {
+            tasks
+                .iter()
+                .map(PoolTask::text)
+                .collect::<Vec<_>>()
+                .join("\n---\n")
+        };
+        loop {
+            let took: Vec<bool> = tasks
+                .iter()
+                .map(|t| !t.events("claim taken").is_empty())
+                .collect();
+            let back = |i: usize| !tasks[i].events("claim handed back").is_empty();
+            if (0..tasks.len()).all(|i| took[i] || back(i)) {
+                let owners: Vec<usize> = (0..tasks.len()).filter(|&i| took[i]).collect();
+                assert_eq!(owners.len(), 1, "one owner per session:\n{}", logs());
+                return owners[0];
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the claims were not both taken:\n{}",
+                logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// A claim delivered twice with two warm tasks: exactly one task takes the session (its
+/// `owner`, its `ecsTaskArn`) and serves it; the other hands its copy back (never deleting
+/// it: were the owner to die before READY, it is how the session would be served) and writes
+/// nothing — the session is never ended under the task serving it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_claim_delivered_twice_has_one_owner_and_the_other_task_writes_nothing() {
+    let pool = Pool::new(1).await;
+    let ctx = pool.new_context().await;
+    // Both bring-ups (if there were two) are held before READY until the test opens the gate.
+    let chrome = pool.chrome_held_on_claimed_profiles_at_the_gate();
+    let held = || TaskOptions {
+        chrome: Some(chrome.clone()),
+        ..Default::default()
+    };
+    let (a, b) = tokio::join!(pool.warm_task(held()), pool.warm_task(held()));
+    let mut tasks = [a, b];
+    let v = pool
+        .create(json!({"keepAlive": true, "browserSettings": {"context": {"id": ctx}}}))
+        .await;
+    let id = v["id"].as_str().unwrap().to_owned();
+    let project = pool.f.project_id.clone();
+    pool.send_claim(&Claim {
+        session_id: id.clone(),
+        context: Some(ClaimContext {
+            key: wallcrawler_contract::storage::profile_key(&project, &ctx),
+            id: ctx,
+            persist: false,
+        }),
+        project_id: project,
+    })
+    .await;
+    let w = pool.one_took(&tasks).await;
+    let item = pool.f.item(&id).await;
+    assert_eq!(text(&item, "owner").as_deref(), Some(tasks[w].arn.as_str()));
+    assert_eq!(
+        text(&item, "ecsTaskArn").as_deref(),
+        Some(tasks[w].arn.as_str()),
+        "a release stops the owner even before READY"
+    );
+
+    pool.open_gate();
+    tasks[w].wait_event("claimed session READY").await;
+    let v = pool.running(&id).await;
+    drive(&connect_url(&v)).await;
+    let item = pool.f.item(&id).await;
+    assert_eq!(
+        text(&item, "internalStatus").as_deref(),
+        Some("READY"),
+        "{item:?}"
+    );
+    assert_eq!(text(&item, "owner").as_deref(), Some(tasks[w].arn.as_str()));
+    assert!(
+        !item.contains_key("endedAt")
+            && !item.contains_key("terminationReason")
+            && !item.contains_key("ownerUntil"),
+        "{item:?}"
+    );
+    let other = &mut tasks[1 - w];
+    assert!(
+        other.is_running(),
+        "the other task stays warm:\n{}",
+        other.text()
+    );
+    assert!(other.events("claimed session READY").is_empty());
+    pool.released_and_ended(&mut tasks[w], &id).await;
+}
+
+/// A task stopped (SIGTERM) while its long poll is in flight: the poll is finished, not
+/// dropped (SQS may still answer it with a claim, which would then stay hidden for the
+/// visibility timeout), and a claim it brings is handed back at once: another task serves the
+/// session within seconds, and the stopped one never touched it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_task_stopped_while_polling_hands_its_claim_back() {
+    const VISIBILITY: u64 = 300;
+    let pool = Pool::new(1).await;
+    let mut stopped = pool
+        .warm_task(TaskOptions {
+            visibility_seconds: Some(VISIBILITY),
+            // The SDK's "transmitting request" (trace): its receive is on the wire.
+            rust_log: Some("info,aws_smithy_runtime::client::orchestrator=trace"),
+            ..Default::default()
+        })
+        .await;
+    stopped.receive_in_flight().await;
+    stopped.signal(Signal::SIGTERM);
+    let v = pool.create(json!({"keepAlive": true})).await;
+    let id = v["id"].as_str().unwrap().to_owned();
+    assert_eq!(stopped.exit().await.code(), Some(0), "{}", stopped.text());
+    assert!(
+        stopped.events("claim taken").is_empty(),
+        "{}",
+        stopped.text()
+    );
+    // Its poll brought the claim, which it handed back rather than keep hidden.
+    assert_eq!(
+        stopped.events("claim handed back").len(),
+        1,
+        "{}",
+        stopped.text()
+    );
+    let item = pool.f.item(&id).await;
+    assert!(
+        !item.contains_key("owner") && !item.contains_key("endedAt"),
+        "{item:?}"
+    );
+
+    let handed = Instant::now();
+    let mut rescuer = pool.task().await;
+    rescuer.wait_event("claimed session READY").await;
+    assert!(
+        handed.elapsed() < Duration::from_secs(VISIBILITY / 5),
+        "served only after {:?}",
+        handed.elapsed()
+    );
+    let v = pool.running(&id).await;
+    pool.assert_served_by(&id, &rescuer).await;
+    drive(&connect_url(&v)).await;
+    pool.claims_deleted().await;
+    pool.released_and_ended(&mut rescuer, &id).await;
+}
+
+/// A task stopped (SIGTERM) while it brings a claimed session up (before READY): its Chrome
+/// closed, the session given up and the claim handed back at once; another task serves it, and
+/// the session never went terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_task_stopped_during_bring_up_hands_its_claim_back() {
+    const VISIBILITY: u64 = 300;
+    let pool = Pool::new(1).await;
+    let ctx = pool.new_context().await;
+    let mut stopped = pool
+        .warm_task(TaskOptions {
+            chrome: Some(pool.chrome_held_on_claimed_profiles_at_the_gate()),
+            visibility_seconds: Some(VISIBILITY),
+            ..Default::default()
+        })
+        .await;
+    let v = pool
+        .create(json!({"keepAlive": true, "browserSettings": {"context": {"id": ctx}}}))
+        .await;
+    let id = v["id"].as_str().unwrap().to_owned();
+    stopped.wait_event("claim taken").await;
+    // Held at the gate: the Chrome on the claimed profile is being started.
+    stopped.wait_events("chrome started", 2).await;
+    assert_eq!(
+        text(&pool.f.item(&id).await, "owner").as_deref(),
+        Some(stopped.arn.as_str())
+    );
+    stopped.signal(Signal::SIGTERM);
+    assert_eq!(stopped.exit().await.code(), Some(0), "{}", stopped.text());
+    let item = pool.f.item(&id).await;
+    assert_eq!(
+        text(&item, "internalStatus").as_deref(),
+        Some("PROVISIONING"),
+        "{item:?}"
+    );
+    assert!(
+        !item.contains_key("endedAt")
+            && !item.contains_key("owner")
+            && !item.contains_key("ecsTaskArn"),
+        "given up, neither served nor ended: {item:?}"
+    );
+
+    let handed = Instant::now();
+    let mut rescuer = pool.task().await;
+    rescuer.wait_event("claimed session READY").await;
+    assert!(handed.elapsed() < Duration::from_secs(VISIBILITY / 5));
+    let v = pool.running(&id).await;
+    pool.assert_served_by(&id, &rescuer).await;
+    drive(&connect_url(&v)).await;
+    pool.released_and_ended(&mut rescuer, &id).await;
 }

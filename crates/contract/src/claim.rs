@@ -284,7 +284,10 @@ impl DirQueue {
     pub fn put_back(&self, name: &str, owner: &str, after: std::time::Duration) -> io::Result<()> {
         let from = self.dir.join(TAKEN).join(Self::owned(name, owner));
         let at = std::time::SystemTime::now() + after;
-        fs::File::options().write(true).open(&from)?.set_modified(at)?;
+        fs::File::options()
+            .write(true)
+            .open(&from)?
+            .set_modified(at)?;
         fs::rename(from, self.dir.join(NEW).join(name))
     }
 
@@ -513,7 +516,8 @@ mod tests {
         // Handed back at once (a controller being stopped): the next controller takes it.
         q.send(&claim("sess_b")).unwrap();
         let b = q.take("two").unwrap().unwrap();
-        q.put_back(&b.name, "two", std::time::Duration::ZERO).unwrap();
+        q.put_back(&b.name, "two", std::time::Duration::ZERO)
+            .unwrap();
         let again = q.take("three").unwrap().unwrap();
         assert_eq!(again.name, b.name);
     }

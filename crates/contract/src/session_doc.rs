@@ -528,6 +528,77 @@ mod tests {
     }
 
     #[test]
+    fn a_session_has_one_owner_and_only_a_lapsed_lease_passes_it_on() {
+        let take = |d: &mut SessionDoc, owner: &str, now: u64| {
+            d.take(&Take {
+                owner,
+                until: now.saturating_add(60),
+                task: Some(owner),
+                now,
+            })
+        };
+        let mut d = doc("sess_1");
+        assert!(take(&mut d, "a", 1_000), "nobody holds it");
+        assert_eq!(
+            (d.owner.as_deref(), d.owner_until, d.ecs_task_arn.as_deref()),
+            (Some("a"), Some(1_060), Some("a"))
+        );
+        // The same claim delivered twice: the second controller is refused while a's lease runs.
+        assert!(!take(&mut d, "b", 1_030));
+        assert!(!d.keep_owner("b", 1_090), "only the owner keeps the lease");
+        assert!(!d.give_up("b"), "only the owner gives it up");
+        assert!(!d.may_end("b", 1_030), "nor writes its end");
+        assert!(take(&mut d, "a", 1_030), "the owner again: still its own");
+        assert!(d.keep_owner("a", 1_100));
+        assert!(
+            !take(&mut d, "b", 1_100),
+            "a lease is live until its second has passed"
+        );
+        // a dies before READY: once its lease lapses, b takes the session over.
+        assert!(take(&mut d, "b", 1_101));
+        assert!(d.owned_by("b") && !d.owned_by("a"));
+        assert!(!d.keep_owner("a", 1_200), "a lost it");
+        assert!(!d.may_end("a", 1_101));
+        // b gives it up (it is being stopped): free at once, for anyone.
+        assert!(d.give_up("b"));
+        assert_eq!(
+            (d.owner.clone(), d.owner_until, d.ecs_task_arn.clone()),
+            (None, None, None)
+        );
+        assert!(
+            d.may_end("c", 1_101),
+            "a session nobody holds: anyone ends it"
+        );
+        assert!(take(&mut d, "c", 1_102));
+        // READY: the owner holds it for good (no lease), and nobody takes a READY session.
+        d.set_status(InternalStatus::Ready);
+        d.owner_until = None;
+        assert_eq!(d.live_owner(u64::MAX), Some("c"));
+        assert!(!take(&mut d, "d", u64::MAX));
+        assert!(!d.give_up("c"), "a READY session is never given up");
+        assert!(!d.may_end("d", u64::MAX) && d.may_end("c", u64::MAX));
+        // A released session nobody took: anyone may write its end.
+        let mut released = doc("sess_2");
+        released.set_status(InternalStatus::Stopped);
+        assert!(!take(&mut released, "a", 1), "never taken once over");
+        assert!(released.may_end("a", 1));
+    }
+
+    #[test]
+    fn owner_attributes_round_trip_under_their_table_names() {
+        let mut d = doc("sess_1");
+        d.owner = Some("arn:aws:ecs:us-east-1:1:task/c/t".into());
+        d.owner_until = Some(1_700_000_060);
+        let v = serde_json::to_value(&d).unwrap();
+        assert_eq!(
+            v[crate::session::attr::OWNER],
+            "arn:aws:ecs:us-east-1:1:task/c/t"
+        );
+        assert_eq!(v[crate::session::attr::OWNER_UNTIL], 1_700_000_060);
+        assert_eq!(serde_json::from_value::<SessionDoc>(v).unwrap(), d);
+    }
+
+    #[test]
     fn a_deadline_of_another_shape_reads_as_none() {
         let mut v = serde_json::to_value(doc("sess_1")).unwrap();
         for odd in [json!("soon"), json!(1.5), json!({"x": 1}), json!(null)] {
