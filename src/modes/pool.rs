@@ -25,10 +25,24 @@
 //! writes READY through the same conditional update as `run`; deletes the claim. From there it
 //! is `run`: persist, terminal status, `endedAt`.
 //!
+//! One owner per session: right after judging a claim worth serving, the controller takes the
+//! session with one conditional write (pending, and no other live owner: `owner`, `ownerUntil`
+//! = now + the claim's visibility, renewed with the claim, and `ecsTaskArn`), and every later
+//! write of its — READY, the terminal status, `proxyBytes`, `endedAt` — is conditional on
+//! being the owner. A claim delivered twice (SQS delivers at least once) thus gives one owner;
+//! a controller that finds the session held by another live controller hands the claim back
+//! for when that lease ends (never deletes it: it is how the session gets served should that
+//! owner die), and one that loses the session later (its READY or lease refused) closes its
+//! browser, drops the claim and writes nothing ([`Ending::Lost`]).
+//!
 //! A controller that dies between taking a claim and READY never deletes it: the claim becomes
 //! visible again (SQS visibility timeout; the local platform puts it back when the controller
-//! exits) and another controller takes it. The conditional READY keeps two controllers from
-//! both serving one session.
+//! exits) and another controller takes it once the lease has lapsed. A controller being stopped
+//! hands back whatever claim it holds at once: a signal during the long poll lets the receive
+//! in flight finish and hands back what it brings; a signal before READY closes Chrome, gives
+//! the session up (owner removed) and hands the claim back, writing nothing else
+//! ([`Ending::HandedBack`]). On ECS the controller's owner id is its task ARN from the task
+//! metadata, without which it does not go warm.
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};

@@ -18,7 +18,11 @@
 //!   browser was available in time") instead of serving it, and serves the next claim;
 //! - a task that dies after READY: the task-state handler finds its session by the task ARN
 //!   (a service's task has no session in `startedBy`) and ends it;
-//! - a poison claim ends in the dead-letter queue and the task still serves valid claims.
+//! - a poison claim ends in the dead-letter queue and the task still serves valid claims;
+//! - a claim delivered twice with two warm tasks: one owner serves it, the other hands its copy
+//!   back and writes nothing;
+//! - a task stopped (SIGTERM) while its long poll is in flight, or during bring-up: the claim is
+//!   handed back at once and another task serves the session; the stopped one never ends it.
 //!
 //! The controllers are this package's binary (`support::bin`, which Cargo builds for these
 //! tests); the control plane's API runs in the test from its library, as its Lambda builds it
@@ -918,23 +922,10 @@ async fn pool_simultaneous_creates_get_a_task_each() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_a_task_killed_before_ready_leaves_its_claim_to_another() {
     let pool = Pool::new(1).await;
-    let ctx = pool.new_context().await;
     // A task whose Chrome never comes up on the claimed context's profile, with a short
     // visibility timeout for the claim it takes.
-    let mut doomed = pool
-        .warm_task(TaskOptions {
-            chrome: Some(pool.chrome_stuck_on_claimed_profiles()),
-            visibility_seconds: Some(2),
-            ..Default::default()
-        })
-        .await;
-    let v = pool
-        .create(json!({"keepAlive": true, "browserSettings": {"context": {"id": ctx}}}))
-        .await;
-    let id = v["id"].as_str().unwrap().to_owned();
-    doomed.wait_event("claim taken").await;
-    // The second Chrome (on the claimed profile) is started and stuck.
-    doomed.wait_events("chrome started", 2).await;
+    let chrome = pool.chrome_stuck_on_claimed_profiles();
+    let (mut doomed, id) = pool.in_bring_up(chrome, 2).await;
     doomed.child.start_kill().unwrap();
     assert!(!doomed.exit().await.success());
     assert!(doomed.events("claimed session READY").is_empty());
@@ -1208,6 +1199,46 @@ async fn pool_a_task_dying_after_ready_has_its_session_ended_by_the_task_state_h
 }
 
 impl Pool {
+    /// A warm task with `chrome` and a claim visibility of `visibility` seconds, which takes
+    /// the claim of a new keepAlive session with a context and is starting Chrome on the
+    /// claimed profile (its second "chrome started"). The task and the session's id.
+    async fn in_bring_up(&self, chrome: PathBuf, visibility: u64) -> (PoolTask, String) {
+        let ctx = self.new_context().await;
+        let mut task = self
+            .warm_task(TaskOptions {
+                chrome: Some(chrome),
+                visibility_seconds: Some(visibility),
+                ..Default::default()
+            })
+            .await;
+        let v = self
+            .create(json!({"keepAlive": true, "browserSettings": {"context": {"id": ctx}}}))
+            .await;
+        let id = v["id"].as_str().unwrap().to_owned();
+        task.wait_event("claim taken").await;
+        task.wait_events("chrome started", 2).await;
+        (task, id)
+    }
+
+    /// A new task serves session `id` within `within` (well under the claim's visibility: its
+    /// claim was handed back, not left hidden); its browser is driven, then it is released
+    /// and ended.
+    async fn served_by_another_task(&self, id: &str, within: Duration) {
+        let handed = Instant::now();
+        let mut rescuer = self.task().await;
+        rescuer.wait_event("claimed session READY").await;
+        assert!(
+            handed.elapsed() < within,
+            "served only after {:?}",
+            handed.elapsed()
+        );
+        let v = self.running(id).await;
+        self.assert_served_by(id, &rescuer).await;
+        drive(&connect_url(&v)).await;
+        self.claims_deleted().await;
+        self.released_and_ended(&mut rescuer, id).await;
+    }
+
     /// Sends `claim` to the pool's queue, as the API does (a second copy: SQS delivers at
     /// least once, and the SDK retries a `SendMessage` that timed out).
     async fn send_claim(&self, claim: &Claim) {
@@ -1355,14 +1386,8 @@ async fn pool_a_task_stopped_while_polling_hands_its_claim_back() {
         "{item:?}"
     );
 
-    let handed = Instant::now();
-    let mut rescuer = pool.task().await;
-    rescuer.wait_event("claimed session READY").await;
-    assert!(
-        handed.elapsed() < Duration::from_secs(VISIBILITY / 5),
-        "served only after {:?}",
-        handed.elapsed()
-    );
+    pool.served_by_another_task(&id, Duration::from_secs(VISIBILITY / 5))
+        .await;
     // Its poll brought the claim, which it handed back rather than keep hidden.
     assert_eq!(
         stopped.events("claim handed back").len(),
@@ -1370,18 +1395,6 @@ async fn pool_a_task_stopped_while_polling_hands_its_claim_back() {
         "{}",
         stopped.text()
     );
-    // Its poll brought the claim, which it handed back rather than keep hidden.
-    assert_eq!(
-        stopped.events("claim handed back").len(),
-        1,
-        "{}",
-        stopped.text()
-    );
-    let v = pool.running(&id).await;
-    pool.assert_served_by(&id, &rescuer).await;
-    drive(&connect_url(&v)).await;
-    pool.claims_deleted().await;
-    pool.released_and_ended(&mut rescuer, &id).await;
 }
 
 /// A task stopped (SIGTERM) while it brings a claimed session up (before READY): its Chrome
@@ -1391,21 +1404,9 @@ async fn pool_a_task_stopped_while_polling_hands_its_claim_back() {
 async fn pool_a_task_stopped_during_bring_up_hands_its_claim_back() {
     const VISIBILITY: u64 = 300;
     let pool = Pool::new(1).await;
-    let ctx = pool.new_context().await;
-    let mut stopped = pool
-        .warm_task(TaskOptions {
-            chrome: Some(pool.chrome_held_on_claimed_profiles_at_the_gate()),
-            visibility_seconds: Some(VISIBILITY),
-            ..Default::default()
-        })
-        .await;
-    let v = pool
-        .create(json!({"keepAlive": true, "browserSettings": {"context": {"id": ctx}}}))
-        .await;
-    let id = v["id"].as_str().unwrap().to_owned();
-    stopped.wait_event("claim taken").await;
     // Held at the gate: the Chrome on the claimed profile is being started.
-    stopped.wait_events("chrome started", 2).await;
+    let chrome = pool.chrome_held_on_claimed_profiles_at_the_gate();
+    let (mut stopped, id) = pool.in_bring_up(chrome, VISIBILITY).await;
     stopped.signal(Signal::SIGTERM);
     assert_eq!(stopped.exit().await.code(), Some(0), "{}", stopped.text());
     let item = pool.f.item(&id).await;
@@ -1429,12 +1430,6 @@ async fn pool_a_task_stopped_during_bring_up_hands_its_claim_back() {
         "given up, neither served nor ended: {item:?}"
     );
 
-    let handed = Instant::now();
-    let mut rescuer = pool.task().await;
-    rescuer.wait_event("claimed session READY").await;
-    assert!(handed.elapsed() < Duration::from_secs(VISIBILITY / 5));
-    let v = pool.running(&id).await;
-    pool.assert_served_by(&id, &rescuer).await;
-    drive(&connect_url(&v)).await;
-    pool.released_and_ended(&mut rescuer, &id).await;
+    pool.served_by_another_task(&id, Duration::from_secs(VISIBILITY / 5))
+        .await;
 }
