@@ -1498,6 +1498,19 @@ mod tests {
         assert_eq!(pool.visibility, Duration::from_secs(60));
         assert_eq!(pool.task_name, "pool-1");
         assert_eq!(c.context, ContextSource::None);
+        // Without a name, a unique one: never one every Fargate task shares (pid 1).
+        let unnamed = || {
+            let c = RunConfig::from_settings(&map(&[
+                ("POOL_QUEUE_URL", "http://127.0.0.1:1/queue/claims"),
+                ("SESSIONS_TABLE_NAME", "sessions"),
+                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ]))
+            .unwrap();
+            c.pool.unwrap().task_name
+        };
+        let (a, b) = (unnamed(), unnamed());
+        assert!(a.starts_with("pool-") && a.len() > 20, "{a}");
+        assert_ne!(a, b);
         assert_eq!(c.auth.session_id, "");
 
         let e = RunConfig::from_settings(&map(&[

@@ -300,6 +300,12 @@ pub struct Received {
 pub trait ClaimQueue: Send + Sync {
     /// Waits up to `wait` for a claim.
     async fn receive(&self, wait: Duration) -> Result<Option<Received>, StoreError>;
+    /// Whether a [`ClaimQueue::receive`] may be dropped unfinished without losing a claim
+    /// (false for SQS: the service may still answer a dropped long poll with a claim, which
+    /// then stays hidden for its visibility timeout).
+    fn receive_is_cancel_safe(&self) -> bool {
+        false
+    }
     /// READY is written: the claim is done (deleted).
     async fn complete(&self, receipt: &str) -> Result<(), StoreError>;
     /// The claim's session is gone or no longer pending: deleted, unserved.
@@ -354,6 +360,10 @@ impl ClaimQueue for DirClaims {
             }
             tokio::time::sleep(DIR_QUEUE_POLL).await;
         }
+    }
+    /// A claim is taken by one `rename`, between two polls: nothing is in flight.
+    fn receive_is_cancel_safe(&self) -> bool {
+        true
     }
     async fn complete(&self, receipt: &str) -> Result<(), StoreError> {
         self.queue.complete(receipt, &self.owner).map_err(Self::io)

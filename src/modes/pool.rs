@@ -311,6 +311,10 @@ impl Waiting<'_> {
         tokio::select! {
             r = &mut receive => Some(r),
             () = signal.cancelled() => {
+                if self.queue.receive_is_cancel_safe() {
+                    info!("signal received while waiting for a claim");
+                    return None;
+                }
                 info!("signal received while waiting for a claim; finishing the receive in flight");
                 if let Ok(Some(r)) = receive.await {
                     self.hand_back(&r.receipt, Duration::ZERO).await;

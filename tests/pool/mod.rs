@@ -61,8 +61,10 @@ mod stack;
 /// Bound on any single wait here (a hang guard for a loaded machine, never a speed assertion).
 const POOL_WAIT: Duration = Duration::from_secs(60);
 
-/// The dead-letter queue takes a claim after this many receives.
-const MAX_RECEIVE_COUNT: u32 = 2;
+/// The dead-letter queue takes a claim after this many receives: deploy/template.yaml's, which
+/// leaves room for claims handed back unserved (a task that finds its session held by a task
+/// whose lease has not lapsed yet hands it back, and that receive counts).
+const MAX_RECEIVE_COUNT: u32 = 10;
 
 /// The API with a pool queue, and a directory for the pool tasks' temporary files.
 struct Pool {
@@ -434,6 +436,8 @@ struct TaskOptions {
     task_env: Option<Vec<(String, String)>>,
     /// The AWS endpoint and credentials, instead of the shared moto's with dummy credentials.
     aws_env: Option<Vec<(&'static str, String)>>,
+    /// ECS_CONTAINER_METADATA_URI_V4 instead of the stand-in naming the task.
+    metadata_uri: Option<String>,
 }
 
 /// What a controller wrote on stderr (JSON lines), shared with the task reading it.
@@ -505,7 +509,10 @@ impl PoolTask {
         }
         cmd.env("POOL_TASK_NAME", unique("pool-task"))
             .envs(o.aws_env.unwrap_or_else(aws_env))
-            .env("ECS_CONTAINER_METADATA_URI_V4", metadata)
+            .env(
+                "ECS_CONTAINER_METADATA_URI_V4",
+                o.metadata_uri.unwrap_or(metadata),
+            )
             .env("ECS_AGENT_URI", agent_uri)
             .env("PUBLIC_IP", "127.0.0.1")
             .env("CDP_PROXY_HOST", "127.0.0.1")
@@ -1432,4 +1439,28 @@ async fn pool_a_task_stopped_during_bring_up_hands_its_claim_back() {
 
     pool.served_by_another_task(&id, Duration::from_secs(VISIBILITY / 5))
         .await;
+}
+
+/// On ECS (task metadata given) a pool task that cannot read its task ARN never goes warm: it
+/// would announce READY without the ARN a release stops it by.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_task_without_its_task_arn_never_goes_warm() {
+    let pool = Pool::new(1).await;
+    // A loopback port nothing listens on: the metadata endpoint does not answer.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let uri = format!("http://{}/v4/gone", closed.local_addr().unwrap());
+    drop(closed);
+    let o = TaskOptions {
+        metadata_uri: Some(uri),
+        ..Default::default()
+    };
+    let mut task = PoolTask::start(&pool, o).await;
+    assert_eq!(task.exit().await.code(), Some(1), "{}", task.text());
+    assert!(task.events("warm; waiting for a claim").is_empty());
+    assert!(
+        task.text()
+            .contains("the ECS task metadata gave no task ARN"),
+        "{}",
+        task.text()
+    );
 }
