@@ -540,19 +540,19 @@ impl ClaimedSession<'_> {
         let prepared = tokio::select! {
             biased;
             () = signal.cancelled() => None,
-            lost = self.keep_claim() => return self.lost(lost, None).await,
+            Lost = self.keep_claim() => return self.lost().await,
             up = self.prepare(session, &launch) => Some(up),
         };
         let up = match prepared {
             Some(Ok(up)) if !signal.is_cancelled() => up,
             Some(Ok((session, _))) => return self.handed_back(Some(session)).await,
-            Some(Err(_)) | None if signal.is_cancelled() => return self.handed_back(None).await,
-            Some(Err(outcome)) => return self.failed(outcome).await,
-            None => unreachable!("None only on a signal"),
+            Some(Err(outcome)) if !signal.is_cancelled() => return self.failed(outcome).await,
+            // A signal: whatever the bring-up got to, the claim goes back.
+            Some(Err(_)) | None => return self.handed_back(None).await,
         };
         let announced = tokio::select! {
             biased;
-            lost = self.keep_claim() => return self.lost(lost, None).await,
+            Lost = self.keep_claim() => return self.lost().await,
             r = self.run.announce_ready(up.0, Some(&self.record), Some(self.run.item.owner)) => r,
         };
         let (session, claimed_dir) = match announced {
@@ -582,12 +582,9 @@ impl ClaimedSession<'_> {
         ending
     }
 
-    /// Another controller owns the session: the browser closed, the claim dropped, nothing
-    /// written.
-    async fn lost(&self, _: Lost, session: Option<Session>) -> Ending {
-        if let Some(session) = session {
-            self.close(session).await;
-        }
+    /// Another controller owns the session: the browser closed (with the bring-up dropped),
+    /// the claim dropped, nothing written.
+    async fn lost(&self) -> Ending {
         info!("another controller owns the session now; leaving it to that one");
         self.settle(false).await;
         Ending::Lost
