@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
@@ -24,8 +25,9 @@ use wallcrawler_contract::session::attr;
 use wallcrawler_contract::{InternalStatus, SigningSecret};
 
 use crate::stores::{
-    ArchiveStore, BoxError, BoxRead, ClaimQueue, Context, NetworkLookup, ReadyResult, ReadyUpdate,
-    Received, SessionRecord, SessionStore, StoreError, TaskInterface, TerminalUpdate,
+    ArchiveStore, BoxError, BoxRead, ClaimQueue, Context, EndedUpdate, NetworkLookup, ReadyResult,
+    ReadyUpdate, Received, SessionRecord, SessionStore, StoreError, Take, TakeResult,
+    TaskInterface, TerminalUpdate,
 };
 
 /// Size of one multipart upload part (S3's minimum is 5 MiB).
@@ -97,6 +99,9 @@ struct SessionView {
     ended_at: bool,
     #[serde(deserialize_with = "wallcrawler_contract::whole::lenient")]
     claim_deadline: Option<u64>,
+    owner: Option<String>,
+    #[serde(deserialize_with = "wallcrawler_contract::whole::lenient")]
+    owner_until: Option<u64>,
 }
 
 /// True for any value: called only when the attribute is there.
@@ -115,6 +120,8 @@ impl From<SessionView> for SessionRecord {
             ever_ready: v.ready_at,
             ended: v.ended_at,
             claim_deadline: v.claim_deadline,
+            owner: v.owner,
+            owner_until: v.owner_until,
         }
     }
 }
@@ -217,6 +224,51 @@ impl SessionStore for DynamoSessions {
         got.as_ref().map(to_record).transpose()
     }
 
+    async fn take(&self, id: &str, t: &Take<'_>) -> Result<TakeResult, StoreError> {
+        let mut set = String::from("SET #owner = :me, ownerUntil = :until");
+        let mut req = self
+            .update(id)
+            .condition_expression(format!("{PENDING} AND ({FREE})"))
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_values(":me", s(t.owner))
+            .expression_attribute_values(":until", n(t.until))
+            .expression_attribute_values(":now", n(t.now))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        req = pending_values(req);
+        if let Some(task) = t.task {
+            set.push_str(", ecsTaskArn = :task");
+            req = req.expression_attribute_values(":task", s(task));
+        }
+        match req.update_expression(set).send().await {
+            Ok(_) => Ok(TakeResult::Taken),
+            Err(e) => match refused_item(&e) {
+                Some(old) => Ok(TakeResult::Refused(old.map(to_record).transpose()?)),
+                None => Err(sdk_error(TABLE, e)),
+            },
+        }
+    }
+
+    async fn keep_owner(&self, id: &str, owner: &str, until: u64) -> Result<bool, StoreError> {
+        let req = self
+            .update(id)
+            .condition_expression(format!("{PENDING} AND {OWNED}"))
+            .update_expression("SET ownerUntil = :until")
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_values(":me", s(owner))
+            .expression_attribute_values(":until", n(until));
+        written(pending_values(req).send().await)
+    }
+
+    async fn give_up(&self, id: &str, owner: &str) -> Result<bool, StoreError> {
+        let req = self
+            .update(id)
+            .condition_expression(format!("{PENDING} AND {OWNED}"))
+            .update_expression("REMOVE #owner, ownerUntil, ecsTaskArn")
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_values(":me", s(owner));
+        written(pending_values(req).send().await)
+    }
+
     async fn mark_ready(&self, id: &str, u: &ReadyUpdate) -> Result<ReadyResult, StoreError> {
         let mut set = vec![
             "internalStatus = :ready",
@@ -228,22 +280,19 @@ impl SessionStore for DynamoSessions {
             "updatedAt = :now",
         ];
         let mut req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::SESSION_ID, s(id))
-            .condition_expression("internalStatus IN (:c, :p, :s)")
+            .update(id)
+            .condition_expression(format!("{PENDING} AND {OWNED}"))
             .expression_attribute_names("#st", attr::STATUS)
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_values(":me", s(&u.owner))
             .expression_attribute_values(":ready", s(InternalStatus::Ready.as_str()))
             .expression_attribute_values(":running", s(InternalStatus::Ready.sdk_status().as_str()))
             .expression_attribute_values(":ip", s(&u.public_ip))
             .expression_attribute_values(":pip", s(&u.private_ip))
             .expression_attribute_values(":port", AttributeValue::N(u.proxy_port.to_string()))
             .expression_attribute_values(":now", s(&u.at))
-            .expression_attribute_values(":c", s(InternalStatus::Creating.as_str()))
-            .expression_attribute_values(":p", s(InternalStatus::Provisioning.as_str()))
-            .expression_attribute_values(":s", s(InternalStatus::Starting.as_str()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        req = pending_values(req);
         if let Some(arn) = &u.task_arn {
             set.push("ecsTaskArn = :arn");
             req = req.expression_attribute_values(":arn", s(arn));
@@ -253,70 +302,112 @@ impl SessionStore for DynamoSessions {
             set.push("connectUrl = if_not_exists(connectUrl, :url)");
             req = req.expression_attribute_values(":url", s(url));
         }
-        match req
-            .update_expression(format!("SET {}", set.join(", ")))
-            .send()
-            .await
-        {
+        // The owner of a READY session is its owner for good: no lease any more.
+        let expr = format!("SET {} REMOVE ownerUntil", set.join(", "));
+        match req.update_expression(expr).send().await {
             Ok(_) => Ok(ReadyResult::Ready),
-            Err(e) => {
-                if let Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(ccf)) =
-                    e.as_service_error()
-                {
-                    let current = ccf.item().map(to_record).transpose()?;
-                    let current = current.and_then(|r| r.internal_status);
-                    return Ok(ReadyResult::NotPending(current));
+            Err(e) => match refused_item(&e) {
+                Some(old) => {
+                    let current = old.map(to_record).transpose()?;
+                    let status = current.as_ref().and_then(|r| r.internal_status);
+                    Ok(match status {
+                        Some(s) if s.may_become_ready() => ReadyResult::Lost,
+                        s => ReadyResult::NotPending(s),
+                    })
                 }
-                Err(sdk_error(TABLE, e))
-            }
+                None => Err(sdk_error(TABLE, e)),
+            },
         }
     }
 
     async fn mark_terminal(&self, id: &str, t: &TerminalUpdate<'_>) -> Result<bool, StoreError> {
-        let req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::SESSION_ID, s(id));
-        let (req, expr) = wallcrawler_aws::terminal_update(req, t.status, t.reason, t.at);
+        let (req, expr) =
+            wallcrawler_aws::terminal_update(self.update(id), t.status, t.reason, t.at);
+        // The shared write's condition, and only by the session's owner.
+        let shared = req.get_condition_expression().clone().unwrap_or_default();
+        let req = req
+            .condition_expression(format!("({shared}) AND {OWNED}"))
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_values(":me", s(t.owner));
         written(req.update_expression(expr).send().await)
     }
 
     async fn end_unserved(&self, id: &str, now: u64, at: &str) -> Result<bool, StoreError> {
-        let req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::SESSION_ID, s(id));
-        written(wallcrawler_aws::unserved_update(req, now, at).send().await)
+        written(
+            wallcrawler_aws::unserved_update(self.update(id), now, at)
+                .send()
+                .await,
+        )
     }
 
-    async fn mark_ended(&self, id: &str, proxy_bytes: u64, at: &str) -> Result<(), StoreError> {
+    async fn mark_ended(&self, id: &str, e: &EndedUpdate<'_>) -> Result<bool, StoreError> {
+        let req = self
+            .update(id)
+            .condition_expression(format!(
+                "attribute_exists(sessionId) AND ({OWNED} OR {FREE})"
+            ))
+            .update_expression("SET proxyBytes = :b, endedAt = :at, updatedAt = :at")
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_values(":me", s(e.owner))
+            .expression_attribute_values(":now", n(e.now))
+            .expression_attribute_values(":b", n(e.proxy_bytes))
+            .expression_attribute_values(":at", s(e.at));
+        written(req.send().await)
+    }
+}
+
+/// The session is pending (the values from [`pending_values`]).
+const PENDING: &str = "internalStatus IN (:c, :p, :s)";
+/// `:me` owns the session (`#owner` = `owner`).
+const OWNED: &str = "#owner = :me";
+/// Nobody else holds the session at `:now`: no owner, `:me`, or a lapsed lease (an owner
+/// without a lease wrote READY and holds it for good) — `SessionDoc::live_owner`.
+const FREE: &str = "attribute_not_exists(#owner) OR #owner = :me OR ownerUntil < :now";
+
+/// The values of [`PENDING`].
+fn pending_values(req: UpdateItemFluentBuilder) -> UpdateItemFluentBuilder {
+    req.expression_attribute_values(":c", s(InternalStatus::Creating.as_str()))
+        .expression_attribute_values(":p", s(InternalStatus::Provisioning.as_str()))
+        .expression_attribute_values(":s", s(InternalStatus::Starting.as_str()))
+}
+
+fn n(v: u64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+type UpdateResult<R> = Result<
+    R,
+    SdkError<
+        aws_sdk_dynamodb::operation::update_item::UpdateItemError,
+        aws_sdk_dynamodb::config::http::HttpResponse,
+    >,
+>;
+
+/// The item as it was when a conditional update's condition failed (`Some(None)`: there was
+/// no item); `None` for any other failure.
+fn refused_item<R>(
+    r: &SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError, R>,
+) -> Option<Option<&Item>> {
+    match r.as_service_error() {
+        Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(ccf)) => {
+            Some(ccf.item())
+        }
+        _ => None,
+    }
+}
+
+impl DynamoSessions {
+    /// An `UpdateItem` of session `id`.
+    fn update(&self, id: &str) -> UpdateItemFluentBuilder {
         self.client
             .update_item()
             .table_name(&self.table)
             .key(attr::SESSION_ID, s(id))
-            .condition_expression("attribute_exists(sessionId)")
-            .update_expression("SET proxyBytes = :b, endedAt = :now, updatedAt = :now")
-            .expression_attribute_values(":b", AttributeValue::N(proxy_bytes.to_string()))
-            .expression_attribute_values(":now", s(at))
-            .send()
-            .await
-            .map_err(|e| sdk_error(TABLE, e))?;
-        Ok(())
     }
 }
 
 /// A conditional `UpdateItem`'s outcome: whether it wrote (`false`: its condition failed).
-fn written<R>(
-    r: Result<
-        R,
-        SdkError<
-            aws_sdk_dynamodb::operation::update_item::UpdateItemError,
-            aws_sdk_dynamodb::config::http::HttpResponse,
-        >,
-    >,
-) -> Result<bool, StoreError> {
+fn written<R>(r: UpdateResult<R>) -> Result<bool, StoreError> {
     match r {
         Ok(_) => Ok(true),
         Err(e)
@@ -605,6 +696,9 @@ impl ClaimQueue for SqsClaims {
     async fn keep(&self, receipt: &str, more: Duration) -> Result<(), StoreError> {
         self.visible_in(receipt, more).await
     }
+    async fn hand_back(&self, receipt: &str, after: Duration) -> Result<(), StoreError> {
+        self.visible_in(receipt, after).await
+    }
 }
 
 /// EC2's view of the task's network interface.
@@ -733,6 +827,8 @@ mod tests {
             (attr::PROJECT_ID, s("proj_1")),
             (attr::READY_AT, s("2026-01-01T00:00:00.000Z")),
             (attr::CLAIM_DEADLINE, n("1699990060")),
+            (attr::OWNER, s("arn:aws:ecs:task/1")),
+            (attr::OWNER_UNTIL, n("1699990090")),
             ("someOtherAttribute", AttributeValue::L(vec![n("1")])),
         ]))
         .unwrap();
@@ -747,6 +843,8 @@ mod tests {
                 ever_ready: true,
                 ended: false,
                 claim_deadline: Some(1_699_990_060),
+                owner: Some("arn:aws:ecs:task/1".into()),
+                owner_until: Some(1_699_990_090),
             }
         );
         // A deadline of another shape is no deadline, not a malformed item.

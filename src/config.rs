@@ -185,7 +185,7 @@ settings_group! {
         pool_idle_lifetime_seconds = POOL_IDLE_LIFETIME_SECONDS,
         /// Pool mode: seconds a taken claim stays invisible to other controllers (SQS visibility timeout); a controller that dies before READY lets another take it after this [default: 60].
         pool_claim_visibility_seconds = POOL_CLAIM_VISIBILITY_SECONDS,
-        /// Pool mode: this controller's name in a POOL_QUEUE_DIR, reported as its task ARN when ECS gives none [default: pool-<pid>].
+        /// Pool mode: this controller's name in a POOL_QUEUE_DIR and, off ECS, the owner it writes on the session it takes and the task its READY names. On ECS (task metadata given) the owner is the task ARN from the metadata, which the controller must read at warm-up or it exits non-zero [default: pool-<uuid>, unique per controller].
         pool_task_name = POOL_TASK_NAME,
         /// Pool mode: CloudWatch namespace of the pool's scaling metric. When set (with POOL_METRIC_POOL), the controller writes one embedded-metric-format line on stderr per period: IdleWarmTasks (1 while warm and unclaimed, else 0) and WarmTasks (1), dimension Pool.
         pool_metric_namespace = POOL_METRIC_NAMESPACE,
@@ -1017,7 +1017,9 @@ fn pool_config(r: &mut Reader<'_>, queue: PoolQueue) -> PoolConfig {
     let visibility = Duration::from_secs(r.number(POOL_CLAIM_VISIBILITY_SECONDS, 60, 1, 43_200));
     let task_name = r
         .text(POOL_TASK_NAME)
-        .unwrap_or_else(|| format!("pool-{}", std::process::id()));
+        // Unique: a pid is 1 in every Fargate task, and two controllers with one name would
+        // both pass as the owner of the same session.
+        .unwrap_or_else(|| format!("pool-{}", uuid::Uuid::new_v4()));
     if !wallcrawler_contract::claim::valid_id(&task_name) {
         r.errors
             .push("POOL_TASK_NAME must be 1-128 of A-Z a-z 0-9 _ -".to_owned());
@@ -1510,6 +1512,19 @@ mod tests {
         assert_eq!(pool.visibility, Duration::from_secs(60));
         assert_eq!(pool.task_name, "pool-1");
         assert_eq!(c.context, ContextSource::None);
+        // Without a name, a unique one: never one every Fargate task shares (pid 1).
+        let unnamed = || {
+            let c = RunConfig::from_settings(&map(&[
+                ("POOL_QUEUE_URL", "http://127.0.0.1:1/queue/claims"),
+                ("SESSIONS_TABLE_NAME", "sessions"),
+                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ]))
+            .unwrap();
+            c.pool.unwrap().task_name
+        };
+        let (a, b) = (unnamed(), unnamed());
+        assert!(a.starts_with("pool-") && a.len() > 20, "{a}");
+        assert_ne!(a, b);
         assert_eq!(c.auth.session_id, "");
 
         let e = RunConfig::from_settings(&map(&[

@@ -15,6 +15,8 @@ use tracing::warn;
 use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::retry::{self, Transient};
+pub use wallcrawler_contract::session_doc::Take;
+use wallcrawler_contract::session_doc::{DocError, SessionDoc};
 
 /// A stream of archive bytes.
 pub type BoxRead = Pin<Box<dyn AsyncRead + Send>>;
@@ -141,11 +143,26 @@ pub struct SessionRecord {
     /// `claimDeadline`, in unix seconds: after it no client waits for the session's browser
     /// (`None`: an item older than deadlines, or one of another shape: no deadline).
     pub claim_deadline: Option<u64>,
+    /// `owner`: the controller that took the session's claim, when one did.
+    pub owner: Option<String>,
+    /// `ownerUntil`, in unix seconds: the owner's lease before READY (`None`: READY written,
+    /// or no owner).
+    pub owner_until: Option<u64>,
 }
 
-/// The READY write.
+impl SessionRecord {
+    /// The controller holding the session at `now`, if any (see
+    /// [`wallcrawler_contract::session_doc::live_owner`]).
+    pub fn live_owner(&self, now: u64) -> Option<&str> {
+        wallcrawler_contract::session_doc::live_owner(self.owner.as_deref(), self.owner_until, now)
+    }
+}
+
+/// The READY write, on condition that the session is pending and `owner` owns it.
 #[derive(Debug, Clone)]
 pub struct ReadyUpdate {
+    /// The controller writing it (`owner`).
+    pub owner: String,
     /// `publicIP`: the address clients connect to.
     pub public_ip: String,
     /// `ecsTaskArn`, when known.
@@ -168,11 +185,40 @@ pub enum ReadyResult {
     Ready,
     /// The session was no longer CREATING/PROVISIONING/STARTING (released or ended meanwhile).
     NotPending(Option<InternalStatus>),
+    /// Another controller owns the session now (this one's lease lapsed and it was taken).
+    Lost,
 }
 
-/// A terminal status for the session item, written unless it is terminal already.
+/// Outcome of taking a claimed session ([`SessionStore::take`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TakeResult {
+    /// This controller owns the session now.
+    Taken,
+    /// Not taken: the session as it is (`None`: gone), no longer pending or held by another
+    /// controller.
+    Refused(Option<SessionRecord>),
+}
+
+/// `proxyBytes` and `endedAt`, on condition that `owner` owns the session or nobody holds it
+/// at `now` ([`wallcrawler_contract::session_doc::SessionDoc::may_end`]).
+#[derive(Debug, Clone, Copy)]
+pub struct EndedUpdate<'a> {
+    /// The controller writing it.
+    pub owner: &'a str,
+    /// Now, unix seconds (whose leases have lapsed).
+    pub now: u64,
+    /// Bytes relayed, both directions.
+    pub proxy_bytes: u64,
+    /// `endedAt` (ISO 8601).
+    pub at: &'a str,
+}
+
+/// A terminal status for the session item, written unless it is terminal already, and only by
+/// its owner.
 #[derive(Debug, Clone, Copy)]
 pub struct TerminalUpdate<'a> {
+    /// The controller writing it (`owner`).
+    pub owner: &'a str,
     /// STOPPED, TIMED_OUT or FAILED.
     pub status: InternalStatus,
     /// The `terminationReason`, if any.
@@ -186,12 +232,23 @@ pub struct TerminalUpdate<'a> {
 pub trait SessionStore: Send + Sync {
     /// The session item, `None` when there is none.
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
-    /// READY, only from a pending status.
+    /// Takes the claimed session for `t.owner` (`SessionDoc::take`: only while pending and
+    /// held by nobody else; sets `owner`, `ownerUntil` and `ecsTaskArn`).
+    async fn take(&self, id: &str, t: &Take<'_>) -> Result<TakeResult, StoreError>;
+    /// Keeps `owner`'s lease until `until` (unix seconds), only while it owns the pending
+    /// session. False: it lost it (or the session is no longer pending), nothing written.
+    async fn keep_owner(&self, id: &str, owner: &str, until: u64) -> Result<bool, StoreError>;
+    /// Gives the pending session up (`SessionDoc::give_up`): `owner`, `ownerUntil` and
+    /// `ecsTaskArn` removed, only by its owner. False: nothing written.
+    async fn give_up(&self, id: &str, owner: &str) -> Result<bool, StoreError>;
+    /// READY, only from a pending status and only by its owner.
     async fn mark_ready(&self, id: &str, u: &ReadyUpdate) -> Result<ReadyResult, StoreError>;
-    /// A terminal status, unless the item is terminal already (then false, nothing written).
+    /// A terminal status, unless the item is terminal already or another controller owns it
+    /// (then false, nothing written).
     async fn mark_terminal(&self, id: &str, t: &TerminalUpdate<'_>) -> Result<bool, StoreError>;
-    /// `proxyBytes` and, last of all, `endedAt`.
-    async fn mark_ended(&self, id: &str, proxy_bytes: u64, at: &str) -> Result<(), StoreError>;
+    /// `proxyBytes` and, last of all, `endedAt` ([`EndedUpdate`]'s condition). False: the
+    /// condition failed, nothing written.
+    async fn mark_ended(&self, id: &str, e: &EndedUpdate<'_>) -> Result<bool, StoreError>;
     /// Ends a session no browser took in time (`SessionDoc::end_unserved`: TIMED_OUT, "no
     /// browser was available in time", `endedAt` = `at`), on condition that it is still
     /// pending and its `claimDeadline` is before `now` (unix seconds). False: the condition
@@ -243,6 +300,12 @@ pub struct Received {
 pub trait ClaimQueue: Send + Sync {
     /// Waits up to `wait` for a claim.
     async fn receive(&self, wait: Duration) -> Result<Option<Received>, StoreError>;
+    /// Whether a [`ClaimQueue::receive`] may be dropped unfinished without losing a claim
+    /// (false for SQS: the service may still answer a dropped long poll with a claim, which
+    /// then stays hidden for its visibility timeout).
+    fn receive_is_cancel_safe(&self) -> bool {
+        false
+    }
     /// READY is written: the claim is done (deleted).
     async fn complete(&self, receipt: &str) -> Result<(), StoreError>;
     /// The claim's session is gone or no longer pending: deleted, unserved.
@@ -254,6 +317,11 @@ pub trait ClaimQueue: Send + Sync {
     /// now (SQS: its visibility timeout restarted). A directory claim stays with its owner
     /// until it is settled or the owner exits: nothing to do.
     async fn keep(&self, receipt: &str, more: Duration) -> Result<(), StoreError>;
+    /// Not this controller's to serve now: the claim is handed back, visible to every
+    /// controller again `after` from now (SQS: its visibility timeout set to it; a directory:
+    /// back in the queue, taken by nobody before then). Its session is pending and held by
+    /// another controller whose lease ends then, or this controller is being stopped (zero).
+    async fn hand_back(&self, receipt: &str, after: Duration) -> Result<(), StoreError>;
 }
 
 /// Claims in a directory shared with the local platform ([`DirQueue`]), taken under `owner`.
@@ -293,6 +361,10 @@ impl ClaimQueue for DirClaims {
             tokio::time::sleep(DIR_QUEUE_POLL).await;
         }
     }
+    /// A claim is taken by one `rename`, between two polls: nothing is in flight.
+    fn receive_is_cancel_safe(&self) -> bool {
+        true
+    }
     async fn complete(&self, receipt: &str) -> Result<(), StoreError> {
         self.queue.complete(receipt, &self.owner).map_err(Self::io)
     }
@@ -308,6 +380,11 @@ impl ClaimQueue for DirClaims {
     }
     async fn keep(&self, _: &str, _: Duration) -> Result<(), StoreError> {
         Ok(())
+    }
+    async fn hand_back(&self, receipt: &str, after: Duration) -> Result<(), StoreError> {
+        self.queue
+            .put_back(receipt, &self.owner, after)
+            .map_err(Self::io)
     }
 }
 
@@ -347,105 +424,300 @@ impl DirectorySessions {
     }
 }
 
+/// The controller's record of a session document.
+fn record(d: SessionDoc) -> SessionRecord {
+    SessionRecord {
+        internal_status: d.internal(),
+        signing_key: d.signing_key,
+        keep_alive: d.keep_alive,
+        expires_at: Some(d.expires_at).filter(|e| *e > 0),
+        project_id: Some(d.project_id),
+        ever_ready: d.ready_at.is_some(),
+        ended: d.ended_at.is_some(),
+        claim_deadline: d.claim_deadline,
+        owner: d.owner,
+        owner_until: d.owner_until,
+    }
+}
+
+impl DirectorySessions {
+    /// A conditional update: `f` changes the document and says whether to write it. Whether
+    /// it was written, and the document as it is afterwards; `None`: there is no document
+    /// (a condition that fails, as in DynamoDB).
+    async fn conditional(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut SessionDoc) -> bool + Send + 'static,
+    ) -> Result<Option<(bool, SessionDoc)>, StoreError> {
+        let id = id.to_owned();
+        self.blocking(
+            move |s| match s.update::<std::convert::Infallible>(&id, |d| Ok(f(d))) {
+                Ok(r) => Ok(Some(r.unwrap_or_else(|never| match never {}))),
+                Err(DocError::Missing(_)) => Ok(None),
+                Err(e) => Err(e),
+            },
+        )
+        .await
+    }
+
+    /// Whether a [`Self::conditional`] update wrote.
+    async fn written(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut SessionDoc) -> bool + Send + 'static,
+    ) -> Result<bool, StoreError> {
+        Ok(self.conditional(id, f).await?.is_some_and(|(w, _)| w))
+    }
+}
+
 #[async_trait::async_trait]
 impl SessionStore for DirectorySessions {
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
         let id = id.to_owned();
         let doc = self.blocking(move |s| s.get(&id)).await?;
-        Ok(doc.map(|d| SessionRecord {
-            internal_status: d.internal(),
-            signing_key: d.signing_key,
-            keep_alive: d.keep_alive,
-            expires_at: Some(d.expires_at).filter(|e| *e > 0),
-            project_id: Some(d.project_id),
-            ever_ready: d.ready_at.is_some(),
-            ended: d.ended_at.is_some(),
-            claim_deadline: d.claim_deadline,
-        }))
+        Ok(doc.map(record))
+    }
+
+    async fn take(&self, id: &str, t: &Take<'_>) -> Result<TakeResult, StoreError> {
+        let (owner, task) = (t.owner.to_owned(), t.task.map(str::to_owned));
+        let (until, now) = (t.until, t.now);
+        let taken = self
+            .conditional(id, move |d| {
+                d.take(&Take {
+                    owner: &owner,
+                    until,
+                    task: task.as_deref(),
+                    now,
+                })
+            })
+            .await;
+        Ok(match taken? {
+            Some((true, _)) => TakeResult::Taken,
+            Some((false, d)) => TakeResult::Refused(Some(record(d))),
+            None => TakeResult::Refused(None),
+        })
+    }
+
+    async fn keep_owner(&self, id: &str, owner: &str, until: u64) -> Result<bool, StoreError> {
+        let owner = owner.to_owned();
+        self.written(id, move |d| d.keep_owner(&owner, until)).await
+    }
+
+    async fn give_up(&self, id: &str, owner: &str) -> Result<bool, StoreError> {
+        let owner = owner.to_owned();
+        self.written(id, move |d| d.give_up(&owner)).await
     }
 
     async fn mark_ready(&self, id: &str, u: &ReadyUpdate) -> Result<ReadyResult, StoreError> {
-        let id = id.to_owned();
         let u = u.clone();
-        let (written, doc) = self
-            .blocking(move |s| {
-                s.update::<std::convert::Infallible>(&id, |d| {
-                    if !d.internal().is_some_and(InternalStatus::may_become_ready) {
-                        return Ok(false);
-                    }
-                    d.set_status(InternalStatus::Ready);
-                    d.public_ip = Some(u.public_ip.clone());
-                    d.private_ip = Some(u.private_ip.clone());
-                    d.proxy_port = Some(u.proxy_port);
-                    d.ready_at = Some(u.at.clone());
-                    d.updated_at = Some(u.at.clone());
-                    if u.task_arn.is_some() {
-                        d.ecs_task_arn = u.task_arn.clone();
-                    }
-                    if d.connect_url.is_none() {
-                        d.connect_url = u.connect_url.clone();
-                    }
-                    Ok(true)
-                })
+        let done = self
+            .conditional(id, move |d| {
+                if !d.pending() || !d.owned_by(&u.owner) {
+                    return false;
+                }
+                d.set_status(InternalStatus::Ready);
+                d.owner_until = None;
+                d.public_ip = Some(u.public_ip.clone());
+                d.private_ip = Some(u.private_ip.clone());
+                d.proxy_port = Some(u.proxy_port);
+                d.ready_at = Some(u.at.clone());
+                d.updated_at = Some(u.at.clone());
+                if u.task_arn.is_some() {
+                    d.ecs_task_arn = u.task_arn.clone();
+                }
+                if d.connect_url.is_none() {
+                    d.connect_url = u.connect_url.clone();
+                }
+                true
             })
-            .await?
-            .unwrap_or_else(|never| match never {});
-        Ok(if written {
-            ReadyResult::Ready
-        } else {
-            ReadyResult::NotPending(doc.internal())
+            .await?;
+        Ok(match done {
+            Some((true, _)) => ReadyResult::Ready,
+            Some((false, d)) if d.pending() => ReadyResult::Lost,
+            Some((false, d)) => ReadyResult::NotPending(d.internal()),
+            None => ReadyResult::NotPending(None),
         })
     }
 
     async fn mark_terminal(&self, id: &str, t: &TerminalUpdate<'_>) -> Result<bool, StoreError> {
-        let (id, status, reason, at) = (
-            id.to_owned(),
+        let (owner, status, reason, at) = (
+            t.owner.to_owned(),
             t.status,
             t.reason.map(str::to_owned),
             t.at.to_owned(),
         );
-        let (written, _) = self
-            .blocking(move |s| {
-                s.update::<std::convert::Infallible>(&id, |d| {
-                    if d.internal().is_some_and(InternalStatus::is_terminal) {
-                        return Ok(false);
-                    }
-                    d.set_status(status);
-                    d.updated_at = Some(at.clone());
-                    if reason.is_some() {
-                        d.termination_reason = reason.clone();
-                    }
-                    Ok(true)
-                })
-            })
-            .await?
-            .unwrap_or_else(|never| match never {});
-        Ok(written)
+        self.written(id, move |d| {
+            if d.internal().is_some_and(InternalStatus::is_terminal) || !d.owned_by(&owner) {
+                return false;
+            }
+            d.set_status(status);
+            d.updated_at = Some(at.clone());
+            if reason.is_some() {
+                d.termination_reason = reason;
+            }
+            true
+        })
+        .await
     }
 
     async fn end_unserved(&self, id: &str, now: u64, at: &str) -> Result<bool, StoreError> {
-        let (id, at) = (id.to_owned(), at.to_owned());
-        let (written, _) = self
-            .blocking(move |s| {
-                s.update::<std::convert::Infallible>(&id, |d| Ok(d.end_unserved(now, &at)))
-            })
-            .await?
-            .unwrap_or_else(|never| match never {});
-        Ok(written)
+        let at = at.to_owned();
+        self.written(id, move |d| d.end_unserved(now, &at)).await
     }
 
-    async fn mark_ended(&self, id: &str, proxy_bytes: u64, at: &str) -> Result<(), StoreError> {
-        let (id, at) = (id.to_owned(), at.to_owned());
-        self.blocking(move |s| {
-            s.update::<std::convert::Infallible>(&id, |d| {
-                d.proxy_bytes = Some(proxy_bytes);
-                d.ended_at = Some(at.clone());
-                d.updated_at = Some(at.clone());
+    async fn mark_ended(&self, id: &str, e: &EndedUpdate<'_>) -> Result<bool, StoreError> {
+        let (owner, now, bytes, at) = (e.owner.to_owned(), e.now, e.proxy_bytes, e.at.to_owned());
+        self.written(id, move |d| {
+            if !d.may_end(&owner, now) {
+                return false;
+            }
+            d.proxy_bytes = Some(bytes);
+            d.ended_at = Some(at.clone());
+            d.updated_at = Some(at);
+            true
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(store: &SessionDoc, dir: &std::path::Path) {
+        wallcrawler_contract::session_doc::DirStore::new(dir)
+            .create(store)
+            .unwrap();
+    }
+
+    fn doc(id: &str) -> SessionDoc {
+        let mut d = SessionDoc {
+            session_id: id.into(),
+            project_id: "proj_1".into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            expires_at: 5_000,
+            ..Default::default()
+        };
+        d.set_status(InternalStatus::Provisioning);
+        d
+    }
+
+    fn take<'a>(owner: &'a str, now: u64) -> Take<'a> {
+        Take {
+            owner,
+            until: now + 60,
+            task: Some(owner),
+            now,
+        }
+    }
+
+    fn ready(owner: &str) -> ReadyUpdate {
+        ReadyUpdate {
+            owner: owner.into(),
+            public_ip: "127.0.0.1".into(),
+            task_arn: Some(owner.into()),
+            connect_url: None,
+            private_ip: "127.0.0.1".into(),
+            proxy_port: 9,
+            at: "2026-01-01T00:00:01.000Z".into(),
+        }
+    }
+
+    /// The directory store's writes, each conditional on the owner: me, another (live), or
+    /// another whose lease lapsed.
+    #[tokio::test]
+    async fn the_directory_store_writes_only_as_the_sessions_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        pending(&doc("sess_1"), dir.path());
+        let s = DirectorySessions::new(dir.path().to_owned());
+        assert_eq!(
+            s.take("sess_1", &take("a", 100)).await.unwrap(),
+            TakeResult::Taken
+        );
+        // Another controller, while a's lease runs: refused, with the session as it is.
+        let TakeResult::Refused(Some(r)) = s.take("sess_1", &take("b", 130)).await.unwrap() else {
+            panic!("b took a session a holds");
+        };
+        assert_eq!((r.owner.as_deref(), r.owner_until), (Some("a"), Some(160)));
+        assert_eq!(r.live_owner(130), Some("a"));
+        assert_eq!(
+            s.mark_ready("sess_1", &ready("b")).await.unwrap(),
+            ReadyResult::Lost
+        );
+        let stop = |owner| TerminalUpdate {
+            owner,
+            status: InternalStatus::Failed,
+            reason: Some("b failed"),
+            at: "t",
+        };
+        assert!(!s.mark_terminal("sess_1", &stop("b")).await.unwrap());
+        let end = |owner, now| EndedUpdate {
+            owner,
+            now,
+            proxy_bytes: 7,
+            at: "t",
+        };
+        assert!(!s.mark_ended("sess_1", &end("b", 130)).await.unwrap());
+        assert!(!s.keep_owner("sess_1", "b", 999).await.unwrap());
+        assert!(!s.give_up("sess_1", "b").await.unwrap());
+        let doc = s.store.get("sess_1").unwrap().unwrap();
+        assert_eq!(
+            doc.internal(),
+            Some(InternalStatus::Provisioning),
+            "b wrote nothing"
+        );
+        assert!(doc.ended_at.is_none() && doc.termination_reason.is_none());
+
+        // a's lease lapses (it died): b takes the session over, and a may write nothing.
+        assert_eq!(
+            s.take("sess_1", &take("b", 161)).await.unwrap(),
+            TakeResult::Taken
+        );
+        assert!(!s.keep_owner("sess_1", "a", 999).await.unwrap());
+        assert_eq!(
+            s.mark_ready("sess_1", &ready("a")).await.unwrap(),
+            ReadyResult::Lost
+        );
+        assert_eq!(
+            s.mark_ready("sess_1", &ready("b")).await.unwrap(),
+            ReadyResult::Ready
+        );
+        let r = s.load("sess_1").await.unwrap().unwrap();
+        assert_eq!(
+            (r.owner.as_deref(), r.owner_until),
+            (Some("b"), None),
+            "held for good"
+        );
+        assert!(!s.mark_terminal("sess_1", &stop("a")).await.unwrap());
+        assert!(!s.mark_ended("sess_1", &end("a", u64::MAX)).await.unwrap());
+        assert!(s.mark_terminal("sess_1", &stop("b")).await.unwrap());
+        assert!(s.mark_ended("sess_1", &end("b", 200)).await.unwrap());
+        // Released meanwhile: READY by its owner says so (not lost).
+        pending(&self::doc("sess_2"), dir.path());
+        assert_eq!(
+            s.take("sess_2", &take("c", 100)).await.unwrap(),
+            TakeResult::Taken
+        );
+        s.store
+            .update::<()>("sess_2", |d| {
+                d.set_status(InternalStatus::Stopped);
                 Ok(true)
             })
-        })
-        .await?
-        .unwrap_or_else(|never| match never {});
-        Ok(())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            s.mark_ready("sess_2", &ready("c")).await.unwrap(),
+            ReadyResult::NotPending(Some(InternalStatus::Stopped))
+        );
+        assert!(
+            !s.give_up("sess_2", "c").await.unwrap(),
+            "never given up once over"
+        );
+        assert!(s.mark_ended("sess_2", &end("c", 100)).await.unwrap());
+        assert_eq!(
+            s.take("sess_9", &take("c", 100)).await.unwrap(),
+            TakeResult::Refused(None),
+            "gone"
+        );
     }
 }

@@ -25,10 +25,24 @@
 //! writes READY through the same conditional update as `run`; deletes the claim. From there it
 //! is `run`: persist, terminal status, `endedAt`.
 //!
+//! One owner per session: right after judging a claim worth serving, the controller takes the
+//! session with one conditional write (pending, and no other live owner: `owner`, `ownerUntil`
+//! = now + the claim's visibility, renewed with the claim, and `ecsTaskArn`), and every later
+//! write of its — READY, the terminal status, `proxyBytes`, `endedAt` — is conditional on
+//! being the owner. A claim delivered twice (SQS delivers at least once) thus gives one owner;
+//! a controller that finds the session held by another live controller hands the claim back
+//! for when that lease ends (never deletes it: it is how the session gets served should that
+//! owner die), and one that loses the session later (its READY or lease refused) closes its
+//! browser, drops the claim and writes nothing ([`Ending::Lost`]).
+//!
 //! A controller that dies between taking a claim and READY never deletes it: the claim becomes
 //! visible again (SQS visibility timeout; the local platform puts it back when the controller
-//! exits) and another controller takes it. The conditional READY keeps two controllers from
-//! both serving one session.
+//! exits) and another controller takes it once the lease has lapsed. A controller being stopped
+//! hands back whatever claim it holds at once: a signal during the long poll lets the receive
+//! in flight finish and hands back what it brings; a signal before READY closes Chrome, gives
+//! the session up (owner removed) and hands the claim back, writing nothing else
+//! ([`Ending::HandedBack`]). On ECS the controller's owner id is its task ARN from the task
+//! metadata, without which it does not go warm.
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -47,7 +61,7 @@ use crate::config::{PoolConfig, RunConfig};
 use crate::pool_metric;
 use crate::session::{ContextPlan, Deps, Ending, Outcome, Run, STARTUP_RETRY, SessionItem};
 use crate::shutdown::{Shutdown, Step};
-use crate::stores::{ClaimQueue, Received, SessionRecord};
+use crate::stores::{ClaimQueue, Received, SessionRecord, SessionStore, Take, TakeResult};
 
 /// Longest single wait on the queue (SQS allows 20 s); the loop waits again until the idle
 /// lifetime passes.
@@ -59,6 +73,12 @@ enum Verdict {
     /// Pending past its claim's deadline: no client waits any more. The session is ended
     /// ("no browser was available in time") and the claim deleted, never served to nobody.
     Unserved,
+    /// Pending, but held by another controller (a claim delivered twice, or its owner's lease
+    /// still running): handed back, visible again once the owner's lease (`ownerUntil`,
+    /// `None`: none known) ends, so it is served if that owner dies before READY.
+    HandBack {
+        until: Option<u64>,
+    },
     /// Deleted unserved, with the reason for the log; `end`: the session ended before any
     /// controller served it, and this one writes its `endedAt` (as `run` does for a session
     /// released before its task started), or nobody would and its context stayed leased.
@@ -80,6 +100,9 @@ pub async fn run(
         error!("pool mode needs a claim queue and a session store");
         return Ending::Aborted;
     };
+    let Some(me) = identity(c, pool).await else {
+        return Ending::Aborted;
+    };
     let started = Instant::now();
     let warm = warm_run(c, deps, tasks, launch.user_data_dir.clone());
     let session = match warm_up(&warm, &launch).await {
@@ -92,7 +115,7 @@ pub async fn run(
     metrics.pool_warmup.set((warm_at - started).as_secs_f64());
     info!(
         warmup_ms = millis(warm_at - started),
-        task = %pool.task_name,
+        task = %me,
         "warm; waiting for a claim"
     );
     let waiting = Waiting {
@@ -100,6 +123,7 @@ pub async fn run(
         deps,
         pool,
         warm_at,
+        me: &me,
     };
     let Some((claim, received, record)) = waiting.claim(tasks.token()).await else {
         session
@@ -121,7 +145,7 @@ pub async fn run(
             context = claim.context.is_some(),
             "claim taken"
         );
-        let run = claimed_run(&warm, &claim, &launch);
+        let run = claimed_run(&warm, &claim, &launch, &me);
         let served = ClaimedSession {
             run: &run,
             pool,
@@ -134,6 +158,25 @@ pub async fn run(
     }
     .instrument(span)
     .await
+}
+
+/// This controller's id, the `owner` it writes and the task READY names: on ECS (task
+/// metadata given) its task ARN, which it must have (a release stops the task the item
+/// names); elsewhere `POOL_TASK_NAME` (unique by default). `None`: on ECS without an ARN
+/// (logged).
+async fn identity(c: &RunConfig, pool: &PoolConfig) -> Option<String> {
+    let Some(uri) = c.metadata_uri.as_deref() else {
+        return Some(pool.task_name.clone());
+    };
+    let arn = crate::public_ip::task_metadata(uri)
+        .await
+        .and_then(|m| m.task_arn);
+    if arn.is_none() {
+        error!(
+            "the ECS task metadata gave no task ARN; a pool controller never announces READY              without it (a release could not stop this task), so it does not go warm"
+        );
+    }
+    arn
 }
 
 /// The warm controller's run: no session yet, so nothing to write to.
@@ -150,6 +193,7 @@ fn warm_run<'a>(
         item: SessionItem {
             store: None,
             id: "",
+            owner: "",
         },
         plan: ContextPlan::default(),
         profile,
@@ -158,7 +202,12 @@ fn warm_run<'a>(
 
 /// The claimed session's run: its item, its context's plan, its profile directory (with a
 /// context, its own, next to the warm one, removed at exit).
-fn claimed_run<'a>(warm: &Run<'a>, claim: &'a Claim, launch: &LaunchOptions) -> Run<'a> {
+fn claimed_run<'a>(
+    warm: &Run<'a>,
+    claim: &'a Claim,
+    launch: &LaunchOptions,
+    me: &'a str,
+) -> Run<'a> {
     let plan = ContextPlan {
         key: claim.context.as_ref().map(|x| x.key.clone()),
         persist: claim.context.as_ref().is_some_and(|x| x.persist),
@@ -174,6 +223,7 @@ fn claimed_run<'a>(warm: &Run<'a>, claim: &'a Claim, launch: &LaunchOptions) -> 
         item: SessionItem {
             store: warm.deps.sessions.as_deref(),
             id: &claim.session_id,
+            owner: me,
         },
         plan,
         profile,
@@ -207,13 +257,15 @@ struct Waiting<'a> {
     deps: &'a Deps,
     pool: &'a PoolConfig,
     warm_at: Instant,
+    /// This controller, as the session item's `owner` names it.
+    me: &'a str,
 }
 
 impl Waiting<'_> {
-    /// Waits for a claim this controller should serve. `None`: a signal, or the idle lifetime
-    /// passed, or the session store failed (the claim, if any, is left to come back).
+    /// Waits for a claim this controller should serve, and takes its session. `None`: a
+    /// signal, or the idle lifetime passed, or the session store failed (the claim, if any,
+    /// is left to come back).
     async fn claim(&self, signal: &CancellationToken) -> Option<(Claim, Received, SessionRecord)> {
-        let queue = self.queue;
         let idle_deadline = self.warm_at + self.pool.idle_lifetime;
         loop {
             let left = idle_deadline.saturating_duration_since(Instant::now());
@@ -221,14 +273,7 @@ impl Waiting<'_> {
                 info!("idle lifetime reached with no claim; exiting");
                 return None;
             }
-            let got = tokio::select! {
-                r = queue.receive(left.min(RECEIVE_WAIT)) => r,
-                () = signal.cancelled() => {
-                    info!("signal received while waiting for a claim");
-                    return None;
-                }
-            };
-            let received = match got {
+            let received = match self.receive(left.min(RECEIVE_WAIT), signal).await? {
                 Ok(Some(r)) => r,
                 Ok(None) => continue,
                 Err(e) => {
@@ -239,47 +284,120 @@ impl Waiting<'_> {
                     }
                 }
             };
-            let claim = match Claim::parse(&received.body) {
-                Ok(c) => c,
-                Err(e) => {
-                    warn!(error = %e, "a claim was refused; it goes toward the dead-letter queue");
-                    if let Err(e) = queue.poison(&received.receipt).await {
-                        warn!(error = %e, "returning the refused claim failed");
-                    }
-                    continue;
-                }
-            };
-            match self.judged(&claim).await? {
-                Verdict::Serve(record) => return Some((claim, received, record)),
-                // Acted on by `judged`: never returned.
-                Verdict::Unserved => {}
-                Verdict::Discard { why, end } => {
-                    info!(session.id = %claim.session_id, why, "claim dropped");
-                    if end {
-                        let item = SessionItem {
-                            store: self.deps.sessions.as_deref(),
-                            id: &claim.session_id,
-                        };
-                        item.settle(&Ending::Released, 0, None).await;
-                    }
-                    if let Err(e) = queue.discard(&received.receipt).await {
-                        warn!(error = %e, "deleting the dropped claim failed");
-                    }
-                }
+            if signal.is_cancelled() {
+                self.hand_back(&received.receipt, Duration::ZERO).await;
+                return None;
+            }
+            if let Some(served) = self.consider(received).await? {
+                return Some(served);
             }
         }
     }
 
+    /// One receive. A signal never drops a receive in flight (SQS may still answer it with a
+    /// claim, which would then stay hidden for its visibility timeout and count as a lost
+    /// receive): it is finished (at most [`RECEIVE_WAIT`]) and whatever it brings is handed
+    /// back at once. `None`: a signal.
+    async fn receive(
+        &self,
+        wait: Duration,
+        signal: &CancellationToken,
+    ) -> Option<Result<Option<Received>, crate::stores::StoreError>> {
+        if signal.is_cancelled() {
+            return None;
+        }
+        let receive = self.queue.receive(wait);
+        tokio::pin!(receive);
+        tokio::select! {
+            r = &mut receive => Some(r),
+            () = signal.cancelled() => {
+                if self.queue.receive_is_cancel_safe() {
+                    info!("signal received while waiting for a claim");
+                    return None;
+                }
+                info!("signal received while waiting for a claim; finishing the receive in flight");
+                if let Ok(Some(r)) = receive.await {
+                    self.hand_back(&r.receipt, Duration::ZERO).await;
+                }
+                None
+            }
+        }
+    }
+
+    /// Hands a claim back to the queue, visible again `after` from now.
+    async fn hand_back(&self, receipt: &str, after: Duration) {
+        match self.queue.hand_back(receipt, after).await {
+            Ok(()) => info!(after_s = after.as_secs(), "claim handed back"),
+            Err(e) => warn!(error = %e, "handing the claim back failed"),
+        }
+    }
+
+    /// A received claim judged and acted on: `Some(Some(…))` to serve (its session taken),
+    /// `Some(None)` to wait for the next. `None`: the session store failed.
+    async fn consider(
+        &self,
+        received: Received,
+    ) -> Option<Option<(Claim, Received, SessionRecord)>> {
+        let claim = match Claim::parse(&received.body) {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "a claim was refused; it goes toward the dead-letter queue");
+                if let Err(e) = self.queue.poison(&received.receipt).await {
+                    warn!(error = %e, "returning the refused claim failed");
+                }
+                return Some(None);
+            }
+        };
+        match self.judged(&claim).await? {
+            Verdict::Serve(record) => return Some(Some((claim, received, record))),
+            // Acted on by `judged`: never returned.
+            Verdict::Unserved => {}
+            Verdict::HandBack { until } => {
+                // Not deleted: if its owner dies before READY, this claim is the only way
+                // the session is ever served.
+                info!(session.id = %claim.session_id, "another controller holds the claim's session");
+                let now = wallcrawler_contract::time::unix_millis() / 1000;
+                let after = until.map_or(self.pool.visibility, |u| {
+                    Duration::from_secs(u.saturating_sub(now) + 1)
+                });
+                self.hand_back(&received.receipt, after).await;
+            }
+            Verdict::Discard { why, end } => {
+                info!(session.id = %claim.session_id, why, "claim dropped");
+                if end {
+                    let item = SessionItem {
+                        store: self.deps.sessions.as_deref(),
+                        id: &claim.session_id,
+                        owner: self.me,
+                    };
+                    item.settle(&Ending::Released, 0, None).await;
+                }
+                if let Err(e) = self.queue.discard(&received.receipt).await {
+                    warn!(error = %e, "deleting the dropped claim failed");
+                }
+            }
+        }
+        Some(None)
+    }
+
     /// The claim's verdict, with a session whose claim lapsed ended here (conditionally: a
     /// session made READY, or whose deadline a poll moved, meanwhile is judged again) and
-    /// its claim then discarded, so the controller takes the next claim at once. `None`: the
-    /// store failed (logged).
+    /// its claim then discarded, so the controller takes the next claim at once; a session
+    /// to serve is taken first (one conditional write: pending and held by nobody else), and
+    /// judged again when that fails. `None`: the store failed (logged).
     async fn judged(&self, claim: &Claim) -> Option<Verdict> {
         let store = self.deps.sessions.as_ref()?;
         for _ in 0..3 {
             let now = wallcrawler_contract::time::unix_millis() / 1000;
-            match judge(self.deps, claim, now).await? {
+            match judge(self.deps, claim, now, self.me).await? {
                 Verdict::Unserved => {}
+                Verdict::Serve(record) => match self.take(store.as_ref(), claim, now).await? {
+                    true => return Some(Verdict::Serve(record)),
+                    false => {
+                        debug!("the session changed while it was taken; judged again");
+                        continue;
+                    }
+                },
                 v => return Some(v),
             }
             let at = wallcrawler_contract::time::now_iso8601();
@@ -298,22 +416,45 @@ impl Waiting<'_> {
             }
         }
         Some(Verdict::Discard {
-            why: "the session kept changing while its claim lapsed".into(),
+            why: "the session kept changing while its claim was judged".into(),
             end: false,
         })
+    }
+
+    /// Takes the claim's session for this controller, its lease as long as the claim's
+    /// visibility (kept alive with the claim). `Some(false)`: refused.
+    async fn take(&self, store: &dyn SessionStore, claim: &Claim, now: u64) -> Option<bool> {
+        let t = Take {
+            owner: self.me,
+            until: now + self.pool.visibility.as_secs(),
+            task: Some(self.me),
+            now,
+        };
+        match crate::stores::retry("taking the claimed session", STARTUP_RETRY, || {
+            store.take(&claim.session_id, &t)
+        })
+        .await
+        {
+            Ok(TakeResult::Taken) => Some(true),
+            Ok(TakeResult::Refused(_)) => Some(false),
+            Err(e) => {
+                error!(error = %e, "taking the claimed session failed; leaving its claim to come back");
+                None
+            }
+        }
     }
 }
 
 /// Whether the claimed session is still waiting for a browser, at `now` (unix seconds).
 /// `None`: the store failed (logged).
-async fn judge(deps: &Deps, claim: &Claim, now: u64) -> Option<Verdict> {
+async fn judge(deps: &Deps, claim: &Claim, now: u64, me: &str) -> Option<Verdict> {
     let store = deps.sessions.as_ref()?;
     let loaded = crate::stores::retry("reading the claimed session", STARTUP_RETRY, || {
         store.load(&claim.session_id)
     })
     .await;
     match loaded {
-        Ok(record) => Some(verdict(claim, record, now)),
+        Ok(record) => Some(verdict(claim, record, now, me)),
         Err(e) => {
             error!(error = %e, "the sessions table cannot be read; leaving the claim to come back");
             None
@@ -321,8 +462,9 @@ async fn judge(deps: &Deps, claim: &Claim, now: u64) -> Option<Verdict> {
     }
 }
 
-/// What to do with `claim`, given its session item (`None`: no such session), at `now`.
-fn verdict(claim: &Claim, record: Option<SessionRecord>, now: u64) -> Verdict {
+/// What to do with `claim`, given its session item (`None`: no such session), at `now`, for
+/// controller `me`.
+fn verdict(claim: &Claim, record: Option<SessionRecord>, now: u64, me: &str) -> Verdict {
     let Some(record) = record else {
         return Verdict::Discard {
             why: "the session does not exist".into(),
@@ -335,7 +477,11 @@ fn verdict(claim: &Claim, record: Option<SessionRecord>, now: u64) -> Verdict {
             end: false,
         };
     }
+    let held = record.live_owner(now).is_some_and(|o| o != me);
     match record.internal_status {
+        Some(s) if s.may_become_ready() && held => Verdict::HandBack {
+            until: record.owner_until,
+        },
         Some(s) if s.may_become_ready() && lapsed(record.claim_deadline, now) => Verdict::Unserved,
         Some(s) if s.may_become_ready() => Verdict::Serve(record),
         s => Verdict::Discard {
@@ -343,12 +489,18 @@ fn verdict(claim: &Claim, record: Option<SessionRecord>, now: u64) -> Verdict {
                 "the session is {}, no longer waiting for a browser",
                 s.map_or("without a status", InternalStatus::as_str)
             ),
-            // Only a session nobody served: a controller that did writes `endedAt` itself,
-            // last, after saving its context.
-            end: s.is_some_and(InternalStatus::is_terminal) && !record.ever_ready && !record.ended,
+            // Only a session nobody served nor holds: a controller that did writes `endedAt`
+            // itself, last, after saving its context.
+            end: s.is_some_and(InternalStatus::is_terminal)
+                && !record.ever_ready
+                && !record.ended
+                && !held,
         },
     }
 }
+
+/// Another controller owns the session.
+struct Lost;
 
 /// A claim being served, and what serving it needs.
 struct ClaimedSession<'a> {
@@ -380,23 +532,32 @@ impl ClaimedSession<'_> {
         claimed_at: Instant,
         metrics: &Arc<crate::telemetry::Metrics>,
     ) -> Ending {
-        // Until READY (or the end of trying) the claim is kept from other controllers: a slow
-        // bring-up (a large archive, a loaded host) must not let a second controller take the
-        // claim and race this one, whose failure would then end the session the other serves.
-        let up = tokio::select! {
+        // Until READY (or the end of trying) the claim and the session's ownership are kept
+        // from other controllers: a slow bring-up (a large archive, a loaded host) must not
+        // let a second controller take them and race this one. A signal before READY hands
+        // both back; the announce itself is never cut short (its write may land).
+        let signal = self.run.tasks.token();
+        let prepared = tokio::select! {
             biased;
-            up = self.bring_up(session, &launch) => up,
-            never = self.keep_claim() => match never {},
+            () = signal.cancelled() => None,
+            Lost = self.keep_claim() => return self.lost().await,
+            up = self.prepare(session, &launch) => Some(up),
         };
-        let (session, claimed_dir) = match up {
-            Ok(up) => up,
-            Err(outcome) => {
-                // A session released meanwhile is not this controller's to complete.
-                let done = outcome.ending != Ending::Released;
-                let ending = self.run.settle(outcome).await;
-                self.settle(done).await;
-                return ending;
-            }
+        let up = match prepared {
+            Some(Ok(up)) if !signal.is_cancelled() => up,
+            Some(Ok((session, _))) => return self.handed_back(Some(session)).await,
+            Some(Err(outcome)) if !signal.is_cancelled() => return self.failed(outcome).await,
+            // A signal: whatever the bring-up got to, the claim goes back.
+            Some(Err(_)) | None => return self.handed_back(None).await,
+        };
+        let announced = tokio::select! {
+            biased;
+            Lost = self.keep_claim() => return self.lost().await,
+            r = self.run.announce_ready(up.0, Some(&self.record), Some(self.run.item.owner)) => r,
+        };
+        let (session, claimed_dir) = match announced {
+            Ok(session) => (session, up.1),
+            Err(outcome) => return self.failed(outcome).await,
         };
         metrics
             .pool_claim_to_ready
@@ -411,14 +572,91 @@ impl ClaimedSession<'_> {
         ending
     }
 
-    /// Restarts the claim's visibility timeout every half of it, for as long as it is polled.
-    async fn keep_claim(&self) -> std::convert::Infallible {
+    /// A bring-up that stopped before READY: its last writes (none when the session is
+    /// another controller's), the claim dropped.
+    async fn failed(&self, outcome: Outcome) -> Ending {
+        // A session released meanwhile is not this controller's to complete.
+        let done = !matches!(outcome.ending, Ending::Released | Ending::Lost);
+        let ending = self.run.settle(outcome).await;
+        self.settle(done).await;
+        ending
+    }
+
+    /// Another controller owns the session: the browser closed (with the bring-up dropped),
+    /// the claim dropped, nothing written.
+    async fn lost(&self) -> Ending {
+        info!("another controller owns the session now; leaving it to that one");
+        self.settle(false).await;
+        Ending::Lost
+    }
+
+    /// Stopped before READY: the browser closed, the session given up (only while this
+    /// controller owns it and it is pending) and the claim handed back at once, for another
+    /// controller to serve; nothing else written.
+    async fn handed_back(&self, session: Option<Session>) -> Ending {
+        if let Some(session) = session {
+            self.close(session).await;
+        }
+        if let Some(store) = self.run.item.store {
+            match store.give_up(self.run.item.id, self.run.item.owner).await {
+                Ok(true) => info!("the session is given up for another controller"),
+                Ok(false) => info!("the session was not this controller's to give up any more"),
+                Err(e) => {
+                    warn!(error = %e, "giving the session up failed; it is free once its lease ends")
+                }
+            }
+        }
+        match self.queue.hand_back(self.receipt, Duration::ZERO).await {
+            Ok(()) => info!("stopped before READY; the claim is handed back"),
+            Err(e) => warn!(error = %e, "handing the claim back failed"),
+        }
+        Ending::HandedBack
+    }
+
+    async fn close(&self, session: Session) {
+        let budget = Step::ChromeClosed.share(self.run.c.shutdown_budget);
+        session.close_chrome(false, budget).await;
+        session.finish();
+    }
+
+    /// Restarts the claim's visibility timeout and the session's lease every half of the
+    /// visibility, for as long as it is polled; returns once another controller owns the
+    /// session.
+    async fn keep_claim(&self) -> Lost {
         let every = (self.pool.visibility / 2).max(Duration::from_millis(500));
         loop {
             tokio::time::sleep(every).await;
             match self.queue.keep(self.receipt, self.pool.visibility).await {
                 Ok(()) => debug!("claim kept"),
                 Err(e) => warn!(error = %e, "keeping the claim from other controllers failed"),
+            }
+            if self.lease_lost().await {
+                return Lost;
+            }
+        }
+    }
+
+    /// Keeps the session's lease; whether another controller owns the session now (a lease
+    /// refused on a session released meanwhile is still this controller's to end).
+    async fn lease_lost(&self) -> bool {
+        let Some(store) = self.run.item.store else {
+            return false;
+        };
+        let (id, me) = (self.run.item.id, self.run.item.owner);
+        let until =
+            wallcrawler_contract::time::unix_millis() / 1000 + self.pool.visibility.as_secs();
+        match store.keep_owner(id, me, until).await {
+            Ok(true) => false,
+            Ok(false) => match store.load(id).await {
+                Ok(r) => r.is_none_or(|r| r.owner.as_deref() != Some(me)),
+                Err(e) => {
+                    warn!(error = %e, "reading the session after its lease was refused failed");
+                    false
+                }
+            },
+            Err(e) => {
+                warn!(error = %e, "keeping the session's lease failed");
+                false
             }
         }
     }
@@ -447,9 +685,9 @@ impl ClaimedSession<'_> {
         );
     }
 
-    /// The session brought up: its proxy bound, Chrome on the context's profile if it has one,
-    /// READY written; with a context, its profile directory (removed when dropped).
-    async fn bring_up(
+    /// The session prepared for READY: its proxy bound, Chrome on the context's profile if it
+    /// has one; with a context, its profile directory (removed when dropped).
+    async fn prepare(
         &self,
         mut session: Session,
         launch: &LaunchOptions,
@@ -490,9 +728,6 @@ impl ClaimedSession<'_> {
         }
         session.publish();
         run.restore_session_cookies(&session.chrome).await;
-        let session = run
-            .announce_ready(session, Some(&self.record), Some(&self.pool.task_name))
-            .await?;
         Ok((session, claimed_dir))
     }
 
@@ -586,8 +821,8 @@ mod tests {
 
     /// `Some(end)` for a discard, `None` for a serve.
     fn discard_end(record: Option<SessionRecord>) -> Option<bool> {
-        match verdict(&claim(), record, 1_000) {
-            Verdict::Serve(_) | Verdict::Unserved => None,
+        match verdict(&claim(), record, 1_000, "me") {
+            Verdict::Serve(_) | Verdict::Unserved | Verdict::HandBack { .. } => None,
             Verdict::Discard { end, .. } => Some(end),
         }
     }
@@ -609,7 +844,7 @@ mod tests {
             claim_deadline: deadline,
             ..record(status)
         };
-        let v = |r| verdict(&claim(), Some(r), 1_000);
+        let v = |r| verdict(&claim(), Some(r), 1_000, "me");
         assert!(matches!(
             v(with(InternalStatus::Provisioning, Some(999))),
             Verdict::Unserved

@@ -2,19 +2,32 @@
 //! [`crate::session::Run`] from the session item to the end. A session released before the
 //! task started is never brought up: only its `endedAt` is written, and the exit is 0. Any
 //! failure before READY is written as FAILED with a reason, and the exit is non-zero.
+//!
+//! Like a pool controller, the task takes ownership of its session first (`owner`: its ECS
+//! task ARN, else a unique name), so every controller's writes follow the same rule: only the
+//! owner writes READY, the terminal status and the end (see `crate::modes::pool`).
 
-use tracing::info;
+use tracing::{error, info};
 
 use crate::app::{Session, Started};
 use crate::auth::Authenticator;
 use crate::chrome::LaunchOptions;
 use crate::config::RunConfig;
-use crate::session::{ContextPlan, Deps, Ending, Outcome, Run, SessionItem};
+use crate::session::{ContextPlan, Deps, Ending, Outcome, Run, STARTUP_RETRY, SessionItem};
 use crate::shutdown::Shutdown;
-use crate::stores::SessionRecord;
+use crate::stores::{SessionRecord, Take, TakeResult, retry};
 
 /// One session's task, from the session item to its ending: start, READY, serve, end.
 pub async fn run(c: &RunConfig, launch: LaunchOptions, deps: &Deps, tasks: &Shutdown) -> Ending {
+    let task_arn = match c.metadata_uri.as_deref() {
+        Some(uri) => crate::public_ip::task_metadata(uri)
+            .await
+            .and_then(|m| m.task_arn),
+        None => None,
+    };
+    let me = task_arn
+        .clone()
+        .unwrap_or_else(|| format!("task-{}", uuid::Uuid::new_v4()));
     let run = Run {
         c,
         deps,
@@ -22,24 +35,30 @@ pub async fn run(c: &RunConfig, launch: LaunchOptions, deps: &Deps, tasks: &Shut
         item: SessionItem {
             store: deps.sessions.as_deref(),
             id: &c.auth.session_id,
+            owner: &me,
         },
         plan: ContextPlan::from_config(c),
         profile: launch.user_data_dir.clone(),
     };
-    match serve(&run, launch).await {
+    match serve(&run, launch, task_arn.as_deref()).await {
         Ok(ending) => ending,
         Err(outcome) => run.settle(outcome).await,
     }
 }
 
 /// The steps up to the end; `Err`: how the run stopped early.
-async fn serve(run: &Run<'_>, launch: LaunchOptions) -> Result<Ending, Outcome> {
+async fn serve(
+    run: &Run<'_>,
+    launch: LaunchOptions,
+    task_arn: Option<&str>,
+) -> Result<Ending, Outcome> {
     let c = run.c;
     // The session item: lifecycle settings and the token for connectUrl.
     let record = run.load_record().await?;
     if ended_before_start(record.as_ref()) {
         return Err(Ending::Released.into());
     }
+    take(run, record.as_ref(), task_arn).await?;
     let keep_alive = record.as_ref().map_or(c.keep_alive, |r| r.keep_alive);
     let expires_at = record.as_ref().and_then(|r| r.expires_at).or(c.expires_at);
     let keys = run.load_keys().await?;
@@ -59,6 +78,49 @@ async fn serve(run: &Run<'_>, launch: LaunchOptions) -> Result<Ending, Outcome> 
     // READY, only from a pending status.
     let session = run.announce_ready(session, record.as_ref(), None).await?;
     Ok(run.serve_until_end(session).await)
+}
+
+/// The session taken for this task (no lease to keep: no other controller is sent it), or
+/// how the run stops: another controller holds it, or it ended meanwhile.
+async fn take(
+    run: &Run<'_>,
+    record: Option<&SessionRecord>,
+    task_arn: Option<&str>,
+) -> Result<(), Outcome> {
+    let (Some(store), Some(record)) = (run.item.store, record) else {
+        return Ok(());
+    };
+    let now = wallcrawler_contract::time::unix_millis() / 1000;
+    let t = Take {
+        owner: run.item.owner,
+        until: record.expires_at.unwrap_or(now + 3600).max(now + 60),
+        task: task_arn,
+        now,
+    };
+    match retry("taking the session", STARTUP_RETRY, || {
+        store.take(run.item.id, &t)
+    })
+    .await
+    {
+        Ok(TakeResult::Taken) => Ok(()),
+        Ok(TakeResult::Refused(Some(r)))
+            if r.internal_status.is_some_and(|s| s.may_become_ready()) =>
+        {
+            info!(
+                owner = r.owner.as_deref().unwrap_or(""),
+                "another controller owns the session"
+            );
+            Err(Ending::Lost.into())
+        }
+        Ok(TakeResult::Refused(_)) => {
+            info!("the session is no longer waiting for a browser");
+            Err(Ending::Released.into())
+        }
+        Err(e) => {
+            error!(error = %e, "taking the session failed");
+            Err(Ending::Aborted.into())
+        }
+    }
 }
 
 /// Chrome and the proxy started.

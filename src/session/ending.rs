@@ -9,7 +9,7 @@ use wallcrawler_contract::time::now_iso8601;
 
 use crate::app::EndReason;
 use crate::shutdown::{Step, Steps};
-use crate::stores::{SessionStore, TerminalUpdate};
+use crate::stores::{EndedUpdate, SessionStore, TerminalUpdate};
 use crate::telemetry::clip;
 
 /// Exit status of a failed run.
@@ -42,6 +42,12 @@ pub enum Ending {
     NoSession,
     /// Could not start, with no session item to write to (logged where it happened).
     Aborted,
+    /// Another controller owns the session (a claim delivered twice, or this one's lease
+    /// lapsed and another took it over): this one served nothing and writes nothing.
+    Lost,
+    /// Stopped before READY: the claim went back to the queue and the session's ownership
+    /// was given up, for another controller to serve it; nothing else written.
+    HandedBack,
 }
 
 impl Ending {
@@ -66,14 +72,19 @@ impl Ending {
             Self::Completed | Self::Interrupted => (InternalStatus::Stopped, None),
             Self::TimedOut => (InternalStatus::TimedOut, Some("the session expired")),
             Self::Failed { reason } => (InternalStatus::Failed, Some(reason.as_str())),
-            Self::Released | Self::NoSession | Self::Aborted => return None,
+            Self::Released | Self::NoSession | Self::Aborted | Self::Lost | Self::HandedBack => {
+                return None;
+            }
         };
         Some(TerminalStatus { status, reason })
     }
 
     /// Whether this ending writes `endedAt` (every ending of a session taken on).
     fn writes_ended(&self) -> bool {
-        !matches!(self, Self::NoSession | Self::Aborted)
+        !matches!(
+            self,
+            Self::NoSession | Self::Aborted | Self::Lost | Self::HandedBack
+        )
     }
 }
 
@@ -116,12 +127,14 @@ impl From<Ending> for Outcome {
 }
 
 /// Writes to the session item, tolerant of its absence (no table configured, or a pool
-/// controller's warm-up, which serves no session yet).
+/// controller's warm-up, which serves no session yet); each conditional on `owner` owning it.
 pub struct SessionItem<'a> {
     /// Where the item lives.
     pub store: Option<&'a dyn SessionStore>,
     /// The session's id.
     pub id: &'a str,
+    /// This controller, as the item's `owner` names it.
+    pub owner: &'a str,
 }
 
 impl SessionItem<'_> {
@@ -143,22 +156,32 @@ impl SessionItem<'_> {
         // a huge reason would mean the terminal status is never written).
         let reason = t.reason.map(|r| clip(r, MAX_REASON_BYTES));
         let update = TerminalUpdate {
+            owner: self.owner,
             status: t.status,
             reason: reason.as_deref(),
             at: &now_iso8601(),
         };
         match store.mark_terminal(self.id, &update).await {
             Ok(true) => info!(status = t.status.as_str(), "terminal status written"),
-            Ok(false) => info!("the session was already terminal; its status is kept"),
+            Ok(false) => info!(
+                "the session was already terminal, or is another controller's; its status is kept"
+            ),
             Err(e) => error!(error = %e, "writing the terminal status failed"),
         }
     }
 
-    /// `proxyBytes` and `endedAt`.
+    /// `proxyBytes` and `endedAt`: by the session's owner, or by anyone when nobody holds it.
     pub async fn ended(&self, proxy_bytes: u64) {
         let Some(store) = self.store else { return };
-        match store.mark_ended(self.id, proxy_bytes, &now_iso8601()).await {
-            Ok(()) => info!(proxy_bytes, "endedAt written"),
+        let update = EndedUpdate {
+            owner: self.owner,
+            now: wallcrawler_contract::time::unix_millis() / 1000,
+            proxy_bytes,
+            at: &now_iso8601(),
+        };
+        match store.mark_ended(self.id, &update).await {
+            Ok(true) => info!(proxy_bytes, "endedAt written"),
+            Ok(false) => info!("the session is another controller's; endedAt is its to write"),
             Err(e) => error!(error = %e, "writing endedAt failed"),
         }
     }
@@ -191,7 +214,13 @@ mod tests {
         }
         let crash = Ending::from(&EndReason::ChromeCrashed("x".into()));
         assert_eq!(crash.exit_code(), 1);
-        for ending in [Ending::Released, Ending::Interrupted, Ending::NoSession] {
+        for ending in [
+            Ending::Released,
+            Ending::Interrupted,
+            Ending::NoSession,
+            Ending::Lost,
+            Ending::HandedBack,
+        ] {
             assert_eq!(ending.exit_code(), 0, "{ending:?}");
         }
         assert_eq!(Ending::Aborted.exit_code(), 1);
@@ -224,9 +253,17 @@ mod tests {
                 Some("the browser exited unexpectedly (killed by SIGKILL)".into())
             ))
         );
-        for quiet in [Ending::Released, Ending::NoSession, Ending::Aborted] {
+        for quiet in [
+            Ending::Released,
+            Ending::NoSession,
+            Ending::Aborted,
+            Ending::Lost,
+            Ending::HandedBack,
+        ] {
             assert_eq!(status(&quiet), None, "{quiet:?}");
         }
+        assert!(!Ending::Lost.writes_ended(), "a lost session is another's");
+        assert!(!Ending::HandedBack.writes_ended());
         assert!(Ending::Released.writes_ended());
         assert!(!Ending::NoSession.writes_ended());
         assert!(!Ending::Aborted.writes_ended());

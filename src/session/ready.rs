@@ -1,5 +1,5 @@
-//! READY: the public address chosen, then the conditional write (only from a pending status)
-//! with the announced address and connectUrl.
+//! READY: the public address chosen, then the conditional write (only from a pending status,
+//! only by the session's owner) with the announced address and connectUrl.
 
 use tracing::{error, info};
 use wallcrawler_contract::session;
@@ -43,7 +43,8 @@ impl Run<'_> {
             }
         };
         if let Some(store) = &self.deps.sessions {
-            let update = ready_update(&ready, &announced, record, fallback_task_arn);
+            let mut update = ready_update(&ready, &announced, record, fallback_task_arn);
+            update.owner = self.item.owner.to_owned();
             return self.mark_ready(session, store.as_ref(), &update).await;
         }
         info!(session.id = %self.item.id, proxy = %ready.proxy_addr, chrome.pid = ready.chrome_pid, "session ready");
@@ -64,6 +65,14 @@ impl Run<'_> {
                 let ready = session.ready();
                 info!(session.id = %self.item.id, proxy = %ready.proxy_addr, chrome.pid = ready.chrome_pid, "session ready");
                 return Ok(session);
+            }
+            Ok(ReadyResult::Lost) => {
+                let proxy_bytes = self.close(session).await;
+                info!("another controller owns the session now; leaving it to that one");
+                return Err(Outcome {
+                    ending: Ending::Lost,
+                    proxy_bytes,
+                });
             }
             Ok(ReadyResult::NotPending(status)) => {
                 let proxy_bytes = self.close(session).await;
@@ -98,7 +107,8 @@ impl Run<'_> {
     }
 }
 
-/// The READY write: where clients and the connect gateway reach this task.
+/// The READY write: where clients and the connect gateway reach this task (its `owner` is
+/// the run's, set by the caller).
 fn ready_update(
     ready: &Ready,
     announced: &Discovered,
@@ -119,6 +129,7 @@ fn ready_update(
         }
     });
     ReadyUpdate {
+        owner: String::new(),
         public_ip: announced.ip.clone(),
         private_ip,
         proxy_port: ready.proxy_addr.port(),

@@ -21,6 +21,10 @@
 //! - a poison claim ends in the dead-letter queue and the task still serves valid claims;
 //! - a release whose StopTask never reaches the task: the task sees its item STOPPED and ends
 //!   the session itself within seconds.
+//! - a claim delivered twice with two warm tasks: one owner serves it, the other hands its copy
+//!   back and writes nothing;
+//! - a task stopped (SIGTERM) while its long poll is in flight, or during bring-up: the claim is
+//!   handed back at once and another task serves the session; the stopped one never ends it.
 //!
 //! The controllers are this package's binary (`support::bin`, which Cargo builds for these
 //! tests); the control plane's API runs in the test from its library, as its Lambda builds it
@@ -46,6 +50,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{Value, json};
 use std::process::Stdio;
 use wallcrawler_contract::SigningKey;
+use wallcrawler_contract::claim::{Claim, ClaimContext};
 use wallcrawler_control_plane::aws::lambda::TaskEventOutcome;
 use wallcrawler_testkit::platform::{
     Fixture, SIGNING_KEY, aws_env, http, sdk, stopped_event, text,
@@ -58,8 +63,10 @@ mod stack;
 /// Bound on any single wait here (a hang guard for a loaded machine, never a speed assertion).
 const POOL_WAIT: Duration = Duration::from_secs(60);
 
-/// The dead-letter queue takes a claim after this many receives.
-const MAX_RECEIVE_COUNT: u32 = 2;
+/// The dead-letter queue takes a claim after this many receives: deploy/template.yaml's, which
+/// leaves room for claims handed back unserved (a task that finds its session held by a task
+/// whose lease has not lapsed yet hands it back, and that receive counts).
+const MAX_RECEIVE_COUNT: u32 = 10;
 
 /// The API with a pool queue, and a directory for the pool tasks' temporary files.
 struct Pool {
@@ -264,13 +271,26 @@ impl Pool {
     /// A Chrome that starts normally for the warm profile but, on a claimed context's profile,
     /// waits until [`Pool::open_gate`] and then fails (exit 1): a slow bring-up that fails.
     fn chrome_failing_on_claimed_profiles_at_the_gate(&self) -> PathBuf {
+        self.chrome_at_the_gate("chrome-gated.sh", "exit 1")
+    }
+
+    /// A Chrome that starts normally for the warm profile but, on a claimed context's profile,
+    /// starts only once [`Pool::open_gate`] is called: a bring-up held where the test wants.
+    fn chrome_held_on_claimed_profiles_at_the_gate(&self) -> PathBuf {
+        let chrome = wallcrawler_testkit::chromium();
+        let then = format!("exec '{}' \"$@\"", chrome.display());
+        self.chrome_at_the_gate("chrome-held.sh", &then)
+    }
+
+    /// A Chrome wrapper `name` that on a claimed profile waits for the gate, then runs `then`.
+    fn chrome_at_the_gate(&self, name: &str, then: &str) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
-        let path = self.tmp.path().join("chrome-gated.sh");
+        let path = self.tmp.path().join(name);
         std::fs::write(
             &path,
             format!(
                 "#!/bin/sh\ncase \"$*\" in\n  *.claimed*)\n    \
-                 while [ ! -e '{gate}' ]; do sleep 0.05; done\n    exit 1 ;;\nesac\n\
+                 while [ ! -e '{gate}' ]; do sleep 0.05; done\n    {then} ;;\nesac\n\
                  exec '{chrome}' \"$@\"\n",
                 gate = self.tmp.path().join("gate").display(),
                 chrome = wallcrawler_testkit::chromium().display()
@@ -418,6 +438,8 @@ struct TaskOptions {
     task_env: Option<Vec<(String, String)>>,
     /// The AWS endpoint and credentials, instead of the shared moto's with dummy credentials.
     aws_env: Option<Vec<(&'static str, String)>>,
+    /// ECS_CONTAINER_METADATA_URI_V4 instead of the stand-in naming the task.
+    metadata_uri: Option<String>,
 }
 
 /// What a controller wrote on stderr (JSON lines), shared with the task reading it.
@@ -489,7 +511,10 @@ impl PoolTask {
         }
         cmd.env("POOL_TASK_NAME", unique("pool-task"))
             .envs(o.aws_env.unwrap_or_else(aws_env))
-            .env("ECS_CONTAINER_METADATA_URI_V4", metadata)
+            .env(
+                "ECS_CONTAINER_METADATA_URI_V4",
+                o.metadata_uri.unwrap_or(metadata),
+            )
             .env("ECS_AGENT_URI", agent_uri)
             .env("PUBLIC_IP", "127.0.0.1")
             .env("CDP_PROXY_HOST", "127.0.0.1")
@@ -638,6 +663,32 @@ impl PoolTask {
         }
         self.signal(Signal::SIGTERM);
         self.exit().await
+    }
+}
+
+impl PoolTask {
+    /// Waits until the SDK logs "transmitting request" after "warm": the first long poll is on
+    /// the wire (needs `aws_smithy_runtime::client::orchestrator=trace`).
+    async fn receive_in_flight(&mut self) {
+        let deadline = Instant::now() + POOL_WAIT;
+        loop {
+            let sent = {
+                let lines = self.log.lines.lock().unwrap();
+                let warm = lines
+                    .iter()
+                    .position(|l| l.contains("warm; waiting for a claim"));
+                warm.is_some_and(|w| {
+                    lines[w..]
+                        .iter()
+                        .any(|l| l.contains("transmitting request"))
+                })
+            };
+            if sent {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no receive:\n{}", self.text());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 
@@ -880,23 +931,10 @@ async fn pool_simultaneous_creates_get_a_task_each() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_a_task_killed_before_ready_leaves_its_claim_to_another() {
     let pool = Pool::new(1).await;
-    let ctx = pool.new_context().await;
     // A task whose Chrome never comes up on the claimed context's profile, with a short
     // visibility timeout for the claim it takes.
-    let mut doomed = pool
-        .warm_task(TaskOptions {
-            chrome: Some(pool.chrome_stuck_on_claimed_profiles()),
-            visibility_seconds: Some(2),
-            ..Default::default()
-        })
-        .await;
-    let v = pool
-        .create(json!({"keepAlive": true, "browserSettings": {"context": {"id": ctx}}}))
-        .await;
-    let id = v["id"].as_str().unwrap().to_owned();
-    doomed.wait_event("claim taken").await;
-    // The second Chrome (on the claimed profile) is started and stuck.
-    doomed.wait_events("chrome started", 2).await;
+    let chrome = pool.chrome_stuck_on_claimed_profiles();
+    let (mut doomed, id) = pool.in_bring_up(chrome, 2).await;
     doomed.child.start_kill().unwrap();
     assert!(!doomed.exit().await.success());
     assert!(doomed.events("claimed session READY").is_empty());
@@ -1204,4 +1242,264 @@ async fn pool_a_release_whose_stop_never_reaches_the_task_still_ends_it() {
     assert_eq!(text(&item, "internalStatus").as_deref(), Some("STOPPED"));
     assert_eq!(text(&item, "status").as_deref(), Some("COMPLETED"));
     assert!(!item.contains_key("terminationReason"), "{item:?}");
+}
+
+impl Pool {
+    /// A warm task with `chrome` and a claim visibility of `visibility` seconds, which takes
+    /// the claim of a new keepAlive session with a context and is starting Chrome on the
+    /// claimed profile (its second "chrome started"). The task and the session's id.
+    async fn in_bring_up(&self, chrome: PathBuf, visibility: u64) -> (PoolTask, String) {
+        let ctx = self.new_context().await;
+        let mut task = self
+            .warm_task(TaskOptions {
+                chrome: Some(chrome),
+                visibility_seconds: Some(visibility),
+                ..Default::default()
+            })
+            .await;
+        let v = self
+            .create(json!({"keepAlive": true, "browserSettings": {"context": {"id": ctx}}}))
+            .await;
+        let id = v["id"].as_str().unwrap().to_owned();
+        task.wait_event("claim taken").await;
+        task.wait_events("chrome started", 2).await;
+        (task, id)
+    }
+
+    /// A new task serves session `id` within `within` (well under the claim's visibility: its
+    /// claim was handed back, not left hidden); its browser is driven, then it is released
+    /// and ended.
+    async fn served_by_another_task(&self, id: &str, within: Duration) {
+        let handed = Instant::now();
+        let mut rescuer = self.task().await;
+        rescuer.wait_event("claimed session READY").await;
+        assert!(
+            handed.elapsed() < within,
+            "served only after {:?}",
+            handed.elapsed()
+        );
+        let v = self.running(id).await;
+        self.assert_served_by(id, &rescuer).await;
+        drive(&connect_url(&v)).await;
+        self.claims_deleted().await;
+        self.released_and_ended(&mut rescuer, id).await;
+    }
+
+    /// Sends `claim` to the pool's queue, as the API does (a second copy: SQS delivers at
+    /// least once, and the SDK retries a `SendMessage` that timed out).
+    async fn send_claim(&self, claim: &Claim) {
+        self.sqs
+            .send_message()
+            .queue_url(&self.queue)
+            .message_body(claim.to_json())
+            .send()
+            .await
+            .unwrap();
+    }
+
+    /// Waits until each of `tasks` has either taken a claim or handed one back; asserts exactly
+    /// one took it. The index of the one that did.
+    async fn one_took(&self, tasks: &[PoolTask]) -> usize {
+        let deadline = Instant::now() + POOL_WAIT;
+        let logs = || {
+            tasks
+                .iter()
+                .map(PoolTask::text)
+                .collect::<Vec<_>>()
+                .join("\n---\n")
+        };
+        loop {
+            let took: Vec<bool> = tasks
+                .iter()
+                .map(|t| !t.events("claim taken").is_empty())
+                .collect();
+            let back = |i: usize| !tasks[i].events("claim handed back").is_empty();
+            if (0..tasks.len()).all(|i| took[i] || back(i)) {
+                let owners: Vec<usize> = (0..tasks.len()).filter(|&i| took[i]).collect();
+                assert_eq!(owners.len(), 1, "one owner per session:\n{}", logs());
+                return owners[0];
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the claims were not both taken:\n{}",
+                logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// A claim delivered twice with two warm tasks: exactly one task takes the session (its
+/// `owner`, its `ecsTaskArn`) and serves it; the other hands its copy back (never deleting
+/// it: were the owner to die before READY, it is how the session would be served) and writes
+/// nothing — the session is never ended under the task serving it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_claim_delivered_twice_has_one_owner_and_the_other_task_writes_nothing() {
+    let pool = Pool::new(1).await;
+    let ctx = pool.new_context().await;
+    // Both bring-ups (if there were two) are held before READY until the test opens the gate.
+    let chrome = pool.chrome_held_on_claimed_profiles_at_the_gate();
+    let held = || TaskOptions {
+        chrome: Some(chrome.clone()),
+        ..Default::default()
+    };
+    let (a, b) = tokio::join!(pool.warm_task(held()), pool.warm_task(held()));
+    let mut tasks = [a, b];
+    let v = pool
+        .create(json!({"keepAlive": true, "browserSettings": {"context": {"id": ctx}}}))
+        .await;
+    let id = v["id"].as_str().unwrap().to_owned();
+    let project = pool.f.project_id.clone();
+    pool.send_claim(&Claim {
+        session_id: id.clone(),
+        context: Some(ClaimContext {
+            key: wallcrawler_contract::storage::profile_key(&project, &ctx),
+            id: ctx,
+            persist: false,
+        }),
+        project_id: project,
+    })
+    .await;
+    let w = pool.one_took(&tasks).await;
+    let item = pool.f.item(&id).await;
+    assert_eq!(text(&item, "owner").as_deref(), Some(tasks[w].arn.as_str()));
+    assert_eq!(
+        text(&item, "ecsTaskArn").as_deref(),
+        Some(tasks[w].arn.as_str()),
+        "a release stops the owner even before READY"
+    );
+
+    pool.open_gate();
+    tasks[w].wait_event("claimed session READY").await;
+    let v = pool.running(&id).await;
+    drive(&connect_url(&v)).await;
+    let item = pool.f.item(&id).await;
+    assert_eq!(
+        text(&item, "internalStatus").as_deref(),
+        Some("READY"),
+        "{item:?}"
+    );
+    assert_eq!(text(&item, "owner").as_deref(), Some(tasks[w].arn.as_str()));
+    assert!(
+        !item.contains_key("endedAt")
+            && !item.contains_key("terminationReason")
+            && !item.contains_key("ownerUntil"),
+        "{item:?}"
+    );
+    let other = &mut tasks[1 - w];
+    assert!(
+        other.is_running(),
+        "the other task stays warm:\n{}",
+        other.text()
+    );
+    assert!(other.events("claimed session READY").is_empty());
+    pool.released_and_ended(&mut tasks[w], &id).await;
+}
+
+/// A task stopped (SIGTERM) while its long poll is in flight: the poll is finished, not
+/// dropped (SQS may still answer it with a claim, which would then stay hidden for the
+/// visibility timeout), and a claim it brings is handed back at once: another task serves the
+/// session within seconds, and the stopped one never touched it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_task_stopped_while_polling_hands_its_claim_back() {
+    const VISIBILITY: u64 = 300;
+    let pool = Pool::new(1).await;
+    let mut stopped = pool
+        .warm_task(TaskOptions {
+            visibility_seconds: Some(VISIBILITY),
+            // The SDK's "transmitting request" (trace): its receive is on the wire.
+            rust_log: Some("info,aws_smithy_runtime::client::orchestrator=trace"),
+            ..Default::default()
+        })
+        .await;
+    stopped.receive_in_flight().await;
+    // Not what the outcome waits on (with the receive finished, any order passes): the only
+    // way to know the poll has reached the queue, which the old code's dropped poll needs to
+    // swallow the claim.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stopped.signal(Signal::SIGTERM);
+    let v = pool.create(json!({"keepAlive": true})).await;
+    let id = v["id"].as_str().unwrap().to_owned();
+    assert_eq!(stopped.exit().await.code(), Some(0), "{}", stopped.text());
+    assert!(
+        stopped.events("claim taken").is_empty(),
+        "{}",
+        stopped.text()
+    );
+    let item = pool.f.item(&id).await;
+    assert!(
+        !item.contains_key("owner") && !item.contains_key("endedAt"),
+        "{item:?}"
+    );
+
+    pool.served_by_another_task(&id, Duration::from_secs(VISIBILITY / 5))
+        .await;
+    // Its poll brought the claim, which it handed back rather than keep hidden.
+    assert_eq!(
+        stopped.events("claim handed back").len(),
+        1,
+        "{}",
+        stopped.text()
+    );
+}
+
+/// A task stopped (SIGTERM) while it brings a claimed session up (before READY): its Chrome
+/// closed, the session given up and the claim handed back at once; another task serves it, and
+/// the session never went terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_task_stopped_during_bring_up_hands_its_claim_back() {
+    const VISIBILITY: u64 = 300;
+    let pool = Pool::new(1).await;
+    // Held at the gate: the Chrome on the claimed profile is being started.
+    let chrome = pool.chrome_held_on_claimed_profiles_at_the_gate();
+    let (mut stopped, id) = pool.in_bring_up(chrome, VISIBILITY).await;
+    stopped.signal(Signal::SIGTERM);
+    assert_eq!(stopped.exit().await.code(), Some(0), "{}", stopped.text());
+    let item = pool.f.item(&id).await;
+    assert_eq!(
+        text(&item, "internalStatus").as_deref(),
+        Some("PROVISIONING"),
+        "{item:?}"
+    );
+    assert!(
+        stopped
+            .events("the session is given up for another controller")
+            .len()
+            == 1,
+        "{}",
+        stopped.text()
+    );
+    assert!(
+        !item.contains_key("endedAt")
+            && !item.contains_key("owner")
+            && !item.contains_key("ecsTaskArn"),
+        "given up, neither served nor ended: {item:?}"
+    );
+
+    pool.served_by_another_task(&id, Duration::from_secs(VISIBILITY / 5))
+        .await;
+}
+
+/// On ECS (task metadata given) a pool task that cannot read its task ARN never goes warm: it
+/// would announce READY without the ARN a release stops it by.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_a_task_without_its_task_arn_never_goes_warm() {
+    let pool = Pool::new(1).await;
+    // A loopback port nothing listens on: the metadata endpoint does not answer.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let uri = format!("http://{}/v4/gone", closed.local_addr().unwrap());
+    drop(closed);
+    let o = TaskOptions {
+        metadata_uri: Some(uri),
+        ..Default::default()
+    };
+    let mut task = PoolTask::start(&pool, o).await;
+    assert_eq!(task.exit().await.code(), Some(1), "{}", task.text());
+    assert!(task.events("warm; waiting for a claim").is_empty());
+    assert!(
+        task.text()
+            .contains("the ECS task metadata gave no task ARN"),
+        "{}",
+        task.text()
+    );
 }

@@ -245,7 +245,11 @@ impl DirQueue {
             Err(e) => return Err(e),
         };
         names.sort();
+        let now = std::time::SystemTime::now();
         for name in names {
+            if hidden_until(&self.dir.join(NEW).join(&name)).is_some_and(|t| t > now) {
+                continue;
+            }
             let to = self.dir.join(TAKEN).join(Self::owned(&name, owner));
             match fs::rename(self.dir.join(NEW).join(&name), &to) {
                 Ok(()) => {
@@ -272,6 +276,19 @@ impl DirQueue {
     /// The claim's session is gone or ended: the claim is deleted.
     pub fn drop_claim(&self, name: &str, owner: &str) -> io::Result<()> {
         fs::remove_file(self.dir.join(TAKEN).join(Self::owned(name, owner)))
+    }
+
+    /// Handed back by `owner`: visible again in `new/`, taken by nobody for `after` (SQS:
+    /// `ChangeMessageVisibility`). The wait is the file's modification time, set into the
+    /// future before the rename (a rename keeps it).
+    pub fn put_back(&self, name: &str, owner: &str, after: std::time::Duration) -> io::Result<()> {
+        let from = self.dir.join(TAKEN).join(Self::owned(name, owner));
+        let at = std::time::SystemTime::now() + after;
+        fs::File::options()
+            .write(true)
+            .open(&from)?
+            .set_modified(at)?;
+        fs::rename(from, self.dir.join(NEW).join(name))
     }
 
     /// A poison claim: moved to `dead/`.
@@ -376,6 +393,12 @@ impl DirQueue {
     }
 }
 
+/// When a claim handed back with a wait becomes visible: its modification time, if later than
+/// now (`None` when it cannot be read: visible).
+fn hidden_until(path: &Path) -> Option<std::time::SystemTime> {
+    fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
 /// Reads at most [`MAX_CLAIM_BYTES`] + 1 bytes (a larger file is refused by [`Claim::parse`]).
 fn read_bounded(path: &Path) -> io::Result<Vec<u8>> {
     use std::io::Read;
@@ -477,6 +500,26 @@ mod tests {
         assert!(!q.busy("one"));
         q.dead_letter(&again.name, "three").unwrap();
         assert_eq!((q.visible(), q.dead()), (0, 1));
+    }
+
+    #[test]
+    fn a_claim_handed_back_is_taken_by_nobody_until_its_wait_is_over() {
+        let d = tempfile::tempdir().unwrap();
+        let q = DirQueue::new(d.path());
+        q.send(&claim("sess_a")).unwrap();
+        let a = q.take("one").unwrap().unwrap();
+        q.put_back(&a.name, "one", std::time::Duration::from_secs(3600))
+            .unwrap();
+        assert!(!q.busy("one"));
+        assert_eq!(q.visible(), 1);
+        assert!(q.take("two").unwrap().is_none(), "hidden for its wait");
+        // Handed back at once (a controller being stopped): the next controller takes it.
+        q.send(&claim("sess_b")).unwrap();
+        let b = q.take("two").unwrap().unwrap();
+        q.put_back(&b.name, "two", std::time::Duration::ZERO)
+            .unwrap();
+        let again = q.take("three").unwrap().unwrap();
+        assert_eq!(again.name, b.name);
     }
 
     #[test]

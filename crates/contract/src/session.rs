@@ -233,6 +233,16 @@ pub mod attr {
     /// browser any more (see [`crate::claim::ClaimWait`]); absent on items older than it.
     pub const CLAIM_DEADLINE: &str = "claimDeadline";
 
+    /// `owner`: the controller that took the session's claim (its ECS task ARN, or its
+    /// `POOL_TASK_NAME` locally). Every write a controller makes after taking it (READY, the
+    /// terminal status, `proxyBytes`, `endedAt`) is conditional on being the owner, so a claim
+    /// delivered twice never gives a session two controllers.
+    pub const OWNER: &str = "owner";
+    /// `ownerUntil`: Unix seconds (a number), the lease of an owner that has not written READY
+    /// yet (kept alive with its claim); once past, another controller may take the session.
+    /// Removed by READY: the owner of a READY session is its owner for good.
+    pub const OWNER_UNTIL: &str = "ownerUntil";
+
     /// Set once the session's usage is in its project's total.
     pub const USAGE_COUNTED: &str = "usageCounted";
 

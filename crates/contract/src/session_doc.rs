@@ -101,6 +101,17 @@ pub struct SessionDoc {
         deserialize_with = "crate::whole::lenient"
     )]
     pub claim_deadline: Option<u64>,
+    /// `owner`: the controller that took the session's claim (see
+    /// [`crate::session::attr::OWNER`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// `ownerUntil`: Unix seconds, the lease of an owner that has not written READY yet.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::whole::lenient"
+    )]
+    pub owner_until: Option<u64>,
     /// `usageCounted`: the session's minutes and bytes are in its project's usage total (set
     /// by the same write that adds them, on condition it was not set: counted once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -160,6 +171,82 @@ impl SessionDoc {
         self.updated_at = Some(at.to_owned());
         true
     }
+
+    /// The owner that holds the session at `now` (Unix seconds): one that wrote READY (no
+    /// lease) or whose lease has not lapsed; `None` when nobody does.
+    pub fn live_owner(&self, now: u64) -> Option<&str> {
+        live_owner(self.owner.as_deref(), self.owner_until, now)
+    }
+
+    /// The conditional rule of taking a claimed session: only while it is pending and nobody
+    /// else holds it (no owner, `me` already, or a lapsed lease); then `me` owns it until
+    /// `until`, and `ecsTaskArn` names `task` (so a release stops it even before READY).
+    /// Whether it was written.
+    pub fn take(&mut self, t: &Take<'_>) -> bool {
+        let free = self.live_owner(t.now).is_none_or(|o| o == t.owner);
+        if !self.pending() || !free {
+            return false;
+        }
+        self.owner = Some(t.owner.to_owned());
+        self.owner_until = Some(t.until);
+        if let Some(task) = t.task {
+            self.ecs_task_arn = Some(task.to_owned());
+        }
+        true
+    }
+
+    /// Whether `me` owns the session.
+    pub fn owned_by(&self, me: &str) -> bool {
+        self.owner.as_deref() == Some(me)
+    }
+
+    /// The conditional rule of an owner's lease kept alive: only `me`'s, only while pending.
+    pub fn keep_owner(&mut self, me: &str, until: u64) -> bool {
+        if !self.owned_by(me) || !self.pending() {
+            return false;
+        }
+        self.owner_until = Some(until);
+        true
+    }
+
+    /// The conditional rule of an owner giving the session up before READY (it is being
+    /// stopped and hands the claim back): only `me`, only while pending; the owner, its lease
+    /// and the task it named are removed, so the next controller takes it at once.
+    pub fn give_up(&mut self, me: &str) -> bool {
+        if !self.owned_by(me) || !self.pending() {
+            return false;
+        }
+        self.owner = None;
+        self.owner_until = None;
+        self.ecs_task_arn = None;
+        true
+    }
+
+    /// Whether a controller `me` may write the session's end (`proxyBytes`, `endedAt`) at
+    /// `now`: its owner, or anyone when nobody holds it (a session released before any
+    /// controller served it: nobody else would write it).
+    pub fn may_end(&self, me: &str, now: u64) -> bool {
+        self.owned_by(me) || self.live_owner(now).is_none()
+    }
+}
+
+/// A controller taking a claimed session ([`SessionDoc::take`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Take<'a> {
+    /// The controller (`owner`).
+    pub owner: &'a str,
+    /// Its lease, Unix seconds (`ownerUntil`).
+    pub until: u64,
+    /// The task it runs in, for `ecsTaskArn` (`None`: left as it is).
+    pub task: Option<&'a str>,
+    /// Now, Unix seconds.
+    pub now: u64,
+}
+
+/// The owner that holds a session at `now`: one without a lease (it wrote READY) or whose
+/// lease has not lapsed.
+pub fn live_owner(owner: Option<&str>, until: Option<u64>, now: u64) -> Option<&str> {
+    owner.filter(|_| until.is_none_or(|u| u >= now))
 }
 
 /// Why a document operation failed.
@@ -438,6 +525,77 @@ mod tests {
         assert_eq!(d.termination_reason.as_deref(), Some(NO_BROWSER_IN_TIME));
         assert_eq!(d.ended_at.as_deref(), Some("2026-01-01T00:01:11.000Z"));
         assert!(!d.end_unserved(created + 72, "t"), "once");
+    }
+
+    #[test]
+    fn a_session_has_one_owner_and_only_a_lapsed_lease_passes_it_on() {
+        let take = |d: &mut SessionDoc, owner: &str, now: u64| {
+            d.take(&Take {
+                owner,
+                until: now.saturating_add(60),
+                task: Some(owner),
+                now,
+            })
+        };
+        let mut d = doc("sess_1");
+        assert!(take(&mut d, "a", 1_000), "nobody holds it");
+        assert_eq!(
+            (d.owner.as_deref(), d.owner_until, d.ecs_task_arn.as_deref()),
+            (Some("a"), Some(1_060), Some("a"))
+        );
+        // The same claim delivered twice: the second controller is refused while a's lease runs.
+        assert!(!take(&mut d, "b", 1_030));
+        assert!(!d.keep_owner("b", 1_090), "only the owner keeps the lease");
+        assert!(!d.give_up("b"), "only the owner gives it up");
+        assert!(!d.may_end("b", 1_030), "nor writes its end");
+        assert!(take(&mut d, "a", 1_030), "the owner again: still its own");
+        assert!(d.keep_owner("a", 1_100));
+        assert!(
+            !take(&mut d, "b", 1_100),
+            "a lease is live until its second has passed"
+        );
+        // a dies before READY: once its lease lapses, b takes the session over.
+        assert!(take(&mut d, "b", 1_101));
+        assert!(d.owned_by("b") && !d.owned_by("a"));
+        assert!(!d.keep_owner("a", 1_200), "a lost it");
+        assert!(!d.may_end("a", 1_101));
+        // b gives it up (it is being stopped): free at once, for anyone.
+        assert!(d.give_up("b"));
+        assert_eq!(
+            (d.owner.clone(), d.owner_until, d.ecs_task_arn.clone()),
+            (None, None, None)
+        );
+        assert!(
+            d.may_end("c", 1_101),
+            "a session nobody holds: anyone ends it"
+        );
+        assert!(take(&mut d, "c", 1_102));
+        // READY: the owner holds it for good (no lease), and nobody takes a READY session.
+        d.set_status(InternalStatus::Ready);
+        d.owner_until = None;
+        assert_eq!(d.live_owner(u64::MAX), Some("c"));
+        assert!(!take(&mut d, "d", u64::MAX));
+        assert!(!d.give_up("c"), "a READY session is never given up");
+        assert!(!d.may_end("d", u64::MAX) && d.may_end("c", u64::MAX));
+        // A released session nobody took: anyone may write its end.
+        let mut released = doc("sess_2");
+        released.set_status(InternalStatus::Stopped);
+        assert!(!take(&mut released, "a", 1), "never taken once over");
+        assert!(released.may_end("a", 1));
+    }
+
+    #[test]
+    fn owner_attributes_round_trip_under_their_table_names() {
+        let mut d = doc("sess_1");
+        d.owner = Some("arn:aws:ecs:us-east-1:1:task/c/t".into());
+        d.owner_until = Some(1_700_000_060);
+        let v = serde_json::to_value(&d).unwrap();
+        assert_eq!(
+            v[crate::session::attr::OWNER],
+            "arn:aws:ecs:us-east-1:1:task/c/t"
+        );
+        assert_eq!(v[crate::session::attr::OWNER_UNTIL], 1_700_000_060);
+        assert_eq!(serde_json::from_value::<SessionDoc>(v).unwrap(), d);
     }
 
     #[test]

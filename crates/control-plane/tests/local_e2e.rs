@@ -1305,3 +1305,65 @@ fn with_tls_every_client_drives_a_page_over_wss_and_the_wire_never_shows_the_tok
     s.release(v["id"].as_str().unwrap());
     s.stop();
 }
+
+/// A claim delivered twice (a second claim file for the same session) with two warm
+/// controllers: one takes the session and serves it; the other hands its copy back (hidden
+/// until the owner's lease would end) and writes nothing: the session is never ended under the
+/// controller serving it, and its context's writer lease stays with it (a persisting create on
+/// the same context gets 409).
+#[test]
+fn a_claim_delivered_twice_has_one_owner_and_the_lease_stays_with_the_live_session() {
+    let (s, gate) = gated_pool("2", "1");
+    let (status, c) = s.call("POST", "/v1/contexts", "{}");
+    assert_eq!(status, 201, "{c}");
+    let ctx = c["id"].as_str().unwrap().to_owned();
+    let persisting = format!(
+        r#"{{"projectId":"{}","browserSettings":{{"context":{{"id":"{ctx}","persist":true}}}}}}"#,
+        s.project
+    );
+    // No controller is warm yet: the claim waits, and the test sends it a second time.
+    let v = create(&s, &persisting);
+    assert_eq!(v["status"], "PENDING", "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let claims = s.dir().join("claims");
+    let waiting = s.claims("new");
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    let body = std::fs::read(claims.join("new").join(&waiting[0])).unwrap();
+    let claim = wallcrawler_contract::claim::Claim::parse(&body).unwrap();
+    wallcrawler_contract::claim::DirQueue::new(&claims)
+        .send(&claim)
+        .unwrap();
+    open_gate(&gate, "warm");
+    // Both copies taken and settled: one served, the other handed back (in new/ again, hidden).
+    let running = s.wait_session(&id, "RUNNING", |d| d["status"] == "RUNNING");
+    wait_for("both claims settled", || {
+        s.claims("taken").is_empty() && s.claims("served").len() == 1
+    });
+    let doc = s.doc(&id);
+    assert!(
+        doc["endedAt"].is_null() && doc["terminationReason"].is_null(),
+        "the other controller wrote nothing: {doc}"
+    );
+    assert_eq!(doc["internalStatus"], "READY", "{doc}");
+    let owner = doc["owner"].as_str().unwrap_or_else(|| panic!("{doc}"));
+    assert!(
+        owner.starts_with(&format!("pool-{}-", s.child.id())),
+        "{doc}"
+    );
+    assert_eq!(doc["ecsTaskArn"], owner, "{doc}");
+    assert_eq!(
+        s.claims("new").len(),
+        1,
+        "the copy is handed back, not deleted"
+    );
+    drive(running["connectUrl"].as_str().unwrap());
+    // The context's writer lease is the live session's.
+    let (status, busy) = s.call("POST", "/v1/sessions", &persisting);
+    assert_eq!(status, 409, "{busy}");
+    assert!(s.doc(&id)["endedAt"].is_null());
+    s.release(&id);
+    s.wait_session(&id, "COMPLETED with endedAt", |d| {
+        d["status"] == "COMPLETED" && d["endedAt"].is_string()
+    });
+    s.stop();
+}

@@ -394,10 +394,41 @@ impl LocalPool {
         Ok(())
     }
 
+    /// The sessions `owner` took but did not serve are given up (as a controller stopped
+    /// before READY does itself), so the controller that takes their returned claims serves
+    /// them at once instead of waiting out the dead one's lease.
+    async fn give_up_held(&self, owner: &str, served: &[wallcrawler_contract::claim::Claim]) {
+        let held: Vec<String> = self
+            .queue
+            .claims_of(owner)
+            .into_iter()
+            .filter(|c| !served.contains(c))
+            .map(|c| c.session_id)
+            .collect();
+        if held.is_empty() {
+            return;
+        }
+        let store =
+            wallcrawler_contract::session_doc::DirStore::new(self.ctl.data_dir.join("sessions"));
+        let owner = owner.to_owned();
+        let given = tokio::task::spawn_blocking(move || {
+            for id in held {
+                if let Err(e) = store.update::<std::convert::Infallible>(&id, |d| Ok(d.give_up(&owner))) {
+                    warn!(session.id = %id, error = %e, "giving up a dead controller's session failed");
+                }
+            }
+        })
+        .await;
+        if let Err(e) = given {
+            warn!(error = %e, "giving up a dead controller's sessions stopped");
+        }
+    }
+
     /// A pool controller exited: a claim it held unserved is visible again; a session it served
     /// is ended as the task-state handler would.
     async fn exited(&self, owner: &str, how: &str, profile: &Path, started: Instant) {
         let served = self.queue.served_by(owner);
+        self.give_up_held(owner, &served).await;
         let back = self.queue.return_taken(owner);
         if back > 0 {
             warn!(
