@@ -137,7 +137,7 @@ pub async fn take_slot(app: &App, project: &Project, session_id: &str) -> Result
 /// Whether the lease holder is a writer a new session must wait for: a persisting session
 /// without `endedAt`, or one whose create is still in flight (lease taken, item not written
 /// yet). `false` when it has ended or is gone.
-async fn live_writer(sessions: &dyn SessionStore, holder: &str) -> StoreResult<bool> {
+pub(crate) async fn live_writer(sessions: &dyn SessionStore, holder: &str) -> StoreResult<bool> {
     Ok(match sessions.get(holder).await? {
         Some(d) => d.ended_at.is_none() && d.context_persist == Some(true),
         None => !missing_long_enough(holder),

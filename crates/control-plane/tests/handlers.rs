@@ -95,10 +95,10 @@ impl SessionStore for Yielding {
         tokio::task::yield_now().await;
         self.inner.list_project(p, at).await
     }
-    async fn list_context(&self, c: &str) -> StoreResult<Vec<SessionDoc>> {
+    async fn on_context(&self, c: &str) -> Ids {
         self.listings.by_context.fetch_add(1, Ordering::SeqCst);
         tokio::task::yield_now().await;
-        self.inner.list_context(c).await
+        self.inner.on_context(c).await
     }
     async fn find_by_task(&self, t: &str) -> StoreResult<Option<String>> {
         self.inner.find_by_task(t).await
@@ -154,7 +154,7 @@ impl Clock for TestClock {
 struct Harness {
     router: Router,
     sessions: MemSessions,
-    /// How often the handlers listed sessions (project GSI query, context Scan).
+    /// How often the handlers listed sessions (project GSI query, context GSI query).
     listings: Arc<Listings>,
     slots: MemSlots,
     contexts: MemContexts,
@@ -1973,6 +1973,77 @@ async fn delete_context_in_use_is_409() {
     );
     assert!(h.contexts.0.lock().unwrap().contains_key("ctx_mine"));
     assert!(h.archives.0.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn delete_context_spares_a_persisting_create_between_its_lease_and_its_item() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_context("ctx_mine", PROJ_A);
+    // The create took the lease a moment ago; its session item is not written yet, so no
+    // listing shows it.
+    let writer = wallcrawler_control_plane::limits::new_session_id();
+    h.contexts
+        .0
+        .lock()
+        .unwrap()
+        .get_mut("ctx_mine")
+        .unwrap()
+        .writer_session_id = Some(writer.clone());
+    let r = h
+        .call(Method::DELETE, "/v1/contexts/ctx_mine", Some(KEY_A), None)
+        .await;
+    assert_error(
+        &r,
+        StatusCode::CONFLICT,
+        &[&format!("context ctx_mine is in use by session {writer}")],
+    );
+    assert!(h.contexts.0.lock().unwrap().contains_key("ctx_mine"));
+    assert!(h.archives.0.lock().unwrap().is_empty());
+}
+
+/// The launch choice under a share of the warm pool: of two simultaneous creates of a project
+/// with a share of 1, one takes a warm browser and the other gets a controller of its own
+/// (`cold`); another project's create still goes warm; once the first project's sessions are
+/// released, its next create goes warm again.
+#[tokio::test]
+async fn sessions_beyond_a_projects_share_of_the_warm_pool_start_cold() {
+    let settings = Settings {
+        pool_share: Some(1),
+        ..waiting(Duration::from_millis(400))
+    };
+    let h = Harness::with_settings(LaunchBehaviour::BecomeReady, settings);
+    let cold = |project: &str| -> Vec<bool> {
+        let launched = h.launcher.launched.lock().unwrap();
+        launched
+            .iter()
+            .filter(|s| s.project_id == project)
+            .map(|s| s.cold)
+            .collect()
+    };
+    let answers = h.create_at_once(2, "{}").await;
+    for (status, v) in &answers {
+        assert_eq!(*status, StatusCode::CREATED, "{v}");
+    }
+    let mut got = cold(PROJ_A);
+    got.sort();
+    assert_eq!(got, [false, true], "one warm, one cold");
+    let (status, v) = h
+        .call_with(
+            Method::POST,
+            "/v1/sessions",
+            &[("x-wc-api-key", KEY_A), ("x-wc-project-id", PROJ_B)],
+            Some("{}"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    assert_eq!(cold(PROJ_B), [false], "another project still goes warm");
+    for (_, v) in &answers {
+        let (status, r) = h.release(v["id"].as_str().unwrap()).await;
+        assert_eq!(status, StatusCode::OK, "{r}");
+    }
+    let (status, v) = h.create("{}").await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    assert_eq!(cold(PROJ_A).last(), Some(&false), "within its share again");
 }
 
 // ---------------------------------------------------------------------------------------------

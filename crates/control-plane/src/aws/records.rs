@@ -79,8 +79,25 @@ impl ContextStore for DynamoContexts {
         self.0.set_if_exists(id, "updatedAt", at).await.map(drop)
     }
 
-    async fn delete(&self, id: &str) -> StoreResult<()> {
-        self.0.delete(id).await
+    /// `DeleteItem` on condition that the writer is `writer` (`attribute_not_exists(
+    /// writerSessionId)` for none), so a persisting create that took the lease after the
+    /// caller looked keeps its context.
+    async fn delete(&self, id: &str, writer: Option<&str>) -> StoreResult<bool> {
+        match writer {
+            None => {
+                self.0
+                    .delete_if(
+                        id,
+                        "attribute_not_exists(writerSessionId)",
+                        Default::default(),
+                    )
+                    .await
+            }
+            Some(w) => {
+                let values = [(":w".to_owned(), s(w))].into();
+                self.0.delete_if(id, "writerSessionId = :w", values).await
+            }
+        }
     }
 
     /// `UpdateItem SET writerSessionId = :sid` on condition that the context exists and has no

@@ -5,7 +5,9 @@
 //!   queue of claims (`<data>/claims`, [`DirQueue`]) with SQS's semantics — each claim taken by
 //!   exactly one controller; a claim whose controller exits before READY is put back for
 //!   another. A new controller is started whenever fewer than N are idle.
-//! - [`LocalLauncher`] (`--pool 0`): one controller started per session, as `RunTask` does.
+//! - [`LocalLauncher`] (`--pool 0`): one controller started per session, as `RunTask` does;
+//!   the pool starts one so too for a session beyond its project's share of the pool
+//!   (`serve --pool-share`).
 //!
 //! When a controller exits, a session it served that has no terminal status is marked FAILED,
 //! and every session it served gets `endedAt` and gives back its slot and context lease — as
@@ -260,28 +262,25 @@ async fn remove_profile(dir: &Path) {
     warn!(dir = %dir.display(), "a controller's profile could not be removed");
 }
 
-/// One controller per session (`--pool 0`).
-pub struct LocalLauncher(pub Controllers);
-
-#[async_trait]
-impl Launcher for LocalLauncher {
-    async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
-        let ctl = &self.0;
-        let profile = ctl.data_dir.join("profiles").join(&spec.session_id);
-        let mut cmd = ctl.command(&profile);
+impl Controllers {
+    /// Starts a controller for `spec`'s session alone (`--pool 0`, or a session beyond its
+    /// project's share of the pool), named by the session id; its handle `local:<pid>`.
+    async fn run_session(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
+        let profile = self.data_dir.join("profiles").join(&spec.session_id);
+        let mut cmd = self.command(&profile);
         cmd.env(task_env::SESSION_ID, &spec.session_id)
             .env(task_env::PROJECT_ID, &spec.project_id);
         if let Some((context_id, key, persist)) = &spec.context {
             cmd.env(task_env::CONTEXT_ID, context_id)
-                .env(task_env::CONTEXTS_DIR, ctl.data_dir.join("contexts"))
+                .env(task_env::CONTEXTS_DIR, self.data_dir.join("contexts"))
                 .env(task_env::CONTEXT_S3_KEY, key)
                 .env(task_env::CONTEXT_PERSIST, persist.to_string());
         }
         for (k, v) in &spec.env {
             cmd.env(k, v);
         }
-        let (exit_ctl, id) = (ctl.clone(), spec.session_id.clone());
-        let pid = ctl.spawn(&spec.session_id, cmd, move |how| {
+        let (exit_ctl, id) = (self.clone(), spec.session_id.clone());
+        let pid = self.spawn(&spec.session_id, cmd, move |how| {
             Box::pin(async move {
                 let _ = tokio::fs::remove_dir_all(&profile).await;
                 exit_ctl.record_exit(&id, &how).await;
@@ -289,6 +288,16 @@ impl Launcher for LocalLauncher {
         })?;
         info!(session.id = %spec.session_id, pid, "controller started");
         Ok(Some(format!("local:{pid}")))
+    }
+}
+
+/// One controller per session (`--pool 0`).
+pub struct LocalLauncher(pub Controllers);
+
+#[async_trait]
+impl Launcher for LocalLauncher {
+    async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
+        self.0.run_session(spec).await
     }
 
     async fn stop(&self, session_id: &str, _task_arn: Option<&str>) -> StoreResult<()> {
@@ -452,8 +461,12 @@ impl LocalPool {
 
 #[async_trait]
 impl Launcher for LocalPool {
-    /// Sends the claim; an idle controller takes it (no task name until READY).
+    /// Sends the claim; an idle controller takes it (no task name until READY). A cold
+    /// session (beyond its project's share) gets a controller of its own instead.
     async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
+        if spec.cold {
+            return self.ctl.run_session(spec).await;
+        }
         let queue = self.queue.clone();
         let claim = spec.claim();
         tokio::task::spawn_blocking(move || queue.send(&claim))
@@ -464,7 +477,8 @@ impl Launcher for LocalPool {
     }
 
     /// SIGTERM to the controller that wrote READY (its name is the task ARN), or that holds the
-    /// claim; a claim nobody took yet is dropped by the controller that takes it.
+    /// claim, or that runs for this session alone (a cold one); a claim nobody took yet is
+    /// dropped by the controller that takes it.
     async fn stop(&self, session_id: &str, task_arn: Option<&str>) -> StoreResult<()> {
         let owner = task_arn
             .filter(|n| {
@@ -475,9 +489,10 @@ impl Launcher for LocalPool {
             })
             .map(str::to_owned)
             .or_else(|| self.serving(session_id));
-        if let Some(owner) = owner {
-            self.ctl.signal(&owner);
-        }
+        match owner {
+            Some(owner) => self.ctl.signal(&owner),
+            None => self.ctl.signal(session_id),
+        };
         Ok(())
     }
 }
