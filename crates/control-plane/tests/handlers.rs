@@ -373,6 +373,14 @@ impl Harness {
         self.post("/v1/sessions", body).await
     }
 
+    /// `POST /v1/sessions` with `body` and `KEY_A`, for its project `project`
+    /// (`x-wc-project-id`).
+    async fn create_in(&self, project: &str, body: &str) -> (StatusCode, Value) {
+        let headers = [("x-wc-api-key", KEY_A), ("x-wc-project-id", project)];
+        self.call_with(Method::POST, "/v1/sessions", &headers, Some(body))
+            .await
+    }
+
     /// `n` creates with `body` sent at once; their answers in order.
     async fn create_at_once(&self, n: usize, body: &str) -> Vec<(StatusCode, Value)> {
         futures_util::future::join_all(
@@ -652,14 +660,7 @@ async fn inactive_project_is_403() {
 #[tokio::test]
 async fn project_header_selects_one_of_the_keys_projects() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
-    let (status, body) = h
-        .call_with(
-            Method::POST,
-            "/v1/sessions",
-            &[("x-wc-api-key", KEY_A), ("x-wc-project-id", PROJ_B)],
-            Some("{}"),
-        )
-        .await;
+    let (status, body) = h.create_in(PROJ_B, "{}").await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(body["projectId"], PROJ_B);
     // proj_b's own defaultTimeout applies.
@@ -1963,13 +1964,18 @@ async fn delete_context_in_use_is_409() {
         "ctx_mine",
         false,
     ));
+    deleting_ctx_mine_is_refused_for(&h, "sess_user").await;
+}
+
+/// `DELETE /v1/contexts/ctx_mine` answers 409 naming session `user`; record and archive stay.
+async fn deleting_ctx_mine_is_refused_for(h: &Harness, user: &str) {
     let r = h
         .call(Method::DELETE, "/v1/contexts/ctx_mine", Some(KEY_A), None)
         .await;
     assert_error(
         &r,
         StatusCode::CONFLICT,
-        &["context ctx_mine is in use by session sess_user"],
+        &[&format!("context ctx_mine is in use by session {user}")],
     );
     assert!(h.contexts.0.lock().unwrap().contains_key("ctx_mine"));
     assert!(h.archives.0.lock().unwrap().is_empty());
@@ -1989,16 +1995,7 @@ async fn delete_context_spares_a_persisting_create_between_its_lease_and_its_ite
         .get_mut("ctx_mine")
         .unwrap()
         .writer_session_id = Some(writer.clone());
-    let r = h
-        .call(Method::DELETE, "/v1/contexts/ctx_mine", Some(KEY_A), None)
-        .await;
-    assert_error(
-        &r,
-        StatusCode::CONFLICT,
-        &[&format!("context ctx_mine is in use by session {writer}")],
-    );
-    assert!(h.contexts.0.lock().unwrap().contains_key("ctx_mine"));
-    assert!(h.archives.0.lock().unwrap().is_empty());
+    deleting_ctx_mine_is_refused_for(&h, &writer).await;
 }
 
 /// The launch choice under a share of the warm pool: of two simultaneous creates of a project
@@ -2027,14 +2024,7 @@ async fn sessions_beyond_a_projects_share_of_the_warm_pool_start_cold() {
     let mut got = cold(PROJ_A);
     got.sort();
     assert_eq!(got, [false, true], "one warm, one cold");
-    let (status, v) = h
-        .call_with(
-            Method::POST,
-            "/v1/sessions",
-            &[("x-wc-api-key", KEY_A), ("x-wc-project-id", PROJ_B)],
-            Some("{}"),
-        )
-        .await;
+    let (status, v) = h.create_in(PROJ_B, "{}").await;
     assert_eq!(status, StatusCode::CREATED, "{v}");
     assert_eq!(cold(PROJ_B), [false], "another project still goes warm");
     for (_, v) in &answers {

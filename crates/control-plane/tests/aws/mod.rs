@@ -332,7 +332,10 @@ async fn a_context_upload_url_takes_a_put_into_the_bucket_and_sessions_get_the_c
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{busy}");
     let (sessions, _, _) = f.stores();
-    assert_eq!(sessions.on_context(&ctx).await.unwrap(), [id.clone()]);
+    assert_eq!(
+        sessions.on_context(&ctx).await.unwrap(),
+        std::slice::from_ref(&id)
+    );
     let at = wallcrawler_contract::time::now_iso8601();
     f.task_stopped(&stopped_event(&arn, Some(&id), None), &at)
         .await;
@@ -379,7 +382,10 @@ async fn deleting_a_context_finds_live_sessions_by_its_index_and_spares_a_writer
         ended: true,
     };
     sessions.mark_terminal(ended, stop, &at).await.unwrap();
-    assert_eq!(sessions.on_context(&ctx).await.unwrap(), [live.clone()]);
+    assert_eq!(
+        sessions.on_context(&ctx).await.unwrap(),
+        std::slice::from_ref(live)
+    );
     let path = format!("/v1/contexts/{ctx}");
     let (status, busy) = f.call(Method::DELETE, &path, None).await;
     assert_eq!(status, StatusCode::CONFLICT, "{busy}");
@@ -414,6 +420,66 @@ async fn deleting_a_context_finds_live_sessions_by_its_index_and_spares_a_writer
     assert_eq!(status, StatusCode::NO_CONTENT, "{gone}");
     let (status, _) = f.call(Method::GET, &path, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// Pool mode with a project share of 1: the project's first session is a claim on the pool's
+/// queue (no task started for it); its second, beyond the share, is a task of its own —
+/// `RunTask` of the pool's task definition in single-session mode (`SESSION_ID` set,
+/// `POOL_QUEUE_URL` and, without a context, `CONTEXTS_BUCKET_NAME` overridden empty), its ARN on
+/// the item, stopped by its release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_pool_mode_a_session_beyond_its_projects_share_gets_a_task_of_its_own() {
+    let sqs = aws_sdk_sqs::Client::new(&sdk().await);
+    let queue = sqs
+        .create_queue()
+        .queue_name(wallcrawler_testkit::unique("pool"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_owned();
+    let env = vec![
+        ("POOL_QUEUE_URL", queue.clone()),
+        ("POOL_PROJECT_SHARE", "1".to_owned()),
+    ];
+    let f = Fixture::with_env(1, env).await;
+    let (status, warm) = f.create(json!({})).await;
+    assert_eq!(status, StatusCode::CREATED, "{warm}");
+    let warm_id = warm["id"].as_str().unwrap();
+    assert_eq!(text(&f.item(warm_id).await, "ecsTaskArn"), None, "a claim");
+    let claims = || async {
+        let out = sqs
+            .receive_message()
+            .queue_url(&queue)
+            .max_number_of_messages(10)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .unwrap();
+        out.messages()
+            .iter()
+            .map(|m| m.body().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let sent = claims().await;
+    assert!(sent.len() == 1 && sent[0].contains(warm_id), "{sent:?}");
+
+    let (status, cold) = f.create(json!({})).await;
+    assert_eq!(status, StatusCode::CREATED, "{cold}");
+    let cold_id = cold["id"].as_str().unwrap();
+    let arn = text(&f.item(cold_id).await, "ecsTaskArn").expect("its own task's ARN");
+    let task = f.task(&arn).await;
+    assert_eq!(task.started_by(), Some(cold_id));
+    let env = task_env(&task);
+    assert_eq!(env["SESSION_ID"], cold_id);
+    assert_eq!(env["POOL_QUEUE_URL"], "", "single-session mode");
+    assert_eq!(env["CONTEXTS_BUCKET_NAME"], "", "no context");
+    let sent = claims().await;
+    assert!(sent.iter().all(|c| !c.contains(cold_id)), "{sent:?}");
+    let (status, v) = f.release(cold_id).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(f.task(&arn).await.desired_status(), Some("STOPPED"));
 }
 
 // ---------------------------------------------------------------------------------------------
