@@ -467,6 +467,26 @@ mod tests {
     }
 
     #[test]
+    fn a_projects_share_of_the_pool_is_a_whole_number_and_0_or_unset_is_none() {
+        let share = |v: Option<&'static str>| {
+            let mut pairs = FULL.to_vec();
+            pairs.extend(v.map(|v| ("POOL_PROJECT_SHARE", v)));
+            Config::from_source(&source(&pairs))
+        };
+        assert_eq!(share(None).unwrap().pool_share, None);
+        assert_eq!(share(Some("0")).unwrap().pool_share, None);
+        assert_eq!(share(Some("3")).unwrap().pool_share, Some(3));
+        let e = share(Some("-1")).unwrap_err();
+        assert_eq!(
+            e.0,
+            ["POOL_PROJECT_SHARE must be a whole number of warm tasks (0 = no share)"]
+        );
+        let sdk = aws_config::SdkConfig::builder().build();
+        let app = build_app(&sdk, &share(Some("3")).unwrap());
+        assert_eq!(app.settings.pool_share, Some(3));
+    }
+
+    #[test]
     fn the_controller_gets_its_context_only_with_one() {
         let c = Config::from_source(&source(&FULL)).unwrap();
         let mut spec = LaunchSpec {
