@@ -186,15 +186,17 @@ pub fn release_writer_of(
     }
 }
 
-/// Removes context `id` if its writer lease is `writer` (`None`: it has none); whether the
-/// condition held (also when there is no such context).
+/// Removes context `id` if it has no writer, or its writer is `writer` (one seen to have
+/// ended); whether the condition held (also when there is no such context).
 pub fn delete_context_of(
     contexts: &mut BTreeMap<String, ContextRecord>,
     id: &str,
     writer: Option<&str>,
 ) -> bool {
     match contexts.get(id) {
-        Some(c) if c.writer_session_id.as_deref() != writer => false,
+        Some(c) if c.writer_session_id.is_some() && c.writer_session_id.as_deref() != writer => {
+            false
+        }
         Some(_) => contexts.remove(id).is_some(),
         None => true,
     }

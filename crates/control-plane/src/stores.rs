@@ -249,10 +249,9 @@ pub trait ContextStore: Send + Sync {
     async fn get(&self, id: &str) -> StoreResult<Option<ContextRecord>>;
     /// Sets the context's `updatedAt` to `at` (nothing when there is no such context).
     async fn touch(&self, id: &str, at: &str) -> StoreResult<()>;
-    /// Removes the context record on condition that its writer lease is `writer`: `None`, no
-    /// writer; `Some(w)`, the writer `w` (one seen to have ended). `false`, and nothing
-    /// removed, when the condition fails (a session took the lease meanwhile); `true` also
-    /// when there was no record.
+    /// Removes the context record on condition that it has no writer, or that its writer is
+    /// `writer` (one seen to have ended). `false`, and nothing removed, when the condition
+    /// fails (a session took the lease meanwhile); `true` also when there was no record.
     async fn delete(&self, id: &str, writer: Option<&str>) -> StoreResult<bool>;
     /// Makes `session_id` the context's writer (`writerSessionId`), on condition that there is
     /// none, that it is this session already, or that it is `replacing` (a writer seen to have

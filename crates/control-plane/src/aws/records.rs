@@ -79,23 +79,17 @@ impl ContextStore for DynamoContexts {
         self.0.set_if_exists(id, "updatedAt", at).await.map(drop)
     }
 
-    /// `DeleteItem` on condition that the writer is `writer` (`attribute_not_exists(
-    /// writerSessionId)` for none), so a persisting create that took the lease after the
-    /// caller looked keeps its context.
+    /// `DeleteItem` on condition that there is no writer (`attribute_not_exists(
+    /// writerSessionId)`) or it is `writer`, so a persisting create that took the lease after
+    /// the caller looked keeps its context.
     async fn delete(&self, id: &str, writer: Option<&str>) -> StoreResult<bool> {
+        const FREE: &str = "attribute_not_exists(writerSessionId)";
         match writer {
-            None => {
-                self.0
-                    .delete_if(
-                        id,
-                        "attribute_not_exists(writerSessionId)",
-                        Default::default(),
-                    )
-                    .await
-            }
+            None => self.0.delete_if(id, FREE, Default::default()).await,
             Some(w) => {
                 let values = [(":w".to_owned(), s(w))].into();
-                self.0.delete_if(id, "writerSessionId = :w", values).await
+                let cond = format!("{FREE} OR writerSessionId = :w");
+                self.0.delete_if(id, &cond, values).await
             }
         }
     }

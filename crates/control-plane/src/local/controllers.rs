@@ -48,6 +48,10 @@ pub const PASSED_THROUGH: [&str; 5] = [
 /// cores): see the README's figures. `BACKGROUND_NICE` in `serve`'s environment overrides it.
 const BACKGROUND_NICE: &str = "19";
 
+/// How pool controllers' names start (`pool-<serve's pid>-<n>`); a controller started for one
+/// session is named by the session's id (`sess_…`).
+const POOL_NAME: &str = "pool-";
+
 /// How often the pool looks for claimed controllers to replace.
 const POOL_TICK: Duration = Duration::from_millis(10);
 
@@ -291,6 +295,15 @@ impl Controllers {
     }
 }
 
+/// How many of the running controllers `names` are the pool's and idle (not `busy`): a
+/// controller started for one session (beyond its project's share) is never idle for the pool.
+fn idle_pool_controllers(names: &[String], busy: impl Fn(&str) -> bool) -> usize {
+    names
+        .iter()
+        .filter(|n| n.starts_with(POOL_NAME) && !busy(n))
+        .count()
+}
+
 /// One controller per session (`--pool 0`).
 pub struct LocalLauncher(pub Controllers);
 
@@ -367,19 +380,14 @@ impl LocalPool {
 
     /// Starts one controller when fewer than `size` are idle (not backing off).
     fn fill(self: &Arc<Self>) {
-        let idle = self
-            .ctl
-            .names()
-            .iter()
-            .filter(|n| !self.queue.busy(n))
-            .count();
+        let idle = idle_pool_controllers(&self.ctl.names(), |n| self.queue.busy(n));
         if idle >= self.size
             || Instant::now() < self.backoff.lock().expect("not poisoned").not_before
         {
             return;
         }
         let name = format!(
-            "pool-{}-{}",
+            "{POOL_NAME}{}-{}",
             std::process::id(),
             self.next.fetch_add(1, Ordering::Relaxed)
         );
@@ -494,5 +502,19 @@ impl Launcher for LocalPool {
             None => self.ctl.signal(session_id),
         };
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sessions_own_controller_is_never_idle_for_the_pool() {
+        let names: Vec<String> = ["pool-7-1", "pool-7-2", "sess_0193"]
+            .map(String::from)
+            .into();
+        assert_eq!(idle_pool_controllers(&names, |_| false), 2);
+        assert_eq!(idle_pool_controllers(&names, |n| n == "pool-7-1"), 1);
     }
 }
