@@ -262,9 +262,11 @@ def check_mode(t, mode):
         s.get("TimeToLiveSpecification") == {"AttributeName": "expiresAt", "Enabled": True},
         "SessionsTable: TTL on expiresAt",
     )
+    # A stream's images would hold every session's token (signingKey) for 24 h: none, or
+    # keys only if something ever needs one.
     check(
-        s.get("StreamSpecification", {}).get("StreamViewType") == "NEW_AND_OLD_IMAGES",
-        "SessionsTable: stream NEW_AND_OLD_IMAGES",
+        s.get("StreamSpecification", {}).get("StreamViewType", "KEYS_ONLY") == "KEYS_ONLY",
+        "SessionsTable: no stream carrying tokens (none, or KEYS_ONLY)",
     )
     attrs = {a["AttributeName"]: a["AttributeType"] for a in s["AttributeDefinitions"]}
     check(attrs.get("expiresAt") == "N", "SessionsTable: expiresAt is a number")
@@ -298,8 +300,15 @@ def check_mode(t, mode):
         and g.get("Projection") == {"ProjectionType": "KEYS_ONLY"},
         "SessionsTable: ecsTaskArn-index (ecsTaskArn; KEYS_ONLY)",
     )
+    g = gsis.get("contextId-index", {})
+    check(
+        g.get("KeySchema") == [{"AttributeName": "contextId", "KeyType": "HASH"}]
+        and g.get("Projection") == {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["endedAt"]}
+        and attrs.get("contextId") == "S",
+        "SessionsTable: contextId-index (contextId; INCLUDE endedAt only: no token)",
+    )
     src = sources(*CONTROL_PLANE_AWS)
-    for const in ("PROJECT_INDEX", "TASK_INDEX"):
+    for const in ("PROJECT_INDEX", "TASK_INDEX", "CONTEXT_INDEX"):
         m = re.search(const + r': &str = "([^"]+)"', src)
         check(m and m.group(1) in gsis, f"SessionsTable: has the index the code queries ({const})")
     k = {g["IndexName"]: g for g in props(t, "ApiKeysTable").get("GlobalSecondaryIndexes", [])}
@@ -453,13 +462,13 @@ def check_mode(t, mode):
         ("dynamodb:PutItem", "SessionsTable"),
         ("dynamodb:GetItem", "SessionsTable"),
         ("dynamodb:UpdateItem", "SessionsTable"),
-        ("dynamodb:Scan", "SessionsTable"),
         ("dynamodb:Query", "SessionsTable"),
         ("dynamodb:GetItem", "ProjectsTable"),
         ("dynamodb:PutItem", "SlotsTable"),
         ("dynamodb:UpdateItem", "SlotsTable"),
         ("dynamodb:DeleteItem", "SlotsTable"),
         ("dynamodb:Query", "SlotsTable"),
+        ("dynamodb:GetItem", "SlotsTable"),
         ("dynamodb:GetItem", "ApiKeysTable"),
         ("dynamodb:PutItem", "ContextsTable"),
         ("dynamodb:GetItem", "ContextsTable"),
@@ -477,6 +486,29 @@ def check_mode(t, mode):
     ]:
         needs("ApiFunctionRole", a, res)
     check(api <= actions(t, "ApiFunctionRole"), f"ApiFunctionRole: every call of the control plane ({sorted(api - actions(t, 'ApiFunctionRole'))})")
+    # A tenant's DELETE /v1/contexts/{id} once ran a Scan of the whole sessions table: the API
+    # reads by key and through indexes only, and queries the sessions table's indexes alone.
+    check(
+        "dynamodb:Scan" not in api and not any(a in ("dynamodb:Scan", "dynamodb:*", "*") for a in actions(t, "ApiFunctionRole")),
+        "ApiFunctionRole: no dynamodb:Scan (and the code calls none)",
+    )
+    session_queries = [
+        r
+        for st in statements(t, "ApiFunctionRole")
+        if "dynamodb:Query" in as_list(st["Action"])
+        for r in as_list(st["Resource"])
+        if "SessionsTable" in ref_names(r)
+    ]
+    check(
+        session_queries
+        and all(isinstance(r, dict) and "/index/" in str(r.get("Fn::Sub", "")) for r in session_queries)
+        and any("/index/contextId-index" in str(r.get("Fn::Sub", "")) for r in session_queries),
+        "ApiFunctionRole: dynamodb:Query on the sessions table's indexes only, contextId-index among them",
+    )
+    check(
+        props(t, "ApiFunction")["Environment"]["Variables"].get("POOL_PROJECT_SHARE") == {"Ref": "PoolProjectShare"},
+        "ApiFunction: POOL_PROJECT_SHARE = PoolProjectShare (a project's share of the warm pool)",
+    )
     for tbl in ("ApiKeysTable", "ProjectsTable"):
         needs("AuthorizerFunctionRole", "dynamodb:GetItem", tbl)
     for tbl in ("SessionsTable", "ContextsTable", "SlotsTable"):

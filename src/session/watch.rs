@@ -55,7 +55,10 @@ mod tests {
     use wallcrawler_contract::InternalStatus;
 
     use super::*;
-    use crate::stores::{ReadyResult, ReadyUpdate, SessionRecord, StoreError, TerminalUpdate};
+    use crate::stores::{
+        EndedUpdate, ReadyResult, ReadyUpdate, SessionRecord, StoreError, Take, TakeResult,
+        TerminalUpdate,
+    };
 
     /// Answers each read with the next of its answers (the last one for ever after).
     struct Script(Mutex<Vec<Result<Option<InternalStatus>, ()>>>);
@@ -87,7 +90,16 @@ mod tests {
         async fn mark_terminal(&self, _: &str, _: &TerminalUpdate<'_>) -> Result<bool, StoreError> {
             unreachable!("the watch only reads")
         }
-        async fn mark_ended(&self, _: &str, _: u64, _: &str) -> Result<(), StoreError> {
+        async fn take(&self, _: &str, _: &Take<'_>) -> Result<TakeResult, StoreError> {
+            unreachable!("the watch only reads")
+        }
+        async fn keep_owner(&self, _: &str, _: &str, _: u64) -> Result<bool, StoreError> {
+            unreachable!("the watch only reads")
+        }
+        async fn give_up(&self, _: &str, _: &str) -> Result<bool, StoreError> {
+            unreachable!("the watch only reads")
+        }
+        async fn mark_ended(&self, _: &str, _: &EndedUpdate<'_>) -> Result<bool, StoreError> {
             unreachable!("the watch only reads")
         }
         async fn end_unserved(&self, _: &str, _: u64, _: &str) -> Result<bool, StoreError> {

@@ -18,7 +18,7 @@
 //! its own role's credentials only (see its comment for what moto cannot enforce).
 
 use aws_sdk_dynamodb::config::Credentials;
-use wallcrawler_control_plane::aws::PROJECT_INDEX;
+use wallcrawler_control_plane::aws::{CONTEXT_INDEX, PROJECT_INDEX};
 use wallcrawler_testkit::platform::{aws_env_as, s3};
 use wallcrawler_testkit::{Moto, dummy_credentials, moto};
 
@@ -256,6 +256,8 @@ fn api_vars(stack: &Stack) -> HashMap<&'static str, String> {
         // The claim deadlines (Step 10; the control plane's code for them is merged separately).
         "CLAIM_WAIT_SECONDS",
         "CLAIM_WAIT_MAX_SECONDS",
+        // A project's share of the warm pool (Step 11).
+        "POOL_PROJECT_SHARE",
     ];
     stack
         .api_env
@@ -403,12 +405,14 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
         .collect();
     assert!(indexes.contains(&PROJECT_INDEX), "{indexes:?}");
     assert!(indexes.contains(&"status-expiresAt-index"), "{indexes:?}");
-    assert_eq!(
+    assert!(indexes.contains(&CONTEXT_INDEX), "{indexes:?}");
+    // No stream: its images would keep every session's token for 24 h.
+    assert!(
         table
             .stream_specification()
-            .and_then(|s| s.stream_view_type())
-            .map(|v| v.as_str()),
-        Some("NEW_AND_OLD_IMAGES")
+            .is_none_or(|s| !s.stream_enabled()),
+        "{:?}",
+        table.stream_specification()
     );
     let sqs = aws_sdk_sqs::Client::new(&f.sdk);
     let queue = out("ClaimsQueueUrl");
@@ -572,6 +576,8 @@ async fn stack_in_direct_mode_serves_a_session_at_the_tasks_address() {
 /// own policies, and of an IAM user allowed everything (for the test's own checks).
 struct Limited {
     roles: HashMap<String, Credentials>,
+    /// Each principal's role (its physical name).
+    role_names: HashMap<String, String>,
     admin: Credentials,
     /// What was changed for moto, to be said in the test's output.
     widened: Vec<String>,
@@ -622,9 +628,40 @@ async fn limited_to_roles(
             .iter()
             .map(|(label, c)| (label.clone(), creds(c)))
             .collect(),
+        role_names: v["principals"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(label, c)| (label.clone(), c["role"].as_str().unwrap().to_owned()))
+            .collect(),
         admin: creds(&v["admin"]),
         widened: serde_json::from_value(v["widened"].clone()).unwrap(),
     }
+}
+
+/// `role`'s inline policies as moto holds them (while it enforces nothing: the query is
+/// unsigned): the `GetRolePolicy` answers, whose documents IAM may URL-encode.
+async fn role_policies(moto: &Moto, role: &str) -> String {
+    let list = query(
+        &moto.endpoint,
+        "iam",
+        "2010-05-08",
+        &format!("Action=ListRolePolicies&RoleName={role}"),
+    )
+    .await;
+    let mut out = String::new();
+    for name in list.split("<member>").skip(1) {
+        let name = name.split("</member>").next().unwrap();
+        let doc = query(
+            &moto.endpoint,
+            "iam",
+            "2010-05-08",
+            &format!("Action=GetRolePolicy&RoleName={role}&PolicyName={name}"),
+        )
+        .await;
+        out.push_str(&doc);
+    }
+    out
 }
 
 /// From now on every request to `moto` is authenticated and authorised by its IAM policies.
@@ -667,6 +704,19 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
     )
     .await;
     eprintln!("changed for moto's IAM: {:#?}", limited.widened);
+    // The API's role reads sessions by key and through indexes only: no Scan (a tenant's
+    // DELETE /v1/contexts/{id} once scanned the whole table). Deleting a context below works
+    // with this role.
+    let api_policies = role_policies(&moto, &limited.role_names["api"]).await;
+    let names = |action: &str| {
+        api_policies.contains(&format!("dynamodb:{action}"))
+            || api_policies.contains(&format!("dynamodb%3A{action}"))
+    };
+    assert!(names("Query"), "the API role's policies: {api_policies}");
+    assert!(
+        !names("Scan"),
+        "the API role grants no Scan: {api_policies}"
+    );
     enforce_iam(&moto).await;
     let refused = aws_sdk_dynamodb::Client::new(&setup)
         .get_item()
@@ -711,6 +761,12 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
         .await;
     assert_eq!(ready["message"], "claimed session READY", "{}", task.text());
     drive(&connect_url(&v)).await;
+    // The context is in use: its live session is found through the contextId index, with the
+    // API role's own permissions.
+    let context_path = format!("/v1/contexts/{ctx}");
+    let (status, busy) = pool.f.call(Method::DELETE, &context_path, None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{busy}");
+    assert!(busy["message"].as_str().unwrap().contains(&id), "{busy}");
     pool.released_and_ended(&mut task, &id).await;
     assert_eq!(task.events("profile saved").len(), 1, "{}", task.text());
     let archive = s3(&pool.f.sdk)
@@ -729,4 +785,9 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
         (0, 0),
         "nothing dead-lettered"
     );
+    // Its session ended: the context and its archive go.
+    let (status, gone) = pool.f.call(Method::DELETE, &context_path, None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{gone}");
+    let (status, _) = pool.f.call(Method::GET, &context_path, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }

@@ -261,6 +261,7 @@ def run(dist: Path, admin_binary: str) -> None:
                 args["AttributeDefinitions"] += [
                     {"AttributeName": "status", "AttributeType": "S"},
                     {"AttributeName": "expiresAt", "AttributeType": "N"},
+                    {"AttributeName": "contextId", "AttributeType": "S"},
                 ]
                 args["GlobalSecondaryIndexes"] = [{
                     "IndexName": "projectId-createdAt-index",
@@ -272,6 +273,11 @@ def run(dist: Path, admin_binary: str) -> None:
                     "KeySchema": [{"AttributeName": "status", "KeyType": "HASH"},
                                   {"AttributeName": "expiresAt", "KeyType": "RANGE"}],
                     "Projection": {"ProjectionType": "KEYS_ONLY"},
+                }, {
+                    # DELETE /v1/contexts/{id} queries it (the template's contextId-index).
+                    "IndexName": "contextId-index",
+                    "KeySchema": [{"AttributeName": "contextId", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["endedAt"]},
                 }]
             dynamo.create_table(**args)
         # Projects' concurrency slots: a counter and one item per holder (the template's SlotsTable).

@@ -35,6 +35,11 @@ pub struct Settings {
     /// `CLAIM_WAIT_SECONDS` and `CLAIM_WAIT_MAX_SECONDS`: a new session's `claimDeadline`, and
     /// how far a client's polls move it.
     pub claim_wait: wallcrawler_contract::claim::ClaimWait,
+    /// The most warm-pool browsers one project takes at once (`POOL_PROJECT_SHARE`, `serve
+    /// --pool-share`): a create whose project then holds more slots than this starts a
+    /// controller of its own (cold) instead of taking a warm one, so other projects keep
+    /// finding warm ones. `None`: no share (one project may take every warm browser).
+    pub pool_share: Option<u64>,
 }
 
 impl Default for Settings {
@@ -48,6 +53,7 @@ impl Default for Settings {
             connect_base: None,
             connect_ca: None,
             claim_wait: Default::default(),
+            pool_share: None,
         }
     }
 }

@@ -138,14 +138,31 @@ impl NewSession {
     }
 }
 
-/// Everything between taking the slot and the task's start: the token, the item (CREATING)
-/// and the launch. On failure the caller gives slot and lease back.
+/// Whether a new session, its slot taken, is beyond its project's share of the warm pool
+/// (`pool_share`): the project then holds more slots than the share. Read after the take and
+/// strongly consistently, so of simultaneous creates the k-th reads at least k: at most
+/// `share` of them go warm. (Every active session counts, warm or cold: see docs/capacity.md.)
+async fn beyond_share(app: &App, project_id: &str) -> Result<bool, ApiError> {
+    let Some(share) = app.settings.pool_share else {
+        return Ok(false);
+    };
+    let held = app.slots.held(project_id).await?;
+    if held > share {
+        info!(project.id = %project_id, held, share, "beyond the project's share of the warm pool; the session gets a controller of its own");
+    }
+    Ok(held > share)
+}
+
+/// Everything between taking the slot and the task's start: the launch choice (warm or cold),
+/// the token, the item (CREATING) and the launch. On failure the caller gives slot and lease
+/// back.
 async fn start_session(
     app: &App,
     p: &Principal,
     new: NewSession,
     id: &str,
 ) -> Result<(SessionDoc, Option<String>), ApiError> {
+    let cold = beyond_share(app, p.project_id()).await?;
     let token = app
         .signer
         .sign(Claims::new(id, p.project_id(), app.now_secs(), new.timeout))
@@ -168,6 +185,7 @@ async fn start_session(
         project_id: p.project_id().to_owned(),
         context,
         env: Vec::new(),
+        cold,
     };
     match app.launcher.launch(spec).await {
         Ok(arn) => Ok((doc, arn)),
@@ -748,24 +766,35 @@ pub async fn update_context(caller: Caller, PathId(id): PathId) -> ApiResult {
     Ok(Json(upload_answer(&app, &c).await?).into_response())
 }
 
-/// `DELETE /v1/contexts/{id}`: refused while a session still uses it.
+/// `DELETE /v1/contexts/{id}`: refused (409) while a session still uses it. The sessions the
+/// context index does not show ended are each read by key (the index lags); a live writer
+/// lease refuses too, and the record's deletion is conditional on the lease as seen here, so
+/// a persisting create that takes it meanwhile (its session maybe not in the index yet) keeps
+/// its context. The archive goes only after the record.
 pub async fn delete_context(caller: Caller, PathId(id): PathId) -> ApiResult {
     let (app, p) = caller.into_parts();
     let c = own_context(&app, &p, &id).await?;
-    if let Some(s) = app
-        .sessions
-        .list_context(&id)
-        .await?
-        .into_iter()
-        .find(|s| s.ended_at.is_none())
+    let in_use = |sid: &str| ApiError::conflict(format!("context {id} is in use by session {sid}"));
+    for sid in app.sessions.on_context(&id).await? {
+        if let Some(s) = app.sessions.get(&sid).await?
+            && s.ended_at.is_none()
+            && s.context_id.as_deref() == Some(id.as_str())
+        {
+            return Err(in_use(&sid));
+        }
+    }
+    let writer = c.writer_session_id.as_deref();
+    if let Some(w) = writer
+        && crate::limits::live_writer(app.sessions.as_ref(), w).await?
     {
+        return Err(in_use(w));
+    }
+    if !app.contexts.delete(&id, writer).await? {
         return Err(ApiError::conflict(format!(
-            "context {id} is in use by session {}",
-            s.session_id
+            "context {id} was taken by a new session while it was being deleted"
         )));
     }
     app.archives.delete(&c.storage_key).await?;
-    app.contexts.delete(&id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -140,7 +140,7 @@ pub async fn take_slot(app: &App, project: &Project, session_id: &str) -> Result
 /// Whether the lease holder is a writer a new session must wait for: a persisting session
 /// that may still be saving the context ([`may_be_saving`]), or one whose create is still in
 /// flight (lease taken, item not written yet). `false` when it has ended or is gone.
-async fn live_writer(
+pub(crate) async fn live_writer(
     sessions: &dyn SessionStore,
     holder: &str,
     now_secs: u64,

@@ -63,8 +63,8 @@ impl SessionStore for MemSessions {
     async fn list_project(&self, project_id: &str, at: PageAt) -> Listing {
         Ok(page_of(self.list_where(|d| d.project_id == project_id), at))
     }
-    async fn list_context(&self, context_id: &str) -> StoreResult<Vec<SessionDoc>> {
-        Ok(self.list_where(|d| d.context_id.as_deref() == Some(context_id)))
+    async fn on_context(&self, context_id: &str) -> Ids {
+        Ok(rules::on_context(self.list_where(|_| true), context_id))
     }
     async fn find_by_task(&self, task_arn: &str) -> StoreResult<Option<String>> {
         Ok(self.with(|m| {

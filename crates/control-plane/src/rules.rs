@@ -186,6 +186,31 @@ pub fn release_writer_of(
     }
 }
 
+/// Removes context `id` if it has no writer, or its writer is `writer` (one seen to have
+/// ended); whether the condition held (also when there is no such context).
+pub fn delete_context_of(
+    contexts: &mut BTreeMap<String, ContextRecord>,
+    id: &str,
+    writer: Option<&str>,
+) -> bool {
+    match contexts.get(id) {
+        Some(c) if c.writer_session_id.is_some() && c.writer_session_id.as_deref() != writer => {
+            false
+        }
+        Some(_) => contexts.remove(id).is_some(),
+        None => true,
+    }
+}
+
+/// The ids of `docs` on context `context_id` without `endedAt`: what DynamoDB's
+/// `contextId-index` answers, for the stores that have no index.
+pub fn on_context(docs: Vec<SessionDoc>, context_id: &str) -> Vec<String> {
+    docs.into_iter()
+        .filter(|d| d.context_id.as_deref() == Some(context_id) && d.ended_at.is_none())
+        .map(|d| d.session_id)
+        .collect()
+}
+
 /// Records in one map, changed under a lock: the memory and local-file stores, whose key,
 /// context and slot stores are the implementations below.
 pub trait LockedMap<V>: Send + Sync {
@@ -211,8 +236,8 @@ impl<M: LockedMap<ContextRecord>> ContextStore for M {
     async fn touch(&self, id: &str, at: &str) -> StoreResult<()> {
         self.modify(|m| touch(m, id, at))
     }
-    async fn delete(&self, id: &str) -> StoreResult<()> {
-        self.modify(|m| m.remove(id)).map(drop)
+    async fn delete(&self, id: &str, writer: Option<&str>) -> StoreResult<bool> {
+        self.modify(|m| delete_context_of(m, id, writer))
     }
     async fn take_writer(
         &self,
@@ -235,5 +260,8 @@ impl<M: LockedMap<Vec<String>>> SlotStore for M {
     }
     async fn give_back(&self, project_id: &str, session_id: &str) -> StoreResult<()> {
         self.modify(|m| give_back_slot(m, project_id, session_id))
+    }
+    async fn held(&self, project_id: &str) -> StoreResult<u64> {
+        self.modify(|m| m.get(project_id).map_or(0, |h| h.len() as u64))
     }
 }

@@ -154,8 +154,12 @@ pub trait SessionStore: Send + Sync {
     /// Up to `limit` of a project's sessions after `after`, oldest first, as the listing index
     /// holds them ([`listed`]: no token, no `connectUrl`), and where the next page starts.
     async fn list_project(&self, project_id: &str, at: PageAt) -> Listing;
-    /// Sessions that use a context.
-    async fn list_context(&self, context_id: &str) -> StoreResult<Vec<SessionDoc>>;
+    /// Ids of the sessions on context `context_id` that its index does not show ended (no
+    /// `endedAt`): DynamoDB's sparse `contextId-index` (`INCLUDE` of `endedAt` only), which is
+    /// eventually consistent, so the caller reads each session by key to decide whether it
+    /// is still live (and a session created a moment ago may be missing: see
+    /// [`ContextStore::delete`]). No scan of the table.
+    async fn on_context(&self, context_id: &str) -> Ids;
     /// The session whose READY named `task_arn` (`ecsTaskArn`), if any: how a stopped pool
     /// task, which carries no session in `startedBy`, is traced back to its session.
     async fn find_by_task(&self, task_arn: &str) -> StoreResult<Option<String>>;
@@ -220,6 +224,9 @@ pub trait SlotStore: Send + Sync {
     async fn take(&self, project_id: &str, session_id: &str, limit: u64) -> StoreResult<Slot>;
     /// Removes `session_id` from the project's set (idempotent).
     async fn give_back(&self, project_id: &str, session_id: &str) -> StoreResult<()>;
+    /// How many slots the project holds (a strongly consistent read): of simultaneous takes,
+    /// the k-th reads at least k afterwards.
+    async fn held(&self, project_id: &str) -> StoreResult<u64>;
 }
 
 /// Outcome of [`ContextStore::take_writer`].
@@ -242,8 +249,10 @@ pub trait ContextStore: Send + Sync {
     async fn get(&self, id: &str) -> StoreResult<Option<ContextRecord>>;
     /// Sets the context's `updatedAt` to `at` (nothing when there is no such context).
     async fn touch(&self, id: &str, at: &str) -> StoreResult<()>;
-    /// Removes the context record (idempotent).
-    async fn delete(&self, id: &str) -> StoreResult<()>;
+    /// Removes the context record on condition that it has no writer, or that its writer is
+    /// `writer` (one seen to have ended). `false`, and nothing removed, when the condition
+    /// fails (a session took the lease meanwhile); `true` also when there was no record.
+    async fn delete(&self, id: &str, writer: Option<&str>) -> StoreResult<bool>;
     /// Makes `session_id` the context's writer (`writerSessionId`), on condition that there is
     /// none, that it is this session already, or that it is `replacing` (a writer seen to have
     /// ended).
@@ -273,6 +282,10 @@ pub struct LaunchSpec {
     pub context: Option<(String, String, bool)>,
     /// Extra variables (keep-alive/expiry are in the session item).
     pub env: Vec<(String, String)>,
+    /// Start a controller of its own for this session (a cold start) even where the launcher
+    /// keeps a warm pool: its project is beyond its share of the pool (`pool_share`).
+    /// Launchers without a pool start one per session anyway.
+    pub cold: bool,
 }
 
 impl LaunchSpec {

@@ -122,10 +122,10 @@ impl SessionStore for Yielding {
         tokio::task::yield_now().await;
         self.inner.list_project(p, at).await
     }
-    async fn list_context(&self, c: &str) -> StoreResult<Vec<SessionDoc>> {
+    async fn on_context(&self, c: &str) -> Ids {
         self.listings.by_context.fetch_add(1, Ordering::SeqCst);
         tokio::task::yield_now().await;
-        self.inner.list_context(c).await
+        self.inner.on_context(c).await
     }
     async fn find_by_task(&self, t: &str) -> StoreResult<Option<String>> {
         self.inner.find_by_task(t).await
@@ -184,7 +184,7 @@ impl Clock for TestClock {
 struct Harness {
     router: Router,
     sessions: MemSessions,
-    /// How often the handlers listed sessions (project GSI query, context Scan).
+    /// How often the handlers listed sessions (project GSI query, context GSI query).
     listings: Arc<Listings>,
     /// Writes a test interleaves with the handlers' own.
     interleaving: Arc<Interleaving>,
@@ -411,6 +411,14 @@ impl Harness {
     /// `POST /v1/sessions` with `body` and `KEY_A`.
     async fn create(&self, body: &str) -> (StatusCode, Value) {
         self.post("/v1/sessions", body).await
+    }
+
+    /// `POST /v1/sessions` with `body` and `KEY_A`, for its project `project`
+    /// (`x-wc-project-id`).
+    async fn create_in(&self, project: &str, body: &str) -> (StatusCode, Value) {
+        let headers = [("x-wc-api-key", KEY_A), ("x-wc-project-id", project)];
+        self.call_with(Method::POST, "/v1/sessions", &headers, Some(body))
+            .await
     }
 
     /// `n` creates with `body` sent at once; their answers in order.
@@ -697,14 +705,7 @@ async fn inactive_project_is_403() {
 #[tokio::test]
 async fn project_header_selects_one_of_the_keys_projects() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
-    let (status, body) = h
-        .call_with(
-            Method::POST,
-            "/v1/sessions",
-            &[("x-wc-api-key", KEY_A), ("x-wc-project-id", PROJ_B)],
-            Some("{}"),
-        )
-        .await;
+    let (status, body) = h.create_in(PROJ_B, "{}").await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(body["projectId"], PROJ_B);
     // proj_b's own defaultTimeout applies.
@@ -2079,16 +2080,76 @@ async fn delete_context_in_use_is_409() {
         "ctx_mine",
         false,
     ));
+    deleting_ctx_mine_is_refused_for(&h, "sess_user").await;
+}
+
+/// `DELETE /v1/contexts/ctx_mine` answers 409 naming session `user`; record and archive stay.
+async fn deleting_ctx_mine_is_refused_for(h: &Harness, user: &str) {
     let r = h
         .call(Method::DELETE, "/v1/contexts/ctx_mine", Some(KEY_A), None)
         .await;
     assert_error(
         &r,
         StatusCode::CONFLICT,
-        &["context ctx_mine is in use by session sess_user"],
+        &[&format!("context ctx_mine is in use by session {user}")],
     );
     assert!(h.contexts.0.lock().unwrap().contains_key("ctx_mine"));
     assert!(h.archives.0.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn delete_context_spares_a_persisting_create_between_its_lease_and_its_item() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    h.insert_context("ctx_mine", PROJ_A);
+    // The create took the lease a moment ago; its session item is not written yet, so no
+    // listing shows it.
+    let writer = wallcrawler_control_plane::limits::new_session_id();
+    h.contexts
+        .0
+        .lock()
+        .unwrap()
+        .get_mut("ctx_mine")
+        .unwrap()
+        .writer_session_id = Some(writer.clone());
+    deleting_ctx_mine_is_refused_for(&h, &writer).await;
+}
+
+/// The launch choice under a share of the warm pool: of two simultaneous creates of a project
+/// with a share of 1, one takes a warm browser and the other gets a controller of its own
+/// (`cold`); another project's create still goes warm; once the first project's sessions are
+/// released, its next create goes warm again.
+#[tokio::test]
+async fn sessions_beyond_a_projects_share_of_the_warm_pool_start_cold() {
+    let settings = Settings {
+        pool_share: Some(1),
+        ..waiting(Duration::from_millis(400))
+    };
+    let h = Harness::with_settings(LaunchBehaviour::BecomeReady, settings);
+    let cold = |project: &str| -> Vec<bool> {
+        let launched = h.launcher.launched.lock().unwrap();
+        launched
+            .iter()
+            .filter(|s| s.project_id == project)
+            .map(|s| s.cold)
+            .collect()
+    };
+    let answers = h.create_at_once(2, "{}").await;
+    for (status, v) in &answers {
+        assert_eq!(*status, StatusCode::CREATED, "{v}");
+    }
+    let mut got = cold(PROJ_A);
+    got.sort();
+    assert_eq!(got, [false, true], "one warm, one cold");
+    let (status, v) = h.create_in(PROJ_B, "{}").await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    assert_eq!(cold(PROJ_B), [false], "another project still goes warm");
+    for (_, v) in &answers {
+        let (status, r) = h.release(v["id"].as_str().unwrap()).await;
+        assert_eq!(status, StatusCode::OK, "{r}");
+    }
+    let (status, v) = h.create("{}").await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    assert_eq!(cold(PROJ_A).last(), Some(&false), "within its share again");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -131,12 +131,24 @@ impl Server {
 
     /// One request with the API key; the status and JSON body.
     fn call(&self, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+        self.call_for(&self.project, method, path, body)
+    }
+
+    /// [`Server::call`] for project `project` of the key (`x-wc-project-id`).
+    fn call_for(
+        &self,
+        project: &str,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> (u16, serde_json::Value) {
         use std::io::{Read, Write};
         let authority = self.base.trim_start_matches("http://");
         let mut stream = std::net::TcpStream::connect(authority).unwrap();
         write!(
             stream,
             "{method} {path} HTTP/1.1\r\nhost: {authority}\r\nx-wc-api-key: {}\r\n\
+             x-wc-project-id: {project}\r\n\
              content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             self.key,
             body.len()
@@ -1365,5 +1377,123 @@ fn a_claim_delivered_twice_has_one_owner_and_the_lease_stays_with_the_live_sessi
     s.wait_session(&id, "COMPLETED with endedAt", |d| {
         d["status"] == "COMPLETED" && d["endedAt"].is_string()
     });
+    s.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// A project's share of the warm pool (`serve --pool-share`).
+
+/// Chromium whose pool launches (profiles `pool-*`) beyond the first two wait until `more`
+/// exists in `$GATE`: the pool has exactly two warm browsers while the test runs. A session's
+/// own controller (profile `sess_*`) starts at once.
+const TWO_WARM_CHROMIUM: &str = r#"#!/bin/sh
+gate="@GATE@"
+case "$*" in
+  *profiles/pool-*)
+    mkdir "$gate/w1" 2>/dev/null || mkdir "$gate/w2" 2>/dev/null ||
+      while [ ! -e "$gate/more" ]; do sleep 0.02; done ;;
+esac
+exec /usr/lib/chromium/chromium "$@"
+"#;
+
+impl Server {
+    /// Adds project `id` (a copy of the local project) and lets the local key select it.
+    fn add_project(&self, id: &str) {
+        let edit = |file: &str, f: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
+            let path = self.dir().join(file);
+            let mut m: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            f(&mut m);
+            std::fs::write(&path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+        };
+        edit("projects.json", &|m| {
+            let mut p = m[&self.project].clone();
+            p["projectId"] = id.into();
+            m.insert(id.to_owned(), p);
+        });
+        edit("api-keys.json", &|m| {
+            for k in m.values_mut() {
+                k["projectIds"].as_array_mut().unwrap().push(id.into());
+            }
+        });
+    }
+
+    /// Who serves session `id`: `pool-…` (a warm pool controller) or `local:<pid>` (its own).
+    fn owner(&self, id: &str) -> String {
+        self.doc(id)["ecsTaskArn"].as_str().unwrap().to_owned()
+    }
+}
+
+#[test]
+fn a_project_beyond_its_share_of_the_pool_gets_its_own_controller_and_leaves_a_warm_one() {
+    let gate = tempfile::tempdir().unwrap();
+    let wrapper = gate.path().join("chromium");
+    let script = TWO_WARM_CHROMIUM.replace("@GATE@", &gate.path().display().to_string());
+    std::fs::write(&wrapper, script).unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
+    let chrome = wrapper.display().to_string();
+    let env = [
+        ("WALLCRAWLER_POOL_SIZE", "2"),
+        ("WALLCRAWLER_POOL_SHARE", "1"),
+        ("CHROME_PATH", chrome.as_str()),
+        DIRECT,
+    ];
+    let s = Server::spawn_with("10", &bin.with_file_name("wallcrawler-controller"), &env);
+    s.add_project("proj_b");
+    // Project A's two simultaneous sessions: one warm, one with a controller of its own.
+    let body = format!(r#"{{"projectId":"{}"}}"#, s.project);
+    let (a1, a2) = std::thread::scope(|t| {
+        let first = t.spawn(|| create(&s, &body));
+        let second = t.spawn(|| create(&s, &body));
+        (first.join().unwrap(), second.join().unwrap())
+    });
+    let mut owners = Vec::new();
+    for v in [&a1, &a2] {
+        assert_eq!(v["status"], "RUNNING", "{v}");
+        owners.push(s.owner(v["id"].as_str().unwrap()));
+    }
+    owners.sort();
+    let pool = format!("pool-{}-", s.child.id());
+    assert!(owners[0].starts_with("local:"), "{owners:?}");
+    assert!(owners[1].starts_with(&pool), "{owners:?}");
+    // Project B still finds the pool's other warm browser (any later pool controller's Chrome
+    // waits at the gate, so it is one of the first two).
+    let (status, b) = s.call_for(
+        "proj_b",
+        "POST",
+        "/v1/sessions",
+        r#"{"projectId":"proj_b"}"#,
+    );
+    assert_eq!(status, 201, "{b}");
+    assert_eq!(b["status"], "RUNNING", "{b}");
+    let b_owner = s.owner(b["id"].as_str().unwrap());
+    assert!(
+        b_owner.starts_with(&pool) && b_owner != owners[1],
+        "{b_owner}"
+    );
+    for v in [&a1, &a2, &b] {
+        drive(v["connectUrl"].as_str().unwrap());
+    }
+    open_gate(&gate, "more");
+    for v in [&a1, &a2] {
+        s.release(v["id"].as_str().unwrap());
+    }
+    let (status, r) = s.call_for(
+        "proj_b",
+        "POST",
+        &format!("/v1/sessions/{}", b["id"].as_str().unwrap()),
+        r#"{"projectId":"proj_b","status":"REQUEST_RELEASE"}"#,
+    );
+    assert_eq!(status, 200, "{r}");
+    for v in [&a1, &a2] {
+        s.wait_session(v["id"].as_str().unwrap(), "COMPLETED with endedAt", |d| {
+            d["status"] == "COMPLETED" && d["endedAt"].is_string()
+        });
+    }
     s.stop();
 }

@@ -49,6 +49,7 @@ pub const SESSIONS: Table = Table {
         ("status", "S"),
         ("expiresAt", "N"),
         ("ecsTaskArn", "S"),
+        ("contextId", "S"),
     ],
     key: "sessionId",
     sort: None,
@@ -71,6 +72,13 @@ pub const SESSIONS: Table = Table {
             keys: ("ecsTaskArn", None),
             projection: "KEYS_ONLY",
             include: &[],
+        },
+        Index {
+            name: "contextId-index",
+            keys: ("contextId", None),
+            projection: "INCLUDE",
+            // Enough to pass over ended sessions; never the token.
+            include: &["endedAt"],
         },
     ],
 };

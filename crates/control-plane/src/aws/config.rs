@@ -112,6 +112,24 @@ pub struct Config {
     /// `CLAIM_WAIT_SECONDS` (default 60) and `CLAIM_WAIT_MAX_SECONDS` (default 600): how long
     /// a session waits for a browser after its create and after each poll, and at most.
     pub claim_wait: ClaimWait,
+    /// `POOL_PROJECT_SHARE`: the most warm pool tasks one project takes at once; its sessions
+    /// beyond it are started cold (`RunTask`). Unset or 0: no share.
+    pub pool_share: Option<u64>,
+}
+
+/// `POOL_PROJECT_SHARE`: a whole number; unset or 0 = no share. Problems are added to
+/// `problems`.
+fn pool_share(get: &dyn Fn(&str) -> Option<String>, problems: &mut Vec<String>) -> Option<u64> {
+    match number(get, "POOL_PROJECT_SHARE", 0u64) {
+        Some(0) => None,
+        Some(n) => Some(n),
+        None => {
+            problems.push(
+                "POOL_PROJECT_SHARE must be a whole number of warm tasks (0 = no share)".into(),
+            );
+            None
+        }
+    }
 }
 
 /// `CLAIM_WAIT_SECONDS` and `CLAIM_WAIT_MAX_SECONDS` (whole seconds, the wait at least 1 and
@@ -242,6 +260,7 @@ impl Config {
                 budget
             });
         let claim_wait = claim_wait(get, &mut problems);
+        let pool_share = pool_share(get, &mut problems);
         let connect_base_url = var(get, "CONNECT_BASE_URL");
         if let Some(u) = &connect_base_url
             && !crate::handlers::is_connect_base(u)
@@ -255,6 +274,7 @@ impl Config {
         }
         Ok(Self {
             claim_wait,
+            pool_share,
             connect_base_url,
             tables: Tables::from_source(get),
             contexts_bucket,
@@ -289,6 +309,7 @@ pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
         create_wait: cfg.create_wait,
         connect_base: cfg.connect_base_url.clone(),
         claim_wait: cfg.claim_wait,
+        pool_share: cfg.pool_share,
         ..Settings::default()
     };
     if let Some(r) = sdk.region().map(|r| r.as_ref())
@@ -446,6 +467,26 @@ mod tests {
     }
 
     #[test]
+    fn a_projects_share_of_the_pool_is_a_whole_number_and_0_or_unset_is_none() {
+        let share = |v: Option<&'static str>| {
+            let mut pairs = FULL.to_vec();
+            pairs.extend(v.map(|v| ("POOL_PROJECT_SHARE", v)));
+            Config::from_source(&source(&pairs))
+        };
+        assert_eq!(share(None).unwrap().pool_share, None);
+        assert_eq!(share(Some("0")).unwrap().pool_share, None);
+        assert_eq!(share(Some("3")).unwrap().pool_share, Some(3));
+        let e = share(Some("-1")).unwrap_err();
+        assert_eq!(
+            e.0,
+            ["POOL_PROJECT_SHARE must be a whole number of warm tasks (0 = no share)"]
+        );
+        let sdk = aws_config::SdkConfig::builder().build();
+        let app = build_app(&sdk, &share(Some("3")).unwrap());
+        assert_eq!(app.settings.pool_share, Some(3));
+    }
+
+    #[test]
     fn the_controller_gets_its_context_only_with_one() {
         let c = Config::from_source(&source(&FULL)).unwrap();
         let mut spec = LaunchSpec {
@@ -453,6 +494,7 @@ mod tests {
             project_id: "proj_1".into(),
             context: None,
             env: vec![],
+            cold: false,
         };
         let names = |e: Vec<(String, String)>| e.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
         assert_eq!(

@@ -22,9 +22,11 @@
 //!   then read by key.
 //! - a stopped pool task's session comes from the sparse `ecsTaskArn-index` GSI (`KEYS_ONLY`),
 //!   written with READY long before the task stops.
-//! - a context's sessions come from a consistent `Scan` with a filter: it reads the whole
-//!   sessions table, and is used only by `DELETE /v1/contexts/{id}` (rare). Creates never scan:
-//!   the one-writer rule is the context item's `writerSessionId` lease, checked by key.
+//! - a context's sessions come from the sparse `contextId-index` GSI (projection `INCLUDE` of
+//!   `endedAt` only), used by `DELETE /v1/contexts/{id}`: the sessions it does not show ended
+//!   are each read by key to decide whether they are live. Nothing scans the table (the API's
+//!   role has no `dynamodb:Scan`); the one-writer rule is the context item's `writerSessionId`
+//!   lease, checked by key, and the context's deletion is conditional on it.
 //!
 //! Conditional writes follow the `rules` module exactly; see each method.
 
@@ -45,7 +47,9 @@ pub use config::{Config, ConfigError, EcsSettings, Tables, build_app, sdk_config
 pub use ecs::{EcsLauncher, controller_environment};
 pub use records::{DynamoContexts, DynamoKeys, DynamoProjects, DynamoRecords};
 pub use s3::S3Archives;
-pub use sessions::{DynamoSessions, PROJECT_INDEX, STATUS_INDEX, TASK_INDEX, usage_key};
+pub use sessions::{
+    CONTEXT_INDEX, DynamoSessions, PROJECT_INDEX, STATUS_INDEX, TASK_INDEX, usage_key,
+};
 pub use signer::{KEY_TTL, SecretsSigner};
 pub use slots::{COUNTER, DynamoSlots, HELD};
 pub use sqs::SqsPoolLauncher;

@@ -79,8 +79,19 @@ impl ContextStore for DynamoContexts {
         self.0.set_if_exists(id, "updatedAt", at).await.map(drop)
     }
 
-    async fn delete(&self, id: &str) -> StoreResult<()> {
-        self.0.delete(id).await
+    /// `DeleteItem` on condition that there is no writer (`attribute_not_exists(
+    /// writerSessionId)`) or it is `writer`, so a persisting create that took the lease after
+    /// the caller looked keeps its context.
+    async fn delete(&self, id: &str, writer: Option<&str>) -> StoreResult<bool> {
+        const FREE: &str = "attribute_not_exists(writerSessionId)";
+        match writer {
+            None => self.0.delete_if(id, FREE, Default::default()).await,
+            Some(w) => {
+                let values = [(":w".to_owned(), s(w))].into();
+                let cond = format!("{FREE} OR writerSessionId = :w");
+                self.0.delete_if(id, &cond, values).await
+            }
+        }
     }
 
     /// `UpdateItem SET writerSessionId = :sid` on condition that the context exists and has no

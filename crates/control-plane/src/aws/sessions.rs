@@ -1,8 +1,7 @@
 //! The sessions table ([`DynamoSessions`]): the session item, its conditional status writes
-//! and its three indexes.
+//! and its four indexes.
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
 use aws_sdk_dynamodb::types::{
@@ -31,6 +30,11 @@ pub const STATUS_INDEX: &str = "status-expiresAt-index";
 /// only items with a task ARN are in it).
 pub const TASK_INDEX: &str = "ecsTaskArn-index";
 
+/// Sessions by context (hash `contextId`, projection `INCLUDE` of `endedAt` only; sparse: only
+/// sessions on a context are in it): how `DELETE /v1/contexts/{id}` finds the sessions that
+/// may still use the context, without a scan.
+pub const CONTEXT_INDEX: &str = "contextId-index";
+
 const SESSIONS: &str = "the sessions table";
 const SESSION: &str = "session";
 
@@ -47,18 +51,6 @@ impl DynamoSessions {
             SESSIONS,
             SESSION,
         ))
-    }
-
-    /// Every item of a paginated `Query`/`Scan`, as documents.
-    fn docs<E>(items: SdkResult<Vec<Item>, E>) -> StoreResult<Vec<SessionDoc>>
-    where
-        E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
-    {
-        let items = items.map_err(|e| sdk_error(SESSIONS, e))?;
-        Ok(items
-            .iter()
-            .map(|i| item::from_item(SESSION, i))
-            .collect::<Result<_, _>>()?)
     }
 
     /// An update of session `id` that answers with the new item (ALL_NEW), or with the current
@@ -154,22 +146,29 @@ impl SessionStore for DynamoSessions {
             .cloned())
     }
 
-    /// A consistent `Scan` filtered on `contextId`: reads the whole table (see the module doc).
-    async fn list_context(&self, context_id: &str) -> StoreResult<Vec<SessionDoc>> {
-        let items = self
+    /// `Query` on [`CONTEXT_INDEX`], every page, filtered on `attribute_not_exists(endedAt)`:
+    /// the index holds only the keys and `endedAt`, so a context's ended sessions cost a few
+    /// bytes each to pass over, and nothing reads the rest of the table.
+    async fn on_context(&self, context_id: &str) -> Ids {
+        let items: Result<Vec<Item>, _> = self
             .0
             .client
-            .scan()
+            .query()
             .table_name(&self.0.name)
-            .filter_expression("contextId = :c")
+            .index_name(CONTEXT_INDEX)
+            .key_condition_expression("contextId = :c")
+            .filter_expression("attribute_not_exists(endedAt)")
             .expression_attribute_values(":c", s(context_id))
-            .consistent_read(true)
             .into_paginator()
             .items()
             .send()
             .try_collect()
             .await;
-        Self::docs(items)
+        Ok(items
+            .map_err(|e| sdk_error(SESSIONS, e))?
+            .iter()
+            .filter_map(|i| i.get(attr::SESSION_ID)?.as_s().ok().cloned())
+            .collect())
     }
 
     /// `UpdateItem` on condition `internalStatus = CREATING`.

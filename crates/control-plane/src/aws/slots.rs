@@ -133,4 +133,23 @@ impl SlotStore for DynamoSlots {
         ];
         transact(&self.client, items, SLOTS).await.map(drop)
     }
+
+    /// A strongly consistent `GetItem` of the counter item's `held` (0 when there is none).
+    async fn held(&self, project_id: &str) -> StoreResult<u64> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(project_id, COUNTER)))
+            .projection_expression("#h")
+            .expression_attribute_names("#h", HELD)
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk_error(SLOTS, e))?;
+        Ok(out
+            .item()
+            .and_then(|i| i.get(HELD)?.as_n().ok()?.parse().ok())
+            .unwrap_or(0))
+    }
 }

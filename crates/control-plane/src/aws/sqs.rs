@@ -1,14 +1,19 @@
-//! Pool mode on AWS ([`SqsPoolLauncher`]): sessions as claims on the pool's SQS queue.
+//! Pool mode on AWS ([`SqsPoolLauncher`]): sessions as claims on the pool's SQS queue, and a
+//! project's sessions beyond its share of the pool as tasks of their own (`RunTask`).
 
 use async_trait::async_trait;
 use aws_config::SdkConfig;
 use tracing::info;
+use wallcrawler_contract::task_env;
 
 use super::{Config, EcsLauncher, sdk_error};
 use crate::stores::{LaunchSpec, Launcher, StoreResult};
 
 /// Pool mode: each session is a claim sent to the pool's SQS queue, which a warm pool task
-/// takes (see the controller's pool mode); a release stops the task that wrote READY.
+/// takes (see the controller's pool mode); a release stops the task that wrote READY. A
+/// session marked [`LaunchSpec::cold`] gets a task of its own instead: `RunTask` of the pool's
+/// task definition with `POOL_QUEUE_URL` overridden empty, so the controller runs in
+/// single-session mode for that session (the `SESSION_ID` the override sets).
 pub struct SqsPoolLauncher {
     sqs: aws_sdk_sqs::Client,
     queue_url: String,
@@ -31,8 +36,20 @@ const SQS: &str = "SQS";
 #[async_trait]
 impl Launcher for SqsPoolLauncher {
     /// `SendMessage` of the session's claim; no task ARN yet (the task that takes the claim
-    /// writes its own with READY).
-    async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
+    /// writes its own with READY). A cold session: `RunTask`, its ARN.
+    async fn launch(&self, mut spec: LaunchSpec) -> StoreResult<Option<String>> {
+        if spec.cold {
+            // The task definition is the pool's: its POOL_QUEUE_URL would make the task a
+            // pool task, and its CONTEXTS_BUCKET_NAME without a context is refused in
+            // single-session mode (empty counts as unset).
+            spec.env
+                .push((task_env::POOL_QUEUE_URL.into(), String::new()));
+            if spec.context.is_none() {
+                spec.env
+                    .push((task_env::CONTEXTS_BUCKET_NAME.into(), String::new()));
+            }
+            return self.ecs.launch(spec).await;
+        }
         self.sqs
             .send_message()
             .queue_url(&self.queue_url)
@@ -44,10 +61,11 @@ impl Launcher for SqsPoolLauncher {
         Ok(None)
     }
 
-    /// `StopTask` of the task that wrote READY. Before READY there is none to stop: the task
-    /// that takes the claim finds the session released and drops it; a task this misses (READY
-    /// written after the release looked, a failed `StopTask`) sees its item terminal at its
-    /// next `ITEM_WATCH_SECONDS` read and ends itself.
+    /// `StopTask` of the task named: a pool task's (written when it took the claim, and with
+    /// READY), or a cold task's, written with PROVISIONING by its create. Before that there is
+    /// none to stop: the task that takes the claim finds the session released and drops it; a
+    /// task this misses (a failed `StopTask`) sees its item terminal at its next
+    /// `ITEM_WATCH_SECONDS` read and ends itself.
     async fn stop(&self, session_id: &str, task_arn: Option<&str>) -> StoreResult<()> {
         match task_arn {
             Some(_) => self.ecs.stop(session_id, task_arn).await,

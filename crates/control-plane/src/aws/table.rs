@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
@@ -47,6 +48,15 @@ pub(super) trait ConditionalWriteError {
 }
 
 impl ConditionalWriteError for PutItemError {
+    fn failed_condition(&self) -> Option<&ConditionalCheckFailedException> {
+        match self {
+            Self::ConditionalCheckFailedException(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+impl ConditionalWriteError for DeleteItemError {
     fn failed_condition(&self) -> Option<&ConditionalCheckFailedException> {
         match self {
             Self::ConditionalCheckFailedException(c) => Some(c),
@@ -192,16 +202,27 @@ impl Table {
         Ok(self.conditional(req).await?.is_ok())
     }
 
-    /// `DeleteItem` (succeeds when the item is already gone).
-    pub(super) async fn delete(&self, id: &str) -> StoreResult<()> {
-        self.client
+    /// `DeleteItem` on `condition` (with `values`), or on the item being gone already: `false`
+    /// when the item is there and the condition does not hold (nothing deleted).
+    pub(super) async fn delete_if(
+        &self,
+        id: &str,
+        condition_expr: &str,
+        values: Item,
+    ) -> StoreResult<bool> {
+        let r = self
+            .client
             .delete_item()
             .table_name(&self.name)
             .key(self.key, s(id))
+            .condition_expression(format!(
+                "attribute_not_exists({}) OR ({condition_expr})",
+                self.key
+            ))
+            .set_expression_attribute_values((!values.is_empty()).then_some(values))
             .send()
-            .await
-            .map_err(|e| sdk_error(self.service, e))?;
-        Ok(())
+            .await;
+        Ok(condition(r, self.service)?.is_ok())
     }
 }
 

@@ -52,6 +52,11 @@ struct ServeArgs {
     /// in milliseconds; each costs an idle Chrome. 0 = start one controller per session.
     #[arg(long, env = "WALLCRAWLER_POOL_SIZE", default_value_t = 2)]
     pool: usize,
+    /// The most warm controllers one project takes at once: a project's sessions beyond it
+    /// get a controller started for them alone (as with --pool 0), so other projects keep
+    /// finding warm ones. 0 = no share (one project may take every warm controller).
+    #[arg(long, env = "WALLCRAWLER_POOL_SHARE", default_value_t = 0)]
+    pool_share: u64,
     /// Direct mode: no connect gateway; each session's connectUrl is its controller's own
     /// port, known once READY (the create waits for it). By default one gateway on a free
     /// port of 127.0.0.1 serves every session, and creates answer at once.
@@ -247,6 +252,7 @@ async fn serve(args: ServeArgs) -> i32 {
             wait: args.claim_wait_seconds,
             max: args.claim_wait_max_seconds,
         },
+        pool_share: (args.pool_share > 0).then_some(args.pool_share),
         ..Settings::default()
     };
     let connect = if args.direct {

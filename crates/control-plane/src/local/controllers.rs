@@ -5,7 +5,9 @@
 //!   queue of claims (`<data>/claims`, [`DirQueue`]) with SQS's semantics — each claim taken by
 //!   exactly one controller; a claim whose controller exits before READY is put back for
 //!   another. A new controller is started whenever fewer than N are idle.
-//! - [`LocalLauncher`] (`--pool 0`): one controller started per session, as `RunTask` does.
+//! - [`LocalLauncher`] (`--pool 0`): one controller started per session, as `RunTask` does;
+//!   the pool starts one so too for a session beyond its project's share of the pool
+//!   (`serve --pool-share`).
 //!
 //! When a controller exits, a session it served that has no terminal status is marked FAILED,
 //! and every session it served gets `endedAt` and gives back its slot and context lease — as
@@ -45,6 +47,10 @@ pub const PASSED_THROUGH: [&str; 5] = [
 /// yields to the sessions being driven. Measured with scripts/bench/lifecycle.sh (pool 2, two
 /// cores): see the README's figures. `BACKGROUND_NICE` in `serve`'s environment overrides it.
 const BACKGROUND_NICE: &str = "19";
+
+/// How pool controllers' names start (`pool-<serve's pid>-<n>`); a controller started for one
+/// session is named by the session's id (`sess_…`).
+const POOL_NAME: &str = "pool-";
 
 /// How often the pool looks for claimed controllers to replace.
 const POOL_TICK: Duration = Duration::from_millis(10);
@@ -260,28 +266,25 @@ async fn remove_profile(dir: &Path) {
     warn!(dir = %dir.display(), "a controller's profile could not be removed");
 }
 
-/// One controller per session (`--pool 0`).
-pub struct LocalLauncher(pub Controllers);
-
-#[async_trait]
-impl Launcher for LocalLauncher {
-    async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
-        let ctl = &self.0;
-        let profile = ctl.data_dir.join("profiles").join(&spec.session_id);
-        let mut cmd = ctl.command(&profile);
+impl Controllers {
+    /// Starts a controller for `spec`'s session alone (`--pool 0`, or a session beyond its
+    /// project's share of the pool), named by the session id; its handle `local:<pid>`.
+    async fn run_session(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
+        let profile = self.data_dir.join("profiles").join(&spec.session_id);
+        let mut cmd = self.command(&profile);
         cmd.env(task_env::SESSION_ID, &spec.session_id)
             .env(task_env::PROJECT_ID, &spec.project_id);
         if let Some((context_id, key, persist)) = &spec.context {
             cmd.env(task_env::CONTEXT_ID, context_id)
-                .env(task_env::CONTEXTS_DIR, ctl.data_dir.join("contexts"))
+                .env(task_env::CONTEXTS_DIR, self.data_dir.join("contexts"))
                 .env(task_env::CONTEXT_S3_KEY, key)
                 .env(task_env::CONTEXT_PERSIST, persist.to_string());
         }
         for (k, v) in &spec.env {
             cmd.env(k, v);
         }
-        let (exit_ctl, id) = (ctl.clone(), spec.session_id.clone());
-        let pid = ctl.spawn(&spec.session_id, cmd, move |how| {
+        let (exit_ctl, id) = (self.clone(), spec.session_id.clone());
+        let pid = self.spawn(&spec.session_id, cmd, move |how| {
             Box::pin(async move {
                 let _ = tokio::fs::remove_dir_all(&profile).await;
                 exit_ctl.record_exit(&id, &how).await;
@@ -289,6 +292,25 @@ impl Launcher for LocalLauncher {
         })?;
         info!(session.id = %spec.session_id, pid, "controller started");
         Ok(Some(format!("local:{pid}")))
+    }
+}
+
+/// How many of the running controllers `names` are the pool's and idle (not `busy`): a
+/// controller started for one session (beyond its project's share) is never idle for the pool.
+fn idle_pool_controllers(names: &[String], busy: impl Fn(&str) -> bool) -> usize {
+    names
+        .iter()
+        .filter(|n| n.starts_with(POOL_NAME) && !busy(n))
+        .count()
+}
+
+/// One controller per session (`--pool 0`).
+pub struct LocalLauncher(pub Controllers);
+
+#[async_trait]
+impl Launcher for LocalLauncher {
+    async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
+        self.0.run_session(spec).await
     }
 
     async fn stop(&self, session_id: &str, _task_arn: Option<&str>) -> StoreResult<()> {
@@ -358,19 +380,14 @@ impl LocalPool {
 
     /// Starts one controller when fewer than `size` are idle (not backing off).
     fn fill(self: &Arc<Self>) {
-        let idle = self
-            .ctl
-            .names()
-            .iter()
-            .filter(|n| !self.queue.busy(n))
-            .count();
+        let idle = idle_pool_controllers(&self.ctl.names(), |n| self.queue.busy(n));
         if idle >= self.size
             || Instant::now() < self.backoff.lock().expect("not poisoned").not_before
         {
             return;
         }
         let name = format!(
-            "pool-{}-{}",
+            "{POOL_NAME}{}-{}",
             std::process::id(),
             self.next.fetch_add(1, Ordering::Relaxed)
         );
@@ -483,8 +500,12 @@ impl LocalPool {
 
 #[async_trait]
 impl Launcher for LocalPool {
-    /// Sends the claim; an idle controller takes it (no task name until READY).
+    /// Sends the claim; an idle controller takes it (no task name until READY). A cold
+    /// session (beyond its project's share) gets a controller of its own instead.
     async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
+        if spec.cold {
+            return self.ctl.run_session(spec).await;
+        }
         let queue = self.queue.clone();
         let claim = spec.claim();
         tokio::task::spawn_blocking(move || queue.send(&claim))
@@ -495,7 +516,8 @@ impl Launcher for LocalPool {
     }
 
     /// SIGTERM to the controller that wrote READY (its name is the task ARN), or that holds the
-    /// claim; a claim nobody took yet is dropped by the controller that takes it.
+    /// claim, or that runs for this session alone (a cold one); a claim nobody took yet is
+    /// dropped by the controller that takes it.
     async fn stop(&self, session_id: &str, task_arn: Option<&str>) -> StoreResult<()> {
         let owner = task_arn
             .filter(|n| {
@@ -506,9 +528,24 @@ impl Launcher for LocalPool {
             })
             .map(str::to_owned)
             .or_else(|| self.serving(session_id));
-        if let Some(owner) = owner {
-            self.ctl.signal(&owner);
-        }
+        match owner {
+            Some(owner) => self.ctl.signal(&owner),
+            None => self.ctl.signal(session_id),
+        };
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sessions_own_controller_is_never_idle_for_the_pool() {
+        let names: Vec<String> = ["pool-7-1", "pool-7-2", "sess_0193"]
+            .map(String::from)
+            .into();
+        assert_eq!(idle_pool_controllers(&names, |_| false), 2);
+        assert_eq!(idle_pool_controllers(&names, |n| n == "pool-7-1"), 1);
     }
 }

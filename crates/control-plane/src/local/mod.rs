@@ -113,9 +113,9 @@ impl SessionStore for DirSessions {
         let all = self.list_where(|d| d.project_id == project_id).await?;
         Ok(page_of(all, at))
     }
-    async fn list_context(&self, context_id: &str) -> StoreResult<Vec<SessionDoc>> {
-        self.list_where(|d| d.context_id.as_deref() == Some(context_id))
-            .await
+    async fn on_context(&self, context_id: &str) -> Ids {
+        let all = self.run(|s| s.list()).await?;
+        Ok(rules::on_context(all, context_id))
     }
     async fn find_by_task(&self, task_arn: &str) -> StoreResult<Option<String>> {
         Ok(self

@@ -28,7 +28,9 @@ use wallcrawler_control_plane::memory::MemSessions;
 use wallcrawler_control_plane::model::hash_api_key;
 use wallcrawler_control_plane::router::router;
 use wallcrawler_control_plane::rules;
-use wallcrawler_control_plane::stores::{Cond, PageAt, SessionStore, Terminal};
+use wallcrawler_control_plane::stores::{
+    Cond, ContextStore, Lease, PageAt, SessionStore, Terminal,
+};
 use wallcrawler_testkit::platform::{
     Fixture, PUBLIC_IP, SIGNING_KEY, WAIT, authorizer_event, aws_env, call_with_key, get_item,
     http, policy, refused, s, s3, sdk, stopped_event, task_env, text,
@@ -306,7 +308,8 @@ async fn a_context_upload_url_takes_a_put_into_the_bucket_and_sessions_get_the_c
     assert!(again["uploadUrl"].as_str().unwrap().contains(&key));
 
     // A session on the context: the task gets the context's variables; the context cannot be
-    // deleted while the session has no endedAt (the Scan on contextId), and can once it has.
+    // deleted while the session has no endedAt (found through the contextId index), and can
+    // once it has.
     let (status, v) = f.create(with_context(&ctx, Some(true))).await;
     assert_eq!(status, StatusCode::CREATED, "{v}");
     let id = v["id"].as_str().unwrap().to_owned();
@@ -329,7 +332,10 @@ async fn a_context_upload_url_takes_a_put_into_the_bucket_and_sessions_get_the_c
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{busy}");
     let (sessions, _, _) = f.stores();
-    assert_eq!(sessions.list_context(&ctx).await.unwrap().len(), 1);
+    assert_eq!(
+        sessions.on_context(&ctx).await.unwrap(),
+        std::slice::from_ref(&id)
+    );
     let at = wallcrawler_contract::time::now_iso8601();
     f.task_stopped(&stopped_event(&arn, Some(&id), None), &at)
         .await;
@@ -351,6 +357,129 @@ async fn a_context_upload_url_takes_a_put_into_the_bucket_and_sessions_get_the_c
         .call(Method::GET, &format!("/v1/contexts/{ctx}"), None)
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// `DELETE /v1/contexts/{id}` finds the context's sessions through the sparse `contextId-index`
+/// (no Scan): the index leaves out ended sessions, a live one refuses 409; and a persisting
+/// create that has taken the writer lease but not written its item yet (so no listing can show
+/// it) keeps its context, because the record's deletion is conditional on the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_context_finds_live_sessions_by_its_index_and_spares_a_writer_in_flight() {
+    let f = Fixture::new(1).await;
+    let (sessions, _, contexts) = f.stores();
+    let ctx = new_context(&f, &f.api_key).await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let (status, v) = f.create(with_context(&ctx, Some(false))).await;
+        assert_eq!(status, StatusCode::CREATED, "{v}");
+        ids.push(v["id"].as_str().unwrap().to_owned());
+    }
+    let (ended, live) = (&ids[0], &ids[1]);
+    let at = wallcrawler_contract::time::now_iso8601();
+    let stop = Terminal {
+        status: InternalStatus::Stopped,
+        reason: None,
+        ended: true,
+    };
+    sessions.mark_terminal(ended, stop, &at).await.unwrap();
+    assert_eq!(
+        sessions.on_context(&ctx).await.unwrap(),
+        std::slice::from_ref(live)
+    );
+    let path = format!("/v1/contexts/{ctx}");
+    let (status, busy) = f.call(Method::DELETE, &path, None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{busy}");
+    assert!(busy["message"].as_str().unwrap().contains(live), "{busy}");
+    sessions.mark_terminal(live, stop, &at).await.unwrap();
+    assert!(sessions.on_context(&ctx).await.unwrap().is_empty());
+
+    // A persisting create between its lease and its item.
+    let writer = wallcrawler_control_plane::limits::new_session_id();
+    let lease = contexts.take_writer(&ctx, &writer, None).await.unwrap();
+    assert_eq!(lease, Lease::Taken);
+    let (status, busy) = f.call(Method::DELETE, &path, None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{busy}");
+    assert!(
+        busy["message"].as_str().unwrap().contains(&writer),
+        "{busy}"
+    );
+    assert_eq!(f.writer(&ctx).await.as_deref(), Some(writer.as_str()));
+    // Its session ends (endedAt): the lease no longer holds the context.
+    let mut doc = SessionDoc {
+        session_id: writer.clone(),
+        project_id: f.project_id.clone(),
+        created_at: at.clone(),
+        context_id: Some(ctx.clone()),
+        context_persist: Some(true),
+        ended_at: Some(at.clone()),
+        ..Default::default()
+    };
+    doc.set_status(InternalStatus::Stopped);
+    sessions.create(doc).await.unwrap();
+    let (status, gone) = f.call(Method::DELETE, &path, None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{gone}");
+    let (status, _) = f.call(Method::GET, &path, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// Pool mode with a project share of 1: the project's first session is a claim on the pool's
+/// queue (no task started for it); its second, beyond the share, is a task of its own —
+/// `RunTask` of the pool's task definition in single-session mode (`SESSION_ID` set,
+/// `POOL_QUEUE_URL` and, without a context, `CONTEXTS_BUCKET_NAME` overridden empty), its ARN on
+/// the item, stopped by its release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_pool_mode_a_session_beyond_its_projects_share_gets_a_task_of_its_own() {
+    let sqs = aws_sdk_sqs::Client::new(&sdk().await);
+    let queue = sqs
+        .create_queue()
+        .queue_name(wallcrawler_testkit::unique("pool"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_owned();
+    let env = vec![
+        ("POOL_QUEUE_URL", queue.clone()),
+        ("POOL_PROJECT_SHARE", "1".to_owned()),
+    ];
+    let f = Fixture::with_env(1, env).await;
+    let (status, warm) = f.create(json!({})).await;
+    assert_eq!(status, StatusCode::CREATED, "{warm}");
+    let warm_id = warm["id"].as_str().unwrap();
+    assert_eq!(text(&f.item(warm_id).await, "ecsTaskArn"), None, "a claim");
+    let claims = || async {
+        let out = sqs
+            .receive_message()
+            .queue_url(&queue)
+            .max_number_of_messages(10)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .unwrap();
+        out.messages()
+            .iter()
+            .map(|m| m.body().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let sent = claims().await;
+    assert!(sent.len() == 1 && sent[0].contains(warm_id), "{sent:?}");
+
+    let (status, cold) = f.create(json!({})).await;
+    assert_eq!(status, StatusCode::CREATED, "{cold}");
+    let cold_id = cold["id"].as_str().unwrap();
+    let arn = text(&f.item(cold_id).await, "ecsTaskArn").expect("its own task's ARN");
+    let task = f.task(&arn).await;
+    assert_eq!(task.started_by(), Some(cold_id));
+    let env = task_env(&task);
+    assert_eq!(env["SESSION_ID"], cold_id);
+    assert_eq!(env["POOL_QUEUE_URL"], "", "single-session mode");
+    assert_eq!(env["CONTEXTS_BUCKET_NAME"], "", "no context");
+    let sent = claims().await;
+    assert!(sent.iter().all(|c| !c.contains(cold_id)), "{sent:?}");
+    let (status, v) = f.release(cold_id).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(f.task(&arn).await.desired_status(), Some("STOPPED"));
 }
 
 // ---------------------------------------------------------------------------------------------
