@@ -785,7 +785,7 @@ pub async fn delete_context(caller: Caller, PathId(id): PathId) -> ApiResult {
     }
     let writer = c.writer_session_id.as_deref();
     if let Some(w) = writer
-        && crate::limits::live_writer(app.sessions.as_ref(), w).await?
+        && crate::limits::live_writer(app.sessions.as_ref(), w, app.now_secs()).await?
     {
         return Err(in_use(w));
     }
