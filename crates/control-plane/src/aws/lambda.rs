@@ -331,6 +331,31 @@ pub enum TaskEventOutcome {
     AlreadyEnded(String),
 }
 
+/// The session a stopped pool task served, found by its task ARN (`Err`: the outcome when there
+/// is none to close). The index is eventually consistent and a session a pool task took but
+/// never made READY is not over: the item is read by key, and only a session that still names
+/// this task and got past READY is closed. One still pending is left alone: its claim comes
+/// back to the pool when the dead task's lease and the claim's visibility lapse, and another
+/// task serves it (failing it here would end a session a live controller is about to take).
+async fn pool_session(
+    sessions: &dyn SessionStore,
+    arn: &str,
+) -> StoreResult<Result<String, TaskEventOutcome>> {
+    let Some(id) = sessions.find_by_task(arn).await? else {
+        return Ok(Err(TaskEventOutcome::Ignored("the task serves no session")));
+    };
+    Ok(match sessions.get(&id).await? {
+        None => Err(TaskEventOutcome::UnknownSession(id)),
+        Some(d) if d.ecs_task_arn.as_deref() != Some(arn) => Err(TaskEventOutcome::Ignored(
+            "the session the index named is another task's now",
+        )),
+        Some(d) if d.pending() => Err(TaskEventOutcome::Ignored(
+            "the pool task stopped before READY: its claim comes back to the pool",
+        )),
+        Some(_) => Ok(id),
+    })
+}
+
 /// Closes the session of a stopped task: FAILED/ERROR (reason from `stoppedReason`) if it was
 /// not terminal yet, and a missing `endedAt` in every case, so no context stays busy forever;
 /// then gives back its project slot and context lease ([`crate::limits::give_back`]) and counts
@@ -350,15 +375,16 @@ pub async fn handle_task_state_change(
         return Ok(TaskEventOutcome::Ignored("the task has not stopped"));
     }
     // A task started for its session names it; a pool task (started by its ECS service) is
-    // found by the task ARN its READY wrote. A pool task that never served has none.
+    // found by the task ARN it wrote when it took its claim.
     let found = match (event.session_id(), event.detail.task_arn.as_deref()) {
-        (Some(id), _) => Some(id.to_owned()),
-        (None, Some(arn)) => sessions.find_by_task(arn).await?,
-        (None, None) => None,
+        (Some(id), _) => id.to_owned(),
+        (None, Some(arn)) => match pool_session(sessions, arn).await? {
+            Ok(id) => id,
+            Err(outcome) => return Ok(outcome),
+        },
+        (None, None) => return Ok(TaskEventOutcome::Ignored("the task serves no session")),
     };
-    let Some(id) = found.as_deref() else {
-        return Ok(TaskEventOutcome::Ignored("the task serves no session"));
-    };
+    let id = found.as_str();
     let reason = format!(
         "the browser task stopped before the session ended ({}): {}",
         event
@@ -528,6 +554,51 @@ mod tests {
         let d = sessions.get("sess_pooled").await.unwrap().unwrap();
         assert_eq!(d.status, "ERROR");
         assert_eq!(d.ended_at.as_deref(), Some(at));
+    }
+
+    /// A pool task that took a claim (its ARN written) and stopped before READY: the session is
+    /// not failed, its claim comes back to the pool (a session READY under another task is
+    /// untouched too).
+    #[tokio::test]
+    async fn a_pool_task_stopped_before_ready_leaves_its_session_to_the_pool() {
+        let sessions = MemSessions::default();
+        let dead = "arn:aws:ecs:us-east-1:1:task/c/dead";
+        for (id, status, arn) in [
+            ("sess_taken", InternalStatus::Provisioning, dead),
+            (
+                "sess_moved",
+                InternalStatus::Ready,
+                "arn:aws:ecs:us-east-1:1:task/c/other",
+            ),
+        ] {
+            let mut d = SessionDoc {
+                session_id: id.into(),
+                project_id: "p".into(),
+                created_at: "2026-01-01T00:00:00.000Z".into(),
+                ecs_task_arn: Some(arn.into()),
+                owner: Some(arn.into()),
+                ..Default::default()
+            };
+            d.set_status(status);
+            sessions.create(d).await.unwrap();
+        }
+        let (slots, contexts) = (MemSlots::default(), MemContexts::default());
+        let stopped = event(json!({"detail-type": "ECS Task State Change", "detail": {
+            "lastStatus": "STOPPED", "startedBy": "ecs-svc/1234", "taskArn": dead,
+            "stopCode": "SpotInterruption", "stoppedReason": "stopped"}}));
+        let at = "2026-01-01T00:05:00.000Z";
+        let r = handle_task_state_change(&sessions, &slots, &contexts, &stopped, at).await;
+        assert_eq!(
+            r.unwrap(),
+            TaskEventOutcome::Ignored(
+                "the pool task stopped before READY: its claim comes back to the pool"
+            )
+        );
+        let d = sessions.get("sess_taken").await.unwrap().unwrap();
+        assert_eq!(d.internal(), Some(InternalStatus::Provisioning));
+        assert_eq!(d.ended_at, None);
+        let other = sessions.get("sess_moved").await.unwrap().unwrap();
+        assert_eq!(other.internal(), Some(InternalStatus::Ready));
     }
 
     #[tokio::test]
