@@ -173,7 +173,8 @@ async fn identity(c: &RunConfig, pool: &PoolConfig) -> Option<String> {
         .and_then(|m| m.task_arn);
     if arn.is_none() {
         error!(
-            "the ECS task metadata gave no task ARN; a pool controller never announces READY              without it (a release could not stop this task), so it does not go warm"
+            "the ECS task metadata gave no task ARN; a pool controller never announces READY \
+             without it (a release could not stop this task), so it does not go warm"
         );
     }
     arn
