@@ -809,6 +809,7 @@ mod tests {
             session_id: "sess_1".into(),
             project_id: "proj_1".into(),
             context: None,
+            extension_key: None,
         }
     }
 

@@ -95,6 +95,11 @@ pub struct Claim {
     /// The context whose profile the session hydrates; absent for a fresh, empty profile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<ClaimContext>,
+    /// The extension archive to load into Chrome before READY
+    /// (`extensions/<projectId>/<sha256>.zip` in the contexts bucket); absent for none. The
+    /// controller does not load it yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extension_key: Option<String>,
 }
 
 /// Why a claim was refused (a poison message).
@@ -112,6 +117,9 @@ pub enum ClaimError {
     /// The context's key is not `<projectId>/<contextId>/profile.tar.gz` of this claim.
     #[error("the claim's context key is not the context's own archive key")]
     BadKey,
+    /// The extension's key is not `extensions/<projectId>/<sha256>.zip` of this claim's project.
+    #[error("the claim's extension key is not one of its project's extension archives")]
+    BadExtensionKey,
 }
 
 /// Ids as the platform makes them: 1–128 of `[A-Za-z0-9_-]`.
@@ -146,6 +154,11 @@ impl Claim {
             if ctx.key != profile_key(&c.project_id, &ctx.id) {
                 return Err(ClaimError::BadKey);
             }
+        }
+        if let Some(key) = &c.extension_key
+            && !crate::storage::is_extension_key(&c.project_id, key)
+        {
+            return Err(ClaimError::BadExtensionKey);
         }
         Ok(c)
     }
@@ -418,6 +431,7 @@ mod tests {
             session_id: id.into(),
             project_id: "proj_1".into(),
             context: None,
+            extension_key: None,
         }
     }
 
@@ -455,6 +469,17 @@ mod tests {
         assert_eq!(
             Claim::parse(other_project.as_bytes()),
             Err(ClaimError::BadKey)
+        );
+        let ext = Claim {
+            extension_key: Some(crate::storage::extension_key("proj_1", &"0f".repeat(32))),
+            ..claim("sess_1")
+        };
+        assert_eq!(Claim::parse(ext.to_json().as_bytes()).unwrap(), ext);
+        let foreign =
+            r#"{"sessionId":"s","projectId":"proj_1","extensionKey":"extensions/proj_2/0f.zip"}"#;
+        assert_eq!(
+            Claim::parse(foreign.as_bytes()),
+            Err(ClaimError::BadExtensionKey)
         );
         let traversal = r#"{"sessionId":"../../etc","projectId":"p"}"#;
         assert_eq!(

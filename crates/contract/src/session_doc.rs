@@ -80,6 +80,12 @@ pub struct SessionDoc {
     /// `contextStorageKey`: the archive's key, `<projectId>/<contextId>/profile.tar.gz`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_storage_key: Option<String>,
+    /// `extensionId`: the extension the session was created with (`ext_…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extension_id: Option<String>,
+    /// `extensionKey`: that extension's archive, `extensions/<projectId>/<sha256>.zip`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extension_key: Option<String>,
     /// `proxyBytes`: bytes relayed, both directions together.
     #[serde(
         default,

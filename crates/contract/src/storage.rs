@@ -11,6 +11,23 @@ pub fn profile_key(project_id: &str, context_id: &str) -> String {
     format!("{project_id}/{context_id}/{PROFILE_ARCHIVE_NAME}")
 }
 
+/// Where extension archives live in the contexts bucket (the data directory's `contexts/`
+/// locally): one copy per project and content.
+pub const EXTENSIONS_PREFIX: &str = "extensions";
+
+/// `extensions/<projectId>/<sha256 hex>.zip`: an extension archive, named by its content so that
+/// the same archive uploaded twice is kept once.
+pub fn extension_key(project_id: &str, sha256_hex: &str) -> String {
+    format!("{EXTENSIONS_PREFIX}/{project_id}/{sha256_hex}.zip")
+}
+
+/// Whether `key` is an extension archive's key of project `project_id`: what a claim may name.
+pub fn is_extension_key(project_id: &str, key: &str) -> bool {
+    key.strip_prefix(&format!("{EXTENSIONS_PREFIX}/{project_id}/"))
+        .and_then(|k| k.strip_suffix(".zip"))
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -19,5 +36,18 @@ mod tests {
             super::profile_key("proj_1", "ctx_2"),
             "proj_1/ctx_2/profile.tar.gz"
         );
+        let h = "ab".repeat(32);
+        let k = super::extension_key("proj_1", &h);
+        assert_eq!(k, format!("extensions/proj_1/{h}.zip"));
+        assert!(super::is_extension_key("proj_1", &k));
+        assert!(!super::is_extension_key("proj_2", &k));
+        assert!(!super::is_extension_key(
+            "proj_1",
+            "extensions/proj_1/../x.zip"
+        ));
+        assert!(!super::is_extension_key(
+            "proj_1",
+            &format!("extensions/proj_1/{}.zip", "AB".repeat(32))
+        ));
     }
 }

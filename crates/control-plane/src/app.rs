@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::model::Project;
 use crate::stores::{
-    ArchiveUrls, Clock, ContextStore, KeyStore, Launcher, RecordStore, SessionStore, Signer,
-    SlotStore,
+    ArchiveUrls, Clock, ContextStore, KeyStore, Launcher, ObjectStore, RecordStore, SessionStore,
+    Signer, SlotStore,
 };
 
 /// Settings of the API (from the environment in the binaries).
@@ -73,6 +73,8 @@ pub struct App {
     pub contexts: Arc<dyn ContextStore>,
     /// Presigned upload URLs and deletion of context archives.
     pub archives: Arc<dyn ArchiveUrls>,
+    /// Objects in the contexts bucket: extension archives and their records.
+    pub objects: Arc<dyn ObjectStore>,
     /// Starts and stops controller tasks.
     pub launcher: Arc<dyn Launcher>,
     /// Signs CDP tokens.

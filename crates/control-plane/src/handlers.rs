@@ -56,6 +56,8 @@ struct ContextSettings {
 #[serde(rename_all = "camelCase")]
 struct BrowserSettings {
     context: Option<ContextSettings>,
+    /// Browserbase takes the extension at the top level or here.
+    extension_id: Option<String>,
     // viewport, fingerprint, blockAds, solveCaptchas, recordSession, logSession, …: accepted
     // and ignored until implemented.
 }
@@ -69,7 +71,8 @@ struct CreateSession {
     timeout: Option<Value>,
     region: Option<String>,
     user_metadata: Option<Value>,
-    // proxies, extensionId, …: accepted and ignored.
+    extension_id: Option<String>,
+    // proxies, …: accepted and ignored.
 }
 
 fn timeout_of(v: &Option<Value>, default: u64) -> Result<u64, ApiError> {
@@ -106,6 +109,8 @@ struct NewSession {
     keep_alive: bool,
     user_metadata: Option<Value>,
     context: Option<(ContextRecord, bool)>,
+    /// The extension's id and archive key.
+    extension: Option<(String, String)>,
 }
 
 impl NewSession {
@@ -133,6 +138,10 @@ impl NewSession {
             doc.context_id = Some(c.context_id);
             doc.context_persist = Some(persist);
             doc.context_storage_key = Some(c.storage_key);
+        }
+        if let Some((id, key)) = self.extension {
+            doc.extension_id = Some(id);
+            doc.extension_key = Some(key);
         }
         doc
     }
@@ -171,6 +180,7 @@ async fn start_session(
         .context
         .as_ref()
         .map(|(c, persist)| (c.context_id.clone(), c.storage_key.clone(), *persist));
+    let extension = new.extension.as_ref().map(|(_, key)| key.clone());
     let mut doc = new.into_doc(app, id, p.project_id(), token);
     if let (Some(base), Some(token)) = (&app.settings.connect_base, &doc.signing_key) {
         doc.connect_url = Some(wallcrawler_contract::session::gateway_connect_url(
@@ -186,6 +196,7 @@ async fn start_session(
         context,
         env: Vec::new(),
         cold,
+        extension,
     };
     match app.launcher.launch(spec).await {
         Ok(arn) => Ok((doc, arn)),
@@ -228,6 +239,7 @@ async fn checked_request(
     if let Some(m) = &req.user_metadata {
         crate::metadata::check(m).map_err(|e| ApiError::bad_request(e.to_string()))?;
     }
+    let extension = session_extension(app, p, &req).await?;
     let context = match req.browser_settings.and_then(|b| b.context) {
         Some(ContextSettings {
             id: Some(id),
@@ -246,7 +258,33 @@ async fn checked_request(
         keep_alive: req.keep_alive.unwrap_or(false),
         user_metadata: req.user_metadata,
         context,
+        extension,
     })
+}
+
+/// The create's `extensionId` (top level or in `browserSettings`; both must agree), checked:
+/// the caller's project's extension (404 otherwise, never a silent drop), as its id and key.
+async fn session_extension(
+    app: &App,
+    p: &Principal,
+    req: &CreateSession,
+) -> Result<Option<(String, String)>, ApiError> {
+    let inner = req
+        .browser_settings
+        .as_ref()
+        .and_then(|b| b.extension_id.as_deref());
+    let id = match (req.extension_id.as_deref(), inner) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ApiError::bad_request(
+                "extensionId and browserSettings.extensionId name different extensions",
+            ));
+        }
+        (Some(id), _) | (None, Some(id)) => id,
+        (None, None) => return Ok(None),
+    };
+    let rec = crate::extensions::own_extension(app, p, id).await?;
+    let key = rec.archive_key();
+    Ok(Some((rec.id, key)))
 }
 
 /// `POST /v1/sessions`.
@@ -436,7 +474,7 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
 /// `id`, if it can be a `what`'s id: ids are made of 1 to 128 of `A-Z a-z 0-9 _ -` (as the
 /// platform mints them), checked before any store sees one (DynamoDB refuses a key over
 /// 2 KB; a file store must never see a path). The refusal shows a clipped, escaped part.
-fn checked_id<'a>(what: &str, id: &'a str) -> Result<&'a str, ApiError> {
+pub(crate) fn checked_id<'a>(what: &str, id: &'a str) -> Result<&'a str, ApiError> {
     if wallcrawler_contract::claim::valid_id(id) {
         return Ok(id);
     }
@@ -700,7 +738,7 @@ pub async fn debug_session(caller: Caller, PathId(id): PathId) -> ApiResult {
 /// Browserbase endpoints not implemented yet.
 pub async fn not_implemented(_: Caller) -> ApiResult {
     Err(ApiError::not_implemented(
-        "this endpoint (downloads, uploads, logs, recordings, extensions) is not implemented by Wallcrawler yet",
+        "this endpoint (downloads, uploads, logs, recordings) is not implemented by Wallcrawler yet",
     ))
 }
 

@@ -12,6 +12,8 @@
 //! - [`limits`]: the concurrency cap and the one-writer-per-context rule, by conditional
 //!   writes (slots and leases).
 //! - [`handlers`] and [`router`]: the endpoints, one router for every deployment.
+//! - [`extensions`]: the extensions API (archives checked, kept per project by content) and
+//!   the lookup of a create's `extensionId`.
 //! - [`cursor`]: the tamper-evident paging cursor of `GET /v1/sessions`.
 //! - [`metadata`]: `userMetadata`'s bounds and Browserbase's metadata query (`q`).
 //! - [`usage`]: projects' usage as a running total, each session counted once.
@@ -37,6 +39,7 @@ pub mod aws;
 pub mod cursor;
 pub mod debug;
 pub mod error;
+pub mod extensions;
 pub mod handlers;
 pub mod limits;
 pub mod local;

@@ -179,6 +179,34 @@ impl ArchiveUrls for MemArchives {
     }
 }
 
+/// Objects in memory, by key.
+#[derive(Default, Clone)]
+pub struct MemObjects(pub Arc<Mutex<BTreeMap<String, axum::body::Bytes>>>);
+
+#[async_trait]
+impl ObjectStore for MemObjects {
+    async fn put(&self, key: &str, body: axum::body::Bytes) -> StoreResult<()> {
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .insert(key.to_owned(), body);
+        Ok(())
+    }
+    async fn get(&self, key: &str) -> StoreResult<Option<axum::body::Bytes>> {
+        Ok(self.0.lock().expect("not poisoned").get(key).cloned())
+    }
+    async fn delete(&self, key: &str) -> StoreResult<()> {
+        self.0.lock().expect("not poisoned").remove(key);
+        Ok(())
+    }
+    async fn any_under(&self, prefix: &str) -> StoreResult<bool> {
+        let m = self.0.lock().expect("not poisoned");
+        Ok(m.range(prefix.to_owned()..)
+            .next()
+            .is_some_and(|(k, _)| k.starts_with(prefix)))
+    }
+}
+
 /// What a [`MemLauncher`] does when asked to launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LaunchBehaviour {

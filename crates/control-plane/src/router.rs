@@ -10,12 +10,14 @@
 //! a 503 too: a retried create can start a second browser.
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::middleware::map_response;
 use axum::response::Response;
 use axum::routing::{MethodFilter, MethodRouter, get, on, post};
 
 use crate::app::App;
+use crate::extensions as x;
 use crate::handlers as h;
 
 /// Browserbase's SDKs obey it before their own rule (retry 408, 409, 429 and every 5xx).
@@ -48,10 +50,13 @@ pub fn router(app: App) -> Router {
             "/v1/sessions/{id}/recording",
             unimplemented(MethodFilter::GET),
         )
-        .route("/v1/extensions", unimplemented(MethodFilter::POST))
+        .route(
+            "/v1/extensions",
+            post(x::create_extension).layer(DefaultBodyLimit::max(x::MAX_BODY_BYTES)),
+        )
         .route(
             "/v1/extensions/{id}",
-            unimplemented(MethodFilter::GET.or(MethodFilter::DELETE)),
+            get(x::get_extension).delete(x::delete_extension),
         )
         .route("/v1/contexts", post(h::create_context))
         .route(

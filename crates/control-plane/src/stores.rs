@@ -271,6 +271,20 @@ pub trait ArchiveUrls: Send + Sync {
     async fn delete(&self, key: &str) -> StoreResult<()>;
 }
 
+/// Objects by key in the contexts bucket (a directory locally): extension archives and their
+/// records. Keys are made by the platform (never taken from a request as they are).
+#[async_trait]
+pub trait ObjectStore: Send + Sync {
+    /// Writes `body` at `key`, replacing what was there.
+    async fn put(&self, key: &str, body: axum::body::Bytes) -> StoreResult<()>;
+    /// The object at `key`, if any.
+    async fn get(&self, key: &str) -> StoreResult<Option<axum::body::Bytes>>;
+    /// Removes the object at `key`; a missing one is not an error.
+    async fn delete(&self, key: &str) -> StoreResult<()>;
+    /// Whether any object's key starts with `prefix` (a `/`-terminated folder).
+    async fn any_under(&self, prefix: &str) -> StoreResult<bool>;
+}
+
 /// What a task needs to know (becomes the controller's environment).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchSpec {
@@ -286,6 +300,9 @@ pub struct LaunchSpec {
     /// keeps a warm pool: its project is beyond its share of the pool (`pool_share`).
     /// Launchers without a pool start one per session anyway.
     pub cold: bool,
+    /// The extension archive's key (`extensions/<projectId>/<sha256>.zip`), when the session
+    /// was created with one.
+    pub extension: Option<String>,
 }
 
 impl LaunchSpec {
@@ -303,6 +320,7 @@ impl LaunchSpec {
                     key: key.clone(),
                     persist: *persist,
                 }),
+            extension_key: self.extension.clone(),
         }
     }
 }

@@ -29,8 +29,8 @@ use wallcrawler_control_plane::app::{App, Settings};
 use wallcrawler_control_plane::error::StoreError;
 use wallcrawler_control_plane::handlers::NEXT_CURSOR;
 use wallcrawler_control_plane::memory::{
-    LaunchBehaviour, MemArchives, MemContexts, MemKeys, MemLauncher, MemProjects, MemSessions,
-    MemSlots,
+    LaunchBehaviour, MemArchives, MemContexts, MemKeys, MemLauncher, MemObjects, MemProjects,
+    MemSessions, MemSlots,
 };
 use wallcrawler_control_plane::model::{ApiKeyRecord, ContextRecord, Project, hash_api_key};
 use wallcrawler_control_plane::router::router;
@@ -193,6 +193,8 @@ struct Harness {
     slots: MemSlots,
     contexts: MemContexts,
     archives: MemArchives,
+    /// The contexts bucket's objects (extension archives and records).
+    objects: MemObjects,
     launcher: MemLauncher,
     clock: Arc<TestClock>,
     settings: Settings,
@@ -292,6 +294,7 @@ impl Harness {
         let interleaving = Arc::new(Interleaving::default());
         let sessions_down = Arc::new(AtomicBool::new(false));
         let archives = MemArchives::default();
+        let objects = MemObjects::default();
         let clock = Arc::new(TestClock(AtomicU64::new(T0)));
         let app = App {
             sessions: Arc::new(Yielding {
@@ -305,6 +308,7 @@ impl Harness {
             keys: Arc::new(keys),
             contexts: Arc::new(contexts.clone()),
             archives: Arc::new(archives.clone()),
+            objects: Arc::new(objects.clone()),
             launcher: launch_port,
             signer: Arc::new(StaticSigner(SigningKey::new(SIGNING_KEY))),
             clock: clock.clone(),
@@ -319,6 +323,7 @@ impl Harness {
             slots,
             contexts,
             archives,
+            objects,
             launcher,
             clock,
             settings,
@@ -1927,14 +1932,11 @@ async fn debug_of_a_session_that_is_not_running_is_409() {
 // ---------------------------------------------------------------------------------------------
 // Endpoints Browserbase has and Wallcrawler does not yet.
 
-const NOT_IMPLEMENTED: [(&str, &str); 7] = [
+const NOT_IMPLEMENTED: [(&str, &str); 4] = [
     ("GET", "/v1/sessions/sess_1/downloads"),
     ("POST", "/v1/sessions/sess_1/uploads"),
     ("GET", "/v1/sessions/sess_1/logs"),
     ("GET", "/v1/sessions/sess_1/recording"),
-    ("POST", "/v1/extensions"),
-    ("GET", "/v1/extensions/ext_1"),
-    ("DELETE", "/v1/extensions/ext_1"),
 ];
 
 #[tokio::test]
@@ -2522,8 +2524,10 @@ async fn a_503_from_an_unreachable_store_leaves_retrying_to_the_client() {
 // Malformed ids: a 400 before any store sees them, never a 500 (which the SDKs retry).
 
 /// Every route that takes an id, with `{id}` where it goes.
-const ID_ROUTES: [(&str, &str, Option<&str>); 9] = [
+const ID_ROUTES: [(&str, &str, Option<&str>); 11] = [
     ("GET", "/v1/sessions/{id}", None),
+    ("GET", "/v1/extensions/{id}", None),
+    ("DELETE", "/v1/extensions/{id}", None),
     (
         "POST",
         "/v1/sessions/{id}",
@@ -2811,3 +2815,7 @@ async fn the_metadata_query_pages_with_the_cursor() {
     let (listed, _) = all_pages(&h, &query).await;
     assert_eq!(listed, both);
 }
+
+// ---------------------------------------------------------------------------------------------
+/// The extensions API and a create's `extensionId`.
+mod extensions;

@@ -1,4 +1,5 @@
-//! The contexts bucket ([`S3Archives`]): presigned upload URLs and deletion of archives.
+//! The contexts bucket: presigned upload URLs and deletion of context archives
+//! ([`S3Archives`]); extension archives and their records ([`S3Objects`]).
 
 use std::time::Duration;
 
@@ -7,7 +8,7 @@ use aws_config::SdkConfig;
 
 use super::sdk_error;
 use crate::error::StoreError;
-use crate::stores::{ArchiveUrls, StoreResult};
+use crate::stores::{ArchiveUrls, ObjectStore, StoreResult};
 
 /// The contexts bucket: presigned `PUT` URLs for archives, and deletion.
 ///
@@ -60,5 +61,84 @@ impl ArchiveUrls for S3Archives {
             .await
             .map_err(|e| sdk_error(BUCKET, e))?;
         Ok(())
+    }
+}
+
+/// The contexts bucket as an [`ObjectStore`]: extension archives and their records.
+pub struct S3Objects {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+}
+
+impl S3Objects {
+    /// Path-style addressing when `AWS_ENDPOINT_URL` points at an emulator.
+    pub fn new(sdk: &SdkConfig, bucket: &str) -> Self {
+        Self {
+            client: wallcrawler_aws::s3_client(sdk),
+            bucket: bucket.to_owned(),
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectStore for S3Objects {
+    async fn put(&self, key: &str, body: axum::body::Bytes) -> StoreResult<()> {
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(body.into())
+            .send()
+            .await
+            .map_err(|e| sdk_error(BUCKET, e))?;
+        Ok(())
+    }
+
+    /// `GetObject`; `NoSuchKey` is `None`. Objects here are small (records, archives within
+    /// the API's body limit), so the body is read whole.
+    async fn get(&self, key: &str) -> StoreResult<Option<axum::body::Bytes>> {
+        let out = match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => return Ok(None),
+            Err(e) => return Err(sdk_error(BUCKET, e)),
+        };
+        let body = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| StoreError::unavailable_by(BUCKET, e))?;
+        Ok(Some(body.into_bytes()))
+    }
+
+    async fn delete(&self, key: &str) -> StoreResult<()> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| sdk_error(BUCKET, e))?;
+        Ok(())
+    }
+
+    /// `ListObjectsV2` of one key under `prefix`.
+    async fn any_under(&self, prefix: &str) -> StoreResult<bool> {
+        let out = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .max_keys(1)
+            .send()
+            .await
+            .map_err(|e| sdk_error(BUCKET, e))?;
+        Ok(out.key_count().unwrap_or(0) > 0 || !out.contents().is_empty())
     }
 }

@@ -300,6 +300,83 @@ impl ArchiveUrls for LocalArchives {
     }
 }
 
+/// Objects as files under a directory (the data directory's `contexts/`, the local contexts
+/// bucket): `<dir>/<key>`, written to a temporary file and renamed into place, 0600.
+pub struct DirObjects {
+    /// The root every key is under.
+    pub dir: PathBuf,
+}
+
+impl DirObjects {
+    /// The file of `key`; a key that is not plain segments is our bug, refused all the same.
+    fn path(&self, key: &str) -> StoreResult<PathBuf> {
+        let key = key.trim_end_matches('/');
+        if valid_key(key) {
+            Ok(self.dir.join(key))
+        } else {
+            Err(StoreError::failed(format!("{key:?} is not an object key")))
+        }
+    }
+}
+
+fn object_err(what: &str, key: &str, e: std::io::Error) -> StoreError {
+    StoreError::failed_by(format!("{what} object {key}"), e)
+}
+
+#[async_trait]
+impl ObjectStore for DirObjects {
+    async fn put(&self, key: &str, body: axum::body::Bytes) -> StoreResult<()> {
+        let path = self.path(key)?;
+        let parent = path.parent().unwrap_or(&self.dir).to_path_buf();
+        let fail = |e| object_err("writing", key, e);
+        tokio::fs::create_dir_all(&parent).await.map_err(fail)?;
+        let tmp = parent.join(format!(".put-{}", uuid::Uuid::new_v4()));
+        let mut f = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .await
+            .map_err(fail)?;
+        f.write_all(&body).await.map_err(fail)?;
+        f.sync_all().await.map_err(fail)?;
+        tokio::fs::rename(&tmp, &path).await.map_err(fail)
+    }
+    async fn get(&self, key: &str) -> StoreResult<Option<axum::body::Bytes>> {
+        match tokio::fs::read(self.path(key)?).await {
+            Ok(b) => Ok(Some(b.into())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(object_err("reading", key, e)),
+        }
+    }
+    async fn delete(&self, key: &str) -> StoreResult<()> {
+        match tokio::fs::remove_file(self.path(key)?).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(object_err("removing", key, e)),
+        }
+    }
+    /// Whether the folder `prefix` holds a file (a name not starting with `.`: the temporary
+    /// files of a write in progress do not count).
+    async fn any_under(&self, prefix: &str) -> StoreResult<bool> {
+        let mut entries = match tokio::fs::read_dir(self.path(prefix)?).await {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(object_err("listing", prefix, e)),
+        };
+        while let Some(e) = entries
+            .next_entry()
+            .await
+            .map_err(|e| object_err("listing", prefix, e))?
+        {
+            if !e.file_name().as_encoded_bytes().starts_with(b".") {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}
+
 /// The query of an upload URL: `expires` (Unix seconds) and `signature` (HMAC of key and expiry).
 #[derive(Deserialize)]
 pub struct UploadQuery {

@@ -13,7 +13,9 @@ use wallcrawler_contract::SigningKey;
 use wallcrawler_contract::task_env;
 
 use super::controllers::{Controllers, Ends, LocalLauncher, LocalPool};
-use super::{DirSessions, FileMap, LocalArchives, LocalIdentity, load_or_init, upload_archive};
+use super::{
+    DirObjects, DirSessions, FileMap, LocalArchives, LocalIdentity, load_or_init, upload_archive,
+};
 use crate::app::{App, Settings};
 use crate::model::ContextRecord;
 use crate::stores::{Launcher, StaticSigner, SystemClock};
@@ -109,6 +111,9 @@ impl LocalServer {
             keys: Arc::new(FileMap::new(data_dir.join("api-keys.json"))),
             contexts,
             archives: archives.clone(),
+            objects: Arc::new(DirObjects {
+                dir: data_dir.join("contexts"),
+            }),
             launcher,
             signer: Arc::new(StaticSigner(SigningKey::new(
                 identity.signing_key.as_bytes(),
