@@ -20,6 +20,9 @@
 //   paging:    lists the project's sessions a page at a time with the SDK's paging query
 //              parameters (`limit`, `cursor`; the next cursor comes in the `x-next-cursor`
 //              header, read through `withResponse()`); a tampered cursor gets a 400.
+//   extensions: the SDK's own `extensions.create({ file })` (multipart) of the zip named by
+//              EXTENSION_ZIP, `retrieve`, a session created with its id, one with an unknown id
+//              (refused), the release, `delete`, and a `retrieve` after it (404).
 // Prints {"ok":true,...} with what it observed.
 
 import { requireArg, run } from "./lib.mjs";
@@ -250,6 +253,28 @@ async function paging(args) {
   return { ids, pages, refused };
 }
 
+async function extensions(args) {
+  const bb = await client(args);
+  const projectId = requireArg(args, "project");
+  const fs = await import("node:fs");
+  const status = async (f) => {
+    try {
+      await f();
+      return { status: "accepted" };
+    } catch (e) {
+      return { status: e.status, message: e.error?.message ?? e.message };
+    }
+  };
+  const ext = await bb.extensions.create({ file: fs.createReadStream(process.env.EXTENSION_ZIP) });
+  const got = await bb.extensions.retrieve(ext.id);
+  const session = await bb.sessions.create({ projectId, extensionId: ext.id });
+  const unknown = await status(() => bb.sessions.create({ projectId, extensionId: "ext_unknown" }));
+  await bb.sessions.update(session.id, { status: "REQUEST_RELEASE", projectId });
+  await bb.extensions.delete(ext.id);
+  const after = await status(() => bb.extensions.retrieve(ext.id));
+  return { ext, got, session: { id: session.id, status: session.status }, unknown, after };
+}
+
 run(async (args) => {
   const scenario = requireArg(args, "scenario");
   if (scenario === "persist") return persist(args);
@@ -259,5 +284,6 @@ run(async (args) => {
   if (scenario === "busy") return busy(args);
   if (scenario === "paging") return paging(args);
   if (scenario === "edges") return edges(args);
+  if (scenario === "extensions") return extensions(args);
   throw new Error(`unknown --scenario ${scenario}`);
 }, { defaultTimeoutMs: 120000 });

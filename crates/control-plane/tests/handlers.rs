@@ -1042,7 +1042,8 @@ async fn a_task_that_fails_while_starting_is_500_naming_its_reason() {
 #[tokio::test]
 async fn create_accepts_and_ignores_browserbase_fields() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
-    // What the Browserbase SDK and Stagehand send, with fields Wallcrawler does not implement.
+    // What the Browserbase SDK and Stagehand send, with fields Wallcrawler does not implement
+    // (an `extensionId` is checked: see the extensions module).
     let body = json!({
         "projectId": PROJ_A,
         "browserSettings": {
@@ -1055,11 +1056,9 @@ async fn create_accepts_and_ignores_browserbase_fields() {
             "solveCaptchas": false,
             "recordSession": true,
             "logSession": true,
-            "advancedStealth": false,
-            "extensionId": "ext_1"
+            "advancedStealth": false
         },
         "proxies": [{ "type": "browserbase", "geolocation": { "country": "US" } }],
-        "extensionId": "ext_1",
         "apiTimeout": 30
     });
     let (status, resp) = h.create(&body.to_string()).await;

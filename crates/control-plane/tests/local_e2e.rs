@@ -304,6 +304,64 @@ fn the_stock_sdk_sends_a_failed_create_and_a_501_only_once() {
     s.stop();
 }
 
+/// A controller that starts and waits to be stopped, never READY: the create answers PENDING.
+const WAITING_CONTROLLER: &str = "#!/bin/sh\nexec sleep 120\n";
+
+/// The stock Node SDK's `extensions.create({ file })` uploads a zip as Browserbase's multipart
+/// `file`; `retrieve` and `delete` work on its id; a session created with it is accepted and
+/// records it (the controller does not load it yet), one with an unknown id is refused; the
+/// archive is kept under the data directory's `contexts/extensions/<projectId>/` until the
+/// delete.
+#[test]
+fn the_stock_sdk_uploads_an_extension_creates_a_session_with_it_and_deletes_it() {
+    let scripts = tempfile::tempdir().unwrap();
+    let waiting = scripts.path().join("waiting-controller");
+    std::fs::write(&waiting, WAITING_CONTROLLER).unwrap();
+    std::fs::set_permissions(
+        &waiting,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let zip_path = scripts.path().join("mark.zip");
+    let mut w = zip::ZipWriter::new(std::fs::File::create(&zip_path).unwrap());
+    w.start_file("manifest.json", zip::write::SimpleFileOptions::default())
+        .unwrap();
+    std::io::Write::write_all(
+        &mut w,
+        br#"{"manifest_version":3,"name":"Mark","version":"1.0"}"#,
+    )
+    .unwrap();
+    w.finish().unwrap();
+    let s = Server::spawn_with("1", &waiting, &[("WALLCRAWLER_POOL_SIZE", "0"), DIRECT]);
+    let r = s.node_with_env(
+        "extensions",
+        &[("EXTENSION_ZIP", zip_path.to_str().unwrap())],
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    let id = r["ext"]["id"].as_str().unwrap();
+    assert_eq!(r["ext"]["fileName"], "mark.zip", "{r}");
+    assert_eq!(r["ext"]["projectId"], s.project.as_str(), "{r}");
+    assert_eq!(r["got"], r["ext"], "{r}");
+    assert_eq!(r["unknown"]["status"], 404, "{r}");
+    assert_eq!(r["after"]["status"], 404, "{r}");
+    let sid = r["session"]["id"].as_str().unwrap();
+    let doc = DirStore::new(s.dir().join("sessions"))
+        .get(sid)
+        .unwrap()
+        .unwrap();
+    assert_eq!(doc.extension_id.as_deref(), Some(id));
+    let key = doc.extension_key.unwrap();
+    assert!(
+        key.starts_with(&format!("extensions/{}/", s.project)),
+        "{key}"
+    );
+    assert!(
+        !s.dir().join("contexts").join(&key).exists(),
+        "the archive is removed with the last record"
+    );
+    s.stop();
+}
+
 /// The stock SDK pages through more sessions than one page with its paging parameters, and a
 /// tampered cursor is refused with a 400 (the sessions are written where the platform keeps
 /// them: no controller runs).

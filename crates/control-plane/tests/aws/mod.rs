@@ -54,6 +54,9 @@ async fn new_context(f: &Fixture, key: &str) -> String {
 /// Limits that scale: slot writes of a constant size, the limit exact at the boundary.
 mod scale;
 
+/// Extension archives in the contexts bucket: under the project's prefix, removed by a delete.
+mod extensions;
+
 /// A create body asking for context `id`, persisting or not (`None`: no `persist` field).
 fn with_context(id: &str, persist: Option<bool>) -> Value {
     let mut context = json!({ "id": id });

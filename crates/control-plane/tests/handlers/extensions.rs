@@ -308,10 +308,7 @@ async fn a_body_over_the_limit_is_413_and_a_body_that_is_not_the_sdks_shape_is_4
         &["multipart/form-data", "\"file\""],
     );
     let ct = format!("multipart/form-data; boundary={BOUNDARY}");
-    let other_field = multipart("x.zip", &extension())
-        .iter()
-        .copied()
-        .collect::<Vec<_>>();
+    let other_field = multipart("x.zip", &extension());
     let other_field =
         String::from_utf8_lossy(&other_field).replace("name=\"file\"", "name=\"other\"");
     let r = h.upload_raw(KEY_A, &ct, other_field.into_bytes()).await;

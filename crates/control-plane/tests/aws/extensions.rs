@@ -1,0 +1,111 @@
+//! The extensions API on moto: the archive lands in the contexts bucket under
+//! `extensions/<projectId>/<sha256>.zip` with its record, a session created with the extension
+//! carries its id and key in its DynamoDB item, and a delete removes archive and record.
+
+use std::io::{Cursor, Write};
+
+use axum::body::Body;
+use axum::http::Request;
+use http_body_util::BodyExt;
+use sha2::Digest;
+use tower::ServiceExt;
+
+use super::*;
+
+const BOUNDARY: &str = "----wallcrawler-moto-boundary";
+
+/// The objects under `prefix` in the contexts bucket.
+async fn keys_under(f: &Fixture, prefix: &str) -> Vec<String> {
+    let out = s3(&f.sdk)
+        .list_objects_v2()
+        .bucket(&f.cfg.contexts_bucket)
+        .prefix(prefix)
+        .send()
+        .await
+        .unwrap();
+    out.contents()
+        .iter()
+        .filter_map(|o| o.key().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_lands_in_the_bucket_under_its_project_and_a_delete_removes_it() {
+    let f = Fixture::new(1).await;
+    let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
+    let opts = zip::write::SimpleFileOptions::default();
+    w.start_file("manifest.json", opts).unwrap();
+    w.write_all(br#"{"manifest_version":3,"name":"Mark","version":"1.0"}"#)
+        .unwrap();
+    let zip = w.finish().unwrap().into_inner();
+    let mut body = format!(
+        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"mark.zip\"\r\nContent-Type: application/zip\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(&zip);
+    body.extend_from_slice(format!("\r\n--{BOUNDARY}--\r\n").as_bytes());
+    let req = Request::post("/v1/extensions")
+        .header("x-wc-api-key", &f.api_key)
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={BOUNDARY}"),
+        )
+        .body(Body::from(body))
+        .unwrap();
+    let resp = f.router.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let ext: Value =
+        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{ext}");
+    let id = ext["id"].as_str().unwrap().to_owned();
+
+    let sha: String = sha2::Sha256::digest(&zip)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let key = format!("extensions/{}/{sha}.zip", f.project_id);
+    let object = s3(&f.sdk)
+        .get_object()
+        .bucket(&f.cfg.contexts_bucket)
+        .key(&key)
+        .send()
+        .await
+        .expect("the archive is in the bucket at extensions/<projectId>/<sha256>.zip");
+    assert_eq!(
+        object.body.collect().await.unwrap().into_bytes().to_vec(),
+        zip
+    );
+    let prefix = format!("extensions/{}/", f.project_id);
+    assert_eq!(
+        keys_under(&f, &prefix).await,
+        [
+            key.clone(),
+            format!("{prefix}records/{id}.json"),
+            format!("{prefix}refs/{sha}/{id}"),
+        ]
+    );
+    let (status, got) = f
+        .call(Method::GET, &format!("/v1/extensions/{id}"), None)
+        .await;
+    assert_eq!((status, &got), (StatusCode::OK, &ext));
+
+    let (status, v) = f.create(json!({ "extensionId": id })).await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    let item = f.item(v["id"].as_str().unwrap()).await;
+    assert_eq!(text(&item, "extensionId").as_deref(), Some(id.as_str()));
+    assert_eq!(text(&item, "extensionKey").as_deref(), Some(key.as_str()));
+    let (status, unknown) = f
+        .create(json!({ "extensionId": "ext_0123456789abcdef" }))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{unknown}");
+
+    let (status, _) = f
+        .call(Method::DELETE, &format!("/v1/extensions/{id}"), None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(keys_under(&f, &prefix).await, Vec::<String>::new());
+    let (status, _) = f
+        .call(Method::GET, &format!("/v1/extensions/{id}"), None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
