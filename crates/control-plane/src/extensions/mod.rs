@@ -18,7 +18,10 @@
 //! The archive is checked before anything is written ([`archive::check`]). A request body is at
 //! most [`MAX_BODY_BYTES`] (413 beyond): API Gateway takes 10 MB and Lambda 6 MB, so a larger
 //! archive cannot come in through the API; it would take a presigned upload to the bucket
-//! (not implemented: see docs/extensions.md).
+//! (not implemented; the README says so).
+//!
+//! The controller does not load extensions yet: the session item and the claim carry the
+//! archive's key for it.
 
 pub mod archive;
 
