@@ -458,16 +458,9 @@ async fn fill(body: &mut BoxRead, limit: usize) -> std::io::Result<Vec<u8>> {
 #[async_trait::async_trait]
 impl ArchiveStore for S3Archives {
     async fn open(&self, key: &str) -> Result<Option<BoxRead>, StoreError> {
-        match self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-        {
-            Ok(out) => Ok(Some(Box::pin(out.body.into_async_read()) as BoxRead)),
-            Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => Ok(None),
+        match wallcrawler_aws::get_object(&self.client, &self.bucket, key).await {
+            Ok(Some(out)) => Ok(Some(Box::pin(out.body.into_async_read()) as BoxRead)),
+            Ok(None) => Ok(None),
             // S3 answers a missing key so to a role that may not list the bucket.
             Err(e) if e.as_service_error().and_then(|se| se.code()) == Some("AccessDenied") => {
                 Err(StoreError::Refused {

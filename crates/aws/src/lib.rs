@@ -84,6 +84,25 @@ pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
     aws_sdk_s3::Client::from_conf(b.build())
 }
 
+/// What a `GetObject` answers: the object, or the SDK's error.
+pub type GetObject = Result<
+    Option<aws_sdk_s3::operation::get_object::GetObjectOutput>,
+    SdkError<
+        aws_sdk_s3::operation::get_object::GetObjectError,
+        aws_sdk_s3::config::http::HttpResponse,
+    >,
+>;
+
+/// `GetObject` of `key` in `bucket`: `None` when S3 answers `NoSuchKey` (a role that may not
+/// list the bucket gets `AccessDenied` instead, left to the caller).
+pub async fn get_object(client: &aws_sdk_s3::Client, bucket: &str, key: &str) -> GetObject {
+    match client.get_object().bucket(bucket).key(key).send().await {
+        Ok(out) => Ok(Some(out)),
+        Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// What a failed call means for the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {

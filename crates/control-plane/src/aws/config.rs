@@ -9,7 +9,7 @@ use wallcrawler_contract::claim::ClaimWait;
 
 use super::{
     DynamoContexts, DynamoKeys, DynamoProjects, DynamoSessions, DynamoSlots, EcsLauncher,
-    S3Archives, S3Objects, SecretsSigner, SqsPoolLauncher,
+    S3Archives, SecretsSigner, SqsPoolLauncher,
 };
 use crate::app::{App, Settings};
 use crate::stores::SystemClock;
@@ -324,7 +324,7 @@ pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
         keys: Arc::new(DynamoKeys::new(dynamo.clone(), &cfg.tables.api_keys)),
         contexts: Arc::new(DynamoContexts::new(dynamo, &cfg.tables.contexts)),
         archives: Arc::new(S3Archives::new(sdk, &cfg.contexts_bucket)),
-        objects: Arc::new(S3Objects::new(sdk, &cfg.contexts_bucket)),
+        objects: Arc::new(S3Archives::new(sdk, &cfg.contexts_bucket)),
         launcher: match &cfg.pool_queue_url {
             Some(url) => Arc::new(SqsPoolLauncher::new(sdk, url, cfg.clone())),
             None => Arc::new(EcsLauncher::new(sdk, cfg.clone())),

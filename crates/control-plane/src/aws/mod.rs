@@ -46,7 +46,7 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 pub use config::{Config, ConfigError, EcsSettings, Tables, build_app, sdk_config};
 pub use ecs::{EcsLauncher, controller_environment};
 pub use records::{DynamoContexts, DynamoKeys, DynamoProjects, DynamoRecords};
-pub use s3::{S3Archives, S3Objects};
+pub use s3::S3Archives;
 pub use sessions::{
     CONTEXT_INDEX, DynamoSessions, PROJECT_INDEX, STATUS_INDEX, TASK_INDEX, usage_key,
 };

@@ -1,5 +1,5 @@
-//! The contexts bucket: presigned upload URLs and deletion of context archives
-//! ([`S3Archives`]); extension archives and their records ([`S3Objects`]).
+//! The contexts bucket ([`S3Archives`]): presigned upload URLs and deletion of context
+//! archives; extension archives and their records as objects.
 
 use std::time::Duration;
 
@@ -64,24 +64,9 @@ impl ArchiveUrls for S3Archives {
     }
 }
 
-/// The contexts bucket as an [`ObjectStore`]: extension archives and their records.
-pub struct S3Objects {
-    client: aws_sdk_s3::Client,
-    bucket: String,
-}
-
-impl S3Objects {
-    /// Path-style addressing when `AWS_ENDPOINT_URL` points at an emulator.
-    pub fn new(sdk: &SdkConfig, bucket: &str) -> Self {
-        Self {
-            client: wallcrawler_aws::s3_client(sdk),
-            bucket: bucket.to_owned(),
-        }
-    }
-}
-
 #[async_trait]
-impl ObjectStore for S3Objects {
+/// Extension archives and their records.
+impl ObjectStore for S3Archives {
     async fn put(&self, key: &str, body: axum::body::Bytes) -> StoreResult<()> {
         self.client
             .put_object()
@@ -97,16 +82,9 @@ impl ObjectStore for S3Objects {
     /// `GetObject`; `NoSuchKey` is `None`. Objects here are small (records, archives within
     /// the API's body limit), so the body is read whole.
     async fn get(&self, key: &str) -> StoreResult<Option<axum::body::Bytes>> {
-        let out = match self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-        {
-            Ok(out) => out,
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => return Ok(None),
+        let out = match wallcrawler_aws::get_object(&self.client, &self.bucket, key).await {
+            Ok(Some(out)) => out,
+            Ok(None) => return Ok(None),
             Err(e) => return Err(sdk_error(BUCKET, e)),
         };
         let body = out
@@ -118,14 +96,7 @@ impl ObjectStore for S3Objects {
     }
 
     async fn delete(&self, key: &str) -> StoreResult<()> {
-        self.client
-            .delete_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| sdk_error(BUCKET, e))?;
-        Ok(())
+        ArchiveUrls::delete(self, key).await
     }
 
     /// `ListObjectsV2` of one key under `prefix`.

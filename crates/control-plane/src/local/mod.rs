@@ -319,6 +319,22 @@ impl DirObjects {
     }
 }
 
+/// A new temporary file (0600: archives hold cookies and logins, like every file here) in the
+/// folder `path` will be in (created if missing; `root` when `path` has no parent), named with
+/// a leading `.` so listings pass it over; renamed onto `path` once complete.
+async fn temp_beside(path: &Path, root: &Path) -> std::io::Result<(PathBuf, tokio::fs::File)> {
+    let parent = path.parent().unwrap_or(root);
+    tokio::fs::create_dir_all(parent).await?;
+    let tmp = parent.join(format!(".upload-{}", uuid::Uuid::new_v4()));
+    let f = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .await?;
+    Ok((tmp, f))
+}
+
 fn object_err(what: &str, key: &str, e: std::io::Error) -> StoreError {
     StoreError::failed_by(format!("{what} object {key}"), e)
 }
@@ -327,17 +343,8 @@ fn object_err(what: &str, key: &str, e: std::io::Error) -> StoreError {
 impl ObjectStore for DirObjects {
     async fn put(&self, key: &str, body: axum::body::Bytes) -> StoreResult<()> {
         let path = self.path(key)?;
-        let parent = path.parent().unwrap_or(&self.dir).to_path_buf();
         let fail = |e| object_err("writing", key, e);
-        tokio::fs::create_dir_all(&parent).await.map_err(fail)?;
-        let tmp = parent.join(format!(".put-{}", uuid::Uuid::new_v4()));
-        let mut f = tokio::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .await
-            .map_err(fail)?;
+        let (tmp, mut f) = temp_beside(&path, &self.dir).await.map_err(fail)?;
         f.write_all(&body).await.map_err(fail)?;
         f.sync_all().await.map_err(fail)?;
         tokio::fs::rename(&tmp, &path).await.map_err(fail)
@@ -403,21 +410,8 @@ pub async fn upload_archive(
         return Err(ApiError::forbidden("invalid upload URL signature"));
     }
     let path = archives.dir.join(&key);
-    let parent = path
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| archives.dir.clone());
     let fail = |e: std::io::Error| ApiError::internal(format!("storing the archive failed: {e}"));
-    tokio::fs::create_dir_all(&parent).await.map_err(fail)?;
-    let tmp = parent.join(format!(".upload-{}", uuid::Uuid::new_v4()));
-    // Archives hold cookies and logins: 0600, like every file here.
-    let mut f = tokio::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .await
-        .map_err(fail)?;
+    let (tmp, mut f) = temp_beside(&path, &archives.dir).await.map_err(fail)?;
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = match chunk {

@@ -64,16 +64,10 @@ async fn an_extension_lands_in_the_bucket_under_its_project_and_a_delete_removes
         .map(|b| format!("{b:02x}"))
         .collect();
     let key = format!("extensions/{}/{sha}.zip", f.project_id);
-    let object = s3(&f.sdk)
-        .get_object()
-        .bucket(&f.cfg.contexts_bucket)
-        .key(&key)
-        .send()
-        .await
-        .expect("the archive is in the bucket at extensions/<projectId>/<sha256>.zip");
     assert_eq!(
-        object.body.collect().await.unwrap().into_bytes().to_vec(),
-        zip
+        object(&f, &key).await.as_deref(),
+        Some(&zip[..]),
+        "the archive is in the bucket at extensions/<projectId>/<sha256>.zip"
     );
     let prefix = format!("extensions/{}/", f.project_id);
     assert_eq!(

@@ -71,10 +71,25 @@ impl Harness {
         self.upload_raw(KEY_A, &ct, multipart(file_name, zip)).await
     }
 
+    /// `method` on `/v1/extensions/{id}` by `key`.
+    async fn on_extension(&self, method: Method, id: &str, key: &str) -> (StatusCode, Value) {
+        let uri = format!("/v1/extensions/{id}");
+        self.call(method, &uri, Some(key), None).await
+    }
+
     /// The keys of the objects kept, in order.
     fn object_keys(&self) -> Vec<String> {
         self.objects.0.lock().unwrap().keys().cloned().collect()
     }
+}
+
+/// `r` is the 404 of an unknown (or another project's) extension `id`.
+fn assert_no_such_extension(r: &(StatusCode, Value), id: &str) {
+    assert_error(
+        r,
+        StatusCode::NOT_FOUND,
+        &[&format!("extension {id} not found")],
+    );
 }
 
 fn sha256_hex(b: &[u8]) -> String {
@@ -115,75 +130,23 @@ async fn an_upload_is_kept_once_per_content_and_each_delete_is_its_own() {
     };
     assert_eq!(zips(&h), 1, "{:?}", h.object_keys());
 
-    let got = h
-        .call(
-            Method::GET,
-            &format!("/v1/extensions/{id}"),
-            Some(KEY_A),
-            None,
-        )
-        .await;
+    let got = h.on_extension(Method::GET, &id, KEY_A).await;
     assert_eq!(got, (StatusCode::OK, a.clone()));
     // Another project's key: 404, as a missing one.
-    let foreign = h
-        .call(
-            Method::GET,
-            &format!("/v1/extensions/{id}"),
-            Some(KEY_OTHER),
-            None,
-        )
-        .await;
-    assert_error(
-        &foreign,
-        StatusCode::NOT_FOUND,
-        &[&format!("extension {id} not found")],
-    );
-    let foreign = h
-        .call(
-            Method::DELETE,
-            &format!("/v1/extensions/{id}"),
-            Some(KEY_OTHER),
-            None,
-        )
-        .await;
+    let foreign = h.on_extension(Method::GET, &id, KEY_OTHER).await;
+    assert_no_such_extension(&foreign, &id);
+    let foreign = h.on_extension(Method::DELETE, &id, KEY_OTHER).await;
     assert_eq!(foreign.0, StatusCode::NOT_FOUND);
 
     // One delete leaves the copy the other upload still uses; the last removes it.
-    let gone = h
-        .call(
-            Method::DELETE,
-            &format!("/v1/extensions/{id}"),
-            Some(KEY_A),
-            None,
-        )
-        .await;
+    let gone = h.on_extension(Method::DELETE, &id, KEY_A).await;
     assert_eq!(gone, (StatusCode::NO_CONTENT, Value::Null));
-    let again = h
-        .call(
-            Method::GET,
-            &format!("/v1/extensions/{id}"),
-            Some(KEY_A),
-            None,
-        )
-        .await;
+    let again = h.on_extension(Method::GET, &id, KEY_A).await;
     assert_eq!(again.0, StatusCode::NOT_FOUND);
     assert!(h.object_keys().contains(&archive));
-    let kept = h
-        .call(
-            Method::GET,
-            &format!("/v1/extensions/{other}"),
-            Some(KEY_A),
-            None,
-        )
-        .await;
+    let kept = h.on_extension(Method::GET, &other, KEY_A).await;
     assert_eq!(kept.0, StatusCode::OK);
-    h.call(
-        Method::DELETE,
-        &format!("/v1/extensions/{other}"),
-        Some(KEY_A),
-        None,
-    )
-    .await;
+    h.on_extension(Method::DELETE, &other, KEY_A).await;
     assert_eq!(h.object_keys(), Vec::<String>::new());
 }
 
@@ -350,11 +313,7 @@ async fn a_create_with_an_extension_records_it_and_refuses_an_unknown_or_foreign
     let r = h
         .create(&json!({ "extensionId": theirs }).to_string())
         .await;
-    assert_error(
-        &r,
-        StatusCode::NOT_FOUND,
-        &[&format!("extension {theirs} not found")],
-    );
+    assert_no_such_extension(&r, &theirs);
     let r = h
         .create(
             &json!({ "extensionId": id, "browserSettings": { "extensionId": theirs } }).to_string(),
