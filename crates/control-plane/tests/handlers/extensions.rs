@@ -313,7 +313,7 @@ async fn a_create_with_an_extension_records_it_and_refuses_an_unknown_or_foreign
     let r = h
         .create(&json!({ "extensionId": theirs }).to_string())
         .await;
-    assert_no_such_extension(&r, &theirs);
+    assert_no_such_extension(&r, theirs);
     let r = h
         .create(
             &json!({ "extensionId": id, "browserSettings": { "extensionId": theirs } }).to_string(),
