@@ -204,8 +204,9 @@ SWEEPER_CODE = ("crates/control-plane/src/bin/wallcrawler-sweeper-lambda.rs", "c
 
 def code_actions(*paths):
     src = sources(*paths)
-    # `.op()` at the start of a builder chain (the SDK's fluent calls), not e.g. `uri.query()`.
-    found = set(re.findall(r"\n\s*\.([a-z_]+)\(\)\s*\n", src))
+    # `.op()` at the start of a builder chain (the SDK's fluent calls), not e.g. `uri.query()`;
+    # or `client.op()` of a chain short enough for one line.
+    found = {a or b for a, b in re.findall(r"\n\s*\.([a-z_]+)\(\)\s*\n|\bclient\.([a-z_]+)\(\)", src)}
     # A TransactWriteItems is authorised per item, as the item's own write.
     items = {"Put": "dynamodb:PutItem", "Update": "dynamodb:UpdateItem", "Delete": "dynamodb:DeleteItem"}
     transact = {items[k] for k in re.findall(r"\b(Put|Update|Delete)::builder\(\)", src)}
@@ -432,9 +433,13 @@ def check_mode(t, mode):
     def needs(role, action, resource):
         check(allowed(t, role, action, resource), f"{role}: allows {action} on {resource}")
 
-    # Both sides fetch the signing secret through the shared crate's one fetcher.
+    # Both sides fetch the signing secret through the shared crate's one fetcher, and read
+    # archives through its one GetObject.
     shared = code_actions("crates/aws/src/secrets.rs")
     check(shared, "found the shared Secrets Manager fetcher's SDK call in crates/aws/src/secrets.rs")
+    shared_s3 = code_actions("crates/aws/src/lib.rs")
+    check(shared_s3 == {"s3:GetObject"}, f"found the shared GetObject (only) in crates/aws/src/lib.rs ({sorted(shared_s3)})")
+    shared |= shared_s3
     controller = code_actions("src/aws.rs") | shared
     check(controller, "found the controller's SDK calls in src/aws.rs")
     # Not an SDK call: the ECS agent's endpoint, which acts with the task role.

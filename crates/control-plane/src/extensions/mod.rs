@@ -16,8 +16,9 @@
 //! take away the extension another client is about to create a session with.
 //!
 //! The archive is checked before anything is written ([`archive::check`]). A request body is at
-//! most [`MAX_BODY_BYTES`] (413 beyond): API Gateway takes 10 MB and Lambda 6 MB, so a larger
-//! archive cannot come in through the API; it would take a presigned upload to the bucket
+//! most [`MAX_BODY_BYTES`] (413 beyond): API Gateway takes 10 MB and Lambda 6 MB, base64
+//! included ([`MAX_ARCHIVE_BYTES`]), so a larger archive cannot come in through the API; it
+//! would take a presigned upload to the bucket
 //! (not implemented; the README says so).
 //!
 //! The controller does not load extensions yet: the session item and the claim carry the

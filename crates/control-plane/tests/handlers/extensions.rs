@@ -260,7 +260,7 @@ async fn a_body_over_the_limit_is_413_and_a_body_that_is_not_the_sdks_shape_is_4
     assert_error(
         &r,
         StatusCode::PAYLOAD_TOO_LARGE,
-        &["larger than 5242880 bytes"],
+        &["larger than 4194304 bytes"],
     );
     let r = h
         .upload_raw(KEY_A, "application/json", b"{}".to_vec())
