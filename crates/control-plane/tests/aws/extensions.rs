@@ -14,6 +14,26 @@ use super::*;
 
 const BOUNDARY: &str = "----wallcrawler-moto-boundary";
 
+/// A multipart body with the one `file` field, as the SDKs send it.
+fn multipart(file_name: &str, zip: &[u8]) -> Vec<u8> {
+    let mut body = format!(
+        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{file_name}\"\r\nContent-Type: application/zip\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(zip);
+    body.extend_from_slice(format!("\r\n--{BOUNDARY}--\r\n").as_bytes());
+    body
+}
+
+/// Where the API keeps `zip` for the fixture's project.
+fn archive_key(f: &Fixture, zip: &[u8]) -> String {
+    let sha: String = sha2::Sha256::digest(zip)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("extensions/{}/{sha}.zip", f.project_id)
+}
+
 /// The objects under `prefix` in the contexts bucket.
 async fn keys_under(f: &Fixture, prefix: &str) -> Vec<String> {
     let out = s3(&f.sdk)
@@ -38,12 +58,7 @@ async fn an_extension_lands_in_the_bucket_under_its_project_and_a_delete_removes
     w.write_all(br#"{"manifest_version":3,"name":"Mark","version":"1.0"}"#)
         .unwrap();
     let zip = w.finish().unwrap().into_inner();
-    let mut body = format!(
-        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"mark.zip\"\r\nContent-Type: application/zip\r\n\r\n"
-    )
-    .into_bytes();
-    body.extend_from_slice(&zip);
-    body.extend_from_slice(format!("\r\n--{BOUNDARY}--\r\n").as_bytes());
+    let body = multipart("mark.zip", &zip);
     let req = Request::post("/v1/extensions")
         .header("x-wc-api-key", &f.api_key)
         .header(
@@ -59,17 +74,14 @@ async fn an_extension_lands_in_the_bucket_under_its_project_and_a_delete_removes
     assert_eq!(status, StatusCode::CREATED, "{ext}");
     let id = ext["id"].as_str().unwrap().to_owned();
 
-    let sha: String = sha2::Sha256::digest(&zip)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let key = format!("extensions/{}/{sha}.zip", f.project_id);
+    let key = archive_key(&f, &zip);
     assert_eq!(
         object(&f, &key).await.as_deref(),
         Some(&zip[..]),
         "the archive is in the bucket at extensions/<projectId>/<sha256>.zip"
     );
     let prefix = format!("extensions/{}/", f.project_id);
+    let sha = &key[prefix.len()..key.len() - ".zip".len()];
     assert_eq!(
         keys_under(&f, &prefix).await,
         [
@@ -102,4 +114,39 @@ async fn an_extension_lands_in_the_bucket_under_its_project_and_a_delete_removes
         .call(Method::GET, &format!("/v1/extensions/{id}"), None)
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// Through the API function's binary, as API Gateway's REST API delivers a `multipart/form-data`
+/// body it treats as binary (`BinaryMediaTypes`): base64 in the event, the zip's bytes intact in
+/// the bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_function_takes_an_extension_as_api_gateway_delivers_it() {
+    use base64::Engine;
+    let f = Fixture::new(1).await;
+    let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
+    w.start_file("manifest.json", zip::write::SimpleFileOptions::default())
+        .unwrap();
+    w.write_all(br#"{"manifest_version":3,"name":"Binary","version":"2"}"#)
+        .unwrap();
+    w.start_file("bytes.bin", zip::write::SimpleFileOptions::default())
+        .unwrap();
+    w.write_all(&(0..=255u8).collect::<Vec<_>>()).unwrap();
+    let zip = w.finish().unwrap().into_inner();
+    let body = multipart("b.zip", &zip);
+    let ct = format!("multipart/form-data; boundary={BOUNDARY}");
+    let mut event = rest_event("POST", "/v1/extensions", &f.api_key, None);
+    event["headers"]["content-type"] = json!(ct);
+    event["multiValueHeaders"]["content-type"] = json!([ct]);
+    event["body"] = json!(base64::engine::general_purpose::STANDARD.encode(&body));
+    event["isBase64Encoded"] = json!(true);
+    let (posted, _) = run_lambda(
+        env!("CARGO_BIN_EXE_wallcrawler-api-lambda"),
+        &f.vars,
+        vec![event],
+    )
+    .await;
+    let (status, ext) = proxy_answer(&posted[0]);
+    assert_eq!(status, 201, "{ext}");
+    let key = archive_key(&f, &zip);
+    assert_eq!(object(&f, &key).await.as_deref(), Some(&zip[..]));
 }
