@@ -1,6 +1,6 @@
 //! What the handlers need from the outside world, as narrow async traits: stores for sessions,
-//! projects, API keys and contexts, presigned URLs for archives, a task launcher, the token
-//! signer and a clock. DynamoDB/S3/ECS implementations are in `aws`, local ones in `local`,
+//! projects, API keys and contexts, presigned URLs for archives, objects in the contexts bucket
+//! (extensions), a task launcher, the token signer and a clock. DynamoDB/S3/ECS implementations are in `aws`, local ones in `local`,
 //! in-memory ones for tests in `memory`.
 
 use async_trait::async_trait;

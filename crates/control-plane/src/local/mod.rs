@@ -7,6 +7,8 @@
 //! - Archives live in `<data>/contexts/<projectId>/<contextId>/profile.tar.gz`; "presigned"
 //!   upload URLs point at this server (`PUT /_local/archives/<key>?expires=…&signature=…`, an
 //!   HMAC of key and expiry).
+//! - Extension archives and their records are files under `<data>/contexts/extensions/`
+//!   ([`DirObjects`]), the same keys as in the AWS contexts bucket.
 //! - Controllers are child processes (see [`controllers`]): a warm pool taking claims
 //!   from `<data>/claims`, or one `wallcrawler-controller run` per session; [`serve`] wires
 //!   it all up.
