@@ -24,6 +24,9 @@
 
 use std::borrow::Cow;
 use std::path::{Component, Path, PathBuf};
+use std::sync::LazyLock;
+
+use memchr::memmem;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -181,12 +184,13 @@ pub fn judge(plain: &[u8], rules: &FileRules) -> Verdict {
     judge_at(plain, rules, 0)
 }
 
+/// The searchers for [`WATCHED`], built once (building one costs more than a search of a
+/// typical command).
+static FINDERS: LazyLock<Vec<memmem::Finder<'static>>> =
+    LazyLock::new(|| WATCHED.iter().map(memmem::Finder::new).collect());
+
 fn judge_at(plain: &[u8], rules: &FileRules, depth: usize) -> Verdict {
-    if memchr::memchr(b'\\', plain).is_none()
-        && !WATCHED
-            .iter()
-            .any(|w| memchr::memmem::find(plain, w).is_some())
-    {
+    if memchr::memchr(b'\\', plain).is_none() && !FINDERS.iter().any(|f| f.find(plain).is_some()) {
         return Verdict::Forward;
     }
     match judge_parsed(plain, rules, depth) {
