@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::support::{Controller, node, user_data_dir_of};
+use crate::support::{Controller, node, raw_http, status_of, user_data_dir_of};
 
 /// A tiny MV3 extension whose content script marks every page.
 fn write_extension(dir: &Path) {
@@ -16,7 +16,11 @@ fn write_extension(dir: &Path) {
         r#"{"manifest_version":3,"name":"mark","version":"1.0","content_scripts":[{"matches":["<all_urls>"],"js":["mark.js"]}]}"#,
     )
     .unwrap();
-    std::fs::write(dir.join("mark.js"), "document.documentElement.dataset.marked = '1';").unwrap();
+    std::fs::write(
+        dir.join("mark.js"),
+        "document.documentElement.dataset.marked = '1';",
+    )
+    .unwrap();
 }
 
 fn assert_refused(answer: &Value, what: &str) {
@@ -51,7 +55,12 @@ fn a_client_reaches_no_file_it_was_not_given() {
     std::os::unix::fs::symlink(&secret, &escape).unwrap();
     let environ = format!("/proc/{}/environ", c.child.id());
     // Enough `..` to reach the root from the uploads directory, then the secret's own path.
-    let dotdot = format!("{}/{}{}", uploads.display(), "../".repeat(12), secret.display());
+    let dotdot = format!(
+        "{}/{}{}",
+        uploads.display(),
+        "../".repeat(12),
+        secret.display()
+    );
     let outside = [
         secret.to_str().unwrap(),
         environ.as_str(),
@@ -79,7 +88,10 @@ fn a_client_reaches_no_file_it_was_not_given() {
     );
     assert_eq!(r["ok"], true, "{r}");
     for form in ["plain", "escaped", "fragmented", "padded"] {
-        assert_refused(&r["extensions"][form], &format!("Extensions.loadUnpacked ({form})"));
+        assert_refused(
+            &r["extensions"][form],
+            &format!("Extensions.loadUnpacked ({form})"),
+        );
     }
     assert!(
         r["version"]["result"]["product"].is_string(),
@@ -90,21 +102,73 @@ fn a_client_reaches_no_file_it_was_not_given() {
     for path in outside.split(',') {
         let f = &r["files"][path];
         assert_refused(&f["answer"], &format!("DOM.setFileInputFiles {path}"));
-        assert_eq!(f["read"], serde_json::json!([]), "the page got nothing of {path}");
+        assert_eq!(
+            f["read"],
+            serde_json::json!([]),
+            "the page got nothing of {path}"
+        );
     }
     let f = &r["files"][inside.to_str().unwrap()];
     assert!(f["answer"]["error"].is_null(), "{f}");
     use base64::Engine;
     let b64 = base64::engine::general_purpose::STANDARD.encode(&bytes);
-    assert_eq!(f["read"][0]["base64"], b64.as_str(), "the page reads the upload's exact bytes");
+    assert_eq!(
+        f["read"][0]["base64"],
+        b64.as_str(),
+        "the page reads the upload's exact bytes"
+    );
     assert_refused(&r["navigate"], "Page.navigate to file:");
     assert_refused(&r["createFile"], "Target.createTarget to FILE:");
     let p = &r["puppeteer"];
     assert!(p[inside.to_str().unwrap()]["error"].is_null(), "{p}");
-    assert_eq!(p[inside.to_str().unwrap()]["read"][0]["base64"], b64.as_str());
+    assert_eq!(
+        p[inside.to_str().unwrap()]["read"][0]["base64"],
+        b64.as_str()
+    );
     let refused = &p[secret.to_str().unwrap()];
-    assert!(refused["error"].as_str().unwrap_or_default().contains("not allowed"), "{p}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not allowed"),
+        "{p}"
+    );
     assert_eq!(refused["read"], serde_json::json!([]));
+    c.signal(nix::sys::signal::Signal::SIGTERM);
+    c.wait_exit();
+}
+
+/// `/json/new` opens a target at any URL Chrome is given: a local file URL is refused (403)
+/// and Chrome is never asked; an http URL still opens.
+#[test]
+fn json_new_with_a_file_url_is_refused() {
+    let (mut c, s) = Controller::local(&[], &[]);
+    let ask = |query: &str| {
+        let req = format!(
+            "PUT /json/new?{query} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
+            s.addr, s.token
+        );
+        raw_http(s.addr, req.as_bytes())
+    };
+    for query in [
+        "file:///etc/passwd",
+        "%66ile:///etc/passwd",
+        "view-source:file:///etc/",
+    ] {
+        let answer = ask(query);
+        assert_eq!(status_of(&answer), 403, "{query}: {answer}");
+    }
+    let answer = ask("about:blank");
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    let list = raw_http(
+        s.addr,
+        format!(
+            "GET /json/list HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
+            s.addr, s.token
+        )
+        .as_bytes(),
+    );
+    assert!(!list.contains("file://"), "{list}");
     c.signal(nix::sys::signal::Signal::SIGTERM);
     c.wait_exit();
 }

@@ -237,10 +237,20 @@ use std::borrow::Cow;
 /// A whole frame carrying `payload`: masked (with a zero mask, which RFC 6455 allows) when it
 /// goes to Chrome, which takes only masked client frames; plain toward the client.
 pub fn frame_of(opcode: u8, payload: &[u8], masked: bool) -> Vec<u8> {
+    let mut f = frame_head(0x80 | opcode, payload.len(), masked);
+    if masked {
+        f.extend_from_slice(&[0; 4]);
+    }
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A frame's first byte and length bytes (the mask key, if any, comes next).
+fn frame_head(first: u8, len: usize, masked: bool) -> Vec<u8> {
     let bit = if masked { 0x80 } else { 0 };
-    let mut f = Vec::with_capacity(payload.len() + 14);
-    f.push(0x80 | opcode);
-    match payload.len() {
+    let mut f = Vec::with_capacity(len + 14);
+    f.push(first);
+    match len {
         n if n < 126 => f.push(bit | n as u8),
         n if n <= 65535 => {
             f.push(bit | 126);
@@ -251,10 +261,6 @@ pub fn frame_of(opcode: u8, payload: &[u8], masked: bool) -> Vec<u8> {
             f.extend_from_slice(&(n as u64).to_be_bytes());
         }
     }
-    if masked {
-        f.extend_from_slice(&[0; 4]);
-    }
-    f.extend_from_slice(payload);
     f
 }
 
@@ -581,19 +587,8 @@ pub(crate) mod tests {
 
     /// A frame, masked with `mask` or not.
     pub fn frame_with(opcode: u8, fin: bool, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
-        let bit = if mask.is_some() { 0x80 } else { 0 };
-        let mut f = vec![(if fin { 0x80 } else { 0 }) | opcode];
-        match payload.len() {
-            n if n < 126 => f.push(bit | n as u8),
-            n if n <= 65535 => {
-                f.push(bit | 126);
-                f.extend_from_slice(&(n as u16).to_be_bytes());
-            }
-            n => {
-                f.push(bit | 127);
-                f.extend_from_slice(&(n as u64).to_be_bytes());
-            }
-        }
+        let first = (if fin { 0x80 } else { 0 }) | opcode;
+        let mut f = frame_head(first, payload.len(), mask.is_some());
         match mask {
             Some(m) => {
                 f.extend_from_slice(&m);

@@ -812,6 +812,74 @@ mod tests {
         assert!(e.closed.load(Ordering::SeqCst));
     }
 
+    /// A refused command never reaches Chrome; its answer reaches the client after the Chrome
+    /// message in flight, and the connection goes on.
+    #[tokio::test]
+    async fn a_refused_command_is_answered_between_chromes_messages() {
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
+        let mut e = start(&relays, b"", true);
+        // Chrome has sent the first half of a message when the refused command comes.
+        let event = inspect::frame_of(1, br#"{"method":"Page.loadEventFired","params":{}}"#, false);
+        e.chrome.write_all(&event[..10]).unwrap();
+        assert_eq!(read_n(&mut e.client, 10), event[..10]);
+        let refused = frame(
+            1,
+            true,
+            br#"{"id":7,"sessionId":"S","method":"Extensions.loadUnpacked","params":{"path":"/"}}"#,
+        );
+        let next = frame(1, true, br#"{"id":8,"method":"Browser.getVersion"}"#);
+        e.client
+            .write_all(&[refused, next.clone()].concat())
+            .unwrap();
+        assert_eq!(
+            read_n(&mut e.chrome, next.len()),
+            next,
+            "only the next command"
+        );
+        e.chrome.write_all(&event[10..]).unwrap();
+        assert_eq!(read_n(&mut e.client, event.len() - 10), event[10..]);
+        let reply = inspect::frame_of(
+            1,
+            br#"{"error":{"code":-32000,"message":"Extensions.loadUnpacked is not allowed through this proxy"},"id":7,"sessionId":"S"}"#,
+            false,
+        );
+        let got = read_n(&mut e.client, reply.len());
+        assert_eq!(got[0], 0x81, "one unmasked text frame");
+        let at = got.iter().position(|b| *b == b'{').unwrap();
+        let got: serde_json::Value = serde_json::from_slice(&got[at..]).unwrap();
+        let want: serde_json::Value = serde_json::from_slice(&reply[at..]).unwrap();
+        assert_eq!(got, want);
+        e.chrome.write_all(b"\x81\x02{}").unwrap();
+        assert_eq!(read_n(&mut e.client, 4), b"\x81\x02{}");
+        assert!(!e.closed.load(Ordering::SeqCst));
+    }
+
+    /// What the inspector cannot judge ends the connection with a close frame to the client;
+    /// none of it reaches Chrome.
+    #[tokio::test]
+    async fn a_binary_message_ends_the_connection_with_1003() {
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
+        let mut e = start(&relays, b"", true);
+        e.client
+            .write_all(&frame(
+                2,
+                true,
+                br#"{"id":1,"method":"Extensions.loadUnpacked"}"#,
+            ))
+            .unwrap();
+        let close = inspect::close_frame(Fatal::Binary);
+        assert_eq!(read_n(&mut e.client, close.len()), close);
+        assert_eq!(&close[2..4], &1003u16.to_be_bytes());
+        assert_eof(&mut e.client);
+        assert_eof(&mut e.chrome);
+        let out = e.outcome.await.unwrap();
+        assert!(
+            matches!(out.end, RelayEnd::ClientRefused(Fatal::Binary)),
+            "{:?}",
+            out.end
+        );
+    }
+
     /// A destination that reads slowly: what the relay holds stays bounded by its buffer and
     /// every byte arrives in order.
     #[tokio::test]
