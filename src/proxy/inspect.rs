@@ -504,6 +504,11 @@ impl Downstream {
         !self.queued.is_empty()
     }
 
+    /// Bytes waiting for a boundary.
+    pub fn queued_len(&self) -> usize {
+        self.queued.len()
+    }
+
     fn at_boundary(&self) -> bool {
         self.have == 0 && self.remaining == 0 && !self.in_message
     }

@@ -525,7 +525,12 @@ fn turn(conn: &mut Conn, scratch: &mut Scratch) -> Result<Turn, RelayEnd> {
         if !replies.is_empty() {
             d.queue(replies);
         }
-        if let Some(fatal) = i.fatal() {
+        // A client that sends refused commands and does not read the answers gets no
+        // unbounded backlog: beyond one read of Chrome's bytes and the answers' cap, it is
+        // closed.
+        let backlog = d.queued_len() + (down.pending.len() - down.sent);
+        let flooded = backlog > READ_BUFFER + inspect::MAX_QUEUED_REPLIES;
+        if let Some(fatal) = i.fatal().or(flooded.then_some(Fatal::TooManyRefusals)) {
             // Best effort: the close frame goes if the client's side is between messages
             // and takes it now; the connection ends either way.
             d.queue(inspect::close_frame(fatal));
@@ -878,6 +883,30 @@ mod tests {
             "{:?}",
             out.end
         );
+    }
+
+    /// Refused commands from a client that never reads the answers: the backlog is capped and
+    /// the connection closed; nothing reached Chrome.
+    #[tokio::test]
+    async fn a_flood_of_refused_commands_is_closed() {
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
+        let e = start(&relays, b"", true);
+        let one = frame(1, true, br#"{"id":1,"method":"Extensions.getExtensions"}"#);
+        let burst: Vec<u8> = one.repeat(200_000 / one.len() * 10);
+        let mut client = e.client;
+        let writer = std::thread::spawn(move || {
+            // Ends with an error once the relay closes the socket.
+            while client.write_all(&burst).is_ok() {}
+        });
+        let out = e.outcome.await.unwrap();
+        assert!(
+            matches!(out.end, RelayEnd::ClientRefused(Fatal::TooManyRefusals)),
+            "{:?}",
+            out.end
+        );
+        writer.join().unwrap();
+        let mut chrome = e.chrome;
+        assert_eof(&mut chrome);
     }
 
     /// A destination that reads slowly: what the relay holds stays bounded by its buffer and
