@@ -74,5 +74,6 @@ pub async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending 
         let _ = out.flush();
     })
     .await;
+    crate::proxy::guard::remove_beside_profile(profile.path());
     ended(result)
 }

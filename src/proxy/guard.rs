@@ -14,6 +14,7 @@
 //! | `Browser.setDownloadBehavior`, `Page.setDownloadBehavior` `downloadPath` | rewritten to the session's downloads directory (the behaviour is kept, the path is not) |
 //! | `Page.navigate`, `Target.createTarget`, `Network.loadNetworkResource`, `Fetch.continueRequest` `url`; `PWA.install` `installUrlOrBundleUrl`; `PWA.launch` `url` | refused when the URL is `file:`, `filesystem:` or a `view-source:` of one |
 //! | `Target.sendMessageToTarget` `message` | the inner command judged by these same rules; refused unless it is forwarded as is |
+//! | HTTP `PUT /json/new?<url>` (not a CDP message: checked by the proxy's `/json` handler) | 403 when the URL, percent-decoded, reaches files ([`query_reaches_files`]) |
 //! | everything else | forwarded (no other command of that protocol names a local path: `Tracing.start` and `Page.captureSnapshot` answer through streams, not files) |
 //!
 //! Paths are checked canonicalised: absolute, no `..` component, every symlink resolved, and
@@ -54,9 +55,7 @@ impl FileRules {
     /// inside, so they are never archived with the profile), `<profile>-files/uploads` and
     /// `<profile>-files/downloads`.
     pub fn beside_profile(user_data_dir: &Path) -> std::io::Result<Self> {
-        let mut base = user_data_dir.as_os_str().to_owned();
-        base.push("-files");
-        let base = PathBuf::from(base);
+        let base = files_dir(user_data_dir);
         private_dir(&base)?;
         Self::new(&base.join("uploads"), &base.join("downloads"))
     }
@@ -84,6 +83,23 @@ impl FileRules {
             .into_iter()
             .flatten()
             .any(|root| real != *root && real.starts_with(root))
+    }
+}
+
+/// `<profile>-files`: where [`FileRules::beside_profile`] puts a session's directories.
+pub fn files_dir(user_data_dir: &Path) -> PathBuf {
+    let mut base = user_data_dir.as_os_str().to_owned();
+    base.push("-files");
+    PathBuf::from(base)
+}
+
+/// Removes `<profile>-files` when the session is over (nothing in it outlives the session).
+pub fn remove_beside_profile(user_data_dir: &Path) {
+    let dir = files_dir(user_data_dir);
+    if let Err(e) = std::fs::remove_dir_all(&dir)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(dir = %dir.display(), error = %e, "could not remove the session's files directory");
     }
 }
 
