@@ -34,9 +34,9 @@ pub enum EndReason {
     IdleTimeout,
     /// The session's `expiresAt` passed.
     Expired,
-    /// Chrome exited by itself with status 0 after a client had talked to it: a client's
-    /// `Browser.close` the proxy could not inspect (padded past the inspected size, say). A
-    /// normal end, except that the session cookies can no longer be exported.
+    /// Chrome exited by itself with status 0 after a client had talked to it (the proxy
+    /// withholds every client `Browser.close`, so not on a client's command). A normal end,
+    /// except that the session cookies can no longer be exported.
     ChromeExitedCleanly,
     /// Chrome exited without being asked to, by a signal or with a non-zero status.
     ChromeCrashed(String),

@@ -16,6 +16,8 @@ mod cli;
 mod clients;
 /// Host/Origin handling and discovery URLs pointing back at the proxy.
 mod discovery;
+/// A client reaches no file it was not given: Extensions.* and outside paths refused.
+mod file_guard;
 /// The connect gateway: routing by the token's session, refusals before any dial, holding.
 mod gateway;
 /// Chrome lifecycle: SIGTERM, Browser.close, crash, exit codes, no leftover processes.

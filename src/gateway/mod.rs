@@ -619,6 +619,8 @@ impl Gateway {
             relay::RelayEnd::ClientError(e) => format!("client_error: {e}"),
             relay::RelayEnd::ChromeError(e) => format!("task_error: {e}"),
             relay::RelayEnd::Cancelled => "shutdown".to_owned(),
+            // The gateway relays without an inspector; its tasks inspect.
+            relay::RelayEnd::ClientRefused(f) => format!("client_refused: {}", f.close().1),
         };
         info!(
             session.id = %session,

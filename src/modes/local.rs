@@ -46,7 +46,10 @@ pub async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending 
             auth: Authenticator::new(keys, session_id.clone(), None, 30),
             listen: SocketAddr::from(([127, 0, 0, 1], c.port)),
             metrics_addr: c.tuning.metrics_addr,
-            limits: Limits::from_tuning(&c.tuning),
+            limits: Limits {
+                files: crate::session::session_files(&chrome.user_data_dir),
+                ..Limits::from_tuning(&c.tuning)
+            },
         },
         chrome,
         idle: None,
@@ -71,5 +74,6 @@ pub async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending 
         let _ = out.flush();
     })
     .await;
+    crate::proxy::guard::remove_beside_profile(profile.path());
     ended(result)
 }

@@ -50,7 +50,7 @@ pub async fn run(c: RunConfig, flags: Vec<String>, tasks: Shutdown) -> Ending {
             }
         },
     };
-    let launch = match launch_options(&c.chrome, flags, profile) {
+    let launch = match launch_options(&c.chrome, flags, profile.clone()) {
         Ok(o) => o,
         Err(e) => {
             error!("{e}");
@@ -61,6 +61,7 @@ pub async fn run(c: RunConfig, flags: Vec<String>, tasks: Shutdown) -> Ending {
         Some(pool) => pool::run(&c, pool, launch, &deps, &tasks).await,
         None => task::run(&c, launch, &deps, &tasks).await,
     };
+    crate::proxy::guard::remove_beside_profile(&profile);
     // The controller's own peak memory (not Chrome's): hostile archives are meant to leave
     // it small, and an operator sizing the task wants the figure.
     info!(

@@ -1,46 +1,79 @@
-//! Watching the client-to-Chrome byte stream for CDP `Browser.close`.
+//! Watching the client-to-Chrome byte stream: every client message is judged before any of
+//! it reaches Chrome.
 //!
 //! A client's `Browser.close` must end the session normally — with the session cookies exported
-//! and the profile saved before Chrome goes away — so the proxy withholds that one command and
-//! tells the controller, which then closes Chrome itself. Everything else passes through
-//! untouched, in order.
+//! and the profile saved before Chrome goes away — so the proxy withholds that command and
+//! tells the controller, which then closes Chrome itself. Commands that would reach local files
+//! are refused or rewritten by the rules of [`super::guard`]: a refused command is answered
+//! with a CDP error for its id (see [`Downstream`], which slots the answer in between Chrome's
+//! messages) and the connection stays usable. Everything else passes through untouched, in
+//! order.
 //!
 //! The relay stays a byte relay: this tracks WebSocket frame boundaries as bytes stream past
 //! and decides on *parsed* messages, however they are spelled or framed:
 //!
-//! - A text message is held while it is at most [`INSPECT_LIMIT`] bytes of payload in at most
-//!   [`MAX_FRAGMENTS`] frames: a single frame, or a first frame and its continuation frames
-//!   (RFC 6455 §5.4). When its last frame arrives the payload is unmasked and parsed as JSON;
-//!   if its `method` (after JSON unescaping, e.g. `"Browser.clos\u0065"`) is `Browser.close`
-//!   the held frames are dropped, otherwise they are forwarded as they came. Nothing of a held
-//!   message has reached Chrome before the decision, so a close can always be withheld.
+//! - Every text message is held until complete — a single frame, or a first frame and its
+//!   continuation frames (RFC 6455 §5.4) — then unmasked and judged; nothing of it has reached
+//!   Chrome before the decision. A message whose whole payload is in one read is judged in
+//!   place, without a copy of its frame.
 //! - Control frames may come between the fragments of a message: pings and pongs are forwarded
-//!   at once (ahead of the held fragments, which RFC 6455 allows); a close frame first flushes
-//!   the held fragments, so the bytes keep their order.
-//! - A message that grows past either limit is flushed (the held frames forwarded in order) and
-//!   the rest of it streams through without being held, like every larger message, binary
-//!   message (Chrome refuses binary frames) and control frame. Memory per connection stays at
-//!   most one held message.
-//!
-//! What cannot be inspected — a command padded past the limit, or JSON that Chrome's parser
-//! accepts and serde_json does not (nesting deeper than 128) — reaches Chrome, which exits by
-//! itself with status 0; the session owner treats that clean exit as a normal end too (see
-//! `app::classify_exit`), only without the session cookies, which can no longer be exported.
+//!   at once (ahead of the held fragments, which RFC 6455 allows); a close frame drops the
+//!   incomplete message and passes (the connection is ending).
+//! - What cannot be judged ends the connection ([`Fatal`]): a message over [`MAX_MESSAGE`]
+//!   bytes or [`MAX_FRAGMENTS`] frames (close 1009), a binary message (Chrome reads only text;
+//!   close 1003), a message naming a guarded command that serde cannot read — JSON Chrome might
+//!   read differently, e.g. nested deeper than 128 — or frames out of order (close 1007). Memory
+//!   per connection stays at most one held message (its frames, and its unmasked payload while
+//!   it is judged).
 //!
 //! The upgrade toward Chrome never negotiates permessage-deflate, so payloads are plain.
 
 use std::ops::Range;
+use std::sync::Arc;
 
-/// Largest client message (payload bytes, all fragments together) held and inspected.
-pub const INSPECT_LIMIT: usize = 64 * 1024;
+use super::guard::{self, FileRules, Verdict};
 
-/// Most frames a held message may have; a message fragmented further streams through. Bounds
-/// the header bytes held beside the payload (at most 14 per frame).
-pub const MAX_FRAGMENTS: usize = 64;
+/// Largest client message (payload bytes, all fragments together). Chrome's own DevTools
+/// server reads up to 100 MiB; clients send megabytes at most (`Fetch.fulfillRequest` bodies,
+/// injected scripts), and each connection may hold one message this large.
+pub const MAX_MESSAGE: usize = 16 * 1024 * 1024;
+
+/// Most frames a message may have. Bounds the header bytes held beside the payload (at most
+/// 14 per frame).
+pub const MAX_FRAGMENTS: usize = 1024;
+
+/// Answers queued for the client beyond this end the connection: a client that sends refused
+/// commands without reading the answers is not given unbounded memory.
+pub const MAX_QUEUED_REPLIES: usize = 1024 * 1024;
 
 const OP_CONTINUATION: u8 = 0x0;
 const OP_TEXT: u8 = 0x1;
 const OP_CLOSE: u8 = 0x8;
+
+/// Why a connection is ended instead of relayed further.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fatal {
+    /// A message over [`MAX_MESSAGE`] or [`MAX_FRAGMENTS`] (close 1009).
+    TooLarge,
+    /// A binary message (close 1003).
+    Binary,
+    /// A message naming a guarded command that cannot be read, or frames out of order (1007).
+    Unreadable,
+    /// More refusals queued than the client reads (1008).
+    TooManyRefusals,
+}
+
+impl Fatal {
+    /// The WebSocket close code and reason sent to the client.
+    pub fn close(self) -> (u16, &'static str) {
+        match self {
+            Self::TooLarge => (1009, "message too large to inspect"),
+            Self::Binary => (1003, "binary messages are not accepted"),
+            Self::Unreadable => (1007, "message could not be inspected"),
+            Self::TooManyRefusals => (1008, "too many refused commands"),
+        }
+    }
+}
 
 /// A piece of output: a range of the input just fed, or bytes the inspector held back earlier.
 #[derive(Debug, PartialEq, Eq)]
@@ -84,8 +117,7 @@ struct Held {
 
 impl Held {
     fn can_take(&self, h: &Header) -> bool {
-        self.frames.len() < MAX_FRAGMENTS
-            && (self.payload_len as u64) + h.len <= INSPECT_LIMIT as u64
+        self.frames.len() < MAX_FRAGMENTS && (self.payload_len as u64) + h.len <= MAX_MESSAGE as u64
     }
 
     /// The unmasked payload of all frames, in order.
@@ -94,23 +126,12 @@ impl Held {
         for f in &self.frames {
             let bytes = &self.raw[f.at..f.at + f.len];
             match f.mask {
-                Some(m) => p.extend(bytes.iter().enumerate().map(|(i, b)| b ^ m[i & 3])),
+                Some(m) => unmask_into(bytes, m, &mut p),
                 None => p.extend_from_slice(bytes),
             }
         }
         p
     }
-}
-
-/// Where the stream stands between data messages.
-#[derive(Debug)]
-enum Message {
-    /// No data message in progress.
-    Between,
-    /// A text message being held for inspection.
-    Held(Held),
-    /// A data message in progress that is not inspected: its continuations stream through.
-    Passing,
 }
 
 /// Where the stream stands within a frame.
@@ -120,8 +141,10 @@ enum State {
     Header { buf: [u8; 14], have: usize },
     /// Copying `remaining` payload bytes of a frame of the held message.
     Collect { remaining: usize, fin: bool },
-    /// Passing `remaining` payload bytes of a frame that is not held.
+    /// Passing `remaining` payload bytes of a control frame.
     Stream { remaining: u64 },
+    /// The connection is being ended: nothing more is read into the inspector.
+    Ended(Fatal),
 }
 
 const NO_HEADER: State = State::Header {
@@ -133,15 +156,16 @@ const NO_HEADER: State = State::Header {
 #[derive(Debug)]
 pub struct Inspector {
     state: State,
-    message: Message,
+    /// The text message being held, if one is in progress.
+    held: Option<Held>,
+    rules: Arc<FileRules>,
+    /// CDP error answers (whole frames) for refused commands, for the client.
+    replies: Vec<u8>,
 }
 
 impl Default for Inspector {
     fn default() -> Self {
-        Self {
-            state: NO_HEADER,
-            message: Message::Between,
-        }
+        Self::new(Arc::default())
     }
 }
 
@@ -180,126 +204,122 @@ fn header_at(bytes: &[u8]) -> Option<(usize, Header)> {
     (bytes.len() >= hl).then(|| (hl, parse_header(&bytes[..hl])))
 }
 
-/// Whether a (masked) text payload is the CDP command `Browser.close`.
-pub fn is_browser_close(payload: &[u8], mask: Option<[u8; 4]>) -> bool {
+/// Unmasks a payload (a copy).
+fn unmask(payload: &[u8], mask: Option<[u8; 4]>) -> Cow<'_, [u8]> {
     match mask {
         Some(m) => {
-            let plain: Vec<u8> = payload
-                .iter()
-                .enumerate()
-                .map(|(i, b)| b ^ m[i & 3])
-                .collect();
-            is_browser_close_plain(&plain)
+            let mut v = Vec::with_capacity(payload.len());
+            unmask_into(payload, m, &mut v);
+            Cow::Owned(v)
         }
-        None => is_browser_close_plain(payload),
+        None => Cow::Borrowed(payload),
     }
 }
 
-/// Whether an unmasked payload is a JSON object whose `method` is `Browser.close`.
-fn is_browser_close_plain(plain: &[u8]) -> bool {
-    // Cheap refusal first: without the literal name, only a JSON escape could spell it.
-    if memchr::memmem::find(plain, b"Browser.close").is_none()
-        && memchr::memchr(b'\\', plain).is_none()
-    {
-        return false;
+/// Appends `payload` unmasked with `m`, eight bytes at a time (every message is unmasked now,
+/// so this is on the hot path: byte by byte it cost more than the rest of the inspection).
+fn unmask_into(payload: &[u8], m: [u8; 4], out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(payload);
+    let m8 = u64::from_ne_bytes([m[0], m[1], m[2], m[3], m[0], m[1], m[2], m[3]]);
+    let (chunks, rest) = out[start..].as_chunks_mut::<8>();
+    for c in chunks.iter_mut() {
+        *c = (u64::from_ne_bytes(*c) ^ m8).to_ne_bytes();
     }
-    serde_json::from_slice::<command::MethodIsBrowserClose>(plain).is_ok_and(|c| c.0)
+    // Whole chunks cover a multiple of 4 bytes, so the rest starts at mask byte 0.
+    for (i, b) in rest.iter_mut().enumerate() {
+        *b ^= m[i & 3];
+    }
 }
 
-/// Reading just the `method` of a CDP command, without allocating for keys or values.
-mod command {
-    use std::fmt;
+use std::borrow::Cow;
 
-    use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+/// A whole frame carrying `payload`: masked (with a zero mask, which RFC 6455 allows) when it
+/// goes to Chrome, which takes only masked client frames; plain toward the client.
+pub fn frame_of(opcode: u8, payload: &[u8], masked: bool) -> Vec<u8> {
+    let mut f = frame_head(0x80 | opcode, payload.len(), masked);
+    if masked {
+        f.extend_from_slice(&[0; 4]);
+    }
+    f.extend_from_slice(payload);
+    f
+}
 
-    /// Whether the command's one `method` is `Browser.close`. A repeated `method` is an error,
-    /// as it is for Chrome ("duplicate map key").
-    pub struct MethodIsBrowserClose(pub bool);
-
-    /// Whether a string (a key, or a value) is `self.0`, read without allocating.
-    struct StrIs(&'static str);
-
-    impl Visitor<'_> for StrIs {
-        type Value = bool;
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            write!(f, "a string")
+/// A frame's first byte and length bytes (the mask key, if any, comes next).
+fn frame_head(first: u8, len: usize, masked: bool) -> Vec<u8> {
+    let bit = if masked { 0x80 } else { 0 };
+    let mut f = Vec::with_capacity(len + 14);
+    f.push(first);
+    match len {
+        n if n < 126 => f.push(bit | n as u8),
+        n if n <= 65535 => {
+            f.push(bit | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
         }
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
-            Ok(v == self.0)
+        n => {
+            f.push(bit | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
         }
     }
+    f
+}
 
-    /// An object key: whether it is `method`.
-    struct IsMethod(bool);
-
-    impl<'de> de::Deserialize<'de> for IsMethod {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_identifier(StrIs("method")).map(IsMethod)
-        }
-    }
-
-    /// The `method` value: whether it is `Browser.close`.
-    struct IsClose(bool);
-
-    impl<'de> de::Deserialize<'de> for IsClose {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_str(StrIs("Browser.close")).map(IsClose)
-        }
-    }
-
-    impl<'de> de::Deserialize<'de> for MethodIsBrowserClose {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> Visitor<'de> for V {
-                type Value = MethodIsBrowserClose;
-                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str("a CDP command object")
-                }
-                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                    let mut method = None;
-                    while let Some(IsMethod(is_method)) = map.next_key()? {
-                        if !is_method {
-                            map.next_value::<IgnoredAny>()?;
-                        } else if method.is_some() {
-                            return Err(de::Error::duplicate_field("method"));
-                        } else {
-                            method = Some(map.next_value::<IsClose>()?.0);
-                        }
-                    }
-                    Ok(MethodIsBrowserClose(method == Some(true)))
-                }
-            }
-            d.deserialize_map(V)
-        }
-    }
+/// A close frame toward the client.
+pub fn close_frame(fatal: Fatal) -> Vec<u8> {
+    let (code, reason) = fatal.close();
+    let mut payload = code.to_be_bytes().to_vec();
+    payload.extend_from_slice(reason.as_bytes());
+    frame_of(OP_CLOSE, &payload, false)
 }
 
 impl Inspector {
+    /// An inspector judging paths by `rules`.
+    pub fn new(rules: Arc<FileRules>) -> Self {
+        Self {
+            state: NO_HEADER,
+            held: None,
+            rules,
+            replies: Vec::new(),
+        }
+    }
+
+    /// Why the connection must end, once something could not be judged.
+    pub fn fatal(&self) -> Option<Fatal> {
+        match self.state {
+            State::Ended(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The answers (whole frames) to refused commands queued since the last call.
+    pub fn take_replies(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.replies)
+    }
+
     /// Feeds the next bytes read from the client. Appends what to forward to `out` (in order)
-    /// and returns true when a `Browser.close` command was seen and withheld.
+    /// and returns true when a `Browser.close` command was seen and withheld. After a
+    /// [`fatal`](Self::fatal) end nothing more is forwarded.
     pub fn feed(&mut self, input: &[u8], out: &mut Vec<Segment>) -> bool {
         let mut pos = 0;
         let mut close_seen = false;
         while pos < input.len() {
             match &mut self.state {
+                State::Ended(_) => return close_seen,
                 State::Header { buf, have } => {
                     let (header, seg) = if *have == 0
                         && let Some((hl, h)) = header_at(&input[pos..])
                     {
-                        // Fast path: a whole small text message sits in this read.
+                        // Fast path: a whole text message sits in this read.
                         let end = pos as u64 + hl as u64 + h.len;
                         if h.fin
                             && h.opcode == OP_TEXT
-                            && matches!(self.message, Message::Between)
-                            && h.len <= INSPECT_LIMIT as u64
+                            && self.held.is_none()
+                            && h.len <= MAX_MESSAGE as u64
                             && end <= input.len() as u64
                         {
                             let end = end as usize;
-                            if is_browser_close(&input[pos + hl..end], h.mask) {
-                                close_seen = true;
-                            } else {
-                                push_input(out, pos..end);
-                            }
+                            let plain = unmask(&input[pos + hl..end], h.mask);
+                            close_seen |= self.decide(&plain, Forward::Input(pos..end), out);
                             pos = end;
                             continue;
                         }
@@ -322,7 +342,7 @@ impl Inspector {
                     let fin = *fin;
                     *remaining -= take;
                     let done = *remaining == 0;
-                    if let Message::Held(held) = &mut self.message {
+                    if let Some(held) = &mut self.held {
                         held.raw.extend_from_slice(&input[pos..pos + take]);
                     }
                     pos += take;
@@ -344,8 +364,37 @@ impl Inspector {
         close_seen
     }
 
-    /// A complete header was read: hold the frame or stream it. True when it completed a
-    /// withheld `Browser.close` (an empty last fragment).
+    /// Acts on the verdict for a complete message whose frames are `frames`. True for a
+    /// withheld `Browser.close`.
+    fn decide(&mut self, plain: &[u8], frames: Forward, out: &mut Vec<Segment>) -> bool {
+        match guard::judge(plain, &self.rules) {
+            Verdict::Forward => match frames {
+                Forward::Input(r) => push_input(out, r),
+                Forward::Owned(v) => out.push(Segment::Owned(v)),
+            },
+            Verdict::BrowserClose => return true,
+            Verdict::Refuse(reply) => {
+                self.replies
+                    .extend(frame_of(OP_TEXT, reply.as_bytes(), false));
+                if self.replies.len() > MAX_QUEUED_REPLIES {
+                    self.end(Fatal::TooManyRefusals);
+                }
+            }
+            Verdict::Rewrite(payload) => {
+                out.push(Segment::Owned(frame_of(OP_TEXT, &payload, true)))
+            }
+            Verdict::Unreadable => self.end(Fatal::Unreadable),
+        }
+        false
+    }
+
+    fn end(&mut self, why: Fatal) {
+        self.held = None;
+        self.state = State::Ended(why);
+    }
+
+    /// A complete header was read: hold the frame, stream it (control frames) or end the
+    /// connection. True when it completed a withheld `Browser.close` (an empty last fragment).
     fn start_frame(
         &mut self,
         h: Header,
@@ -354,36 +403,28 @@ impl Inspector {
         out: &mut Vec<Segment>,
     ) -> bool {
         if h.is_control() {
-            // Pings and pongs may overtake the held fragments; a close may not.
+            // Pings and pongs may overtake the held fragments; a close ends the message.
             if h.opcode == OP_CLOSE {
-                self.flush(out);
+                self.held = None;
             }
             self.stream(h, header, out);
             return false;
         }
-        let hold = match &self.message {
-            Message::Between => h.opcode == OP_TEXT && h.len <= INSPECT_LIMIT as u64,
-            Message::Held(held) => h.opcode == OP_CONTINUATION && held.can_take(&h),
-            Message::Passing => false,
+        let problem = match (&self.held, h.opcode) {
+            (None, OP_TEXT) if h.len <= MAX_MESSAGE as u64 => None,
+            (None, OP_TEXT) => Some(Fatal::TooLarge),
+            (Some(held), OP_CONTINUATION) if held.can_take(&h) => None,
+            (Some(_), OP_CONTINUATION) => Some(Fatal::TooLarge),
+            (_, OP_TEXT | OP_CONTINUATION) => Some(Fatal::Unreadable),
+            _ => Some(Fatal::Binary),
         };
-        if !hold {
-            self.flush(out);
-            self.message = if h.fin {
-                Message::Between
-            } else {
-                Message::Passing
-            };
-            self.stream(h, header, out);
+        if let Some(why) = problem {
+            self.end(why);
             return false;
         }
-        if matches!(self.message, Message::Between) {
-            self.message = Message::Held(Held::default());
-        }
-        let Message::Held(held) = &mut self.message else {
-            unreachable!("set just above");
-        };
+        let held = self.held.get_or_insert_with(Held::default);
         held.raw.extend_from_slice(header.bytes(input));
-        let len = h.len as usize; // ≤ INSPECT_LIMIT
+        let len = h.len as usize; // ≤ MAX_MESSAGE
         held.frames.push(HeldFrame {
             at: held.raw.len(),
             len,
@@ -405,24 +446,16 @@ impl Inspector {
         if !fin {
             return false;
         }
-        if let Message::Held(held) = std::mem::replace(&mut self.message, Message::Between) {
-            if is_browser_close_plain(&held.payload()) {
-                return true;
+        match self.held.take() {
+            Some(held) => {
+                let plain = held.payload();
+                self.decide(&plain, Forward::Owned(held.raw), out)
             }
-            out.push(Segment::Owned(held.raw));
-        }
-        false
-    }
-
-    /// Forwards a held, incomplete message as it came; the rest of it streams.
-    fn flush(&mut self, out: &mut Vec<Segment>) {
-        if let Message::Held(held) = &mut self.message {
-            out.push(Segment::Owned(std::mem::take(&mut held.raw)));
-            self.message = Message::Passing;
+            None => false,
         }
     }
 
-    /// Forwards a frame's header and then its payload as it arrives.
+    /// Forwards a control frame's header and then its payload as it arrives.
     fn stream(&mut self, h: Header, header: HeaderBytes, out: &mut Vec<Segment>) {
         match header {
             HeaderBytes::Input(r) => push_input(out, r),
@@ -433,6 +466,87 @@ impl Inspector {
         } else {
             State::Stream { remaining: h.len }
         };
+    }
+}
+
+/// The frames of a judged message, to forward if it passes.
+enum Forward {
+    /// In the input being fed.
+    Input(Range<usize>),
+    /// Held across reads.
+    Owned(Vec<u8>),
+}
+
+/// Frame tracker for the Chrome-to-client direction: finds the boundaries between Chrome's
+/// messages, where answers to refused commands can be slotted in without splitting a message.
+#[derive(Debug, Default)]
+pub struct Downstream {
+    header: [u8; 14],
+    have: usize,
+    remaining: u64,
+    /// Inside a fragmented data message (control frames may come between its fragments).
+    in_message: bool,
+    queued: Vec<u8>,
+}
+
+impl Downstream {
+    /// Queues whole frames for the client, to go at the next message boundary.
+    pub fn queue(&mut self, frames: Vec<u8>) {
+        if self.queued.is_empty() {
+            self.queued = frames;
+        } else {
+            self.queued.extend(frames);
+        }
+    }
+
+    /// Whether frames are waiting for a boundary.
+    pub fn has_queued(&self) -> bool {
+        !self.queued.is_empty()
+    }
+
+    /// Bytes waiting for a boundary.
+    pub fn queued_len(&self) -> usize {
+        self.queued.len()
+    }
+
+    fn at_boundary(&self) -> bool {
+        self.have == 0 && self.remaining == 0 && !self.in_message
+    }
+
+    /// Passes Chrome's bytes on, with queued frames put in at the first message boundary
+    /// (the end of `input` included, so `feed(&[])` flushes them when the stream is between
+    /// messages).
+    pub fn feed(&mut self, input: &[u8], out: &mut Vec<Segment>) {
+        let mut pos = 0;
+        let mut from = 0;
+        while pos < input.len() {
+            if self.remaining > 0 {
+                let take = self.remaining.min((input.len() - pos) as u64);
+                pos += take as usize;
+                self.remaining -= take;
+                continue;
+            }
+            if self.at_boundary() && !self.queued.is_empty() {
+                push_input(out, from..pos);
+                out.push(Segment::Owned(std::mem::take(&mut self.queued)));
+                from = pos;
+            }
+            self.header[self.have] = input[pos];
+            self.have += 1;
+            pos += 1;
+            if self.have >= 2 && self.have == header_len(self.header[1]) {
+                let h = parse_header(&self.header[..self.have]);
+                self.have = 0;
+                self.remaining = h.len;
+                if !h.is_control() {
+                    self.in_message = !h.fin;
+                }
+            }
+        }
+        push_input(out, from..pos);
+        if self.at_boundary() && !self.queued.is_empty() {
+            out.push(Segment::Owned(std::mem::take(&mut self.queued)));
+        }
     }
 }
 
@@ -478,19 +592,8 @@ pub(crate) mod tests {
 
     /// A frame, masked with `mask` or not.
     pub fn frame_with(opcode: u8, fin: bool, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
-        let bit = if mask.is_some() { 0x80 } else { 0 };
-        let mut f = vec![(if fin { 0x80 } else { 0 }) | opcode];
-        match payload.len() {
-            n if n < 126 => f.push(bit | n as u8),
-            n if n <= 65535 => {
-                f.push(bit | 126);
-                f.extend_from_slice(&(n as u16).to_be_bytes());
-            }
-            n => {
-                f.push(bit | 127);
-                f.extend_from_slice(&(n as u64).to_be_bytes());
-            }
-        }
+        let first = (if fin { 0x80 } else { 0 }) | opcode;
+        let mut f = frame_head(first, payload.len(), mask.is_some());
         match mask {
             Some(m) => {
                 f.extend_from_slice(&m);
@@ -529,8 +632,7 @@ pub(crate) mod tests {
     #[test]
     fn ordinary_commands_pass_byte_for_byte_at_any_split() {
         let mut stream = frame(1, true, br#"{"id":1,"method":"Target.getTargets"}"#);
-        stream.extend(frame(1, true, &vec![b'x'; 70_000])); // streamed, not inspected
-        stream.extend(frame(2, true, &[0u8; 300])); // binary
+        stream.extend(frame(1, true, &vec![b'x'; 70_000])); // held and judged: no command
         stream.extend(frame(9, true, b"")); // ping
         stream.extend(frame(
             1,
@@ -562,14 +664,16 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_large_message_mentioning_close_streams_through() {
+    fn a_browser_close_padded_past_64_kib_is_withheld() {
         let mut payload = br#"{"id":9,"method":"Browser.close","params":{"pad":""#.to_vec();
         payload.extend(vec![b'a'; 70_000]);
         payload.extend(br#""}}"#);
         let stream = frame(1, true, &payload);
-        let (out, seen) = run(&stream, 4096);
-        assert!(!seen);
-        assert_eq!(out, stream);
+        for chunk in [4096, 1 << 20] {
+            let (out, seen) = run(&stream, chunk);
+            assert!(seen, "chunk {chunk}");
+            assert!(out.is_empty());
+        }
     }
 
     /// Feeds `stream` in two pieces split at `at`.
@@ -655,46 +759,65 @@ pub(crate) mod tests {
         }
     }
 
-    #[test]
-    fn a_message_growing_past_the_limit_is_flushed_in_order() {
-        let mut pad = br#"{"id":1,"method":"Browser.close","params":{"pad":""#.to_vec();
-        pad.extend(vec![b' '; INSPECT_LIMIT - pad.len()]);
-        let first = frame(1, false, &pad); // exactly the limit: held
-        let pong = frame(10, true, b"");
-        let rest = frame(0, true, br#""}}"#); // one byte too many: flushed, then streamed
-        let after = frame(1, true, br#"{"id":2,"method":"Browser.close"}"#);
-        let stream = [first.clone(), pong.clone(), rest.clone(), after].concat();
-        for chunk in [1, 3, 1000, 4096, 1 << 20] {
-            let (out, seen) = run(&stream, chunk);
-            assert!(seen, "the next message is inspected again (chunk {chunk})");
-            assert_eq!(out, [pong.clone(), first.clone(), rest.clone()].concat());
+    /// Feeds `stream` in chunks; the forwarded bytes and how the inspector ended.
+    fn run_to_end(stream: &[u8], chunk: usize) -> (Vec<u8>, Option<Fatal>) {
+        let mut insp = Inspector::default();
+        let mut all = Vec::new();
+        for piece in stream.chunks(chunk) {
+            let mut out = Vec::new();
+            insp.feed(piece, &mut out);
+            all.extend(forwarded(piece, &out));
         }
+        (all, insp.fatal())
     }
 
     #[test]
-    fn a_message_in_too_many_fragments_is_flushed_in_order() {
+    fn a_message_past_the_limit_ends_the_connection_unforwarded() {
+        let before = frame(1, true, br#"{"id":0,"method":"Page.enable"}"#);
+        let mut pad = br#"{"id":1,"method":"Extensions.loadUnpacked","params":{"pad":""#.to_vec();
+        pad.extend(vec![b' '; MAX_MESSAGE - pad.len()]);
+        let first = frame(1, false, &pad); // exactly the limit: held
+        let pong = frame(10, true, b"");
+        let rest = frame(0, true, br#""}}"#); // one byte too many
+        let after = frame(1, true, br#"{"id":2,"method":"Page.enable"}"#);
+        let stream = [before.clone(), first, pong.clone(), rest, after].concat();
+        for chunk in [1000, 1 << 20] {
+            let (out, fatal) = run_to_end(&stream, chunk);
+            assert_eq!(fatal, Some(Fatal::TooLarge));
+            assert_eq!(out, [before.clone(), pong.clone()].concat());
+        }
+        let single = [before.clone(), frame(1, true, &vec![b' '; MAX_MESSAGE + 1])].concat();
+        assert_eq!(
+            run_to_end(&single, 1 << 16),
+            (before, Some(Fatal::TooLarge))
+        );
+    }
+
+    #[test]
+    fn a_message_in_too_many_fragments_ends_the_connection() {
         let mut stream = frame(1, false, br#"{"method":"#);
         for _ in 0..MAX_FRAGMENTS - 1 {
             stream.extend(frame(0, false, b" "));
         }
-        stream.extend(frame(0, true, br#""Browser.close"}"#));
-        for chunk in [1, 5, 4096] {
-            let (out, seen) = run(&stream, chunk);
-            assert!(!seen);
-            assert_eq!(out, stream);
+        stream.extend(frame(0, true, br#""Extensions.loadUnpacked"}"#));
+        for chunk in [5, 4096] {
+            assert_eq!(
+                run_to_end(&stream, chunk),
+                (Vec::new(), Some(Fatal::TooLarge))
+            );
         }
     }
 
     #[test]
-    fn a_close_frame_flushes_the_held_fragments_first() {
+    fn a_close_frame_drops_the_held_fragments() {
         let first = frame(1, false, br#"{"id":1,"method":"Browser.close""#);
         let close = frame(8, true, &[0x03, 0xe8]);
-        let stream = [first, close].concat();
-        check_everywhere(&stream, &stream, false);
+        let stream = [first, close.clone()].concat();
+        check_everywhere(&stream, &close, false);
     }
 
     #[test]
-    fn what_chrome_refuses_is_not_taken_for_a_close() {
+    fn what_cannot_be_read_ends_the_connection() {
         for payload in [
             br#"{"id":1,"method":"Browser.getVersion","method":"Browser.close"}"#.as_slice(),
             br#"{"id":1,"method":"Browser.close","method":"Browser.getVersion"}"#,
@@ -703,31 +826,117 @@ pub(crate) mod tests {
             br#"{"id":1,"method":["Browser.close"]}"#,
         ] {
             let stream = frame(1, true, payload);
-            check_everywhere(&stream, &stream, false);
+            assert_eq!(
+                run_to_end(&stream, 3),
+                (Vec::new(), Some(Fatal::Unreadable))
+            );
         }
-        // Chrome refuses binary messages, so a binary one is not inspected.
         let binary = frame(2, true, br#"{"id":1,"method":"Browser.close"}"#);
-        check_everywhere(&binary, &binary, false);
+        assert_eq!(run_to_end(&binary, 7), (Vec::new(), Some(Fatal::Binary)));
+        // A continuation with no message started is out of order.
+        let stray = frame(0, true, b"{}");
+        assert_eq!(run_to_end(&stray, 7), (Vec::new(), Some(Fatal::Unreadable)));
+    }
+
+    #[test]
+    fn refused_commands_are_answered_and_later_ones_pass() {
+        let refused = frame(
+            1,
+            true,
+            br#"{"id":5,"sessionId":"AB","method":"Extensions.loadUnpack\u0065d","params":{"path":"/tmp"}}"#,
+        );
+        let after = frame(1, true, br#"{"id":6,"method":"Page.enable"}"#);
+        let stream = [refused, after.clone()].concat();
+        for chunk in [1, 9, 4096] {
+            let mut insp = Inspector::default();
+            let mut all = Vec::new();
+            for piece in stream.chunks(chunk) {
+                let mut out = Vec::new();
+                assert!(!insp.feed(piece, &mut out));
+                all.extend(forwarded(piece, &out));
+            }
+            assert_eq!(all, after);
+            assert_eq!(insp.fatal(), None);
+            let replies = insp.take_replies();
+            let (hl, h) = header_at(&replies).unwrap();
+            assert!(h.mask.is_none() && h.fin && h.opcode == OP_TEXT);
+            let v: serde_json::Value = serde_json::from_slice(&replies[hl..]).unwrap();
+            assert_eq!(
+                (v["id"].as_i64(), v["sessionId"].as_str()),
+                (Some(5), Some("AB"))
+            );
+            assert_eq!(v["error"]["code"], -32000);
+        }
+    }
+
+    #[test]
+    fn a_rewritten_command_goes_on_as_a_masked_frame() {
+        let c = frame(
+            1,
+            true,
+            br#"{"id":1,"method":"Page.setDownloadBehavior","params":{"behavior":"allow","downloadPath":"/tmp"}}"#,
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let rules = FileRules::new(&dir.path().join("u"), &dir.path().join("d")).unwrap();
+        let mut insp = Inspector::new(Arc::new(rules.clone()));
+        let mut out = Vec::new();
+        assert!(!insp.feed(&c, &mut out));
+        let sent = forwarded(&c, &out);
+        let (hl, h) = header_at(&sent).unwrap();
+        assert!(h.mask.is_some() && h.fin && h.opcode == OP_TEXT);
+        let plain = unmask(&sent[hl..], h.mask);
+        let v: serde_json::Value = serde_json::from_slice(&plain).unwrap();
+        assert_eq!(
+            v["params"]["downloadPath"],
+            rules.downloads().unwrap().to_str().unwrap()
+        );
+        // Without a downloads directory it is refused: nothing forwarded.
+        let (out, _) = run(&c, 4096);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn answers_wait_for_the_end_of_chromes_message() {
+        let reply = frame_of(OP_TEXT, br#"{"id":1,"error":{}}"#, false);
+        let big = frame_with(1, true, &vec![b'x'; 300], None);
+        let frag1 = frame_with(1, false, b"{", None);
+        let ping = frame_with(9, true, b"", None);
+        let frag2 = frame_with(0, true, b"}", None);
+        let stream = [big.clone(), frag1.clone(), ping.clone(), frag2.clone()].concat();
+        for at in 1..stream.len() {
+            // Queued mid-way: it goes out at the first boundary after `at`.
+            let mut d = Downstream::default();
+            let mut out = Vec::new();
+            d.feed(&stream[..at], &mut out);
+            let mut got = forwarded(&stream[..at], &out);
+            d.queue(reply.clone());
+            let mut out = Vec::new();
+            d.feed(&[], &mut out);
+            got.extend(forwarded(&[], &out));
+            let mut out = Vec::new();
+            d.feed(&stream[at..], &mut out);
+            got.extend(forwarded(&stream[at..], &out));
+            let boundary = [0, big.len(), stream.len()]
+                .into_iter()
+                .find(|b| *b >= at)
+                .unwrap();
+            let want = [&stream[..boundary], &reply, &stream[boundary..]].concat();
+            assert_eq!(got, want, "queued after {at}");
+        }
     }
 
     #[test]
     fn browser_close_detection() {
-        assert!(is_browser_close(
-            br#"{"id":1,"method":"Browser.close"}"#,
-            None
+        let r = FileRules::default();
+        let close = |m: &[u8]| guard::judge(m, &r) == Verdict::BrowserClose;
+        assert!(close(br#"{"id":1,"method":"Browser.close"}"#));
+        assert!(close(
+            br#"{"method":"Browser.close","id":1,"sessionId":"S"}"#
         ));
-        assert!(is_browser_close(
-            br#"{"method":"Browser.close","id":1,"sessionId":"S"}"#,
-            None
+        assert!(!close(br#"{"id":1,"method":"Browser.closeX"}"#));
+        assert!(!close(
+            br#"{"id":1,"method":"Browser.getVersion","x":"Browser.close"}"#
         ));
-        assert!(!is_browser_close(
-            br#"{"id":1,"method":"Browser.closeX"}"#,
-            None
-        ));
-        assert!(!is_browser_close(
-            br#"{"id":1,"method":"Browser.getVersion","x":"Browser.close"}"#,
-            None
-        ));
-        assert!(!is_browser_close(b"Browser.close", None));
+        assert!(!close(b"Browser.close"));
     }
 }

@@ -15,12 +15,14 @@
 //! `MAX_CONNECTIONS` slots. Every refusal is a [`Refusal`]. Toward Chrome the `Host` is
 //! Chrome's loopback address, `Origin` and credentials are dropped, and
 //! `Sec-WebSocket-Extensions` is removed so no compression hides the client's commands from the
-//! `Browser.close` inspector.
+//! inspector ([`inspect`]: `Browser.close`, and the file rules of [`guard`]; `/json/new` with a
+//! local file URL is refused the same way).
 
 pub(crate) mod accept;
 pub mod admission;
 pub mod discovery;
 pub(crate) mod exchange;
+pub mod guard;
 pub mod http;
 pub mod inspect;
 pub mod proxy_header;
@@ -99,6 +101,9 @@ pub struct Limits {
     /// Withhold a client's `Browser.close` and tell the session owner (who closes Chrome
     /// itself, cleanly). Off in `proxy` mode, where the browser is not ours to manage.
     pub intercept_browser_close: bool,
+    /// The only directories a client's commands may name files in (with the inspector on:
+    /// see [`guard`]). Default: none, so every path is refused.
+    pub files: Arc<guard::FileRules>,
     /// Peers whose connections may start with a PROXY protocol v2 header
     /// (`TRUSTED_PROXY_NETWORKS`).
     pub trusted_proxies: TrustedNetworks,
@@ -117,6 +122,7 @@ impl Default for Limits {
             max_head_bytes: MAX_HEAD_BYTES,
             upstream_timeout: Duration::from_secs(10),
             intercept_browser_close: true,
+            files: Arc::default(),
             trusted_proxies: TrustedNetworks::default(),
         }
     }
@@ -546,6 +552,12 @@ impl Proxy {
         let (target, rewrite, token) = match &route {
             Route::JsonVersion => ("/json/version".to_owned(), true, presented.query.as_deref()),
             Route::JsonList => ("/json/list".to_owned(), true, presented.query.as_deref()),
+            Route::JsonNew
+                if self.limits.intercept_browser_close
+                    && head.query().is_some_and(guard::query_reaches_files) =>
+            {
+                return self.refuse(Refusal::LocalFile, None);
+            }
             Route::JsonNew => (
                 match head.query() {
                     Some(q) => format!("/json/new?{q}"),
@@ -686,7 +698,7 @@ impl Proxy {
             inspector: self
                 .limits
                 .intercept_browser_close
-                .then(inspect::Inspector::default),
+                .then(|| inspect::Inspector::new(self.limits.files.clone())),
             on_browser_close: Box::new(on_close),
             metrics: self.metrics.clone(),
         };
@@ -706,6 +718,7 @@ fn log_relay_end(outcome: &relay::RelayOutcome, started: Instant) {
         relay::RelayEnd::ClientError(e) => format!("client_error: {e}"),
         relay::RelayEnd::ChromeError(e) => format!("chrome_error: {e}"),
         relay::RelayEnd::Cancelled => "shutdown".to_owned(),
+        relay::RelayEnd::ClientRefused(f) => format!("client_refused: {}", f.close().1),
     };
     info!(
         bytes.client_to_chrome = outcome.client_to_chrome,

@@ -53,6 +53,8 @@ pub enum Refusal {
     SessionEnded,
     /// Gateway: the token's session does not exist (404).
     NoSuchSession,
+    /// `/json/new` asked for a local file URL (403).
+    LocalFile,
     /// Gateway: the session did not become ready in time, or too many clients wait for it
     /// (503, `Retry-After`).
     SessionNotReady,
@@ -72,7 +74,8 @@ impl Refusal {
             | Self::Unauthorized
             | Self::NoSuchTarget
             | Self::SessionEnded
-            | Self::NoSuchSession => Fault::Client,
+            | Self::NoSuchSession
+            | Self::LocalFile => Fault::Client,
             Self::AtCapacity | Self::NotReady | Self::BrowserNotReady | Self::SessionNotReady => {
                 Fault::Us
             }
@@ -108,6 +111,7 @@ impl Refusal {
             Self::BadGateway => (S::BAD_GATEWAY, O::UpstreamFailed, "bad gateway\n"),
             Self::SessionEnded => (S::GONE, O::NotFound, "session ended\n"),
             Self::NoSuchSession => (S::NOT_FOUND, O::NotFound, "no such session\n"),
+            Self::LocalFile => (S::FORBIDDEN, O::BadRequest, "local files are not allowed\n"),
             Self::SessionNotReady => (S::SERVICE_UNAVAILABLE, O::NotReady, "session not ready\n"),
         }
     }

@@ -30,7 +30,7 @@ use slab::Slab;
 use tokio::sync::oneshot;
 use tracing::error;
 
-use super::inspect::{Inspector, Segment};
+use super::inspect::{self, Downstream, Fatal, Inspector, Segment};
 use crate::shutdown::Shutdown;
 use crate::telemetry::Metrics;
 
@@ -64,6 +64,13 @@ impl Transform for Inspector {
     }
 }
 
+impl Transform for Downstream {
+    fn apply(&mut self, input: &[u8], out: &mut Vec<Segment>) -> bool {
+        self.feed(input, out);
+        false
+    }
+}
+
 /// How a relay ended.
 #[derive(Debug)]
 pub enum RelayEnd {
@@ -77,6 +84,8 @@ pub enum RelayEnd {
     ChromeError(io::Error),
     /// The controller is shutting down.
     Cancelled,
+    /// The client sent what the inspector could not judge; it was sent a close frame.
+    ClientRefused(Fatal),
 }
 
 /// Bytes moved by one relay.
@@ -236,6 +245,8 @@ struct Conn {
     up: Flow,
     down: Flow,
     inspector: Option<Inspector>,
+    /// Where answers to refused commands join Chrome's messages (with an inspector only).
+    downstream: Option<Downstream>,
     on_browser_close: Box<dyn Fn() + Send>,
     metrics: Arc<Metrics>,
     done: oneshot::Sender<RelayOutcome>,
@@ -390,20 +401,25 @@ impl Worker {
             if close {
                 on_browser_close();
             }
-            for s in &segs {
-                up.pending.extend_from_slice(match s {
-                    Segment::Input(r) => &client_prefix[r.clone()],
-                    Segment::Owned(v) => v,
-                });
-            }
+            collect(&client_prefix, &segs, &mut up.pending);
             up.bytes = client_prefix.len() as u64;
             metrics.bytes_client_to_chrome.inc_by(up.bytes);
         }
-        let down = Flow {
+        let mut downstream = inspector.as_ref().map(|_| Downstream::default());
+        let mut down = Flow {
             bytes: chrome_prefix.len() as u64,
-            pending: chrome_prefix,
-            sent: 0,
+            ..Flow::default()
         };
+        match (&mut inspector, &mut downstream) {
+            (Some(i), Some(d)) => {
+                // Chrome's first bytes pass the frame tracker too, so it knows where they end.
+                d.queue(i.take_replies());
+                let mut segs = Vec::new();
+                d.feed(&chrome_prefix, &mut segs);
+                collect(&chrome_prefix, &segs, &mut down.pending);
+            }
+            _ => down.pending = chrome_prefix,
+        }
         metrics.bytes_chrome_to_client.inc_by(down.bytes);
         let entry = self.conns.vacant_entry();
         let key = entry.key();
@@ -413,6 +429,7 @@ impl Worker {
             up,
             down,
             inspector,
+            downstream,
             on_browser_close,
             metrics,
             done,
@@ -455,6 +472,16 @@ impl Worker {
     }
 }
 
+/// Appends the bytes `segs` name (ranges of `input`, or their own) to `to`.
+fn collect(input: &[u8], segs: &[Segment], to: &mut Vec<u8>) {
+    for s in segs {
+        to.extend_from_slice(match s {
+            Segment::Input(r) => &input[r.clone()],
+            Segment::Owned(v) => v,
+        });
+    }
+}
+
 fn finish(conn: Conn, end: RelayEnd) {
     let _ = conn.done.send(RelayOutcome {
         client_to_chrome: conn.up.bytes,
@@ -473,6 +500,7 @@ fn turn(conn: &mut Conn, scratch: &mut Scratch) -> Result<Turn, RelayEnd> {
         up,
         down,
         inspector,
+        downstream,
         on_browser_close,
         metrics,
         ..
@@ -492,21 +520,69 @@ fn turn(conn: &mut Conn, scratch: &mut Scratch) -> Result<Turn, RelayEnd> {
         PumpEnd::SrcError(e) => RelayEnd::ClientError(e),
         PumpEnd::DstError(e) => RelayEnd::ChromeError(e),
     })?;
+    if let (Some(i), Some(d)) = (inspector.as_mut(), downstream.as_mut()) {
+        let replies = i.take_replies();
+        if !replies.is_empty() {
+            d.queue(replies);
+        }
+        // A client that sends refused commands and does not read the answers gets no
+        // unbounded backlog: beyond one read of Chrome's bytes and the answers' cap, it is
+        // closed.
+        let backlog = d.queued_len() + (down.pending.len() - down.sent);
+        let flooded = backlog > READ_BUFFER + inspect::MAX_QUEUED_REPLIES;
+        if let Some(fatal) = i.fatal().or(flooded.then_some(Fatal::TooManyRefusals)) {
+            // Best effort: the close frame goes if the client's side is between messages
+            // and takes it now; the connection ends either way.
+            d.queue(inspect::close_frame(fatal));
+            let _ = flush_answers(client, down, d).and_then(|()| {
+                write_backlog(client, down)?;
+                Ok(())
+            });
+            return Err(RelayEnd::ClientRefused(fatal));
+        }
+    }
     let lane = Lane {
         src: chrome,
-        dst: client,
+        dst: &mut *client,
         flow: down,
         shared: metrics.bytes_chrome_to_client.inner(),
     };
-    let down_turn = pump(lane, &mut Plain, scratch, &|| {}).map_err(|e| match e {
-        PumpEnd::SrcEof => RelayEnd::ChromeClosed,
-        PumpEnd::SrcError(e) => RelayEnd::ChromeError(e),
-        PumpEnd::DstError(e) => RelayEnd::ClientError(e),
-    })?;
+    let down_turn = match downstream.as_mut() {
+        Some(d) => pump(lane, d, scratch, &|| {}),
+        None => pump(lane, &mut Plain, scratch, &|| {}),
+    }
+    .map_err(down_end)?;
+    if let Some(d) = downstream.as_mut() {
+        flush_answers(client, down, d).map_err(down_end)?;
+    }
     Ok(match (up_turn, down_turn) {
         (Turn::Idle, Turn::Idle) => Turn::Idle,
         _ => Turn::Busy,
     })
+}
+
+/// How a Chrome-to-client pump's end ends the relay.
+fn down_end(e: PumpEnd) -> RelayEnd {
+    match e {
+        PumpEnd::SrcEof => RelayEnd::ChromeClosed,
+        PumpEnd::SrcError(e) => RelayEnd::ChromeError(e),
+        PumpEnd::DstError(e) => RelayEnd::ClientError(e),
+    }
+}
+
+/// Sends the queued answers to the client now if Chrome's stream is between messages.
+fn flush_answers(client: &mut Side, down: &mut Flow, d: &mut Downstream) -> Result<(), PumpEnd> {
+    if !d.has_queued() {
+        return Ok(());
+    }
+    let mut segs = Vec::new();
+    d.feed(&[], &mut segs);
+    for seg in segs {
+        if let Segment::Owned(v) = seg {
+            forward(client, down, &v)?;
+        }
+    }
+    Ok(())
 }
 
 /// Moves bytes along `lane` until its source or destination would block or the read budget
@@ -739,6 +815,98 @@ mod tests {
             .unwrap();
         assert_eq!(read_n(&mut e.chrome, ping.len()), ping);
         assert!(e.closed.load(Ordering::SeqCst));
+    }
+
+    /// A refused command never reaches Chrome; its answer reaches the client after the Chrome
+    /// message in flight, and the connection goes on.
+    #[tokio::test]
+    async fn a_refused_command_is_answered_between_chromes_messages() {
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
+        let mut e = start(&relays, b"", true);
+        // Chrome has sent the first half of a message when the refused command comes.
+        let event = inspect::frame_of(1, br#"{"method":"Page.loadEventFired","params":{}}"#, false);
+        e.chrome.write_all(&event[..10]).unwrap();
+        assert_eq!(read_n(&mut e.client, 10), event[..10]);
+        let refused = frame(
+            1,
+            true,
+            br#"{"id":7,"sessionId":"S","method":"Extensions.loadUnpacked","params":{"path":"/"}}"#,
+        );
+        let next = frame(1, true, br#"{"id":8,"method":"Browser.getVersion"}"#);
+        e.client
+            .write_all(&[refused, next.clone()].concat())
+            .unwrap();
+        assert_eq!(
+            read_n(&mut e.chrome, next.len()),
+            next,
+            "only the next command"
+        );
+        e.chrome.write_all(&event[10..]).unwrap();
+        assert_eq!(read_n(&mut e.client, event.len() - 10), event[10..]);
+        let reply = inspect::frame_of(
+            1,
+            br#"{"error":{"code":-32000,"message":"Extensions.loadUnpacked is not allowed through this proxy"},"id":7,"sessionId":"S"}"#,
+            false,
+        );
+        let got = read_n(&mut e.client, reply.len());
+        assert_eq!(got[0], 0x81, "one unmasked text frame");
+        let at = got.iter().position(|b| *b == b'{').unwrap();
+        let got: serde_json::Value = serde_json::from_slice(&got[at..]).unwrap();
+        let want: serde_json::Value = serde_json::from_slice(&reply[at..]).unwrap();
+        assert_eq!(got, want);
+        e.chrome.write_all(b"\x81\x02{}").unwrap();
+        assert_eq!(read_n(&mut e.client, 4), b"\x81\x02{}");
+        assert!(!e.closed.load(Ordering::SeqCst));
+    }
+
+    /// What the inspector cannot judge ends the connection with a close frame to the client;
+    /// none of it reaches Chrome.
+    #[tokio::test]
+    async fn a_binary_message_ends_the_connection_with_1003() {
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
+        let mut e = start(&relays, b"", true);
+        e.client
+            .write_all(&frame(
+                2,
+                true,
+                br#"{"id":1,"method":"Extensions.loadUnpacked"}"#,
+            ))
+            .unwrap();
+        let close = inspect::close_frame(Fatal::Binary);
+        assert_eq!(read_n(&mut e.client, close.len()), close);
+        assert_eq!(&close[2..4], &1003u16.to_be_bytes());
+        assert_eof(&mut e.client);
+        assert_eof(&mut e.chrome);
+        let out = e.outcome.await.unwrap();
+        assert!(
+            matches!(out.end, RelayEnd::ClientRefused(Fatal::Binary)),
+            "{:?}",
+            out.end
+        );
+    }
+
+    /// Refused commands from a client that never reads the answers: the backlog is capped and
+    /// the connection closed; nothing reached Chrome.
+    #[tokio::test]
+    async fn a_flood_of_refused_commands_is_closed() {
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
+        let e = start(&relays, b"", true);
+        let one = frame(1, true, br#"{"id":1,"method":"Extensions.getExtensions"}"#);
+        let burst: Vec<u8> = one.repeat(200_000 / one.len() * 10);
+        let mut client = e.client;
+        let writer = std::thread::spawn(move || {
+            // Ends with an error once the relay closes the socket.
+            while client.write_all(&burst).is_ok() {}
+        });
+        let out = e.outcome.await.unwrap();
+        assert!(
+            matches!(out.end, RelayEnd::ClientRefused(Fatal::TooManyRefusals)),
+            "{:?}",
+            out.end
+        );
+        writer.join().unwrap();
+        let mut chrome = e.chrome;
+        assert_eof(&mut chrome);
     }
 
     /// A destination that reads slowly: what the relay holds stays bounded by its buffer and

@@ -205,7 +205,10 @@ impl Run<'_> {
                 auth,
                 listen: std::net::SocketAddr::new(c.proxy_host, c.proxy_port),
                 metrics_addr: c.tuning.metrics_addr,
-                limits: Limits::from_tuning(&c.tuning),
+                limits: Limits {
+                    files: session_files(&launch.user_data_dir),
+                    ..Limits::from_tuning(&c.tuning)
+                },
             },
             chrome: launch,
             idle: self.idle_policy(keep_alive),
@@ -373,6 +376,21 @@ async fn save_profile(
         }
         None => {
             error!("saving the profile ran out of shutdown budget; the previous archive is kept")
+        }
+    }
+}
+
+/// The directories a session's clients may name files in: `<profile>-files/uploads` and
+/// `<profile>-files/downloads` (see [`crate::proxy::guard`]). If they cannot be made, none:
+/// every path a client names is refused, which fails closed.
+pub fn session_files(
+    user_data_dir: &std::path::Path,
+) -> std::sync::Arc<crate::proxy::guard::FileRules> {
+    match crate::proxy::guard::FileRules::beside_profile(user_data_dir) {
+        Ok(rules) => std::sync::Arc::new(rules),
+        Err(e) => {
+            tracing::error!(error = %e, "could not create the session's uploads and downloads directories; every file path a client names is refused");
+            std::sync::Arc::default()
         }
     }
 }

@@ -3,7 +3,8 @@
 // Sends CDP Browser.close over a bare `ws` socket in a form a byte-pattern check would miss:
 //   escaped:    {"method":"Browser.clos\u0065"} (a JSON escape);
 //   fragmented: one text message in three frames, with a ping between two of them;
-//   padded:     whitespace padding past the proxy's inspected size (64 KiB).
+//   padded:     whitespace padding past 64 KiB (the proxy's inspected size before it judged
+//               every message).
 // First sends Browser.getVersion (so the connection has carried a normal command), then the
 // close, then waits until the socket closes.
 // Prints {"ok":true,"closeCode":N,"closeAnswered":bool}: closeAnswered is whether Chrome

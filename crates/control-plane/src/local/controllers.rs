@@ -251,11 +251,20 @@ impl Controllers {
     }
 }
 
-/// Removes a dead controller's profile. A Chrome killed while it started (the controller was
-/// stopped during its warm-up) can leave helper processes writing there for a moment after the
-/// controller exited: removal is repeated until the directory stays gone a moment later (at
-/// most ~2 s).
+/// `<profile>-files`: a controller's uploads and downloads directories.
+fn files_beside(profile: &Path) -> std::path::PathBuf {
+    let mut files = profile.as_os_str().to_owned();
+    files.push("-files");
+    files.into()
+}
+
+/// Removes a dead controller's profile, and the uploads and downloads directories it keeps
+/// beside it (`<profile>-files`, removed by the controller itself unless it was killed). A
+/// Chrome killed while it started (the controller was stopped during its warm-up) can leave
+/// helper processes writing there for a moment after the controller exited: removal is
+/// repeated until the directory stays gone a moment later (at most ~2 s).
 async fn remove_profile(dir: &Path) {
+    let _ = tokio::fs::remove_dir_all(files_beside(dir)).await;
     for _ in 0..8 {
         let _ = tokio::fs::remove_dir_all(dir).await;
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -287,6 +296,7 @@ impl Controllers {
         let pid = self.spawn(&spec.session_id, cmd, move |how| {
             Box::pin(async move {
                 let _ = tokio::fs::remove_dir_all(&profile).await;
+                let _ = tokio::fs::remove_dir_all(files_beside(&profile)).await;
                 exit_ctl.record_exit(&id, &how).await;
             })
         })?;

@@ -1,0 +1,529 @@
+//! What a client's CDP command may reach: the proxy's rules for commands that name local files.
+//!
+//! Chrome runs as a user that can read the controller's files, so a command naming a path
+//! would hand the page (or the client) whatever that user can read. The inspector asks
+//! [`judge`] about every complete text message a client sends; the decision per command
+//! (Chromium 156's protocol, every command with a path or a URL parameter read for local
+//! reach):
+//!
+//! | command | decision |
+//! |---|---|
+//! | `Browser.close` | withheld; the session ends normally |
+//! | `Extensions.*` | refused (loads any directory on the browser's disk as an extension) |
+//! | `DOM.setFileInputFiles` `files`, `Input.dispatchDragEvent` `data.files`, `PWA.launchFilesInApp` `files` | each path must be inside the session's uploads or downloads directory, else refused |
+//! | `Browser.setDownloadBehavior`, `Page.setDownloadBehavior` `downloadPath` | rewritten to the session's downloads directory (the behaviour is kept, the path is not) |
+//! | `Page.navigate`, `Target.createTarget`, `Network.loadNetworkResource`, `Fetch.continueRequest` `url`; `PWA.install` `installUrlOrBundleUrl`; `PWA.launch` `url` | refused when the URL is `file:`, `filesystem:` or a `view-source:` of one |
+//! | `Target.sendMessageToTarget` `message` | the inner command judged by these same rules; refused unless it is forwarded as is |
+//! | HTTP `PUT /json/new?<url>` (not a CDP message: checked by the proxy's `/json` handler) | 403 when the URL, percent-decoded, reaches files ([`query_reaches_files`]) |
+//! | everything else | forwarded (no other command of that protocol names a local path: `Tracing.start` and `Page.captureSnapshot` answer through streams, not files) |
+//!
+//! Paths are checked canonicalised: absolute, no `..` component, every symlink resolved, and
+//! the result strictly inside a directory; a path that does not exist is refused. A message
+//! that mentions none of these names and has no JSON escape cannot be one of these commands
+//! whatever parser reads it, so it is forwarded unparsed; one that does and that serde cannot
+//! read as a JSON object (Chrome refuses those too) is [`Verdict::Unreadable`].
+
+use std::borrow::Cow;
+use std::path::{Component, Path, PathBuf};
+use std::sync::LazyLock;
+
+use memchr::memmem;
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::Value;
+
+/// Where a session's files may be: the only directories a client's paths may name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileRules {
+    /// Canonical uploads directory (files put there for the browser to read).
+    uploads: Option<PathBuf>,
+    /// Canonical downloads directory (where every download lands).
+    downloads: Option<PathBuf>,
+}
+
+impl FileRules {
+    /// Rules for these directories, created (mode 0700) if missing and canonicalised.
+    pub fn new(uploads: &Path, downloads: &Path) -> std::io::Result<Self> {
+        Ok(Self {
+            uploads: Some(private_dir(uploads)?),
+            downloads: Some(private_dir(downloads)?),
+        })
+    }
+
+    /// The default directories of a session whose profile is `user_data_dir`: beside it (not
+    /// inside, so they are never archived with the profile), `<profile>-files/uploads` and
+    /// `<profile>-files/downloads`.
+    pub fn beside_profile(user_data_dir: &Path) -> std::io::Result<Self> {
+        let base = files_dir(user_data_dir);
+        private_dir(&base)?;
+        Self::new(&base.join("uploads"), &base.join("downloads"))
+    }
+
+    /// The canonical uploads directory, if any.
+    pub fn uploads(&self) -> Option<&Path> {
+        self.uploads.as_deref()
+    }
+
+    /// The canonical downloads directory, if any.
+    pub fn downloads(&self) -> Option<&Path> {
+        self.downloads.as_deref()
+    }
+
+    /// Whether `p` names an existing file strictly inside the uploads or downloads directory.
+    pub fn allows_path(&self, p: &str) -> bool {
+        let path = Path::new(p);
+        if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
+            return false;
+        }
+        let Ok(real) = std::fs::canonicalize(path) else {
+            return false;
+        };
+        [&self.uploads, &self.downloads]
+            .into_iter()
+            .flatten()
+            .any(|root| real != *root && real.starts_with(root))
+    }
+}
+
+/// `<profile>-files`: where [`FileRules::beside_profile`] puts a session's directories.
+pub fn files_dir(user_data_dir: &Path) -> PathBuf {
+    let mut base = user_data_dir.as_os_str().to_owned();
+    base.push("-files");
+    PathBuf::from(base)
+}
+
+/// Removes `<profile>-files` when the session is over (nothing in it outlives the session).
+pub fn remove_beside_profile(user_data_dir: &Path) {
+    let dir = files_dir(user_data_dir);
+    if let Err(e) = std::fs::remove_dir_all(&dir)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(dir = %dir.display(), error = %e, "could not remove the session's files directory");
+    }
+}
+
+/// Creates `dir` (0700) if missing; its canonical path.
+fn private_dir(dir: &Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::canonicalize(dir)
+}
+
+/// Whether a URL, read the way a browser reads it, reaches local files.
+pub fn reaches_files(url: &str) -> bool {
+    // URL parsers drop tabs and newlines anywhere and trim C0 controls and spaces.
+    let cleaned: String = url
+        .chars()
+        .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
+        .collect();
+    let lower = cleaned
+        .trim_matches(|c: char| c <= ' ')
+        .to_ascii_lowercase();
+    let mut rest = lower.as_str();
+    while let Some(inner) = rest.strip_prefix("view-source:") {
+        rest = inner.trim_start_matches(|c: char| c <= ' ');
+    }
+    rest.starts_with("file:") || rest.starts_with("filesystem:")
+}
+
+/// Whether a `/json/new?<url>` query (the URL, percent-encoded or not, as Chrome reads it)
+/// reaches local files.
+pub fn query_reaches_files(query: &str) -> bool {
+    let decoded = percent_decode(query);
+    reaches_files(&decoded) || reaches_files(query)
+}
+
+/// Percent-decodes (invalid escapes kept as they are; invalid UTF-8 replaced).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                b.get(i + 1).and_then(|c| hex(*c)),
+                b.get(i + 2).and_then(|c| hex(*c)),
+            )
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// What to do with one client message.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Pass it on as it came.
+    Forward,
+    /// A `Browser.close`: withhold it and end the session normally.
+    BrowserClose,
+    /// Withhold it and answer the client with this CDP error (a complete JSON text).
+    Refuse(String),
+    /// Pass on this payload instead (a rewritten command).
+    Rewrite(Vec<u8>),
+    /// Names a guarded command but cannot be read: the connection is closed.
+    Unreadable,
+}
+
+/// Names whose presence makes a message worth parsing; without one of them (and without a
+/// backslash, which could spell one) no parser can read a guarded command out of it.
+const WATCHED: [&[u8]; 12] = [
+    b"Browser.close",
+    b"Extensions.",
+    b"setFileInputFiles",
+    b"dispatchDragEvent",
+    b"launchFilesInApp",
+    b"setDownloadBehavior",
+    b"navigate",
+    b"createTarget",
+    b"loadNetworkResource",
+    b"continueRequest",
+    b"PWA.",
+    b"sendMessageToTarget",
+];
+
+/// `Target.sendMessageToTarget` nests commands; deeper nesting than this is refused.
+const MAX_NESTING: usize = 2;
+
+/// Decides on one complete, unmasked text message.
+pub fn judge(plain: &[u8], rules: &FileRules) -> Verdict {
+    judge_at(plain, rules, 0)
+}
+
+/// The searchers for [`WATCHED`], built once (building one costs more than a search of a
+/// typical command).
+static FINDERS: LazyLock<Vec<memmem::Finder<'static>>> =
+    LazyLock::new(|| WATCHED.iter().map(memmem::Finder::new).collect());
+
+fn judge_at(plain: &[u8], rules: &FileRules, depth: usize) -> Verdict {
+    if memchr::memchr(b'\\', plain).is_none() && !FINDERS.iter().any(|f| f.find(plain).is_some()) {
+        return Verdict::Forward;
+    }
+    match judge_parsed(plain, rules, depth) {
+        Ok(v) => v,
+        Err(_) => Verdict::Unreadable,
+    }
+}
+
+/// The fields every decision needs; `params` is read again only for guarded methods. Serde
+/// refuses a repeated field, as Chrome does.
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(rename = "sessionId", default)]
+    session_id: Option<Value>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    params: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct With<P> {
+    #[serde(default = "Option::default")]
+    params: Option<P>,
+}
+
+#[derive(Deserialize)]
+struct Files {
+    #[serde(default)]
+    files: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Drag {
+    data: Option<Files>,
+}
+
+#[derive(Deserialize)]
+struct Url {
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(rename = "installUrlOrBundleUrl", default)]
+    install_url: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Nested {
+    message: String,
+}
+
+fn judge_parsed(plain: &[u8], rules: &FileRules, depth: usize) -> serde_json::Result<Verdict> {
+    // Chrome takes only objects; serde would read a struct from an array too.
+    if plain.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(serde::de::Error::custom("not an object"));
+    }
+    let head: Head = serde_json::from_slice(plain)?;
+    let Some(method) = head.method.as_deref() else {
+        return Ok(Verdict::Forward);
+    };
+    let refuse = |why: &str| Ok(Verdict::Refuse(error_reply(&head, method, why)));
+    let params = |p: &[u8]| -> serde_json::Result<Option<Files>> {
+        Ok(serde_json::from_slice::<With<Files>>(p)?.params)
+    };
+    match method {
+        "Browser.close" => Ok(Verdict::BrowserClose),
+        m if m.starts_with("Extensions.") => refuse("is not allowed through this proxy"),
+        "DOM.setFileInputFiles" | "PWA.launchFilesInApp" => {
+            let files = params(plain)?.map(|f| f.files).unwrap_or_default();
+            if files.iter().all(|f| rules.allows_path(f)) {
+                Ok(Verdict::Forward)
+            } else {
+                refuse("is not allowed for a file outside this session's uploads and downloads")
+            }
+        }
+        "Input.dispatchDragEvent" => {
+            let drag = serde_json::from_slice::<With<Drag>>(plain)?.params;
+            let files = drag
+                .and_then(|d| d.data)
+                .map(|f| f.files)
+                .unwrap_or_default();
+            if files.iter().all(|f| rules.allows_path(f)) {
+                Ok(Verdict::Forward)
+            } else {
+                refuse("is not allowed for a file outside this session's uploads and downloads")
+            }
+        }
+        "Browser.setDownloadBehavior" | "Page.setDownloadBehavior" => {
+            match rewrite_download_path(plain, rules)? {
+                Some(v) => Ok(v),
+                None => refuse("is not allowed: this session has no downloads directory"),
+            }
+        }
+        "Page.navigate"
+        | "Target.createTarget"
+        | "Network.loadNetworkResource"
+        | "Fetch.continueRequest"
+        | "PWA.install"
+        | "PWA.launch" => {
+            let url = serde_json::from_slice::<With<Url>>(plain)?.params;
+            let named = url.map(|u| [u.url, u.install_url]).unwrap_or_default();
+            if named.iter().flatten().any(|u| reaches_files(u)) {
+                refuse("is not allowed for a local file URL")
+            } else {
+                Ok(Verdict::Forward)
+            }
+        }
+        "Target.sendMessageToTarget" => {
+            let Some(nested) = serde_json::from_slice::<With<Nested>>(plain)?.params else {
+                return Ok(Verdict::Forward);
+            };
+            if depth < MAX_NESTING
+                && judge_at(nested.message.as_bytes(), rules, depth + 1) == Verdict::Forward
+            {
+                Ok(Verdict::Forward)
+            } else {
+                refuse("is not allowed for this inner command")
+            }
+        }
+        _ => Ok(Verdict::Forward),
+    }
+}
+
+/// The command with its `downloadPath` set to the session's downloads directory: `None` when
+/// there is none. A command without a path (`deny`, `default`) passes as it came.
+fn rewrite_download_path(plain: &[u8], rules: &FileRules) -> serde_json::Result<Option<Verdict>> {
+    let mut command: serde_json::Map<String, Value> = serde_json::from_slice(plain)?;
+    let Some(Value::Object(params)) = command.get_mut("params") else {
+        return Ok(Some(Verdict::Forward));
+    };
+    if !params.contains_key("downloadPath") {
+        return Ok(Some(Verdict::Forward));
+    }
+    let Some(dir) = rules.downloads().and_then(Path::to_str) else {
+        return Ok(None);
+    };
+    if params.get("downloadPath").and_then(Value::as_str) == Some(dir) {
+        return Ok(Some(Verdict::Forward));
+    }
+    params.insert("downloadPath".into(), Value::String(dir.to_owned()));
+    Ok(Some(Verdict::Rewrite(serde_json::to_vec(&command)?)))
+}
+
+/// The CDP error answering a refused command, for its id (and flattened session).
+fn error_reply(head: &Head<'_>, method: &str, why: &str) -> String {
+    let mut reply = serde_json::Map::new();
+    reply.insert("id".into(), head.id.clone().unwrap_or(Value::Null));
+    if let Some(s) = &head.session_id {
+        reply.insert("sessionId".into(), s.clone());
+    }
+    reply.insert(
+        "error".into(),
+        serde_json::json!({ "code": -32000, "message": format!("{method} {why}") }),
+    );
+    Value::Object(reply).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules() -> (tempfile::TempDir, FileRules) {
+        let dir = tempfile::tempdir().unwrap();
+        let rules = FileRules::new(&dir.path().join("up"), &dir.path().join("down")).unwrap();
+        (dir, rules)
+    }
+
+    fn refused(v: &Verdict) -> bool {
+        matches!(v, Verdict::Refuse(_))
+    }
+
+    #[test]
+    fn extensions_commands_are_refused_with_their_id_and_session() {
+        let (_d, r) = rules();
+        for m in [
+            br#"{"id":4,"sessionId":"S1","method":"Extensions.loadUnpacked","params":{"path":"/x"}}"#.as_slice(),
+            br#"{"id":4,"sessionId":"S1","method":"Extensions.loadUnpack\u0065d"}"#,
+            br#"{"id":4,"sessionId":"S1","method":"\u0045xtensions.uninstall"}"#,
+        ] {
+            let Verdict::Refuse(reply) = judge(m, &r) else {
+                panic!("not refused: {}", String::from_utf8_lossy(m));
+            };
+            let v: Value = serde_json::from_str(&reply).unwrap();
+            assert_eq!(v["id"], 4);
+            assert_eq!(v["sessionId"], "S1");
+            assert_eq!(v["error"]["code"], -32000);
+            assert!(v["error"]["message"].as_str().unwrap().contains("not allowed"));
+        }
+    }
+
+    #[test]
+    fn file_paths_must_be_inside_the_session_directories() {
+        let (d, r) = rules();
+        let inside = r.uploads().unwrap().join("a.txt");
+        std::fs::write(&inside, b"x").unwrap();
+        let outside = d.path().join("secret.json");
+        std::fs::write(&outside, b"{}").unwrap();
+        std::os::unix::fs::symlink(&outside, r.uploads().unwrap().join("link")).unwrap();
+        let cmd = |p: &str| {
+            format!(
+                r#"{{"id":1,"method":"DOM.setFileInputFiles","params":{{"files":[{}],"nodeId":3}}}}"#,
+                Value::from(p)
+            )
+        };
+        let up = r.uploads().unwrap().to_str().unwrap().to_owned();
+        assert_eq!(
+            judge(cmd(inside.to_str().unwrap()).as_bytes(), &r),
+            Verdict::Forward
+        );
+        for bad in [
+            outside.to_str().unwrap().to_owned(),
+            format!("{up}/link"),
+            format!("{up}/../secret.json"),
+            format!("{up}/../up/a.txt"),
+            up.clone(),
+            "a.txt".to_owned(),
+            "/proc/self/environ".to_owned(),
+            format!("{up}/missing"),
+        ] {
+            assert!(refused(&judge(cmd(&bad).as_bytes(), &r)), "{bad}");
+        }
+        let drag = format!(
+            r#"{{"id":2,"method":"Input.dispatchDragEvent","params":{{"type":"drop","x":1,"y":1,"data":{{"items":[],"dragOperationsMask":1,"files":[{}]}}}}}}"#,
+            Value::from(outside.to_str().unwrap())
+        );
+        assert!(refused(&judge(drag.as_bytes(), &r)));
+    }
+
+    #[test]
+    fn file_urls_are_refused_however_spelled() {
+        let (_d, r) = rules();
+        for url in [
+            "file:///etc/passwd",
+            " FILE:///etc/passwd",
+            "fi\tle:///x",
+            "view-source:file:///x",
+            "filesystem:http://a/x",
+        ] {
+            for m in [
+                "Page.navigate",
+                "Target.createTarget",
+                "Network.loadNetworkResource",
+            ] {
+                let c = serde_json::json!({"id":1,"method":m,"params":{"url":url}}).to_string();
+                assert!(refused(&judge(c.as_bytes(), &r)), "{m} {url:?}");
+            }
+        }
+        let ok = br#"{"id":1,"method":"Page.navigate","params":{"url":"http://127.0.0.1/"}}"#;
+        assert_eq!(judge(ok, &r), Verdict::Forward);
+    }
+
+    #[test]
+    fn json_new_queries_naming_files_are_caught() {
+        assert!(query_reaches_files("file:///etc/passwd"));
+        assert!(query_reaches_files("%66ile:%2F%2F%2Fetc"));
+        assert!(query_reaches_files("view-source%3Afile:///x"));
+        assert!(!query_reaches_files("http://127.0.0.1/file:"));
+    }
+
+    #[test]
+    fn download_paths_are_rewritten_to_the_session_downloads() {
+        let (_d, r) = rules();
+        let c = br#"{"id":1,"method":"Browser.setDownloadBehavior","params":{"behavior":"allowAndName","downloadPath":"/tmp/elsewhere","eventsEnabled":true}}"#;
+        let Verdict::Rewrite(p) = judge(c, &r) else {
+            panic!("not rewritten")
+        };
+        let v: Value = serde_json::from_slice(&p).unwrap();
+        assert_eq!(
+            v["params"]["downloadPath"],
+            r.downloads().unwrap().to_str().unwrap()
+        );
+        assert_eq!(v["params"]["behavior"], "allowAndName");
+        assert_eq!(v["id"], 1);
+        let none = FileRules::default();
+        assert!(refused(&judge(c, &none)));
+        let deny =
+            br#"{"id":1,"method":"Browser.setDownloadBehavior","params":{"behavior":"deny"}}"#;
+        assert_eq!(judge(deny, &none), Verdict::Forward);
+    }
+
+    #[test]
+    fn nested_commands_are_judged_too() {
+        let (_d, r) = rules();
+        let inner = r#"{"id":1,"method":"Extensions.loadUnpacked","params":{"path":"/x"}}"#;
+        let c = serde_json::json!({"id":9,"method":"Target.sendMessageToTarget","params":{"sessionId":"S","message":inner}});
+        assert!(refused(&judge(c.to_string().as_bytes(), &r)));
+        let fine = serde_json::json!({"id":9,"method":"Target.sendMessageToTarget","params":{"sessionId":"S","message":r#"{"id":1,"method":"Page.enable"}"#}});
+        assert_eq!(judge(fine.to_string().as_bytes(), &r), Verdict::Forward);
+    }
+
+    #[test]
+    fn unreadable_messages_naming_a_guarded_command_are_unreadable() {
+        let (_d, r) = rules();
+        let deep = format!(
+            r#"{{"method":"Extensions.loadUnpacked","id":{}{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        for m in [
+            br#"{"id":1,"method":"Page.enable","method":"Extensions.loadUnpacked"}"#.as_slice(),
+            br#"["Browser.close"]"#,
+            br#"{"id":1,"method":"Extensions.loadUnpacked",}"#,
+            deep.as_bytes(),
+        ] {
+            assert_eq!(
+                judge(m, &r),
+                Verdict::Unreadable,
+                "{}",
+                String::from_utf8_lossy(m)
+            );
+        }
+        // Nothing guarded named: forwarded unparsed, for Chrome to refuse.
+        assert_eq!(
+            judge(br#"{"id":1,"method":"Page.enable",}"#, &r),
+            Verdict::Forward
+        );
+    }
+}
