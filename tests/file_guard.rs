@@ -119,6 +119,11 @@ fn a_client_reaches_no_file_it_was_not_given() {
     );
     assert_refused(&r["navigate"], "Page.navigate to file:");
     assert_refused(&r["createFile"], "Target.createTarget to FILE:");
+    assert_refused(&r["expose"], "Target.exposeDevToolsProtocol");
+    assert_eq!(
+        r["exposed"], "undefined",
+        "the page has no DevTools channel"
+    );
     let p = &r["puppeteer"];
     assert!(p[inside.to_str().unwrap()]["error"].is_null(), "{p}");
     assert_eq!(

@@ -10,6 +10,7 @@
 //! |---|---|
 //! | `Browser.close` | withheld; the session ends normally |
 //! | `Extensions.*` | refused (loads any directory on the browser's disk as an extension) |
+//! | `Target.exposeDevToolsProtocol` | refused (gives the page's script its own browser-wide DevTools channel, which never passes this proxy) |
 //! | `DOM.setFileInputFiles` `files`, `Input.dispatchDragEvent` `data.files`, `PWA.launchFilesInApp` `files` | each path must be inside the session's uploads or downloads directory, else refused |
 //! | `Browser.setDownloadBehavior`, `Page.setDownloadBehavior` `downloadPath` | rewritten to the session's downloads directory (the behaviour is kept, the path is not) |
 //! | `Page.navigate`, `Target.createTarget`, `Network.loadNetworkResource`, `Fetch.continueRequest` `url`; `PWA.install` `installUrlOrBundleUrl`; `PWA.launch` `url` | refused when the URL is `file:`, `filesystem:` or a `view-source:` of one |
@@ -177,7 +178,7 @@ pub enum Verdict {
 
 /// Names whose presence makes a message worth parsing; without one of them (and without a
 /// backslash, which could spell one) no parser can read a guarded command out of it.
-const WATCHED: [&[u8]; 12] = [
+const WATCHED: [&[u8]; 13] = [
     b"Browser.close",
     b"Extensions.",
     b"setFileInputFiles",
@@ -190,6 +191,7 @@ const WATCHED: [&[u8]; 12] = [
     b"continueRequest",
     b"PWA.",
     b"sendMessageToTarget",
+    b"exposeDevToolsProtocol",
 ];
 
 /// `Target.sendMessageToTarget` nests commands; deeper nesting than this is refused.
@@ -276,6 +278,8 @@ fn judge_parsed(plain: &[u8], rules: &FileRules, depth: usize) -> serde_json::Re
     match method {
         "Browser.close" => Ok(Verdict::BrowserClose),
         m if m.starts_with("Extensions.") => refuse("is not allowed through this proxy"),
+        // The page would get a DevTools channel to the browser target that bypasses this guard.
+        "Target.exposeDevToolsProtocol" => refuse("is not allowed through this proxy"),
         "DOM.setFileInputFiles" | "PWA.launchFilesInApp" => {
             let files = params(plain)?.map(|f| f.files).unwrap_or_default();
             if files.iter().all(|f| rules.allows_path(f)) {
@@ -387,6 +391,7 @@ mod tests {
             br#"{"id":4,"sessionId":"S1","method":"Extensions.loadUnpacked","params":{"path":"/x"}}"#.as_slice(),
             br#"{"id":4,"sessionId":"S1","method":"Extensions.loadUnpack\u0065d"}"#,
             br#"{"id":4,"sessionId":"S1","method":"\u0045xtensions.uninstall"}"#,
+            br#"{"id":4,"sessionId":"S1","method":"Target.exposeDevToolsProtocol","params":{"targetId":"T","bindingName":"cdp"}}"#,
         ] {
             let Verdict::Refuse(reply) = judge(m, &r) else {
                 panic!("not refused: {}", String::from_utf8_lossy(m));

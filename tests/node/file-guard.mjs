@@ -9,6 +9,8 @@
 // - DOM.setFileInputFiles naming each --outside path, then what the page's FileReader read;
 //   the same for --inside (expected: its exact bytes, base64);
 // - Page.navigate to a file: URL in --data-dir;
+// - Target.exposeDevToolsProtocol on the page (a browser-wide CDP channel for the page's script),
+//   then whether the page sees the binding;
 // - Puppeteer's uploadFile with --inside and with the first --outside path.
 // Prints {"ok":true,...} with every answer; the Rust test decides.
 
@@ -127,6 +129,8 @@ run(async (args) => {
   }
   const navigate = await raw.call(cmd("Page.navigate", { url: `file://${dataDir}/local.json` }, sessionId));
   const createFile = await raw.call(cmd("Target.createTarget", { url: `FILE://${dataDir}/` }));
+  const expose = await raw.call(cmd("Target.exposeDevToolsProtocol", { targetId, bindingName: "cdp" }));
+  const exposed = await evaluate("typeof window.cdp");
   const stillOpen = raw.closeCode() === null;
   raw.ws.close();
 
@@ -149,5 +153,5 @@ run(async (args) => {
   await page.close();
   await browser.disconnect();
 
-  return { extensions, version, files, navigate, createFile, stillOpen, puppeteer: puppeteerRead };
+  return { extensions, version, files, navigate, createFile, expose, exposed, stillOpen, puppeteer: puppeteerRead };
 });
