@@ -6,7 +6,8 @@
 #      and Stagehand each drive a page; its last line closes the browser), and expects
 #      local.sh to end by itself with status 0.
 #   2. `scripts/platform.sh --port 0 --data-dir <fresh>`: reads `baseURL:`, `apiKey:` and
-#      `projectId:`, runs the README's api.sh, sdk.mjs and stagehand.mjs blocks with them, then
+#      `projectId:`, runs the README's api.sh, sdk.mjs, stagehand.mjs and extension-upload.sh
+#      (a 5 MiB extension through the presigned upload) blocks with them, then
 #      ends it with Ctrl-C (SIGINT) and expects status 0.
 # Each block is taken from README.md by name (tests/py/readme_blocks.py), so a README that drifts
 # from the code fails here. Prints how long each command took to print its first line.
@@ -104,7 +105,7 @@ show_err() { # NAME: the command's stderr, for a failure's context
   show "$work/$1.err"
 }
 
-for name in connect.mjs api.sh sdk.mjs stagehand.mjs; do block "$name"; done
+for name in connect.mjs api.sh sdk.mjs stagehand.mjs extension-upload.sh; do block "$name"; done
 command -v jq >/dev/null || fail "jq is missing (scripts/install-test-deps.sh installs it)"
 
 # --- 1. scripts/local.sh ---------------------------------------------------------------------
@@ -157,6 +158,16 @@ expect_lines sdk.mjs '^sess_[0-9a-f-]+ hello$'
 
 run_example stagehand.mjs env BROWSERBASE_BASE_URL="$BASE" node stagehand.mjs
 expect_lines stagehand.mjs '^sess_[0-9a-f-]+ hello$'
+
+# An extension over the one-request limit (4 MiB): 5 MiB of incompressible bytes, stored.
+"$ROOT/.venv/bin/python" - "$examples/big-extension.zip" <<'PY'
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_STORED) as z:
+    z.writestr("manifest.json", '{"manifest_version":3,"name":"Big","version":"1"}')
+    z.writestr("blob.bin", os.urandom(5 * 1024 * 1024))
+PY
+run_example extension-upload.sh bash -euo pipefail extension-upload.sh
+expect_lines extension-upload.sh '"id": "ext_[0-9a-f]+"' '"fileName": "extup_[0-9a-f]+\.zip"'
 
 # Ctrl-C ends the platform, normally.
 # shellcheck disable=SC2154 # set by start

@@ -21,6 +21,16 @@ pub fn extension_key(project_id: &str, sha256_hex: &str) -> String {
     format!("{EXTENSIONS_PREFIX}/{project_id}/{sha256_hex}.zip")
 }
 
+/// Where archives too large for one API request wait between their presigned `PUT` and the
+/// request that checks and keeps them (`POST /v1/extensions/uploads/{id}`); the bucket's
+/// lifecycle removes what was never finished after a day.
+pub const EXTENSION_UPLOADS_PREFIX: &str = "extension-uploads";
+
+/// `extension-uploads/<projectId>/<uploadId>.zip`: a staged archive, not yet checked.
+pub fn extension_upload_key(project_id: &str, upload_id: &str) -> String {
+    format!("{EXTENSION_UPLOADS_PREFIX}/{project_id}/{upload_id}.zip")
+}
+
 /// Whether `key` is an extension archive's key of project `project_id`: what a claim may name.
 pub fn is_extension_key(project_id: &str, key: &str) -> bool {
     key.strip_prefix(&format!("{EXTENSIONS_PREFIX}/{project_id}/"))

@@ -195,6 +195,15 @@ impl ObjectStore for MemObjects {
     async fn get(&self, key: &str) -> StoreResult<Option<axum::body::Bytes>> {
         Ok(self.0.lock().expect("not poisoned").get(key).cloned())
     }
+    async fn get_at_most(&self, key: &str, max: u64) -> StoreResult<Option<Bounded>> {
+        Ok(self.get(key).await?.map(|b| {
+            if b.len() as u64 > max {
+                Bounded::TooLarge
+            } else {
+                Bounded::Whole(b)
+            }
+        }))
+    }
     async fn delete(&self, key: &str) -> StoreResult<()> {
         self.0.lock().expect("not poisoned").remove(key);
         Ok(())

@@ -54,6 +54,8 @@ pub fn router(app: App) -> Router {
             "/v1/extensions",
             post(x::create_extension).layer(DefaultBodyLimit::max(x::MAX_BODY_BYTES)),
         )
+        .route("/v1/extensions/uploads", post(x::start_upload))
+        .route("/v1/extensions/uploads/{id}", post(x::finish_upload))
         .route(
             "/v1/extensions/{id}",
             get(x::get_extension).delete(x::delete_extension),

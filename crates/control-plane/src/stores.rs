@@ -279,10 +279,22 @@ pub trait ObjectStore: Send + Sync {
     async fn put(&self, key: &str, body: axum::body::Bytes) -> StoreResult<()>;
     /// The object at `key`, if any.
     async fn get(&self, key: &str) -> StoreResult<Option<axum::body::Bytes>>;
+    /// The object at `key` if it is at most `max` bytes; a larger one is not read
+    /// ([`Bounded::TooLarge`]). For objects a client wrote itself (a presigned upload).
+    async fn get_at_most(&self, key: &str, max: u64) -> StoreResult<Option<Bounded>>;
     /// Removes the object at `key`; a missing one is not an error.
     async fn delete(&self, key: &str) -> StoreResult<()>;
     /// Whether any object's key starts with `prefix` (a `/`-terminated folder).
     async fn any_under(&self, prefix: &str) -> StoreResult<bool>;
+}
+
+/// An object read with a size bound ([`ObjectStore::get_at_most`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bounded {
+    /// The whole object, within the bound.
+    Whole(axum::body::Bytes),
+    /// Larger than the bound; not read.
+    TooLarge,
 }
 
 /// What a task needs to know (becomes the controller's environment).

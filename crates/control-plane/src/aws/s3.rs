@@ -8,7 +8,7 @@ use aws_config::SdkConfig;
 
 use super::sdk_error;
 use crate::error::StoreError;
-use crate::stores::{ArchiveUrls, ObjectStore, StoreResult};
+use crate::stores::{ArchiveUrls, Bounded, ObjectStore, StoreResult};
 
 /// The contexts bucket: presigned `PUT` URLs for archives, and deletion.
 ///
@@ -93,6 +93,24 @@ impl ObjectStore for S3Archives {
             .await
             .map_err(|e| StoreError::unavailable_by(BUCKET, e))?;
         Ok(Some(body.into_bytes()))
+    }
+
+    /// `GetObject`, refused on its `Content-Length` before the body is read.
+    async fn get_at_most(&self, key: &str, max: u64) -> StoreResult<Option<Bounded>> {
+        let out = match wallcrawler_aws::get_object(&self.client, &self.bucket, key).await {
+            Ok(Some(out)) => out,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(sdk_error(BUCKET, e)),
+        };
+        if out.content_length().is_none_or(|n| n < 0 || n as u64 > max) {
+            return Ok(Some(Bounded::TooLarge));
+        }
+        let body = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| StoreError::unavailable_by(BUCKET, e))?;
+        Ok(Some(Bounded::Whole(body.into_bytes())))
     }
 
     async fn delete(&self, key: &str) -> StoreResult<()> {

@@ -17,12 +17,16 @@
 //!
 //! The archive is checked before anything is written ([`archive::check`]). A request body is at
 //! most [`MAX_BODY_BYTES`] (413 beyond): API Gateway takes 10 MB and Lambda 6 MB, base64
-//! included ([`MAX_ARCHIVE_BYTES`]), so a larger archive cannot come in through the API; it
-//! would take a presigned upload to the bucket
-//! (not implemented; the README says so).
+//! included ([`MAX_ARCHIVE_BYTES`]), so a larger archive cannot come in through one request.
+//! It comes in two (a Wallcrawler extension, no SDK calls it): `POST /v1/extensions/uploads`
+//! answers a presigned `PUT` URL for `extension-uploads/<projectId>/<uploadId>.zip` (the
+//! server itself locally), the client `PUT`s the zip there, and
+//! `POST /v1/extensions/uploads/{uploadId}` checks the staged archive (at most
+//! [`MAX_STAGED_ARCHIVE_BYTES`], read no further), keeps it as an upload through the API would
+//! be kept, and removes the staged copy. The bucket's lifecycle removes unfinished ones.
 //!
-//! The controller does not load extensions yet: the session item and the claim carry the
-//! archive's key for it.
+//! The session item and the claim carry the archive's key (`extensionKey`) for the controller,
+//! which loads it into Chrome before READY.
 
 pub mod archive;
 
@@ -36,15 +40,19 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tracing::info;
-use wallcrawler_contract::storage::{EXTENSIONS_PREFIX, extension_key};
+use wallcrawler_contract::storage::{EXTENSIONS_PREFIX, extension_key, extension_upload_key};
 
 use crate::app::App;
 use crate::auth::{Caller, Principal};
 use crate::error::ApiError;
 use crate::handlers::{PathId, checked_id};
-use crate::stores::{ObjectStore, StoreResult};
+use crate::stores::{Bounded, ObjectStore, StoreResult};
 
 pub use archive::MAX_ARCHIVE_BYTES;
+
+/// The largest archive a presigned upload may bring (the API function holds it in memory while
+/// it checks it: 256 MB).
+pub const MAX_STAGED_ARCHIVE_BYTES: u64 = 32 * 1024 * 1024;
 
 /// The largest `POST /v1/extensions` body: the archive and the multipart framing around it.
 pub const MAX_BODY_BYTES: usize = MAX_ARCHIVE_BYTES + 64 * 1024;
@@ -208,6 +216,17 @@ pub async fn create_extension(
         ))
     })?;
     let (file_name, zip) = file_field(form).await?;
+    let rec = check_and_keep(&app, &p, file_name, zip).await?;
+    Ok((StatusCode::CREATED, Json(rec.to_api())).into_response())
+}
+
+/// Checks an archive ([`archive::check`], 400 with the reason) and keeps it with a new record.
+async fn check_and_keep(
+    app: &App,
+    p: &Principal,
+    file_name: String,
+    zip: Bytes,
+) -> Result<ExtensionRecord, ApiError> {
     let checked = archive::check(&zip).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let now = app.now_iso();
     let rec = ExtensionRecord {
@@ -220,6 +239,57 @@ pub async fn create_extension(
     };
     keep(app.objects.as_ref(), &rec, zip).await?;
     info!(extension.id = %rec.id, project.id = %rec.project_id, name = %checked.name, version = %checked.version, "extension uploaded");
+    Ok(rec)
+}
+
+/// `POST /v1/extensions/uploads`: 201 `{id, uploadUrl, expiresAt, maxBytes}` — a presigned URL
+/// to `PUT` an archive too large for one request to (at most [`MAX_STAGED_ARCHIVE_BYTES`]).
+pub async fn start_upload(caller: Caller) -> Result<Response, ApiError> {
+    let (app, p) = caller.into_parts();
+    let id = format!("extup_{}", uuid::Uuid::new_v4().simple());
+    let key = extension_upload_key(p.project_id(), &id);
+    let ttl = app.settings.upload_url_ttl;
+    let url = app.archives.presign_put(&key, ttl).await?;
+    let expires_at =
+        wallcrawler_contract::time::iso8601_millis(app.clock.now_millis() + ttl * 1000);
+    info!(project.id = %p.project_id(), upload.id = %id, "extension upload started");
+    let body = json!({
+        "id": id,
+        "uploadUrl": url,
+        "expiresAt": expires_at,
+        "maxBytes": MAX_STAGED_ARCHIVE_BYTES,
+    });
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// `POST /v1/extensions/uploads/{id}`: the archive `PUT` to that upload's URL checked and kept
+/// as `POST /v1/extensions` keeps one (201 with the extension, named `<id>.zip`); the staged
+/// copy is removed whatever the check says. 404 when nothing was put there (or it was already
+/// used), 413 past [`MAX_STAGED_ARCHIVE_BYTES`].
+pub async fn finish_upload(caller: Caller, PathId(id): PathId) -> Result<Response, ApiError> {
+    let (app, p) = caller.into_parts();
+    let id = checked_id("extension upload", &id)?;
+    let key = extension_upload_key(p.project_id(), id);
+    let staged = app
+        .objects
+        .get_at_most(&key, MAX_STAGED_ARCHIVE_BYTES)
+        .await?;
+    let result = match staged {
+        None => {
+            return Err(ApiError::not_found(format!(
+                "extension upload {id} has no archive (nothing was PUT to its URL, or it was already used)"
+            )));
+        }
+        Some(Bounded::TooLarge) => Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the extension archive is larger than {MAX_STAGED_ARCHIVE_BYTES} bytes, the most an upload takes"
+            ),
+        )),
+        Some(Bounded::Whole(zip)) => check_and_keep(&app, &p, format!("{id}.zip"), zip).await,
+    };
+    app.objects.delete(&key).await?;
+    let rec = result?;
     Ok((StatusCode::CREATED, Json(rec.to_api())).into_response())
 }
 

@@ -150,3 +150,57 @@ async fn the_api_function_takes_an_extension_as_api_gateway_delivers_it() {
     let key = archive_key(&f, &zip);
     assert_eq!(object(&f, &key).await.as_deref(), Some(&zip[..]));
 }
+
+/// An archive larger than one request takes (6 MiB, stored: incompressible bytes) comes in
+/// through the presigned `PUT` to the bucket and `POST /v1/extensions/uploads/{id}`: kept under
+/// the project's prefix as an upload through the API is, the staged copy gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_extension_comes_in_through_a_presigned_upload() {
+    use wallcrawler_control_plane::extensions::MAX_ARCHIVE_BYTES;
+    let f = Fixture::new(1).await;
+    let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
+    let stored =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    w.start_file("manifest.json", stored).unwrap();
+    w.write_all(br#"{"manifest_version":3,"name":"Large","version":"1"}"#)
+        .unwrap();
+    w.start_file("model.bin", stored).unwrap();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let noise: Vec<u8> = (0..6 * 1024 * 1024)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    w.write_all(&noise).unwrap();
+    let zip = w.finish().unwrap().into_inner();
+    assert!(
+        zip.len() > MAX_ARCHIVE_BYTES,
+        "larger than one request takes"
+    );
+
+    let (status, up) = f.call(Method::POST, "/v1/extensions/uploads", None).await;
+    assert_eq!(status, StatusCode::CREATED, "{up}");
+    let id = up["id"].as_str().unwrap().to_owned();
+    let url = up["uploadUrl"].as_str().unwrap();
+    assert!(url.contains("X-Amz-Signature="), "a presigned URL: {url}");
+    let (status, answer) = http("PUT", url, &[], zip.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let (status, ext) = f
+        .call(Method::POST, &format!("/v1/extensions/uploads/{id}"), None)
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{ext}");
+    let key = archive_key(&f, &zip);
+    assert_eq!(object(&f, &key).await.as_deref(), Some(&zip[..]));
+    assert_eq!(
+        keys_under(&f, "extension-uploads/").await,
+        Vec::<String>::new(),
+        "the staged copy is removed"
+    );
+    let (status, v) = f
+        .create(json!({ "extensionId": ext["id"].as_str().unwrap() }))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+}

@@ -77,6 +77,24 @@ impl Harness {
         self.call(method, &uri, Some(key), None).await
     }
 
+    /// `POST /v1/extensions/uploads` by `KEY_A`.
+    async fn start_upload(&self) -> (StatusCode, Value) {
+        self.call(Method::POST, "/v1/extensions/uploads", Some(KEY_A), None)
+            .await
+    }
+
+    /// `POST /v1/extensions/uploads/{id}` by `key`.
+    async fn finish_upload(&self, id: &str, key: &str) -> (StatusCode, Value) {
+        let uri = format!("/v1/extensions/uploads/{id}");
+        self.call(Method::POST, &uri, Some(key), None).await
+    }
+
+    /// Puts `bytes` where upload `id`'s URL would (as the client's `PUT` does).
+    fn stage(&self, id: &str, bytes: Vec<u8>) {
+        let key = format!("extension-uploads/{PROJ_A}/{id}.zip");
+        self.objects.0.lock().unwrap().insert(key, bytes.into());
+    }
+
     /// The keys of the objects kept, in order.
     fn object_keys(&self) -> Vec<String> {
         self.objects.0.lock().unwrap().keys().cloned().collect()
@@ -336,4 +354,78 @@ async fn a_create_with_an_extension_records_it_and_refuses_an_unknown_or_foreign
         2,
         "no slot taken by a refused create"
     );
+}
+
+/// An archive too large for one request comes in through a presigned `PUT` and
+/// `POST /v1/extensions/uploads/{id}`: kept as a request's would be, the staged copy removed
+/// whatever the check says; past the staged limit a 413 (the archive never read), a bad archive
+/// its reason, an unknown or another project's upload a 404.
+#[tokio::test]
+async fn a_staged_upload_is_checked_and_kept_and_its_copy_removed() {
+    use wallcrawler_control_plane::extensions::MAX_STAGED_ARCHIVE_BYTES;
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (status, up) = h.start_upload().await;
+    assert_eq!(status, StatusCode::CREATED, "{up}");
+    let id = up["id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("extup_"), "{up}");
+    assert_eq!(up["maxBytes"], MAX_STAGED_ARCHIVE_BYTES);
+    let url = up["uploadUrl"].as_str().unwrap();
+    assert!(
+        url.contains(&format!("extension-uploads/{PROJ_A}/{id}.zip")),
+        "{url}"
+    );
+    // Nothing PUT yet: 404, for this project and for another.
+    let none = h.finish_upload(&id, KEY_A).await;
+    assert_error(&none, StatusCode::NOT_FOUND, &["has no archive"]);
+    let zip = extension();
+    h.stage(&id, zip.clone());
+    assert_eq!(
+        h.finish_upload(&id, KEY_OTHER).await.0,
+        StatusCode::NOT_FOUND
+    );
+    let (status, ext) = h.finish_upload(&id, KEY_A).await;
+    assert_eq!(status, StatusCode::CREATED, "{ext}");
+    assert_eq!(ext["fileName"], format!("{id}.zip"));
+    let archive = format!("extensions/{PROJ_A}/{}.zip", sha256_hex(&zip));
+    assert!(h.object_keys().contains(&archive), "{:?}", h.object_keys());
+    // Used once: the staged copy is gone.
+    assert_eq!(h.finish_upload(&id, KEY_A).await.0, StatusCode::NOT_FOUND);
+
+    // Past the limit: 413, the copy removed.
+    let (_, big) = h.start_upload().await;
+    let big = big["id"].as_str().unwrap().to_owned();
+    h.stage(&big, vec![0; MAX_STAGED_ARCHIVE_BYTES as usize + 1]);
+    let r = h.finish_upload(&big, KEY_A).await;
+    assert_error(
+        &r,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &["larger than 33554432 bytes"],
+    );
+    // A bad archive: its reason, the copy removed.
+    let (_, bad) = h.start_upload().await;
+    let bad = bad["id"].as_str().unwrap().to_owned();
+    h.stage(&bad, zip_of(&[("../x/manifest.json", MANIFEST)]));
+    let r = h.finish_upload(&bad, KEY_A).await;
+    assert_error(
+        &r,
+        StatusCode::BAD_REQUEST,
+        &["leaves the extension's folder"],
+    );
+    assert!(
+        !h.object_keys()
+            .iter()
+            .any(|k| k.starts_with("extension-uploads/")),
+        "{:?}",
+        h.object_keys()
+    );
+    // An id that is not one: 400 before any lookup.
+    let r = h
+        .call(
+            Method::POST,
+            "/v1/extensions/uploads/..%2Fx",
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(r.0, StatusCode::BAD_REQUEST, "{}", r.1);
 }
