@@ -354,6 +354,27 @@ impl SessionStore for DynamoSessions {
             .expression_attribute_values(":at", s(e.at));
         written(req.send().await)
     }
+
+    async fn set_downloads_in_progress(
+        &self,
+        id: &str,
+        owner: &str,
+        now: u64,
+        count: u64,
+    ) -> Result<bool, StoreError> {
+        let req = self
+            .update(id)
+            .condition_expression(format!(
+                "attribute_exists(sessionId) AND ({OWNED} OR {FREE})"
+            ))
+            .update_expression("SET #dl = :n")
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#dl", attr::DOWNLOADS_IN_PROGRESS)
+            .expression_attribute_values(":me", s(owner))
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":n", n(count));
+        written(req.send().await)
+    }
 }
 
 /// The session is pending (the values from [`pending_values`]).

@@ -254,6 +254,15 @@ pub trait SessionStore: Send + Sync {
     /// pending and its `claimDeadline` is before `now` (unix seconds). False: the condition
     /// failed (READY meanwhile, or a poll moved the deadline), nothing written.
     async fn end_unserved(&self, id: &str, now: u64, at: &str) -> Result<bool, StoreError>;
+    /// `downloadsInProgress` = `count`, on [`EndedUpdate`]'s condition (`owner` owns the
+    /// session, or nobody holds it at `now`). False: the condition failed, nothing written.
+    async fn set_downloads_in_progress(
+        &self,
+        id: &str,
+        owner: &str,
+        now: u64,
+        count: u64,
+    ) -> Result<bool, StoreError>;
 }
 
 /// Profile archives by key.
@@ -577,6 +586,18 @@ impl SessionStore for DirectorySessions {
             true
         })
         .await
+    }
+
+    async fn set_downloads_in_progress(
+        &self,
+        id: &str,
+        owner: &str,
+        now: u64,
+        count: u64,
+    ) -> Result<bool, StoreError> {
+        let owner = owner.to_owned();
+        self.written(id, move |d| d.set_downloads_in_progress(&owner, now, count))
+            .await
     }
 }
 

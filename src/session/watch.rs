@@ -105,6 +105,15 @@ mod tests {
         async fn end_unserved(&self, _: &str, _: u64, _: &str) -> Result<bool, StoreError> {
             unreachable!("the watch only reads")
         }
+        async fn set_downloads_in_progress(
+            &self,
+            _: &str,
+            _: &str,
+            _: u64,
+            _: u64,
+        ) -> Result<bool, StoreError> {
+            unreachable!("the watch only reads")
+        }
     }
 
     const EVERY: Duration = Duration::from_secs(5);

@@ -14,6 +14,8 @@
 //! - [`handlers`] and [`router`]: the endpoints, one router for every deployment.
 //! - [`extensions`]: the extensions API (archives checked, kept per project by content) and
 //!   the lookup of a create's `extensionId`.
+//! - [`files`]: a session's files: `GET /v1/sessions/{id}/downloads` (202 while in progress,
+//!   else the zip, or on AWS a redirect to it).
 //! - [`cursor`]: the tamper-evident paging cursor of `GET /v1/sessions`.
 //! - [`metadata`]: `userMetadata`'s bounds and Browserbase's metadata query (`q`).
 //! - [`usage`]: projects' usage as a running total, each session counted once.
@@ -40,6 +42,7 @@ pub mod cursor;
 pub mod debug;
 pub mod error;
 pub mod extensions;
+pub mod files;
 pub mod handlers;
 pub mod limits;
 pub mod local;

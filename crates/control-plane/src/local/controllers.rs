@@ -122,6 +122,9 @@ impl Controllers {
             // used TLS); only connections from this machine may carry one.
             .env(task_env::TRUSTED_PROXY_NETWORKS, "127.0.0.0/8,::1/128")
             .env(task_env::USER_DATA_DIR, profile)
+            // Every session's downloads are stored under `contexts/files/…`, where the API
+            // serves them from.
+            .env(task_env::FILES_DIR, self.data_dir.join("contexts"))
             .env(task_env::METRICS_ADDR, "")
             // A controller never outlives `serve`, however `serve` ends.
             .env(task_env::EXIT_WITH_PARENT, "true")
