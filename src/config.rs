@@ -34,8 +34,6 @@ mod names {
     pub const GATEWAY_PROXY_PROTOCOL: &str = "GATEWAY_PROXY_PROTOCOL";
     pub const GATEWAY_TLS_CERT: &str = "GATEWAY_TLS_CERT";
     pub const GATEWAY_TLS_KEY: &str = "GATEWAY_TLS_KEY";
-    pub const DOWNLOADS_MAX_BYTES: &str = "DOWNLOADS_MAX_BYTES";
-    pub const DOWNLOADS_MAX_FILES: &str = "DOWNLOADS_MAX_FILES";
     pub const ITEM_WATCH_SECONDS: &str = "ITEM_WATCH_SECONDS";
     pub const KEEP_ALIVE: &str = "KEEP_ALIVE";
     pub const MAX_CONNECTIONS: &str = "MAX_CONNECTIONS";

@@ -16,8 +16,12 @@
 //! ([`crate::proxy::guard`]); a finished file whose `filePath` is anywhere else is not read.
 //!
 //! Caps (`DOWNLOADS_MAX_FILES`, `DOWNLOADS_MAX_BYTES`): a download past either is cancelled in
-//! the browser (`Browser.cancelDownload`), so the client sees it fail (Playwright's
-//! `download.failure()` says `canceled`), it is logged with the cap, and nothing is stored.
+//! the browser (`Browser.cancelDownload`) as soon as it is known to pass (at its start for the
+//! file cap; at its announced size, else as its bytes arrive, for the byte cap), so the client
+//! sees it fail (`Browser.downloadProgress` `canceled`: Playwright's `download.failure()` says
+//! `canceled`), it is logged with the cap, and nothing is stored. One that Chrome finished
+//! before the cancel reached it (a fast small file) is not stored either, and removed; the
+//! client then learns it only from the zip, which lacks it.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -69,7 +73,12 @@ pub struct Item {
 /// A download Chrome has begun and this capture has not settled.
 struct Begun {
     name: String,
+    /// Refused (cancel sent): waiting for Chrome's `canceled`.
+    refused: bool,
 }
+
+/// The most browser contexts remembered for cancelling.
+const MAX_CONTEXTS: usize = 1024;
 
 /// What the event loop and the uploads share.
 struct Tally {
@@ -121,6 +130,9 @@ impl Capture {
             json!({"behavior": "allowAndName", "downloadPath": path, "eventsEnabled": true}),
         )
         .await?;
+        // A download is cancelled in its own browser context: learn them as targets appear.
+        cdp.call("Target.setDiscoverTargets", json!({"discover": true}))
+            .await?;
         let (tx, rx) = watch::channel(0u64);
         let in_progress = Arc::new(tx);
         let uploads = TaskTracker::new();
@@ -178,23 +190,41 @@ impl Capture {
 
 impl Loop {
     async fn run(self, mut cdp: Cdp, stop: CancellationToken) {
+        // The browser contexts seen (Chrome cancels a download only in its own context, and
+        // its events do not name it); bounded, a context is a few per client.
+        let mut contexts: HashSet<String> = HashSet::new();
         loop {
             let event = tokio::select! {
                 () = stop.cancelled() => return,
                 e = cdp.next_event() => e,
             };
-            let cancel = match event {
-                Ok(Some(e)) => self.on_event(&e),
+            let e = match event {
+                Ok(Some(e)) => e,
                 Ok(None) => return,
                 Err(e) => {
                     info!(error = %e, "the downloads connection to chrome ended");
                     return;
                 }
             };
-            if let Some(guid) = cancel
-                && let Err(e) = cdp.send("Browser.cancelDownload", json!({ "guid": guid })).await
+            if let Some(id) = e.params["targetInfo"]["browserContextId"].as_str()
+                && contexts.len() < MAX_CONTEXTS
             {
-                warn!(error = %e, "cancelling a refused download failed");
+                contexts.insert(id.to_owned());
+            }
+            let Some(guid) = self.on_event(&e) else {
+                continue;
+            };
+            let every = std::iter::once(None).chain(contexts.iter().map(Some));
+            for context in every {
+                let mut params = json!({ "guid": guid });
+                if let Some(c) = context {
+                    params["browserContextId"] = json!(c);
+                }
+                // Answered with an error in the contexts the download is not in: ignored.
+                if let Err(e) = cdp.send("Browser.cancelDownload", params).await {
+                    warn!(error = %e, "cancelling a refused download failed");
+                    break;
+                }
             }
         }
     }
@@ -209,8 +239,11 @@ impl Loop {
             }
             "Browser.downloadProgress" => match e.params["state"].as_str() {
                 Some("inProgress") => {
+                    // The announced size (Content-Length) refuses a download at once, before
+                    // Chrome has it all; the bytes received catch one without.
                     let received = e.params["receivedBytes"].as_u64().unwrap_or(0);
-                    self.check_bytes(guid, received)
+                    let total = e.params["totalBytes"].as_u64().unwrap_or(0);
+                    self.check_bytes(guid, received.max(total))
                 }
                 Some("completed") => {
                     self.complete(&guid, &e.params);
@@ -240,6 +273,7 @@ impl Loop {
             guid,
             Begun {
                 name: name.to_owned(),
+                refused: false,
             },
         );
         self.in_progress.send_modify(|n| *n += 1);
@@ -247,10 +281,12 @@ impl Loop {
     }
 
     fn check_bytes(&self, guid: String, received: u64) -> Option<String> {
-        let t = lock(&self.tally);
-        if !t.begun.contains_key(&guid) || t.bytes.saturating_add(received) <= self.caps.max_bytes {
+        let mut t = lock(&self.tally);
+        let over = t.bytes.saturating_add(received) > self.caps.max_bytes;
+        let Some(begun) = t.begun.get_mut(&guid).filter(|b| over && !b.refused) else {
             return None;
-        }
+        };
+        begun.refused = true;
         warn!(
             max_bytes = self.caps.max_bytes,
             "download refused: it would pass the session's DOWNLOADS_MAX_BYTES; cancelled in the browser, not stored"
@@ -284,7 +320,9 @@ impl Loop {
             };
             if t.bytes.saturating_add(received) > self.caps.max_bytes {
                 drop(t);
-                warn!(max_bytes = self.caps.max_bytes, "download refused: it passes the session's DOWNLOADS_MAX_BYTES; not stored");
+                // Finished before the cancel reached Chrome: not stored, and not kept either.
+                warn!(max_bytes = self.caps.max_bytes, "download refused: it passes the session's DOWNLOADS_MAX_BYTES; not stored, removed");
+                let _ = std::fs::remove_file(&file);
                 self.settle(guid, 0);
                 return;
             }

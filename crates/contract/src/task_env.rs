@@ -36,6 +36,10 @@ pub const FILES_BUCKET_NAME: &str = "FILES_BUCKET_NAME";
 /// The local platform's directory for the session's files (instead of the bucket: the data
 /// directory's `contexts/`).
 pub const FILES_DIR: &str = "FILES_DIR";
+/// The most bytes of downloads a session stores.
+pub const DOWNLOADS_MAX_BYTES: &str = "DOWNLOADS_MAX_BYTES";
+/// The most downloads a session stores.
+pub const DOWNLOADS_MAX_FILES: &str = "DOWNLOADS_MAX_FILES";
 /// The profile archive's key, when it is not the context's default.
 pub const CONTEXT_S3_KEY: &str = "CONTEXT_S3_KEY";
 /// `true`: upload the profile again when the session ends.

@@ -35,8 +35,10 @@ use crate::error::StoreError;
 use crate::stores::*;
 
 /// Controller settings a local controller takes from `serve`'s own environment when set there.
-pub const PASSED_THROUGH: [&str; 5] = [
+pub const PASSED_THROUGH: [&str; 7] = [
     task_env::CHROME_PATH,
+    task_env::DOWNLOADS_MAX_BYTES,
+    task_env::DOWNLOADS_MAX_FILES,
     task_env::CDP_DISCONNECT_TIMEOUT,
     task_env::CDP_DISCONNECT_GRACE,
     task_env::POOL_IDLE_LIFETIME_SECONDS,
