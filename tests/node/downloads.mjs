@@ -10,6 +10,8 @@
 //   progress: Puppeteer starts a download whose server sends half the body and holds; the
 //             SDK's answer is read while it holds (202 + Retry-After expected), then the body
 //             is finished and the zip read again (out/downloads.zip).
+//   click:    (--url WS instead of the SDK's arguments) Puppeteer points the browser's
+//             download path at --elsewhere and downloads export.csv; Chrome's final state.
 //   caps:     Playwright downloads small-1.bin, big.bin, small-2.bin and small-3.bin in turn
 //             (the platform runs with DOWNLOADS_MAX_FILES=2, DOWNLOADS_MAX_BYTES=4 MiB; the two
 //             refused ones are served held, so the refusal reaches the browser first): each
@@ -205,7 +207,28 @@ async function caps(args, bb, session, out) {
   return { failures, statuses: seen };
 }
 
+/** No platform: Puppeteer on --url points the browser's downloads at --elsewhere and downloads
+ * export.csv; Chrome's final state for it. */
+async function click(args, out) {
+  const files = { "export.csv": bytes(out, "export.csv", 3 << 20) };
+  const site = await serve(files);
+  const puppeteer = (await import("puppeteer-core")).default;
+  const browser = await puppeteer.connect({ browserWSEndpoint: requireArg(args, "url"), protocolTimeout: 20000 });
+  const cdp = await browser.target().createCDPSession();
+  await cdp.send("Browser.setDownloadBehavior", { behavior: "allowAndName", downloadPath: requireArg(args, "elsewhere"), eventsEnabled: true });
+  const done = new Promise((resolve) => cdp.on("Browser.downloadProgress", (e) => e.state !== "inProgress" && resolve(e.state)));
+  const p = await browser.newPage();
+  await p.goto(site.origin + "/");
+  await p.click("#export_csv");
+  const state = await done;
+  await p.close();
+  browser.disconnect();
+  site.server.close();
+  return { state };
+}
+
 run(async (args) => {
+  if (args.scenario === "click") return click(args, requireArg(args, "out"));
   const bb = await client(args);
   const projectId = requireArg(args, "project");
   const out = requireArg(args, "out");

@@ -506,14 +506,14 @@ impl Fixture {
     }
 }
 
-/// `method path` with `body` and `key` through `router`: the status and the JSON answer.
-pub async fn call_with_key(
+/// `method path` with `body` and `key` through `router`: the status, headers and body.
+pub async fn raw_call_with_key(
     router: &Router,
     key: &str,
     method: Method,
     path: &str,
     body: Option<Value>,
-) -> (StatusCode, Value) {
+) -> (StatusCode, axum::http::HeaderMap, Bytes) {
     let req = Request::builder()
         .method(method)
         .uri(path)
@@ -525,8 +525,20 @@ pub async fn call_with_key(
         None => req.body(Body::empty()),
     };
     let resp = router.clone().oneshot(req.unwrap()).await.unwrap();
-    let status = resp.status();
+    let (status, headers) = (resp.status(), resp.headers().clone());
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, headers, bytes)
+}
+
+/// `method path` with `body` and `key` through `router`: the status and the JSON answer.
+pub async fn call_with_key(
+    router: &Router,
+    key: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let (status, _, bytes) = raw_call_with_key(router, key, method, path, body).await;
     let v = if bytes.is_empty() {
         Value::Null
     } else {
