@@ -20,8 +20,9 @@ use crate::error::{ApiError, StoreError};
 use crate::auth::Caller;
 use crate::handlers::{ApiResult, PathId, own_session};
 
-/// The most content a downloads zip holds (the controller's default cap is 500 MiB).
-pub const MAX_ZIP_CONTENT_BYTES: u64 = 1 << 30;
+/// The most content a downloads zip holds: above the controllers' default cap
+/// (`DOWNLOADS_MAX_BYTES`, 500 MiB), within the API Lambda's /tmp (1 GiB in the template).
+pub const MAX_ZIP_CONTENT_BYTES: u64 = 600 << 20;
 /// What a 202 tells the client to wait before asking again.
 pub const RETRY_AFTER_SECONDS: u64 = 2;
 /// How long the presigned GET of a downloads zip is valid.
