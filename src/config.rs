@@ -582,6 +582,14 @@ pub struct DownloadSettings {
     pub max_files: u64,
 }
 
+/// `BACKGROUND_NICE` (0: off).
+fn background_nice(r: &mut Reader<'_>) -> Option<i32> {
+    match r.number(BACKGROUND_NICE, 0, 0, 19) {
+        0 => None,
+        n => Some(n as i32),
+    }
+}
+
 /// The downloads' place and caps.
 fn download_settings(r: &mut Reader<'_>) -> DownloadSettings {
     DownloadSettings {
@@ -968,10 +976,7 @@ impl RunConfig {
         }
         let agent_uri = r.text(ECS_AGENT_URI);
         let exit_with_parent = r.boolean(EXIT_WITH_PARENT, false);
-        let background_nice = match r.number(BACKGROUND_NICE, 0, 0, 19) {
-            0 => None,
-            n => Some(n as i32),
-        };
+        let background_nice = background_nice(&mut r);
         r.finish(RunConfig {
             auth,
             tuning,

@@ -167,7 +167,10 @@ impl Capture {
     pub async fn finish(self, within: Duration) {
         let deadline = tokio::time::Instant::now() + within;
         let mut events = self.events;
-        if tokio::time::timeout_at(deadline, &mut events).await.is_err() {
+        if tokio::time::timeout_at(deadline, &mut events)
+            .await
+            .is_err()
+        {
             self.stop.cancel();
             let _ = events.await;
         }
@@ -176,7 +179,9 @@ impl Capture {
             .await
             .is_err()
         {
-            error!("storing the session's downloads ran out of shutdown budget; some are not stored");
+            error!(
+                "storing the session's downloads ran out of shutdown budget; some are not stored"
+            );
         }
         self.in_progress.send_replace(0);
         drop(self.in_progress);
@@ -283,9 +288,7 @@ impl Loop {
     fn check_bytes(&self, guid: String, received: u64) -> Option<String> {
         let mut t = lock(&self.tally);
         let over = t.bytes.saturating_add(received) > self.caps.max_bytes;
-        let Some(begun) = t.begun.get_mut(&guid).filter(|b| over && !b.refused) else {
-            return None;
-        };
+        let begun = t.begun.get_mut(&guid).filter(|b| over && !b.refused)?;
         begun.refused = true;
         warn!(
             max_bytes = self.caps.max_bytes,
@@ -321,7 +324,10 @@ impl Loop {
             if t.bytes.saturating_add(received) > self.caps.max_bytes {
                 drop(t);
                 // Finished before the cancel reached Chrome: not stored, and not kept either.
-                warn!(max_bytes = self.caps.max_bytes, "download refused: it passes the session's DOWNLOADS_MAX_BYTES; not stored, removed");
+                warn!(
+                    max_bytes = self.caps.max_bytes,
+                    "download refused: it passes the session's DOWNLOADS_MAX_BYTES; not stored, removed"
+                );
                 let _ = std::fs::remove_file(&file);
                 self.settle(guid, 0);
                 return;
@@ -396,7 +402,9 @@ async fn publish(mut rx: watch::Receiver<u64>, item: Item) {
                 .await
             {
                 Ok(true) => written = n,
-                Ok(false) => info!("the session is another controller's; downloadsInProgress is not written"),
+                Ok(false) => {
+                    info!("the session is another controller's; downloadsInProgress is not written")
+                }
                 Err(e) => warn!(error = %e, "writing downloadsInProgress failed"),
             }
         }
@@ -477,7 +485,10 @@ mod tests {
         assert!(stored_name(&long, 5).len() < 150);
         for n in ["a/b", "..", "/x", "a\0b"] {
             let s = stored_name(n, 9);
-            assert!(!s.contains('/') && !s.starts_with('.') && !s.contains('\0'), "{s}");
+            assert!(
+                !s.contains('/') && !s.starts_with('.') && !s.contains('\0'),
+                "{s}"
+            );
         }
     }
 

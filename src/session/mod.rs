@@ -320,7 +320,9 @@ impl Run<'_> {
             Ok(c) => {
                 *self.downloads.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
             }
-            Err(e) => error!(error = %e, "capturing downloads failed to start; downloads are not stored"),
+            Err(e) => {
+                error!(error = %e, "capturing downloads failed to start; downloads are not stored")
+            }
         }
     }
 

@@ -15,7 +15,10 @@ fn fetch(url: &str) -> (u16, Vec<u8>) {
     let mut answer = Vec::new();
     s.read_to_end(&mut answer).unwrap();
     let end = memchr::memmem::find(&answer, b"\r\n\r\n").unwrap();
-    let status = std::str::from_utf8(&answer[9..12]).unwrap().parse().unwrap();
+    let status = std::str::from_utf8(&answer[9..12])
+        .unwrap()
+        .parse()
+        .unwrap();
     (status, answer[end + 4..].to_vec())
 }
 
@@ -45,11 +48,23 @@ async fn pool_a_download_is_in_s3_before_ended_at_and_the_api_redirects_to_its_z
     let e = elsewhere.to_str().unwrap();
     let v = node(
         "downloads.mjs",
-        &["--scenario", "click", "--url", &url, "--out", o, "--elsewhere", e],
+        &[
+            "--scenario",
+            "click",
+            "--url",
+            &url,
+            "--out",
+            o,
+            "--elsewhere",
+            e,
+        ],
     )
     .await;
     assert_eq!(v["state"], "completed", "{v}");
-    assert!(!elsewhere.exists(), "nothing lands where the client pointed");
+    assert!(
+        !elsewhere.exists(),
+        "nothing lands where the client pointed"
+    );
     let served = std::fs::read(out.path().join("export.csv")).unwrap();
 
     // Released right after Chrome finished it: whatever the upload's progress, the file is
@@ -70,7 +85,10 @@ async fn pool_a_download_is_in_s3_before_ended_at_and_the_api_redirects_to_its_z
     let (keys, ()) = tokio::join!(at_end, pool.released_and_ended(&mut task, &id));
     assert_eq!(keys.len(), 1, "{keys:?}\n{}", task.text());
     let name = keys[0].rsplit('/').next().unwrap().to_owned();
-    assert!(name.starts_with("export-") && name.ends_with(".csv"), "{name}");
+    assert!(
+        name.starts_with("export-") && name.ends_with(".csv"),
+        "{name}"
+    );
 
     // The ended session's downloads: a redirect to a presigned GET of the zip at moto.
     let (status, headers, _) = wallcrawler_testkit::platform::raw_call_with_key(
@@ -92,7 +110,10 @@ async fn pool_a_download_is_in_s3_before_ended_at_and_the_api_redirects_to_its_z
     assert!(zip.starts_with(b"PK\x03\x04"), "a zip");
     // Entries are stored uncompressed: the name, then exactly the bytes served.
     let at = memchr::memmem::find(&zip, name.as_bytes()).expect("the entry's name");
-    assert!(memchr::memmem::find(&zip[at..], &served).is_some(), "the entry's bytes");
+    assert!(
+        memchr::memmem::find(&zip[at..], &served).is_some(),
+        "the entry's bytes"
+    );
 
     // Another project's key gets a 404, not the files.
     let (_, other_key) = pool.f.project_with_key(1).await;

@@ -16,8 +16,8 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use wallcrawler_contract::storage::session_files_prefix;
 
-use crate::error::{ApiError, StoreError};
 use crate::auth::Caller;
+use crate::error::{ApiError, StoreError};
 use crate::handlers::{ApiResult, PathId, own_session};
 
 /// The most content a downloads zip holds: above the controllers' default cap
@@ -119,7 +119,9 @@ pub async fn session_downloads(caller: Caller, PathId(id): PathId) -> ApiResult 
             MAX_ZIP_CONTENT_BYTES,
         )
         .await
-        .map_err(|e| ApiError::internal("the session's downloads could not be zipped").caused_by(e))?;
+        .map_err(|e| {
+            ApiError::internal("the session's downloads could not be zipped").caused_by(e)
+        })?;
     Ok(match zip {
         Zip::Body(b) => ([(header::CONTENT_TYPE, "application/zip")], b).into_response(),
         Zip::At(url) => (StatusCode::FOUND, [(header::LOCATION, url)]).into_response(),

@@ -214,7 +214,9 @@ impl ObjectStore for MemObjects {
                 .map(|(k, v)| (k[prefix.len()..].to_owned(), v.clone()))
                 .collect()
         };
-        let entries = entries.into_iter().map(|(k, v)| Ok((k, std::io::Cursor::new(v))));
+        let entries = entries
+            .into_iter()
+            .map(|(k, v)| Ok((k, std::io::Cursor::new(v))));
         let out = crate::files::write_zip(std::io::Cursor::new(Vec::new()), entries, max)?;
         Ok(crate::files::Zip::Body(out.into_inner().into()))
     }

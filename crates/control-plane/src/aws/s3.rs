@@ -188,7 +188,10 @@ impl S3Archives {
                     .block_on(client.get_object().bucket(&bucket).key(&key).send())
                     .map_err(std::io::Error::other)?;
                 let body = out.body.into_async_read();
-                Ok((name, tokio_util::io::SyncIoBridge::new_with_handle(body, handle.clone())))
+                Ok((
+                    name,
+                    tokio_util::io::SyncIoBridge::new_with_handle(body, handle.clone()),
+                ))
             });
             write_zip(std::io::BufWriter::new(file), opened, max)?;
             Ok::<(), ZipFail>(())

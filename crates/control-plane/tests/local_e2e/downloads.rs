@@ -45,7 +45,9 @@ fn entry<'a>(all: &'a [(String, Vec<u8>)], stem: &str, ext: &str) -> &'a [u8] {
             .is_some_and(|ms| ms.len() >= 13 && ms.bytes().all(|b| b.is_ascii_digit()))
     });
     let names: Vec<_> = all.iter().map(|(n, _)| n).collect();
-    &found.unwrap_or_else(|| panic!("no {stem}.{ext} entry in {names:?}")).1
+    &found
+        .unwrap_or_else(|| panic!("no {stem}.{ext} entry in {names:?}"))
+        .1
 }
 
 /// Playwright (in a context of its own, with its own download path) and Puppeteer (after
@@ -143,7 +145,11 @@ fn downloads_past_the_caps_are_refused_and_not_stored() {
     let all = entries(&out.path().join("downloads.zip"));
     let names: Vec<_> = all.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(all.len(), 2, "{names:?}");
-    assert!(entry(&all, "small-1", "bin") == std::fs::read(out.path().join("small-1.bin")).unwrap());
-    assert!(entry(&all, "small-2", "bin") == std::fs::read(out.path().join("small-2.bin")).unwrap());
+    assert!(
+        entry(&all, "small-1", "bin") == std::fs::read(out.path().join("small-1.bin")).unwrap()
+    );
+    assert!(
+        entry(&all, "small-2", "bin") == std::fs::read(out.path().join("small-2.bin")).unwrap()
+    );
     s.stop();
 }
