@@ -37,7 +37,7 @@ use tracing::{error, info, warn};
 use wallcrawler_contract::storage::download_key;
 
 use crate::chrome::cdp::{Cdp, CdpError, Event};
-use crate::stores::{ArchiveStore, BoxRead, SessionStore};
+use crate::stores::{ArchiveStore, BoxRead, DownloadsUpdate, SessionStore};
 
 /// How much a session may store.
 #[derive(Debug, Clone, Copy)]
@@ -395,12 +395,7 @@ async fn publish(mut rx: watch::Receiver<u64>, item: Item) {
     loop {
         let n = *rx.borrow_and_update();
         if n != written {
-            let now = wallcrawler_contract::time::unix_millis() / 1000;
-            match item
-                .store
-                .set_downloads_in_progress(&item.id, &item.owner, now, n)
-                .await
-            {
+            match write(&item, n).await {
                 Ok(true) => written = n,
                 Ok(false) => {
                     info!("the session is another controller's; downloadsInProgress is not written")
@@ -411,15 +406,21 @@ async fn publish(mut rx: watch::Receiver<u64>, item: Item) {
         if rx.changed().await.is_err() {
             let last = *rx.borrow();
             if last != written {
-                let now = wallcrawler_contract::time::unix_millis() / 1000;
-                let _ = item
-                    .store
-                    .set_downloads_in_progress(&item.id, &item.owner, now, last)
-                    .await;
+                let _ = write(&item, last).await;
             }
             return;
         }
     }
+}
+
+/// `downloadsInProgress` = `count` on the item.
+async fn write(item: &Item, count: u64) -> Result<bool, crate::stores::StoreError> {
+    let u = DownloadsUpdate {
+        owner: &item.owner,
+        now: wallcrawler_contract::time::unix_millis() / 1000,
+        count,
+    };
+    item.store.set_downloads_in_progress(&item.id, &u).await
 }
 
 /// The most bytes of a stored name's stem (S3 keys and file names stay well within limits).

@@ -56,8 +56,8 @@ mod tests {
 
     use super::*;
     use crate::stores::{
-        EndedUpdate, ReadyResult, ReadyUpdate, SessionRecord, StoreError, Take, TakeResult,
-        TerminalUpdate,
+        DownloadsUpdate, EndedUpdate, ReadyResult, ReadyUpdate, SessionRecord, StoreError, Take,
+        TakeResult, TerminalUpdate,
     };
 
     /// Answers each read with the next of its answers (the last one for ever after).
@@ -108,9 +108,7 @@ mod tests {
         async fn set_downloads_in_progress(
             &self,
             _: &str,
-            _: &str,
-            _: u64,
-            _: u64,
+            _: &DownloadsUpdate<'_>,
         ) -> Result<bool, StoreError> {
             unreachable!("the watch only reads")
         }

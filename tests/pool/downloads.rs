@@ -22,21 +22,6 @@ fn fetch(url: &str) -> (u16, Vec<u8>) {
     (status, answer[end + 4..].to_vec())
 }
 
-/// The keys under `prefix` in `bucket`.
-async fn keys_under(f: &Fixture, bucket: &str, prefix: &str) -> Vec<String> {
-    let out = wallcrawler_testkit::platform::s3(&f.sdk)
-        .list_objects_v2()
-        .bucket(bucket)
-        .prefix(prefix)
-        .send()
-        .await
-        .unwrap();
-    out.contents()
-        .iter()
-        .filter_map(|o| o.key().map(str::to_owned))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_a_download_is_in_s3_before_ended_at_and_the_api_redirects_to_its_zip() {
     let pool = Pool::new(20).await;
@@ -70,13 +55,12 @@ async fn pool_a_download_is_in_s3_before_ended_at_and_the_api_redirects_to_its_z
     // Released right after Chrome finished it: whatever the upload's progress, the file is
     // in S3 by the time endedAt is.
     let prefix = format!("files/{}/{id}/downloads/", pool.f.project_id);
-    let bucket = pool.f.cfg.contexts_bucket.clone();
     let (f, watched) = (&pool.f, id.clone());
     let at_end = async move {
         let deadline = Instant::now() + POOL_WAIT;
         loop {
             if f.item(&watched).await.contains_key("endedAt") {
-                return keys_under(f, &bucket, &prefix).await;
+                return f.keys_under(&prefix).await;
             }
             assert!(Instant::now() < deadline, "no endedAt");
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -132,18 +132,6 @@ pub async fn session_downloads(caller: Caller, PathId(id): PathId) -> ApiResult 
 mod tests {
     use super::*;
 
-    fn read_back(bytes: Vec<u8>) -> Vec<(String, Vec<u8>)> {
-        let mut z = zip::ZipArchive::new(std::io::Cursor::new(bytes)).unwrap();
-        (0..z.len())
-            .map(|i| {
-                let mut f = z.by_index(i).unwrap();
-                let mut v = Vec::new();
-                f.read_to_end(&mut v).unwrap();
-                (f.name().unwrap().into_owned(), v)
-            })
-            .collect()
-    }
-
     #[test]
     fn entries_keep_their_names_and_bytes() {
         let entries = vec![
@@ -151,9 +139,13 @@ mod tests {
             Ok(("b-2.bin".to_owned(), &[0u8, 1, 2][..])),
         ];
         let out = write_zip(std::io::Cursor::new(Vec::new()), entries, 100).unwrap();
-        let back = read_back(out.into_inner());
-        assert_eq!(back[0], ("a-1.csv".to_owned(), b"x,y\n".to_vec()));
-        assert_eq!(back[1], ("b-2.bin".to_owned(), vec![0, 1, 2]));
+        let mut z = zip::ZipArchive::new(std::io::Cursor::new(out.into_inner())).unwrap();
+        assert_eq!(z.len(), 2);
+        for (name, want) in [("a-1.csv", &b"x,y\n"[..]), ("b-2.bin", &[0u8, 1, 2][..])] {
+            let mut got = Vec::new();
+            z.by_name(name).unwrap().read_to_end(&mut got).unwrap();
+            assert_eq!(got, want, "{name}");
+        }
     }
 
     #[test]

@@ -372,6 +372,21 @@ impl Fixture {
         (p.project_id, key)
     }
 
+    /// The keys of the objects under `prefix` in the contexts bucket.
+    pub async fn keys_under(&self, prefix: &str) -> Vec<String> {
+        let out = s3(&self.sdk)
+            .list_objects_v2()
+            .bucket(&self.cfg.contexts_bucket)
+            .prefix(prefix)
+            .send()
+            .await
+            .unwrap();
+        out.contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_owned))
+            .collect()
+    }
+
     /// The item of `table` whose key `key` is `value`, read consistently (empty when none).
     pub async fn get_item(
         &self,
