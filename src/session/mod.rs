@@ -4,14 +4,15 @@
 //!
 //! Start: the session item read (keepAlive, expiry, the token for connectUrl) → the signing
 //! keys → the profile restored → Chrome and the proxy started → the session cookies put back
-//! → the public address chosen → conditional READY. A step that ends the run early says how as
+//! → downloads followed ([`downloads`]) → the public address chosen → conditional READY. A step that ends the run early says how as
 //! an [`Outcome`]; its driver hands it to [`Run::settle`], the one place that writes the
 //! session item's last fields ([`SessionItem::settle`]), so a step never writes FAILED itself.
 //!
 //! End (signal, a client's Browser.close, idle, expiry, crash, the item turned terminal by a
 //! release whose stop missed the task — [`watch`]), the steps of
 //! [`crate::shutdown::Step`] each within its deadline: stop admitting → (persist: session
-//! cookies exported over CDP) → Chrome closed through CDP → (persist: tar → gzip → store,
+//! cookies exported over CDP) → Chrome closed through CDP → the finished downloads stored →
+//! (persist: tar → gzip → store,
 //! atomically; [`crate::profile::persist_profile`]) → terminal status → `proxyBytes` and, last,
 //! `endedAt` — all within the shutdown budget. Chrome closing itself cleanly after client
 //! traffic (a close the proxy could not inspect) ends the same way, except that the session
