@@ -275,8 +275,8 @@ fn stagehand_env_browserbase_session_ends_after_its_client_left_without_a_releas
 const FAILING_CONTROLLER: &str = "#!/bin/sh\nexit 1\n";
 
 /// The stock SDK, with its own retry policy (2 retries of 408/409/429/5xx), sends a create the
-/// platform fails and each 501 endpoint exactly once: `x-should-retry: false` stops it, so no
-/// duplicate session is started.
+/// platform fails, each 501 endpoint and a refused downloads exactly once: `x-should-retry:
+/// false` stops it, so no duplicate session is started.
 #[test]
 fn the_stock_sdk_sends_a_failed_create_and_a_501_only_once() {
     let scripts = tempfile::tempdir().unwrap();
