@@ -16,6 +16,7 @@
 //!   the lookup of a create's `extensionId`.
 //! - [`files`]: a session's files: `GET /v1/sessions/{id}/downloads` (202 while in progress,
 //!   else the zip, or on AWS a redirect to it).
+//! - [`zips`]: a zip of stored objects (the writer, bounded) and what a store hands back.
 //! - [`cursor`]: the tamper-evident paging cursor of `GET /v1/sessions`.
 //! - [`metadata`]: `userMetadata`'s bounds and Browserbase's metadata query (`q`).
 //! - [`usage`]: projects' usage as a running total, each session counted once.
@@ -54,3 +55,4 @@ pub mod rules;
 pub mod stores;
 pub mod sweep;
 pub mod usage;
+pub mod zips;

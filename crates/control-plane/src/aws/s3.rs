@@ -9,8 +9,8 @@ use aws_config::SdkConfig;
 
 use super::sdk_error;
 use crate::error::StoreError;
-use crate::files::{ZIP_URL_TTL_SECONDS, Zip, ZipFail, is_entry_name, write_zip};
 use crate::stores::{ArchiveUrls, ObjectStore, StoreResult};
+use crate::zips::{ZIP_URL_TTL_SECONDS, Zip, ZipFail, is_entry_name, write_zip};
 
 /// The contexts bucket: presigned `PUT` URLs for archives, and deletion.
 ///
