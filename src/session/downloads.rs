@@ -15,6 +15,10 @@
 //! GUID-named file. Clients' paths are rewritten to the same directory by the proxy's guard
 //! ([`crate::proxy::guard`]); a finished file whose `filePath` is anywhere else is not read.
 //!
+//! The count is written to the item as Chrome reports each download begun and each one
+//! stored, by one writer task (latest value wins); a `GET …/downloads` made in the same few
+//! milliseconds as a download begins can still miss it, and then answers without it.
+//!
 //! Caps (`DOWNLOADS_MAX_FILES`, `DOWNLOADS_MAX_BYTES`): a download past either is cancelled in
 //! the browser (`Browser.cancelDownload`) as soon as it is known to pass (at its start for the
 //! file cap; at its announced size, else as its bytes arrive, for the byte cap), so the client
