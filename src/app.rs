@@ -279,6 +279,12 @@ impl Session {
             ))));
     }
 
+    /// The directories the session's clients may name files in (its downloads directory
+    /// among them).
+    pub fn files(&self) -> Arc<crate::proxy::guard::FileRules> {
+        self.serving.proxy.files()
+    }
+
     /// Binds the proxy's authenticator to the claimed session (once).
     pub fn bind(&self, session_id: String, project_id: Option<String>) -> bool {
         self.serving.proxy.bind_session(session_id, project_id)

@@ -25,9 +25,9 @@ use wallcrawler_contract::session::attr;
 use wallcrawler_contract::{InternalStatus, SigningSecret};
 
 use crate::stores::{
-    ArchiveStore, BoxError, BoxRead, ClaimQueue, Context, EndedUpdate, NetworkLookup, ReadyResult,
-    ReadyUpdate, Received, SessionRecord, SessionStore, StoreError, Take, TakeResult,
-    TaskInterface, TerminalUpdate,
+    ArchiveStore, BoxError, BoxRead, ClaimQueue, Context, DownloadsUpdate, EndedUpdate,
+    NetworkLookup, ReadyResult, ReadyUpdate, Received, SessionRecord, SessionStore, StoreError,
+    Take, TakeResult, TaskInterface, TerminalUpdate,
 };
 
 /// Size of one multipart upload part (S3's minimum is 5 MiB).
@@ -352,6 +352,25 @@ impl SessionStore for DynamoSessions {
             .expression_attribute_values(":now", n(e.now))
             .expression_attribute_values(":b", n(e.proxy_bytes))
             .expression_attribute_values(":at", s(e.at));
+        written(req.send().await)
+    }
+
+    async fn set_downloads_in_progress(
+        &self,
+        id: &str,
+        u: &DownloadsUpdate<'_>,
+    ) -> Result<bool, StoreError> {
+        let req = self
+            .update(id)
+            .condition_expression(format!(
+                "attribute_exists(sessionId) AND ({OWNED} OR {FREE})"
+            ))
+            .update_expression("SET #dl = :n")
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#dl", attr::DOWNLOADS_IN_PROGRESS)
+            .expression_attribute_values(":me", s(u.owner))
+            .expression_attribute_values(":now", n(u.now))
+            .expression_attribute_values(":n", n(u.count));
         written(req.send().await)
     }
 }

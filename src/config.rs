@@ -163,6 +163,14 @@ settings_group! {
         profile_max_bytes = PROFILE_MAX_BYTES,
         /// Most entries in a profile archive [default: 100000].
         profile_max_entries = PROFILE_MAX_ENTRIES,
+        /// S3 bucket where the session's downloads are stored, under files/<projectId>/<sessionId>/downloads/ (the contexts bucket) [default: downloads are not stored].
+        files_bucket_name = FILES_BUCKET_NAME,
+        /// Directory where the session's downloads are stored (local platform), instead of FILES_BUCKET_NAME.
+        files_dir = FILES_DIR,
+        /// Most bytes of downloads stored per session; a download that would pass it is cancelled in the browser and not stored [default: 524288000].
+        downloads_max_bytes = DOWNLOADS_MAX_BYTES,
+        /// Most downloads stored per session; past it a new download is cancelled in the browser and not stored [default: 100].
+        downloads_max_files = DOWNLOADS_MAX_FILES,
         /// Seconds for the whole shutdown sequence, upload included [default: 25].
         shutdown_budget_seconds = SHUTDOWN_BUDGET_SECONDS,
         /// Seconds between the strongly consistent reads of its own session item a serving controller makes from READY on; when the item turns terminal (a release, the sweeper, the task-state handler) or disappears, the controller ends the session as on SIGTERM, keeping the terminal status. Costs one small consistent GetItem per interval per session [default: 5].
@@ -545,6 +553,8 @@ pub struct RunConfig {
     pub profile_max_bytes: u64,
     /// `PROFILE_MAX_ENTRIES`: the most entries a profile archive may have.
     pub profile_max_entries: u64,
+    /// Where the session's downloads go, and their caps.
+    pub downloads: DownloadSettings,
     /// `SHUTDOWN_BUDGET_SECONDS`: the whole end sequence, upload included.
     pub shutdown_budget: Duration,
     /// `ITEM_WATCH_SECONDS`: how often a serving controller reads its own session item.
@@ -559,6 +569,38 @@ pub struct RunConfig {
     pub exit_with_parent: bool,
     /// `BACKGROUND_NICE`: Chrome's nice value while nobody waits on it (`None`: off).
     pub background_nice: Option<i32>,
+}
+
+/// Where a session's downloads are stored, and how much of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownloadSettings {
+    /// `FILES_BUCKET_NAME` or `FILES_DIR` (neither: downloads are not stored).
+    pub place: ArchivePlace,
+    /// `DOWNLOADS_MAX_BYTES`: the most bytes stored per session.
+    pub max_bytes: u64,
+    /// `DOWNLOADS_MAX_FILES`: the most files stored per session.
+    pub max_files: u64,
+}
+
+/// `BACKGROUND_NICE` (0: off).
+fn background_nice(r: &mut Reader<'_>) -> Option<i32> {
+    match r.number(BACKGROUND_NICE, 0, 0, 19) {
+        0 => None,
+        n => Some(n as i32),
+    }
+}
+
+/// The downloads' place and caps.
+fn download_settings(r: &mut Reader<'_>) -> DownloadSettings {
+    DownloadSettings {
+        place: match r.exclusive(FILES_BUCKET_NAME, FILES_DIR) {
+            (Some(b), _) => ArchivePlace::Bucket(b),
+            (_, Some(d)) => ArchivePlace::Directory(PathBuf::from(d)),
+            (None, None) => ArchivePlace::None,
+        },
+        max_bytes: r.number(DOWNLOADS_MAX_BYTES, 500 << 20, 1, u64::MAX),
+        max_files: r.number(DOWNLOADS_MAX_FILES, 100, 1, 100_000),
+    }
 }
 
 /// Chrome launch settings common to `run` and `local`.
@@ -919,6 +961,7 @@ impl RunConfig {
         let expires_at = r.parse::<u64>(SESSION_EXPIRES_AT, "unix seconds");
         let profile_max_bytes = r.number(PROFILE_MAX_BYTES, 2_147_483_648, 1, u64::MAX);
         let profile_max_entries = r.number(PROFILE_MAX_ENTRIES, 100_000, 1, u64::MAX);
+        let downloads = download_settings(&mut r);
         let shutdown_budget = Duration::from_secs(r.number(
             SHUTDOWN_BUDGET_SECONDS,
             25,
@@ -933,10 +976,7 @@ impl RunConfig {
         }
         let agent_uri = r.text(ECS_AGENT_URI);
         let exit_with_parent = r.boolean(EXIT_WITH_PARENT, false);
-        let background_nice = match r.number(BACKGROUND_NICE, 0, 0, 19) {
-            0 => None,
-            n => Some(n as i32),
-        };
+        let background_nice = background_nice(&mut r);
         r.finish(RunConfig {
             auth,
             tuning,
@@ -954,6 +994,7 @@ impl RunConfig {
             expires_at,
             profile_max_bytes,
             profile_max_entries,
+            downloads,
             shutdown_budget,
             item_watch,
             metadata_uri,

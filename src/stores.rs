@@ -213,6 +213,18 @@ pub struct EndedUpdate<'a> {
     pub at: &'a str,
 }
 
+/// `downloadsInProgress` = `count`, on condition that `owner` owns the session or nobody holds
+/// it at `now` (as [`EndedUpdate`]).
+#[derive(Debug, Clone, Copy)]
+pub struct DownloadsUpdate<'a> {
+    /// The controller writing it.
+    pub owner: &'a str,
+    /// Now, unix seconds.
+    pub now: u64,
+    /// Downloads begun and not yet settled.
+    pub count: u64,
+}
+
 /// A terminal status for the session item, written unless it is terminal already, and only by
 /// its owner.
 #[derive(Debug, Clone, Copy)]
@@ -254,6 +266,13 @@ pub trait SessionStore: Send + Sync {
     /// pending and its `claimDeadline` is before `now` (unix seconds). False: the condition
     /// failed (READY meanwhile, or a poll moved the deadline), nothing written.
     async fn end_unserved(&self, id: &str, now: u64, at: &str) -> Result<bool, StoreError>;
+    /// `downloadsInProgress`, on [`EndedUpdate`]'s condition ([`DownloadsUpdate`]). False: the
+    /// condition failed, nothing written.
+    async fn set_downloads_in_progress(
+        &self,
+        id: &str,
+        u: &DownloadsUpdate<'_>,
+    ) -> Result<bool, StoreError>;
 }
 
 /// Profile archives by key.
@@ -577,6 +596,16 @@ impl SessionStore for DirectorySessions {
             true
         })
         .await
+    }
+
+    async fn set_downloads_in_progress(
+        &self,
+        id: &str,
+        u: &DownloadsUpdate<'_>,
+    ) -> Result<bool, StoreError> {
+        let (owner, now, count) = (u.owner.to_owned(), u.now, u.count);
+        self.written(id, move |d| d.set_downloads_in_progress(&owner, now, count))
+            .await
     }
 }
 

@@ -1,5 +1,6 @@
-//! A minimal CDP client for the controller's own commands to Chrome: closing the browser, and
-//! carrying session cookies across a persist/hydrate cycle (Chrome never writes them to disk).
+//! A minimal CDP client for the controller's own commands to Chrome: closing the browser,
+//! carrying session cookies across a persist/hydrate cycle (Chrome never writes them to disk),
+//! and following the browser's downloads (its events, [`Cdp::next_event`]).
 
 use std::time::Duration;
 
@@ -49,8 +50,9 @@ impl Cdp {
         Ok(Cdp { ws, next_id: 1 })
     }
 
-    /// Sends a command and waits for its answer (events in between are ignored).
-    pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, CdpError> {
+    /// Sends a command without waiting for its answer (which [`Self::next_event`] skips); its
+    /// id.
+    pub async fn send(&mut self, method: &str, params: Value) -> Result<u64, CdpError> {
         let id = self.next_id;
         self.next_id += 1;
         let msg = json!({"id": id, "method": method, "params": params});
@@ -58,6 +60,12 @@ impl Cdp {
             .send(Message::text(msg.to_string()))
             .await
             .map_err(CdpError::Socket)?;
+        Ok(id)
+    }
+
+    /// Sends a command and waits for its answer (events in between are ignored).
+    pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, CdpError> {
+        let id = self.send(method, params).await?;
         while let Some(m) = self.ws.next().await {
             let Message::Text(t) = m.map_err(CdpError::Socket)? else {
                 continue;
@@ -77,6 +85,37 @@ impl Cdp {
             return Ok(v["result"].clone());
         }
         Err(CdpError::Closed)
+    }
+}
+
+/// One CDP event: its method and params.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// E.g. `Browser.downloadWillBegin`.
+    pub method: String,
+    /// Its params (`null` when it had none).
+    pub params: Value,
+}
+
+impl Cdp {
+    /// The next event Chrome sends on this connection (answers to commands are skipped);
+    /// `None` once the socket is closed.
+    pub async fn next_event(&mut self) -> Result<Option<Event>, CdpError> {
+        while let Some(m) = self.ws.next().await {
+            let Message::Text(t) = m.map_err(CdpError::Socket)? else {
+                continue;
+            };
+            let Ok(mut v) = serde_json::from_str::<Value>(t.as_str()) else {
+                continue;
+            };
+            if let Some(method) = v["method"].as_str() {
+                return Ok(Some(Event {
+                    method: method.to_owned(),
+                    params: v["params"].take(),
+                }));
+            }
+        }
+        Ok(None)
     }
 }
 

@@ -61,6 +61,7 @@ pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
             _ => None,
         },
         claims,
+        files: pool_archives(&c.downloads.place, sdk),
     })
 }
 
@@ -71,6 +72,7 @@ fn needs_aws(c: &RunConfig) -> bool {
         || c.pool.as_ref().is_some_and(|p| {
             matches!(p.queue, PoolQueue::Sqs(_)) || matches!(p.archives, ArchivePlace::Bucket(_))
         })
+        || matches!(c.downloads.place, ArchivePlace::Bucket(_))
         || matches!(c.auth.key, KeyConfig::SecretArn(_))
         || needs_ec2(c)
 }

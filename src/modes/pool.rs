@@ -198,6 +198,7 @@ fn warm_run<'a>(
         },
         plan: ContextPlan::default(),
         profile,
+        downloads: Default::default(),
     }
 }
 
@@ -228,6 +229,7 @@ fn claimed_run<'a>(
         },
         plan,
         profile,
+        downloads: Default::default(),
     }
 }
 
@@ -729,6 +731,8 @@ impl ClaimedSession<'_> {
         }
         session.publish();
         run.restore_session_cookies(&session.chrome).await;
+        run.capture_downloads(&session, Some(&self.claim.project_id))
+            .await;
         Ok((session, claimed_dir))
     }
 

@@ -39,6 +39,7 @@ pub async fn run(c: &RunConfig, launch: LaunchOptions, deps: &Deps, tasks: &Shut
         },
         plan: ContextPlan::from_config(c),
         profile: launch.user_data_dir.clone(),
+        downloads: Default::default(),
     };
     match serve(&run, launch, task_arn.as_deref()).await {
         Ok(ending) => ending,
@@ -74,6 +75,8 @@ async fn serve(
     let opts = run.session_options(auth, launch, keep_alive, expires_at);
     let session = start(opts, run).await?;
     run.restore_session_cookies(&session.chrome).await;
+    run.capture_downloads(&session, c.auth.project_id.as_deref())
+        .await;
 
     // READY, only from a pending status.
     let session = run.announce_ready(session, record.as_ref(), None).await?;

@@ -12,7 +12,7 @@
 //! | `Extensions.*` | refused (loads any directory on the browser's disk as an extension) |
 //! | `Target.exposeDevToolsProtocol` | refused (gives the page's script its own browser-wide DevTools channel, which never passes this proxy) |
 //! | `DOM.setFileInputFiles` `files`, `Input.dispatchDragEvent` `data.files`, `PWA.launchFilesInApp` `files` | each path must be inside the session's uploads or downloads directory, else refused |
-//! | `Browser.setDownloadBehavior`, `Page.setDownloadBehavior` `downloadPath` | rewritten to the session's downloads directory (the behaviour is kept, the path is not) |
+//! | `Browser.setDownloadBehavior`, `Page.setDownloadBehavior` `downloadPath` | rewritten to the session's downloads directory (the behaviour is kept, the path is not; `default`, the browser's own directory, becomes `allow` into it) |
 //! | `Page.navigate`, `Target.createTarget`, `Network.loadNetworkResource`, `Fetch.continueRequest` `url`; `PWA.install` `installUrlOrBundleUrl`; `PWA.launch` `url` | refused when the URL is `file:`, `filesystem:` or a `view-source:` of one |
 //! | `Target.sendMessageToTarget` `message` | the inner command judged by these same rules; refused unless it is forwarded as is |
 //! | HTTP `PUT /json/new?<url>` (not a CDP message: checked by the proxy's `/json` handler) | 403 when the URL, percent-decoded, reaches files ([`query_reaches_files`]) |
@@ -337,12 +337,18 @@ fn judge_parsed(plain: &[u8], rules: &FileRules, depth: usize) -> serde_json::Re
 }
 
 /// The command with its `downloadPath` set to the session's downloads directory: `None` when
-/// there is none. A command without a path (`deny`, `default`) passes as it came.
+/// there is none. `deny` without a path passes as it came; `default` (the browser's own
+/// directory, outside the session's: Chromium 156 writes to `~/Downloads`) becomes `allow`
+/// into the session's, which is what it means here.
 fn rewrite_download_path(plain: &[u8], rules: &FileRules) -> serde_json::Result<Option<Verdict>> {
     let mut command: serde_json::Map<String, Value> = serde_json::from_slice(plain)?;
     let Some(Value::Object(params)) = command.get_mut("params") else {
         return Ok(Some(Verdict::Forward));
     };
+    if params.get("behavior").and_then(Value::as_str) == Some("default") {
+        params.insert("behavior".into(), Value::String("allow".into()));
+        params.insert("downloadPath".into(), Value::Null);
+    }
     if !params.contains_key("downloadPath") {
         return Ok(Some(Verdict::Forward));
     }
@@ -492,6 +498,19 @@ mod tests {
         let deny =
             br#"{"id":1,"method":"Browser.setDownloadBehavior","params":{"behavior":"deny"}}"#;
         assert_eq!(judge(deny, &none), Verdict::Forward);
+        // `default` would write to the browser's own directory: allowed into the session's.
+        let default =
+            br#"{"id":2,"method":"Page.setDownloadBehavior","params":{"behavior":"default"}}"#;
+        let Verdict::Rewrite(p) = judge(default, &r) else {
+            panic!("default not rewritten")
+        };
+        let v: Value = serde_json::from_slice(&p).unwrap();
+        assert_eq!(v["params"]["behavior"], "allow");
+        assert_eq!(
+            v["params"]["downloadPath"],
+            r.downloads().unwrap().to_str().unwrap()
+        );
+        assert!(refused(&judge(default, &none)));
     }
 
     #[test]

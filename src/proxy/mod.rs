@@ -169,6 +169,11 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// The directories clients may name files in.
+    pub fn files(&self) -> Arc<guard::FileRules> {
+        self.limits.files.clone()
+    }
+
     /// A proxy checking clients with `auth`, relaying to the Chrome that `upstream` announces; the relay loop runs on `tasks`.
     pub fn new(
         auth: Authenticator,

@@ -4,19 +4,21 @@
 //!
 //! Start: the session item read (keepAlive, expiry, the token for connectUrl) → the signing
 //! keys → the profile restored → Chrome and the proxy started → the session cookies put back
-//! → the public address chosen → conditional READY. A step that ends the run early says how as
+//! → downloads followed ([`downloads`]) → the public address chosen → conditional READY. A step that ends the run early says how as
 //! an [`Outcome`]; its driver hands it to [`Run::settle`], the one place that writes the
 //! session item's last fields ([`SessionItem::settle`]), so a step never writes FAILED itself.
 //!
 //! End (signal, a client's Browser.close, idle, expiry, crash, the item turned terminal by a
 //! release whose stop missed the task — [`watch`]), the steps of
 //! [`crate::shutdown::Step`] each within its deadline: stop admitting → (persist: session
-//! cookies exported over CDP) → Chrome closed through CDP → (persist: tar → gzip → store,
+//! cookies exported over CDP) → Chrome closed through CDP → the finished downloads stored →
+//! (persist: tar → gzip → store,
 //! atomically; [`crate::profile::persist_profile`]) → terminal status → `proxyBytes` and, last,
 //! `endedAt` — all within the shutdown budget. Chrome closing itself cleanly after client
 //! traffic (a close the proxy could not inspect) ends the same way, except that the session
 //! cookies went with it: the on-disk profile is saved.
 
+pub mod downloads;
 mod ending;
 mod ready;
 mod watch;
@@ -61,6 +63,8 @@ pub struct Deps {
     pub network: Option<Arc<dyn NetworkLookup>>,
     /// Pool mode: where claims come from.
     pub claims: Option<Arc<dyn ClaimQueue>>,
+    /// Where the session's downloads are stored (`files/<projectId>/<sessionId>/downloads/`).
+    pub files: Option<Arc<dyn ArchiveStore>>,
 }
 
 /// The profile a session starts from and whether it is saved at the end.
@@ -102,6 +106,8 @@ pub struct Run<'a> {
     pub plan: ContextPlan,
     /// Chrome's user-data-dir.
     pub profile: PathBuf,
+    /// The session's downloads being captured, from [`Run::capture_downloads`] to the end.
+    pub downloads: std::sync::Mutex<Option<downloads::Capture>>,
 }
 
 impl Run<'_> {
@@ -261,6 +267,16 @@ impl Run<'_> {
             .await;
         let bytes = session.proxy_bytes();
         session.finish();
+        let capture = self
+            .downloads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(capture) = capture {
+            // Before the profile and the terminal writes: every finished download is stored
+            // before `endedAt`.
+            capture.finish(steps.left(Step::Archive)).await;
+        }
         if crashed {
             info!("the browser crashed; the previous archive is kept");
         } else if let Some((key, archives)) = target {
@@ -272,6 +288,43 @@ impl Run<'_> {
         let ending = Ending::from(reason);
         self.item.settle(&ending, bytes, Some(&steps)).await;
         ending
+    }
+
+    /// Starts capturing the session's downloads (where its files store is configured): on a
+    /// CDP connection of its own, into the proxy's downloads directory, stored under the
+    /// session's prefix ([`downloads`]). A capture that cannot start is logged; the session is
+    /// served without it.
+    pub async fn capture_downloads(&self, session: &Session, project_id: Option<&str>) {
+        let (Some(store), Some(project_id)) = (&self.deps.files, project_id) else {
+            return;
+        };
+        let files = session.files();
+        let Some(dir) = files.downloads() else {
+            return;
+        };
+        let sink = downloads::Sink {
+            store: store.clone(),
+            project_id: project_id.to_owned(),
+            session_id: self.item.id.to_owned(),
+        };
+        let caps = downloads::Caps {
+            max_bytes: self.c.downloads.max_bytes,
+            max_files: self.c.downloads.max_files,
+        };
+        let item = self.deps.sessions.clone().map(|store| downloads::Item {
+            store,
+            id: self.item.id.to_owned(),
+            owner: self.item.owner.to_owned(),
+        });
+        let url = session.chrome.browser_ws_url();
+        match downloads::Capture::start(&url, dir, sink, caps, item).await {
+            Ok(c) => {
+                *self.downloads.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+            }
+            Err(e) => {
+                error!(error = %e, "capturing downloads failed to start; downloads are not stored")
+            }
+        }
     }
 
     /// Puts back the session cookies a previous session saved (Chrome never writes them to

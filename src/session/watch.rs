@@ -56,8 +56,8 @@ mod tests {
 
     use super::*;
     use crate::stores::{
-        EndedUpdate, ReadyResult, ReadyUpdate, SessionRecord, StoreError, Take, TakeResult,
-        TerminalUpdate,
+        DownloadsUpdate, EndedUpdate, ReadyResult, ReadyUpdate, SessionRecord, StoreError, Take,
+        TakeResult, TerminalUpdate,
     };
 
     /// Answers each read with the next of its answers (the last one for ever after).
@@ -103,6 +103,13 @@ mod tests {
             unreachable!("the watch only reads")
         }
         async fn end_unserved(&self, _: &str, _: u64, _: &str) -> Result<bool, StoreError> {
+            unreachable!("the watch only reads")
+        }
+        async fn set_downloads_in_progress(
+            &self,
+            _: &str,
+            _: &DownloadsUpdate<'_>,
+        ) -> Result<bool, StoreError> {
             unreachable!("the watch only reads")
         }
     }

@@ -11,8 +11,8 @@
 //   busy:      a second persisting session on a context whose first session is still running
 //              gets 409; once the first is released it succeeds.
 //   no-retry:  with the SDK's own retry policy (2 retries of 408/409/429/5xx), counts the
-//              requests a failed create and the 501 endpoints cost (run against a platform
-//              whose controller cannot start).
+//              requests a failed create, the 501 endpoints and a refused downloads cost
+//              (run against a platform whose controller cannot start).
 //   edges:     with the stock retry policy and counted requests: lists by metadata query (`q`,
 //              alone and with `status`), a malformed `q`, `debug` of a released session (409),
 //              a malformed id and a create with userMetadata over 512 characters; each refusal

@@ -60,6 +60,9 @@ use wallcrawler_testkit::unique;
 /// The CloudFormation stack in moto, run with these helpers.
 mod stack;
 
+/// A pool task's downloads in S3 before `endedAt`; the API's redirect to the zip.
+mod downloads;
+
 /// Bound on any single wait here (a hang guard for a loaded machine, never a speed assertion).
 const POOL_WAIT: Duration = Duration::from_secs(60);
 
@@ -506,7 +509,8 @@ impl PoolTask {
                         "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
                         &pool.f.cfg.signing_secret_arn,
                     )
-                    .env("CONTEXTS_BUCKET_NAME", &pool.f.cfg.contexts_bucket);
+                    .env("CONTEXTS_BUCKET_NAME", &pool.f.cfg.contexts_bucket)
+                    .env("FILES_BUCKET_NAME", &pool.f.cfg.contexts_bucket);
             }
         }
         cmd.env("POOL_TASK_NAME", unique("pool-task"))

@@ -761,6 +761,23 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
         .await;
     assert_eq!(ready["message"], "claimed session READY", "{}", task.text());
     drive(&connect_url(&v)).await;
+    // A download, stored with the task role's permissions.
+    let files = tempfile::tempdir().unwrap();
+    let (o, e) = (files.path().join("out"), files.path().join("elsewhere"));
+    std::fs::create_dir(&o).unwrap();
+    let (o, e) = (o.to_str().unwrap(), e.to_str().unwrap());
+    let url = connect_url(&v);
+    let args = [
+        "--scenario",
+        "click",
+        "--url",
+        &url,
+        "--out",
+        o,
+        "--elsewhere",
+        e,
+    ];
+    assert_eq!(node("downloads.mjs", &args).await["state"], "completed");
     // The context is in use: its live session is found through the contextId index, with the
     // API role's own permissions.
     let context_path = format!("/v1/contexts/{ctx}");
@@ -780,6 +797,43 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
         .await
         .unwrap();
     assert!(archive.content_length().unwrap_or(0) > 0, "{archive:?}");
+    assert_eq!(task.events("download stored").len(), 1, "{}", task.text());
+    // Its downloads with the API role's permissions: listed, read and zipped into the bucket,
+    // answered with a presigned GET. (moto with IAM enforced answers a presigned GET made with
+    // role credentials with its own 500, so the zip is read back here with the SDK; the GET
+    // itself is shown in `pool::downloads`.)
+    let (status, headers, _) = wallcrawler_testkit::platform::raw_call_with_key(
+        &pool.f.router,
+        &pool.f.api_key,
+        Method::GET,
+        &format!("/v1/sessions/{id}/downloads"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FOUND, "{headers:?}");
+    assert!(
+        headers["location"]
+            .to_str()
+            .unwrap()
+            .contains("X-Amz-Signature=")
+    );
+    let zip = s3(&pool.f.sdk)
+        .get_object()
+        .bucket(out("ContextsBucketName"))
+        .key(format!("files/{}/{id}/downloads.zip", pool.f.project_id))
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes();
+    let served = std::fs::read(files.path().join("out/export.csv")).unwrap();
+    assert!(
+        memchr::memmem::find(&zip, &served).is_some(),
+        "the download in the zip"
+    );
     assert_eq!(
         pool.messages(&pool.dlq).await,
         (0, 0),

@@ -243,6 +243,9 @@ pub mod attr {
     /// Removed by READY: the owner of a READY session is its owner for good.
     pub const OWNER_UNTIL: &str = "ownerUntil";
 
+    /// `downloadsInProgress`: downloads begun and not yet stored (a number; owner-written).
+    pub const DOWNLOADS_IN_PROGRESS: &str = "downloadsInProgress";
+
     /// Set once the session's usage is in its project's total.
     pub const USAGE_COUNTED: &str = "usageCounted";
 

@@ -118,6 +118,15 @@ pub struct SessionDoc {
         deserialize_with = "crate::whole::lenient"
     )]
     pub owner_until: Option<u64>,
+    /// `downloadsInProgress`: downloads the session's browser has begun and the controller
+    /// has not stored (or dropped) yet; written by the session's owner only. While it is above
+    /// zero and the session has not ended, its downloads are not complete.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::whole::lenient"
+    )]
+    pub downloads_in_progress: Option<u64>,
     /// `usageCounted`: the session's minutes and bytes are in its project's usage total (set
     /// by the same write that adds them, on condition it was not set: counted once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -225,6 +234,16 @@ impl SessionDoc {
         self.owner = None;
         self.owner_until = None;
         self.ecs_task_arn = None;
+        true
+    }
+
+    /// The conditional rule of the downloads counter: written by whoever may write the end
+    /// ([`Self::may_end`]).
+    pub fn set_downloads_in_progress(&mut self, me: &str, now: u64, count: u64) -> bool {
+        if !self.may_end(me, now) {
+            return false;
+        }
+        self.downloads_in_progress = Some(count);
         true
     }
 

@@ -30,6 +30,16 @@ pub const CONTEXT_ID: &str = "CONTEXT_ID";
 pub const CONTEXTS_BUCKET_NAME: &str = "CONTEXTS_BUCKET_NAME";
 /// The local platform's directory of context profiles (instead of the bucket).
 pub const CONTEXTS_DIR: &str = "CONTEXTS_DIR";
+/// The S3 bucket where the session's files go (`files/<projectId>/<sessionId>/…`: the contexts
+/// bucket), every session's.
+pub const FILES_BUCKET_NAME: &str = "FILES_BUCKET_NAME";
+/// The local platform's directory for the session's files (instead of the bucket: the data
+/// directory's `contexts/`).
+pub const FILES_DIR: &str = "FILES_DIR";
+/// The most bytes of downloads a session stores.
+pub const DOWNLOADS_MAX_BYTES: &str = "DOWNLOADS_MAX_BYTES";
+/// The most downloads a session stores.
+pub const DOWNLOADS_MAX_FILES: &str = "DOWNLOADS_MAX_FILES";
 /// The profile archive's key, when it is not the context's default.
 pub const CONTEXT_S3_KEY: &str = "CONTEXT_S3_KEY";
 /// `true`: upload the profile again when the session ends.

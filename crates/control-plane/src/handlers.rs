@@ -32,7 +32,7 @@ pub const TIMEOUT_RANGE: std::ops::RangeInclusive<u64> = 60..=21_600;
 /// Regions a session may name.
 pub const REGIONS: [&str; 4] = ["us-west-2", "us-east-1", "eu-central-1", "ap-southeast-1"];
 
-type ApiResult = Result<Response, ApiError>;
+pub(crate) type ApiResult = Result<Response, ApiError>;
 
 /// Parses a JSON body leniently: empty = `{}`, unknown fields ignored, malformed → 400 naming
 /// the problem.
@@ -500,7 +500,11 @@ fn owned<T: Owned>(p: &Principal, id: &str, found: Option<T>) -> Result<T, ApiEr
 }
 
 /// The session, if it belongs to the caller's project.
-async fn own_session(app: &App, p: &Principal, id: &str) -> Result<SessionDoc, ApiError> {
+pub(crate) async fn own_session(
+    app: &App,
+    p: &Principal,
+    id: &str,
+) -> Result<SessionDoc, ApiError> {
     let id = checked_id(SessionDoc::WHAT, id)?;
     owned(p, id, app.sessions.get(id).await?)
 }
@@ -738,7 +742,7 @@ pub async fn debug_session(caller: Caller, PathId(id): PathId) -> ApiResult {
 /// Browserbase endpoints not implemented yet.
 pub async fn not_implemented(_: Caller) -> ApiResult {
     Err(ApiError::not_implemented(
-        "this endpoint (downloads, uploads, logs, recordings) is not implemented by Wallcrawler yet",
+        "this endpoint (uploads, logs, recordings) is not implemented by Wallcrawler yet",
     ))
 }
 

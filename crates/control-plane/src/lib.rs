@@ -14,6 +14,9 @@
 //! - [`handlers`] and [`router`]: the endpoints, one router for every deployment.
 //! - [`extensions`]: the extensions API (archives checked, kept per project by content) and
 //!   the lookup of a create's `extensionId`.
+//! - [`files`]: a session's files: `GET /v1/sessions/{id}/downloads` (202 while in progress,
+//!   else the zip, or on AWS a redirect to it).
+//! - [`zips`]: a zip of stored objects (the writer, bounded) and what a store hands back.
 //! - [`cursor`]: the tamper-evident paging cursor of `GET /v1/sessions`.
 //! - [`metadata`]: `userMetadata`'s bounds and Browserbase's metadata query (`q`).
 //! - [`usage`]: projects' usage as a running total, each session counted once.
@@ -40,6 +43,7 @@ pub mod cursor;
 pub mod debug;
 pub mod error;
 pub mod extensions;
+pub mod files;
 pub mod handlers;
 pub mod limits;
 pub mod local;
@@ -51,3 +55,4 @@ pub mod rules;
 pub mod stores;
 pub mod sweep;
 pub mod usage;
+pub mod zips;

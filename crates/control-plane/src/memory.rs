@@ -214,6 +214,21 @@ impl ObjectStore for MemObjects {
             .next()
             .is_some_and(|(k, _)| k.starts_with(prefix)))
     }
+    async fn zip_under(&self, prefix: &str, _: &str, max: u64) -> StoreResult<crate::zips::Zip> {
+        let entries: Vec<(String, axum::body::Bytes)> = {
+            let m = self.0.lock().expect("not poisoned");
+            m.range(prefix.to_owned()..)
+                .take_while(|(k, _)| k.starts_with(prefix))
+                .filter(|(k, _)| crate::zips::is_entry_name(&k[prefix.len()..]))
+                .map(|(k, v)| (k[prefix.len()..].to_owned(), v.clone()))
+                .collect()
+        };
+        let entries = entries
+            .into_iter()
+            .map(|(k, v)| Ok((k, std::io::Cursor::new(v))));
+        let out = crate::zips::write_zip(std::io::Cursor::new(Vec::new()), entries, max)?;
+        Ok(crate::zips::Zip::Body(out.into_inner().into()))
+    }
 }
 
 /// What a [`MemLauncher`] does when asked to launch.

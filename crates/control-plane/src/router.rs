@@ -39,7 +39,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/sessions/{id}/debug", get(h::debug_session))
         .route(
             "/v1/sessions/{id}/downloads",
-            unimplemented(MethodFilter::GET),
+            get(crate::files::session_downloads),
         )
         .route(
             "/v1/sessions/{id}/uploads",

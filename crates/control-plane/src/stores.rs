@@ -271,8 +271,11 @@ pub trait ArchiveUrls: Send + Sync {
     async fn delete(&self, key: &str) -> StoreResult<()>;
 }
 
+pub use crate::zips::Zip;
+
 /// Objects by key in the contexts bucket (a directory locally): extension archives and their
-/// records. Keys are made by the platform (never taken from a request as they are).
+/// records, sessions' files. Keys are made by the platform (never taken from a request as
+/// they are).
 #[async_trait]
 pub trait ObjectStore: Send + Sync {
     /// Writes `body` at `key`, replacing what was there.
@@ -286,6 +289,11 @@ pub trait ObjectStore: Send + Sync {
     async fn delete(&self, key: &str) -> StoreResult<()>;
     /// Whether any object's key starts with `prefix` (a `/`-terminated folder).
     async fn any_under(&self, prefix: &str) -> StoreResult<bool>;
+    /// A zip of the objects directly under the folder `prefix` (entries named by the rest of
+    /// their key, [`crate::zips::is_entry_name`]), at most `max` bytes of content: its bytes,
+    /// or, where large bodies cannot be answered (S3 behind Lambda), written at `zip_key` and
+    /// a presigned GET of it.
+    async fn zip_under(&self, prefix: &str, zip_key: &str, max: u64) -> StoreResult<Zip>;
 }
 
 /// An object read with a size bound ([`ObjectStore::get_at_most`]).

@@ -1931,8 +1931,7 @@ async fn debug_of_a_session_that_is_not_running_is_409() {
 // ---------------------------------------------------------------------------------------------
 // Endpoints Browserbase has and Wallcrawler does not yet.
 
-const NOT_IMPLEMENTED: [(&str, &str); 4] = [
-    ("GET", "/v1/sessions/sess_1/downloads"),
+const NOT_IMPLEMENTED: [(&str, &str); 3] = [
     ("POST", "/v1/sessions/sess_1/uploads"),
     ("GET", "/v1/sessions/sess_1/logs"),
     ("GET", "/v1/sessions/sess_1/recording"),
@@ -2331,6 +2330,77 @@ async fn usage_is_a_running_total_of_ended_sessions_counted_once() {
 
 // ---------------------------------------------------------------------------------------------
 // Routing.
+
+/// `GET /v1/sessions/{id}/downloads` with `key`: status, headers and the raw body.
+async fn downloads_of(h: &Harness, id: &str, key: &str) -> (StatusCode, HeaderMap, Vec<u8>) {
+    let req = Request::builder()
+        .uri(format!("/v1/sessions/{id}/downloads"))
+        .header("x-wc-api-key", key)
+        .body(Body::empty())
+        .unwrap();
+    let resp = h.router.clone().oneshot(req).await.unwrap();
+    let (status, headers) = (resp.status(), resp.headers().clone());
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes()
+        .to_vec();
+    (status, headers, body)
+}
+
+#[tokio::test]
+async fn downloads_answer_202_while_in_progress_then_the_zip_and_404_to_strangers() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let mut d = doc("sess_dl", PROJ_A, InternalStatus::Ready);
+    d.downloads_in_progress = Some(1);
+    h.insert_session(d);
+    let prefix = "files/proj_a/sess_dl/downloads/";
+    h.objects.0.lock().unwrap().extend([
+        (
+            format!("{prefix}a-1.csv"),
+            axum::body::Bytes::from_static(b"x,y\n"),
+        ),
+        // A write in progress (a leading dot) is no entry.
+        (
+            format!("{prefix}.b-2.bin.partial"),
+            axum::body::Bytes::from_static(b"part"),
+        ),
+    ]);
+
+    let (status, headers, body) = downloads_of(&h, "sess_dl", KEY_A).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(headers["retry-after"], "2");
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["downloadsInProgress"], 1, "{v}");
+
+    // Another project's key: 404, nothing of the files.
+    let (status, _, _) = downloads_of(&h, "sess_dl", KEY_OTHER).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Ended: whatever the counter says, what is stored is the answer.
+    h.sessions
+        .0
+        .lock()
+        .unwrap()
+        .get_mut("sess_dl")
+        .unwrap()
+        .ended_at = Some(iso8601_millis(T0));
+    let (status, headers, body) = downloads_of(&h, "sess_dl", KEY_A).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["content-type"], "application/zip");
+    let mut z = zip::ZipArchive::new(std::io::Cursor::new(body)).unwrap();
+    assert_eq!(z.len(), 1);
+    let mut got = String::new();
+    std::io::Read::read_to_string(&mut z.by_name("a-1.csv").unwrap(), &mut got).unwrap();
+    assert_eq!(got, "x,y\n");
+
+    // No downloads, none in progress: Browserbase's empty zip.
+    h.insert_session(doc("sess_none", PROJ_A, InternalStatus::Ready));
+    let (status, _, body) = downloads_of(&h, "sess_none", KEY_A).await;
+    assert_eq!((status, body.len()), (StatusCode::OK, 22));
+}
 
 #[tokio::test]
 async fn unknown_route_is_404_json() {

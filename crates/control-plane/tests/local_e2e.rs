@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
 use wallcrawler_testkit::node;
 
+/// Every download captured, stored and served as a zip.
+mod downloads;
+
 const WAIT: Duration = Duration::from_secs(60);
 
 /// `serve`'s direct mode: no connect gateway, each create waits for its controller's READY
@@ -272,8 +275,8 @@ fn stagehand_env_browserbase_session_ends_after_its_client_left_without_a_releas
 const FAILING_CONTROLLER: &str = "#!/bin/sh\nexit 1\n";
 
 /// The stock SDK, with its own retry policy (2 retries of 408/409/429/5xx), sends a create the
-/// platform fails and each 501 endpoint exactly once: `x-should-retry: false` stops it, so no
-/// duplicate session is started.
+/// platform fails, each 501 endpoint and a refused downloads exactly once: `x-should-retry:
+/// false` stops it, so no duplicate session is started.
 #[test]
 fn the_stock_sdk_sends_a_failed_create_and_a_501_only_once() {
     let scripts = tempfile::tempdir().unwrap();
@@ -292,9 +295,11 @@ fn the_stock_sdk_sends_a_failed_create_and_a_501_only_once() {
     let once = |status: u16| serde_json::json!([status, 1]);
     let got = |what: &str| serde_json::json!([r[what]["status"], r[what]["requests"]]);
     assert_eq!(got("create"), once(500), "{r}");
-    for endpoint in ["logs", "recording", "downloads"] {
+    for endpoint in ["logs", "recording"] {
         assert_eq!(got(endpoint), once(501), "{endpoint}: {r}");
     }
+    // Implemented now: an unknown session is refused, once.
+    assert_eq!(got("downloads"), once(404), "{r}");
     let sessions: Vec<_> = std::fs::read_dir(s.dir().join("sessions"))
         .unwrap()
         .flatten()

@@ -372,6 +372,21 @@ impl Fixture {
         (p.project_id, key)
     }
 
+    /// The keys of the objects under `prefix` in the contexts bucket.
+    pub async fn keys_under(&self, prefix: &str) -> Vec<String> {
+        let out = s3(&self.sdk)
+            .list_objects_v2()
+            .bucket(&self.cfg.contexts_bucket)
+            .prefix(prefix)
+            .send()
+            .await
+            .unwrap();
+        out.contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_owned))
+            .collect()
+    }
+
     /// The item of `table` whose key `key` is `value`, read consistently (empty when none).
     pub async fn get_item(
         &self,
@@ -506,14 +521,14 @@ impl Fixture {
     }
 }
 
-/// `method path` with `body` and `key` through `router`: the status and the JSON answer.
-pub async fn call_with_key(
+/// `method path` with `body` and `key` through `router`: the status, headers and body.
+pub async fn raw_call_with_key(
     router: &Router,
     key: &str,
     method: Method,
     path: &str,
     body: Option<Value>,
-) -> (StatusCode, Value) {
+) -> (StatusCode, axum::http::HeaderMap, Bytes) {
     let req = Request::builder()
         .method(method)
         .uri(path)
@@ -525,8 +540,20 @@ pub async fn call_with_key(
         None => req.body(Body::empty()),
     };
     let resp = router.clone().oneshot(req.unwrap()).await.unwrap();
-    let status = resp.status();
+    let (status, headers) = (resp.status(), resp.headers().clone());
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, headers, bytes)
+}
+
+/// `method path` with `body` and `key` through `router`: the status and the JSON answer.
+pub async fn call_with_key(
+    router: &Router,
+    key: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let (status, _, bytes) = raw_call_with_key(router, key, method, path, body).await;
     let v = if bytes.is_empty() {
         Value::Null
     } else {

@@ -32,6 +32,11 @@ pub fn controller_environment(cfg: &Config, spec: &LaunchSpec) -> Vec<(String, S
             task_env::SIGNING_SECRET_ARN.into(),
             cfg.signing_secret_arn.clone(),
         ),
+        // Every session's downloads go to the contexts bucket, under its files prefix.
+        (
+            task_env::FILES_BUCKET_NAME.into(),
+            cfg.contexts_bucket.clone(),
+        ),
     ];
     if let Some((context_id, key, persist)) = &spec.context {
         env.extend([

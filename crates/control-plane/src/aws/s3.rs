@@ -1,5 +1,6 @@
 //! The contexts bucket ([`S3Archives`]): presigned upload URLs and deletion of context
-//! archives; extension archives and their records as objects.
+//! archives; extension archives and their records as objects; sessions' downloads zipped into
+//! the bucket and handed out by a presigned GET.
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use aws_config::SdkConfig;
 use super::sdk_error;
 use crate::error::StoreError;
 use crate::stores::{ArchiveUrls, Bounded, ObjectStore, StoreResult};
+use crate::zips::{ZIP_URL_TTL_SECONDS, Zip, ZipFail, is_entry_name, write_zip};
 
 /// The contexts bucket: presigned `PUT` URLs for archives, and deletion.
 ///
@@ -129,5 +131,108 @@ impl ObjectStore for S3Archives {
             .await
             .map_err(|e| sdk_error(BUCKET, e))?;
         Ok(out.key_count().unwrap_or(0) > 0 || !out.contents().is_empty())
+    }
+
+    /// The zip written to a temporary file, object by object (`GetObject` streamed into it),
+    /// put at `zip_key`, and a presigned GET of it: the API's Lambda cannot answer a large
+    /// body.
+    async fn zip_under(&self, prefix: &str, zip_key: &str, max: u64) -> StoreResult<Zip> {
+        let entries = self.entries_under(prefix, max).await?;
+        let tmp = std::env::temp_dir().join(format!("downloads-{}.zip", uuid::Uuid::new_v4()));
+        let stored = match self.zip_to_file(entries, &tmp, max).await {
+            Ok(()) => self.put_file(zip_key, &tmp).await,
+            Err(e) => Err(e),
+        };
+        let _ = tokio::fs::remove_file(&tmp).await;
+        stored?;
+        let cfg = aws_sdk_s3::presigning::PresigningConfig::expires_in(Duration::from_secs(
+            ZIP_URL_TTL_SECONDS,
+        ))
+        .map_err(|e| StoreError::failed_by("presigning", e))?;
+        let req = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(zip_key)
+            .presigned(cfg)
+            .await
+            .map_err(|e| sdk_error(BUCKET, e))?;
+        Ok(Zip::At(req.uri().to_owned()))
+    }
+}
+
+impl S3Archives {
+    /// The objects directly under `prefix` as (entry name, key), in key order; more than `max`
+    /// bytes in all is refused before anything is read.
+    async fn entries_under(&self, prefix: &str, max: u64) -> StoreResult<Vec<(String, String)>> {
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        let (mut entries, mut total) = (Vec::new(), 0u64);
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| sdk_error(BUCKET, e))?;
+            for o in page.contents() {
+                let Some(key) = o.key() else { continue };
+                let name = &key[prefix.len().min(key.len())..];
+                if key.starts_with(prefix) && is_entry_name(name) {
+                    total += o.size().unwrap_or(0).max(0) as u64;
+                    entries.push((name.to_owned(), key.to_owned()));
+                }
+            }
+        }
+        if total > max {
+            return Err(ZipFail::TooLarge(max).into());
+        }
+        Ok(entries)
+    }
+
+    /// Writes the zip of `entries` to `path`, each object streamed from S3 in turn.
+    async fn zip_to_file(
+        &self,
+        entries: Vec<(String, String)>,
+        path: &std::path::Path,
+        max: u64,
+    ) -> StoreResult<()> {
+        let (client, bucket, path) = (self.client.clone(), self.bucket.clone(), path.to_owned());
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            let file = std::fs::File::create(&path).map_err(ZipFail::Io)?;
+            let opened = entries.into_iter().map(|(name, key)| {
+                let out = handle
+                    .block_on(client.get_object().bucket(&bucket).key(&key).send())
+                    .map_err(std::io::Error::other)?;
+                let body = out.body.into_async_read();
+                Ok((
+                    name,
+                    tokio_util::io::SyncIoBridge::new_with_handle(body, handle.clone()),
+                ))
+            });
+            write_zip(std::io::BufWriter::new(file), opened, max)?;
+            Ok::<(), ZipFail>(())
+        })
+        .await
+        .map_err(|e| StoreError::failed_by("zipping downloads", e))?
+        .map_err(StoreError::from)
+    }
+
+    /// `PutObject` of the file at `path`, streamed.
+    async fn put_file(&self, key: &str, path: &std::path::Path) -> StoreResult<()> {
+        let body = aws_sdk_s3::primitives::ByteStream::from_path(path)
+            .await
+            .map_err(|e| StoreError::failed_by("reading the downloads zip", e))?;
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type("application/zip")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| sdk_error(BUCKET, e))?;
+        Ok(())
     }
 }

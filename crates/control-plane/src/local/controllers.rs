@@ -35,8 +35,10 @@ use crate::error::StoreError;
 use crate::stores::*;
 
 /// Controller settings a local controller takes from `serve`'s own environment when set there.
-pub const PASSED_THROUGH: [&str; 5] = [
+pub const PASSED_THROUGH: [&str; 7] = [
     task_env::CHROME_PATH,
+    task_env::DOWNLOADS_MAX_BYTES,
+    task_env::DOWNLOADS_MAX_FILES,
     task_env::CDP_DISCONNECT_TIMEOUT,
     task_env::CDP_DISCONNECT_GRACE,
     task_env::POOL_IDLE_LIFETIME_SECONDS,
@@ -122,6 +124,9 @@ impl Controllers {
             // used TLS); only connections from this machine may carry one.
             .env(task_env::TRUSTED_PROXY_NETWORKS, "127.0.0.0/8,::1/128")
             .env(task_env::USER_DATA_DIR, profile)
+            // Every session's downloads are stored under `contexts/files/…`, where the API
+            // serves them from.
+            .env(task_env::FILES_DIR, self.data_dir.join("contexts"))
             .env(task_env::METRICS_ADDR, "")
             // A controller never outlives `serve`, however `serve` ends.
             .env(task_env::EXIT_WITH_PARENT, "true")

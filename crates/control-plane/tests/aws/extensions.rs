@@ -34,21 +34,6 @@ fn archive_key(f: &Fixture, zip: &[u8]) -> String {
     format!("extensions/{}/{sha}.zip", f.project_id)
 }
 
-/// The objects under `prefix` in the contexts bucket.
-async fn keys_under(f: &Fixture, prefix: &str) -> Vec<String> {
-    let out = s3(&f.sdk)
-        .list_objects_v2()
-        .bucket(&f.cfg.contexts_bucket)
-        .prefix(prefix)
-        .send()
-        .await
-        .unwrap();
-    out.contents()
-        .iter()
-        .filter_map(|o| o.key().map(str::to_owned))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extension_lands_in_the_bucket_under_its_project_and_a_delete_removes_it() {
     let f = Fixture::new(1).await;
@@ -83,7 +68,7 @@ async fn an_extension_lands_in_the_bucket_under_its_project_and_a_delete_removes
     let prefix = format!("extensions/{}/", f.project_id);
     let sha = &key[prefix.len()..key.len() - ".zip".len()];
     assert_eq!(
-        keys_under(&f, &prefix).await,
+        f.keys_under(&prefix).await,
         [
             key.clone(),
             format!("{prefix}records/{id}.json"),
@@ -109,7 +94,7 @@ async fn an_extension_lands_in_the_bucket_under_its_project_and_a_delete_removes
         .call(Method::DELETE, &format!("/v1/extensions/{id}"), None)
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    assert_eq!(keys_under(&f, &prefix).await, Vec::<String>::new());
+    assert_eq!(f.keys_under(&prefix).await, Vec::<String>::new());
     let (status, _) = f
         .call(Method::GET, &format!("/v1/extensions/{id}"), None)
         .await;
