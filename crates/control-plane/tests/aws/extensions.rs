@@ -180,7 +180,7 @@ async fn a_large_extension_comes_in_through_a_presigned_upload() {
     let key = archive_key(&f, &zip);
     assert_eq!(object(&f, &key).await.as_deref(), Some(&zip[..]));
     assert_eq!(
-        keys_under(&f, "extension-uploads/").await,
+        f.keys_under("extension-uploads/").await,
         Vec::<String>::new(),
         "the staged copy is removed"
     );
