@@ -9,7 +9,8 @@
 //! | command | decision |
 //! |---|---|
 //! | `Browser.close` | withheld; the session ends normally |
-//! | `Extensions.*` | refused (loads any directory on the browser's disk as an extension) |
+//! | `Extensions.getExtensions` | forwarded (read-only: Stagehand 4 finds the extension the session was created with this way) |
+//! | every other `Extensions.*` | refused (`loadUnpacked` loads any directory on the browser's disk as an extension; the others change extensions or their storage) |
 //! | `DOM.setFileInputFiles` `files`, `Input.dispatchDragEvent` `data.files`, `PWA.launchFilesInApp` `files` | each path must be inside the session's uploads or downloads directory, else refused |
 //! | `Browser.setDownloadBehavior`, `Page.setDownloadBehavior` `downloadPath` | rewritten to the session's downloads directory (the behaviour is kept, the path is not) |
 //! | `Page.navigate`, `Target.createTarget`, `Network.loadNetworkResource`, `Fetch.continueRequest` `url`; `PWA.install` `installUrlOrBundleUrl`; `PWA.launch` `url` | refused when the URL is `file:`, `filesystem:` or a `view-source:` of one |
@@ -275,6 +276,8 @@ fn judge_parsed(plain: &[u8], rules: &FileRules, depth: usize) -> serde_json::Re
     };
     match method {
         "Browser.close" => Ok(Verdict::BrowserClose),
+        // Read-only; what a client needs to find the extension the session was created with.
+        "Extensions.getExtensions" => Ok(Verdict::Forward),
         m if m.starts_with("Extensions.") => refuse("is not allowed through this proxy"),
         "DOM.setFileInputFiles" | "PWA.launchFilesInApp" => {
             let files = params(plain)?.map(|f| f.files).unwrap_or_default();

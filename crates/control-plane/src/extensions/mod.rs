@@ -21,10 +21,10 @@
 //! would take a presigned upload to the bucket
 //! (not implemented; the README says so).
 //!
-//! The controller does not load extensions yet: the session item and the claim carry the
-//! archive's key for it.
+//! The session item and the claim carry the archive's key; the controller unpacks it with the
+//! same checks ([`archive::unpack`]) and loads it into Chrome before READY.
 
-pub mod archive;
+pub use wallcrawler_contract::extension_archive as archive;
 
 use axum::Json;
 use axum::body::Bytes;
