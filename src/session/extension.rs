@@ -144,6 +144,14 @@ async fn fetch_and_unpack(
         .map_err(ExtensionError::Read)?;
     // A directory left by a killed run: `unpack` only writes into a new one.
     let _ = tokio::fs::remove_dir_all(dir).await;
+    if let Some(parent) = dir.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|source| UnpackError::Write {
+                path: parent.to_owned(),
+                source,
+            })?;
+    }
     let target = dir.to_owned();
     let root = tokio::task::spawn_blocking(move || unpack(&bytes, &target))
         .await
