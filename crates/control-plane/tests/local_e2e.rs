@@ -1560,6 +1560,10 @@ fn a_project_beyond_its_share_of_the_pool_gets_its_own_controller_and_leaves_a_w
 // Sessions with extensions: loaded by the controller before READY (cold, and into a pool's
 // warm Chrome), and Stagehand 4, which only runs through its own extension.
 
+/// A session outlives its last client for 5 minutes (a loaded machine cannot end it before the
+/// test has looked at it).
+const KEEP: (&str, &str) = ("CDP_DISCONNECT_GRACE", "300");
+
 /// A zip of `(name, bytes)` entries.
 fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
     let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
@@ -1623,7 +1627,8 @@ fn a_session_with_an_extension_shows_its_mark_and_one_without_does_not_cold() {
     let zip = mark_extension(scratch.path());
     let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
         .with_file_name("wallcrawler-controller");
-    let s = Server::spawn_with("25", &controller, &[("WALLCRAWLER_POOL_SIZE", "0")]);
+    // Both sessions outlive the scenario's clients until the test has looked at them.
+    let s = Server::spawn_with("25", &controller, &[("WALLCRAWLER_POOL_SIZE", "0"), KEEP]);
     let r = s.extension_mark(&zip);
     assert_eq!(r["marked"], "ext", "the extension's content script ran: {r}");
     assert!(r["unmarked"].is_null(), "no extension, no mark: {r}");
@@ -1631,7 +1636,8 @@ fn a_session_with_an_extension_shows_its_mark_and_one_without_does_not_cold() {
     let unpacked = s.dir().join("profiles").join(format!("{id}-extension"));
     assert!(
         unpacked.join("manifest.json").is_file(),
-        "unpacked beside the profile"
+        "unpacked beside the profile: {}",
+        s.doc(id)
     );
     for id in [&r["withExt"], &r["plain"]] {
         s.release_and_wait(id.as_str().unwrap());
@@ -1649,7 +1655,9 @@ fn a_session_with_an_extension_shows_its_mark_and_one_without_does_not_cold() {
 fn a_session_with_an_extension_shows_its_mark_in_a_warm_pool_chrome() {
     let scratch = tempfile::tempdir().unwrap();
     let zip = mark_extension(scratch.path());
-    let s = Server::start("25");
+    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
+        .with_file_name("wallcrawler-controller");
+    let s = Server::spawn_with("25", &controller, &[KEEP]);
     let names = [s.pool_name(1), s.pool_name(2)];
     wait_for("both pool controllers' Chrome warm", || {
         names.iter().all(|n| pool_chrome_nice(n).is_some())
