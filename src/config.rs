@@ -926,10 +926,7 @@ impl RunConfig {
                     .to_owned(),
             );
         }
-        let project = auth.project_id.clone().unwrap_or_default();
-        let extension = extension_of_run(&mut r, pool.is_some(), &project);
-        let (context, context_persist) =
-            context_of_run(&mut r, pool.is_some(), extension.is_some());
+        let (context, context_persist, extension) = context_of_run(&mut r, pool.is_some(), &auth);
         let public_ip = r.parse(PUBLIC_IP, "an IP address");
         let keep_alive = r.boolean(KEEP_ALIVE, false);
         let expires_at = r.parse::<u64>(SESSION_EXPIRES_AT, "unix seconds");
@@ -991,19 +988,25 @@ fn session_store(r: &mut Reader<'_>) -> SessionStoreConfig {
     }
 }
 
-/// The profile a `run` starts from (none in pool mode: each claim names it), and whether it
-/// is uploaded at the end.
-fn context_of_run(r: &mut Reader<'_>, pool: bool, extension: bool) -> (ContextSource, bool) {
+/// The profile a `run` starts from (none in pool mode: each claim names it), whether it is
+/// uploaded at the end, and the extension a single-session task loads.
+fn context_of_run(
+    r: &mut Reader<'_>,
+    pool: bool,
+    auth: &AuthConfig,
+) -> (ContextSource, bool, Option<ExtensionSource>) {
+    let project = auth.project_id.as_deref().unwrap_or_default();
+    let extension = extension_of_run(r, pool, project);
     let context = if pool {
         ContextSource::None
     } else {
-        context_source(r, extension)
+        context_source(r, extension.is_some())
     };
     let persist = r.boolean(CONTEXT_PERSIST, false);
     if persist && context == ContextSource::None {
         r.errors.push("CONTEXT_PERSIST=true needs a context (CONTEXT_ID, CONTEXTS_BUCKET_NAME or CONTEXTS_DIR, CONTEXT_S3_KEY)".to_owned());
     }
-    (context, persist)
+    (context, persist, extension)
 }
 
 /// The extension a single-session task loads (`EXTENSION_S3_KEY`, one of `project`'s
@@ -1629,6 +1632,39 @@ mod tests {
             ],
         );
         assert_eq!(e.0.len(), 7);
+    }
+
+    #[test]
+    fn a_task_extension_needs_its_projects_key_and_a_place() {
+        let key = format!("extensions/proj_1/{}.zip", "a".repeat(64));
+        let base = [
+            ("SESSION_ID", "s"),
+            ("PROJECT_ID", "proj_1"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+        ];
+        let mut m = map(&base);
+        m.insert("EXTENSION_S3_KEY", key.clone());
+        m.insert("CONTEXTS_BUCKET_NAME", "b".into());
+        let c = RunConfig::from_settings(&m).unwrap();
+        assert_eq!(
+            c.context,
+            ContextSource::None,
+            "the bucket alone is no context"
+        );
+        assert_eq!(
+            c.extension,
+            Some(ExtensionSource {
+                key: key.clone(),
+                place: ArchivePlace::Bucket("b".into())
+            })
+        );
+        m.remove("CONTEXTS_BUCKET_NAME");
+        let e = RunConfig::from_settings(&m).unwrap_err();
+        assert_lists(&e, &["EXTENSION_S3_KEY needs CONTEXTS_BUCKET_NAME"]);
+        m.insert("CONTEXTS_DIR", "/d".into());
+        m.insert("PROJECT_ID", "proj_2".into());
+        let e = RunConfig::from_settings(&m).unwrap_err();
+        assert_lists(&e, &["EXTENSION_S3_KEY must be extensions/<PROJECT_ID>"]);
     }
 
     #[test]

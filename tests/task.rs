@@ -788,11 +788,10 @@ const MARK_MANIFEST: &[u8] = br#"{"manifest_version":3,"name":"Mark","version":"
 /// The tests' extension as a zip: a content script that marks every page
 /// (`document.documentElement.dataset.wallcrawler = "ext"`), and `more` entries.
 fn mark_zip(more: &[(&str, &[u8])]) -> Vec<u8> {
-    let manifest = MARK_MANIFEST;
-    let script = br#"document.documentElement.dataset.wallcrawler = "ext";"#;
+    let script: &[u8] = br#"document.documentElement.dataset.wallcrawler = "ext";"#;
     let opts = zip::write::SimpleFileOptions::default();
     let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    for (name, bytes) in [("manifest.json", &manifest[..]), ("mark.js", &script[..])]
+    for (name, bytes) in [("manifest.json", MARK_MANIFEST), ("mark.js", script)]
         .into_iter()
         .chain(more.iter().copied())
     {
@@ -835,10 +834,16 @@ fn a_task_loads_its_sessions_extension_from_s3_before_ready() {
     let mut c = run_task(&all);
     let url = wait_ready(&mut c, &t);
     let seen = node("mark.mjs", &["--url", &url]);
-    assert_eq!(seen["mark"], "ext", "the extension's content script ran: {seen}");
+    assert_eq!(
+        seen["mark"], "ext",
+        "the extension's content script ran: {seen}"
+    );
     let profile = crate::support::user_data_dir_of(c.chrome_pid());
     let unpacked = std::path::PathBuf::from(format!("{profile}-extension"));
-    assert!(unpacked.join("manifest.json").is_file(), "beside the profile");
+    assert!(
+        unpacked.join("manifest.json").is_file(),
+        "beside the profile"
+    );
     c.signal(Signal::SIGTERM);
     assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
     assert!(!unpacked.exists(), "removed with the session");

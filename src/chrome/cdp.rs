@@ -95,7 +95,11 @@ pub async fn browser_close(ws_url: &str, timeout: Duration) -> Result<(), CdpErr
 }
 
 /// Loads the unpacked extension at `path` (`Extensions.loadUnpacked`); its extension id.
-pub async fn load_unpacked(ws_url: &str, path: &str, timeout: Duration) -> Result<String, CdpError> {
+pub async fn load_unpacked(
+    ws_url: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<String, CdpError> {
     tokio::time::timeout(timeout, async {
         let mut cdp = Cdp::connect(ws_url).await?;
         let r = cdp

@@ -73,8 +73,7 @@ pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
 fn needs_aws(c: &RunConfig) -> bool {
     matches!(c.store, SessionStoreConfig::Table(_))
         || matches!(c.context, ContextSource::Bucket { .. })
-        || c
-            .extension
+        || c.extension
             .as_ref()
             .is_some_and(|x| matches!(x.place, ArchivePlace::Bucket(_)))
         || c.pool.as_ref().is_some_and(|p| {

@@ -92,7 +92,10 @@ pub fn extension_dir(profile: &Path) -> PathBuf {
 impl Run<'_> {
     /// The extension at `key` unpacked beside the profile; `None` without one. A failure is
     /// the session's ending (FAILED with the reason); Chrome is not touched.
-    pub async fn unpack_extension(&self, key: Option<&str>) -> Result<Option<ExtensionDir>, Outcome> {
+    pub async fn unpack_extension(
+        &self,
+        key: Option<&str>,
+    ) -> Result<Option<ExtensionDir>, Outcome> {
         let Some(key) = key else {
             return Ok(None);
         };

@@ -199,8 +199,8 @@ pub fn unpack(bytes: &[u8], dest: &Path) -> Result<PathBuf, UnpackError> {
             .mode(0o644)
             .open(&path)
             .map_err(write(&path))?;
-        let n = std::io::copy(&mut (&mut entry).take(budget + 1), &mut file)
-            .map_err(write(&path))?;
+        let n =
+            std::io::copy(&mut (&mut entry).take(budget + 1), &mut file).map_err(write(&path))?;
         budget = budget
             .checked_sub(n)
             .ok_or(ArchiveError::TooLarge(MAX_EXPANDED_BYTES))?;

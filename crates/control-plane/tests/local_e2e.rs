@@ -309,7 +309,7 @@ const WAITING_CONTROLLER: &str = "#!/bin/sh\nexec sleep 120\n";
 
 /// The stock Node SDK's `extensions.create({ file })` uploads a zip as Browserbase's multipart
 /// `file`; `retrieve` and `delete` work on its id; a session created with it is accepted and
-/// records it (the controller does not load it yet), one with an unknown id is refused; the
+/// records it (this controller never starts, so nothing loads it), one with an unknown id is refused; the
 /// archive is kept under the data directory's `contexts/extensions/<projectId>/` until the
 /// delete.
 #[test]
@@ -1600,7 +1600,10 @@ impl Server {
 
     /// The `extension-mark` scenario with the extension at `zip`; its result.
     fn extension_mark(&self, zip: &std::path::Path) -> serde_json::Value {
-        let r = self.node_with_env("extension-mark", &[("EXTENSION_ZIP", zip.to_str().unwrap())]);
+        let r = self.node_with_env(
+            "extension-mark",
+            &[("EXTENSION_ZIP", zip.to_str().unwrap())],
+        );
         assert_eq!(r["ok"], true, "{r}");
         r
     }
@@ -1630,7 +1633,10 @@ fn a_session_with_an_extension_shows_its_mark_and_one_without_does_not_cold() {
     // Both sessions outlive the scenario's clients until the test has looked at them.
     let s = Server::spawn_with("25", &controller, &[("WALLCRAWLER_POOL_SIZE", "0"), KEEP]);
     let r = s.extension_mark(&zip);
-    assert_eq!(r["marked"], "ext", "the extension's content script ran: {r}");
+    assert_eq!(
+        r["marked"], "ext",
+        "the extension's content script ran: {r}"
+    );
     assert!(r["unmarked"].is_null(), "no extension, no mark: {r}");
     let id = r["withExt"].as_str().unwrap();
     let unpacked = s.dir().join("profiles").join(format!("{id}-extension"));
@@ -1704,7 +1710,10 @@ fn a_hostile_archive_in_the_store_fails_the_session_with_its_reason() {
         let doc_key = format!("extensions/{}/{digest:x}.zip", s.project);
         assert!(s.dir().join("contexts").join(&doc_key).is_file());
         let hostile = zip_of(&[
-            ("manifest.json", br#"{"manifest_version":3,"name":"X","version":"1"}"#),
+            (
+                "manifest.json",
+                br#"{"manifest_version":3,"name":"X","version":"1"}"#,
+            ),
             ("../../escaped.txt", b"x"),
         ]);
         std::fs::write(s.dir().join("contexts").join(&doc_key), hostile).unwrap();
@@ -1762,7 +1771,10 @@ fn upload_extension(s: &Server, path: &std::path::Path) -> String {
     stream.read_to_string(&mut answer).unwrap();
     let json = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     let v: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
-    v["id"].as_str().unwrap_or_else(|| panic!("{answer}")).to_owned()
+    v["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_owned()
 }
 
 /// Every path under `dir`.
@@ -1793,7 +1805,9 @@ fn stagehand4_with_pool(pool: &str) {
     assert_eq!(r["title"], "served", "{r}");
     let id = r["sessionId"].as_str().expect("the session's id");
     let doc = s.doc(id);
-    let ext = doc["extensionId"].as_str().expect("created with its extension");
+    let ext = doc["extensionId"]
+        .as_str()
+        .expect("created with its extension");
     s.assert_extension_gone(ext);
     s.wait_session(id, "released and ended", |d| {
         d["status"] == "COMPLETED" && d["endedAt"].is_string()
