@@ -400,6 +400,13 @@ mod tests {
             assert_eq!(v["error"]["code"], -32000);
             assert!(v["error"]["message"].as_str().unwrap().contains("not allowed"));
         }
+        // Listing is read-only: Stagehand 4 finds its extension this way.
+        for m in [
+            br#"{"id":5,"method":"Extensions.getExtensions"}"#.as_slice(),
+            br#"{"id":5,"method":"Extensions.getExtensi\u006fns"}"#,
+        ] {
+            assert!(matches!(judge(m, &r), Verdict::Forward));
+        }
     }
 
     #[test]
