@@ -137,6 +137,8 @@ settings_group! {
         contexts_dir = CONTEXTS_DIR,
         /// true = upload the profile on shutdown [default: false].
         context_persist = CONTEXT_PERSIST,
+        /// Extension to load into Chrome before READY: extensions/<PROJECT_ID>/<sha256>.zip in CONTEXTS_BUCKET_NAME (or under CONTEXTS_DIR). Pool mode: from each claim.
+        extension_s3_key = EXTENSION_S3_KEY,
         /// Proxy listen port [default: 9223].
         cdp_proxy_port = CDP_PROXY_PORT,
         /// Proxy listen address; 127.0.0.1 keeps it on this machine (local platform) [default: 0.0.0.0].
@@ -459,6 +461,15 @@ pub enum ContextSource {
     },
 }
 
+/// The extension a single-session task loads into Chrome before READY.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtensionSource {
+    /// `EXTENSION_S3_KEY`: `extensions/<projectId>/<sha256>.zip`.
+    pub key: String,
+    /// Where it is: `CONTEXTS_BUCKET_NAME` or `CONTEXTS_DIR`.
+    pub place: ArchivePlace,
+}
+
 /// Where the session item lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionStoreConfig {
@@ -541,6 +552,8 @@ pub struct RunConfig {
     pub context: ContextSource,
     /// `CONTEXT_PERSIST`: upload the profile at the end.
     pub context_persist: bool,
+    /// `EXTENSION_S3_KEY` (a single-session task; a pool controller's comes with its claim).
+    pub extension: Option<ExtensionSource>,
     /// `PUBLIC_IP`: the address to announce instead of discovering one.
     pub public_ip: Option<std::net::IpAddr>,
     /// `PUBLIC_IP_REQUIRED`: announce the task interface's public address (EC2) or fail.
@@ -955,7 +968,7 @@ impl RunConfig {
                     .to_owned(),
             );
         }
-        let (context, context_persist) = context_of_run(&mut r, pool.is_some());
+        let (context, context_persist, extension) = context_of_run(&mut r, pool.is_some(), &auth);
         let public_ip = r.parse(PUBLIC_IP, "an IP address");
         let keep_alive = r.boolean(KEEP_ALIVE, false);
         let expires_at = r.parse::<u64>(SESSION_EXPIRES_AT, "unix seconds");
@@ -988,6 +1001,7 @@ impl RunConfig {
             store,
             context,
             context_persist,
+            extension,
             public_ip,
             public_ip_required,
             keep_alive,
@@ -1015,19 +1029,55 @@ fn session_store(r: &mut Reader<'_>) -> SessionStoreConfig {
     }
 }
 
-/// The profile a `run` starts from (none in pool mode: each claim names it), and whether it
-/// is uploaded at the end.
-fn context_of_run(r: &mut Reader<'_>, pool: bool) -> (ContextSource, bool) {
+/// The profile a `run` starts from (none in pool mode: each claim names it), whether it is
+/// uploaded at the end, and the extension a single-session task loads.
+fn context_of_run(
+    r: &mut Reader<'_>,
+    pool: bool,
+    auth: &AuthConfig,
+) -> (ContextSource, bool, Option<ExtensionSource>) {
+    let project = auth.project_id.as_deref().unwrap_or_default();
+    let extension = extension_of_run(r, pool, project);
     let context = if pool {
         ContextSource::None
     } else {
-        context_source(r)
+        context_source(r, extension.is_some())
     };
     let persist = r.boolean(CONTEXT_PERSIST, false);
     if persist && context == ContextSource::None {
         r.errors.push("CONTEXT_PERSIST=true needs a context (CONTEXT_ID, CONTEXTS_BUCKET_NAME or CONTEXTS_DIR, CONTEXT_S3_KEY)".to_owned());
     }
-    (context, persist)
+    (context, persist, extension)
+}
+
+/// The extension a single-session task loads (`EXTENSION_S3_KEY`, one of `project`'s
+/// archives), and where it is: the contexts bucket or directory.
+fn extension_of_run(r: &mut Reader<'_>, pool: bool, project: &str) -> Option<ExtensionSource> {
+    let key = r.text(EXTENSION_S3_KEY)?;
+    if pool {
+        r.errors.push(format!(
+            "{EXTENSION_S3_KEY} comes from each claim in pool mode; unset it"
+        ));
+        return None;
+    }
+    if !wallcrawler_contract::storage::is_extension_key(project, &key) {
+        r.errors.push(format!(
+            "{EXTENSION_S3_KEY} must be extensions/<PROJECT_ID>/<sha256 hex>.zip of this PROJECT_ID"
+        ));
+    }
+    // Both set is refused with the context's settings.
+    let place = match (r.text(CONTEXTS_BUCKET_NAME), r.text(CONTEXTS_DIR)) {
+        (Some(b), None) => ArchivePlace::Bucket(b),
+        (None, Some(d)) => ArchivePlace::Directory(PathBuf::from(d)),
+        (None, None) => {
+            r.errors.push(format!(
+                "{EXTENSION_S3_KEY} needs CONTEXTS_BUCKET_NAME (or CONTEXTS_DIR): where the archive is"
+            ));
+            ArchivePlace::None
+        }
+        (Some(_), Some(_)) => ArchivePlace::None,
+    };
+    Some(ExtensionSource { key, place })
 }
 
 fn pool_queue(r: &mut Reader<'_>) -> Option<PoolQueue> {
@@ -1114,7 +1164,9 @@ fn pool_metric(r: &mut Reader<'_>) -> Option<PoolMetric> {
     }
 }
 
-fn context_source(r: &mut Reader<'_>) -> ContextSource {
+/// The context of a single-session task; `place_alone`: the archives' place may be set
+/// without a context (it is the extension's).
+fn context_source(r: &mut Reader<'_>, place_alone: bool) -> ContextSource {
     let id = r.text(CONTEXT_ID);
     let bucket = r.text(CONTEXTS_BUCKET_NAME);
     let key = r.text(CONTEXT_S3_KEY);
@@ -1127,6 +1179,7 @@ fn context_source(r: &mut Reader<'_>) -> ContextSource {
     let place = bucket.clone().or(dir.clone());
     match (id, place, key) {
         (None, None, None) => ContextSource::None,
+        (None, Some(_), None) if place_alone => ContextSource::None,
         (Some(context_id), Some(_), Some(key)) => match (bucket, dir) {
             (Some(bucket), _) => ContextSource::Bucket {
                 context_id,
@@ -1620,6 +1673,39 @@ mod tests {
             ],
         );
         assert_eq!(e.0.len(), 7);
+    }
+
+    #[test]
+    fn a_task_extension_needs_its_projects_key_and_a_place() {
+        let key = format!("extensions/proj_1/{}.zip", "a".repeat(64));
+        let base = [
+            ("SESSION_ID", "s"),
+            ("PROJECT_ID", "proj_1"),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+        ];
+        let mut m = map(&base);
+        m.insert("EXTENSION_S3_KEY", key.clone());
+        m.insert("CONTEXTS_BUCKET_NAME", "b".into());
+        let c = RunConfig::from_settings(&m).unwrap();
+        assert_eq!(
+            c.context,
+            ContextSource::None,
+            "the bucket alone is no context"
+        );
+        assert_eq!(
+            c.extension,
+            Some(ExtensionSource {
+                key: key.clone(),
+                place: ArchivePlace::Bucket("b".into())
+            })
+        );
+        m.remove("CONTEXTS_BUCKET_NAME");
+        let e = RunConfig::from_settings(&m).unwrap_err();
+        assert_lists(&e, &["EXTENSION_S3_KEY needs CONTEXTS_BUCKET_NAME"]);
+        m.insert("CONTEXTS_DIR", "/d".into());
+        m.insert("PROJECT_ID", "proj_2".into());
+        let e = RunConfig::from_settings(&m).unwrap_err();
+        assert_lists(&e, &["EXTENSION_S3_KEY must be extensions/<PROJECT_ID>"]);
     }
 
     #[test]

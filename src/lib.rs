@@ -14,8 +14,9 @@
 //! - [`shutdown`]: the root cancellation token, the tracker every task runs on, and the
 //!   shutdown budget as named steps with their deadlines.
 //! - [`session`]: one session's lifecycle, the steps both drivers of `run` take (session item,
-//!   signing secret, profile, READY, the downloads captured and stored, the end sequence), and
-//!   how a run ends ([`session::Ending`]: the terminal writes and the exit status, in one place).
+//!   signing secret, profile, extension, READY, the downloads captured and stored, the end
+//!   sequence), and how a run ends ([`session::Ending`]: the terminal writes and the exit
+//!   status, in one place).
 //! - [`modes`]: the drivers `cli` chooses between: `local`, `run` (one session's task, or a pool
 //!   controller: a warm browser waiting for a claim, then the claimed session), `proxy` and
 //!   `gateway`.

@@ -781,3 +781,109 @@ fn local_session(end: LocalEnd) {
         "the profile was saved to the directory"
     );
 }
+
+/// The tests' extension's manifest: `mark.js` on every page.
+const MARK_MANIFEST: &[u8] = br#"{"manifest_version":3,"name":"Mark","version":"1.0","content_scripts":[{"matches":["<all_urls>"],"js":["mark.js"],"run_at":"document_start"}]}"#;
+
+/// The tests' extension as a zip: a content script that marks every page
+/// (`document.documentElement.dataset.wallcrawler = "ext"`), and `more` entries.
+fn mark_zip(more: &[(&str, &[u8])]) -> Vec<u8> {
+    let script: &[u8] = br#"document.documentElement.dataset.wallcrawler = "ext";"#;
+    let opts = zip::write::SimpleFileOptions::default();
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for (name, bytes) in [("manifest.json", MARK_MANIFEST), ("mark.js", script)]
+        .into_iter()
+        .chain(more.iter().copied())
+    {
+        w.start_file(name, opts).unwrap();
+        std::io::Write::write_all(&mut w, bytes).unwrap();
+    }
+    w.finish().unwrap().into_inner()
+}
+
+/// `zip` put in the bucket where the API keeps an extension archive; its key.
+fn put_extension(w: &World, zip: Vec<u8>) -> String {
+    use sha2::Digest;
+    let key = format!("extensions/{PROJECT}/{:x}.zip", sha2::Sha256::digest(&zip));
+    aws::put_object(&w.bucket, &key, zip);
+    key
+}
+
+/// The task's environment with an extension (`EXTENSION_S3_KEY`, in the contexts bucket) and
+/// no context.
+fn extension_env<'a>(w: &'a World, session: &'a str, key: &'a str) -> Vec<(&'a str, String)> {
+    let mut env: Vec<(&str, String)> = w
+        .env(session, false)
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("CONTEXT_"))
+        .collect();
+    env.push(("EXTENSION_S3_KEY", key.to_owned()));
+    env.push(("PUBLIC_IP", "198.51.100.9".to_owned()));
+    env
+}
+
+/// A task loads its session's extension from S3 before READY: a page served on 127.0.0.1
+/// shows the extension's mark; the unpacked extension, beside the profile, is gone at the end.
+#[test]
+fn a_task_loads_its_sessions_extension_from_s3_before_ready() {
+    let w = World::new();
+    let key = put_extension(&w, mark_zip(&[]));
+    let (id, t) = w.session("PROVISIONING", vec![]);
+    let env = extension_env(&w, &id, &key);
+    let all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut c = run_task(&all);
+    let url = wait_ready(&mut c, &t);
+    let seen = node("mark.mjs", &["--url", &url]);
+    assert_eq!(
+        seen["mark"], "ext",
+        "the extension's content script ran: {seen}"
+    );
+    let profile = crate::support::user_data_dir_of(c.chrome_pid());
+    let unpacked = std::path::PathBuf::from(format!("{profile}-extension"));
+    assert!(
+        unpacked.join("manifest.json").is_file(),
+        "beside the profile"
+    );
+    c.signal(Signal::SIGTERM);
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+    assert!(!unpacked.exists(), "removed with the session");
+}
+
+/// An archive put in the bucket directly (never through the API's checks) with a link entry,
+/// or a `..` name, fails the session with the refusal as its reason, before Chrome starts.
+#[test]
+fn a_hostile_extension_archive_in_the_bucket_fails_the_task_with_its_reason() {
+    let w = World::new();
+    let opts = zip::write::SimpleFileOptions::default();
+    let mut link = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    link.start_file("manifest.json", opts).unwrap();
+    std::io::Write::write_all(&mut link, MARK_MANIFEST).unwrap();
+    link.add_symlink("key", "/etc/shadow", opts).unwrap();
+    let cases = [
+        (
+            link.finish().unwrap().into_inner(),
+            "the extension archive was refused: entry \"key\" is a symbolic link; links are not allowed",
+        ),
+        (
+            mark_zip(&[("../../x.js", b"x")]),
+            "the extension archive was refused: entry \"../../x.js\" leaves the extension's folder (a `..` component)",
+        ),
+    ];
+    for (zip, reason) in cases {
+        let key = put_extension(&w, zip);
+        let (id, _) = w.session("PROVISIONING", vec![]);
+        let env = extension_env(&w, &id, &key);
+        let all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let mut c = run_task(&all);
+        assert_ne!(c.wait_exit().code(), Some(0));
+        let item = get_session(&w.table, &id);
+        assert_eq!(text(&item, "internalStatus").as_deref(), Some("FAILED"));
+        assert_eq!(text(&item, "terminationReason").as_deref(), Some(reason));
+        assert!(text(&item, "readyAt").is_none(), "never READY");
+        let log = c.stderr.text();
+        assert!(
+            !log.contains("chrome started"),
+            "Chrome was never started: {log}"
+        );
+    }
+}

@@ -1,6 +1,7 @@
 //! A minimal CDP client for the controller's own commands to Chrome: closing the browser,
 //! carrying session cookies across a persist/hydrate cycle (Chrome never writes them to disk),
-//! and following the browser's downloads (its events, [`Cdp::next_event`]).
+//! following the browser's downloads (its events, [`Cdp::next_event`]) and loading the
+//! session's extension (a command the proxy refuses to clients).
 
 use std::time::Duration;
 
@@ -127,6 +128,23 @@ pub async fn browser_close(ws_url: &str, timeout: Duration) -> Result<(), CdpErr
             Ok(_) | Err(CdpError::Closed) | Err(CdpError::Socket(_)) => Ok(()),
             Err(e) => Err(e),
         }
+    })
+    .await
+    .unwrap_or(Err(CdpError::Timeout))
+}
+
+/// Loads the unpacked extension at `path` (`Extensions.loadUnpacked`); its extension id.
+pub async fn load_unpacked(
+    ws_url: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<String, CdpError> {
+    tokio::time::timeout(timeout, async {
+        let mut cdp = Cdp::connect(ws_url).await?;
+        let r = cdp
+            .call("Extensions.loadUnpacked", json!({ "path": path }))
+            .await?;
+        Ok(r["id"].as_str().unwrap_or_default().to_owned())
     })
     .await
     .unwrap_or(Err(CdpError::Timeout))

@@ -46,8 +46,13 @@ pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
         sessions: sessions(&c.store, sdk),
         // A pool's own archive place, when it has one, over the configured context's.
         archives: pool
-            .and_then(|p| pool_archives(&p.archives, sdk))
-            .or_else(|| context_archives(&c.context, sdk)),
+            .and_then(|p| archives_at(&p.archives, sdk))
+            .or_else(|| context_archives(&c.context, sdk))
+            .or_else(|| {
+                c.extension
+                    .as_ref()
+                    .and_then(|x| archives_at(&x.place, sdk))
+            }),
         secrets: match (&c.auth.key, sdk) {
             (KeyConfig::SecretArn(arn), Some(sdk)) => Some(Arc::new(aws::SecretsManagerSecret(
                 SecretsManagerKeys::new(sdk, arn),
@@ -69,6 +74,9 @@ pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
 fn needs_aws(c: &RunConfig) -> bool {
     matches!(c.store, SessionStoreConfig::Table(_))
         || matches!(c.context, ContextSource::Bucket { .. })
+        || c.extension
+            .as_ref()
+            .is_some_and(|x| matches!(x.place, ArchivePlace::Bucket(_)))
         || c.pool.as_ref().is_some_and(|p| {
             matches!(p.queue, PoolQueue::Sqs(_)) || matches!(p.archives, ArchivePlace::Bucket(_))
         })
@@ -110,7 +118,8 @@ fn context_archives(
     }
 }
 
-fn pool_archives(place: &ArchivePlace, sdk: Option<&SdkConfig>) -> Option<Arc<dyn ArchiveStore>> {
+/// The archives at `place` (a pool's, or a task's extension's).
+fn archives_at(place: &ArchivePlace, sdk: Option<&SdkConfig>) -> Option<Arc<dyn ArchiveStore>> {
     match (place, sdk) {
         (ArchivePlace::Bucket(bucket), Some(sdk)) => {
             Some(Arc::new(aws::S3Archives::new(sdk, bucket.clone())))

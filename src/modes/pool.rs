@@ -19,9 +19,11 @@
 //! before any controller served it gets its `endedAt` from the controller that drops its claim
 //! (no task of its own ever stops for it, so nothing else would write it, and a context it
 //! leased would stay busy). Otherwise the controller
-//! binds the proxy to the session and project; with a context it closes the warm Chrome while
-//! the archive is unpacked into a new profile and starts Chrome on it (a running Chrome cannot
-//! change its profile, and a Fargate task is sized for one browser); publishes the browser;
+//! binds the proxy to the session and project; unpacks the claim's extension, if any; with a
+//! context it closes the warm Chrome while the archive is unpacked into a new profile and
+//! starts Chrome on it (a running Chrome cannot change its profile, and a Fargate task is sized
+//! for one browser); loads the extension into the running Chrome (`Extensions.loadUnpacked`:
+//! the warm one is not restarted for it); publishes the browser;
 //! writes READY through the same conditional update as `run`; deletes the claim. From there it
 //! is `run`: persist, terminal status, `endedAt`.
 //!
@@ -59,7 +61,10 @@ use crate::auth::Authenticator;
 use crate::chrome::LaunchOptions;
 use crate::config::{PoolConfig, RunConfig};
 use crate::pool_metric;
-use crate::session::{ContextPlan, Deps, Ending, Outcome, Run, STARTUP_RETRY, SessionItem};
+use crate::session::{
+    ContextPlan, Deps, Ending, ExtensionDir, Outcome, Run, STARTUP_RETRY, SessionItem,
+    load_extension,
+};
 use crate::shutdown::{Shutdown, Step};
 use crate::stores::{ClaimQueue, Received, SessionRecord, SessionStore, Take, TakeResult};
 
@@ -694,7 +699,7 @@ impl ClaimedSession<'_> {
         &self,
         mut session: Session,
         launch: &LaunchOptions,
-    ) -> Result<(Session, Option<ClaimedDir>), Outcome> {
+    ) -> Result<(Session, Kept), Outcome> {
         let run = self.run;
         // A client waits on this session from now on (its Chrome, or the close of the warm one).
         session.to_foreground();
@@ -717,6 +722,17 @@ impl ClaimedSession<'_> {
             },
             None => None,
         };
+        // Unpacked (and refused) before Chrome is touched.
+        let extension = match run
+            .unpack_extension(self.claim.extension_key.as_deref())
+            .await
+        {
+            Ok(x) => x,
+            Err(outcome) => {
+                self.close(session).await;
+                return Err(outcome);
+            }
+        };
         if claimed_dir.is_some() {
             let stopped = match self.switch_profile(&mut session, launch).await {
                 Ok(true) => None,
@@ -729,11 +745,24 @@ impl ClaimedSession<'_> {
                 return Err(outcome);
             }
         }
+        // Into the running Chrome (the warm one, or the context's), before any client.
+        if let Some(ext) = &extension
+            && let Err(ending) = load_extension(&session.chrome, ext).await
+        {
+            self.close(session).await;
+            return Err(ending.into());
+        }
         session.publish();
         run.restore_session_cookies(&session.chrome).await;
         run.capture_downloads(&session, Some(&self.claim.project_id))
             .await;
-        Ok((session, claimed_dir))
+        Ok((
+            session,
+            Kept {
+                _profile: claimed_dir,
+                _extension: extension,
+            },
+        ))
     }
 
     /// Closes the warm Chrome while the context's archive is unpacked into the claimed
@@ -775,6 +804,13 @@ fn claimed_path(launch: &LaunchOptions) -> PathBuf {
     let mut name = launch.user_data_dir.as_os_str().to_owned();
     name.push(".claimed");
     name.into()
+}
+
+/// What a served session keeps on disk beside the warm profile, removed when dropped (with
+/// the session): the context's profile directory and the unpacked extension.
+struct Kept {
+    _profile: Option<ClaimedDir>,
+    _extension: Option<ExtensionDir>,
 }
 
 /// The claimed context's profile directory, removed when dropped.

@@ -13,8 +13,10 @@ use crate::app::{Session, Started};
 use crate::auth::Authenticator;
 use crate::chrome::LaunchOptions;
 use crate::config::RunConfig;
-use crate::session::{ContextPlan, Deps, Ending, Outcome, Run, STARTUP_RETRY, SessionItem};
-use crate::shutdown::Shutdown;
+use crate::session::{
+    ContextPlan, Deps, Ending, Outcome, Run, STARTUP_RETRY, SessionItem, load_extension,
+};
+use crate::shutdown::{Shutdown, Step};
 use crate::stores::{SessionRecord, Take, TakeResult, retry};
 
 /// One session's task, from the session item to its ending: start, READY, serve, end.
@@ -64,6 +66,9 @@ async fn serve(
     let expires_at = record.as_ref().and_then(|r| r.expires_at).or(c.expires_at);
     let keys = run.load_keys().await?;
     run.restore_profile().await?;
+    let extension_key = c.extension.as_ref().map(|x| x.key.as_str());
+    // Removed when the run ends, with the session.
+    let extension = run.unpack_extension(extension_key).await?;
 
     // Chrome and the proxy.
     let auth = Authenticator::new(
@@ -74,13 +79,30 @@ async fn serve(
     );
     let opts = run.session_options(auth, launch, keep_alive, expires_at);
     let session = start(opts, run).await?;
+    if let Some(ext) = &extension
+        && let Err(ending) = load_extension(&session.chrome, ext).await
+    {
+        let bytes = session.proxy_bytes();
+        session
+            .close_chrome(false, Step::ChromeClosed.share(c.shutdown_budget))
+            .await;
+        session.finish();
+        return Err(Outcome {
+            ending,
+            proxy_bytes: bytes,
+        });
+    }
     run.restore_session_cookies(&session.chrome).await;
     run.capture_downloads(&session, c.auth.project_id.as_deref())
         .await;
+    // Clients through only now: never to a browser without its extension.
+    session.publish();
 
     // READY, only from a pending status.
     let session = run.announce_ready(session, record.as_ref(), None).await?;
-    Ok(run.serve_until_end(session).await)
+    let ending = run.serve_until_end(session).await;
+    drop(extension);
+    Ok(ending)
 }
 
 /// The session taken for this task (no lease to keep: no other controller is sent it), or
@@ -126,9 +148,9 @@ async fn take(
     }
 }
 
-/// Chrome and the proxy started.
+/// Chrome and the proxy started, the proxy answering 503 until published.
 async fn start(opts: crate::app::SessionOptions, run: &Run<'_>) -> Result<Session, Outcome> {
-    match Session::start(opts, run.tasks.token()).await {
+    match Session::warm(opts, run.tasks.token()).await {
         Ok(Started::Running(s)) => Ok(*s),
         Ok(Started::Interrupted) => Err(Ending::Interrupted.into()),
         Err(e) => Err(Ending::failed(format!("the browser could not be started: {e}")).into()),

@@ -9,7 +9,8 @@
 //! | command | decision |
 //! |---|---|
 //! | `Browser.close` | withheld; the session ends normally |
-//! | `Extensions.*` | refused (loads any directory on the browser's disk as an extension) |
+//! | `Extensions.getExtensions` | forwarded (read-only: Stagehand 4 finds the extension the session was created with this way) |
+//! | every other `Extensions.*` | refused (`loadUnpacked` loads any directory on the browser's disk as an extension; the others change extensions or their storage) |
 //! | `Target.exposeDevToolsProtocol` | refused (gives the page's script its own browser-wide DevTools channel, which never passes this proxy) |
 //! | `DOM.setFileInputFiles` `files`, `Input.dispatchDragEvent` `data.files`, `PWA.launchFilesInApp` `files` | each path must be inside the session's uploads or downloads directory, else refused |
 //! | `Browser.setDownloadBehavior`, `Page.setDownloadBehavior` `downloadPath` | rewritten to the session's downloads directory (the behaviour is kept, the path is not; `default`, the browser's own directory, becomes `allow` into it) |
@@ -277,6 +278,8 @@ fn judge_parsed(plain: &[u8], rules: &FileRules, depth: usize) -> serde_json::Re
     };
     match method {
         "Browser.close" => Ok(Verdict::BrowserClose),
+        // Read-only; what a client needs to find the extension the session was created with.
+        "Extensions.getExtensions" => Ok(Verdict::Forward),
         m if m.starts_with("Extensions.") => refuse("is not allowed through this proxy"),
         // The page would get a DevTools channel to the browser target that bypasses this guard.
         "Target.exposeDevToolsProtocol" => refuse("is not allowed through this proxy"),
@@ -407,6 +410,13 @@ mod tests {
             assert_eq!(v["sessionId"], "S1");
             assert_eq!(v["error"]["code"], -32000);
             assert!(v["error"]["message"].as_str().unwrap().contains("not allowed"));
+        }
+        // Listing is read-only: Stagehand 4 finds its extension this way.
+        for m in [
+            br#"{"id":5,"method":"Extensions.getExtensions"}"#.as_slice(),
+            br#"{"id":5,"method":"Extensions.getExtensi\u006fns"}"#,
+        ] {
+            assert!(matches!(judge(m, &r), Verdict::Forward));
         }
     }
 

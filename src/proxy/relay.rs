@@ -891,7 +891,7 @@ mod tests {
     async fn a_flood_of_refused_commands_is_closed() {
         let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
         let e = start(&relays, b"", true);
-        let one = frame(1, true, br#"{"id":1,"method":"Extensions.getExtensions"}"#);
+        let one = frame(1, true, br#"{"id":1,"method":"Extensions.uninstall"}"#);
         let burst: Vec<u8> = one.repeat(200_000 / one.len() * 10);
         let mut client = e.client;
         let writer = std::thread::spawn(move || {

@@ -3,8 +3,10 @@
 //! share.
 //!
 //! Start: the session item read (keepAlive, expiry, the token for connectUrl) → the signing
-//! keys → the profile restored → Chrome and the proxy started → the session cookies put back
-//! → downloads followed ([`downloads`]) → the public address chosen → conditional READY. A step that ends the run early says how as
+//! keys → the profile restored → the session's extension unpacked ([`extension`]) → Chrome and
+//! the proxy started (the proxy answering 503) → the extension loaded → the session cookies
+//! put back → downloads followed ([`downloads`]) → clients let through → the public address
+//! chosen → conditional READY. A step that ends the run early says how as
 //! an [`Outcome`]; its driver hands it to [`Run::settle`], the one place that writes the
 //! session item's last fields ([`SessionItem::settle`]), so a step never writes FAILED itself.
 //!
@@ -20,6 +22,7 @@
 
 pub mod downloads;
 mod ending;
+mod extension;
 mod ready;
 mod watch;
 
@@ -31,6 +34,7 @@ use tracing::{error, info, warn};
 use wallcrawler_contract::storage::SESSION_COOKIES_FILE;
 
 pub use ending::{EXIT_FAILURE, Ending, Outcome, SessionItem};
+pub use extension::{ExtensionDir, load as load_extension};
 
 use crate::app::{EndReason, IdlePolicy, ProxyOptions, Session, SessionOptions};
 use crate::auth::{Authenticator, KeySource, StaticKeys};

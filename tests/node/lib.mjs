@@ -116,3 +116,39 @@ export function run(main, { defaultTimeoutMs = 30000 } = {}) {
       (e) => fail(errorText(e)),
     );
 }
+
+/**
+ * Serves a page on 127.0.0.1 (a port of its own): title "served", `window.fromPage` = 41.
+ * Returns its `url` and `close()`.
+ */
+export async function servePage() {
+  const http = await import("node:http");
+  const server = http.createServer((req, res) => {
+    res.writeHead(200, { "content-type": "text/html" });
+    res.end("<!doctype html><title>served</title><script>window.fromPage = 41</script><h1>hi</h1>");
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${server.address().port}/`, close: () => server.close() };
+}
+
+/**
+ * The mark the tests' extension's content script sets on a page
+ * (`document.documentElement.dataset.wallcrawler`), read with Puppeteer in a new page at `url`
+ * over `connectUrl`; null when none appears within two seconds of the load.
+ */
+export async function markOn(connectUrl, url) {
+  const { default: puppeteer } = await import("puppeteer-core");
+  const browser = await puppeteer.connect({ browserWSEndpoint: connectUrl });
+  try {
+    const page = await browser.newPage();
+    await page.goto(url, { waitUntil: "load" });
+    const mark = await page
+      .waitForFunction(() => document.documentElement.dataset.wallcrawler, { timeout: 2000 })
+      .then((h) => h.jsonValue())
+      .catch(() => null);
+    await page.close();
+    return mark;
+  } finally {
+    await browser.disconnect();
+  }
+}

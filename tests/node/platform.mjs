@@ -23,9 +23,16 @@
 //   extensions: the SDK's own `extensions.create({ file })` (multipart) of the zip named by
 //              EXTENSION_ZIP, `retrieve`, a session created with its id, one with an unknown id
 //              (refused), the release, `delete`, and a `retrieve` after it (404).
+//   extension-mark: the SDK uploads EXTENSION_ZIP (a content script marking the page), creates a
+//              session with it and one without; Puppeteer opens a page served on 127.0.0.1 in
+//              each and reads the mark; leaves both running and the extension kept.
+//   stagehand4: Stagehand 4.4.0's `browserbase.launch({ apiKey, baseUrl })` (it uploads its own
+//              extension and creates the session with it), a page served on 127.0.0.1, `1+1`
+//              and a value from the page, `close()` (release + extension delete); prints the
+//              session id.
 // Prints {"ok":true,...} with what it observed.
 
-import { requireArg, run } from "./lib.mjs";
+import { markOn, requireArg, run, servePage } from "./lib.mjs";
 
 const ORIGIN = "http://app.example.test/";
 
@@ -275,6 +282,52 @@ async function extensions(args) {
   return { ext, got, session: { id: session.id, status: session.status }, unknown, after };
 }
 
+async function extensionMark(args) {
+  const bb = await client(args);
+  const projectId = requireArg(args, "project");
+  const fs = await import("node:fs");
+  const page = await servePage();
+  try {
+    const ext = await bb.extensions.create({ file: fs.createReadStream(process.env.EXTENSION_ZIP) });
+    const t0 = Date.now();
+    const withExt = await bb.sessions.create({ projectId, extensionId: ext.id });
+    const createMs = Date.now() - t0;
+    const marked = await markOn(withExt.connectUrl, page.url);
+    const plain = await bb.sessions.create({ projectId });
+    const unmarked = await markOn(plain.connectUrl, page.url);
+    // Both sessions left running and the extension kept: the test looks at them, then ends them.
+    return { extId: ext.id, withExt: withExt.id, plain: plain.id, createMs, marked, unmarked };
+  } finally {
+    page.close();
+  }
+}
+
+async function stagehand4(args) {
+  // Stagehand 4 wants Node >= 22.18, whose global WebSocket it uses; on Node 20 the `ws`
+  // package's (the same API) stands in.
+  if (globalThis.WebSocket === undefined) globalThis.WebSocket = (await import("ws")).WebSocket;
+  const { Stagehand, browserbase } = await import("stagehand4");
+  const page = await servePage();
+  try {
+    const t0 = Date.now();
+    const browser = await browserbase.launch({ apiKey: requireArg(args, "key"), baseUrl: requireArg(args, "base") });
+    const launchMs = Date.now() - t0;
+    const sessionId = browser.sessionId;
+    // No model: only the browser is driven (no act/extract/observe).
+    const sh = await Stagehand.create({ browser });
+    const p = await browser.context.newPage(page.url);
+    const value = await p.evaluate("1 + 1");
+    const fromPage = await p.evaluate(() => window.fromPage);
+    const title = await p.title();
+    // Releases the session and deletes the extension Stagehand uploaded.
+    await sh.close();
+    await browser.close();
+    return { sessionId, launchMs, eval: value, fromPage, title };
+  } finally {
+    page.close();
+  }
+}
+
 run(async (args) => {
   const scenario = requireArg(args, "scenario");
   if (scenario === "persist") return persist(args);
@@ -285,5 +338,7 @@ run(async (args) => {
   if (scenario === "paging") return paging(args);
   if (scenario === "edges") return edges(args);
   if (scenario === "extensions") return extensions(args);
+  if (scenario === "extension-mark") return extensionMark(args);
+  if (scenario === "stagehand4") return stagehand4(args);
   throw new Error(`unknown --scenario ${scenario}`);
 }, { defaultTimeoutMs: 120000 });

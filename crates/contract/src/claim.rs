@@ -96,8 +96,7 @@ pub struct Claim {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<ClaimContext>,
     /// The extension archive to load into Chrome before READY
-    /// (`extensions/<projectId>/<sha256>.zip` in the contexts bucket); absent for none. The
-    /// controller does not load it yet.
+    /// (`extensions/<projectId>/<sha256>.zip` in the contexts bucket); absent for none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extension_key: Option<String>,
 }

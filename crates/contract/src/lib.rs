@@ -7,6 +7,9 @@
 //! blocking file operations, kept here so their layout and locking are written once.
 //!
 //! - [`token`]: the CDP access token (HS256 JWT): claims, minting, and every acceptance rule.
+//! - [`extension_archive`]: the checks an extension archive (a zip) passes, where the API
+//!   keeps it and where a controller unpacks it (the one writer of files here besides the two
+//!   directories above: the same rules on both sides).
 //! - [`claim`]: how a session reaches a warm pool controller, and the local queue of claims.
 //! - [`retry`]: the one retry policy, and which failures are transient.
 //! - [`secret`]: the JSON shape of the signing secret kept in Secrets Manager.
@@ -21,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod claim;
+pub mod extension_archive;
 pub mod retry;
 pub mod secret;
 pub mod session;

@@ -44,6 +44,10 @@ pub const DOWNLOADS_MAX_FILES: &str = "DOWNLOADS_MAX_FILES";
 pub const CONTEXT_S3_KEY: &str = "CONTEXT_S3_KEY";
 /// `true`: upload the profile again when the session ends.
 pub const CONTEXT_PERSIST: &str = "CONTEXT_PERSIST";
+/// The extension archive a single-session task loads into Chrome before READY
+/// (`extensions/<projectId>/<sha256>.zip` in the contexts bucket, or under `CONTEXTS_DIR`); a
+/// pool controller takes it from its claim.
+pub const EXTENSION_S3_KEY: &str = "EXTENSION_S3_KEY";
 
 /// The port the controller's authenticating proxy listens on.
 pub const CDP_PROXY_PORT: &str = "CDP_PROXY_PORT";

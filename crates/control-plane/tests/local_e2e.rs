@@ -314,7 +314,7 @@ const WAITING_CONTROLLER: &str = "#!/bin/sh\nexec sleep 120\n";
 
 /// The stock Node SDK's `extensions.create({ file })` uploads a zip as Browserbase's multipart
 /// `file`; `retrieve` and `delete` work on its id; a session created with it is accepted and
-/// records it (the controller does not load it yet), one with an unknown id is refused; the
+/// records it (this controller never starts, so nothing loads it), one with an unknown id is refused; the
 /// archive is kept under the data directory's `contexts/extensions/<projectId>/` until the
 /// delete.
 #[test]
@@ -1559,4 +1559,273 @@ fn a_project_beyond_its_share_of_the_pool_gets_its_own_controller_and_leaves_a_w
         });
     }
     s.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions with extensions: loaded by the controller before READY (cold, and into a pool's
+// warm Chrome), and Stagehand 4, which only runs through its own extension.
+
+/// A session outlives its last client for 5 minutes (a loaded machine cannot end it before the
+/// test has looked at it).
+const KEEP: (&str, &str) = ("CDP_DISCONNECT_GRACE", "300");
+
+/// A zip of `(name, bytes)` entries.
+fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for (name, bytes) in entries {
+        w.start_file(*name, zip::write::SimpleFileOptions::default())
+            .unwrap();
+        std::io::Write::write_all(&mut w, bytes).unwrap();
+    }
+    w.finish().unwrap().into_inner()
+}
+
+/// A tiny MV3 extension whose content script marks every page
+/// (`document.documentElement.dataset.wallcrawler = "ext"`), as a zip in `dir`.
+fn mark_extension(dir: &std::path::Path) -> PathBuf {
+    let path = dir.join("mark.zip");
+    let manifest = br#"{"manifest_version":3,"name":"Mark","version":"1.0","content_scripts":[{"matches":["<all_urls>"],"js":["mark.js"],"run_at":"document_start"}]}"#;
+    let script = br#"document.documentElement.dataset.wallcrawler = "ext";"#;
+    std::fs::write(
+        &path,
+        zip_of(&[("manifest.json", manifest), ("mark.js", script)]),
+    )
+    .unwrap();
+    path
+}
+
+impl Server {
+    /// Releases `id` and waits for its end.
+    fn release_and_wait(&self, id: &str) {
+        self.release(id);
+        self.wait_session(id, "COMPLETED with endedAt", |d| {
+            d["status"] == "COMPLETED" && d["endedAt"].is_string()
+        });
+    }
+
+    /// The `extension-mark` scenario with the extension at `zip`; its result.
+    fn extension_mark(&self, zip: &std::path::Path) -> serde_json::Value {
+        let r = self.node_with_env(
+            "extension-mark",
+            &[("EXTENSION_ZIP", zip.to_str().unwrap())],
+        );
+        assert_eq!(r["ok"], true, "{r}");
+        r
+    }
+
+    /// Deletes extension `id` through the API and checks that it is gone (404).
+    fn delete_extension(&self, id: &str) {
+        let (status, v) = self.call("DELETE", &format!("/v1/extensions/{id}"), "");
+        assert!(status == 200 || status == 204, "{status} {v}");
+        self.assert_extension_gone(id);
+    }
+
+    fn assert_extension_gone(&self, id: &str) {
+        let (status, v) = self.call("GET", &format!("/v1/extensions/{id}"), "");
+        assert_eq!(status, 404, "the extension is deleted: {v}");
+    }
+}
+
+/// Cold (a controller per session): the session created with the uploaded extension shows its
+/// mark on a page served on 127.0.0.1, one without does not; the unpacked extension sits
+/// beside the session's profile while it runs and is gone with it.
+#[test]
+fn a_session_with_an_extension_shows_its_mark_and_one_without_does_not_cold() {
+    let scratch = tempfile::tempdir().unwrap();
+    let zip = mark_extension(scratch.path());
+    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
+        .with_file_name("wallcrawler-controller");
+    // Both sessions outlive the scenario's clients until the test has looked at them.
+    let s = Server::spawn_with("25", &controller, &[("WALLCRAWLER_POOL_SIZE", "0"), KEEP]);
+    let r = s.extension_mark(&zip);
+    assert_eq!(
+        r["marked"], "ext",
+        "the extension's content script ran: {r}"
+    );
+    assert!(r["unmarked"].is_null(), "no extension, no mark: {r}");
+    let id = r["withExt"].as_str().unwrap();
+    let unpacked = s.dir().join("profiles").join(format!("{id}-extension"));
+    assert!(
+        unpacked.join("manifest.json").is_file(),
+        "unpacked beside the profile: {}",
+        s.doc(id)
+    );
+    for id in [&r["withExt"], &r["plain"]] {
+        s.release_and_wait(id.as_str().unwrap());
+    }
+    wait_for("the unpacked extension removed with the session", || {
+        !unpacked.exists()
+    });
+    s.delete_extension(r["extId"].as_str().unwrap());
+    s.stop();
+}
+
+/// The pool (`--pool 2`): the extension is loaded into the warm Chrome, not a new one (the
+/// serving controller's Chrome is one of the warm browsers), and the create answers at once.
+#[test]
+fn a_session_with_an_extension_shows_its_mark_in_a_warm_pool_chrome() {
+    let scratch = tempfile::tempdir().unwrap();
+    let zip = mark_extension(scratch.path());
+    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
+        .with_file_name("wallcrawler-controller");
+    let s = Server::spawn_with("25", &controller, &[KEEP]);
+    let names = [s.pool_name(1), s.pool_name(2)];
+    wait_for("both pool controllers' Chrome warm", || {
+        names.iter().all(|n| pool_chrome_nice(n).is_some())
+    });
+    let warm: Vec<i32> = names
+        .iter()
+        .map(|n| pool_chrome_nice(n).unwrap().0)
+        .collect();
+    let r = s.extension_mark(&zip);
+    assert_eq!(r["marked"], "ext", "{r}");
+    assert!(r["unmarked"].is_null(), "{r}");
+    assert!(
+        r["createMs"].as_u64().unwrap() < 2000,
+        "the create answers at once: {r}"
+    );
+    let id = r["withExt"].as_str().unwrap();
+    let owner = s.doc(id)["ecsTaskArn"].as_str().unwrap().to_owned();
+    let (chrome, _) = pool_chrome_nice(&owner).expect("the serving controller's Chrome");
+    assert!(
+        warm.contains(&chrome),
+        "the warm Chrome ({warm:?}) took the extension, no restart: {chrome}"
+    );
+    for id in [&r["withExt"], &r["plain"]] {
+        s.release_and_wait(id.as_str().unwrap());
+    }
+    s.delete_extension(r["extId"].as_str().unwrap());
+    s.stop();
+}
+
+/// An archive tampered with in the store (a `..` entry put there directly, after the API
+/// checked and kept the upload) fails the session with the refusal's reason; nothing is
+/// written outside, and no browser serves it.
+#[test]
+fn a_hostile_archive_in_the_store_fails_the_session_with_its_reason() {
+    let scratch = tempfile::tempdir().unwrap();
+    let zip = mark_extension(scratch.path());
+    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
+        .with_file_name("wallcrawler-controller");
+    for pool in ["0", "1"] {
+        let s = Server::spawn_with("25", &controller, &[("WALLCRAWLER_POOL_SIZE", pool)]);
+        let ext = upload_extension(&s, &zip);
+        // Where the API keeps it: named by its content.
+        let digest = sha2::Sha256::digest(std::fs::read(&zip).unwrap());
+        let doc_key = format!("extensions/{}/{digest:x}.zip", s.project);
+        assert!(s.dir().join("contexts").join(&doc_key).is_file());
+        let hostile = zip_of(&[
+            (
+                "manifest.json",
+                br#"{"manifest_version":3,"name":"X","version":"1"}"#,
+            ),
+            ("../../escaped.txt", b"x"),
+        ]);
+        std::fs::write(s.dir().join("contexts").join(&doc_key), hostile).unwrap();
+        let (status, v) = s.call(
+            "POST",
+            "/v1/sessions",
+            &format!(r#"{{"projectId":"{}","extensionId":"{ext}"}}"#, s.project),
+        );
+        let id = v["id"].as_str().unwrap_or_default().to_owned();
+        assert_eq!(status, 201, "{v}");
+        let doc = s.wait_session(&id, "the session failed", |d| d["status"] == "ERROR");
+        let reason = s.doc(&id)["terminationReason"].clone();
+        assert_eq!(
+            reason,
+            "the extension archive was refused: entry \"../../escaped.txt\" leaves the extension's folder (a `..` component)",
+            "pool {pool}: {doc}"
+        );
+        assert!(s.doc(&id)["readyAt"].is_null(), "never READY");
+        let outside: Vec<_> = walk(s.data.path())
+            .into_iter()
+            .filter(|p| p.ends_with("escaped.txt"))
+            .collect();
+        assert!(outside.is_empty(), "nothing written: {outside:?}");
+        s.stop();
+    }
+}
+
+use sha2::Digest;
+
+/// Uploads the zip at `path` through the API (the SDK's multipart shape); the extension's id.
+fn upload_extension(s: &Server, path: &std::path::Path) -> String {
+    use std::io::{Read, Write};
+    let bytes = std::fs::read(path).unwrap();
+    let boundary = "wallcrawler-test-boundary";
+    let mut body = format!(
+        "--{boundary}\r\ncontent-disposition: form-data; name=\"file\"; filename=\"mark.zip\"\r\n\
+         content-type: application/zip\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(&bytes);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let authority = s.base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    write!(
+        stream,
+        "POST /v1/extensions HTTP/1.1\r\nhost: {authority}\r\nx-bb-api-key: {}\r\n\
+         content-type: multipart/form-data; boundary={boundary}\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n",
+        s.key,
+        body.len()
+    )
+    .unwrap();
+    stream.write_all(&body).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let json = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    v["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_owned()
+}
+
+/// Every path under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
+/// Stagehand 4.4.0's `browserbase.launch({ apiKey, baseUrl })` against the platform with
+/// `pool` warm controllers: it uploads its extension, creates the session with it, runs
+/// through it (a page served on 127.0.0.1, `1+1` and a value from the page), and its close
+/// releases the session and deletes the extension.
+fn stagehand4_with_pool(pool: &str) {
+    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
+        .with_file_name("wallcrawler-controller");
+    let s = Server::spawn_with("25", &controller, &[("WALLCRAWLER_POOL_SIZE", pool)]);
+    let r = s.node("stagehand4");
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["eval"], 2, "{r}");
+    assert_eq!(r["fromPage"], 41, "{r}");
+    assert_eq!(r["title"], "served", "{r}");
+    let id = r["sessionId"].as_str().expect("the session's id");
+    let doc = s.doc(id);
+    let ext = doc["extensionId"]
+        .as_str()
+        .expect("created with its extension");
+    s.assert_extension_gone(ext);
+    s.wait_session(id, "released and ended", |d| {
+        d["status"] == "COMPLETED" && d["endedAt"].is_string()
+    });
+    s.stop();
+}
+
+#[test]
+fn stagehand_4_launches_runs_and_closes_through_its_extension_cold() {
+    stagehand4_with_pool("0");
+}
+
+#[test]
+fn stagehand_4_launches_runs_and_closes_through_its_extension_with_the_pool() {
+    stagehand4_with_pool("2");
 }

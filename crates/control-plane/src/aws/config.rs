@@ -517,5 +517,14 @@ mod tests {
         assert_eq!(get("CONTEXTS_BUCKET_NAME"), Some("wc-contexts"));
         assert_eq!(get("CONTEXT_S3_KEY"), Some("proj_1/ctx_1/profile.tar.gz"));
         assert_eq!(get("CONTEXT_PERSIST"), Some("true"));
+        // An extension alone still names the bucket it is in.
+        let key = format!("extensions/proj_1/{}.zip", "a".repeat(64));
+        spec.context = None;
+        spec.extension = Some(key.clone());
+        let env = controller_environment(&c, &spec);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("EXTENSION_S3_KEY"), Some(key.as_str()));
+        assert_eq!(get("CONTEXTS_BUCKET_NAME"), Some("wc-contexts"));
+        assert_eq!(get("CONTEXT_ID"), None);
     }
 }

@@ -49,6 +49,15 @@ pub fn controller_environment(cfg: &Config, spec: &LaunchSpec) -> Vec<(String, S
             (task_env::CONTEXT_PERSIST.into(), persist.to_string()),
         ]);
     }
+    if let Some(key) = &spec.extension {
+        if spec.context.is_none() {
+            env.push((
+                task_env::CONTEXTS_BUCKET_NAME.into(),
+                cfg.contexts_bucket.clone(),
+            ));
+        }
+        env.push((task_env::EXTENSION_S3_KEY.into(), key.clone()));
+    }
     env.extend(spec.env.iter().cloned());
     env
 }

@@ -25,10 +25,10 @@
 //! [`MAX_STAGED_ARCHIVE_BYTES`], read no further), keeps it as an upload through the API would
 //! be kept, and removes the staged copy. The bucket's lifecycle removes unfinished ones.
 //!
-//! The session item and the claim carry the archive's key (`extensionKey`) for the controller,
-//! which loads it into Chrome before READY.
+//! The session item and the claim carry the archive's key (`extensionKey`); the controller
+//! unpacks it with the same checks ([`archive::unpack`]) and loads it into Chrome before READY.
 
-pub mod archive;
+pub use wallcrawler_contract::extension_archive as archive;
 
 use axum::Json;
 use axum::body::Bytes;

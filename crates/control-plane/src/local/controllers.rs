@@ -256,11 +256,20 @@ impl Controllers {
     }
 }
 
-/// `<profile>-files`: a controller's uploads and downloads directories.
-fn files_beside(profile: &Path) -> std::path::PathBuf {
-    let mut files = profile.as_os_str().to_owned();
-    files.push("-files");
-    files.into()
+/// `<profile><suffix>`: what a controller keeps beside its profile (`-files`: its uploads and
+/// downloads; `-extension`: its session's unpacked extension).
+fn beside(profile: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut path = profile.as_os_str().to_owned();
+    path.push(suffix);
+    path.into()
+}
+
+/// Removes what a controller keeps beside `profile` (removed by the controller itself unless
+/// it was killed).
+async fn remove_beside(profile: &Path) {
+    for suffix in ["-files", "-extension"] {
+        let _ = tokio::fs::remove_dir_all(beside(profile, suffix)).await;
+    }
 }
 
 /// Removes a dead controller's profile, and the uploads and downloads directories it keeps
@@ -269,7 +278,7 @@ fn files_beside(profile: &Path) -> std::path::PathBuf {
 /// helper processes writing there for a moment after the controller exited: removal is
 /// repeated until the directory stays gone a moment later (at most ~2 s).
 async fn remove_profile(dir: &Path) {
-    let _ = tokio::fs::remove_dir_all(files_beside(dir)).await;
+    remove_beside(dir).await;
     for _ in 0..8 {
         let _ = tokio::fs::remove_dir_all(dir).await;
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -294,6 +303,10 @@ impl Controllers {
                 .env(task_env::CONTEXT_S3_KEY, key)
                 .env(task_env::CONTEXT_PERSIST, persist.to_string());
         }
+        if let Some(key) = &spec.extension {
+            cmd.env(task_env::CONTEXTS_DIR, self.data_dir.join("contexts"))
+                .env(task_env::EXTENSION_S3_KEY, key);
+        }
         for (k, v) in &spec.env {
             cmd.env(k, v);
         }
@@ -301,7 +314,7 @@ impl Controllers {
         let pid = self.spawn(&spec.session_id, cmd, move |how| {
             Box::pin(async move {
                 let _ = tokio::fs::remove_dir_all(&profile).await;
-                let _ = tokio::fs::remove_dir_all(files_beside(&profile)).await;
+                remove_beside(&profile).await;
                 exit_ctl.record_exit(&id, &how).await;
             })
         })?;

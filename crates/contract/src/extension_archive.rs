@@ -2,9 +2,13 @@
 //! count whose entries expand within a bound (counted while decompressing: the sizes the
 //! central directory claims are never trusted), with no absolute or `..` paths and no links,
 //! and a `manifest.json` Chrome loads — at the root, or in the one top-level folder Chrome's
-//! packer makes.
+//! packer makes. [`unpack`] writes an archive that passes into a new directory (a
+//! controller's, before it loads the extension into Chrome): the archive came from our own
+//! store, but it is checked again there, as hostile.
 
 use std::io::{Cursor, Read};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -57,6 +61,26 @@ pub enum ArchiveError {
     /// The manifest parses but Chrome would not load it.
     #[error("manifest.json {0}")]
     Manifest(String),
+}
+
+/// Why an archive was not unpacked.
+#[derive(Debug, thiserror::Error)]
+pub enum UnpackError {
+    /// The archive is larger than [`MAX_ARCHIVE_BYTES`] (it was not kept by the API).
+    #[error("the extension archive is larger than {MAX_ARCHIVE_BYTES} bytes")]
+    ArchiveTooLarge,
+    /// The archive fails the checks of [`check`].
+    #[error(transparent)]
+    Refused(#[from] ArchiveError),
+    /// Writing the unpacked files failed.
+    #[error("writing the unpacked extension failed at {}", path.display())]
+    Write {
+        /// The file or folder being written.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What the check learnt of an archive that passed it.
@@ -130,6 +154,62 @@ fn check_within(bytes: &[u8], expanded: u64) -> Result<Checked, ArchiveError> {
         version,
         root,
     })
+}
+
+/// Checks `bytes` as [`check`] does, then writes its entries into `dest`, a directory made
+/// here (its parent must exist; an existing `dest` is refused, so nothing it holds is
+/// followed). Only plain folders and files are made, each file new (`O_EXCL`), and what they
+/// expand to is counted again while writing. The folder holding `manifest.json`: what
+/// Chrome loads. Folders are 0755 and files 0644: a browser running as another user reads
+/// them (an extension's code is no secret).
+pub fn unpack(bytes: &[u8], dest: &Path) -> Result<PathBuf, UnpackError> {
+    if bytes.len() > MAX_ARCHIVE_BYTES {
+        return Err(UnpackError::ArchiveTooLarge);
+    }
+    let checked = check(bytes)?;
+    let write = |path: &Path| {
+        let path = path.to_owned();
+        move |source| UnpackError::Write { path, source }
+    };
+    let mut dirs = std::fs::DirBuilder::new();
+    dirs.mode(0o755);
+    dirs.create(dest).map_err(write(dest))?;
+    dirs.recursive(true);
+    let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
+        .map_err(|e| ArchiveError::NotZip(e.to_string()))?;
+    let mut budget = MAX_EXPANDED_BYTES;
+    for i in 0..zip.len() {
+        let mut entry = zip
+            .by_index(i)
+            .map_err(|e| ArchiveError::NotZip(e.to_string()))?;
+        let name = String::from_utf8_lossy(entry.name_raw()).into_owned();
+        let path = checked_name(&name)?
+            .iter()
+            .fold(dest.to_path_buf(), |p, part| p.join(part));
+        if entry.is_dir() {
+            dirs.create(&path).map_err(write(&path))?;
+            continue;
+        }
+        if let Some(parent) = path.parent() {
+            dirs.create(parent).map_err(write(parent))?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&path)
+            .map_err(write(&path))?;
+        let n =
+            std::io::copy(&mut (&mut entry).take(budget + 1), &mut file).map_err(write(&path))?;
+        budget = budget
+            .checked_sub(n)
+            .ok_or(ArchiveError::TooLarge(MAX_EXPANDED_BYTES))?;
+    }
+    Ok(checked
+        .root
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .fold(dest.to_path_buf(), |p, part| p.join(part)))
 }
 
 /// The components of `name`, if it is a plain relative path (a trailing `/` marks a folder).
@@ -320,6 +400,32 @@ mod tests {
             check_within(&bomb, 9 << 20).is_ok(),
             "within the budget it passes"
         );
+    }
+
+    #[test]
+    fn unpack_writes_the_checked_entries_into_a_new_folder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dest = tmp.path().join("ext");
+        let packed = zip_of(&[
+            ("mark/", b""),
+            ("mark/manifest.json", MANIFEST.as_bytes()),
+            ("mark/js/a.js", b"1"),
+        ]);
+        let root = unpack(&packed, &dest).unwrap();
+        assert_eq!(root, dest.join("mark"));
+        assert_eq!(std::fs::read(root.join("js/a.js")).unwrap(), b"1");
+        // The folder is new: unpacking into it again is refused before anything is written.
+        assert!(matches!(
+            unpack(&packed, &dest),
+            Err(UnpackError::Write { path, .. }) if path == dest
+        ));
+        let other = tmp.path().join("slip");
+        let slip = zip_of(&[("manifest.json", MANIFEST.as_bytes()), ("../x", b"x")]);
+        assert!(matches!(
+            unpack(&slip, &other),
+            Err(UnpackError::Refused(ArchiveError::Escapes(n))) if n == "../x"
+        ));
+        assert!(!other.exists() && !tmp.path().join("x").exists());
     }
 
     #[test]

@@ -1,0 +1,177 @@
+//! The session's extension, loaded before READY: its archive read from the contexts store (S3,
+//! or the data directory locally: where the API keeps it), unpacked with the API's own checks
+//! ([`wallcrawler_contract::extension_archive::unpack`]: the archive came from our bucket, but
+//! is treated as hostile) into `<profile>-extension`, beside the profile so it is never archived
+//! with it, and loaded into the running Chrome with CDP `Extensions.loadUnpacked` over the
+//! controller's own connection (the proxy refuses that command to clients). A pool
+//! controller's warm Chrome takes it without a restart. Any failure fails the session with
+//! its reason; the directory is removed with the session ([`ExtensionDir`]'s drop).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tracing::{error, info};
+use wallcrawler_contract::extension_archive::{MAX_ARCHIVE_BYTES, UnpackError, unpack};
+
+use super::{Ending, Outcome, Run, STARTUP_RETRY};
+use crate::chrome::{Chrome, cdp};
+use crate::stores::{ArchiveStore, StoreError, retry};
+
+/// How long Chrome has to load the unpacked extension.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why the session's extension was not loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ExtensionError {
+    /// The controller has no contexts store to read the archive from.
+    #[error("no contexts store is configured to read the extension from")]
+    NoStore,
+    /// The store has no archive at the session's key (deleted before the session started).
+    #[error("the extension archive is missing from the store")]
+    Missing,
+    /// Reading the archive from the store failed.
+    #[error("reading the extension archive failed: {0}")]
+    Store(#[from] StoreError),
+    /// Reading the archive's bytes failed midway.
+    #[error("reading the extension archive failed")]
+    Read(#[source] std::io::Error),
+    /// The archive was refused, or writing its files failed.
+    #[error(transparent)]
+    Unpack(#[from] UnpackError),
+    /// The blocking unpack stopped (a panic).
+    #[error("the unpacking worker stopped")]
+    Worker(#[source] tokio::task::JoinError),
+    /// Chrome did not load it.
+    #[error("chrome did not load the extension: {0}")]
+    Load(#[source] cdp::CdpError),
+}
+
+impl ExtensionError {
+    /// What the session item says: the archive's own fault in full, a service's or Chrome's
+    /// in a few words (the detail is for the task log).
+    pub fn reason(&self) -> String {
+        match self {
+            Self::Unpack(UnpackError::Write { .. }) | Self::Read(_) | Self::Worker(_) => {
+                "the extension could not be unpacked (see the task log)".to_owned()
+            }
+            Self::Unpack(e) => format!("the extension archive was refused: {e}"),
+            Self::Store(e) => format!(
+                "the extension archive could not be read: {} (see the task log)",
+                e.summary()
+            ),
+            Self::Load(cdp::CdpError::Command { message, .. }) => {
+                format!("chrome did not load the extension: {message}")
+            }
+            e => e.to_string(),
+        }
+    }
+}
+
+/// The unpacked extension's directory, removed when dropped (with the session).
+#[derive(Debug)]
+pub struct ExtensionDir {
+    dir: PathBuf,
+    /// The folder holding `manifest.json`: what Chrome loads.
+    root: PathBuf,
+}
+
+impl Drop for ExtensionDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `<profile>-extension`: beside the profile, never inside (not archived with it).
+pub fn extension_dir(profile: &Path) -> PathBuf {
+    let mut dir = profile.as_os_str().to_owned();
+    dir.push("-extension");
+    dir.into()
+}
+
+impl Run<'_> {
+    /// The extension at `key` unpacked beside the profile; `None` without one. A failure is
+    /// the session's ending (FAILED with the reason); Chrome is not touched.
+    pub async fn unpack_extension(
+        &self,
+        key: Option<&str>,
+    ) -> Result<Option<ExtensionDir>, Outcome> {
+        let Some(key) = key else {
+            return Ok(None);
+        };
+        let dir = extension_dir(&self.profile);
+        match fetch_and_unpack(self.deps.archives.as_deref(), key, &dir).await {
+            Ok(x) => Ok(Some(x)),
+            Err(e) => {
+                error!(error = %e, cause = ?std::error::Error::source(&e).map(ToString::to_string), "the session's extension was not unpacked");
+                Err(Ending::failed(e.reason()).into())
+            }
+        }
+    }
+}
+
+/// Loads the unpacked extension into the running `chrome`; its extension id.
+pub async fn load(chrome: &Chrome, ext: &ExtensionDir) -> Result<String, Ending> {
+    let path = ext.root.to_string_lossy().into_owned();
+    match cdp::load_unpacked(&chrome.browser_ws_url(), &path, LOAD_TIMEOUT).await {
+        Ok(id) => {
+            info!(extension.id = %id, "extension loaded");
+            Ok(id)
+        }
+        Err(e) => {
+            let e = ExtensionError::Load(e);
+            error!(error = %e, "loading the session's extension failed");
+            Err(Ending::failed(e.reason()))
+        }
+    }
+}
+
+/// Reads the archive (at most [`MAX_ARCHIVE_BYTES`] and one byte more, so a larger one shows)
+/// and unpacks it into `dir`, replacing whatever a previous run left there.
+async fn fetch_and_unpack(
+    store: Option<&dyn ArchiveStore>,
+    key: &str,
+    dir: &Path,
+) -> Result<ExtensionDir, ExtensionError> {
+    let store = store.ok_or(ExtensionError::NoStore)?;
+    let reader = retry("fetching the extension archive", STARTUP_RETRY, || {
+        store.open(key)
+    })
+    .await?
+    .ok_or(ExtensionError::Missing)?;
+    let mut bytes = Vec::new();
+    reader
+        .take(MAX_ARCHIVE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(ExtensionError::Read)?;
+    // A directory left by a killed run: `unpack` only writes into a new one.
+    let _ = tokio::fs::remove_dir_all(dir).await;
+    if let Some(parent) = dir.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|source| UnpackError::Write {
+                path: parent.to_owned(),
+                source,
+            })?;
+    }
+    let target = dir.to_owned();
+    let root = tokio::task::spawn_blocking(move || unpack(&bytes, &target))
+        .await
+        .map_err(ExtensionError::Worker)?;
+    let guard = |root| ExtensionDir {
+        dir: dir.to_owned(),
+        root,
+    };
+    match root {
+        Ok(root) => {
+            info!("extension unpacked");
+            Ok(guard(root))
+        }
+        Err(e) => {
+            // Whatever was written before the refusal goes.
+            drop(guard(PathBuf::new()));
+            Err(e.into())
+        }
+    }
+}
