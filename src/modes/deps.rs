@@ -66,7 +66,7 @@ pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
             _ => None,
         },
         claims,
-        files: pool_archives(&c.downloads.place, sdk),
+        files: archives_at(&c.downloads.place, sdk),
     })
 }
 
