@@ -367,6 +367,64 @@ fn the_stock_sdk_uploads_an_extension_creates_a_session_with_it_and_deletes_it()
     s.stop();
 }
 
+/// The stock Python SDK's `extensions.create(file=…)`, `retrieve` and `delete`, as written,
+/// against the local platform: its multipart upload is taken, the extension is the project's,
+/// and after the delete it is gone (404, archive removed).
+#[test]
+fn the_stock_python_sdk_creates_retrieves_and_deletes_an_extension() {
+    let scripts = tempfile::tempdir().unwrap();
+    let zip_path = scripts.path().join("py-mark.zip");
+    let mut w = zip::ZipWriter::new(std::fs::File::create(&zip_path).unwrap());
+    w.start_file("manifest.json", zip::write::SimpleFileOptions::default())
+        .unwrap();
+    std::io::Write::write_all(
+        &mut w,
+        br#"{"manifest_version":3,"name":"PyMark","version":"1.0"}"#,
+    )
+    .unwrap();
+    w.finish().unwrap();
+    // No session is created: no controller is ever started.
+    let none = scripts.path().join("no-controller");
+    let s = Server::spawn_with("1", &none, &[("WALLCRAWLER_POOL_SIZE", "0"), DIRECT]);
+    const SCRIPT: &str = "import json, sys\n\
+        from browserbase import Browserbase, NotFoundError\n\
+        bb = Browserbase(api_key=sys.argv[1], base_url=sys.argv[2])\n\
+        ext = bb.extensions.create(file=open(sys.argv[3], 'rb'))\n\
+        got = bb.extensions.retrieve(ext.id)\n\
+        bb.extensions.delete(ext.id)\n\
+        try:\n    bb.extensions.retrieve(ext.id); after = 200\n\
+        except NotFoundError:\n    after = 404\n\
+        print(json.dumps({'ext': ext.to_dict(), 'got': got.to_dict(), 'after': after}))\n";
+    let out = std::process::Command::new(wallcrawler_testkit::repo_root().join(".venv/bin/python"))
+        .args(["-c", SCRIPT, &s.key, &s.base])
+        .arg(&zip_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = r["ext"]["id"].as_str().unwrap();
+    assert!(id.starts_with("ext_"), "{r}");
+    assert_eq!(r["ext"]["fileName"], "py-mark.zip", "{r}");
+    assert_eq!(r["ext"]["projectId"], s.project.as_str(), "{r}");
+    assert_eq!(r["got"], r["ext"], "{r}");
+    assert_eq!(r["after"], 404, "{r}");
+    assert!(
+        !s.dir()
+            .join("contexts/extensions")
+            .join(&s.project)
+            .read_dir()
+            .unwrap()
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "zip")),
+        "the archive is removed with its only record"
+    );
+    s.stop();
+}
+
 /// The stock SDK pages through more sessions than one page with its paging parameters, and a
 /// tampered cursor is refused with a 400 (the sessions are written where the platform keeps
 /// them: no controller runs).
