@@ -137,6 +137,10 @@ settings_group! {
         contexts_dir = CONTEXTS_DIR,
         /// true = upload the profile on shutdown [default: false].
         context_persist = CONTEXT_PERSIST,
+        /// S3 bucket of session files (files/<projectId>/<sessionId>/…) [default: the contexts bucket or directory, when set].
+        files_bucket_name = FILES_BUCKET_NAME,
+        /// Directory of session files at <dir>/files/…, instead of the bucket (local platform).
+        files_dir = FILES_DIR,
         /// Proxy listen port [default: 9223].
         cdp_proxy_port = CDP_PROXY_PORT,
         /// Proxy listen address; 127.0.0.1 keeps it on this machine (local platform) [default: 0.0.0.0].
@@ -533,6 +537,9 @@ pub struct RunConfig {
     pub context: ContextSource,
     /// `CONTEXT_PERSIST`: upload the profile at the end.
     pub context_persist: bool,
+    /// `FILES_BUCKET_NAME` or `FILES_DIR`: where the session's files (uploads) are read from;
+    /// unset, the pool's or the context's archive place.
+    pub files: ArchivePlace,
     /// `PUBLIC_IP`: the address to announce instead of discovering one.
     pub public_ip: Option<std::net::IpAddr>,
     /// `PUBLIC_IP_REQUIRED`: announce the task interface's public address (EC2) or fail.
@@ -914,6 +921,7 @@ impl RunConfig {
             );
         }
         let (context, context_persist) = context_of_run(&mut r, pool.is_some());
+        let files = files_place(&mut r, pool.as_ref(), &context);
         let public_ip = r.parse(PUBLIC_IP, "an IP address");
         let keep_alive = r.boolean(KEEP_ALIVE, false);
         let expires_at = r.parse::<u64>(SESSION_EXPIRES_AT, "unix seconds");
@@ -948,6 +956,7 @@ impl RunConfig {
             store,
             context,
             context_persist,
+            files,
             public_ip,
             public_ip_required,
             keep_alive,
@@ -971,6 +980,21 @@ fn session_store(r: &mut Reader<'_>) -> SessionStoreConfig {
         (Some(t), _) => SessionStoreConfig::Table(t),
         (_, Some(d)) => SessionStoreConfig::Directory(PathBuf::from(d)),
         (None, None) => SessionStoreConfig::None,
+    }
+}
+
+/// Where the session's files live: `FILES_BUCKET_NAME` or `FILES_DIR`, else where the pool's
+/// or the context's archives are (the same bucket on AWS, the data directory locally).
+fn files_place(r: &mut Reader<'_>, pool: Option<&PoolConfig>, context: &ContextSource) -> ArchivePlace {
+    match r.exclusive(FILES_BUCKET_NAME, FILES_DIR) {
+        (Some(b), _) => ArchivePlace::Bucket(b),
+        (_, Some(d)) => ArchivePlace::Directory(PathBuf::from(d)),
+        (None, None) => match (pool, context) {
+            (Some(p), _) => p.archives.clone(),
+            (None, ContextSource::Bucket { bucket, .. }) => ArchivePlace::Bucket(bucket.clone()),
+            (None, ContextSource::Directory { dir, .. }) => ArchivePlace::Directory(dir.clone()),
+            (None, ContextSource::None) => ArchivePlace::None,
+        },
     }
 }
 

@@ -48,6 +48,7 @@ pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
         archives: pool
             .and_then(|p| pool_archives(&p.archives, sdk))
             .or_else(|| context_archives(&c.context, sdk)),
+        files: pool_archives(&c.files, sdk),
         secrets: match (&c.auth.key, sdk) {
             (KeyConfig::SecretArn(arn), Some(sdk)) => Some(Arc::new(aws::SecretsManagerSecret(
                 SecretsManagerKeys::new(sdk, arn),
@@ -71,6 +72,7 @@ fn needs_aws(c: &RunConfig) -> bool {
         || c.pool.as_ref().is_some_and(|p| {
             matches!(p.queue, PoolQueue::Sqs(_)) || matches!(p.archives, ArchivePlace::Bucket(_))
         })
+        || matches!(c.files, ArchivePlace::Bucket(_))
         || matches!(c.auth.key, KeyConfig::SecretArn(_))
         || needs_ec2(c)
 }
@@ -108,6 +110,7 @@ fn context_archives(
     }
 }
 
+/// The store at `place` (a pool's archives, or the session files).
 fn pool_archives(place: &ArchivePlace, sdk: Option<&SdkConfig>) -> Option<Arc<dyn ArchiveStore>> {
     match (place, sdk) {
         (ArchivePlace::Bucket(bucket), Some(sdk)) => {

@@ -57,8 +57,53 @@ pub fn upload_key(project_id: &str, session_id: &str, name: &str) -> String {
     )
 }
 
+/// The longest uploaded file's name (bytes): what Linux file systems take.
+pub const MAX_UPLOAD_NAME_BYTES: usize = 255;
+
+/// Why `name` cannot be an uploaded file's name, if it cannot: it must be one path component
+/// (not empty, not `.` or `..`, no `/` or `\`), without NUL or other control characters,
+/// at most [`MAX_UPLOAD_NAME_BYTES`] bytes. The API refuses such names; the controller never
+/// fetches one.
+pub fn upload_name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("the file has no name")
+    } else if name == "." || name == ".." {
+        Some("the file name cannot be . or ..")
+    } else if name.contains(['/', '\\']) {
+        Some("the file name must be one path component (no / or \\)")
+    } else if name.chars().any(char::is_control) {
+        Some("the file name cannot contain NUL or other control characters")
+    } else if name.len() > MAX_UPLOAD_NAME_BYTES {
+        Some("the file name is longer than 255 bytes")
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn upload_names_are_one_path_component() {
+        use super::upload_name_problem as problem;
+        assert_eq!(problem("report 2026.csv"), None);
+        assert_eq!(problem(".env"), None);
+        for (bad, why) in [
+            ("", "no name"),
+            ("..", ". or .."),
+            (".", ". or .."),
+            ("../../x", "one path component"),
+            ("/etc/passwd", "one path component"),
+            ("a\\b", "one path component"),
+            ("a\u{0}b", "control"),
+            ("a\nb", "control"),
+        ] {
+            let e = problem(bad).unwrap();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        assert!(problem(&"x".repeat(256)).is_some());
+        assert!(problem(&"x".repeat(255)).is_none());
+    }
+
     #[test]
     fn key_layout() {
         assert_eq!(

@@ -30,6 +30,11 @@ pub const CONTEXT_ID: &str = "CONTEXT_ID";
 pub const CONTEXTS_BUCKET_NAME: &str = "CONTEXTS_BUCKET_NAME";
 /// The local platform's directory of context profiles (instead of the bucket).
 pub const CONTEXTS_DIR: &str = "CONTEXTS_DIR";
+/// The S3 bucket of session files (`files/<projectId>/<sessionId>/…`: uploads for the browser,
+/// its downloads); unset: the contexts bucket or directory, when one is set.
+pub const FILES_BUCKET_NAME: &str = "FILES_BUCKET_NAME";
+/// The local platform's directory of session files (instead of the bucket).
+pub const FILES_DIR: &str = "FILES_DIR";
 /// The profile archive's key, when it is not the context's default.
 pub const CONTEXT_S3_KEY: &str = "CONTEXT_S3_KEY";
 /// `true`: upload the profile again when the session ends.

@@ -14,6 +14,8 @@
 //! - [`handlers`] and [`router`]: the endpoints, one router for every deployment.
 //! - [`extensions`]: the extensions API (archives checked, kept per project by content) and
 //!   the lookup of a create's `extensionId`.
+//! - [`uploads`]: session uploads (files stored for the session's browser, which its
+//!   controller fetches when a client names them).
 //! - [`cursor`]: the tamper-evident paging cursor of `GET /v1/sessions`.
 //! - [`metadata`]: `userMetadata`'s bounds and Browserbase's metadata query (`q`).
 //! - [`usage`]: projects' usage as a running total, each session counted once.
@@ -50,4 +52,5 @@ pub mod router;
 pub mod rules;
 pub mod stores;
 pub mod sweep;
+pub mod uploads;
 pub mod usage;

@@ -506,7 +506,8 @@ mod tests {
                 "PROJECT_ID",
                 "SESSIONS_TABLE_NAME",
                 "CDP_PROXY_PORT",
-                "WALLCRAWLER_JWT_SIGNING_SECRET_ARN"
+                "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+                "FILES_BUCKET_NAME"
             ]
         );
         spec.context = Some(("ctx_1".into(), "proj_1/ctx_1/profile.tar.gz".into(), true));

@@ -32,6 +32,11 @@ pub fn controller_environment(cfg: &Config, spec: &LaunchSpec) -> Vec<(String, S
             task_env::SIGNING_SECRET_ARN.into(),
             cfg.signing_secret_arn.clone(),
         ),
+        // Session files (uploads) live in the contexts bucket, with or without a context.
+        (
+            task_env::FILES_BUCKET_NAME.into(),
+            cfg.contexts_bucket.clone(),
+        ),
     ];
     if let Some((context_id, key, persist)) = &spec.context {
         env.extend([

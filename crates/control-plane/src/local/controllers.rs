@@ -113,6 +113,8 @@ impl Controllers {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", std::env::var_os("HOME").unwrap_or_default())
             .env(task_env::SESSIONS_DIR, self.data_dir.join("sessions"))
+            // Session files (uploads) live beside the contexts, as in the bucket.
+            .env(task_env::FILES_DIR, self.data_dir.join("contexts"))
             .env(task_env::SIGNING_KEY, &self.signing_key)
             .env(task_env::CDP_PROXY_PORT, "0")
             .env(task_env::CDP_PROXY_HOST, "127.0.0.1")
