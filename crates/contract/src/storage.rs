@@ -48,13 +48,31 @@ pub fn download_key(project_id: &str, session_id: &str, name: &str) -> String {
     )
 }
 
-/// `files/<projectId>/<sessionId>/uploads/<name>`: a file uploaded for the session's browser
-/// (`name` sanitised, one path component).
+/// `files/<projectId>/<sessionId>/uploads/<escaped name>`: a file uploaded for the session's
+/// browser (`name` one path component, see [`upload_name_problem`]), escaped by
+/// [`key_segment`] so that any file name makes a key both S3 and the data directory's store
+/// take.
 pub fn upload_key(project_id: &str, session_id: &str, name: &str) -> String {
     format!(
-        "{}uploads/{name}",
-        session_files_prefix(project_id, session_id)
+        "{}uploads/{}",
+        session_files_prefix(project_id, session_id),
+        key_segment(name)
     )
+}
+
+/// `name` as one key segment of `A-Z a-z 0-9 . -` and `_`: every other byte (of its UTF-8), and
+/// `_` itself, as `_XX` (upper-case hex). Reversible, and never `.` or `..` for a name that
+/// is neither.
+pub fn key_segment(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'.' || b == b'-' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("_{b:02X}"));
+        }
+    }
+    out
 }
 
 /// The longest uploaded file's name (bytes): what Linux file systems take.
@@ -117,6 +135,10 @@ mod tests {
         assert_eq!(
             super::upload_key("proj_1", "s_2", "b.txt"),
             "files/proj_1/s_2/uploads/b.txt"
+        );
+        assert_eq!(
+            super::upload_key("proj_1", "s_2", "my_file (1).é"),
+            "files/proj_1/s_2/uploads/my_5Ffile_20_281_29._C3_A9"
         );
         let h = "ab".repeat(32);
         let k = super::extension_key("proj_1", &h);

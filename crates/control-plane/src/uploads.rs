@@ -11,8 +11,9 @@
 //!
 //! Rules, each refused with its reason:
 //!
-//! - the session is the caller's project's (another's is a 404 like a missing one) and READY
-//!   (a pending one has no `uploadsDir` yet and an ended one no browser: 409);
+//! - the session is the caller's project's (another's is a 404 like a missing one) and its
+//!   browser is up: a session still starting is waited for (bounded by the create's wait; it
+//!   has no `uploadsDir` before READY), an ended one has no browser (409);
 //! - the file's name is one path component, kept as given (never rewritten: the client uses
 //!   the path it is answered): not empty, not `.` or `..`, no `/` or `\`, no NUL or other
 //!   control character, at most 255 bytes (400; [`upload_name_problem`]);
@@ -29,10 +30,12 @@ use axum::extract::multipart::MultipartRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use tokio::time::Instant;
 use tracing::info;
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::storage::{upload_key, upload_name_problem};
 
+use crate::app::App;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extensions::{MAX_ARCHIVE_BYTES, file_part};
@@ -52,22 +55,39 @@ fn too_large() -> ApiError {
     )
 }
 
-/// The session's `uploadsDir`, if files can be uploaded to it now: READY, not ended.
-fn live_uploads_dir(s: &SessionDoc) -> Result<&str, ApiError> {
+/// The session's `uploadsDir`: `Ok(None)` while it is starting, a 409 once it has ended.
+fn uploads_dir(s: &SessionDoc) -> Result<Option<&str>, ApiError> {
     let id = &s.session_id;
     if s.ended_at.is_some() || s.internal().is_some_and(|st| st.is_terminal()) {
         return Err(ApiError::conflict(format!(
             "session {id} has ended: files can only be uploaded to a running session"
         )));
     }
-    s.uploads_dir
-        .as_deref()
-        .filter(|_| !s.pending())
-        .ok_or_else(|| {
-            ApiError::conflict(format!(
-                "session {id} is not running yet: upload once its status is RUNNING"
-            ))
-        })
+    Ok(s.uploads_dir.as_deref().filter(|_| !s.pending()))
+}
+
+/// The session's `uploadsDir` once its browser is up. Behind the connect gateway a session is
+/// shown RUNNING from its create on, so a client may upload while its browser is starting:
+/// the item is read again (as the create does) until READY, for at most the create's wait.
+async fn live_uploads_dir(app: &App, mut s: SessionDoc) -> Result<String, ApiError> {
+    let deadline = Instant::now() + app.settings.create_wait;
+    loop {
+        if let Some(dir) = uploads_dir(&s)? {
+            return Ok(dir.to_owned());
+        }
+        if !s.pending() || Instant::now() + app.settings.poll_every >= deadline {
+            return Err(ApiError::conflict(format!(
+                "session {} is not running yet: upload once its browser is up",
+                s.session_id
+            )));
+        }
+        tokio::time::sleep(app.settings.poll_every).await;
+        s = app
+            .sessions
+            .get(&s.session_id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("session {} not found", s.session_id)))?;
+    }
 }
 
 /// `POST /v1/sessions/{id}/uploads`: a multipart `file`, stored for the session's browser.
@@ -79,7 +99,7 @@ pub async fn create_upload(
 ) -> Result<Response, ApiError> {
     let (app, p) = caller.into_parts();
     let session = own_session(&app, &p, &id).await?;
-    let dir = live_uploads_dir(&session)?;
+    let dir = live_uploads_dir(&app, session.clone()).await?;
     let form = form.map_err(|e| {
         ApiError::bad_request(format!(
             "POST /v1/sessions/{{id}}/uploads takes a multipart/form-data body with a \"file\": {}",
