@@ -1,5 +1,6 @@
 // uploads.mjs --base <baseURL> --key <apiKey> --project <projectId> --session <id>
 //             --connect <connectUrl> --file <path> --also <path given by another upload>
+// uploads.mjs --connect <connectUrl> --paths <path,...>   (only what the page reads of each)
 //
 // Files into a session's browser with the stock Browserbase SDK and Puppeteer, as users do:
 // `sessions.uploads.create(id, { file })` of --file (multipart `file`), then Puppeteer's
@@ -41,20 +42,14 @@ async function refusal(f) {
   }
 }
 
-run(async (args) => {
-  const { default: Browserbase, toFile } = await import("@browserbasehq/sdk");
-  const bb = new Browserbase({ apiKey: requireArg(args, "key"), baseURL: requireArg(args, "base"), maxRetries: 0, timeout: 60000 });
-  const id = requireArg(args, "session");
-  const projectId = requireArg(args, "project");
-  const upload = await bb.sessions.uploads.create(id, { file: fs.createReadStream(requireArg(args, "file")) });
-
-  const browser = await puppeteer.connect({ browserWSEndpoint: requireArg(args, "connect"), defaultViewport: null });
+/** Puppeteer on `url` sets each of `paths` on a file input in turn: what the page read. */
+async function readThrough(url, paths) {
+  const browser = await puppeteer.connect({ browserWSEndpoint: url, defaultViewport: null });
   const page = await browser.newPage();
   await page.goto(PAGE);
   const input = await page.$("#f");
-  const missing = upload.path.replace(/[^/]*$/, "never-uploaded.txt");
   const read = {};
-  for (const [what, path] of [["node", upload.path], ["also", requireArg(args, "also")], ["missing", missing]]) {
+  for (const [what, path] of Object.entries(paths)) {
     let error = null;
     try {
       await input.uploadFile(path);
@@ -66,6 +61,24 @@ run(async (args) => {
   }
   await page.close();
   await browser.disconnect();
+  return read;
+}
+
+run(async (args) => {
+  // --connect <url> --paths <p1,p2,…> alone: only what the page reads of each path.
+  if (args.paths) {
+    const paths = Object.fromEntries(args.paths.split(",").map((p, i) => [String(i), p]));
+    return { read: await readThrough(requireArg(args, "connect"), paths) };
+  }
+  const { default: Browserbase, toFile } = await import("@browserbasehq/sdk");
+  const bb = new Browserbase({ apiKey: requireArg(args, "key"), baseURL: requireArg(args, "base"), maxRetries: 0, timeout: 60000 });
+  const id = requireArg(args, "session");
+  const projectId = requireArg(args, "project");
+  const upload = await bb.sessions.uploads.create(id, { file: fs.createReadStream(requireArg(args, "file")) });
+
+  const missing = upload.path.replace(/[^/]*$/, "never-uploaded.txt");
+  const read = await readThrough(requireArg(args, "connect"),
+    { node: upload.path, also: requireArg(args, "also"), missing });
 
   const oversized = await refusal(async () =>
     bb.sessions.uploads.create(id, { file: await toFile(Buffer.alloc(LIMIT + 1, 7), "big.bin") }));

@@ -68,6 +68,7 @@ mod scale;
 
 /// Extension archives in the contexts bucket: under the project's prefix, removed by a delete.
 mod extensions;
+mod uploads;
 
 /// A create body asking for context `id`, persisting or not (`None`: no `persist` field).
 fn with_context(id: &str, persist: Option<bool>) -> Value {
