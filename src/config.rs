@@ -920,8 +920,7 @@ impl RunConfig {
                     .to_owned(),
             );
         }
-        let (context, context_persist) = context_of_run(&mut r, pool.is_some());
-        let files = files_place(&mut r, pool.as_ref(), &context);
+        let (context, context_persist, files) = context_of_run(&mut r, pool.as_ref());
         let public_ip = r.parse(PUBLIC_IP, "an IP address");
         let keep_alive = r.boolean(KEEP_ALIVE, false);
         let expires_at = r.parse::<u64>(SESSION_EXPIRES_AT, "unix seconds");
@@ -985,7 +984,11 @@ fn session_store(r: &mut Reader<'_>) -> SessionStoreConfig {
 
 /// Where the session's files live: `FILES_BUCKET_NAME` or `FILES_DIR`, else where the pool's
 /// or the context's archives are (the same bucket on AWS, the data directory locally).
-fn files_place(r: &mut Reader<'_>, pool: Option<&PoolConfig>, context: &ContextSource) -> ArchivePlace {
+fn files_place(
+    r: &mut Reader<'_>,
+    pool: Option<&PoolConfig>,
+    context: &ContextSource,
+) -> ArchivePlace {
     match r.exclusive(FILES_BUCKET_NAME, FILES_DIR) {
         (Some(b), _) => ArchivePlace::Bucket(b),
         (_, Some(d)) => ArchivePlace::Directory(PathBuf::from(d)),
@@ -998,10 +1001,13 @@ fn files_place(r: &mut Reader<'_>, pool: Option<&PoolConfig>, context: &ContextS
     }
 }
 
-/// The profile a `run` starts from (none in pool mode: each claim names it), and whether it
-/// is uploaded at the end.
-fn context_of_run(r: &mut Reader<'_>, pool: bool) -> (ContextSource, bool) {
-    let context = if pool {
+/// The profile a `run` starts from (none in pool mode: each claim names it), whether it is
+/// uploaded at the end, and where the session's files live ([`files_place`]).
+fn context_of_run(
+    r: &mut Reader<'_>,
+    pool: Option<&PoolConfig>,
+) -> (ContextSource, bool, ArchivePlace) {
+    let context = if pool.is_some() {
         ContextSource::None
     } else {
         context_source(r)
@@ -1010,7 +1016,8 @@ fn context_of_run(r: &mut Reader<'_>, pool: bool) -> (ContextSource, bool) {
     if persist && context == ContextSource::None {
         r.errors.push("CONTEXT_PERSIST=true needs a context (CONTEXT_ID, CONTEXTS_BUCKET_NAME or CONTEXTS_DIR, CONTEXT_S3_KEY)".to_owned());
     }
-    (context, persist)
+    let files = files_place(r, pool, &context);
+    (context, persist, files)
 }
 
 fn pool_queue(r: &mut Reader<'_>) -> Option<PoolQueue> {
@@ -1603,6 +1610,37 @@ mod tests {
             ],
         );
         assert_eq!(e.0.len(), 7);
+    }
+
+    #[test]
+    fn session_files_live_where_named_else_with_the_archives() {
+        let base = [("SESSION_ID", "s"), ("WALLCRAWLER_JWT_SIGNING_KEY", "k")];
+        let files = |more: &[(&'static str, &'static str)]| {
+            let mut m = map(&base);
+            m.extend(map(more));
+            RunConfig::from_settings(&m).map(|c| c.files)
+        };
+        assert_eq!(files(&[]).unwrap(), ArchivePlace::None);
+        assert_eq!(
+            files(&[("FILES_DIR", "/d")]).unwrap(),
+            ArchivePlace::Directory("/d".into())
+        );
+        assert_eq!(
+            files(&[("FILES_BUCKET_NAME", "b")]).unwrap(),
+            ArchivePlace::Bucket("b".into())
+        );
+        let context = [
+            ("CONTEXT_ID", "c"),
+            ("CONTEXTS_BUCKET_NAME", "ctx"),
+            ("CONTEXT_S3_KEY", "p/c/profile.tar.gz"),
+        ];
+        assert_eq!(files(&context).unwrap(), ArchivePlace::Bucket("ctx".into()));
+        assert!(
+            files(&[("FILES_DIR", "/d"), ("FILES_BUCKET_NAME", "b")])
+                .unwrap_err()
+                .to_string()
+                .contains("not both")
+        );
     }
 
     #[test]

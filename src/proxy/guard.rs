@@ -18,7 +18,10 @@
 //! | everything else | forwarded (no other command of that protocol names a local path: `Tracing.start` and `Page.captureSnapshot` answer through streams, not files) |
 //!
 //! Paths are checked canonicalised: absolute, no `..` component, every symlink resolved, and
-//! the result strictly inside a directory; a path that does not exist is refused. A message
+//! the result strictly inside a directory; a path that does not exist is refused. One named
+//! directly in the uploads directory and not there yet is first asked of the session's
+//! [`FetchUpload`] (an upload the API stored, brought down on first use by the session's
+//! uploads fetcher); the check then runs on what is there. A message
 //! that mentions none of these names and has no JSON escape cannot be one of these commands
 //! whatever parser reads it, so it is forwarded unparsed; one that does and that serde cannot
 //! read as a JSON object (Chrome refuses those too) is [`Verdict::Unreadable`].

@@ -16,6 +16,9 @@
 //! `endedAt` — all within the shutdown budget. Chrome closing itself cleanly after client
 //! traffic (a close the proxy could not inspect) ends the same way, except that the session
 //! cookies went with it: the on-disk profile is saved.
+//!
+//! While serving, the session's uploads are brought to the browser's disk when a client first
+//! names them ([`uploads`]); READY carries the directory they go to (`uploadsDir`).
 
 mod ending;
 mod ready;

@@ -190,7 +190,9 @@ mod tests {
         put(root.path(), &upload_key("proj_1", "s_1", "a.txt"), b"hello");
         put(root.path(), &upload_key("proj_2", "s_1", "b.txt"), b"other");
         let run = |name: &'static str, dir: std::path::PathBuf, up: Arc<StoreUploads>| {
-            std::thread::spawn(move || up.fetch(name, &dir)).join().unwrap()
+            std::thread::spawn(move || up.fetch(name, &dir))
+                .join()
+                .unwrap()
         };
         let up = Arc::new(up);
         // Unbound: nothing.
@@ -198,7 +200,10 @@ mod tests {
         up.bind("proj_1", "s_1");
         assert!(run("a.txt", dir.clone(), up.clone()));
         assert_eq!(std::fs::read(dir.join("a.txt")).unwrap(), b"hello");
-        let mode = std::fs::metadata(dir.join("a.txt")).unwrap().permissions().mode();
+        let mode = std::fs::metadata(dir.join("a.txt"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o644);
         // Another project's object, a missing one, a name that is a path: nothing.
         assert!(!run("b.txt", dir.clone(), up.clone()));

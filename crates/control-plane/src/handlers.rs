@@ -500,7 +500,11 @@ fn owned<T: Owned>(p: &Principal, id: &str, found: Option<T>) -> Result<T, ApiEr
 }
 
 /// The session, if it belongs to the caller's project.
-pub(crate) async fn own_session(app: &App, p: &Principal, id: &str) -> Result<SessionDoc, ApiError> {
+pub(crate) async fn own_session(
+    app: &App,
+    p: &Principal,
+    id: &str,
+) -> Result<SessionDoc, ApiError> {
     let id = checked_id(SessionDoc::WHAT, id)?;
     owned(p, id, app.sessions.get(id).await?)
 }

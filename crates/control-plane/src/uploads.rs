@@ -82,11 +82,10 @@ async fn live_uploads_dir(app: &App, mut s: SessionDoc) -> Result<String, ApiErr
             )));
         }
         tokio::time::sleep(app.settings.poll_every).await;
-        s = app
-            .sessions
-            .get(&s.session_id)
-            .await?
-            .ok_or_else(|| ApiError::not_found(format!("session {} not found", s.session_id)))?;
+        s =
+            app.sessions.get(&s.session_id).await?.ok_or_else(|| {
+                ApiError::not_found(format!("session {} not found", s.session_id))
+            })?;
     }
 }
 

@@ -1601,7 +1601,10 @@ fn uploads_reach_the_browser_by_the_returned_path(s: &Server) {
     );
     let sid = py["session"]["id"].as_str().unwrap().to_owned();
     let py_path = py["upload"]["path"].as_str().unwrap().to_owned();
-    assert_eq!(py["upload"]["message"], "File uploaded successfully", "{py}");
+    assert_eq!(
+        py["upload"]["message"], "File uploaded successfully",
+        "{py}"
+    );
     assert!(py_path.ends_with("-files/uploads/from python.bin"), "{py}");
     assert_eq!(py["dotdot"]["status"], 400, "{py}");
     let why = |v: &serde_json::Value| v["message"].as_str().unwrap_or("").to_owned();
@@ -1615,7 +1618,11 @@ fn uploads_reach_the_browser_by_the_returned_path(s: &Server) {
     let stored = s
         .dir()
         .join("contexts")
-        .join(wallcrawler_contract::storage::upload_key(&s.project, &sid, "from python.bin"));
+        .join(wallcrawler_contract::storage::upload_key(
+            &s.project,
+            &sid,
+            "from python.bin",
+        ));
     assert_eq!(std::fs::read(&stored).unwrap(), py_bytes);
 
     let r = node::command("uploads.mjs")

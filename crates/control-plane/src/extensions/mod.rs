@@ -193,8 +193,12 @@ pub(crate) async fn file_part(
 
 /// The multipart `file` field: its file name and bytes.
 async fn file_field(form: Multipart) -> Result<(String, Bytes), ApiError> {
-    let (name, bytes) = file_part(form, MAX_ARCHIVE_BYTES, too_large, "the extension's zip").await?;
-    Ok((shown_name(name.as_deref().unwrap_or("extension.zip")), bytes))
+    let (name, bytes) =
+        file_part(form, MAX_ARCHIVE_BYTES, too_large, "the extension's zip").await?;
+    Ok((
+        shown_name(name.as_deref().unwrap_or("extension.zip")),
+        bytes,
+    ))
 }
 
 /// The client's file name as shown back: its last path component, printable, at most 255
