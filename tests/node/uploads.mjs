@@ -11,27 +11,9 @@
 
 import fs from "node:fs";
 import http from "node:http";
-import puppeteer from "puppeteer-core";
-import { requireArg, run } from "./lib.mjs";
+import { readThrough, requireArg, run } from "./lib.mjs";
 
-const PAGE = "data:text/html,<input type=file id=f>";
 const LIMIT = 4 * 1024 * 1024;
-
-/** The page's file input's files, read by FileReader: [{name, base64}]. */
-const READ_FILES = `(async () => {
-  const out = [];
-  for (const f of document.getElementById('f').files) {
-    const buf = await new Promise((ok, no) => {
-      const r = new FileReader();
-      r.onload = () => ok(r.result);
-      r.onerror = () => no(r.error);
-      r.readAsArrayBuffer(f);
-    }).catch(() => null);
-    const bytes = buf ? Array.from(new Uint8Array(buf), (b) => String.fromCharCode(b)).join('') : null;
-    out.push({ name: f.name, base64: bytes === null ? null : btoa(bytes) });
-  }
-  return JSON.stringify(out);
-})()`;
 
 async function refusal(f) {
   try {
@@ -40,28 +22,6 @@ async function refusal(f) {
   } catch (e) {
     return { status: e.status, message: e.error?.message ?? e.message };
   }
-}
-
-/** Puppeteer on `url` sets each of `paths` on a file input in turn: what the page read. */
-async function readThrough(url, paths) {
-  const browser = await puppeteer.connect({ browserWSEndpoint: url, defaultViewport: null });
-  const page = await browser.newPage();
-  await page.goto(PAGE);
-  const input = await page.$("#f");
-  const read = {};
-  for (const [what, path] of Object.entries(paths)) {
-    let error = null;
-    try {
-      await input.uploadFile(path);
-    } catch (e) {
-      error = String(e.message || e);
-    }
-    read[what] = { error, files: JSON.parse(await page.evaluate(READ_FILES)) };
-    await page.evaluate(() => { document.getElementById("f").value = ""; });
-  }
-  await page.close();
-  await browser.disconnect();
-  return read;
 }
 
 run(async (args) => {

@@ -2,36 +2,13 @@
 //! session's prefix (`files/<projectId>/<sessionId>/uploads/`), and the answer names its path
 //! in the item's `uploadsDir`; another project's session is a 404 and nothing is written.
 
-use axum::body::Body;
-use axum::http::Request;
-use http_body_util::BodyExt;
-use tower::ServiceExt;
 use wallcrawler_contract::storage::{session_files_prefix, upload_key};
 
 use super::*;
 
-const BOUNDARY: &str = "----wallcrawler-moto-uploads";
-
 /// `POST /v1/sessions/{id}/uploads` of one `file` named `name`: the status and JSON answer.
 async fn upload(f: &Fixture, id: &str, name: &str, bytes: &[u8]) -> (StatusCode, Value) {
-    let mut body = format!(
-        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
-    )
-    .into_bytes();
-    body.extend_from_slice(bytes);
-    body.extend_from_slice(format!("\r\n--{BOUNDARY}--\r\n").as_bytes());
-    let req = Request::post(format!("/v1/sessions/{id}/uploads"))
-        .header("x-wc-api-key", &f.api_key)
-        .header(
-            "content-type",
-            format!("multipart/form-data; boundary={BOUNDARY}"),
-        )
-        .body(Body::from(body))
-        .unwrap();
-    let resp = f.router.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap())
+    super::extensions::post_file(f, &format!("/v1/sessions/{id}/uploads"), name, bytes).await
 }
 
 /// A READY session of `project` whose controller announced `/srv/up` as its uploads directory.
