@@ -290,6 +290,11 @@ impl Session {
         self.serving.proxy.bind_session(session_id, project_id)
     }
 
+    /// Where the session's uploads are brought for the browser (canonical), if anywhere.
+    pub fn uploads_dir(&self) -> Option<&std::path::Path> {
+        self.serving.proxy.uploads_dir()
+    }
+
     /// The claimed session's idle timeout and expiry.
     pub fn set_lifecycle(&mut self, idle: Option<IdlePolicy>, expires_at: Option<u64>) {
         self.idle = idle;

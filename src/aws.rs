@@ -297,6 +297,10 @@ impl SessionStore for DynamoSessions {
             set.push("ecsTaskArn = :arn");
             req = req.expression_attribute_values(":arn", s(arn));
         }
+        if let Some(dir) = &u.uploads_dir {
+            set.push("uploadsDir = :up");
+            req = req.expression_attribute_values(":up", s(dir));
+        }
         if let Some(url) = &u.connect_url {
             // Behind the connect gateway the item has the gateway's URL from the create on.
             set.push("connectUrl = if_not_exists(connectUrl, :url)");

@@ -165,9 +165,9 @@ settings_group! {
         profile_max_bytes = PROFILE_MAX_BYTES,
         /// Most entries in a profile archive [default: 100000].
         profile_max_entries = PROFILE_MAX_ENTRIES,
-        /// S3 bucket where the session's downloads are stored, under files/<projectId>/<sessionId>/downloads/ (the contexts bucket) [default: downloads are not stored].
+        /// S3 bucket of the session's files: its downloads are stored and its uploads read under files/<projectId>/<sessionId>/ (the contexts bucket) [default: the pool's or the context's bucket or directory, when set; else downloads are not stored and uploads not found].
         files_bucket_name = FILES_BUCKET_NAME,
-        /// Directory where the session's downloads are stored (local platform), instead of FILES_BUCKET_NAME.
+        /// Directory of the session's files at <dir>/files/… (local platform), instead of FILES_BUCKET_NAME.
         files_dir = FILES_DIR,
         /// Most bytes of downloads stored per session; a download that would pass it is cancelled in the browser and not stored [default: 524288000].
         downloads_max_bytes = DOWNLOADS_MAX_BYTES,
@@ -554,6 +554,9 @@ pub struct RunConfig {
     pub context_persist: bool,
     /// `EXTENSION_S3_KEY` (a single-session task; a pool controller's comes with its claim).
     pub extension: Option<ExtensionSource>,
+    /// `FILES_BUCKET_NAME` or `FILES_DIR`: where the session's files live (downloads stored,
+    /// uploads read); unset, the pool's or the context's archive place.
+    pub files: ArchivePlace,
     /// `PUBLIC_IP`: the address to announce instead of discovering one.
     pub public_ip: Option<std::net::IpAddr>,
     /// `PUBLIC_IP_REQUIRED`: announce the task interface's public address (EC2) or fail.
@@ -566,7 +569,7 @@ pub struct RunConfig {
     pub profile_max_bytes: u64,
     /// `PROFILE_MAX_ENTRIES`: the most entries a profile archive may have.
     pub profile_max_entries: u64,
-    /// Where the session's downloads go, and their caps.
+    /// The session's downloads' caps.
     pub downloads: DownloadSettings,
     /// `SHUTDOWN_BUDGET_SECONDS`: the whole end sequence, upload included.
     pub shutdown_budget: Duration,
@@ -584,11 +587,9 @@ pub struct RunConfig {
     pub background_nice: Option<i32>,
 }
 
-/// Where a session's downloads are stored, and how much of them.
+/// How much of a session's downloads is stored (where: [`RunConfig::files`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DownloadSettings {
-    /// `FILES_BUCKET_NAME` or `FILES_DIR` (neither: downloads are not stored).
-    pub place: ArchivePlace,
     /// `DOWNLOADS_MAX_BYTES`: the most bytes stored per session.
     pub max_bytes: u64,
     /// `DOWNLOADS_MAX_FILES`: the most files stored per session.
@@ -603,14 +604,9 @@ fn background_nice(r: &mut Reader<'_>) -> Option<i32> {
     }
 }
 
-/// The downloads' place and caps.
+/// The downloads' caps.
 fn download_settings(r: &mut Reader<'_>) -> DownloadSettings {
     DownloadSettings {
-        place: match r.exclusive(FILES_BUCKET_NAME, FILES_DIR) {
-            (Some(b), _) => ArchivePlace::Bucket(b),
-            (_, Some(d)) => ArchivePlace::Directory(PathBuf::from(d)),
-            (None, None) => ArchivePlace::None,
-        },
         max_bytes: r.number(DOWNLOADS_MAX_BYTES, 500 << 20, 1, u64::MAX),
         max_files: r.number(DOWNLOADS_MAX_FILES, 100, 1, 100_000),
     }
@@ -969,6 +965,7 @@ impl RunConfig {
             );
         }
         let (context, context_persist, extension) = context_of_run(&mut r, pool.is_some(), &auth);
+        let files = files_place(&mut r, pool.as_ref(), &context);
         let public_ip = r.parse(PUBLIC_IP, "an IP address");
         let keep_alive = r.boolean(KEEP_ALIVE, false);
         let expires_at = r.parse::<u64>(SESSION_EXPIRES_AT, "unix seconds");
@@ -1002,6 +999,7 @@ impl RunConfig {
             context,
             context_persist,
             extension,
+            files,
             public_ip,
             public_ip_required,
             keep_alive,
@@ -1026,6 +1024,25 @@ fn session_store(r: &mut Reader<'_>) -> SessionStoreConfig {
         (Some(t), _) => SessionStoreConfig::Table(t),
         (_, Some(d)) => SessionStoreConfig::Directory(PathBuf::from(d)),
         (None, None) => SessionStoreConfig::None,
+    }
+}
+
+/// Where the session's files live: `FILES_BUCKET_NAME` or `FILES_DIR`, else where the pool's
+/// or the context's archives are (the same bucket on AWS, the data directory locally).
+fn files_place(
+    r: &mut Reader<'_>,
+    pool: Option<&PoolConfig>,
+    context: &ContextSource,
+) -> ArchivePlace {
+    match r.exclusive(FILES_BUCKET_NAME, FILES_DIR) {
+        (Some(b), _) => ArchivePlace::Bucket(b),
+        (_, Some(d)) => ArchivePlace::Directory(PathBuf::from(d)),
+        (None, None) => match (pool, context) {
+            (Some(p), _) => p.archives.clone(),
+            (None, ContextSource::Bucket { bucket, .. }) => ArchivePlace::Bucket(bucket.clone()),
+            (None, ContextSource::Directory { dir, .. }) => ArchivePlace::Directory(dir.clone()),
+            (None, ContextSource::None) => ArchivePlace::None,
+        },
     }
 }
 
@@ -1706,6 +1723,37 @@ mod tests {
         m.insert("PROJECT_ID", "proj_2".into());
         let e = RunConfig::from_settings(&m).unwrap_err();
         assert_lists(&e, &["EXTENSION_S3_KEY must be extensions/<PROJECT_ID>"]);
+    }
+
+    #[test]
+    fn session_files_live_where_named_else_with_the_archives() {
+        let base = [("SESSION_ID", "s"), ("WALLCRAWLER_JWT_SIGNING_KEY", "k")];
+        let files = |more: &[(&'static str, &'static str)]| {
+            let mut m = map(&base);
+            m.extend(map(more));
+            RunConfig::from_settings(&m).map(|c| c.files)
+        };
+        assert_eq!(files(&[]).unwrap(), ArchivePlace::None);
+        assert_eq!(
+            files(&[("FILES_DIR", "/d")]).unwrap(),
+            ArchivePlace::Directory("/d".into())
+        );
+        assert_eq!(
+            files(&[("FILES_BUCKET_NAME", "b")]).unwrap(),
+            ArchivePlace::Bucket("b".into())
+        );
+        let context = [
+            ("CONTEXT_ID", "c"),
+            ("CONTEXTS_BUCKET_NAME", "ctx"),
+            ("CONTEXT_S3_KEY", "p/c/profile.tar.gz"),
+        ];
+        assert_eq!(files(&context).unwrap(), ArchivePlace::Bucket("ctx".into()));
+        assert!(
+            files(&[("FILES_DIR", "/d"), ("FILES_BUCKET_NAME", "b")])
+                .unwrap_err()
+                .to_string()
+                .contains("not both")
+        );
     }
 
     #[test]

@@ -174,6 +174,9 @@ pub struct ReadyUpdate {
     pub private_ip: String,
     /// `proxyPort`: the proxy's port at that address.
     pub proxy_port: u16,
+    /// `uploadsDir`: where the session's uploads are brought on the browser's disk, when it
+    /// has such a directory (the API answers an upload with the path in it).
+    pub uploads_dir: Option<String>,
     /// When the session became ready (`readyAt`), an ISO 8601 timestamp.
     pub at: String,
 }
@@ -539,6 +542,7 @@ impl SessionStore for DirectorySessions {
                 d.public_ip = Some(u.public_ip.clone());
                 d.private_ip = Some(u.private_ip.clone());
                 d.proxy_port = Some(u.proxy_port);
+                d.uploads_dir = u.uploads_dir.clone();
                 d.ready_at = Some(u.at.clone());
                 d.updated_at = Some(u.at.clone());
                 if u.task_arn.is_some() {
@@ -648,6 +652,7 @@ mod tests {
             connect_url: None,
             private_ip: "127.0.0.1".into(),
             proxy_port: 9,
+            uploads_dir: None,
             at: "2026-01-01T00:00:01.000Z".into(),
         }
     }

@@ -104,6 +104,8 @@ fn help_documents_every_variable() {
         "CONTEXT_S3_KEY",
         "CONTEXTS_DIR",
         "CONTEXT_PERSIST",
+        "FILES_BUCKET_NAME",
+        "FILES_DIR",
         "CDP_PROXY_PORT",
         "CDP_DISCONNECT_TIMEOUT",
         "CDP_DISCONNECT_GRACE",

@@ -887,3 +887,57 @@ fn a_hostile_extension_archive_in_the_bucket_fails_the_task_with_its_reason() {
         );
     }
 }
+
+/// Uploads on AWS: an object the API stored under the session's prefix in the bucket
+/// (`FILES_BUCKET_NAME`; no context) is fetched by the task when a client names its path in
+/// the item's `uploadsDir`, and the page reads its exact bytes; a name with no object, or
+/// another session's object, gives the page nothing.
+#[test]
+fn an_upload_in_the_bucket_is_fetched_when_a_client_names_its_path() {
+    use base64::Engine as _;
+    use wallcrawler_contract::storage::upload_key;
+    let w = World::new();
+    let (id, t) = w.session("PROVISIONING", vec![]);
+    let bytes = b"col\n1\n\x00\xfe\xff end".to_vec();
+    aws::put_object(
+        &w.bucket,
+        &upload_key(PROJECT, &id, "data file.csv"),
+        bytes.clone(),
+    );
+    aws::put_object(
+        &w.bucket,
+        &upload_key(PROJECT, "sess_other", "theirs.txt"),
+        b"no".to_vec(),
+    );
+    let env = [
+        ("SESSION_ID", id.as_str()),
+        ("PROJECT_ID", PROJECT),
+        ("SESSIONS_TABLE_NAME", w.table.as_str()),
+        ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", w.secret_arn.as_str()),
+        ("FILES_BUCKET_NAME", w.bucket.as_str()),
+    ];
+    let mut c = run_task(&env);
+    let url = wait_ready(&mut c, &t);
+    let item = get_session(&w.table, &id);
+    let dir = text(&item, "uploadsDir").expect("uploadsDir written with READY");
+    let paths = [
+        format!("{dir}/data file.csv"),
+        format!("{dir}/never-uploaded.txt"),
+        format!("{dir}/theirs.txt"),
+    ];
+    let r = node(
+        "uploads.mjs",
+        &["--connect", &url, "--paths", &paths.join(",")],
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    assert_eq!(
+        r["read"]["0"]["files"],
+        serde_json::json!([{"name": "data file.csv", "base64": b64}]),
+        "{r}"
+    );
+    assert_eq!(r["read"]["1"]["files"], serde_json::json!([]), "{r}");
+    assert_eq!(r["read"]["2"]["files"], serde_json::json!([]), "{r}");
+    c.signal(Signal::SIGTERM);
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+}

@@ -66,7 +66,7 @@ pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
             _ => None,
         },
         claims,
-        files: archives_at(&c.downloads.place, sdk),
+        files: archives_at(&c.files, sdk),
     })
 }
 
@@ -80,7 +80,7 @@ fn needs_aws(c: &RunConfig) -> bool {
         || c.pool.as_ref().is_some_and(|p| {
             matches!(p.queue, PoolQueue::Sqs(_)) || matches!(p.archives, ArchivePlace::Bucket(_))
         })
-        || matches!(c.downloads.place, ArchivePlace::Bucket(_))
+        || matches!(c.files, ArchivePlace::Bucket(_))
         || matches!(c.auth.key, KeyConfig::SecretArn(_))
         || needs_ec2(c)
 }
@@ -118,7 +118,7 @@ fn context_archives(
     }
 }
 
-/// The archives at `place` (a pool's, or a task's extension's).
+/// The store at `place` (a pool's archives, a task's extension's, or the session files).
 fn archives_at(place: &ArchivePlace, sdk: Option<&SdkConfig>) -> Option<Arc<dyn ArchiveStore>> {
     match (place, sdk) {
         (ArchivePlace::Bucket(bucket), Some(sdk)) => {

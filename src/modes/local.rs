@@ -47,7 +47,7 @@ pub async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending 
             listen: SocketAddr::from(([127, 0, 0, 1], c.port)),
             metrics_addr: c.tuning.metrics_addr,
             limits: Limits {
-                files: crate::session::session_files(&chrome.user_data_dir),
+                files: crate::session::session_files(&chrome.user_data_dir, None),
                 ..Limits::from_tuning(&c.tuning)
             },
         },

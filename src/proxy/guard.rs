@@ -20,20 +20,54 @@
 //! | everything else | forwarded (no other command of that protocol names a local path: `Tracing.start` and `Page.captureSnapshot` answer through streams, not files) |
 //!
 //! Paths are checked canonicalised: absolute, no `..` component, every symlink resolved, and
-//! the result strictly inside a directory; a path that does not exist is refused. A message
+//! the result strictly inside a directory; a path that does not exist is refused. One named
+//! directly in the uploads directory and not there yet is first asked of the session's
+//! [`FetchUpload`] (an upload the API stored, brought down on first use by the session's
+//! uploads fetcher); the check then runs on what is there. A message
 //! that mentions none of these names and has no JSON escape cannot be one of these commands
 //! whatever parser reads it, so it is forwarded unparsed; one that does and that serde cannot
 //! read as a JSON object (Chrome refuses those too) is [`Verdict::Unreadable`].
 
 use std::borrow::Cow;
 use std::path::{Component, Path, PathBuf};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use memchr::memmem;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
+
+/// Brings a session's uploads onto the browser's disk: the API stores an uploaded file where
+/// the task cannot be reached, and the controller fetches it the first time a client names it.
+pub trait FetchUpload: Send + Sync {
+    /// Binds it to the session (a pool controller learns it from its claim; once).
+    fn bind(&self, project_id: &str, session_id: &str);
+    /// Writes the session's upload `name` into `dir` when its store has it (bounded in size and
+    /// time). Blocks the calling thread (the relay's) until done; whether the file is there.
+    fn fetch(&self, name: &str, dir: &Path) -> bool;
+}
+
+/// The session's [`FetchUpload`], if any (equal when it is the same one).
+#[derive(Clone, Default)]
+struct Fetcher(Option<Arc<dyn FetchUpload>>);
+
+impl std::fmt::Debug for Fetcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Fetcher" } else { "None" })
+    }
+}
+
+impl PartialEq for Fetcher {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        }
+    }
+}
+
+impl Eq for Fetcher {}
 
 /// Where a session's files may be: the only directories a client's paths may name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,6 +76,8 @@ pub struct FileRules {
     uploads: Option<PathBuf>,
     /// Canonical downloads directory (where every download lands).
     downloads: Option<PathBuf>,
+    /// Brings an upload a client names into `uploads` when it is not there yet.
+    fetcher: Fetcher,
 }
 
 impl FileRules {
@@ -50,7 +86,21 @@ impl FileRules {
         Ok(Self {
             uploads: Some(private_dir(uploads)?),
             downloads: Some(private_dir(downloads)?),
+            fetcher: Fetcher::default(),
         })
+    }
+
+    /// These rules, with uploads a client names fetched by `f` when missing.
+    pub fn fetching(mut self, f: Arc<dyn FetchUpload>) -> Self {
+        self.fetcher = Fetcher(Some(f));
+        self
+    }
+
+    /// Binds the fetcher, if any, to the session a pool controller was claimed for.
+    pub fn bind(&self, project_id: &str, session_id: &str) {
+        if let Some(f) = &self.fetcher.0 {
+            f.bind(project_id, session_id);
+        }
     }
 
     /// The default directories of a session whose profile is `user_data_dir`: beside it (not
@@ -73,11 +123,13 @@ impl FileRules {
     }
 
     /// Whether `p` names an existing file strictly inside the uploads or downloads directory.
+    /// An upload named directly in the uploads directory and not there yet is fetched first.
     pub fn allows_path(&self, p: &str) -> bool {
         let path = Path::new(p);
         if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
             return false;
         }
+        self.fetch_if_missing(path);
         let Ok(real) = std::fs::canonicalize(path) else {
             return false;
         };
@@ -85,6 +137,23 @@ impl FileRules {
             .into_iter()
             .flatten()
             .any(|root| real != *root && real.starts_with(root))
+    }
+}
+
+impl FileRules {
+    /// Fetches `path` when it names a missing file directly in the uploads directory.
+    fn fetch_if_missing(&self, path: &Path) {
+        let (Some(dir), Some(f)) = (&self.uploads, &self.fetcher.0) else {
+            return;
+        };
+        let name = path.file_name().and_then(|n| n.to_str());
+        // `symlink_metadata`: anything there already (a link included) is left to the check.
+        if let Some(name) = name
+            && path.parent() == Some(dir.as_path())
+            && path.symlink_metadata().is_err()
+        {
+            f.fetch(name, dir);
+        }
     }
 }
 

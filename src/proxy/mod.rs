@@ -212,9 +212,18 @@ impl Proxy {
         &self.metrics
     }
 
-    /// Binds the authenticator to the session a pool controller was claimed for (once).
+    /// Binds the authenticator to the session a pool controller was claimed for (once),
+    /// and the fetcher of its uploads to it.
     pub fn bind_session(&self, session_id: String, project_id: Option<String>) -> bool {
+        if let Some(p) = &project_id {
+            self.limits.files.bind(p, &session_id);
+        }
         self.auth.bind(session_id, project_id)
+    }
+
+    /// The session's uploads directory (canonical), if it has one.
+    pub fn uploads_dir(&self) -> Option<&std::path::Path> {
+        self.limits.files.uploads()
     }
 
     /// Ends every relay (shutdown).

@@ -19,11 +19,15 @@
 //! `endedAt` — all within the shutdown budget. Chrome closing itself cleanly after client
 //! traffic (a close the proxy could not inspect) ends the same way, except that the session
 //! cookies went with it: the on-disk profile is saved.
+//!
+//! While serving, the session's uploads are brought to the browser's disk when a client first
+//! names them ([`uploads`]); READY carries the directory they go to (`uploadsDir`).
 
 pub mod downloads;
 mod ending;
 mod extension;
 mod ready;
+pub mod uploads;
 mod watch;
 
 use std::path::{Path, PathBuf};
@@ -61,14 +65,15 @@ pub struct Deps {
     pub sessions: Option<Arc<dyn SessionStore>>,
     /// Where profile archives live.
     pub archives: Option<Arc<dyn ArchiveStore>>,
+    /// Where the session's files live: downloads stored (`files/<projectId>/<sessionId>/downloads/`),
+    /// uploads read (`…/uploads/`).
+    pub files: Option<Arc<dyn ArchiveStore>>,
     /// Where the signing secret comes from.
     pub secrets: Option<Arc<SecretFetcher>>,
     /// How a private address maps to a public one (direct mode).
     pub network: Option<Arc<dyn NetworkLookup>>,
     /// Pool mode: where claims come from.
     pub claims: Option<Arc<dyn ClaimQueue>>,
-    /// Where the session's downloads are stored (`files/<projectId>/<sessionId>/downloads/`).
-    pub files: Option<Arc<dyn ArchiveStore>>,
 }
 
 /// The profile a session starts from and whether it is saved at the end.
@@ -216,7 +221,7 @@ impl Run<'_> {
                 listen: std::net::SocketAddr::new(c.proxy_host, c.proxy_port),
                 metrics_addr: c.tuning.metrics_addr,
                 limits: Limits {
-                    files: session_files(&launch.user_data_dir),
+                    files: session_files(&launch.user_data_dir, self.upload_fetcher()),
                     ..Limits::from_tuning(&c.tuning)
                 },
             },
@@ -227,6 +232,19 @@ impl Run<'_> {
             background_nice: c.background_nice,
             tasks: self.tasks.clone(),
         }
+    }
+
+    /// What brings the session's uploads to the browser's disk, when there is a files store:
+    /// bound to the session now in a single-session task, at the claim in a pool.
+    fn upload_fetcher(&self) -> Option<Arc<dyn crate::proxy::guard::FetchUpload>> {
+        let store = self.deps.files.clone()?;
+        let f = uploads::StoreUploads::new(store, tokio::runtime::Handle::current());
+        if self.c.pool.is_none()
+            && let Some(project) = &self.c.auth.project_id
+        {
+            crate::proxy::guard::FetchUpload::bind(&f, project, &self.c.auth.session_id);
+        }
+        Some(Arc::new(f))
     }
 
     /// When a session without keepAlive ends for want of clients (`None`: keepAlive, never).
@@ -437,14 +455,19 @@ async fn save_profile(
     }
 }
 
-/// The directories a session's clients may name files in: `<profile>-files/uploads` and
-/// `<profile>-files/downloads` (see [`crate::proxy::guard`]). If they cannot be made, none:
+/// The directories a session's clients may name files in: `<profile>-files/uploads` (its
+/// uploads fetched by `fetcher` when named) and `<profile>-files/downloads` (see
+/// [`crate::proxy::guard`]). If they cannot be made, none:
 /// every path a client names is refused, which fails closed.
 pub fn session_files(
     user_data_dir: &std::path::Path,
+    fetcher: Option<Arc<dyn crate::proxy::guard::FetchUpload>>,
 ) -> std::sync::Arc<crate::proxy::guard::FileRules> {
     match crate::proxy::guard::FileRules::beside_profile(user_data_dir) {
-        Ok(rules) => std::sync::Arc::new(rules),
+        Ok(rules) => std::sync::Arc::new(match fetcher {
+            Some(f) => rules.fetching(f),
+            None => rules,
+        }),
         Err(e) => {
             tracing::error!(error = %e, "could not create the session's uploads and downloads directories; every file path a client names is refused");
             std::sync::Arc::default()

@@ -45,6 +45,10 @@ impl Run<'_> {
         if let Some(store) = &self.deps.sessions {
             let mut update = ready_update(&ready, &announced, record, fallback_task_arn);
             update.owner = self.item.owner.to_owned();
+            update.uploads_dir = session
+                .uploads_dir()
+                .and_then(|d| d.to_str())
+                .map(str::to_owned);
             return self.mark_ready(session, store.as_ref(), &update).await;
         }
         info!(session.id = %self.item.id, proxy = %ready.proxy_addr, chrome.pid = ready.chrome_pid, "session ready");
@@ -138,6 +142,7 @@ fn ready_update(
             .clone()
             .or_else(|| fallback_task_arn.map(str::to_owned)),
         connect_url,
+        uploads_dir: None,
         at: now_iso8601(),
     }
 }

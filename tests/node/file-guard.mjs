@@ -15,31 +15,9 @@
 // Prints {"ok":true,...} with every answer; the Rust test decides.
 
 import WebSocket from "ws";
-import puppeteer from "puppeteer-core";
-import { requireArg, run } from "./lib.mjs";
+import { FILE_INPUT_PAGE, READ_FILES, readThrough, requireArg, run } from "./lib.mjs";
 
-const PAGE = "data:text/html,<input type=file id=f>";
-
-/** The page's file input's files, read by FileReader: [{name, base64}]. */
-const READ_FILES = `(async () => {
-  const out = [];
-  for (const f of document.getElementById('f').files) {
-    const buf = await new Promise((ok, no) => {
-      const r = new FileReader();
-      r.onload = () => ok(r.result);
-      r.onerror = () => no(r.error);
-      r.readAsArrayBuffer(f);
-    }).catch((e) => null);
-    let b64 = null;
-    if (buf) {
-      let s = '';
-      for (const b of new Uint8Array(buf)) s += String.fromCharCode(b);
-      b64 = btoa(s);
-    }
-    out.push({ name: f.name, base64: b64 });
-  }
-  return JSON.stringify(out);
-})()`;
+const PAGE = FILE_INPUT_PAGE;
 
 /** A raw CDP socket: send(obj or string, {fragments}) → the answer for its id. */
 async function rawSocket(url) {
@@ -135,23 +113,11 @@ run(async (args) => {
   raw.ws.close();
 
   // Puppeteer: uploadFile by path.
-  const browser = await puppeteer.connect({ browserWSEndpoint: url, defaultViewport: null });
-  const page = await browser.newPage();
-  await page.goto(PAGE);
-  const handle = await page.$("#f");
-  const puppeteerRead = {};
-  for (const path of [inside, outside[0]]) {
-    let error = null;
-    try {
-      await handle.uploadFile(path);
-    } catch (e) {
-      error = String(e.message || e);
-    }
-    puppeteerRead[path] = { error, read: JSON.parse(await page.evaluate(READ_FILES)) };
-    await page.evaluate(() => { document.getElementById("f").value = ""; });
-  }
-  await page.close();
-  await browser.disconnect();
+  const read = await readThrough(url, { inside, outside: outside[0] });
+  const puppeteerRead = {
+    [inside]: { error: read.inside.error, read: read.inside.files },
+    [outside[0]]: { error: read.outside.error, read: read.outside.files },
+  };
 
   return { extensions, version, files, navigate, createFile, expose, exposed, stillOpen, puppeteer: puppeteerRead };
 });

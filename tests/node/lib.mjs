@@ -152,3 +152,45 @@ export async function markOn(connectUrl, url) {
     await browser.disconnect();
   }
 }
+
+/** A page with one file input (`#f`). */
+export const FILE_INPUT_PAGE = "data:text/html,<input type=file id=f>";
+
+/** The page's file input's files, read by FileReader: [{name, base64}]. */
+export const READ_FILES = `(async () => {
+  const out = [];
+  for (const f of document.getElementById('f').files) {
+    const buf = await new Promise((ok, no) => {
+      const r = new FileReader();
+      r.onload = () => ok(r.result);
+      r.onerror = () => no(r.error);
+      r.readAsArrayBuffer(f);
+    }).catch(() => null);
+    const bytes = buf ? Array.from(new Uint8Array(buf), (b) => String.fromCharCode(b)).join('') : null;
+    out.push({ name: f.name, base64: bytes === null ? null : btoa(bytes) });
+  }
+  return JSON.stringify(out);
+})()`;
+
+/** Puppeteer on `url` sets each of `paths` on a file input in turn: what the page read. */
+export async function readThrough(url, paths) {
+  const { default: puppeteer } = await import("puppeteer-core");
+  const browser = await puppeteer.connect({ browserWSEndpoint: url, defaultViewport: null });
+  const page = await browser.newPage();
+  await page.goto(FILE_INPUT_PAGE);
+  const input = await page.$("#f");
+  const read = {};
+  for (const [what, path] of Object.entries(paths)) {
+    let error = null;
+    try {
+      await input.uploadFile(path);
+    } catch (e) {
+      error = String(e.message || e);
+    }
+    read[what] = { error, files: JSON.parse(await page.evaluate(READ_FILES)) };
+    await page.evaluate(() => { document.getElementById("f").value = ""; });
+  }
+  await page.close();
+  await browser.disconnect();
+  return read;
+}

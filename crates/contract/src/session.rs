@@ -211,6 +211,9 @@ pub mod attr {
     pub const PRIVATE_IP: &str = "privateIP";
     /// `proxyPort`: the task's proxy port behind that address (a number, written with READY).
     pub const PROXY_PORT: &str = "proxyPort";
+    /// `uploadsDir`: where on the browser's disk the session's uploads are brought (written
+    /// with READY).
+    pub const UPLOADS_DIR: &str = "uploadsDir";
     /// `ecsTaskArn`: the ECS task serving the session, when known.
     pub const ECS_TASK_ARN: &str = "ecsTaskArn";
     /// `connectUrl`: `ws://<publicIP>:<port>?signingKey=<token>`.

@@ -61,6 +61,10 @@ pub struct SessionDoc {
     /// `proxyPort`: the task's proxy port at `privateIP` (READY).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_port: Option<u16>,
+    /// `uploadsDir`: the directory on the browser's disk the session's uploads are brought
+    /// into (READY), so the API can tell a client the path to name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uploads_dir: Option<String>,
     /// `ecsTaskArn`: the task serving the session, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ecs_task_arn: Option<String>,

@@ -58,17 +58,80 @@ pub fn download_key(project_id: &str, session_id: &str, name: &str) -> String {
     )
 }
 
-/// `files/<projectId>/<sessionId>/uploads/<name>`: a file uploaded for the session's browser
-/// (`name` sanitised, one path component).
+/// `files/<projectId>/<sessionId>/uploads/<escaped name>`: a file uploaded for the session's
+/// browser (`name` one path component, see [`upload_name_problem`]), escaped by
+/// [`key_segment`] so that any file name makes a key both S3 and the data directory's store
+/// take.
 pub fn upload_key(project_id: &str, session_id: &str, name: &str) -> String {
     format!(
-        "{}uploads/{name}",
-        session_files_prefix(project_id, session_id)
+        "{}uploads/{}",
+        session_files_prefix(project_id, session_id),
+        key_segment(name)
     )
+}
+
+/// `name` as one key segment of `A-Z a-z 0-9 . -` and `_`: every other byte (of its UTF-8), and
+/// `_` itself, as `_XX` (upper-case hex). Reversible, and never `.` or `..` for a name that
+/// is neither.
+pub fn key_segment(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'.' || b == b'-' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("_{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The longest uploaded file's name (bytes): what Linux file systems take.
+pub const MAX_UPLOAD_NAME_BYTES: usize = 255;
+
+/// Why `name` cannot be an uploaded file's name, if it cannot: it must be one path component
+/// (not empty, not `.` or `..`, no `/` or `\`), without NUL or other control characters,
+/// at most [`MAX_UPLOAD_NAME_BYTES`] bytes. The API refuses such names; the controller never
+/// fetches one.
+pub fn upload_name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("the file has no name")
+    } else if name == "." || name == ".." {
+        Some("the file name cannot be . or ..")
+    } else if name.contains(['/', '\\']) {
+        Some("the file name must be one path component (no / or \\)")
+    } else if name.chars().any(char::is_control) {
+        Some("the file name cannot contain NUL or other control characters")
+    } else if name.len() > MAX_UPLOAD_NAME_BYTES {
+        Some("the file name is longer than 255 bytes")
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn upload_names_are_one_path_component() {
+        use super::upload_name_problem as problem;
+        assert_eq!(problem("report 2026.csv"), None);
+        assert_eq!(problem(".env"), None);
+        for (bad, why) in [
+            ("", "no name"),
+            ("..", ". or .."),
+            (".", ". or .."),
+            ("../../x", "one path component"),
+            ("/etc/passwd", "one path component"),
+            ("a\\b", "one path component"),
+            ("a\u{0}b", "control"),
+            ("a\nb", "control"),
+        ] {
+            let e = problem(bad).unwrap();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        assert!(problem(&"x".repeat(256)).is_some());
+        assert!(problem(&"x".repeat(255)).is_none());
+    }
+
     #[test]
     fn key_layout() {
         assert_eq!(
@@ -82,6 +145,10 @@ mod tests {
         assert_eq!(
             super::upload_key("proj_1", "s_2", "b.txt"),
             "files/proj_1/s_2/uploads/b.txt"
+        );
+        assert_eq!(
+            super::upload_key("proj_1", "s_2", "my_file (1).é"),
+            "files/proj_1/s_2/uploads/my_5Ffile_20_281_29._C3_A9"
         );
         let h = "ab".repeat(32);
         let k = super::extension_key("proj_1", &h);

@@ -30,10 +30,10 @@ pub const CONTEXT_ID: &str = "CONTEXT_ID";
 pub const CONTEXTS_BUCKET_NAME: &str = "CONTEXTS_BUCKET_NAME";
 /// The local platform's directory of context profiles (instead of the bucket).
 pub const CONTEXTS_DIR: &str = "CONTEXTS_DIR";
-/// The S3 bucket where the session's files go (`files/<projectId>/<sessionId>/…`: the contexts
-/// bucket), every session's.
+/// The S3 bucket of the session's files (`files/<projectId>/<sessionId>/…`: the contexts
+/// bucket): its downloads are stored there and its uploads read from there.
 pub const FILES_BUCKET_NAME: &str = "FILES_BUCKET_NAME";
-/// The local platform's directory for the session's files (instead of the bucket: the data
+/// The local platform's directory of the session's files (instead of the bucket: the data
 /// directory's `contexts/`).
 pub const FILES_DIR: &str = "FILES_DIR";
 /// The most bytes of downloads a session stores.

@@ -742,7 +742,7 @@ pub async fn debug_session(caller: Caller, PathId(id): PathId) -> ApiResult {
 /// Browserbase endpoints not implemented yet.
 pub async fn not_implemented(_: Caller) -> ApiResult {
     Err(ApiError::not_implemented(
-        "this endpoint (uploads, logs, recordings) is not implemented by Wallcrawler yet",
+        "this endpoint (logs, recordings) is not implemented by Wallcrawler yet",
     ))
 }
 

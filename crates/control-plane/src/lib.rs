@@ -17,6 +17,8 @@
 //! - [`files`]: a session's files: `GET /v1/sessions/{id}/downloads` (202 while in progress,
 //!   else the zip, or on AWS a redirect to it).
 //! - [`zips`]: a zip of stored objects (the writer, bounded) and what a store hands back.
+//! - [`uploads`]: session uploads (files stored for the session's browser, which its
+//!   controller fetches when a client names them).
 //! - [`cursor`]: the tamper-evident paging cursor of `GET /v1/sessions`.
 //! - [`metadata`]: `userMetadata`'s bounds and Browserbase's metadata query (`q`).
 //! - [`usage`]: projects' usage as a running total, each session counted once.
@@ -54,5 +56,6 @@ pub mod router;
 pub mod rules;
 pub mod stores;
 pub mod sweep;
+pub mod uploads;
 pub mod usage;
 pub mod zips;

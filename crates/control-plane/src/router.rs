@@ -19,6 +19,7 @@ use axum::routing::{MethodFilter, MethodRouter, get, on, post};
 use crate::app::App;
 use crate::extensions as x;
 use crate::handlers as h;
+use crate::uploads as u;
 
 /// Browserbase's SDKs obey it before their own rule (retry 408, 409, 429 and every 5xx).
 const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
@@ -43,7 +44,7 @@ pub fn router(app: App) -> Router {
         )
         .route(
             "/v1/sessions/{id}/uploads",
-            unimplemented(MethodFilter::POST),
+            post(u::create_upload).layer(DefaultBodyLimit::max(u::MAX_BODY_BYTES)),
         )
         .route("/v1/sessions/{id}/logs", unimplemented(MethodFilter::GET))
         .route(

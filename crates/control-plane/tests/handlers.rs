@@ -1931,8 +1931,7 @@ async fn debug_of_a_session_that_is_not_running_is_409() {
 // ---------------------------------------------------------------------------------------------
 // Endpoints Browserbase has and Wallcrawler does not yet.
 
-const NOT_IMPLEMENTED: [(&str, &str); 3] = [
-    ("POST", "/v1/sessions/sess_1/uploads"),
+const NOT_IMPLEMENTED: [(&str, &str); 2] = [
     ("GET", "/v1/sessions/sess_1/logs"),
     ("GET", "/v1/sessions/sess_1/recording"),
 ];

@@ -1887,3 +1887,128 @@ fn stagehand_4_launches_runs_and_closes_through_its_extension_cold() {
 fn stagehand_4_launches_runs_and_closes_through_its_extension_with_the_pool() {
     stagehand4_with_pool("2");
 }
+
+/// The stock Python SDK's `sessions.uploads.create` and the stock Node SDK's, each uploading a
+/// file to one session of `s`; Puppeteer sets each on an `<input type=file>` by the path an
+/// answer gave (the controller fetches it then) and the page reads its exact bytes; a path in
+/// the uploads directory nothing was uploaded to gives the page nothing. Refused with their
+/// reasons: `../../x` and `/etc/passwd` as names (400), another project's session (404), a
+/// file one byte over the limit (413), an upload after the release (409). The files are stored
+/// under the session's prefix in the data directory's `contexts/`.
+fn uploads_reach_the_browser_by_the_returned_path(s: &Server) {
+    use base64::Engine as _;
+    let files = tempfile::tempdir().unwrap();
+    let py_bytes: Vec<u8> = (0..=255u8).cycle().take(3_000).collect();
+    let node_bytes = b"name,qty\nwidget,3\n\x00\xff binary tail".to_vec();
+    let py_file = files.path().join("from python.bin");
+    let node_file = files.path().join("orders.csv");
+    std::fs::write(&py_file, &py_bytes).unwrap();
+    std::fs::write(&node_file, &node_bytes).unwrap();
+    // Another project's live-looking session.
+    let mut foreign = SessionDoc {
+        session_id: "sess_uploads_foreign".into(),
+        project_id: "proj_someone_else".into(),
+        created_at: wallcrawler_contract::time::iso8601_millis(1_767_225_600_000),
+        expires_at: 4_102_444_800,
+        uploads_dir: Some("/tmp".into()),
+        ..Default::default()
+    };
+    foreign.set_status(wallcrawler_contract::InternalStatus::Ready);
+    DirStore::new(s.dir().join("sessions"))
+        .create(&foreign)
+        .unwrap();
+
+    let root = wallcrawler_testkit::repo_root();
+    let out = Command::new(root.join(".venv/bin/python"))
+        .arg(root.join("tests/py/uploads.py"))
+        .args([&s.base, &s.key, &s.project])
+        .arg(&py_file)
+        .arg(&foreign.session_id)
+        .output()
+        .unwrap();
+    let py = node::last_json(
+        "uploads.py",
+        &String::from_utf8_lossy(&out.stdout),
+        &String::from_utf8_lossy(&out.stderr),
+    );
+    let sid = py["session"]["id"].as_str().unwrap().to_owned();
+    let py_path = py["upload"]["path"].as_str().unwrap().to_owned();
+    assert_eq!(
+        py["upload"]["message"], "File uploaded successfully",
+        "{py}"
+    );
+    assert!(py_path.ends_with("-files/uploads/from python.bin"), "{py}");
+    assert_eq!(py["dotdot"]["status"], 400, "{py}");
+    let why = |v: &serde_json::Value| v["message"].as_str().unwrap_or("").to_owned();
+    assert!(
+        why(&py["dotdot"]).contains("one path component") && why(&py["dotdot"]).contains("../../x"),
+        "{py}"
+    );
+    assert_eq!(py["absolute"]["status"], 400, "{py}");
+    assert!(why(&py["absolute"]).contains("one path component"), "{py}");
+    assert_eq!(py["foreign"]["status"], 404, "{py}");
+    let stored = s
+        .dir()
+        .join("contexts")
+        .join(wallcrawler_contract::storage::upload_key(
+            &s.project,
+            &sid,
+            "from python.bin",
+        ));
+    assert_eq!(std::fs::read(&stored).unwrap(), py_bytes);
+
+    let r = node::command("uploads.mjs")
+        .args(["--base", &s.base, "--key", &s.key, "--project", &s.project])
+        .args(["--session", &sid])
+        .args(["--connect", py["session"]["connectUrl"].as_str().unwrap()])
+        .arg("--file")
+        .arg(&node_file)
+        .args(["--also", &py_path])
+        .output()
+        .unwrap();
+    let r = node::last_json(
+        "uploads.mjs",
+        &String::from_utf8_lossy(&r.stdout),
+        &String::from_utf8_lossy(&r.stderr),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let read = |what: &str| r["read"][what]["files"].clone();
+    assert_eq!(
+        read("node"),
+        serde_json::json!([{"name": "orders.csv", "base64": b64(&node_bytes)}]),
+        "{r}"
+    );
+    assert_eq!(
+        read("also"),
+        serde_json::json!([{"name": "from python.bin", "base64": b64(&py_bytes)}]),
+        "{r}"
+    );
+    assert_eq!(read("missing"), serde_json::json!([]), "{r}");
+    assert_eq!(r["oversized"]["status"], 413, "{r}");
+    assert!(
+        why(&r["oversized"]).contains("larger than 4194304 bytes"),
+        "{r}"
+    );
+    assert_eq!(r["ended"]["status"], 409, "{r}");
+    assert!(why(&r["ended"]).contains("has ended"), "{r}");
+}
+
+#[test]
+fn uploads_reach_a_pool_controllers_browser_by_the_returned_path() {
+    let s = Server::start("25");
+    uploads_reach_the_browser_by_the_returned_path(&s);
+    s.stop();
+}
+
+#[test]
+fn uploads_reach_a_cold_controllers_browser_by_the_returned_path() {
+    let s = Server::spawn_with(
+        "25",
+        &PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
+            .with_file_name("wallcrawler-controller"),
+        &[("WALLCRAWLER_POOL_SIZE", "0")],
+    );
+    uploads_reach_the_browser_by_the_returned_path(&s);
+    s.stop();
+}

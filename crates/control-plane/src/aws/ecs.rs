@@ -32,7 +32,8 @@ pub fn controller_environment(cfg: &Config, spec: &LaunchSpec) -> Vec<(String, S
             task_env::SIGNING_SECRET_ARN.into(),
             cfg.signing_secret_arn.clone(),
         ),
-        // Every session's downloads go to the contexts bucket, under its files prefix.
+        // Every session's files (its downloads, its uploads) live in the contexts bucket, under
+        // its files prefix, with or without a context.
         (
             task_env::FILES_BUCKET_NAME.into(),
             cfg.contexts_bucket.clone(),

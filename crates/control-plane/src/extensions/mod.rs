@@ -154,8 +154,9 @@ pub async fn own_extension(
         .ok_or_else(|| ApiError::not_found(format!("extension {id} not found")))
 }
 
-/// A multipart failure as an answer: 413 past the body limit, else 400 with its reason.
-fn multipart_refusal(e: MultipartError) -> ApiError {
+/// A multipart failure as an answer: `too_large` past the body limit, else 400 with its
+/// reason.
+fn multipart_refusal(e: MultipartError, too_large: fn() -> ApiError) -> ApiError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
         too_large()
     } else {
@@ -172,21 +173,39 @@ fn too_large() -> ApiError {
     )
 }
 
-/// The multipart `file` field: its file name and bytes (other fields are ignored).
-async fn file_field(mut form: Multipart) -> Result<(String, Bytes), ApiError> {
-    while let Some(field) = form.next_field().await.map_err(multipart_refusal)? {
+/// A multipart body's `file` field (other fields are ignored): the client's file name, if it
+/// gave one, and the bytes, at most `max` (else `too_large`). `what` names the file in the
+/// refusal of a body without one.
+pub(crate) async fn file_part(
+    mut form: Multipart,
+    max: usize,
+    too_large: fn() -> ApiError,
+    what: &str,
+) -> Result<(Option<String>, Bytes), ApiError> {
+    let refusal = |e| multipart_refusal(e, too_large);
+    while let Some(field) = form.next_field().await.map_err(refusal)? {
         if field.name() != Some("file") {
             continue;
         }
-        let name = field.file_name().unwrap_or("extension.zip").to_owned();
-        let bytes = field.bytes().await.map_err(multipart_refusal)?;
-        if bytes.len() > MAX_ARCHIVE_BYTES {
+        let name = field.file_name().map(str::to_owned);
+        let bytes = field.bytes().await.map_err(refusal)?;
+        if bytes.len() > max {
             return Err(too_large());
         }
-        return Ok((shown_name(&name), bytes));
+        return Ok((name, bytes));
     }
-    Err(ApiError::bad_request(
-        "the multipart body has no \"file\" field (the extension's zip)",
+    Err(ApiError::bad_request(format!(
+        "the multipart body has no \"file\" field ({what})"
+    )))
+}
+
+/// The multipart `file` field: its file name and bytes.
+async fn file_field(form: Multipart) -> Result<(String, Bytes), ApiError> {
+    let (name, bytes) =
+        file_part(form, MAX_ARCHIVE_BYTES, too_large, "the extension's zip").await?;
+    Ok((
+        shown_name(name.as_deref().unwrap_or("extension.zip")),
+        bytes,
     ))
 }
 

@@ -115,6 +115,9 @@ impl Controllers {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", std::env::var_os("HOME").unwrap_or_default())
             .env(task_env::SESSIONS_DIR, self.data_dir.join("sessions"))
+            // Session files (downloads stored, uploads read) live beside the contexts, under
+            // `contexts/files/…`, as in the bucket: where the API serves and stores them.
+            .env(task_env::FILES_DIR, self.data_dir.join("contexts"))
             .env(task_env::SIGNING_KEY, &self.signing_key)
             .env(task_env::CDP_PROXY_PORT, "0")
             .env(task_env::CDP_PROXY_HOST, "127.0.0.1")
@@ -124,9 +127,6 @@ impl Controllers {
             // used TLS); only connections from this machine may carry one.
             .env(task_env::TRUSTED_PROXY_NETWORKS, "127.0.0.0/8,::1/128")
             .env(task_env::USER_DATA_DIR, profile)
-            // Every session's downloads are stored under `contexts/files/…`, where the API
-            // serves them from.
-            .env(task_env::FILES_DIR, self.data_dir.join("contexts"))
             .env(task_env::METRICS_ADDR, "")
             // A controller never outlives `serve`, however `serve` ends.
             .env(task_env::EXIT_WITH_PARENT, "true")

@@ -12,10 +12,10 @@ use tower::ServiceExt;
 
 use super::*;
 
-const BOUNDARY: &str = "----wallcrawler-moto-boundary";
+pub(super) const BOUNDARY: &str = "----wallcrawler-moto-boundary";
 
 /// A multipart body with the one `file` field, as the SDKs send it.
-fn multipart(file_name: &str, zip: &[u8]) -> Vec<u8> {
+pub(super) fn multipart(file_name: &str, zip: &[u8]) -> Vec<u8> {
     let mut body = format!(
         "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{file_name}\"\r\nContent-Type: application/zip\r\n\r\n"
     )
@@ -23,6 +23,28 @@ fn multipart(file_name: &str, zip: &[u8]) -> Vec<u8> {
     body.extend_from_slice(zip);
     body.extend_from_slice(format!("\r\n--{BOUNDARY}--\r\n").as_bytes());
     body
+}
+
+/// `POST path` of a multipart body with `bytes` as its `file` named `name`: the status and
+/// JSON answer.
+pub(super) async fn post_file(
+    f: &Fixture,
+    path: &str,
+    name: &str,
+    bytes: &[u8],
+) -> (StatusCode, Value) {
+    let req = Request::post(path)
+        .header("x-wc-api-key", &f.api_key)
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={BOUNDARY}"),
+        )
+        .body(Body::from(multipart(name, bytes)))
+        .unwrap();
+    let resp = f.router.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&body).unwrap())
 }
 
 /// Where the API keeps `zip` for the fixture's project.
@@ -43,19 +65,7 @@ async fn an_extension_lands_in_the_bucket_under_its_project_and_a_delete_removes
     w.write_all(br#"{"manifest_version":3,"name":"Mark","version":"1.0"}"#)
         .unwrap();
     let zip = w.finish().unwrap().into_inner();
-    let body = multipart("mark.zip", &zip);
-    let req = Request::post("/v1/extensions")
-        .header("x-wc-api-key", &f.api_key)
-        .header(
-            "content-type",
-            format!("multipart/form-data; boundary={BOUNDARY}"),
-        )
-        .body(Body::from(body))
-        .unwrap();
-    let resp = f.router.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let ext: Value =
-        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let (status, ext) = post_file(&f, "/v1/extensions", "mark.zip", &zip).await;
     assert_eq!(status, StatusCode::CREATED, "{ext}");
     let id = ext["id"].as_str().unwrap().to_owned();
 

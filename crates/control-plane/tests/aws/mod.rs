@@ -69,6 +69,10 @@ mod scale;
 /// Extension archives in the contexts bucket: under the project's prefix, removed by a delete.
 mod extensions;
 
+/// Session uploads in the contexts bucket: under the session's prefix, the answer's path in
+/// `uploadsDir`.
+mod uploads;
+
 /// A create body asking for context `id`, persisting or not (`None`: no `persist` field).
 fn with_context(id: &str, persist: Option<bool>) -> Value {
     let mut context = json!({ "id": id });
