@@ -16,6 +16,10 @@
 //! | `…/downloads` | Chrome | 0700 | Chrome writes downloads |
 //! | `…/home` | Chrome | 0700 | Chrome's `HOME` (caches, `~/.pki`), kept out of the profile |
 //!
+//! `TMPDIR` stays the system's (`/tmp`, or the operator's): Chrome puts its singleton socket
+//! there, whose path must fit a socket address (108 bytes), which one beside the profile
+//! would not.
+//!
 //! The directories the controller writes into stay its own, so a Chrome that swapped one for
 //! a symlink could not redirect the controller's writes. Ownership is changed through
 //! directory descriptors opened with `O_NOFOLLOW` and `fchownat(AT_SYMLINK_NOFOLLOW)`: a link
@@ -122,7 +126,7 @@ impl ChromeUser {
         Ok(())
     }
 
-    /// Hands Chrome its directories (see the module's table) and returns its `HOME`.
+    /// Hands Chrome its directories (see the module's table); Chrome's `HOME`.
     pub fn prepare(&self, user_data_dir: &Path) -> std::io::Result<PathBuf> {
         self.give_tree(user_data_dir)?;
         let files = crate::proxy::guard::files_dir(user_data_dir);
