@@ -673,6 +673,12 @@ fn gated_pool_with(
     extra: &[(&str, &str)],
 ) -> (Server, tempfile::TempDir) {
     let gate = tempfile::tempdir().unwrap();
+    // Chrome (the wrapper) runs as nobody when `serve` runs as root: it takes and leaves gates.
+    std::fs::set_permissions(
+        gate.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     let wrapper = gate.path().join("chromium");
     std::fs::write(
         &wrapper,
@@ -1576,6 +1582,12 @@ impl Server {
 #[test]
 fn a_project_beyond_its_share_of_the_pool_gets_its_own_controller_and_leaves_a_warm_one() {
     let gate = tempfile::tempdir().unwrap();
+    // Chrome (the wrapper) runs as nobody when `serve` runs as root: it takes and leaves gates.
+    std::fs::set_permissions(
+        gate.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     let wrapper = gate.path().join("chromium");
     let script = TWO_WARM_CHROMIUM.replace("@GATE@", &gate.path().display().to_string());
     std::fs::write(&wrapper, script).unwrap();
