@@ -217,7 +217,8 @@ def smoke(image: str, token_binary: str) -> None:
         if check.returncode != 0 or json.loads(check.stdout or "{}").get("status") != "ok":
             raise Failure(f"the ECS health check command failed in the container ({check.returncode}): {check.stderr.strip()}")
         procs = processes(container)
-        controller = [(pid, uid) for pid, name, uid in procs if name == "wallcrawler-cont"]
+        # /proc/<pid>/status names a process by its first 15 bytes.
+        controller = [(pid, uid) for pid, name, uid in procs if name == "wallcrawler-con"]
         chrome_uids = {uid for _, name, uid in procs if name == "chromium"}
         if [u for _, u in controller] != ["0"] or chrome_uids != {"10001"}:
             raise Failure(f"the controller runs as {controller} and Chrome as {chrome_uids}, want uid 0 and the image's unprivileged user 10001")
