@@ -1432,6 +1432,31 @@ mod tests {
     }
 
     #[test]
+    fn chrome_user_is_off_by_default_and_checked() {
+        fn with(user: &'static str) -> Result<RunConfig, ConfigErrors> {
+            RunConfig::from_settings(&map(&[
+                ("SESSION_ID", "sess_1"),
+                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+                ("CHROME_USER", user),
+            ]))
+        }
+        assert_eq!(with("").unwrap().chrome.user, None);
+        let u = with("10001:10002").unwrap().chrome.user.unwrap();
+        assert_eq!((u.uid.as_raw(), u.gid.as_raw()), (10001, 10002));
+        assert_eq!(
+            with("0:0").unwrap_err().0,
+            vec!["CHROME_USER must not be root (uid 0)".to_owned()]
+        );
+        assert_eq!(
+            with("nosuchuser-x").unwrap_err().0,
+            vec![
+                "CHROME_USER must be uid:gid or a user name known to this system, got \"nosuchuser-x\""
+                    .to_owned()
+            ]
+        );
+    }
+
+    #[test]
     fn background_nice_is_off_by_default_and_at_most_19() {
         fn with(nice: &[(&'static str, &'static str)]) -> Result<RunConfig, ConfigErrors> {
             let mut v = vec![
