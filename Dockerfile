@@ -2,7 +2,8 @@
 #
 # Wallcrawler controller image: one ECS Fargate task per browser session.
 # Stage 1 builds the release binary; stage 2 is a slim Debian runtime with Chromium, fonts and an
-# init (tini), running as an unprivileged user.
+# init (tini). The controller runs as root and Chrome as the unprivileged user 10001 (CHROME_USER),
+# which cannot read the controller's files nor its /proc entries (environment, memory).
 
 ########## build ##########
 FROM rust:1.95-bookworm AS builder
@@ -67,12 +68,15 @@ RUN mkdir -p /tmp/x11-utils/DEBIAN \
         tini \
     && rm -rf /var/lib/apt/lists/*
 
-# Unprivileged user with a home: Chrome's profile and downloads live under it.
+# Chrome's unprivileged user. The profile lives in a directory of root's (0711: Chrome's user
+# enters it, cannot list or rename what is in it), so that the directories the controller writes
+# beside the profile (<profile>-files) cannot be swapped for links by Chrome's user; the
+# controller hands Chrome the profile and its own directories at each launch (src/chrome/user.rs).
 RUN groupadd --gid 10001 wallcrawler \
     && useradd --uid 10001 --gid 10001 --create-home --home-dir /home/wallcrawler \
         --shell /usr/sbin/nologin wallcrawler \
-    && install -d -o 10001 -g 10001 -m 0700 /home/wallcrawler/profile \
-    && install -d -o 10001 -g 10001 -m 0755 /home/wallcrawler/downloads
+    && install -d -o 10001 -g 10001 -m 0755 /home/wallcrawler/downloads \
+    && install -d -o 0 -g 0 -m 0711 /var/lib/wallcrawler
 
 COPY chrome/policies/managed/wallcrawler.json /etc/chromium/policies/managed/wallcrawler.json
 COPY --chmod=0755 entrypoint.sh /usr/local/bin/entrypoint.sh
@@ -82,9 +86,19 @@ COPY --from=builder /out/wallcrawler-controller /usr/local/bin/wallcrawler-contr
 # exactly the ones in chrome/flags.conf.
 ENV HOME=/home/wallcrawler \
     CHROME_PATH=/usr/lib/chromium/chromium \
-    USER_DATA_DIR=/home/wallcrawler/profile
+    CHROME_USER=10001:10001 \
+    USER_DATA_DIR=/var/lib/wallcrawler/profile
 
-USER 10001:10001
+# Root, so that Chrome can run as another user than the controller: switching users takes
+# CAP_SETUID and CAP_SETGID, and owning Chrome's files CAP_CHOWN and CAP_DAC_OVERRIDE, all in the
+# default set a container's root keeps, on Fargate too (Fargate lets a task add no capability but
+# SYS_PTRACE, and removes none of the defaults). A non-root controller with file capabilities
+# would hold the same four, need them kept through the image's layers (xattrs) and still make the
+# same calls; root in the container is no more than that plus the default set, inside the task's
+# isolation. Chrome then runs as 10001 without any capability, and cannot read the controller's
+# environment (the secret's ARN, the task role's credentials endpoint) nor its memory.
+# hadolint ignore=DL3002
+USER root
 WORKDIR /home/wallcrawler
 
 # The authenticating CDP proxy. Chrome's own DevTools port (9222) listens on 127.0.0.1 only, and so

@@ -5,6 +5,9 @@
 # controller so the controller *becomes* this process: tini forwards ECS's SIGTERM straight to it,
 # and the controller's exit status is the container's. No shell stays in between.
 #
+# In the image it runs as root and the controller launches Chrome as CHROME_USER (10001), handing
+# it the profile directory created here (root's until then).
+#
 # Environment:
 #   USER_DATA_DIR                Chrome profile directory (default: $HOME/profile)
 #   HOME                         downloads go to $HOME/downloads (the DownloadDirectory policy)

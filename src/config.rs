@@ -17,6 +17,7 @@ use wallcrawler_contract::session::MAX_SHUTDOWN_BUDGET_SECONDS;
 use wallcrawler_contract::task_env::*;
 use wallcrawler_contract::token::MAX_SESSION_SECONDS;
 
+use crate::chrome::user::ChromeUser;
 use crate::gateway;
 use crate::proxy::admission::PendingLimits;
 use crate::proxy::proxy_header::TrustedNetworks;
@@ -151,6 +152,8 @@ settings_group! {
         chrome_path = CHROME_PATH,
         /// Chrome's DevTools port on 127.0.0.1; 0 = any free port [default: 9222].
         chrome_debug_port = CHROME_DEBUG_PORT,
+        /// The user Chrome runs as, uid:gid or a user name, so that Chrome (and a client driving it) cannot read the controller's files or process information; the controller must then be root (or hold CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_DAC_OVERRIDE) and hands Chrome its profile and session directories. Empty = the controller's own user [default: empty].
+        chrome_user = CHROME_USER,
         /// Chrome user-data-dir [default: a fresh temporary directory].
         user_data_dir = USER_DATA_DIR,
         /// Address to announce instead of discovering it.
@@ -623,6 +626,8 @@ pub struct ChromeSettings {
     pub user_data_dir: Option<PathBuf>,
     /// `CHROME_FLAGS_FILE`, replacing the built-in flags.
     pub flags_file: Option<PathBuf>,
+    /// `CHROME_USER` (`None`: the controller's own user).
+    pub user: Option<ChromeUser>,
 }
 
 /// `wallcrawler-controller local`.
@@ -933,11 +938,17 @@ impl Limits {
 }
 
 fn chrome_settings(r: &mut Reader<'_>, default_port: u16) -> ChromeSettings {
+    let user = r.text(CHROME_USER).and_then(|u| {
+        ChromeUser::parse(&u)
+            .map_err(|e| r.errors.push(e.to_string()))
+            .ok()
+    });
     ChromeSettings {
         path: r.text(CHROME_PATH).map(PathBuf::from),
         debug_port: r.number(CHROME_DEBUG_PORT, default_port as u64, 0, 65535) as u16,
         user_data_dir: r.text(USER_DATA_DIR).map(PathBuf::from),
         flags_file: r.text(CHROME_FLAGS_FILE).map(PathBuf::from),
+        user,
     }
 }
 
@@ -1529,6 +1540,31 @@ mod tests {
                 )]
             );
         }
+    }
+
+    #[test]
+    fn chrome_user_is_off_by_default_and_checked() {
+        fn with(user: &'static str) -> Result<RunConfig, ConfigErrors> {
+            RunConfig::from_settings(&map(&[
+                ("SESSION_ID", "sess_1"),
+                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+                ("CHROME_USER", user),
+            ]))
+        }
+        assert_eq!(with("").unwrap().chrome.user, None);
+        let u = with("10001:10002").unwrap().chrome.user.unwrap();
+        assert_eq!((u.uid.as_raw(), u.gid.as_raw()), (10001, 10002));
+        assert_eq!(
+            with("0:0").unwrap_err().0,
+            vec!["CHROME_USER must not be root (uid 0)".to_owned()]
+        );
+        assert_eq!(
+            with("nosuchuser-x").unwrap_err().0,
+            vec![
+                "CHROME_USER must be uid:gid or a user name known to this system, got \"nosuchuser-x\""
+                    .to_owned()
+            ]
+        );
     }
 
     #[test]

@@ -332,3 +332,32 @@ fn root_gets_no_sandbox_and_says_why() {
     assert!(log.contains("sandbox=off (running as root)"), "{log}");
     assert!(cmdline(c.chrome_pid()).contains("--no-sandbox"));
 }
+
+#[test]
+fn chrome_user_needs_a_controller_that_can_switch_users() {
+    // A controller that is not root (nor holds the capabilities) cannot start Chrome as
+    // CHROME_USER: it says what it lacks and ends before any session is taken.
+    use std::os::unix::process::CommandExt;
+    let out = Command::new(bin())
+        .arg("run")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("SESSION_ID", "sess_x")
+        .env("WALLCRAWLER_JWT_SIGNING_KEY", "k")
+        .env("CHROME_USER", "65534:65534")
+        .env("CHROME_PATH", chromium())
+        .env("CDP_PROXY_PORT", "0")
+        .env("CHROME_DEBUG_PORT", "0")
+        .env("LOG_FORMAT", "text")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{log}");
+    assert!(
+        log.contains("CHROME_USER is set but this process lacks CAP_SETUID, CAP_SETGID, CAP_CHOWN, CAP_DAC_OVERRIDE"),
+        "{log}"
+    );
+    assert!(!log.contains("chrome started"), "{log}");
+}

@@ -10,6 +10,7 @@ pub mod cdp;
 pub mod env;
 pub mod flags;
 pub mod sandbox;
+pub mod user;
 
 use crate::shutdown::Shutdown;
 use std::net::SocketAddr;
@@ -26,6 +27,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::upstream;
+use user::ChromeUser;
 
 /// Files in a user-data-dir that must not survive into a new launch: Chrome refuses a profile
 /// whose `SingletonLock` names another host, and a stale `DevToolsActivePort` would give a wrong
@@ -55,7 +57,11 @@ pub enum ChromeError {
     /// The explicitly given binary does not exist or is not a file.
     #[error("the Chrome binary {0} does not exist or is not a file")]
     BadPath(PathBuf),
-    /// The profile (user data) directory could not be created or cleaned.
+    /// `CHROME_USER` cannot be used: unknown, root, or this process may not switch to it.
+    #[error(transparent)]
+    User(#[from] user::UserError),
+    /// The profile (user data) directory could not be created, cleaned or handed to Chrome's
+    /// user.
     #[error("could not prepare the profile directory {path}")]
     Profile {
         /// The profile directory.
@@ -116,15 +122,23 @@ pub fn find_chrome(
 /// when it can): it schedules as it does unprivileged in the image, and a warm-up at
 /// `BACKGROUND_NICE` stays there. Unprivileged, the drop fails (`EPERM`) and changes nothing:
 /// Chrome has no such capability then.
+///
+/// With a [`ChromeUser`], the child then becomes that user: its only group, its gid, its uid
+/// (supplementary groups dropped first, whoever the controller is). The parent-death signal is
+/// set last, because the kernel clears it when the credentials change.
 #[allow(unsafe_code)]
-fn child_setup(command: &mut Command) {
-    // SAFETY: the closure runs in the forked child before exec and only calls prctl(2) twice,
-    // which is async-signal-safe; it allocates nothing and touches no locks.
+fn child_setup(command: &mut Command, user: Option<ChromeUser>) {
+    // SAFETY: the closure runs in the forked child before exec and only makes system calls
+    // (prctl, and the kernel's setgroups, setgid, setuid), which are async-signal-safe; it
+    // allocates nothing and touches no locks.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             let _ = rustix::thread::remove_capability_from_bounding_set(
                 rustix::thread::CapabilitySet::SYS_NICE,
             );
+            if let Some(u) = user {
+                u.become_user()?;
+            }
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
         });
     }
@@ -145,6 +159,8 @@ pub struct LaunchOptions {
     pub ready_timeout: Duration,
     /// Nice value for Chrome's whole process group from its start (`None`: the controller's).
     pub nice: Option<i32>,
+    /// The user Chrome runs as (`None`: the controller's), `CHROME_USER`.
+    pub user: Option<ChromeUser>,
 }
 
 /// A running, ready Chrome.
@@ -192,7 +208,12 @@ impl Chrome {
         };
         std::fs::create_dir_all(&opts.user_data_dir).map_err(profile_err)?;
         remove_stale_files(&opts.user_data_dir).map_err(profile_err)?;
-        let sandbox = sandbox::decide(&opts.flags);
+        // Chrome's own HOME when it runs as another user: the controller's is not its to write.
+        let home = match &opts.user {
+            Some(u) => Some(u.prepare(&opts.user_data_dir).map_err(profile_err)?),
+            None => None,
+        };
+        let sandbox = sandbox::decide(&opts.flags, opts.user.as_ref());
         let file_flags = sandbox::apply(opts.flags.clone(), &sandbox);
         let args = flags::chrome_args(&file_flags, &opts.user_data_dir, opts.debug_port);
         let mut command = Command::new(&opts.binary);
@@ -207,7 +228,10 @@ impl Chrome {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        child_setup(&mut command);
+        if let Some(home) = &home {
+            command.env("HOME", home);
+        }
+        child_setup(&mut command, opts.user);
         let child = command.spawn().map_err(ChromeError::Spawn)?;
         let pid = Pid::from_raw(
             child
@@ -215,7 +239,8 @@ impl Chrome {
                 .map(|p| p as i32)
                 .ok_or(ChromeError::ExitedEarly("no pid".into()))?,
         );
-        info!(pid = pid.as_raw(), binary = %opts.binary.display(), sandbox = %sandbox, "chrome started");
+        let uid = opts.user.map_or_else(nix::unistd::geteuid, |u| u.uid);
+        info!(pid = pid.as_raw(), binary = %opts.binary.display(), sandbox = %sandbox, uid = uid.as_raw(), "chrome started");
         if let Some(nice) = opts.nice {
             // Set before Chrome has forked its helpers (it is still loading), and inherited by
             // every process it starts later; a miss only costs speed, never correctness.

@@ -86,13 +86,17 @@ fn profile_tempdir() -> std::io::Result<tempfile::TempDir> {
         .tempdir()
 }
 
-/// How Chrome is launched: the binary found, on `user_data_dir`.
+/// How Chrome is launched: the binary found, on `user_data_dir`, as `CHROME_USER` if this
+/// process may switch to it (checked here, before any session is taken).
 fn launch_options(
     c: &ChromeSettings,
     flags: Vec<String>,
     user_data_dir: PathBuf,
 ) -> Result<LaunchOptions, chrome::ChromeError> {
     let binary = chrome::find_chrome(c.path.as_deref(), std::env::var_os("PATH").as_deref())?;
+    if c.user.is_some() {
+        chrome::user::ChromeUser::check_privileges()?;
+    }
     Ok(LaunchOptions {
         binary,
         user_data_dir,
@@ -100,6 +104,7 @@ fn launch_options(
         flags,
         ready_timeout: Duration::from_secs(30),
         nice: None,
+        user: c.user,
     })
 }
 

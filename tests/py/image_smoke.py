@@ -11,7 +11,8 @@ free port instead of 9223 for that reason. Checks, failing loudly (exit 1) on an
 
   1. the session item turns READY with the task's ARN and a connectUrl on the proxy's port,
      GET /health answers 200, also to the task definition's health check command run inside the
-     container, and the container runs as the image's unprivileged user;
+     container, the controller runs as root and every Chromium process as the image's unprivileged
+     user 10001, which cannot read the controller's /proc/<pid>/environ;
   2. a request without a token is refused (401);
   3. a real Puppeteer (tests/node/image-smoke.mjs) connects through the proxy with the token and
      drives a page served by a local HTTP server (its script runs, a cookie is stored);
@@ -112,6 +113,13 @@ def http_status(url: str) -> int:
         return e.code
 
 
+def processes(container: str) -> list[tuple[str, str, str]]:
+    """(pid, name, uid) of every process in the container (the image has no ps)."""
+    script = 'for d in /proc/[0-9]*; do awk -v p="${d#/proc/}" \'/^Name:/{n=$2} /^Uid:/{print p, n, $2}\' "$d/status" 2>/dev/null; done'
+    out = podman("exec", container, "sh", "-c", script).stdout
+    return [tuple(line.split(" ", 2)) for line in out.splitlines() if line.count(" ") == 2]
+
+
 def smoke(image: str, token_binary: str) -> None:
     started = time.monotonic()
     moto = Moto()
@@ -208,10 +216,19 @@ def smoke(image: str, token_binary: str) -> None:
         check = podman("exec", container, "sh", "-c", f"curl -fsS {health} || exit 1", check=False)
         if check.returncode != 0 or json.loads(check.stdout or "{}").get("status") != "ok":
             raise Failure(f"the ECS health check command failed in the container ({check.returncode}): {check.stderr.strip()}")
-        uid = podman("exec", container, "id", "-u").stdout.strip()
-        if uid != "10001":
-            raise Failure(f"the controller runs as uid {uid}, want the image's unprivileged user 10001")
-        log(f"READY after {time.monotonic() - started:.1f} s; /health 200, also from the ECS health check in the container; uid {uid}")
+        procs = processes(container)
+        # /proc/<pid>/status names a process by its first 15 bytes.
+        controller = [(pid, uid) for pid, name, uid in procs if name == "wallcrawler-con"]
+        chrome_uids = {uid for _, name, uid in procs if name == "chromium"}
+        if [u for _, u in controller] != ["0"] or chrome_uids != {"10001"}:
+            raise Failure(f"the controller runs as {controller} and Chrome as {chrome_uids}, want uid 0 and the image's unprivileged user 10001")
+        uid = controller[0][1]
+        # Chrome's user cannot read the controller's environment (the secret's ARN, the task
+        # role's credentials endpoint).
+        denied = podman("exec", "--user", "10001:10001", container, "cat", f"/proc/{controller[0][0]}/environ", check=False)
+        if denied.returncode == 0 or "Permission denied" not in denied.stderr:
+            raise Failure(f"Chrome's user read the controller's environment ({denied.returncode}): {denied.stderr.strip()}")
+        log(f"READY after {time.monotonic() - started:.1f} s; /health 200, also from the ECS health check in the container; controller uid {uid}, Chrome uid 10001")
 
         # 2. No token, no entry.
         status = http_status(f"http://127.0.0.1:{proxy_port}/json/version")

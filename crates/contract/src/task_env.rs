@@ -81,6 +81,8 @@ pub const POOL_IDLE_LIFETIME_SECONDS: &str = "POOL_IDLE_LIFETIME_SECONDS";
 
 /// The Chrome binary.
 pub const CHROME_PATH: &str = "CHROME_PATH";
+/// The user Chrome runs as (`uid:gid` or a name; empty: the controller's own).
+pub const CHROME_USER: &str = "CHROME_USER";
 /// How long a session nobody has connected to yet waits.
 pub const CDP_DISCONNECT_TIMEOUT: &str = "CDP_DISCONNECT_TIMEOUT";
 /// How long a session waits once its last client has left.

@@ -736,6 +736,12 @@ fn gated_pool_with(
     extra: &[(&str, &str)],
 ) -> (Server, tempfile::TempDir) {
     let gate = tempfile::tempdir().unwrap();
+    // Chrome (the wrapper) runs as nobody when `serve` runs as root: it takes and leaves gates.
+    std::fs::set_permissions(
+        gate.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     let wrapper = gate.path().join("chromium");
     std::fs::write(
         &wrapper,
@@ -1105,6 +1111,97 @@ fn warm_browsers_yield_the_cpu_and_a_claimed_one_gets_it_back() {
     wait_for("the replacement's Chrome at 19", || {
         pool_chrome_nice(&second).is_some_and(|(_, n)| n == 19)
     });
+    s.release(v["id"].as_str().unwrap());
+    s.wait_session(v["id"].as_str().unwrap(), "COMPLETED", |d| {
+        d["status"] == "COMPLETED" && d["endedAt"].is_string()
+    });
+    s.stop();
+}
+
+/// `Uid:` of `/proc/<pid>/status`: real, effective, saved and file-system uid.
+fn uids(pid: i32) -> Option<Vec<u32>> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace()
+        .skip(1)
+        .map(|n| n.parse().ok())
+        .collect()
+}
+
+/// The pids of Chrome's process group (the browser and its helpers: zygotes, renderers).
+fn process_group(pgid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            (nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(pid)))
+                .ok()?
+                .as_raw()
+                == pgid)
+                .then_some(pid)
+        })
+        .collect()
+}
+
+/// Whether a process as uid:gid 65534:65534 (Chrome's user) can read `path`; what `cat` said
+/// when it cannot.
+fn nobody_reads(path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let out = Command::new("cat")
+        .arg(path)
+        .uid(65534)
+        .gid(65534)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// `serve` started as root (as the tests are): every Chrome runs as nobody, drives as before,
+/// and cannot read the platform's keys (`local.json`) nor its controller's environment (the
+/// signing key).
+#[test]
+fn started_as_root_chrome_runs_as_nobody_and_reads_no_platform_secret() {
+    assert!(nix::unistd::geteuid().is_root(), "the tests run as root");
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
+    let s = Server::spawn_with(
+        "25",
+        &bin.with_file_name("wallcrawler-controller"),
+        &[("WALLCRAWLER_POOL_SIZE", "1"), DIRECT],
+    );
+    let name = s.pool_name(1);
+    wait_for("the warm Chrome", || pool_chrome_nice(&name).is_some());
+    let (chrome, _) = pool_chrome_nice(&name).unwrap();
+    let controller = pool_controller_pid(&name).unwrap();
+    assert_eq!(uids(controller), Some(vec![0; 4]), "the controller is root");
+    let v = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
+    assert_eq!(v["status"], "RUNNING", "{v}");
+    drive(v["connectUrl"].as_str().unwrap());
+    // After a page was driven: the browser, its zygotes and at least one renderer.
+    wait_for("Chrome's helpers", || process_group(chrome).len() > 2);
+    for pid in process_group(chrome) {
+        assert_eq!(uids(pid), Some(vec![65534; 4]), "Chrome's process {pid}");
+    }
+    // What Chrome's user reads: its own process's environment (so the check itself works),
+    // but neither the platform's keys nor its controller's environment.
+    nobody_reads(&PathBuf::from(format!("/proc/{chrome}/environ"))).unwrap();
+    for secret in [
+        s.dir().join("local.json"),
+        s.dir().join("sessions"),
+        PathBuf::from(format!("/proc/{controller}/environ")),
+    ] {
+        let refused = nobody_reads(&secret).unwrap_err();
+        assert!(
+            refused.contains("Permission denied"),
+            "{}: {refused}",
+            secret.display()
+        );
+    }
     s.release(v["id"].as_str().unwrap());
     s.wait_session(v["id"].as_str().unwrap(), "COMPLETED", |d| {
         d["status"] == "COMPLETED" && d["endedAt"].is_string()
@@ -1548,6 +1645,12 @@ impl Server {
 #[test]
 fn a_project_beyond_its_share_of_the_pool_gets_its_own_controller_and_leaves_a_warm_one() {
     let gate = tempfile::tempdir().unwrap();
+    // Chrome (the wrapper) runs as nobody when `serve` runs as root: it takes and leaves gates.
+    std::fs::set_permissions(
+        gate.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     let wrapper = gate.path().join("chromium");
     let script = TWO_WARM_CHROMIUM.replace("@GATE@", &gate.path().display().to_string());
     std::fs::write(&wrapper, script).unwrap();

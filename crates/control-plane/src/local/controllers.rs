@@ -12,6 +12,15 @@
 //! When a controller exits, a session it served that has no terminal status is marked FAILED,
 //! and every session it served gets `endedAt` and gives back its slot and context lease — as
 //! the ECS task-state handler does on AWS.
+//!
+//! Started as root, `serve` runs every controller's Chrome as `nobody` (`CHROME_USER`
+//! 65534:65534; `CHROME_USER` in `serve`'s environment chooses another, empty = root): Chrome,
+//! and a client driving it, then cannot read the data directory (0700 root: `local.json` with
+//! the API and signing keys, the session documents, the context archives) nor the
+//! controllers' `/proc/<pid>/environ`. Chrome cannot reach into the data directory either, so
+//! the profiles then live in a directory of their own, `<tmp>/wallcrawler-browsers-<uuid>`
+//! (0711 root: entered, not listed), removed when `serve` ends. Not root, Chrome runs as the
+//! user running `serve`, who can read all of it: then the proxy's file guard is the wall.
 
 use backon::{BackoffBuilder as _, ExponentialBackoff};
 use std::collections::HashMap;
@@ -79,6 +88,8 @@ pub struct Controllers {
     pub controller_bin: PathBuf,
     /// The local platform's data directory (`sessions/`, `contexts/`, `profiles/`, `claims/`).
     pub data_dir: PathBuf,
+    /// Where controllers' profiles (and the directories beside them) go, and who Chrome runs as.
+    browsers: Arc<Browsers>,
     /// The HS256 key children verify tokens with (`WALLCRAWLER_JWT_SIGNING_KEY`).
     pub signing_key: String,
     /// Where a controller's exit is recorded.
@@ -95,14 +106,24 @@ impl Controllers {
         signing_key: String,
         ends: Ends,
     ) -> Self {
+        let browsers = Arc::new(Browsers::new(
+            &data_dir,
+            std::env::var_os(task_env::CHROME_USER),
+        ));
         Self {
             controller_bin,
             data_dir,
+            browsers,
             signing_key,
             ends,
             children: Default::default(),
             stopping: Default::default(),
         }
+    }
+
+    /// The profile directory of controller `name`.
+    fn profile(&self, name: &str) -> PathBuf {
+        self.browsers.profiles.join(name)
     }
 
     /// `run` with what every local controller has: the shared session documents, the key, a
@@ -132,6 +153,7 @@ impl Controllers {
             .env(task_env::EXIT_WITH_PARENT, "true")
             .env(task_env::BACKGROUND_NICE, BACKGROUND_NICE)
             .env(task_env::LOG_FORMAT, "text")
+            .env(task_env::CHROME_USER, &self.browsers.chrome_user)
             .env(
                 "RUST_LOG",
                 std::env::var("WALLCRAWLER_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
@@ -215,6 +237,9 @@ impl Controllers {
         while !self.children.lock().expect("not poisoned").is_empty() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        if self.browsers.own_dir {
+            let _ = tokio::fs::remove_dir_all(&self.browsers.profiles).await;
+        }
     }
 
     /// A controller serving `id` exited: as the ECS task-state handler does, a session left
@@ -256,6 +281,62 @@ impl Controllers {
     }
 }
 
+/// Who local controllers' Chrome runs as, and where their profiles go.
+#[derive(Debug)]
+struct Browsers {
+    /// `CHROME_USER` for every controller (empty: the controller's own user).
+    chrome_user: std::ffi::OsString,
+    /// The directory holding the profiles.
+    profiles: PathBuf,
+    /// Whether `profiles` was made for this server (and is removed when it ends).
+    own_dir: bool,
+}
+
+impl Browsers {
+    /// Root: Chrome as `chosen` (`CHROME_USER` in `serve`'s environment), else `nobody`, with
+    /// profiles in a new directory Chrome's user can enter. Otherwise, or when that directory
+    /// cannot be made (logged), as the controller's user with profiles in `<data>/profiles`.
+    fn new(data_dir: &Path, chosen: Option<std::ffi::OsString>) -> Self {
+        let same_user = Self {
+            chrome_user: Default::default(),
+            profiles: data_dir.join("profiles"),
+            own_dir: false,
+        };
+        if !nix::unistd::geteuid().is_root() {
+            return same_user;
+        }
+        let chrome_user = chosen.unwrap_or_else(|| NOBODY.into());
+        if chrome_user.is_empty() {
+            return same_user;
+        }
+        match browsers_dir() {
+            Ok(profiles) => Self {
+                chrome_user,
+                profiles,
+                own_dir: true,
+            },
+            Err(e) => {
+                error!(error = %e, "could not create a directory for Chrome's profiles; Chrome runs as root");
+                same_user
+            }
+        }
+    }
+}
+
+/// Chrome's user when `serve` runs as root: `nobody`, which owns no file of the platform's.
+const NOBODY: &str = "65534:65534";
+
+/// A new `<tmp>/wallcrawler-browsers-<uuid>`, 0711: Chrome's user enters it to reach its own
+/// profile (0700, its own) but cannot list the others. Created, never reused, so nobody can
+/// have prepared it.
+fn browsers_dir() -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let dir = std::env::temp_dir().join(format!("wallcrawler-browsers-{}", uuid::Uuid::new_v4()));
+    std::fs::DirBuilder::new().mode(0o711).create(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))?;
+    Ok(dir)
+}
+
 /// `<profile><suffix>`: what a controller keeps beside its profile (`-files`: its uploads and
 /// downloads; `-extension`: its session's unpacked extension).
 fn beside(profile: &Path, suffix: &str) -> std::path::PathBuf {
@@ -293,7 +374,7 @@ impl Controllers {
     /// Starts a controller for `spec`'s session alone (`--pool 0`, or a session beyond its
     /// project's share of the pool), named by the session id; its handle `local:<pid>`.
     async fn run_session(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
-        let profile = self.data_dir.join("profiles").join(&spec.session_id);
+        let profile = self.profile(&spec.session_id);
         let mut cmd = self.command(&profile);
         cmd.env(task_env::SESSION_ID, &spec.session_id)
             .env(task_env::PROJECT_ID, &spec.project_id);
@@ -426,7 +507,7 @@ impl LocalPool {
     }
 
     fn spawn(self: &Arc<Self>, name: &str) -> StoreResult<()> {
-        let profile = self.ctl.data_dir.join("profiles").join(name);
+        let profile = self.ctl.profile(name);
         let mut cmd = self.ctl.command(&profile);
         cmd.env(task_env::POOL_QUEUE_DIR, self.queue.dir())
             .env(task_env::POOL_TASK_NAME, name)
