@@ -1805,7 +1805,11 @@ fn a_session_with_an_extension_shows_its_mark_and_one_without_does_not_cold() {
     );
     assert!(r["unmarked"].is_null(), "no extension, no mark: {r}");
     let id = r["withExt"].as_str().unwrap();
-    let unpacked = s.dir().join("profiles").join(format!("{id}-extension"));
+    // The profile is `<uploadsDir without -files/uploads>` (the data directory's `profiles/`, or
+    // the browsers' own directory when `serve` runs as root).
+    let uploads = s.doc(id)["uploadsDir"].as_str().unwrap().to_owned();
+    let profile = uploads.strip_suffix("-files/uploads").unwrap();
+    let unpacked = PathBuf::from(format!("{profile}-extension"));
     assert!(
         unpacked.join("manifest.json").is_file(),
         "unpacked beside the profile: {}",
