@@ -729,7 +729,12 @@ fn pack_gz_with<W: Write>(
     // Unpacking reads entries raw and refuses GNU sparse ones: holes are written as zeros.
     builder.sparse(false);
     let mut stats = PackStats::default();
-    pack_dir(&mut builder, src, Path::new(""), &mut stats)?;
+    // Canonical, so that what each opened file really is can be checked against it.
+    let src = fs::canonicalize(src).map_err(|source| ArchiveError::Read {
+        path: src.display().to_string(),
+        source,
+    })?;
+    pack_dir(&mut builder, &src, Path::new(""), &mut stats)?;
     for (name, data) in extra {
         let mut h = tar::Header::new_gnu();
         h.set_size(data.len() as u64);
@@ -1061,7 +1066,10 @@ fn pack_dir<W: Write>(
 }
 
 /// Appends the regular file at `path` as `rel`: never through a link, should the file have
-/// been replaced by one meanwhile, and nothing when it has vanished.
+/// been replaced by one meanwhile, and nothing when it has vanished. What was opened is
+/// checked to be under the profile (its real path, `/proc/self/fd`): Chrome's user owns the
+/// profile (`CHROME_USER`) and could swap a folder on the way for a link to the controller's
+/// files after the walk looked at it.
 fn pack_file<W: Write>(
     b: &mut tar::Builder<W>,
     path: &Path,
@@ -1083,16 +1091,50 @@ fn pack_file<W: Write>(
         Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => return Ok(()),
         Err(source) => return Err(read_err(source)),
     };
+    if !opened_under_root(&f, path, rel) {
+        return Ok(());
+    }
     b.append_file(rel, &mut f).map_err(read_err)?;
     stats.entries += 1;
     stats.bytes += len;
     Ok(())
 }
 
+/// Whether the file `f`, opened at `path` (= the profile's root joined with `rel`), really is
+/// under that root, whatever links the path met on the way.
+fn opened_under_root(f: &fs::File, path: &Path, rel: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Some(root) = path.ancestors().nth(rel.components().count()) else {
+        return false;
+    };
+    fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd()))
+        .is_ok_and(|real| real.starts_with(root) && real != root)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::fs::File;
+
+    /// A file reached through a folder swapped for a link (outside the profile) is not packed.
+    #[test]
+    fn a_file_reached_through_a_swapped_folder_is_not_packed() {
+        let d = tempfile::tempdir().unwrap();
+        let profile = fs::canonicalize(d.path()).unwrap().join("p");
+        let outside = fs::canonicalize(d.path()).unwrap().join("outside");
+        fs::create_dir_all(profile.join("Default")).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(profile.join("Default/Prefs"), b"{}").unwrap();
+        fs::write(outside.join("Prefs"), b"secret").unwrap();
+        let rel = Path::new("Default/Prefs");
+        let f = File::open(profile.join(rel)).unwrap();
+        assert!(opened_under_root(&f, &profile.join(rel), rel));
+        // The folder swapped for a link after the walk saw it.
+        fs::remove_dir_all(profile.join("Default")).unwrap();
+        std::os::unix::fs::symlink(&outside, profile.join("Default")).unwrap();
+        let f = File::open(profile.join(rel)).unwrap();
+        assert!(!opened_under_root(&f, &profile.join(rel), rel));
+    }
 
     const LIMITS: ArchiveLimits = ArchiveLimits {
         max_bytes: 1 << 20,

@@ -362,10 +362,12 @@ impl Loop {
         });
     }
 
-    /// `p`, when it names a file strictly inside the downloads directory.
+    /// `p`, when it names a file directly in the downloads directory (where Chrome writes
+    /// them; a file in a folder Chrome's user made there is not read: the folder could be
+    /// swapped for a link between this check and the read).
     fn inside(&self, p: &str) -> Option<PathBuf> {
         let real = std::fs::canonicalize(p).ok()?;
-        (real.starts_with(&self.dir) && real != self.dir && real.is_file()).then_some(real)
+        (real.parent() == Some(self.dir.as_path()) && real.is_file()).then_some(real)
     }
 }
 
@@ -375,7 +377,7 @@ fn lock(t: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
 
 /// Streams `file` to `key`; the bytes stored, `None` (logged) on failure.
 async fn upload(store: &dyn ArchiveStore, key: &str, file: &Path) -> Option<u64> {
-    let f = match tokio::fs::File::open(file).await {
+    let f = match open_regular(file).await {
         Ok(f) => f,
         Err(e) => {
             error!(error = %e, "a finished download cannot be read; not stored");
@@ -390,6 +392,21 @@ async fn upload(store: &dyn ArchiveStore, key: &str, file: &Path) -> Option<u64>
             None
         }
     }
+}
+
+/// Opens `file` for reading without following a link in its last component, and only if it
+/// is a regular file: Chrome's user owns the downloads directory (`CHROME_USER`) and could put
+/// a link to the controller's files where a finished download was, after it was checked.
+async fn open_regular(file: &Path) -> std::io::Result<tokio::fs::File> {
+    let f = tokio::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits() | nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(file)
+        .await?;
+    if !f.metadata().await?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(f)
 }
 
 /// Keeps the item's `downloadsInProgress` equal to the latest count, until the count's sender
@@ -474,6 +491,23 @@ fn unique_name(suggested: &str, taken: &HashSet<String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A link or a FIFO where a finished download was is not read; a regular file is.
+    #[tokio::test]
+    async fn only_a_regular_file_is_read_never_through_a_link() {
+        let d = tempfile::tempdir().unwrap();
+        let secret = d.path().join("secret");
+        std::fs::write(&secret, b"controller's").unwrap();
+        let link = d.path().join("report.csv");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        let e = open_regular(&link).await.unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(nix::libc::ELOOP), "{e}");
+        let fifo = d.path().join("fifo.csv");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let e = open_regular(&fifo).await.unwrap_err();
+        assert_eq!(e.to_string(), "not a regular file");
+        assert!(open_regular(&secret).await.is_ok());
+    }
 
     #[test]
     fn names_are_browserbase_shaped_and_one_safe_component() {
