@@ -969,12 +969,7 @@ impl RunConfig {
         let chrome = chrome_settings(&mut r, 9222);
         let store = session_store(&mut r);
         let pool = pool_queue.map(|queue| pool_config(&mut r, queue));
-        if pool.is_some() && store == SessionStoreConfig::None {
-            r.errors.push(
-                "pool mode needs the session item: set SESSIONS_TABLE_NAME (or SESSIONS_DIR)"
-                    .to_owned(),
-            );
-        }
+        pool_needs_the_item(&mut r, pool.as_ref(), &store);
         let (context, context_persist, extension) = context_of_run(&mut r, pool.is_some(), &auth);
         let files = files_place(&mut r, pool.as_ref(), &context);
         let public_ip = r.parse(PUBLIC_IP, "an IP address");
@@ -1026,6 +1021,16 @@ impl RunConfig {
             exit_with_parent,
             background_nice,
         })
+    }
+}
+
+/// Pool mode reads and writes the session item: one must be configured.
+fn pool_needs_the_item(r: &mut Reader<'_>, pool: Option<&PoolConfig>, store: &SessionStoreConfig) {
+    if pool.is_some() && *store == SessionStoreConfig::None {
+        r.errors.push(
+            "pool mode needs the session item: set SESSIONS_TABLE_NAME (or SESSIONS_DIR)"
+                .to_owned(),
+        );
     }
 }
 
