@@ -7,10 +7,9 @@ use tokio::time::Instant;
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::Query;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{FromRequestParts, Path, Query};
 use axum::http::StatusCode;
-use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -22,6 +21,7 @@ use wallcrawler_contract::{Claims, InternalStatus};
 use crate::app::App;
 use crate::auth::{Caller, Principal, check_body_project};
 use crate::error::{ApiError, chain};
+pub use crate::ids::{PathId, checked_id};
 use crate::metadata::MetadataQuery;
 use crate::model::{ContextRecord, session_create_to_api, session_to_api};
 use crate::stores::{Cond, LaunchSpec, PageAt, Terminal};
@@ -36,7 +36,9 @@ pub(crate) type ApiResult = Result<Response, ApiError>;
 
 /// Parses a JSON body leniently: empty = `{}`, unknown fields ignored, malformed → 400 naming
 /// the problem.
-fn parse_body<T: for<'de> Deserialize<'de> + Default>(body: &Bytes) -> Result<T, ApiError> {
+pub(crate) fn parse_body<T: for<'de> Deserialize<'de> + Default>(
+    body: &Bytes,
+) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
@@ -454,40 +456,6 @@ impl Owned for ContextRecord {
     fn project_id(&self) -> &str {
         &self.project_id
     }
-}
-
-/// The `{id}` of a route's path. axum's own rejection (an id that does not percent-decode to
-/// UTF-8) is plain text; this answers in Browserbase's error shape.
-pub struct PathId(pub String);
-
-impl<S: Send + Sync> FromRequestParts<S> for PathId {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Path::<String>::from_request_parts(parts, state)
-            .await
-            .map(|Path(id)| PathId(id))
-            .map_err(|_| ApiError::bad_request("the id in the path is not valid UTF-8"))
-    }
-}
-
-/// `id`, if it can be a `what`'s id: ids are made of 1 to 128 of `A-Z a-z 0-9 _ -` (as the
-/// platform mints them), checked before any store sees one (DynamoDB refuses a key over
-/// 2 KB; a file store must never see a path). The refusal shows a clipped, escaped part.
-pub(crate) fn checked_id<'a>(what: &str, id: &'a str) -> Result<&'a str, ApiError> {
-    if wallcrawler_contract::claim::valid_id(id) {
-        return Ok(id);
-    }
-    const SHOWN: usize = 32;
-    let head: String = id.chars().take(SHOWN).collect();
-    let more = if id.chars().nth(SHOWN).is_some() {
-        "…"
-    } else {
-        ""
-    };
-    Err(ApiError::bad_request(format!(
-        "{what} id must be 1 to 128 of the characters A-Z a-z 0-9 _ -, got {head:?}{more}"
-    )))
 }
 
 /// The record `found` under `id`, if it belongs to the caller's project: a missing one and

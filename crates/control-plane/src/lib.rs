@@ -11,7 +11,8 @@
 //! - [`auth`]: API-key authorisation and project selection.
 //! - [`limits`]: the concurrency cap and the one-writer-per-context rule, by conditional
 //!   writes (slots and leases).
-//! - [`handlers`] and [`router`]: the endpoints, one router for every deployment.
+//! - [`handlers`] and [`router`]: the endpoints, one router for every deployment; [`ids`]: the
+//!   path's `{id}` and the check every id passes before a store sees it.
 //! - [`extensions`]: the extensions API (archives checked, kept per project by content) and
 //!   the lookup of a create's `extensionId`.
 //! - [`files`]: a session's files: `GET /v1/sessions/{id}/downloads` (202 while in progress,
@@ -47,6 +48,7 @@ pub mod error;
 pub mod extensions;
 pub mod files;
 pub mod handlers;
+pub mod ids;
 pub mod limits;
 pub mod local;
 pub mod memory;

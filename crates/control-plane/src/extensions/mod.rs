@@ -45,7 +45,7 @@ use wallcrawler_contract::storage::{EXTENSIONS_PREFIX, extension_key, extension_
 use crate::app::App;
 use crate::auth::{Caller, Principal};
 use crate::error::ApiError;
-use crate::handlers::{PathId, checked_id};
+use crate::ids::{PathId, checked_id};
 use crate::stores::{Bounded, ObjectStore, StoreResult};
 
 pub use archive::MAX_ARCHIVE_BYTES;
