@@ -27,7 +27,7 @@ use crate::stores::{ArchiveStore, StoreError};
 
 /// The largest upload fetched. The API takes 4 MiB per request; a file put into the bucket
 /// another way may be larger, up to this.
-pub const MAX_FETCH_BYTES: u64 = 64 * 1024 * 1024;
+pub const MAX_FETCH_BYTES: u64 = wallcrawler_contract::storage::MAX_UPLOAD_FETCH_BYTES;
 
 /// The longest a fetch may take (the client's command waits for it).
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(20);

@@ -1,6 +1,7 @@
 // uploads.mjs --base <baseURL> --key <apiKey> --project <projectId> --session <id>
 //             --connect <connectUrl> --file <path> --also <path given by another upload>
-// uploads.mjs --connect <connectUrl> --paths <path,...>   (only what the page reads of each)
+// uploads.mjs --connect <connectUrl> --paths <path,...> [--digest 1]   (only what the page reads
+//             of each; with --digest its size and SHA-256 instead of its bytes)
 //
 // Files into a session's browser with the stock Browserbase SDK and Puppeteer, as users do:
 // `sessions.uploads.create(id, { file })` of --file (multipart `file`), then Puppeteer's
@@ -26,9 +27,21 @@ async function refusal(f) {
 
 run(async (args) => {
   // --connect <url> --paths <p1,p2,…> alone: only what the page reads of each path.
+  // With --digest, each file's size and SHA-256 instead of its bytes (a large file's base64
+  // would be a line of megabytes).
   if (args.paths) {
     const paths = Object.fromEntries(args.paths.split(",").map((p, i) => [String(i), p]));
-    return { read: await readThrough(requireArg(args, "connect"), paths) };
+    const read = await readThrough(requireArg(args, "connect"), paths);
+    if (args.digest) {
+      const { createHash } = await import("node:crypto");
+      for (const r of Object.values(read)) {
+        r.files = r.files.map(({ name, base64 }) => {
+          const bytes = Buffer.from(base64 ?? "", "base64");
+          return { name, size: bytes.length, sha256: createHash("sha256").update(bytes).digest("hex") };
+        });
+      }
+    }
+    return { read };
   }
   const { default: Browserbase, toFile } = await import("@browserbasehq/sdk");
   const bb = new Browserbase({ apiKey: requireArg(args, "key"), baseURL: requireArg(args, "base"), maxRetries: 0, timeout: 60000 });

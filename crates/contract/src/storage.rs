@@ -58,6 +58,10 @@ pub fn download_key(project_id: &str, session_id: &str, name: &str) -> String {
     )
 }
 
+/// The largest uploaded file a controller brings down to the browser's disk (an upload through
+/// the API is smaller still; one `PUT` to a presigned URL may be this large).
+pub const MAX_UPLOAD_FETCH_BYTES: u64 = 64 * 1024 * 1024;
+
 /// `files/<projectId>/<sessionId>/uploads/<escaped name>`: a file uploaded for the session's
 /// browser (`name` one path component, see [`upload_name_problem`]), escaped by
 /// [`key_segment`] so that any file name makes a key both S3 and the data directory's store

@@ -55,6 +55,7 @@ pub fn router(app: App) -> Router {
             "/v1/extensions",
             post(x::create_extension).layer(DefaultBodyLimit::max(x::MAX_BODY_BYTES)),
         )
+        .route("/v1/sessions/{id}/uploads/url", post(u::create_upload_url))
         .route("/v1/extensions/uploads", post(x::start_upload))
         .route("/v1/extensions/uploads/{id}", post(x::finish_upload))
         .route(

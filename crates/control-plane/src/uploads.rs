@@ -18,8 +18,10 @@
 //!   the path it is answered): not empty, not `.` or `..`, no `/` or `\`, no NUL or other
 //!   control character, at most 255 bytes (400; [`upload_name_problem`]);
 //! - the file is at most [`MAX_FILE_BYTES`] (413): API Gateway takes 10 MB and Lambda 6 MB,
-//!   base64 included, as for extensions. A larger file would need a presigned upload straight
-//!   to the bucket (not implemented; the README says so).
+//!   base64 included, as for extensions. A larger file (up to [`MAX_FETCH_BYTES`], what the
+//!   controller brings down) goes straight to the bucket: `POST /v1/sessions/{id}/uploads/url`
+//!   with `{"fileName"}` answers a presigned `PUT` URL for the same key and the same `path`
+//!   (a Wallcrawler extension; no SDK calls it).
 //!
 //! A second upload of the same name replaces the stored file; a browser that already has the
 //! first keeps it (the controller fetches a name once).
@@ -35,11 +37,15 @@ use tracing::info;
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::storage::{upload_key, upload_name_problem};
 
+use axum::body::Bytes;
+use serde::Deserialize;
+use wallcrawler_contract::storage::MAX_UPLOAD_FETCH_BYTES as MAX_FETCH_BYTES;
+
 use crate::app::App;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extensions::{MAX_ARCHIVE_BYTES, file_part};
-use crate::handlers::{PathId, own_session};
+use crate::handlers::{PathId, own_session, parse_body};
 
 /// The largest uploaded file: the same bound as an extension archive, for the same reason
 /// (what one request through API Gateway and Lambda can carry).
@@ -89,6 +95,52 @@ async fn live_uploads_dir(app: &App, mut s: SessionDoc) -> Result<String, ApiErr
     }
 }
 
+/// `name` as an upload's file name, or the 400 naming why not.
+fn checked_name(name: &str) -> Result<&str, ApiError> {
+    match upload_name_problem(name) {
+        None => Ok(name),
+        Some(why) => {
+            let shown: String = name.chars().take(64).collect();
+            Err(ApiError::bad_request(format!("{why}: {shown:?}")))
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct UploadUrlRequest {
+    file_name: String,
+}
+
+/// `POST /v1/sessions/{id}/uploads/url` with `{"fileName"}`: 201 `{uploadUrl, path, expiresAt,
+/// maxBytes}` — a presigned `PUT` of a file too large for one request, stored where an upload
+/// through the API is; the browser reads it at `path` (at most [`MAX_FETCH_BYTES`]: the
+/// controller refuses to bring down more). The same session and name rules as an upload.
+pub async fn create_upload_url(
+    caller: Caller,
+    PathId(id): PathId,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let (app, p) = caller.into_parts();
+    let session = own_session(&app, &p, &id).await?;
+    let req: UploadUrlRequest = parse_body(&body)?;
+    let name = checked_name(&req.file_name)?;
+    let dir = live_uploads_dir(&app, session.clone()).await?;
+    let key = upload_key(&session.project_id, &session.session_id, name);
+    let ttl = app.settings.upload_url_ttl;
+    let url = app.archives.presign_put(&key, ttl).await?;
+    let expires_at =
+        wallcrawler_contract::time::iso8601_millis(app.clock.now_millis() + ttl * 1000);
+    info!(session.id = %session.session_id, project.id = %session.project_id, "upload URL handed out");
+    let body = json!({
+        "uploadUrl": url,
+        "path": format!("{}/{name}", dir.trim_end_matches('/')),
+        "expiresAt": expires_at,
+        "maxBytes": MAX_FETCH_BYTES,
+    });
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
 /// `POST /v1/sessions/{id}/uploads`: a multipart `file`, stored for the session's browser.
 /// 200 with Browserbase's `{message}` and the `path` to name in `DOM.setFileInputFiles`.
 pub async fn create_upload(
@@ -106,11 +158,7 @@ pub async fn create_upload(
         ))
     })?;
     let (name, bytes) = file_part(form, MAX_FILE_BYTES, too_large, "the file to upload").await?;
-    let name = name.as_deref().unwrap_or("");
-    if let Some(why) = upload_name_problem(name) {
-        let shown: String = name.chars().take(64).collect();
-        return Err(ApiError::bad_request(format!("{why}: {shown:?}")));
-    }
+    let name = checked_name(name.as_deref().unwrap_or(""))?;
     let key = upload_key(&session.project_id, &session.session_id, name);
     let size = bytes.len();
     app.objects.put(&key, bytes).await?;

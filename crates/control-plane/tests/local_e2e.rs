@@ -2063,6 +2063,7 @@ fn uploads_reach_the_browser_by_the_returned_path(s: &Server) {
             "from python.bin",
         ));
     assert_eq!(std::fs::read(&stored).unwrap(), py_bytes);
+    large_upload_through_its_url(s, &sid, py["session"]["connectUrl"].as_str().unwrap());
 
     let r = node::command("uploads.mjs")
         .args(["--base", &s.base, "--key", &s.key, "--project", &s.project])
@@ -2099,6 +2100,55 @@ fn uploads_reach_the_browser_by_the_returned_path(s: &Server) {
     );
     assert_eq!(r["ended"]["status"], 409, "{r}");
     assert!(why(&r["ended"]).contains("has ended"), "{r}");
+}
+
+/// A file over the one-request limit goes to the URL `POST …/uploads/url` hands out (a `PUT`
+/// straight to the store: the server itself locally), and the page reads its exact bytes at
+/// the `path` answered; a name that is not one path component gets no URL.
+fn large_upload_through_its_url(s: &Server, sid: &str, connect_url: &str) {
+    use std::io::{Read, Write};
+    let uri = format!("/v1/sessions/{sid}/uploads/url");
+    let (status, v) = s.call("POST", &uri, r#"{"fileName":"../../x"}"#);
+    assert_eq!(status, 400, "{v}");
+    let (status, v) = s.call("POST", &uri, r#"{"fileName":"big file.bin"}"#);
+    assert_eq!(status, 201, "{v}");
+    let path = v["path"].as_str().unwrap().to_owned();
+    assert!(path.ends_with("-files/uploads/big file.bin"), "{v}");
+    let url = v["uploadUrl"].as_str().unwrap();
+    let rest = url.strip_prefix("http://").unwrap();
+    let (authority, target) = rest.split_at(rest.find('/').unwrap());
+    let big: Vec<u8> = (0..4 * 1024 * 1024 + 1)
+        .map(|i: u32| (i * 7 % 251) as u8)
+        .collect();
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    write!(
+        stream,
+        "PUT {target} HTTP/1.1\r\nhost: {authority}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        big.len()
+    )
+    .unwrap();
+    stream.write_all(&big).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let r = node::command("uploads.mjs")
+        .args(["--connect", connect_url, "--paths", &path, "--digest", "1"])
+        .output()
+        .unwrap();
+    let r = node::last_json(
+        "uploads.mjs",
+        &String::from_utf8_lossy(&r.stdout),
+        &String::from_utf8_lossy(&r.stderr),
+    );
+    let sha: String = sha2::Sha256::digest(&big)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        r["read"]["0"]["files"],
+        serde_json::json!([{"name": "big file.bin", "size": big.len(), "sha256": sha}]),
+        "the page reads the large upload's exact bytes"
+    );
 }
 
 #[test]

@@ -46,3 +46,32 @@ async fn an_upload_lands_under_the_sessions_prefix_and_the_answer_names_its_path
     let key = upload_key("proj_someone_else", &foreign, "x.txt");
     assert_eq!(object(&f, &key).await, None);
 }
+
+/// A file over the one-request limit: `POST …/uploads/url` hands out a presigned `PUT` to the
+/// same key under the session's prefix, and the answer's `path` is where the browser reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_upload_goes_to_the_bucket_through_its_presigned_url() {
+    let f = Fixture::new(1).await;
+    let id = ready_session(&f, &f.project_id).await;
+    let uri = format!("/v1/sessions/{id}/uploads/url");
+    let (status, v) = f
+        .call(Method::POST, &uri, Some(json!({ "fileName": "big.bin" })))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    assert_eq!(v["path"], "/srv/up/big.bin", "{v}");
+    let url = v["uploadUrl"].as_str().unwrap();
+    assert!(url.contains("X-Amz-Signature="), "a presigned URL: {url}");
+    let big: Vec<u8> = (0..5 * 1024 * 1024u32).map(|i| (i % 253) as u8).collect();
+    let (status, answer) = http("PUT", url, &[], big.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let key = upload_key(&f.project_id, &id, "big.bin");
+    assert_eq!(object(&f, &key).await.as_deref(), Some(&big[..]));
+    let (status, v) = f
+        .call(
+            Method::POST,
+            &uri,
+            Some(json!({ "fileName": "/etc/passwd" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+}
