@@ -98,7 +98,7 @@ ENV HOME=/home/wallcrawler \
 # isolation. Chrome then runs as 10001 without any capability, and cannot read the controller's
 # environment (the secret's ARN, the task role's credentials endpoint) nor its memory.
 # hadolint ignore=DL3002
-USER root
+USER 0:0
 WORKDIR /home/wallcrawler
 
 # The authenticating CDP proxy. Chrome's own DevTools port (9222) listens on 127.0.0.1 only, and so
