@@ -184,16 +184,16 @@ pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Opens `path` for reading without following a link (nor blocking on a FIFO), refusing a
-/// file that is not a regular file of ours that only we may write. `None`: there is none.
-pub fn open_ours(path: &Path) -> io::Result<Option<File>> {
-    let opened = OpenOptions::new()
-        .read(true)
+/// `opts` opening `path` without following a link (nor blocking on a FIFO), the file refused
+/// unless it is a regular file of ours that only we may write. `None`: there is none.
+fn open_checked(path: &Path, opts: &mut OpenOptions) -> io::Result<Option<File>> {
+    let opened = opts
         .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
         .open(path);
     let f = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        // What O_NOFOLLOW answers for a link.
         Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
             return Err(Untrusted::Link {
                 path: path.to_owned(),
@@ -211,6 +211,19 @@ pub fn open_ours(path: &Path) -> io::Result<Option<File>> {
     }
     check_owned(path, &m)?;
     Ok(Some(f))
+}
+
+/// Opens `path` for reading when it is ours ([`open_checked`]). `None`: there is none.
+pub fn open_ours(path: &Path) -> io::Result<Option<File>> {
+    open_checked(path, OpenOptions::new().read(true))
+}
+
+/// Opens the lock file `path` (created 0600 when missing, never truncated) when it is ours
+/// ([`open_checked`]): a link planted there would have us create or lock its target.
+pub fn open_lock(path: &Path) -> io::Result<File> {
+    let mut opts = OpenOptions::new();
+    opts.create(true).truncate(false).write(true).mode(0o600);
+    open_checked(path, &mut opts)?.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
 }
 
 /// The bytes of `path` when it is ours ([`open_ours`]); `None`: there is no such file.

@@ -7,9 +7,9 @@
 //! replacement (write to a temporary file, then rename). It is synchronous; async callers run
 //! it on a blocking thread.
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -353,15 +353,7 @@ impl DirStore {
             .create(&self.dir)
             .map_err(Self::io(&self.dir))?;
         let lock_path = self.dir.join(".lock");
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            // A link planted as the lock would make us create or lock its target.
-            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-            .open(&lock_path)
-            .map_err(Self::io(&lock_path))?;
+        let lock = private_fs::open_lock(&lock_path).map_err(Self::io(&lock_path))?;
         lock.lock().map_err(Self::io(&lock_path))?;
         let r = f();
         let _ = lock.unlock();

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
 use wallcrawler_testkit::node;
 
+/// The data directory ours or refused; no planted link followed.
+mod data_dir;
 /// Every download captured, stored and served as a zip.
 mod downloads;
 
