@@ -4,8 +4,10 @@
 //!
 //! [`DirStore`] gives the directory the properties the controller relies on in DynamoDB:
 //! conditional updates (a read-modify-write under an exclusive file lock) and atomic
-//! replacement (write to a temporary file, then rename). It is synchronous; async callers run
-//! it on a blocking thread.
+//! replacement (write to a temporary file, then rename: [`crate::private_fs::write_atomic`], so
+//! no write follows a link; a document that is a link, not ours or writable by others is
+//! refused, not read: documents hold session tokens). It is synchronous; async callers run it
+//! on a blocking thread.
 
 use std::fs;
 use std::io;
