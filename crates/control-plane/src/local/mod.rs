@@ -351,19 +351,24 @@ impl ObjectStore for DirObjects {
         f.sync_all().await.map_err(fail)?;
         tokio::fs::rename(&tmp, &path).await.map_err(fail)
     }
+    /// Only a file of ours, not through a link ([`private_fs::read_ours`]).
     async fn get(&self, key: &str) -> StoreResult<Option<axum::body::Bytes>> {
-        match tokio::fs::read(self.path(key)?).await {
-            Ok(b) => Ok(Some(b.into())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        let path = self.path(key)?;
+        let read = tokio::task::spawn_blocking(move || private_fs::read_ours(&path))
+            .await
+            .map_err(|e| StoreError::failed_by(format!("reading object {key}"), e))?;
+        match read {
+            Ok(b) => Ok(b.map(Into::into)),
             Err(e) => Err(object_err("reading", key, e)),
         }
     }
-    /// Reads at most `max` + 1 bytes whatever the file's length says.
+    /// Reads at most `max` + 1 bytes whatever the file's length says (only a file of ours, not
+    /// through a link: [`private_fs::open_ours`]).
     async fn get_at_most(&self, key: &str, max: u64) -> StoreResult<Option<Bounded>> {
         use tokio::io::AsyncReadExt;
-        let f = match tokio::fs::File::open(self.path(key)?).await {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        let f = match private_fs::open_ours(&self.path(key)?) {
+            Ok(Some(f)) => tokio::fs::File::from_std(f),
+            Ok(None) => return Ok(None),
             Err(e) => return Err(object_err("reading", key, e)),
         };
         let mut body = Vec::new();
