@@ -63,14 +63,9 @@ fi
 # --- Chromium's managed policies, installed as the image installs them -----------------
 # Tests then run Chrome under the same URLBlocklist and other policies as production.
 # (tests/chrome_reach.rs checks the repository's copy itself, in a private mount namespace.)
-policy_dir=/etc/chromium/policies/managed
-if [[ $(id -u) -eq 0 ]]; then
-  install -d -m 0755 "$policy_dir"
-  install -m 0644 "$ROOT"/chrome/policies/managed/*.json "$policy_dir/"
-  log "chromium policies: installed into $policy_dir"
-elif ! cmp -s "$ROOT/chrome/policies/managed/wallcrawler.json" "$policy_dir/wallcrawler.json"; then
-  log "warning: not root, so $policy_dir is not updated from chrome/policies/managed"
-fi
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
+wc_install_chrome_policy install-test-deps
 
 # --- Node clients -------------------------------------------------------------
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

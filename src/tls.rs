@@ -16,8 +16,7 @@
 //!   afterwards, so a Node client needs only `NODE_EXTRA_CA_CERTS=<ca.pem>`.
 
 use std::fs;
-use std::io::Write as _;
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -332,25 +331,13 @@ fn make_local_ca() -> Result<MadeCa, rcgen::Error> {
     })
 }
 
-/// Writes `bytes` to `path` as a new 0600 file (replacing an old one), whatever the umask.
+/// Writes `bytes` to `path` as a new 0600 file (replacing an old one), whatever the umask,
+/// never through a link ([`wallcrawler_contract::private_fs::write_atomic`]).
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), TlsError> {
-    let err = |source| TlsError::Write {
+    wallcrawler_contract::private_fs::write_atomic(path, bytes).map_err(|source| TlsError::Write {
         path: path.to_owned(),
         source,
-    };
-    match fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(err(e)),
-    }
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(err)?;
-    f.write_all(bytes).map_err(err)?;
-    f.sync_all().map_err(err)
+    })
 }
 
 #[cfg(test)]

@@ -7,8 +7,10 @@
 #      local.sh to end by itself with status 0.
 #   2. `scripts/platform.sh --port 0 --data-dir <fresh>`: reads `baseURL:`, `apiKey:` and
 #      `projectId:`, runs the README's api.sh, sdk.mjs, stagehand.mjs and extension-upload.sh
-#      (a 5 MiB extension through the presigned upload) blocks with them, then
-#      ends it with Ctrl-C (SIGINT) and expects status 0.
+#      (a 5 MiB extension through the presigned upload) blocks with them, checks that the
+#      managed policy platform.sh installs applies to its pages (as root: platform.sh runs in a
+#      private mount namespace whose /etc/chromium/policies starts empty, so the block seen is
+#      what platform.sh installed), then ends it with Ctrl-C (SIGINT) and expects status 0.
 # Each block is taken from README.md by name (tests/py/readme_blocks.py), so a README that drifts
 # from the code fails here. Prints how long each command took to print its first line.
 # Run by scripts/test.sh after `cargo test` (which built what the scripts run). Exits non-zero on
@@ -139,7 +141,14 @@ fi
 # --- 2. scripts/platform.sh ------------------------------------------------------------------
 log "scripts/platform.sh --port 0 --data-dir <fresh>"
 t0=$EPOCHREALTIME
-start platform scripts/platform.sh --port 0 --data-dir "$work/data"
+platform=(scripts/platform.sh --port 0 --data-dir "$work/data")
+if [[ $(id -u) -eq 0 ]]; then
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  platform=(unshare --mount --propagation private bash -c \
+    'mkdir -p /etc/chromium/policies && mount -t tmpfs -o mode=0755 policies /etc/chromium/policies && exec "$@"' \
+    bash "${platform[@]}")
+fi
+start platform "${platform[@]}"
 # shellcheck disable=SC2154 # set by start
 BASE=$(value "$platform_fd" baseURL) || {
   show_err platform
@@ -168,6 +177,28 @@ with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_STORED) as z:
 PY
 run_example extension-upload.sh bash -euo pipefail extension-upload.sh
 expect_lines extension-upload.sh '"id": "ext_[0-9a-f]+"' '"fileName": "extup_[0-9a-f]+\.zip"'
+
+# Chromium's managed policy applies on the platform: a page navigating to one of its blocked
+# patterns (`*:9222`, Chrome's DevTools port: loopback, nothing needs to listen there) is
+# refused by the policy (net::ERR_BLOCKED_BY_ADMINISTRATOR), not by a closed port.
+if [[ $(id -u) -eq 0 ]]; then
+  log "managed policy: a page on the platform navigates to http://127.0.0.1:9222/"
+  sess=$(curl -sf -X POST "$BASE/v1/sessions" -H "x-wc-api-key: $KEY" \
+    -H 'content-type: application/json' -d '{}') || fail "creating a session for the policy check"
+  if ! (cd tests/node && timeout "$CLIENT_BOUND" node navigate.mjs --url "$(jq -r .connectUrl <<<"$sess")" \
+    --targets "http://127.0.0.1:9222/") >"$work/policy.log" 2>&1; then
+    show "$work/policy.log"
+    fail "navigate.mjs on the platform"
+  fi
+  curl -sf -X POST "$BASE/v1/sessions/$(jq -r .id <<<"$sess")" -H "x-wc-api-key: $KEY" \
+    -d '{"status":"REQUEST_RELEASE"}' >/dev/null || fail "releasing the policy check's session"
+  grep -Fq '"http://127.0.0.1:9222/":"net::ERR_BLOCKED_BY_ADMINISTRATOR"' "$work/policy.log" || {
+    show "$work/policy.log"
+    fail "the managed policy does not apply on the platform"
+  }
+else
+  log "not root: platform.sh cannot install the managed policy; its check is skipped"
+fi
 
 # Ctrl-C ends the platform, normally.
 # shellcheck disable=SC2154 # set by start

@@ -10,7 +10,8 @@
 //!
 //! | path | owner | mode | why |
 //! |---|---|---|---|
-//! | `<profile>` (tree) | Chrome | as unpacked | Chrome writes its profile; the save reads it as root |
+//! | `<profile>` | Chrome | 0700 | another uid's Chrome (the local platform's) cannot read it |
+//! | `<profile>` (tree below) | Chrome | as unpacked | Chrome writes its profile; the save reads it as root |
 //! | `<profile>-files` | root:Chrome's group | 0710 | Chrome may enter, not rename what is inside |
 //! | `…/uploads` | root:Chrome's group | 2750 | Chrome reads uploads; only the controller writes them |
 //! | `…/downloads` | Chrome | 0700 | Chrome writes downloads |
@@ -129,6 +130,10 @@ impl ChromeUser {
     /// Hands Chrome its directories (see the module's table); Chrome's `HOME`.
     pub fn prepare(&self, user_data_dir: &Path) -> std::io::Result<PathBuf> {
         self.give_tree(user_data_dir)?;
+        // The profile (cookies, logins) is its Chrome's alone: on the local platform another
+        // session's Chrome runs as another uid, and the folder was made as the umask said.
+        let profile = open_dir(nix::fcntl::AT_FDCWD, user_data_dir)?;
+        nix::sys::stat::fchmod(&profile, Mode::from_bits_truncate(0o700))?;
         let files = crate::proxy::guard::files_dir(user_data_dir);
         self.dir(&files, false, 0o710)?;
         self.dir(&files.join("uploads"), false, 0o2750)?;
@@ -269,7 +274,7 @@ mod tests {
         let files = crate::proxy::guard::files_dir(&profile);
         assert_eq!(home, files.join("home"));
         for (p, uid, mode) in [
-            (profile.clone(), 65534, None),
+            (profile.clone(), 65534, Some(0o700)),
             (files.clone(), 0, Some(0o710)),
             (files.join("uploads"), 0, Some(0o2750)),
             (files.join("downloads"), 65534, Some(0o700)),

@@ -50,15 +50,11 @@ impl ArchiveStore for DirectoryArchives {
             .map(PathBuf::from)
             .unwrap_or_else(|| self.dir.clone());
         tokio::fs::create_dir_all(&parent).await.map_err(io)?;
-        let tmp = parent.join(format!(
-            ".{}.partial-{}",
-            path.file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default(),
-            uuid::Uuid::new_v4()
-        ));
+        // Exclusively created under a random name, never through a link (the one helper every
+        // file of the local platform's data directory is written with).
+        let (tmp, f) = wallcrawler_contract::private_fs::create_temp_beside(&path).map_err(io)?;
         let result = async {
-            let mut f = tokio::fs::File::create(&tmp).await.map_err(io)?;
+            let mut f = tokio::fs::File::from_std(f);
             let n = tokio::io::copy(&mut body, &mut f).await.map_err(io)?;
             f.flush().await.map_err(io)?;
             f.sync_all().await.map_err(io)?;

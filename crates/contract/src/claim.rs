@@ -229,16 +229,15 @@ impl DirQueue {
             .map(|d| d.as_nanos())
             .unwrap_or_default();
         let name = format!("{seq:039}-{}.json", claim.session_id);
-        let tmp = self.dir.join("tmp").join(&name);
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(claim.to_json().as_bytes())?;
-        f.sync_all()?;
-        fs::rename(&tmp, self.dir.join(NEW).join(&name))?;
-        Ok(name)
+        let (tmp, mut f) = crate::private_fs::create_temp(&self.dir.join("tmp"), &name)?;
+        let sent = f
+            .write_all(claim.to_json().as_bytes())
+            .and_then(|()| f.sync_all())
+            .and_then(|()| fs::rename(&tmp, self.dir.join(NEW).join(&name)));
+        if sent.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        sent.map(|()| name)
     }
 
     fn owned(name: &str, owner: &str) -> String {
@@ -298,6 +297,7 @@ impl DirQueue {
         let at = std::time::SystemTime::now() + after;
         fs::File::options()
             .write(true)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
             .open(&from)?
             .set_modified(at)?;
         fs::rename(from, self.dir.join(NEW).join(name))
@@ -415,7 +415,8 @@ fn hidden_until(path: &Path) -> Option<std::time::SystemTime> {
 fn read_bounded(path: &Path) -> io::Result<Vec<u8>> {
     use std::io::Read;
     let mut out = Vec::new();
-    fs::File::open(path)?
+    crate::private_fs::open_ours(path)?
+        .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?
         .take(MAX_CLAIM_BYTES as u64 + 1)
         .read_to_end(&mut out)?;
     Ok(out)

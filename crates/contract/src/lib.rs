@@ -4,13 +4,16 @@
 //! without the control plane depending on the proxy's runtime. The one exception to "no I/O"
 //! is the local platform's two directories both sides share — the queue of claims
 //! ([`claim::DirQueue`]) and the session documents ([`session_doc::DirStore`]) — plain
-//! blocking file operations, kept here so their layout and locking are written once.
+//! blocking file operations, kept here so their layout and locking are written once (and
+//! [`private_fs`], the checks and the one atomic write every file there goes through).
 //!
 //! - [`token`]: the CDP access token (HS256 JWT): claims, minting, and every acceptance rule.
 //! - [`extension_archive`]: the checks an extension archive (a zip) passes, where the API
 //!   keeps it and where a controller unpacks it (the one writer of files here besides the two
 //!   directories above: the same rules on both sides).
 //! - [`claim`]: how a session reaches a warm pool controller, and the local queue of claims.
+//! - [`private_fs`]: the local platform's files ours or refused: its directory checked, files
+//!   read without following links, written through exclusive random temporary names.
 //! - [`retry`]: the one retry policy, and which failures are transient.
 //! - [`secret`]: the JSON shape of the signing secret kept in Secrets Manager.
 //! - [`session`]: the session item's lifecycle statuses and their SDK-visible mapping.
@@ -25,6 +28,7 @@
 
 pub mod claim;
 pub mod extension_archive;
+pub mod private_fs;
 pub mod retry;
 pub mod secret;
 pub mod session;

@@ -4,17 +4,20 @@
 //!
 //! [`DirStore`] gives the directory the properties the controller relies on in DynamoDB:
 //! conditional updates (a read-modify-write under an exclusive file lock) and atomic
-//! replacement (write to a temporary file, then rename). It is synchronous; async callers run
-//! it on a blocking thread.
+//! replacement (write to a temporary file, then rename: [`crate::private_fs::write_atomic`], so
+//! no write follows a link; a document that is a link, not ours or writable by others is
+//! refused, not read: documents hold session tokens). It is synchronous; async callers run it
+//! on a blocking thread.
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::claim::{ClaimWait, NO_BROWSER_IN_TIME, UNSERVED_STATUS, lapsed, valid_id};
+use crate::private_fs;
 use crate::session::InternalStatus;
 
 /// One session. Field names are the table's attribute names.
@@ -352,21 +355,19 @@ impl DirStore {
             .create(&self.dir)
             .map_err(Self::io(&self.dir))?;
         let lock_path = self.dir.join(".lock");
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(Self::io(&lock_path))?;
+        let lock = private_fs::open_lock(&lock_path).map_err(Self::io(&lock_path))?;
         lock.lock().map_err(Self::io(&lock_path))?;
         let r = f();
         let _ = lock.unlock();
         r
     }
 
+    /// The document, read only when it is ours ([`private_fs::read_ours`]: a link or a file
+    /// another user owns or may write is refused): a document holds a session's token.
     fn read_path(path: &Path) -> Result<Option<SessionDoc>, DocError> {
-        match fs::read(path) {
-            Ok(bytes) => {
+        match private_fs::read_ours(path) {
+            Ok(None) => Ok(None),
+            Ok(Some(bytes)) => {
                 serde_json::from_slice(&bytes)
                     .map(Some)
                     .map_err(|source| DocError::Json {
@@ -374,7 +375,6 @@ impl DirStore {
                         source,
                     })
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(DocError::Io {
                 path: path.display().to_string(),
                 source,
@@ -383,19 +383,8 @@ impl DirStore {
     }
 
     fn write_path(path: &Path, doc: &SessionDoc) -> Result<(), DocError> {
-        let tmp = path.with_extension(format!("json.tmp-{}", std::process::id()));
         let data = serde_json::to_vec_pretty(doc).expect("documents serialize");
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(Self::io(&tmp))?;
-        f.write_all(&data)
-            .and_then(|_| f.sync_all())
-            .map_err(Self::io(&tmp))?;
-        fs::rename(&tmp, path).map_err(Self::io(path))
+        private_fs::write_atomic(path, &data).map_err(Self::io(path))
     }
 
     /// The document, if any.

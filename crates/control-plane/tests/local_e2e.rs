@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
 use wallcrawler_testkit::node;
 
+/// The data directory ours or refused; no planted link followed.
+mod data_dir;
 /// Every download captured, stored and served as a zip.
 mod downloads;
 
@@ -1144,14 +1146,14 @@ fn process_group(pgid: i32) -> Vec<i32> {
         .collect()
 }
 
-/// Whether a process as uid:gid 65534:65534 (Chrome's user) can read `path`; what `cat` said
-/// when it cannot.
-fn nobody_reads(path: &std::path::Path) -> Result<(), String> {
+/// Whether a process as uid:gid `uid`:`uid` (a Chrome's user) can run `cmd` `args` (`cat` a
+/// file, `kill -0` a process); what it said when it cannot.
+fn as_uid(uid: u32, cmd: &str, args: &[&std::ffi::OsStr]) -> Result<(), String> {
     use std::os::unix::process::CommandExt;
-    let out = Command::new("cat")
-        .arg(path)
-        .uid(65534)
-        .gid(65534)
+    let out = Command::new(cmd)
+        .args(args)
+        .uid(uid)
+        .gid(uid)
         .stdout(Stdio::null())
         .output()
         .unwrap();
@@ -1162,46 +1164,104 @@ fn nobody_reads(path: &std::path::Path) -> Result<(), String> {
     }
 }
 
-/// `serve` started as root (as the tests are): every Chrome runs as nobody, drives as before,
-/// and cannot read the platform's keys (`local.json`) nor its controller's environment (the
-/// signing key).
+/// Whether uid `uid` can read `path`.
+fn reads_as(uid: u32, path: &std::path::Path) -> Result<(), String> {
+    as_uid(uid, "cat", &[path.as_os_str()])
+}
+
+/// The profile directory of Chrome's browser process `pid` (its `--user-data-dir=`).
+fn profile_of(pid: i32) -> PathBuf {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    cmdline
+        .split(|b| *b == 0)
+        .find_map(|a| a.strip_prefix(b"--user-data-dir="))
+        .map(|p| PathBuf::from(String::from_utf8_lossy(p).into_owned()))
+        .expect("Chrome names its profile")
+}
+
+/// A regular file directly in `dir` (one Chrome wrote into its profile).
+fn a_file_in(dir: &std::path::Path) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .find(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.path())
+}
+
+/// The one uid Chrome's browser process `pid` and every process of its group run as.
+fn chrome_uid(pid: i32) -> u32 {
+    let uid = uids(pid).unwrap()[0];
+    for p in process_group(pid) {
+        assert_eq!(uids(p), Some(vec![uid; 4]), "Chrome's process {p}");
+    }
+    uid
+}
+
+/// `serve` started as root (as the tests are): each warm Chrome runs as a uid of its own
+/// (from `LOCAL_CHROME_UIDS`' default range, not root), drives as before, and its user reads
+/// neither the other browser's profile nor the platform's keys (`local.json`) nor its
+/// controller's environment (the signing key), and cannot signal the other browser.
 #[test]
-fn started_as_root_chrome_runs_as_nobody_and_reads_no_platform_secret() {
+fn started_as_root_each_chrome_runs_as_a_uid_of_its_own_and_reads_no_other_secret() {
     assert!(nix::unistd::geteuid().is_root(), "the tests run as root");
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
     let s = Server::spawn_with(
         "25",
         &bin.with_file_name("wallcrawler-controller"),
-        &[("WALLCRAWLER_POOL_SIZE", "1"), DIRECT],
+        &[("WALLCRAWLER_POOL_SIZE", "2"), DIRECT],
     );
-    let name = s.pool_name(1);
-    wait_for("the warm Chrome", || pool_chrome_nice(&name).is_some());
-    let (chrome, _) = pool_chrome_nice(&name).unwrap();
-    let controller = pool_controller_pid(&name).unwrap();
+    let (one, two) = (s.pool_name(1), s.pool_name(2));
+    wait_for("two warm Chromes", || {
+        pool_chrome_nice(&one).is_some() && pool_chrome_nice(&two).is_some()
+    });
+    let (a, b) = (
+        pool_chrome_nice(&one).unwrap().0,
+        pool_chrome_nice(&two).unwrap().0,
+    );
+    let controller = pool_controller_pid(&one).unwrap();
     assert_eq!(uids(controller), Some(vec![0; 4]), "the controller is root");
     let v = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
     assert_eq!(v["status"], "RUNNING", "{v}");
     drive(v["connectUrl"].as_str().unwrap());
     // After a page was driven: the browser, its zygotes and at least one renderer.
-    wait_for("Chrome's helpers", || process_group(chrome).len() > 2);
-    for pid in process_group(chrome) {
-        assert_eq!(uids(pid), Some(vec![65534; 4]), "Chrome's process {pid}");
+    wait_for("Chrome's helpers", || process_group(a).len() > 2);
+    let (ua, ub) = (chrome_uid(a), chrome_uid(b));
+    assert_ne!(ua, ub, "one uid per browser");
+    for u in [ua, ub] {
+        assert!(
+            u >= 1_900_000_000,
+            "from LOCAL_CHROME_UIDS' default range: {u}"
+        );
     }
-    // What Chrome's user reads: its own process's environment (so the check itself works),
-    // but neither the platform's keys nor its controller's environment.
-    nobody_reads(&PathBuf::from(format!("/proc/{chrome}/environ"))).unwrap();
-    for secret in [
-        s.dir().join("local.json"),
-        s.dir().join("sessions"),
-        PathBuf::from(format!("/proc/{controller}/environ")),
+
+    let (pa, pb) = (profile_of(a), profile_of(b));
+    wait_for("a file in each profile", || {
+        a_file_in(&pa).is_some() && a_file_in(&pb).is_some()
+    });
+    let (fa, fb) = (a_file_in(&pa).unwrap(), a_file_in(&pb).unwrap());
+    // Each reads its own profile and its own process's environment (so the checks work)…
+    reads_as(ua, &fa).unwrap();
+    reads_as(ub, &fb).unwrap();
+    reads_as(ua, &PathBuf::from(format!("/proc/{a}/environ"))).unwrap();
+    // …but not the other's profile, the platform's keys nor its controller's environment.
+    for (uid, secret) in [
+        (ua, fb.clone()),
+        (ub, fa.clone()),
+        (ua, s.dir().join("local.json")),
+        (ua, s.dir().join("sessions")),
+        (ua, PathBuf::from(format!("/proc/{controller}/environ"))),
     ] {
-        let refused = nobody_reads(&secret).unwrap_err();
+        let refused = reads_as(uid, &secret).unwrap_err();
         assert!(
             refused.contains("Permission denied"),
-            "{}: {refused}",
+            "{uid} reads {}: {refused}",
             secret.display()
         );
     }
+    // Nor signal the other browser (ptrace needs at least as much).
+    let refused = as_uid(ua, "kill", &["-0".as_ref(), b.to_string().as_ref()]).unwrap_err();
+    assert!(refused.contains("not permitted"), "{refused}");
+
     s.release(v["id"].as_str().unwrap());
     s.wait_session(v["id"].as_str().unwrap(), "COMPLETED", |d| {
         d["status"] == "COMPLETED" && d["endedAt"].is_string()

@@ -13,14 +13,17 @@
 //! and every session it served gets `endedAt` and gives back its slot and context lease — as
 //! the ECS task-state handler does on AWS.
 //!
-//! Started as root, `serve` runs every controller's Chrome as `nobody` (`CHROME_USER`
-//! 65534:65534; `CHROME_USER` in `serve`'s environment chooses another, empty = root): Chrome,
-//! and a client driving it, then cannot read the data directory (0700 root: `local.json` with
-//! the API and signing keys, the session documents, the context archives) nor the
-//! controllers' `/proc/<pid>/environ`. Chrome cannot reach into the data directory either, so
-//! the profiles then live in a directory of their own, `<tmp>/wallcrawler-browsers-<uuid>`
-//! (0711 root: entered, not listed), removed when `serve` ends. Not root, Chrome runs as the
-//! user running `serve`, who can read all of it: then the proxy's file guard is the wall.
+//! Started as root, `serve` runs each controller's Chrome as a uid:gid of its own, which no
+//! account and no other process uses ([`super::uids`]: `LOCAL_CHROME_UIDS`), released when
+//! the controller ends; `CHROME_USER` in `serve`'s environment chooses one user for all
+//! instead (empty = root). Chrome, and a client driving it, then cannot read the data
+//! directory (0700 root: `local.json` with the API and signing keys, the session documents,
+//! the context archives), the controllers' `/proc/<pid>/environ`, nor another session's
+//! profile (0700, its own Chrome's), and cannot signal or ptrace the other browsers. Chrome
+//! cannot reach into the data directory either, so the profiles then live in a directory of
+//! their own, `<tmp>/wallcrawler-browsers-<uuid>` (0711 root: entered, not listed), removed
+//! when `serve` ends. Not root, Chrome runs as the user running `serve`, who can read all of
+//! it: then the proxy's file guard is the wall.
 
 use backon::{BackoffBuilder as _, ExponentialBackoff};
 use std::collections::HashMap;
@@ -40,6 +43,7 @@ use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::{InternalStatus, time::now_iso8601};
 
 use super::DirSessions;
+use super::uids::{ChromeUids, LOCAL_CHROME_UIDS, LOCK_DIR, UidError};
 use crate::error::StoreError;
 use crate::stores::*;
 
@@ -99,18 +103,20 @@ pub struct Controllers {
 }
 
 impl Controllers {
-    /// Shared state for controllers started from `controller_bin` under `data_dir`; none runs yet.
+    /// Shared state for controllers started from `controller_bin` under `data_dir`; none runs
+    /// yet. Fails when `LOCAL_CHROME_UIDS` is not a range, or its locks cannot be kept.
     pub fn new(
         controller_bin: PathBuf,
         data_dir: PathBuf,
         signing_key: String,
         ends: Ends,
-    ) -> Self {
+    ) -> Result<Self, UidError> {
         let browsers = Arc::new(Browsers::new(
             &data_dir,
             std::env::var_os(task_env::CHROME_USER),
-        ));
-        Self {
+            std::env::var(LOCAL_CHROME_UIDS).ok().as_deref(),
+        )?);
+        Ok(Self {
             controller_bin,
             data_dir,
             browsers,
@@ -118,7 +124,7 @@ impl Controllers {
             ends,
             children: Default::default(),
             stopping: Default::default(),
-        }
+        })
     }
 
     /// The profile directory of controller `name`.
@@ -153,7 +159,6 @@ impl Controllers {
             .env(task_env::EXIT_WITH_PARENT, "true")
             .env(task_env::BACKGROUND_NICE, BACKGROUND_NICE)
             .env(task_env::LOG_FORMAT, "text")
-            .env(task_env::CHROME_USER, &self.browsers.chrome_user)
             .env(
                 "RUST_LOG",
                 std::env::var("WALLCRAWLER_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
@@ -169,15 +174,22 @@ impl Controllers {
         cmd
     }
 
-    /// Starts `cmd` as child `name`; `on_exit` runs with how it ended, then the child is
-    /// forgotten (so [`Self::wait_all`] returns only once every exit is recorded).
+    /// Starts `cmd` as child `name`, its Chrome's user chosen ([`Browsers::user`]); `on_exit`
+    /// runs with how it ended, then the user is released and the child forgotten (so
+    /// [`Self::wait_all`] returns only once every exit is recorded).
     fn spawn(
         &self,
         name: &str,
         mut cmd: tokio::process::Command,
         on_exit: impl FnOnce(String) -> BoxFuture<'static, ()> + Send + 'static,
     ) -> StoreResult<u32> {
+        let (chrome_user, own_uid) = self
+            .browsers
+            .user()
+            .map_err(|e| StoreError::failed_by("choosing Chrome's user", e))?;
+        cmd.env(task_env::CHROME_USER, chrome_user);
         let mut child = cmd.spawn().map_err(|e| {
+            self.browsers.release(own_uid);
             StoreError::failed_by(format!("starting {}", self.controller_bin.display()), e)
         })?;
         let pid = child.id().unwrap_or_default();
@@ -186,12 +198,15 @@ impl Controllers {
             .expect("not poisoned")
             .insert(name.to_owned(), pid);
         let (children, name) = (self.children.clone(), name.to_owned());
+        let browsers = self.browsers.clone();
         tokio::spawn(async move {
             let how = match child.wait().await {
                 Ok(s) => s.to_string(),
                 Err(e) => e.to_string(),
             };
             on_exit(how).await;
+            // After `on_exit` removed the profile: the uid's next holder finds nothing of it.
+            browsers.release(own_uid);
             children.lock().expect("not poisoned").remove(&name);
         });
         Ok(pid)
@@ -281,11 +296,21 @@ impl Controllers {
     }
 }
 
+/// Who local controllers' Chrome runs as.
+#[derive(Debug)]
+enum ChromeUsers {
+    /// The controller's own user (`CHROME_USER` empty).
+    Same,
+    /// One user for every Chrome (`CHROME_USER` in `serve`'s environment).
+    One(std::ffi::OsString),
+    /// A uid:gid of its own for each controller's Chrome.
+    Own(ChromeUids),
+}
+
 /// Who local controllers' Chrome runs as, and where their profiles go.
 #[derive(Debug)]
 struct Browsers {
-    /// `CHROME_USER` for every controller (empty: the controller's own user).
-    chrome_user: std::ffi::OsString,
+    users: ChromeUsers,
     /// The directory holding the profiles.
     profiles: PathBuf,
     /// Whether `profiles` was made for this server (and is removed when it ends).
@@ -293,25 +318,31 @@ struct Browsers {
 }
 
 impl Browsers {
-    /// Root: Chrome as `chosen` (`CHROME_USER` in `serve`'s environment), else `nobody`, with
-    /// profiles in a new directory Chrome's user can enter. Otherwise, or when that directory
-    /// cannot be made (logged), as the controller's user with profiles in `<data>/profiles`.
-    fn new(data_dir: &Path, chosen: Option<std::ffi::OsString>) -> Self {
+    /// Root: Chrome as `chosen` (`CHROME_USER` in `serve`'s environment), else as a uid of
+    /// its own from the range `uids` (`LOCAL_CHROME_UIDS`), with profiles in a new directory
+    /// Chrome's users can enter. Otherwise, or when that directory cannot be made (logged), as
+    /// the controller's user with profiles in `<data>/profiles`.
+    fn new(
+        data_dir: &Path,
+        chosen: Option<std::ffi::OsString>,
+        uids: Option<&str>,
+    ) -> Result<Self, UidError> {
         let same_user = Self {
-            chrome_user: Default::default(),
+            users: ChromeUsers::Same,
             profiles: data_dir.join("profiles"),
             own_dir: false,
         };
         if !nix::unistd::geteuid().is_root() {
-            return same_user;
+            return Ok(same_user);
         }
-        let chrome_user = chosen.unwrap_or_else(|| NOBODY.into());
-        if chrome_user.is_empty() {
-            return same_user;
-        }
-        match browsers_dir() {
+        let users = match chosen {
+            Some(u) if u.is_empty() => return Ok(same_user),
+            Some(u) => ChromeUsers::One(u),
+            None => ChromeUsers::Own(ChromeUids::new(uids, Path::new(LOCK_DIR))?),
+        };
+        Ok(match browsers_dir() {
             Ok(profiles) => Self {
-                chrome_user,
+                users,
                 profiles,
                 own_dir: true,
             },
@@ -319,12 +350,28 @@ impl Browsers {
                 error!(error = %e, "could not create a directory for Chrome's profiles; Chrome runs as root");
                 same_user
             }
+        })
+    }
+
+    /// `CHROME_USER` for a new controller, and the uid it holds (released when it ends).
+    fn user(&self) -> Result<(std::ffi::OsString, Option<u32>), UidError> {
+        Ok(match &self.users {
+            ChromeUsers::Same => (Default::default(), None),
+            ChromeUsers::One(u) => (u.clone(), None),
+            ChromeUsers::Own(uids) => {
+                let uid = uids.take()?;
+                (format!("{uid}:{uid}").into(), Some(uid))
+            }
+        })
+    }
+
+    /// A controller holding `uid` ended (or never started).
+    fn release(&self, uid: Option<u32>) {
+        if let (ChromeUsers::Own(uids), Some(uid)) = (&self.users, uid) {
+            uids.release(uid);
         }
     }
 }
-
-/// Chrome's user when `serve` runs as root: `nobody`, which owns no file of the platform's.
-const NOBODY: &str = "65534:65534";
 
 /// A new `<tmp>/wallcrawler-browsers-<uuid>`, 0711: Chrome's user enters it to reach its own
 /// profile (0700, its own) but cannot list the others. Created, never reused, so nobody can

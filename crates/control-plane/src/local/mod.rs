@@ -11,15 +11,17 @@
 //!   ([`DirObjects`]), the same keys as in the AWS contexts bucket.
 //! - Controllers are child processes (see [`controllers`]): a warm pool taking claims
 //!   from `<data>/claims`, or one `wallcrawler-controller run` per session; [`serve`] wires
-//!   it all up.
+//!   it all up. Started as root, each controller's Chrome runs as a uid of its own ([`uids`]).
 
 pub mod controllers;
 pub mod serve;
+pub mod uids;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use anyhow::Context as _;
 use async_trait::async_trait;
 use axum::body::Body;
 use axum::extract::{Query, State};
@@ -31,6 +33,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use tokio::io::AsyncWriteExt;
 use tracing::info;
 use wallcrawler_contract::SdkStatus;
+use wallcrawler_contract::private_fs;
 use wallcrawler_contract::session_doc::{DirStore, DocError, SessionDoc};
 use wallcrawler_contract::time::now_iso8601;
 
@@ -194,19 +197,21 @@ impl<T: Serialize + DeserializeOwned + Clone> FileMap<T> {
         }
     }
 
+    /// The map, read only from a file of ours ([`private_fs::read_ours`]).
     fn load(&self) -> StoreResult<BTreeMap<String, T>> {
-        match std::fs::read(&self.path) {
-            Ok(b) => serde_json::from_slice(&b).map_err(|e| self.failed(e)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        match private_fs::read_ours(&self.path) {
+            Ok(Some(b)) => serde_json::from_slice(&b).map_err(|e| self.failed(e)),
+            Ok(None) => Ok(BTreeMap::new()),
             Err(e) => Err(self.failed(e)),
         }
     }
 
     fn store(&self, m: &BTreeMap<String, T>) -> StoreResult<()> {
-        let tmp = self.path.with_extension("json.tmp");
-        write_private(&tmp, &serde_json::to_vec_pretty(m).expect("serializes"))
-            .and_then(|_| std::fs::rename(&tmp, &self.path))
-            .map_err(|e| self.failed(e))
+        private_fs::write_atomic(
+            &self.path,
+            &serde_json::to_vec_pretty(m).expect("serializes"),
+        )
+        .map_err(|e| self.failed(e))
     }
 
     fn failed(&self, e: impl Into<crate::error::BoxError>) -> StoreError {
@@ -322,19 +327,14 @@ impl DirObjects {
 }
 
 /// A new temporary file (0600: archives hold cookies and logins, like every file here) in the
-/// folder `path` will be in (created if missing; `root` when `path` has no parent), named with
-/// a leading `.` so listings pass it over; renamed onto `path` once complete.
+/// folder `path` will be in (created if missing; `root` when `path` has no parent):
+/// [`private_fs::create_temp`], named with a leading `.` so listings pass it over; renamed onto
+/// `path` once complete.
 async fn temp_beside(path: &Path, root: &Path) -> std::io::Result<(PathBuf, tokio::fs::File)> {
     let parent = path.parent().unwrap_or(root);
     tokio::fs::create_dir_all(parent).await?;
-    let tmp = parent.join(format!(".upload-{}", uuid::Uuid::new_v4()));
-    let f = tokio::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .await?;
-    Ok((tmp, f))
+    let (tmp, f) = private_fs::create_temp(parent, "upload")?;
+    Ok((tmp, tokio::fs::File::from_std(f)))
 }
 
 fn object_err(what: &str, key: &str, e: std::io::Error) -> StoreError {
@@ -351,19 +351,24 @@ impl ObjectStore for DirObjects {
         f.sync_all().await.map_err(fail)?;
         tokio::fs::rename(&tmp, &path).await.map_err(fail)
     }
+    /// Only a file of ours, not through a link ([`private_fs::read_ours`]).
     async fn get(&self, key: &str) -> StoreResult<Option<axum::body::Bytes>> {
-        match tokio::fs::read(self.path(key)?).await {
-            Ok(b) => Ok(Some(b.into())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        let path = self.path(key)?;
+        let read = tokio::task::spawn_blocking(move || private_fs::read_ours(&path))
+            .await
+            .map_err(|e| StoreError::failed_by(format!("reading object {key}"), e))?;
+        match read {
+            Ok(b) => Ok(b.map(Into::into)),
             Err(e) => Err(object_err("reading", key, e)),
         }
     }
-    /// Reads at most `max` + 1 bytes whatever the file's length says.
+    /// Reads at most `max` + 1 bytes whatever the file's length says (only a file of ours, not
+    /// through a link: [`private_fs::open_ours`]).
     async fn get_at_most(&self, key: &str, max: u64) -> StoreResult<Option<Bounded>> {
         use tokio::io::AsyncReadExt;
-        let f = match tokio::fs::File::open(self.path(key)?).await {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        let f = match private_fs::open_ours(&self.path(key)?) {
+            Ok(Some(f)) => tokio::fs::File::from_std(f),
+            Ok(None) => return Ok(None),
             Err(e) => return Err(object_err("reading", key, e)),
         };
         let mut body = Vec::new();
@@ -496,39 +501,17 @@ pub struct LocalIdentity {
     pub signing_key: String,
 }
 
-/// Writes `data` to a new (or truncated) file readable and writable by its owner only (0600,
-/// whatever the umask): the local platform's files hold keys, tokens and profiles.
-pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    // An existing file keeps its mode on open: set it.
-    f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    f.write_all(data)
-}
-
-/// Creates the data directory 0700 (and makes an existing one 0700): it holds the local API
-/// key, the signing key, session tokens and context archives.
-pub fn private_dir(data_dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(data_dir)?;
-    std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o700))
-}
-
-/// Loads `<data>/local.json`, creating the local project, API key and signing key on first start.
+/// Loads `<data>/local.json`, creating the local project, API key and signing key on first
+/// start. The data directory holds the local API key, the signing key, session tokens and
+/// context archives: it is ours or refused ([`private_fs::ensure_private_dir`]), and so is
+/// `local.json` ([`private_fs::read_ours`]), each refusal naming the path and what is wrong.
 pub fn load_or_init(data_dir: &Path) -> anyhow::Result<LocalIdentity> {
-    private_dir(data_dir)?;
+    private_fs::ensure_private_dir(data_dir)
+        .with_context(|| format!("the data directory {}", data_dir.display()))?;
     let path = data_dir.join("local.json");
-    if let Ok(b) = std::fs::read(&path) {
-        return Ok(serde_json::from_slice(&b)?);
+    if let Some(b) = private_fs::read_ours(&path)? {
+        return serde_json::from_slice(&b)
+            .with_context(|| format!("{} is not the local identity", path.display()));
     }
     let id = LocalIdentity {
         project_id: "proj_local".to_owned(),
@@ -566,9 +549,7 @@ pub fn load_or_init(data_dir: &Path) -> anyhow::Result<LocalIdentity> {
             },
         );
     })?;
-    let tmp = path.with_extension("json.tmp");
-    write_private(&tmp, &serde_json::to_vec_pretty(&id)?)?;
-    std::fs::rename(&tmp, &path)?;
+    private_fs::write_atomic(&path, &serde_json::to_vec_pretty(&id)?)?;
     Ok(id)
 }
 

@@ -98,7 +98,7 @@ impl LocalServer {
             data_dir.to_owned(),
             identity.signing_key.clone(),
             ends,
-        );
+        )?;
         let pool = match pool {
             0 => None,
             n => Some(LocalPool::new(controllers.clone(), n)?),
