@@ -851,7 +851,10 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
         .unwrap();
     let stored = stored.contents()[0].key().unwrap().to_owned();
     let as_task = s3(&moto.sdk_config_as(role("task")).await);
-    for key in [format!("files/{}/{id}/downloads.zip", pool.f.project_id), stored] {
+    for key in [
+        format!("files/{}/{id}/downloads.zip", pool.f.project_id),
+        stored,
+    ] {
         let e = as_task
             .get_object()
             .bucket(&bucket)
@@ -867,7 +870,10 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
     }
     let archive_key = wallcrawler_contract::storage::profile_key(&pool.f.project_id, &ctx);
     let own = as_task.get_object().bucket(&bucket).key(&archive_key);
-    assert!(own.send().await.is_ok(), "the task role reads {archive_key}");
+    assert!(
+        own.send().await.is_ok(),
+        "the task role reads {archive_key}"
+    );
     assert_eq!(
         pool.messages(&pool.dlq).await,
         (0, 0),
