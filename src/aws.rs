@@ -80,10 +80,11 @@ fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
 }
 
-/// What the controller reads of the session item ([`attr::TASK_READS`]), leniently where a field may legitimately
-/// be absent or written by another tool: every field may be absent (or `NULL`), an unknown
-/// `internalStatus` reads as none, `expiresAt` may be a whole float, and `readyAt`/`endedAt`
-/// count by presence whatever their type. A field of the wrong type is a malformed item.
+/// What the controller reads of the session item ([`attr::TASK_READS`]), leniently where a
+/// field may legitimately be absent or written by another tool: every field may be absent (or
+/// `NULL`), an unknown `internalStatus` reads as none, `expiresAt` may be a whole float, and
+/// `readyAt`/`endedAt` count by presence whatever their type. A field of the wrong type is a
+/// malformed item.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 struct SessionView {
