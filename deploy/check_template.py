@@ -5,7 +5,10 @@ moto's CloudFormation silently drops DynamoDB TTL and PITR, task-level Fargate s
 bucket's public access block and lifecycle, and cfn-lint misses some ranges (StopTimeout > 120),
 so the stack test alone would not notice them missing. Also checked here against the code:
 every environment variable the template sets is one the code reads, the variables the code
-requires are set, every AWS call the code makes is allowed to the role that makes it, and every
+requires are set, every AWS call the code makes is allowed to the role that makes it, the task
+and gateway roles reach only the session item's attributes the code names (the contract's
+attr::TASK_READS, TASK_WRITES, GATEWAY_READS: never the token or connectUrl) and only the
+bucket's keys the controller uses (deploy/test_check_template.py: their failing cases), and every
 checkov skip carries a reason.
 
 The template has two connect modes (the ConnectMode parameter). Every assertion runs on the
