@@ -5,7 +5,10 @@ moto's CloudFormation silently drops DynamoDB TTL and PITR, task-level Fargate s
 bucket's public access block and lifecycle, and cfn-lint misses some ranges (StopTimeout > 120),
 so the stack test alone would not notice them missing. Also checked here against the code:
 every environment variable the template sets is one the code reads, the variables the code
-requires are set, every AWS call the code makes is allowed to the role that makes it, and every
+requires are set, every AWS call the code makes is allowed to the role that makes it, the task
+and gateway roles reach only the session item's attributes the code names (the contract's
+attr::TASK_READS, TASK_WRITES, GATEWAY_READS: never the token or connectUrl) and only the
+bucket's keys the controller uses (deploy/test_check_template.py: their failing cases), and every
 checkov skip carries a reason.
 
 The template has two connect modes (the ConnectMode parameter). Every assertion runs on the
@@ -21,6 +24,7 @@ gateway calls.
 Prints one line per failed assertion to stderr and exits 1 if any failed.
 """
 
+import fnmatch
 import hashlib
 import json
 import re
@@ -203,7 +207,13 @@ SWEEPER_CODE = ("crates/control-plane/src/bin/wallcrawler-sweeper-lambda.rs", "c
 
 
 def code_actions(*paths):
-    src = sources(*paths)
+    # Each file without its unit tests (a `#[cfg(test)] mod tests` at its end), whose calls
+    # (e.g. an administrator's PutItem setting a test up) are not the code's.
+    src = "\n".join(
+        re.split(r"\n#\[cfg\(test\)\]\nmod tests \{", f.read_text())[0]
+        for pat in paths
+        for f in sorted(ROOT.glob(pat))
+    )
     # `.op()` at the start of a builder chain (the SDK's fluent calls), not e.g. `uri.query()`;
     # or `client.op()` of a chain short enough for one line.
     found = {a or b for a, b in re.findall(r"\n\s*\.([a-z_]+)\(\)\s*\n|\bclient\.([a-z_]+)\(\)", src)}
@@ -526,6 +536,8 @@ def check_mode(t, mode):
 
     # --- Step 10: what a real account enforces, retries, claims, the sweeper, scaling -------
     check_list_bucket(t)
+    check_item_access(t, gateway)
+    check_object_prefixes(t)
     check_retention_policies(t)
     check_sizes(t, gateway)
     check_rolls_and_logs(t)
@@ -587,12 +599,106 @@ def check_list_bucket(t):
     check(all("s3:prefix" not in str(st.get("Condition", "")) for st in sts), "TaskRole: s3:ListBucket without an s3:prefix condition")
 
 
-def listed_attributes():
-    """The attribute names of the contract's `attr::LISTED` (what listing shows)."""
+def contract_attributes(list_name):
+    """The attribute names of the contract's `attr::<list_name>`, in its order."""
     src = (ROOT / "crates/contract/src/session.rs").read_text()
     names = dict(re.findall(r'pub const ([A-Z_]+): &str = "([A-Za-z]+)";', src))
-    body = re.search(r"pub const LISTED: \[&str; \d+\] = \[(.*?)\];", src, re.S).group(1)
-    return {names[c] for c in re.findall(r"[A-Z_]+", body)}
+    body = re.search(rf"pub const {list_name}: \[&str; \d+\] =\s*\[(.*?)\];", src, re.S).group(1)
+    return [names[c] for c in re.findall(r"[A-Z_]+", body)]
+
+
+def listed_attributes():
+    """The attribute names of the contract's `attr::LISTED` (what listing shows)."""
+    return set(contract_attributes("LISTED"))
+
+
+# What no task or gateway may read: the session's token, and the URL that carries it.
+TOKEN_ATTRIBUTES = ("signingKey", "connectUrl")
+# What the API writes for a session and no controller may change.
+API_ONLY_ATTRIBUTES = ("signingKey", "connectUrl", "projectId", "contextId", "contextStorageKey", "contextPersist",
+                       "keepAlive", "expiresAt", "userMetadata", "createdAt", "extensionId", "extensionKey")
+
+
+def attribute_condition(st):
+    """The `dynamodb:Attributes` list of a statement's ForAllValues:StringEquals, else None."""
+    v = st.get("Condition", {}).get("ForAllValues:StringEquals", {}).get("dynamodb:Attributes")
+    return as_list(v) if v is not None else None
+
+
+def check_item_attributes(t, role, action, want, extra):
+    """`role`'s only statement with `action` on the sessions table allows exactly `action`,
+    only for the attributes `want` (IAM fine-grained access control), with `extra` as its
+    StringEqualsIfExists; no other statement of the role reaches the table unconditioned."""
+    sts = [st for st in statements(t, role) if action in as_list(st["Action"])]
+    what = f"{role}: {action} only of attributes {want}"
+    if not check(len(sts) == 1, f"{what} (one statement; found {len(sts)})"):
+        return
+    st = sts[0]
+    check(as_list(st["Action"]) == [action] and "SessionsTable" in ref_names(st["Resource"]), f"{what}: its own statement, on SessionsTable")
+    got = attribute_condition(st)
+    check(got == want, f"{what}: ForAllValues:StringEquals dynamodb:Attributes is exactly the contract's list (got {got})")
+    check(
+        st.get("Condition") == {"ForAllValues:StringEquals": {"dynamodb:Attributes": want}, "StringEqualsIfExists": extra},
+        f"{what}: its Condition is exactly the attribute list and StringEqualsIfExists {extra}",
+    )
+    # Without an attribute condition the statement reaches every attribute.
+    reachable = set(TOKEN_ATTRIBUTES) if got is None else set(got)
+    for secret in TOKEN_ATTRIBUTES:
+        check(secret not in reachable, f"{role}: {action} cannot reach {secret}")
+
+
+def check_item_access(t, gateway):
+    """Tasks never read a session's token or connectUrl, and write only what a controller
+    writes; the gateway reads only the route."""
+    reads, writes = contract_attributes("TASK_READS"), contract_attributes("TASK_WRITES")
+    for name, attrs in (("TASK_READS", reads), ("TASK_WRITES", writes), ("GATEWAY_READS", contract_attributes("GATEWAY_READS"))):
+        check("sessionId" in attrs, f"contract attr::{name} names the key (dynamodb:Attributes counts it)")
+        check(not set(attrs) & set(TOKEN_ATTRIBUTES), f"contract attr::{name} holds neither signingKey nor connectUrl")
+    check(not set(writes) & set(API_ONLY_ATTRIBUTES), f"contract attr::TASK_WRITES holds nothing the API wrote ({sorted(set(writes) & set(API_ONLY_ATTRIBUTES))})")
+    check_item_attributes(t, "TaskRole", "dynamodb:GetItem", reads, {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"})
+    check_item_attributes(t, "TaskRole", "dynamodb:UpdateItem", writes, {"dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]})
+    for st in statements(t, "TaskRole"):
+        if any(a.startswith("dynamodb:") for a in as_list(st["Action"])):
+            check(attribute_condition(st) is not None, f"TaskRole: {st.get('Sid')} limits dynamodb:Attributes")
+    if gateway:
+        check_item_attributes(t, "GatewayTaskRole", "dynamodb:GetItem", contract_attributes("GATEWAY_READS"),
+                              {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"})
+
+
+def storage_constant(name):
+    src = (ROOT / "crates/contract/src/storage.rs").read_text()
+    return re.search(rf'pub const {name}: &str = "([^"]+)";', src).group(1)
+
+
+def check_object_prefixes(t):
+    """The task role's object statements name only the keys the controller uses (the contract's
+    storage layout), each with only what it does there; never the whole bucket."""
+    profile, files, ext = storage_constant("PROFILE_ARCHIVE_NAME"), storage_constant("FILES_PREFIX"), storage_constant("EXTENSIONS_PREFIX")
+    want = {
+        "s3:GetObject": {f"*/*/{profile}", f"{files}/*/uploads/*", f"{ext}/*"},
+        "s3:PutObject": {f"*/*/{profile}", f"{files}/*/downloads/*"},
+        "s3:AbortMultipartUpload": {f"*/*/{profile}", f"{files}/*/downloads/*"},
+    }
+    got = {}
+    for st in statements(t, "TaskRole"):
+        for a in as_list(st["Action"]):
+            if a.startswith("s3:") and a != "s3:ListBucket":
+                for r in as_list(st["Resource"]):
+                    sub = r.get("Fn::Sub", "") if isinstance(r, dict) else ""
+                    got.setdefault(a, set()).add(sub.removeprefix("${ContextsBucket.Arn}/") if sub.startswith("${ContextsBucket.Arn}/") else str(r))
+    check(got == want, f"TaskRole: object statements exactly {want} under the contexts bucket (got {got})")
+    # The patterns against the keys the contract forms (IAM's * matches any run of characters,
+    # "/" included, as fnmatch's does), and keys the controller never uses.
+    use = {
+        "s3:GetObject": ["proj_1/ctx_1/profile.tar.gz", "files/proj_1/sess_1/uploads/a.txt", "extensions/proj_1/" + "0f" * 32 + ".zip"],
+        "s3:PutObject": ["proj_1/ctx_1/profile.tar.gz", "files/proj_1/sess_1/downloads/a-1.csv"],
+    }
+    never = ["extension-uploads/proj_1/u.zip", "proj_1/ctx_1/other.tar.gz", "files/proj_1/sess_1/other/a", "anything"]
+    for a, keys in use.items():
+        for k in keys:
+            check(any(fnmatch.fnmatchcase(k, p) for p in got.get(a, ())), f"TaskRole: {a} reaches {k}")
+    for k in never:
+        check(not any(fnmatch.fnmatchcase(k, p) for ps in got.values() for p in ps), f"TaskRole: no object statement reaches {k}")
 
 
 def check_retention_policies(t):

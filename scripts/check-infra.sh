@@ -2,7 +2,8 @@
 # Checks deploy/template.yaml without AWS: cfn-lint (errors fail; warnings are printed),
 # checkov (every suppression is a `Metadata.checkov.skip` with a reason in the template; none on
 # the command line), and deploy/check_template.py (what moto ignores and cfn-lint misses, and
-# the template's environment and IAM against the code). The stack itself is created in moto by
+# the template's environment and IAM against the code) with its failing cases
+# (deploy/test_check_template.py). The stack itself is created in moto by
 # the cargo test `stack_` (tests/pool/stack.rs).
 #
 # Needs scripts/install-test-deps.sh first (.venv with cfn-lint, .venv-checkov with checkov).
@@ -23,4 +24,6 @@ log "checkov $("$ROOT/.venv-checkov/bin/checkov" --version 2>&1)"
 
 log "template assertions"
 .venv/bin/python deploy/check_template.py "$TEMPLATE"
+# Their failing cases: the template widened one way at a time must fail them.
+.venv/bin/python deploy/test_check_template.py >&2
 log "done in $((SECONDS - t0)) s"

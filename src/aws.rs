@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
@@ -80,15 +80,15 @@ fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
 }
 
-/// What the controller reads of the session item, leniently where a field may legitimately
-/// be absent or written by another tool: every field may be absent (or `NULL`), an unknown
-/// `internalStatus` reads as none, `expiresAt` may be a whole float, and `readyAt`/`endedAt`
-/// count by presence whatever their type. A field of the wrong type is a malformed item.
+/// What the controller reads of the session item ([`attr::TASK_READS`]), leniently where a
+/// field may legitimately be absent or written by another tool: every field may be absent (or
+/// `NULL`), an unknown `internalStatus` reads as none, `expiresAt` may be a whole float, and
+/// `readyAt`/`endedAt` count by presence whatever their type. A field of the wrong type is a
+/// malformed item.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 struct SessionView {
     internal_status: Option<String>,
-    signing_key: Option<String>,
     keep_alive: Option<bool>,
     #[serde(deserialize_with = "wallcrawler_contract::whole::optional")]
     expires_at: Option<u64>,
@@ -113,7 +113,6 @@ impl From<SessionView> for SessionRecord {
     fn from(v: SessionView) -> Self {
         SessionRecord {
             internal_status: v.internal_status.as_deref().and_then(InternalStatus::parse),
-            signing_key: v.signing_key,
             keep_alive: v.keep_alive.unwrap_or(false),
             expires_at: v.expires_at,
             project_id: v.project_id,
@@ -138,20 +137,23 @@ fn to_record(i: &Item) -> Result<SessionRecord, StoreError> {
 
 const TABLE: &str = "sessions table";
 
-/// The session item `id`, strongly consistent (READY and the end are read back at once);
-/// only `projection`'s attributes when given.
+/// The attributes `attrs` of session item `id`, strongly consistent (READY and the end are
+/// read back at once). Always projected: the task and gateway roles may read only these
+/// attributes (IAM `dynamodb:Attributes`), and a read of the whole item would be refused.
 async fn get_session(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     id: &str,
-    projection: Option<&str>,
+    attrs: &[&str],
 ) -> Result<Option<Item>, StoreError> {
+    let (projection, names) = wallcrawler_aws::projection(attrs);
     let out = client
         .get_item()
         .table_name(table)
         .key(attr::SESSION_ID, s(id))
         .consistent_read(true)
-        .set_projection_expression(projection.map(str::to_owned))
+        .projection_expression(projection)
+        .set_expression_attribute_names(Some(names))
         .send()
         .await
         .map_err(|e| sdk_error(TABLE, e))?;
@@ -198,8 +200,8 @@ impl crate::gateway::lookup::SessionRoutes for DynamoRoutes {
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<crate::gateway::lookup::RouteItem>, StoreError>> {
         Box::pin(async move {
-            let routing = "internalStatus, privateIP, proxyPort, endedAt";
-            let got = get_session(&self.client, &self.table, session_id, Some(routing)).await?;
+            let got =
+                get_session(&self.client, &self.table, session_id, &attr::GATEWAY_READS).await?;
             let Some(i) = got else {
                 return Ok(None);
             };
@@ -220,7 +222,7 @@ impl crate::gateway::lookup::SessionRoutes for DynamoRoutes {
 #[async_trait::async_trait]
 impl SessionStore for DynamoSessions {
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
-        let got = get_session(&self.client, &self.table, id, None).await?;
+        let got = get_session(&self.client, &self.table, id, &attr::TASK_READS).await?;
         got.as_ref().map(to_record).transpose()
     }
 
@@ -232,20 +234,18 @@ impl SessionStore for DynamoSessions {
             .expression_attribute_names("#owner", attr::OWNER)
             .expression_attribute_values(":me", s(t.owner))
             .expression_attribute_values(":until", n(t.until))
-            .expression_attribute_values(":now", n(t.now))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+            .expression_attribute_values(":now", n(t.now));
         req = pending_values(req);
         if let Some(task) = t.task {
             set.push_str(", ecsTaskArn = :task");
             req = req.expression_attribute_values(":task", s(task));
         }
-        match req.update_expression(set).send().await {
-            Ok(_) => Ok(TakeResult::Taken),
-            Err(e) => match refused_item(&e) {
-                Some(old) => Ok(TakeResult::Refused(old.map(to_record).transpose()?)),
-                None => Err(sdk_error(TABLE, e)),
-            },
+        if written(req.update_expression(set).send().await)? {
+            return Ok(TakeResult::Taken);
         }
+        // Why not, read again (projected): never `ReturnValuesOnConditionCheckFailure`, whose
+        // ALL_OLD hands back the whole item, token included.
+        Ok(TakeResult::Refused(self.load(id).await?))
     }
 
     async fn keep_owner(&self, id: &str, owner: &str, until: u64) -> Result<bool, StoreError> {
@@ -290,8 +290,7 @@ impl SessionStore for DynamoSessions {
             .expression_attribute_values(":ip", s(&u.public_ip))
             .expression_attribute_values(":pip", s(&u.private_ip))
             .expression_attribute_values(":port", AttributeValue::N(u.proxy_port.to_string()))
-            .expression_attribute_values(":now", s(&u.at))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+            .expression_attribute_values(":now", s(&u.at));
         req = pending_values(req);
         if let Some(arn) = &u.task_arn {
             set.push("ecsTaskArn = :arn");
@@ -301,27 +300,17 @@ impl SessionStore for DynamoSessions {
             set.push("uploadsDir = :up");
             req = req.expression_attribute_values(":up", s(dir));
         }
-        if let Some(url) = &u.connect_url {
-            // Behind the connect gateway the item has the gateway's URL from the create on.
-            set.push("connectUrl = if_not_exists(connectUrl, :url)");
-            req = req.expression_attribute_values(":url", s(url));
-        }
         // The owner of a READY session is its owner for good: no lease any more.
         let expr = format!("SET {} REMOVE ownerUntil", set.join(", "));
-        match req.update_expression(expr).send().await {
-            Ok(_) => Ok(ReadyResult::Ready),
-            Err(e) => match refused_item(&e) {
-                Some(old) => {
-                    let current = old.map(to_record).transpose()?;
-                    let status = current.as_ref().and_then(|r| r.internal_status);
-                    Ok(match status {
-                        Some(s) if s.may_become_ready() => ReadyResult::Lost,
-                        s => ReadyResult::NotPending(s),
-                    })
-                }
-                None => Err(sdk_error(TABLE, e)),
-            },
+        if written(req.update_expression(expr).send().await)? {
+            return Ok(ReadyResult::Ready);
         }
+        // As in `take`: why not, read again.
+        let status = self.load(id).await?.and_then(|r| r.internal_status);
+        Ok(match status {
+            Some(s) if s.may_become_ready() => ReadyResult::Lost,
+            s => ReadyResult::NotPending(s),
+        })
     }
 
     async fn mark_terminal(&self, id: &str, t: &TerminalUpdate<'_>) -> Result<bool, StoreError> {
@@ -405,19 +394,6 @@ type UpdateResult<R> = Result<
         aws_sdk_dynamodb::config::http::HttpResponse,
     >,
 >;
-
-/// The item as it was when a conditional update's condition failed (`Some(None)`: there was
-/// no item); `None` for any other failure.
-fn refused_item<R>(
-    r: &SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError, R>,
-) -> Option<Option<&Item>> {
-    match r.as_service_error() {
-        Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(ccf)) => {
-            Some(ccf.item())
-        }
-        _ => None,
-    }
-}
 
 impl DynamoSessions {
     /// An `UpdateItem` of session `id`.
@@ -825,6 +801,192 @@ mod tests {
         );
     }
 
+    /// What a DynamoDB client sent and was answered, as text: an interceptor on the client.
+    #[derive(Debug, Clone, Default)]
+    struct Wire {
+        sent: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+        answered: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    }
+
+    fn text(b: Option<&[u8]>) -> String {
+        String::from_utf8_lossy(b.unwrap_or_default()).into_owned()
+    }
+
+    impl aws_sdk_dynamodb::config::Intercept for Wire {
+        fn name(&self) -> &'static str {
+            "wire"
+        }
+
+        fn read_before_transmit(
+            &self,
+            ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+            _: &aws_sdk_dynamodb::config::RuntimeComponents,
+            _: &mut aws_sdk_dynamodb::config::ConfigBag,
+        ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+            let target = ctx.request().headers().get("x-amz-target").unwrap_or("");
+            let body = text(ctx.request().body().bytes());
+            self.sent.lock().unwrap().push(format!("{target} {body}"));
+            Ok(())
+        }
+
+        fn read_after_deserialization(
+            &self,
+            ctx: &aws_sdk_dynamodb::config::interceptors::AfterDeserializationInterceptorContextRef<
+                '_,
+            >,
+            _: &aws_sdk_dynamodb::config::RuntimeComponents,
+            _: &mut aws_sdk_dynamodb::config::ConfigBag,
+        ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+            self.answered
+                .lock()
+                .unwrap()
+                .push(text(ctx.response().body().bytes()));
+            Ok(())
+        }
+    }
+
+    /// A pending session item in moto as the API writes it, token and `connectUrl` included,
+    /// held by `owner` until far in the future.
+    async fn pending_item(admin: &aws_sdk_dynamodb::Client, table: &str, id: &str, owner: &str) {
+        admin
+            .put_item()
+            .table_name(table)
+            .set_item(Some(item(vec![
+                (attr::SESSION_ID, s(id)),
+                (attr::INTERNAL_STATUS, s("PROVISIONING")),
+                (attr::STATUS, s("PENDING")),
+                (attr::PROJECT_ID, s("proj_1")),
+                (attr::EXPIRES_AT, n("4000000000")),
+                (attr::SIGNING_KEY, s("SECRET-TOKEN-of-the-victim")),
+                (
+                    attr::CONNECT_URL,
+                    s("ws://gw.example/?signingKey=SECRET-TOKEN-of-the-victim"),
+                ),
+                (attr::OWNER, s(owner)),
+                (attr::OWNER_UNTIL, n("4000000000")),
+            ])))
+            .send()
+            .await
+            .unwrap();
+    }
+
+    /// The controller's reads of a session item (at start, after a refused take, after a
+    /// refused READY) and the gateway's, against moto through the real SDK: nothing sent asks
+    /// for the token or `connectUrl` or for the old item on a failed condition, every read is
+    /// projected, nothing answered carries the token, and READY writes no `connectUrl`.
+    #[tokio::test]
+    async fn no_read_of_a_session_item_asks_for_or_receives_its_token() {
+        let sdk = wallcrawler_testkit::moto::sdk_config().await;
+        let admin = aws_sdk_dynamodb::Client::new(&sdk);
+        let table = wallcrawler_testkit::unique("sessions");
+        admin
+            .create_table()
+            .table_name(&table)
+            .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
+            .attribute_definitions(
+                aws_sdk_dynamodb::types::AttributeDefinition::builder()
+                    .attribute_name(attr::SESSION_ID)
+                    .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
+                    .build()
+                    .unwrap(),
+            )
+            .key_schema(
+                aws_sdk_dynamodb::types::KeySchemaElement::builder()
+                    .attribute_name(attr::SESSION_ID)
+                    .key_type(aws_sdk_dynamodb::types::KeyType::Hash)
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+        pending_item(&admin, &table, "sess_held", "arn:other").await;
+        pending_item(&admin, &table, "sess_free", "arn:me").await;
+
+        let wire = Wire::default();
+        let client = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&sdk)
+                .interceptor(wire.clone())
+                .build(),
+        );
+        let store = DynamoSessions {
+            client: client.clone(),
+            table: table.clone(),
+        };
+        let r = store.load("sess_held").await.unwrap().expect("the item");
+        assert_eq!(r.owner.as_deref(), Some("arn:other"));
+        assert_eq!(r.project_id.as_deref(), Some("proj_1"));
+        let take = Take {
+            owner: "arn:me",
+            until: 4_000_000_100,
+            task: Some("arn:me"),
+            now: 1_700_000_000,
+        };
+        let TakeResult::Refused(Some(r)) = store.take("sess_held", &take).await.unwrap() else {
+            panic!("another owner holds it");
+        };
+        assert_eq!(r.internal_status, Some(InternalStatus::Provisioning));
+        let ready = ReadyUpdate {
+            owner: "arn:me".into(),
+            public_ip: "203.0.113.9".into(),
+            task_arn: Some("arn:me".into()),
+            private_ip: "10.0.0.9".into(),
+            proxy_port: 9223,
+            uploads_dir: None,
+            at: "2026-01-01T00:00:01.000Z".into(),
+        };
+        let lost = store.mark_ready("sess_held", &ready).await.unwrap();
+        assert!(matches!(lost, ReadyResult::Lost), "{lost:?}");
+        let done = store.mark_ready("sess_free", &ready).await.unwrap();
+        assert!(matches!(done, ReadyResult::Ready), "{done:?}");
+        let routes = DynamoRoutes {
+            client,
+            table: table.clone(),
+        };
+        let route = crate::gateway::lookup::SessionRoutes::item(&routes, "sess_free")
+            .await
+            .unwrap()
+            .expect("routed");
+        assert_eq!(route.private_ip.as_deref(), Some("10.0.0.9"));
+
+        let sent = wire.sent.lock().unwrap().clone();
+        let reads: Vec<_> = sent.iter().filter(|r| r.contains(".GetItem ")).collect();
+        assert_eq!(
+            reads.len(),
+            4,
+            "load, after the take, after READY, the gateway: {sent:?}"
+        );
+        for r in &reads {
+            assert!(r.contains("\"ProjectionExpression\""), "projected: {r}");
+        }
+        for r in &sent {
+            for never in [attr::SIGNING_KEY, attr::CONNECT_URL, "ReturnValues"] {
+                assert!(!r.contains(never), "{never} in {r}");
+            }
+        }
+        let answered = wire.answered.lock().unwrap().clone();
+        assert!(answered.len() >= sent.len(), "{answered:?}");
+        assert!(
+            answered.iter().all(|a| !a.contains("SECRET-TOKEN")),
+            "an answer carried the token: {answered:?}"
+        );
+        // READY wrote the route, and no connectUrl (the API's, on this item, stays as it was).
+        let after = admin
+            .get_item()
+            .table_name(&table)
+            .key(attr::SESSION_ID, s("sess_free"))
+            .send()
+            .await
+            .unwrap()
+            .item
+            .unwrap();
+        assert_eq!(after[attr::INTERNAL_STATUS], s("READY"));
+        assert_eq!(
+            after[attr::CONNECT_URL],
+            s("ws://gw.example/?signingKey=SECRET-TOKEN-of-the-victim")
+        );
+    }
+
     fn item(pairs: Vec<(&str, AttributeValue)>) -> Item {
         pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
     }
@@ -852,7 +1014,6 @@ mod tests {
             r,
             SessionRecord {
                 internal_status: Some(InternalStatus::Provisioning),
-                signing_key: Some("tok".into()),
                 keep_alive: true,
                 expires_at: Some(1_700_000_000),
                 project_id: Some("proj_1".into()),
@@ -873,14 +1034,12 @@ mod tests {
         assert_eq!(to_record(&item(vec![])).unwrap(), SessionRecord::default());
         let r = to_record(&item(vec![
             (attr::INTERNAL_STATUS, s("SOMETHING_NEWER")),
-            (attr::SIGNING_KEY, AttributeValue::Null(true)),
             (attr::KEEP_ALIVE, AttributeValue::Null(true)),
             (attr::EXPIRES_AT, n("1700000000.0")),
             (attr::ENDED_AT, AttributeValue::Null(true)),
         ]))
         .unwrap();
         assert_eq!(r.internal_status, None, "an unknown status is none");
-        assert_eq!(r.signing_key, None);
         assert!(!r.keep_alive);
         assert_eq!(
             r.expires_at,
@@ -896,8 +1055,8 @@ mod tests {
         for (name, v) in [
             (attr::INTERNAL_STATUS, n("3")),
             (
-                attr::SIGNING_KEY,
-                AttributeValue::B(Blob::new(b"tok".to_vec())),
+                attr::PROJECT_ID,
+                AttributeValue::B(Blob::new(b"proj".to_vec())),
             ),
             (attr::KEEP_ALIVE, s("yes")),
             (attr::EXPIRES_AT, n("1.5")),

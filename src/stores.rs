@@ -123,13 +123,13 @@ impl StoreError {
     }
 }
 
-/// What the controller reads from the session item at start.
+/// What the controller reads from the session item at start: the attributes of
+/// [`attr::TASK_READS`](wallcrawler_contract::session::attr::TASK_READS), never the token or
+/// `connectUrl`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SessionRecord {
     /// `internalStatus`, when present and known.
     pub internal_status: Option<InternalStatus>,
-    /// `signingKey`: the session's token, put into the connect URL.
-    pub signing_key: Option<String>,
     /// `keepAlive` (false when absent): the session is not ended by idleness.
     pub keep_alive: bool,
     /// `expiresAt`, in unix seconds.
@@ -167,9 +167,6 @@ pub struct ReadyUpdate {
     pub public_ip: String,
     /// `ecsTaskArn`, when known.
     pub task_arn: Option<String>,
-    /// `connectUrl`, when the item has a signing key; written only when the item has none
-    /// yet (behind the connect gateway the control plane wrote the gateway's at create).
-    pub connect_url: Option<String>,
     /// `privateIP`: the task's own address, where the connect gateway dials it.
     pub private_ip: String,
     /// `proxyPort`: the proxy's port at that address.
@@ -446,11 +443,11 @@ impl DirectorySessions {
     }
 }
 
-/// The controller's record of a session document.
+/// The controller's record of a session document (the document is a local file, read whole:
+/// its token goes no further than here).
 fn record(d: SessionDoc) -> SessionRecord {
     SessionRecord {
         internal_status: d.internal(),
-        signing_key: d.signing_key,
         keep_alive: d.keep_alive,
         expires_at: Some(d.expires_at).filter(|e| *e > 0),
         project_id: Some(d.project_id),
@@ -547,9 +544,6 @@ impl SessionStore for DirectorySessions {
                 d.updated_at = Some(u.at.clone());
                 if u.task_arn.is_some() {
                     d.ecs_task_arn = u.task_arn.clone();
-                }
-                if d.connect_url.is_none() {
-                    d.connect_url = u.connect_url.clone();
                 }
                 true
             })
@@ -649,7 +643,6 @@ mod tests {
             owner: owner.into(),
             public_ip: "127.0.0.1".into(),
             task_arn: Some(owner.into()),
-            connect_url: None,
             private_ip: "127.0.0.1".into(),
             proxy_port: 9,
             uploads_dir: None,

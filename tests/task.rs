@@ -199,11 +199,11 @@ fn full_lifecycle(end: End) {
         text(&item, "readyAt")
             .is_some_and(|t| wallcrawler_contract::time::parse_iso8601(&t).is_some())
     );
+    // The route, and no connectUrl: the controller never reads the token; the API forms the
+    // URL from these and the token when it answers.
     let port = url.split(':').nth(2).unwrap().split('?').next().unwrap();
-    assert_eq!(
-        text(&item, "connectUrl"),
-        Some(format!("ws://{public_ip}:{port}?signingKey={t1}"))
-    );
+    assert_eq!(number(&item, "proxyPort"), port.parse().ok());
+    assert_eq!(text(&item, "connectUrl"), None);
 
     let seen = node("context.mjs", &["--url", &url, "--mode", "read"]);
     assert_eq!(
@@ -751,7 +751,9 @@ fn local_session(end: LocalEnd) {
         (ready.internal_status.as_str(), ready.status.as_str()),
         ("READY", "RUNNING")
     );
-    assert_eq!(ready.connect_url.as_deref(), Some(url.as_str()));
+    // No connectUrl written: the one clients get is formed from the route and the token.
+    assert_eq!(ready.connect_url, None);
+    assert_eq!(ready.client_connect_url().as_deref(), Some(url.as_str()));
     assert_eq!(
         node("context.mjs", &["--url", &url, "--mode", "write"])["ok"],
         true

@@ -561,7 +561,7 @@ impl ClaimedSession<'_> {
         let announced = tokio::select! {
             biased;
             Lost = self.keep_claim() => return self.lost().await,
-            r = self.run.announce_ready(up.0, Some(&self.record), Some(self.run.item.owner)) => r,
+            r = self.run.announce_ready(up.0, Some(self.run.item.owner)) => r,
         };
         let (session, claimed_dir) = match announced {
             Ok(session) => (session, up.1),

@@ -1,24 +1,24 @@
 //! READY: the public address chosen, then the conditional write (only from a pending status,
-//! only by the session's owner) with the announced address and connectUrl.
+//! only by the session's owner) with the announced address. No `connectUrl`: the controller
+//! never reads the session's token; the control plane forms a direct session's URL from the
+//! address and port written here.
 
 use tracing::{error, info};
-use wallcrawler_contract::session;
 use wallcrawler_contract::time::now_iso8601;
 
 use super::{Ending, Outcome, Run};
 use crate::app::{Ready, Session};
 use crate::public_ip::{self, Discovered};
 use crate::shutdown::Step;
-use crate::stores::{ReadyResult, ReadyUpdate, SessionRecord, SessionStore};
+use crate::stores::{ReadyResult, ReadyUpdate, SessionStore};
 
 impl Run<'_> {
-    /// Writes READY (only from a pending status) with the announced address and connectUrl.
+    /// Writes READY (only from a pending status) with the announced address.
     /// `Err` once the browser is closed: released when the session was released meanwhile, a
     /// failure when the address or the write failed.
     pub async fn announce_ready(
         &self,
         session: Session,
-        record: Option<&SessionRecord>,
         fallback_task_arn: Option<&str>,
     ) -> Result<Session, Outcome> {
         let c = self.c;
@@ -43,7 +43,7 @@ impl Run<'_> {
             }
         };
         if let Some(store) = &self.deps.sessions {
-            let mut update = ready_update(&ready, &announced, record, fallback_task_arn);
+            let mut update = ready_update(&ready, &announced, fallback_task_arn);
             update.owner = self.item.owner.to_owned();
             update.uploads_dir = session
                 .uploads_dir()
@@ -116,12 +116,8 @@ impl Run<'_> {
 fn ready_update(
     ready: &Ready,
     announced: &Discovered,
-    record: Option<&SessionRecord>,
     fallback_task_arn: Option<&str>,
 ) -> ReadyUpdate {
-    let connect_url = record
-        .and_then(|r| r.signing_key.as_deref())
-        .map(|k| session::connect_url(&announced.ip, ready.proxy_addr.port(), k));
     // Where the connect gateway dials this task: its private address (task metadata),
     // else the address the proxy is bound to, else the announced one.
     let private_ip = announced.private_ip.clone().unwrap_or_else(|| {
@@ -141,7 +137,6 @@ fn ready_update(
             .task_arn
             .clone()
             .or_else(|| fallback_task_arn.map(str::to_owned)),
-        connect_url,
         uploads_dir: None,
         at: now_iso8601(),
     }

@@ -679,7 +679,10 @@ async fn enforce_iam(moto: &Moto) {
 /// moto authorises most actions against the resource "*", so the roles' statements are widened
 /// to it for every service but S3 and SQS (tests/py/moto_iam.py): this proves the ACTIONS,
 /// deploy/check_template.py the resources. The bucket's TLS-only Deny is lifted (moto cannot see
-/// TLS and applies it to every request). Conditions are not evaluated by moto.
+/// TLS and applies it to every request). Conditions are not evaluated by moto (so the session
+/// item's attribute lists are asserted by deploy/check_template.py, and what the controller
+/// asks for by `aws::tests::no_read_of_a_session_item_asks_for_or_receives_its_token`); S3's
+/// resources are: the task role reads no object outside the keys the controller uses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
     // IAM enforcement is global to a moto server: this test has one of its own.
@@ -833,6 +836,43 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
     assert!(
         memchr::memmem::find(&zip, &served).is_some(),
         "the download in the zip"
+    );
+    // The task role reaches only the keys the controller uses (moto enforces S3's resources):
+    // not the zip the API made beside the session's downloads, not a download it stored (it
+    // only writes there); its context's archive it reads.
+    let bucket = out("ContextsBucketName");
+    let downloads = format!("files/{}/{id}/downloads/", pool.f.project_id);
+    let stored = s3(&pool.f.sdk)
+        .list_objects_v2()
+        .bucket(&bucket)
+        .prefix(&downloads)
+        .send()
+        .await
+        .unwrap();
+    let stored = stored.contents()[0].key().unwrap().to_owned();
+    let as_task = s3(&moto.sdk_config_as(role("task")).await);
+    for key in [
+        format!("files/{}/{id}/downloads.zip", pool.f.project_id),
+        stored,
+    ] {
+        let e = as_task
+            .get_object()
+            .bucket(&bucket)
+            .key(&key)
+            .send()
+            .await
+            .expect_err("refused to the task role");
+        assert_eq!(
+            e.as_service_error().and_then(|e| e.meta().code()),
+            Some("AccessDenied"),
+            "{key}: {e:?}"
+        );
+    }
+    let archive_key = wallcrawler_contract::storage::profile_key(&pool.f.project_id, &ctx);
+    let own = as_task.get_object().bucket(&bucket).key(&archive_key);
+    assert!(
+        own.send().await.is_ok(),
+        "the task role reads {archive_key}"
     );
     assert_eq!(
         pool.messages(&pool.dlq).await,

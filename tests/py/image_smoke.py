@@ -9,7 +9,8 @@ CONTEXT_PERSIST=true), against a moto server on a free loopback port, with a sta
 task metadata endpoint. `--network=host` keeps every packet on 127.0.0.1; the proxy listens on a
 free port instead of 9223 for that reason. Checks, failing loudly (exit 1) on any miss:
 
-  1. the session item turns READY with the task's ARN and a connectUrl on the proxy's port,
+  1. the session item turns READY with the task's ARN, publicIP and the proxy's port (and no
+     connectUrl: the controller never reads the token; the API forms a direct session's URL),
      GET /health answers 200, also to the task definition's health check command run inside the
      container, the controller runs as root and every Chromium process as the image's unprivileged
      user 10001, which cannot read the controller's /proc/<pid>/environ;
@@ -208,8 +209,10 @@ def smoke(image: str, token_binary: str) -> None:
             raise Failure(f"{e}; internalStatus={s(item(), 'internalStatus')}, terminationReason={s(item(), 'terminationReason')}") from None
         if s(it, "ecsTaskArn") != TASK_ARN:
             raise Failure(f"ecsTaskArn is {s(it, 'ecsTaskArn')!r}, want the task metadata's ARN")
-        if s(it, "connectUrl") != f"ws://127.0.0.1:{proxy_port}?signingKey={token}":
-            raise Failure("connectUrl does not point at the proxy's port with the session's token")
+        if s(it, "publicIP") != "127.0.0.1" or it.get("proxyPort", {}).get("N") != str(proxy_port):
+            raise Failure("READY does not name the proxy's address and port")
+        if "connectUrl" in it:
+            raise Failure("the controller wrote a connectUrl (it never reads the session's token)")
         health = f"http://127.0.0.1:{proxy_port}/health"
         wait_until("/health to answer 200", lambda: http_status(health) == 200)
         # The task definition's health check, run inside the container as ECS runs it.

@@ -186,6 +186,23 @@ pub fn unserved_update(
         .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
 }
 
+/// A `ProjectionExpression` of exactly `attrs`, each through an expression attribute name
+/// (`#p0`, `#p1`, …, so that reserved words such as `status` and `owner` may be named), with
+/// those names. For a `GetItem` that may read only these attributes (IAM's
+/// `dynamodb:Attributes`).
+pub fn projection(attrs: &[&str]) -> (String, std::collections::HashMap<String, String>) {
+    let names: std::collections::HashMap<String, String> = attrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (format!("#p{i}"), (*a).to_owned()))
+        .collect();
+    let expr = (0..attrs.len())
+        .map(|i| format!("#p{i}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (expr, names)
+}
+
 /// `req` on condition that the session is pending (CREATING, PROVISIONING or STARTING) and
 /// `and` holds; the values `:c`, `:p`, `:s` are set here.
 pub fn pending_condition(req: UpdateItemFluentBuilder, and: &str) -> UpdateItemFluentBuilder {
@@ -222,6 +239,14 @@ mod tests {
         assert_eq!(classify(&timeout), Failure::Transient);
         let unbuilt: SdkError<GetItemError, ()> = SdkError::construction_failure("bad input");
         assert_eq!(classify(&unbuilt), Failure::Other);
+    }
+
+    #[test]
+    fn a_projection_names_each_attribute_through_a_placeholder() {
+        let (expr, names) = projection(&["sessionId", "status", "owner"]);
+        assert_eq!(expr, "#p0, #p1, #p2");
+        assert_eq!(names["#p1"], "status");
+        assert_eq!(names.len(), 3);
     }
 
     #[test]

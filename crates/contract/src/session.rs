@@ -162,6 +162,36 @@ mod tests {
     }
 
     #[test]
+    fn tasks_and_gateways_never_name_the_token() {
+        for list in [
+            &attr::TASK_READS[..],
+            &attr::TASK_WRITES,
+            &attr::GATEWAY_READS,
+        ] {
+            assert!(
+                list.contains(&attr::SESSION_ID),
+                "the key is named: {list:?}"
+            );
+            for secret in [attr::SIGNING_KEY, attr::CONNECT_URL] {
+                assert!(!list.contains(&secret), "{secret} in {list:?}");
+            }
+        }
+        // What the API wrote for the session stays as it wrote it.
+        for api_only in [
+            attr::PROJECT_ID,
+            attr::CONTEXT_ID,
+            attr::CONTEXT_STORAGE_KEY,
+            attr::CONTEXT_PERSIST,
+            attr::EXPIRES_AT,
+            attr::KEEP_ALIVE,
+            attr::USER_METADATA,
+            attr::CREATED_AT,
+        ] {
+            assert!(!attr::TASK_WRITES.contains(&api_only), "{api_only}");
+        }
+    }
+
+    #[test]
     fn only_pending_states_may_become_ready() {
         let ready: Vec<_> = InternalStatus::ALL
             .into_iter()
@@ -268,6 +298,59 @@ pub mod attr {
         PROXY_BYTES,
         CONTEXT_ID,
         USER_METADATA,
+    ];
+
+    /// Every attribute a browser controller reads of a session item: its `GetItem`'s
+    /// `ProjectionExpression`, and exactly the `dynamodb:Attributes` the task role may read
+    /// (deploy/template.yaml, asserted by deploy/check_template.py). Never the token
+    /// (`signingKey`) or `connectUrl`, which carries it: the control plane forms a direct
+    /// session's `connectUrl` when it answers, from `publicIP`, `proxyPort` and the token.
+    pub const TASK_READS: [&str; 10] = [
+        SESSION_ID,
+        INTERNAL_STATUS,
+        KEEP_ALIVE,
+        EXPIRES_AT,
+        PROJECT_ID,
+        READY_AT,
+        ENDED_AT,
+        CLAIM_DEADLINE,
+        OWNER,
+        OWNER_UNTIL,
+    ];
+
+    /// Every attribute a browser controller's `UpdateItem` names (key, condition and update
+    /// expressions: IAM's `dynamodb:Attributes` counts them all), and exactly the attributes
+    /// the task role may write. Not the token, `connectUrl`, `projectId`, `contextId` or any
+    /// other attribute the API wrote for the session.
+    pub const TASK_WRITES: [&str; 17] = [
+        SESSION_ID,
+        INTERNAL_STATUS,
+        STATUS,
+        OWNER,
+        OWNER_UNTIL,
+        ECS_TASK_ARN,
+        PUBLIC_IP,
+        PRIVATE_IP,
+        PROXY_PORT,
+        UPLOADS_DIR,
+        READY_AT,
+        UPDATED_AT,
+        TERMINATION_REASON,
+        ENDED_AT,
+        PROXY_BYTES,
+        DOWNLOADS_IN_PROGRESS,
+        CLAIM_DEADLINE,
+    ];
+
+    /// Every attribute the connect gateway reads of a session item (where to route, and
+    /// whether it may): its `ProjectionExpression` and the gateway role's `dynamodb:Attributes`.
+    /// Not the token: the gateway checks the token's signature, never compares it.
+    pub const GATEWAY_READS: [&str; 5] = [
+        SESSION_ID,
+        INTERNAL_STATUS,
+        PRIVATE_IP,
+        PROXY_PORT,
+        ENDED_AT,
     ];
 }
 

@@ -152,6 +152,20 @@ impl SessionDoc {
         self.status = s.sdk_status().as_str().to_owned();
     }
 
+    /// The `connectUrl` a client is given: the item's (the connect gateway's, written at
+    /// create), else the serving task's own address, formed here from `publicIP`, `proxyPort`
+    /// (both written with READY) and the token. Tasks never read the token, so they never
+    /// write a `connectUrl`.
+    pub fn client_connect_url(&self) -> Option<String> {
+        self.connect_url.clone().or_else(|| {
+            Some(crate::session::connect_url(
+                self.public_ip.as_deref()?,
+                self.proxy_port?,
+                self.signing_key.as_deref()?,
+            ))
+        })
+    }
+
     /// Whether the session still waits for a browser (CREATING, PROVISIONING, STARTING).
     pub fn pending(&self) -> bool {
         self.internal()
@@ -474,6 +488,25 @@ mod tests {
         };
         d.set_status(InternalStatus::Creating);
         d
+    }
+
+    #[test]
+    fn a_direct_session_s_connect_url_is_formed_from_its_route_and_token() {
+        let mut d = doc("sess_1");
+        d.signing_key = Some("t.k.n".into());
+        assert_eq!(d.client_connect_url(), None, "no route yet");
+        d.public_ip = Some("203.0.113.7".into());
+        d.proxy_port = Some(9223);
+        assert_eq!(
+            d.client_connect_url().as_deref(),
+            Some("ws://203.0.113.7:9223?signingKey=t.k.n")
+        );
+        d.connect_url = Some("wss://gw.example/?signingKey=t.k.n".into());
+        assert_eq!(
+            d.client_connect_url().as_deref(),
+            Some("wss://gw.example/?signingKey=t.k.n"),
+            "the gateway's, written at create, wins"
+        );
     }
 
     #[test]

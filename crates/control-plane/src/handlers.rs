@@ -682,14 +682,14 @@ pub async fn debug_session(caller: Caller, PathId(id): PathId) -> ApiResult {
     let (app, p) = caller.into_parts();
     let s = own_session(&app, &p, &id).await?;
     let (Some(url), Some(token), true) = (
-        s.connect_url.as_deref(),
+        s.client_connect_url(),
         s.signing_key.as_deref(),
         s.status == "RUNNING",
     ) else {
         return Err(ApiError::conflict(format!("session {id} is not running")));
     };
     let extra_ca = app.settings.connect_ca.as_deref();
-    let pages = crate::debug::page_list(url, token, extra_ca)
+    let pages = crate::debug::page_list(&url, token, extra_ca)
         .await
         .map_err(|e| {
             warn!(session.id = %id, error = %e, "reading the browser's page list failed");

@@ -177,7 +177,7 @@ pub fn session_to_api(d: &SessionDoc) -> Value {
 pub fn session_create_to_api(d: &SessionDoc) -> Value {
     let mut v = session_to_api(d);
     if d.status == "RUNNING" {
-        v["connectUrl"] = json!(d.connect_url);
+        v["connectUrl"] = json!(d.client_connect_url());
         v["signingKey"] = json!(d.signing_key);
         v["seleniumRemoteUrl"] = Value::Null;
     }
