@@ -251,10 +251,7 @@ fn body_error(e: Box<dyn std::error::Error + Send + Sync>) -> UpstreamError {
 }
 
 /// `/devtools/browser/<id>` from the endpoint's `/json/version`.
-pub async fn fetch_browser_path(
-    to: &Endpoint,
-    timeout: Duration,
-) -> Result<String, UpstreamError> {
+pub async fn fetch_browser_path(to: &Endpoint, timeout: Duration) -> Result<String, UpstreamError> {
     let answer = http_request(to, Method::GET, "/json/version", timeout).await?;
     if answer.status != StatusCode::OK {
         return Err(UpstreamError::Status(answer.status));
@@ -328,9 +325,14 @@ mod tests {
 
     /// The error a GET of `/json/protocol` at `addr` ends in.
     async fn refused(addr: SocketAddr, timeout: Duration) -> UpstreamError {
-        http_request(&Endpoint::host(addr), Method::GET, "/json/protocol", timeout)
-            .await
-            .unwrap_err()
+        http_request(
+            &Endpoint::host(addr),
+            Method::GET,
+            "/json/protocol",
+            timeout,
+        )
+        .await
+        .unwrap_err()
     }
 
     #[tokio::test]

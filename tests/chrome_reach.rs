@@ -161,8 +161,14 @@ const BLOCKED: [&str; 7] = [
 /// SOCKS5 server: that refuses the link-local address and finds nothing on 9225, and Chrome
 /// reports either as a failed SOCKS connection.
 const CONTROLS: [(&str, &[&str]); 2] = [
-    ("http://169.254.170.3/", &["net::ERR_SOCKS_CONNECTION_FAILED"]),
-    ("http://127.0.0.1:9225/", &["net::ERR_SOCKS_CONNECTION_FAILED"]),
+    (
+        "http://169.254.170.3/",
+        &["net::ERR_SOCKS_CONNECTION_FAILED"],
+    ),
+    (
+        "http://127.0.0.1:9225/",
+        &["net::ERR_SOCKS_CONNECTION_FAILED"],
+    ),
 ];
 
 /// Runs the controller and puppeteer inside a fresh network namespace (only `lo`, so no
@@ -399,7 +405,13 @@ print(json.dumps({"uid": __import__("os").getuid(), "listening": found}))
 #[test]
 fn another_local_user_reaches_no_devtools_port() {
     let (c, s) = Controller::local_via(
-        &["unshare", "--net", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\""],
+        &[
+            "unshare",
+            "--net",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$0\" \"$@\"",
+        ],
         &[],
         &[],
     );
@@ -433,7 +445,10 @@ fn another_local_user_reaches_no_devtools_port() {
         .find(|e| e["port"] == proxy_port)
         .unwrap_or_else(|| panic!("the scan must see the proxy's port {proxy_port}: {v}"));
     assert!(
-        proxy["answer"].as_str().unwrap().starts_with("HTTP/1.1 401"),
+        proxy["answer"]
+            .as_str()
+            .unwrap()
+            .starts_with("HTTP/1.1 401"),
         "{proxy}"
     );
     for e in listening {
@@ -485,6 +500,8 @@ fn chrome_in_its_own_network_loads_a_page_from_the_hosts_loopback() {
         &["--url", &s.connect_url, "--targets", &target],
     );
     assert_eq!(r["results"][&target], "ok", "{r}");
-    let head = served_rx.recv_timeout(WAIT).expect("the host's server was asked");
+    let head = served_rx
+        .recv_timeout(WAIT)
+        .expect("the host's server was asked");
     assert!(head.starts_with("GET /page "), "{head}");
 }

@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fast_socks5::server::{SocksServerError, Socks5ServerProtocol};
+use fast_socks5::server::{Socks5ServerProtocol, SocksServerError};
 use fast_socks5::util::target_addr::TargetAddr;
 use fast_socks5::{ReplyError, Socks5Command};
 use tokio::net::{TcpListener, TcpStream};
@@ -192,7 +192,13 @@ mod tests {
         ] {
             assert!(!allowed(bad.parse().unwrap()), "{bad}");
         }
-        for good in ["127.0.0.1", "93.184.216.34", "::1", "2001:db8::1", "fd00:ec2::253"] {
+        for good in [
+            "127.0.0.1",
+            "93.184.216.34",
+            "::1",
+            "2001:db8::1",
+            "fd00:ec2::253",
+        ] {
             assert!(allowed(good.parse().unwrap()), "{good}");
         }
     }

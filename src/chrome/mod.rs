@@ -165,6 +165,33 @@ fn child_setup(command: &mut Command, user: Option<ChromeUser>, netns: Option<Ar
     }
 }
 
+/// The command that starts Chrome with `args`: its own process group, its environment the
+/// allow-list's (and `home`), its output piped, set up by [`child_setup`] in the child.
+fn chrome_command(
+    opts: &LaunchOptions,
+    args: &[String],
+    home: Option<&Path>,
+    netns: Option<Arc<NetNs>>,
+) -> Command {
+    let mut command = Command::new(&opts.binary);
+    command
+        .args(args)
+        // Nothing of the controller's environment (signing key, AWS credentials URI) but the
+        // allow-list in env.rs.
+        .env_clear()
+        .envs(env::chrome_env(std::env::vars_os()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(home) = home {
+        command.env("HOME", home);
+    }
+    child_setup(&mut command, opts.user, netns);
+    command
+}
+
 /// How to launch Chrome.
 #[derive(Debug, Clone)]
 pub struct LaunchOptions {
@@ -280,22 +307,8 @@ impl Chrome {
             opts.debug_port,
             private.as_ref().map(|p| p.egress_port),
         );
-        let mut command = Command::new(&opts.binary);
-        command
-            .args(&args)
-            // Nothing of the controller's environment (signing key, AWS credentials URI) but
-            // the allow-list in env.rs.
-            .env_clear()
-            .envs(env::chrome_env(std::env::vars_os()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        if let Some(home) = &home {
-            command.env("HOME", home);
-        }
-        child_setup(&mut command, opts.user, private.as_ref().map(|p| p.netns.clone()));
+        let netns = private.as_ref().map(|p| p.netns.clone());
+        let mut command = chrome_command(opts, &args, home.as_deref(), netns);
         let child = command.spawn().map_err(ChromeError::Spawn)?;
         let pid = Pid::from_raw(
             child

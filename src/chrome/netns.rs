@@ -115,7 +115,10 @@ pub fn decide(
 /// What the namespace's thread is asked to do.
 enum Request {
     Connect(SocketAddr, oneshot::Sender<io::Result<std::net::TcpStream>>),
-    Listen(SocketAddr, oneshot::Sender<io::Result<std::net::TcpListener>>),
+    Listen(
+        SocketAddr,
+        oneshot::Sender<io::Result<std::net::TcpListener>>,
+    ),
 }
 
 /// A private network namespace and the thread that makes sockets in it. The thread, and the
@@ -275,14 +278,20 @@ mod tests {
             return;
         }
         let ns = NetNs::new().await.unwrap();
-        let listener = ns.listen(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+        let listener = ns
+            .listen(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .unwrap();
         let addr = listener.local_addr().unwrap();
         let accepted = tokio::spawn(async move { listener.accept().await.map(|_| ()) });
         ns.connect(addr).await.unwrap();
         accepted.await.unwrap().unwrap();
         // The host's loopback has no such listener (the port may be taken there by chance
         // by something else; a refusal is what we expect almost always).
-        let on_host = ns.listen(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+        let on_host = ns
+            .listen(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .unwrap();
         let port = on_host.local_addr().unwrap().port();
         let host = tokio::net::TcpStream::connect(("127.0.0.1", port)).await;
         assert!(host.is_err(), "port {port} answered on the host's loopback");
