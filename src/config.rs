@@ -30,7 +30,6 @@ use crate::tls::CertFiles;
 /// in [`wallcrawler_contract::task_env`]); each the flag's variable and the parser's key.
 mod names {
     pub const CHROME_FLAGS_FILE: &str = "CHROME_FLAGS_FILE";
-    pub const CHROME_NETWORK: &str = "CHROME_NETWORK";
     pub const ECS_AGENT_URI: &str = "ECS_AGENT_URI";
     pub const ECS_CONTAINER_METADATA_URI_V4: &str = "ECS_CONTAINER_METADATA_URI_V4";
     pub const GATEWAY_CLIENT_TLS: &str = "GATEWAY_CLIENT_TLS";

@@ -364,40 +364,6 @@ fn chrome_user_needs_a_controller_that_can_switch_users() {
     assert!(!log.contains("chrome started"), "{log}");
 }
 
-/// Run as uid 65534: every listening TCP socket in `/proc/net/tcp{,6}` of its network
-/// namespace, asked `GET /json/version` on loopback; one JSON line of what answered.
-const SCAN: &str = r#"
-import json, socket
-found = []
-for path, family, loop in (("/proc/net/tcp", socket.AF_INET, "127.0.0.1"), ("/proc/net/tcp6", socket.AF_INET6, "::1")):
-    try:
-        lines = open(path).read().splitlines()[1:]
-    except OSError:
-        continue
-    for line in lines:
-        f = line.split()
-        if f[3] != "0A":
-            continue
-        port = int(f[1].split(":")[1], 16)
-        entry = {"family": path[-4:].strip("/"), "port": port, "answer": ""}
-        data = b""
-        try:
-            s = socket.create_connection((loop, port), timeout=3)
-            s.settimeout(3)
-            s.sendall(("GET /json/version HTTP/1.1\r\nHost: localhost:%d\r\nConnection: close\r\n\r\n" % port).encode())
-            # Chrome keeps the connection open after its answer: read what comes until then.
-            while len(data) < 65536:
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-        except OSError as e:
-            data += ("\nerror: %s" % e).encode()
-        entry["answer"] = data.decode("latin-1")
-        found.append(entry)
-print(json.dumps({"uid": __import__("os").getuid(), "listening": found}))
-"#;
-
 /// Another user of the machine cannot reach Chrome's DevTools. The controller (root, so
 /// `CHROME_NETWORK` defaults to `private`) runs in a network namespace of the test's own, so
 /// only its sockets are there; a process as uid 65534 in that namespace tries every listening
@@ -415,29 +381,7 @@ fn another_local_user_reaches_no_devtools_port() {
         &[],
         &[],
     );
-    let ns = format!("--net=/proc/{}/ns/net", c.child.id());
-    let out = Command::new("nsenter")
-        .args([
-            ns.as_str(),
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "/usr/bin/python3",
-            "-c",
-            SCAN,
-        ])
-        .env_clear()
-        .output()
-        .expect("run nsenter (util-linux)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-    assert_eq!(v["uid"], 65534);
+    let v = wallcrawler_testkit::reach::scan_as_nobody(Some(c.child.id()));
     let listening = v["listening"].as_array().unwrap();
     let proxy_port = u64::from(s.addr.port());
     let proxy = listening
@@ -454,7 +398,7 @@ fn another_local_user_reaches_no_devtools_port() {
     for e in listening {
         let answer = e["answer"].as_str().unwrap();
         assert!(
-            !answer.contains("webSocketDebuggerUrl") && !answer.contains("Browser\""),
+            !wallcrawler_testkit::reach::is_devtools(answer),
             "uid 65534 reached DevTools at {e}"
         );
     }

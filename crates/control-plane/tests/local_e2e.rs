@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
 use wallcrawler_testkit::node;
 
+/// Another user of the machine reaches no browser's DevTools (warm or claimed).
+mod devtools;
 /// Every download captured, stored and served as a zip.
 mod downloads;
 
