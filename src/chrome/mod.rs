@@ -27,7 +27,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
-use tokio_util::task::AbortOnDropHandle;
+use tokio_util::sync::DropGuard;
 use tracing::{debug, info, warn};
 
 use crate::upstream::{self, Endpoint};
@@ -221,15 +221,17 @@ pub struct Chrome {
     /// `/devtools/browser/<id>`.
     pub browser_path: String,
     exit: watch::Receiver<Option<ExitStatus>>,
-    /// The SOCKS5 server of a private network, stopped with this handle.
-    _egress: Option<AbortOnDropHandle<()>>,
+    /// Stops the SOCKS5 server of a private network and its connections when dropped.
+    _egress: Option<DropGuard>,
 }
 
 /// Chrome's private network, once made: the namespace and its running egress.
 struct Private {
     netns: Arc<NetNs>,
     egress_port: u16,
-    egress: AbortOnDropHandle<()>,
+    /// Cancels the egress (its listener and every connection through it) when dropped: with
+    /// the [`Chrome`] it serves, or at the controller's shutdown (a child of the root token).
+    egress: DropGuard,
 }
 
 impl Private {
@@ -241,16 +243,17 @@ impl Private {
             .await
             .map_err(ChromeError::Egress)?;
         let egress_port = listener.local_addr().map_err(ChromeError::Egress)?.port();
-        let egress = tasks.spawn(egress::serve(
+        let stop = tasks.child();
+        tasks.spawn(egress::serve(
             listener,
             tasks.tracker().clone(),
-            tasks.child(),
+            stop.clone(),
             EGRESS_HANDSHAKE,
         ));
         Ok(Private {
             netns,
             egress_port,
-            egress: AbortOnDropHandle::new(egress),
+            egress: stop.drop_guard(),
         })
     }
 }
