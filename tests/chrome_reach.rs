@@ -303,6 +303,13 @@ fn chrome_runs_sandboxed_as_a_non_root_user() {
     let url = line.trim_start_matches("connectUrl: ").to_owned();
     let log = c.stderr.text();
     assert!(log.contains("sandbox=on"), "{log}");
+    // No namespace can be made unprivileged: the shared loopback, said once at start.
+    assert!(log.contains("network=shared"), "{log}");
+    assert_eq!(
+        log.matches("CHROME_NETWORK: no CAP_SYS_ADMIN").count(),
+        1,
+        "{log}"
+    );
     let r = node("drive.mjs", &["--client", "puppeteer", "--url", &url]);
     assert_eq!(r["ok"], true, "{r}");
     let tree = chrome_tree(c.chrome_pid());

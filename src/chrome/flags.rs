@@ -184,6 +184,18 @@ mod tests {
     }
 
     #[test]
+    fn the_managed_policy_leaves_the_proxy_to_the_flags() {
+        // A proxy policy would override `--proxy-server` and take Chrome past its egress.
+        let policy: serde_json::Value = serde_json::from_str(include_str!(
+            "../../chrome/policies/managed/wallcrawler.json"
+        ))
+        .unwrap();
+        let keys: Vec<&String> = policy.as_object().unwrap().keys().collect();
+        assert!(!keys.is_empty());
+        assert!(!keys.iter().any(|k| k.starts_with("Proxy")), "{keys:?}");
+    }
+
+    #[test]
     fn a_private_network_sends_everything_through_the_egress() {
         let a = chrome_args(&[], Path::new("/p"), 0, Some(4321));
         assert!(a.contains(&"--proxy-server=socks5://127.0.0.1:4321".to_owned()));

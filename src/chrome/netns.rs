@@ -53,14 +53,19 @@ pub enum ChromeNetwork {
     Shared,
 }
 
-impl std::str::FromStr for ChromeNetwork {
-    type Err = ();
+/// A `CHROME_NETWORK` that is neither `private` nor `shared`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("CHROME_NETWORK must be private or shared")]
+pub struct UnknownNetwork;
 
-    fn from_str(s: &str) -> Result<Self, ()> {
+impl std::str::FromStr for ChromeNetwork {
+    type Err = UnknownNetwork;
+
+    fn from_str(s: &str) -> Result<Self, UnknownNetwork> {
         match s {
             "private" => Ok(Self::Private),
             "shared" => Ok(Self::Shared),
-            _ => Err(()),
+            _ => Err(UnknownNetwork),
         }
     }
 }
