@@ -456,3 +456,32 @@ fn chrome_in_its_own_network_loads_a_page_from_the_hosts_loopback() {
         .expect("the host's server was asked");
     assert!(head.starts_with("GET /page "), "{head}");
 }
+
+#[test]
+fn a_private_network_needs_a_controller_that_can_make_one() {
+    // Unprivileged, CHROME_NETWORK=private cannot be honoured: a clear error at start, before
+    // any Chrome (never a silent fall back to the shared loopback).
+    use std::os::unix::process::CommandExt;
+    let out = Command::new(bin())
+        .arg("run")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("SESSION_ID", "sess_x")
+        .env("WALLCRAWLER_JWT_SIGNING_KEY", "k")
+        .env("CHROME_NETWORK", "private")
+        .env("CHROME_PATH", chromium())
+        .env("CDP_PROXY_PORT", "0")
+        .env("CHROME_DEBUG_PORT", "0")
+        .env("LOG_FORMAT", "text")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{log}");
+    assert!(
+        log.contains("CHROME_NETWORK=private needs CAP_SYS_ADMIN"),
+        "{log}"
+    );
+    assert!(!log.contains("chrome started"), "{log}");
+}
