@@ -84,9 +84,12 @@ COPY --from=builder /out/wallcrawler-controller /usr/local/bin/wallcrawler-contr
 
 # Run Chromium's real binary, not Debian's /usr/bin/chromium wrapper, so the controller's flags are
 # exactly the ones in chrome/flags.conf.
+# CHROME_NETWORK=shared: on Fargate (awsvpc) the task has a network namespace of its own, so its
+# loopback is already the browser's alone, and Fargate grants no CAP_SYS_ADMIN to make a private one.
 ENV HOME=/home/wallcrawler \
     CHROME_PATH=/usr/lib/chromium/chromium \
     CHROME_USER=10001:10001 \
+    CHROME_NETWORK=shared \
     USER_DATA_DIR=/var/lib/wallcrawler/profile
 
 # Root, so that Chrome can run as another user than the controller: switching users takes

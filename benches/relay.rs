@@ -32,7 +32,7 @@ use wallcrawler_controller::auth::{Authenticator, KeySource, StaticKeys, unix_no
 use wallcrawler_controller::proxy::{Limits, Proxy};
 use wallcrawler_controller::shutdown::Shutdown;
 use wallcrawler_controller::telemetry::Metrics;
-use wallcrawler_controller::upstream::{Upstream, UpstreamState};
+use wallcrawler_controller::upstream::{Endpoint, Upstream, UpstreamState};
 
 const KEY: &[u8] = b"bench-signing-key-0123456789abcdef";
 const SESSION: &str = "sess_bench";
@@ -65,7 +65,7 @@ impl Bed {
             let keys: Arc<dyn KeySource> = Arc::new(StaticKeys::new(KEY));
             let auth = Authenticator::new(keys, SESSION.to_owned(), None, 30);
             let state = UpstreamState::Ready(Arc::new(Upstream::new(
-                upstream,
+                Endpoint::host(upstream),
                 Some("/devtools/browser/echo".to_owned()),
             )));
             let (upstream_tx, upstream_rx) = watch::channel(state);

@@ -511,7 +511,7 @@ impl Controller {
 /// Chromium alone, with the controller's command line, until `/json/version` answers.
 fn chromium_alone(chrome: &Path, dir: &Path) -> Result<Duration> {
     let file_flags = flags::parse_flags(flags::BUILTIN_FLAGS)?;
-    let args = flags::chrome_args(&file_flags, dir, 0);
+    let args = flags::chrome_args(&file_flags, dir, 0, None);
     let started = Instant::now();
     let mut child = Command::new(chrome)
         .args(&args)

@@ -21,7 +21,7 @@ use crate::chrome::{self, Chrome, ChromeError, CloseOutcome, LaunchOptions, desc
 use crate::proxy::{Clients, Limits, Proxy};
 use crate::shutdown::{Shutdown, Step, Steps};
 use crate::telemetry::{self, Metrics};
-use crate::upstream::{self, Upstream, UpstreamState};
+use crate::upstream::{self, Endpoint, Upstream, UpstreamState};
 
 /// Why a session ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -274,7 +274,7 @@ impl Session {
         let _ = self
             .upstream_tx
             .send(UpstreamState::Ready(Arc::new(Upstream::new(
-                self.chrome.addr,
+                self.chrome.endpoint(),
                 Some(self.chrome.browser_path.clone()),
             ))));
     }
@@ -456,7 +456,7 @@ pub async fn run_proxy(
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<EndReason, AppError> {
     opts.limits.intercept_browser_close = false;
-    let up = Arc::new(Upstream::new(upstream_addr, None));
+    let up = Arc::new(Upstream::new(Endpoint::host(upstream_addr), None));
     match up.browser_path(Duration::from_secs(2)).await {
         Ok(_) => info!(upstream = %upstream_addr, "upstream answers /json/version"),
         Err(e) => {

@@ -17,6 +17,7 @@ use wallcrawler_contract::session::MAX_SHUTDOWN_BUDGET_SECONDS;
 use wallcrawler_contract::task_env::*;
 use wallcrawler_contract::token::MAX_SESSION_SECONDS;
 
+use crate::chrome::netns::ChromeNetwork;
 use crate::chrome::user::ChromeUser;
 use crate::gateway;
 use crate::proxy::admission::PendingLimits;
@@ -154,6 +155,8 @@ settings_group! {
         chrome_debug_port = CHROME_DEBUG_PORT,
         /// The user Chrome runs as, uid:gid or a user name, so that Chrome (and a client driving it) cannot read the controller's files or process information; the controller must then be root (or hold CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_DAC_OVERRIDE) and hands Chrome its profile and session directories. Empty = the controller's own user [default: empty].
         chrome_user = CHROME_USER,
+        /// Where Chrome's DevTools port listens: private = 127.0.0.1 in a network namespace of Chrome's own, which no other process of the machine reaches (Chrome's traffic leaves through the controller's SOCKS5 egress; TCP only: no QUIC/UDP/WebRTC); needs CAP_SYS_ADMIN. shared = the machine's loopback, which every local user reaches (fine where the machine is the browser's alone: a Fargate task) [default: private with CAP_SYS_ADMIN, else shared with a warning].
+        chrome_network = CHROME_NETWORK,
         /// Chrome user-data-dir [default: a fresh temporary directory].
         user_data_dir = USER_DATA_DIR,
         /// Address to announce instead of discovering it.
@@ -317,6 +320,9 @@ pub struct LocalArgs {
     /// Chrome flags file replacing the built-in chrome/flags.conf.
     #[arg(long, env = CHROME_FLAGS_FILE, value_name = "PATH")]
     pub chrome_flags_file: Option<String>,
+    /// Where Chrome's DevTools port listens: private = 127.0.0.1 in a network namespace of Chrome's own, which no other process of the machine reaches (Chrome's traffic leaves through the controller's SOCKS5 egress; TCP only: no QUIC/UDP/WebRTC); needs CAP_SYS_ADMIN. shared = the machine's loopback, which every local user reaches (fine where the machine is the browser's alone: a Fargate task) [default: private with CAP_SYS_ADMIN, else shared with a warning].
+    #[arg(long, env = CHROME_NETWORK, value_name = "private|shared")]
+    pub chrome_network: Option<String>,
     /// The proxy's limits and telemetry.
     #[command(flatten)]
     pub tuning: ProxyTuningArgs,
@@ -628,6 +634,8 @@ pub struct ChromeSettings {
     pub flags_file: Option<PathBuf>,
     /// `CHROME_USER` (`None`: the controller's own user).
     pub user: Option<ChromeUser>,
+    /// `CHROME_NETWORK` (`None`: decided at start, on the controller's capabilities).
+    pub network: Option<ChromeNetwork>,
 }
 
 /// `wallcrawler-controller local`.
@@ -949,6 +957,7 @@ fn chrome_settings(r: &mut Reader<'_>, default_port: u16) -> ChromeSettings {
         user_data_dir: r.text(USER_DATA_DIR).map(PathBuf::from),
         flags_file: r.text(CHROME_FLAGS_FILE).map(PathBuf::from),
         user,
+        network: r.parse(CHROME_NETWORK, "private or shared"),
     }
 }
 
@@ -1259,6 +1268,7 @@ impl LocalConfig {
         put(SIGNING_KEY, &a.key.jwt_signing_key);
         put(CHROME_DEBUG_PORT, &a.chrome_debug_port);
         put(CHROME_FLAGS_FILE, &a.chrome_flags_file);
+        put(CHROME_NETWORK, &a.chrome_network);
         Self::from_settings(&s)
     }
 
@@ -1570,6 +1580,47 @@ mod tests {
                     .to_owned()
             ]
         );
+    }
+
+    #[test]
+    fn chrome_network_is_decided_at_start_unless_set_and_checked() {
+        fn with(network: &'static str) -> Result<RunConfig, ConfigErrors> {
+            RunConfig::from_settings(&map(&[
+                ("SESSION_ID", "sess_1"),
+                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+                ("CHROME_NETWORK", network),
+            ]))
+        }
+        assert_eq!(with("").unwrap().chrome.network, None);
+        assert_eq!(
+            with("private").unwrap().chrome.network,
+            Some(ChromeNetwork::Private)
+        );
+        assert_eq!(
+            with("shared").unwrap().chrome.network,
+            Some(ChromeNetwork::Shared)
+        );
+        assert_eq!(
+            with("host").unwrap_err().0,
+            vec!["CHROME_NETWORK must be private or shared, got \"host\"".to_owned()]
+        );
+        let local = LocalConfig::from_args(&LocalArgs {
+            chrome_network: Some("shared".into()),
+            ..LocalArgs::default()
+        })
+        .unwrap();
+        assert_eq!(local.chrome.network, Some(ChromeNetwork::Shared));
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        for mode in ["run", "local"] {
+            let sub = cli.find_subcommand(mode).unwrap();
+            let a = sub
+                .get_arguments()
+                .find(|a| a.get_id() == "chrome_network")
+                .unwrap();
+            assert_eq!(a.get_long(), Some("chrome-network"), "{mode}");
+            assert!(a.get_help().unwrap().to_string().contains("CAP_SYS_ADMIN"));
+        }
     }
 
     #[test]

@@ -8,9 +8,11 @@
 //! - [`auth`]: token extraction from requests and validation against the signing keys
 //!   (the rules themselves live in the shared `wallcrawler-contract` crate).
 //! - [`proxy`]: the listener, handshake, routing, discovery rewriting, relay and health.
-//! - [`upstream`]: the CDP endpoint behind the proxy and a tiny HTTP client for `/json/*`.
-//! - [`chrome`]: finding, launching (as its own user, `CHROME_USER`), readiness, supervision and
-//!   clean closing of Chrome.
+//! - [`upstream`]: the CDP endpoint behind the proxy (dialled in its network) and a tiny HTTP
+//!   client for `/json/*`.
+//! - [`chrome`]: finding, launching (as its own user, `CHROME_USER`, in a network of its own,
+//!   `CHROME_NETWORK`, with its SOCKS5 egress), readiness, supervision and clean closing of
+//!   Chrome.
 //! - [`app`]: wiring of the serving modes: a Chrome-backed session, or the proxy alone.
 //! - [`shutdown`]: the root cancellation token, the tracker every task runs on, and the
 //!   shutdown budget as named steps with their deadlines.

@@ -170,7 +170,7 @@ async fn read_task_metadata(uri: &str) -> Result<TaskMetadata, StoreError> {
         .and_then(|mut a| a.next())
         .ok_or_else(|| fail(true, MetadataError::Resolve))?;
     let answer = upstream::http_request(
-        addr,
+        &upstream::Endpoint::host(addr),
         Method::GET,
         &format!("{path}/task"),
         Duration::from_secs(3),

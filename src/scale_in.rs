@@ -53,7 +53,7 @@ pub async fn protect(agent_uri: &str, minutes: u64) -> Result<(), ProtectionErro
         .ok_or(ProtectionError::BadUri)?;
     let body = json!({"ProtectionEnabled": true, "ExpiresInMinutes": minutes}).to_string();
     let answer = upstream::http_request_json(
-        addr,
+        &upstream::Endpoint::host(addr),
         Method::PUT,
         &format!("{path}/task-protection/v1/state"),
         body.into(),

@@ -3,6 +3,9 @@
 //!
 //! Chrome refuses a `Host` that is not an IP or `localhost`, so every request toward it carries
 //! `Host: <its loopback address>`.
+//!
+//! Every dial to Chrome goes through one [`Endpoint`]: Chrome's address may be on a loopback of
+//! its own (`CHROME_NETWORK=private`, `chrome/netns.rs`), reached only through its namespace.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -16,14 +19,48 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use crate::chrome::netns::NetNs;
+
 /// Largest `/json/*` answer read from Chrome (`/json/protocol` is ~1 MiB).
 pub const MAX_JSON_BODY: usize = 32 * 1024 * 1024;
+
+/// An address and the network it is in: the controller's, or a Chrome's private namespace.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// The address (in its network).
+    pub addr: SocketAddr,
+    /// The private network namespace `addr` is in (`None`: the controller's network).
+    netns: Option<Arc<NetNs>>,
+}
+
+impl Endpoint {
+    /// `addr` in the controller's own network.
+    pub fn host(addr: SocketAddr) -> Self {
+        Self { addr, netns: None }
+    }
+
+    /// `addr` inside the network namespace `netns`.
+    pub fn in_netns(addr: SocketAddr, netns: Arc<NetNs>) -> Self {
+        Self {
+            addr,
+            netns: Some(netns),
+        }
+    }
+
+    /// A TCP connection to the endpoint, made in its network.
+    pub async fn connect(&self) -> std::io::Result<TcpStream> {
+        match &self.netns {
+            None => TcpStream::connect(self.addr).await,
+            Some(ns) => ns.connect(self.addr).await,
+        }
+    }
+}
 
 /// A reachable CDP endpoint.
 #[derive(Debug)]
 pub struct Upstream {
-    /// Chrome's DevTools address (host and port).
-    pub addr: SocketAddr,
+    /// Chrome's DevTools address (host and port) and its network.
+    pub endpoint: Endpoint,
     /// `addr` as the `Host` header of a request to Chrome names it (formatted once).
     pub host: String,
     /// `/devtools/browser/<id>`, learned from `/json/version`.
@@ -31,11 +68,11 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// The endpoint at `addr`, with the browser target's path if it is already known.
-    pub fn new(addr: SocketAddr, browser_path: Option<String>) -> Self {
+    /// The endpoint at `endpoint`, with the browser target's path if it is already known.
+    pub fn new(endpoint: Endpoint, browser_path: Option<String>) -> Self {
         Self {
-            addr,
-            host: addr.to_string(),
+            host: endpoint.addr.to_string(),
+            endpoint,
             browser_path: Mutex::new(browser_path),
         }
     }
@@ -45,7 +82,7 @@ impl Upstream {
         if let Some(p) = self.browser_path.lock().expect("not poisoned").clone() {
             return Ok(p);
         }
-        let p = fetch_browser_path(self.addr, timeout).await?;
+        let p = fetch_browser_path(&self.endpoint, timeout).await?;
         *self.browser_path.lock().expect("not poisoned") = Some(p.clone());
         Ok(p)
     }
@@ -124,17 +161,17 @@ const MAX_ANSWER_HEAD: usize = 64 * 1024;
 
 /// `METHOD target` against the upstream, answer read whole (bounded).
 pub async fn http_request(
-    addr: SocketAddr,
+    to: &Endpoint,
     method: Method,
     target: &str,
     timeout: Duration,
 ) -> Result<HttpAnswer, UpstreamError> {
-    http_request_json(addr, method, target, Bytes::new(), timeout).await
+    http_request_json(to, method, target, Bytes::new(), timeout).await
 }
 
 /// [`http_request`] with a JSON body (none when empty).
 pub async fn http_request_json(
-    addr: SocketAddr,
+    to: &Endpoint,
     method: Method,
     target: &str,
     json: Bytes,
@@ -143,7 +180,7 @@ pub async fn http_request_json(
     let mut request = Request::builder()
         .method(method)
         .uri(target)
-        .header(header::HOST, addr.to_string())
+        .header(header::HOST, to.addr.to_string())
         .header(header::CONNECTION, "close");
     if !json.is_empty() {
         request = request.header(header::CONTENT_TYPE, "application/json");
@@ -151,7 +188,7 @@ pub async fn http_request_json(
     let request = request
         .body(Full::new(json))
         .map_err(UpstreamError::Request)?;
-    tokio::time::timeout(timeout, exchange(addr, request))
+    tokio::time::timeout(timeout, exchange(to, request))
         .await
         .unwrap_or(Err(UpstreamError::Timeout))
 }
@@ -159,12 +196,10 @@ pub async fn http_request_json(
 /// One request on a fresh connection (`Connection: close`), the answer's body bounded by
 /// [`MAX_JSON_BODY`]. The connection is driven here, beside the request: no task of its own.
 async fn exchange(
-    addr: SocketAddr,
+    to: &Endpoint,
     request: Request<Full<Bytes>>,
 ) -> Result<HttpAnswer, UpstreamError> {
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(UpstreamError::Connect)?;
+    let stream = to.connect().await.map_err(UpstreamError::Connect)?;
     let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(MAX_ANSWER_HEAD)
         .handshake(TokioIo::new(stream))
@@ -216,11 +251,8 @@ fn body_error(e: Box<dyn std::error::Error + Send + Sync>) -> UpstreamError {
 }
 
 /// `/devtools/browser/<id>` from the endpoint's `/json/version`.
-pub async fn fetch_browser_path(
-    addr: SocketAddr,
-    timeout: Duration,
-) -> Result<String, UpstreamError> {
-    let answer = http_request(addr, Method::GET, "/json/version", timeout).await?;
+pub async fn fetch_browser_path(to: &Endpoint, timeout: Duration) -> Result<String, UpstreamError> {
+    let answer = http_request(to, Method::GET, "/json/version", timeout).await?;
     if answer.status != StatusCode::OK {
         return Err(UpstreamError::Status(answer.status));
     }
@@ -283,7 +315,7 @@ mod tests {
                 .to_vec(),
         )
         .await;
-        let a = http_request(addr, Method::GET, "/json/x", WAIT)
+        let a = http_request(&Endpoint::host(addr), Method::GET, "/json/x", WAIT)
             .await
             .unwrap();
         assert_eq!(a.status, StatusCode::NOT_FOUND);
@@ -293,9 +325,14 @@ mod tests {
 
     /// The error a GET of `/json/protocol` at `addr` ends in.
     async fn refused(addr: SocketAddr, timeout: Duration) -> UpstreamError {
-        http_request(addr, Method::GET, "/json/protocol", timeout)
-            .await
-            .unwrap_err()
+        http_request(
+            &Endpoint::host(addr),
+            Method::GET,
+            "/json/protocol",
+            timeout,
+        )
+        .await
+        .unwrap_err()
     }
 
     #[tokio::test]
@@ -326,7 +363,7 @@ mod tests {
     #[tokio::test]
     async fn broken_http_silence_and_no_listener_are_told_apart() {
         let addr = endpoint(b"SSH-2.0-OpenSSH\r\n\r\n".to_vec()).await;
-        let e = http_request(addr, Method::GET, "/", WAIT)
+        let e = http_request(&Endpoint::host(addr), Method::GET, "/", WAIT)
             .await
             .unwrap_err();
         assert!(matches!(e, UpstreamError::Http(_)), "{e:?}");
@@ -337,7 +374,7 @@ mod tests {
 
         let closed = silent.local_addr().unwrap();
         drop(silent);
-        let e = http_request(closed, Method::GET, "/", WAIT)
+        let e = http_request(&Endpoint::host(closed), Method::GET, "/", WAIT)
             .await
             .unwrap_err();
         assert!(matches!(e, UpstreamError::Connect(_)), "{e:?}");

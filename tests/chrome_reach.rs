@@ -155,18 +155,20 @@ const BLOCKED: [&str; 7] = [
     "http://127.0.0.1:9223/health",
     "http://127.0.0.1:9222/json/version",
 ];
-/// Controls: not blocked, so they reach the network stack and fail there with another error
-/// (in a namespace with only `lo`, Chrome reports a non-loopback address as disconnected or
-/// unreachable) — the block is what the assertions above see, not the closed network.
+/// Controls: not blocked by the policy, so they reach the network stack and fail there with
+/// another error — the block is what the assertions above see, not the closed network. Run as
+/// root, the controller puts Chrome in a private network (`CHROME_NETWORK`) whose egress is its
+/// SOCKS5 server: that refuses the link-local address and finds nothing on 9225, and Chrome
+/// reports either as a failed SOCKS connection.
 const CONTROLS: [(&str, &[&str]); 2] = [
     (
         "http://169.254.170.3/",
-        &[
-            "net::ERR_INTERNET_DISCONNECTED",
-            "net::ERR_ADDRESS_UNREACHABLE",
-        ],
+        &["net::ERR_SOCKS_CONNECTION_FAILED"],
     ),
-    ("http://127.0.0.1:9225/", &["net::ERR_CONNECTION_REFUSED"]),
+    (
+        "http://127.0.0.1:9225/",
+        &["net::ERR_SOCKS_CONNECTION_FAILED"],
+    ),
 ];
 
 /// Runs the controller and puppeteer inside a fresh network namespace (only `lo`, so no
@@ -301,6 +303,13 @@ fn chrome_runs_sandboxed_as_a_non_root_user() {
     let url = line.trim_start_matches("connectUrl: ").to_owned();
     let log = c.stderr.text();
     assert!(log.contains("sandbox=on"), "{log}");
+    // No namespace can be made unprivileged: the shared loopback, said once at start.
+    assert!(log.contains("network=shared"), "{log}");
+    assert_eq!(
+        log.matches("CHROME_NETWORK: no CAP_SYS_ADMIN").count(),
+        1,
+        "{log}"
+    );
     let r = node("drive.mjs", &["--client", "puppeteer", "--url", &url]);
     assert_eq!(r["ok"], true, "{r}");
     let tree = chrome_tree(c.chrome_pid());
@@ -357,6 +366,121 @@ fn chrome_user_needs_a_controller_that_can_switch_users() {
     assert!(!out.status.success(), "{log}");
     assert!(
         log.contains("CHROME_USER is set but this process lacks CAP_SETUID, CAP_SETGID, CAP_CHOWN, CAP_DAC_OVERRIDE"),
+        "{log}"
+    );
+    assert!(!log.contains("chrome started"), "{log}");
+}
+
+/// Another user of the machine cannot reach Chrome's DevTools. The controller (root, so
+/// `CHROME_NETWORK` defaults to `private`) runs in a network namespace of the test's own, so
+/// only its sockets are there; a process as uid 65534 in that namespace tries every listening
+/// socket: the proxy answers 401 without a token, and nothing answers as DevTools.
+#[test]
+fn another_local_user_reaches_no_devtools_port() {
+    let (c, s) = Controller::local_via(
+        &[
+            "unshare",
+            "--net",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$0\" \"$@\"",
+        ],
+        &[],
+        &[],
+    );
+    let v = wallcrawler_testkit::reach::scan_as_nobody(Some(c.child.id()));
+    let listening = v["listening"].as_array().unwrap();
+    let proxy_port = u64::from(s.addr.port());
+    let proxy = listening
+        .iter()
+        .find(|e| e["port"] == proxy_port)
+        .unwrap_or_else(|| panic!("the scan must see the proxy's port {proxy_port}: {v}"));
+    assert!(
+        proxy["answer"]
+            .as_str()
+            .unwrap()
+            .starts_with("HTTP/1.1 401"),
+        "{proxy}"
+    );
+    for e in listening {
+        let answer = e["answer"].as_str().unwrap();
+        assert!(
+            !wallcrawler_testkit::reach::is_devtools(answer),
+            "uid 65534 reached DevTools at {e}"
+        );
+    }
+    // Chrome's DevTools really is in another network namespace (the controller reached it:
+    // it printed the connectUrl once DevTools answered).
+    let chrome_ns = std::fs::read_link(format!("/proc/{}/ns/net", c.chrome_pid())).unwrap();
+    let controller_ns = std::fs::read_link(format!("/proc/{}/ns/net", c.child.id())).unwrap();
+    assert_ne!(chrome_ns, controller_ns);
+}
+
+/// Chrome in its private network still loads a page from a server on the host's loopback:
+/// through the controller's SOCKS5 egress, the only way out of its namespace.
+#[test]
+fn chrome_in_its_own_network_loads_a_page_from_the_hosts_loopback() {
+    use std::io::{Read, Write};
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    let (served_tx, served_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for s in server.incoming() {
+            let Ok(mut s) = s else { return };
+            let mut buf = [0u8; 4096];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).to_string();
+            let body = "<title>host page</title><p>from the host</p>";
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = served_tx.send(head);
+        }
+    });
+    let (c, s) = Controller::local(&[], &[]);
+    let log = c.stderr.text();
+    assert!(log.contains("network=private"), "{log}");
+    let chrome_ns = std::fs::read_link(format!("/proc/{}/ns/net", c.chrome_pid())).unwrap();
+    let our_ns = std::fs::read_link("/proc/self/ns/net").unwrap();
+    assert_ne!(chrome_ns, our_ns, "Chrome must be in a network of its own");
+    let target = format!("http://127.0.0.1:{port}/page");
+    let r = node(
+        "navigate.mjs",
+        &["--url", &s.connect_url, "--targets", &target],
+    );
+    assert_eq!(r["results"][&target], "ok", "{r}");
+    let head = served_rx
+        .recv_timeout(WAIT)
+        .expect("the host's server was asked");
+    assert!(head.starts_with("GET /page "), "{head}");
+}
+
+#[test]
+fn a_private_network_needs_a_controller_that_can_make_one() {
+    // Unprivileged, CHROME_NETWORK=private cannot be honoured: a clear error at start, before
+    // any Chrome (never a silent fall back to the shared loopback).
+    use std::os::unix::process::CommandExt;
+    let out = Command::new(bin())
+        .arg("run")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("SESSION_ID", "sess_x")
+        .env("WALLCRAWLER_JWT_SIGNING_KEY", "k")
+        .env("CHROME_NETWORK", "private")
+        .env("CHROME_PATH", chromium())
+        .env("CDP_PROXY_PORT", "0")
+        .env("CHROME_DEBUG_PORT", "0")
+        .env("LOG_FORMAT", "text")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{log}");
+    assert!(
+        log.contains("CHROME_NETWORK=private needs CAP_SYS_ADMIN"),
         "{log}"
     );
     assert!(!log.contains("chrome started"), "{log}");

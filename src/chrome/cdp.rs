@@ -8,8 +8,26 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
+use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::upstream::Endpoint;
+
+/// Chrome's browser-level DevTools WebSocket: where to dial, and the path to upgrade.
+#[derive(Debug, Clone)]
+pub struct BrowserSocket {
+    /// Chrome's DevTools address and its network.
+    pub endpoint: Endpoint,
+    /// `/devtools/browser/<id>`.
+    pub path: String,
+}
+
+impl BrowserSocket {
+    /// `ws://127.0.0.1:<port>/devtools/browser/<id>`.
+    pub fn url(&self) -> String {
+        format!("ws://{}{}", self.endpoint.addr, self.path)
+    }
+}
 
 /// Failures of a controller-side CDP command.
 #[derive(Debug, thiserror::Error)]
@@ -38,14 +56,19 @@ pub enum CdpError {
 
 /// One browser-level CDP connection.
 pub struct Cdp {
-    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    ws: WebSocketStream<TcpStream>,
     next_id: u64,
 }
 
 impl Cdp {
-    /// Connects to the browser-level DevTools WebSocket at `ws_url`.
-    pub async fn connect(ws_url: &str) -> Result<Cdp, CdpError> {
-        let (ws, _) = tokio_tungstenite::connect_async(ws_url)
+    /// Connects to the browser-level DevTools WebSocket `to` (dialled in its network).
+    pub async fn connect(to: &BrowserSocket) -> Result<Cdp, CdpError> {
+        let stream = to
+            .endpoint
+            .connect()
+            .await
+            .map_err(|e| CdpError::Connect(e.into()))?;
+        let (ws, _) = tokio_tungstenite::client_async(to.url(), stream)
             .await
             .map_err(CdpError::Connect)?;
         Ok(Cdp { ws, next_id: 1 })
@@ -121,9 +144,9 @@ impl Cdp {
 }
 
 /// Sends `Browser.close` and waits until Chrome answers or drops the socket.
-pub async fn browser_close(ws_url: &str, timeout: Duration) -> Result<(), CdpError> {
+pub async fn browser_close(to: &BrowserSocket, timeout: Duration) -> Result<(), CdpError> {
     tokio::time::timeout(timeout, async {
-        let mut cdp = Cdp::connect(ws_url).await?;
+        let mut cdp = Cdp::connect(to).await?;
         match cdp.call("Browser.close", json!({})).await {
             Ok(_) | Err(CdpError::Closed) | Err(CdpError::Socket(_)) => Ok(()),
             Err(e) => Err(e),
@@ -135,12 +158,12 @@ pub async fn browser_close(ws_url: &str, timeout: Duration) -> Result<(), CdpErr
 
 /// Loads the unpacked extension at `path` (`Extensions.loadUnpacked`); its extension id.
 pub async fn load_unpacked(
-    ws_url: &str,
+    to: &BrowserSocket,
     path: &str,
     timeout: Duration,
 ) -> Result<String, CdpError> {
     tokio::time::timeout(timeout, async {
-        let mut cdp = Cdp::connect(ws_url).await?;
+        let mut cdp = Cdp::connect(to).await?;
         let r = cdp
             .call("Extensions.loadUnpacked", json!({ "path": path }))
             .await?;
@@ -151,9 +174,9 @@ pub async fn load_unpacked(
 }
 
 /// Every cookie of the browser's default context.
-pub async fn all_cookies(ws_url: &str, timeout: Duration) -> Result<Vec<Value>, CdpError> {
+pub async fn all_cookies(to: &BrowserSocket, timeout: Duration) -> Result<Vec<Value>, CdpError> {
     tokio::time::timeout(timeout, async {
-        let mut cdp = Cdp::connect(ws_url).await?;
+        let mut cdp = Cdp::connect(to).await?;
         let r = cdp.call("Storage.getCookies", json!({})).await?;
         Ok(r["cookies"].as_array().cloned().unwrap_or_default())
     })
@@ -163,12 +186,12 @@ pub async fn all_cookies(ws_url: &str, timeout: Duration) -> Result<Vec<Value>, 
 
 /// Sets cookies (as `Storage.setCookies` params).
 pub async fn set_cookies(
-    ws_url: &str,
+    to: &BrowserSocket,
     cookies: Vec<Value>,
     timeout: Duration,
 ) -> Result<(), CdpError> {
     tokio::time::timeout(timeout, async {
-        let mut cdp = Cdp::connect(ws_url).await?;
+        let mut cdp = Cdp::connect(to).await?;
         cdp.call("Storage.setCookies", json!({ "cookies": cookies }))
             .await?;
         Ok(())

@@ -5,13 +5,20 @@ use std::path::Path;
 /// The flags file shipped in `chrome/flags.conf`, compiled in.
 pub const BUILTIN_FLAGS: &str = include_str!("../../chrome/flags.conf");
 
-/// Flags the controller sets itself; the flags file may not contain them.
-const OWNED: [&str; 5] = [
+/// Flags the controller sets itself; the flags file may not contain them. The proxy flags are
+/// the controller's because a private network's only way out is its SOCKS5 egress
+/// (`netns.rs`), and a proxy chosen in the file would bypass its refusals.
+const OWNED: [&str; 10] = [
     "--user-data-dir",
     "--remote-debugging-port",
     "--remote-debugging-address",
     "--remote-debugging-pipe",
     "--headless",
+    "--proxy-server",
+    "--proxy-bypass-list",
+    "--no-proxy-server",
+    "--proxy-pac-url",
+    "--proxy-auto-detect",
 ];
 
 /// Flags that would weaken isolation and are refused outright.
@@ -92,13 +99,24 @@ pub fn parse_flags(text: &str) -> Result<Vec<String>, FlagsError> {
     Ok(flags)
 }
 
-/// The full argument list: file flags, then the controller's own.
-pub fn chrome_args(file_flags: &[String], user_data_dir: &Path, debug_port: u16) -> Vec<String> {
+/// The full argument list: file flags, then the controller's own. With `egress` (the port of
+/// the SOCKS5 server in Chrome's private network), every connection goes through it, loopback
+/// included (`<-loopback>`: Chrome otherwise never proxies 127.0.0.1).
+pub fn chrome_args(
+    file_flags: &[String],
+    user_data_dir: &Path,
+    debug_port: u16,
+    egress: Option<u16>,
+) -> Vec<String> {
     let mut args = file_flags.to_vec();
     args.push("--headless=new".to_owned());
     args.push(format!("--user-data-dir={}", user_data_dir.display()));
     args.push("--remote-debugging-address=127.0.0.1".to_owned());
     args.push(format!("--remote-debugging-port={debug_port}"));
+    if let Some(port) = egress {
+        args.push(format!("--proxy-server=socks5://127.0.0.1:{port}"));
+        args.push("--proxy-bypass-list=<-loopback>".to_owned());
+    }
     args.push("about:blank".to_owned());
     args
 }
@@ -158,9 +176,40 @@ mod tests {
 
     #[test]
     fn controller_flags_bind_loopback() {
-        let a = chrome_args(&[], Path::new("/p"), 0);
+        let a = chrome_args(&[], Path::new("/p"), 0, None);
         assert!(a.contains(&"--remote-debugging-address=127.0.0.1".to_owned()));
         assert!(a.contains(&"--user-data-dir=/p".to_owned()));
         assert!(a.contains(&"--headless=new".to_owned()));
+        assert!(!a.iter().any(|f| f.starts_with("--proxy")));
+    }
+
+    #[test]
+    fn the_managed_policy_leaves_the_proxy_to_the_flags() {
+        // A proxy policy would override `--proxy-server` and take Chrome past its egress.
+        let policy: serde_json::Value = serde_json::from_str(include_str!(
+            "../../chrome/policies/managed/wallcrawler.json"
+        ))
+        .unwrap();
+        let keys: Vec<&String> = policy.as_object().unwrap().keys().collect();
+        assert!(!keys.is_empty());
+        assert!(!keys.iter().any(|k| k.starts_with("Proxy")), "{keys:?}");
+    }
+
+    #[test]
+    fn a_private_network_sends_everything_through_the_egress() {
+        let a = chrome_args(&[], Path::new("/p"), 0, Some(4321));
+        assert!(a.contains(&"--proxy-server=socks5://127.0.0.1:4321".to_owned()));
+        assert!(a.contains(&"--proxy-bypass-list=<-loopback>".to_owned()));
+        for owned in [
+            "--proxy-server=http://evil:1",
+            "--proxy-bypass-list=*",
+            "--no-proxy-server",
+            "--proxy-pac-url=http://x/p.pac",
+        ] {
+            assert!(
+                matches!(parse_flags(owned), Err(FlagsError::Owned { .. })),
+                "{owned}"
+            );
+        }
     }
 }

@@ -7,8 +7,10 @@
 //! the whole group is killed at the end so no renderer outlives the session.
 
 pub mod cdp;
+pub mod egress;
 pub mod env;
 pub mod flags;
+pub mod netns;
 pub mod sandbox;
 pub mod user;
 
@@ -17,6 +19,7 @@ use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill, killpg};
@@ -24,10 +27,16 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
+use tokio_util::sync::DropGuard;
 use tracing::{debug, info, warn};
 
-use crate::upstream;
+use crate::upstream::{self, Endpoint};
+use cdp::BrowserSocket;
+use netns::{ChromeNetwork, NetNs};
 use user::ChromeUser;
+
+/// Longest a SOCKS5 handshake on Chrome's egress may take, name resolution and dial included.
+const EGRESS_HANDSHAKE: Duration = Duration::from_secs(30);
 
 /// Files in a user-data-dir that must not survive into a new launch: Chrome refuses a profile
 /// whose `SingletonLock` names another host, and a stale `DevToolsActivePort` would give a wrong
@@ -70,6 +79,12 @@ pub enum ChromeError {
         #[source]
         source: std::io::Error,
     },
+    /// Chrome's private network (`CHROME_NETWORK=private`) could not be made.
+    #[error(transparent)]
+    Network(#[from] netns::NetnsError),
+    /// The egress listener in Chrome's private network could not be made.
+    #[error("listening for Chrome's egress in its network failed")]
+    Egress(#[source] std::io::Error),
     /// Spawning the Chrome process failed.
     #[error("starting Chrome failed")]
     Spawn(#[source] std::io::Error),
@@ -126,13 +141,19 @@ pub fn find_chrome(
 /// With a [`ChromeUser`], the child then becomes that user: its only group, its gid, its uid
 /// (supplementary groups dropped first, whoever the controller is). The parent-death signal is
 /// set last, because the kernel clears it when the credentials change.
+///
+/// With a private network ([`NetNs`]), the child joins it first, while it still holds the
+/// capability `setns` needs.
 #[allow(unsafe_code)]
-fn child_setup(command: &mut Command, user: Option<ChromeUser>) {
+fn child_setup(command: &mut Command, user: Option<ChromeUser>, netns: Option<Arc<NetNs>>) {
     // SAFETY: the closure runs in the forked child before exec and only makes system calls
-    // (prctl, and the kernel's setgroups, setgid, setuid), which are async-signal-safe; it
-    // allocates nothing and touches no locks.
+    // (setns, prctl, and the kernel's setgroups, setgid, setuid), which are async-signal-safe;
+    // it allocates nothing and touches no locks.
     unsafe {
         command.pre_exec(move || {
+            if let Some(ns) = &netns {
+                ns.join()?;
+            }
             let _ = rustix::thread::remove_capability_from_bounding_set(
                 rustix::thread::CapabilitySet::SYS_NICE,
             );
@@ -142,6 +163,33 @@ fn child_setup(command: &mut Command, user: Option<ChromeUser>) {
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
         });
     }
+}
+
+/// The command that starts Chrome with `args`: its own process group, its environment the
+/// allow-list's (and `home`), its output piped, set up by [`child_setup`] in the child.
+fn chrome_command(
+    opts: &LaunchOptions,
+    args: &[String],
+    home: Option<&Path>,
+    netns: Option<Arc<NetNs>>,
+) -> Command {
+    let mut command = Command::new(&opts.binary);
+    command
+        .args(args)
+        // Nothing of the controller's environment (signing key, AWS credentials URI) but the
+        // allow-list in env.rs.
+        .env_clear()
+        .envs(env::chrome_env(std::env::vars_os()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(home) = home {
+        command.env("HOME", home);
+    }
+    child_setup(&mut command, opts.user, netns);
+    command
 }
 
 /// How to launch Chrome.
@@ -161,16 +209,53 @@ pub struct LaunchOptions {
     pub nice: Option<i32>,
     /// The user Chrome runs as (`None`: the controller's), `CHROME_USER`.
     pub user: Option<ChromeUser>,
+    /// Where Chrome's DevTools port listens, `CHROME_NETWORK`.
+    pub network: ChromeNetwork,
 }
 
 /// A running, ready Chrome.
 pub struct Chrome {
     pid: Pid,
-    /// DevTools HTTP/WebSocket address on loopback.
-    pub addr: SocketAddr,
+    /// DevTools HTTP/WebSocket address on loopback, and its network.
+    endpoint: Endpoint,
     /// `/devtools/browser/<id>`.
     pub browser_path: String,
     exit: watch::Receiver<Option<ExitStatus>>,
+    /// Stops the SOCKS5 server of a private network and its connections when dropped.
+    _egress: Option<DropGuard>,
+}
+
+/// Chrome's private network, once made: the namespace and its running egress.
+struct Private {
+    netns: Arc<NetNs>,
+    egress_port: u16,
+    /// Cancels the egress (its listener and every connection through it) when dropped: with
+    /// the [`Chrome`] it serves, or at the controller's shutdown (a child of the root token).
+    egress: DropGuard,
+}
+
+impl Private {
+    /// A namespace, and a SOCKS5 server on 127.0.0.1:0 inside it.
+    async fn make(tasks: &Shutdown) -> Result<Private, ChromeError> {
+        let netns = Arc::new(NetNs::new().await?);
+        let listener = netns
+            .listen(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .map_err(ChromeError::Egress)?;
+        let egress_port = listener.local_addr().map_err(ChromeError::Egress)?.port();
+        let stop = tasks.child();
+        tasks.spawn(egress::serve(
+            listener,
+            tasks.tracker().clone(),
+            stop.clone(),
+            EGRESS_HANDSHAKE,
+        ));
+        Ok(Private {
+            netns,
+            egress_port,
+            egress: stop.drop_guard(),
+        })
+    }
 }
 
 /// Human-readable exit description.
@@ -215,23 +300,18 @@ impl Chrome {
         };
         let sandbox = sandbox::decide(&opts.flags, opts.user.as_ref());
         let file_flags = sandbox::apply(opts.flags.clone(), &sandbox);
-        let args = flags::chrome_args(&file_flags, &opts.user_data_dir, opts.debug_port);
-        let mut command = Command::new(&opts.binary);
-        command
-            .args(&args)
-            // Nothing of the controller's environment (signing key, AWS credentials URI) but
-            // the allow-list in env.rs.
-            .env_clear()
-            .envs(env::chrome_env(std::env::vars_os()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        if let Some(home) = &home {
-            command.env("HOME", home);
-        }
-        child_setup(&mut command, opts.user);
+        let private = match opts.network {
+            ChromeNetwork::Private => Some(Private::make(tasks).await?),
+            ChromeNetwork::Shared => None,
+        };
+        let args = flags::chrome_args(
+            &file_flags,
+            &opts.user_data_dir,
+            opts.debug_port,
+            private.as_ref().map(|p| p.egress_port),
+        );
+        let netns = private.as_ref().map(|p| p.netns.clone());
+        let mut command = chrome_command(opts, &args, home.as_deref(), netns);
         let child = command.spawn().map_err(ChromeError::Spawn)?;
         let pid = Pid::from_raw(
             child
@@ -240,7 +320,7 @@ impl Chrome {
                 .ok_or(ChromeError::ExitedEarly("no pid".into()))?,
         );
         let uid = opts.user.map_or_else(nix::unistd::geteuid, |u| u.uid);
-        info!(pid = pid.as_raw(), binary = %opts.binary.display(), sandbox = %sandbox, uid = uid.as_raw(), "chrome started");
+        info!(pid = pid.as_raw(), binary = %opts.binary.display(), sandbox = %sandbox, uid = uid.as_raw(), network = %opts.network, "chrome started");
         if let Some(nice) = opts.nice {
             // Set before Chrome has forked its helpers (it is still loading), and inherited by
             // every process it starts later; a miss only costs speed, never correctness.
@@ -249,11 +329,17 @@ impl Chrome {
             }
         }
         let exit_rx = Self::watch_child(child, tasks);
+        let addr = SocketAddr::from(([127, 0, 0, 1], opts.debug_port));
+        let (endpoint, egress) = match private {
+            Some(p) => (Endpoint::in_netns(addr, p.netns), Some(p.egress)),
+            None => (Endpoint::host(addr), None),
+        };
         let mut chrome = Chrome {
             pid,
-            addr: SocketAddr::from(([127, 0, 0, 1], opts.debug_port)),
+            endpoint,
             browser_path: String::new(),
             exit: exit_rx,
+            _egress: egress,
         };
         // Until Chrome is handed over, a launch that ends any other way — an error, the
         // timeout, or this future dropped by a signal mid-start — kills its whole process
@@ -306,18 +392,18 @@ impl Chrome {
             if let Some(status) = *self.exit.borrow() {
                 return Err(ChromeError::ExitedEarly(describe_exit(&status)));
             }
-            if self.addr.port() == 0 {
+            if self.endpoint.addr.port() == 0 {
                 if let Ok(text) = std::fs::read_to_string(&port_file)
                     && let Some(port) = text
                         .lines()
                         .next()
                         .and_then(|l| l.trim().parse::<u16>().ok())
                 {
-                    self.addr.set_port(port);
+                    self.endpoint.addr.set_port(port);
                     continue;
                 }
             } else if let Ok(path) =
-                upstream::fetch_browser_path(self.addr, Duration::from_secs(2)).await
+                upstream::fetch_browser_path(&self.endpoint, Duration::from_secs(2)).await
             {
                 self.browser_path = path;
                 return Ok(());
@@ -336,9 +422,18 @@ impl Chrome {
         self.pid.as_raw() as u32
     }
 
-    /// `ws://127.0.0.1:<port>/devtools/browser/<id>`.
-    pub fn browser_ws_url(&self) -> String {
-        format!("ws://{}{}", self.addr, self.browser_path)
+    /// Chrome's DevTools address and the network it is in: every dial to Chrome goes
+    /// through it.
+    pub fn endpoint(&self) -> Endpoint {
+        self.endpoint.clone()
+    }
+
+    /// The browser-level DevTools WebSocket.
+    pub fn browser(&self) -> BrowserSocket {
+        BrowserSocket {
+            endpoint: self.endpoint.clone(),
+            path: self.browser_path.clone(),
+        }
     }
 
     /// A receiver that sees Chrome's exit status once it has exited.
@@ -373,7 +468,7 @@ impl Chrome {
             return CloseOutcome::AlreadyExited(s);
         }
         let cdp_budget = left().mul_f32(0.6);
-        match cdp::browser_close(&self.browser_ws_url(), cdp_budget).await {
+        match cdp::browser_close(&self.browser(), cdp_budget).await {
             Ok(()) => debug!("Browser.close acknowledged"),
             Err(e) => warn!(error = %e, "Browser.close over CDP failed; falling back to signals"),
         }

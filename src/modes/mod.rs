@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use wallcrawler_aws::secrets::SecretsManagerKeys;
 
 use crate::app::{AppError, EndReason};
@@ -97,6 +97,13 @@ fn launch_options(
     if c.user.is_some() {
         chrome::user::ChromeUser::check_privileges()?;
     }
+    let (network, defaulted) =
+        chrome::netns::decide(c.network, chrome::netns::can_make_namespaces())?;
+    if defaulted {
+        warn!(
+            "CHROME_NETWORK: no CAP_SYS_ADMIN to give Chrome a network of its own; its DevTools port is on the shared loopback, open to every user of this machine (set CHROME_NETWORK=shared to say so, or run as root for private)"
+        );
+    }
     Ok(LaunchOptions {
         binary,
         user_data_dir,
@@ -105,6 +112,7 @@ fn launch_options(
         ready_timeout: Duration::from_secs(30),
         nice: None,
         user: c.user,
+        network,
     })
 }
 

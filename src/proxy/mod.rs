@@ -592,7 +592,7 @@ impl Proxy {
         };
         let method = head.method.clone();
         let timeout = self.limits.upstream_timeout;
-        let answer = match upstream::http_request(up.addr, method, &target, timeout).await {
+        let answer = match upstream::http_request(&up.endpoint, method, &target, timeout).await {
             Ok(a) => a,
             Err(e) => return self.refuse(Refusal::BadGateway, Some(&e)),
         };
@@ -883,7 +883,9 @@ async fn dial_upgrade(
     path: &str,
     head: &RequestHead,
 ) -> Result<(TcpStream, Vec<u8>, Vec<u8>), DialError> {
-    let mut chrome = TcpStream::connect(up.addr)
+    let mut chrome = up
+        .endpoint
+        .connect()
         .await
         .map_err(UpstreamError::Connect)?;
     let _ = chrome.set_nodelay(true);

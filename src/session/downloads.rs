@@ -121,13 +121,13 @@ impl Capture {
     /// Sets the browser's download behaviour to `dir` on a connection of its own and follows
     /// its downloads until [`Self::finish`].
     pub async fn start(
-        ws_url: &str,
+        to: &crate::chrome::cdp::BrowserSocket,
         dir: &Path,
         sink: Sink,
         caps: Caps,
         item: Option<Item>,
     ) -> Result<Capture, CdpError> {
-        let mut cdp = Cdp::connect(ws_url).await?;
+        let mut cdp = Cdp::connect(to).await?;
         let path = dir.to_str().unwrap_or_default();
         cdp.call(
             "Browser.setDownloadBehavior",

@@ -113,7 +113,7 @@ impl Run<'_> {
 /// Loads the unpacked extension into the running `chrome`; its extension id.
 pub async fn load(chrome: &Chrome, ext: &ExtensionDir) -> Result<String, Ending> {
     let path = ext.root.to_string_lossy().into_owned();
-    match cdp::load_unpacked(&chrome.browser_ws_url(), &path, LOAD_TIMEOUT).await {
+    match cdp::load_unpacked(&chrome.browser(), &path, LOAD_TIMEOUT).await {
         Ok(id) => {
             info!(extension.id = %id, "extension loaded");
             Ok(id)

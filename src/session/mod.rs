@@ -338,7 +338,7 @@ impl Run<'_> {
             id: self.item.id.to_owned(),
             owner: self.item.owner.to_owned(),
         });
-        let url = session.chrome.browser_ws_url();
+        let url = session.chrome.browser();
         match downloads::Capture::start(&url, dir, sink, caps, item).await {
             Ok(c) => {
                 *self.downloads.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
@@ -363,7 +363,7 @@ impl Run<'_> {
             }
         };
         let n = cookies.len();
-        match cdp::set_cookies(&chrome.browser_ws_url(), cookies, Duration::from_secs(5)).await {
+        match cdp::set_cookies(&chrome.browser(), cookies, Duration::from_secs(5)).await {
             Ok(()) => info!(session_cookies = n, "session cookies restored"),
             Err(e) => warn!(error = %e, "restoring session cookies failed"),
         }
@@ -409,7 +409,7 @@ async fn export_session_cookies(
         );
         return None;
     }
-    let url = session.chrome.browser_ws_url();
+    let url = session.chrome.browser();
     match cdp::all_cookies(&url, steps.left(Step::Cookies)).await {
         Ok(all) => {
             let params = cdp::session_cookie_params(&all);

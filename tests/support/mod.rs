@@ -147,6 +147,15 @@ impl Controller {
 
     /// `local --port 0` with real Chromium; waits for the connectUrl.
     pub fn local(extra_args: &[&str], envs: &[(&str, &str)]) -> (Controller, LocalSession) {
+        Controller::local_via(&[], extra_args, envs)
+    }
+
+    /// [`Controller::local`] with the binary run through `wrapper` (see [`Controller::spawn_via`]).
+    pub fn local_via(
+        wrapper: &[&str],
+        extra_args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> (Controller, LocalSession) {
         let chrome = chromium();
         let mut args = vec![
             "local",
@@ -156,7 +165,7 @@ impl Controller {
             chrome.to_str().unwrap(),
         ];
         args.extend_from_slice(extra_args);
-        let mut c = Controller::spawn(&args, envs);
+        let mut c = Controller::spawn_via(wrapper, &args, envs);
         let line = c.wait_stdout_line(|l| l.starts_with("connectUrl: "));
         let url = line.trim_start_matches("connectUrl: ").to_owned();
         let s = LocalSession::parse(&url);

@@ -83,6 +83,9 @@ pub const POOL_IDLE_LIFETIME_SECONDS: &str = "POOL_IDLE_LIFETIME_SECONDS";
 pub const CHROME_PATH: &str = "CHROME_PATH";
 /// The user Chrome runs as (`uid:gid` or a name; empty: the controller's own).
 pub const CHROME_USER: &str = "CHROME_USER";
+/// Where Chrome's DevTools port listens: `private` (a network namespace of its own) or
+/// `shared` (the machine's loopback); unset: `private` when the controller may make one.
+pub const CHROME_NETWORK: &str = "CHROME_NETWORK";
 /// How long a session nobody has connected to yet waits.
 pub const CDP_DISCONNECT_TIMEOUT: &str = "CDP_DISCONNECT_TIMEOUT";
 /// How long a session waits once its last client has left.

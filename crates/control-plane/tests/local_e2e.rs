@@ -12,6 +12,8 @@ use wallcrawler_testkit::node;
 
 /// The data directory ours or refused; no planted link followed.
 mod data_dir;
+/// Another user of the machine reaches no browser's DevTools (warm or claimed).
+mod devtools;
 /// Every download captured, stored and served as a zip.
 mod downloads;
 

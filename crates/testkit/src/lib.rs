@@ -7,6 +7,7 @@
 //! - [`chromium`]: the real Chromium the browser tests run.
 //! - [`node`]: the Node clients of tests/node (puppeteer-core, playwright-core, Stagehand...).
 //! - [`tar`]: archives with raw headers, for the hostile-archive tests.
+//! - [`reach`]: what another user of the machine reaches (a loopback scan as uid 65534).
 //! - `platform` (feature `platform`): the control plane on moto, built as its Lambda builds it.
 // Test code is not held to the shape limits of clippy.toml: a test reads top to bottom.
 #![cfg_attr(test, allow(clippy::too_many_lines, clippy::too_many_arguments))]
@@ -18,6 +19,7 @@ pub mod moto;
 pub mod node;
 #[cfg(feature = "platform")]
 pub mod platform;
+pub mod reach;
 pub mod tables;
 pub mod tar;
 

@@ -48,8 +48,9 @@ use crate::error::StoreError;
 use crate::stores::*;
 
 /// Controller settings a local controller takes from `serve`'s own environment when set there.
-pub const PASSED_THROUGH: [&str; 7] = [
+pub const PASSED_THROUGH: [&str; 8] = [
     task_env::CHROME_PATH,
+    task_env::CHROME_NETWORK,
     task_env::DOWNLOADS_MAX_BYTES,
     task_env::DOWNLOADS_MAX_FILES,
     task_env::CDP_DISCONNECT_TIMEOUT,
