@@ -16,6 +16,7 @@ use names::*;
 use wallcrawler_contract::session::MAX_SHUTDOWN_BUDGET_SECONDS;
 use wallcrawler_contract::task_env::*;
 use wallcrawler_contract::token::MAX_SESSION_SECONDS;
+use wallcrawler_contract::{SigningKey, VerifyingKey};
 
 use crate::chrome::user::ChromeUser;
 use crate::gateway;
@@ -50,6 +51,12 @@ mod names {
     pub const PROXY_HEADER_TIMEOUT_SECONDS: &str = "PROXY_HEADER_TIMEOUT_SECONDS";
     pub const PUBLIC_IP_REQUIRED: &str = "PUBLIC_IP_REQUIRED";
     pub const SHUTDOWN_BUDGET_SECONDS: &str = "SHUTDOWN_BUDGET_SECONDS";
+    /// The PKCS#8 PEM file `local` and `token` sign with (never a task's or gateway's).
+    pub const PRIVATE_KEY_FILE: &str = "WALLCRAWLER_JWT_PRIVATE_KEY_FILE";
+    /// Before EdDSA tokens: the HS256 key (refused, naming its replacement).
+    pub const OLD_SIGNING_KEY: &str = "WALLCRAWLER_JWT_SIGNING_KEY";
+    /// Before EdDSA tokens: the HS256 secret (refused, naming its replacement).
+    pub const OLD_SIGNING_SECRET_ARN: &str = "WALLCRAWLER_JWT_SIGNING_SECRET_ARN";
 }
 
 /// Raw settings keyed by environment-variable name.
@@ -90,10 +97,14 @@ settings_group! {
         session_id = SESSION_ID,
         /// Owning project; when set, tokens for another project are refused.
         project_id = PROJECT_ID,
-        /// Literal HS256 signing key (development); overrides the Secrets Manager secret.
-        jwt_signing_key = SIGNING_KEY,
-        /// Secrets Manager secret holding {"algorithm":"HS256","signingKey":…}.
-        jwt_signing_secret_arn = SIGNING_SECRET_ARN,
+        /// The control plane's Ed25519 public key, SPKI PEM (-----BEGIN PUBLIC KEY-----), literal (development, the local platform); overrides the Secrets Manager secret.
+        jwt_public_key = PUBLIC_KEY,
+        /// Secrets Manager secret holding {"algorithm":"EdDSA","publicKey":"<SPKI PEM>"} (AWSCURRENT and AWSPREVIOUS are both accepted).
+        jwt_public_key_secret_arn = PUBLIC_KEY_SECRET_ARN,
+        /// No longer read: refused (tokens are EdDSA; set WALLCRAWLER_JWT_PUBLIC_KEY).
+        jwt_signing_key = OLD_SIGNING_KEY,
+        /// No longer read: refused (set WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN).
+        jwt_signing_secret_arn = OLD_SIGNING_SECRET_ARN,
         /// Clock-skew leeway in seconds for exp/nbf/iat [default: 30].
         jwt_leeway_seconds = JWT_LEEWAY_SECONDS,
     }
@@ -218,10 +229,14 @@ settings_group! {
         sessions_table_name = SESSIONS_TABLE_NAME,
         /// Directory of local session documents, instead of the table (local platform).
         sessions_dir = SESSIONS_DIR,
-        /// Literal HS256 signing key (development); overrides the Secrets Manager secret.
-        jwt_signing_key = SIGNING_KEY,
-        /// Secrets Manager secret holding {"algorithm":"HS256","signingKey":…}.
-        jwt_signing_secret_arn = SIGNING_SECRET_ARN,
+        /// The control plane's Ed25519 public key, SPKI PEM (-----BEGIN PUBLIC KEY-----), literal (development, the local platform); overrides the Secrets Manager secret.
+        jwt_public_key = PUBLIC_KEY,
+        /// Secrets Manager secret holding {"algorithm":"EdDSA","publicKey":"<SPKI PEM>"} (AWSCURRENT and AWSPREVIOUS are both accepted).
+        jwt_public_key_secret_arn = PUBLIC_KEY_SECRET_ARN,
+        /// No longer read: refused (tokens are EdDSA; set WALLCRAWLER_JWT_PUBLIC_KEY).
+        jwt_signing_key = OLD_SIGNING_KEY,
+        /// No longer read: refused (set WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN).
+        jwt_signing_secret_arn = OLD_SIGNING_SECRET_ARN,
         /// Clock-skew leeway in seconds for exp/nbf/iat [default: 30].
         jwt_leeway_seconds = JWT_LEEWAY_SECONDS,
         /// Seconds a client is held for a session that is still starting before 503 with Retry-After [default: 90].
@@ -264,7 +279,7 @@ pub enum Command {
     /// Local mode (the default): launch Chromium, serve the proxy on 127.0.0.1, print a connectUrl.
     ///
     /// No AWS, fresh profile, keepAlive: runs until Ctrl-C/SIGTERM or a client's Browser.close.
-    /// The signing key comes from WALLCRAWLER_JWT_SIGNING_KEY or is generated.
+    /// The key pair: the private key from WALLCRAWLER_JWT_PRIVATE_KEY_FILE, or generated.
     Local(LocalArgs),
     /// ECS mode: the per-task controller, configured by the task's environment variables.
     Run(Box<RunArgs>),
@@ -283,16 +298,15 @@ pub enum Command {
     Token(TokenArgs),
 }
 
-/// `--jwt-signing-key`, of `local` and `token`.
+/// `--jwt-private-key-file`, of `local` and `token`: the only modes that sign (for local and
+/// test use; a task or gateway never holds a private key).
 #[derive(Args, Debug, Default, Clone)]
 pub struct SigningKeyArg {
-    /// Literal HS256 signing key (`local` generates one when unset; `token` needs it).
-    #[arg(
-        long,
-        env = SIGNING_KEY,
-        hide_env_values = true,
-        value_name = "KEY"
-    )]
+    /// Ed25519 private key file, PKCS#8 PEM (-----BEGIN PRIVATE KEY-----, e.g. from `openssl genpkey -algorithm ed25519`); `local` generates a pair when unset, `token` needs it.
+    #[arg(long, env = PRIVATE_KEY_FILE, value_name = "PATH")]
+    pub jwt_private_key_file: Option<String>,
+    /// No longer read: refused (tokens are EdDSA; set WALLCRAWLER_JWT_PRIVATE_KEY_FILE).
+    #[arg(long, env = OLD_SIGNING_KEY, hide_env_values = true, value_name = "KEY")]
     pub jwt_signing_key: Option<String>,
 }
 
@@ -308,7 +322,7 @@ pub struct LocalArgs {
     /// Lifetime of the printed token in seconds, at most 21600 [default: 3600].
     #[arg(long, value_name = "SECONDS")]
     pub token_ttl: Option<String>,
-    /// The literal signing key.
+    /// The private key file.
     #[command(flatten)]
     pub key: SigningKeyArg,
     /// Chrome's DevTools port on 127.0.0.1; 0 = any free port [default: 0].
@@ -376,7 +390,7 @@ pub struct TokenArgs {
     /// Lifetime in seconds, at most 21600 [default: 3600].
     #[arg(long, value_name = "SECONDS")]
     pub ttl: Option<String>,
-    /// The literal signing key.
+    /// The private key file.
     #[command(flatten)]
     pub key: SigningKeyArg,
 }
@@ -386,21 +400,31 @@ pub struct TokenArgs {
 #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
 pub struct ConfigErrors(pub Vec<String>);
 
-/// Where the signing key comes from.
-#[derive(Clone, PartialEq, Eq)]
+/// Where the public key comes from (the controller and the gateway verify tokens; they hold
+/// no key that signs one).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyConfig {
-    /// A literal key (development, tests, local mode).
-    Literal(String),
-    /// A Secrets Manager secret id or ARN.
+    /// A literal public key (development, tests, the local platform).
+    Literal(VerifyingKey),
+    /// The public key secret's id or ARN in Secrets Manager.
     SecretArn(String),
 }
 
-impl std::fmt::Debug for KeyConfig {
+/// A private key read from a file (`local` and `token`), compared by its public half.
+#[derive(Clone)]
+pub struct PrivateKey(pub SigningKey);
+
+impl PartialEq for PrivateKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.verifying_key() == other.0.verifying_key()
+    }
+}
+
+impl Eq for PrivateKey {}
+
+impl std::fmt::Debug for PrivateKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Literal(_) => f.write_str("Literal(<redacted>)"),
-            Self::SecretArn(arn) => f.debug_tuple("SecretArn").field(arn).finish(),
-        }
+        f.write_str("PrivateKey(<redacted>)")
     }
 }
 
@@ -411,7 +435,7 @@ pub struct AuthConfig {
     pub session_id: String,
     /// `PROJECT_ID`: when set, tokens for another project are refused.
     pub project_id: Option<String>,
-    /// Where the signing key comes from.
+    /// Where the public key comes from.
     pub key: KeyConfig,
     /// `JWT_LEEWAY_SECONDS`: clock-skew leeway for `exp`, `nbf` and `iat`.
     pub leeway_seconds: u64,
@@ -637,8 +661,8 @@ pub struct LocalConfig {
     pub port: u16,
     /// Lifetime of the printed token, in seconds.
     pub token_ttl: u64,
-    /// The literal signing key (`None`: one is generated).
-    pub key: Option<String>,
+    /// The private key to sign the printed token with (`None`: a pair is generated).
+    pub key: Option<PrivateKey>,
     /// How Chrome is launched.
     pub chrome: ChromeSettings,
     /// Limits and telemetry of the proxy.
@@ -665,7 +689,7 @@ pub struct GatewayConfig {
     pub listen: SocketAddr,
     /// Where sessions are looked up (a table or a directory).
     pub store: SessionStoreConfig,
-    /// Where the signing key comes from.
+    /// Where the public key comes from.
     pub key: KeyConfig,
     /// `JWT_LEEWAY_SECONDS`.
     pub leeway_seconds: u64,
@@ -707,8 +731,8 @@ pub struct TokenConfig {
     pub project_id: String,
     /// Lifetime in seconds.
     pub ttl: u64,
-    /// The signing key.
-    pub key: String,
+    /// The private key.
+    pub key: PrivateKey,
 }
 
 /// Which mode a setting default is for.
@@ -848,17 +872,59 @@ fn auth_config(r: &mut Reader<'_>, pool: bool) -> AuthConfig {
     }
 }
 
-/// The signing key: the literal one, else the Secrets Manager secret.
+/// The public key: the literal one, else the Secrets Manager secret. The settings of the HS256
+/// shared key of before are refused, naming what replaces them. On a problem (listed) the
+/// value returned is a placeholder: `finish` refuses the whole configuration.
 fn key_config(r: &mut Reader<'_>) -> KeyConfig {
-    match (r.s.get(SIGNING_KEY), r.text(SIGNING_SECRET_ARN)) {
-        (Some(k), _) if !k.is_empty() => KeyConfig::Literal(k.clone()),
-        (_, Some(arn)) => KeyConfig::SecretArn(arn),
-        _ => {
-            r.errors.push(
-                "a signing key is required: set WALLCRAWLER_JWT_SIGNING_SECRET_ARN or WALLCRAWLER_JWT_SIGNING_KEY"
-                    .to_owned(),
-            );
-            KeyConfig::Literal(String::new())
+    refuse_old_key_settings(r, PUBLIC_KEY);
+    if r.text(OLD_SIGNING_SECRET_ARN).is_some() {
+        r.errors.push(format!(
+            "{OLD_SIGNING_SECRET_ARN} is no longer read: tokens are EdDSA and this process only \
+             verifies them; set {PUBLIC_KEY_SECRET_ARN} (the public key secret)"
+        ));
+    }
+    match (r.text(PUBLIC_KEY), r.text(PUBLIC_KEY_SECRET_ARN)) {
+        (Some(pem), _) => match VerifyingKey::from_pem(&pem) {
+            Ok(k) => KeyConfig::Literal(k),
+            Err(e) => {
+                r.errors.push(format!("{PUBLIC_KEY}: {e}"));
+                KeyConfig::SecretArn(String::new())
+            }
+        },
+        (None, Some(arn)) => KeyConfig::SecretArn(arn),
+        (None, None) => {
+            r.errors.push(format!(
+                "a public key is required: set {PUBLIC_KEY_SECRET_ARN} or {PUBLIC_KEY}"
+            ));
+            KeyConfig::SecretArn(String::new())
+        }
+    }
+}
+
+/// `WALLCRAWLER_JWT_SIGNING_KEY` (an HS256 key) refused, naming `instead`.
+fn refuse_old_key_settings(r: &mut Reader<'_>, instead: &str) {
+    if r.s.get(OLD_SIGNING_KEY).is_some() {
+        r.errors.push(format!(
+            "{OLD_SIGNING_KEY} is no longer read: tokens are EdDSA (Ed25519); set {instead}"
+        ));
+    }
+}
+
+/// The private key of `WALLCRAWLER_JWT_PRIVATE_KEY_FILE`, when set.
+fn private_key(r: &mut Reader<'_>) -> Option<PrivateKey> {
+    refuse_old_key_settings(r, PRIVATE_KEY_FILE);
+    let path = r.text(PRIVATE_KEY_FILE)?;
+    let read = std::fs::read_to_string(&path).map(zeroize::Zeroizing::new);
+    match read.map(|pem| SigningKey::from_pem(&pem)) {
+        Ok(Ok(k)) => Some(PrivateKey(k)),
+        Ok(Err(e)) => {
+            r.errors.push(format!("{PRIVATE_KEY_FILE} ({path}): {e}"));
+            None
+        }
+        Err(e) => {
+            r.errors
+                .push(format!("{PRIVATE_KEY_FILE}: {path} cannot be read: {e}"));
+            None
         }
     }
 }
@@ -1256,7 +1322,8 @@ impl LocalConfig {
         put(CDP_PROXY_PORT, &a.port);
         put(CHROME_PATH, &a.chrome_path);
         put("TOKEN_TTL", &a.token_ttl);
-        put(SIGNING_KEY, &a.key.jwt_signing_key);
+        put(PRIVATE_KEY_FILE, &a.key.jwt_private_key_file);
+        put(OLD_SIGNING_KEY, &a.key.jwt_signing_key);
         put(CHROME_DEBUG_PORT, &a.chrome_debug_port);
         put(CHROME_FLAGS_FILE, &a.chrome_flags_file);
         Self::from_settings(&s)
@@ -1268,7 +1335,7 @@ impl LocalConfig {
         let port = r.number(CDP_PROXY_PORT, 9223, 0, 65535) as u16;
         // The proxy refuses tokens that outlive the longest session.
         let token_ttl = r.number("TOKEN_TTL", 3600, 1, MAX_SESSION_SECONDS);
-        let key = r.text(SIGNING_KEY);
+        let key = private_key(&mut r);
         let chrome = chrome_settings(&mut r, 0);
         let tuning = tuning(&mut r, Mode::Local);
         r.finish(LocalConfig {
@@ -1426,7 +1493,8 @@ impl TokenConfig {
             (SESSION_ID, &a.session_id),
             (PROJECT_ID, &a.project_id),
             ("TOKEN_TTL", &a.ttl),
-            (SIGNING_KEY, &a.key.jwt_signing_key),
+            (PRIVATE_KEY_FILE, &a.key.jwt_private_key_file),
+            (OLD_SIGNING_KEY, &a.key.jwt_signing_key),
         ] {
             if let Some(v) = v {
                 s.insert(k, v.clone());
@@ -1441,19 +1509,17 @@ impl TokenConfig {
         let session_id = r.required(SESSION_ID);
         let project_id = r.text(PROJECT_ID).unwrap_or_default();
         let ttl = r.number("TOKEN_TTL", 3600, 1, MAX_SESSION_SECONDS);
-        let key = match r.s.get(SIGNING_KEY) {
-            Some(k) if !k.is_empty() => k.clone(),
-            _ => {
-                r.errors
-                    .push("WALLCRAWLER_JWT_SIGNING_KEY is required to sign a token".to_owned());
-                String::new()
-            }
-        };
+        let key = private_key(&mut r);
+        if key.is_none() && r.text(PRIVATE_KEY_FILE).is_none() {
+            r.errors
+                .push(format!("{PRIVATE_KEY_FILE} is required to sign a token"));
+        }
         r.finish(TokenConfig {
             session_id,
             project_id,
             ttl,
-            key,
+            // A placeholder when missing: `finish` then refuses the configuration.
+            key: key.unwrap_or_else(|| PrivateKey(SigningKey::generate())),
         })
     }
 }

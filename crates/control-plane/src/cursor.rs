@@ -1,8 +1,9 @@
 //! The cursor of `GET /v1/sessions`: where the next page starts, opaque to clients.
 //!
 //! A cursor is `<payload>.<mac>`: the payload is base64url JSON naming the project and the
-//! last listed session (`createdAt`, `sessionId`), the MAC an HMAC-SHA256 of it with the
-//! signing key ([`Signer::mac`]). A cursor is hostile input: one that was altered, was made by
+//! last listed session (`createdAt`, `sessionId`), the MAC an HMAC-SHA256 of it with a key
+//! derived from the control plane's private key ([`Signer::mac`]: no task or gateway, which
+//! hold public keys only, can make one). A cursor is hostile input: one that was altered, was made by
 //! someone else, or was issued to another project is refused with a 400, so a cursor can only
 //! ever move a caller through its own project's sessions. (After a rotation of the signing
 //! key, older cursors are refused too: the listing starts again.)
