@@ -1528,6 +1528,12 @@ impl TokenConfig {
 mod tests {
     use super::*;
 
+    /// An Ed25519 public key, SPKI PEM (`openssl pkey -pubout`).
+    const PUBLIC: &str = "-----BEGIN PUBLIC KEY-----
+MCowBQYDK2VwAyEA9wFNLln1FAfDioMFnpReLaKEhyk0em6z3gbXQRbFQkQ=
+-----END PUBLIC KEY-----
+";
+
     /// Asserts that `e` lists every one of `needles` (each a part of one problem's line).
     fn assert_lists(e: &ConfigErrors, needles: &[&str]) {
         let text = e.to_string();
@@ -1544,7 +1550,7 @@ mod tests {
     fn the_proxy_listen_address_is_configurable() {
         let base = [
             ("SESSION_ID", "sess_1"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
         ];
         let mut pairs = base.to_vec();
         pairs.push(("CDP_PROXY_HOST", "127.0.0.1"));
@@ -1562,7 +1568,7 @@ mod tests {
     fn run_defaults() {
         let c = RunConfig::from_settings(&map(&[
             ("SESSION_ID", "sess_1"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
         ]))
         .unwrap();
         assert_eq!(c.proxy_port, 9223);
@@ -1594,7 +1600,7 @@ mod tests {
         let with = |grace: &str| {
             RunConfig::from_settings(&map(&[
                 ("SESSION_ID", "sess_1"),
-                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+                ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
                 ("CDP_DISCONNECT_GRACE", grace),
             ]))
         };
@@ -1618,7 +1624,7 @@ mod tests {
         fn with(user: &'static str) -> Result<RunConfig, ConfigErrors> {
             RunConfig::from_settings(&map(&[
                 ("SESSION_ID", "sess_1"),
-                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+                ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
                 ("CHROME_USER", user),
             ]))
         }
@@ -1643,7 +1649,7 @@ mod tests {
         fn with(nice: &[(&'static str, &'static str)]) -> Result<RunConfig, ConfigErrors> {
             let mut v = vec![
                 ("SESSION_ID", "sess_1"),
-                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+                ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ];
             v.extend_from_slice(nice);
             RunConfig::from_settings(&map(&v))
@@ -1673,7 +1679,7 @@ mod tests {
             let mut v = vec![
                 ("POOL_QUEUE_DIR", "/q"),
                 ("SESSIONS_DIR", "/s"),
-                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+                ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ];
             v.extend_from_slice(extra);
             RunConfig::from_settings(&map(&v)).map(|c| c.pool.unwrap().metric)
@@ -1716,7 +1722,7 @@ mod tests {
             ("POOL_QUEUE_URL", "http://127.0.0.1:1/queue/claims"),
             ("SESSIONS_TABLE_NAME", "sessions"),
             ("CONTEXTS_BUCKET_NAME", "contexts"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ("POOL_TASK_NAME", "pool-1"),
         ]))
         .unwrap();
@@ -1735,7 +1741,7 @@ mod tests {
             let c = RunConfig::from_settings(&map(&[
                 ("POOL_QUEUE_URL", "http://127.0.0.1:1/queue/claims"),
                 ("SESSIONS_TABLE_NAME", "sessions"),
-                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+                ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ]))
             .unwrap();
             c.pool.unwrap().task_name
@@ -1750,7 +1756,7 @@ mod tests {
             ("SESSION_ID", "sess_1"),
             ("CONTEXT_ID", "ctx_1"),
             ("CONTEXT_S3_KEY", "p/c/profile.tar.gz"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ("POOL_TASK_NAME", "../x"),
         ]))
         .unwrap_err();
@@ -1768,7 +1774,7 @@ mod tests {
             ("POOL_QUEUE_DIR", "/q"),
             ("POOL_QUEUE_URL", "http://127.0.0.1:1/q"),
             ("SESSIONS_DIR", "/s"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
         ]))
         .unwrap_err();
         assert!(both.0.iter().any(|m| m.contains("not both")), "{both:?}");
@@ -1788,7 +1794,7 @@ mod tests {
             &e,
             &[
                 "SESSION_ID is required",
-                "a signing key is required",
+                "a public key is required",
                 "CDP_PROXY_PORT must be between",
                 "JWT_LEEWAY_SECONDS must be a whole number",
                 "missing CONTEXTS_BUCKET_NAME (or CONTEXTS_DIR), CONTEXT_S3_KEY",
@@ -1805,7 +1811,7 @@ mod tests {
         let base = [
             ("SESSION_ID", "s"),
             ("PROJECT_ID", "proj_1"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
         ];
         let mut m = map(&base);
         m.insert("EXTENSION_S3_KEY", key.clone());
@@ -1834,7 +1840,7 @@ mod tests {
 
     #[test]
     fn session_files_live_where_named_else_with_the_archives() {
-        let base = [("SESSION_ID", "s"), ("WALLCRAWLER_JWT_SIGNING_KEY", "k")];
+        let base = [("SESSION_ID", "s"), ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC)];
         let files = |more: &[(&'static str, &'static str)]| {
             let mut m = map(&base);
             m.extend(map(more));
@@ -1867,7 +1873,7 @@ mod tests {
     fn context_modes() {
         let base = [
             ("SESSION_ID", "s"),
-            ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "arn:x"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "arn:x"),
         ];
         let mut m = map(&base);
         m.extend(map(&[
@@ -1891,15 +1897,59 @@ mod tests {
     }
 
     #[test]
-    fn literal_key_wins_and_is_never_printed() {
+    fn literal_public_key_wins() {
         let c = RunConfig::from_settings(&map(&[
+            ("SESSION_ID", "s"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "arn:x"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.auth.key,
+            KeyConfig::Literal(VerifyingKey::from_pem(PUBLIC).unwrap())
+        );
+    }
+
+    #[test]
+    fn the_hs256_settings_and_private_keys_are_refused_naming_the_public_key() {
+        // A task definition of before EdDSA tokens: each old setting refused with its successor.
+        let e = RunConfig::from_settings(&map(&[
             ("SESSION_ID", "s"),
             ("WALLCRAWLER_JWT_SIGNING_KEY", "hunter2"),
             ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "arn:x"),
         ]))
-        .unwrap();
-        assert_eq!(c.auth.key, KeyConfig::Literal("hunter2".into()));
-        assert!(!format!("{c:?}").contains("hunter2"));
+        .unwrap_err();
+        assert_lists(
+            &e,
+            &[
+                "WALLCRAWLER_JWT_SIGNING_KEY is no longer read: tokens are EdDSA (Ed25519); set WALLCRAWLER_JWT_PUBLIC_KEY",
+                "WALLCRAWLER_JWT_SIGNING_SECRET_ARN is no longer read",
+                "set WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
+            ],
+        );
+        assert!(!e.to_string().contains("hunter2"));
+        // The old setting is refused even beside a good public key.
+        let with_both = map(&[
+            ("SESSIONS_DIR", "/d"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+        ]);
+        assert!(GatewayConfig::from_settings(&with_both).is_err());
+        // A private key where the public one goes is not a public key (and is not echoed).
+        let private = wallcrawler_testkit::keys::signing_key("k").to_pem();
+        let e = GatewayConfig::from_settings(&map(&[
+            ("SESSIONS_DIR", "/d"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", private.as_str()),
+        ]))
+        .unwrap_err();
+        assert_lists(
+            &e,
+            &["WALLCRAWLER_JWT_PUBLIC_KEY: the public key is not an Ed25519 key in SPKI PEM"],
+        );
+        assert!(!e.to_string().contains(&private[40..80]));
+        let e = LocalConfig::from_settings(&map(&[("WALLCRAWLER_JWT_SIGNING_KEY", "k")]))
+            .unwrap_err();
+        assert_lists(&e, &["set WALLCRAWLER_JWT_PRIVATE_KEY_FILE"]);
     }
 
     #[test]
@@ -1908,7 +1958,7 @@ mod tests {
             ("LISTEN", "127.0.0.1:0"),
             ("UPSTREAM", "127.0.0.1:9222"),
             ("SESSION_ID", "s"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ("MAX_PENDING_CONNECTIONS", "16"),
             ("MAX_PENDING_PER_ADDRESS", "4"),
             ("PENDING_MIN_AGE_MS", "250"),
@@ -1926,7 +1976,7 @@ mod tests {
         );
         let e = RunConfig::from_settings(&map(&[
             ("SESSION_ID", "s"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ("MAX_PENDING_CONNECTIONS", "0"),
             ("MAX_PENDING_PER_ADDRESS", "many"),
             ("PENDING_MIN_AGE_MS", "60001"),
@@ -1951,7 +2001,7 @@ mod tests {
     fn metrics_can_be_turned_off() {
         let c = RunConfig::from_settings(&map(&[
             ("SESSION_ID", "s"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ("METRICS_ADDR", ""),
         ]))
         .unwrap();
@@ -1981,23 +2031,25 @@ mod tests {
         let e = TokenConfig::from_settings(&map(&[("SESSION_ID", "s")])).unwrap_err();
         assert_eq!(
             e.0,
-            vec!["WALLCRAWLER_JWT_SIGNING_KEY is required to sign a token".to_owned()]
+            vec!["WALLCRAWLER_JWT_PRIVATE_KEY_FILE is required to sign a token".to_owned()]
         );
     }
 
     #[test]
     fn token_lifetimes_stop_at_the_longest_session() {
         // The proxy refuses a token whose exp is further ahead than the longest session.
+        let file = wallcrawler_testkit::keys::private_key_file("k");
+        let file = file.to_str().unwrap();
         let ok = TokenConfig::from_settings(&map(&[
             ("SESSION_ID", "s"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PRIVATE_KEY_FILE", file),
             ("TOKEN_TTL", "21600"),
         ]))
         .unwrap();
         assert_eq!(ok.ttl, 21_600);
         let e = TokenConfig::from_settings(&map(&[
             ("SESSION_ID", "s"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PRIVATE_KEY_FILE", file),
             ("TOKEN_TTL", "21601"),
         ]))
         .unwrap_err();
@@ -2016,7 +2068,7 @@ mod tests {
     fn gateway_defaults_and_every_problem() {
         let c = GatewayConfig::from_settings(&map(&[
             ("SESSIONS_DIR", "/s"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
         ]))
         .unwrap();
         assert_eq!(c.listen, "0.0.0.0:9223".parse().unwrap());
@@ -2042,7 +2094,7 @@ mod tests {
             &[
                 "GATEWAY_LISTEN must be an address",
                 "set SESSIONS_TABLE_NAME (or SESSIONS_DIR)",
-                "a signing key is required",
+                "a public key is required",
                 "GATEWAY_HOLD_SECONDS must be between 1 and 3600",
                 "GATEWAY_MAX_HELD_PER_SESSION must be a whole number",
             ],

@@ -109,7 +109,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_cursor_opens_only_unaltered_for_its_project_and_key() {
-        let signer = StaticSigner(SigningKey::new(b"k1"));
+        let signer = StaticSigner(SigningKey::from_seed(&[1; 32]));
         let c = seal(&signer, "proj_a", &pos()).await.unwrap();
         assert_eq!(open(&signer, "proj_a", &c).await.unwrap(), pos());
 
@@ -124,7 +124,7 @@ mod tests {
         // A payload rewritten to name another project (or any other change) fails the MAC.
         let forged = URL_SAFE_NO_PAD.encode(br#"{"p":"proj_b","c":"","s":""}"#);
         let mac = c.split_once('.').unwrap().1;
-        let other_key = StaticSigner(SigningKey::new(b"k2"));
+        let other_key = StaticSigner(SigningKey::from_seed(&[2; 32]));
         for bad in [
             format!("{forged}.{mac}"),
             c.replacen('.', "x.", 1),

@@ -381,7 +381,7 @@ mod tests {
         ] {
             assert!(all.contains(name), "{name} missing from {all}");
         }
-        assert_eq!(e.0.len(), 6);
+        assert_eq!(e.0.len(), 7);
     }
 
     #[test]
