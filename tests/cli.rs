@@ -87,7 +87,7 @@ fn run_lists_every_configuration_problem_and_exits_64() {
     let err = String::from_utf8_lossy(&out.stderr);
     for needle in [
         "SESSION_ID is required",
-        "a signing key is required",
+        "a public key is required",
         "CDP_PROXY_PORT",
         "CONTEXT_S3_KEY",
         "LOG_FORMAT",
@@ -198,7 +198,7 @@ fn gateway_help_documents_every_variable_and_its_errors_exit_64() {
         "GATEWAY_LISTEN must be an address",
         "GATEWAY_HOLD_SECONDS must be between 1 and 3600",
         "set SESSIONS_TABLE_NAME or SESSIONS_DIR, not both",
-        "a signing key is required",
+        "a public key is required",
     ] {
         assert!(err.contains(needle), "{needle} missing from: {err}");
     }
