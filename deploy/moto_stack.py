@@ -8,9 +8,10 @@ answers HTTP 500, or a reference to the missing resource leaves the stack CREATE
 forever). This script changes a copy of the template, never the file, in exactly these ways:
 
 - AWS::SecretsManager::Secret: removed from the stack and created through Secrets Manager's
-  plain API instead, with the SecretString its GenerateSecretString describes (the template's
-  SecretStringTemplate plus a random GenerateStringKey value); every `Ref` to it becomes the
-  ARN of that secret;
+  plain API instead; every `Ref` to it becomes the ARN of that secret. The template makes the
+  token key secrets empty (CloudFormation cannot make an Ed25519 pair): they are created holding
+  one fresh pair, as the operator's deploy step puts it (deploy/README.md, "Signing keys") —
+  the private key in SigningSecret, the public key in PublicKeySecret;
 - AWS::S3::BucketPolicy: removed; after the stack is up, the same policy document is put on the
   bucket with the plain PutBucketPolicy;
 - AWS::ApiGateway::Stage: removed; after the stack is up, the stage is created with the plain
@@ -45,8 +46,6 @@ Progress and errors go to stderr; exit status 1 on failure.
 import argparse
 import io
 import json
-import secrets
-import string
 import sys
 import time
 import zipfile
@@ -126,15 +125,19 @@ def mentions(node, name):
     return False
 
 
-def generated_secret_string(gen):
-    """What Secrets Manager's GenerateSecretString would make."""
-    alphabet = string.ascii_letters + string.digits
-    if not gen.get("ExcludePunctuation"):
-        alphabet += "!#$%&()*+,-.:;<=>?@[]^_{|}~"
-    value = "".join(secrets.choice(alphabet) for _ in range(int(gen.get("PasswordLength", 32))))
-    doc = json.loads(gen.get("SecretStringTemplate", "{}"))
-    doc[gen["GenerateStringKey"]] = value
-    return json.dumps(doc)
+def token_key_secrets():
+    """One fresh Ed25519 pair as the operator puts it (deploy/README.md, "Signing keys"): the
+    SecretString of each token key secret, by logical id."""
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption()).decode()
+    public = key.public_key().public_bytes(ser.Encoding.PEM, ser.PublicFormat.SubjectPublicKeyInfo).decode()
+    return {
+        "SigningSecret": json.dumps({"algorithm": "EdDSA", "privateKey": private}),
+        "PublicKeySecret": json.dumps({"algorithm": "EdDSA", "publicKey": public}),
+    }
 
 
 def placeholder_zip():
@@ -172,6 +175,7 @@ def main():
 
     # --- What moto refuses: made through the plain APIs -------------------------------------
     deferred = {}
+    key_secrets = token_key_secrets()
     for name, res in list(resources.items()):
         if res["Type"] not in REPLACED_BY_API:
             continue
@@ -183,7 +187,7 @@ def main():
             arn = sm.create_secret(
                 Name=secret_name,
                 Description=p.get("Description", ""),
-                SecretString=generated_secret_string(p["GenerateSecretString"]),
+                SecretString=key_secrets[name],
             )["ARN"]
             template = replace_refs(template, name, arn)
             resources = template["Resources"]
