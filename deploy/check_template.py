@@ -591,15 +591,15 @@ def grants(st, action, resource):
 
 def check_token_secrets(t):
     """Tokens are EdDSA: the private key's secret is read by the control plane's API alone; the
-    tasks and the gateway read the public key's. Both secrets are made empty (CloudFormation
-    cannot make an Ed25519 pair; the operator puts it, deploy/README.md)."""
+    tasks and the gateway read the public key's. Both secrets are the operator's, made before the
+    stack (CloudFormation cannot make an Ed25519 pair; deploy/README.md) and passed by ARN."""
     for name in ("SigningSecret", "PublicKeySecret"):
-        check(name in t["Resources"], f"{name}: declared")
-        p = t["Resources"].get(name, {}).get("Properties", {})
+        p = t.get("Parameters", {}).get(name, {})
         check(
-            "GenerateSecretString" not in p and "SecretString" not in p,
-            f"{name}: no value from CloudFormation (the operator puts the Ed25519 pair)",
+            p.get("Type") == "String" and "secretsmanager" in p.get("AllowedPattern", "") and "Default" not in p,
+            f"{name}: a parameter, the ARN of the operator's secret (no default)",
         )
+        check(name not in t["Resources"], f"{name}: not made by the stack")
     roles = resources(t, "AWS::IAM::Role")
     readers = sorted(
         r for r in roles if any(grants(st, "secretsmanager:GetSecretValue", "SigningSecret") for st in statements(t, r))

@@ -7,11 +7,10 @@ moto 5.2.5's CloudFormation refuses some resource types of the real template (cr
 answers HTTP 500, or a reference to the missing resource leaves the stack CREATE_IN_PROGRESS
 forever). This script changes a copy of the template, never the file, in exactly these ways:
 
-- AWS::SecretsManager::Secret: removed from the stack and created through Secrets Manager's
-  plain API instead; every `Ref` to it becomes the ARN of that secret. The template makes the
-  token key secrets empty (CloudFormation cannot make an Ed25519 pair): they are created holding
-  one fresh pair, as the operator's deploy step puts it (deploy/README.md, "Signing keys") —
-  the private key in SigningSecret, the public key in PublicKeySecret;
+- the token key secrets (which moto's CloudFormation would refuse too) are not the stack's: as
+  the operator does (deploy/README.md, "Signing keys"), this script makes them before the stack,
+  holding a fresh Ed25519 pair, and passes their ARNs as the SigningSecret and PublicKeySecret
+  parameters;
 - AWS::S3::BucketPolicy: removed; after the stack is up, the same policy document is put on the
   bucket with the plain PutBucketPolicy;
 - AWS::ApiGateway::Stage: removed; after the stack is up, the stage is created with the plain
@@ -56,7 +55,6 @@ from cfnlint.decode import decode
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLACED_BY_API = (
-    "AWS::SecretsManager::Secret",
     "AWS::S3::BucketPolicy",
     "AWS::ApiGateway::Stage",
 )
@@ -64,17 +62,6 @@ REPLACED_BY_API = (
 
 def log(msg):
     print(f"[moto_stack] {msg}", file=sys.stderr, flush=True)
-
-
-def replace_refs(node, name, value):
-    """Replaces every {"Ref": name} under node with value."""
-    if isinstance(node, dict):
-        if list(node.keys()) == ["Ref"] and node["Ref"] == name:
-            return value
-        return {k: replace_refs(v, name, value) for k, v in node.items()}
-    if isinstance(node, list):
-        return [replace_refs(v, name, value) for v in node]
-    return node
 
 
 def replace_attrs(node, name, ref, attrs):
@@ -125,18 +112,23 @@ def mentions(node, name):
     return False
 
 
-def token_key_secrets():
-    """One fresh Ed25519 pair as the operator puts it (deploy/README.md, "Signing keys"): the
-    SecretString of each token key secret, by logical id."""
+def create_token_key_secrets(sm, prefix):
+    """The operator's key step before the stack (deploy/README.md, "Signing keys"): one fresh
+    Ed25519 pair, its private key in `<prefix>/jwt-signing-key`, its public key in
+    `<prefix>/jwt-public-key`; their ARNs as the stack's parameters of the same names."""
     from cryptography.hazmat.primitives import serialization as ser
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     key = Ed25519PrivateKey.generate()
     private = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption()).decode()
     public = key.public_key().public_bytes(ser.Encoding.PEM, ser.PublicFormat.SubjectPublicKeyInfo).decode()
+    values = {
+        "SigningSecret": (f"{prefix}/jwt-signing-key", {"algorithm": "EdDSA", "privateKey": private}),
+        "PublicKeySecret": (f"{prefix}/jwt-public-key", {"algorithm": "EdDSA", "publicKey": public}),
+    }
     return {
-        "SigningSecret": json.dumps({"algorithm": "EdDSA", "privateKey": private}),
-        "PublicKeySecret": json.dumps({"algorithm": "EdDSA", "publicKey": public}),
+        param: sm.create_secret(Name=name, SecretString=json.dumps(value))["ARN"]
+        for param, (name, value) in values.items()
     }
 
 
@@ -175,23 +167,11 @@ def main():
 
     # --- What moto refuses: made through the plain APIs -------------------------------------
     deferred = {}
-    key_secrets = token_key_secrets()
     for name, res in list(resources.items()):
         if res["Type"] not in REPLACED_BY_API:
             continue
         del resources[name]
         deferred[name] = res
-        if res["Type"] == "AWS::SecretsManager::Secret":
-            p = res["Properties"]
-            secret_name = p["Name"]["Fn::Sub"].replace("${NamePrefix}", a.prefix) if isinstance(p["Name"], dict) else p["Name"]
-            arn = sm.create_secret(
-                Name=secret_name,
-                Description=p.get("Description", ""),
-                SecretString=key_secrets[name],
-            )["ARN"]
-            template = replace_refs(template, name, arn)
-            resources = template["Resources"]
-            changed.append(f"{name}: created with CreateSecret ({secret_name}), Ref -> its ARN")
         drop_depends_on(resources, name)
     for name in deferred:
         left = [k for k, v in template.items() if k != "Resources" and mentions(v, name)]
@@ -219,6 +199,7 @@ def main():
         "ClientCidr": "127.0.0.1/32",
         "ImageUri": "wallcrawler-controller:moto",
         "LambdaCodeBucket": code_bucket,
+        **create_token_key_secrets(sm, a.prefix),
     }
     for key_param in ("ApiLambdaKey", "AuthorizerLambdaKey", "TaskEventsLambdaKey", "SweeperLambdaKey"):
         s3.put_object(Bucket=code_bucket, Key=template["Parameters"][key_param]["Default"], Body=placeholder_zip())
