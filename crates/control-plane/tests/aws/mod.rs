@@ -1086,6 +1086,7 @@ async fn admin_creates_projects_and_keys_and_revokes_keys() {
         ("ECS_TASK_DEFINITION", "unused"),
         ("ECS_SUBNETS", "subnet-unused"),
         ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "unused"),
+        ("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "unused"),
     ] {
         all.insert(k, v.into());
     }
