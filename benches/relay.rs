@@ -62,7 +62,9 @@ impl Bed {
             let upstream = up.local_addr().expect("upstream addr");
             tokio::spawn(ws::serve_echo(up));
 
-            let keys: Arc<dyn KeySource> = Arc::new(StaticKeys::new(SigningKey::from_seed(KEY).verifying_key().clone()));
+            let keys: Arc<dyn KeySource> = Arc::new(StaticKeys::new(
+                SigningKey::from_seed(KEY).verifying_key().clone(),
+            ));
             let auth = Authenticator::new(keys, SESSION.to_owned(), None, 30);
             let state = UpstreamState::Ready(Arc::new(Upstream::new(
                 upstream,

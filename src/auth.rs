@@ -236,7 +236,12 @@ mod tests {
     }
 
     fn auth() -> Authenticator {
-        Authenticator::new(Arc::new(StaticKeys::new(public_key("k"))), "sess_1".into(), None, 30)
+        Authenticator::new(
+            Arc::new(StaticKeys::new(public_key("k"))),
+            "sess_1".into(),
+            None,
+            30,
+        )
     }
 
     fn token(session: &str) -> String {
@@ -351,8 +356,7 @@ mod tests {
         assert!(a.check_one(&token("sess_1")).await.is_ok());
         assert_eq!(src.refreshed.load(std::sync::atomic::Ordering::SeqCst), 1);
         // An expired token with a good signature does not trigger a refresh.
-        let expired =
-            Claims::new("sess_1", "p", unix_now() - 7200, 60).mint(&signing_key("old"));
+        let expired = Claims::new("sess_1", "p", unix_now() - 7200, 60).mint(&signing_key("old"));
         assert_eq!(
             a.check_one(&expired).await,
             Err(AuthError::Token(TokenError::Expired))

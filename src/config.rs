@@ -1947,8 +1947,8 @@ MCowBQYDK2VwAyEA9wFNLln1FAfDioMFnpReLaKEhyk0em6z3gbXQRbFQkQ=
             &["WALLCRAWLER_JWT_PUBLIC_KEY: the public key is not an Ed25519 key in SPKI PEM"],
         );
         assert!(!e.to_string().contains(&private[40..80]));
-        let e = LocalConfig::from_settings(&map(&[("WALLCRAWLER_JWT_SIGNING_KEY", "k")]))
-            .unwrap_err();
+        let e =
+            LocalConfig::from_settings(&map(&[("WALLCRAWLER_JWT_SIGNING_KEY", "k")])).unwrap_err();
         assert_lists(&e, &["set WALLCRAWLER_JWT_PRIVATE_KEY_FILE"]);
     }
 

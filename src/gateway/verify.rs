@@ -104,8 +104,7 @@ mod tests {
             v.verify(&token("sess_a", "other")).await,
             Err(AuthError::Token(TokenError::Signature))
         );
-        let expired =
-            Claims::new("sess_a", "p", unix_now() - 7200, 60).mint(&signing_key("k"));
+        let expired = Claims::new("sess_a", "p", unix_now() - 7200, 60).mint(&signing_key("k"));
         assert_eq!(
             v.verify(&expired).await,
             Err(AuthError::Token(TokenError::Expired))

@@ -319,7 +319,10 @@ async fn fetch_keys<F: KeyFetcher + ?Sized>(
     if keys.is_empty() {
         return Err(KeyError::Empty);
     }
-    info!(versions = keys.len(), "token keys fetched from Secrets Manager");
+    info!(
+        versions = keys.len(),
+        "token keys fetched from Secrets Manager"
+    );
     Ok(Arc::new(keys))
 }
 

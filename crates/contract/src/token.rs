@@ -91,7 +91,9 @@ impl SigningKey {
     pub fn from_seed(seed: &[u8; 32]) -> Self {
         use ed25519_dalek::pkcs8::EncodePrivateKey as _;
         let pair = ed25519_dalek::SigningKey::from_bytes(seed);
-        let der = pair.to_pkcs8_der().expect("an Ed25519 key encodes as PKCS#8");
+        let der = pair
+            .to_pkcs8_der()
+            .expect("an Ed25519 key encodes as PKCS#8");
         let mut mac = zeroize::Zeroizing::new([0u8; 32]);
         hkdf::Hkdf::<sha2::Sha256>::new(Some(MAC_SALT), seed)
             .expand(MAC_INFO, mac.as_mut())
@@ -818,7 +820,9 @@ mod tests {
 
     #[test]
     fn algorithm_must_be_exactly_eddsa() {
-        for alg in ["none", "HS256", "HS512", "HS384", "RS256", "ES256", "eddsa", "Ed25519"] {
+        for alg in [
+            "none", "HS256", "HS512", "HS384", "RS256", "ES256", "eddsa", "Ed25519",
+        ] {
             let t = with_header(json!({"alg": alg, "typ": "JWT"}));
             assert_eq!(
                 validate(&t, &[public()], &v()),
@@ -838,7 +842,10 @@ mod tests {
             Err(TokenError::Algorithm)
         );
         let crit = with_header(json!({"alg": "EdDSA", "crit": ["b64"]}));
-        assert_eq!(validate(&crit, &[public()], &v()), Err(TokenError::Malformed));
+        assert_eq!(
+            validate(&crit, &[public()], &v()),
+            Err(TokenError::Malformed)
+        );
     }
 
     #[test]
@@ -849,13 +856,11 @@ mod tests {
         let pem = public().to_pem();
         let raw = *public().as_bytes();
         let raw_b64 = URL_SAFE_NO_PAD.encode(raw);
-        let der_b64 = pem.lines().filter(|l| !l.starts_with("-----")).collect::<String>();
-        let secrets: [&[u8]; 4] = [
-            pem.as_bytes(),
-            &raw,
-            der_b64.as_bytes(),
-            raw_b64.as_bytes(),
-        ];
+        let der_b64 = pem
+            .lines()
+            .filter(|l| !l.starts_with("-----"))
+            .collect::<String>();
+        let secrets: [&[u8]; 4] = [pem.as_bytes(), &raw, der_b64.as_bytes(), raw_b64.as_bytes()];
         let hs256 = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
         for secret in secrets {
             let t = sign_raw_hs256(&hs256, &payload, secret);
@@ -875,7 +880,11 @@ mod tests {
     #[test]
     fn keys_round_trip_through_pem_and_refuse_other_text() {
         let pem = key().to_pem();
-        assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----\n"), "{}", pem.as_str());
+        assert!(
+            pem.starts_with("-----BEGIN PRIVATE KEY-----\n"),
+            "{}",
+            pem.as_str()
+        );
         let again = SigningKey::from_pem(&pem).unwrap();
         assert_eq!(again.verifying_key(), key().verifying_key());
         assert_eq!(again.mac(b"m"), key().mac(b"m"));

@@ -25,7 +25,6 @@ use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::time::{iso8601_millis, parse_iso8601};
 use wallcrawler_contract::token::{self, Validation};
 use wallcrawler_contract::{InternalStatus, SdkStatus, TokenError, VerifyingKey};
-use wallcrawler_testkit::keys::{public_key, signing_key};
 use wallcrawler_control_plane::app::{App, Settings};
 use wallcrawler_control_plane::error::StoreError;
 use wallcrawler_control_plane::handlers::NEXT_CURSOR;
@@ -39,6 +38,7 @@ use wallcrawler_control_plane::stores::{
     Clock, DocWrite, Ids, LaunchSpec, Launcher, Listing, PageAt, SessionStore, StaticSigner,
     StoreResult, Terminal, Usage,
 };
+use wallcrawler_testkit::keys::{public_key, signing_key};
 
 // ---------------------------------------------------------------------------------------------
 // Fixture: projects, keys, a clock that only moves when told, and the router over it all.

@@ -101,12 +101,7 @@ pub struct Controllers {
 
 impl Controllers {
     /// Shared state for controllers started from `controller_bin` under `data_dir`; none runs yet.
-    pub fn new(
-        controller_bin: PathBuf,
-        data_dir: PathBuf,
-        public_key: String,
-        ends: Ends,
-    ) -> Self {
+    pub fn new(controller_bin: PathBuf, data_dir: PathBuf, public_key: String, ends: Ends) -> Self {
         let browsers = Arc::new(Browsers::new(
             &data_dir,
             std::env::var_os(task_env::CHROME_USER),

@@ -550,7 +550,9 @@ pub fn load_or_init(data_dir: &Path) -> anyhow::Result<LocalIdentity> {
     let id = LocalIdentity {
         project_id: "proj_local".to_owned(),
         api_key: format!("wc_local_{}", wallcrawler_contract::token::random_hex(24)),
-        private_key: wallcrawler_contract::SigningKey::generate().to_pem().to_string(),
+        private_key: wallcrawler_contract::SigningKey::generate()
+            .to_pem()
+            .to_string(),
     };
     let now = now_iso8601();
     FileMap::<Project>::new(data_dir.join("projects.json")).modify(|m| {
