@@ -913,7 +913,10 @@ fn an_upload_in_the_bucket_is_fetched_when_a_client_names_its_path() {
         ("SESSION_ID", id.as_str()),
         ("PROJECT_ID", PROJECT),
         ("SESSIONS_TABLE_NAME", w.table.as_str()),
-        ("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", w.secret_arn.as_str()),
+        (
+            "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
+            w.secret_arn.as_str(),
+        ),
         ("FILES_BUCKET_NAME", w.bucket.as_str()),
     ];
     let mut c = run_task(&env);

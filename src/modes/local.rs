@@ -22,7 +22,10 @@ pub async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending 
     let session_id = format!("sess_{}", uuid::Uuid::new_v4());
     // `local` mints the one token it prints, then keeps only the public key: the proxy checks
     // tokens as a task does.
-    let key = c.key.as_ref().map_or_else(SigningKey::generate, |k| k.0.clone());
+    let key = c
+        .key
+        .as_ref()
+        .map_or_else(SigningKey::generate, |k| k.0.clone());
     let token = Claims::new(&session_id, "", unix_now(), c.token_ttl).mint(&key);
     let public = key.verifying_key().clone();
     drop(key);

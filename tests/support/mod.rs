@@ -13,7 +13,6 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-
 pub mod aws;
 pub mod upstream;
 
