@@ -7,8 +7,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
+use wallcrawler_contract::{Claims, InternalStatus, SigningKey};
 
 use crate::support::upstream::{FakeUpstream, UpEvent};
 use crate::support::{
@@ -172,6 +172,24 @@ fn a_ready_sessions_client_reaches_its_task_with_the_request_as_sent() {
     assert_eq!(up.connections.load(Ordering::SeqCst), 1);
 }
 
+/// A token for `session` signed HS256 with the gateway's public key as the HMAC key: its raw
+/// 32 bytes, or its PEM.
+fn hs256_with_public_key(session: &str, raw: bool) -> String {
+    let public = wallcrawler_testkit::keys::public_key(KEY);
+    let secret = if raw {
+        public.as_bytes().to_vec()
+    } else {
+        public.to_pem().into_bytes()
+    };
+    let claims = serde_json::to_vec(&Claims::new(session, "proj_a", now(), 600)).unwrap();
+    // {"alg":"HS256","typ":"JWT"}
+    wallcrawler_contract::token::sign_raw_hs256(
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9",
+        &claims,
+        &secret,
+    )
+}
+
 #[test]
 fn bad_expired_and_wrongly_signed_tokens_get_401_and_no_task_is_dialled() {
     let up = FakeUpstream::idle();
@@ -186,6 +204,23 @@ fn bad_expired_and_wrongly_signed_tokens_get_401_and_no_task_is_dialled() {
         (format!("/?signingKey={expired}"), vec![]),
         (
             format!("/?signingKey={}", token("another-key", A, "proj_a", 600)),
+            vec![],
+        ),
+        // Key material the gateway holds cannot mint: HS256 keyed with its public key (PEM or
+        // raw), and a fresh Ed25519 pair of its own.
+        (
+            format!("/?signingKey={}", hs256_with_public_key(A, false)),
+            vec![],
+        ),
+        (
+            format!("/?signingKey={}", hs256_with_public_key(A, true)),
+            vec![],
+        ),
+        (
+            format!(
+                "/?signingKey={}",
+                Claims::new(A, "proj_a", now(), 600).mint(&SigningKey::generate())
+            ),
             vec![],
         ),
         // Both sources present: both must be valid.
