@@ -34,7 +34,7 @@ use wallcrawler_controller::shutdown::Shutdown;
 use wallcrawler_controller::telemetry::Metrics;
 use wallcrawler_controller::upstream::{Endpoint, Upstream, UpstreamState};
 
-const KEY: &[u8] = b"bench-signing-key-0123456789abcdef";
+const KEY: &[u8; 32] = b"bench-signing-key-0123456789abcd";
 const SESSION: &str = "sess_bench";
 const MIB: usize = 1024 * 1024;
 
@@ -62,7 +62,9 @@ impl Bed {
             let upstream = up.local_addr().expect("upstream addr");
             tokio::spawn(ws::serve_echo(up));
 
-            let keys: Arc<dyn KeySource> = Arc::new(StaticKeys::new(KEY));
+            let keys: Arc<dyn KeySource> = Arc::new(StaticKeys::new(
+                SigningKey::from_seed(KEY).verifying_key().clone(),
+            ));
             let auth = Authenticator::new(keys, SESSION.to_owned(), None, 30);
             let state = UpstreamState::Ready(Arc::new(Upstream::new(
                 Endpoint::host(upstream),
@@ -83,7 +85,7 @@ impl Bed {
             tokio::spawn(proxy.serve(listener, stop.clone(), TaskTracker::new()));
             (upstream, proxy_addr, upstream_tx, stop)
         });
-        let token = Claims::new(SESSION, "", unix_now(), 3600).mint(&SigningKey::new(KEY));
+        let token = Claims::new(SESSION, "", unix_now(), 3600).mint(&SigningKey::from_seed(KEY));
         let request = ws::upgrade_request(
             "127.0.0.1",
             &format!("/devtools/page/bench?signingKey={token}"),

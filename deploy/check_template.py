@@ -366,12 +366,8 @@ def check_mode(t, mode):
     # still bounded so a poison claim reaches the dead-letter queue.
     check(5 <= int(rp.get("maxReceiveCount", 0)) <= 20, "ClaimsQueue: maxReceiveCount between 5 and 20")
 
-    # --- Secret ---------------------------------------------------------------------------
-    g = props(t, "SigningSecret").get("GenerateSecretString", {})
-    check(
-        g.get("GenerateStringKey") == "signingKey" and '"algorithm":"HS256"' in g.get("SecretStringTemplate", "").replace(" ", ""),
-        'SigningSecret: generated {"algorithm":"HS256","signingKey":...}',
-    )
+    # --- Secrets --------------------------------------------------------------------------
+    check_token_secrets(t)
 
     # --- Task definition ------------------------------------------------------------------
     td = props(t, "TaskDefinition")
@@ -400,8 +396,13 @@ def check_mode(t, mode):
     read = env_names_read(*CONTROLLER_CONFIG)
     for name in env:
         check_read(name, read, f"TaskDefinition: {name} is read by src/config.rs")
-    for name in ("SESSIONS_TABLE_NAME", "WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "CONTEXTS_BUCKET_NAME", "POOL_QUEUE_URL"):
+    for name in ("SESSIONS_TABLE_NAME", "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "CONTEXTS_BUCKET_NAME", "POOL_QUEUE_URL"):
         check(name in env, f"TaskDefinition: sets {name} (pool mode)")
+    check(
+        "PublicKeySecret" in ref_names(env.get("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN"))
+        and not any("SigningSecret" in ref_names(v) for v in env.values()),
+        "TaskDefinition: the public key secret, never the signing secret",
+    )
 
     # --- Pool service ---------------------------------------------------------------------
     svc = props(t, "PoolService")
@@ -443,7 +444,7 @@ def check_mode(t, mode):
     def needs(role, action, resource):
         check(allowed(t, role, action, resource), f"{role}: allows {action} on {resource}")
 
-    # Both sides fetch the signing secret through the shared crate's one fetcher, and read
+    # Both sides fetch their key secret through the shared crate's one fetcher, and read
     # archives through its one GetObject.
     shared = code_actions("crates/aws/src/secrets.rs")
     check(shared, "found the shared Secrets Manager fetcher's SDK call in crates/aws/src/secrets.rs")
@@ -466,7 +467,7 @@ def check_mode(t, mode):
             "dynamodb": "SessionsTable",
             "s3": "ContextsBucket",
             "sqs": "ClaimsQueue",
-            "secretsmanager": "SigningSecret",
+            "secretsmanager": "PublicKeySecret",
             "ec2": "*",
             "ecs": "Cluster",
         }[a.split(":")[0]]
@@ -589,6 +590,45 @@ def statement_on(t, role, action, resource):
         st for st in statements(t, role)
         if st.get("Effect") == "Allow" and action in as_list(st["Action"]) and as_list(st["Resource"]) == [resource]
     ]
+
+
+def grants(st, action, resource):
+    """Whether statement `st` allows `action` (or a wildcard covering it) on `resource` (or *)."""
+    service = action.split(":")[0]
+    acts = as_list(st.get("Action", []))
+    if st.get("Effect") != "Allow" or not any(a in (action, f"{service}:*", "*") for a in acts):
+        return False
+    return any(r == "*" or resource in ref_names(r) for r in as_list(st.get("Resource", [])))
+
+
+def check_token_secrets(t):
+    """Tokens are EdDSA: the private key's secret is read by the control plane's API alone; the
+    tasks and the gateway read the public key's. Both secrets are the operator's, made before the
+    stack (CloudFormation cannot make an Ed25519 pair; deploy/README.md) and passed by ARN."""
+    for name in ("SigningSecret", "PublicKeySecret"):
+        p = t.get("Parameters", {}).get(name, {})
+        check(
+            p.get("Type") == "String" and "secretsmanager" in p.get("AllowedPattern", "") and "Default" not in p,
+            f"{name}: a parameter, the ARN of the operator's secret (no default)",
+        )
+        check(name not in t["Resources"], f"{name}: not made by the stack")
+    roles = resources(t, "AWS::IAM::Role")
+    readers = sorted(
+        r for r in roles if any(grants(st, "secretsmanager:GetSecretValue", "SigningSecret") for st in statements(t, r))
+    )
+    check(readers == ["ApiFunctionRole"], f"SigningSecret: read by ApiFunctionRole alone ({readers})")
+    for r, role in roles.items():
+        for arn in as_list(role["Properties"].get("ManagedPolicyArns", [])):
+            check("SecretsManager" not in str(arn), f"{r}: no managed policy reaching Secrets Manager ({arn})")
+    check(not resources(t, "AWS::IAM::Policy") and not resources(t, "AWS::IAM::ManagedPolicy"),
+          "no standalone IAM policy (every grant is inline in its role, checked here)")
+    # The gateway's role exists in gateway mode only.
+    for role in [r for r in ("TaskRole", "GatewayTaskRole") if r in roles]:
+        check(allowed(t, role, "secretsmanager:GetSecretValue", "PublicKeySecret"), f"{role}: reads PublicKeySecret")
+        check(
+            not any(grants(st, "secretsmanager:GetSecretValue", "SigningSecret") for st in statements(t, role)),
+            f"{role}: cannot read SigningSecret",
+        )
 
 
 def check_list_bucket(t):
@@ -1050,8 +1090,12 @@ def check_gateway(t, task_env, api_env):
     read = env_names_read(*CONTROLLER_CONFIG)
     for name in genv:
         check_read(name, read, f"GatewayTaskDefinition: {name} is read by src/config.rs")
-    for name in ("GATEWAY_LISTEN", "SESSIONS_TABLE_NAME", "WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "TRUSTED_PROXY_NETWORKS"):
+    for name in ("GATEWAY_LISTEN", "SESSIONS_TABLE_NAME", "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "TRUSTED_PROXY_NETWORKS"):
         check(name in genv, f"GatewayTaskDefinition: sets {name}")
+    check(
+        not any("SigningSecret" in ref_names(v) for v in genv.values()),
+        "GatewayTaskDefinition: never the signing secret",
+    )
     check("SessionsTable" in ref_names(genv.get("SESSIONS_TABLE_NAME")), "GatewayTaskDefinition: SESSIONS_TABLE_NAME is the sessions table")
     check("VpcCidr" in ref_names(genv.get("TRUSTED_PROXY_NETWORKS")), "GatewayTaskDefinition: TRUSTED_PROXY_NETWORKS = VpcCidr (the NLB's nodes)")
     port = str(genv.get("GATEWAY_LISTEN", "")).rpartition(":")[2]
@@ -1082,7 +1126,7 @@ def check_gateway(t, task_env, api_env):
         actions(t, "GatewayTaskRole") == {"dynamodb:GetItem", "secretsmanager:GetSecretValue"},
         f"GatewayTaskRole: only dynamodb:GetItem and secretsmanager:GetSecretValue ({sorted(actions(t, 'GatewayTaskRole'))})",
     )
-    for a, res in (("dynamodb:GetItem", "SessionsTable"), ("secretsmanager:GetSecretValue", "SigningSecret")):
+    for a, res in (("dynamodb:GetItem", "SessionsTable"), ("secretsmanager:GetSecretValue", "PublicKeySecret")):
         check(allowed(t, "GatewayTaskRole", a, res), f"GatewayTaskRole: allows {a} on {res}")
     for st in statements(t, "GatewayTaskRole"):
         check("*" not in as_list(st["Resource"]), f"GatewayTaskRole: {st.get('Sid')} is scoped to a resource")

@@ -7,10 +7,10 @@ moto 5.2.5's CloudFormation refuses some resource types of the real template (cr
 answers HTTP 500, or a reference to the missing resource leaves the stack CREATE_IN_PROGRESS
 forever). This script changes a copy of the template, never the file, in exactly these ways:
 
-- AWS::SecretsManager::Secret: removed from the stack and created through Secrets Manager's
-  plain API instead, with the SecretString its GenerateSecretString describes (the template's
-  SecretStringTemplate plus a random GenerateStringKey value); every `Ref` to it becomes the
-  ARN of that secret;
+- the token key secrets (which moto's CloudFormation would refuse too) are not the stack's: as
+  the operator does (deploy/README.md, "Signing keys"), this script makes them before the stack,
+  holding a fresh Ed25519 pair, and passes their ARNs as the SigningSecret and PublicKeySecret
+  parameters;
 - AWS::S3::BucketPolicy: removed; after the stack is up, the same policy document is put on the
   bucket with the plain PutBucketPolicy;
 - AWS::ApiGateway::Stage: removed; after the stack is up, the stage is created with the plain
@@ -45,8 +45,6 @@ Progress and errors go to stderr; exit status 1 on failure.
 import argparse
 import io
 import json
-import secrets
-import string
 import sys
 import time
 import zipfile
@@ -57,7 +55,6 @@ from cfnlint.decode import decode
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLACED_BY_API = (
-    "AWS::SecretsManager::Secret",
     "AWS::S3::BucketPolicy",
     "AWS::ApiGateway::Stage",
 )
@@ -65,17 +62,6 @@ REPLACED_BY_API = (
 
 def log(msg):
     print(f"[moto_stack] {msg}", file=sys.stderr, flush=True)
-
-
-def replace_refs(node, name, value):
-    """Replaces every {"Ref": name} under node with value."""
-    if isinstance(node, dict):
-        if list(node.keys()) == ["Ref"] and node["Ref"] == name:
-            return value
-        return {k: replace_refs(v, name, value) for k, v in node.items()}
-    if isinstance(node, list):
-        return [replace_refs(v, name, value) for v in node]
-    return node
 
 
 def replace_attrs(node, name, ref, attrs):
@@ -126,15 +112,24 @@ def mentions(node, name):
     return False
 
 
-def generated_secret_string(gen):
-    """What Secrets Manager's GenerateSecretString would make."""
-    alphabet = string.ascii_letters + string.digits
-    if not gen.get("ExcludePunctuation"):
-        alphabet += "!#$%&()*+,-.:;<=>?@[]^_{|}~"
-    value = "".join(secrets.choice(alphabet) for _ in range(int(gen.get("PasswordLength", 32))))
-    doc = json.loads(gen.get("SecretStringTemplate", "{}"))
-    doc[gen["GenerateStringKey"]] = value
-    return json.dumps(doc)
+def create_token_key_secrets(sm, prefix):
+    """The operator's key step before the stack (deploy/README.md, "Signing keys"): one fresh
+    Ed25519 pair, its private key in `<prefix>/jwt-signing-key`, its public key in
+    `<prefix>/jwt-public-key`; their ARNs as the stack's parameters of the same names."""
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption()).decode()
+    public = key.public_key().public_bytes(ser.Encoding.PEM, ser.PublicFormat.SubjectPublicKeyInfo).decode()
+    values = {
+        "SigningSecret": (f"{prefix}/jwt-signing-key", {"algorithm": "EdDSA", "privateKey": private}),
+        "PublicKeySecret": (f"{prefix}/jwt-public-key", {"algorithm": "EdDSA", "publicKey": public}),
+    }
+    return {
+        param: sm.create_secret(Name=name, SecretString=json.dumps(value))["ARN"]
+        for param, (name, value) in values.items()
+    }
 
 
 def placeholder_zip():
@@ -177,17 +172,6 @@ def main():
             continue
         del resources[name]
         deferred[name] = res
-        if res["Type"] == "AWS::SecretsManager::Secret":
-            p = res["Properties"]
-            secret_name = p["Name"]["Fn::Sub"].replace("${NamePrefix}", a.prefix) if isinstance(p["Name"], dict) else p["Name"]
-            arn = sm.create_secret(
-                Name=secret_name,
-                Description=p.get("Description", ""),
-                SecretString=generated_secret_string(p["GenerateSecretString"]),
-            )["ARN"]
-            template = replace_refs(template, name, arn)
-            resources = template["Resources"]
-            changed.append(f"{name}: created with CreateSecret ({secret_name}), Ref -> its ARN")
         drop_depends_on(resources, name)
     for name in deferred:
         left = [k for k, v in template.items() if k != "Resources" and mentions(v, name)]
@@ -215,6 +199,7 @@ def main():
         "ClientCidr": "127.0.0.1/32",
         "ImageUri": "wallcrawler-controller:moto",
         "LambdaCodeBucket": code_bucket,
+        **create_token_key_secrets(sm, a.prefix),
     }
     for key_param in ("ApiLambdaKey", "AuthorizerLambdaKey", "TaskEventsLambdaKey", "SweeperLambdaKey"):
         s3.put_object(Bucket=code_bucket, Key=template["Parameters"][key_param]["Default"], Body=placeholder_zip())

@@ -427,9 +427,12 @@ impl Controller {
         let mut cmd = Command::new(bin);
         cmd.arg("run")
             .env("SESSION_ID", "sess_bench")
+            // Nothing here connects with a token: any public key will do.
             .env(
-                "WALLCRAWLER_JWT_SIGNING_KEY",
-                "bench-signing-key-0123456789abcdef",
+                "WALLCRAWLER_JWT_PUBLIC_KEY",
+                wallcrawler_contract::SigningKey::generate()
+                    .verifying_key()
+                    .to_pem(),
             )
             .env("CDP_PROXY_PORT", "0")
             .env("CHROME_DEBUG_PORT", "0")

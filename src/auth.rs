@@ -1,8 +1,9 @@
-//! Who may connect: token extraction from a request and validation against the signing keys.
+//! Who may connect: token extraction from a request and validation against the public keys.
 //!
 //! Tokens come from the `signingKey` query parameter and from `Authorization: Bearer`; when both
 //! are present both must be valid. The keys come from a [`KeySource`], which may be a literal
-//! key or the Secrets Manager cache.
+//! public key or the Secrets Manager cache of the public key secret: the controller can check
+//! tokens, never mint one.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,14 +11,14 @@ use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use wallcrawler_contract::token::{self, Validation, Verified};
-use wallcrawler_contract::{SigningKey, TokenError};
+use wallcrawler_contract::{TokenError, VerifyingKey};
 
 use http::HeaderMap;
 
-/// The keys currently accepted (the shared key cache's set).
-pub use wallcrawler_aws::keys::KeySet;
+/// The public keys currently accepted (the shared key cache's set).
+pub type KeySet = wallcrawler_aws::keys::KeySet<VerifyingKey>;
 
-/// Where signing keys come from.
+/// Where the public keys come from.
 pub trait KeySource: Send + Sync + 'static {
     /// The keys accepted now, or `None` while none has been loaded.
     fn keys(&self) -> Option<KeySet>;
@@ -34,8 +35,8 @@ pub struct StaticKeys(KeySet);
 
 impl StaticKeys {
     /// A source that always answers with the one key `key`.
-    pub fn new(key: &[u8]) -> Self {
-        Self(Arc::new(vec![SigningKey::new(key)]))
+    pub fn new(key: VerifyingKey) -> Self {
+        Self(Arc::new(vec![key]))
     }
 }
 
@@ -51,8 +52,8 @@ pub enum AuthError {
     #[error("{0}")]
     /// The token was refused by the contract's rules (see [`TokenError`]).
     Token(#[from] TokenError),
-    #[error("no signing key is loaded yet")]
-    /// The key source has no signing key loaded yet ([`KeySource::keys`] answered `None`).
+    #[error("no public key is loaded yet")]
+    /// The key source has no public key loaded yet ([`KeySource::keys`] answered `None`).
     KeysUnavailable,
     /// A pool controller not claimed by a session yet: no token can be for it.
     #[error("this browser serves no session yet")]
@@ -195,7 +196,7 @@ impl Authenticator {
         &self,
         binding: &Binding,
         token: &str,
-        keys: &[SigningKey],
+        keys: &[VerifyingKey],
     ) -> Result<Verified, TokenError> {
         let v = Validation {
             session_id: &binding.session_id,
@@ -220,6 +221,7 @@ mod tests {
     use super::*;
     use crate::proxy::http::{RequestHead, parse_request_head};
     use wallcrawler_contract::Claims;
+    use wallcrawler_testkit::keys::{public_key, signing_key};
 
     fn head(raw: &str) -> RequestHead {
         parse_request_head(raw.as_bytes(), 65536)
@@ -234,11 +236,16 @@ mod tests {
     }
 
     fn auth() -> Authenticator {
-        Authenticator::new(Arc::new(StaticKeys::new(b"k")), "sess_1".into(), None, 30)
+        Authenticator::new(
+            Arc::new(StaticKeys::new(public_key("k"))),
+            "sess_1".into(),
+            None,
+            30,
+        )
     }
 
     fn token(session: &str) -> String {
-        Claims::new(session, "p", unix_now(), 600).mint(&SigningKey::new(b"k"))
+        Claims::new(session, "p", unix_now(), 600).mint(&signing_key("k"))
     }
 
     #[test]
@@ -329,7 +336,7 @@ mod tests {
 
     impl KeySource for Rotating {
         fn keys(&self) -> Option<KeySet> {
-            Some(Arc::new(vec![SigningKey::new(b"old")]))
+            Some(Arc::new(vec![public_key("old")]))
         }
         fn refresh_after_miss(&self) -> Pin<Box<dyn Future<Output = Option<KeySet>> + Send + '_>> {
             self.refreshed
@@ -342,15 +349,14 @@ mod tests {
     #[tokio::test]
     async fn signature_miss_refreshes_once_and_rechecks() {
         let src = Arc::new(Rotating {
-            fresh: Arc::new(vec![SigningKey::new(b"k")]),
+            fresh: Arc::new(vec![public_key("k")]),
             refreshed: Default::default(),
         });
         let a = Authenticator::new(src.clone(), "sess_1".into(), None, 30);
         assert!(a.check_one(&token("sess_1")).await.is_ok());
         assert_eq!(src.refreshed.load(std::sync::atomic::Ordering::SeqCst), 1);
         // An expired token with a good signature does not trigger a refresh.
-        let expired =
-            Claims::new("sess_1", "p", unix_now() - 7200, 60).mint(&SigningKey::new(b"old"));
+        let expired = Claims::new("sess_1", "p", unix_now() - 7200, 60).mint(&signing_key("old"));
         assert_eq!(
             a.check_one(&expired).await,
             Err(AuthError::Token(TokenError::Expired))

@@ -22,7 +22,7 @@ use wallcrawler_aws::item::{self, Item};
 use wallcrawler_aws::keys::{FetchMode, KeyFetcher};
 use wallcrawler_aws::secrets::{SecretsError, SecretsManagerKeys};
 use wallcrawler_contract::session::attr;
-use wallcrawler_contract::{InternalStatus, SigningSecret};
+use wallcrawler_contract::{InternalStatus, VerifyingKey};
 
 use crate::stores::{
     ArchiveStore, BoxError, BoxRead, ClaimQueue, Context, DownloadsUpdate, EndedUpdate,
@@ -590,16 +590,17 @@ fn read_error(e: std::io::Error) -> StoreError {
     }
 }
 
-/// The signing secret in Secrets Manager: the workspace's one fetcher
+/// The public key secret in Secrets Manager: the workspace's one fetcher
 /// ([`SecretsManagerKeys`]), its failures as [`StoreError`]s.
-pub struct SecretsManagerSecret(pub SecretsManagerKeys);
+pub struct SecretsManagerSecret(pub SecretsManagerKeys<VerifyingKey>);
 
 const SECRETS: &str = "Secrets Manager";
 
 impl KeyFetcher for SecretsManagerSecret {
+    type Key = VerifyingKey;
     type Error = StoreError;
 
-    fn fetch(&self, mode: FetchMode) -> BoxFuture<'_, Result<Vec<SigningSecret>, StoreError>> {
+    fn fetch(&self, mode: FetchMode) -> BoxFuture<'_, Result<Vec<VerifyingKey>, StoreError>> {
         Box::pin(self.0.fetch(mode).map_err(|e| {
             match e {
                 SecretsError::Call { failure, source } => classified(SECRETS, failure, source),

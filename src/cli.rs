@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Parser as _;
 use tracing::error;
-use wallcrawler_contract::{Claims, SigningKey};
+use wallcrawler_contract::Claims;
 
 use crate::auth::unix_now;
 use crate::chrome::flags;
@@ -111,8 +111,7 @@ where
 }
 
 fn token(c: &TokenConfig) -> i32 {
-    let t = Claims::new(&c.session_id, &c.project_id, unix_now(), c.ttl)
-        .mint(&SigningKey::new(c.key.as_bytes()));
+    let t = Claims::new(&c.session_id, &c.project_id, unix_now(), c.ttl).mint(&c.key.0);
     let mut out = std::io::stdout().lock();
     if writeln!(out, "{t}").and_then(|_| out.flush()).is_err() {
         return EXIT_FAILURE;

@@ -16,6 +16,7 @@ use names::*;
 use wallcrawler_contract::session::MAX_SHUTDOWN_BUDGET_SECONDS;
 use wallcrawler_contract::task_env::*;
 use wallcrawler_contract::token::MAX_SESSION_SECONDS;
+use wallcrawler_contract::{SigningKey, VerifyingKey};
 
 use crate::chrome::netns::ChromeNetwork;
 use crate::chrome::user::ChromeUser;
@@ -51,6 +52,12 @@ mod names {
     pub const PROXY_HEADER_TIMEOUT_SECONDS: &str = "PROXY_HEADER_TIMEOUT_SECONDS";
     pub const PUBLIC_IP_REQUIRED: &str = "PUBLIC_IP_REQUIRED";
     pub const SHUTDOWN_BUDGET_SECONDS: &str = "SHUTDOWN_BUDGET_SECONDS";
+    /// The PKCS#8 PEM file `local` and `token` sign with (never a task's or gateway's).
+    pub const PRIVATE_KEY_FILE: &str = "WALLCRAWLER_JWT_PRIVATE_KEY_FILE";
+    /// Before EdDSA tokens: the HS256 key (refused, naming its replacement).
+    pub const OLD_SIGNING_KEY: &str = "WALLCRAWLER_JWT_SIGNING_KEY";
+    /// Before EdDSA tokens: the HS256 secret (refused, naming its replacement).
+    pub const OLD_SIGNING_SECRET_ARN: &str = "WALLCRAWLER_JWT_SIGNING_SECRET_ARN";
 }
 
 /// Raw settings keyed by environment-variable name.
@@ -91,10 +98,14 @@ settings_group! {
         session_id = SESSION_ID,
         /// Owning project; when set, tokens for another project are refused.
         project_id = PROJECT_ID,
-        /// Literal HS256 signing key (development); overrides the Secrets Manager secret.
-        jwt_signing_key = SIGNING_KEY,
-        /// Secrets Manager secret holding {"algorithm":"HS256","signingKey":…}.
-        jwt_signing_secret_arn = SIGNING_SECRET_ARN,
+        /// The control plane's Ed25519 public key, SPKI PEM (-----BEGIN PUBLIC KEY-----), literal (development, the local platform); overrides the Secrets Manager secret.
+        jwt_public_key = PUBLIC_KEY,
+        /// Secrets Manager secret holding {"algorithm":"EdDSA","publicKey":"<SPKI PEM>"} (AWSCURRENT and AWSPREVIOUS are both accepted).
+        jwt_public_key_secret_arn = PUBLIC_KEY_SECRET_ARN,
+        /// No longer read: refused (tokens are EdDSA; set WALLCRAWLER_JWT_PUBLIC_KEY).
+        jwt_signing_key = OLD_SIGNING_KEY,
+        /// No longer read: refused (set WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN).
+        jwt_signing_secret_arn = OLD_SIGNING_SECRET_ARN,
         /// Clock-skew leeway in seconds for exp/nbf/iat [default: 30].
         jwt_leeway_seconds = JWT_LEEWAY_SECONDS,
     }
@@ -221,10 +232,14 @@ settings_group! {
         sessions_table_name = SESSIONS_TABLE_NAME,
         /// Directory of local session documents, instead of the table (local platform).
         sessions_dir = SESSIONS_DIR,
-        /// Literal HS256 signing key (development); overrides the Secrets Manager secret.
-        jwt_signing_key = SIGNING_KEY,
-        /// Secrets Manager secret holding {"algorithm":"HS256","signingKey":…}.
-        jwt_signing_secret_arn = SIGNING_SECRET_ARN,
+        /// The control plane's Ed25519 public key, SPKI PEM (-----BEGIN PUBLIC KEY-----), literal (development, the local platform); overrides the Secrets Manager secret.
+        jwt_public_key = PUBLIC_KEY,
+        /// Secrets Manager secret holding {"algorithm":"EdDSA","publicKey":"<SPKI PEM>"} (AWSCURRENT and AWSPREVIOUS are both accepted).
+        jwt_public_key_secret_arn = PUBLIC_KEY_SECRET_ARN,
+        /// No longer read: refused (tokens are EdDSA; set WALLCRAWLER_JWT_PUBLIC_KEY).
+        jwt_signing_key = OLD_SIGNING_KEY,
+        /// No longer read: refused (set WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN).
+        jwt_signing_secret_arn = OLD_SIGNING_SECRET_ARN,
         /// Clock-skew leeway in seconds for exp/nbf/iat [default: 30].
         jwt_leeway_seconds = JWT_LEEWAY_SECONDS,
         /// Seconds a client is held for a session that is still starting before 503 with Retry-After [default: 90].
@@ -267,7 +282,7 @@ pub enum Command {
     /// Local mode (the default): launch Chromium, serve the proxy on 127.0.0.1, print a connectUrl.
     ///
     /// No AWS, fresh profile, keepAlive: runs until Ctrl-C/SIGTERM or a client's Browser.close.
-    /// The signing key comes from WALLCRAWLER_JWT_SIGNING_KEY or is generated.
+    /// The key pair: the private key from WALLCRAWLER_JWT_PRIVATE_KEY_FILE, or generated.
     Local(LocalArgs),
     /// ECS mode: the per-task controller, configured by the task's environment variables.
     Run(Box<RunArgs>),
@@ -286,16 +301,15 @@ pub enum Command {
     Token(TokenArgs),
 }
 
-/// `--jwt-signing-key`, of `local` and `token`.
+/// `--jwt-private-key-file`, of `local` and `token`: the only modes that sign (for local and
+/// test use; a task or gateway never holds a private key).
 #[derive(Args, Debug, Default, Clone)]
 pub struct SigningKeyArg {
-    /// Literal HS256 signing key (`local` generates one when unset; `token` needs it).
-    #[arg(
-        long,
-        env = SIGNING_KEY,
-        hide_env_values = true,
-        value_name = "KEY"
-    )]
+    /// Ed25519 private key file, PKCS#8 PEM (-----BEGIN PRIVATE KEY-----, e.g. from `openssl genpkey -algorithm ed25519`); `local` generates a pair when unset, `token` needs it.
+    #[arg(long, env = PRIVATE_KEY_FILE, value_name = "PATH")]
+    pub jwt_private_key_file: Option<String>,
+    /// No longer read: refused (tokens are EdDSA; set WALLCRAWLER_JWT_PRIVATE_KEY_FILE).
+    #[arg(long, env = OLD_SIGNING_KEY, hide_env_values = true, value_name = "KEY")]
     pub jwt_signing_key: Option<String>,
 }
 
@@ -311,7 +325,7 @@ pub struct LocalArgs {
     /// Lifetime of the printed token in seconds, at most 21600 [default: 3600].
     #[arg(long, value_name = "SECONDS")]
     pub token_ttl: Option<String>,
-    /// The literal signing key.
+    /// The private key file.
     #[command(flatten)]
     pub key: SigningKeyArg,
     /// Chrome's DevTools port on 127.0.0.1; 0 = any free port [default: 0].
@@ -382,7 +396,7 @@ pub struct TokenArgs {
     /// Lifetime in seconds, at most 21600 [default: 3600].
     #[arg(long, value_name = "SECONDS")]
     pub ttl: Option<String>,
-    /// The literal signing key.
+    /// The private key file.
     #[command(flatten)]
     pub key: SigningKeyArg,
 }
@@ -392,21 +406,31 @@ pub struct TokenArgs {
 #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
 pub struct ConfigErrors(pub Vec<String>);
 
-/// Where the signing key comes from.
-#[derive(Clone, PartialEq, Eq)]
+/// Where the public key comes from (the controller and the gateway verify tokens; they hold
+/// no key that signs one).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyConfig {
-    /// A literal key (development, tests, local mode).
-    Literal(String),
-    /// A Secrets Manager secret id or ARN.
+    /// A literal public key (development, tests, the local platform).
+    Literal(VerifyingKey),
+    /// The public key secret's id or ARN in Secrets Manager.
     SecretArn(String),
 }
 
-impl std::fmt::Debug for KeyConfig {
+/// A private key read from a file (`local` and `token`), compared by its public half.
+#[derive(Clone)]
+pub struct PrivateKey(pub SigningKey);
+
+impl PartialEq for PrivateKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.verifying_key() == other.0.verifying_key()
+    }
+}
+
+impl Eq for PrivateKey {}
+
+impl std::fmt::Debug for PrivateKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Literal(_) => f.write_str("Literal(<redacted>)"),
-            Self::SecretArn(arn) => f.debug_tuple("SecretArn").field(arn).finish(),
-        }
+        f.write_str("PrivateKey(<redacted>)")
     }
 }
 
@@ -417,7 +441,7 @@ pub struct AuthConfig {
     pub session_id: String,
     /// `PROJECT_ID`: when set, tokens for another project are refused.
     pub project_id: Option<String>,
-    /// Where the signing key comes from.
+    /// Where the public key comes from.
     pub key: KeyConfig,
     /// `JWT_LEEWAY_SECONDS`: clock-skew leeway for `exp`, `nbf` and `iat`.
     pub leeway_seconds: u64,
@@ -645,8 +669,8 @@ pub struct LocalConfig {
     pub port: u16,
     /// Lifetime of the printed token, in seconds.
     pub token_ttl: u64,
-    /// The literal signing key (`None`: one is generated).
-    pub key: Option<String>,
+    /// The private key to sign the printed token with (`None`: a pair is generated).
+    pub key: Option<PrivateKey>,
     /// How Chrome is launched.
     pub chrome: ChromeSettings,
     /// Limits and telemetry of the proxy.
@@ -673,7 +697,7 @@ pub struct GatewayConfig {
     pub listen: SocketAddr,
     /// Where sessions are looked up (a table or a directory).
     pub store: SessionStoreConfig,
-    /// Where the signing key comes from.
+    /// Where the public key comes from.
     pub key: KeyConfig,
     /// `JWT_LEEWAY_SECONDS`.
     pub leeway_seconds: u64,
@@ -715,8 +739,8 @@ pub struct TokenConfig {
     pub project_id: String,
     /// Lifetime in seconds.
     pub ttl: u64,
-    /// The signing key.
-    pub key: String,
+    /// The private key.
+    pub key: PrivateKey,
 }
 
 /// Which mode a setting default is for.
@@ -856,17 +880,59 @@ fn auth_config(r: &mut Reader<'_>, pool: bool) -> AuthConfig {
     }
 }
 
-/// The signing key: the literal one, else the Secrets Manager secret.
+/// The public key: the literal one, else the Secrets Manager secret. The settings of the HS256
+/// shared key of before are refused, naming what replaces them. On a problem (listed) the
+/// value returned is a placeholder: `finish` refuses the whole configuration.
 fn key_config(r: &mut Reader<'_>) -> KeyConfig {
-    match (r.s.get(SIGNING_KEY), r.text(SIGNING_SECRET_ARN)) {
-        (Some(k), _) if !k.is_empty() => KeyConfig::Literal(k.clone()),
-        (_, Some(arn)) => KeyConfig::SecretArn(arn),
-        _ => {
-            r.errors.push(
-                "a signing key is required: set WALLCRAWLER_JWT_SIGNING_SECRET_ARN or WALLCRAWLER_JWT_SIGNING_KEY"
-                    .to_owned(),
-            );
-            KeyConfig::Literal(String::new())
+    refuse_old_key_settings(r, PUBLIC_KEY);
+    if r.text(OLD_SIGNING_SECRET_ARN).is_some() {
+        r.errors.push(format!(
+            "{OLD_SIGNING_SECRET_ARN} is no longer read: tokens are EdDSA and this process only \
+             verifies them; set {PUBLIC_KEY_SECRET_ARN} (the public key secret)"
+        ));
+    }
+    match (r.text(PUBLIC_KEY), r.text(PUBLIC_KEY_SECRET_ARN)) {
+        (Some(pem), _) => match VerifyingKey::from_pem(&pem) {
+            Ok(k) => KeyConfig::Literal(k),
+            Err(e) => {
+                r.errors.push(format!("{PUBLIC_KEY}: {e}"));
+                KeyConfig::SecretArn(String::new())
+            }
+        },
+        (None, Some(arn)) => KeyConfig::SecretArn(arn),
+        (None, None) => {
+            r.errors.push(format!(
+                "a public key is required: set {PUBLIC_KEY_SECRET_ARN} or {PUBLIC_KEY}"
+            ));
+            KeyConfig::SecretArn(String::new())
+        }
+    }
+}
+
+/// `WALLCRAWLER_JWT_SIGNING_KEY` (an HS256 key) refused, naming `instead`.
+fn refuse_old_key_settings(r: &mut Reader<'_>, instead: &str) {
+    if r.s.get(OLD_SIGNING_KEY).is_some() {
+        r.errors.push(format!(
+            "{OLD_SIGNING_KEY} is no longer read: tokens are EdDSA (Ed25519); set {instead}"
+        ));
+    }
+}
+
+/// The private key of `WALLCRAWLER_JWT_PRIVATE_KEY_FILE`, when set.
+fn private_key(r: &mut Reader<'_>) -> Option<PrivateKey> {
+    refuse_old_key_settings(r, PRIVATE_KEY_FILE);
+    let path = r.text(PRIVATE_KEY_FILE)?;
+    let read = std::fs::read_to_string(&path).map(zeroize::Zeroizing::new);
+    match read.map(|pem| SigningKey::from_pem(&pem)) {
+        Ok(Ok(k)) => Some(PrivateKey(k)),
+        Ok(Err(e)) => {
+            r.errors.push(format!("{PRIVATE_KEY_FILE} ({path}): {e}"));
+            None
+        }
+        Err(e) => {
+            r.errors
+                .push(format!("{PRIVATE_KEY_FILE}: {path} cannot be read: {e}"));
+            None
         }
     }
 }
@@ -1265,7 +1331,8 @@ impl LocalConfig {
         put(CDP_PROXY_PORT, &a.port);
         put(CHROME_PATH, &a.chrome_path);
         put("TOKEN_TTL", &a.token_ttl);
-        put(SIGNING_KEY, &a.key.jwt_signing_key);
+        put(PRIVATE_KEY_FILE, &a.key.jwt_private_key_file);
+        put(OLD_SIGNING_KEY, &a.key.jwt_signing_key);
         put(CHROME_DEBUG_PORT, &a.chrome_debug_port);
         put(CHROME_FLAGS_FILE, &a.chrome_flags_file);
         put(CHROME_NETWORK, &a.chrome_network);
@@ -1278,7 +1345,7 @@ impl LocalConfig {
         let port = r.number(CDP_PROXY_PORT, 9223, 0, 65535) as u16;
         // The proxy refuses tokens that outlive the longest session.
         let token_ttl = r.number("TOKEN_TTL", 3600, 1, MAX_SESSION_SECONDS);
-        let key = r.text(SIGNING_KEY);
+        let key = private_key(&mut r);
         let chrome = chrome_settings(&mut r, 0);
         let tuning = tuning(&mut r, Mode::Local);
         r.finish(LocalConfig {
@@ -1436,7 +1503,8 @@ impl TokenConfig {
             (SESSION_ID, &a.session_id),
             (PROJECT_ID, &a.project_id),
             ("TOKEN_TTL", &a.ttl),
-            (SIGNING_KEY, &a.key.jwt_signing_key),
+            (PRIVATE_KEY_FILE, &a.key.jwt_private_key_file),
+            (OLD_SIGNING_KEY, &a.key.jwt_signing_key),
         ] {
             if let Some(v) = v {
                 s.insert(k, v.clone());
@@ -1451,19 +1519,17 @@ impl TokenConfig {
         let session_id = r.required(SESSION_ID);
         let project_id = r.text(PROJECT_ID).unwrap_or_default();
         let ttl = r.number("TOKEN_TTL", 3600, 1, MAX_SESSION_SECONDS);
-        let key = match r.s.get(SIGNING_KEY) {
-            Some(k) if !k.is_empty() => k.clone(),
-            _ => {
-                r.errors
-                    .push("WALLCRAWLER_JWT_SIGNING_KEY is required to sign a token".to_owned());
-                String::new()
-            }
-        };
+        let key = private_key(&mut r);
+        if key.is_none() && r.text(PRIVATE_KEY_FILE).is_none() {
+            r.errors
+                .push(format!("{PRIVATE_KEY_FILE} is required to sign a token"));
+        }
         r.finish(TokenConfig {
             session_id,
             project_id,
             ttl,
-            key,
+            // A placeholder when missing: `finish` then refuses the configuration.
+            key: key.unwrap_or_else(|| PrivateKey(SigningKey::generate())),
         })
     }
 }
@@ -1471,6 +1537,12 @@ impl TokenConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An Ed25519 public key, SPKI PEM (`openssl pkey -pubout`).
+    const PUBLIC: &str = "-----BEGIN PUBLIC KEY-----
+MCowBQYDK2VwAyEA9wFNLln1FAfDioMFnpReLaKEhyk0em6z3gbXQRbFQkQ=
+-----END PUBLIC KEY-----
+";
 
     /// Asserts that `e` lists every one of `needles` (each a part of one problem's line).
     fn assert_lists(e: &ConfigErrors, needles: &[&str]) {
@@ -1488,7 +1560,7 @@ mod tests {
     fn the_proxy_listen_address_is_configurable() {
         let base = [
             ("SESSION_ID", "sess_1"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
         ];
         let mut pairs = base.to_vec();
         pairs.push(("CDP_PROXY_HOST", "127.0.0.1"));
@@ -1506,7 +1578,7 @@ mod tests {
     fn run_defaults() {
         let c = RunConfig::from_settings(&map(&[
             ("SESSION_ID", "sess_1"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
         ]))
         .unwrap();
         assert_eq!(c.proxy_port, 9223);
@@ -1538,7 +1610,7 @@ mod tests {
         let with = |grace: &str| {
             RunConfig::from_settings(&map(&[
                 ("SESSION_ID", "sess_1"),
-                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+                ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
                 ("CDP_DISCONNECT_GRACE", grace),
             ]))
         };
@@ -1562,7 +1634,7 @@ mod tests {
         fn with(user: &'static str) -> Result<RunConfig, ConfigErrors> {
             RunConfig::from_settings(&map(&[
                 ("SESSION_ID", "sess_1"),
-                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+                ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
                 ("CHROME_USER", user),
             ]))
         }
@@ -1628,7 +1700,7 @@ mod tests {
         fn with(nice: &[(&'static str, &'static str)]) -> Result<RunConfig, ConfigErrors> {
             let mut v = vec![
                 ("SESSION_ID", "sess_1"),
-                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+                ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ];
             v.extend_from_slice(nice);
             RunConfig::from_settings(&map(&v))
@@ -1658,7 +1730,7 @@ mod tests {
             let mut v = vec![
                 ("POOL_QUEUE_DIR", "/q"),
                 ("SESSIONS_DIR", "/s"),
-                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+                ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ];
             v.extend_from_slice(extra);
             RunConfig::from_settings(&map(&v)).map(|c| c.pool.unwrap().metric)
@@ -1701,7 +1773,7 @@ mod tests {
             ("POOL_QUEUE_URL", "http://127.0.0.1:1/queue/claims"),
             ("SESSIONS_TABLE_NAME", "sessions"),
             ("CONTEXTS_BUCKET_NAME", "contexts"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ("POOL_TASK_NAME", "pool-1"),
         ]))
         .unwrap();
@@ -1720,7 +1792,7 @@ mod tests {
             let c = RunConfig::from_settings(&map(&[
                 ("POOL_QUEUE_URL", "http://127.0.0.1:1/queue/claims"),
                 ("SESSIONS_TABLE_NAME", "sessions"),
-                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+                ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ]))
             .unwrap();
             c.pool.unwrap().task_name
@@ -1735,7 +1807,7 @@ mod tests {
             ("SESSION_ID", "sess_1"),
             ("CONTEXT_ID", "ctx_1"),
             ("CONTEXT_S3_KEY", "p/c/profile.tar.gz"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ("POOL_TASK_NAME", "../x"),
         ]))
         .unwrap_err();
@@ -1753,7 +1825,7 @@ mod tests {
             ("POOL_QUEUE_DIR", "/q"),
             ("POOL_QUEUE_URL", "http://127.0.0.1:1/q"),
             ("SESSIONS_DIR", "/s"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
         ]))
         .unwrap_err();
         assert!(both.0.iter().any(|m| m.contains("not both")), "{both:?}");
@@ -1773,7 +1845,7 @@ mod tests {
             &e,
             &[
                 "SESSION_ID is required",
-                "a signing key is required",
+                "a public key is required",
                 "CDP_PROXY_PORT must be between",
                 "JWT_LEEWAY_SECONDS must be a whole number",
                 "missing CONTEXTS_BUCKET_NAME (or CONTEXTS_DIR), CONTEXT_S3_KEY",
@@ -1790,7 +1862,7 @@ mod tests {
         let base = [
             ("SESSION_ID", "s"),
             ("PROJECT_ID", "proj_1"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
         ];
         let mut m = map(&base);
         m.insert("EXTENSION_S3_KEY", key.clone());
@@ -1819,7 +1891,7 @@ mod tests {
 
     #[test]
     fn session_files_live_where_named_else_with_the_archives() {
-        let base = [("SESSION_ID", "s"), ("WALLCRAWLER_JWT_SIGNING_KEY", "k")];
+        let base = [("SESSION_ID", "s"), ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC)];
         let files = |more: &[(&'static str, &'static str)]| {
             let mut m = map(&base);
             m.extend(map(more));
@@ -1852,7 +1924,7 @@ mod tests {
     fn context_modes() {
         let base = [
             ("SESSION_ID", "s"),
-            ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "arn:x"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "arn:x"),
         ];
         let mut m = map(&base);
         m.extend(map(&[
@@ -1876,15 +1948,59 @@ mod tests {
     }
 
     #[test]
-    fn literal_key_wins_and_is_never_printed() {
+    fn literal_public_key_wins() {
         let c = RunConfig::from_settings(&map(&[
+            ("SESSION_ID", "s"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "arn:x"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.auth.key,
+            KeyConfig::Literal(VerifyingKey::from_pem(PUBLIC).unwrap())
+        );
+    }
+
+    #[test]
+    fn the_hs256_settings_and_private_keys_are_refused_naming_the_public_key() {
+        // A task definition of before EdDSA tokens: each old setting refused with its successor.
+        let e = RunConfig::from_settings(&map(&[
             ("SESSION_ID", "s"),
             ("WALLCRAWLER_JWT_SIGNING_KEY", "hunter2"),
             ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "arn:x"),
         ]))
-        .unwrap();
-        assert_eq!(c.auth.key, KeyConfig::Literal("hunter2".into()));
-        assert!(!format!("{c:?}").contains("hunter2"));
+        .unwrap_err();
+        assert_lists(
+            &e,
+            &[
+                "WALLCRAWLER_JWT_SIGNING_KEY is no longer read: tokens are EdDSA (Ed25519); set WALLCRAWLER_JWT_PUBLIC_KEY",
+                "WALLCRAWLER_JWT_SIGNING_SECRET_ARN is no longer read",
+                "set WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
+            ],
+        );
+        assert!(!e.to_string().contains("hunter2"));
+        // The old setting is refused even beside a good public key.
+        let with_both = map(&[
+            ("SESSIONS_DIR", "/d"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
+            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+        ]);
+        assert!(GatewayConfig::from_settings(&with_both).is_err());
+        // A private key where the public one goes is not a public key (and is not echoed).
+        let private = wallcrawler_testkit::keys::signing_key("k").to_pem();
+        let e = GatewayConfig::from_settings(&map(&[
+            ("SESSIONS_DIR", "/d"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", private.as_str()),
+        ]))
+        .unwrap_err();
+        assert_lists(
+            &e,
+            &["WALLCRAWLER_JWT_PUBLIC_KEY: the public key is not an Ed25519 key in SPKI PEM"],
+        );
+        assert!(!e.to_string().contains(&private[40..80]));
+        let e =
+            LocalConfig::from_settings(&map(&[("WALLCRAWLER_JWT_SIGNING_KEY", "k")])).unwrap_err();
+        assert_lists(&e, &["set WALLCRAWLER_JWT_PRIVATE_KEY_FILE"]);
     }
 
     #[test]
@@ -1893,7 +2009,7 @@ mod tests {
             ("LISTEN", "127.0.0.1:0"),
             ("UPSTREAM", "127.0.0.1:9222"),
             ("SESSION_ID", "s"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ("MAX_PENDING_CONNECTIONS", "16"),
             ("MAX_PENDING_PER_ADDRESS", "4"),
             ("PENDING_MIN_AGE_MS", "250"),
@@ -1911,7 +2027,7 @@ mod tests {
         );
         let e = RunConfig::from_settings(&map(&[
             ("SESSION_ID", "s"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ("MAX_PENDING_CONNECTIONS", "0"),
             ("MAX_PENDING_PER_ADDRESS", "many"),
             ("PENDING_MIN_AGE_MS", "60001"),
@@ -1936,7 +2052,7 @@ mod tests {
     fn metrics_can_be_turned_off() {
         let c = RunConfig::from_settings(&map(&[
             ("SESSION_ID", "s"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
             ("METRICS_ADDR", ""),
         ]))
         .unwrap();
@@ -1966,23 +2082,25 @@ mod tests {
         let e = TokenConfig::from_settings(&map(&[("SESSION_ID", "s")])).unwrap_err();
         assert_eq!(
             e.0,
-            vec!["WALLCRAWLER_JWT_SIGNING_KEY is required to sign a token".to_owned()]
+            vec!["WALLCRAWLER_JWT_PRIVATE_KEY_FILE is required to sign a token".to_owned()]
         );
     }
 
     #[test]
     fn token_lifetimes_stop_at_the_longest_session() {
         // The proxy refuses a token whose exp is further ahead than the longest session.
+        let file = wallcrawler_testkit::keys::private_key_file("k");
+        let file = file.to_str().unwrap();
         let ok = TokenConfig::from_settings(&map(&[
             ("SESSION_ID", "s"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PRIVATE_KEY_FILE", file),
             ("TOKEN_TTL", "21600"),
         ]))
         .unwrap();
         assert_eq!(ok.ttl, 21_600);
         let e = TokenConfig::from_settings(&map(&[
             ("SESSION_ID", "s"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PRIVATE_KEY_FILE", file),
             ("TOKEN_TTL", "21601"),
         ]))
         .unwrap_err();
@@ -2001,7 +2119,7 @@ mod tests {
     fn gateway_defaults_and_every_problem() {
         let c = GatewayConfig::from_settings(&map(&[
             ("SESSIONS_DIR", "/s"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
         ]))
         .unwrap();
         assert_eq!(c.listen, "0.0.0.0:9223".parse().unwrap());
@@ -2027,7 +2145,7 @@ mod tests {
             &[
                 "GATEWAY_LISTEN must be an address",
                 "set SESSIONS_TABLE_NAME (or SESSIONS_DIR)",
-                "a signing key is required",
+                "a public key is required",
                 "GATEWAY_HOLD_SECONDS must be between 1 and 3600",
                 "GATEWAY_MAX_HELD_PER_SESSION must be a whole number",
             ],

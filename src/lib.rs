@@ -5,7 +5,7 @@
 //!
 //! - [`config`]: flags and environment variables → checked configuration (exit 64 on errors).
 //! - [`telemetry`]: logging to stderr and the proxy's Prometheus metrics.
-//! - [`auth`]: token extraction from requests and validation against the signing keys
+//! - [`auth`]: token extraction from requests and validation against the public keys
 //!   (the rules themselves live in the shared `wallcrawler-contract` crate).
 //! - [`proxy`]: the listener, handshake, routing, discovery rewriting, relay and health.
 //! - [`upstream`]: the CDP endpoint behind the proxy (dialled in its network) and a tiny HTTP
@@ -17,7 +17,7 @@
 //! - [`shutdown`]: the root cancellation token, the tracker every task runs on, and the
 //!   shutdown budget as named steps with their deadlines.
 //! - [`session`]: one session's lifecycle, the steps both drivers of `run` take (session item,
-//!   signing secret, profile, extension, READY, the downloads captured and stored, the end
+//!   public key secret, profile, extension, READY, the downloads captured and stored, the end
 //!   sequence), and how a run ends ([`session::Ending`]: the terminal writes and the exit
 //!   status, in one place).
 //! - [`modes`]: the drivers `cli` chooses between: `local`, `run` (one session's task, or a pool

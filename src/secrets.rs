@@ -1,4 +1,4 @@
-//! The signing keys from Secrets Manager: the workspace's one key cache
+//! The public keys from Secrets Manager: the workspace's one key cache
 //! ([`wallcrawler_aws::keys`]: TTL, one fetch at a time, rotation, the quiet period after a
 //! miss) over the shared Secrets Manager fetcher, its failures as [`StoreError`]s, as the
 //! proxy's [`KeySource`].
@@ -7,14 +7,15 @@ use std::future::Future;
 use std::pin::Pin;
 
 use wallcrawler_aws::keys::{KeyCache, KeyError, KeyFetcher};
+use wallcrawler_contract::VerifyingKey;
 
 use crate::auth::{KeySet, KeySource};
 use crate::stores::StoreError;
 
-/// Where the signing secret comes from (Secrets Manager, or a test's fake).
-pub type SecretFetcher = dyn KeyFetcher<Error = StoreError>;
+/// Where the public key secret comes from (Secrets Manager, or a test's fake).
+pub type SecretFetcher = dyn KeyFetcher<Key = VerifyingKey, Error = StoreError>;
 
-/// The signing keys, cached.
+/// The public keys, cached.
 pub type SecretKeyCache = KeyCache<SecretFetcher>;
 
 /// Why a fetch failed; shared by every caller waiting on the same fetch.

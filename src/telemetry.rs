@@ -89,7 +89,7 @@ pub enum Outcome {
     NotFound,
     /// Connection cap reached (503).
     AtCapacity,
-    /// Chrome or the signing key not ready (503).
+    /// Chrome or the public key not ready (503).
     NotReady,
     /// Chrome could not be reached or refused the upgrade (502).
     UpstreamFailed,

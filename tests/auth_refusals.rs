@@ -7,6 +7,8 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
+use wallcrawler_contract::token;
+use wallcrawler_testkit::keys;
 
 use crate::support::upstream::FakeUpstream;
 use crate::support::{
@@ -26,33 +28,28 @@ fn claims() -> Value {
     })
 }
 
-/// Signs `payload` under `header` with HS256 (or HS512 when the header says so) and `key`.
+/// Signs `payload` under `header` with the private key named `key` (EdDSA), or, when the
+/// header says HS512, with an HMAC keyed with `key`'s bytes.
 fn sign(header: Value, payload: &Value, key: &str) -> String {
-    let input = format!(
-        "{}.{}",
-        b64(header.to_string().as_bytes()),
-        b64(payload.to_string().as_bytes())
-    );
-    let sig = if header["alg"] == "HS512" {
+    let header_b64 = b64(header.to_string().as_bytes());
+    let payload = payload.to_string();
+    if header["alg"] == "HS512" {
+        let input = format!("{header_b64}.{}", b64(payload.as_bytes()));
         let mut m = Hmac::<sha2::Sha512>::new_from_slice(key.as_bytes()).unwrap();
         m.update(input.as_bytes());
-        m.finalize().into_bytes().to_vec()
-    } else {
-        let mut m = Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).unwrap();
-        m.update(input.as_bytes());
-        m.finalize().into_bytes().to_vec()
-    };
-    format!("{input}.{}", b64(&sig))
+        return format!("{input}.{}", b64(&m.finalize().into_bytes()));
+    }
+    token::sign_raw(&header_b64, payload.as_bytes(), &keys::signing_key(key))
 }
 
-fn hs256(payload: &Value) -> String {
-    sign(json!({"alg": "HS256", "typ": "JWT"}), payload, KEY)
+fn signed(payload: &Value) -> String {
+    sign(json!({"alg": "EdDSA", "typ": "JWT"}), payload, KEY)
 }
 
 fn with(field: &str, value: Value) -> String {
     let mut c = claims();
     c[field] = value;
-    hs256(&c)
+    signed(&c)
 }
 
 /// Presents `credential` (query form unless it starts with "Authorization:") and checks the
@@ -159,6 +156,29 @@ fn alg_none() {
     refused(Some(&unsigned), &[]);
 }
 
+/// Algorithm confusion: an HS256 token whose HMAC key is the public key the task holds (its
+/// PEM, its raw 32 bytes) would pass a verifier that let the header choose the algorithm.
+#[test]
+fn hs256_keyed_with_the_public_key() {
+    let public = keys::public_key(KEY);
+    let header = b64(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let payload = claims().to_string();
+    for secret in [public.to_pem().as_bytes(), &public.as_bytes()[..]] {
+        refused_because(
+            &token::sign_raw_hs256(&header, payload.as_bytes(), secret),
+            "algorithm",
+        );
+    }
+}
+
+/// A token signed with a key pair the control plane never had (one a task could make itself).
+#[test]
+fn a_fresh_ed25519_key() {
+    let fresh = wallcrawler_contract::SigningKey::generate();
+    let t = wallcrawler_contract::Claims::new(SESSION, "proj_a", now(), 600).mint(&fresh);
+    refused_because(&t, "signature");
+}
+
 #[test]
 fn hs512() {
     refused(
@@ -234,13 +254,13 @@ fn a_payload_that_is_an_array() {
         c["sessionId"],
         c["projectId"]
     ]);
-    refused_because(&hs256(&by_position), "malformed");
+    refused_because(&signed(&by_position), "malformed");
 }
 
 #[test]
 fn a_crit_header() {
     let t = sign(
-        json!({"alg": "HS256", "typ": "JWT", "crit": null}),
+        json!({"alg": "EdDSA", "typ": "JWT", "crit": null}),
         &claims(),
         KEY,
     );

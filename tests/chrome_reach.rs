@@ -66,7 +66,8 @@ fn cmdline(pid: i32) -> String {
 #[test]
 fn no_chrome_process_environment_holds_the_controllers_secrets() {
     let secret_values = [
-        "chrome-reach-signing-key-4b1d0c9e",
+        // `local` signs its own token: the private key's file is in its environment.
+        crate::support::private_key_file(),
         "AKIACHROMEREACHTEST1",
         "chrome-reach-secret-access-key-77aa",
         "chrome-reach-session-token-9f0e",
@@ -74,7 +75,7 @@ fn no_chrome_process_environment_holds_the_controllers_secrets() {
         "http://127.0.0.1:1/v4/chrome-reach-metadata",
     ];
     let envs = [
-        ("WALLCRAWLER_JWT_SIGNING_KEY", secret_values[0]),
+        ("WALLCRAWLER_JWT_PRIVATE_KEY_FILE", secret_values[0]),
         ("AWS_ACCESS_KEY_ID", secret_values[1]),
         ("AWS_SECRET_ACCESS_KEY", secret_values[2]),
         ("AWS_SESSION_TOKEN", secret_values[3]),
@@ -230,6 +231,7 @@ exit "$status"
         .env("TARGETS", targets.join("|"))
         .env("WAIT", WAIT.as_secs().to_string())
         .env_remove("WALLCRAWLER_JWT_SIGNING_KEY")
+        .env_remove("WALLCRAWLER_JWT_PRIVATE_KEY_FILE")
         .output()
         .expect("run unshare (util-linux)");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -352,7 +354,7 @@ fn chrome_user_needs_a_controller_that_can_switch_users() {
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("SESSION_ID", "sess_x")
-        .env("WALLCRAWLER_JWT_SIGNING_KEY", "k")
+        .env("WALLCRAWLER_JWT_PUBLIC_KEY", crate::support::public_key())
         .env("CHROME_USER", "65534:65534")
         .env("CHROME_PATH", chromium())
         .env("CDP_PROXY_PORT", "0")

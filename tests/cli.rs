@@ -2,15 +2,15 @@
 
 use std::process::Command;
 
-use wallcrawler_contract::SigningKey;
 use wallcrawler_contract::token::{Validation, validate};
 
-use crate::support::{KEY, bin, now};
+use crate::support::{KEY, bin, now, private_key_file};
 
 fn run(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
     let mut c = Command::new(bin());
     c.args(args)
         .env_remove("WALLCRAWLER_JWT_SIGNING_KEY")
+        .env_remove("WALLCRAWLER_JWT_PRIVATE_KEY_FILE")
         .env_remove("SESSION_ID");
     for (k, v) in envs {
         c.env(k, v);
@@ -30,7 +30,7 @@ fn token_prints_one_valid_token_line() {
             "--ttl",
             "120",
         ],
-        &[("WALLCRAWLER_JWT_SIGNING_KEY", KEY)],
+        &[("WALLCRAWLER_JWT_PRIVATE_KEY_FILE", private_key_file())],
     );
     assert!(out.status.success(), "{out:?}");
     let stdout = String::from_utf8(out.stdout).unwrap();
@@ -45,7 +45,7 @@ fn token_prints_one_valid_token_line() {
         leeway_seconds: 0,
         now: now(),
     };
-    let ok = validate(t, &[SigningKey::new(KEY.as_bytes())], &v).unwrap();
+    let ok = validate(t, &[wallcrawler_testkit::keys::public_key(KEY)], &v).unwrap();
     assert!(ok.exp <= (now() + 121) as f64 && ok.exp >= (now() + 100) as f64);
 }
 
@@ -55,7 +55,21 @@ fn token_without_a_key_is_a_configuration_error() {
     assert_eq!(out.status.code(), Some(64));
     assert!(out.stdout.is_empty());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("WALLCRAWLER_JWT_SIGNING_KEY is required")
+        String::from_utf8_lossy(&out.stderr)
+            .contains("WALLCRAWLER_JWT_PRIVATE_KEY_FILE is required")
+    );
+    // The HS256 key of before is refused, naming the private key file.
+    let out = run(
+        &["token", "--session-id", "s"],
+        &[("WALLCRAWLER_JWT_SIGNING_KEY", "hunter2")],
+    );
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("WALLCRAWLER_JWT_SIGNING_KEY is no longer read")
+            && err.contains("WALLCRAWLER_JWT_PRIVATE_KEY_FILE")
+            && !err.contains("hunter2"),
+        "{err}"
     );
 }
 
@@ -73,7 +87,7 @@ fn run_lists_every_configuration_problem_and_exits_64() {
     let err = String::from_utf8_lossy(&out.stderr);
     for needle in [
         "SESSION_ID is required",
-        "a signing key is required",
+        "a public key is required",
         "CDP_PROXY_PORT",
         "CONTEXT_S3_KEY",
         "LOG_FORMAT",
@@ -109,8 +123,8 @@ fn help_documents_every_variable() {
         "CDP_PROXY_PORT",
         "CDP_DISCONNECT_TIMEOUT",
         "CDP_DISCONNECT_GRACE",
-        "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
-        "WALLCRAWLER_JWT_SIGNING_KEY",
+        "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
+        "WALLCRAWLER_JWT_PUBLIC_KEY",
         "JWT_LEEWAY_SECONDS",
         "CHROME_PATH",
         "CHROME_DEBUG_PORT",
@@ -152,8 +166,8 @@ fn gateway_help_documents_every_variable_and_its_errors_exit_64() {
         "GATEWAY_LISTEN",
         "SESSIONS_TABLE_NAME",
         "SESSIONS_DIR",
-        "WALLCRAWLER_JWT_SIGNING_KEY",
-        "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+        "WALLCRAWLER_JWT_PUBLIC_KEY",
+        "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
         "JWT_LEEWAY_SECONDS",
         "GATEWAY_HOLD_SECONDS",
         "GATEWAY_MAX_HELD",
@@ -184,7 +198,7 @@ fn gateway_help_documents_every_variable_and_its_errors_exit_64() {
         "GATEWAY_LISTEN must be an address",
         "GATEWAY_HOLD_SECONDS must be between 1 and 3600",
         "set SESSIONS_TABLE_NAME or SESSIONS_DIR, not both",
-        "a signing key is required",
+        "a public key is required",
     ] {
         assert!(err.contains(needle), "{needle} missing from: {err}");
     }

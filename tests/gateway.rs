@@ -7,11 +7,13 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
+use wallcrawler_contract::{Claims, InternalStatus, SigningKey};
 
 use crate::support::upstream::{FakeUpstream, UpEvent};
-use crate::support::{Controller, KEY, WAIT, now, raw_http, status_of, token, upgrade_request};
+use crate::support::{
+    Controller, KEY, WAIT, now, public_key, raw_http, status_of, token, upgrade_request,
+};
 
 const A: &str = "sess_aaaaaaaa-0000-0000-0000-000000000001";
 const B: &str = "sess_bbbbbbbb-0000-0000-0000-000000000002";
@@ -38,7 +40,7 @@ impl Gw {
         let sdir = sessions.display().to_string();
         let mut all = vec![
             ("SESSIONS_DIR", sdir.as_str()),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", public_key()),
             ("GATEWAY_LISTEN", "127.0.0.1:0"),
             ("METRICS_ADDR", maddr.as_str()),
             ("LOG_FORMAT", "json"),
@@ -170,15 +172,30 @@ fn a_ready_sessions_client_reaches_its_task_with_the_request_as_sent() {
     assert_eq!(up.connections.load(Ordering::SeqCst), 1);
 }
 
+/// A token for `session` signed HS256 with the gateway's public key as the HMAC key: its raw
+/// 32 bytes, or its PEM.
+fn hs256_with_public_key(session: &str, raw: bool) -> String {
+    let public = wallcrawler_testkit::keys::public_key(KEY);
+    let secret = if raw {
+        public.as_bytes().to_vec()
+    } else {
+        public.to_pem().into_bytes()
+    };
+    let claims = serde_json::to_vec(&Claims::new(session, "proj_a", now(), 600)).unwrap();
+    // {"alg":"HS256","typ":"JWT"}
+    wallcrawler_contract::token::sign_raw_hs256(
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9",
+        &claims,
+        &secret,
+    )
+}
+
 #[test]
 fn bad_expired_and_wrongly_signed_tokens_get_401_and_no_task_is_dialled() {
     let up = FakeUpstream::idle();
     let gw = Gw::start(&[]);
     gw.put(A, InternalStatus::Ready, Some(up.addr));
-    let expired = {
-        use wallcrawler_contract::{Claims, SigningKey};
-        Claims::new(A, "proj_a", now() - 7200, 60).mint(&SigningKey::new(KEY.as_bytes()))
-    };
+    let expired = wallcrawler_testkit::keys::mint(KEY, A, "proj_a", now() - 7200, 60);
     let good = token(KEY, A, "proj_a", 600);
     let host = gw.addr.to_string();
     let cases: Vec<(String, Vec<String>)> = vec![
@@ -187,6 +204,23 @@ fn bad_expired_and_wrongly_signed_tokens_get_401_and_no_task_is_dialled() {
         (format!("/?signingKey={expired}"), vec![]),
         (
             format!("/?signingKey={}", token("another-key", A, "proj_a", 600)),
+            vec![],
+        ),
+        // Key material the gateway holds cannot mint: HS256 keyed with its public key (PEM or
+        // raw), and a fresh Ed25519 pair of its own.
+        (
+            format!("/?signingKey={}", hs256_with_public_key(A, false)),
+            vec![],
+        ),
+        (
+            format!("/?signingKey={}", hs256_with_public_key(A, true)),
+            vec![],
+        ),
+        (
+            format!(
+                "/?signingKey={}",
+                Claims::new(A, "proj_a", now(), 600).mint(&SigningKey::generate())
+            ),
             vec![],
         ),
         // Both sources present: both must be valid.
@@ -434,7 +468,7 @@ fn the_sessions_table_routes_a_held_client_to_the_task_that_becomes_ready() {
     let gw = {
         let mut all = envs.clone();
         all.extend([
-            ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", public_key()),
             ("GATEWAY_LISTEN", "127.0.0.1:0"),
             ("LOG_FORMAT", "json"),
         ]);
@@ -470,7 +504,7 @@ fn the_sessions_table_routes_a_held_client_to_the_task_that_becomes_ready() {
         all.extend([
             ("SESSION_ID", id.as_str()),
             ("PROJECT_ID", "proj_a"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", public_key()),
             ("CDP_PROXY_HOST", "127.0.0.1"),
             ("PUBLIC_IP", "127.0.0.1"),
             // The gateway's network: its PROXY header names the client.
@@ -657,7 +691,7 @@ impl Behind {
         let mut task = crate::support::run_task(&[
             ("SESSION_ID", id.as_str()),
             ("PROJECT_ID", "proj_a"),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", public_key()),
             ("SESSIONS_DIR", sdir.as_str()),
             ("CDP_PROXY_HOST", "127.0.0.1"),
             ("PUBLIC_IP", "127.0.0.1"),

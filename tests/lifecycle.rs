@@ -124,7 +124,7 @@ fn run_mode_ends_itself_when_idle() {
         &["run"],
         &[
             ("SESSION_ID", crate::support::SESSION),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", crate::support::KEY),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", crate::support::public_key()),
             ("CHROME_PATH", chrome.to_str().unwrap()),
             ("CHROME_DEBUG_PORT", "0"),
             ("CDP_PROXY_PORT", "0"),

@@ -1,6 +1,6 @@
-//! The signing key from Secrets Manager (moto): a rotation is honoured at once — a token signed
-//! with the new key works immediately, one signed with the previous key keeps working, and one
-//! signed with neither is refused. And while Secrets Manager fails (a stand-in, since moto
+//! The public key secret from Secrets Manager (moto): a rotation is honoured at once — a token
+//! signed with the new private key works immediately, one signed with the previous key keeps
+//! working (`AWSPREVIOUS`), and one signed with neither is refused. And while Secrets Manager fails (a stand-in, since moto
 //! cannot be made to fail), tokens matching no key cost at most one call per 5 s and are
 //! answered at once. Shown on the `proxy` subcommand, which takes its key exactly as `run` does.
 
@@ -33,8 +33,8 @@ fn rotation_is_honoured_immediately_and_the_previous_key_still_works() {
     let upstream = FakeUpstream::idle();
     let env = aws::env();
     let mut all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    all.push(("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", &arn));
-    all.push(("WALLCRAWLER_JWT_SIGNING_KEY", ""));
+    all.push(("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", &arn));
+    all.push(("WALLCRAWLER_JWT_PUBLIC_KEY", ""));
     let (c, addr) = proxy(upstream.addr, &all);
 
     assert_eq!(
@@ -57,16 +57,17 @@ fn rotation_is_honoured_immediately_and_the_previous_key_still_works() {
         401
     );
     let log = c.stderr.text();
-    assert!(log.contains("refreshing the signing secret"), "{log}");
+    assert!(log.contains("refreshing the key secret"), "{log}");
     for k in ["first-key", "second-key", "third-key"] {
-        assert!(!log.contains(k), "key text in the log");
+        let pem = wallcrawler_testkit::keys::public_pem(k);
+        assert!(!log.contains(&pem[27..60]), "key text in the log");
     }
 }
 
 /// What the stand-in Secrets Manager answers.
 #[derive(Clone)]
 enum Answer {
-    /// The secret, with this signing key, as `AWSCURRENT` (there is no `AWSPREVIOUS`).
+    /// The public key secret of this key pair as `AWSCURRENT` (there is no `AWSPREVIOUS`).
     Key(&'static str),
     /// 400 `AccessDeniedException`.
     Denied,
@@ -162,8 +163,7 @@ fn serve(conn: TcpStream, answer: &Mutex<Answer>, calls: &Mutex<Vec<Instant>>) {
                     "Name": "signing",
                     "VersionId": "v1",
                     "VersionStages": ["AWSCURRENT"],
-                    "SecretString":
-                        serde_json::json!({"algorithm": "HS256", "signingKey": k}).to_string(),
+                    "SecretString": aws::secret_json(k),
                     "CreatedDate": 1.7e9,
                 }),
             ),
@@ -199,10 +199,10 @@ fn a_failing_secrets_manager_is_asked_at_most_once_per_5_s() {
         ("AWS_SECRET_ACCESS_KEY", "testing"),
         ("AWS_EC2_METADATA_DISABLED", "true"),
         (
-            "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
-            "arn:aws:secretsmanager:us-east-1:123456789012:secret:signing",
+            "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
+            "arn:aws:secretsmanager:us-east-1:123456789012:secret:public",
         ),
-        ("WALLCRAWLER_JWT_SIGNING_KEY", ""),
+        ("WALLCRAWLER_JWT_PUBLIC_KEY", ""),
     ];
     let (c, addr) = proxy(upstream.addr, &envs);
     let good = token("good-key", SESSION, "", 600);

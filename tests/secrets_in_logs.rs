@@ -3,11 +3,14 @@
 
 use nix::sys::signal::Signal;
 
-use crate::support::{Controller, KEY, node, raw_http, token};
+use crate::support::{Controller, KEY, node, private_key_file, raw_http, token};
 
 #[test]
 fn no_token_text_in_a_debug_log() {
-    let (mut c, s) = Controller::local(&[], &[("WALLCRAWLER_JWT_SIGNING_KEY", KEY)]);
+    let (mut c, s) = Controller::local(
+        &[],
+        &[("WALLCRAWLER_JWT_PRIVATE_KEY_FILE", private_key_file())],
+    );
     let session = s.session_id();
     let other = token(KEY, "sess_someone-else", "", 600);
     let expired = crate::support::token(KEY, &session, "", 1);

@@ -70,7 +70,7 @@ impl World {
             ("PROJECT_ID", PROJECT.to_owned()),
             ("SESSIONS_TABLE_NAME", self.table.clone()),
             (
-                "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+                "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
                 self.secret_arn.clone(),
             ),
             ("CONTEXT_ID", self.context.clone()),
@@ -736,7 +736,7 @@ fn local_session(end: LocalEnd) {
     );
     let mut c = run_task(&[
         ("SESSION_ID", &id),
-        ("WALLCRAWLER_JWT_SIGNING_KEY", crate::support::KEY),
+        ("WALLCRAWLER_JWT_PUBLIC_KEY", crate::support::public_key()),
         ("SESSIONS_DIR", &dirs.0),
         ("CONTEXT_ID", "ctx_local"),
         ("CONTEXTS_DIR", &dirs.1),
@@ -915,7 +915,10 @@ fn an_upload_in_the_bucket_is_fetched_when_a_client_names_its_path() {
         ("SESSION_ID", id.as_str()),
         ("PROJECT_ID", PROJECT),
         ("SESSIONS_TABLE_NAME", w.table.as_str()),
-        ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", w.secret_arn.as_str()),
+        (
+            "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
+            w.secret_arn.as_str(),
+        ),
         ("FILES_BUCKET_NAME", w.bucket.as_str()),
     ];
     let mut c = run_task(&env);

@@ -10,7 +10,7 @@ use wallcrawler_contract::storage::profile_key;
 use wallcrawler_testkit::tar::raw_tar;
 
 use crate::support::aws::{self, AttributeValue, get_session, put_session, s, text};
-use crate::support::{Controller, KEY, WAIT, now, run_task};
+use crate::support::{Controller, WAIT, now, public_key, run_task};
 
 const PROJECT: &str = "proj_fail";
 
@@ -90,7 +90,7 @@ impl Scene {
         let mut env = vec![
             ("SESSION_ID", self.session.as_str()),
             ("SESSIONS_TABLE_NAME", self.table.as_str()),
-            ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", public_key()),
             ("CONTEXT_ID", self.context.as_str()),
             ("CONTEXTS_BUCKET_NAME", self.bucket.as_str()),
             ("CONTEXT_S3_KEY", key.as_str()),
@@ -506,7 +506,7 @@ fn aws_unreachable_at_start_is_a_clear_error_in_bounded_time() {
     let mut c = run_task(&[
         ("SESSION_ID", "sess_dead"),
         ("SESSIONS_TABLE_NAME", "wallcrawler-sessions"),
-        ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+        ("WALLCRAWLER_JWT_PUBLIC_KEY", public_key()),
         ("AWS_ENDPOINT_URL", &dead),
     ]);
     assert_ne!(c.wait_exit().code(), Some(0));
@@ -525,7 +525,7 @@ fn missing_secret_with_a_reachable_table_is_failed() {
         ("SESSION_ID", sc.session.as_str()),
         ("SESSIONS_TABLE_NAME", sc.table.as_str()),
         (
-            "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+            "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
             "arn:aws:secretsmanager:us-east-1:123456789012:secret:no-such-secret",
         ),
     ]);
@@ -536,7 +536,7 @@ fn missing_secret_with_a_reachable_table_is_failed() {
     assert_eq!(
         text(&item, "terminationReason").as_deref(),
         Some(
-            "the signing secret is unavailable: the Secrets Manager refused the request \
+            "the public key secret is unavailable: the Secrets Manager refused the request \
              (see the task log)"
         ),
         "{item:?}"

@@ -26,7 +26,6 @@ ROUNDS="${ROUNDS:-3}"
 BUILD="${BUILD:-1}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 SESSION="sess_bench"
-KEY="bench-signing-key-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 
 log() { printf '[burst] %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -44,6 +43,10 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 (( $(ulimit -n) > 4000 )) || die "open-file limit $(ulimit -n) is too low"
 
 TMP="$(mktemp -d -t wallcrawler-burst.XXXXXX)"
+# The token key pair: controllers and gateways get the public key only; `token` signs.
+KEY_FILE="$TMP/token-key.pem"
+(umask 077 && openssl genpkey -algorithm ed25519 -out "$KEY_FILE")
+PUBLIC_KEY="$(openssl pkey -in "$KEY_FILE" -pubout)"
 STARTED=()
 cleanup() {
   local rc=$?
@@ -72,7 +75,7 @@ declare -A ADDRS
 start_proxy() { # NAME BINARY
   local addr
   addr="127.0.0.1:$("$WSLOAD" free-port)"
-  SESSION_ID="$SESSION" WALLCRAWLER_JWT_SIGNING_KEY="$KEY" METRICS_ADDR="" LOG_FORMAT=text RUST_LOG=warn \
+  SESSION_ID="$SESSION" WALLCRAWLER_JWT_PUBLIC_KEY="$PUBLIC_KEY" METRICS_ADDR="" LOG_FORMAT=text RUST_LOG=warn \
     "$2" proxy --listen "$addr" --upstream "$ECHO_ADDR" 2>"$TMP/proxy-$1.log" &
   STARTED+=($!)
   "$WSLOAD" wait-port "$addr" || die "proxy $1 did not start"
@@ -85,7 +88,7 @@ if [[ -n "${PROXY_B:-}" ]]; then
   start_proxy proxy-B "$PROXY_B"
   NAMES+=(proxy-B)
 fi
-TOKEN="$(WALLCRAWLER_JWT_SIGNING_KEY="$KEY" "$CTL" token --session-id "$SESSION")"
+TOKEN="$(WALLCRAWLER_JWT_PRIVATE_KEY_FILE="$KEY_FILE" "$CTL" token --session-id "$SESSION")"
 
 REV="unknown (not a git checkout)"
 if git rev-parse --git-dir >/dev/null 2>&1; then

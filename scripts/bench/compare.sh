@@ -37,7 +37,6 @@ OUT_DIR="${OUT_DIR:-$ROOT/bench-results}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 NGINX="${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}"
 SESSION="sess_bench"
-KEY="bench-signing-key-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 
 log() { printf '[compare] %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -65,6 +64,10 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 (( $(ulimit -n) > 3 * IDLE_CONNS + 100 )) || die "open-file limit $(ulimit -n) is too low for IDLE_CONNS=$IDLE_CONNS"
 
 TMP="$(mktemp -d -t wallcrawler-bench.XXXXXX)"
+# The token key pair: controllers and gateways get the public key only; `token` signs.
+KEY_FILE="$TMP/token-key.pem"
+(umask 077 && openssl genpkey -algorithm ed25519 -out "$KEY_FILE")
+PUBLIC_KEY="$(openssl pkey -in "$KEY_FILE" -pubout)"
 chmod 755 "$TMP" # nginx workers run as an unprivileged user
 STARTED=()
 cleanup() {
@@ -95,7 +98,7 @@ ECHO_ADDR="127.0.0.1:$(cat "$TMP/echo.port")"
 
 # --- the proxy ---------------------------------------------------------------------------
 PROXY_ADDR="127.0.0.1:$("$WSLOAD" free-port)"
-SESSION_ID="$SESSION" WALLCRAWLER_JWT_SIGNING_KEY="$KEY" METRICS_ADDR="" LOG_FORMAT=text RUST_LOG=warn \
+SESSION_ID="$SESSION" WALLCRAWLER_JWT_PUBLIC_KEY="$PUBLIC_KEY" METRICS_ADDR="" LOG_FORMAT=text RUST_LOG=warn \
   "${RELAY_CPU[@]}" "$CTL" proxy --listen "$PROXY_ADDR" --upstream "$ECHO_ADDR" 2>"$TMP/proxy.log" &
 PROXY_PID=$!
 STARTED+=("$PROXY_PID")
@@ -104,7 +107,7 @@ PROXY_B_TARGET=()
 if [[ -n "${PROXY_B:-}" ]]; then
   [[ -x "$PROXY_B" ]] || die "PROXY_B=$PROXY_B is not an executable"
   PROXY_B_ADDR="127.0.0.1:$("$WSLOAD" free-port)"
-  SESSION_ID="$SESSION" WALLCRAWLER_JWT_SIGNING_KEY="$KEY" METRICS_ADDR="" LOG_FORMAT=text RUST_LOG=warn \
+  SESSION_ID="$SESSION" WALLCRAWLER_JWT_PUBLIC_KEY="$PUBLIC_KEY" METRICS_ADDR="" LOG_FORMAT=text RUST_LOG=warn \
     "${RELAY_CPU[@]}" "$PROXY_B" proxy --listen "$PROXY_B_ADDR" --upstream "$ECHO_ADDR" 2>"$TMP/proxy-b.log" &
   STARTED+=($!)
   PROXY_B_TARGET=(--target "proxy-B=$PROXY_B_ADDR@$!")
@@ -162,7 +165,7 @@ NGINX_BIG_PID=$NGINX_STARTED_PID
 "$WSLOAD" wait-port "$NGINX_ADDR" || die "nginx did not start"
 "$WSLOAD" wait-port "$NGINX_BIG_ADDR" || die "nginx did not start"
 
-TOKEN="$(WALLCRAWLER_JWT_SIGNING_KEY="$KEY" "$CTL" token --session-id "$SESSION")"
+TOKEN="$(WALLCRAWLER_JWT_PRIVATE_KEY_FILE="$KEY_FILE" "$CTL" token --session-id "$SESSION")"
 
 # --- measure -----------------------------------------------------------------------------
 mkdir -p "$OUT_DIR"

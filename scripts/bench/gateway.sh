@@ -48,7 +48,6 @@ OUT_DIR="${OUT_DIR:-$ROOT/bench-results}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 NGINX="${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}"
 SESSION="sess_bench-0000-0000-0000-000000000001"
-KEY="bench-signing-key-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 
 log() { printf '[gateway-bench] %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -77,6 +76,10 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
   || die "open-file limit $(ulimit -n) is too low for IDLE_CONNS=$IDLE_CONNS (a relay needs 2 per connection)"
 
 TMP="$(mktemp -d -t wallcrawler-gwbench.XXXXXX)"
+# The token key pair: controllers and gateways get the public key only; `token` signs.
+KEY_FILE="$TMP/token-key.pem"
+(umask 077 && openssl genpkey -algorithm ed25519 -out "$KEY_FILE")
+PUBLIC_KEY="$(openssl pkey -in "$KEY_FILE" -pubout)"
 chmod 755 "$TMP" # nginx workers run as an unprivileged user
 STARTED=()
 cleanup() {
@@ -127,7 +130,7 @@ EOF
 start_gateway() { # BINARY NAME TLS-ENV...; sets GW_PID and GW_ADDR
   local addr
   addr="127.0.0.1:$("$WSLOAD" free-port)"
-  SESSIONS_DIR="$TMP/sessions" WALLCRAWLER_JWT_SIGNING_KEY="$KEY" GATEWAY_LISTEN="$addr" \
+  SESSIONS_DIR="$TMP/sessions" WALLCRAWLER_JWT_PUBLIC_KEY="$PUBLIC_KEY" GATEWAY_LISTEN="$addr" \
     GATEWAY_PROXY_PROTOCOL=false MAX_CONNECTIONS=20000 METRICS_ADDR="" LOG_FORMAT=text RUST_LOG=warn \
     env "${@:3}" "${RELAY_CPU[@]}" "$1" gateway >"$TMP/$2.out" 2>"$TMP/$2.log" &
   GW_PID=$!
@@ -209,7 +212,7 @@ NGINX_BIG_PID=$NGINX_STARTED_PID
 "$WSLOAD" wait-port "$NGINX_ADDR" || die "nginx did not start"
 "$WSLOAD" wait-port "$NGINX_BIG_ADDR" || die "nginx-64k did not start"
 
-TOKEN="$(WALLCRAWLER_JWT_SIGNING_KEY="$KEY" "$CTL" token --session-id "$SESSION" --ttl 7200)"
+TOKEN="$(WALLCRAWLER_JWT_PRIVATE_KEY_FILE="$KEY_FILE" "$CTL" token --session-id "$SESSION" --ttl 7200)"
 
 # --- measure -----------------------------------------------------------------------------
 mkdir -p "$OUT_DIR"

@@ -19,7 +19,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 WSLOAD="${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/wsload"
 RUNS="${RUNS:-10}"
 SAMPLES="${SAMPLES:-3000}"
-KEY="bench-signing-key-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 
 die() { printf '[setup_ab] %s\n' "$*" >&2; exit 1; }
 (( $# == 2 )) || die "usage: scripts/bench/setup_ab.sh A_BINARY B_BINARY"
@@ -29,6 +28,10 @@ PIN_LOAD=() PIN_PROXY=()
 if (( $(nproc) >= 2 )); then PIN_LOAD=(taskset -c 0) PIN_PROXY=(taskset -c 1); fi
 
 TMP="$(mktemp -d -t wallcrawler-setup-ab.XXXXXX)"
+# The token key pair: controllers and gateways get the public key only; `token` signs.
+KEY_FILE="$TMP/token-key.pem"
+(umask 077 && openssl genpkey -algorithm ed25519 -out "$KEY_FILE")
+PUBLIC_KEY="$(openssl pkey -in "$KEY_FILE" -pubout)"
 STARTED=()
 PROXIES=()
 cleanup() {
@@ -49,7 +52,7 @@ UPSTREAM="127.0.0.1:$(cat "$TMP/echo.port")"
 start_proxy() { # BINARY NAME; adds NAME=ADDR@PID to TARGETS
   local addr
   addr="127.0.0.1:$("$WSLOAD" free-port)"
-  SESSION_ID=sess_bench WALLCRAWLER_JWT_SIGNING_KEY="$KEY" METRICS_ADDR="" RUST_LOG=warn \
+  SESSION_ID=sess_bench WALLCRAWLER_JWT_PUBLIC_KEY="$PUBLIC_KEY" METRICS_ADDR="" RUST_LOG=warn \
     "${PIN_PROXY[@]}" "$1" proxy --listen "$addr" --upstream "$UPSTREAM" 2>>"$TMP/$2.log" &
   PROXIES+=($!)
   "$WSLOAD" wait-port "$addr"
@@ -59,7 +62,7 @@ stop_proxies() {
   for pid in "${PROXIES[@]}"; do kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   PROXIES=()
 }
-TOKEN="$(WALLCRAWLER_JWT_SIGNING_KEY="$KEY" "$A" token --session-id sess_bench)"
+TOKEN="$(WALLCRAWLER_JWT_PRIVATE_KEY_FILE="$KEY_FILE" "$A" token --session-id sess_bench)"
 
 p50() { # TARGET... ; prints the p50 of each target, in the order given
   "${PIN_LOAD[@]}" "$WSLOAD" compare "${@/#/--target=}" --path "/?signingKey=$TOKEN" \

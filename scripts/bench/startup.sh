@@ -7,7 +7,7 @@
 #    --user-data-dir, about:blank) → its DevToolsActivePort file, then /json/version answering
 #    (polled every 1 ms). RUNS runs each, alternating, after one uncounted warm-up of each;
 #    median and p90 of both and the difference (the controller's overhead).
-#    `run` is configured with WALLCRAWLER_JWT_SIGNING_KEY (no table), CDP_PROXY_PORT=0,
+#    `run` is configured with WALLCRAWLER_JWT_PUBLIC_KEY (no table), CDP_PROXY_PORT=0,
 #    CHROME_DEBUG_PORT=0, LOG_FORMAT=json, METRICS_ADDR="", KEEP_ALIVE=true.
 # 2. SIGTERM → process exit of a `run` with CONTEXTS_DIR and CONTEXT_PERSIST=true whose profile
 #    is the generated ~100 MiB one (its archive is put in CONTEXTS_DIR, so `run` hydrates it

@@ -1,6 +1,6 @@
 //! Chrome's environment: cleared, then an allow-list of what a headless browser needs.
 //!
-//! The controller's own environment holds secrets — `WALLCRAWLER_JWT_SIGNING_KEY` in local
+//! The controller's own environment holds secrets — `WALLCRAWLER_JWT_PRIVATE_KEY_FILE` in local
 //! mode, `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI` (the path that hands out the task role's
 //! credentials) and `ECS_CONTAINER_METADATA_URI_V4` in ECS, `AWS_*` keys wherever they are set.
 //! Chrome renders pages from anywhere, and a renderer bug would read its process environment
@@ -83,7 +83,8 @@ mod tests {
     #[test]
     fn secrets_are_dropped_and_the_allow_list_kept() {
         let kept = names(&[
-            ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+            ("WALLCRAWLER_JWT_PRIVATE_KEY_FILE", "/k.pem"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", "k"),
             (
                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
                 "/v2/credentials/x",

@@ -31,7 +31,7 @@ pub enum Refused {
     LookupFailed,
     /// The task could not be dialled, or its item names no address (502).
     BadGateway,
-    /// No signing key loaded (503).
+    /// No public key loaded (503).
     NotReady,
     /// Malformed request, bad upgrade, unknown route (4xx).
     BadRequest,

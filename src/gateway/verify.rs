@@ -1,12 +1,12 @@
 //! Verifying a token at the gateway: every rule of the task's check but the session binding
-//! (the token's own `sessionId` is what the gateway routes by), behind one small interface so
-//! the HS256 shared key can later give way to a verify-only public key.
+//! (the token's own `sessionId` is what the gateway routes by), behind one small interface.
+//! The gateway holds public keys only: it checks tokens, it cannot mint one.
 
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use wallcrawler_contract::token::{self, Verified};
-use wallcrawler_contract::{SigningKey, TokenError};
+use wallcrawler_contract::{TokenError, VerifyingKey};
 
 use crate::auth::{AuthError, KeySource, Presented, unix_now};
 
@@ -19,7 +19,7 @@ pub trait TokenVerifier: Send + Sync + 'static {
     fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Verified, AuthError>>;
 }
 
-/// HS256 with the shared signing key (literal, or the Secrets Manager cache with its
+/// EdDSA with the control plane's public keys (literal, or the Secrets Manager cache with its
 /// refresh-on-miss), as the task checks it.
 pub struct SharedKeyVerifier {
     keys: Arc<dyn KeySource>,
@@ -35,7 +35,7 @@ impl SharedKeyVerifier {
         }
     }
 
-    fn check(&self, token: &str, keys: &[SigningKey]) -> Result<Verified, TokenError> {
+    fn check(&self, token: &str, keys: &[VerifyingKey]) -> Result<Verified, TokenError> {
         token::validate_any_session(token, keys, None, self.leeway_seconds, unix_now())
     }
 }
@@ -85,26 +85,26 @@ mod tests {
     use super::*;
     use crate::auth::StaticKeys;
     use wallcrawler_contract::Claims;
+    use wallcrawler_testkit::keys::{public_key, signing_key};
 
     fn verifier() -> SharedKeyVerifier {
-        SharedKeyVerifier::new(Arc::new(StaticKeys::new(b"k")), 30)
+        SharedKeyVerifier::new(Arc::new(StaticKeys::new(public_key("k"))), 30)
     }
 
-    fn token(session: &str, key: &[u8]) -> String {
-        Claims::new(session, "p", unix_now(), 600).mint(&SigningKey::new(key))
+    fn token(session: &str, key: &str) -> String {
+        Claims::new(session, "p", unix_now(), 600).mint(&signing_key(key))
     }
 
     #[tokio::test]
     async fn any_session_is_verified_and_named() {
         let v = verifier();
-        let ok = v.verify(&token("sess_a", b"k")).await.unwrap();
+        let ok = v.verify(&token("sess_a", "k")).await.unwrap();
         assert_eq!(ok.session_id, "sess_a");
         assert_eq!(
-            v.verify(&token("sess_a", b"other")).await,
+            v.verify(&token("sess_a", "other")).await,
             Err(AuthError::Token(TokenError::Signature))
         );
-        let expired =
-            Claims::new("sess_a", "p", unix_now() - 7200, 60).mint(&SigningKey::new(b"k"));
+        let expired = Claims::new("sess_a", "p", unix_now() - 7200, 60).mint(&signing_key("k"));
         assert_eq!(
             v.verify(&expired).await,
             Err(AuthError::Token(TokenError::Expired))
@@ -114,7 +114,7 @@ mod tests {
     #[tokio::test]
     async fn both_sources_must_pass_and_name_one_session() {
         let v = verifier();
-        let a = token("sess_a", b"k");
+        let a = token("sess_a", "k");
         let both = Presented {
             query: Some(a.clone()),
             bearer: Some(a.clone()),
@@ -125,7 +125,7 @@ mod tests {
         );
         let two_sessions = Presented {
             query: Some(a.clone()),
-            bearer: Some(token("sess_b", b"k")),
+            bearer: Some(token("sess_b", "k")),
         };
         assert_eq!(
             verify_presented(&v, &two_sessions).await,
@@ -133,7 +133,7 @@ mod tests {
         );
         let one_bad = Presented {
             query: Some(a),
-            bearer: Some(token("sess_a", b"wrong")),
+            bearer: Some(token("sess_a", "wrong")),
         };
         assert_eq!(
             verify_presented(&v, &one_bad).await,

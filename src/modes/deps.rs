@@ -55,7 +55,7 @@ pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
             }),
         secrets: match (&c.auth.key, sdk) {
             (KeyConfig::SecretArn(arn), Some(sdk)) => Some(Arc::new(aws::SecretsManagerSecret(
-                SecretsManagerKeys::new(sdk, arn),
+                SecretsManagerKeys::public(sdk, arn),
             ))),
             _ => None,
         },

@@ -64,7 +64,7 @@ async fn start(c: &GatewayConfig, tasks: &Shutdown) -> Result<Arc<Gateway>, Endi
     let keys = match proxy_keys(&c.key, tasks).await {
         Ok(k) => k,
         Err(e) => {
-            error!(error = %e, "the signing secret is unavailable");
+            error!(error = %e, "the public key secret is unavailable");
             return Err(Ending::Aborted);
         }
     };

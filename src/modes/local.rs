@@ -20,12 +20,15 @@ use crate::shutdown::Shutdown;
 /// Runs `local` until it ends.
 pub async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending {
     let session_id = format!("sess_{}", uuid::Uuid::new_v4());
+    // `local` mints the one token it prints, then keeps only the public key: the proxy checks
+    // tokens as a task does.
     let key = c
         .key
-        .clone()
-        .unwrap_or_else(|| wallcrawler_contract::token::random_hex(32));
-    let token = Claims::new(&session_id, "", unix_now(), c.token_ttl)
-        .mint(&SigningKey::new(key.as_bytes()));
+        .as_ref()
+        .map_or_else(SigningKey::generate, |k| k.0.clone());
+    let token = Claims::new(&session_id, "", unix_now(), c.token_ttl).mint(&key);
+    let public = key.verifying_key().clone();
+    drop(key);
     let profile = match profile_tempdir() {
         Ok(d) => d,
         Err(e) => {
@@ -40,7 +43,7 @@ pub async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending 
             return Ending::Aborted;
         }
     };
-    let keys: Arc<dyn KeySource> = Arc::new(StaticKeys::new(key.as_bytes()));
+    let keys: Arc<dyn KeySource> = Arc::new(StaticKeys::new(public));
     let opts = SessionOptions {
         proxy: ProxyOptions {
             auth: Authenticator::new(keys, session_id.clone(), None, 30),

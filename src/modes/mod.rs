@@ -125,14 +125,14 @@ fn exit_with_parent() -> bool {
     nix::unistd::getppid() != nix::unistd::Pid::from_raw(1)
 }
 
-/// The key source of `proxy` and `gateway`: a literal key, or the Secrets Manager cache loaded
+/// The key source of `proxy` and `gateway`: a literal public key, or the Secrets Manager cache loaded
 /// before serving (and refreshed until the run ends).
 async fn proxy_keys(k: &KeyConfig, tasks: &Shutdown) -> Result<Arc<dyn KeySource>, FetchError> {
     match k {
-        KeyConfig::Literal(key) => Ok(Arc::new(StaticKeys::new(key.as_bytes()))),
+        KeyConfig::Literal(key) => Ok(Arc::new(StaticKeys::new(key.clone()))),
         KeyConfig::SecretArn(arn) => {
             let sdk = aws::sdk_config().await;
-            let fetcher = Arc::new(aws::SecretsManagerSecret(SecretsManagerKeys::new(
+            let fetcher = Arc::new(aws::SecretsManagerSecret(SecretsManagerKeys::public(
                 &sdk, arn,
             )));
             let cache = SecretKeyCache::new(fetcher, tasks.tracker().clone());

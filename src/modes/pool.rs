@@ -1,7 +1,7 @@
 //! Pool mode of `run`: a controller that warms up before any session exists, then serves the
 //! first session claimed through the pool's queue and exits.
 //!
-//! Warm-up: signing keys loaded, the proxy listening (every request with a token answered 503
+//! Warm-up: public keys loaded, the proxy listening (every request with a token answered 503
 //! `not ready`, one without 401: its authenticator is bound to no session and no browser is
 //! published), Chrome running on a
 //! fresh profile. Then the controller long-polls the queue until a claim comes, a signal, or its
@@ -238,7 +238,7 @@ fn claimed_run<'a>(
     }
 }
 
-/// The signing keys loaded and a warm Chrome behind a proxy bound to no session yet.
+/// The public keys loaded and a warm Chrome behind a proxy bound to no session yet.
 async fn warm_up(warm: &Run<'_>, launch: &LaunchOptions) -> Result<Session, Outcome> {
     let c = warm.c;
     let keys = warm.load_keys().await?;

@@ -16,7 +16,7 @@ pub async fn run(c: ProxyConfig, tasks: Shutdown) -> Ending {
     let keys = match proxy_keys(&c.auth.key, &tasks).await {
         Ok(k) => k,
         Err(e) => {
-            error!(error = %e, "the signing secret is unavailable");
+            error!(error = %e, "the public key secret is unavailable");
             return Ending::Aborted;
         }
     };

@@ -43,7 +43,7 @@ pub enum Refusal {
     NoSuchTarget,
     /// Pending budget or connection cap reached (503, `Retry-After`).
     AtCapacity,
-    /// No signing key yet, or a pool controller not claimed yet (503, `Retry-After`).
+    /// No public key yet, or a pool controller not claimed yet (503, `Retry-After`).
     NotReady,
     /// Chrome is not serving (starting, warm or gone) (503, `Retry-After`).
     BrowserNotReady,

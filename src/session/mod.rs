@@ -68,7 +68,7 @@ pub struct Deps {
     /// Where the session's files live: downloads stored (`files/<projectId>/<sessionId>/downloads/`),
     /// uploads read (`…/uploads/`).
     pub files: Option<Arc<dyn ArchiveStore>>,
-    /// Where the signing secret comes from.
+    /// Where the public key secret comes from.
     pub secrets: Option<Arc<SecretFetcher>>,
     /// How a private address maps to a public one (direct mode).
     pub network: Option<Arc<dyn NetworkLookup>>,
@@ -152,20 +152,20 @@ impl Run<'_> {
         }
     }
 
-    /// The signing keys: the literal key, or the Secrets Manager cache loaded (and refreshed,
+    /// The public keys: the literal key, or the Secrets Manager cache loaded (and refreshed,
     /// on the run's tasks, until the run ends).
     pub async fn load_keys(&self) -> Result<Arc<dyn KeySource>, Outcome> {
         match &self.c.auth.key {
-            KeyConfig::Literal(k) => Ok(Arc::new(StaticKeys::new(k.as_bytes()))),
+            KeyConfig::Literal(k) => Ok(Arc::new(StaticKeys::new(k.clone()))),
             KeyConfig::SecretArn(_) => {
                 let Some(fetcher) = self.deps.secrets.clone() else {
                     return Err(Ending::failed("no Secrets Manager client").into());
                 };
                 let cache = SecretKeyCache::new(fetcher, self.tasks.tracker().clone());
                 if let Err(e) = cache.load_initial(STARTUP_RETRY).await {
-                    error!(error = %e, "loading the signing secret failed");
+                    error!(error = %e, "loading the public key secret failed");
                     let reason = format!(
-                        "the signing secret is unavailable: {} (see the task log)",
+                        "the public key secret is unavailable: {} (see the task log)",
                         secrets::summary(&e)
                     );
                     return Err(Ending::failed(reason).into());

@@ -49,7 +49,6 @@ use ::http::{Method, StatusCode};
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{Value, json};
 use std::process::Stdio;
-use wallcrawler_contract::SigningKey;
 use wallcrawler_contract::claim::{Claim, ClaimContext};
 use wallcrawler_control_plane::aws::lambda::TaskEventOutcome;
 use wallcrawler_testkit::platform::{
@@ -506,8 +505,8 @@ impl PoolTask {
                 cmd.env("POOL_QUEUE_URL", &pool.queue)
                     .env("SESSIONS_TABLE_NAME", &pool.f.cfg.tables.sessions)
                     .env(
-                        "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
-                        &pool.f.cfg.signing_secret_arn,
+                        "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
+                        &pool.f.cfg.public_key_secret_arn,
                     )
                     .env("CONTEXTS_BUCKET_NAME", &pool.f.cfg.contexts_bucket)
                     .env("FILES_BUCKET_NAME", &pool.f.cfg.contexts_bucket);
@@ -777,7 +776,7 @@ async fn pool_a_warm_task_serves_create_at_once_and_release_stops_it() {
         wallcrawler_contract::time::unix_millis() / 1000,
         600,
     )
-    .mint(&SigningKey::new(SIGNING_KEY.as_bytes()));
+    .mint(&wallcrawler_testkit::keys::signing_key(SIGNING_KEY));
     let (status, _) = http(
         "GET",
         &format!("http://{proxy}/json/version?signingKey={token}"),

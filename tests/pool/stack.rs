@@ -250,6 +250,7 @@ fn api_vars(stack: &Stack) -> HashMap<&'static str, String> {
         "ECS_CONTAINER_NAME",
         "CDP_PROXY_PORT",
         "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+        "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
         "CREATE_WAIT_SECONDS",
         "POOL_QUEUE_URL",
         "CONNECT_BASE_URL",
@@ -377,6 +378,7 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
     assert_eq!(f.cfg.tables.contexts, out("ContextsTableName"));
     assert_eq!(f.cfg.contexts_bucket, out("ContextsBucketName"));
     assert_eq!(f.cfg.signing_secret_arn, out("SigningSecretArn"));
+    assert_eq!(f.cfg.public_key_secret_arn, out("PublicKeySecretArn"));
     assert_eq!(
         f.cfg.pool_queue_url.as_deref(),
         Some(out("ClaimsQueueUrl").as_str())

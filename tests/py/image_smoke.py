@@ -4,7 +4,7 @@
     .venv/bin/python tests/py/image_smoke.py --image NAME --token-binary PATH
 
 One container of the image with its own entrypoint and user, configured as the API configures a
-session task (SESSION_ID, the sessions table, the signing secret's ARN, a context with
+session task (SESSION_ID, the sessions table, the public key secret's ARN, a context with
 CONTEXT_PERSIST=true), against a moto server on a free loopback port, with a stand-in for the ECS
 task metadata endpoint. `--network=host` keeps every packet on 127.0.0.1; the proxy listens on a
 free port instead of 9223 for that reason. Checks, failing loudly (exit 1) on any miss:
@@ -36,17 +36,17 @@ import http.server
 import io
 import json
 import os
-import secrets
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
 
-from support import ROOT, WAIT, Failure, Moto, free_port, logger, report, s, wait_until
+from support import ROOT, WAIT, Failure, Moto, free_port, logger, report, s, token_key_secrets, wait_until
 
 log = logger("image-smoke")
 PROJECT = "proj_image_smoke"
@@ -138,15 +138,18 @@ def smoke(image: str, token_binary: str) -> None:
             BillingMode="PAY_PER_REQUEST",
         )
         s3.create_bucket(Bucket=bucket)
-        signing_key = secrets.token_hex(32)
-        secret_arn = sm.create_secret(
-            Name=f"jwt-{suffix}", SecretString=json.dumps({"algorithm": "HS256", "signingKey": signing_key})
-        )["ARN"]
+        private_pem, _, public_secret = token_key_secrets()
+        # The private key's body: what must never show in the container's log.
+        signing_key = "".join(private_pem.splitlines()[1:-1])
+        secret_arn = sm.create_secret(Name=f"jwt-public-{suffix}", SecretString=public_secret)["ARN"]
+        key_file = Path(tempfile.mkdtemp(prefix="smoke-key-")) / "key.pem"
+        key_file.touch(mode=0o600)
+        key_file.write_text(private_pem)
 
         session = f"sess_{uuid.uuid4()}"
         token = subprocess.run(
             [token_binary, "token", "--session-id", session, "--project-id", PROJECT, "--ttl", "3600"],
-            env={**os.environ, "WALLCRAWLER_JWT_SIGNING_KEY": signing_key},
+            env={**os.environ, "WALLCRAWLER_JWT_PRIVATE_KEY_FILE": str(key_file)},
             capture_output=True,
             text=True,
             check=True,
@@ -176,7 +179,7 @@ def smoke(image: str, token_binary: str) -> None:
             "SESSION_ID": session,
             "PROJECT_ID": PROJECT,
             "SESSIONS_TABLE_NAME": table,
-            "WALLCRAWLER_JWT_SIGNING_SECRET_ARN": secret_arn,
+            "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN": secret_arn,
             "CONTEXT_ID": context,
             "CONTEXTS_BUCKET_NAME": bucket,
             "CONTEXT_S3_KEY": key,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,20 @@ import uuid
 import zipfile
 from pathlib import Path
 
-from support import ROOT, WAIT, Failure, Moto, free_port, logger, port_open, report, s, stop, wait_until
+from support import (
+    ROOT,
+    WAIT,
+    Failure,
+    Moto,
+    free_port,
+    logger,
+    port_open,
+    report,
+    s,
+    stop,
+    token_key_secrets,
+    wait_until,
+)
 
 log = logger("lambda-rie")
 RIE = ROOT / ".venv/bin/aws-lambda-rie"
@@ -293,10 +305,10 @@ def run(dist: Path, admin_binary: str) -> None:
         table_env = {var: name for var, (name, _) in tables.items()}
         bucket = f"contexts-{suffix}"
         moto.client("s3").create_bucket(Bucket=bucket)
-        secret_arn = moto.client("secretsmanager").create_secret(
-            Name=f"jwt-{suffix}",
-            SecretString=json.dumps({"algorithm": "HS256", "signingKey": secrets.token_hex(32)}),
-        )["ARN"]
+        _, signing_secret, public_secret = token_key_secrets()
+        sm = moto.client("secretsmanager")
+        secret_arn = sm.create_secret(Name=f"jwt-signing-{suffix}", SecretString=signing_secret)["ARN"]
+        public_arn = sm.create_secret(Name=f"jwt-public-{suffix}", SecretString=public_secret)["ARN"]
         cluster_arn = ecs.create_cluster(clusterName=f"cluster-{suffix}")["cluster"]["clusterArn"]
         family = f"wallcrawler-controller-{suffix}"
         ecs.register_task_definition(
@@ -329,6 +341,7 @@ def run(dist: Path, admin_binary: str) -> None:
             "ECS_SUBNETS": subnet,
             "ECS_SECURITY_GROUPS": group,
             "WALLCRAWLER_JWT_SIGNING_SECRET_ARN": secret_arn,
+            "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN": public_arn,
             "CREATE_WAIT_SECONDS": "1",
         }
         workdir = Path(tempfile.mkdtemp(prefix="lambda-rie-"))

@@ -33,6 +33,24 @@ class Failure(Exception):
     """A check that did not hold: the message says what, and the test exits 1."""
 
 
+def token_key_secrets() -> tuple[str, str, str]:
+    """A fresh Ed25519 pair as the operator makes it (deploy/README.md, "Signing keys"): the
+    private key (PKCS#8 PEM), the signing secret's SecretString and the public key secret's."""
+    import json
+
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption()).decode()
+    public = key.public_key().public_bytes(ser.Encoding.PEM, ser.PublicFormat.SubjectPublicKeyInfo).decode()
+    return (
+        private,
+        json.dumps({"algorithm": "EdDSA", "privateKey": private}),
+        json.dumps({"algorithm": "EdDSA", "publicKey": public}),
+    )
+
+
 def logger(name: str):
     def log(msg: str) -> None:
         print(f"[{name}] {msg}", file=sys.stderr, flush=True)

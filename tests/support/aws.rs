@@ -133,32 +133,36 @@ pub fn get_object(bucket: &str, key: &str) -> Option<Vec<u8>> {
     })
 }
 
-/// Creates a signing secret; returns its ARN.
-pub fn create_secret(signing_key: &str) -> String {
+/// Creates a public key secret holding the public key of the key pair named `key`
+/// ([`wallcrawler_testkit::keys`]): what a controller reads. Returns its ARN.
+pub fn create_secret(key: &str) -> String {
     let name = unique("jwt");
     let out = rt()
         .block_on(
             secrets()
                 .create_secret()
                 .name(&name)
-                .secret_string(secret_json(signing_key))
+                .secret_string(secret_json(key))
                 .send(),
         )
         .unwrap();
     out.arn().unwrap().to_owned()
 }
 
-pub fn rotate_secret(arn: &str, signing_key: &str) {
+/// Puts the public key of `key` as the secret's new `AWSCURRENT` (the last one becomes
+/// `AWSPREVIOUS`).
+pub fn rotate_secret(arn: &str, key: &str) {
     rt().block_on(
         secrets()
             .put_secret_value()
             .secret_id(arn)
-            .secret_string(secret_json(signing_key))
+            .secret_string(secret_json(key))
             .send(),
     )
     .unwrap();
 }
 
-pub fn secret_json(signing_key: &str) -> String {
-    serde_json::json!({"algorithm": "HS256", "signingKey": signing_key}).to_string()
+/// The public key secret's `SecretString` for the key pair named `key`.
+pub fn secret_json(key: &str) -> String {
+    wallcrawler_contract::secret::public_secret_string(&wallcrawler_testkit::keys::public_key(key))
 }

@@ -13,8 +13,6 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use wallcrawler_contract::{Claims, SigningKey};
-
 pub mod aws;
 pub mod upstream;
 
@@ -24,16 +22,35 @@ pub use wallcrawler_testkit::{chromium, repo_root};
 /// Bound on any single wait in these tests (a hang guard, not a speed assertion).
 pub const WAIT: Duration = Duration::from_secs(45);
 
-/// The signing key the tests use.
+/// The name of the key pair the tests use ([`wallcrawler_testkit::keys`]): tokens are minted
+/// with its private key, controllers and gateways get [`public_key`] only.
 pub const KEY: &str = "integration-test-signing-key";
+
+/// [`KEY`]'s public key, SPKI PEM (`WALLCRAWLER_JWT_PUBLIC_KEY`).
+pub fn public_key() -> &'static str {
+    static PEM: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| wallcrawler_testkit::keys::public_pem(KEY));
+    PEM.as_str()
+}
+
+/// A file holding [`KEY`]'s private key (`WALLCRAWLER_JWT_PRIVATE_KEY_FILE` of `local` and
+/// `token`, the modes that sign).
+pub fn private_key_file() -> &'static str {
+    static PATH: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let p = wallcrawler_testkit::keys::private_key_file(KEY);
+        p.to_str().expect("a UTF-8 temp path").to_owned()
+    });
+    PATH.as_str()
+}
 
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-controller"))
 }
 
-/// A token for `session` (and `project`) signed with `key`, valid for `ttl` seconds.
+/// A token for `session` (and `project`) signed with the private key named `key`, valid for
+/// `ttl` seconds.
 pub fn token(key: &str, session: &str, project: &str, ttl: u64) -> String {
-    Claims::new(session, project, now(), ttl).mint(&SigningKey::new(key.as_bytes()))
+    wallcrawler_testkit::keys::mint(key, session, project, now(), ttl)
 }
 
 pub fn now() -> u64 {
@@ -407,7 +424,7 @@ pub fn proxy(upstream: SocketAddr, envs: &[(&str, &str)]) -> (Controller, Socket
     let up = upstream.to_string();
     let mut all = vec![
         ("SESSION_ID", SESSION),
-        ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+        ("WALLCRAWLER_JWT_PUBLIC_KEY", public_key()),
         ("LOG_FORMAT", "json"),
         ("METRICS_ADDR", ""),
     ];
@@ -523,7 +540,7 @@ pub fn gateway(sessions: &Path, listen: &str, envs: &[(&str, &str)]) -> (Control
     let dir = sessions.display().to_string();
     let mut all = vec![
         ("SESSIONS_DIR", dir.as_str()),
-        ("WALLCRAWLER_JWT_SIGNING_KEY", KEY),
+        ("WALLCRAWLER_JWT_PUBLIC_KEY", public_key()),
         ("GATEWAY_LISTEN", listen),
         ("LOG_FORMAT", "json"),
     ];

@@ -1,5 +1,6 @@
-//! The signing keys, cached: one cache for the controller (which checks tokens against the
-//! keys) and the control plane (which signs with the current one).
+//! The token keys, cached: one cache for the controller and the gateway (which check tokens
+//! against the public keys) and the control plane (which signs with the current private key).
+//! The cache holds whatever key type its [`KeyFetcher`] reads.
 //!
 //! - Requests use the last good key set held in memory, so they never wait on Secrets Manager
 //!   (except a token matching no key, or a signer whose keys are older than its TTL, below).
@@ -42,7 +43,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 use wallcrawler_contract::retry::{self, Transient};
-use wallcrawler_contract::{SigningKey, SigningSecret};
 
 /// How long fetched keys are trusted while Secrets Manager answers.
 pub const TTL: Duration = Duration::from_secs(300);
@@ -60,9 +60,9 @@ pub const MISS_WAIT: Duration = Duration::from_secs(2);
 const _: () = assert!(REFRESH_EVERY.as_secs() + RETRY_AFTER_FAILURE.as_secs() <= TTL.as_secs());
 
 /// The keys currently accepted, `AWSCURRENT` first.
-pub type KeySet = Arc<Vec<SigningKey>>;
+pub type KeySet<K> = Arc<Vec<K>>;
 
-/// How hard one fetch of the signing secret tries.
+/// How hard one fetch of a key secret tries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FetchMode {
     /// Startup and the background refresh: the SDK's retries.
@@ -71,13 +71,15 @@ pub enum FetchMode {
     Quick,
 }
 
-/// Where the signing secret's versions come from.
+/// Where a key secret's versions come from.
 pub trait KeyFetcher: Send + Sync + 'static {
+    /// The key of one version (a private key to sign with, a public key to verify with).
+    type Key: Clone + Send + Sync + 'static;
     /// Why a fetch failed; transient failures are retried at startup.
     type Error: std::error::Error + Transient + Send + Sync + 'static;
 
     /// `AWSCURRENT` first, then `AWSPREVIOUS` when there is one.
-    fn fetch(&self, mode: FetchMode) -> BoxFuture<'_, Result<Vec<SigningSecret>, Self::Error>>;
+    fn fetch(&self, mode: FetchMode) -> BoxFuture<'_, Result<Vec<Self::Key>, Self::Error>>;
 }
 
 /// Why the cache has no fresh keys: the fetcher failed, or the fetch task did not finish.
@@ -87,10 +89,10 @@ pub enum KeyError<E> {
     #[error(transparent)]
     Fetch(E),
     /// The fetcher answered without a single version (a fetcher's bug).
-    #[error("the signing secret fetch returned no version")]
+    #[error("the key secret fetch returned no version")]
     Empty,
     /// The fetch task panicked or was cancelled with its runtime (our fault).
-    #[error("the signing key fetch task ended early")]
+    #[error("the key fetch task ended early")]
     Ended(#[source] JoinError),
 }
 
@@ -106,31 +108,31 @@ impl<E: Transient> Transient for KeyError<E> {
 /// Why a fetch failed; shared by every caller waiting on the same fetch.
 pub type FetchError<E> = Arc<KeyError<E>>;
 
-type FetchResult<E> = Result<KeySet, FetchError<E>>;
+type FetchResult<K, E> = Result<KeySet<K>, FetchError<E>>;
 /// A fetch under way; every clone resolves to its one result.
-type SharedFetch<E> = Shared<BoxFuture<'static, FetchResult<E>>>;
+type SharedFetch<K, E> = Shared<BoxFuture<'static, FetchResult<K, E>>>;
 
 /// State shared with the fetch tasks.
-struct Inner<E> {
+struct Inner<K, E> {
     /// What requests use; replaced on every successful fetch and kept when a fetch fails.
-    last_good: RwLock<Option<KeySet>>,
-    fetches: Mutex<Fetches<E>>,
+    last_good: RwLock<Option<KeySet<K>>>,
+    fetches: Mutex<Fetches<K, E>>,
 }
 
-struct Fetches<E> {
+struct Fetches<K, E> {
     /// When the last fetch after startup started, whatever started it (an unknown signature,
     /// the background refresh, a stale signer) and however it ended.
     last_started: Option<Instant>,
     /// When the last fetch succeeded.
     last_success: Option<Instant>,
     /// The fetch under way. Set by whoever starts it; cleared by its task when it ends.
-    running: Option<SharedFetch<E>>,
+    running: Option<SharedFetch<K, E>>,
 }
 
 /// Signing keys from a [`KeyFetcher`], cached (see the module documentation).
 pub struct KeyCache<F: KeyFetcher + ?Sized> {
     fetcher: Arc<F>,
-    inner: Arc<Inner<F::Error>>,
+    inner: Arc<Inner<F::Key, F::Error>>,
     /// Where fetches and the refresher run.
     tasks: TaskTracker,
 }
@@ -153,13 +155,13 @@ impl<F: KeyFetcher + ?Sized> KeyCache<F> {
     }
 
     /// The last good keys, `None` until the first successful fetch.
-    pub fn keys(&self) -> Option<KeySet> {
+    pub fn keys(&self) -> Option<KeySet<F::Key>> {
         self.inner.last_good.read().expect("not poisoned").clone()
     }
 
     /// The fetch under way, or a new one, ignoring [`MIN_FETCH_INTERVAL`] and not starting
     /// it: the startup fetch leaves a just-rotated key free to be fetched at once.
-    pub async fn refresh(&self) -> FetchResult<F::Error> {
+    pub async fn refresh(&self) -> FetchResult<F::Key, F::Error> {
         let fetch = {
             let mut f = self.inner.fetches.lock().expect("not poisoned");
             match &f.running {
@@ -172,7 +174,7 @@ impl<F: KeyFetcher + ?Sized> KeyCache<F> {
 
     /// The fetch under way, or a new one unless one started less than [`MIN_FETCH_INTERVAL`]
     /// ago (`None`: nothing new to wait for).
-    fn fetch_unless_recent(&self, mode: FetchMode) -> Option<SharedFetch<F::Error>> {
+    fn fetch_unless_recent(&self, mode: FetchMode) -> Option<SharedFetch<F::Key, F::Error>> {
         let mut f = self.inner.fetches.lock().expect("not poisoned");
         if let Some(running) = &f.running {
             return Some(running.clone());
@@ -189,7 +191,11 @@ impl<F: KeyFetcher + ?Sized> KeyCache<F> {
     /// Starts a fetch as its own task, so it completes (and updates the keys) even when
     /// nobody waits for it any more. Called with the `fetches` lock held, which the task needs
     /// to clear `running`: it cannot clear it before it is set.
-    fn start(&self, f: &mut Fetches<F::Error>, mode: FetchMode) -> SharedFetch<F::Error> {
+    fn start(
+        &self,
+        f: &mut Fetches<F::Key, F::Error>,
+        mode: FetchMode,
+    ) -> SharedFetch<F::Key, F::Error> {
         let fetcher = self.fetcher.clone();
         let inner = self.inner.clone();
         let task = self.tasks.spawn(async move {
@@ -222,13 +228,13 @@ impl<F: KeyFetcher + ?Sized> KeyCache<F> {
 
     /// The first fetch, its transient failures retried with the shared policy, sleeping at
     /// most `within` in all.
-    pub async fn load_initial(&self, within: Duration) -> FetchResult<F::Error> {
+    pub async fn load_initial(&self, within: Duration) -> FetchResult<F::Key, F::Error> {
         (|| self.refresh())
             .retry(retry::policy(within))
             .sleep(tokio::time::sleep)
             .when(|e: &FetchError<F::Error>| e.is_transient())
             .notify(|e, wait| {
-                warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "fetching the signing secret failed; retrying");
+                warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "fetching the key secret failed; retrying");
             })
             .await
     }
@@ -253,7 +259,7 @@ impl<F: KeyFetcher + ?Sized> KeyCache<F> {
                 if let Some(fetch) = this.fetch_unless_recent(FetchMode::Patient)
                     && let Err(e) = fetch.await
                 {
-                    warn!(error = %e, "refreshing the signing secret failed; keeping the last good keys");
+                    warn!(error = %e, "refreshing the key secret failed; keeping the last good keys");
                 }
             }
         });
@@ -261,12 +267,12 @@ impl<F: KeyFetcher + ?Sized> KeyCache<F> {
 
     /// After a token's signature matched no key: one quick fetch (rate-limited), waited for
     /// at most [`MISS_WAIT`]; the fresh keys to check again, or `None`: nothing new.
-    pub async fn refresh_after_miss(&self) -> Option<KeySet> {
+    pub async fn refresh_after_miss(&self) -> Option<KeySet<F::Key>> {
         let Some(fetch) = self.fetch_unless_recent(FetchMode::Quick) else {
             // A fetch started moments ago: check against what it left, without waiting.
             return self.keys();
         };
-        info!("a token matched no cached key; refreshing the signing secret");
+        info!("a token matched no cached key; refreshing the key secret");
         match tokio::time::timeout(MISS_WAIT, fetch).await {
             Ok(Ok(keys)) => Some(keys),
             Ok(Err(e)) => {
@@ -286,7 +292,7 @@ impl<F: KeyFetcher + ?Sized> KeyCache<F> {
     /// last fetch is younger than `ttl`, else fetched again (one fetch for every caller, at
     /// most one per [`MIN_FETCH_INTERVAL`]); the last good one, with a warning, when that
     /// fetch fails. An error only when no fetch ever succeeded.
-    pub async fn current(&self, ttl: Duration) -> Result<SigningKey, FetchError<F::Error>> {
+    pub async fn current(&self, ttl: Duration) -> Result<F::Key, FetchError<F::Error>> {
         let keys = match self.keys() {
             Some(keys) if self.since_success().is_some_and(|age| age < ttl) => keys,
             Some(last_good) => match self.fetch_unless_recent(FetchMode::Patient) {
@@ -308,18 +314,14 @@ impl<F: KeyFetcher + ?Sized> KeyCache<F> {
 async fn fetch_keys<F: KeyFetcher + ?Sized>(
     fetcher: &F,
     mode: FetchMode,
-) -> Result<KeySet, KeyError<F::Error>> {
-    let secrets = fetcher.fetch(mode).await.map_err(KeyError::Fetch)?;
-    if secrets.is_empty() {
+) -> Result<KeySet<F::Key>, KeyError<F::Error>> {
+    let keys = fetcher.fetch(mode).await.map_err(KeyError::Fetch)?;
+    if keys.is_empty() {
         return Err(KeyError::Empty);
     }
-    let keys: Vec<SigningKey> = secrets
-        .iter()
-        .map(|s| SigningKey::new(s.signing_key.as_bytes()))
-        .collect();
     info!(
         versions = keys.len(),
-        "signing keys fetched from Secrets Manager"
+        "token keys fetched from Secrets Manager"
     );
     Ok(Arc::new(keys))
 }
@@ -349,18 +351,16 @@ mod tests {
     }
 
     impl KeyFetcher for Fake {
+        type Key = String;
         type Error = Denied;
 
-        fn fetch(&self, mode: FetchMode) -> BoxFuture<'_, Result<Vec<SigningSecret>, Denied>> {
+        fn fetch(&self, mode: FetchMode) -> BoxFuture<'_, Result<Vec<String>, Denied>> {
             Box::pin(async move {
                 self.calls.fetch_add(1, Ordering::SeqCst);
                 self.modes.lock().unwrap().push(mode);
                 let _permit = self.gate.acquire().await.unwrap();
                 match self.key.lock().unwrap().clone() {
-                    Some(k) => Ok(vec![SigningSecret {
-                        algorithm: "HS256".into(),
-                        signing_key: k,
-                    }]),
+                    Some(k) => Ok(vec![k]),
                     None => Err(Denied),
                 }
             })
@@ -397,7 +397,7 @@ mod tests {
     fn concurrent_misses(
         cache: &Arc<KeyCache<Fake>>,
         n: usize,
-    ) -> Vec<tokio::task::JoinHandle<Option<KeySet>>> {
+    ) -> Vec<tokio::task::JoinHandle<Option<KeySet<String>>>> {
         (0..n)
             .map(|_| {
                 let c = cache.clone();
@@ -407,16 +407,8 @@ mod tests {
     }
 
     /// The key set holds exactly `key`.
-    fn holds(keys: &KeySet, key: &str) -> bool {
-        let token = wallcrawler_contract::Claims::new("s", "p", 1, 60)
-            .mint(&SigningKey::new(key.as_bytes()));
-        let v = wallcrawler_contract::token::Validation {
-            session_id: "s",
-            project_id: None,
-            leeway_seconds: 0,
-            now: 2,
-        };
-        keys.len() == 1 && wallcrawler_contract::token::validate(&token, keys, &v).is_ok()
+    fn holds(keys: &KeySet<String>, key: &str) -> bool {
+        keys.as_slice() == [key]
     }
 
     #[tokio::test]

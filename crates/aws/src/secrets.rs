@@ -1,5 +1,6 @@
-//! The one Secrets Manager fetcher of the signing secret ([`SecretsManagerKeys`]), used by the
-//! controller and the control plane through [`crate::keys::KeyCache`].
+//! The one Secrets Manager fetcher of the key secrets ([`SecretsManagerKeys`]), used through
+//! [`crate::keys::KeyCache`]: the signing secret (private key) by the control plane, the public
+//! key secret by the controller and the gateway.
 
 use std::time::Duration;
 
@@ -7,9 +8,9 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use futures_util::future::BoxFuture;
 use tracing::warn;
-use wallcrawler_contract::SigningSecret;
 use wallcrawler_contract::retry::Transient;
-use wallcrawler_contract::secret::SecretError;
+use wallcrawler_contract::secret::{self, SecretError};
+use wallcrawler_contract::{SigningKey, VerifyingKey};
 
 use crate::keys::{FetchMode, KeyFetcher};
 use crate::{Failure, classify};
@@ -20,11 +21,11 @@ pub const QUICK_FETCH_TIMEOUT: Duration = Duration::from_secs(2);
 /// The cause of a [`SecretsError`]: the SDK's error, with its own sources.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// Why the signing secret could not be fetched. Messages never contain the secret.
+/// Why a key secret could not be fetched. Messages never contain the secret.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretsError {
     /// The call failed; `failure` says whether trying again may help ([`classify`]).
-    #[error("getting the signing secret failed ({failure:?})")]
+    #[error("getting the key secret failed ({failure:?})")]
     Call {
         /// What the failure means for the caller.
         failure: Failure,
@@ -49,21 +50,41 @@ impl Transient for SecretsError {
     }
 }
 
-/// The signing secret in Secrets Manager: `AWSCURRENT`, then `AWSPREVIOUS` when there is one
-/// (an unusable or missing previous version is skipped).
-pub struct SecretsManagerKeys {
+/// A key secret in Secrets Manager: `AWSCURRENT`, then `AWSPREVIOUS` when there is one (an
+/// unusable or missing previous version is skipped), each version read into a `K`.
+pub struct SecretsManagerKeys<K> {
     /// The Secrets Manager client.
     pub client: aws_sdk_secretsmanager::Client,
     /// The secret's id (name or ARN).
     pub secret_id: String,
+    /// Reads one version's `SecretString`.
+    parse: fn(&str) -> Result<K, SecretError>,
 }
 
-impl SecretsManagerKeys {
-    /// The fetcher of `secret_id`, with a client built from `sdk`.
-    pub fn new(sdk: &aws_config::SdkConfig, secret_id: &str) -> Self {
+impl SecretsManagerKeys<SigningKey> {
+    /// The fetcher of the signing secret `secret_id` (private keys: the control plane's alone).
+    pub fn signing(sdk: &aws_config::SdkConfig, secret_id: &str) -> Self {
+        Self::new(sdk, secret_id, secret::parse_private)
+    }
+}
+
+impl SecretsManagerKeys<VerifyingKey> {
+    /// The fetcher of the public key secret `secret_id` (controllers and gateways).
+    pub fn public(sdk: &aws_config::SdkConfig, secret_id: &str) -> Self {
+        Self::new(sdk, secret_id, secret::parse_public)
+    }
+}
+
+impl<K> SecretsManagerKeys<K> {
+    fn new(
+        sdk: &aws_config::SdkConfig,
+        secret_id: &str,
+        parse: fn(&str) -> Result<K, SecretError>,
+    ) -> Self {
         Self {
             client: aws_sdk_secretsmanager::Client::new(sdk),
             secret_id: secret_id.to_owned(),
+            parse,
         }
     }
 
@@ -112,17 +133,18 @@ impl SecretsManagerKeys {
     }
 }
 
-impl KeyFetcher for SecretsManagerKeys {
+impl<K: Clone + Send + Sync + 'static> KeyFetcher for SecretsManagerKeys<K> {
+    type Key = K;
     type Error = SecretsError;
 
-    fn fetch(&self, mode: FetchMode) -> BoxFuture<'_, Result<Vec<SigningSecret>, SecretsError>> {
+    fn fetch(&self, mode: FetchMode) -> BoxFuture<'_, Result<Vec<K>, SecretsError>> {
         Box::pin(async move {
             let mut out = Vec::with_capacity(2);
             for stage in ["AWSCURRENT", "AWSPREVIOUS"] {
                 let Some(text) = self.stage(stage, mode).await? else {
                     continue;
                 };
-                match SigningSecret::parse(&text) {
+                match (self.parse)(&text) {
                     Ok(secret) => out.push(secret),
                     Err(e) if stage == "AWSCURRENT" => return Err(SecretsError::Unusable(e)),
                     Err(e) => warn!(stage, "ignoring the previous secret version: {e}"),

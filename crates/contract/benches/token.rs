@@ -15,8 +15,8 @@ use wallcrawler_contract::{Claims, SigningKey};
 const NOW: u64 = 1_800_000_000;
 
 fn bench_token(c: &mut Criterion) {
-    let key = SigningKey::new(b"0123456789abcdef0123456789abcdef");
-    let retired = SigningKey::new(b"fedcba9876543210fedcba9876543210");
+    let key = SigningKey::from_seed(b"0123456789abcdef0123456789abcdef");
+    let retired = SigningKey::from_seed(b"fedcba9876543210fedcba9876543210");
     let claims = Claims::new(
         "sess_0f4c2a9e-5b7d-4e21-9c3a-7d8e1f2a3b4c",
         "proj_bench",
@@ -30,8 +30,8 @@ fn bench_token(c: &mut Criterion) {
         leeway_seconds: 30,
         now: NOW,
     };
-    let one = [key.clone()];
-    let two = [retired, key.clone()];
+    let one = [key.verifying_key().clone()];
+    let two = [retired.verifying_key().clone(), key.verifying_key().clone()];
     assert_eq!(validate(&token, &one, &v).map(|ok| ok.key_index), Ok(0));
     assert_eq!(validate(&token, &two, &v).map(|ok| ok.key_index), Ok(1));
 

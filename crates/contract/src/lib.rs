@@ -7,7 +7,8 @@
 //! blocking file operations, kept here so their layout and locking are written once (and
 //! [`private_fs`], the checks and the one atomic write every file there goes through).
 //!
-//! - [`token`]: the CDP access token (HS256 JWT): claims, minting, and every acceptance rule.
+//! - [`token`]: the CDP access token (EdDSA JWT): the key pair, claims, minting, and every
+//!   acceptance rule.
 //! - [`extension_archive`]: the checks an extension archive (a zip) passes, where the API
 //!   keeps it and where a controller unpacks it (the one writer of files here besides the two
 //!   directories above: the same rules on both sides).
@@ -15,7 +16,8 @@
 //! - [`private_fs`]: the local platform's files ours or refused: its directory checked, files
 //!   read without following links, written through exclusive random temporary names.
 //! - [`retry`]: the one retry policy, and which failures are transient.
-//! - [`secret`]: the JSON shape of the signing secret kept in Secrets Manager.
+//! - [`secret`]: the JSON shapes of the signing (private) and public key secrets in Secrets
+//!   Manager.
 //! - [`session`]: the session item's lifecycle statuses and their SDK-visible mapping.
 //! - [`session_doc`]: the session item as a document, and the directory store of the local platform.
 //! - [`storage`]: the S3 key layout of context profile archives.
@@ -39,6 +41,5 @@ pub mod time;
 pub mod token;
 pub mod whole;
 
-pub use secret::SigningSecret;
 pub use session::{InternalStatus, SdkStatus};
-pub use token::{Claims, SigningKey, TokenError, Validation};
+pub use token::{Claims, SigningKey, TokenError, Validation, VerifyingKey};

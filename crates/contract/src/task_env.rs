@@ -17,10 +17,11 @@ pub const SESSIONS_TABLE_NAME: &str = "SESSIONS_TABLE_NAME";
 /// The local platform's directory of session documents (instead of the table).
 pub const SESSIONS_DIR: &str = "SESSIONS_DIR";
 
-/// The Secrets Manager ARN of the token signing secret.
-pub const SIGNING_SECRET_ARN: &str = "WALLCRAWLER_JWT_SIGNING_SECRET_ARN";
-/// The token signing key itself (the local platform; no Secrets Manager).
-pub const SIGNING_KEY: &str = "WALLCRAWLER_JWT_SIGNING_KEY";
+/// The Secrets Manager ARN of the public key secret (`{"algorithm":"EdDSA","publicKey":…}`):
+/// a controller verifies tokens, it never holds the signing (private) key.
+pub const PUBLIC_KEY_SECRET_ARN: &str = "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN";
+/// The public key itself, SPKI PEM (the local platform; no Secrets Manager).
+pub const PUBLIC_KEY: &str = "WALLCRAWLER_JWT_PUBLIC_KEY";
 /// Seconds of clock skew a token's times are allowed.
 pub const JWT_LEEWAY_SECONDS: &str = "JWT_LEEWAY_SECONDS";
 

@@ -1,13 +1,17 @@
-//! The CDP access token: an HS256 JWT minted by the control plane and checked by the proxy.
+//! The CDP access token: an EdDSA (Ed25519) JWT minted by the control plane and checked by the
+//! proxy and the gateway.
 //!
-//! Signing and the signature check (constant-time HMAC) are `jsonwebtoken`'s, for HS256 alone.
-//! Around them, each rule reported with its own refusal reason ([`TokenError::reason`]):
+//! Only the control plane holds the private key ([`SigningKey`]); controllers and gateways hold
+//! public keys ([`VerifyingKey`]), so a compromised task or gateway can check tokens but not
+//! mint one. Signing and the signature check are `jsonwebtoken`'s, for EdDSA alone. Around
+//! them, each rule reported with its own refusal reason ([`TokenError::reason`]):
 //!
 //! - at most [`MAX_TOKEN_BYTES`]; three base64url (unpadded) segments;
-//! - header `alg` exactly `HS256` (no `none`, no other HMAC size, nothing asymmetric), no `crit`
+//! - header `alg` exactly `EdDSA` (no `none`, no HMAC — an HS256 token keyed with the public
+//!   key's bytes is the classic algorithm confusion —, no other asymmetric algorithm), no `crit`
 //!   member at all (not even `null`: `jsonwebtoken` parses `crit` but does not act on it);
-//! - the signature matches one of the given keys (key rotation: the index of the one that did
-//!   is reported);
+//! - the signature matches one of the given public keys (key rotation: the index of the one
+//!   that did is reported);
 //! - header and payload are JSON objects (never arrays read field by field);
 //! - `exp` present, not passed, and no further ahead than the longest session
 //!   ([`MAX_SESSION_SECONDS`]); `nbf` and `iat`, when present, not in the future — each time
@@ -45,26 +49,90 @@ pub const DEFAULT_TTL_SECONDS: u64 = 3600;
 /// further ahead than this (plus leeway) was not minted by the control plane.
 pub const MAX_SESSION_SECONDS: u64 = 21_600;
 
-/// An HS256 key, for signing and for verifying.
+/// Salt and info of the HKDF that derives the control plane's MAC key from the private key.
+const MAC_SALT: &[u8] = b"wallcrawler";
+const MAC_INFO: &[u8] = b"wallcrawler control-plane mac v1";
+
+/// Why a key could not be read. Messages never contain the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum KeyFormatError {
+    /// Not a PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`) holding an Ed25519 key.
+    #[error("the private key is not an Ed25519 key in PKCS#8 PEM (-----BEGIN PRIVATE KEY-----)")]
+    Private,
+    /// Not an SPKI PEM (`-----BEGIN PUBLIC KEY-----`) holding an Ed25519 key.
+    #[error("the public key is not an Ed25519 key in SPKI PEM (-----BEGIN PUBLIC KEY-----)")]
+    Public,
+}
+
+/// The control plane's Ed25519 private key: signs tokens (EdDSA) and, through a key derived
+/// from it (HKDF-SHA256), MACs the values it hands out and must recognise (cursors). Only the
+/// control plane holds one; controllers and gateways hold [`VerifyingKey`]s.
 #[derive(Clone)]
 pub struct SigningKey {
+    /// The pair itself (zeroed on drop), for the PEM and the public half.
+    pair: ed25519_dalek::SigningKey,
+    /// The same key in PKCS#8 DER, as `jsonwebtoken` signs with it.
     encoding: EncodingKey,
-    decoding: DecodingKey,
+    /// The HMAC key of [`SigningKey::mac`].
+    mac: EncodingKey,
+    verifying: VerifyingKey,
 }
 
 impl SigningKey {
-    /// A key from raw bytes (for a Secrets Manager secret: the UTF-8 bytes of `signingKey`).
-    pub fn new(key: &[u8]) -> Self {
+    /// A fresh key pair from the OS random source.
+    pub fn generate() -> Self {
+        let mut seed = zeroize::Zeroizing::new([0u8; 32]);
+        getrandom::fill(seed.as_mut()).expect("the OS random source is available");
+        Self::from_seed(&seed)
+    }
+
+    /// The key pair of a 32-byte Ed25519 seed (RFC 8032's private key). Tests derive theirs
+    /// from a name this way.
+    pub fn from_seed(seed: &[u8; 32]) -> Self {
+        use ed25519_dalek::pkcs8::EncodePrivateKey as _;
+        let pair = ed25519_dalek::SigningKey::from_bytes(seed);
+        let der = pair
+            .to_pkcs8_der()
+            .expect("an Ed25519 key encodes as PKCS#8");
+        let mut mac = zeroize::Zeroizing::new([0u8; 32]);
+        hkdf::Hkdf::<sha2::Sha256>::new(Some(MAC_SALT), seed)
+            .expand(MAC_INFO, mac.as_mut())
+            .expect("32 bytes is a valid HKDF-SHA256 length");
         Self {
-            encoding: EncodingKey::from_secret(key),
-            decoding: DecodingKey::from_secret(key),
+            encoding: EncodingKey::from_ed_der(der.as_bytes()),
+            mac: EncodingKey::from_secret(mac.as_ref()),
+            verifying: VerifyingKey::from_dalek(&pair.verifying_key()),
+            pair,
         }
     }
 
-    /// An HMAC-SHA256 of `msg` with this key, base64url (what HS256 signs with): for values
-    /// the control plane hands out and must recognise unaltered, such as listing cursors.
+    /// Reads a PKCS#8 PEM Ed25519 private key (what `openssl genpkey -algorithm ed25519`
+    /// writes, and [`SigningKey::to_pem`]).
+    pub fn from_pem(pem: &str) -> Result<Self, KeyFormatError> {
+        use ed25519_dalek::pkcs8::DecodePrivateKey as _;
+        let pair = ed25519_dalek::SigningKey::from_pkcs8_pem(pem.trim())
+            .map_err(|_| KeyFormatError::Private)?;
+        Ok(Self::from_seed(&pair.to_bytes()))
+    }
+
+    /// This key as PKCS#8 PEM (zeroed when dropped).
+    pub fn to_pem(&self) -> zeroize::Zeroizing<String> {
+        use ed25519_dalek::pkcs8::{EncodePrivateKey as _, spki::der::pem::LineEnding};
+        self.pair
+            .to_pkcs8_pem(LineEnding::LF)
+            .expect("an Ed25519 key encodes as PKCS#8 PEM")
+    }
+
+    /// The public half, which verifies this key's tokens.
+    pub fn verifying_key(&self) -> &VerifyingKey {
+        &self.verifying
+    }
+
+    /// An HMAC-SHA256 of `msg`, base64url, with a key derived from this one (never the private
+    /// key itself, and nothing a public key holder can compute): for values the control plane
+    /// hands out and must recognise unaltered, such as listing cursors.
     pub fn mac(&self, msg: &[u8]) -> String {
-        jsonwebtoken::crypto::sign(msg, &self.encoding, Algorithm::HS256)
+        jsonwebtoken::crypto::sign(msg, &self.mac, Algorithm::HS256)
             .expect("HS256 signs with any key")
     }
 }
@@ -72,6 +140,60 @@ impl SigningKey {
 impl std::fmt::Debug for SigningKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("SigningKey(<redacted>)")
+    }
+}
+
+/// An Ed25519 public key: checks tokens, cannot mint them.
+#[derive(Clone)]
+pub struct VerifyingKey {
+    raw: [u8; 32],
+    decoding: DecodingKey,
+}
+
+impl VerifyingKey {
+    fn from_dalek(key: &ed25519_dalek::VerifyingKey) -> Self {
+        let raw = key.to_bytes();
+        Self {
+            raw,
+            decoding: DecodingKey::from_ed_der(&raw),
+        }
+    }
+
+    /// Reads an SPKI PEM Ed25519 public key (`-----BEGIN PUBLIC KEY-----`, what
+    /// `openssl pkey -pubout` writes, and [`VerifyingKey::to_pem`]).
+    pub fn from_pem(pem: &str) -> Result<Self, KeyFormatError> {
+        use ed25519_dalek::pkcs8::DecodePublicKey as _;
+        let key = ed25519_dalek::VerifyingKey::from_public_key_pem(pem.trim())
+            .map_err(|_| KeyFormatError::Public)?;
+        Ok(Self::from_dalek(&key))
+    }
+
+    /// This key as SPKI PEM.
+    pub fn to_pem(&self) -> String {
+        use ed25519_dalek::pkcs8::{EncodePublicKey as _, spki::der::pem::LineEnding};
+        ed25519_dalek::VerifyingKey::from_bytes(&self.raw)
+            .expect("a key read before is valid")
+            .to_public_key_pem(LineEnding::LF)
+            .expect("an Ed25519 key encodes as SPKI PEM")
+    }
+
+    /// The 32 raw bytes of the key (RFC 8032).
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.raw
+    }
+}
+
+impl PartialEq for VerifyingKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.raw == other.raw
+    }
+}
+
+impl Eq for VerifyingKey {}
+
+impl std::fmt::Debug for VerifyingKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "VerifyingKey({})", URL_SAFE_NO_PAD.encode(self.raw))
     }
 }
 
@@ -128,20 +250,31 @@ impl Claims {
         }
     }
 
-    /// Signs these claims with `key` (HS256).
+    /// Signs these claims with `key` (EdDSA).
     pub fn mint(&self, key: &SigningKey) -> String {
-        let header = jsonwebtoken::Header::new(Algorithm::HS256);
+        let header = jsonwebtoken::Header::new(Algorithm::EdDSA);
         // Fails only for a key of another family or claims that do not serialize: neither here.
-        jsonwebtoken::encode(&header, self, &key.encoding).expect("HS256 signs any claims")
+        jsonwebtoken::encode(&header, self, &key.encoding).expect("EdDSA signs any claims")
     }
 }
 
-/// Signs an arbitrary payload under any header (base64url, as it goes on the wire) with HS256.
+/// Signs an arbitrary payload under any header (base64url, as it goes on the wire) with EdDSA.
 /// Tests use it to build tokens that break one rule at a time.
 pub fn sign_raw(header_b64: &str, payload_json: &[u8], key: &SigningKey) -> String {
-    let mut token = format!("{header_b64}.{}", URL_SAFE_NO_PAD.encode(payload_json));
-    let signature = jsonwebtoken::crypto::sign(token.as_bytes(), &key.encoding, Algorithm::HS256)
-        .expect("HS256 signs with any key");
+    sign_raw_with(header_b64, payload_json, &key.encoding, Algorithm::EdDSA)
+}
+
+/// Signs an arbitrary payload under any header with HS256 and `secret` as the HMAC key: what
+/// a holder of a public key could forge (algorithm confusion). Tests use it to show it refused.
+pub fn sign_raw_hs256(header_b64: &str, payload_json: &[u8], secret: &[u8]) -> String {
+    let key = EncodingKey::from_secret(secret);
+    sign_raw_with(header_b64, payload_json, &key, Algorithm::HS256)
+}
+
+fn sign_raw_with(header_b64: &str, payload: &[u8], key: &EncodingKey, alg: Algorithm) -> String {
+    let mut token = format!("{header_b64}.{}", URL_SAFE_NO_PAD.encode(payload));
+    let signature =
+        jsonwebtoken::crypto::sign(token.as_bytes(), key, alg).expect("the key fits the algorithm");
     token.push('.');
     token.push_str(&signature);
     token
@@ -195,11 +328,11 @@ pub enum TokenError {
     /// Not three base64url parts with JSON header and payload.
     #[error("the token is not a well-formed JWT")]
     Malformed,
-    /// The header's `alg` is not `HS256`.
-    #[error("the token's algorithm is not HS256")]
+    /// The header's `alg` is not `EdDSA`.
+    #[error("the token's algorithm is not EdDSA")]
     Algorithm,
     /// The signature matches none of the cached keys.
-    #[error("the token's signature matches no current signing key")]
+    #[error("the token's signature matches no current public key")]
     Signature,
     /// No `exp` claim.
     #[error("the token has no exp claim")]
@@ -272,13 +405,10 @@ impl TokenError {
     ];
 }
 
-/// The headers the control plane signs under, base64url: `{"typ":"JWT","alg":"HS256"}`
-/// (`jsonwebtoken`'s) and `{"alg":"HS256","typ":"JWT"}` (the signer before it). Both pass the
-/// header rules, so a token carrying one byte for byte skips decoding and parsing it.
-const SIGNED_HEADERS: [&str; 2] = [
-    "eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiJ9",
-    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9",
-];
+/// The header the control plane signs under, base64url: `{"typ":"JWT","alg":"EdDSA"}`
+/// (`jsonwebtoken`'s). It passes the header rules, so a token carrying it byte for byte skips
+/// decoding and parsing it.
+const SIGNED_HEADERS: [&str; 1] = ["eyJ0eXAiOiJKV1QiLCJhbGciOiJFZERTQSJ9"];
 
 /// The header members the rules on top read.
 #[derive(Deserialize)]
@@ -367,7 +497,7 @@ struct RawClaims<'a> {
 /// Checks `token` against `keys` and `v`. Returns what the token says once every rule holds.
 pub fn validate(
     token: &str,
-    keys: &[SigningKey],
+    keys: &[VerifyingKey],
     v: &Validation<'_>,
 ) -> Result<Verified, TokenError> {
     let (key_index, payload) = verify_signature(token, keys)?;
@@ -383,7 +513,7 @@ pub fn validate(
 /// ([`TokenError::Session`], after the time and issuer rules, so the reason is the same).
 pub fn validate_any_session(
     token: &str,
-    keys: &[SigningKey],
+    keys: &[VerifyingKey],
     project_id: Option<&str>,
     leeway_seconds: u64,
     now: u64,
@@ -406,19 +536,19 @@ pub fn validate_any_session(
 /// Structure, header and signature; the payload is read only under a matching key. Separated so
 /// a caller can tell "no key matched" (worth refreshing the key set) from every other refusal.
 ///
-/// The signature is `jsonwebtoken`'s HS256 verification ([`jsonwebtoken::crypto::verify`],
-/// constant-time), the payload parsed once here. `jsonwebtoken::decode` would parse the header
+/// The signature is `jsonwebtoken`'s EdDSA verification ([`jsonwebtoken::crypto::verify`]),
+/// the payload parsed once here. `jsonwebtoken::decode` would parse the header
 /// twice more and the payload twice per key tried: validation took 4.73 µs that way against
 /// 1.84 µs before `jsonwebtoken`, and connection setup in `scripts/bench/compare.sh` paid for
 /// it (`cargo bench --bench token` in crates/contract gives the figures of this way).
-fn verify_signature(token: &str, keys: &[SigningKey]) -> Result<(usize, Vec<u8>), TokenError> {
+fn verify_signature(token: &str, keys: &[VerifyingKey]) -> Result<(usize, Vec<u8>), TokenError> {
     let (message, payload_b64, signature_b64) = check_header(token)?;
     for (i, key) in keys.iter().enumerate() {
         let matched = jsonwebtoken::crypto::verify(
             signature_b64,
             message.as_bytes(),
             &key.decoding,
-            Algorithm::HS256,
+            Algorithm::EdDSA,
         )
         .map_err(|_| TokenError::Signature)?;
         if matched {
@@ -432,7 +562,7 @@ fn verify_signature(token: &str, keys: &[SigningKey]) -> Result<(usize, Vec<u8>)
 }
 
 /// The rules before any key is tried, in the order their reasons have always been given: size,
-/// three segments, the header an object with `alg` HS256 and no `crit`, a 32-byte signature.
+/// three segments, the header an object with `alg` EdDSA and no `crit`, a 64-byte signature.
 /// Returns the signed message (header and payload) and the payload and signature segments.
 fn check_header(token: &str) -> Result<(&str, &str, &str), TokenError> {
     if token.is_empty() {
@@ -453,16 +583,16 @@ fn check_header(token: &str) -> Result<(&str, &str, &str), TokenError> {
             .map_err(|_| TokenError::Malformed)?;
         let Object(header): Object<Header<'_>> =
             serde_json::from_slice(&header_json).map_err(|_| TokenError::Malformed)?;
-        if header.alg.as_deref() != Some("HS256") {
+        if header.alg.as_deref() != Some("EdDSA") {
             return Err(TokenError::Algorithm);
         }
         if header.crit.0 {
             return Err(TokenError::Malformed);
         }
     }
-    let mut signature = [0u8; 33];
+    let mut signature = [0u8; 65];
     match URL_SAFE_NO_PAD.decode_slice(signature_b64, &mut signature) {
-        Ok(32) => {
+        Ok(64) => {
             let message = &token[..header_b64.len() + 1 + payload_b64.len()];
             Ok((message, payload_b64, signature_b64))
         }
@@ -523,11 +653,28 @@ mod tests {
     use serde_json::json;
 
     const NOW: u64 = 1_800_000_000;
-    /// `{"alg":"HS256","typ":"JWT"}`, the header most test tokens are signed under.
-    const HEADER_B64: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9";
+    /// `{"alg":"EdDSA","typ":"JWT"}`, the header most test tokens are signed under.
+    const HEADER_B64: &str = "eyJhbGciOiJFZERTQSIsInR5cCI6IkpXVCJ9";
+
+    /// The private key of a name (its bytes as the seed).
+    fn named(name: &[u8]) -> SigningKey {
+        let mut seed = [0u8; 32];
+        seed[..name.len()].copy_from_slice(name);
+        SigningKey::from_seed(&seed)
+    }
 
     fn key() -> SigningKey {
-        SigningKey::new(b"test-key")
+        named(b"test-key")
+    }
+
+    /// The public key of [`key`].
+    fn public() -> VerifyingKey {
+        key().verifying_key().clone()
+    }
+
+    /// The public key of another name's pair.
+    fn other(name: &[u8]) -> VerifyingKey {
+        named(name).verifying_key().clone()
     }
 
     fn v() -> Validation<'static> {
@@ -557,7 +704,7 @@ mod tests {
     #[test]
     fn minted_token_validates() {
         let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
-        let ok = validate(&t, &[key()], &v()).unwrap();
+        let ok = validate(&t, &[public()], &v()).unwrap();
         assert_eq!(ok.session_id, "sess_a");
         assert_eq!(ok.project_id.as_deref(), Some("proj_a"));
         assert_eq!(ok.key_index, 0);
@@ -567,47 +714,46 @@ mod tests {
     fn the_headers_taken_on_sight_are_what_minting_writes_and_pass_the_rules() {
         let minted = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
         assert_eq!(minted.split('.').next(), Some(SIGNED_HEADERS[0]));
-        assert_eq!(SIGNED_HEADERS[1], HEADER_B64);
         for h in SIGNED_HEADERS {
             let json: serde_json::Value =
                 serde_json::from_slice(&URL_SAFE_NO_PAD.decode(h).unwrap()).unwrap();
-            assert_eq!(json, json!({"typ": "JWT", "alg": "HS256"}), "{h}");
+            assert_eq!(json, json!({"typ": "JWT", "alg": "EdDSA"}), "{h}");
             // Taken apart the long way (a header only differing in its padding-free encoding
             // is not on the list), the same header passes the same rules.
             let spaced = URL_SAFE_NO_PAD.encode(format!(" {json}"));
             let t = sign_raw(&spaced, &serde_json::to_vec(&claims()).unwrap(), &key());
-            assert!(validate(&t, &[key()], &v()).is_ok());
+            assert!(validate(&t, &[public()], &v()).is_ok());
         }
     }
 
     #[test]
     fn header_constant_is_what_it_claims() {
         let h = URL_SAFE_NO_PAD.decode(HEADER_B64).unwrap();
-        assert_eq!(h, br#"{"alg":"HS256","typ":"JWT"}"#);
+        assert_eq!(h, br#"{"alg":"EdDSA","typ":"JWT"}"#);
     }
 
     #[test]
     fn any_session_takes_the_tokens_own_session_and_keeps_every_other_rule() {
         let t = Claims::new("sess_b", "proj_a", NOW, 3600).mint(&key());
-        let ok = validate_any_session(&t, &[key()], None, 30, NOW).unwrap();
+        let ok = validate_any_session(&t, &[public()], None, 30, NOW).unwrap();
         assert_eq!(ok.session_id, "sess_b");
         assert_eq!(
-            validate_any_session(&t, &[key()], Some("proj_x"), 30, NOW),
+            validate_any_session(&t, &[public()], Some("proj_x"), 30, NOW),
             Err(TokenError::Project)
         );
         assert_eq!(
-            validate_any_session(&t, &[SigningKey::new(b"other")], None, 30, NOW),
+            validate_any_session(&t, &[other(b"other")], None, 30, NOW),
             Err(TokenError::Signature)
         );
         assert_eq!(
-            validate_any_session(&t, &[key()], None, 30, NOW + 7200),
+            validate_any_session(&t, &[public()], None, 30, NOW + 7200),
             Err(TokenError::Expired)
         );
         let mismatched = with(|c| {
             c.insert("sub".into(), json!("sess_other"));
         });
         assert_eq!(
-            validate_any_session(&mismatched, &[key()], None, 30, NOW),
+            validate_any_session(&mismatched, &[public()], None, 30, NOW),
             Err(TokenError::Session)
         );
         for gone in [json!(null), json!("")] {
@@ -616,7 +762,7 @@ mod tests {
                 c.remove("sub");
             });
             assert_eq!(
-                validate_any_session(&t, &[key()], None, 30, NOW),
+                validate_any_session(&t, &[public()], None, 30, NOW),
                 Err(TokenError::Session),
                 "{gone}"
             );
@@ -626,7 +772,7 @@ mod tests {
             c.remove("sub");
         });
         assert_eq!(
-            validate_any_session(&no_session, &[key()], None, 30, NOW),
+            validate_any_session(&no_session, &[public()], None, 30, NOW),
             Err(TokenError::Session)
         );
     }
@@ -634,13 +780,13 @@ mod tests {
     #[test]
     fn second_key_is_tried_and_reported() {
         let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
-        let ok = validate(&t, &[SigningKey::new(b"other"), key()], &v()).unwrap();
+        let ok = validate(&t, &[other(b"other"), public()], &v()).unwrap();
         assert_eq!(ok.key_index, 1);
     }
 
     #[test]
     fn structural_refusals() {
-        let keys = [key()];
+        let keys = [public()];
         assert_eq!(validate("", &keys, &v()), Err(TokenError::Missing));
         assert_eq!(validate("garbage", &keys, &v()), Err(TokenError::Malformed));
         assert_eq!(validate("a.b.c.d", &keys, &v()), Err(TokenError::Malformed));
@@ -659,7 +805,7 @@ mod tests {
     fn wrong_key_and_tampering_are_signature_failures() {
         let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
         assert_eq!(
-            validate(&t, &[SigningKey::new(b"nope")], &v()),
+            validate(&t, &[other(b"nope")], &v()),
             Err(TokenError::Signature)
         );
         let parts: Vec<&str> = t.split('.').collect();
@@ -667,39 +813,121 @@ mod tests {
             .encode(serde_json::to_vec(&Claims::new("sess_a", "proj_b", NOW, 99999)).unwrap());
         let tampered = format!("{}.{}.{}", parts[0], forged, parts[2]);
         assert_eq!(
-            validate(&tampered, &[key()], &v()),
+            validate(&tampered, &[public()], &v()),
             Err(TokenError::Signature)
         );
     }
 
     #[test]
-    fn algorithm_must_be_exactly_hs256() {
-        for alg in ["none", "HS512", "HS384", "RS256", "ES256", "hs256"] {
+    fn algorithm_must_be_exactly_eddsa() {
+        for alg in [
+            "none", "HS256", "HS512", "HS384", "RS256", "ES256", "eddsa", "Ed25519",
+        ] {
             let t = with_header(json!({"alg": alg, "typ": "JWT"}));
             assert_eq!(
-                validate(&t, &[key()], &v()),
+                validate(&t, &[public()], &v()),
                 Err(TokenError::Algorithm),
                 "{alg}"
             );
         }
         assert_eq!(
-            validate(&with_header(json!({"typ": "JWT"})), &[key()], &v()),
+            validate(&with_header(json!({"typ": "JWT"})), &[public()], &v()),
             Err(TokenError::Algorithm)
         );
         // alg:none with an empty signature, the classic bypass.
         let h = URL_SAFE_NO_PAD.encode(br#"{"alg":"none"}"#);
         let p = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims()).unwrap());
         assert_eq!(
-            validate(&format!("{h}.{p}."), &[key()], &v()),
+            validate(&format!("{h}.{p}."), &[public()], &v()),
             Err(TokenError::Algorithm)
         );
-        let crit = with_header(json!({"alg": "HS256", "crit": ["b64"]}));
-        assert_eq!(validate(&crit, &[key()], &v()), Err(TokenError::Malformed));
+        let crit = with_header(json!({"alg": "EdDSA", "crit": ["b64"]}));
+        assert_eq!(
+            validate(&crit, &[public()], &v()),
+            Err(TokenError::Malformed)
+        );
+    }
+
+    #[test]
+    fn hs256_keyed_with_the_public_key_is_refused() {
+        // Algorithm confusion: a verifier that let the header pick the algorithm would check an
+        // HMAC keyed with the public key, which every task and gateway holds.
+        let payload = serde_json::to_vec(&claims()).unwrap();
+        let pem = public().to_pem();
+        let raw = *public().as_bytes();
+        let raw_b64 = URL_SAFE_NO_PAD.encode(raw);
+        let der_b64 = pem
+            .lines()
+            .filter(|l| !l.starts_with("-----"))
+            .collect::<String>();
+        let secrets: [&[u8]; 4] = [pem.as_bytes(), &raw, der_b64.as_bytes(), raw_b64.as_bytes()];
+        let hs256 = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+        for secret in secrets {
+            let t = sign_raw_hs256(&hs256, &payload, secret);
+            assert_eq!(validate(&t, &[public()], &v()), Err(TokenError::Algorithm));
+            // The same HMAC under the EdDSA header: not an Ed25519 signature.
+            let t = sign_raw_hs256(HEADER_B64, &payload, secret);
+            assert_eq!(validate(&t, &[public()], &v()), Err(TokenError::Signature));
+        }
+    }
+
+    #[test]
+    fn a_fresh_key_pair_is_not_the_control_planes() {
+        let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&SigningKey::generate());
+        assert_eq!(validate(&t, &[public()], &v()), Err(TokenError::Signature));
+    }
+
+    #[test]
+    fn keys_round_trip_through_pem_and_refuse_other_text() {
+        let pem = key().to_pem();
+        assert!(
+            pem.starts_with("-----BEGIN PRIVATE KEY-----\n"),
+            "{}",
+            pem.as_str()
+        );
+        let again = SigningKey::from_pem(&pem).unwrap();
+        assert_eq!(again.verifying_key(), key().verifying_key());
+        assert_eq!(again.mac(b"m"), key().mac(b"m"));
+        let public_pem = public().to_pem();
+        assert!(public_pem.starts_with("-----BEGIN PUBLIC KEY-----\n"));
+        assert_eq!(VerifyingKey::from_pem(&public_pem).unwrap(), public());
+        // What openssl writes (`openssl genpkey -algorithm ed25519`, RFC 8410's example key).
+        let openssl = "-----BEGIN PRIVATE KEY-----\n\
+            MC4CAQAwBQYDK2VwBCIEINTuctv5E1hK1bbY8fdp+K06/nwoy/HU++CXqI9EdVhC\n\
+            -----END PRIVATE KEY-----\n";
+        let k = SigningKey::from_pem(openssl).unwrap();
+        let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&k);
+        assert!(validate(&t, &[k.verifying_key().clone()], &v()).is_ok());
+        assert_eq!(
+            SigningKey::from_pem(&public_pem).map(drop),
+            Err(KeyFormatError::Private)
+        );
+        assert_eq!(
+            VerifyingKey::from_pem(&pem).map(drop),
+            Err(KeyFormatError::Public)
+        );
+        assert_eq!(
+            VerifyingKey::from_pem("hunter2").map(drop),
+            Err(KeyFormatError::Public)
+        );
+        assert!(!format!("{:?}", key()).contains(&pem[30..60]));
+    }
+
+    #[test]
+    fn the_mac_key_is_neither_key_of_the_pair() {
+        let msg = b"cursor";
+        let pem = public().to_pem();
+        for k in [&public().as_bytes()[..], pem.as_bytes(), &[0u8; 32]] {
+            let with_public = EncodingKey::from_secret(k);
+            let hmac = jsonwebtoken::crypto::sign(msg, &with_public, Algorithm::HS256).unwrap();
+            assert_ne!(key().mac(msg), hmac);
+        }
+        assert_ne!(key().mac(msg), named(b"other").mac(msg));
     }
 
     #[test]
     fn time_rules_with_leeway() {
-        let k = [key()];
+        let k = [public()];
         let at = |f: &str, x: u64| {
             with(|c| {
                 c.insert(f.into(), json!(x));
@@ -765,7 +993,7 @@ mod tests {
 
     #[test]
     fn identity_rules() {
-        let k = [key()];
+        let k = [public()];
         // (claim, its value or None to leave it out, the outcome)
         let cases = [
             ("iss", Some(json!("evil")), Err(TokenError::Issuer)),
@@ -825,7 +1053,7 @@ mod tests {
             "{payload}"
         );
         let t = sign_raw(HEADER_B64, payload.as_bytes(), &key());
-        let verified = validate(&t, &[key()], &v()).unwrap();
+        let verified = validate(&t, &[public()], &v()).unwrap();
         assert_eq!(verified.session_id, "sess_a");
         assert_eq!(verified.project_id.as_deref(), Some("proj_a"));
     }
@@ -844,15 +1072,15 @@ mod tests {
             "proj_a"
         ]);
         let t = sign_raw(HEADER_B64, &serde_json::to_vec(&array).unwrap(), &key());
-        assert_eq!(validate(&t, &[key()], &v()), Err(TokenError::Malformed));
+        assert_eq!(validate(&t, &[public()], &v()), Err(TokenError::Malformed));
         for payload in [&b" [1]"[..], b"\"x\"", b"null", b"3"] {
             let t = sign_raw(HEADER_B64, payload, &key());
-            assert_eq!(validate(&t, &[key()], &v()), Err(TokenError::Malformed));
+            assert_eq!(validate(&t, &[public()], &v()), Err(TokenError::Malformed));
         }
         // Whitespace before the object is still an object.
         let mut spaced = b" \n".to_vec();
         spaced.extend(serde_json::to_vec(&claims()).unwrap());
-        assert!(validate(&sign_raw(HEADER_B64, &spaced, &key()), &[key()], &v()).is_ok());
+        assert!(validate(&sign_raw(HEADER_B64, &spaced, &key()), &[public()], &v()).is_ok());
     }
 
     #[test]
@@ -864,17 +1092,17 @@ mod tests {
             json!("b64"),
             json!({}),
         ] {
-            let t = with_header(json!({"alg": "HS256", "typ": "JWT", "crit": crit}));
+            let t = with_header(json!({"alg": "EdDSA", "typ": "JWT", "crit": crit}));
             assert_eq!(
-                validate(&t, &[key()], &v()),
+                validate(&t, &[public()], &v()),
                 Err(TokenError::Malformed),
                 "crit: {crit}"
             );
         }
         // A header that is an array would be read by position: `alg`, then `crit`.
-        for header in [json!(["HS256"]), json!(["HS256", null])] {
+        for header in [json!(["EdDSA"]), json!(["EdDSA", null])] {
             assert_eq!(
-                validate(&with_header(header.clone()), &[key()], &v()),
+                validate(&with_header(header.clone()), &[public()], &v()),
                 Err(TokenError::Malformed),
                 "{header}"
             );
@@ -883,7 +1111,7 @@ mod tests {
 
     #[test]
     fn exp_beyond_the_longest_session_is_refused() {
-        let k = [key()];
+        let k = [public()];
         let exp = |x: serde_json::Value| {
             with(|c| {
                 c.insert("exp".into(), x);
@@ -919,7 +1147,7 @@ mod tests {
 
     #[test]
     fn claim_rules_are_ours_where_jsonwebtoken_differs() {
-        let k = [key()];
+        let k = [public()];
         // The caller's clock, not the system's: a token of 2001 checked as of 2001 passes, and
         // one valid by the system clock but expired as of `now` is refused.
         let then = 1_000_000_000;
@@ -965,12 +1193,12 @@ mod tests {
     fn keys_are_tried_in_order_and_none_is_a_signature_refusal() {
         let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
         assert_eq!(validate(&t, &[], &v()), Err(TokenError::Signature));
-        let three = [SigningKey::new(b"a"), SigningKey::new(b"b"), key()];
+        let three = [other(b"a"), other(b"b"), public()];
         assert_eq!(validate(&t, &three, &v()).map(|ok| ok.key_index), Ok(2));
         // A payload that is not an object is only looked at under a matching key.
         let array = sign_raw(HEADER_B64, b"[1]", &key());
         assert_eq!(
-            validate(&array, &[SigningKey::new(b"a")], &v()),
+            validate(&array, &[other(b"a")], &v()),
             Err(TokenError::Signature)
         );
     }
@@ -980,25 +1208,25 @@ mod tests {
         // As before jsonwebtoken: a signed token is not refused for what it says beside `alg`
         // (`jsonwebtoken::decode` would call a non-string `kid` or extra member malformed).
         for header in [
-            json!({"alg": "HS256", "typ": "JWT", "x": 1}),
-            json!({"alg": "HS256", "kid": 5}),
-            json!({"alg": "HS256", "kid": "k1"}),
+            json!({"alg": "EdDSA", "typ": "JWT", "x": 1}),
+            json!({"alg": "EdDSA", "kid": 5}),
+            json!({"alg": "EdDSA", "kid": "k1"}),
         ] {
             assert!(
-                validate(&with_header(header.clone()), &[key()], &v()).is_ok(),
+                validate(&with_header(header.clone()), &[public()], &v()).is_ok(),
                 "{header}"
             );
         }
     }
 
     #[test]
-    fn minted_tokens_carry_the_hs256_jwt_header() {
+    fn minted_tokens_carry_the_eddsa_jwt_header() {
         let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
         let header = URL_SAFE_NO_PAD
             .decode(t.split('.').next().unwrap())
             .unwrap();
         let header: serde_json::Value = serde_json::from_slice(&header).unwrap();
-        assert_eq!(header, json!({"alg": "HS256", "typ": "JWT"}));
+        assert_eq!(header, json!({"alg": "EdDSA", "typ": "JWT"}));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The cursor of `GET /v1/sessions`: where the next page starts, opaque to clients.
 //!
 //! A cursor is `<payload>.<mac>`: the payload is base64url JSON naming the project and the
-//! last listed session (`createdAt`, `sessionId`), the MAC an HMAC-SHA256 of it with the
-//! signing key ([`Signer::mac`]). A cursor is hostile input: one that was altered, was made by
+//! last listed session (`createdAt`, `sessionId`), the MAC an HMAC-SHA256 of it with a key
+//! derived from the control plane's private key ([`Signer::mac`]: no task or gateway, which
+//! hold public keys only, can make one). A cursor is hostile input: one that was altered, was made by
 //! someone else, or was issued to another project is refused with a 400, so a cursor can only
 //! ever move a caller through its own project's sessions. (After a rotation of the signing
 //! key, older cursors are refused too: the listing starts again.)
@@ -108,7 +109,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_cursor_opens_only_unaltered_for_its_project_and_key() {
-        let signer = StaticSigner(SigningKey::new(b"k1"));
+        let signer = StaticSigner(SigningKey::from_seed(&[1; 32]));
         let c = seal(&signer, "proj_a", &pos()).await.unwrap();
         assert_eq!(open(&signer, "proj_a", &c).await.unwrap(), pos());
 
@@ -123,7 +124,7 @@ mod tests {
         // A payload rewritten to name another project (or any other change) fails the MAC.
         let forged = URL_SAFE_NO_PAD.encode(br#"{"p":"proj_b","c":"","s":""}"#);
         let mac = c.split_once('.').unwrap().1;
-        let other_key = StaticSigner(SigningKey::new(b"k2"));
+        let other_key = StaticSigner(SigningKey::from_seed(&[2; 32]));
         for bad in [
             format!("{forged}.{mac}"),
             c.replacen('.', "x.", 1),

@@ -357,9 +357,9 @@ pub trait Launcher: Send + Sync {
 /// Signs CDP tokens, and other things the API hands out and must recognise (listing cursors).
 #[async_trait]
 pub trait Signer: Send + Sync {
-    /// A token over `claims` (HS256, with the current signing key).
+    /// A token over `claims` (EdDSA, with the current private key).
     async fn sign(&self, claims: wallcrawler_contract::Claims) -> StoreResult<String>;
-    /// An HMAC-SHA256 of `msg` with the current signing key, base64url.
+    /// An HMAC-SHA256 of `msg` with a key derived from the current private key, base64url.
     async fn mac(&self, msg: &[u8]) -> StoreResult<String>;
 }
 

@@ -24,7 +24,7 @@ use wallcrawler_contract::session::MAX_SHUTDOWN_BUDGET_SECONDS;
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::time::{iso8601_millis, parse_iso8601};
 use wallcrawler_contract::token::{self, Validation};
-use wallcrawler_contract::{InternalStatus, SdkStatus, SigningKey, TokenError};
+use wallcrawler_contract::{InternalStatus, SdkStatus, TokenError, VerifyingKey};
 use wallcrawler_control_plane::app::{App, Settings};
 use wallcrawler_control_plane::error::StoreError;
 use wallcrawler_control_plane::handlers::NEXT_CURSOR;
@@ -38,13 +38,15 @@ use wallcrawler_control_plane::stores::{
     Clock, DocWrite, Ids, LaunchSpec, Launcher, Listing, PageAt, SessionStore, StaticSigner,
     StoreResult, Terminal, Usage,
 };
+use wallcrawler_testkit::keys::{public_key, signing_key};
 
 // ---------------------------------------------------------------------------------------------
 // Fixture: projects, keys, a clock that only moves when told, and the router over it all.
 
 /// 2027-01-15T08:00:00.000Z: whole seconds, so second and millisecond arithmetic agree.
 const T0: u64 = 1_800_000_000_000;
-const SIGNING_KEY: &[u8] = b"handler-tests-signing-key";
+/// The name of the signer's key pair ([`wallcrawler_testkit::keys`]).
+const SIGNING_KEY: &str = "handler-tests-signing-key";
 
 /// Key of proj_a that may also select proj_b.
 const KEY_A: &str = "wc_key_a";
@@ -310,7 +312,7 @@ impl Harness {
             archives: Arc::new(archives.clone()),
             objects: Arc::new(objects.clone()),
             launcher: launch_port,
-            signer: Arc::new(StaticSigner(SigningKey::new(SIGNING_KEY))),
+            signer: Arc::new(StaticSigner(signing_key(SIGNING_KEY))),
             clock: clock.clone(),
             settings: settings.clone(),
         };
@@ -600,7 +602,7 @@ fn millis(v: &Value) -> u64 {
 fn validate<'a>(token: &'a str, session_id: &'a str, project_id: &'a str) -> token::Verified {
     token::validate(
         token,
-        &[SigningKey::new(SIGNING_KEY)],
+        &[public_key(SIGNING_KEY)],
         &Validation {
             session_id,
             project_id: Some(project_id),
@@ -1500,8 +1502,8 @@ async fn signed_token_carries_the_sessions_claims() {
     let v = validate(token, id, PROJ_A);
     assert_eq!(v.session_id, id);
     assert_eq!(v.project_id.as_deref(), Some(PROJ_A));
-    let keys = [SigningKey::new(SIGNING_KEY)];
-    let check = |session_id, project_id, key: &[SigningKey]| {
+    let keys = [public_key(SIGNING_KEY)];
+    let check = |session_id, project_id, key: &[VerifyingKey]| {
         token::validate(
             token,
             key,
@@ -1517,7 +1519,7 @@ async fn signed_token_carries_the_sessions_claims() {
     assert_eq!(check("sess_other", PROJ_A, &keys), Err(TokenError::Session));
     assert_eq!(check(id, PROJ_B, &keys), Err(TokenError::Project));
     assert_eq!(
-        check(id, PROJ_A, &[SigningKey::new(b"another key")]),
+        check(id, PROJ_A, &[public_key("another key")]),
         Err(TokenError::Signature)
     );
 }

@@ -584,6 +584,7 @@ fn a_second_persisting_session_on_a_busy_context_gets_409_then_waits_its_turn() 
 /// when the data directory is gone, so a failed test leaves no process behind.
 const FAKE_CONTROLLER: &str = r#"#!/bin/sh
 d="$SESSIONS_DIR/.."
+env > "$d/env-$SESSION_ID"
 printf %s "$CDP_PROXY_HOST" > "$d/host-$SESSION_ID"
 printf '%s %s' "$CDP_DISCONNECT_TIMEOUT" "$CDP_DISCONNECT_GRACE" > "$d/idle-$SESSION_ID"
 while [ -d "$SESSIONS_DIR" ] && [ ! -e "$d/exit-now" ]; do sleep 0.05; done
@@ -656,6 +657,18 @@ fn local_platform_files_are_private_limits_hold_and_exited_controllers_give_slot
     );
     assert_eq!(st, 429, "{v}");
 
+    // The token private key, generated at first start, kept in local.json (0600, below).
+    let identity: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("local.json")).unwrap()).unwrap();
+    let private_pem = identity["privateKey"]
+        .as_str()
+        .expect("privateKey in local.json");
+    let private_key = wallcrawler_contract::SigningKey::from_pem(private_pem).unwrap();
+    let private_body: String = private_pem
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect();
+
     // Every file holding a secret is 0600 and the data directory 0700, under umask 022.
     assert_eq!(mode(&dir), 0o700, "data directory");
     assert_eq!(mode(&dir.join("sessions")), 0o700, "sessions directory");
@@ -677,6 +690,14 @@ fn local_platform_files_are_private_limits_hold_and_exited_controllers_give_slot
         let host = dir.join(format!("host-{id}"));
         wait_for("the controller started", || host.exists());
         assert_eq!(std::fs::read_to_string(&host).unwrap(), "127.0.0.1");
+        // Controllers get the public key only; the private key stays in local.json.
+        let env = std::fs::read_to_string(dir.join(format!("env-{id}"))).unwrap();
+        let public = private_key.verifying_key().to_pem();
+        assert!(
+            env.contains(&format!("WALLCRAWLER_JWT_PUBLIC_KEY={}", public.trim_end())),
+            "{env}"
+        );
+        assert!(!env.contains("PRIVATE KEY") && !env.contains(&private_body));
         // Idle settings set for `serve` reach its controllers.
         let idle = dir.join(format!("idle-{id}"));
         wait_for("the controller wrote its idle settings", || {

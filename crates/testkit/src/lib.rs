@@ -3,6 +3,7 @@
 //!
 //! - [`moto`]: one local AWS (moto) server per test binary; [`sdk_config`] points the real AWS
 //!   SDK at it, [`child_env`] a child process (the controller, a Lambda).
+//! - [`keys`]: the tests' token key pairs, named, and minting with them.
 //! - [`tables`]: the DynamoDB tables as deploy/template.yaml declares them, under unique names.
 //! - [`chromium`]: the real Chromium the browser tests run.
 //! - [`node`]: the Node clients of tests/node (puppeteer-core, playwright-core, Stagehand...).
@@ -15,6 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod keys;
 pub mod moto;
 pub mod node;
 #[cfg(feature = "platform")]

@@ -31,7 +31,8 @@ use crate::{Moto, moto, tables, unique};
 /// Bound on the waits here (a hang guard, not a speed assertion).
 pub const WAIT: Duration = Duration::from_secs(20);
 
-/// The signing key in the fixture's secret.
+/// The name of the key pair in the fixture's secrets ([`crate::keys`]): its private key in the
+/// signing secret, its public key in the public key secret.
 pub const SIGNING_KEY: &str = "aws-tests-signing-key";
 
 /// The public address the played controller announces.
@@ -53,6 +54,29 @@ pub fn aws_env_as(moto: &Moto, creds: &Credentials) -> Vec<(&'static str, String
     let mut env = moto.child_env_as(creds);
     env.push(("AWS_MAX_ATTEMPTS", "1".into()));
     env
+}
+
+/// The signing secret (the private key of the key pair named `key`) and the public key secret
+/// (its public key), under unique names, as the operator's deploy step puts them
+/// (deploy/README.md); their ARNs, in that order.
+pub async fn create_key_secrets(sdk: &SdkConfig, key: &str) -> (String, String) {
+    let client = aws_sdk_secretsmanager::Client::new(sdk);
+    let pair = crate::keys::signing_key(key);
+    let private = wallcrawler_contract::secret::private_secret_string(&pair);
+    let public = wallcrawler_contract::secret::public_secret_string(pair.verifying_key());
+    let mut arns = Vec::new();
+    for (prefix, value) in [("jwt-signing", private.as_str()), ("jwt-public", &public)] {
+        let out = client
+            .create_secret()
+            .name(unique(prefix))
+            .secret_string(value)
+            .send()
+            .await
+            .unwrap();
+        arns.push(out.arn().unwrap().to_owned());
+    }
+    let public = arns.pop().unwrap();
+    (arns.pop().unwrap(), public)
 }
 
 /// A string attribute.
@@ -219,13 +243,7 @@ impl Fixture {
             .send()
             .await
             .unwrap();
-        let secret = aws_sdk_secretsmanager::Client::new(&sdk)
-            .create_secret()
-            .name(unique("jwt"))
-            .secret_string(json!({"algorithm": "HS256", "signingKey": SIGNING_KEY}).to_string())
-            .send()
-            .await
-            .unwrap();
+        let (signing, public) = create_key_secrets(&sdk, SIGNING_KEY).await;
         let (cluster, family, subnet, group) = create_ecs(&sdk).await;
         vars.extend([
             ("CONTEXTS_BUCKET_NAME", bucket),
@@ -234,10 +252,8 @@ impl Fixture {
             ("ECS_SUBNETS", subnet),
             ("ECS_SECURITY_GROUPS", group),
             ("ECS_ASSIGN_PUBLIC_IP", "ENABLED".into()),
-            (
-                "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
-                secret.arn().unwrap().to_owned(),
-            ),
+            ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", signing),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", public),
             ("CREATE_WAIT_SECONDS", create_wait_seconds.to_string()),
         ]);
         vars.extend(extra);

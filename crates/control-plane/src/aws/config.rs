@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use aws_config::SdkConfig;
 use wallcrawler_contract::claim::ClaimWait;
+use wallcrawler_contract::task_env;
 
 use super::{
     DynamoContexts, DynamoKeys, DynamoProjects, DynamoSessions, DynamoSlots, EcsLauncher,
@@ -97,9 +98,12 @@ pub struct Config {
     pub ecs: EcsSettings,
     /// `CDP_PROXY_PORT`, default 9223 (passed on to the task).
     pub cdp_proxy_port: u16,
-    /// `WALLCRAWLER_JWT_SIGNING_SECRET_ARN` (required): signs tokens here, verifies them in the
-    /// task.
+    /// `WALLCRAWLER_JWT_SIGNING_SECRET_ARN` (required): the private key that signs tokens here
+    /// (and MACs cursors); only the control plane's roles read it.
     pub signing_secret_arn: String,
+    /// `WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN` (required): the public key secret, passed on to
+    /// the tasks, which verify tokens with it.
+    pub public_key_secret_arn: String,
     /// How long `POST /v1/sessions` waits for READY, counted from API Gateway's receive time:
     /// [`CREATE_BUDGET`], or less with `CREATE_WAIT_SECONDS` (never more).
     pub create_wait: Duration,
@@ -236,6 +240,7 @@ impl Config {
         let cluster = required("ECS_CLUSTER");
         let task_definition = required("ECS_TASK_DEFINITION");
         let signing_secret_arn = required("WALLCRAWLER_JWT_SIGNING_SECRET_ARN");
+        let public_key_secret_arn = required(task_env::PUBLIC_KEY_SECRET_ARN);
         let subnets = list(var(get, "ECS_SUBNETS"));
         if subnets.is_empty() {
             problems.push("ECS_SUBNETS is required (comma-separated subnet ids)".into());
@@ -289,6 +294,7 @@ impl Config {
             },
             cdp_proxy_port,
             signing_secret_arn,
+            public_key_secret_arn,
             create_wait: Duration::from_secs(create_wait),
             pool_queue_url: var(get, "POOL_QUEUE_URL"),
         })
@@ -351,12 +357,13 @@ mod tests {
         move |k| m.get(k).cloned()
     }
 
-    const FULL: [(&str, &str); 5] = [
+    const FULL: [(&str, &str); 6] = [
         ("CONTEXTS_BUCKET_NAME", "wc-contexts"),
         ("ECS_CLUSTER", "wallcrawler"),
         ("ECS_TASK_DEFINITION", "wallcrawler-controller"),
         ("ECS_SUBNETS", "subnet-a, subnet-b,"),
         ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "arn:secret"),
+        ("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "arn:public"),
     ];
 
     #[test]
@@ -369,11 +376,12 @@ mod tests {
             "ECS_TASK_DEFINITION",
             "ECS_SUBNETS",
             "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+            "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
             "ECS_ASSIGN_PUBLIC_IP",
         ] {
             assert!(all.contains(name), "{name} missing from {all}");
         }
-        assert_eq!(e.0.len(), 6);
+        assert_eq!(e.0.len(), 7);
     }
 
     #[test]
@@ -506,7 +514,7 @@ mod tests {
                 "PROJECT_ID",
                 "SESSIONS_TABLE_NAME",
                 "CDP_PROXY_PORT",
-                "WALLCRAWLER_JWT_SIGNING_SECRET_ARN",
+                "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
                 "FILES_BUCKET_NAME"
             ]
         );

@@ -29,8 +29,8 @@ pub fn controller_environment(cfg: &Config, spec: &LaunchSpec) -> Vec<(String, S
             cfg.cdp_proxy_port.to_string(),
         ),
         (
-            task_env::SIGNING_SECRET_ARN.into(),
-            cfg.signing_secret_arn.clone(),
+            task_env::PUBLIC_KEY_SECRET_ARN.into(),
+            cfg.public_key_secret_arn.clone(),
         ),
         // Every session's files (its downloads, its uploads) live in the contexts bucket, under
         // its files prefix, with or without a context.

@@ -1,4 +1,6 @@
-//! The token signer ([`SecretsSigner`]): HS256 with the signing secret from Secrets Manager.
+//! The token signer ([`SecretsSigner`]): EdDSA with the private key of the signing secret in
+//! Secrets Manager, which only the control plane's roles may read (tasks and gateways read the
+//! public key secret).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,14 +22,15 @@ pub const KEY_TTL: Duration = Duration::from_secs(300);
 
 /// Where the signer's keys come from: Secrets Manager ([`SecretsManagerKeys`]), or a test's
 /// fake.
-type SignerFetcher = dyn KeyFetcher<Error = SecretsError>;
+type SignerFetcher = dyn KeyFetcher<Key = SigningKey, Error = SecretsError>;
 
 /// Signs tokens with the `AWSCURRENT` version of the signing secret
-/// (`{"algorithm":"HS256","signingKey":…}`), over the workspace's one key cache
+/// (`{"algorithm":"EdDSA","privateKey":…}`), over the workspace's one key cache
 /// ([`wallcrawler_aws::keys`]). The key is fetched lazily, once it is older than [`KEY_TTL`]
 /// (no background task: this runs on Lambda); simultaneous signs share one fetch. When
-/// Secrets Manager fails the last good key keeps signing (the task accepts `AWSPREVIOUS` too,
-/// so a key that was just rotated out still verifies).
+/// Secrets Manager fails the last good key keeps signing (the task accepts the public key
+/// secret's `AWSPREVIOUS` too, so a key that was just rotated out still verifies). Cursors are
+/// MACed with a key derived from the same private key ([`SigningKey::mac`]).
 pub struct SecretsSigner {
     keys: Arc<KeyCache<SignerFetcher>>,
 }
@@ -35,7 +38,7 @@ pub struct SecretsSigner {
 impl SecretsSigner {
     /// A signer over the `SecretString` of `secret_id` (a name or ARN).
     pub fn new(sdk: &SdkConfig, secret_id: &str) -> Self {
-        Self::with_fetcher(Arc::new(SecretsManagerKeys::new(sdk, secret_id)))
+        Self::with_fetcher(Arc::new(SecretsManagerKeys::signing(sdk, secret_id)))
     }
 
     /// A signer over `fetcher`. Its fetch tasks are awaited by the signs that start them, so
@@ -81,7 +84,6 @@ mod tests {
 
     use wallcrawler_aws::Failure;
     use wallcrawler_aws::keys::FetchMode;
-    use wallcrawler_contract::SigningSecret;
     use wallcrawler_contract::token::{Validation, validate};
 
     use futures_util::future::BoxFuture;
@@ -96,10 +98,18 @@ mod tests {
     /// A Secrets Manager holding (calls so far, the current key; `None` refuses).
     struct Fake(Mutex<(usize, Option<&'static str>)>);
 
+    /// The key pair of a name (its bytes as the seed).
+    fn named(name: &str) -> SigningKey {
+        let mut seed = [0u8; 32];
+        seed[..name.len()].copy_from_slice(name.as_bytes());
+        SigningKey::from_seed(&seed)
+    }
+
     impl KeyFetcher for Fake {
+        type Key = SigningKey;
         type Error = SecretsError;
 
-        fn fetch(&self, _: FetchMode) -> BoxFuture<'_, Result<Vec<SigningSecret>, SecretsError>> {
+        fn fetch(&self, _: FetchMode) -> BoxFuture<'_, Result<Vec<SigningKey>, SecretsError>> {
             let current = {
                 let mut state = self.0.lock().unwrap();
                 state.0 += 1;
@@ -112,12 +122,7 @@ mod tests {
                     source: "AccessDeniedException".into(),
                 })?;
                 // AWSCURRENT, then AWSPREVIOUS: only the first signs.
-                Ok([current, "previous"]
-                    .map(|k| SigningSecret {
-                        algorithm: "HS256".into(),
-                        signing_key: k.into(),
-                    })
-                    .into())
+                Ok([current, "previous"].map(named).into())
             })
         }
     }
@@ -147,7 +152,7 @@ mod tests {
             leeway_seconds: 0,
             now: 2,
         };
-        validate(token, &[SigningKey::new(key.as_bytes())], &v).is_ok()
+        validate(token, &[named(key).verifying_key().clone()], &v).is_ok()
     }
 
     #[tokio::test(start_paused = true)]

@@ -95,8 +95,9 @@ pub struct Controllers {
     pub data_dir: PathBuf,
     /// Where controllers' profiles (and the directories beside them) go, and who Chrome runs as.
     browsers: Arc<Browsers>,
-    /// The HS256 key children verify tokens with (`WALLCRAWLER_JWT_SIGNING_KEY`).
-    pub signing_key: String,
+    /// The public key (SPKI PEM) children verify tokens with (`WALLCRAWLER_JWT_PUBLIC_KEY`):
+    /// never the private key, which stays with the API.
+    pub public_key: String,
     /// Where a controller's exit is recorded.
     pub ends: Ends,
     children: Arc<Mutex<HashMap<String, u32>>>,
@@ -109,7 +110,7 @@ impl Controllers {
     pub fn new(
         controller_bin: PathBuf,
         data_dir: PathBuf,
-        signing_key: String,
+        public_key: String,
         ends: Ends,
     ) -> Result<Self, UidError> {
         let browsers = Arc::new(Browsers::new(
@@ -121,7 +122,7 @@ impl Controllers {
             controller_bin,
             data_dir,
             browsers,
-            signing_key,
+            public_key,
             ends,
             children: Default::default(),
             stopping: Default::default(),
@@ -146,7 +147,7 @@ impl Controllers {
             // Session files (downloads stored, uploads read) live beside the contexts, under
             // `contexts/files/…`, as in the bucket: where the API serves and stores them.
             .env(task_env::FILES_DIR, self.data_dir.join("contexts"))
-            .env(task_env::SIGNING_KEY, &self.signing_key)
+            .env(task_env::PUBLIC_KEY, &self.public_key)
             .env(task_env::CDP_PROXY_PORT, "0")
             .env(task_env::CDP_PROXY_HOST, "127.0.0.1")
             .env(task_env::CHROME_DEBUG_PORT, "0")

@@ -497,8 +497,18 @@ pub struct LocalIdentity {
     /// The local API key (stored raw only here, on the user's own machine, so it can be printed
     /// at every start; its record holds only the hash).
     pub api_key: String,
-    /// `signingKey`: the HS256 key local controllers verify tokens with.
-    pub signing_key: String,
+    /// `privateKey`: the Ed25519 private key (PKCS#8 PEM) the local API signs tokens with. It
+    /// stays here (the file is 0600, the directory 0700); controllers and the gateway get its
+    /// public key only.
+    pub private_key: String,
+}
+
+impl LocalIdentity {
+    /// The private key of `privateKey`.
+    pub fn signing_key(&self) -> anyhow::Result<wallcrawler_contract::SigningKey> {
+        wallcrawler_contract::SigningKey::from_pem(&self.private_key)
+            .map_err(|e| anyhow::anyhow!("local.json's privateKey: {e}"))
+    }
 }
 
 /// Loads `<data>/local.json`, creating the local project, API key and signing key on first
@@ -510,13 +520,21 @@ pub fn load_or_init(data_dir: &Path) -> anyhow::Result<LocalIdentity> {
         .with_context(|| format!("the data directory {}", data_dir.display()))?;
     let path = data_dir.join("local.json");
     if let Some(b) = private_fs::read_ours(&path)? {
-        return serde_json::from_slice(&b)
-            .with_context(|| format!("{} is not the local identity", path.display()));
+        // A local.json of before EdDSA tokens has an HS256 `signingKey` and no `privateKey`.
+        return serde_json::from_slice(&b).map_err(|e| {
+            anyhow::anyhow!(
+                "{} is unreadable ({e}); one written before EdDSA tokens (an HS256 signingKey, \
+                 no privateKey) is not read: move the data directory away to start afresh",
+                path.display()
+            )
+        });
     }
     let id = LocalIdentity {
         project_id: "proj_local".to_owned(),
         api_key: format!("wc_local_{}", wallcrawler_contract::token::random_hex(24)),
-        signing_key: wallcrawler_contract::token::random_hex(32),
+        private_key: wallcrawler_contract::SigningKey::generate()
+            .to_pem()
+            .to_string(),
     };
     let now = now_iso8601();
     FileMap::<Project>::new(data_dir.join("projects.json")).modify(|m| {

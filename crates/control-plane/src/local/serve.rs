@@ -9,7 +9,6 @@ use axum::routing::put;
 use tokio::net::TcpListener;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::info;
-use wallcrawler_contract::SigningKey;
 use wallcrawler_contract::task_env;
 
 use super::controllers::{Controllers, Ends, LocalLauncher, LocalPool};
@@ -31,11 +30,14 @@ pub fn controller_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("wallcrawler-controller"))
 }
 
+/// What the upload URLs' HMAC key is derived with from the private key (never the key itself).
+const URL_KEY_INFO: &[u8] = b"wallcrawler local archive upload URLs v1";
+
 /// A bound local platform, ready to serve.
 pub struct LocalServer {
     /// The address the API listens on (port 0 asked = the one the OS chose).
     pub addr: SocketAddr,
-    /// The project and API key the server created for local use, and its signing key.
+    /// The project and API key the server created for local use, and its private key.
     pub identity: LocalIdentity,
     listener: TcpListener,
     router: axum::Router,
@@ -73,15 +75,18 @@ impl LocalServer {
         connect: Connect,
     ) -> anyhow::Result<LocalServer> {
         let identity = load_or_init(data_dir)?;
+        let key = identity.signing_key()?;
+        // What controllers and the gateway get: they verify tokens, they cannot mint one.
+        let public_key = key.verifying_key().to_pem();
         let gateway =
-            GatewayChild::for_connect(connect, data_dir, &identity, &mut settings).await?;
+            GatewayChild::for_connect(connect, data_dir, &public_key, &mut settings).await?;
         let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).await?;
         let addr = listener.local_addr()?;
         let sessions = DirSessions::in_dir(data_dir);
         let archives = Arc::new(LocalArchives {
             dir: data_dir.join("contexts"),
             base_url: format!("http://{addr}"),
-            url_key: identity.signing_key.as_bytes().to_vec(),
+            url_key: key.mac(URL_KEY_INFO).into_bytes(),
         });
         // One instance of each file store: their locks are per instance.
         let slots: Arc<FileMap<Vec<String>>> =
@@ -96,7 +101,7 @@ impl LocalServer {
         let controllers = Controllers::new(
             controller_bin(),
             data_dir.to_owned(),
-            identity.signing_key.clone(),
+            public_key,
             ends,
         )?;
         let pool = match pool {
@@ -115,9 +120,7 @@ impl LocalServer {
                 dir: data_dir.join("contexts"),
             }),
             launcher,
-            signer: Arc::new(StaticSigner(SigningKey::new(
-                identity.signing_key.as_bytes(),
-            ))),
+            signer: Arc::new(StaticSigner(key)),
             clock: Arc::new(SystemClock),
             settings,
         };
@@ -229,7 +232,7 @@ impl GatewayChild {
     async fn for_connect(
         connect: Connect,
         data_dir: &Path,
-        identity: &LocalIdentity,
+        public_key: &str,
         settings: &mut Settings,
     ) -> anyhow::Result<Option<Self>> {
         let Connect::Gateway { tls } = connect else {
@@ -238,7 +241,7 @@ impl GatewayChild {
         let g = GatewayChild::start(
             &controller_bin(),
             &data_dir.join("sessions"),
-            &identity.signing_key,
+            public_key,
             tls.then(|| data_dir.join("tls")).as_deref(),
         )
         .await?;
@@ -253,11 +256,11 @@ impl GatewayChild {
     async fn start(
         bin: &Path,
         sessions_dir: &Path,
-        signing_key: &str,
+        public_key: &str,
         tls_dir: Option<&Path>,
     ) -> anyhow::Result<Self> {
         use tokio::io::AsyncBufReadExt;
-        let mut cmd = gateway_command(bin, sessions_dir, signing_key, tls_dir);
+        let mut cmd = gateway_command(bin, sessions_dir, public_key, tls_dir);
         let mut child = cmd
             .spawn()
             .map_err(|e| anyhow::anyhow!("starting {} gateway failed: {e}", bin.display()))?;
@@ -349,7 +352,7 @@ fn launcher(controllers: &Controllers, pool: Option<&Arc<LocalPool>>) -> Arc<dyn
 fn gateway_command(
     bin: &Path,
     sessions_dir: &Path,
-    signing_key: &str,
+    public_key: &str,
     tls_dir: Option<&Path>,
 ) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(bin);
@@ -357,7 +360,7 @@ fn gateway_command(
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env(task_env::SESSIONS_DIR, sessions_dir)
-        .env(task_env::SIGNING_KEY, signing_key)
+        .env(task_env::PUBLIC_KEY, public_key)
         .env(task_env::GATEWAY_LISTEN, "127.0.0.1:0")
         // Off unless asked for (tests read the gateway's counters there).
         .env(

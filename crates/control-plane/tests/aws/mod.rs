@@ -19,7 +19,7 @@ use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::token::{self, Validation};
-use wallcrawler_contract::{InternalStatus, SdkStatus, SigningKey};
+use wallcrawler_contract::{InternalStatus, SdkStatus};
 use wallcrawler_control_plane::aws::lambda::{Authorizer, TaskEventOutcome, authorize_request};
 use wallcrawler_control_plane::aws::{
     Config, DynamoKeys, DynamoProjects, DynamoSessions, build_app,
@@ -102,10 +102,11 @@ async fn create_starts_an_ecs_task_and_answers_running_once_the_controller_is_re
         v["connectUrl"],
         format!("ws://{PUBLIC_IP}:9223?signingKey={token}")
     );
-    // Signed with the Secrets Manager key, for this session and project.
+    // Signed with the signing secret's private key, verified with only the public key (all a
+    // task holds), for this session and project.
     let verified = token::validate(
         token,
-        &[SigningKey::new(SIGNING_KEY.as_bytes())],
+        &[wallcrawler_testkit::keys::public_key(SIGNING_KEY)],
         &Validation {
             session_id: id,
             project_id: Some(&f.project_id),
@@ -139,9 +140,14 @@ async fn create_starts_an_ecs_task_and_answers_running_once_the_controller_is_re
     assert_eq!(env["PROJECT_ID"], f.project_id);
     assert_eq!(env["SESSIONS_TABLE_NAME"], f.cfg.tables.sessions);
     assert_eq!(env["CDP_PROXY_PORT"], "9223");
+    // The task is handed the public key secret, never the signing (private) one.
     assert_eq!(
-        env["WALLCRAWLER_JWT_SIGNING_SECRET_ARN"],
-        f.cfg.signing_secret_arn
+        env["WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN"],
+        f.cfg.public_key_secret_arn
+    );
+    assert!(
+        !env.values().any(|v| v == &f.cfg.signing_secret_arn),
+        "the signing secret reaches no task"
     );
     assert!(
         !env.contains_key("CONTEXT_ID"),
@@ -1080,6 +1086,7 @@ async fn admin_creates_projects_and_keys_and_revokes_keys() {
         ("ECS_TASK_DEFINITION", "unused"),
         ("ECS_SUBNETS", "subnet-unused"),
         ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "unused"),
+        ("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "unused"),
     ] {
         all.insert(k, v.into());
     }
