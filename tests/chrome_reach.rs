@@ -469,7 +469,7 @@ fn a_private_network_needs_a_controller_that_can_make_one() {
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("SESSION_ID", "sess_x")
-        .env("WALLCRAWLER_JWT_SIGNING_KEY", "k")
+        .env("WALLCRAWLER_JWT_PUBLIC_KEY", crate::support::public_key())
         .env("CHROME_NETWORK", "private")
         .env("CHROME_PATH", chromium())
         .env("CDP_PROXY_PORT", "0")
