@@ -18,9 +18,9 @@ use wallcrawler_contract::task_env::*;
 use wallcrawler_contract::token::MAX_SESSION_SECONDS;
 use wallcrawler_contract::{SigningKey, VerifyingKey};
 
-use crate::chrome::netns::ChromeNetwork;
 use crate::chrome::user::ChromeUser;
 use crate::gateway;
+use crate::netns::ChromeNetwork;
 use crate::proxy::admission::PendingLimits;
 use crate::proxy::proxy_header::TrustedNetworks;
 use crate::proxy::{self, Limits};

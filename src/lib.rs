@@ -10,6 +10,7 @@
 //! - [`proxy`]: the listener, handshake, routing, discovery rewriting, relay and health.
 //! - [`upstream`]: the CDP endpoint behind the proxy (dialled in its network) and a tiny HTTP
 //!   client for `/json/*`.
+//! - [`netns`]: Chrome's private network namespace (`CHROME_NETWORK`) and the sockets made in it.
 //! - [`chrome`]: finding, launching (as its own user, `CHROME_USER`, in a network of its own,
 //!   `CHROME_NETWORK`, with its SOCKS5 egress), readiness, supervision and clean closing of
 //!   Chrome.
@@ -51,6 +52,7 @@ pub mod cli;
 pub mod config;
 pub mod gateway;
 pub(crate) mod modes;
+pub mod netns;
 pub mod pool_metric;
 pub mod profile;
 pub mod proxy;

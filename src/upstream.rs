@@ -19,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use crate::chrome::netns::NetNs;
+use crate::netns::NetNs;
 
 /// Largest `/json/*` answer read from Chrome (`/json/protocol` is ~1 MiB).
 pub const MAX_JSON_BODY: usize = 32 * 1024 * 1024;

@@ -1,4 +1,4 @@
-//! Chrome's way out of its private network namespace ([`super::netns`]): a SOCKS5 server
+//! Chrome's way out of its private network namespace ([`crate::netns`]): a SOCKS5 server
 //! (RFC 1928: no authentication, `CONNECT` only; IPv4, IPv6 and domain targets) on a listener
 //! inside the namespace, dialling from the controller's network. Chrome is pointed at it with
 //! `--proxy-server=socks5://127.0.0.1:<port>` and `--proxy-bypass-list=<-loopback>` (without

@@ -10,7 +10,6 @@ pub mod cdp;
 pub mod egress;
 pub mod env;
 pub mod flags;
-pub mod netns;
 pub mod sandbox;
 pub mod user;
 
@@ -30,9 +29,9 @@ use tokio::sync::watch;
 use tokio_util::sync::DropGuard;
 use tracing::{debug, info, warn};
 
+use crate::netns::{ChromeNetwork, NetNs};
 use crate::upstream::{self, Endpoint};
 use cdp::BrowserSocket;
-use netns::{ChromeNetwork, NetNs};
 use user::ChromeUser;
 
 /// Longest a SOCKS5 handshake on Chrome's egress may take, name resolution and dial included.
@@ -81,7 +80,7 @@ pub enum ChromeError {
     },
     /// Chrome's private network (`CHROME_NETWORK=private`) could not be made.
     #[error(transparent)]
-    Network(#[from] netns::NetnsError),
+    Network(#[from] crate::netns::NetnsError),
     /// The egress listener in Chrome's private network could not be made.
     #[error("listening for Chrome's egress in its network failed")]
     Egress(#[source] std::io::Error),

@@ -98,7 +98,7 @@ fn launch_options(
         chrome::user::ChromeUser::check_privileges()?;
     }
     let (network, defaulted) =
-        chrome::netns::decide(c.network, chrome::netns::can_make_namespaces())?;
+        crate::netns::decide(c.network, crate::netns::can_make_namespaces())?;
     if defaulted {
         warn!(
             "CHROME_NETWORK: no CAP_SYS_ADMIN to give Chrome a network of its own; its DevTools port is on the shared loopback, open to every user of this machine (set CHROME_NETWORK=shared to say so, or run as root for private)"

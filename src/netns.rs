@@ -17,7 +17,7 @@
 //!   to `CHROME_USER`), and its DevTools listens on 127.0.0.1 *there*: not in the host's
 //!   `/proc/net/tcp` at all.
 //! - Chrome has no route out of the namespace: its egress goes through a SOCKS5 server the
-//!   controller runs on a listener inside it ([`super::egress`]), dialling from the host's
+//!   controller runs on a listener inside it (`src/chrome/egress.rs`), dialling from the host's
 //!   network. TCP only: QUIC, other UDP and WebRTC have no route from the namespace.
 //!
 //! Which platform uses what:
