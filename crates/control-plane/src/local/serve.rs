@@ -98,12 +98,8 @@ impl LocalServer {
             slots: slots.clone(),
             contexts: contexts.clone(),
         };
-        let controllers = Controllers::new(
-            controller_bin(),
-            data_dir.to_owned(),
-            public_key,
-            ends,
-        )?;
+        let controllers =
+            Controllers::new(controller_bin(), data_dir.to_owned(), public_key, ends)?;
         let pool = match pool {
             0 => None,
             n => Some(LocalPool::new(controllers.clone(), n)?),
