@@ -45,6 +45,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from pathlib import Path
 
 from support import ROOT, WAIT, Failure, Moto, free_port, logger, report, s, token_key_secrets, wait_until
 
