@@ -608,7 +608,10 @@ impl ClaimedSession<'_> {
         if let Some(store) = self.run.item.store {
             match store.give_up(self.run.item.id, self.run.item.owner).await {
                 Ok(true) => info!("the session is given up for another controller"),
-                Ok(false) => info!("the session was not this controller's to give up any more"),
+                Ok(false) => {
+                    info!("the session was not this controller's to give up any more");
+                    self.end_if_released(store).await;
+                }
                 Err(e) => {
                     warn!(error = %e, "giving the session up failed; it is free once its lease ends")
                 }
@@ -619,6 +622,23 @@ impl ClaimedSession<'_> {
             Err(e) => warn!(error = %e, "handing the claim back failed"),
         }
         Ending::HandedBack
+    }
+
+    /// A session released (made terminal) while this controller still owned it, before READY:
+    /// no other controller will write its `endedAt` — one that receives the handed-back claim
+    /// sees the lease still held and drops it — so its context would stay "still saving" for
+    /// good. Nothing was served, so nothing is saved: `endedAt` now, as its owner (the write's
+    /// condition keeps it to the owner, or to anyone once nobody holds it).
+    async fn end_if_released(&self, store: &dyn SessionStore) {
+        match store.load(self.run.item.id).await {
+            Ok(Some(r))
+                if r.internal_status.is_some_and(InternalStatus::is_terminal) && !r.ended =>
+            {
+                self.run.item.ended(0).await;
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "reading the session after giving it up failed"),
+        }
     }
 
     async fn close(&self, session: Session) {
