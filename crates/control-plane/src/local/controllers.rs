@@ -14,7 +14,7 @@
 //! the ECS task-state handler does on AWS.
 //!
 //! Started as root, `serve` runs each controller's Chrome as a uid:gid of its own, which no
-//! account and no other process uses ([`super::uids`]: `LOCAL_CHROME_UIDS`), released when
+//! account and no other process uses ([`wallcrawler_contract::chrome_uids`]: `LOCAL_CHROME_UIDS`), released when
 //! the controller ends; `CHROME_USER` in `serve`'s environment chooses one user for all
 //! instead (empty = root). Chrome, and a client driving it, then cannot read the data
 //! directory (0700 root: `local.json` with the API and signing keys, the session documents,
@@ -43,9 +43,9 @@ use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::{InternalStatus, time::now_iso8601};
 
 use super::DirSessions;
-use super::uids::{ChromeUids, LOCAL_CHROME_UIDS, LOCK_DIR, UidError};
 use crate::error::StoreError;
 use crate::stores::*;
+use wallcrawler_contract::chrome_uids::{ChromeUids, LOCAL_CHROME_UIDS, LOCK_DIR, UidError};
 
 /// Controller settings a local controller takes from `serve`'s own environment when set there.
 pub const PASSED_THROUGH: [&str; 8] = [
