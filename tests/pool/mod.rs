@@ -111,12 +111,17 @@ impl Pool {
         let queue = create_queue(&sqs, "pool", Some(redrive.to_string())).await;
         let f =
             Fixture::with_env(create_wait_seconds, vec![("POOL_QUEUE_URL", queue.clone())]).await;
+        let tmp = tempfile::tempdir().unwrap();
+        // A TMPDIR like /tmp: the controllers (root) run Chrome as a uid of its own, which
+        // puts its singleton socket here and reaches its profile below.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
         Pool {
             f,
             sqs,
             queue,
             dlq,
-            tmp: tempfile::tempdir().unwrap(),
+            tmp,
         }
     }
 

@@ -51,6 +51,15 @@ pub enum UidError {
         /// Its last.
         last: u32,
     },
+    /// The directory for the profiles of Chrome's own users could not be made.
+    #[error("a directory for the profiles of Chrome's own users under {path}: {source}")]
+    Profiles {
+        /// Where it was to be made.
+        path: PathBuf,
+        /// What the file system said.
+        #[source]
+        source: std::io::Error,
+    },
     /// The lock directory is not ours alone, or a lock could not be taken.
     #[error("the uid locks in {path}: {source}")]
     Locks {
