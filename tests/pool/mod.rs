@@ -92,6 +92,15 @@ async fn create_queue(sqs: &aws_sdk_sqs::Client, prefix: &str, redrive: Option<S
     out.queue_url().unwrap().to_owned()
 }
 
+/// A TMPDIR for the controllers, like /tmp: they (root) run Chrome as a uid of its own, which
+/// puts its singleton socket here and reaches its profile below.
+fn controllers_tmp() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    tmp
+}
+
 impl Pool {
     async fn new(create_wait_seconds: u64) -> Pool {
         let sdk = sdk().await;
@@ -111,17 +120,12 @@ impl Pool {
         let queue = create_queue(&sqs, "pool", Some(redrive.to_string())).await;
         let f =
             Fixture::with_env(create_wait_seconds, vec![("POOL_QUEUE_URL", queue.clone())]).await;
-        let tmp = tempfile::tempdir().unwrap();
-        // A TMPDIR like /tmp: the controllers (root) run Chrome as a uid of its own, which
-        // puts its singleton socket here and reaches its profile below.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
         Pool {
             f,
             sqs,
             queue,
             dlq,
-            tmp,
+            tmp: controllers_tmp(),
         }
     }
 
