@@ -410,6 +410,33 @@ fn a_root_controller_runs_chrome_as_a_uid_of_its_own() {
         "{}",
         String::from_utf8_lossy(&read.stderr)
     );
+
+    // At its end the controller gives the uid back: nothing runs as it, its lock is free.
+    let mut c = c;
+    c.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+    // Killed at release; polled until their parents (init, once reparented) have reaped them.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let left: Vec<i32> = chrome_tree(1)
+            .into_iter()
+            .filter(|p| ids(*p).is_some_and(|(u, g)| u.contains(&uid) || g.contains(&uid)))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running as {uid}: {left:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let lock =
+        std::path::Path::new(wallcrawler_contract::chrome_uids::LOCK_DIR).join(uid.to_string());
+    std::fs::File::open(&lock)
+        .unwrap()
+        .try_lock()
+        .expect("the uid's lock is free once the controller ended");
 }
 
 #[test]
