@@ -164,7 +164,7 @@ settings_group! {
         chrome_path = CHROME_PATH,
         /// Chrome's DevTools port on 127.0.0.1; 0 = any free port [default: 9222].
         chrome_debug_port = CHROME_DEBUG_PORT,
-        /// The user Chrome runs as, uid:gid or a user name, so that Chrome (and a client driving it) cannot read the controller's files or process information; the controller must then be root (or hold CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_DAC_OVERRIDE) and hands Chrome its profile and session directories. Empty = the controller's own user [default: empty].
+        /// The user Chrome runs as, uid:gid or a user name, so that Chrome (and a client driving it) cannot read the controller's files or process information; the controller must then be root (or hold CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_DAC_OVERRIDE) and hands Chrome its profile and session directories. Never root. Empty = the controller's own user, or, running as root, a uid:gid of Chrome's own held while the controller runs [default: empty].
         chrome_user = CHROME_USER,
         /// Where Chrome's DevTools port listens: private = 127.0.0.1 in a network namespace of Chrome's own, which no other process of the machine reaches (Chrome's traffic leaves through the controller's SOCKS5 egress; TCP only: no QUIC/UDP/WebRTC); needs CAP_SYS_ADMIN. shared = the machine's loopback, which every local user reaches (fine where the machine is the browser's alone: a Fargate task) [default: private with CAP_SYS_ADMIN, else shared with a warning].
         chrome_network = CHROME_NETWORK,
@@ -656,7 +656,7 @@ pub struct ChromeSettings {
     pub user_data_dir: Option<PathBuf>,
     /// `CHROME_FLAGS_FILE`, replacing the built-in flags.
     pub flags_file: Option<PathBuf>,
-    /// `CHROME_USER` (`None`: the controller's own user).
+    /// `CHROME_USER` (`None`: the controller's own user, or a uid of its own when root).
     pub user: Option<ChromeUser>,
     /// `CHROME_NETWORK` (`None`: decided at start, on the controller's capabilities).
     pub network: Option<ChromeNetwork>,

@@ -333,15 +333,112 @@ fn chrome_runs_sandboxed_as_a_non_root_user() {
     }
 }
 
+/// `/proc/<pid>/status`'s `Uid:` and `Gid:` numbers (real, effective, saved, file system).
+fn ids(pid: i32) -> Option<(Vec<u32>, Vec<u32>)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = |key: &str| -> Option<Vec<u32>> {
+        let l = status.lines().find(|l| l.starts_with(key))?;
+        Some(
+            l.split_whitespace()
+                .skip(1)
+                .filter_map(|n| n.parse().ok())
+                .collect(),
+        )
+    };
+    Some((line("Uid:")?, line("Gid:")?))
+}
+
+/// Started as root with no `CHROME_USER`, the controller never runs Chrome as root: every
+/// process below it runs as one uid:gid of its own from the shared allocator's range (all four
+/// ids), with the sandbox of a non-root user, and that uid cannot read the controller's
+/// `/proc/<pid>/environ` (its keys, the task's credentials endpoint).
 #[test]
-fn root_gets_no_sandbox_and_says_why() {
-    // Our CI runs as root, where Chrome cannot sandbox: the controller must add --no-sandbox
-    // (Chrome would refuse to start otherwise) and log the reason.
+fn a_root_controller_runs_chrome_as_a_uid_of_its_own() {
+    use std::os::unix::process::CommandExt;
     assert!(nix::unistd::geteuid().is_root(), "the suite runs as root");
-    let (c, _s) = Controller::local(&[], &[]);
+    let (c, s) = Controller::local(&[], &[]);
+    // A page drawn: renderers and the GPU/utility processes exist.
+    let r = node(
+        "drive.mjs",
+        &["--client", "puppeteer", "--url", &s.connect_url],
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    let (first, last) = wallcrawler_contract::chrome_uids::DEFAULT_UIDS
+        .split_once('-')
+        .unwrap();
+    let range = first.parse::<u32>().unwrap()..=last.parse::<u32>().unwrap();
+    let controller = c.child.id() as i32;
+    let below: Vec<i32> = chrome_tree(controller)
+        .into_iter()
+        .filter(|p| *p != controller)
+        .collect();
+    assert!(below.contains(&c.chrome_pid()), "{below:?}");
+    let uid = ids(c.chrome_pid()).expect("Chrome runs").0[0];
+    assert!(
+        range.contains(&uid),
+        "Chrome's uid {uid} is not in {range:?}"
+    );
+    let mut seen = 0;
+    for pid in &below {
+        let Some((uids, gids)) = ids(*pid) else {
+            continue; // exited meanwhile
+        };
+        seen += 1;
+        assert_eq!(uids, [uid; 4], "{pid} {}", cmdline(*pid));
+        assert_eq!(gids, [uid; 4], "{pid} {}", cmdline(*pid));
+    }
+    assert!(
+        seen >= 3,
+        "expected Chrome's browser, zygote and renderers: {below:?}"
+    );
     let log = c.stderr.text();
-    assert!(log.contains("sandbox=off (running as root)"), "{log}");
-    assert!(cmdline(c.chrome_pid()).contains("--no-sandbox"));
+    assert!(log.contains(&format!("uid={uid}")), "{log}");
+    assert!(log.contains("sandbox=on"), "{log}");
+    assert!(!cmdline(c.chrome_pid()).contains("--no-sandbox"));
+
+    let read = Command::new("cat")
+        .arg(format!("/proc/{controller}/environ"))
+        .uid(uid)
+        .gid(uid)
+        .output()
+        .unwrap();
+    assert!(
+        !read.status.success(),
+        "Chrome's uid read the controller's environment"
+    );
+    assert!(read.stdout.is_empty());
+    assert!(
+        String::from_utf8_lossy(&read.stderr).contains("Permission denied"),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+
+    // At its end the controller gives the uid back: nothing runs as it, its lock is free.
+    let mut c = c;
+    c.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+    // Killed at release; polled until their parents (init, once reparented) have reaped them.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let left: Vec<i32> = chrome_tree(1)
+            .into_iter()
+            .filter(|p| ids(*p).is_some_and(|(u, g)| u.contains(&uid) || g.contains(&uid)))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running as {uid}: {left:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let lock =
+        std::path::Path::new(wallcrawler_contract::chrome_uids::LOCK_DIR).join(uid.to_string());
+    std::fs::File::open(&lock)
+        .unwrap()
+        .try_lock()
+        .expect("the uid's lock is free once the controller ended");
 }
 
 #[test]

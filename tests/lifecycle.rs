@@ -175,6 +175,9 @@ fn gone(pid: i32) -> bool {
 fn a_signal_while_chrome_starts_leaves_none_of_its_processes() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
+    // Chrome runs as a uid of its own (the controller is root): it must run the script and
+    // write the marker here.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
     let marker = dir.path().join("helper.pid");
     let chrome = dir.path().join("chromium");
     // A "browser" that starts a helper, then never becomes ready.

@@ -3,6 +3,11 @@
 //! limited to what that user can read — not the controller's configuration, the local
 //! platform's `local.json`, nor `/proc/<controller>/environ`.
 //!
+//! Chrome never runs as root: `CHROME_USER` may not name uid 0, and a controller running as
+//! root with no `CHROME_USER` runs Chrome as a uid:gid of its own ([`OwnUid`], from
+//! [`chrome_uids`]' default range), held for the controller's life. A controller started
+//! unprivileged with no `CHROME_USER` runs Chrome as its own user.
+//!
 //! The controller must then be able to switch users and to own and read Chrome's files (root,
 //! or `CAP_SETUID`, `CAP_SETGID`, `CAP_CHOWN` and `CAP_DAC_OVERRIDE`): it checks that at start.
 //! It hands Chrome the profile (the whole tree, after a restore) and the session's directories
@@ -36,6 +41,7 @@ use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{Mode, SFlag, fstatat};
 use nix::unistd::{Gid, Uid, User, fchown, fchownat};
 use rustix::thread::CapabilitySet;
+use wallcrawler_contract::chrome_uids::{self, ChromeUids, UidError};
 
 /// Deepest directory nesting handed over; a tar path is at most 4096 bytes, so a real profile
 /// is far shallower.
@@ -191,6 +197,38 @@ impl ChromeUser {
             }
         }
         Ok(())
+    }
+}
+
+/// The uid:gid of Chrome's own a root controller with no `CHROME_USER` holds for its life:
+/// dropped at its end, what still runs as it is killed and the uid is free again.
+#[derive(Debug)]
+pub struct OwnUid {
+    uids: ChromeUids,
+    uid: u32,
+}
+
+impl OwnUid {
+    /// A uid no account, process or other controller uses, from [`chrome_uids::DEFAULT_UIDS`]
+    /// (locked in [`chrome_uids::LOCK_DIR`], shared with the local platform's `serve`).
+    pub fn take() -> Result<Self, UidError> {
+        let uids = ChromeUids::new(None, Path::new(chrome_uids::LOCK_DIR))?;
+        let uid = uids.take()?;
+        Ok(Self { uids, uid })
+    }
+
+    /// Chrome's user: the uid, and the same number as its only group.
+    pub fn user(&self) -> ChromeUser {
+        ChromeUser {
+            uid: Uid::from_raw(self.uid),
+            gid: Gid::from_raw(self.uid),
+        }
+    }
+}
+
+impl Drop for OwnUid {
+    fn drop(&mut self) {
+        self.uids.release(self.uid);
     }
 }
 

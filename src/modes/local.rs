@@ -36,7 +36,8 @@ pub async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending 
             return Ending::Aborted;
         }
     };
-    let chrome = match launch_options(&c.chrome, flags, profile.path().to_owned()) {
+    // `_own_uid` is released (what still runs as it killed) when this function returns.
+    let (chrome, _own_uid) = match launch_options(&c.chrome, flags, profile.path().to_owned()) {
         Ok(o) => o,
         Err(e) => {
             error!("{e}");

@@ -20,6 +20,7 @@ use wallcrawler_aws::secrets::SecretsManagerKeys;
 use crate::app::{AppError, EndReason};
 use crate::auth::{KeySource, StaticKeys};
 use crate::aws;
+use crate::chrome::user::OwnUid;
 use crate::chrome::{self, LaunchOptions};
 use crate::config::{ChromeSettings, KeyConfig, RunConfig};
 use crate::secrets::{FetchError, SecretKeyCache};
@@ -50,7 +51,8 @@ pub async fn run(c: RunConfig, flags: Vec<String>, tasks: Shutdown) -> Ending {
             }
         },
     };
-    let launch = match launch_options(&c.chrome, flags, profile.clone()) {
+    // `_own_uid` is released (what still runs as it killed) when this function returns.
+    let (launch, _own_uid) = match launch_options(&c.chrome, flags, profile.clone()) {
         Ok(o) => o,
         Err(e) => {
             error!("{e}");
@@ -87,14 +89,20 @@ fn profile_tempdir() -> std::io::Result<tempfile::TempDir> {
 }
 
 /// How Chrome is launched: the binary found, on `user_data_dir`, as `CHROME_USER` if this
-/// process may switch to it (checked here, before any session is taken).
+/// process may switch to it (checked here, before any session is taken) — or, running as
+/// root with none, as a uid of its own, held until the returned [`OwnUid`] is dropped.
 fn launch_options(
     c: &ChromeSettings,
     flags: Vec<String>,
     user_data_dir: PathBuf,
-) -> Result<LaunchOptions, chrome::ChromeError> {
+) -> Result<(LaunchOptions, Option<OwnUid>), chrome::ChromeError> {
     let binary = chrome::find_chrome(c.path.as_deref(), std::env::var_os("PATH").as_deref())?;
-    if c.user.is_some() {
+    let own = match c.user {
+        None if nix::unistd::geteuid().is_root() => Some(OwnUid::take()?),
+        _ => None,
+    };
+    let user = c.user.or(own.as_ref().map(OwnUid::user));
+    if user.is_some() {
         chrome::user::ChromeUser::check_privileges()?;
     }
     let (network, defaulted) =
@@ -104,16 +112,17 @@ fn launch_options(
             "CHROME_NETWORK: no CAP_SYS_ADMIN to give Chrome a network of its own; its DevTools port is on the shared loopback, open to every user of this machine (set CHROME_NETWORK=shared to say so, or run as root for private)"
         );
     }
-    Ok(LaunchOptions {
+    let launch = LaunchOptions {
         binary,
         user_data_dir,
         debug_port: c.debug_port,
         flags,
         ready_timeout: Duration::from_secs(30),
         nice: None,
-        user: c.user,
+        user,
         network,
-    })
+    };
+    Ok((launch, own))
 }
 
 /// Asks the kernel for SIGTERM when our parent exits (handled as any SIGTERM). False when the

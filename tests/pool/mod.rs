@@ -91,6 +91,15 @@ async fn create_queue(sqs: &aws_sdk_sqs::Client, prefix: &str, redrive: Option<S
     out.queue_url().unwrap().to_owned()
 }
 
+/// A TMPDIR for the controllers, like /tmp: they (root) run Chrome as a uid of its own, which
+/// puts its singleton socket here and reaches its profile below.
+fn controllers_tmp() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    tmp
+}
+
 impl Pool {
     async fn new(create_wait_seconds: u64) -> Pool {
         let sdk = sdk().await;
@@ -115,7 +124,7 @@ impl Pool {
             sqs,
             queue,
             dlq,
-            tmp: tempfile::tempdir().unwrap(),
+            tmp: controllers_tmp(),
         }
     }
 

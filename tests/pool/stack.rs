@@ -281,7 +281,7 @@ impl Pool {
             f,
             queue: stack.outputs["ClaimsQueueUrl"].clone(),
             dlq: stack.outputs["ClaimsDeadLetterQueueUrl"].clone(),
-            tmp: tempfile::tempdir().unwrap(),
+            tmp: super::controllers_tmp(),
         }
     }
 }

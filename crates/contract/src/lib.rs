@@ -12,6 +12,8 @@
 //! - [`extension_archive`]: the checks an extension archive (a zip) passes, where the API
 //!   keeps it and where a controller unpacks it (the one writer of files here besides the two
 //!   directories above: the same rules on both sides).
+//! - [`chrome_uids`]: the uid of its own each Chrome runs as when its controller is root,
+//!   shared by the local platform and the controller.
 //! - [`claim`]: how a session reaches a warm pool controller, and the local queue of claims.
 //! - [`private_fs`]: the local platform's files ours or refused: its directory checked, files
 //!   read without following links, written through exclusive random temporary names.
@@ -28,6 +30,7 @@
 #![cfg_attr(test, allow(clippy::too_many_lines, clippy::too_many_arguments))]
 #![warn(missing_docs)]
 
+pub mod chrome_uids;
 pub mod claim;
 pub mod extension_archive;
 pub mod private_fs;

@@ -14,9 +14,9 @@
 //! the ECS task-state handler does on AWS.
 //!
 //! Started as root, `serve` runs each controller's Chrome as a uid:gid of its own, which no
-//! account and no other process uses ([`super::uids`]: `LOCAL_CHROME_UIDS`), released when
-//! the controller ends; `CHROME_USER` in `serve`'s environment chooses one user for all
-//! instead (empty = root). Chrome, and a client driving it, then cannot read the data
+//! account and no other process uses ([`wallcrawler_contract::chrome_uids`]:
+//! `LOCAL_CHROME_UIDS`), released when the controller ends; `CHROME_USER` in `serve`'s
+//! environment chooses one user for all instead (not root; empty = a uid each). Chrome, and a client driving it, then cannot read the data
 //! directory (0700 root: `local.json` with the API and signing keys, the session documents,
 //! the context archives), the controllers' `/proc/<pid>/environ`, nor another session's
 //! profile (0700, its own Chrome's), and cannot signal or ptrace the other browsers. Chrome
@@ -43,9 +43,9 @@ use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::{InternalStatus, time::now_iso8601};
 
 use super::DirSessions;
-use super::uids::{ChromeUids, LOCAL_CHROME_UIDS, LOCK_DIR, UidError};
 use crate::error::StoreError;
 use crate::stores::*;
+use wallcrawler_contract::chrome_uids::{ChromeUids, LOCAL_CHROME_UIDS, LOCK_DIR, UidError};
 
 /// Controller settings a local controller takes from `serve`'s own environment when set there.
 pub const PASSED_THROUGH: [&str; 8] = [
@@ -301,7 +301,7 @@ impl Controllers {
 /// Who local controllers' Chrome runs as.
 #[derive(Debug)]
 enum ChromeUsers {
-    /// The controller's own user (`CHROME_USER` empty).
+    /// The controller's own user (`serve` is not root; `CHROME_USER` passed empty).
     Same,
     /// One user for every Chrome (`CHROME_USER` in `serve`'s environment).
     One(std::ffi::OsString),
@@ -320,38 +320,35 @@ struct Browsers {
 }
 
 impl Browsers {
-    /// Root: Chrome as `chosen` (`CHROME_USER` in `serve`'s environment), else as a uid of
-    /// its own from the range `uids` (`LOCAL_CHROME_UIDS`), with profiles in a new directory
-    /// Chrome's users can enter. Otherwise, or when that directory cannot be made (logged), as
-    /// the controller's user with profiles in `<data>/profiles`.
+    /// Root: Chrome as `chosen` (`CHROME_USER` in `serve`'s environment, when not empty),
+    /// else as a uid of its own from the range `uids` (`LOCAL_CHROME_UIDS`), with profiles in
+    /// a new directory Chrome's users can enter (an error when it cannot be made). Otherwise
+    /// as the controller's user with profiles in `<data>/profiles`.
     fn new(
         data_dir: &Path,
         chosen: Option<std::ffi::OsString>,
         uids: Option<&str>,
     ) -> Result<Self, UidError> {
-        let same_user = Self {
-            users: ChromeUsers::Same,
-            profiles: data_dir.join("profiles"),
-            own_dir: false,
-        };
         if !nix::unistd::geteuid().is_root() {
-            return Ok(same_user);
+            return Ok(Self {
+                users: ChromeUsers::Same,
+                profiles: data_dir.join("profiles"),
+                own_dir: false,
+            });
         }
-        let users = match chosen {
-            Some(u) if u.is_empty() => return Ok(same_user),
+        // Empty names no user: Chrome never runs as root, so it gets a uid of its own.
+        let users = match chosen.filter(|u| !u.is_empty()) {
             Some(u) => ChromeUsers::One(u),
             None => ChromeUsers::Own(ChromeUids::new(uids, Path::new(LOCK_DIR))?),
         };
-        Ok(match browsers_dir() {
-            Ok(profiles) => Self {
-                users,
-                profiles,
-                own_dir: true,
-            },
-            Err(e) => {
-                error!(error = %e, "could not create a directory for Chrome's profiles; Chrome runs as root");
-                same_user
-            }
+        let profiles = browsers_dir().map_err(|source| UidError::Profiles {
+            path: std::env::temp_dir(),
+            source,
+        })?;
+        Ok(Self {
+            users,
+            profiles,
+            own_dir: true,
         })
     }
 

@@ -11,11 +11,11 @@
 //!   ([`DirObjects`]), the same keys as in the AWS contexts bucket.
 //! - Controllers are child processes (see [`controllers`]): a warm pool taking claims
 //!   from `<data>/claims`, or one `wallcrawler-controller run` per session; [`serve`] wires
-//!   it all up. Started as root, each controller's Chrome runs as a uid of its own ([`uids`]).
+//!   it all up. Started as root, each controller's Chrome runs as a uid of its own
+//!   ([`wallcrawler_contract::chrome_uids`]).
 
 pub mod controllers;
 pub mod serve;
-pub mod uids;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,10 @@
-//! One uid per local Chrome: `serve` started as root gives each controller's Chrome a uid:gid
-//! of its own (the same number for both), so a compromised Chrome cannot read another
+//! One uid per Chrome: a controller started as root never runs Chrome as root. The local
+//! platform's `serve` started as root gives each controller's Chrome a uid:gid of its own (the
+//! same number for both, passed as `CHROME_USER`), so a compromised Chrome cannot read another
 //! session's profile (its cookies and logins, 0700 its owner's) nor signal or ptrace the other
-//! browsers, as it could when they all shared one user.
+//! browsers, as it could when they all shared one user. A controller started as root with no
+//! `CHROME_USER` (`local`, `run`) takes its Chrome's uid from the same allocator, so it cannot
+//! read the controller's files nor `/proc/<controller>/environ` either.
 //!
 //! The uids come from `LOCAL_CHROME_UIDS=<first>-<last>` (default [`DEFAULT_UIDS`], far above
 //! the accounts of a normal system, below 2^31 where some tools treat uids as signed). A uid
@@ -18,7 +21,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use wallcrawler_contract::private_fs;
+use crate::private_fs;
 
 /// The setting naming the range (`<first>-<last>`, inclusive).
 pub const LOCAL_CHROME_UIDS: &str = "LOCAL_CHROME_UIDS";
@@ -47,6 +50,15 @@ pub enum UidError {
         first: u32,
         /// Its last.
         last: u32,
+    },
+    /// The directory for the profiles of Chrome's own users could not be made.
+    #[error("a directory for the profiles of Chrome's own users under {path}: {source}")]
+    Profiles {
+        /// Where it was to be made.
+        path: PathBuf,
+        /// What the file system said.
+        #[source]
+        source: std::io::Error,
     },
     /// The lock directory is not ours alone, or a lock could not be taken.
     #[error("the uid locks in {path}: {source}")]
