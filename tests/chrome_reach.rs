@@ -441,10 +441,8 @@ fn a_root_controller_runs_chrome_as_a_uid_of_its_own() {
         .expect("the uid's lock is free once the controller ended");
 }
 
-#[test]
-fn chrome_user_needs_a_controller_that_can_switch_users() {
-    // A controller that is not root (nor holds the capabilities) cannot start Chrome as
-    // CHROME_USER: it says what it lacks and ends before any session is taken.
+/// `run` as uid 65534 (no capabilities) with one more setting: its exit and its log.
+fn run_unprivileged(name: &str, value: &str) -> (std::process::Output, String) {
     use std::os::unix::process::CommandExt;
     let out = Command::new(bin())
         .arg("run")
@@ -452,7 +450,7 @@ fn chrome_user_needs_a_controller_that_can_switch_users() {
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("SESSION_ID", "sess_x")
         .env("WALLCRAWLER_JWT_PUBLIC_KEY", crate::support::public_key())
-        .env("CHROME_USER", "65534:65534")
+        .env(name, value)
         .env("CHROME_PATH", chromium())
         .env("CDP_PROXY_PORT", "0")
         .env("CHROME_DEBUG_PORT", "0")
@@ -461,7 +459,15 @@ fn chrome_user_needs_a_controller_that_can_switch_users() {
         .gid(65534)
         .output()
         .unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, log)
+}
+
+#[test]
+fn chrome_user_needs_a_controller_that_can_switch_users() {
+    // A controller that is not root (nor holds the capabilities) cannot start Chrome as
+    // CHROME_USER: it says what it lacks and ends before any session is taken.
+    let (out, log) = run_unprivileged("CHROME_USER", "65534:65534");
     assert!(!out.status.success(), "{log}");
     assert!(
         log.contains("CHROME_USER is set but this process lacks CAP_SETUID, CAP_SETGID, CAP_CHOWN, CAP_DAC_OVERRIDE"),
@@ -560,23 +566,7 @@ fn chrome_in_its_own_network_loads_a_page_from_the_hosts_loopback() {
 fn a_private_network_needs_a_controller_that_can_make_one() {
     // Unprivileged, CHROME_NETWORK=private cannot be honoured: a clear error at start, before
     // any Chrome (never a silent fall back to the shared loopback).
-    use std::os::unix::process::CommandExt;
-    let out = Command::new(bin())
-        .arg("run")
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("SESSION_ID", "sess_x")
-        .env("WALLCRAWLER_JWT_PUBLIC_KEY", crate::support::public_key())
-        .env("CHROME_NETWORK", "private")
-        .env("CHROME_PATH", chromium())
-        .env("CDP_PROXY_PORT", "0")
-        .env("CHROME_DEBUG_PORT", "0")
-        .env("LOG_FORMAT", "text")
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
+    let (out, log) = run_unprivileged("CHROME_NETWORK", "private");
     assert!(!out.status.success(), "{log}");
     assert!(
         log.contains("CHROME_NETWORK=private needs CAP_SYS_ADMIN"),
