@@ -1659,7 +1659,7 @@ MCowBQYDK2VwAyEA9wFNLln1FAfDioMFnpReLaKEhyk0em6z3gbXQRbFQkQ=
         fn with(network: &'static str) -> Result<RunConfig, ConfigErrors> {
             RunConfig::from_settings(&map(&[
                 ("SESSION_ID", "sess_1"),
-                ("WALLCRAWLER_JWT_SIGNING_KEY", "k"),
+                ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
                 ("CHROME_NETWORK", network),
             ]))
         }
