@@ -204,7 +204,9 @@ fn gone() -> io::Error {
 }
 
 /// On the namespace's thread: a new network namespace, its loopback up, and its descriptor.
-fn enter() -> io::Result<OwnedFd> {
+/// (Tests also run in one of their own, so that a check meant to stop a packet to a
+/// non-loopback address can fail without the packet leaving the machine.)
+pub(crate) fn enter() -> io::Result<OwnedFd> {
     unshare(CloneFlags::CLONE_NEWNET)?;
     loopback_up()?;
     Ok(std::fs::File::open("/proc/thread-self/ns/net")?.into())

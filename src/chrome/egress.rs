@@ -242,8 +242,24 @@ mod tests {
             .ok();
     }
 
-    #[tokio::test]
-    async fn metadata_and_link_local_destinations_are_refused() {
+    /// Run in a network namespace of the test's own (only `lo`, on a current-thread runtime,
+    /// so every socket is made there): were the check broken, the egress's dial to
+    /// 169.254.169.254 would fail at once with no route instead of leaving the machine.
+    #[test]
+    fn metadata_and_link_local_destinations_are_refused() {
+        std::thread::spawn(|| {
+            crate::netns::enter().expect("a network namespace of the test's own (root)");
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(refused_in_this_network());
+        })
+        .join()
+        .unwrap();
+    }
+
+    async fn refused_in_this_network() {
         let e = egress(WAIT).await;
         let v4 = [5, 1, 0, 1, 169, 254, 169, 254, 0, 80];
         let mut v6 = vec![5, 1, 0, 4];
