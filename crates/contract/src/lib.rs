@@ -23,6 +23,8 @@
 //! - [`session`]: the session item's lifecycle statuses and their SDK-visible mapping.
 //! - [`session_doc`]: the session item as a document, and the directory store of the local platform.
 //! - [`storage`]: the S3 key layout of context profile archives.
+//! - [`task_api`]: how a task on AWS takes its claim and its session's credentials from the
+//!   control plane (its identity: a signed STS request).
 //! - [`task_env`]: the environment variable names the control plane hands a controller.
 //! - [`time`]: ISO 8601 timestamps as the session table stores them.
 //! - [`whole`]: whole-number attributes, read back even when another tool wrote `1.7e9`.
@@ -39,6 +41,7 @@ pub mod secret;
 pub mod session;
 pub mod session_doc;
 pub mod storage;
+pub mod task_api;
 pub mod task_env;
 pub mod time;
 pub mod token;

@@ -71,6 +71,11 @@ pub const BACKGROUND_NICE: &str = "BACKGROUND_NICE";
 /// `json` or `text` log lines.
 pub const LOG_FORMAT: &str = "LOG_FORMAT";
 
+/// The control plane's task API base URL (`https://…/<stage>`): on AWS a task takes its claim
+/// and its session's credentials there ([`crate::task_api`]), never from the queue, table or
+/// bucket with its own role.
+pub const TASK_API_URL: &str = "TASK_API_URL";
+
 /// Pool mode: the SQS queue of claims.
 pub const POOL_QUEUE_URL: &str = "POOL_QUEUE_URL";
 /// Pool mode on the local platform: the directory queue of claims.

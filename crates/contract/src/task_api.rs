@@ -1,0 +1,300 @@
+//! The task API: how a task on AWS gets its claim and its session's credentials from the
+//! control plane, instead of reading the claims queue, the sessions table and the bucket with a
+//! role every task shares.
+//!
+//! A task proves which task it is with a signed STS `GetCallerIdentity` request it does not
+//! send ([`SignedIdentity`]): the control plane sends it to STS itself and reads the caller's
+//! ARN, `arn:<partition>:sts::<account>:assumed-role/<task role>/<task id>` (ECS names a task
+//! role's session by the task's id). The request is signed over [`AUDIENCE_HEADER`], so an
+//! identity made for another service is not accepted here, and over the host of the control
+//! plane's own STS endpoint, so it cannot be redirected.
+//!
+//! - [`CLAIMS_PATH`]: a warm pool task waits for a claim. The control plane receives it from
+//!   the queue, takes its session for the caller (conditionally: pending, held by no other
+//!   live task, and the caller has had no session before), and answers the claim, its SQS
+//!   receipt and credentials scoped to that session ([`ClaimGrant`]); `204` when none came in
+//!   the wait; `409` when the caller has had its session (a pool task serves one, then exits).
+//! - [`CREDENTIALS_PATH`]: fresh credentials for the session whose item names the caller's task
+//!   (`ecsTaskArn`): a pool task's before they expire, a cold task's (started for one session)
+//!   at its start; `403` for any other session.
+//!
+//! The credentials ([`SessionCredentials`]) come from STS `AssumeRole` of the session role with
+//! a session policy ([`session_policy`]) naming that session's item, its context's archive, its
+//! file prefixes, the claims queue (settling only its own receipt) and the caller's own task
+//! (scale-in protection): the role's permissions intersected with it.
+
+use serde::{Deserialize, Serialize};
+
+/// A warm pool task's long poll for a claim (`POST`, JSON [`ClaimRequest`]).
+pub const CLAIMS_PATH: &str = "/v1/internal/claims";
+/// A task's credentials for its session (`POST`, JSON [`CredentialsRequest`]).
+pub const CREDENTIALS_PATH: &str = "/v1/internal/credentials";
+/// The request header carrying the task's [`SignedIdentity`] (base64url of its JSON).
+pub const IDENTITY_HEADER: &str = "x-wallcrawler-task-identity";
+/// The header the identity's STS request is signed over, with the value [`AUDIENCE`].
+pub const AUDIENCE_HEADER: &str = "x-wallcrawler-audience";
+/// The audience: what the identity is for.
+pub const AUDIENCE: &str = "wallcrawler-task-api";
+/// The STS request's body, exactly.
+pub const STS_BODY: &str = "Action=GetCallerIdentity&Version=2011-06-15";
+/// The STS request's `content-type`, exactly.
+pub const STS_CONTENT_TYPE: &str = "application/x-www-form-urlencoded; charset=utf-8";
+/// The headers the STS request is signed over, in SigV4's order: all of them are sent by the
+/// control plane with the values above (and the `x-amz-*` of the identity).
+pub const SIGNED_HEADERS: &str =
+    "content-type;host;x-amz-date;x-amz-security-token;x-wallcrawler-audience";
+/// The largest identity header accepted, in bytes (a real one is ~1.5 KiB).
+pub const MAX_IDENTITY_BYTES: usize = 8192;
+/// The longest claim wait a task may ask for (SQS's longest long poll; API Gateway answers
+/// within 29 s).
+pub const MAX_WAIT_SECONDS: u64 = 20;
+
+/// The signed parts of a task's STS `GetCallerIdentity` request: the control plane sends the
+/// request to its own STS endpoint with [`STS_BODY`], [`STS_CONTENT_TYPE`], [`AUDIENCE`] and
+/// these, and STS answers who signed it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SignedIdentity {
+    /// The `authorization` header (SigV4).
+    pub authorization: String,
+    /// The `x-amz-date` header.
+    pub amz_date: String,
+    /// The `x-amz-security-token` header (a task role's credentials always have one).
+    pub security_token: String,
+}
+
+impl std::fmt::Debug for SignedIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignedIdentity")
+            .field("amz_date", &self.amz_date)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an identity header was refused before it was sent to STS.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum IdentityError {
+    /// Longer than [`MAX_IDENTITY_BYTES`].
+    #[error("the task identity is longer than {MAX_IDENTITY_BYTES} bytes")]
+    TooLong,
+    /// Not base64url of the JSON of a [`SignedIdentity`].
+    #[error("the task identity is not readable")]
+    Malformed,
+    /// Not a SigV4 signature over exactly [`SIGNED_HEADERS`] for STS.
+    #[error("the task identity is not a signature of this API's STS request")]
+    NotOurs,
+}
+
+impl SignedIdentity {
+    /// The header value: base64url (no padding) of the JSON.
+    pub fn encode(&self) -> String {
+        use base64::Engine as _;
+        let json = serde_json::to_vec(self).expect("plain strings serialize");
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+    }
+
+    /// Reads a header value, bounded, and checks that it signs what the control plane will
+    /// send: [`SIGNED_HEADERS`], for the `sts` service. STS checks the signature itself.
+    pub fn decode(header: &str) -> Result<Self, IdentityError> {
+        use base64::Engine as _;
+        if header.len() > MAX_IDENTITY_BYTES {
+            return Err(IdentityError::TooLong);
+        }
+        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(header)
+            .map_err(|_| IdentityError::Malformed)?;
+        let id: Self = serde_json::from_slice(&json).map_err(|_| IdentityError::Malformed)?;
+        let ours = id.authorization.starts_with("AWS4-HMAC-SHA256 ")
+            && id.authorization.contains("/sts/aws4_request")
+            && id
+                .authorization
+                .contains(&format!("SignedHeaders={SIGNED_HEADERS},"));
+        let printable = |s: &str| s.bytes().all(|b| (0x20..0x7f).contains(&b));
+        if !ours || !printable(&id.authorization) || !printable(&id.security_token) {
+            return Err(IdentityError::NotOurs);
+        }
+        if id.amz_date.len() != 16 || !printable(&id.amz_date) {
+            return Err(IdentityError::NotOurs);
+        }
+        Ok(id)
+    }
+}
+
+/// The task an STS caller ARN names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallerTask {
+    /// The ARN partition (`aws`, `aws-cn`, …).
+    pub partition: String,
+    /// The account.
+    pub account: String,
+    /// The role's name.
+    pub role: String,
+    /// The role session's name: an ECS task role's is the task id.
+    pub task_id: String,
+}
+
+impl CallerTask {
+    /// Reads `arn:<partition>:sts::<account>:assumed-role/<role>/<session>`; `None` for any
+    /// other caller (a user, a role session with a path, a session name no task id has).
+    pub fn from_arn(arn: &str) -> Option<Self> {
+        let rest = arn.strip_prefix("arn:")?;
+        let (partition, rest) = rest.split_once(":sts::")?;
+        let (account, rest) = rest.split_once(":assumed-role/")?;
+        let (role, session) = rest.split_once('/')?;
+        let id_like = |s: &str| {
+            !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric())
+        };
+        let ok = !partition.is_empty()
+            && partition
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b == b'-')
+            && account.len() == 12
+            && account.bytes().all(|b| b.is_ascii_digit())
+            && !role.is_empty()
+            && role
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b))
+            && id_like(session);
+        ok.then(|| Self {
+            partition: partition.to_owned(),
+            account: account.to_owned(),
+            role: role.to_owned(),
+            task_id: session.to_owned(),
+        })
+    }
+
+    /// The task's ARN in `cluster` (a name) of `region`, as the task metadata gives it and a
+    /// session item's `owner`/`ecsTaskArn` hold it.
+    pub fn task_arn(&self, region: &str, cluster: &str) -> String {
+        format!(
+            "arn:{}:ecs:{region}:{}:task/{cluster}/{}",
+            self.partition, self.account, self.task_id
+        )
+    }
+}
+
+/// A warm pool task's wait for a claim.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClaimRequest {
+    /// How long to wait, at most [`MAX_WAIT_SECONDS`].
+    pub wait_seconds: u64,
+}
+
+/// A task's request for its session's credentials.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CredentialsRequest {
+    /// The session.
+    pub session_id: String,
+}
+
+/// A claim taken for the calling task.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClaimGrant {
+    /// The claim message's body, as sent (the controller parses it as it parses any claim).
+    pub claim: String,
+    /// Its SQS receipt handle: what settles it (the credentials allow only settling).
+    pub receipt: String,
+    /// Credentials for its session.
+    pub credentials: SessionCredentials,
+}
+
+/// Credentials answered for a session.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CredentialsGrant {
+    /// Credentials for the session.
+    pub credentials: SessionCredentials,
+}
+
+/// Temporary AWS credentials scoped to one session.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionCredentials {
+    /// The access key id.
+    pub access_key_id: String,
+    /// The secret access key.
+    pub secret_access_key: String,
+    /// The session token.
+    pub session_token: String,
+    /// When they expire (Unix seconds).
+    pub expiration: u64,
+}
+
+impl std::fmt::Debug for SessionCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionCredentials")
+            .field("access_key_id", &self.access_key_id)
+            .field("expiration", &self.expiration)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity() -> SignedIdentity {
+        SignedIdentity {
+            authorization: format!(
+                "AWS4-HMAC-SHA256 Credential=ASIAX/20261126/eu-west-1/sts/aws4_request, \
+                 SignedHeaders={SIGNED_HEADERS}, Signature=abc"
+            ),
+            amz_date: "20261126T101010Z".into(),
+            security_token: "token".into(),
+        }
+    }
+
+    #[test]
+    fn an_identity_round_trips_and_a_foreign_one_is_refused() {
+        let id = identity();
+        assert_eq!(SignedIdentity::decode(&id.encode()), Ok(id.clone()));
+        assert!(!format!("{id:?}").contains("token"));
+        let mut s3 = id.clone();
+        s3.authorization = s3.authorization.replace("/sts/", "/s3/");
+        assert_eq!(
+            SignedIdentity::decode(&s3.encode()),
+            Err(IdentityError::NotOurs)
+        );
+        let mut unsigned_audience = id;
+        unsigned_audience.authorization = unsigned_audience
+            .authorization
+            .replace(";x-wallcrawler-audience", "");
+        assert_eq!(
+            SignedIdentity::decode(&unsigned_audience.encode()),
+            Err(IdentityError::NotOurs)
+        );
+        assert_eq!(
+            SignedIdentity::decode(&"A".repeat(MAX_IDENTITY_BYTES + 1)),
+            Err(IdentityError::TooLong)
+        );
+        assert_eq!(
+            SignedIdentity::decode("not base64!"),
+            Err(IdentityError::Malformed)
+        );
+    }
+
+    #[test]
+    fn only_an_assumed_role_session_named_like_a_task_is_a_task() {
+        let t = CallerTask::from_arn(
+            "arn:aws:sts::123456789012:assumed-role/wc-task/0123456789abcdef0123456789abcdef",
+        )
+        .unwrap();
+        assert_eq!(t.role, "wc-task");
+        assert_eq!(
+            t.task_arn("eu-west-1", "wc"),
+            "arn:aws:ecs:eu-west-1:123456789012:task/wc/0123456789abcdef0123456789abcdef"
+        );
+        for arn in [
+            "arn:aws:iam::123456789012:user/moto",
+            "arn:aws:sts::123456789012:assumed-role/wc-task/../x",
+            "arn:aws:sts::123456789012:assumed-role/wc-task/a/b",
+            "arn:aws:sts::12345678901:assumed-role/wc-task/abc",
+            "arn:aws:sts::123456789012:assumed-role/wc-task/",
+        ] {
+            assert_eq!(CallerTask::from_arn(arn), None, "{arn}");
+        }
+    }
+}
