@@ -1,0 +1,27 @@
+//! TEMPORARY STUB (helper ctl): the lead's module replaces this file; signatures only.
+#![allow(missing_docs)]
+
+use aws_config::SdkConfig;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use wallcrawler_contract::task_api::SignedIdentity;
+
+pub type HttpsClient = Client<HttpConnector, Full<Bytes>>;
+
+#[derive(Debug, thiserror::Error)]
+#[error("stub")]
+pub struct SignError;
+
+pub async fn sign(_sdk: &SdkConfig) -> Result<SignedIdentity, SignError> {
+    Ok(SignedIdentity {
+        authorization: "AWS4-HMAC-SHA256 stub".into(),
+        amz_date: "20261126T101010Z".into(),
+        security_token: "stub".into(),
+    })
+}
+
+pub fn https_client() -> HttpsClient {
+    Client::builder(hyper_util::rt::TokioExecutor::new()).build_http()
+}
