@@ -694,6 +694,52 @@ impl ClaimQueue for SqsClaims {
     }
 }
 
+/// Scale-in protection through the ECS API (`UpdateTaskProtection`), for a task on the task
+/// API: its client signs with the session's credentials.
+pub struct EcsProtection {
+    /// The ECS client.
+    pub client: aws_sdk_ecs::Client,
+}
+
+const ECS: &str = "ECS API";
+
+#[async_trait::async_trait]
+impl crate::stores::TaskProtection for EcsProtection {
+    async fn protect(&self, task_arn: &str, minutes: u64) -> Result<(), StoreError> {
+        let out = self
+            .client
+            .update_task_protection()
+            .cluster(cluster_of(task_arn).unwrap_or_default())
+            .tasks(task_arn)
+            .protection_enabled(true)
+            .expires_in_minutes(minutes.min(i32::MAX as u64) as i32)
+            .send()
+            .await
+            .map_err(|e| sdk_error(ECS, e))?;
+        // A refusal per task comes as a failure in a 200 (its reason names the cause).
+        match out.failures().first() {
+            None => Ok(()),
+            Some(f) => Err(StoreError::Refused {
+                service: ECS,
+                source: format!(
+                    "{}: {}",
+                    f.reason().unwrap_or("no reason given"),
+                    f.detail().unwrap_or_default()
+                )
+                .into(),
+            }),
+        }
+    }
+}
+
+/// The cluster a task ARN names: `arn:…:ecs:<region>:<account>:task/<cluster>/<task id>` (the
+/// form every Fargate task has).
+fn cluster_of(task_arn: &str) -> Option<&str> {
+    let (_, resource) = task_arn.split_once(":task/")?;
+    let (cluster, id) = resource.split_once('/')?;
+    (!cluster.is_empty() && !id.is_empty() && !id.contains('/')).then_some(cluster)
+}
+
 /// EC2's view of the task's network interface.
 pub struct Ec2Network {
     /// The EC2 client.
@@ -752,6 +798,22 @@ mod tests {
     use tokio::io::AsyncWriteExt;
 
     use super::*;
+
+    #[test]
+    fn a_tasks_cluster_is_read_from_its_arn() {
+        assert_eq!(
+            cluster_of("arn:aws:ecs:eu-west-1:123456789012:task/wc-pool/0123abcd"),
+            Some("wc-pool")
+        );
+        for arn in [
+            "arn:aws:ecs:eu-west-1:123456789012:task/0123abcd",
+            "arn:aws:ecs:eu-west-1:123456789012:task//0123abcd",
+            "arn:aws:ecs:eu-west-1:123456789012:task/wc/a/b",
+            "pool-1",
+        ] {
+            assert_eq!(cluster_of(arn), None, "{arn}");
+        }
+    }
 
     /// An S3 endpoint on loopback answering every request 403 AccessDenied, as S3 answers a
     /// `GetObject` of a missing key to a role without `s3:ListBucket`.

@@ -1,9 +1,12 @@
-//! The outside services `run` needs, built once from one SDK configuration.
+//! The outside services `run` needs, built once from one SDK configuration (and, on the task
+//! API, the session's credentials).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use aws_config::SdkConfig;
+use aws_config::identity::IdentityCache;
+use aws_credential_types::provider::SharedCredentialsProvider;
 use wallcrawler_aws::secrets::SecretsManagerKeys;
 use wallcrawler_contract::claim::DirQueue;
 
@@ -13,7 +16,11 @@ use crate::config::{
 };
 use crate::profile::DirectoryArchives;
 use crate::session::Deps;
-use crate::stores::{ArchiveStore, ClaimQueue, DirClaims, DirectorySessions, SessionStore};
+use crate::session_credentials::SessionCredentialsProvider;
+use crate::stores::{
+    ArchiveStore, ClaimQueue, DirClaims, DirectorySessions, SessionStore, TaskProtection,
+};
+use crate::task_api::{ApiClaims, TaskApi, TaskApiError};
 
 /// Why the outside services of `run` could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -27,9 +34,15 @@ pub enum DepsError {
         #[source]
         source: std::io::Error,
     },
+    /// The task API granted no credentials for the task's session.
+    #[error("the task API granted no credentials for the session")]
+    Credentials(#[source] TaskApiError),
 }
 
-/// The outside services `c` names, built with one SDK configuration when any is on AWS.
+/// The outside services `c` names, built with one SDK configuration when any is on AWS. On
+/// the task API, those of the session (its item, archives, files, claim settling, scale-in
+/// protection) sign with the session's credentials; the public key secret and EC2 with the
+/// task role's.
 pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
     let sdk = if needs_aws(c) {
         Some(aws::sdk_config().await)
@@ -37,21 +50,27 @@ pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
         None
     };
     let sdk = sdk.as_ref();
+    let api = match (&c.task_api, sdk) {
+        (Some(url), Some(sdk)) => Some(on_task_api(c, url, sdk).await?),
+        _ => None,
+    };
+    let session_sdk = api.as_ref().map(|a| &a.session_sdk).or(sdk);
     let pool = c.pool.as_ref();
-    let claims = match pool {
-        Some(p) => claims(p, sdk)?,
-        None => None,
+    let claims = match (pool, &api) {
+        (Some(p), Some(api)) => api.claims(p),
+        (Some(p), None) => claims(p, sdk)?,
+        (None, _) => None,
     };
     Ok(Deps {
-        sessions: sessions(&c.store, sdk),
+        sessions: sessions(&c.store, session_sdk),
         // A pool's own archive place, when it has one, over the configured context's.
         archives: pool
-            .and_then(|p| archives_at(&p.archives, sdk))
-            .or_else(|| context_archives(&c.context, sdk))
+            .and_then(|p| archives_at(&p.archives, session_sdk))
+            .or_else(|| context_archives(&c.context, session_sdk))
             .or_else(|| {
                 c.extension
                     .as_ref()
-                    .and_then(|x| archives_at(&x.place, sdk))
+                    .and_then(|x| archives_at(&x.place, session_sdk))
             }),
         secrets: match (&c.auth.key, sdk) {
             (KeyConfig::SecretArn(arn), Some(sdk)) => Some(Arc::new(aws::SecretsManagerSecret(
@@ -66,7 +85,62 @@ pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
             _ => None,
         },
         claims,
-        files: archives_at(&c.files, sdk),
+        files: archives_at(&c.files, session_sdk),
+        protection: api.map(|a| {
+            Arc::new(aws::EcsProtection {
+                client: aws_sdk_ecs::Client::new(&a.session_sdk),
+            }) as Arc<dyn TaskProtection>
+        }),
+    })
+}
+
+/// A task on the task API: the API, and the SDK configuration of its session's services.
+struct OnTaskApi {
+    api: Arc<TaskApi>,
+    credentials: SessionCredentialsProvider,
+    /// The task's configuration with the session's credentials (no SDK identity cache: the
+    /// provider is the cache and refreshes them).
+    session_sdk: SdkConfig,
+}
+
+impl OnTaskApi {
+    /// The pool's claims from the API, settled on its SQS queue.
+    fn claims(&self, p: &PoolConfig) -> Option<Arc<dyn ClaimQueue>> {
+        let PoolQueue::Sqs(url) = &p.queue else {
+            return None;
+        };
+        let settle = aws::SqsClaims {
+            client: aws_sdk_sqs::Client::new(&self.session_sdk),
+            queue_url: url.clone(),
+            visibility: p.visibility,
+        };
+        Some(Arc::new(ApiClaims::new(
+            self.api.clone(),
+            self.credentials.clone(),
+            settle,
+        )))
+    }
+}
+
+/// The task API at `url`, called as the task `sdk`'s role names; a single session's task
+/// has its session's credentials from it before anything else.
+async fn on_task_api(c: &RunConfig, url: &str, sdk: &SdkConfig) -> Result<OnTaskApi, DepsError> {
+    let api = Arc::new(TaskApi::new(url.to_owned(), sdk.clone()));
+    let credentials = SessionCredentialsProvider::new(api.clone());
+    let session_sdk = sdk
+        .to_builder()
+        .identity_cache(IdentityCache::no_cache())
+        .credentials_provider(SharedCredentialsProvider::new(credentials.clone()))
+        .build();
+    if c.pool.is_none() {
+        api.credentials_at_start(&c.auth.session_id, &credentials)
+            .await
+            .map_err(DepsError::Credentials)?;
+    }
+    Ok(OnTaskApi {
+        api,
+        credentials,
+        session_sdk,
     })
 }
 

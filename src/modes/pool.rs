@@ -61,6 +61,7 @@ use crate::auth::Authenticator;
 use crate::chrome::LaunchOptions;
 use crate::config::{PoolConfig, RunConfig};
 use crate::pool_metric;
+use crate::scale_in::Protection;
 use crate::session::{
     ContextPlan, Deps, Ending, ExtensionDir, Outcome, Run, STARTUP_RETRY, SessionItem,
     load_extension,
@@ -283,6 +284,10 @@ impl Waiting<'_> {
             }
             let received = match self.receive(left.min(RECEIVE_WAIT), signal).await? {
                 Ok(Some(r)) => r,
+                Ok(None) if self.queue.spent() => {
+                    info!("no claim will come to this task any more; exiting");
+                    return None;
+                }
                 Ok(None) => continue,
                 Err(e) => {
                     warn!(error = %e, "receiving a claim failed; retrying");
@@ -692,10 +697,15 @@ impl ClaimedSession<'_> {
     /// Asks the ECS agent, in the background, to keep the pool's scale-in off this task until
     /// the session can have ended: READY does not wait on the agent, and a failure costs
     /// nothing but the protection.
+    ///
+    /// With the task API, through the ECS API with the session's credentials (which allow
+    /// it on this task's own ARN only), not the agent (which uses the task role).
     fn protect_from_scale_in(&self) {
         let c = self.run.c;
-        let Some(uri) = c.agent_uri.clone() else {
-            return;
+        let protection = match (&self.run.deps.protection, c.agent_uri.clone()) {
+            (Some(ecs), _) => Protection::Ecs(ecs.clone(), self.run.item.owner.to_owned()),
+            (None, Some(uri)) => Protection::Agent(uri),
+            (None, None) => return,
         };
         let minutes = crate::scale_in::minutes_until(
             self.record.expires_at,
@@ -704,7 +714,7 @@ impl ClaimedSession<'_> {
         );
         self.run.tasks.spawn(
             async move {
-                match crate::scale_in::protect(&uri, minutes).await {
+                match protection.protect(minutes).await {
                     Ok(()) => info!(minutes, "task protected from scale-in"),
                     Err(e) => warn!(error = %e, "scale-in protection failed"),
                 }
