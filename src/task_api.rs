@@ -303,3 +303,271 @@ impl ClaimQueue for ApiClaims {
         self.settle.hand_back(receipt, after).await
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::Mutex;
+
+    use aws_credential_types::Credentials;
+    use aws_credential_types::provider::{ProvideCredentials as _, SharedCredentialsProvider};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use wallcrawler_contract::task_api::SignedIdentity;
+
+    use super::*;
+
+    /// What a stub API was asked: `POST <path> <body>`, one per request.
+    pub(crate) type Asked = Arc<Mutex<Vec<String>>>;
+
+    /// A task API on loopback answering `answers` in turn, one per connection (the last one
+    /// again once they run out), recording each request; only a request carrying a readable
+    /// identity header is answered. Returns its base URL (with a stage path).
+    pub(crate) async fn stub_api(answers: Vec<String>) -> (String, Asked) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let asked = Asked::default();
+        let recorded = asked.clone();
+        tokio::spawn(async move {
+            let mut n = 0;
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let answer = answers[n.min(answers.len() - 1)].clone();
+                n += 1;
+                let (head, body) = read_request(&mut conn).await;
+                let identity = head.lines().find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case(IDENTITY_HEADER)
+                        .then(|| value.trim().to_owned())
+                });
+                let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+                let ok = identity.is_some_and(|i| SignedIdentity::decode(&i).is_ok());
+                recorded.lock().unwrap().push(format!(
+                    "{} {path} {body}",
+                    if ok { "POST" } else { "UNSIGNED" }
+                ));
+                let _ = conn.write_all(answer.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            }
+        });
+        (format!("http://{addr}/prod"), asked)
+    }
+
+    async fn read_request(conn: &mut tokio::net::TcpStream) -> (String, String) {
+        let mut req = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(end) = req.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&req[..end]).into_owned();
+                let len: usize = head
+                    .to_ascii_lowercase()
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap_or(0));
+                if req.len() >= end + 4 + len {
+                    let body = String::from_utf8_lossy(&req[end + 4..end + 4 + len]).into_owned();
+                    return (head, body);
+                }
+            }
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return (String::new(), String::new()),
+                Ok(n) => req.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+
+    /// An HTTP answer with `status` and `body`.
+    pub(crate) fn answer(status: &str, body: &str) -> String {
+        format!(
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    pub(crate) fn grant_json(key: &str) -> String {
+        serde_json::json!({
+            "claim": r#"{"sessionId":"sess_1","projectId":"proj_1"}"#,
+            "receipt": "receipt-1",
+            "credentials": {
+                "accessKeyId": key,
+                "secretAccessKey": "s3cr3t",
+                "sessionToken": "t0ken",
+                "expiration": wallcrawler_contract::time::unix_millis() / 1000 + 3600,
+            },
+        })
+        .to_string()
+    }
+
+    fn credentials_json(key: &str) -> String {
+        let grant: serde_json::Value = serde_json::from_str(&grant_json(key)).unwrap();
+        serde_json::json!({ "credentials": grant["credentials"] }).to_string()
+    }
+
+    /// The task role's configuration a test task signs with.
+    pub(crate) fn task_sdk() -> SdkConfig {
+        let role = Credentials::new(
+            "AKIDTASK",
+            "task-secret",
+            Some("task-token".into()),
+            None,
+            "test",
+        );
+        SdkConfig::builder()
+            .credentials_provider(SharedCredentialsProvider::new(role))
+            .region(aws_config::Region::new("us-east-1"))
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .build()
+    }
+
+    pub(crate) fn api(base: String) -> Arc<TaskApi> {
+        Arc::new(TaskApi::new(base, task_sdk()))
+    }
+
+    #[tokio::test]
+    async fn the_claims_path_answers_a_grant_nothing_or_spent() {
+        let (base, asked) = stub_api(vec![
+            answer("200 OK", &grant_json("ASIAGRANT")),
+            answer("204 No Content", ""),
+            answer(
+                "409 Conflict",
+                r#"{"error":"this task has had its session"}"#,
+            ),
+        ])
+        .await;
+        let api = api(base);
+        let ClaimAnswer::Granted(g) = api.claim(Duration::from_secs(60)).await.unwrap() else {
+            panic!("a grant")
+        };
+        assert_eq!(g.receipt, "receipt-1");
+        assert_eq!(g.credentials.access_key_id, "ASIAGRANT");
+        assert!(matches!(
+            api.claim(Duration::from_secs(1)).await.unwrap(),
+            ClaimAnswer::Nothing
+        ));
+        assert!(matches!(
+            api.claim(Duration::from_secs(1)).await.unwrap(),
+            ClaimAnswer::Spent
+        ));
+        assert_eq!(
+            *asked.lock().unwrap(),
+            [
+                // At most SQS's longest wait, whatever is asked.
+                r#"POST /prod/v1/internal/claims {"waitSeconds":20}"#,
+                r#"POST /prod/v1/internal/claims {"waitSeconds":1}"#,
+                r#"POST /prod/v1/internal/claims {"waitSeconds":1}"#,
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_oversized_malformed_or_failed_answer_is_an_error_without_its_body() {
+        let huge = format!(r#"{{"pad":"{}"}}"#, "x".repeat(MAX_ANSWER_BYTES));
+        let (base, _) = stub_api(vec![
+            answer("200 OK", &huge),
+            answer("200 OK", r#"{"claim":"x"}"#),
+            answer("503 Service Unavailable", r#"{"error":"s3cr3t detail"}"#),
+            answer("403 Forbidden", r#"{"error":"not this task's session"}"#),
+        ])
+        .await;
+        let api = api(base);
+        let too_large = api.claim(Duration::ZERO).await.unwrap_err();
+        assert!(matches!(too_large, TaskApiError::TooLarge), "{too_large:?}");
+        assert_eq!(
+            too_large.to_string(),
+            "the task API's answer is larger than 65536 bytes"
+        );
+        let malformed = api.claim(Duration::ZERO).await.unwrap_err();
+        assert!(
+            matches!(malformed, TaskApiError::Malformed(_)),
+            "{malformed:?}"
+        );
+        let failed = api.claim(Duration::ZERO).await.unwrap_err();
+        assert_eq!(failed.to_string(), "the task API answered HTTP 503");
+        assert!(failed.is_transient());
+        let refused = api.credentials("sess_1").await.unwrap_err();
+        assert_eq!(refused.to_string(), "the task API answered HTTP 403");
+        assert!(!refused.is_transient());
+    }
+
+    #[tokio::test]
+    async fn an_api_that_does_not_answer_is_an_error_in_bounded_time() {
+        // Accepts and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let held = tokio::spawn(async move {
+            let mut conns = Vec::new();
+            while let Ok((c, _)) = listener.accept().await {
+                conns.push(c);
+            }
+        });
+        tokio::time::pause();
+        let e = api(base).credentials("sess_1").await.unwrap_err();
+        assert!(
+            matches!(e, TaskApiError::Timeout(t) if t == CALL_MARGIN),
+            "{e:?}"
+        );
+        assert!(e.is_transient());
+        held.abort();
+    }
+
+    #[tokio::test]
+    async fn a_grant_installs_its_credentials_before_the_claim_is_handed_on() {
+        let (base, _) = stub_api(vec![
+            answer("200 OK", &grant_json("ASIAGRANT")),
+            answer("409 Conflict", "{}"),
+        ])
+        .await;
+        let api = api(base);
+        let credentials = SessionCredentialsProvider::new(api.clone());
+        assert!(credentials.provide_credentials().await.is_err());
+        let settle = SqsClaims {
+            client: aws_sdk_sqs::Client::new(&task_sdk()),
+            queue_url: "http://127.0.0.1:1/q".into(),
+            visibility: Duration::from_secs(60),
+        };
+        let claims = ApiClaims::new(api, credentials.clone(), settle);
+        let got = claims
+            .receive(Duration::from_secs(1))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.receipt, "receipt-1");
+        assert_eq!(
+            Claim::parse(&got.body).unwrap().session_id,
+            "sess_1",
+            "the claim as the API sent it"
+        );
+        let c = credentials.provide_credentials().await.unwrap();
+        assert_eq!(c.access_key_id(), "ASIAGRANT");
+        assert!(!claims.spent());
+        assert_eq!(claims.receive(Duration::from_secs(1)).await.unwrap(), None);
+        assert!(claims.spent());
+    }
+
+    #[tokio::test]
+    async fn a_cold_task_asks_again_while_its_session_is_not_granted_yet() {
+        let (base, asked) = stub_api(vec![
+            answer("403 Forbidden", "{}"),
+            answer("403 Forbidden", "{}"),
+            answer("200 OK", &credentials_json("ASIACOLD")),
+        ])
+        .await;
+        let api = api(base);
+        let credentials = SessionCredentialsProvider::new(api.clone());
+        api.credentials_at_start("sess_1", &credentials)
+            .await
+            .unwrap();
+        assert_eq!(
+            credentials
+                .provide_credentials()
+                .await
+                .unwrap()
+                .access_key_id(),
+            "ASIACOLD"
+        );
+        let asked = asked.lock().unwrap();
+        assert_eq!(asked.len(), 3);
+        assert_eq!(
+            asked[0],
+            r#"POST /prod/v1/internal/credentials {"sessionId":"sess_1"}"#
+        );
+    }
+}

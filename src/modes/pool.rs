@@ -901,6 +901,63 @@ mod tests {
         }
     }
 
+    /// A pool task on the task API whose API failed once, then said this task has had its
+    /// session (409): it stops waiting at once, long before its idle lifetime, and asks no
+    /// more.
+    #[tokio::test]
+    async fn a_task_that_had_its_session_stops_waiting_for_claims() {
+        use crate::session_credentials::SessionCredentialsProvider;
+        use crate::task_api::ApiClaims;
+        use crate::task_api::tests::{answer, api, stub_api, task_sdk};
+
+        let (base, asked) = stub_api(vec![
+            answer("503 Service Unavailable", "{}"),
+            answer("409 Conflict", "{}"),
+        ])
+        .await;
+        let api = api(base);
+        let settle = crate::aws::SqsClaims {
+            client: aws_sdk_sqs::Client::new(&task_sdk()),
+            queue_url: "http://127.0.0.1:1/q".into(),
+            visibility: Duration::from_secs(60),
+        };
+        let queue = ApiClaims::new(api.clone(), SessionCredentialsProvider::new(api), settle);
+        let deps = Deps {
+            sessions: None,
+            archives: None,
+            files: None,
+            secrets: None,
+            network: None,
+            claims: None,
+            protection: None,
+        };
+        let pool = PoolConfig {
+            queue: crate::config::PoolQueue::Sqs("http://127.0.0.1:1/q".into()),
+            archives: crate::config::ArchivePlace::None,
+            idle_lifetime: Duration::from_secs(3600),
+            visibility: Duration::from_secs(60),
+            task_name: "pool-1".into(),
+            metric: None,
+        };
+        let waiting = Waiting {
+            queue: &queue,
+            deps: &deps,
+            pool: &pool,
+            warm_at: Instant::now(),
+            me: "arn:aws:ecs:us-east-1:123456789012:task/wc/abc",
+        };
+        let signal = CancellationToken::new();
+        let waited = tokio::time::timeout(Duration::from_secs(30), waiting.claim(&signal))
+            .await
+            .expect("stops waiting");
+        assert!(waited.is_none());
+        assert_eq!(
+            asked.lock().unwrap().len(),
+            2,
+            "the failure retried, the 409 not"
+        );
+    }
+
     #[test]
     fn pending_sessions_are_served() {
         for s in [

@@ -16,7 +16,11 @@ pub struct SignError;
 
 pub async fn sign(_sdk: &SdkConfig) -> Result<SignedIdentity, SignError> {
     Ok(SignedIdentity {
-        authorization: "AWS4-HMAC-SHA256 stub".into(),
+        authorization: format!(
+            "AWS4-HMAC-SHA256 Credential=ASIA/20261126/us-east-1/sts/aws4_request, \
+             SignedHeaders={}, Signature=0",
+            wallcrawler_contract::task_api::SIGNED_HEADERS
+        ),
         amz_date: "20261126T101010Z".into(),
         security_token: "stub".into(),
     })
