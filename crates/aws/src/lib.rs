@@ -13,7 +13,6 @@
 pub mod item;
 pub mod keys;
 pub mod secrets;
-pub mod task_identity;
 
 use std::time::Duration;
 
