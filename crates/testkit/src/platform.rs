@@ -105,6 +105,14 @@ pub fn s3(sdk: &SdkConfig) -> aws_sdk_s3::Client {
     )
 }
 
+/// From now on every request to `moto` (a private server: this is global to it) is
+/// authenticated and authorised by its IAM policies.
+pub async fn enforce_iam(moto: &Moto) {
+    let url = format!("{}/moto-api/reset-auth", moto.endpoint);
+    let (status, body) = http("POST", &url, &[], b"0".to_vec()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
 /// HTTP/1.1 to moto; the status and body.
 pub async fn http(
     method: &str,
