@@ -116,13 +116,14 @@ pub struct TaskApi {
 }
 
 impl TaskApi {
-    /// The API at `base` (`TASK_API_URL`, no trailing `/`).
-    pub fn new(base: String, sdk: SdkConfig) -> Self {
-        Self {
+    /// The API at `base` (`TASK_API_URL`, no trailing `/`). Fails when the system's root
+    /// certificates cannot be read.
+    pub fn new(base: String, sdk: SdkConfig) -> std::io::Result<Self> {
+        Ok(Self {
             base,
             sdk,
-            client: wallcrawler_aws::task_identity::https_client(),
-        }
+            client: wallcrawler_aws::task_identity::https_client()?,
+        })
     }
 
     /// Waits up to `wait` (at most [`MAX_WAIT_SECONDS`]) for a claim.
@@ -418,7 +419,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn api(base: String) -> Arc<TaskApi> {
-        Arc::new(TaskApi::new(base, task_sdk()))
+        Arc::new(TaskApi::new(base, task_sdk()).unwrap())
     }
 
     #[tokio::test]

@@ -34,6 +34,9 @@ pub enum DepsError {
         #[source]
         source: std::io::Error,
     },
+    /// No HTTPS client for the task API (the system's root certificates).
+    #[error("the task API's HTTPS client cannot be set up")]
+    HttpClient(#[source] std::io::Error),
     /// The task API granted no credentials for the task's session.
     #[error("the task API granted no credentials for the session")]
     Credentials(#[source] TaskApiError),
@@ -125,7 +128,8 @@ impl OnTaskApi {
 /// The task API at `url`, called as the task `sdk`'s role names; a single session's task
 /// has its session's credentials from it before anything else.
 async fn on_task_api(c: &RunConfig, url: &str, sdk: &SdkConfig) -> Result<OnTaskApi, DepsError> {
-    let api = Arc::new(TaskApi::new(url.to_owned(), sdk.clone()));
+    let api = TaskApi::new(url.to_owned(), sdk.clone()).map_err(DepsError::HttpClient)?;
+    let api = Arc::new(api);
     let credentials = SessionCredentialsProvider::new(api.clone());
     let session_sdk = sdk
         .to_builder()
