@@ -622,16 +622,18 @@ impl SessionStore for DirectorySessions {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn pending(store: &SessionDoc, dir: &std::path::Path) {
+    /// `store` created in the session directory `dir`.
+    pub(crate) fn pending(store: &SessionDoc, dir: &std::path::Path) {
         wallcrawler_contract::session_doc::DirStore::new(dir)
             .create(store)
             .unwrap();
     }
 
-    fn doc(id: &str) -> SessionDoc {
+    /// A PROVISIONING session of `proj_1`.
+    pub(crate) fn doc(id: &str) -> SessionDoc {
         let mut d = SessionDoc {
             session_id: id.into(),
             project_id: "proj_1".into(),

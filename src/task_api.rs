@@ -351,7 +351,8 @@ pub(crate) mod tests {
         (format!("http://{addr}/prod"), asked)
     }
 
-    async fn read_request(conn: &mut tokio::net::TcpStream) -> (String, String) {
+    /// One request's head and body, read from `conn`.
+    pub(crate) async fn read_request(conn: &mut tokio::net::TcpStream) -> (String, String) {
         let mut req = Vec::new();
         let mut buf = [0u8; 4096];
         loop {

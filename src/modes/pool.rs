@@ -298,7 +298,7 @@ impl Waiting<'_> {
                 }
             };
             if signal.is_cancelled() {
-                self.hand_back(&received.receipt, Duration::ZERO).await;
+                self.give_back(&received).await;
                 return None;
             }
             if let Some(served) = self.consider(received).await? {
@@ -330,11 +330,27 @@ impl Waiting<'_> {
                 }
                 info!("signal received while waiting for a claim; finishing the receive in flight");
                 if let Ok(Some(r)) = receive.await {
-                    self.hand_back(&r.receipt, Duration::ZERO).await;
+                    self.give_back(&r).await;
                 }
                 None
             }
         }
+    }
+
+    /// A claim received as a signal came, handed back at once. From the task API its session
+    /// came taken for this controller already: it is given up too (only if this controller
+    /// owns it, pending), or another controller would wait for the lease to lapse.
+    async fn give_back(&self, received: &Received) {
+        if let (Some(store), Ok(claim)) = (&self.deps.sessions, Claim::parse(&received.body)) {
+            match store.give_up(&claim.session_id, self.me).await {
+                Ok(true) => info!("the session is given up for another controller"),
+                Ok(false) => {}
+                Err(e) => {
+                    warn!(error = %e, "giving the session up failed; it is free once its lease ends")
+                }
+            }
+        }
+        self.hand_back(&received.receipt, Duration::ZERO).await;
     }
 
     /// Hands a claim back to the queue, visible again `after` from now.
@@ -901,44 +917,58 @@ mod tests {
         }
     }
 
-    /// A pool task on the task API whose API failed once, then said this task has had its
-    /// session (409): it stops waiting at once, long before its idle lifetime, and asks no
-    /// more.
-    #[tokio::test]
-    async fn a_task_that_had_its_session_stops_waiting_for_claims() {
+    /// A pool task's claims from the task API at `base` (settled on a queue nobody serves).
+    fn api_claims(base: String) -> crate::task_api::ApiClaims {
         use crate::session_credentials::SessionCredentialsProvider;
-        use crate::task_api::ApiClaims;
-        use crate::task_api::tests::{answer, api, stub_api, task_sdk};
-
-        let (base, asked) = stub_api(vec![
-            answer("503 Service Unavailable", "{}"),
-            answer("409 Conflict", "{}"),
-        ])
-        .await;
+        use crate::task_api::tests::{api, task_sdk};
         let api = api(base);
         let settle = crate::aws::SqsClaims {
             client: aws_sdk_sqs::Client::new(&task_sdk()),
             queue_url: "http://127.0.0.1:1/q".into(),
             visibility: Duration::from_secs(60),
         };
-        let queue = ApiClaims::new(api.clone(), SessionCredentialsProvider::new(api), settle);
-        let deps = Deps {
-            sessions: None,
+        crate::task_api::ApiClaims::new(api.clone(), SessionCredentialsProvider::new(api), settle)
+    }
+
+    /// Deps with only `sessions`.
+    fn deps_with(sessions: Option<Arc<dyn SessionStore>>) -> Deps {
+        Deps {
+            sessions,
             archives: None,
             files: None,
             secrets: None,
             network: None,
             claims: None,
             protection: None,
-        };
-        let pool = PoolConfig {
+        }
+    }
+
+    fn api_pool() -> PoolConfig {
+        PoolConfig {
             queue: crate::config::PoolQueue::Sqs("http://127.0.0.1:1/q".into()),
             archives: crate::config::ArchivePlace::None,
             idle_lifetime: Duration::from_secs(3600),
             visibility: Duration::from_secs(60),
             task_name: "pool-1".into(),
             metric: None,
-        };
+        }
+    }
+
+    /// A pool task on the task API whose API failed once, then said this task has had its
+    /// session (409): it stops waiting at once, long before its idle lifetime, and asks no
+    /// more.
+    #[tokio::test]
+    async fn a_task_that_had_its_session_stops_waiting_for_claims() {
+        use crate::task_api::tests::{answer, stub_api};
+
+        let (base, asked) = stub_api(vec![
+            answer("503 Service Unavailable", "{}"),
+            answer("409 Conflict", "{}"),
+        ])
+        .await;
+        let queue = api_claims(base);
+        let deps = deps_with(None);
+        let pool = api_pool();
         let waiting = Waiting {
             queue: &queue,
             deps: &deps,
@@ -956,6 +986,68 @@ mod tests {
             2,
             "the failure retried, the 409 not"
         );
+    }
+
+    /// A signal while the task API's claim wait is in flight: the wait is finished, and the
+    /// session the API took for this task is given up (and its claim handed back) at once,
+    /// not held until its lease lapses.
+    #[tokio::test]
+    async fn a_claim_granted_as_a_signal_comes_is_given_up_at_once() {
+        use tokio::io::AsyncWriteExt as _;
+
+        use crate::stores::DirectorySessions;
+        use crate::task_api::tests::{answer, grant_json, read_request};
+
+        const ME: &str = "arn:aws:ecs:us-east-1:123456789012:task/wc/abc";
+        let dir = tempfile::tempdir().unwrap();
+        crate::stores::tests::pending(&crate::stores::tests::doc("sess_1"), dir.path());
+        let sessions = DirectorySessions::new(dir.path().to_owned());
+        let now = wallcrawler_contract::time::unix_millis() / 1000;
+        // As the API left it: taken for this task.
+        let taken = Take {
+            owner: ME,
+            until: now + 60,
+            task: Some(ME),
+            now,
+        };
+        assert_eq!(
+            sessions.take("sess_1", &taken).await.unwrap(),
+            TakeResult::Taken
+        );
+
+        // The API answers the grant only once the task has been told to stop.
+        let signal = CancellationToken::new();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let stop = signal.clone();
+        tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            read_request(&mut conn).await;
+            stop.cancel();
+            let grant = answer("200 OK", &grant_json("ASIAGRANT"));
+            conn.write_all(grant.as_bytes()).await.unwrap();
+        });
+        let queue = api_claims(base);
+        let deps = deps_with(Some(Arc::new(sessions)));
+        let pool = api_pool();
+        let waiting = Waiting {
+            queue: &queue,
+            deps: &deps,
+            pool: &pool,
+            warm_at: Instant::now(),
+            me: ME,
+        };
+        assert!(waiting.claim(&signal).await.is_none());
+        let after = deps
+            .sessions
+            .as_ref()
+            .unwrap()
+            .load("sess_1")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(after.owner, None, "given up");
+        assert_eq!(after.internal_status, Some(InternalStatus::Provisioning));
     }
 
     #[test]
