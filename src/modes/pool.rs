@@ -943,15 +943,31 @@ mod tests {
         }
     }
 
-    fn api_pool() -> PoolConfig {
-        PoolConfig {
+    const ME: &str = "arn:aws:ecs:us-east-1:123456789012:task/wc/abc";
+
+    /// A pool task (`ME`) with `deps` waiting for a claim from the task API at `base`.
+    async fn wait_on_api(
+        base: String,
+        deps: Deps,
+        signal: &CancellationToken,
+    ) -> Option<(Claim, Received, SessionRecord)> {
+        let queue = api_claims(base);
+        let pool = PoolConfig {
             queue: crate::config::PoolQueue::Sqs("http://127.0.0.1:1/q".into()),
             archives: crate::config::ArchivePlace::None,
             idle_lifetime: Duration::from_secs(3600),
             visibility: Duration::from_secs(60),
             task_name: "pool-1".into(),
             metric: None,
-        }
+        };
+        let waiting = Waiting {
+            queue: &queue,
+            deps: &deps,
+            pool: &pool,
+            warm_at: Instant::now(),
+            me: ME,
+        };
+        waiting.claim(signal).await
     }
 
     /// A pool task on the task API whose API failed once, then said this task has had its
@@ -966,20 +982,13 @@ mod tests {
             answer("409 Conflict", "{}"),
         ])
         .await;
-        let queue = api_claims(base);
-        let deps = deps_with(None);
-        let pool = api_pool();
-        let waiting = Waiting {
-            queue: &queue,
-            deps: &deps,
-            pool: &pool,
-            warm_at: Instant::now(),
-            me: "arn:aws:ecs:us-east-1:123456789012:task/wc/abc",
-        };
         let signal = CancellationToken::new();
-        let waited = tokio::time::timeout(Duration::from_secs(30), waiting.claim(&signal))
-            .await
-            .expect("stops waiting");
+        let waited = tokio::time::timeout(
+            Duration::from_secs(30),
+            wait_on_api(base, deps_with(None), &signal),
+        )
+        .await
+        .expect("stops waiting");
         assert!(waited.is_none());
         assert_eq!(
             asked.lock().unwrap().len(),
@@ -998,7 +1007,6 @@ mod tests {
         use crate::stores::DirectorySessions;
         use crate::task_api::tests::{answer, grant_json, read_request};
 
-        const ME: &str = "arn:aws:ecs:us-east-1:123456789012:task/wc/abc";
         let dir = tempfile::tempdir().unwrap();
         crate::stores::tests::pending(&crate::stores::tests::doc("sess_1"), dir.path());
         let sessions = DirectorySessions::new(dir.path().to_owned());
@@ -1027,25 +1035,10 @@ mod tests {
             let grant = answer("200 OK", &grant_json("ASIAGRANT"));
             conn.write_all(grant.as_bytes()).await.unwrap();
         });
-        let queue = api_claims(base);
-        let deps = deps_with(Some(Arc::new(sessions)));
-        let pool = api_pool();
-        let waiting = Waiting {
-            queue: &queue,
-            deps: &deps,
-            pool: &pool,
-            warm_at: Instant::now(),
-            me: ME,
-        };
-        assert!(waiting.claim(&signal).await.is_none());
-        let after = deps
-            .sessions
-            .as_ref()
-            .unwrap()
-            .load("sess_1")
-            .await
-            .unwrap()
-            .unwrap();
+        let sessions: Arc<dyn SessionStore> = Arc::new(sessions);
+        let deps = deps_with(Some(sessions.clone()));
+        assert!(wait_on_api(base, deps, &signal).await.is_none());
+        let after = sessions.load("sess_1").await.unwrap().unwrap();
         assert_eq!(after.owner, None, "given up");
         assert_eq!(after.internal_status, Some(InternalStatus::Provisioning));
     }
