@@ -837,6 +837,61 @@ mod tests {
         format!("http://{addr}")
     }
 
+    /// `UpdateTaskProtection` for exactly the task's own ARN in its own cluster; a refusal of
+    /// ECS's (a failure in a 200) is an error naming its reason.
+    #[tokio::test]
+    async fn scale_in_protection_names_the_tasks_own_arn_and_a_refusal_says_why() {
+        use crate::stores::TaskProtection as _;
+        use crate::task_api::tests::{answer, stub_api};
+        const ARN: &str = "arn:aws:ecs:us-east-1:123456789012:task/wc-pool/0123abcd";
+        let protected = serde_json::json!({
+            "protectedTasks": [{"taskArn": ARN, "protectionEnabled": true}],
+            "failures": [],
+        });
+        let refused = serde_json::json!({
+            "protectedTasks": [],
+            "failures": [{"arn": ARN, "reason": "TASK_NOT_VALID", "detail": "not in a service"}],
+        });
+        let (base, asked) = stub_api(vec![
+            answer("200 OK", &protected.to_string()),
+            answer("200 OK", &refused.to_string()),
+        ])
+        .await;
+        let sdk = aws_config::SdkConfig::builder()
+            .endpoint_url(base)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_s3::config::SharedCredentialsProvider::new(
+                aws_sdk_s3::config::Credentials::for_tests(),
+            ))
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .build();
+        let ecs = EcsProtection {
+            client: aws_sdk_ecs::Client::new(&sdk),
+        };
+        ecs.protect(ARN, 61).await.unwrap();
+        let e = ecs.protect(ARN, 61).await.unwrap_err();
+        assert!(matches!(e, StoreError::Refused { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "ECS API refused the request: TASK_NOT_VALID: not in a service"
+        );
+        let asked = asked.lock().unwrap();
+        let body = asked[0]
+            .split_once('{')
+            .map(|(_, b)| format!("{{{b}"))
+            .unwrap();
+        let sent: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            sent,
+            serde_json::json!({
+                "cluster": "wc-pool",
+                "tasks": [ARN],
+                "protectionEnabled": true,
+                "expiresInMinutes": 61,
+            })
+        );
+    }
+
     #[tokio::test]
     async fn a_denied_archive_read_names_the_missing_list_permission() {
         let sdk = aws_config::SdkConfig::builder()
