@@ -69,6 +69,9 @@ mod scale;
 /// Extension archives in the contexts bucket: under the project's prefix, removed by a delete.
 mod extensions;
 
+/// A task's identity for the task API, against moto's STS with IAM enforced.
+mod identity;
+
 /// Session uploads in the contexts bucket: under the session's prefix, the answer's path in
 /// `uploadsDir`.
 mod uploads;
