@@ -459,6 +459,11 @@ def check_mode(t, mode):
     check(limit == 29, "aws/config.rs: INTEGRATION_LIMIT is API Gateway's 29 s")
     check(int(props(t, "ApiFunction")["Timeout"]) > limit, "ApiFunction: Timeout above API Gateway's integration limit")
     check("CREATE_WAIT_SECONDS" not in api_env, "ApiFunction: no CREATE_WAIT_SECONDS (the wait is derived from the 29 s limit)")
+    # A warm task's claim long poll (at most the contract's MAX_WAIT_SECONDS) is answered within
+    # that limit, with time left to take the session and assume the SessionRole.
+    task_api = (ROOT / "crates/contract/src/task_api.rs").read_text()
+    wait = int(re.search(r"MAX_WAIT_SECONDS: u64 = (\d+);", task_api).group(1))
+    check(wait <= 20 and wait + 5 <= limit, f"task API: a claim waits at most {wait} s, answered within API Gateway's {limit} s")
 
     # --- IAM: every call the code makes is allowed, on the right resource -------------------
     def needs(role, action, resource):
