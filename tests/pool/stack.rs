@@ -259,6 +259,10 @@ fn api_vars(stack: &Stack) -> HashMap<&'static str, String> {
         "CLAIM_WAIT_MAX_SECONDS",
         // A project's share of the warm pool (Step 11).
         "POOL_PROJECT_SHARE",
+        // The task API (Step 13; the control plane's code for it is merged separately).
+        "TASK_ROLE_ARN",
+        "TASKS_TABLE_NAME",
+        "SESSION_ROLE_ARN",
     ];
     stack
         .api_env
@@ -295,6 +299,8 @@ fn behind_loopback(stack: &Stack) -> Vec<(String, String)> {
             *v = LOOPBACK.to_owned();
         }
     }
+    // The stack's TASK_API_URL is API Gateway's public name, which a test never contacts.
+    env.retain(|(k, _)| k != wallcrawler_contract::task_env::TASK_API_URL);
     env
 }
 
