@@ -12,7 +12,7 @@
 //! the cache, so the one rule of when to refresh is here.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::error::CredentialsError;
@@ -131,18 +131,14 @@ fn sdk_credentials(c: &SessionCredentials) -> Credentials {
     )
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 impl ProvideCredentials for SessionCredentialsProvider {
     fn provide_credentials<'a>(&'a self) -> provider::future::ProvideCredentials<'a>
     where
         Self: 'a,
     {
-        provider::future::ProvideCredentials::new(self.current(unix_now()))
+        provider::future::ProvideCredentials::new(
+            self.current(wallcrawler_contract::time::unix_millis() / 1000),
+        )
     }
 }
 
