@@ -52,7 +52,11 @@ pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
     } else {
         None
     };
-    let sdk = sdk.as_ref();
+    build_with(c, sdk.as_ref()).await
+}
+
+/// [`build`] with `sdk`, the task role's configuration when any service is on AWS.
+async fn build_with(c: &RunConfig, sdk: Option<&SdkConfig>) -> Result<Deps, DepsError> {
     let api = match (&c.task_api, sdk) {
         (Some(url), Some(sdk)) => Some(on_task_api(c, url, sdk).await?),
         _ => None,
@@ -230,4 +234,96 @@ fn claims(
         }
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use tokio::io::AsyncWriteExt as _;
+    use wallcrawler_aws::keys::FetchMode;
+
+    use super::*;
+    use crate::config::Settings;
+    use crate::task_api::tests::{answer, read_request, stub_api, task_sdk};
+
+    /// An AWS endpoint on loopback that answers `{}` and records the access key id each
+    /// request was signed with (`Credential=<key id>/…`), with the request's target.
+    async fn recording_aws() -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let signed = Arc::new(Mutex::new(Vec::new()));
+        let recorded = signed.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let (head, _) = read_request(&mut conn).await;
+                let header = |name: &str| {
+                    head.lines()
+                        .find_map(|l| {
+                            let (n, v) = l.split_once(':')?;
+                            n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+                        })
+                        .unwrap_or_default()
+                };
+                let key = header("authorization")
+                    .split_once("Credential=")
+                    .and_then(|(_, c)| c.split_once('/'))
+                    .map(|(k, _)| k.to_owned())
+                    .unwrap_or_default();
+                recorded
+                    .lock()
+                    .unwrap()
+                    .push(format!("{} {key}", header("x-amz-target")));
+                let _ = conn.write_all(answer("200 OK", "{}").as_bytes()).await;
+            }
+        });
+        (format!("http://{addr}"), signed)
+    }
+
+    /// A cold task on the task API: its session's item is read with the credentials the API
+    /// granted for that session; the public key secret with the task role's own.
+    #[tokio::test]
+    async fn a_task_on_the_task_api_reads_its_item_with_the_sessions_credentials_only() {
+        let (api, _) = stub_api(vec![answer(
+            "200 OK",
+            &serde_json::json!({"credentials": {
+                "accessKeyId": "ASIASESSION",
+                "secretAccessKey": "s",
+                "sessionToken": "t",
+                "expiration": wallcrawler_contract::time::unix_millis() / 1000 + 3600,
+            }})
+            .to_string(),
+        )])
+        .await;
+        let (aws, signed) = recording_aws().await;
+        let settings: Settings = [
+            ("SESSION_ID", "sess_1"),
+            ("SESSIONS_TABLE_NAME", "sessions"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "public-key"),
+            ("ECS_CONTAINER_METADATA_URI_V4", "http://127.0.0.1:1/v4/x"),
+            ("TASK_API_URL", api.as_str()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_owned()))
+        .collect();
+        let c = RunConfig::from_settings(&settings).unwrap();
+        let sdk = task_sdk().to_builder().endpoint_url(aws).build();
+        let deps = build_with(&c, Some(&sdk)).await.unwrap();
+
+        assert_eq!(deps.sessions.unwrap().load("sess_1").await.unwrap(), None);
+        let _ = deps.secrets.unwrap().fetch(FetchMode::Quick).await;
+        let signed = signed.lock().unwrap();
+        assert_eq!(
+            signed.first().map(String::as_str),
+            Some("DynamoDB_20120810.GetItem ASIASESSION")
+        );
+        assert!(
+            signed
+                .iter()
+                .skip(1)
+                .all(|s| s == "secretsmanager.GetSecretValue AKIDTASK"),
+            "{signed:?}"
+        );
+        assert!(signed.len() > 1, "{signed:?}");
+    }
 }
