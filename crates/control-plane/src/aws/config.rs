@@ -459,6 +459,23 @@ pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
     }
 }
 
+/// The API function's router: the API over [`build_app`], and with the task API on, its
+/// routes ([`crate::task_api::router`]) with identities checked by `sdk`'s STS endpoint.
+pub fn build_router(
+    sdk: &SdkConfig,
+    cfg: &Config,
+) -> Result<axum::Router, wallcrawler_aws::task_identity::IdentityError> {
+    let api = crate::router::router(build_app(sdk, cfg));
+    if cfg.task_api.is_none() {
+        return Ok(api);
+    }
+    let identities = Arc::new(super::StsIdentities::new(sdk)?);
+    Ok(match build_task_api(sdk, cfg, identities) {
+        Some(t) => api.merge(crate::task_api::router(t)),
+        None => api,
+    })
+}
+
 /// The task API on AWS when `cfg` turns it on: its broker on `sdk`, identities checked by
 /// `identities` (STS).
 pub fn build_task_api(

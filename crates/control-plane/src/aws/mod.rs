@@ -2,7 +2,8 @@
 //! (`table`), sessions (`sessions`), projects, API keys and contexts (`records`), projects'
 //! slots (`slots`), S3 presigned upload URLs (`s3`), ECS Fargate (`ecs`) and the SQS pool
 //! (`sqs`) as task launchers, the Secrets Manager backed token signer (`signer`), the task
-//! API's broker (`broker`: claims handed to tasks, session credentials from STS); the
+//! API's broker (`broker`: claims handed to tasks, session credentials from STS) and its
+//! identity check (`identity`: a task's signed STS request, sent to STS); the
 //! configuration that names them and the wiring ([`Config::from_env`], [`build_app`], in
 //! `config`); and [`lambda`], what the Lambda functions run. SDK types stay in this module.
 //!
@@ -34,6 +35,7 @@
 mod broker;
 mod config;
 mod ecs;
+mod identity;
 pub mod lambda;
 mod records;
 mod s3;
@@ -47,10 +49,11 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
 pub use broker::TaskBroker;
 pub use config::{
-    Config, ConfigError, EcsSettings, Tables, TaskApiSettings, build_app, build_task_api,
-    sdk_config,
+    Config, ConfigError, EcsSettings, Tables, TaskApiSettings, build_app, build_router,
+    build_task_api, sdk_config,
 };
 pub use ecs::{EcsLauncher, controller_environment};
+pub use identity::StsIdentities;
 pub use records::{DynamoContexts, DynamoKeys, DynamoProjects, DynamoRecords};
 pub use s3::S3Archives;
 pub use sessions::{

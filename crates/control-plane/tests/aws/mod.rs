@@ -69,6 +69,10 @@ mod scale;
 /// Extension archives in the contexts bucket: under the project's prefix, removed by a delete.
 mod extensions;
 
+/// The task API: claims handed to one task with credentials for its session, judged as a pool
+/// controller judges them; every refusal.
+mod task_api;
+
 /// Session uploads in the contexts bucket: under the session's prefix, the answer's path in
 /// `uploadsDir`.
 mod uploads;
