@@ -19,7 +19,7 @@
 
 use aws_sdk_dynamodb::config::Credentials;
 use wallcrawler_control_plane::aws::{CONTEXT_INDEX, PROJECT_INDEX};
-use wallcrawler_testkit::platform::{aws_env_as, s3};
+use wallcrawler_testkit::platform::{aws_env_as, enforce_iam, s3};
 use wallcrawler_testkit::{Moto, dummy_credentials, moto};
 
 use super::*;
@@ -664,13 +664,6 @@ async fn role_policies(moto: &Moto, role: &str) -> String {
         out.push_str(&doc);
     }
     out
-}
-
-/// From now on every request to `moto` is authenticated and authorised by its IAM policies.
-async fn enforce_iam(moto: &Moto) {
-    let url = format!("{}/moto-api/reset-auth", moto.endpoint);
-    let (status, body) = http("POST", &url, &[], b"0".to_vec()).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
 }
 
 /// Item 1 of Step 10 as far as moto's IAM mode goes: the API, the gateway and a pool task each

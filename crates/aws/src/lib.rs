@@ -4,7 +4,7 @@
 //! contract's transient codes), the one mapping between records and DynamoDB items
 //! ([`item`], on `serde_dynamo`), the sessions table's terminal-status write
 //! ([`terminal_update`]), and the signing keys: one cache ([`keys`]) over one Secrets Manager
-//! fetcher ([`secrets`]). Each crate keeps its own error type and its own narrow interfaces;
+//! fetcher ([`secrets`]); and a task's identity for the task API ([`task_identity`]). Each crate keeps its own error type and its own narrow interfaces;
 //! SDK types stay in their adapter modules and here.
 // Test code is not held to the shape limits of clippy.toml: a test reads top to bottom.
 #![cfg_attr(test, allow(clippy::too_many_lines, clippy::too_many_arguments))]
@@ -13,6 +13,7 @@
 pub mod item;
 pub mod keys;
 pub mod secrets;
+pub mod task_identity;
 
 use std::time::Duration;
 

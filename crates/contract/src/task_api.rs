@@ -141,8 +141,12 @@ impl CallerTask {
         let (partition, rest) = rest.split_once(":sts::")?;
         let (account, rest) = rest.split_once(":assumed-role/")?;
         let (role, session) = rest.split_once('/')?;
+        // ECS task ids are 32 hex digits; moto's are UUIDs (with dashes).
         let id_like = |s: &str| {
-            !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric())
+            !s.is_empty()
+                && s.len() <= 64
+                && !s.starts_with('-')
+                && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
         };
         let ok = !partition.is_empty()
             && partition
@@ -360,6 +364,8 @@ mod tests {
             "arn:aws:sts::123456789012:assumed-role/wc-task/a/b",
             "arn:aws:sts::12345678901:assumed-role/wc-task/abc",
             "arn:aws:sts::123456789012:assumed-role/wc-task/",
+            "arn:aws:sts::123456789012:assumed-role/wc-task/-x",
+            "arn:aws:sts::123456789012:assumed-role/wc-task/a@b",
         ] {
             assert_eq!(CallerTask::from_arn(arn), None, "{arn}");
         }

@@ -133,3 +133,30 @@ pub async fn sdk_config() -> SdkConfig {
 pub fn child_env() -> Vec<(&'static str, String)> {
     moto().child_env_as(&dummy_credentials())
 }
+
+/// Credentials of a session of role `role_arn` named `session`, from `moto`'s STS, as ECS
+/// makes a task role's (the session named by the task id): what a task holds. Asked with
+/// `caller`'s credentials (dummy ones while moto enforces no IAM).
+pub async fn assume_role(
+    moto: &Moto,
+    caller: Credentials,
+    role_arn: &str,
+    session: &str,
+) -> Credentials {
+    let sts = aws_sdk_sts::Client::new(&moto.sdk_config_as(caller).await);
+    let out = sts
+        .assume_role()
+        .role_arn(role_arn)
+        .role_session_name(session)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("AssumeRole {role_arn} as {session}: {e:?}"));
+    let c = out.credentials().expect("AssumeRole answers credentials");
+    Credentials::new(
+        c.access_key_id(),
+        c.secret_access_key(),
+        Some(c.session_token().to_owned()),
+        None,
+        "moto-assumed-role",
+    )
+}

@@ -105,6 +105,23 @@ pub fn s3(sdk: &SdkConfig) -> aws_sdk_s3::Client {
     )
 }
 
+/// Serves `router` over HTTP on a free loopback port for as long as the test runs (as API
+/// Gateway serves the API function to the tasks); its base URL, `http://127.0.0.1:<port>`.
+pub async fn serve(router: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    format!("http://{addr}")
+}
+
+/// From now on every request to `moto` (a private server: this is global to it) is
+/// authenticated and authorised by its IAM policies.
+pub async fn enforce_iam(moto: &Moto) {
+    let url = format!("{}/moto-api/reset-auth", moto.endpoint);
+    let (status, body) = http("POST", &url, &[], b"0".to_vec()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
 /// HTTP/1.1 to moto; the status and body.
 pub async fn http(
     method: &str,

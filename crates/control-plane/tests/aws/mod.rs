@@ -69,6 +69,9 @@ mod scale;
 /// Extension archives in the contexts bucket: under the project's prefix, removed by a delete.
 mod extensions;
 
+/// A task's identity for the task API, against moto's STS with IAM enforced.
+mod identity;
+
 /// The task API: claims handed to one task with credentials for its session, judged as a pool
 /// controller judges them; every refusal.
 mod task_api;

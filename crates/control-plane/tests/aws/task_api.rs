@@ -438,7 +438,7 @@ async fn every_refusal_has_its_status_and_message() {
     for_s3.authorization = for_s3.authorization.replace("/sts/", "/s3/");
     let api_role = format!("arn:aws:iam::{ACCOUNT}:role/{}", unique("wc-api"));
     let other_role = identity(&w.task_of(&api_role, &a.id).await).await;
-    let not_a_task = identity(&w.task_of(&w.task_role, "not-a-task-id").await).await;
+    let not_a_task = identity(&w.task_of(&w.task_role, "not.a.task").await).await;
     let long = "A".repeat(MAX_IDENTITY_BYTES + 1);
     let cases: Vec<(Option<&str>, &str, &str, StatusCode, &str)> = vec![
         (
