@@ -436,6 +436,7 @@ async fn every_refusal_has_its_status_and_message() {
     let claim = r#"{"waitSeconds": 0}"#;
     let mut for_s3 = SignedIdentity::decode(&good).unwrap();
     for_s3.authorization = for_s3.authorization.replace("/sts/", "/s3/");
+    let for_s3 = for_s3.encode();
     let api_role = format!("arn:aws:iam::{ACCOUNT}:role/{}", unique("wc-api"));
     let other_role = identity(&w.task_of(&api_role, &a.id).await).await;
     let not_a_task = identity(&w.task_of(&w.task_role, "not.a.task").await).await;
@@ -470,7 +471,7 @@ async fn every_refusal_has_its_status_and_message() {
             "the task identity is not readable",
         ),
         (
-            Some(&for_s3.encode()),
+            Some(&for_s3),
             CLAIMS_PATH,
             claim,
             StatusCode::UNAUTHORIZED,
