@@ -3,7 +3,7 @@
 //! bucket with the role every task shares. Two routes, `POST` [`CLAIMS_PATH`] and `POST`
 //! [`CREDENTIALS_PATH`], outside the API-key check: the caller is a task, and proves which one
 //! with its signed STS request ([`Task`], checked by STS through [`Identities`]). What they do
-//! with the queue, the tables and STS is the [`Broker`]'s ([`crate::aws::TaskBroker`] on AWS).
+//! with the queue, the tables and STS is the [`Broker`]'s (on AWS, `aws::TaskBroker`).
 //!
 //! Refusals, each with its status and message ([`ApiError`]'s shape):
 //! - 401: no identity header, one too long, unreadable or not a signature of this API's STS
