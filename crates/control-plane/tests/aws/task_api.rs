@@ -36,6 +36,8 @@ struct World {
     queue: String,
     tasks_table: String,
     task_role: String,
+    /// The dead-letter queue, with a redrive policy.
+    dlq: Option<String>,
 }
 
 /// A task: its id and its task role session's SDK configuration.
@@ -50,9 +52,11 @@ impl World {
         let sdk = wallcrawler_testkit::sdk_config().await;
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         let mut create = sqs.create_queue().queue_name(unique("claims"));
+        let mut dead = None;
         if let Some(n) = redrive {
             let dlq = new_queue(&sqs, "claims-dlq").await;
             let dlq_arn = queue_arn(&sqs, &dlq).await;
+            dead = Some(dlq);
             let policy = json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": n});
             create = create.attributes(
                 aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy,
@@ -83,6 +87,7 @@ impl World {
             queue,
             tasks_table,
             task_role,
+            dlq: dead,
         }
     }
 
@@ -148,10 +153,15 @@ impl World {
 
     /// How many messages the queue holds, visible or not.
     async fn queued(&self) -> u64 {
+        self.held_by(&self.queue).await
+    }
+
+    /// How many messages `queue` holds, visible or not.
+    async fn held_by(&self, queue: &str) -> u64 {
         let out = self
             .sqs
             .get_queue_attributes()
-            .queue_url(&self.queue)
+            .queue_url(queue)
             .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
             .send()
             .await
@@ -382,7 +392,8 @@ async fn a_poison_claim_is_not_granted() {
     let (status, v) = w.claim(&a, 2).await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{v}");
     assert_eq!(w.marker(&a).await, None);
-    assert_eq!(w.queued().await, 0, "dead-lettered");
+    assert_eq!(w.queued().await, 0);
+    assert_eq!(w.held_by(w.dlq.as_ref().unwrap()).await, 1, "dead-lettered");
 }
 
 /// Two claims of one task at once get one session: the take and the task's item are one
