@@ -18,7 +18,7 @@ use wallcrawler_contract::task_api::{
     CLAIMS_PATH, CREDENTIALS_PATH, CallerTask, IDENTITY_HEADER, MAX_IDENTITY_BYTES, SignedIdentity,
 };
 use wallcrawler_contract::time::unix_millis;
-use wallcrawler_control_plane::aws::{StsIdentities, build_task_api};
+use wallcrawler_control_plane::aws::StsIdentities;
 use wallcrawler_control_plane::task_api::{self, Broker, ClaimOutcome, TaskApi, TaskRole};
 use wallcrawler_testkit::moto::assume_role;
 use wallcrawler_testkit::platform::{Fixture, enforce_iam, get_item, number, s, text};
@@ -78,8 +78,8 @@ impl World {
             ],
         )
         .await;
-        let identities = Arc::new(StsIdentities::new(&f.sdk).unwrap());
-        let api = task_api::router(build_task_api(&f.sdk, &f.cfg, identities).unwrap());
+        // The fixture's router is the API function's: the task API's routes are in it.
+        let api = f.router.clone();
         World {
             f,
             api,
