@@ -295,6 +295,80 @@ pub fn live_owner(owner: Option<&str>, until: Option<u64>, now: u64) -> Option<&
     owner.filter(|_| until.is_none_or(|u| u >= now))
 }
 
+/// What a claim taken from the queue comes to, judged against its session's item: the rules
+/// of a pool controller's judgement (the controller's `modes::pool`), which the control
+/// plane's task API applies when it hands claims to tasks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimVerdict {
+    /// Pending and free: take it for the caller, and serve it.
+    Serve,
+    /// Pending past its claim's deadline: no client waits any more. The session is ended
+    /// unserved ([`SessionDoc::end_unserved`]) and the claim deleted.
+    Unserved,
+    /// Pending, held by another live owner: the claim goes back to the queue, visible again
+    /// when that owner's lease (`ownerUntil`; `None`: none known) ends, so that the session is
+    /// still served should that owner die first. Never deleted.
+    HandBack {
+        /// The other owner's lease.
+        until: Option<u64>,
+    },
+    /// Deleted unserved, with the reason for the log; `end`: the session ended before anyone
+    /// served it, and whoever drops the claim writes its `endedAt` (nobody else would).
+    Discard {
+        /// Why, for the log.
+        why: String,
+        /// Write `endedAt`.
+        end: bool,
+    },
+}
+
+/// The verdict on `claim` given its session item (`None`: no such session) at `now` (Unix
+/// seconds), for the would-be owner `me`.
+pub fn claim_verdict(
+    claim: &crate::claim::Claim,
+    doc: Option<&SessionDoc>,
+    now: u64,
+    me: &str,
+) -> ClaimVerdict {
+    let Some(doc) = doc else {
+        return ClaimVerdict::Discard {
+            why: "the session does not exist".into(),
+            end: false,
+        };
+    };
+    if doc.project_id != claim.project_id {
+        return ClaimVerdict::Discard {
+            why: "the claim names another project than the session".into(),
+            end: false,
+        };
+    }
+    let held = doc.live_owner(now).is_some_and(|o| o != me);
+    if doc.pending() {
+        return if held {
+            ClaimVerdict::HandBack {
+                until: doc.owner_until,
+            }
+        } else if lapsed(doc.claim_deadline, now) {
+            ClaimVerdict::Unserved
+        } else {
+            ClaimVerdict::Serve
+        };
+    }
+    let status = doc.internal();
+    ClaimVerdict::Discard {
+        why: format!(
+            "the session is {}, no longer waiting for a browser",
+            status.map_or("without a status", InternalStatus::as_str)
+        ),
+        // Only a session nobody served nor holds: one that was served gets `endedAt` from
+        // its controller, last, after saving its context.
+        end: status.is_some_and(InternalStatus::is_terminal)
+            && doc.ready_at.is_none()
+            && doc.ended_at.is_none()
+            && !held,
+    }
+}
+
 /// Why a document operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DocError {
@@ -694,5 +768,85 @@ mod tests {
         ));
         assert!(matches!(store.get("../x"), Err(DocError::BadId(_))));
         assert_eq!(store.list().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_claim_is_served_only_while_its_session_waits_and_nobody_else_holds_it() {
+        use crate::claim::Claim;
+        let claim = Claim {
+            session_id: "s".into(),
+            project_id: "p".into(),
+            context: None,
+            extension_key: None,
+        };
+        let now = 100;
+        let mut d = doc("s");
+        d.claim_deadline = Some(now + 10);
+        let judge = |d: &SessionDoc| claim_verdict(&claim, Some(d), now, "me");
+        assert_eq!(judge(&d), ClaimVerdict::Serve);
+        assert_eq!(
+            claim_verdict(&claim, None, now, "me"),
+            ClaimVerdict::Discard {
+                why: "the session does not exist".into(),
+                end: false
+            }
+        );
+        let mut other = d.clone();
+        other.project_id = "q".into();
+        assert!(matches!(
+            judge(&other),
+            ClaimVerdict::Discard { end: false, .. }
+        ));
+
+        // Held by another live owner: back until its lease ends; a lapsed lease or our own
+        // is no hold.
+        let mut held = d.clone();
+        held.owner = Some("them".into());
+        held.owner_until = Some(now + 30);
+        assert_eq!(
+            judge(&held),
+            ClaimVerdict::HandBack {
+                until: Some(now + 30)
+            }
+        );
+        held.owner_until = Some(now - 1);
+        assert_eq!(judge(&held), ClaimVerdict::Serve);
+        held.owner = Some("me".into());
+        held.owner_until = Some(now + 30);
+        assert_eq!(judge(&held), ClaimVerdict::Serve);
+
+        let mut lapsed = d.clone();
+        lapsed.claim_deadline = Some(now - 1);
+        assert_eq!(judge(&lapsed), ClaimVerdict::Unserved);
+
+        // Released before anyone served it: dropped, and its `endedAt` written by whoever
+        // drops it; served (READY once) or ended already: dropped, nothing written.
+        let mut released = d.clone();
+        released.set_status(InternalStatus::Stopped);
+        assert_eq!(
+            judge(&released),
+            ClaimVerdict::Discard {
+                why: "the session is STOPPED, no longer waiting for a browser".into(),
+                end: true
+            }
+        );
+        let mut served = released.clone();
+        served.ready_at = Some("2026-01-01T00:00:01.000Z".into());
+        assert!(matches!(
+            judge(&served),
+            ClaimVerdict::Discard { end: false, .. }
+        ));
+        let mut ended = released;
+        ended.ended_at = Some("2026-01-01T00:00:01.000Z".into());
+        assert!(matches!(
+            judge(&ended),
+            ClaimVerdict::Discard { end: false, .. }
+        ));
+        let mut ready = d;
+        ready.set_status(InternalStatus::Ready);
+        assert!(matches!(
+            judge(&ready),
+            ClaimVerdict::Discard { end: false, .. }
+        ));
     }
 }

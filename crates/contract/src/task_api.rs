@@ -236,6 +236,73 @@ impl std::fmt::Debug for SessionCredentials {
     }
 }
 
+/// What one session's credentials reach: the names its session policy is made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionScope {
+    /// The ARN partition (`aws`, `aws-cn`, …).
+    pub partition: String,
+    /// The sessions table's ARN.
+    pub sessions_table_arn: String,
+    /// The contexts bucket's name (profile archives, session files, extensions).
+    pub bucket: String,
+    /// The claims queue's ARN.
+    pub queue_arn: String,
+    /// The serving task's ARN: the one task it may protect from scale-in.
+    pub task_arn: String,
+    /// The session's project.
+    pub project_id: String,
+    /// The session.
+    pub session_id: String,
+    /// Its context's archive key (`<projectId>/<contextId>/profile.tar.gz`), if it has one.
+    pub context_key: Option<String>,
+    /// Its extension's archive key (`extensions/<projectId>/<sha256>.zip`), if it has one.
+    pub extension_key: Option<String>,
+}
+
+/// STS's limit on an `AssumeRole` session policy's plain text, in bytes.
+pub const MAX_SESSION_POLICY_BYTES: usize = 2048;
+
+/// The DynamoDB actions a controller makes on its session's item.
+pub const SESSION_ITEM_ACTIONS: [&str; 2] = ["dynamodb:GetItem", "dynamodb:UpdateItem"];
+
+/// The S3 actions a controller makes on its session's objects and the bucket.
+pub const SESSION_OBJECT_ACTIONS: [&str; 4] = [
+    "s3:GetObject",
+    "s3:PutObject",
+    "s3:AbortMultipartUpload",
+    "s3:ListBucket",
+];
+
+/// The session policy of one session's credentials (STS is sent its compact JSON), naming
+/// that session's resources: its item as the only leading key; its context's archive, its
+/// files (`files/<projectId>/<sessionId>/*`), its extension and the bucket itself; the claims
+/// queue, for settling; the serving task, for scale-in protection.
+///
+/// The session role's own policy (deploy/template.yaml) says what may be done to each kind of
+/// resource: the item only through [`crate::session::attr::TASK_READS`] and
+/// [`crate::session::attr::TASK_WRITES`] (never the token), archives read and written,
+/// downloads only written, uploads and extensions only read, `s3:ListBucket` so that a missing
+/// archive is a 404. Credentials get the intersection of the two, so this policy need not
+/// repeat the role's conditions: repeated, they would not fit STS's 2048 bytes with long
+/// names (measured: ~2.6 KB), and the intersection is the same.
+pub fn session_policy(s: &SessionScope) -> serde_json::Value {
+    use serde_json::json;
+    let bucket = format!("arn:{}:s3:::{}", s.partition, s.bucket);
+    let object = |key: &str| format!("{bucket}/{key}");
+    let files = crate::storage::session_files_prefix(&s.project_id, &s.session_id);
+    let mut objects = vec![bucket.clone(), object(&format!("{files}*"))];
+    objects.extend(s.context_key.as_deref().map(object));
+    objects.extend(s.extension_key.as_deref().map(object));
+    json!({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": SESSION_ITEM_ACTIONS, "Resource": s.sessions_table_arn,
+            "Condition": {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [s.session_id]}}},
+        {"Effect": "Allow", "Action": SESSION_OBJECT_ACTIONS, "Resource": objects},
+        {"Effect": "Allow", "Action": ["sqs:DeleteMessage", "sqs:ChangeMessageVisibility"],
+            "Resource": s.queue_arn},
+        {"Effect": "Allow", "Action": "ecs:UpdateTaskProtection", "Resource": s.task_arn},
+    ]})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,5 +369,75 @@ mod tests {
         ] {
             assert_eq!(CallerTask::from_arn(arn), None, "{arn}");
         }
+    }
+
+    /// The longest names the template and the API make: a 31-character `NamePrefix`, a
+    /// 63-character bucket, 128-character project and context ids.
+    fn long_scope() -> SessionScope {
+        let prefix = "w".repeat(31);
+        let project = format!("proj_{}", "p".repeat(123));
+        let context = format!("ctx_{}", "c".repeat(124));
+        SessionScope {
+            partition: "aws-us-gov".into(),
+            sessions_table_arn: format!(
+                "arn:aws-us-gov:dynamodb:us-gov-west-1:123456789012:table/{prefix}-sessions"
+            ),
+            bucket: "b".repeat(63),
+            queue_arn: format!("arn:aws-us-gov:sqs:us-gov-west-1:123456789012:{prefix}-claims"),
+            task_arn: format!(
+                "arn:aws-us-gov:ecs:us-gov-west-1:123456789012:task/{prefix}/{}",
+                "0".repeat(32)
+            ),
+            context_key: Some(crate::storage::profile_key(&project, &context)),
+            extension_key: Some(crate::storage::extension_key(&project, &"a".repeat(64))),
+            session_id: format!("sess_{}", uuid_like()),
+            project_id: project,
+        }
+    }
+
+    fn uuid_like() -> String {
+        "01234567-89ab-cdef-0123-456789abcdef".into()
+    }
+
+    #[test]
+    fn a_session_policy_names_one_session_and_fits_sts_limit() {
+        let scope = long_scope();
+        let policy = session_policy(&scope);
+        let text = serde_json::to_string(&policy).unwrap();
+        assert!(
+            text.len() <= MAX_SESSION_POLICY_BYTES,
+            "{} bytes: {text}",
+            text.len()
+        );
+        let bucket = format!("arn:aws-us-gov:s3:::{}", scope.bucket);
+        let files = format!("{bucket}/files/{}/{}/*", scope.project_id, scope.session_id);
+        let expected = serde_json::json!({"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Action": ["dynamodb:GetItem", "dynamodb:UpdateItem"],
+                "Resource": scope.sessions_table_arn,
+                "Condition": {"ForAllValues:StringEquals":
+                    {"dynamodb:LeadingKeys": [scope.session_id]}}},
+            {"Effect": "Allow",
+                "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:ListBucket"],
+                "Resource": [
+                    bucket,
+                    files,
+                    format!("{bucket}/{}", scope.context_key.as_deref().unwrap()),
+                    format!("{bucket}/{}", scope.extension_key.as_deref().unwrap()),
+                ]},
+            {"Effect": "Allow", "Action": ["sqs:DeleteMessage", "sqs:ChangeMessageVisibility"],
+                "Resource": scope.queue_arn},
+            {"Effect": "Allow", "Action": "ecs:UpdateTaskProtection", "Resource": scope.task_arn},
+        ]});
+        assert_eq!(policy, expected);
+        assert!(!text.contains("\"*\""), "no wildcard resource: {text}");
+
+        // Without a context or an extension: the bucket and the session's files only.
+        let bare = SessionScope {
+            context_key: None,
+            extension_key: None,
+            ..scope
+        };
+        let resources = &session_policy(&bare)["Statement"][1]["Resource"];
+        assert_eq!(resources, &serde_json::json!([bucket, files]));
     }
 }

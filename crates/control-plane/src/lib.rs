@@ -33,6 +33,9 @@
 //! - [`aws`]: the AWS platform, one file per service: DynamoDB stores, S3 presigned URLs, ECS
 //!   and SQS-pool launchers, Secrets Manager signer, configuration from the environment;
 //!   [`aws::lambda`] has the authorizer and the ECS task-state handler the Lambda binaries run.
+//! - [`task_api`]: the routes tasks call, outside the API-key check (`/v1/internal/claims`,
+//!   `/v1/internal/credentials`): a task proves which task it is with a signed STS request,
+//!   and gets its claim and credentials scoped to its session ([`aws::TaskBroker`]).
 //! - [`admin`]: create projects and API keys, revoke keys.
 // Test code is not held to the shape limits of clippy.toml: a test reads top to bottom.
 #![cfg_attr(test, allow(clippy::too_many_lines, clippy::too_many_arguments))]
@@ -58,6 +61,7 @@ pub mod router;
 pub mod rules;
 pub mod stores;
 pub mod sweep;
+pub mod task_api;
 pub mod uploads;
 pub mod usage;
 pub mod zips;

@@ -22,9 +22,8 @@ use wallcrawler_control_plane::aws::lambda::{
 };
 use wallcrawler_control_plane::aws::{
     COUNTER, Config, DynamoContexts, DynamoKeys, DynamoProjects, DynamoSessions, DynamoSlots, HELD,
-    build_app,
+    build_app, build_router,
 };
-use wallcrawler_control_plane::router::router;
 
 use crate::{Moto, moto, tables, unique};
 
@@ -240,7 +239,8 @@ pub struct Fixture {
     pub vars: HashMap<&'static str, String>,
     /// The API's configuration, read from `vars`.
     pub cfg: Config,
-    /// The API's router.
+    /// The API's router, as the Lambda builds it (with the task API's routes when `vars`
+    /// configure it).
     pub router: Router,
     /// The ACTIVE project.
     pub project_id: String,
@@ -310,7 +310,7 @@ impl Fixture {
         .await
         .unwrap();
         Fixture {
-            router: router(app.clone()),
+            router: build_router(&sdk, &cfg).expect("the task API's STS endpoint"),
             sdk,
             vars,
             cfg,
@@ -329,7 +329,7 @@ impl Fixture {
     ) -> Fixture {
         let cfg = Config::from_source(&|k| vars.get(k).cloned()).expect("a complete configuration");
         Fixture {
-            router: router(build_app(api, &cfg)),
+            router: build_router(api, &cfg).expect("the task API's STS endpoint"),
             sdk: checks,
             vars,
             cfg,

@@ -128,6 +128,17 @@ pub const SLOTS: Table = Table {
     indexes: &[],
 };
 
+/// The tasks table of the task API: one item per task that has taken a session. (Not in
+/// [`ALL`] until the template declares it: [`ALL`] is held to the template's text.)
+pub const TASKS: Table = Table {
+    var: "TASKS_TABLE_NAME",
+    suffix: "tasks",
+    attributes: &[("taskId", "S")],
+    key: "taskId",
+    sort: None,
+    indexes: &[],
+};
+
 /// Every table of the template.
 pub const ALL: [&Table; 5] = [&SESSIONS, &PROJECTS, &API_KEYS, &CONTEXTS, &SLOTS];
 

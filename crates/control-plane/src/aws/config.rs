@@ -10,10 +10,11 @@ use wallcrawler_contract::task_env;
 
 use super::{
     DynamoContexts, DynamoKeys, DynamoProjects, DynamoSessions, DynamoSlots, EcsLauncher,
-    S3Archives, SecretsSigner, SqsPoolLauncher,
+    S3Archives, SecretsSigner, SqsPoolLauncher, TaskBroker,
 };
 use crate::app::{App, Settings};
 use crate::stores::SystemClock;
+use crate::task_api::{Identities, TaskApi, TaskRole};
 
 /// Table names; each defaults to the schema's name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +120,128 @@ pub struct Config {
     /// `POOL_PROJECT_SHARE`: the most warm pool tasks one project takes at once; its sessions
     /// beyond it are started cold (`RunTask`). Unset or 0: no share.
     pub pool_share: Option<u64>,
+    /// The task API ([`crate::task_api`]): on when `TASKS_TABLE_NAME`, `SESSION_ROLE_ARN` and
+    /// `TASK_ROLE_ARN` are set, with `POOL_QUEUE_URL`.
+    pub task_api: Option<TaskApiSettings>,
+}
+
+/// What the task API needs besides the rest of [`Config`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskApiSettings {
+    /// `TASKS_TABLE_NAME`: one item per task that has taken a session (key `taskId`), so a
+    /// task takes one session in its life.
+    pub tasks_table: String,
+    /// `SESSION_ROLE_ARN`: the role whose credentials, narrowed by a session policy, a task
+    /// gets for its session.
+    pub session_role_arn: String,
+    /// `TASK_ROLE_ARN`: the tasks' role; only its sessions are tasks.
+    pub task_role: TaskRole,
+    /// `POOL_QUEUE_URL`: the claims queue.
+    pub queue_url: String,
+    /// The queue's account and name, from its URL (`…/<account>/<name>`): with the region,
+    /// its ARN, which session policies name.
+    pub queue: (String, String),
+    /// `POOL_CLAIM_VISIBILITY_SECONDS` (default 60, 1 to 43200): how long a claim handed to a
+    /// task stays hidden, and the lease its session's owner gets (kept alive with the claim).
+    pub claim_visibility: u64,
+}
+
+/// The variables that turn the task API on, all or none.
+const TASK_API_VARS: [&str; 3] = ["TASKS_TABLE_NAME", "SESSION_ROLE_ARN", "TASK_ROLE_ARN"];
+
+/// SQS's longest visibility timeout, seconds.
+const MAX_VISIBILITY: u64 = 43_200;
+
+/// The task API's settings: `None` when none of [`TASK_API_VARS`] is set; problems (a partial
+/// set, a role ARN that is not one, a queue URL of another shape, a visibility out of range)
+/// are added to `problems`.
+fn task_api(
+    get: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<String>,
+) -> Option<TaskApiSettings> {
+    let [tasks, session_role, task_role] = TASK_API_VARS.map(|n| var(get, n));
+    let queue = var(get, "POOL_QUEUE_URL");
+    let (Some(tasks_table), Some(session_role_arn), Some(role), Some(queue_url)) = (
+        tasks.clone(),
+        session_role.clone(),
+        task_role.clone(),
+        queue.clone(),
+    ) else {
+        let set = [&tasks, &session_role, &task_role];
+        if set.iter().any(|v| v.is_some()) {
+            let missing: Vec<&str> = TASK_API_VARS
+                .iter()
+                .zip(set)
+                .filter(|(_, v)| v.is_none())
+                .map(|(n, _)| *n)
+                .chain(queue.is_none().then_some("POOL_QUEUE_URL"))
+                .collect();
+            problems.push(format!(
+                "the task API needs TASKS_TABLE_NAME, SESSION_ROLE_ARN, TASK_ROLE_ARN and \
+                 POOL_QUEUE_URL together; missing: {}",
+                missing.join(", ")
+            ));
+        }
+        return None;
+    };
+    let task_role = TaskRole::from_arn(&role);
+    if task_role.is_none() {
+        problems.push(format!(
+            "TASK_ROLE_ARN must be an IAM role's ARN, got {role:?}"
+        ));
+    }
+    let queue = queue_of(&queue_url);
+    if queue.is_none() {
+        problems.push(format!(
+            "POOL_QUEUE_URL must end in /<account>/<queue name>, got {queue_url:?}"
+        ));
+    }
+    let claim_visibility = number(get, "POOL_CLAIM_VISIBILITY_SECONDS", 60u64)
+        .filter(|v| (1..=MAX_VISIBILITY).contains(v));
+    if claim_visibility.is_none() {
+        problems.push(format!(
+            "POOL_CLAIM_VISIBILITY_SECONDS must be a whole number of seconds from 1 to {MAX_VISIBILITY}"
+        ));
+    }
+    Some(TaskApiSettings {
+        tasks_table,
+        session_role_arn,
+        task_role: task_role?,
+        queue_url,
+        queue: queue?,
+        claim_visibility: claim_visibility?,
+    })
+}
+
+/// The queue's account and name from its URL, `https://sqs.<region>.amazonaws.com/<account>/<name>`
+/// (and moto's `http://…/<account>/<name>`): its last two path segments.
+fn queue_of(url: &str) -> Option<(String, String)> {
+    let mut segments = url.trim_end_matches('/').rsplit('/');
+    let name = segments.next()?;
+    let account = segments.next()?;
+    let ok = account.len() == 12
+        && account.bytes().all(|b| b.is_ascii_digit())
+        && !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    ok.then(|| (account.to_owned(), name.to_owned()))
+}
+
+/// `CONNECT_BASE_URL`, checked; problems are added to `problems`.
+fn connect_base(
+    get: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<String>,
+) -> Option<String> {
+    let url = var(get, "CONNECT_BASE_URL");
+    if let Some(u) = &url
+        && !crate::handlers::is_connect_base(u)
+    {
+        problems.push(format!(
+            "CONNECT_BASE_URL must be ws://HOST[:PORT] or wss://HOST[:PORT], got {u:?}"
+        ));
+    }
+    url
 }
 
 /// `POOL_PROJECT_SHARE`: a whole number; unset or 0 = no share. Problems are added to
@@ -266,20 +389,15 @@ impl Config {
             });
         let claim_wait = claim_wait(get, &mut problems);
         let pool_share = pool_share(get, &mut problems);
-        let connect_base_url = var(get, "CONNECT_BASE_URL");
-        if let Some(u) = &connect_base_url
-            && !crate::handlers::is_connect_base(u)
-        {
-            problems.push(format!(
-                "CONNECT_BASE_URL must be ws://HOST[:PORT] or wss://HOST[:PORT], got {u:?}"
-            ));
-        }
+        let task_api = task_api(get, &mut problems);
+        let connect_base_url = connect_base(get, &mut problems);
         if !problems.is_empty() {
             return Err(ConfigError(problems));
         }
         Ok(Self {
             claim_wait,
             pool_share,
+            task_api,
             connect_base_url,
             tables: Tables::from_source(get),
             contexts_bucket,
@@ -339,6 +457,38 @@ pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
         clock: Arc::new(SystemClock),
         settings,
     }
+}
+
+/// The API function's router: the API over [`build_app`], and with the task API on, its
+/// routes ([`crate::task_api::router`]) with identities checked by `sdk`'s STS endpoint.
+pub fn build_router(
+    sdk: &SdkConfig,
+    cfg: &Config,
+) -> Result<axum::Router, wallcrawler_aws::task_identity::IdentityError> {
+    let api = crate::router::router(build_app(sdk, cfg));
+    if cfg.task_api.is_none() {
+        return Ok(api);
+    }
+    let identities = Arc::new(super::StsIdentities::new(sdk)?);
+    Ok(match build_task_api(sdk, cfg, identities) {
+        Some(t) => api.merge(crate::task_api::router(t)),
+        None => api,
+    })
+}
+
+/// The task API on AWS when `cfg` turns it on: its broker on `sdk`, identities checked by
+/// `identities` (STS).
+pub fn build_task_api(
+    sdk: &SdkConfig,
+    cfg: &Config,
+    identities: Arc<dyn Identities>,
+) -> Option<TaskApi> {
+    let t = cfg.task_api.as_ref()?;
+    Some(TaskApi {
+        identities,
+        broker: Arc::new(TaskBroker::new(sdk, cfg, t)),
+        task_role: t.task_role.clone(),
+    })
 }
 
 #[cfg(test)]
@@ -534,5 +684,63 @@ mod tests {
         assert_eq!(get("EXTENSION_S3_KEY"), Some(key.as_str()));
         assert_eq!(get("CONTEXTS_BUCKET_NAME"), Some("wc-contexts"));
         assert_eq!(get("CONTEXT_ID"), None);
+    }
+
+    #[test]
+    fn the_task_api_is_on_with_all_its_variables_and_a_partial_set_is_refused() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = FULL.to_vec();
+            pairs.extend_from_slice(extra);
+            Config::from_source(&source(&pairs))
+        };
+        let queue = (
+            "POOL_QUEUE_URL",
+            "http://127.0.0.1:5000/123456789012/wc-claims",
+        );
+        let all = [
+            ("TASKS_TABLE_NAME", "wc-tasks"),
+            (
+                "SESSION_ROLE_ARN",
+                "arn:aws:iam::123456789012:role/wc-session",
+            ),
+            ("TASK_ROLE_ARN", "arn:aws:iam::123456789012:role/wc-task"),
+            queue,
+        ];
+        assert_eq!(with(&[]).unwrap().task_api, None);
+        assert_eq!(with(&[queue]).unwrap().task_api, None);
+        let t = with(&all).unwrap().task_api.unwrap();
+        assert_eq!(t.tasks_table, "wc-tasks");
+        assert_eq!(t.task_role.name, "wc-task");
+        assert_eq!(t.queue, ("123456789012".into(), "wc-claims".into()));
+        assert_eq!(t.claim_visibility, 60);
+
+        let e = with(&all[1..2]).unwrap_err();
+        assert_eq!(
+            e.0,
+            [
+                "the task API needs TASKS_TABLE_NAME, SESSION_ROLE_ARN, TASK_ROLE_ARN and \
+                 POOL_QUEUE_URL together; missing: TASKS_TABLE_NAME, TASK_ROLE_ARN, POOL_QUEUE_URL"
+            ]
+        );
+        let mut bad = all.to_vec();
+        bad[2].1 = "arn:aws:iam::123456789012:user/wc-task";
+        bad[3].1 = "https://sqs.eu-west-1.amazonaws.com/wc-claims";
+        bad.push(("POOL_CLAIM_VISIBILITY_SECONDS", "43201"));
+        let e = with(&bad).unwrap_err();
+        assert_eq!(
+            e.0,
+            [
+                "TASK_ROLE_ARN must be an IAM role's ARN, got \"arn:aws:iam::123456789012:user/wc-task\"",
+                "POOL_QUEUE_URL must end in /<account>/<queue name>, got \
+                 \"https://sqs.eu-west-1.amazonaws.com/wc-claims\"",
+                "POOL_CLAIM_VISIBILITY_SECONDS must be a whole number of seconds from 1 to 43200",
+            ]
+        );
+        let mut slow = all.to_vec();
+        slow.push(("POOL_CLAIM_VISIBILITY_SECONDS", "43200"));
+        assert_eq!(
+            with(&slow).unwrap().task_api.unwrap().claim_visibility,
+            43_200
+        );
     }
 }

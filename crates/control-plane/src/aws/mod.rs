@@ -1,7 +1,9 @@
 //! The AWS implementations of the stores, one file per service: the DynamoDB table helpers
 //! (`table`), sessions (`sessions`), projects, API keys and contexts (`records`), projects'
 //! slots (`slots`), S3 presigned upload URLs (`s3`), ECS Fargate (`ecs`) and the SQS pool
-//! (`sqs`) as task launchers, the Secrets Manager backed token signer (`signer`); the
+//! (`sqs`) as task launchers, the Secrets Manager backed token signer (`signer`), the task
+//! API's broker (`broker`: claims handed to tasks, session credentials from STS) and its
+//! identity check (`identity`: a task's signed STS request, sent to STS); the
 //! configuration that names them and the wiring ([`Config::from_env`], [`build_app`], in
 //! `config`); and [`lambda`], what the Lambda functions run. SDK types stay in this module.
 //!
@@ -30,8 +32,10 @@
 //!
 //! Conditional writes follow the `rules` module exactly; see each method.
 
+mod broker;
 mod config;
 mod ecs;
+mod identity;
 pub mod lambda;
 mod records;
 mod s3;
@@ -43,12 +47,18 @@ mod table;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
-pub use config::{Config, ConfigError, EcsSettings, Tables, build_app, sdk_config};
+pub use broker::TaskBroker;
+pub use config::{
+    Config, ConfigError, EcsSettings, Tables, TaskApiSettings, build_app, build_router,
+    build_task_api, sdk_config,
+};
 pub use ecs::{EcsLauncher, controller_environment};
+pub use identity::StsIdentities;
 pub use records::{DynamoContexts, DynamoKeys, DynamoProjects, DynamoRecords};
 pub use s3::S3Archives;
 pub use sessions::{
-    CONTEXT_INDEX, DynamoSessions, PROJECT_INDEX, STATUS_INDEX, TASK_INDEX, usage_key,
+    CONTEXT_INDEX, DynamoSessions, PROJECT_INDEX, STATUS_INDEX, TASK_ID, TASK_INDEX, TaskMarker,
+    TaskTake, usage_key,
 };
 pub use signer::{KEY_TTL, SecretsSigner};
 pub use slots::{COUNTER, DynamoSlots, HELD};

@@ -5,11 +5,12 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    AttributeValue, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    Update,
 };
 use wallcrawler_aws::item::{self, Item};
 use wallcrawler_contract::session::attr;
-use wallcrawler_contract::session_doc::SessionDoc;
+use wallcrawler_contract::session_doc::{SessionDoc, Take};
 use wallcrawler_contract::{InternalStatus, SdkStatus};
 
 use super::sdk_error;
@@ -51,6 +52,55 @@ impl DynamoSessions {
             SESSIONS,
             SESSION,
         ))
+    }
+
+    /// One `TransactWriteItems`: session `id` taken for `t.owner` — on the controller's own
+    /// condition (pending, and no other live owner: none, `t.owner`, or a lapsed lease), `SET
+    /// owner, ownerUntil = t.until, ecsTaskArn = t.task` — and the task's item put in the
+    /// tasks table on condition that it has none ([`TaskMarker`]). Both or neither: a task
+    /// takes one session in its life, however many claims it asks for at once.
+    pub async fn take_for_task(
+        &self,
+        id: &str,
+        t: &Take<'_>,
+        marker: &TaskMarker<'_>,
+    ) -> StoreResult<TaskTake> {
+        let v = |n: u64| AttributeValue::N(n.to_string());
+        let take = Update::builder()
+            .table_name(&self.0.name)
+            .key(attr::SESSION_ID, s(id))
+            .condition_expression(
+                "internalStatus IN (:c, :p, :s) AND \
+                 (attribute_not_exists(#owner) OR #owner = :me OR ownerUntil < :now)",
+            )
+            .update_expression("SET #owner = :me, ownerUntil = :until, ecsTaskArn = :task")
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_values(":c", s(InternalStatus::Creating.as_str()))
+            .expression_attribute_values(":p", s(InternalStatus::Provisioning.as_str()))
+            .expression_attribute_values(":s", s(InternalStatus::Starting.as_str()))
+            .expression_attribute_values(":me", s(t.owner))
+            .expression_attribute_values(":task", s(t.task.unwrap_or(t.owner)))
+            .expression_attribute_values(":until", v(t.until))
+            .expression_attribute_values(":now", v(t.now))
+            .build()
+            .expect("table, key and expressions set");
+        let mark = Put::builder()
+            .table_name(marker.table)
+            .item(TASK_ID, s(marker.task_id))
+            .item(attr::SESSION_ID, s(id))
+            .item(attr::EXPIRES_AT, v(marker.expires_at))
+            .condition_expression("attribute_not_exists(taskId)")
+            .build()
+            .expect("table and item set");
+        let items = vec![
+            TransactWriteItem::builder().update(take).build(),
+            TransactWriteItem::builder().put(mark).build(),
+        ];
+        Ok(match transact(&self.0.client, items, SESSIONS).await? {
+            Ok(()) => TaskTake::Taken,
+            Err(failed) if failed.contains(&1) => TaskTake::HadSession,
+            Err(_) => TaskTake::Refused,
+        })
     }
 
     /// An update of session `id` that answers with the new item (ALL_NEW), or with the current
@@ -335,6 +385,32 @@ impl SessionStore for DynamoSessions {
             proxy_bytes: read(attr::PROXY_BYTES),
         })
     }
+}
+
+/// The tasks table's key: a task's id.
+pub const TASK_ID: &str = "taskId";
+
+/// A task's item in the tasks table: the session it took, kept until `expires_at` (the
+/// table's TTL attribute, Unix seconds), well past the task's life.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskMarker<'a> {
+    /// The tasks table.
+    pub table: &'a str,
+    /// The task's id.
+    pub task_id: &'a str,
+    /// When DynamoDB may delete the item.
+    pub expires_at: u64,
+}
+
+/// What taking a claimed session for a task came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskTake {
+    /// Taken: the task owns it, and its item names it.
+    Taken,
+    /// The session is not pending any more, or another live owner holds it: judge again.
+    Refused,
+    /// The task has taken a session before (its item exists); nothing was written.
+    HadSession,
 }
 
 /// The usage item's minutes attribute.

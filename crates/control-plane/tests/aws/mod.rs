@@ -72,6 +72,10 @@ mod extensions;
 /// A task's identity for the task API, against moto's STS with IAM enforced.
 mod identity;
 
+/// The task API: claims handed to one task with credentials for its session, judged as a pool
+/// controller judges them; every refusal.
+mod task_api;
+
 /// Session uploads in the contexts bucket: under the session's prefix, the answer's path in
 /// `uploadsDir`.
 mod uploads;
