@@ -237,7 +237,7 @@ def env_names_read(*paths):
 # configuration in the control plane, written on another branch at the same time). Until the
 # code reads one, it is a note, not a failure; once merged, nothing here is unread and the set
 # can be emptied.
-AHEAD = {"TASK_ROLE_ARN", "TASKS_TABLE_NAME", "SESSION_ROLE_ARN"}
+AHEAD = set()
 notes = []
 
 
@@ -478,11 +478,10 @@ def check_mode(t, mode):
     shared |= shared_s3
     controller = code_actions("src/aws.rs", "src/scale_in.rs") | shared
     check(controller, "found the controller's SDK calls in src/aws.rs")
-    if "/task-protection/v1/state" in (ROOT / "src/scale_in.rs").read_text():
-        # The ECS agent's endpoint acts with the task role, which may no longer protect: the
-        # controller calls the ECS API with its session's credentials (another branch of Step 13).
-        note("src/scale_in.rs: still the ECS agent's endpoint (the task role), not UpdateTaskProtection with the session's credentials")
-        controller.add("ecs:UpdateTaskProtection")
+    # With TASK_API_URL (always, in this template) the controller protects itself through the
+    # ECS API with its session's credentials (src/aws.rs); the ECS agent's endpoint
+    # (src/scale_in.rs, the task role's) is for a deployment without the task API.
+    check("ecs:UpdateTaskProtection" in controller, "the controller calls UpdateTaskProtection through the ECS API (src/aws.rs)")
     if gateway:
         # Behind the gateway the task announces its private address and asks EC2 nothing.
         controller.discard("ec2:DescribeNetworkInterfaces")
