@@ -612,3 +612,90 @@ async fn an_identity_sts_refuses_is_answered_401() {
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{v}");
     assert_eq!(v["message"], "STS refused the task identity");
 }
+
+/// What the code under test logs, kept (a `tracing` writer).
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+/// The task API's logs name the task and the session, never the identity (its signature or
+/// token), the caller's ARN or the credentials it grants, at any level of ours.
+#[tokio::test]
+async fn the_logs_hold_task_and_session_ids_and_no_secret() {
+    let logs = Logs::default();
+    // A current-thread runtime: every task of this test logs through this default.
+    let _guard = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "wallcrawler_control_plane=trace,wallcrawler_aws=trace,info",
+            ))
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .finish(),
+    );
+    let w = World::new(None).await;
+    let (a, b) = (w.task().await, w.task().await);
+    let id = w.session().await;
+    let header = identity(&a).await;
+    let a_identity = SignedIdentity::decode(&header).unwrap();
+    let body = json!({ "waitSeconds": 5 }).to_string();
+    let (status, grant) = call(&w.api, CLAIMS_PATH, Some(&header), &body).await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    let body = json!({ "sessionId": id }).to_string();
+    let (status, fresh) = call(&w.api, CREDENTIALS_PATH, Some(&header), &body).await;
+    assert_eq!(status, StatusCode::OK, "{fresh}");
+    let (status, _) = w.credentials(&b, &id).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let api_role = format!("arn:aws:iam::{ACCOUNT}:role/{}", unique("wc-api"));
+    let other = w.task_of(&api_role, &a.id).await;
+    let (status, _) = w.claim(&other, 0).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    for needle in [
+        format!("task.id={}", a.id),
+        format!("session.id={id}"),
+        "claim granted".to_owned(),
+        "session credentials granted".to_owned(),
+        "credentials refused: not the task's session".to_owned(),
+        "a caller that is not a task asked the task API".to_owned(),
+    ] {
+        assert!(text.contains(&needle), "no {needle:?} in the logs:\n{text}");
+    }
+    let signature = a_identity
+        .authorization
+        .rsplit('=')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut secrets = vec![
+        header[..32].to_owned(),
+        signature,
+        a_identity.security_token.clone(),
+        "assumed-role".to_owned(),
+    ];
+    for g in [&grant, &fresh] {
+        for k in ["accessKeyId", "secretAccessKey", "sessionToken"] {
+            secrets.push(g["credentials"][k].as_str().unwrap().to_owned());
+        }
+    }
+    for secret in secrets {
+        assert!(!text.contains(&secret), "a secret in the logs:\n{text}");
+    }
+}
