@@ -49,6 +49,11 @@ struct Task {
 impl World {
     /// With `redrive`, the queue dead-letters a claim received that many times.
     async fn new(redrive: Option<u32>) -> World {
+        World::with(redrive, Vec::new()).await
+    }
+
+    /// [`World::new`] with more of the API function's environment.
+    async fn with(redrive: Option<u32>, extra: Vec<(&'static str, String)>) -> World {
         let sdk = wallcrawler_testkit::sdk_config().await;
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         let mut create = sqs.create_queue().queue_name(unique("claims"));
@@ -67,17 +72,15 @@ impl World {
         let tasks_table = tables::create(&sdk, &tables::TASKS).await;
         let task_role = format!("arn:aws:iam::{ACCOUNT}:role/{}", unique("wc-task"));
         let session_role = format!("arn:aws:iam::{ACCOUNT}:role/{}", unique("wc-session"));
-        let f = Fixture::with_env(
-            1,
-            vec![
-                ("POOL_QUEUE_URL", queue.clone()),
-                ("TASKS_TABLE_NAME", tasks_table.clone()),
-                ("SESSION_ROLE_ARN", session_role),
-                ("TASK_ROLE_ARN", task_role.clone()),
-                ("POOL_CLAIM_VISIBILITY_SECONDS", VISIBILITY.to_string()),
-            ],
-        )
-        .await;
+        let mut env = vec![
+            ("POOL_QUEUE_URL", queue.clone()),
+            ("TASKS_TABLE_NAME", tasks_table.clone()),
+            ("SESSION_ROLE_ARN", session_role),
+            ("TASK_ROLE_ARN", task_role.clone()),
+            ("POOL_CLAIM_VISIBILITY_SECONDS", VISIBILITY.to_string()),
+        ];
+        env.extend(extra);
+        let f = Fixture::with_env(1, env).await;
         // The fixture's router is the API function's: the task API's routes are in it.
         let api = f.router.clone();
         World {
@@ -312,6 +315,26 @@ async fn a_claim_goes_to_one_task_with_credentials_for_its_session_alone() {
         fresh["credentials"]["accessKeyId"], grant["credentials"]["accessKeyId"],
         "fresh credentials"
     );
+}
+
+/// A task started for one session (cold: beyond its project's share of the pool) gets
+/// credentials for that session at its start — the item names it from its `RunTask` — and for
+/// no other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_task_gets_credentials_for_its_own_session() {
+    let w = World::with(None, vec![("POOL_PROJECT_SHARE", "1".to_owned())]).await;
+    let warm = w.session().await;
+    let cold = w.session().await;
+    let arn = text(&w.item(&cold).await, "ecsTaskArn").expect("its own task's ARN");
+    let task = w
+        .task_of(&w.task_role, arn.rsplit('/').next().unwrap())
+        .await;
+    assert_eq!(w.arn(&task), arn);
+    let (status, v) = w.credentials(&task, &cold).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_credentials(&v);
+    let (status, v) = w.credentials(&task, &warm).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{v}");
 }
 
 /// Claims are judged as a pool controller judges them: a session released before anyone served
