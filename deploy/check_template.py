@@ -5,11 +5,14 @@ moto's CloudFormation silently drops DynamoDB TTL and PITR, task-level Fargate s
 bucket's public access block and lifecycle, and cfn-lint misses some ranges (StopTimeout > 120),
 so the stack test alone would not notice them missing. Also checked here against the code:
 every environment variable the template sets is one the code reads, the variables the code
-requires are set, every AWS call the code makes is allowed to the role that makes it, the task
-and gateway roles reach only the session item's attributes the code names (the contract's
+requires are set, every AWS call the code makes is allowed to the role that makes it, the
+session role (a task's authority over the session it serves, through the task API) and the
+gateway role reach only the session item's attributes the code names (the contract's
 attr::TASK_READS, TASK_WRITES, GATEWAY_READS: never the token or connectUrl) and only the
-bucket's keys the controller uses (deploy/test_check_template.py: their failing cases), and every
-checkov skip carries a reason.
+bucket's keys the controller uses, the task role itself reaches no table, bucket, queue or ECS
+task, only the API's role may assume the session role or receive claims, and the task API's
+route is the only one without the API-key authorizer (deploy/test_check_template.py: their
+failing cases), and every checkov skip carries a reason.
 
 The template has two connect modes (the ConnectMode parameter). Every assertion runs on the
 template as CloudFormation would resolve it in each mode (conditions evaluated, Fn::If taken,
@@ -112,7 +115,8 @@ def resources(t, rtype):
 
 
 def props(t, name):
-    return t["Resources"][name].get("Properties", {})
+    """The resource's Properties; none for a missing resource (whose checks then fail)."""
+    return t["Resources"].get(name, {}).get("Properties", {})
 
 
 def statements(t, role):
@@ -186,6 +190,8 @@ OPS = {
     "receive_message": "sqs:ReceiveMessage",
     "delete_message": "sqs:DeleteMessage",
     "change_message_visibility": "sqs:ChangeMessageVisibility",
+    "update_task_protection": "ecs:UpdateTaskProtection",
+    "assume_role": "sts:AssumeRole",
     "get_secret_value": "secretsmanager:GetSecretValue",
     "describe_network_interfaces": "ec2:DescribeNetworkInterfaces",
 }
@@ -227,12 +233,24 @@ def env_names_read(*paths):
     return set(re.findall(r'"([A-Z][A-Z0-9_]{3,})"', sources(*paths)))
 
 
-# Variables the template sets ahead of the code that reads them (Step 10: the pool's idle metric
-# in the controller, the claim deadlines in the API, written on other branches at the same
-# time). Until the code reads one, it is a note, not a failure; once merged, this set is empty
-# of anything unread and can go.
+# Variables the template sets ahead of the code that reads them (Step 13: the task API's
+# configuration in the control plane, written on another branch at the same time). Until the
+# code reads one, it is a note, not a failure; once merged, nothing here is unread and the set
+# can be emptied.
+AHEAD = {"TASK_ROLE_ARN", "TASKS_TABLE_NAME", "SESSION_ROLE_ARN"}
+notes = []
+
+
+def note(what):
+    if what not in notes:
+        notes.append(what)
+
+
 def check_read(name, read, what):
     """`name`, set by the template, is read by the code (`read`)."""
+    if name in AHEAD and name not in read:
+        note(f"{what}: not yet (set ahead of the code)")
+        return
     check(name in read or name.startswith("AWS_"), what)
 
 
@@ -248,6 +266,7 @@ def check_mode(t, mode):
         "ProjectsTable": ("-projects", "projectId"),
         "ApiKeysTable": ("-api-keys", "apiKeyHash"),
         "ContextsTable": ("-contexts", "contextId"),
+        "TasksTable": ("-tasks", "taskId"),
     }
     for name, (suffix, key) in tables.items():
         p = props(t, name)
@@ -269,11 +288,12 @@ def check_mode(t, mode):
         and slots.get("PointInTimeRecoverySpecification", {}).get("PointInTimeRecoveryEnabled") is True,
         "SlotsTable: projectId (HASH) + sessionId (RANGE): a counter and one item per held slot; on-demand, PITR",
     )
+    for name in ("SessionsTable", "TasksTable"):
+        check(
+            props(t, name).get("TimeToLiveSpecification") == {"AttributeName": "expiresAt", "Enabled": True},
+            f"{name}: TTL on expiresAt",
+        )
     s = props(t, "SessionsTable")
-    check(
-        s.get("TimeToLiveSpecification") == {"AttributeName": "expiresAt", "Enabled": True},
-        "SessionsTable: TTL on expiresAt",
-    )
     # A stream's images would hold every session's token (signingKey) for 24 h: none, or
     # keys only if something ever needs one.
     check(
@@ -439,6 +459,11 @@ def check_mode(t, mode):
     check(limit == 29, "aws/config.rs: INTEGRATION_LIMIT is API Gateway's 29 s")
     check(int(props(t, "ApiFunction")["Timeout"]) > limit, "ApiFunction: Timeout above API Gateway's integration limit")
     check("CREATE_WAIT_SECONDS" not in api_env, "ApiFunction: no CREATE_WAIT_SECONDS (the wait is derived from the 29 s limit)")
+    # A warm task's claim long poll (at most the contract's MAX_WAIT_SECONDS) is answered within
+    # that limit, with time left to take the session and assume the SessionRole.
+    task_api = (ROOT / "crates/contract/src/task_api.rs").read_text()
+    wait = int(re.search(r"MAX_WAIT_SECONDS: u64 = (\d+);", task_api).group(1))
+    check(wait <= 20 and wait + 5 <= limit, f"task API: a claim waits at most {wait} s, answered within API Gateway's {limit} s")
 
     # --- IAM: every call the code makes is allowed, on the right resource -------------------
     def needs(role, action, resource):
@@ -451,10 +476,12 @@ def check_mode(t, mode):
     shared_s3 = code_actions("crates/aws/src/lib.rs")
     check(shared_s3 == {"s3:GetObject"}, f"found the shared GetObject (only) in crates/aws/src/lib.rs ({sorted(shared_s3)})")
     shared |= shared_s3
-    controller = code_actions("src/aws.rs") | shared
+    controller = code_actions("src/aws.rs", "src/scale_in.rs") | shared
     check(controller, "found the controller's SDK calls in src/aws.rs")
-    # Not an SDK call: the ECS agent's endpoint, which acts with the task role.
     if "/task-protection/v1/state" in (ROOT / "src/scale_in.rs").read_text():
+        # The ECS agent's endpoint acts with the task role, which may no longer protect: the
+        # controller calls the ECS API with its session's credentials (another branch of Step 13).
+        note("src/scale_in.rs: still the ECS agent's endpoint (the task role), not UpdateTaskProtection with the session's credentials")
         controller.add("ecs:UpdateTaskProtection")
     if gateway:
         # Behind the gateway the task announces its private address and asks EC2 nothing.
@@ -462,17 +489,22 @@ def check_mode(t, mode):
     if "s3:GetObject" in controller:
         # Not called, but what makes a missing key 404 rather than 403 (check_list_bucket).
         controller.add("s3:ListBucket")
-    for a in sorted(controller):
-        res = {
-            "dynamodb": "SessionsTable",
-            "s3": "ContextsBucket",
-            "sqs": "ClaimsQueue",
-            "secretsmanager": "PublicKeySecret",
-            "ec2": "*",
-            "ecs": "Cluster",
-        }[a.split(":")[0]]
-        needs("TaskRole", a, res)
-    check(actions(t, "TaskRole") <= controller, f"TaskRole: nothing beyond the code's calls ({sorted(actions(t, 'TaskRole') - controller)})")
+    # The task role keeps what a warm task needs by itself; the rest is the session's, through
+    # the task API's credentials, except receiving claims, which the API does for the task.
+    own = {a for a in controller if a.split(":")[0] in TASK_ROLE_SERVICES}
+    session = controller - own - {"sqs:ReceiveMessage"}
+    for role, wanted in (("TaskRole", own), ("SessionRole", session)):
+        for a in sorted(wanted):
+            res = {
+                "dynamodb": "SessionsTable",
+                "s3": "ContextsBucket",
+                "sqs": "ClaimsQueue",
+                "secretsmanager": "PublicKeySecret",
+                "ec2": "*",
+                "ecs": "Cluster",
+            }[a.split(":")[0]]
+            needs(role, a, res)
+        check(actions(t, role) <= wanted, f"{role}: nothing beyond the code's calls ({sorted(actions(t, role) - wanted)})")
 
     api = code_actions(*CONTROL_PLANE_AWS) | shared
     for a, res in [
@@ -502,6 +534,11 @@ def check_mode(t, mode):
         ("iam:PassRole", "TaskExecutionRole"),
         ("secretsmanager:GetSecretValue", "SigningSecret"),
         ("sqs:SendMessage", "ClaimsQueue"),
+        ("sqs:ReceiveMessage", "ClaimsQueue"),
+        ("sqs:DeleteMessage", "ClaimsQueue"),
+        ("sqs:ChangeMessageVisibility", "ClaimsQueue"),
+        ("dynamodb:PutItem", "TasksTable"),
+        ("dynamodb:GetItem", "TasksTable"),
     ]:
         needs("ApiFunctionRole", a, res)
     check(api <= actions(t, "ApiFunctionRole"), f"ApiFunctionRole: every call of the control plane ({sorted(api - actions(t, 'ApiFunctionRole'))})")
@@ -539,6 +576,9 @@ def check_mode(t, mode):
     check_list_bucket(t)
     check_item_access(t, gateway)
     check_object_prefixes(t)
+    check_task_authority(t)
+    check_task_api(t, env, api_env)
+    check_routes(t)
     check_retention_policies(t)
     check_sizes(t, gateway)
     check_rolls_and_logs(t)
@@ -551,8 +591,6 @@ def check_mode(t, mode):
     auth = props(t, "ApiAuthorizer")
     check(auth.get("Type") == "REQUEST" and auth.get("AuthorizerResultTtlInSeconds") == 0 and not auth.get("IdentitySource"),
           "ApiAuthorizer: REQUEST, no caching, no identity source")
-    m = props(t, "ProxyMethod")
-    check(m.get("AuthorizationType") == "CUSTOM" and m["Integration"]["Type"] == "AWS_PROXY", "ProxyMethod: authorizer + Lambda proxy")
     rule = props(t, "TaskStoppedRule")
     check(
         rule["EventPattern"].get("detail-type") == ["ECS Task State Change"]
@@ -633,10 +671,10 @@ def check_token_secrets(t):
 
 def check_list_bucket(t):
     """Item 1: without s3:ListBucket a missing archive is 403, not 404, and a new context fails."""
-    sts = statement_on(t, "TaskRole", "s3:ListBucket", {"Fn::GetAtt": ["ContextsBucket", "Arn"]})
-    check(sts, "TaskRole: allows s3:ListBucket on the contexts bucket itself (else GetObject of a missing key is 403, not 404)")
+    sts = statement_on(t, "SessionRole", "s3:ListBucket", {"Fn::GetAtt": ["ContextsBucket", "Arn"]})
+    check(sts, "SessionRole: allows s3:ListBucket on the contexts bucket itself (else GetObject of a missing key is 403, not 404)")
     # A condition on s3:prefix would never match the GetObject request S3 checks it for.
-    check(all("s3:prefix" not in str(st.get("Condition", "")) for st in sts), "TaskRole: s3:ListBucket without an s3:prefix condition")
+    check(all("s3:prefix" not in str(st.get("Condition", "")) for st in sts), "SessionRole: s3:ListBucket without an s3:prefix condition")
 
 
 def contract_attributes(list_name):
@@ -695,11 +733,12 @@ def check_item_access(t, gateway):
         check("sessionId" in attrs, f"contract attr::{name} names the key (dynamodb:Attributes counts it)")
         check(not set(attrs) & set(TOKEN_ATTRIBUTES), f"contract attr::{name} holds neither signingKey nor connectUrl")
     check(not set(writes) & set(API_ONLY_ATTRIBUTES), f"contract attr::TASK_WRITES holds nothing the API wrote ({sorted(set(writes) & set(API_ONLY_ATTRIBUTES))})")
-    check_item_attributes(t, "TaskRole", "dynamodb:GetItem", reads, {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"})
-    check_item_attributes(t, "TaskRole", "dynamodb:UpdateItem", writes, {"dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]})
-    for st in statements(t, "TaskRole"):
-        if any(a.startswith("dynamodb:") for a in as_list(st["Action"])):
-            check(attribute_condition(st) is not None, f"TaskRole: {st.get('Sid')} limits dynamodb:Attributes")
+    check_item_attributes(t, "SessionRole", "dynamodb:GetItem", reads, {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"})
+    check_item_attributes(t, "SessionRole", "dynamodb:UpdateItem", writes, {"dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]})
+    for role in ("SessionRole", "TaskRole"):
+        for st in statements(t, role):
+            if any(a.startswith("dynamodb:") or a == "*" for a in as_list(st["Action"])):
+                check(attribute_condition(st) is not None, f"{role}: {st.get('Sid')} limits dynamodb:Attributes")
     if gateway:
         check_item_attributes(t, "GatewayTaskRole", "dynamodb:GetItem", contract_attributes("GATEWAY_READS"),
                               {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"})
@@ -711,8 +750,8 @@ def storage_constant(name):
 
 
 def check_object_prefixes(t):
-    """The task role's object statements name only the keys the controller uses (the contract's
-    storage layout), each with only what it does there; never the whole bucket."""
+    """The session role's object statements name only the keys the controller uses (the
+    contract's storage layout), each with only what it does there; never the whole bucket."""
     profile, files, ext = storage_constant("PROFILE_ARCHIVE_NAME"), storage_constant("FILES_PREFIX"), storage_constant("EXTENSIONS_PREFIX")
     want = {
         "s3:GetObject": {f"*/*/{profile}", f"{files}/*/uploads/*", f"{ext}/*"},
@@ -720,13 +759,13 @@ def check_object_prefixes(t):
         "s3:AbortMultipartUpload": {f"*/*/{profile}", f"{files}/*/downloads/*"},
     }
     got = {}
-    for st in statements(t, "TaskRole"):
+    for st in statements(t, "SessionRole"):
         for a in as_list(st["Action"]):
             if a.startswith("s3:") and a != "s3:ListBucket":
                 for r in as_list(st["Resource"]):
                     sub = r.get("Fn::Sub", "") if isinstance(r, dict) else ""
                     got.setdefault(a, set()).add(sub.removeprefix("${ContextsBucket.Arn}/") if sub.startswith("${ContextsBucket.Arn}/") else str(r))
-    check(got == want, f"TaskRole: object statements exactly {want} under the contexts bucket (got {got})")
+    check(got == want, f"SessionRole: object statements exactly {want} under the contexts bucket (got {got})")
     # The patterns against the keys the contract forms (IAM's * matches any run of characters,
     # "/" included, as fnmatch's does), and keys the controller never uses.
     use = {
@@ -736,15 +775,147 @@ def check_object_prefixes(t):
     never = ["extension-uploads/proj_1/u.zip", "proj_1/ctx_1/other.tar.gz", "files/proj_1/sess_1/other/a", "anything"]
     for a, keys in use.items():
         for k in keys:
-            check(any(fnmatch.fnmatchcase(k, p) for p in got.get(a, ())), f"TaskRole: {a} reaches {k}")
+            check(any(fnmatch.fnmatchcase(k, p) for p in got.get(a, ())), f"SessionRole: {a} reaches {k}")
     for k in never:
-        check(not any(fnmatch.fnmatchcase(k, p) for ps in got.values() for p in ps), f"TaskRole: no object statement reaches {k}")
+        check(not any(fnmatch.fnmatchcase(k, p) for ps in got.values() for p in ps), f"SessionRole: no object statement reaches {k}")
+
+
+# What the task role keeps (a warm task's own needs): the public key, and in direct mode its
+# own public IP. Everything else a controller calls is its session's (SessionRole).
+TASK_ROLE_SERVICES = ("secretsmanager", "ec2")
+# What a task's own role must not reach at all: the session data and the other tasks.
+SESSION_DATA = ("SessionsTable", "TasksTable", "ContextsBucket", "ClaimsQueue", "ClaimsDeadLetterQueue", "Cluster")
+
+
+def role_arn_sub(t, role):
+    """The ARN of `role` as another resource names it by its fixed RoleName (an Fn::Sub)."""
+    name = props(t, role).get("RoleName", {})
+    name = name.get("Fn::Sub") if isinstance(name, dict) else name
+    return {"Fn::Sub": f"arn:${{AWS::Partition}}:iam::${{AWS::AccountId}}:role/{name}"} if name else None
+
+
+def reaches_role(t, st, role):
+    """Whether statement `st` allows sts:AssumeRole on `role` (its ARN, its fixed name, or *)."""
+    acts = as_list(st.get("Action", []))
+    if st.get("Effect") != "Allow" or not any(a in ("sts:AssumeRole", "sts:*", "*") for a in acts):
+        return False
+    named = role_arn_sub(t, role)
+    return any(r == "*" or role in ref_names(r) or (named is not None and r == named) for r in as_list(st.get("Resource", [])))
+
+
+def check_task_authority(t):
+    """Item 2 of Step 13: a task's own role reaches no session data; a session's authority
+    (SessionRole) is the API's to hand out, narrowed per session; only the API receives claims."""
+    roles = sorted(resources(t, "AWS::IAM::Role"))
+    # The task role: the public key (and direct mode's EC2 lookup), nothing of the sessions.
+    for st in statements(t, "TaskRole"):
+        acts = as_list(st["Action"])
+        check(
+            all(a.split(":")[0] in TASK_ROLE_SERVICES for a in acts),
+            f"TaskRole: {st.get('Sid')} reaches no table, bucket, queue or ECS task ({acts})",
+        )
+        check(
+            not ref_names(st["Resource"]) & set(SESSION_DATA),
+            f"TaskRole: {st.get('Sid')} names no table, bucket, queue or cluster ({st['Resource']})",
+        )
+    # The session role: trusted by the API's role alone, assumable by nobody else.
+    trust = props(t, "SessionRole").get("AssumeRolePolicyDocument", {}).get("Statement", [])
+    check(
+        trust == [{"Effect": "Allow", "Principal": {"AWS": {"Fn::GetAtt": ["ApiFunctionRole", "Arn"]}}, "Action": "sts:AssumeRole"}],
+        f"SessionRole: trusted by ApiFunctionRole alone (its trust policy: {trust})",
+    )
+    assumers = sorted(r for r in roles if any(reaches_role(t, st, "SessionRole") for st in statements(t, r)))
+    check(assumers == ["ApiFunctionRole"], f"SessionRole: only ApiFunctionRole may assume it ({assumers})")
+    named = role_arn_sub(t, "SessionRole")
+    check(
+        named is not None and statement_on(t, "ApiFunctionRole", "sts:AssumeRole", named),
+        "ApiFunctionRole: sts:AssumeRole on the SessionRole by its fixed RoleName (its trust names this role: no circle)",
+    )
+    # Claims: received by the API alone; a session's credentials only settle their own.
+    receivers = sorted(
+        r for r in roles if any(grants(st, "sqs:ReceiveMessage", "ClaimsQueue") for st in statements(t, r))
+    )
+    check(receivers == ["ApiFunctionRole"], f"ClaimsQueue: only ApiFunctionRole receives claims ({receivers})")
+    check(
+        not any(grants(st, "sqs:ReceiveMessage", "ClaimsQueue") for st in statements(t, "SessionRole")),
+        "SessionRole: cannot ReceiveMessage (the API hands one claim to one task)",
+    )
+    # Nothing but the API may pass or chain into a role that reaches the session data.
+    for r in roles:
+        if r != "ApiFunctionRole":
+            check(not any(grants(st, "sts:AssumeRole", "*") for st in statements(t, r)), f"{r}: no sts:AssumeRole on any role")
+
+
+def check_task_api(t, task_env, api_env):
+    """The task API's configuration: the tasks find it, the API knows who a task is, where the
+    one-session-per-task marker goes and which role it hands out."""
+    url = task_env.get("TASK_API_URL")
+    check(
+        url == {"Fn::Sub": "https://${RestApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}/${StageName}"},
+        f"TaskDefinition: TASK_API_URL is the API's execute-api URL with its stage ({url})",
+    )
+    for var, want in (
+        ("TASK_ROLE_ARN", {"Fn::GetAtt": ["TaskRole", "Arn"]}),
+        ("TASKS_TABLE_NAME", {"Ref": "TasksTable"}),
+        ("SESSION_ROLE_ARN", {"Fn::GetAtt": ["SessionRole", "Arn"]}),
+    ):
+        check(api_env.get(var) == want, f"ApiFunction: {var} = {want} ({api_env.get(var)})")
+    check(
+        "POOL_CLAIM_VISIBILITY_SECONDS" not in task_env or api_env.get("POOL_CLAIM_VISIBILITY_SECONDS") == task_env["POOL_CLAIM_VISIBILITY_SECONDS"],
+        "ApiFunction: POOL_CLAIM_VISIBILITY_SECONDS as the pool's (the API receives for the pool's tasks)",
+    )
+    deps = as_list(t["Resources"].get("PoolService", {}).get("DependsOn", []))
+    check("ApiStage" in deps, "PoolService: DependsOn ApiStage (its tasks take their claims from the API)")
+
+
+def resource_paths(t):
+    """Each AWS::ApiGateway::Resource's full path ("/v1/internal/{proxy+}"), by logical id."""
+    res = resources(t, "AWS::ApiGateway::Resource")
+
+    def path(name, seen=()):
+        p = res[name]["Properties"]
+        parent = p.get("ParentId")
+        if isinstance(parent, dict) and parent.get("Ref") in res and name not in seen:
+            return path(parent["Ref"], seen + (name,)) + "/" + p["PathPart"]
+        return "/" + p["PathPart"]
+
+    return {name: path(name) for name in res}
+
+
+# The task API's route: the only one API Gateway passes on without the API-key authorizer.
+INTERNAL_PATH = "/v1/internal/{proxy+}"
+
+
+def check_routes(t):
+    """Every method of the API goes to the API function (Lambda proxy); all but the task API's
+    POST /v1/internal/{proxy+} behind the API-key authorizer."""
+    paths = resource_paths(t)
+    open_methods = []
+    for name, m in resources(t, "AWS::ApiGateway::Method").items():
+        p = m["Properties"]
+        rid = p.get("ResourceId", {})
+        path = paths.get(rid.get("Ref")) if isinstance(rid, dict) else None
+        check(
+            p.get("Integration", {}).get("Type") == "AWS_PROXY" and "ApiFunction" in ref_names(p["Integration"].get("Uri")),
+            f"{name}: Lambda proxy to ApiFunction",
+        )
+        if p.get("AuthorizationType") == "CUSTOM" and p.get("AuthorizerId") == {"Ref": "ApiAuthorizer"}:
+            continue
+        open_methods.append((name, path, p.get("HttpMethod")))
+    check(
+        len(open_methods) == 1 and open_methods[0][1:] == (INTERNAL_PATH, "POST"),
+        f"only POST {INTERNAL_PATH} is without the API-key authorizer ({open_methods})",
+    )
+    # Every other /v1 path still reaches the function behind the authorizer.
+    guarded = {paths.get(m["Properties"]["ResourceId"].get("Ref")) for m in resources(t, "AWS::ApiGateway::Method").values()
+               if m["Properties"].get("AuthorizationType") == "CUSTOM"}
+    check({"/{proxy+}", "/v1/{proxy+}"} <= guarded, f"/{{proxy+}} and /v1/{{proxy+}} behind the authorizer ({sorted(p for p in guarded if p)})")
 
 
 def check_retention_policies(t):
     """Item 2: kept when the stack is deleted, removed when its first create rolls back."""
-    for name in ("SessionsTable", "ProjectsTable", "ApiKeysTable", "ContextsTable", "SlotsTable", "ContextsBucket"):
-        r = t["Resources"][name]
+    for name in ("SessionsTable", "ProjectsTable", "ApiKeysTable", "ContextsTable", "SlotsTable", "TasksTable", "ContextsBucket"):
+        r = t["Resources"].get(name, {})
         check(
             r.get("DeletionPolicy") == "RetainExceptOnCreate" and r.get("UpdateReplacePolicy") == "Retain",
             f"{name}: DeletionPolicy RetainExceptOnCreate, UpdateReplacePolicy Retain",
@@ -1172,6 +1343,8 @@ def main():
     check_redeploy(raw)
     check_alarm_topic(raw)
 
+    for n in notes:
+        print(f"check_template: note: {n}", file=sys.stderr)
     for f in failures:
         print(f"check_template: FAILED: {f}", file=sys.stderr)
     print(f"check_template: {len(failures)} failed", file=sys.stderr)

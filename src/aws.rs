@@ -694,6 +694,52 @@ impl ClaimQueue for SqsClaims {
     }
 }
 
+/// Scale-in protection through the ECS API (`UpdateTaskProtection`), for a task on the task
+/// API: its client signs with the session's credentials.
+pub struct EcsProtection {
+    /// The ECS client.
+    pub client: aws_sdk_ecs::Client,
+}
+
+const ECS: &str = "ECS API";
+
+#[async_trait::async_trait]
+impl crate::stores::TaskProtection for EcsProtection {
+    async fn protect(&self, task_arn: &str, minutes: u64) -> Result<(), StoreError> {
+        let out = self
+            .client
+            .update_task_protection()
+            .cluster(cluster_of(task_arn).unwrap_or_default())
+            .tasks(task_arn)
+            .protection_enabled(true)
+            .expires_in_minutes(minutes.min(i32::MAX as u64) as i32)
+            .send()
+            .await
+            .map_err(|e| sdk_error(ECS, e))?;
+        // A refusal per task comes as a failure in a 200 (its reason names the cause).
+        match out.failures().first() {
+            None => Ok(()),
+            Some(f) => Err(StoreError::Refused {
+                service: ECS,
+                source: format!(
+                    "{}: {}",
+                    f.reason().unwrap_or("no reason given"),
+                    f.detail().unwrap_or_default()
+                )
+                .into(),
+            }),
+        }
+    }
+}
+
+/// The cluster a task ARN names: `arn:…:ecs:<region>:<account>:task/<cluster>/<task id>` (the
+/// form every Fargate task has).
+fn cluster_of(task_arn: &str) -> Option<&str> {
+    let (_, resource) = task_arn.split_once(":task/")?;
+    let (cluster, id) = resource.split_once('/')?;
+    (!cluster.is_empty() && !id.is_empty() && !id.contains('/')).then_some(cluster)
+}
+
 /// EC2's view of the task's network interface.
 pub struct Ec2Network {
     /// The EC2 client.
@@ -753,6 +799,22 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn a_tasks_cluster_is_read_from_its_arn() {
+        assert_eq!(
+            cluster_of("arn:aws:ecs:eu-west-1:123456789012:task/wc-pool/0123abcd"),
+            Some("wc-pool")
+        );
+        for arn in [
+            "arn:aws:ecs:eu-west-1:123456789012:task/0123abcd",
+            "arn:aws:ecs:eu-west-1:123456789012:task//0123abcd",
+            "arn:aws:ecs:eu-west-1:123456789012:task/wc/a/b",
+            "pool-1",
+        ] {
+            assert_eq!(cluster_of(arn), None, "{arn}");
+        }
+    }
+
     /// An S3 endpoint on loopback answering every request 403 AccessDenied, as S3 answers a
     /// `GetObject` of a missing key to a role without `s3:ListBucket`.
     async fn denying_s3() -> String {
@@ -773,6 +835,61 @@ mod tests {
             }
         });
         format!("http://{addr}")
+    }
+
+    /// `UpdateTaskProtection` for exactly the task's own ARN in its own cluster; a refusal of
+    /// ECS's (a failure in a 200) is an error naming its reason.
+    #[tokio::test]
+    async fn scale_in_protection_names_the_tasks_own_arn_and_a_refusal_says_why() {
+        use crate::stores::TaskProtection as _;
+        use crate::task_api::tests::{answer, stub_api};
+        const ARN: &str = "arn:aws:ecs:us-east-1:123456789012:task/wc-pool/0123abcd";
+        let protected = serde_json::json!({
+            "protectedTasks": [{"taskArn": ARN, "protectionEnabled": true}],
+            "failures": [],
+        });
+        let refused = serde_json::json!({
+            "protectedTasks": [],
+            "failures": [{"arn": ARN, "reason": "TASK_NOT_VALID", "detail": "not in a service"}],
+        });
+        let (base, asked) = stub_api(vec![
+            answer("200 OK", &protected.to_string()),
+            answer("200 OK", &refused.to_string()),
+        ])
+        .await;
+        let sdk = aws_config::SdkConfig::builder()
+            .endpoint_url(base)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_s3::config::SharedCredentialsProvider::new(
+                aws_sdk_s3::config::Credentials::for_tests(),
+            ))
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .build();
+        let ecs = EcsProtection {
+            client: aws_sdk_ecs::Client::new(&sdk),
+        };
+        ecs.protect(ARN, 61).await.unwrap();
+        let e = ecs.protect(ARN, 61).await.unwrap_err();
+        assert!(matches!(e, StoreError::Refused { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "ECS API refused the request: TASK_NOT_VALID: not in a service"
+        );
+        let asked = asked.lock().unwrap();
+        let body = asked[0]
+            .split_once('{')
+            .map(|(_, b)| format!("{{{b}"))
+            .unwrap();
+        let sent: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            sent,
+            serde_json::json!({
+                "cluster": "wc-pool",
+                "tasks": [ARN],
+                "protectionEnabled": true,
+                "expiresInMinutes": 61,
+            })
+        );
     }
 
     #[tokio::test]

@@ -204,6 +204,8 @@ settings_group! {
         background_nice = BACKGROUND_NICE,
         /// true = end (as on SIGTERM) when the process that started this one exits; the local platform sets it so no controller outlives it [default: false].
         exit_with_parent = EXIT_WITH_PARENT,
+        /// The control plane's task API (https://…, http:// only to a loopback address): on AWS a pool task waits there for its claim instead of on POOL_QUEUE_URL, and every task gets its session's credentials there (scoped to that session; refreshed before they expire) for the sessions table, the bucket and the claim, proving which task it is with a signed STS GetCallerIdentity request. Only with POOL_QUEUE_URL or SESSIONS_TABLE_NAME, and with ECS_CONTAINER_METADATA_URI_V4. Unset: the task role's own credentials, as before [default: unset].
+        task_api_url = TASK_API_URL,
         /// Pool mode: the SQS queue of claims. The controller warms up (Chrome running, the proxy answering 503), serves the first session claimed through the queue, then exits; SESSION_ID, PROJECT_ID and the context come from the claim.
         pool_queue_url = POOL_QUEUE_URL,
         /// Pool mode with a directory queue of claims (the local platform), instead of POOL_QUEUE_URL.
@@ -612,6 +614,9 @@ pub struct RunConfig {
     pub metadata_uri: Option<String>,
     /// `ECS_AGENT_URI`: where a claimed pool task asks for scale-in protection.
     pub agent_uri: Option<String>,
+    /// `TASK_API_URL` (no trailing `/`): where the task takes its claim and its session's
+    /// credentials (`None`: from the queue, with the task role's own).
+    pub task_api: Option<String>,
     /// Pool mode: the session comes from a claim.
     pub pool: Option<PoolConfig>,
     /// `EXIT_WITH_PARENT`.
@@ -1066,6 +1071,7 @@ impl RunConfig {
             r.errors.push("PUBLIC_IP_REQUIRED=true needs ECS_CONTAINER_METADATA_URI_V4 (set by ECS) or PUBLIC_IP".to_owned());
         }
         let agent_uri = r.text(ECS_AGENT_URI);
+        let task_api = task_api(&mut r, pool.as_ref(), &store, metadata_uri.is_some());
         let exit_with_parent = r.boolean(EXIT_WITH_PARENT, false);
         let background_nice = background_nice(&mut r);
         r.finish(RunConfig {
@@ -1092,6 +1098,7 @@ impl RunConfig {
             item_watch,
             metadata_uri,
             agent_uri,
+            task_api,
             pool,
             exit_with_parent,
             background_nice,
@@ -1107,6 +1114,64 @@ fn pool_needs_the_item(r: &mut Reader<'_>, pool: Option<&PoolConfig>, store: &Se
                 .to_owned(),
         );
     }
+}
+
+/// `TASK_API_URL`, checked: only for a task on AWS (a pool on `POOL_QUEUE_URL`, or one
+/// session's task with `SESSIONS_TABLE_NAME`), which knows its task ARN (the API hands the
+/// session to that task), and over TLS unless to loopback: the header proving which task
+/// calls must not cross a network in clear.
+fn task_api(
+    r: &mut Reader<'_>,
+    pool: Option<&PoolConfig>,
+    store: &SessionStoreConfig,
+    metadata: bool,
+) -> Option<String> {
+    let url = r.text(TASK_API_URL)?;
+    let on_aws = match pool {
+        Some(p) => matches!(p.queue, PoolQueue::Sqs(_)),
+        None => matches!(store, SessionStoreConfig::Table(_)),
+    };
+    if !on_aws {
+        r.errors.push(format!(
+            "{TASK_API_URL} is for a task on AWS: a pool with {POOL_QUEUE_URL}, or one \
+             session's task with {SESSIONS_TABLE_NAME}"
+        ));
+    }
+    if !metadata {
+        r.errors.push(format!(
+            "{TASK_API_URL} needs {ECS_CONTAINER_METADATA_URI_V4} (set by ECS): the task API \
+             hands a session to the task its ARN names"
+        ));
+    }
+    if !private_url(&url) {
+        r.errors.push(format!(
+            "{TASK_API_URL} must be an https:// URL (http:// only to a loopback address such \
+             as 127.0.0.1): the task's identity must not cross a network in clear"
+        ));
+    }
+    Some(url.trim_end_matches('/').to_owned())
+}
+
+/// `https://host[/path]`, or `http://` to a loopback IP address; no query or fragment.
+fn private_url(url: &str) -> bool {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return false;
+    };
+    let Some(host) = uri.host() else {
+        return false;
+    };
+    let loopback = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback());
+    let plain = uri.query().is_none() && !url.contains('#') && !url.contains('@');
+    plain
+        && match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => loopback,
+            _ => false,
+        }
 }
 
 /// Where the session item lives: `SESSIONS_TABLE_NAME` or `SESSIONS_DIR` (or nowhere).
@@ -1829,6 +1894,90 @@ MCowBQYDK2VwAyEA9wFNLln1FAfDioMFnpReLaKEhyk0em6z3gbXQRbFQkQ=
         ]))
         .unwrap_err();
         assert!(both.0.iter().any(|m| m.contains("not both")), "{both:?}");
+    }
+
+    #[test]
+    fn the_task_api_is_for_a_task_on_aws_and_never_in_clear() {
+        let pool = [
+            ("POOL_QUEUE_URL", "http://127.0.0.1:1/queue/claims"),
+            ("SESSIONS_TABLE_NAME", "sessions"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
+            ("ECS_CONTAINER_METADATA_URI_V4", "http://127.0.0.1:2/v4/x"),
+        ];
+        let cold = [
+            ("SESSION_ID", "sess_1"),
+            ("SESSIONS_TABLE_NAME", "sessions"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
+            ("ECS_CONTAINER_METADATA_URI_V4", "http://127.0.0.1:2/v4/x"),
+        ];
+        let with = |base: &[(&'static str, &'static str)], url: &'static str| {
+            let mut pairs = base.to_vec();
+            pairs.push(("TASK_API_URL", url));
+            RunConfig::from_settings(&map(&pairs))
+        };
+        for (base, url, want) in [
+            (
+                &pool,
+                "https://api.example.com/v1/",
+                "https://api.example.com/v1",
+            ),
+            (&cold, "https://api.example.com", "https://api.example.com"),
+            (
+                &pool,
+                "http://127.0.0.1:8080/prod",
+                "http://127.0.0.1:8080/prod",
+            ),
+            (&cold, "http://[::1]:8080", "http://[::1]:8080"),
+        ] {
+            let c = with(base, url).unwrap();
+            assert_eq!(c.task_api.as_deref(), Some(want), "{url}");
+        }
+        assert_eq!(
+            RunConfig::from_settings(&map(&pool)).unwrap().task_api,
+            None
+        );
+
+        let clear = "TASK_API_URL must be an https:// URL (http:// only to a loopback address \
+                     such as 127.0.0.1): the task's identity must not cross a network in clear";
+        for url in [
+            "http://api.example.com",
+            "http://10.0.0.1:8080",
+            "http://localhost:8080",
+            "ftp://127.0.0.1",
+            "https://api.example.com/?x=1",
+            "https://user@api.example.com",
+            "api.example.com",
+        ] {
+            let e = with(&pool, url).unwrap_err();
+            assert_eq!(e.0, vec![clear.to_owned()], "{url}");
+        }
+
+        let not_aws = "TASK_API_URL is for a task on AWS: a pool with POOL_QUEUE_URL, or one \
+                       session's task with SESSIONS_TABLE_NAME";
+        let dir_pool = [
+            ("POOL_QUEUE_DIR", "/q"),
+            ("SESSIONS_DIR", "/s"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
+            ("ECS_CONTAINER_METADATA_URI_V4", "http://127.0.0.1:2/v4/x"),
+        ];
+        let no_table = [
+            ("SESSION_ID", "sess_1"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
+            ("ECS_CONTAINER_METADATA_URI_V4", "http://127.0.0.1:2/v4/x"),
+        ];
+        for base in [&dir_pool[..], &no_table[..]] {
+            let e = with(base, "https://api.example.com").unwrap_err();
+            assert_eq!(e.0, vec![not_aws.to_owned()]);
+        }
+        let e = with(&pool[..3], "https://api.example.com").unwrap_err();
+        assert_eq!(
+            e.0,
+            vec![
+                "TASK_API_URL needs ECS_CONTAINER_METADATA_URI_V4 (set by ECS): the task API \
+                 hands a session to the task its ARN names"
+                    .to_owned()
+            ]
+        );
     }
 
     #[test]

@@ -34,6 +34,10 @@
 //! - [`gateway`]: the connect gateway: one listener for every session, routed by the token's
 //!   session to its task's proxy (token check, session lookup, holding, relay).
 //! - [`scale_in`]: a claimed pool task's protection from the service's scale-in.
+//! - [`task_api`]: the control plane's task API as a task on AWS calls it (`TASK_API_URL`):
+//!   a pool task's claims, a task's session credentials.
+//! - [`session_credentials`]: those credentials, as the SDK clients of the session's services
+//!   ask for them (refreshed before they expire).
 //! - [`tls`]: the connect gateway's TLS: a certificate read again from its PEM files when they
 //!   change, and the local platform's certificate authority.
 //! - [`cli`]: the subcommands as `main` runs them.
@@ -60,8 +64,10 @@ pub(crate) mod public_ip;
 pub(crate) mod scale_in;
 pub(crate) mod secrets;
 pub(crate) mod session;
+pub(crate) mod session_credentials;
 pub mod shutdown;
 pub mod stores;
+pub(crate) mod task_api;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;

@@ -6,7 +6,12 @@
 //! (`$ECS_AGENT_URI/task-protection/v1/state`, which ECS sets in every Fargate task) to protect
 //! it until its session can last no longer; idle warm tasks stay unprotected, so a scale-in
 //! takes them. The task exits after its session, so the protection never outlives its use.
+//!
+//! With the task API (`TASK_API_URL`) the task asks the ECS API itself
+//! (`UpdateTaskProtection`), signed with its session's credentials, whose policy allows it on
+//! the task's own ARN only; the agent's endpoint would act with the task role.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Method, StatusCode};
@@ -14,6 +19,7 @@ use serde_json::json;
 use thiserror::Error;
 
 use crate::public_ip::split_http_url;
+use crate::stores::{StoreError, TaskProtection};
 use crate::upstream;
 
 /// The agent's longest protection: 48 hours.
@@ -27,6 +33,26 @@ pub enum ProtectionError {
     Unreachable(#[from] upstream::UpstreamError),
     #[error("the ECS agent refused (HTTP {status}): {detail}")]
     Refused { status: u16, detail: String },
+    #[error("the ECS API: {0}")]
+    Ecs(#[from] StoreError),
+}
+
+/// Who protects the task.
+pub enum Protection {
+    /// The ECS API, for the task of this ARN.
+    Ecs(Arc<dyn TaskProtection>, String),
+    /// The ECS agent at this URI (`ECS_AGENT_URI`).
+    Agent(String),
+}
+
+impl Protection {
+    /// Turns the task's scale-in protection on for `minutes`.
+    pub async fn protect(self, minutes: u64) -> Result<(), ProtectionError> {
+        match self {
+            Self::Ecs(ecs, task_arn) => Ok(ecs.protect(&task_arn, minutes).await?),
+            Self::Agent(uri) => protect(&uri, minutes).await,
+        }
+    }
 }
 
 /// Minutes of protection for a session expiring at `expires_at` (unix seconds) seen at `now`,

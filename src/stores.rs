@@ -303,6 +303,14 @@ pub trait NetworkLookup: Send + Sync {
     async fn public_ip_of(&self, iface: &TaskInterface) -> Result<Option<String>, StoreError>;
 }
 
+/// Scale-in protection of this task through the ECS API (with the session's credentials,
+/// which allow it on the task's own ARN only).
+#[async_trait::async_trait]
+pub trait TaskProtection: Send + Sync {
+    /// Protects the task `task_arn` from the service's scale-in for `minutes`.
+    async fn protect(&self, task_arn: &str, minutes: u64) -> Result<(), StoreError>;
+}
+
 /// A claim received from the pool's queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Received {
@@ -323,6 +331,12 @@ pub trait ClaimQueue: Send + Sync {
     /// (false for SQS: the service may still answer a dropped long poll with a claim, which
     /// then stays hidden for its visibility timeout).
     fn receive_is_cancel_safe(&self) -> bool {
+        false
+    }
+    /// Whether no claim will come any more, whatever the wait (the task API answered that
+    /// this task has had its session): the controller stops waiting, as at the end of its
+    /// idle lifetime.
+    fn spent(&self) -> bool {
         false
     }
     /// READY is written: the claim is done (deleted).
@@ -608,16 +622,18 @@ impl SessionStore for DirectorySessions {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn pending(store: &SessionDoc, dir: &std::path::Path) {
+    /// `store` created in the session directory `dir`.
+    pub(crate) fn pending(store: &SessionDoc, dir: &std::path::Path) {
         wallcrawler_contract::session_doc::DirStore::new(dir)
             .create(store)
             .unwrap();
     }
 
-    fn doc(id: &str) -> SessionDoc {
+    /// A PROVISIONING session of `proj_1`.
+    pub(crate) fn doc(id: &str) -> SessionDoc {
         let mut d = SessionDoc {
             session_id: id.into(),
             project_id: "proj_1".into(),

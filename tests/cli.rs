@@ -97,6 +97,30 @@ fn run_lists_every_configuration_problem_and_exits_64() {
     assert!(out.stdout.is_empty());
 }
 
+/// The task's identity never goes to a task API in clear, nor to one a local controller has
+/// no use for: refused at start, before any AWS client or Chrome.
+#[test]
+fn a_task_api_in_clear_or_off_aws_is_refused_at_start() {
+    let out = run(
+        &["run"],
+        &[
+            ("SESSION_ID", "sess_1"),
+            ("SESSIONS_DIR", "/nonexistent"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", crate::support::public_key()),
+            ("TASK_API_URL", "http://192.0.2.1/prod"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "TASK_API_URL must be an https:// URL (http:// only to a loopback address",
+        "TASK_API_URL is for a task on AWS",
+        "TASK_API_URL needs ECS_CONTAINER_METADATA_URI_V4",
+    ] {
+        assert!(err.contains(needle), "{needle} missing from: {err}");
+    }
+}
+
 #[test]
 fn unknown_flags_exit_64() {
     let out = run(&["local", "--no-such-flag"], &[]);
@@ -148,6 +172,7 @@ fn help_documents_every_variable() {
         "POOL_CLAIM_VISIBILITY_SECONDS",
         "POOL_TASK_NAME",
         "EXIT_WITH_PARENT",
+        "TASK_API_URL",
     ] {
         assert!(help.contains(var), "{var} not in run --help");
     }

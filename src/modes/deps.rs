@@ -1,9 +1,12 @@
-//! The outside services `run` needs, built once from one SDK configuration.
+//! The outside services `run` needs, built once from one SDK configuration (and, on the task
+//! API, the session's credentials).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use aws_config::SdkConfig;
+use aws_config::identity::IdentityCache;
+use aws_credential_types::provider::SharedCredentialsProvider;
 use wallcrawler_aws::secrets::SecretsManagerKeys;
 use wallcrawler_contract::claim::DirQueue;
 
@@ -13,7 +16,11 @@ use crate::config::{
 };
 use crate::profile::DirectoryArchives;
 use crate::session::Deps;
-use crate::stores::{ArchiveStore, ClaimQueue, DirClaims, DirectorySessions, SessionStore};
+use crate::session_credentials::SessionCredentialsProvider;
+use crate::stores::{
+    ArchiveStore, ClaimQueue, DirClaims, DirectorySessions, SessionStore, TaskProtection,
+};
+use crate::task_api::{ApiClaims, TaskApi, TaskApiError};
 
 /// Why the outside services of `run` could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -27,31 +34,50 @@ pub enum DepsError {
         #[source]
         source: std::io::Error,
     },
+    /// No HTTPS client for the task API (the system's root certificates).
+    #[error("the task API's HTTPS client cannot be set up")]
+    HttpClient(#[source] std::io::Error),
+    /// The task API granted no credentials for the task's session.
+    #[error("the task API granted no credentials for the session")]
+    Credentials(#[source] TaskApiError),
 }
 
-/// The outside services `c` names, built with one SDK configuration when any is on AWS.
+/// The outside services `c` names, built with one SDK configuration when any is on AWS. On
+/// the task API, those of the session (its item, archives, files, claim settling, scale-in
+/// protection) sign with the session's credentials; the public key secret and EC2 with the
+/// task role's.
 pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
     let sdk = if needs_aws(c) {
         Some(aws::sdk_config().await)
     } else {
         None
     };
-    let sdk = sdk.as_ref();
+    build_with(c, sdk.as_ref()).await
+}
+
+/// [`build`] with `sdk`, the task role's configuration when any service is on AWS.
+async fn build_with(c: &RunConfig, sdk: Option<&SdkConfig>) -> Result<Deps, DepsError> {
+    let api = match (&c.task_api, sdk) {
+        (Some(url), Some(sdk)) => Some(on_task_api(c, url, sdk).await?),
+        _ => None,
+    };
+    let session_sdk = api.as_ref().map(|a| &a.session_sdk).or(sdk);
     let pool = c.pool.as_ref();
-    let claims = match pool {
-        Some(p) => claims(p, sdk)?,
-        None => None,
+    let claims = match (pool, &api) {
+        (Some(p), Some(api)) => api.claims(p),
+        (Some(p), None) => claims(p, sdk)?,
+        (None, _) => None,
     };
     Ok(Deps {
-        sessions: sessions(&c.store, sdk),
+        sessions: sessions(&c.store, session_sdk),
         // A pool's own archive place, when it has one, over the configured context's.
         archives: pool
-            .and_then(|p| archives_at(&p.archives, sdk))
-            .or_else(|| context_archives(&c.context, sdk))
+            .and_then(|p| archives_at(&p.archives, session_sdk))
+            .or_else(|| context_archives(&c.context, session_sdk))
             .or_else(|| {
                 c.extension
                     .as_ref()
-                    .and_then(|x| archives_at(&x.place, sdk))
+                    .and_then(|x| archives_at(&x.place, session_sdk))
             }),
         secrets: match (&c.auth.key, sdk) {
             (KeyConfig::SecretArn(arn), Some(sdk)) => Some(Arc::new(aws::SecretsManagerSecret(
@@ -66,7 +92,63 @@ pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
             _ => None,
         },
         claims,
-        files: archives_at(&c.files, sdk),
+        files: archives_at(&c.files, session_sdk),
+        protection: api.map(|a| {
+            Arc::new(aws::EcsProtection {
+                client: aws_sdk_ecs::Client::new(&a.session_sdk),
+            }) as Arc<dyn TaskProtection>
+        }),
+    })
+}
+
+/// A task on the task API: the API, and the SDK configuration of its session's services.
+struct OnTaskApi {
+    api: Arc<TaskApi>,
+    credentials: SessionCredentialsProvider,
+    /// The task's configuration with the session's credentials (no SDK identity cache: the
+    /// provider is the cache and refreshes them).
+    session_sdk: SdkConfig,
+}
+
+impl OnTaskApi {
+    /// The pool's claims from the API, settled on its SQS queue.
+    fn claims(&self, p: &PoolConfig) -> Option<Arc<dyn ClaimQueue>> {
+        let PoolQueue::Sqs(url) = &p.queue else {
+            return None;
+        };
+        let settle = aws::SqsClaims {
+            client: aws_sdk_sqs::Client::new(&self.session_sdk),
+            queue_url: url.clone(),
+            visibility: p.visibility,
+        };
+        Some(Arc::new(ApiClaims::new(
+            self.api.clone(),
+            self.credentials.clone(),
+            settle,
+        )))
+    }
+}
+
+/// The task API at `url`, called as the task `sdk`'s role names; a single session's task
+/// has its session's credentials from it before anything else.
+async fn on_task_api(c: &RunConfig, url: &str, sdk: &SdkConfig) -> Result<OnTaskApi, DepsError> {
+    let api = TaskApi::new(url.to_owned(), sdk.clone()).map_err(DepsError::HttpClient)?;
+    let api = Arc::new(api);
+    let credentials = SessionCredentialsProvider::new(api.clone());
+    let session_sdk = sdk
+        .to_builder()
+        .identity_cache(IdentityCache::no_cache())
+        .credentials_provider(SharedCredentialsProvider::new(credentials.clone()))
+        .build();
+    if c.pool.is_none() {
+        api.credentials_at_start(&c.auth.session_id, &credentials)
+            .await
+            .map_err(DepsError::Credentials)?;
+    }
+    Ok(OnTaskApi {
+        api,
+        credentials,
+        session_sdk,
     })
 }
 
@@ -152,4 +234,96 @@ fn claims(
         }
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use tokio::io::AsyncWriteExt as _;
+    use wallcrawler_aws::keys::FetchMode;
+
+    use super::*;
+    use crate::config::Settings;
+    use crate::task_api::tests::{answer, read_request, stub_api, task_sdk};
+
+    /// An AWS endpoint on loopback that answers `{}` and records the access key id each
+    /// request was signed with (`Credential=<key id>/…`), with the request's target.
+    async fn recording_aws() -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let signed = Arc::new(Mutex::new(Vec::new()));
+        let recorded = signed.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let (head, _) = read_request(&mut conn).await;
+                let header = |name: &str| {
+                    head.lines()
+                        .find_map(|l| {
+                            let (n, v) = l.split_once(':')?;
+                            n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+                        })
+                        .unwrap_or_default()
+                };
+                let key = header("authorization")
+                    .split_once("Credential=")
+                    .and_then(|(_, c)| c.split_once('/'))
+                    .map(|(k, _)| k.to_owned())
+                    .unwrap_or_default();
+                recorded
+                    .lock()
+                    .unwrap()
+                    .push(format!("{} {key}", header("x-amz-target")));
+                let _ = conn.write_all(answer("200 OK", "{}").as_bytes()).await;
+            }
+        });
+        (format!("http://{addr}"), signed)
+    }
+
+    /// A cold task on the task API: its session's item is read with the credentials the API
+    /// granted for that session; the public key secret with the task role's own.
+    #[tokio::test]
+    async fn a_task_on_the_task_api_reads_its_item_with_the_sessions_credentials_only() {
+        let (api, _) = stub_api(vec![answer(
+            "200 OK",
+            &serde_json::json!({"credentials": {
+                "accessKeyId": "ASIASESSION",
+                "secretAccessKey": "s",
+                "sessionToken": "t",
+                "expiration": wallcrawler_contract::time::unix_millis() / 1000 + 3600,
+            }})
+            .to_string(),
+        )])
+        .await;
+        let (aws, signed) = recording_aws().await;
+        let settings: Settings = [
+            ("SESSION_ID", "sess_1"),
+            ("SESSIONS_TABLE_NAME", "sessions"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "public-key"),
+            ("ECS_CONTAINER_METADATA_URI_V4", "http://127.0.0.1:1/v4/x"),
+            ("TASK_API_URL", api.as_str()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_owned()))
+        .collect();
+        let c = RunConfig::from_settings(&settings).unwrap();
+        let sdk = task_sdk().to_builder().endpoint_url(aws).build();
+        let deps = build_with(&c, Some(&sdk)).await.unwrap();
+
+        assert_eq!(deps.sessions.unwrap().load("sess_1").await.unwrap(), None);
+        let _ = deps.secrets.unwrap().fetch(FetchMode::Quick).await;
+        let signed = signed.lock().unwrap();
+        assert_eq!(
+            signed.first().map(String::as_str),
+            Some("DynamoDB_20120810.GetItem ASIASESSION")
+        );
+        assert!(
+            signed
+                .iter()
+                .skip(1)
+                .all(|s| s == "secretsmanager.GetSecretValue AKIDTASK"),
+            "{signed:?}"
+        );
+        assert!(signed.len() > 1, "{signed:?}");
+    }
 }

@@ -61,6 +61,7 @@ use crate::auth::Authenticator;
 use crate::chrome::LaunchOptions;
 use crate::config::{PoolConfig, RunConfig};
 use crate::pool_metric;
+use crate::scale_in::Protection;
 use crate::session::{
     ContextPlan, Deps, Ending, ExtensionDir, Outcome, Run, STARTUP_RETRY, SessionItem,
     load_extension,
@@ -283,6 +284,10 @@ impl Waiting<'_> {
             }
             let received = match self.receive(left.min(RECEIVE_WAIT), signal).await? {
                 Ok(Some(r)) => r,
+                Ok(None) if self.queue.spent() => {
+                    info!("no claim will come to this task any more; exiting");
+                    return None;
+                }
                 Ok(None) => continue,
                 Err(e) => {
                     warn!(error = %e, "receiving a claim failed; retrying");
@@ -293,7 +298,7 @@ impl Waiting<'_> {
                 }
             };
             if signal.is_cancelled() {
-                self.hand_back(&received.receipt, Duration::ZERO).await;
+                self.give_back(&received).await;
                 return None;
             }
             if let Some(served) = self.consider(received).await? {
@@ -325,11 +330,27 @@ impl Waiting<'_> {
                 }
                 info!("signal received while waiting for a claim; finishing the receive in flight");
                 if let Ok(Some(r)) = receive.await {
-                    self.hand_back(&r.receipt, Duration::ZERO).await;
+                    self.give_back(&r).await;
                 }
                 None
             }
         }
+    }
+
+    /// A claim received as a signal came, handed back at once. From the task API its session
+    /// came taken for this controller already: it is given up too (only if this controller
+    /// owns it, pending), or another controller would wait for the lease to lapse.
+    async fn give_back(&self, received: &Received) {
+        if let (Some(store), Ok(claim)) = (&self.deps.sessions, Claim::parse(&received.body)) {
+            match store.give_up(&claim.session_id, self.me).await {
+                Ok(true) => info!("the session is given up for another controller"),
+                Ok(false) => {}
+                Err(e) => {
+                    warn!(error = %e, "giving the session up failed; it is free once its lease ends")
+                }
+            }
+        }
+        self.hand_back(&received.receipt, Duration::ZERO).await;
     }
 
     /// Hands a claim back to the queue, visible again `after` from now.
@@ -692,10 +713,15 @@ impl ClaimedSession<'_> {
     /// Asks the ECS agent, in the background, to keep the pool's scale-in off this task until
     /// the session can have ended: READY does not wait on the agent, and a failure costs
     /// nothing but the protection.
+    ///
+    /// With the task API, through the ECS API with the session's credentials (which allow
+    /// it on this task's own ARN only), not the agent (which uses the task role).
     fn protect_from_scale_in(&self) {
         let c = self.run.c;
-        let Some(uri) = c.agent_uri.clone() else {
-            return;
+        let protection = match (&self.run.deps.protection, c.agent_uri.clone()) {
+            (Some(ecs), _) => Protection::Ecs(ecs.clone(), self.run.item.owner.to_owned()),
+            (None, Some(uri)) => Protection::Agent(uri),
+            (None, None) => return,
         };
         let minutes = crate::scale_in::minutes_until(
             self.record.expires_at,
@@ -704,7 +730,7 @@ impl ClaimedSession<'_> {
         );
         self.run.tasks.spawn(
             async move {
-                match crate::scale_in::protect(&uri, minutes).await {
+                match protection.protect(minutes).await {
                     Ok(()) => info!(minutes, "task protected from scale-in"),
                     Err(e) => warn!(error = %e, "scale-in protection failed"),
                 }
@@ -889,6 +915,132 @@ mod tests {
             Verdict::Serve(_) | Verdict::Unserved | Verdict::HandBack { .. } => None,
             Verdict::Discard { end, .. } => Some(end),
         }
+    }
+
+    /// A pool task's claims from the task API at `base` (settled on a queue nobody serves).
+    fn api_claims(base: String) -> crate::task_api::ApiClaims {
+        use crate::session_credentials::SessionCredentialsProvider;
+        use crate::task_api::tests::{api, task_sdk};
+        let api = api(base);
+        let settle = crate::aws::SqsClaims {
+            client: aws_sdk_sqs::Client::new(&task_sdk()),
+            queue_url: "http://127.0.0.1:1/q".into(),
+            visibility: Duration::from_secs(60),
+        };
+        crate::task_api::ApiClaims::new(api.clone(), SessionCredentialsProvider::new(api), settle)
+    }
+
+    /// Deps with only `sessions`.
+    fn deps_with(sessions: Option<Arc<dyn SessionStore>>) -> Deps {
+        Deps {
+            sessions,
+            archives: None,
+            files: None,
+            secrets: None,
+            network: None,
+            claims: None,
+            protection: None,
+        }
+    }
+
+    const ME: &str = "arn:aws:ecs:us-east-1:123456789012:task/wc/abc";
+
+    /// A pool task (`ME`) with `deps` waiting for a claim from the task API at `base`.
+    async fn wait_on_api(
+        base: String,
+        deps: Deps,
+        signal: &CancellationToken,
+    ) -> Option<(Claim, Received, SessionRecord)> {
+        let queue = api_claims(base);
+        let pool = PoolConfig {
+            queue: crate::config::PoolQueue::Sqs("http://127.0.0.1:1/q".into()),
+            archives: crate::config::ArchivePlace::None,
+            idle_lifetime: Duration::from_secs(3600),
+            visibility: Duration::from_secs(60),
+            task_name: "pool-1".into(),
+            metric: None,
+        };
+        let waiting = Waiting {
+            queue: &queue,
+            deps: &deps,
+            pool: &pool,
+            warm_at: Instant::now(),
+            me: ME,
+        };
+        waiting.claim(signal).await
+    }
+
+    /// A pool task on the task API whose API failed once, then said this task has had its
+    /// session (409): it stops waiting at once, long before its idle lifetime, and asks no
+    /// more.
+    #[tokio::test]
+    async fn a_task_that_had_its_session_stops_waiting_for_claims() {
+        use crate::task_api::tests::{answer, stub_api};
+
+        let (base, asked) = stub_api(vec![
+            answer("503 Service Unavailable", "{}"),
+            answer("409 Conflict", "{}"),
+        ])
+        .await;
+        let signal = CancellationToken::new();
+        let waited = tokio::time::timeout(
+            Duration::from_secs(30),
+            wait_on_api(base, deps_with(None), &signal),
+        )
+        .await
+        .expect("stops waiting");
+        assert!(waited.is_none());
+        assert_eq!(
+            asked.lock().unwrap().len(),
+            2,
+            "the failure retried, the 409 not"
+        );
+    }
+
+    /// A signal while the task API's claim wait is in flight: the wait is finished, and the
+    /// session the API took for this task is given up (and its claim handed back) at once,
+    /// not held until its lease lapses.
+    #[tokio::test]
+    async fn a_claim_granted_as_a_signal_comes_is_given_up_at_once() {
+        use tokio::io::AsyncWriteExt as _;
+
+        use crate::stores::DirectorySessions;
+        use crate::task_api::tests::{answer, grant_json, read_request};
+
+        let dir = tempfile::tempdir().unwrap();
+        crate::stores::tests::pending(&crate::stores::tests::doc("sess_1"), dir.path());
+        let sessions = DirectorySessions::new(dir.path().to_owned());
+        let now = wallcrawler_contract::time::unix_millis() / 1000;
+        // As the API left it: taken for this task.
+        let taken = Take {
+            owner: ME,
+            until: now + 60,
+            task: Some(ME),
+            now,
+        };
+        assert_eq!(
+            sessions.take("sess_1", &taken).await.unwrap(),
+            TakeResult::Taken
+        );
+
+        // The API answers the grant only once the task has been told to stop.
+        let signal = CancellationToken::new();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let stop = signal.clone();
+        tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            read_request(&mut conn).await;
+            stop.cancel();
+            let grant = answer("200 OK", &grant_json("ASIAGRANT"));
+            conn.write_all(grant.as_bytes()).await.unwrap();
+        });
+        let sessions: Arc<dyn SessionStore> = Arc::new(sessions);
+        let deps = deps_with(Some(sessions.clone()));
+        assert!(wait_on_api(base, deps, &signal).await.is_none());
+        let after = sessions.load("sess_1").await.unwrap().unwrap();
+        assert_eq!(after.owner, None, "given up");
+        assert_eq!(after.internal_status, Some(InternalStatus::Provisioning));
     }
 
     #[test]

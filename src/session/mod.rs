@@ -48,7 +48,9 @@ use crate::profile::{self, ArchiveLimits, hydrate, persist_profile};
 use crate::proxy::Limits;
 use crate::secrets::{self, SecretFetcher, SecretKeyCache};
 use crate::shutdown::{Shutdown, Step, Steps};
-use crate::stores::{ArchiveStore, ClaimQueue, NetworkLookup, SessionRecord, SessionStore, retry};
+use crate::stores::{
+    ArchiveStore, ClaimQueue, NetworkLookup, SessionRecord, SessionStore, TaskProtection, retry,
+};
 
 /// The most the saved session cookies file may hold. Chrome keeps at most 3,300 cookies of
 /// at most 4 KiB of name and value each (about 13 MiB); as JSON with their attributes they fit
@@ -74,6 +76,9 @@ pub struct Deps {
     pub network: Option<Arc<dyn NetworkLookup>>,
     /// Pool mode: where claims come from.
     pub claims: Option<Arc<dyn ClaimQueue>>,
+    /// Scale-in protection through the ECS API (with `TASK_API_URL`; else the ECS agent's
+    /// endpoint, `ECS_AGENT_URI`).
+    pub protection: Option<Arc<dyn TaskProtection>>,
 }
 
 /// The profile a session starts from and whether it is saved at the end.

@@ -451,6 +451,9 @@ struct TaskOptions {
     aws_env: Option<Vec<(&'static str, String)>>,
     /// ECS_CONTAINER_METADATA_URI_V4 instead of the stand-in naming the task.
     metadata_uri: Option<String>,
+    /// The moto ECS task this controller is, made beforehand (its credentials name it),
+    /// instead of one made at its start.
+    task_arn: Option<String>,
 }
 
 /// What a controller wrote on stderr (JSON lines), shared with the task reading it.
@@ -494,7 +497,10 @@ struct PoolTask {
 
 impl PoolTask {
     async fn start(pool: &Pool, o: TaskOptions) -> PoolTask {
-        let arn = ecs_task(&pool.f).await;
+        let arn = match o.task_arn {
+            Some(arn) => arn,
+            None => ecs_task(&pool.f).await,
+        };
         let (metadata, agent_uri, agent) = metadata_server(&arn).await;
         let chrome = o.chrome.unwrap_or_else(wallcrawler_testkit::chromium);
         let mut cmd = tokio::process::Command::new(crate::support::bin());

@@ -19,7 +19,8 @@
 
 use aws_sdk_dynamodb::config::Credentials;
 use wallcrawler_control_plane::aws::{CONTEXT_INDEX, PROJECT_INDEX};
-use wallcrawler_testkit::platform::{aws_env_as, enforce_iam, s3};
+use wallcrawler_testkit::moto::assume_role;
+use wallcrawler_testkit::platform::{aws_env_as, enforce_iam, s3, serve, serve_on};
 use wallcrawler_testkit::{Moto, dummy_credentials, moto};
 
 use super::*;
@@ -259,6 +260,10 @@ fn api_vars(stack: &Stack) -> HashMap<&'static str, String> {
         "CLAIM_WAIT_MAX_SECONDS",
         // A project's share of the warm pool (Step 11).
         "POOL_PROJECT_SHARE",
+        // The task API (Step 13; the control plane's code for it is merged separately).
+        "TASK_ROLE_ARN",
+        "TASKS_TABLE_NAME",
+        "SESSION_ROLE_ARN",
     ];
     stack
         .api_env
@@ -296,6 +301,48 @@ fn behind_loopback(stack: &Stack) -> Vec<(String, String)> {
         }
     }
     env
+}
+
+/// A pool task of the stack as ECS would start it, made while moto checks nothing (with
+/// `f`'s credentials): a moto ECS task of the stack's task definition, and its task role's
+/// credentials in a role session named by the task's id, as ECS names it (what the task API
+/// reads as "which task"). With `env` (the task definition's) and the task API's URL
+/// replaced by `api` (the API function's router served on loopback: the test's stand-in for
+/// API Gateway's public name, which a test never contacts), the options to start it with.
+async fn as_ecs_starts_it(
+    f: &Fixture,
+    moto: &Moto,
+    env: Vec<(String, String)>,
+    api: &str,
+) -> (TaskOptions, Credentials) {
+    let arn = super::ecs_task(f).await;
+    let definition = f
+        .ecs()
+        .describe_task_definition()
+        .task_definition(&f.cfg.ecs.task_definition)
+        .send()
+        .await
+        .unwrap();
+    let role = definition
+        .task_definition()
+        .and_then(|d| d.task_role_arn())
+        .expect("the task definition names its task role")
+        .to_owned();
+    let task_id = arn.rsplit('/').next().unwrap();
+    let creds = assume_role(moto, dummy_credentials(), &role, task_id).await;
+    let mut env = env;
+    for (k, v) in &mut env {
+        if k == wallcrawler_contract::task_env::TASK_API_URL {
+            *v = api.to_owned();
+        }
+    }
+    let options = TaskOptions {
+        task_env: Some(env),
+        aws_env: Some(aws_env_as(moto, &creds)),
+        task_arn: Some(arn),
+        ..Default::default()
+    };
+    (options, creds)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -438,16 +485,9 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
 
     // A pool task as the service would start it: the task definition's environment.
     let pool = Pool::on_stack(f, &stack);
-    let mut task = PoolTask::start(
-        &pool,
-        TaskOptions {
-            task_env: Some(behind_loopback(&stack)),
-            ..Default::default()
-        },
-    )
-    .await
-    .warm()
-    .await;
+    let api = serve(pool.f.router.clone()).await;
+    let (options, _) = as_ecs_starts_it(&pool.f, moto(), behind_loopback(&stack), &api).await;
+    let mut task = PoolTask::start(&pool, options).await.warm().await;
 
     // The create answers at once with the gateway's URL; the task takes the claim.
     let v = pool.create(json!({"keepAlive": true})).await;
@@ -551,16 +591,9 @@ async fn stack_in_direct_mode_serves_a_session_at_the_tasks_address() {
 
     let pool = Pool::on_stack(Fixture::from_vars(sdk().await, vars).await, &stack);
     // The test's PUBLIC_IP (loopback) stands for the address EC2 would give.
-    let mut task = PoolTask::start(
-        &pool,
-        TaskOptions {
-            task_env: Some(stack.task_env.clone()),
-            ..Default::default()
-        },
-    )
-    .await
-    .warm()
-    .await;
+    let api = serve(pool.f.router.clone()).await;
+    let (options, _) = as_ecs_starts_it(&pool.f, moto(), stack.task_env.clone(), &api).await;
+    let mut task = PoolTask::start(&pool, options).await.warm().await;
     let (id, url) = pool.served_at_once(&mut task).await;
     let proxy = task.wait_event("proxy listening").await["addr"]
         .as_str()
@@ -602,6 +635,8 @@ async fn limited_to_roles(
     for (label, id) in principals {
         cmd.args(["--principal", &format!("{label}={id}")]);
     }
+    // The role the API assumes for a task's session (no resource runs with it).
+    cmd.args(["--role", "session=SessionRole"]);
     let out = tokio::time::timeout(POOL_WAIT, cmd.kill_on_drop(true).output())
         .await
         .expect("tests/py/moto_iam.py finished")
@@ -702,6 +737,12 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
     )
     .await;
     eprintln!("changed for moto's IAM: {:#?}", limited.widened);
+    // The pool task as ECS starts it (its credentials made while moto checks nothing), with
+    // the task API on a port taken now and served once the API's router exists.
+    let api_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api_url = format!("http://{}", api_listener.local_addr().unwrap());
+    let (task_options, task_role) =
+        as_ecs_starts_it(&f, &moto, behind_loopback(&stack), &api_url).await;
     // The API's role reads sessions by key and through indexes only: no Scan (a tenant's
     // DELETE /v1/contexts/{id} once scanned the whole table). Deleting a context below works
     // with this role.
@@ -734,13 +775,8 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
     let api = moto.sdk_config_as(role("api")).await;
     let admin = moto.sdk_config_as(limited.admin.clone()).await;
     let pool = Pool::on_stack(f.reconfigured(&api, admin, vars), &stack);
-    let mut task = pool
-        .warm_task(TaskOptions {
-            task_env: Some(behind_loopback(&stack)),
-            aws_env: Some(aws_env_as(&moto, &role("task"))),
-            ..Default::default()
-        })
-        .await;
+    serve_on(api_listener, pool.f.router.clone());
+    let mut task = pool.warm_task(task_options).await;
 
     let ctx = pool.new_context().await;
     let v = pool
@@ -759,6 +795,7 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
         .await;
     assert_eq!(ready["message"], "claimed session READY", "{}", task.text());
     drive(&connect_url(&v)).await;
+    another_session_is_out_of_reach(&pool, &moto, &task_role, &api_url, &id).await;
     // A download, stored with the task role's permissions.
     let files = tempfile::tempdir().unwrap();
     let (o, e) = (files.path().join("out"), files.path().join("elsewhere"));
@@ -879,4 +916,168 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
     assert_eq!(status, StatusCode::NO_CONTENT, "{gone}");
     let (status, _) = pool.f.call(Method::GET, &context_path, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// Step 13, item 2, as far as moto enforces it: while a task serves session `id`, with only
+/// what it holds — its task role's credentials (`task_role`), its identity at the task API
+/// (`api`), and the credentials that API grants it for its own session — it cannot receive
+/// another session's claim, read or write another session's item, nor read another tenant's
+/// context archive. (Protecting another task: moto has no UpdateTaskProtection; the session
+/// policy's unit tests and deploy/check_template.py assert that only the task's own ARN is
+/// named.)
+async fn another_session_is_out_of_reach(
+    pool: &Pool,
+    moto: &Moto,
+    task_role: &Credentials,
+    api: &str,
+    id: &str,
+) {
+    // Another session, on a context with an archive, waiting for a browser.
+    let bucket = pool.f.cfg.contexts_bucket.clone();
+    let other_ctx = pool.new_context().await;
+    let other_archive = wallcrawler_contract::storage::profile_key(&pool.f.project_id, &other_ctx);
+    s3(&pool.f.sdk)
+        .put_object()
+        .bucket(&bucket)
+        .key(&other_archive)
+        .body(b"another session's cookies".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let other = pool
+        .create(json!({"keepAlive": true,
+            "browserSettings": {"context": {"id": other_ctx, "persist": true}}}))
+        .await;
+    let other_id = other["id"].as_str().unwrap().to_owned();
+
+    // The task role: no claim, no item, no archive — not even its own session's.
+    let role = moto.sdk_config_as(task_role.clone()).await;
+    let denied = |what: &str, e: String| {
+        assert!(
+            e.contains("AccessDenied"),
+            "{what}: refused as AccessDenied, got {e}"
+        );
+    };
+    let received = aws_sdk_sqs::Client::new(&role)
+        .receive_message()
+        .queue_url(&pool.queue)
+        .send()
+        .await;
+    denied(
+        "receiving a claim",
+        format!("{:?}", received.expect_err("refused")),
+    );
+    let table = pool.f.cfg.tables.sessions.clone();
+    let dynamo = aws_sdk_dynamodb::Client::new(&role);
+    for session in [id, other_id.as_str()] {
+        let read = dynamo
+            .get_item()
+            .table_name(&table)
+            .key("sessionId", AttributeValue::S(session.into()))
+            .projection_expression("internalStatus")
+            .send()
+            .await;
+        denied(
+            "reading an item",
+            format!("{:?}", read.expect_err("refused")),
+        );
+    }
+    let route = dynamo
+        .update_item()
+        .table_name(&table)
+        .key("sessionId", AttributeValue::S(other_id.clone()))
+        .update_expression("SET publicIP = :ip")
+        .expression_attribute_values(":ip", AttributeValue::S("203.0.113.9".into()))
+        .send()
+        .await;
+    denied(
+        "writing a route",
+        format!("{:?}", route.expect_err("refused")),
+    );
+    let archive = s3(&role)
+        .get_object()
+        .bucket(&bucket)
+        .key(&other_archive)
+        .send()
+        .await;
+    denied(
+        "reading an archive",
+        format!("{:?}", archive.expect_err("refused")),
+    );
+
+    // Its identity at the task API: no second claim, no other session's credentials.
+    let identity = wallcrawler_aws::task_identity::sign(&role)
+        .await
+        .unwrap()
+        .encode();
+    let headers = [
+        (
+            wallcrawler_contract::task_api::IDENTITY_HEADER,
+            identity.as_str(),
+        ),
+        ("content-type", "application/json"),
+    ];
+    let call = |path: &str, body: Value| {
+        let url = format!("{api}{path}");
+        let headers = headers;
+        async move { http("POST", &url, &headers, body.to_string().into_bytes()).await }
+    };
+    let (status, body) = call(
+        wallcrawler_contract::task_api::CLAIMS_PATH,
+        json!({"waitSeconds": 0}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "a second claim: {body}");
+    let credentials = wallcrawler_contract::task_api::CREDENTIALS_PATH;
+    let (status, body) = call(credentials, json!({"sessionId": other_id})).await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "another session's credentials: {body}"
+    );
+
+    // Its own session's credentials reach no other session's archive, and no claim.
+    let (status, body) = call(credentials, json!({"sessionId": id})).await;
+    assert_eq!(status, StatusCode::OK, "its own session's credentials");
+    let grant: wallcrawler_contract::task_api::CredentialsGrant =
+        serde_json::from_str(&body).unwrap();
+    let c = grant.credentials;
+    let session = moto
+        .sdk_config_as(Credentials::new(
+            c.access_key_id,
+            c.secret_access_key,
+            Some(c.session_token),
+            None,
+            "session",
+        ))
+        .await;
+    let archive = s3(&session)
+        .get_object()
+        .bucket(&bucket)
+        .key(&other_archive)
+        .send()
+        .await;
+    denied(
+        "reading another session's archive with this session's credentials",
+        format!("{:?}", archive.expect_err("refused")),
+    );
+    let received = aws_sdk_sqs::Client::new(&session)
+        .receive_message()
+        .queue_url(&pool.queue)
+        .send()
+        .await;
+    denied(
+        "receiving a claim with a session's credentials",
+        format!("{:?}", received.expect_err("refused")),
+    );
+
+    // Nobody took the other session: it still waits for a browser, held by no task.
+    let item = pool.f.item(&other_id).await;
+    let status = text(&item, "internalStatus").and_then(|s| InternalStatus::parse(&s));
+    assert!(
+        status.is_some_and(InternalStatus::may_become_ready),
+        "{item:?}"
+    );
+    assert!(!item.contains_key("owner"), "{item:?}");
+    pool.release(&other_id).await;
 }

@@ -4,20 +4,34 @@ enforcement (tests/pool/stack.rs). Run it after the stack is created and BEFORE 
 switched on (`POST /moto-api/reset-auth` with body `0`): until then moto checks nothing.
 
     .venv/bin/python tests/py/moto_iam.py --endpoint http://127.0.0.1:PORT --stack NAME \\
-        --principal api=FUNCTION_NAME --principal task=TASK_DEFINITION_ARN ...
+        --principal api=FUNCTION_NAME --principal task=TASK_DEFINITION_ARN ... \\
+        --role session=SessionRole
 
 Each principal is a stack resource (a Lambda function by name, an ECS task definition by ARN);
 its role is the one the template gives it (`Role` / `TaskRoleArn`: a `Fn::GetAtt` to a role of
 the same stack), found in the template as moto holds it, and the role's physical name in the
-stack's resources. Nothing of the template's statements is written here: they are read from moto.
+stack's resources. Each `--role` is a role of the stack by its logical id that no resource runs
+with but another principal assumes (the SessionRole: the API assumes it for one task's session):
+its policies are changed as a principal's, and it is not assumed here. Nothing of the
+template's statements is written here: they are read from moto.
 
 moto 5.2.5 evaluates identity policies, but (moto/iam/access_control.py, moto/core/responses.py):
 
-- it authorises every action but S3's and SQS's against the resource "*" (only S3 builds
-  bucket/key ARNs and SQS the queue's ARN), so a statement scoped to a table, secret, task
-  definition or cluster never matches and everything would be denied. Those statements get
-  `Resource: "*"`; S3 and SQS statements keep the template's resources. What this proves is that
-  every ACTION the code calls is granted; deploy/check_template.py asserts the resources.
+- it authorises every action but S3's, SQS's and STS's AssumeRole against the resource "*"
+  (only S3 builds bucket/key ARNs, SQS the queue's ARN and STS the assumed role's), so a
+  statement scoped to a table, secret, task definition or cluster never matches and everything
+  would be denied. Those statements get `Resource: "*"`; S3, SQS and STS statements keep the
+  template's resources. What this proves is that every ACTION the code calls is granted;
+  deploy/check_template.py asserts the resources.
+- it checks an AssumeRole against the role's trust policy by comparing the caller's ARN with an
+  `AWS` principal literally, and a caller with a role's credentials is the role's session,
+  `arn:aws:sts::<account>:assumed-role/<role>/<session>`, never equal to the role ARN a trust
+  policy names (AWS matches a role principal against every session of the role). So a `--role`
+  trusting a principal's role gets, beside it, the ARN of the session this script assumed for
+  that principal (UpdateAssumeRolePolicy): the same principal, in moto's spelling.
+- it keeps an AssumeRole's session policy (`Policy`) but never evaluates it: credentials the API
+  makes for one session act with the whole SessionRole. What narrows them to a session is
+  asserted on the policy the API builds (`task_api::session_policy`'s unit tests).
 - it stores the inline policies CloudFormation made as Python objects, which its own policy
   evaluation cannot read (it expects JSON text): every inline policy is put again, as JSON, with
   PutRolePolicy.
@@ -36,7 +50,8 @@ moto 5.2.5 evaluates identity policies, but (moto/iam/access_control.py, moto/co
 Then each role is assumed (STS AssumeRole: moto's assumed-role keys carry the role's policies),
 and an IAM user allowed everything is made for the test's own checks (reading items, playing ECS).
 Prints one JSON object: {"principals": {label: {"role", "accessKeyId", "secretAccessKey",
-"sessionToken"}}, "admin": {"accessKeyId", "secretAccessKey"}, "widened": [...]}. Secrets go to
+"sessionToken"}}, "roles": {label: {"role", "arn"}}, "admin": {"accessKeyId",
+"secretAccessKey"}, "widened": [...]}. Secrets go to
 stdout only (the test's pipe), never to stderr.
 """
 
@@ -51,7 +66,7 @@ import uuid
 from support import moto_client
 
 # The services whose requests moto authorises against a resource ARN of their own.
-SCOPED_BY_MOTO = ("s3", "sqs")
+SCOPED_BY_MOTO = ("s3", "sqs", "sts")
 # The item writes AWS authorises a transaction's items as; moto checks the transaction instead.
 ITEM_WRITES = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 TRANSACTION = "dynamodb:TransactWriteItems"
@@ -133,11 +148,26 @@ def role_of(template, physical, ident):
     sys.exit(f"moto_iam: no resource of the stack is {ident}")
 
 
+def trusting_sessions(doc, sessions, role, notes):
+    """`doc` (a trust policy) with, beside each `AWS` principal that is a role ARN in
+    `sessions`, that role's session ARN (moto compares the caller's ARN literally)."""
+    out = []
+    for st in as_list(doc["Statement"]):
+        aws = as_list(st.get("Principal", {}).get("AWS", []))
+        added = [sessions[p] for p in aws if p in sessions]
+        if added:
+            st = {**st, "Principal": {**st["Principal"], "AWS": aws + added}}
+            notes.append(f"{role}: trust policy: + {added} beside the role (moto matches a principal literally)")
+        out.append(st)
+    return {**doc, "Statement": out}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--endpoint", required=True, help="moto server URL (loopback)")
     ap.add_argument("--stack", required=True)
     ap.add_argument("--principal", action="append", default=[], help="LABEL=PHYSICAL_ID")
+    ap.add_argument("--role", action="append", default=[], help="LABEL=LOGICAL_ID of a role assumed by a principal")
     ap.add_argument("--bucket", action="append", default=[], help="a bucket whose TLS-only Deny goes")
     a = ap.parse_args()
     if not is_loopback(a.endpoint):
@@ -152,24 +182,41 @@ def main():
         for r in cfn.describe_stack_resources(StackName=a.stack)["StackResources"]
         if r.get("LogicalResourceId") and r.get("PhysicalResourceId")
     }
-    notes, principals = [], {}
+    notes, principals, sessions = [], {}, {}
+
+    def put_widened(label, role):
+        for policy in iam.list_role_policies(RoleName=role)["PolicyNames"]:
+            raw = iam.get_role_policy(RoleName=role, PolicyName=policy)["PolicyDocument"]
+            doc = widened(policy_document(raw), label, policy, notes)
+            iam.put_role_policy(RoleName=role, PolicyName=policy, PolicyDocument=json.dumps(doc))
+
     for bucket in a.bucket:
         without_tls_only(moto_client(a.endpoint, "s3"), bucket, notes)
     for p in a.principal:
         label, ident = p.split("=", 1)
         role = physical[role_of(template, physical, ident)]
-        for policy in iam.list_role_policies(RoleName=role)["PolicyNames"]:
-            raw = iam.get_role_policy(RoleName=role, PolicyName=policy)["PolicyDocument"]
-            doc = widened(policy_document(raw), label, policy, notes)
-            iam.put_role_policy(RoleName=role, PolicyName=policy, PolicyDocument=json.dumps(doc))
+        put_widened(label, role)
         arn = iam.get_role(RoleName=role)["Role"]["Arn"]
-        creds = sts.assume_role(RoleArn=arn, RoleSessionName=f"wallcrawler-{label}")["Credentials"]
+        assumed = sts.assume_role(RoleArn=arn, RoleSessionName=f"wallcrawler-{label}")
+        creds = assumed["Credentials"]
+        sessions[arn] = assumed["AssumedRoleUser"]["Arn"]
         principals[label] = {
             "role": role,
             "accessKeyId": creds["AccessKeyId"],
             "secretAccessKey": creds["SecretAccessKey"],
             "sessionToken": creds["SessionToken"],
         }
+    roles = {}
+    for r in a.role:
+        label, logical = r.split("=", 1)
+        if template["Resources"].get(logical, {}).get("Type") != "AWS::IAM::Role" or logical not in physical:
+            sys.exit(f"moto_iam: {logical} is no role of the stack")
+        role = physical[logical]
+        put_widened(label, role)
+        found = iam.get_role(RoleName=role)["Role"]
+        trust = trusting_sessions(policy_document(found["AssumeRolePolicyDocument"]), sessions, label, notes)
+        iam.update_assume_role_policy(RoleName=role, PolicyDocument=json.dumps(trust))
+        roles[label] = {"role": role, "arn": found["Arn"]}
 
     admin = f"wallcrawler-test-admin-{uuid.uuid4().hex[:8]}"
     iam.create_user(UserName=admin)
@@ -179,6 +226,7 @@ def main():
     json.dump(
         {
             "principals": principals,
+            "roles": roles,
             "admin": {"accessKeyId": key["AccessKeyId"], "secretAccessKey": key["SecretAccessKey"]},
             "widened": notes,
         },

@@ -101,11 +101,18 @@ def moto_client(endpoint: str, service: str):
 
 
 class Moto:
-    """moto_server on a free port (read from its own line `Running on http://127.0.0.1:N`)."""
+    """moto_server on a free port (read from its own line `Running on http://127.0.0.1:N`);
+    `wrapped`: tests/py/moto_server.py, moto as the Rust tests run it (DynamoDB's conditional
+    writes atomic, session policies held)."""
 
-    def __init__(self) -> None:
+    def __init__(self, wrapped: bool = False) -> None:
+        command = (
+            [str(ROOT / ".venv/bin/python"), str(ROOT / "tests/py/moto_server.py"), "127.0.0.1", "0"]
+            if wrapped
+            else [str(ROOT / ".venv/bin/moto_server"), "-H", "127.0.0.1", "-p", "0"]
+        )
         self.proc = subprocess.Popen(
-            [str(ROOT / ".venv/bin/moto_server"), "-H", "127.0.0.1", "-p", "0"],
+            command,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -108,6 +108,11 @@ pub fn s3(sdk: &SdkConfig) -> aws_sdk_s3::Client {
 /// Gateway serves the API function to the tasks); its base URL, `http://127.0.0.1:<port>`.
 pub async fn serve(router: Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    serve_on(listener, router)
+}
+
+/// [`serve`] on a listener bound beforehand (its URL handed out before the router exists).
+pub fn serve_on(listener: tokio::net::TcpListener, router: Router) -> String {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
     format!("http://{addr}")
