@@ -304,30 +304,32 @@ fn behind_loopback(stack: &Stack) -> Vec<(String, String)> {
 }
 
 /// A pool task of the stack as ECS would start it, made while moto checks nothing (with
-/// `f`'s credentials): a moto ECS task of the stack's task definition, and its task role's
+/// `f`'s credentials): a moto ECS task of the stack's task definition (in `moto`, of `stack`), and its task role's
 /// credentials in a role session named by the task's id, as ECS names it (what the task API
 /// reads as "which task"). With `env` (the task definition's) and the task API's URL
 /// replaced by `api` (the API function's router served on loopback: the test's stand-in for
 /// API Gateway's public name, which a test never contacts), the options to start it with.
 async fn as_ecs_starts_it(
     f: &Fixture,
-    moto: &Moto,
+    (moto, stack): (&Moto, &str),
     env: Vec<(String, String)>,
     api: &str,
 ) -> (TaskOptions, Credentials) {
     let arn = super::ecs_task(f).await;
-    let definition = f
-        .ecs()
-        .describe_task_definition()
-        .task_definition(&f.cfg.ecs.task_definition)
-        .send()
-        .await
-        .unwrap();
-    let role = definition
-        .task_definition()
-        .and_then(|d| d.task_role_arn())
-        .expect("the task definition names its task role")
-        .to_owned();
+    // The task role as the stack made it (moto's task definition does not name it back).
+    let resource = query(
+        &moto.endpoint,
+        "cloudformation",
+        "2010-05-15",
+        &format!("Action=DescribeStackResource&StackName={stack}&LogicalResourceId=TaskRole"),
+    )
+    .await;
+    let name = resource
+        .split("<PhysicalResourceId>")
+        .nth(1)
+        .and_then(|r| r.split("</PhysicalResourceId>").next())
+        .unwrap_or_else(|| panic!("the stack's TaskRole: {resource}"));
+    let role = format!("arn:aws:iam::123456789012:role/{name}");
     let task_id = arn.rsplit('/').next().unwrap();
     let creds = assume_role(moto, dummy_credentials(), &role, task_id).await;
     let mut env = env;
@@ -486,7 +488,13 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
     // A pool task as the service would start it: the task definition's environment.
     let pool = Pool::on_stack(f, &stack);
     let api = serve(pool.f.router.clone()).await;
-    let (options, _) = as_ecs_starts_it(&pool.f, moto(), behind_loopback(&stack), &api).await;
+    let (options, _) = as_ecs_starts_it(
+        &pool.f,
+        (moto(), &stack.name),
+        behind_loopback(&stack),
+        &api,
+    )
+    .await;
     let mut task = PoolTask::start(&pool, options).await.warm().await;
 
     // The create answers at once with the gateway's URL; the task takes the claim.
@@ -592,7 +600,8 @@ async fn stack_in_direct_mode_serves_a_session_at_the_tasks_address() {
     let pool = Pool::on_stack(Fixture::from_vars(sdk().await, vars).await, &stack);
     // The test's PUBLIC_IP (loopback) stands for the address EC2 would give.
     let api = serve(pool.f.router.clone()).await;
-    let (options, _) = as_ecs_starts_it(&pool.f, moto(), stack.task_env.clone(), &api).await;
+    let (options, _) =
+        as_ecs_starts_it(&pool.f, (moto(), &stack.name), stack.task_env.clone(), &api).await;
     let mut task = PoolTask::start(&pool, options).await.warm().await;
     let (id, url) = pool.served_at_once(&mut task).await;
     let proxy = task.wait_event("proxy listening").await["addr"]
@@ -701,18 +710,25 @@ async fn role_policies(moto: &Moto, role: &str) -> String {
     out
 }
 
-/// Item 1 of Step 10 as far as moto's IAM mode goes: the API, the gateway and a pool task each
-/// run with credentials limited to its own role's policies as the stack made them, and serve a
-/// session on a context created just before (no archive yet), persisted at the end. A call the
-/// code makes and the role does not grant fails the test (moto answers AccessDenied).
+/// Item 1 of Step 10 and item 2 of Step 13 as far as moto's IAM mode goes: the API, the
+/// gateway and a pool task each run with credentials limited to its own role's policies as the
+/// stack made them (the task: its task role in a session named by its task id, as ECS gives
+/// it), and serve a session on a context created just before (no archive yet), persisted at
+/// the end. The task takes its claim from the task API (served on loopback) and does
+/// everything for its session with the credentials the API granted (the SessionRole narrowed
+/// by a session policy). A call the code makes and the role does not grant fails the test
+/// (moto answers AccessDenied); while it serves, the task reaches nothing of another session
+/// ([`another_session_is_out_of_reach`]).
 ///
 /// moto authorises most actions against the resource "*", so the roles' statements are widened
-/// to it for every service but S3 and SQS (tests/py/moto_iam.py): this proves the ACTIONS,
-/// deploy/check_template.py the resources. The bucket's TLS-only Deny is lifted (moto cannot see
-/// TLS and applies it to every request). Conditions are not evaluated by moto (so the session
-/// item's attribute lists are asserted by deploy/check_template.py, and what the controller
-/// asks for by `aws::tests::no_read_of_a_session_item_asks_for_or_receives_its_token`); S3's
-/// resources are: the task role reads no object outside the keys the controller uses.
+/// to it for every service but S3, SQS and STS's AssumeRole (tests/py/moto_iam.py): this proves
+/// the ACTIONS, deploy/check_template.py the resources. The bucket's TLS-only Deny is lifted
+/// (moto cannot see TLS and applies it to every request). Conditions are not evaluated by moto
+/// (so the session item's attribute lists and `dynamodb:LeadingKeys` are asserted by
+/// deploy/check_template.py and the session policy's unit tests, and what the controller asks
+/// for by `aws::tests::no_read_of_a_session_item_asks_for_or_receives_its_token`); S3's
+/// resources are, and a session policy's (tests/py/moto_server.py applies it to S3, SQS and
+/// STS).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
     // IAM enforcement is global to a moto server: this test has one of its own.
@@ -742,7 +758,7 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
     let api_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let api_url = format!("http://{}", api_listener.local_addr().unwrap());
     let (task_options, task_role) =
-        as_ecs_starts_it(&f, &moto, behind_loopback(&stack), &api_url).await;
+        as_ecs_starts_it(&f, (&moto, &stack.name), behind_loopback(&stack), &api_url).await;
     // The API's role reads sessions by key and through indexes only: no Scan (a tenant's
     // DELETE /v1/contexts/{id} once scanned the whole table). Deleting a context below works
     // with this role.
@@ -869,9 +885,10 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
         memchr::memmem::find(&zip, &served).is_some(),
         "the download in the zip"
     );
-    // The task role reaches only the keys the controller uses (moto enforces S3's resources):
-    // not the zip the API made beside the session's downloads, not a download it stored (it
-    // only writes there); its context's archive it reads.
+    // The task role itself reaches none of the session's objects (moto enforces S3's
+    // resources): not the zip the API made beside the session's downloads, not a download
+    // stored, not even its context's archive — the controller did all of that with the
+    // credentials the task API granted for this session.
     let bucket = out("ContextsBucketName");
     let downloads = format!("files/{}/{id}/downloads/", pool.f.project_id);
     let stored = s3(&pool.f.sdk)
@@ -882,10 +899,11 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
         .await
         .unwrap();
     let stored = stored.contents()[0].key().unwrap().to_owned();
-    let as_task = s3(&moto.sdk_config_as(role("task")).await);
+    let as_task = s3(&moto.sdk_config_as(task_role.clone()).await);
     for key in [
         format!("files/{}/{id}/downloads.zip", pool.f.project_id),
         stored,
+        wallcrawler_contract::storage::profile_key(&pool.f.project_id, &ctx),
     ] {
         let e = as_task
             .get_object()
@@ -900,12 +918,6 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
             "{key}: {e:?}"
         );
     }
-    let archive_key = wallcrawler_contract::storage::profile_key(&pool.f.project_id, &ctx);
-    let own = as_task.get_object().bucket(&bucket).key(&archive_key);
-    assert!(
-        own.send().await.is_ok(),
-        "the task role reads {archive_key}"
-    );
     assert_eq!(
         pool.messages(&pool.dlq).await,
         (0, 0),
@@ -1073,9 +1085,10 @@ async fn another_session_is_out_of_reach(
 
     // Nobody took the other session: it still waits for a browser, held by no task.
     let item = pool.f.item(&other_id).await;
-    let status = text(&item, "internalStatus").and_then(|s| InternalStatus::parse(&s));
+    let status =
+        text(&item, "internalStatus").and_then(|s| wallcrawler_contract::InternalStatus::parse(&s));
     assert!(
-        status.is_some_and(InternalStatus::may_become_ready),
+        status.is_some_and(wallcrawler_contract::InternalStatus::may_become_ready),
         "{item:?}"
     );
     assert!(!item.contains_key("owner"), "{item:?}");
