@@ -49,6 +49,11 @@ struct Task {
 impl World {
     /// With `redrive`, the queue dead-letters a claim received that many times.
     async fn new(redrive: Option<u32>) -> World {
+        World::with(redrive, Vec::new()).await
+    }
+
+    /// [`World::new`] with more of the API function's environment.
+    async fn with(redrive: Option<u32>, extra: Vec<(&'static str, String)>) -> World {
         let sdk = wallcrawler_testkit::sdk_config().await;
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         let mut create = sqs.create_queue().queue_name(unique("claims"));
@@ -67,17 +72,15 @@ impl World {
         let tasks_table = tables::create(&sdk, &tables::TASKS).await;
         let task_role = format!("arn:aws:iam::{ACCOUNT}:role/{}", unique("wc-task"));
         let session_role = format!("arn:aws:iam::{ACCOUNT}:role/{}", unique("wc-session"));
-        let f = Fixture::with_env(
-            1,
-            vec![
-                ("POOL_QUEUE_URL", queue.clone()),
-                ("TASKS_TABLE_NAME", tasks_table.clone()),
-                ("SESSION_ROLE_ARN", session_role),
-                ("TASK_ROLE_ARN", task_role.clone()),
-                ("POOL_CLAIM_VISIBILITY_SECONDS", VISIBILITY.to_string()),
-            ],
-        )
-        .await;
+        let mut env = vec![
+            ("POOL_QUEUE_URL", queue.clone()),
+            ("TASKS_TABLE_NAME", tasks_table.clone()),
+            ("SESSION_ROLE_ARN", session_role),
+            ("TASK_ROLE_ARN", task_role.clone()),
+            ("POOL_CLAIM_VISIBILITY_SECONDS", VISIBILITY.to_string()),
+        ];
+        env.extend(extra);
+        let f = Fixture::with_env(1, env).await;
         // The fixture's router is the API function's: the task API's routes are in it.
         let api = f.router.clone();
         World {
@@ -312,6 +315,26 @@ async fn a_claim_goes_to_one_task_with_credentials_for_its_session_alone() {
         fresh["credentials"]["accessKeyId"], grant["credentials"]["accessKeyId"],
         "fresh credentials"
     );
+}
+
+/// A task started for one session (cold: beyond its project's share of the pool) gets
+/// credentials for that session at its start — the item names it from its `RunTask` — and for
+/// no other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_task_gets_credentials_for_its_own_session() {
+    let w = World::with(None, vec![("POOL_PROJECT_SHARE", "1".to_owned())]).await;
+    let warm = w.session().await;
+    let cold = w.session().await;
+    let arn = text(&w.item(&cold).await, "ecsTaskArn").expect("its own task's ARN");
+    let task = w
+        .task_of(&w.task_role, arn.rsplit('/').next().unwrap())
+        .await;
+    assert_eq!(w.arn(&task), arn);
+    let (status, v) = w.credentials(&task, &cold).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_credentials(&v);
+    let (status, v) = w.credentials(&task, &warm).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{v}");
 }
 
 /// Claims are judged as a pool controller judges them: a session released before anyone served
@@ -611,4 +634,91 @@ async fn an_identity_sts_refuses_is_answered_401() {
     .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{v}");
     assert_eq!(v["message"], "STS refused the task identity");
+}
+
+/// What the code under test logs, kept (a `tracing` writer).
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+/// The task API's logs name the task and the session, never the identity (its signature or
+/// token), the caller's ARN or the credentials it grants, at any level of ours.
+#[tokio::test]
+async fn the_logs_hold_task_and_session_ids_and_no_secret() {
+    let logs = Logs::default();
+    // A current-thread runtime: every task of this test logs through this default.
+    let _guard = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "wallcrawler_control_plane=trace,wallcrawler_aws=trace,info",
+            ))
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .finish(),
+    );
+    let w = World::new(None).await;
+    let (a, b) = (w.task().await, w.task().await);
+    let id = w.session().await;
+    let header = identity(&a).await;
+    let a_identity = SignedIdentity::decode(&header).unwrap();
+    let body = json!({ "waitSeconds": 5 }).to_string();
+    let (status, grant) = call(&w.api, CLAIMS_PATH, Some(&header), &body).await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    let body = json!({ "sessionId": id }).to_string();
+    let (status, fresh) = call(&w.api, CREDENTIALS_PATH, Some(&header), &body).await;
+    assert_eq!(status, StatusCode::OK, "{fresh}");
+    let (status, _) = w.credentials(&b, &id).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let api_role = format!("arn:aws:iam::{ACCOUNT}:role/{}", unique("wc-api"));
+    let other = w.task_of(&api_role, &a.id).await;
+    let (status, _) = w.claim(&other, 0).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    for needle in [
+        format!("task.id={}", a.id),
+        format!("session.id={id}"),
+        "claim granted".to_owned(),
+        "session credentials granted".to_owned(),
+        "credentials refused: not the task's session".to_owned(),
+        "a caller that is not a task asked the task API".to_owned(),
+    ] {
+        assert!(text.contains(&needle), "no {needle:?} in the logs:\n{text}");
+    }
+    let signature = a_identity
+        .authorization
+        .rsplit('=')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut secrets = vec![
+        header[..32].to_owned(),
+        signature,
+        a_identity.security_token.clone(),
+        "assumed-role".to_owned(),
+    ];
+    for g in [&grant, &fresh] {
+        for k in ["accessKeyId", "secretAccessKey", "sessionToken"] {
+            secrets.push(g["credentials"][k].as_str().unwrap().to_owned());
+        }
+    }
+    for secret in secrets {
+        assert!(!text.contains(&secret), "a secret in the logs:\n{text}");
+    }
 }
