@@ -54,7 +54,8 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, warn};
 use wallcrawler_contract::InternalStatus;
-use wallcrawler_contract::claim::{Claim, NO_BROWSER_IN_TIME, lapsed};
+use wallcrawler_contract::claim::{Claim, NO_BROWSER_IN_TIME};
+use wallcrawler_contract::session_doc::{ClaimFacts, ClaimVerdict, claim_verdict};
 
 use crate::app::{Session, Started};
 use crate::auth::Authenticator;
@@ -492,39 +493,22 @@ async fn judge(deps: &Deps, claim: &Claim, now: u64, me: &str) -> Option<Verdict
 }
 
 /// What to do with `claim`, given its session item (`None`: no such session), at `now`, for
-/// controller `me`.
+/// controller `me`: the contract's verdict, the one the task API applies too.
 fn verdict(claim: &Claim, record: Option<SessionRecord>, now: u64, me: &str) -> Verdict {
-    let Some(record) = record else {
-        return Verdict::Discard {
-            why: "the session does not exist".into(),
-            end: false,
-        };
-    };
-    if record.project_id.as_deref() != Some(claim.project_id.as_str()) {
-        return Verdict::Discard {
-            why: "the claim names another project than the session".into(),
-            end: false,
-        };
-    }
-    let held = record.live_owner(now).is_some_and(|o| o != me);
-    match record.internal_status {
-        Some(s) if s.may_become_ready() && held => Verdict::HandBack {
-            until: record.owner_until,
-        },
-        Some(s) if s.may_become_ready() && lapsed(record.claim_deadline, now) => Verdict::Unserved,
-        Some(s) if s.may_become_ready() => Verdict::Serve(record),
-        s => Verdict::Discard {
-            why: format!(
-                "the session is {}, no longer waiting for a browser",
-                s.map_or("without a status", InternalStatus::as_str)
-            ),
-            // Only a session nobody served nor holds: a controller that did writes `endedAt`
-            // itself, last, after saving its context.
-            end: s.is_some_and(InternalStatus::is_terminal)
-                && !record.ever_ready
-                && !record.ended
-                && !held,
-        },
+    let facts = record.as_ref().map(|r| ClaimFacts {
+        project_id: r.project_id.as_deref(),
+        status: r.internal_status,
+        owner: r.owner.as_deref(),
+        owner_until: r.owner_until,
+        claim_deadline: r.claim_deadline,
+        ever_ready: r.ever_ready,
+        ended: r.ended,
+    });
+    match claim_verdict(claim, facts, now, me) {
+        ClaimVerdict::Serve => Verdict::Serve(record.expect("a verdict to serve has an item")),
+        ClaimVerdict::Unserved => Verdict::Unserved,
+        ClaimVerdict::HandBack { until } => Verdict::HandBack { until },
+        ClaimVerdict::Discard { why, end } => Verdict::Discard { why, end },
     }
 }
 

@@ -1031,7 +1031,6 @@ async fn another_session_is_out_of_reach(
     ];
     let call = |path: &str, body: Value| {
         let url = format!("{api}{path}");
-        let headers = headers;
         async move { http("POST", &url, &headers, body.to_string().into_bytes()).await }
     };
     let (status, body) = call(

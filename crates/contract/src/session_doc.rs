@@ -322,11 +322,46 @@ pub enum ClaimVerdict {
     },
 }
 
-/// The verdict on `claim` given its session item (`None`: no such session) at `now` (Unix
-/// seconds), for the would-be owner `me`.
+/// What a claim's verdict reads of its session's item: the same few attributes whether the
+/// whole document (the control plane's) or the controller's projection of it.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimFacts<'a> {
+    /// `projectId`.
+    pub project_id: Option<&'a str>,
+    /// `internalStatus`, when known.
+    pub status: Option<InternalStatus>,
+    /// `owner` and `ownerUntil`.
+    pub owner: Option<&'a str>,
+    /// `ownerUntil` (Unix seconds).
+    pub owner_until: Option<u64>,
+    /// `claimDeadline` (Unix seconds).
+    pub claim_deadline: Option<u64>,
+    /// `readyAt` is set.
+    pub ever_ready: bool,
+    /// `endedAt` is set.
+    pub ended: bool,
+}
+
+impl SessionDoc {
+    /// What a claim's verdict reads of this item.
+    pub fn claim_facts(&self) -> ClaimFacts<'_> {
+        ClaimFacts {
+            project_id: Some(&self.project_id),
+            status: self.internal(),
+            owner: self.owner.as_deref(),
+            owner_until: self.owner_until,
+            claim_deadline: self.claim_deadline,
+            ever_ready: self.ready_at.is_some(),
+            ended: self.ended_at.is_some(),
+        }
+    }
+}
+
+/// The verdict on `claim` given its session item's facts (`None`: no such session) at `now`
+/// (Unix seconds), for the would-be owner `me`.
 pub fn claim_verdict(
     claim: &crate::claim::Claim,
-    doc: Option<&SessionDoc>,
+    doc: Option<ClaimFacts<'_>>,
     now: u64,
     me: &str,
 ) -> ClaimVerdict {
@@ -336,14 +371,14 @@ pub fn claim_verdict(
             end: false,
         };
     };
-    if doc.project_id != claim.project_id {
+    if doc.project_id != Some(claim.project_id.as_str()) {
         return ClaimVerdict::Discard {
             why: "the claim names another project than the session".into(),
             end: false,
         };
     }
-    let held = doc.live_owner(now).is_some_and(|o| o != me);
-    if doc.pending() {
+    let held = live_owner(doc.owner, doc.owner_until, now).is_some_and(|o| o != me);
+    if doc.status.is_some_and(InternalStatus::may_become_ready) {
         return if held {
             ClaimVerdict::HandBack {
                 until: doc.owner_until,
@@ -354,17 +389,17 @@ pub fn claim_verdict(
             ClaimVerdict::Serve
         };
     }
-    let status = doc.internal();
     ClaimVerdict::Discard {
         why: format!(
             "the session is {}, no longer waiting for a browser",
-            status.map_or("without a status", InternalStatus::as_str)
+            doc.status
+                .map_or("without a status", InternalStatus::as_str)
         ),
         // Only a session nobody served nor holds: one that was served gets `endedAt` from
         // its controller, last, after saving its context.
-        end: status.is_some_and(InternalStatus::is_terminal)
-            && doc.ready_at.is_none()
-            && doc.ended_at.is_none()
+        end: doc.status.is_some_and(InternalStatus::is_terminal)
+            && !doc.ever_ready
+            && !doc.ended
             && !held,
     }
 }
@@ -782,7 +817,7 @@ mod tests {
         let now = 100;
         let mut d = doc("s");
         d.claim_deadline = Some(now + 10);
-        let judge = |d: &SessionDoc| claim_verdict(&claim, Some(d), now, "me");
+        let judge = |d: &SessionDoc| claim_verdict(&claim, Some(d.claim_facts()), now, "me");
         assert_eq!(judge(&d), ClaimVerdict::Serve);
         assert_eq!(
             claim_verdict(&claim, None, now, "me"),

@@ -224,7 +224,7 @@ impl TaskBroker {
         for _ in 0..JUDGEMENTS {
             let now = unix_millis() / 1000;
             let doc = self.sessions.get(&claim.session_id).await?;
-            match claim_verdict(&claim, doc.as_ref(), now, &me) {
+            match claim_verdict(&claim, doc.as_ref().map(SessionDoc::claim_facts), now, &me) {
                 ClaimVerdict::Serve => {
                     let t = Take {
                         owner: &me,
