@@ -74,25 +74,13 @@ use crate::stores::{ClaimQueue, Received, SessionRecord, SessionStore, Take, Tak
 /// lifetime passes.
 const RECEIVE_WAIT: Duration = Duration::from_secs(20);
 
-/// What to do with a parsed claim.
+/// What to do with a parsed claim: the contract's verdict ([`ClaimVerdict`]), a session to
+/// serve carrying its item. A session released before any controller served it gets its
+/// `endedAt` from the controller that drops its claim (as `run` does for a session released
+/// before its task started), or nobody would and its context stayed leased.
 enum Verdict {
     Serve(SessionRecord),
-    /// Pending past its claim's deadline: no client waits any more. The session is ended
-    /// ("no browser was available in time") and the claim deleted, never served to nobody.
-    Unserved,
-    /// Pending, but held by another controller (a claim delivered twice, or its owner's lease
-    /// still running): handed back, visible again once the owner's lease (`ownerUntil`,
-    /// `None`: none known) ends, so it is served if that owner dies before READY.
-    HandBack {
-        until: Option<u64>,
-    },
-    /// Deleted unserved, with the reason for the log; `end`: the session ended before any
-    /// controller served it, and this one writes its `endedAt` (as `run` does for a session
-    /// released before its task started), or nobody would and its context stayed leased.
-    Discard {
-        why: String,
-        end: bool,
-    },
+    Not(ClaimVerdict),
 }
 
 /// Runs a pool controller until its session ends (or its idle lifetime); how it ended.
@@ -381,8 +369,8 @@ impl Waiting<'_> {
         match self.judged(&claim).await? {
             Verdict::Serve(record) => return Some(Some((claim, received, record))),
             // Acted on by `judged`: never returned.
-            Verdict::Unserved => {}
-            Verdict::HandBack { until } => {
+            Verdict::Not(ClaimVerdict::Serve | ClaimVerdict::Unserved) => {}
+            Verdict::Not(ClaimVerdict::HandBack { until }) => {
                 // Not deleted: if its owner dies before READY, this claim is the only way
                 // the session is ever served.
                 info!(session.id = %claim.session_id, "another controller holds the claim's session");
@@ -392,7 +380,7 @@ impl Waiting<'_> {
                 });
                 self.hand_back(&received.receipt, after).await;
             }
-            Verdict::Discard { why, end } => {
+            Verdict::Not(ClaimVerdict::Discard { why, end }) => {
                 info!(session.id = %claim.session_id, why, "claim dropped");
                 if end {
                     let item = SessionItem {
@@ -420,7 +408,7 @@ impl Waiting<'_> {
         for _ in 0..3 {
             let now = wallcrawler_contract::time::unix_millis() / 1000;
             match judge(self.deps, claim, now, self.me).await? {
-                Verdict::Unserved => {}
+                Verdict::Not(ClaimVerdict::Unserved) => {}
                 Verdict::Serve(record) => match self.take(store.as_ref(), claim, now).await? {
                     true => return Some(Verdict::Serve(record)),
                     false => {
@@ -433,10 +421,10 @@ impl Waiting<'_> {
             let at = wallcrawler_contract::time::now_iso8601();
             match store.end_unserved(&claim.session_id, now, &at).await {
                 Ok(true) => {
-                    return Some(Verdict::Discard {
+                    return Some(Verdict::Not(ClaimVerdict::Discard {
                         why: format!("its claim's deadline passed: {NO_BROWSER_IN_TIME}"),
                         end: false,
-                    });
+                    }));
                 }
                 Ok(false) => debug!("the session changed while its claim lapsed; judged again"),
                 Err(e) => {
@@ -445,10 +433,10 @@ impl Waiting<'_> {
                 }
             }
         }
-        Some(Verdict::Discard {
+        Some(Verdict::Not(ClaimVerdict::Discard {
             why: "the session kept changing while its claim was judged".into(),
             end: false,
-        })
+        }))
     }
 
     /// Takes the claim's session for this controller, its lease as long as the claim's
@@ -505,10 +493,11 @@ fn verdict(claim: &Claim, record: Option<SessionRecord>, now: u64, me: &str) -> 
         ended: r.ended,
     });
     match claim_verdict(claim, facts, now, me) {
-        ClaimVerdict::Serve => Verdict::Serve(record.expect("a verdict to serve has an item")),
-        ClaimVerdict::Unserved => Verdict::Unserved,
-        ClaimVerdict::HandBack { until } => Verdict::HandBack { until },
-        ClaimVerdict::Discard { why, end } => Verdict::Discard { why, end },
+        ClaimVerdict::Serve => match record {
+            Some(record) => Verdict::Serve(record),
+            None => unreachable!("a session to serve has an item"),
+        },
+        other => Verdict::Not(other),
     }
 }
 
@@ -896,8 +885,8 @@ mod tests {
     /// `Some(end)` for a discard, `None` for a serve.
     fn discard_end(record: Option<SessionRecord>) -> Option<bool> {
         match verdict(&claim(), record, 1_000, "me") {
-            Verdict::Serve(_) | Verdict::Unserved | Verdict::HandBack { .. } => None,
-            Verdict::Discard { end, .. } => Some(end),
+            Verdict::Not(ClaimVerdict::Discard { end, .. }) => Some(end),
+            _ => None,
         }
     }
 
@@ -1047,7 +1036,7 @@ mod tests {
         let v = |r| verdict(&claim(), Some(r), 1_000, "me");
         assert!(matches!(
             v(with(InternalStatus::Provisioning, Some(999))),
-            Verdict::Unserved
+            Verdict::Not(ClaimVerdict::Unserved)
         ));
         for (status, deadline) in [
             (InternalStatus::Provisioning, Some(1_000)),
@@ -1063,7 +1052,7 @@ mod tests {
         // READY (served by another controller) or ended: dropped as before, not ended here.
         assert!(matches!(
             v(with(InternalStatus::Ready, Some(1))),
-            Verdict::Discard { end: false, .. }
+            Verdict::Not(ClaimVerdict::Discard { end: false, .. })
         ));
     }
 

@@ -930,6 +930,32 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
+/// Asserts that `what` was refused as AccessDenied.
+fn denied<T: std::fmt::Debug, E: std::fmt::Debug>(what: &str, r: Result<T, E>) {
+    let e = format!("{:?}", r.expect_err(what));
+    assert!(
+        e.contains("AccessDenied"),
+        "{what}: refused as AccessDenied, got {e}"
+    );
+}
+
+/// A claim received from `queue` and the object at `key` of `bucket`, both with `sdk`'s
+/// credentials: each refused as AccessDenied.
+async fn no_claim_nor_object(
+    sdk: &aws_config::SdkConfig,
+    queue: &str,
+    (bucket, key): (&str, &str),
+) {
+    let received = aws_sdk_sqs::Client::new(sdk)
+        .receive_message()
+        .queue_url(queue)
+        .send()
+        .await;
+    denied("receiving a claim", received);
+    let object = s3(sdk).get_object().bucket(bucket).key(key).send().await;
+    denied("reading another session's archive", object);
+}
+
 /// Step 13, item 2, as far as moto enforces it: while a task serves session `id`, with only
 /// what it holds — its task role's credentials (`task_role`), its identity at the task API
 /// (`api`), and the credentials that API grants it for its own session — it cannot receive
@@ -964,21 +990,7 @@ async fn another_session_is_out_of_reach(
 
     // The task role: no claim, no item, no archive — not even its own session's.
     let role = moto.sdk_config_as(task_role.clone()).await;
-    let denied = |what: &str, e: String| {
-        assert!(
-            e.contains("AccessDenied"),
-            "{what}: refused as AccessDenied, got {e}"
-        );
-    };
-    let received = aws_sdk_sqs::Client::new(&role)
-        .receive_message()
-        .queue_url(&pool.queue)
-        .send()
-        .await;
-    denied(
-        "receiving a claim",
-        format!("{:?}", received.expect_err("refused")),
-    );
+    no_claim_nor_object(&role, &pool.queue, (&bucket, &other_archive)).await;
     let table = pool.f.cfg.tables.sessions.clone();
     let dynamo = aws_sdk_dynamodb::Client::new(&role);
     for session in [id, other_id.as_str()] {
@@ -989,10 +1001,7 @@ async fn another_session_is_out_of_reach(
             .projection_expression("internalStatus")
             .send()
             .await;
-        denied(
-            "reading an item",
-            format!("{:?}", read.expect_err("refused")),
-        );
+        denied("reading an item", read);
     }
     let route = dynamo
         .update_item()
@@ -1002,20 +1011,7 @@ async fn another_session_is_out_of_reach(
         .expression_attribute_values(":ip", AttributeValue::S("203.0.113.9".into()))
         .send()
         .await;
-    denied(
-        "writing a route",
-        format!("{:?}", route.expect_err("refused")),
-    );
-    let archive = s3(&role)
-        .get_object()
-        .bucket(&bucket)
-        .key(&other_archive)
-        .send()
-        .await;
-    denied(
-        "reading an archive",
-        format!("{:?}", archive.expect_err("refused")),
-    );
+    denied("writing a route", route);
 
     // Its identity at the task API: no second claim, no other session's credentials.
     let identity = wallcrawler_aws::task_identity::sign(&role)
@@ -1062,25 +1058,7 @@ async fn another_session_is_out_of_reach(
             "session",
         ))
         .await;
-    let archive = s3(&session)
-        .get_object()
-        .bucket(&bucket)
-        .key(&other_archive)
-        .send()
-        .await;
-    denied(
-        "reading another session's archive with this session's credentials",
-        format!("{:?}", archive.expect_err("refused")),
-    );
-    let received = aws_sdk_sqs::Client::new(&session)
-        .receive_message()
-        .queue_url(&pool.queue)
-        .send()
-        .await;
-    denied(
-        "receiving a claim with a session's credentials",
-        format!("{:?}", received.expect_err("refused")),
-    );
+    no_claim_nor_object(&session, &pool.queue, (&bucket, &other_archive)).await;
 
     // Nobody took the other session: it still waits for a browser, held by no task.
     let item = pool.f.item(&other_id).await;
