@@ -29,9 +29,10 @@ moto 5.2.5 evaluates identity policies, but (moto/iam/access_control.py, moto/co
   policy names (AWS matches a role principal against every session of the role). So a `--role`
   trusting a principal's role gets, beside it, the ARN of the session this script assumed for
   that principal (UpdateAssumeRolePolicy): the same principal, in moto's spelling.
-- it keeps an AssumeRole's session policy (`Policy`) but never evaluates it: credentials the API
-  makes for one session act with the whole SessionRole. What narrows them to a session is
-  asserted on the policy the API builds (`task_api::session_policy`'s unit tests).
+- it keeps an AssumeRole's session policy (`Policy`) but never evaluates it. The moto server
+  the tests run (tests/py/moto_server.py) applies it, where moto matches resources at all (S3,
+  SQS, STS); its DynamoDB statements (`dynamodb:LeadingKeys`: one session's item) are asserted on
+  the policy the API builds (`task_api::session_policy`'s unit tests).
 - it stores the inline policies CloudFormation made as Python objects, which its own policy
   evaluation cannot read (it expects JSON text): every inline policy is put again, as JSON, with
   PutRolePolicy.
