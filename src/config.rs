@@ -166,7 +166,7 @@ settings_group! {
         chrome_debug_port = CHROME_DEBUG_PORT,
         /// The user Chrome runs as, uid:gid or a user name, so that Chrome (and a client driving it) cannot read the controller's files or process information; the controller must then be root (or hold CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_DAC_OVERRIDE) and hands Chrome its profile and session directories. Never root. Empty = the controller's own user, or, running as root, a uid:gid of Chrome's own held while the controller runs [default: empty].
         chrome_user = CHROME_USER,
-        /// Where Chrome's DevTools port listens: private = 127.0.0.1 in a network namespace of Chrome's own, which no other process of the machine reaches (Chrome's traffic leaves through the controller's SOCKS5 egress; TCP only: no QUIC/UDP/WebRTC); needs CAP_SYS_ADMIN. shared = the machine's loopback, which every local user reaches (fine where the machine is the browser's alone: a Fargate task) [default: private with CAP_SYS_ADMIN, else shared with a warning].
+        /// Where Chrome's DevTools port listens: private = 127.0.0.1 in a network namespace of Chrome's own, which no other process of the machine reaches (Chrome's traffic leaves through the controller's SOCKS5 egress; TCP only: no QUIC/UDP/WebRTC); needs CAP_SYS_ADMIN. shared = the machine's loopback, which every local user reaches (fine where the machine is the browser's alone: a Fargate task) [default: private; without CAP_SYS_ADMIN the controller refuses to start unless shared is set].
         chrome_network = CHROME_NETWORK,
         /// Chrome user-data-dir [default: a fresh temporary directory].
         user_data_dir = USER_DATA_DIR,
@@ -336,7 +336,7 @@ pub struct LocalArgs {
     /// Chrome flags file replacing the built-in chrome/flags.conf.
     #[arg(long, env = CHROME_FLAGS_FILE, value_name = "PATH")]
     pub chrome_flags_file: Option<String>,
-    /// Where Chrome's DevTools port listens: private = 127.0.0.1 in a network namespace of Chrome's own, which no other process of the machine reaches (Chrome's traffic leaves through the controller's SOCKS5 egress; TCP only: no QUIC/UDP/WebRTC); needs CAP_SYS_ADMIN. shared = the machine's loopback, which every local user reaches (fine where the machine is the browser's alone: a Fargate task) [default: private with CAP_SYS_ADMIN, else shared with a warning].
+    /// Where Chrome's DevTools port listens: private = 127.0.0.1 in a network namespace of Chrome's own, which no other process of the machine reaches (Chrome's traffic leaves through the controller's SOCKS5 egress; TCP only: no QUIC/UDP/WebRTC); needs CAP_SYS_ADMIN. shared = the machine's loopback, which every local user reaches (fine where the machine is the browser's alone: a Fargate task) [default: private; without CAP_SYS_ADMIN the controller refuses to start unless shared is set].
     #[arg(long, env = CHROME_NETWORK, value_name = "private|shared")]
     pub chrome_network: Option<String>,
     /// The proxy's limits and telemetry.

@@ -26,7 +26,7 @@
 //! |---|---|---|
 //! | the image on Fargate | `shared` (set in the Dockerfile) | awsvpc already gives the task a network namespace of its own, whose loopback is the browser's; Fargate grants no `CAP_SYS_ADMIN` to make another |
 //! | the local platform (`serve`), `local` as root | `private` (the default with `CAP_SYS_ADMIN`) | many browsers and users on one machine |
-//! | `local` unprivileged | `shared`, with a warning at start | no namespace can be made |
+//! | `local` unprivileged | refused at start unless `CHROME_NETWORK=shared` is set: no namespace can be made, and the shared loopback is never a silent default | another local user would reach the browser |
 //!
 //! The cost: one hop to the namespace's thread per dial (the socket's creation, a few
 //! microseconds; a loopback dial measured the same as on the host, ~160 µs in a debug build),
@@ -86,6 +86,11 @@ pub enum NetnsError {
         "CHROME_NETWORK=private needs CAP_SYS_ADMIN (run the controller as root, or set CHROME_NETWORK=shared)"
     )]
     Privileges,
+    /// No `CHROME_NETWORK`, and no capability to make the namespace the default asks for.
+    #[error(
+        "Chrome's DevTools port gets a network namespace of its own by default, which needs CAP_SYS_ADMIN: run the controller as root, or set CHROME_NETWORK=shared to put the port on this machine's loopback, where every local user can reach the browser without a token"
+    )]
+    NoDefault,
     /// The namespace could not be made or set up.
     #[error("making Chrome's network namespace failed")]
     Setup(#[source] io::Error),
@@ -101,18 +106,15 @@ pub fn can_make_namespaces() -> bool {
         .unwrap_or(false)
 }
 
-/// The network Chrome gets: the setting, else `private` when this process may make namespaces
-/// (`can`), else `shared`. `Ok((network, defaulted_to_shared))`: the caller warns when the
-/// default fell back to the shared loopback.
-pub fn decide(
-    setting: Option<ChromeNetwork>,
-    can: bool,
-) -> Result<(ChromeNetwork, bool), NetnsError> {
+/// The network Chrome gets: the setting, else `private`, which needs this process to be able
+/// to make namespaces (`can`). Never a silent fall back to the shared loopback: without the
+/// capability, only an explicit `shared` starts.
+pub fn decide(setting: Option<ChromeNetwork>, can: bool) -> Result<ChromeNetwork, NetnsError> {
     match (setting, can) {
         (Some(ChromeNetwork::Private), false) => Err(NetnsError::Privileges),
-        (Some(n), _) => Ok((n, false)),
-        (None, true) => Ok((ChromeNetwork::Private, false)),
-        (None, false) => Ok((ChromeNetwork::Shared, true)),
+        (None, false) => Err(NetnsError::NoDefault),
+        (Some(n), _) => Ok(n),
+        (None, true) => Ok(ChromeNetwork::Private),
     }
 }
 
@@ -284,10 +286,11 @@ mod tests {
         assert_eq!("shared".parse(), Ok(ChromeNetwork::Shared));
         assert!("host".parse::<ChromeNetwork>().is_err());
         use ChromeNetwork::*;
-        assert_eq!(decide(None, true).unwrap(), (Private, false));
-        assert_eq!(decide(None, false).unwrap(), (Shared, true));
-        assert_eq!(decide(Some(Shared), true).unwrap(), (Shared, false));
-        assert_eq!(decide(Some(Private), true).unwrap(), (Private, false));
+        assert_eq!(decide(None, true).unwrap(), Private);
+        assert!(matches!(decide(None, false), Err(NetnsError::NoDefault)));
+        assert_eq!(decide(Some(Shared), false).unwrap(), Shared);
+        assert_eq!(decide(Some(Shared), true).unwrap(), Shared);
+        assert_eq!(decide(Some(Private), true).unwrap(), Private);
         assert!(matches!(
             decide(Some(Private), false),
             Err(NetnsError::Privileges)

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{error, info, warn};
+use tracing::{error, info};
 use wallcrawler_aws::secrets::SecretsManagerKeys;
 
 use crate::app::{AppError, EndReason};
@@ -105,13 +105,7 @@ fn launch_options(
     if user.is_some() {
         chrome::user::ChromeUser::check_privileges()?;
     }
-    let (network, defaulted) =
-        crate::netns::decide(c.network, crate::netns::can_make_namespaces())?;
-    if defaulted {
-        warn!(
-            "CHROME_NETWORK: no CAP_SYS_ADMIN to give Chrome a network of its own; its DevTools port is on the shared loopback, open to every user of this machine (set CHROME_NETWORK=shared to say so, or run as root for private)"
-        );
-    }
+    let network = crate::netns::decide(c.network, crate::netns::can_make_namespaces())?;
     let launch = LaunchOptions {
         binary,
         user_data_dir,
