@@ -9,6 +9,8 @@
 //!
 //! - [`token`]: the CDP access token (EdDSA JWT): the key pair, claims, minting, and every
 //!   acceptance rule.
+//! - [`viewer`]: the live view's credential (EdDSA JWT of its own audience, `view` or
+//!   `control`, optionally one page): minting and its acceptance rules.
 //! - [`extension_archive`]: the checks an extension archive (a zip) passes, where the API
 //!   keeps it and where a controller unpacks it (the one writer of files here besides the two
 //!   directories above: the same rules on both sides).
@@ -45,6 +47,7 @@ pub mod task_api;
 pub mod task_env;
 pub mod time;
 pub mod token;
+pub mod viewer;
 pub mod whole;
 
 pub use session::{InternalStatus, SdkStatus};

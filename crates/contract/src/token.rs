@@ -16,7 +16,8 @@
 //! - `exp` present, not passed, and no further ahead than the longest session
 //!   ([`MAX_SESSION_SECONDS`]); `nbf` and `iat`, when present, not in the future — each time
 //!   check allowing `leeway` seconds of clock skew;
-//! - `iss` is `wallcrawler`; `aud` contains `cdp-access` (a string or an array);
+//! - `iss` is `wallcrawler`; `aud` contains `cdp-access` (a string or an array) and not
+//!   `wallcrawler-viewer` (the live view's credential, [`crate::viewer`], never opens CDP);
 //! - `sessionId` present and equal to the expected session, `sub` equal too when present;
 //! - `projectId` equal to the expected project when one is configured.
 //!
@@ -252,10 +253,15 @@ impl Claims {
 
     /// Signs these claims with `key` (EdDSA).
     pub fn mint(&self, key: &SigningKey) -> String {
-        let header = jsonwebtoken::Header::new(Algorithm::EdDSA);
-        // Fails only for a key of another family or claims that do not serialize: neither here.
-        jsonwebtoken::encode(&header, self, &key.encoding).expect("EdDSA signs any claims")
+        mint_claims(self, key)
     }
+}
+
+/// Signs `claims` with `key` (EdDSA, under `{"typ":"JWT","alg":"EdDSA"}`).
+pub(crate) fn mint_claims(claims: &impl Serialize, key: &SigningKey) -> String {
+    let header = jsonwebtoken::Header::new(Algorithm::EdDSA);
+    // Fails only for a key of another family or claims that do not serialize: neither here.
+    jsonwebtoken::encode(&header, claims, &key.encoding).expect("EdDSA signs any claims")
 }
 
 /// Signs an arbitrary payload under any header (base64url, as it goes on the wire) with EdDSA.
@@ -432,7 +438,7 @@ impl<'de> Deserialize<'de> for Named {
 
 /// `T` read from a JSON object only: serde would otherwise fill a struct from an array, field by
 /// field in declaration order.
-struct Object<T>(T);
+pub(crate) struct Object<T>(pub(crate) T);
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -450,9 +456,27 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
     }
 }
 
-/// `aud`, a string or an array of strings (anything else is malformed): whether it names us.
-/// Read in place, where serde's untagged enum would buffer the value to try each shape.
-struct Audience(bool);
+/// `aud`, a string or an array of strings (anything else is malformed): which audiences it
+/// names. Read in place, where serde's untagged enum would buffer the value to try each shape.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Audience {
+    /// It names `cdp-access` ([`AUDIENCE`]).
+    pub(crate) cdp: bool,
+    /// It names `wallcrawler-viewer` ([`crate::viewer::AUDIENCE`]).
+    pub(crate) viewer: bool,
+    /// It names something else too.
+    pub(crate) other: bool,
+}
+
+impl Audience {
+    fn name(&mut self, name: &str) {
+        match name {
+            AUDIENCE => self.cdp = true,
+            crate::viewer::AUDIENCE => self.viewer = true,
+            _ => self.other = true,
+        }
+    }
+}
 
 impl<'de> Deserialize<'de> for Audience {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -463,14 +487,16 @@ impl<'de> Deserialize<'de> for Audience {
                 f.write_str("a string or an array of strings")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Audience, E> {
-                Ok(Audience(v == AUDIENCE))
+                let mut a = Audience::default();
+                a.name(v);
+                Ok(a)
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Audience, A::Error> {
-                let mut ours = false;
+                let mut a = Audience::default();
                 while let Some(name) = seq.next_element::<Cow<'de, str>>()? {
-                    ours |= name == AUDIENCE;
+                    a.name(&name);
                 }
-                Ok(Audience(ours))
+                Ok(a)
             }
         }
         d.deserialize_any(Names)
@@ -541,7 +567,10 @@ pub fn validate_any_session(
 /// twice more and the payload twice per key tried: validation took 4.73 µs that way against
 /// 1.84 µs before `jsonwebtoken`, and connection setup in `scripts/bench/compare.sh` paid for
 /// it (`cargo bench --bench token` in crates/contract gives the figures of this way).
-fn verify_signature(token: &str, keys: &[VerifyingKey]) -> Result<(usize, Vec<u8>), TokenError> {
+pub(crate) fn verify_signature(
+    token: &str,
+    keys: &[VerifyingKey],
+) -> Result<(usize, Vec<u8>), TokenError> {
     let (message, payload_b64, signature_b64) = check_header(token)?;
     for (i, key) in keys.iter().enumerate() {
         let matched = jsonwebtoken::crypto::verify(
@@ -600,34 +629,58 @@ fn check_header(token: &str) -> Result<(&str, &str, &str), TokenError> {
     }
 }
 
-fn check_claims(
-    c: RawClaims,
-    key_index: usize,
-    v: &Validation<'_>,
-) -> Result<Verified, TokenError> {
-    let now = v.now as f64;
-    let leeway = v.leeway_seconds as f64;
-    let exp = c.exp.ok_or(TokenError::MissingExpiry)?;
+/// The time claims of a token, as JSON numbers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Times {
+    pub(crate) exp: Option<f64>,
+    pub(crate) nbf: Option<f64>,
+    pub(crate) iat: Option<f64>,
+}
+
+/// The time rules, in the order their reasons are given: `exp` present, not passed, not
+/// beyond the longest session; `nbf` and `iat` not in the future. Returns `exp`.
+pub(crate) fn check_times(t: Times, now: u64, leeway_seconds: u64) -> Result<f64, TokenError> {
+    let now = now as f64;
+    let leeway = leeway_seconds as f64;
+    let exp = t.exp.ok_or(TokenError::MissingExpiry)?;
     if !exp.is_finite() || exp + leeway <= now {
         return Err(TokenError::Expired);
     }
     if exp - leeway > now + MAX_SESSION_SECONDS as f64 {
         return Err(TokenError::ExpiryTooFar);
     }
-    if let Some(nbf) = c.nbf
+    if let Some(nbf) = t.nbf
         && (!nbf.is_finite() || nbf - leeway > now)
     {
         return Err(TokenError::NotYetValid);
     }
-    if let Some(iat) = c.iat
+    if let Some(iat) = t.iat
         && (!iat.is_finite() || iat - leeway > now)
     {
         return Err(TokenError::IssuedInFuture);
     }
+    Ok(exp)
+}
+
+fn check_claims(
+    c: RawClaims,
+    key_index: usize,
+    v: &Validation<'_>,
+) -> Result<Verified, TokenError> {
+    let exp = check_times(
+        Times {
+            exp: c.exp,
+            nbf: c.nbf,
+            iat: c.iat,
+        },
+        v.now,
+        v.leeway_seconds,
+    )?;
     if c.iss.as_deref() != Some(ISSUER) {
         return Err(TokenError::Issuer);
     }
-    if !c.aud.is_some_and(|a| a.0) {
+    // Ours, and not also a viewer credential's: a token naming both was never minted.
+    if !c.aud.is_some_and(|a| a.cdp && !a.viewer) {
         return Err(TokenError::Audience);
     }
     let session_id = c.session_id.ok_or(TokenError::Session)?;
