@@ -1,7 +1,9 @@
-//! The live page list of a running session, read from its proxy's `/json/list` with the
-//! session's own token (the proxy rewrites every URL to point back at itself) — through the
-//! connect gateway when the session's `connectUrl` is the gateway's, over TLS when it is
-//! `wss://` (trusting the system's roots, and the local platform's authority when given).
+//! `GET /v1/sessions/{id}/debug`: the live page list of a running session, read from its
+//! proxy's `/json/list` with the session's own token (the proxy rewrites every URL to point back
+//! at itself) — through the connect gateway when the session's `connectUrl` is the gateway's,
+//! over TLS when it is `wss://` (trusting the system's roots, and the local platform's authority
+//! when given) — and the live view's URLs: the viewer on the connect host, each carrying a
+//! viewer credential ([`wallcrawler_contract::viewer`]) minted here, never the session token.
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -9,8 +11,13 @@ use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use wallcrawler_contract::token::MAX_SESSION_SECONDS;
+use wallcrawler_contract::viewer::{Mode, ViewerClaims};
+
+use crate::stores::{Signer, StoreResult};
 
 /// Why the page list could not be read (logged; the client gets a generic 502).
 #[derive(Debug, thiserror::Error)]
@@ -149,6 +156,103 @@ pub async fn page_list(
         .collect())
 }
 
+/// The query of `GET /v1/sessions/{id}/debug`: `mode` (`view` | `control`, our extension;
+/// `control` when absent) and `expiresIn` (seconds, the Browserbase SDK's `SessionDebugParams`).
+#[derive(Debug, Default, Deserialize)]
+pub struct DebugQuery {
+    mode: Option<String>,
+    #[serde(rename = "expiresIn")]
+    expires_in: Option<String>,
+}
+
+/// A `/debug` query refused (the message is the 400's).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// `mode` names neither mode.
+    #[error("mode must be view or control, got {0:?}")]
+    Mode(String),
+    /// `expiresIn` is not a whole number of seconds in range.
+    #[error(
+        "expiresIn must be a whole number of seconds from 1 to {MAX_SESSION_SECONDS}, got {0:?}"
+    )]
+    ExpiresIn(String),
+}
+
+impl DebugQuery {
+    /// The viewers' mode: `control` unless the query says `view`.
+    pub fn mode(&self) -> Result<Mode, QueryError> {
+        match self.mode.as_deref().filter(|m| !m.is_empty()) {
+            None => Ok(Mode::Control),
+            Some(m) => Mode::from_name(m).ok_or_else(|| QueryError::Mode(m.to_owned())),
+        }
+    }
+
+    /// The credentials' lifetime asked for, if any.
+    pub fn expires_in(&self) -> Result<Option<u64>, QueryError> {
+        let Some(s) = self.expires_in.as_deref().filter(|s| !s.is_empty()) else {
+            return Ok(None);
+        };
+        s.parse::<u64>()
+            .ok()
+            .filter(|n| (1..=MAX_SESSION_SECONDS).contains(n))
+            .map(Some)
+            .ok_or_else(|| QueryError::ExpiresIn(s.to_owned()))
+    }
+}
+
+/// Where the viewer of a session is served: the connect URL's host, `https://` for a `wss://`
+/// URL (the gateway, or a proxy behind TLS) and `http://` for `ws://` (a task's own proxy).
+pub fn viewer_base(connect_url: &str) -> Option<String> {
+    let (tls, authority) = endpoint_of(connect_url)?;
+    Some(format!(
+        "{}://{authority}",
+        if tls { "https" } else { "http" }
+    ))
+}
+
+/// `<base>/viewer?t=<credential>[&page=<id>][&fullscreen=1]`. The credential is base64url
+/// segments and dots, the page id hex: neither needs escaping.
+pub fn viewer_url(base: &str, credential: &str, page: Option<&str>, fullscreen: bool) -> String {
+    let mut url = format!("{base}/viewer?t={credential}");
+    if let Some(page) = page {
+        url.push_str("&page=");
+        url.push_str(page);
+    }
+    if fullscreen {
+        url.push_str("&fullscreen=1");
+    }
+    url
+}
+
+/// Browserbase's `SessionLiveURLs`: `debuggerUrl` (the viewer with its tab strip) and
+/// `debuggerFullscreenUrl` (the page alone) over every page with `claims`, and for each of
+/// `pages` the same over that page alone, with a credential bound to it (`page`); `wsUrl`
+/// the session's connect URL.
+pub async fn live_urls(
+    signer: &dyn Signer,
+    claims: &ViewerClaims,
+    base: &str,
+    ws_url: &str,
+    mut pages: Vec<Value>,
+) -> StoreResult<Value> {
+    let credential = signer.sign_viewer(claims.clone()).await?;
+    for page in &mut pages {
+        // An id that is not a target id (never from our proxy) gets the session-wide URLs.
+        let (credential, id) = match page["id"].as_str().map(|id| claims.for_page(id)) {
+            Some(Ok(one)) => (signer.sign_viewer(one.clone()).await?, one.page),
+            _ => (credential.clone(), None),
+        };
+        page["debuggerUrl"] = json!(viewer_url(base, &credential, id.as_deref(), false));
+        page["debuggerFullscreenUrl"] = json!(viewer_url(base, &credential, id.as_deref(), true));
+    }
+    Ok(json!({
+        "wsUrl": ws_url,
+        "debuggerUrl": viewer_url(base, &credential, None, false),
+        "debuggerFullscreenUrl": viewer_url(base, &credential, None, true),
+        "pages": pages,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -168,5 +272,59 @@ mod tests {
             Some((false, "127.0.0.1:5"))
         );
         assert_eq!(super::endpoint_of("wss://"), None);
+    }
+
+    #[test]
+    fn the_viewer_is_on_the_connect_host() {
+        assert_eq!(
+            super::viewer_base("wss://connect.example.test/?signingKey=x").as_deref(),
+            Some("https://connect.example.test")
+        );
+        assert_eq!(
+            super::viewer_base("ws://127.0.0.1:5/?signingKey=x").as_deref(),
+            Some("http://127.0.0.1:5")
+        );
+        assert_eq!(super::viewer_base("http://h"), None);
+        let page = "0123456789ABCDEF0123456789ABCDEF";
+        assert_eq!(
+            super::viewer_url("https://h", "a.b.c", Some(page), true),
+            format!("https://h/viewer?t=a.b.c&page={page}&fullscreen=1")
+        );
+        assert_eq!(
+            super::viewer_url("http://h:1", "a.b.c", None, false),
+            "http://h:1/viewer?t=a.b.c"
+        );
+    }
+
+    #[test]
+    fn the_query_is_checked() {
+        use super::{DebugQuery, QueryError};
+        use wallcrawler_contract::viewer::Mode;
+        let q = |mode: Option<&str>, exp: Option<&str>| DebugQuery {
+            mode: mode.map(str::to_owned),
+            expires_in: exp.map(str::to_owned),
+        };
+        assert_eq!(q(None, None).mode(), Ok(Mode::Control));
+        assert_eq!(q(Some(""), None).mode(), Ok(Mode::Control));
+        assert_eq!(q(Some("view"), None).mode(), Ok(Mode::View));
+        assert_eq!(q(Some("control"), None).mode(), Ok(Mode::Control));
+        assert_eq!(
+            q(Some("admin"), None).mode().unwrap_err().to_string(),
+            "mode must be view or control, got \"admin\""
+        );
+        assert_eq!(q(None, None).expires_in(), Ok(None));
+        assert_eq!(q(None, Some("60")).expires_in(), Ok(Some(60)));
+        assert_eq!(q(None, Some("21600")).expires_in(), Ok(Some(21_600)));
+        for bad in ["0", "-1", "1.5", "21601", "1e3", "x"] {
+            assert_eq!(
+                q(None, Some(bad)).expires_in(),
+                Err(QueryError::ExpiresIn(bad.to_owned())),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            q(None, Some("0")).expires_in().unwrap_err().to_string(),
+            "expiresIn must be a whole number of seconds from 1 to 21600, got \"0\""
+        );
     }
 }

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::storage::profile_key;
+use wallcrawler_contract::viewer::ViewerClaims;
 use wallcrawler_contract::{Claims, InternalStatus};
 
 use crate::app::App;
@@ -677,17 +678,32 @@ async fn task_to_stop(app: &App, after: &SessionDoc) -> Option<String> {
     }
 }
 
-/// `GET /v1/sessions/{id}/debug`: the live page list from the running browser.
-pub async fn debug_session(caller: Caller, PathId(id): PathId) -> ApiResult {
+/// `GET /v1/sessions/{id}/debug[?mode=view|control][&expiresIn=…]`: the live page list from
+/// the running browser, and the live view's URLs on the connect host, each with a viewer
+/// credential of the mode asked (`control` by default) that expires with the session, or
+/// `expiresIn` seconds from now when that is sooner ([`crate::debug::live_urls`]).
+pub async fn debug_session(
+    caller: Caller,
+    PathId(id): PathId,
+    query: Result<Query<crate::debug::DebugQuery>, QueryRejection>,
+) -> ApiResult {
     let (app, p) = caller.into_parts();
+    let Query(q) = query
+        .map_err(|e| ApiError::bad_request(format!("invalid query string: {}", e.body_text())))?;
+    let bad = |e: crate::debug::QueryError| ApiError::bad_request(e.to_string());
+    let (mode, expires_in) = (q.mode().map_err(bad)?, q.expires_in().map_err(bad)?);
     let s = own_session(&app, &p, &id).await?;
-    let (Some(url), Some(token), true) = (
+    let now = app.now_secs();
+    let (Some(url), Some(token), true, true) = (
         s.client_connect_url(),
         s.signing_key.as_deref(),
         s.status == "RUNNING",
+        s.expires_at > now,
     ) else {
         return Err(ApiError::conflict(format!("session {id} is not running")));
     };
+    let base = crate::debug::viewer_base(&url)
+        .ok_or_else(|| ApiError::internal("the session's connectUrl names no host"))?;
     let extra_ca = app.settings.connect_ca.as_deref();
     let pages = crate::debug::page_list(&url, token, extra_ca)
         .await
@@ -698,13 +714,10 @@ pub async fn debug_session(caller: Caller, PathId(id): PathId) -> ApiResult {
                 "the session's browser did not answer",
             )
         })?;
-    Ok(Json(json!({
-        "wsUrl": url,
-        "debuggerUrl": Value::Null,
-        "debuggerFullscreenUrl": Value::Null,
-        "pages": pages,
-    }))
-    .into_response())
+    let ttl = (s.expires_at - now).min(expires_in.unwrap_or(u64::MAX));
+    let claims = ViewerClaims::new(&id, &s.project_id, mode, now, ttl);
+    let live = crate::debug::live_urls(app.signer.as_ref(), &claims, &base, &url, pages).await?;
+    Ok(Json(live).into_response())
 }
 
 /// Browserbase endpoints not implemented yet.

@@ -359,6 +359,11 @@ pub trait Launcher: Send + Sync {
 pub trait Signer: Send + Sync {
     /// A token over `claims` (EdDSA, with the current private key).
     async fn sign(&self, claims: wallcrawler_contract::Claims) -> StoreResult<String>;
+    /// A live view credential over `claims` (EdDSA, with the same key as session tokens).
+    async fn sign_viewer(
+        &self,
+        claims: wallcrawler_contract::viewer::ViewerClaims,
+    ) -> StoreResult<String>;
     /// An HMAC-SHA256 of `msg` with a key derived from the current private key, base64url.
     async fn mac(&self, msg: &[u8]) -> StoreResult<String>;
 }
@@ -369,6 +374,12 @@ pub struct StaticSigner(pub wallcrawler_contract::SigningKey);
 #[async_trait]
 impl Signer for StaticSigner {
     async fn sign(&self, claims: wallcrawler_contract::Claims) -> StoreResult<String> {
+        Ok(claims.mint(&self.0))
+    }
+    async fn sign_viewer(
+        &self,
+        claims: wallcrawler_contract::viewer::ViewerClaims,
+    ) -> StoreResult<String> {
         Ok(claims.mint(&self.0))
     }
     async fn mac(&self, msg: &[u8]) -> StoreResult<String> {

@@ -2,9 +2,10 @@
 //! in-memory ports: every endpoint, every refusal with its exact status and a Browserbase-shaped
 //! error body (`{"statusCode","error","message"}`) whose message names what was wrong.
 //!
-//! Not covered here: `GET /v1/sessions/{id}/debug` for a *running* session, which reads the
-//! page list from a real controller's proxy (the lifecycle tests of the controller crate run
-//! that path against real Chromium); only its refusal for a session that is not running is.
+//! `GET /v1/sessions/{id}/debug` for a *running* session reads the page list from the session's
+//! proxy: here a loopback stand-in answering `/json/list` as the proxy does (the shape, the
+//! session token it must be asked with), for the live view's URLs and credentials; the
+//! platform tests (`local_e2e`) run it against a real controller and Chromium.
 //!
 //! The tests that wait out a create's budget run on paused time (`start_paused`): the handlers'
 //! deadlines are on tokio's clock, which then moves on at once whenever every task waits.
@@ -24,6 +25,7 @@ use wallcrawler_contract::session::MAX_SHUTDOWN_BUDGET_SECONDS;
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::time::{iso8601_millis, parse_iso8601};
 use wallcrawler_contract::token::{self, Validation};
+use wallcrawler_contract::viewer;
 use wallcrawler_contract::{InternalStatus, SdkStatus, TokenError, VerifyingKey};
 use wallcrawler_control_plane::app::{App, Settings};
 use wallcrawler_control_plane::error::StoreError;
@@ -1906,7 +1908,7 @@ async fn update_of_another_projects_session_is_404() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// GET /v1/sessions/{id}/debug (the running case needs a real controller's proxy: see the top).
+// GET /v1/sessions/{id}/debug (the running case reads a stand-in proxy's page list: see the top).
 
 #[tokio::test]
 async fn debug_of_a_session_that_is_not_running_is_409() {
@@ -1928,6 +1930,220 @@ async fn debug_of_a_session_that_is_not_running_is_409() {
         StatusCode::NOT_FOUND,
         &["session sess_theirs not found"],
     );
+}
+
+use crate::support::{PAGE_ID, stand_in_proxy};
+
+/// A RUNNING session of `PROJ_A` whose proxy is the stand-in on `port`.
+fn running_at(id: &str, port: u16) -> SessionDoc {
+    let mut d = doc(id, PROJ_A, InternalStatus::Ready);
+    d.connect_url = Some(format!("ws://127.0.0.1:{port}/?signingKey=token"));
+    d
+}
+
+/// The `t` parameter of a viewer URL, after checking the URL's shape: `base/viewer?t=…`, then
+/// `&page=<page>` when given, then `&fullscreen=1` when `fullscreen`.
+fn credential_of(url: &Value, base: &str, page: Option<&str>, fullscreen: bool) -> String {
+    let url = url.as_str().unwrap_or_else(|| panic!("{url} is not a URL"));
+    let rest = url
+        .strip_prefix(&format!("{base}/viewer?t="))
+        .unwrap_or_else(|| panic!("{url} is not the viewer on {base}"));
+    let mut tail = String::new();
+    if let Some(page) = page {
+        tail.push_str(&format!("&page={page}"));
+    }
+    if fullscreen {
+        tail.push_str("&fullscreen=1");
+    }
+    let t = rest
+        .strip_suffix(&tail)
+        .unwrap_or_else(|| panic!("{url} does not end with {tail:?}"));
+    assert!(!t.contains('&'), "{url}");
+    t.to_owned()
+}
+
+fn validate_viewer(t: &str, session_id: &str) -> Result<viewer::ViewerVerified, TokenError> {
+    viewer::validate(
+        t,
+        &[public_key(SIGNING_KEY)],
+        &Validation {
+            session_id,
+            project_id: Some(PROJ_A),
+            leeway_seconds: 0,
+            now: T0 / 1000,
+        },
+    )
+}
+
+#[tokio::test]
+async fn debug_of_a_running_session_answers_the_live_view_urls_with_viewer_credentials() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (port, seen) = stand_in_proxy("token").await;
+    h.insert_session(running_at("sess_live", port));
+    let (status, body) = h.get("/v1/sessions/sess_live/debug").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        seen.lock().unwrap().as_slice(),
+        ["GET /json/list?signingKey=token HTTP/1.1"],
+        "the page list is read with the session token"
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    assert_eq!(
+        body["wsUrl"],
+        format!("ws://127.0.0.1:{port}/?signingKey=token")
+    );
+    // The Browserbase SDK's SessionLiveURLs: four members, each page with its six (and wsUrl).
+    let mut keys: Vec<_> = body.as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["debuggerFullscreenUrl", "debuggerUrl", "pages", "wsUrl"]
+    );
+    let full = credential_of(&body["debuggerFullscreenUrl"], &base, None, true);
+    let windowed = credential_of(&body["debuggerUrl"], &base, None, false);
+    assert_eq!(full, windowed, "one credential for the session's two URLs");
+    let v = validate_viewer(&full, "sess_live").expect("a viewer credential of the session");
+    assert_eq!(v.mode, viewer::Mode::Control, "control by default");
+    assert_eq!(v.page, None);
+    assert_eq!(
+        v.exp,
+        (T0 / 1000 + 3600) as f64,
+        "it expires with the session"
+    );
+    assert_ne!(full, "token");
+
+    let pages = body["pages"].as_array().unwrap();
+    assert_eq!(pages.len(), 1, "pages only: {body}");
+    let page = &pages[0];
+    assert_eq!(page["id"], PAGE_ID);
+    assert_eq!(page["url"], "http://127.0.0.1:1/a");
+    assert_eq!(page["title"], "A");
+    assert_eq!(page["faviconUrl"], "http://127.0.0.1:1/favicon.ico");
+    let one = credential_of(&page["debuggerFullscreenUrl"], &base, Some(PAGE_ID), true);
+    assert_eq!(
+        one,
+        credential_of(&page["debuggerUrl"], &base, Some(PAGE_ID), false)
+    );
+    let v = validate_viewer(&one, "sess_live").unwrap();
+    assert_eq!(v.page.as_deref(), Some(PAGE_ID), "bound to its page");
+    assert_eq!(v.mode, viewer::Mode::Control);
+
+    // The credential is no session token, and the session's token no viewer credential.
+    let session_token = validate(
+        &wallcrawler_contract::Claims::new("sess_live", PROJ_A, T0 / 1000, 3600)
+            .mint(&signing_key(SIGNING_KEY)),
+        "sess_live",
+        PROJ_A,
+    );
+    assert_eq!(session_token.session_id, "sess_live");
+    for t in [&full, &one] {
+        assert_eq!(
+            token::validate(
+                t,
+                &[public_key(SIGNING_KEY)],
+                &Validation {
+                    session_id: "sess_live",
+                    project_id: Some(PROJ_A),
+                    leeway_seconds: 0,
+                    now: T0 / 1000,
+                },
+            ),
+            Err(TokenError::Audience)
+        );
+    }
+    let minted = wallcrawler_contract::Claims::new("sess_live", PROJ_A, T0 / 1000, 3600)
+        .mint(&signing_key(SIGNING_KEY));
+    assert_eq!(
+        validate_viewer(&minted, "sess_live"),
+        Err(TokenError::Audience)
+    );
+    // Another session's viewer does not take it.
+    assert_eq!(
+        validate_viewer(&full, "sess_other"),
+        Err(TokenError::Session)
+    );
+}
+
+#[tokio::test]
+async fn debug_mode_view_and_expires_in_bound_the_credentials() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (port, _) = stand_in_proxy("token").await;
+    h.insert_session(running_at("sess_live", port));
+    let base = format!("http://127.0.0.1:{port}");
+    let now = T0 / 1000;
+    for (query, mode, exp) in [
+        ("?mode=view", viewer::Mode::View, now + 3600),
+        (
+            "?mode=control&expiresIn=60",
+            viewer::Mode::Control,
+            now + 60,
+        ),
+        ("?expiresIn=60&mode=view", viewer::Mode::View, now + 60),
+        // Never beyond the session's own expiry.
+        ("?expiresIn=7200", viewer::Mode::Control, now + 3600),
+        ("?expiresIn=21600", viewer::Mode::Control, now + 3600),
+    ] {
+        let (status, body) = h.get(&format!("/v1/sessions/sess_live/debug{query}")).await;
+        assert_eq!(status, StatusCode::OK, "{query}: {body}");
+        let t = credential_of(&body["debuggerFullscreenUrl"], &base, None, true);
+        let v = validate_viewer(&t, "sess_live").unwrap();
+        assert_eq!((v.mode, v.exp), (mode, exp as f64), "{query}");
+        let p = credential_of(
+            &body["pages"][0]["debuggerUrl"],
+            &base,
+            Some(PAGE_ID),
+            false,
+        );
+        let v = validate_viewer(&p, "sess_live").unwrap();
+        assert_eq!((v.mode, v.exp), (mode, exp as f64), "{query} (page)");
+    }
+}
+
+#[tokio::test]
+async fn debug_refuses_a_bad_mode_or_expires_in_before_reading_the_browser() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (port, seen) = stand_in_proxy("token").await;
+    h.insert_session(running_at("sess_live", port));
+    for (query, message) in [
+        ("?mode=admin", "mode must be view or control, got \"admin\""),
+        ("?mode=VIEW", "mode must be view or control, got \"VIEW\""),
+        (
+            "?expiresIn=0",
+            "expiresIn must be a whole number of seconds from 1 to 21600, got \"0\"",
+        ),
+        (
+            "?expiresIn=21601",
+            "expiresIn must be a whole number of seconds from 1 to 21600, got \"21601\"",
+        ),
+        (
+            "?expiresIn=-5",
+            "expiresIn must be a whole number of seconds from 1 to 21600, got \"-5\"",
+        ),
+        (
+            "?expiresIn=1.5",
+            "expiresIn must be a whole number of seconds from 1 to 21600, got \"1.5\"",
+        ),
+    ] {
+        let r = h.get(&format!("/v1/sessions/sess_live/debug{query}")).await;
+        assert_error(&r, StatusCode::BAD_REQUEST, &[message]);
+    }
+    assert!(seen.lock().unwrap().is_empty(), "the browser was not read");
+}
+
+#[tokio::test]
+async fn debug_of_a_session_past_its_expiry_is_409() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (port, seen) = stand_in_proxy("token").await;
+    let mut d = running_at("sess_late", port);
+    d.expires_at = T0 / 1000;
+    h.insert_session(d);
+    let r = h.get("/v1/sessions/sess_late/debug").await;
+    assert_error(
+        &r,
+        StatusCode::CONFLICT,
+        &["session sess_late is not running"],
+    );
+    assert!(seen.lock().unwrap().is_empty());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,3 +13,5 @@ mod handlers;
 /// Chromium, the stock SDKs. The controller is found beside `serve`'s binary, as `serve` itself
 /// finds it (a binary of another package, built by `cargo test --workspace`).
 mod local_e2e;
+/// Helpers the modules share (a loopback stand-in for a session's proxy).
+mod support;

@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 use wallcrawler_aws::keys::{KeyCache, KeyError, KeyFetcher};
 use wallcrawler_aws::secrets::{SecretsError, SecretsManagerKeys};
 use wallcrawler_contract::retry::Transient as _;
+use wallcrawler_contract::viewer::ViewerClaims;
 use wallcrawler_contract::{Claims, SigningKey};
 
 use crate::error::StoreError;
@@ -71,6 +72,9 @@ fn key_error(e: &KeyError<SecretsError>) -> StoreError {
 #[async_trait]
 impl Signer for SecretsSigner {
     async fn sign(&self, claims: Claims) -> StoreResult<String> {
+        Ok(claims.mint(&self.key().await?))
+    }
+    async fn sign_viewer(&self, claims: ViewerClaims) -> StoreResult<String> {
         Ok(claims.mint(&self.key().await?))
     }
     async fn mac(&self, msg: &[u8]) -> StoreResult<String> {

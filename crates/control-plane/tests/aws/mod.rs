@@ -208,6 +208,73 @@ async fn create_answers_pending_when_ready_does_not_come_in_time() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// /debug: the live view's URLs, their credentials signed with the signing secret's key
+
+/// `/debug` of a running session: the page list read (from a loopback stand-in for its proxy,
+/// with the session's token), and viewer URLs on the connect host whose credentials the
+/// signing secret's key signed (the public key verifies them), for the viewer's audience only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_answers_viewer_urls_signed_with_the_signing_secret() {
+    let f = Fixture::new(20).await;
+    let v = f.running_session(json!({})).await;
+    let id = v["id"].as_str().unwrap();
+    let token = v["signingKey"].as_str().unwrap();
+    let (port, seen) = crate::support::stand_in_proxy(token).await;
+    let connect = format!("ws://127.0.0.1:{port}/?signingKey={token}");
+    f.dynamo()
+        .update_item()
+        .table_name(&f.cfg.tables.sessions)
+        .key("sessionId", s(id))
+        .update_expression("SET connectUrl = :u")
+        .expression_attribute_values(":u", s(&connect))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = f
+        .call(
+            Method::GET,
+            &format!("/v1/sessions/{id}/debug?mode=view&expiresIn=120"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert_eq!(body["wsUrl"], connect.as_str());
+    let url = body["debuggerFullscreenUrl"].as_str().unwrap();
+    let prefix = format!("http://127.0.0.1:{port}/viewer?t=");
+    let credential = url
+        .strip_prefix(&prefix)
+        .and_then(|t| t.strip_suffix("&fullscreen=1"))
+        .unwrap_or_else(|| panic!("{url}"));
+    let now = wallcrawler_contract::time::unix_millis() / 1000;
+    let keys = [wallcrawler_testkit::keys::public_key(SIGNING_KEY)];
+    let check = Validation {
+        session_id: id,
+        project_id: Some(&f.project_id),
+        leeway_seconds: 30,
+        now,
+    };
+    let verified = wallcrawler_contract::viewer::validate(credential, &keys, &check)
+        .expect("the viewer credential verifies with the secret's public key");
+    assert_eq!(verified.mode, wallcrawler_contract::viewer::Mode::View);
+    assert!(verified.exp <= (now + 120) as f64 && verified.exp + 30.0 > (now + 120) as f64);
+    assert_eq!(
+        token::validate(credential, &keys, &check),
+        Err(wallcrawler_contract::TokenError::Audience),
+        "a viewer credential opens no CDP connection"
+    );
+    let page = &body["pages"][0];
+    assert_eq!(page["id"], crate::support::PAGE_ID);
+    assert!(
+        page["debuggerUrl"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("&page={}", crate::support::PAGE_ID)),
+        "{page}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // (c) release → StopTask and STOPPED/COMPLETED
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
