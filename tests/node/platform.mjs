@@ -4,7 +4,9 @@
 // (baseURL + API key, sent as X-BB-API-Key), and real clients on the connectUrl it returns.
 //   persist:   context → session (persist) → playwright sets a cookie → release → COMPLETED →
 //              a new session on the same context sees the cookie.
-//   stagehand: Stagehand 3.7.3 (env LOCAL, cdpUrl) drives a session created through the API.
+//   stagehand: Stagehand 3.7.3 (env LOCAL, cdpUrl) drives a session created through the API;
+//              then the SDK's `sessions.debug()` (and with `expiresIn` and `mode: "view"`) is
+//              checked against its SessionLiveURLs type, every URL filled.
 //   stagehand-browserbase: Stagehand 3.7.3 with env BROWSERBASE and disableAPI creates its own
 //              session through the SDK (BROWSERBASE_BASE_URL must point at the platform), drives
 //              it and closes without releasing it; prints the session id.
@@ -110,8 +112,52 @@ async function stagehand(args) {
   const title = await page.title();
   await sh.close();
   const debug = await bb.sessions.debug(session.id);
+  // The SDK's own `expiresIn` query, and our `mode` beside it (sent as an extra query value).
+  const viewOnly = await bb.sessions.debug(session.id, { expiresIn: 60, mode: "view" });
   await bb.sessions.update(session.id, { status: "REQUEST_RELEASE", projectId });
-  return { eval: value, title, debugPages: debug.pages.length, debugWsUrl: debug.wsUrl === session.connectUrl };
+  return {
+    eval: value,
+    title,
+    debugPages: debug.pages.length,
+    debugWsUrl: debug.wsUrl === session.connectUrl,
+    debugShape: [...liveUrlsProblems(debug), ...liveUrlsProblems(viewOnly)],
+    debugOnConnectHost: viewerOrigin(debug.debuggerFullscreenUrl) === viewerOrigin(session.connectUrl),
+    viewOnlyClaims: claimsOf(viewOnly.debuggerFullscreenUrl),
+  };
+}
+
+/// The origin a viewer URL (or, mapped to http(s), a ws(s) connectUrl) is on.
+function viewerOrigin(url) {
+  const u = new URL(url.replace(/^ws/, "http"));
+  return u.origin;
+}
+
+/// The claims of the credential in a viewer URL's `t` (the payload, not checked here).
+function claimsOf(url) {
+  const t = new URL(url).searchParams.get("t");
+  const payload = JSON.parse(Buffer.from(t.split(".")[1], "base64url").toString());
+  return { aud: payload.aud, mode: payload.mode, ttl: payload.exp - payload.iat, page: payload.page ?? null };
+}
+
+/// What in `d` is not the SDK's `SessionLiveURLs` filled (every URL a non-empty string, each
+/// page with its six members), as a list of problems (empty: the shape holds).
+function liveUrlsProblems(d) {
+  const problems = [];
+  const str = (v, what) => {
+    if (typeof v !== "string" || v === "") problems.push(`${what} is ${JSON.stringify(v)}`);
+  };
+  for (const k of ["debuggerFullscreenUrl", "debuggerUrl", "wsUrl"]) str(d[k], k);
+  if (!Array.isArray(d.pages) || d.pages.length === 0) problems.push("no pages");
+  for (const [i, p] of (d.pages ?? []).entries()) {
+    for (const k of ["id", "debuggerFullscreenUrl", "debuggerUrl", "url"]) str(p[k], `pages[${i}].${k}`);
+    for (const k of ["title", "faviconUrl"]) {
+      if (typeof p[k] !== "string") problems.push(`pages[${i}].${k} is ${JSON.stringify(p[k])}`);
+    }
+    if (!String(p.debuggerFullscreenUrl).endsWith(`&page=${p.id}&fullscreen=1`)) {
+      problems.push(`pages[${i}].debuggerFullscreenUrl is not the page's: ${p.debuggerFullscreenUrl}`);
+    }
+  }
+  return problems;
 }
 
 async function stagehandBrowserbase(args) {

@@ -237,6 +237,15 @@ fn stagehand_drives_a_session_created_through_the_api() {
         "debug lists the live pages: {r}"
     );
     assert_eq!(r["debugWsUrl"], true, "{r}");
+    // The SDK's SessionLiveURLs filled: the viewer on the session's proxy, a view-only
+    // credential for `mode: "view"`, bounded by `expiresIn`.
+    assert_eq!(r["debugShape"], serde_json::json!([]), "{r}");
+    assert_eq!(r["debugOnConnectHost"], true, "{r}");
+    assert_eq!(
+        r["viewOnlyClaims"],
+        serde_json::json!({"aud": ["wallcrawler-viewer"], "mode": "view", "ttl": 60, "page": null}),
+        "{r}"
+    );
     s.stop();
 }
 
@@ -1571,6 +1580,20 @@ fn with_tls_every_client_drives_a_page_over_wss_and_the_wire_never_shows_the_tok
                 .as_str()
                 .unwrap()
                 .starts_with(&format!("{gw}/devtools/page/")),
+            "{debug}"
+        );
+    }
+    // The live view is on the gateway's https:// origin.
+    let viewer = gw.replacen("wss://", "https://", 1);
+    for url in [
+        &debug["debuggerUrl"],
+        &debug["debuggerFullscreenUrl"],
+        &pages[0]["debuggerUrl"],
+        &pages[0]["debuggerFullscreenUrl"],
+    ] {
+        assert!(
+            url.as_str()
+                .is_some_and(|u| u.starts_with(&format!("{viewer}/viewer?t="))),
             "{debug}"
         );
     }
