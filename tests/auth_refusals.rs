@@ -197,6 +197,26 @@ fn wrong_audience() {
     refused(Some(&with("aud", json!(["other-audience"]))), &[]);
 }
 
+/// The live view's credential (same key, same session, either mode) opens no CDP connection.
+#[test]
+fn a_viewer_credential() {
+    use wallcrawler_contract::viewer::{Mode, ViewerClaims};
+    for mode in [Mode::View, Mode::Control] {
+        let credential =
+            ViewerClaims::new(SESSION, "proj_a", mode, now(), 600).mint(&keys::signing_key(KEY));
+        refused_because(&credential, "audience");
+    }
+}
+
+/// Nor does a token naming the viewer's audience beside `cdp-access`.
+#[test]
+fn an_audience_naming_the_viewer_too() {
+    refused_because(
+        &with("aud", json!(["cdp-access", "wallcrawler-viewer"])),
+        "audience",
+    );
+}
+
 #[test]
 fn another_sessions_token() {
     refused(

@@ -192,6 +192,7 @@ fn hs256_with_public_key(session: &str, raw: bool) -> String {
 
 #[test]
 fn bad_expired_and_wrongly_signed_tokens_get_401_and_no_task_is_dialled() {
+    use wallcrawler_contract::viewer::{Mode, ViewerClaims};
     let up = FakeUpstream::idle();
     let gw = Gw::start(&[]);
     gw.put(A, InternalStatus::Ready, Some(up.addr));
@@ -220,6 +221,15 @@ fn bad_expired_and_wrongly_signed_tokens_get_401_and_no_task_is_dialled() {
             format!(
                 "/?signingKey={}",
                 Claims::new(A, "proj_a", now(), 600).mint(&SigningKey::generate())
+            ),
+            vec![],
+        ),
+        // The live view's credential for the same session opens no CDP connection.
+        (
+            format!(
+                "/?signingKey={}",
+                ViewerClaims::new(A, "proj_a", Mode::Control, now(), 600)
+                    .mint(&wallcrawler_testkit::keys::signing_key(KEY))
             ),
             vec![],
         ),
