@@ -1,0 +1,141 @@
+//! The live viewer on the real controller (`local`, real Chromium) watched by a second headless
+//! Chromium through puppeteer-core (tests/node/viewer.mjs): what it shows, whose input reaches
+//! the page, one screencast for many viewers, and the page's refusals and headers.
+//!
+//! The credential is the session token (TEMP, see src/viewer/grant.rs) until the viewer
+//! credential lands.
+
+use std::net::SocketAddr;
+
+use crate::support::{
+    Controller, LocalSession, chromium, node, raw_http, status_of, upgrade_request,
+};
+
+/// A local controller with its metrics listener, and that listener's address.
+fn controller(envs: &[(&str, &str)]) -> (Controller, LocalSession, SocketAddr) {
+    let mut all = vec![("METRICS_ADDR", "127.0.0.1:0"), ("LOG_FORMAT", "json")];
+    all.extend_from_slice(envs);
+    let (mut c, s) = Controller::local(&[], &all);
+    let ev = c.wait_event(|e| e["message"] == "metrics listening");
+    let metrics: SocketAddr = ev["addr"].as_str().expect("addr field").parse().unwrap();
+    (c, s, metrics)
+}
+
+fn scenario(s: &LocalSession, name: &str, metrics: SocketAddr) -> serde_json::Value {
+    let chrome = chromium();
+    let metrics = format!("http://{metrics}/metrics");
+    let r = node(
+        "viewer.mjs",
+        &[
+            "--url",
+            &s.connect_url,
+            "--chrome",
+            chrome.to_str().unwrap(),
+            "--scenario",
+            name,
+            "--metrics",
+            &metrics,
+            "--timeout-ms",
+            "60000",
+        ],
+    );
+    assert_eq!(r["ok"], true, "{name}: {r}");
+    r
+}
+
+#[test]
+fn the_viewer_shows_the_page_and_follows_a_navigation() {
+    let (_c, s, metrics) = controller(&[]);
+    let r = scenario(&s, "show", metrics);
+    // The figure the issue asks for (a navigation followed within a second), with room for a
+    // debug build on a loaded machine; the measured value is printed.
+    let follow = r["followMs"].as_u64().unwrap();
+    eprintln!("viewer followed a navigation in {follow} ms");
+    assert!(follow < 3000, "{r}");
+}
+
+#[test]
+fn control_mode_click_and_typing_reach_the_page() {
+    let (_c, s, metrics) = controller(&[]);
+    let r = scenario(&s, "control", metrics);
+    assert_eq!(r["value"], "abc", "{r}");
+    assert_eq!(r["clicks"][0], serde_json::json!([100, 50]), "{r}");
+}
+
+#[test]
+fn view_mode_input_reaches_nothing() {
+    let (_c, s, metrics) = controller(&[]);
+    let r = scenario(&s, "view", metrics);
+    // Only the control viewer's click and "z", queued after the view-only viewer's input.
+    assert_eq!(r["value"], "z", "{r}");
+    assert_eq!(r["clicks"], 1, "{r}");
+}
+
+#[test]
+fn two_viewers_of_a_page_share_one_screencast() {
+    let (_c, s, metrics) = controller(&[]);
+    let r = scenario(&s, "two", metrics);
+    assert_eq!(r["screencastsStarted"], 1, "{r}");
+    assert!(
+        r["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f.as_u64() > Some(0)),
+        "{r}"
+    );
+}
+
+#[test]
+fn the_page_is_served_with_its_policy_and_refused_without_a_credential() {
+    let ancestors = "'self' https://app.example.test";
+    let (c, s, _) = controller(&[("VIEWER_FRAME_ANCESTORS", ancestors)]);
+    let host = s.addr.to_string();
+    let get = |target: &str| {
+        raw_http(
+            s.addr,
+            format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes(),
+        )
+    };
+    let page = get(&format!("/viewer?t={}&fullscreen=1", s.token));
+    assert_eq!(status_of(&page), 200, "{page}");
+    let lower = page.to_ascii_lowercase();
+    assert!(
+        lower.contains("content-type: text/html; charset=utf-8"),
+        "{page}"
+    );
+    let csp = page
+        .lines()
+        .find(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("content-security-policy:")
+        })
+        .expect("a CSP header");
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    assert!(
+        csp.ends_with(&format!("frame-ancestors {ancestors}")),
+        "{csp}"
+    );
+    assert!(page.contains("<canvas id=\"screen\""), "{page}");
+
+    for target in ["/viewer", "/viewer?t=not-a-token", "/viewer?t=a&t=b"] {
+        let answer = get(target);
+        assert_eq!(status_of(&answer), 401, "{target}: {answer}");
+        assert!(
+            answer.ends_with("\r\n\r\nunauthorized\n"),
+            "{target}: {answer}"
+        );
+    }
+    // The session token in its CDP parameter is not a viewer credential.
+    let answer = get(&format!("/viewer?signingKey={}", s.token));
+    assert_eq!(status_of(&answer), 401, "{answer}");
+    let answer = raw_http(
+        s.addr,
+        &upgrade_request("/viewer/ws?t=not-a-token", &host, &[]),
+    );
+    assert_eq!(status_of(&answer), 401, "{answer}");
+    assert!(
+        !c.stderr.text().contains(&s.token),
+        "a token reached the log"
+    );
+}
