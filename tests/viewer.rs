@@ -139,3 +139,69 @@ fn the_page_is_served_with_its_policy_and_refused_without_a_credential() {
         "a token reached the log"
     );
 }
+
+/// One metric's value in the controller's exposition.
+fn metric(addr: SocketAddr, name: &str) -> f64 {
+    let answer = raw_http(
+        addr,
+        format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes(),
+    );
+    answer
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in {answer}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_raw_viewer_gets_tabs_and_frames_counts_as_a_client_and_is_closed_at_shutdown() {
+    use tokio_tungstenite::tungstenite::{self, Message};
+    let (mut c, s, metrics) = controller(&[]);
+    let url = format!("ws://{}/viewer/ws?t={}", s.addr, s.token);
+    let stream = std::net::TcpStream::connect(s.addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let (mut ws, answer) = tungstenite::client(url.as_str(), stream).expect("upgrade");
+    assert_eq!(answer.status(), 101);
+    // Anything but the viewer's own messages is refused and the connection stays open.
+    for hostile in [
+        r#"{"id":1,"method":"Runtime.evaluate","params":{"expression":"1"}}"#,
+        "not json",
+    ] {
+        ws.send(Message::text(hostile)).unwrap();
+    }
+    ws.send(Message::text(r#"{"type":"ping"}"#)).unwrap();
+    let (mut tabs, mut frame, mut pong) = (false, false, false);
+    while !(tabs && frame && pong) {
+        let Message::Text(t) = ws.read().expect("a message") else {
+            continue;
+        };
+        let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+        match v["type"].as_str() {
+            Some("tabs") => tabs = !v["tabs"].as_array().unwrap().is_empty(),
+            Some("frame") => frame = v["data"].as_str().is_some_and(|d| d.starts_with("/9j/")),
+            Some("pong") => pong = true,
+            other => panic!("unexpected message {other:?}: {v}"),
+        }
+    }
+    assert_eq!(metric(metrics, "wallcrawler_proxy_clients"), 1.0);
+    assert_eq!(
+        metric(metrics, "wallcrawler_viewer_screencasts_started_total"),
+        1.0
+    );
+
+    c.signal(nix::sys::signal::Signal::SIGTERM);
+    let closed = loop {
+        match ws.read() {
+            Ok(Message::Close(f)) => break f,
+            Ok(_) => continue,
+            Err(e) => panic!("no close frame: {e}"),
+        }
+    };
+    let f = closed.expect("a close frame with a code");
+    assert_eq!(u16::from(f.code), 1001, "{f:?}");
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+}

@@ -119,7 +119,7 @@ impl Proxy {
         )
         .await;
         info!(mode = ?v.grant.mode, "viewer connected");
-        viewer::serve(ws, v.grant, &self.hubs, v.up).await;
+        viewer::serve(ws, v.grant, &self.hubs, v.up, &self.viewers_stop).await;
         drop(v.permit);
         self.metrics.outcome(Outcome::Relayed);
         info!(

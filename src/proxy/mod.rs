@@ -172,6 +172,8 @@ pub struct Proxy {
     server: http1::Builder,
     /// The live viewer's screencasts, one per watched page.
     hubs: crate::viewer::hub::Hubs,
+    /// Cancelled by [`Proxy::close_all_relays`] (shutdown): every viewer is closed.
+    viewers_stop: CancellationToken,
 }
 
 impl Proxy {
@@ -199,6 +201,7 @@ impl Proxy {
             reject_permits: Arc::new(Semaphore::new(REJECT_BACKLOG)),
             server: server_builder(&limits),
             hubs: crate::viewer::hub::Hubs::new(metrics.clone()),
+            viewers_stop: CancellationToken::new(),
             limits,
             relays: relay::RelayLoop::start(tasks)?,
         }))
@@ -233,9 +236,10 @@ impl Proxy {
         self.limits.files.uploads()
     }
 
-    /// Ends every relay (shutdown).
+    /// Ends every relay and every viewer (shutdown).
     pub fn close_all_relays(&self) {
         self.relays.cancel_all();
+        self.viewers_stop.cancel();
     }
 
     fn ready(&self) -> bool {

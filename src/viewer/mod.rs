@@ -27,6 +27,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 use crate::cdp::{BrowserSocket, Cdp, Event};
@@ -58,9 +61,15 @@ struct Viewer<'a, S> {
     tabs: Vec<Tab>,
 }
 
-/// Serves a viewer on its upgraded socket until it leaves or the browser goes.
-pub async fn serve<S>(ws: WebSocketStream<S>, grant: ViewerGrant, hubs: &Hubs, up: Arc<Upstream>)
-where
+/// Serves a viewer on its upgraded socket until it leaves, the browser goes or `stop` fires
+/// (then with a close frame, 1001 "going away").
+pub async fn serve<S>(
+    ws: WebSocketStream<S>,
+    grant: ViewerGrant,
+    hubs: &Hubs,
+    up: Arc<Upstream>,
+    stop: &CancellationToken,
+) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let path = match up.browser_path(Duration::from_secs(10)).await {
@@ -90,7 +99,17 @@ where
         frames: None,
         tabs: Vec::new(),
     };
-    let end = viewer.run(&mut browser).await;
+    let end = tokio::select! {
+        end = viewer.run(&mut browser) => end,
+        () = stop.cancelled() => "shutdown",
+    };
+    if matches!(end, "shutdown" | "browser_gone") {
+        let close = CloseFrame {
+            code: CloseCode::Away,
+            reason: "the session is ending".into(),
+        };
+        let _ = viewer.ws.close(Some(close)).await;
+    }
     debug!(end, "viewer closed");
 }
 
