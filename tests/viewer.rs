@@ -72,6 +72,18 @@ fn view_mode_input_reaches_nothing() {
 }
 
 #[test]
+fn the_tab_strip_lists_the_pages_and_switches_between_them() {
+    let (_c, s, metrics) = controller(&[]);
+    let r = scenario(&s, "tabs", metrics);
+    let titles = r["titles"].as_array().unwrap();
+    assert!(
+        titles.contains(&"red".into()) && titles.contains(&"green".into()),
+        "{r}"
+    );
+    assert_eq!(r["shown"].as_array().unwrap().len(), 2, "{r}");
+}
+
+#[test]
 fn two_viewers_of_a_page_share_one_screencast() {
     let (_c, s, metrics) = controller(&[]);
     let r = scenario(&s, "two", metrics);
@@ -156,7 +168,8 @@ fn metric(addr: SocketAddr, name: &str) -> f64 {
 }
 
 #[test]
-fn a_raw_viewer_gets_tabs_and_frames_counts_as_a_client_and_is_closed_at_shutdown() {
+fn a_raw_viewer_gets_tabs_and_frames_counts_as_a_client_stops_the_screencast_last_and_is_closed_at_shutdown()
+ {
     use tokio_tungstenite::tungstenite::{self, Message};
     let (mut c, s, metrics) = controller(&[]);
     let url = format!("ws://{}/viewer/ws?t={}", s.addr, s.token);
@@ -191,6 +204,29 @@ fn a_raw_viewer_gets_tabs_and_frames_counts_as_a_client_and_is_closed_at_shutdow
     assert_eq!(
         metric(metrics, "wallcrawler_viewer_screencasts_started_total"),
         1.0
+    );
+
+    // The last viewer gone, the screencast stops; the next viewer starts a new one.
+    ws.close(None).unwrap();
+    while ws.read().is_ok() {}
+    c.wait_event(|e| e["message"] == "screencast stopped: no viewer left");
+    let stream = std::net::TcpStream::connect(s.addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let (mut ws, _) = tungstenite::client(url.as_str(), stream).expect("upgrade");
+    loop {
+        let Message::Text(t) = ws.read().expect("a message") else {
+            continue;
+        };
+        let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+        if v["type"] == "frame" {
+            break;
+        }
+    }
+    assert_eq!(
+        metric(metrics, "wallcrawler_viewer_screencasts_started_total"),
+        2.0
     );
 
     c.signal(nix::sys::signal::Signal::SIGTERM);

@@ -129,14 +129,16 @@ impl Screencast {
             return info!(error = %e, "the screencast could not start");
         }
         self.metrics.viewer_screencasts_started.inc();
+        info!(target_id = %self.target, "screencast started");
         loop {
+            // The hub's drop both cancels `stop` and closes `input`: either ends the screencast.
             tokio::select! {
-                () = stop.cancelled() => {
-                    let _ = cdp.send("Page.stopScreencast", json!({})).await;
-                    return;
-                }
+                biased;
+                () = stop.cancelled() => return self.stop(&mut cdp).await,
                 cmd = input.recv() => {
-                    let Some(cmd) = cmd else { return };
+                    let Some(cmd) = cmd else {
+                        return self.stop(&mut cdp).await;
+                    };
                     if cdp.send(cmd.method, cmd.params).await.is_err() {
                         return;
                     }
@@ -152,6 +154,11 @@ impl Screencast {
                 },
             }
         }
+    }
+
+    async fn stop(&self, cdp: &mut Cdp) {
+        let _ = cdp.send("Page.stopScreencast", json!({})).await;
+        info!(target_id = %self.target, "screencast stopped: no viewer left");
     }
 
     /// Acknowledges a frame (Chrome sends the next only then) and publishes it; `false` when

@@ -146,7 +146,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Viewer<'_, S> {
                 },
                 msg = self.ws.next() => match msg {
                     Some(Ok(Message::Text(t))) => {
-                        if self.on_message(t.as_str()) && self.send_json(json!({"type": "pong"})).await.is_err() {
+                        if let Some(reply) = self.on_message(t.as_str())
+                            && self.send_json(reply).await.is_err()
+                        {
                             return "viewer_gone";
                         }
                     }
@@ -155,7 +157,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Viewer<'_, S> {
                 },
                 e = browser.next_event() => match e {
                     Ok(Some(e)) => {
-                        if self.on_target(&e) && self.send_tabs().await.is_err() {
+                        if self.on_target(&e) && self.send_json(self.tabs_message()).await.is_err() {
                             return "viewer_gone";
                         }
                     }
@@ -165,8 +167,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Viewer<'_, S> {
         }
     }
 
-    /// Handles a viewer's message; `true` when it asks for a `pong`.
-    fn on_message(&mut self, text: &str) -> bool {
+    /// Handles a viewer's message; the answer to send it, if any (`pong`; the tabs after a
+    /// `select`).
+    fn on_message(&mut self, text: &str) -> Option<Value> {
         match input::parse(text) {
             Ok(ClientMsg::Input(cmd)) => match (&self.hub, self.grant.mode) {
                 (Some(hub), Mode::Control) => hub.send(cmd),
@@ -176,13 +179,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Viewer<'_, S> {
             Ok(ClientMsg::Select(id)) => {
                 if self.tabs.iter().any(|t| t.id == id) {
                     self.watch(&id);
+                    return Some(self.tabs_message());
                 }
             }
             Ok(ClientMsg::Done) => debug!("viewer done"),
-            Ok(ClientMsg::Ping) => return true,
+            Ok(ClientMsg::Ping) => return Some(json!({"type": "pong"})),
             Err(e) => debug!(error = %e, "viewer message refused"),
         }
-        false
+        None
     }
 
     /// Watches `target` (its hub's latest frame is sent at once).
@@ -242,15 +246,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Viewer<'_, S> {
         }
     }
 
-    async fn send_tabs(&mut self) -> Result<(), tokio_tungstenite::tungstenite::Error> {
+    fn tabs_message(&self) -> Value {
         let tabs: Vec<Value> = self
             .tabs
             .iter()
             .map(|t| json!({"id": t.id, "title": t.title, "url": t.url}))
             .collect();
         let active = self.hub.as_ref().map(|h| h.target.clone());
-        self.send_json(json!({"type": "tabs", "tabs": tabs, "active": active}))
-            .await
+        json!({"type": "tabs", "tabs": tabs, "active": active})
     }
 
     async fn send_json(&mut self, msg: Value) -> Result<(), tokio_tungstenite::tungstenite::Error> {

@@ -10,6 +10,8 @@
 //            barrier is all the page records).
 //   two:     two viewers of one page, both drawing frames; --metrics's
 //            wallcrawler_viewer_screencasts_started_total.
+//   tabs:    a red and a green page; the viewer (no page=, not fullscreen) lists both in its
+//            tab strip; clicking the green tab shows green.
 // Prints {"ok":true,...}.
 
 import { requireArg, run } from "./lib.mjs";
@@ -156,6 +158,42 @@ const scenarios = {
   },
 };
 
+scenarios.tabs = async ({ page, session, viewer, base, token }) => {
+  await page.goto(RED);
+  const green = await session.newPage();
+  await green.setViewport({ width: 800, height: 600 });
+  await green.goto(GREEN);
+  const vp = await viewer.newPage();
+  await vp.setViewport({ width: 800, height: 600 });
+  await vp.goto(`${base}/viewer?${new URLSearchParams({ t: token })}`);
+  await vp.waitForFunction(
+    () => ["red", "green"].every((t) => [...document.querySelectorAll("#tabs button")].some((b) => b.textContent === t)),
+    { timeout: 10000, polling: 50 },
+  );
+  const titles = await vp.$$eval("#tabs button", (bs) => bs.map((b) => b.textContent));
+  // The inactive one first, so each click is what changes the picture.
+  const first = await vp.$eval("#tabs button.active", (b) => b.textContent);
+  const order = first === "red" ? ["green", "red"] : ["red", "green"];
+  const colours = { red: [255, 0, 0], green: [0, 255, 0] };
+  const shown = [];
+  for (const title of order) {
+    // By position: the strip is redrawn whenever a page's title or URL changes, so a handle
+    // on a button may be stale; the place of the button is not.
+    const [x, y] = await vp.evaluate((t) => {
+      const b = [...document.querySelectorAll("#tabs button")].find((b) => b.textContent === t);
+      const r = b.getBoundingClientRect();
+      return [r.left + r.width / 2, r.top + r.height / 2];
+    }, title);
+    await vp.mouse.click(x, y);
+    await canvasShows(vp, colours[title]);
+    await vp.waitForFunction((t) => document.querySelector("#tabs button.active")?.textContent === t,
+      { timeout: 10000, polling: 50 }, title);
+    shown.push(title);
+  }
+  const active = await vp.$eval("#tabs button.active", (b) => b.textContent);
+  return { titles, shown, active };
+};
+
 run(async (args) => {
   const url = requireArg(args, "url");
   const scenario = scenarios[requireArg(args, "scenario")];
@@ -174,7 +212,7 @@ run(async (args) => {
   try {
     const page = await session.newPage();
     await page.setViewport({ width: 800, height: 600 });
-    return await scenario({ page, viewer, base, token, args });
+    return await scenario({ page, session, viewer, base, token, args });
   } finally {
     await viewer.close();
     session.disconnect();
