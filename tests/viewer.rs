@@ -180,12 +180,15 @@ fn a_raw_viewer_gets_tabs_and_frames_counts_as_a_client_stops_the_screencast_las
     let (mut ws, answer) = tungstenite::client(url.as_str(), stream).expect("upgrade");
     assert_eq!(answer.status(), 101);
     // Anything but the viewer's own messages is refused and the connection stays open.
-    for hostile in [
+    let hostile = [
         r#"{"id":1,"method":"Runtime.evaluate","params":{"expression":"1"}}"#,
         "not json",
-    ] {
-        ws.send(Message::text(hostile)).unwrap();
+        r#"{"type":"mouse","event":"mousePressed","x":1e300,"y":1}"#,
+    ];
+    for h in hostile {
+        ws.send(Message::text(h)).unwrap();
     }
+    let mut errors = Vec::new();
     ws.send(Message::text(r#"{"type":"ping"}"#)).unwrap();
     let (mut tabs, mut frame, mut pong) = (false, false, false);
     while !(tabs && frame && pong) {
@@ -197,9 +200,14 @@ fn a_raw_viewer_gets_tabs_and_frames_counts_as_a_client_stops_the_screencast_las
             Some("tabs") => tabs = !v["tabs"].as_array().unwrap().is_empty(),
             Some("frame") => frame = v["data"].as_str().is_some_and(|d| d.starts_with("/9j/")),
             Some("pong") => pong = true,
+            Some("error") => errors.push(v["error"].as_str().unwrap().to_owned()),
             other => panic!("unexpected message {other:?}: {v}"),
         }
     }
+    assert_eq!(
+        errors,
+        ["unknown message", "unknown message", "invalid field x"]
+    );
     assert_eq!(metric(metrics, "wallcrawler_proxy_clients"), 1.0);
     assert_eq!(
         metric(metrics, "wallcrawler_viewer_screencasts_started_total"),
@@ -240,4 +248,122 @@ fn a_raw_viewer_gets_tabs_and_frames_counts_as_a_client_stops_the_screencast_las
     let f = closed.expect("a close frame with a code");
     assert_eq!(u16::from(f.code), 1001, "{f:?}");
     assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+}
+
+/// A viewer's socket, and the messages it reads until `until` matches one (returned too).
+fn read_until(
+    ws: &mut tokio_tungstenite::tungstenite::WebSocket<std::net::TcpStream>,
+    until: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    use tokio_tungstenite::tungstenite::Message;
+    let mut seen = Vec::new();
+    loop {
+        let m = ws
+            .read()
+            .unwrap_or_else(|e| panic!("no message ({e}) after {seen:?}"));
+        let Message::Text(t) = m else {
+            continue;
+        };
+        let mut v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+        let done = until(&v);
+        if v["type"] == "frame" {
+            v["data"] = "…".into();
+        }
+        seen.push(v);
+        if done {
+            return seen;
+        }
+    }
+}
+
+fn open_viewer(
+    s: &LocalSession,
+    query: &str,
+) -> tokio_tungstenite::tungstenite::WebSocket<std::net::TcpStream> {
+    let url = format!("ws://{}/viewer/ws?t={}&{query}", s.addr, s.token);
+    let stream = std::net::TcpStream::connect(s.addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    tokio_tungstenite::tungstenite::client(url.as_str(), stream)
+        .expect("upgrade")
+        .0
+}
+
+#[test]
+fn a_viewer_for_one_page_sees_and_selects_only_that_page() {
+    use tokio_tungstenite::tungstenite::Message;
+    let (c, s, _) = controller(&[]);
+    let _dump = Dump(c.stderr.clone());
+    let answer = raw_http(
+        s.addr,
+        format!(
+            "PUT /json/new?about:blank HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
+            s.addr, s.token
+        )
+        .as_bytes(),
+    );
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+    let other: serde_json::Value = serde_json::from_str(body).unwrap();
+    let other = other["id"].as_str().unwrap().to_owned();
+
+    // An unpinned viewer lists both pages; pick the one that is not `other`.
+    let mut all = open_viewer(&s, "");
+    let seen = read_until(&mut all, |v| {
+        v["type"] == "tabs" && v["tabs"].as_array().unwrap().len() >= 2
+    });
+    let tabs = seen.last().unwrap()["tabs"].as_array().unwrap().clone();
+    // The page opened last is in front, the other in the background (it paints nothing: the
+    // viewer shows its still frame).
+    let pinned = tabs
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .find(|id| *id != other)
+        .unwrap();
+    drop(all);
+
+    let mut ws = open_viewer(&s, &format!("page={pinned}&mode=view"));
+    let seen = read_until(&mut ws, |v| v["type"] == "frame");
+    for v in seen.iter().filter(|v| v["type"] == "tabs") {
+        let ids: Vec<&str> = v["tabs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, [pinned.as_str()], "{v}");
+    }
+    assert_eq!(seen.last().unwrap()["page"], pinned.as_str());
+    // Selecting the other page is ignored (no tabs answer); input in view mode is dropped
+    // without an answer; the ping's pong is the only reply.
+    ws.send(Message::text(
+        serde_json::json!({"type": "select", "page": other}).to_string(),
+    ))
+    .unwrap();
+    ws.send(Message::text(
+        r#"{"type":"mouse","event":"mousePressed","x":1,"y":1,"button":"left","clickCount":1}"#,
+    ))
+    .unwrap();
+    ws.send(Message::text(r#"{"type":"ping"}"#)).unwrap();
+    let seen = read_until(&mut ws, |v| v["type"] == "pong");
+    assert!(
+        seen.iter()
+            .all(|v| v["type"] == "frame" || v["type"] == "pong"),
+        "{seen:?}"
+    );
+}
+
+/// On a failing test, prints the controller's viewer and screencast log lines.
+struct Dump(crate::support::Captured);
+impl Drop for Dump {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for l in self.0.lines().iter().filter(|l| {
+                l.contains("viewer") || l.contains("screencast") || l.contains("egress")
+            }) {
+                eprintln!("{l}");
+            }
+        }
+    }
 }

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
@@ -19,6 +20,9 @@ use super::input::Command;
 use crate::cdp::{BrowserSocket, Cdp};
 use crate::telemetry::Metrics;
 use crate::upstream::Endpoint;
+
+/// How long the still frame of a new hub may take.
+const STILL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Input commands waiting for the page, at most (beyond: dropped, as a busy page would).
 const INPUT_QUEUE: usize = 256;
@@ -124,6 +128,7 @@ impl Screencast {
             Ok(c) => c,
             Err(e) => return info!(error = %e, "the viewer could not reach the page"),
         };
+        self.still(&mut cdp).await;
         let start = json!({"format": "jpeg", "quality": 70, "everyNthFrame": 1});
         if let Err(e) = cdp.send("Page.startScreencast", start).await {
             return info!(error = %e, "the screencast could not start");
@@ -156,6 +161,27 @@ impl Screencast {
         }
     }
 
+    /// Publishes a screenshot as the first frame: a page in a background tab paints nothing,
+    /// so its screencast sends no frame until it is brought to the front. Bounded: a page that
+    /// cannot answer is watched without it.
+    async fn still(&self, cdp: &mut Cdp) {
+        let shot = async {
+            let metrics = cdp.call("Page.getLayoutMetrics", json!({})).await?;
+            let params = json!({"format": "jpeg", "quality": 70});
+            let shot = cdp.call("Page.captureScreenshot", params).await?;
+            Ok::<_, crate::cdp::CdpError>((metrics, shot))
+        };
+        let Ok(Ok((metrics, shot))) = tokio::time::timeout(STILL_TIMEOUT, shot).await else {
+            return debug!("no still frame of the page");
+        };
+        let viewport = &metrics["cssLayoutViewport"];
+        let params = json!({
+            "data": shot["data"],
+            "metadata": {"deviceWidth": viewport["clientWidth"], "deviceHeight": viewport["clientHeight"]},
+        });
+        self.publish(&params);
+    }
+
     async fn stop(&self, cdp: &mut Cdp) {
         let _ = cdp.send("Page.stopScreencast", json!({})).await;
         info!(target_id = %self.target, "screencast stopped: no viewer left");
@@ -168,8 +194,14 @@ impl Screencast {
         if cdp.send("Page.screencastFrameAck", ack).await.is_err() {
             return false;
         }
+        self.publish(params);
+        true
+    }
+
+    /// Publishes a frame (`Page.screencastFrame`'s params) as the latest.
+    fn publish(&self, params: &Value) {
         let Some(data) = params["data"].as_str() else {
-            return true;
+            return;
         };
         let meta = &params["metadata"];
         let frame = json!({
@@ -180,6 +212,5 @@ impl Screencast {
             "h": meta["deviceHeight"],
         });
         self.frames.send_replace(Some(Arc::from(frame.to_string())));
-        true
     }
 }

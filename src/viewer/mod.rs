@@ -10,7 +10,7 @@
 //! only) and `{"type":"tabs",tabs:[{id,title,url}],active}`; the viewer sends
 //! `mouse`/`wheel`/`key`/`text` (dropped by the server unless the grant is `control`),
 //! `select` (another tab), `done`, and `ping` (answered `pong` once everything before it was
-//! handled). The tabs come from `Target.setDiscoverTargets` on a
+//! handled); a message of no such shape is answered `{"type":"error",error}`. The tabs come from `Target.setDiscoverTargets` on a
 //! browser-level connection of the viewer's own.
 
 pub mod grant;
@@ -168,7 +168,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Viewer<'_, S> {
     }
 
     /// Handles a viewer's message; the answer to send it, if any (`pong`; the tabs after a
-    /// `select`).
+    /// `select`; the refusal of a message it cannot send).
     fn on_message(&mut self, text: &str) -> Option<Value> {
         match input::parse(text) {
             Ok(ClientMsg::Input(cmd)) => match (&self.hub, self.grant.mode) {
@@ -184,7 +184,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Viewer<'_, S> {
             }
             Ok(ClientMsg::Done) => debug!("viewer done"),
             Ok(ClientMsg::Ping) => return Some(json!({"type": "pong"})),
-            Err(e) => debug!(error = %e, "viewer message refused"),
+            Err(e) => {
+                debug!(error = %e, "viewer message refused");
+                return Some(json!({"type": "error", "error": e.to_string()}));
+            }
         }
         None
     }
