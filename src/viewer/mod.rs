@@ -179,6 +179,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Viewer<'_, S> {
             Ok(ClientMsg::Select(id)) => {
                 if self.tabs.iter().any(|t| t.id == id) {
                     self.watch(&id);
+                    // A person switching tabs brings that tab to the front (a background tab
+                    // paints nothing); a view-only viewer changes nothing in the browser.
+                    if let (Some(hub), Mode::Control) = (&self.hub, self.grant.mode) {
+                        hub.send(input::Command {
+                            method: "Page.bringToFront",
+                            params: json!({}),
+                        });
+                    }
                     return Some(self.tabs_message());
                 }
             }

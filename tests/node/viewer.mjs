@@ -11,7 +11,7 @@
 //   two:     two viewers of one page, both drawing frames; --metrics's
 //            wallcrawler_viewer_screencasts_started_total.
 //   tabs:    a red and a green page; the viewer (no page=, not fullscreen) lists both in its
-//            tab strip; clicking the green tab shows green.
+//            tab strip; clicking each tab shows it and brings its page to the front.
 // Prints {"ok":true,...}.
 
 import { requireArg, run } from "./lib.mjs";
@@ -175,6 +175,7 @@ scenarios.tabs = async ({ page, session, viewer, base, token }) => {
   const first = await vp.$eval("#tabs button.active", (b) => b.textContent);
   const order = first === "red" ? ["green", "red"] : ["red", "green"];
   const colours = { red: [255, 0, 0], green: [0, 255, 0] };
+  const pages = { red: page, green };
   const shown = [];
   for (const title of order) {
     // By position: the strip is redrawn whenever a page's title or URL changes, so a handle
@@ -186,6 +187,8 @@ scenarios.tabs = async ({ page, session, viewer, base, token }) => {
     }, title);
     await vp.mouse.click(x, y);
     await canvasShows(vp, colours[title]);
+    // A control viewer's tab click brings that page to the front, as a person's would.
+    await pages[title].waitForFunction(() => document.visibilityState === "visible", { timeout: 10000 });
     await vp.waitForFunction((t) => document.querySelector("#tabs button.active")?.textContent === t,
       { timeout: 10000, polling: 50 }, title);
     shown.push(title);
