@@ -52,6 +52,7 @@ mod names {
     pub const PROXY_HEADER_TIMEOUT_SECONDS: &str = "PROXY_HEADER_TIMEOUT_SECONDS";
     pub const PUBLIC_IP_REQUIRED: &str = "PUBLIC_IP_REQUIRED";
     pub const SHUTDOWN_BUDGET_SECONDS: &str = "SHUTDOWN_BUDGET_SECONDS";
+    pub const VIEWER_FRAME_ANCESTORS: &str = "VIEWER_FRAME_ANCESTORS";
     /// The PKCS#8 PEM file `local` and `token` sign with (never a task's or gateway's).
     pub const PRIVATE_KEY_FILE: &str = "WALLCRAWLER_JWT_PRIVATE_KEY_FILE";
     /// Before EdDSA tokens: the HS256 key (refused, naming its replacement).
@@ -130,6 +131,8 @@ settings_group! {
         log_format = LOG_FORMAT,
         /// Comma-separated networks (CIDR) or addresses whose connections may start with a PROXY protocol v2 header naming the real client and whether it used TLS: a load balancer's, the connect gateway's. Anyone else's header is refused (400) [default: none].
         trusted_proxy_networks = TRUSTED_PROXY_NETWORKS,
+        /// Who may embed the live viewer's page (/viewer) in a frame: the sources of its Content-Security-Policy's frame-ancestors, space-separated (e.g. 'self' https://app.example.com) [default: 'self'].
+        viewer_frame_ancestors = VIEWER_FRAME_ANCESTORS,
     }
 }
 
@@ -469,6 +472,8 @@ pub struct ProxyTuning {
     pub log_format: LogFormat,
     /// `TRUSTED_PROXY_NETWORKS`: who may send a PROXY protocol v2 header.
     pub trusted_proxies: TrustedNetworks,
+    /// `VIEWER_FRAME_ANCESTORS`: who may embed the viewer's page.
+    pub viewer_frame_ancestors: String,
 }
 
 /// Which profile the task starts from.
@@ -985,8 +990,21 @@ fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
             TrustedNetworks::default()
         }),
     };
+    let viewer_frame_ancestors = match r.text(VIEWER_FRAME_ANCESTORS) {
+        None => crate::viewer::page::DEFAULT_FRAME_ANCESTORS.to_owned(),
+        Some(v) if crate::viewer::page::valid_frame_ancestors(&v) => v,
+        Some(_) => {
+            r.errors.push(
+                "VIEWER_FRAME_ANCESTORS must be CSP source expressions separated by spaces \
+                 (no ';' or ',')"
+                    .to_owned(),
+            );
+            crate::viewer::page::DEFAULT_FRAME_ANCESTORS.to_owned()
+        }
+    };
     ProxyTuning {
         trusted_proxies,
+        viewer_frame_ancestors,
         max_connections,
         max_pending,
         max_pending_per_address,
@@ -1011,6 +1029,7 @@ impl Limits {
             },
             header_timeout: t.header_timeout,
             trusted_proxies: t.trusted_proxies.clone(),
+            viewer_frame_ancestors: t.viewer_frame_ancestors.clone(),
             ..Self::default()
         }
     }
@@ -2206,6 +2225,30 @@ MCowBQYDK2VwAyEA9wFNLln1FAfDioMFnpReLaKEhyk0em6z3gbXQRbFQkQ=
         ]))
         .unwrap();
         assert_eq!(c.tuning.metrics_addr, None);
+    }
+
+    #[test]
+    fn viewer_frame_ancestors_default_and_refusal() {
+        let c = LocalConfig::from_settings(&Settings::new()).unwrap();
+        assert_eq!(c.tuning.viewer_frame_ancestors, "'self'");
+        let c = LocalConfig::from_settings(&map(&[(
+            "VIEWER_FRAME_ANCESTORS",
+            "'self' https://app.example.test",
+        )]))
+        .unwrap();
+        let limits = Limits::from_tuning(&c.tuning);
+        assert_eq!(
+            limits.viewer_frame_ancestors,
+            "'self' https://app.example.test"
+        );
+        let e =
+            LocalConfig::from_settings(&map(&[("VIEWER_FRAME_ANCESTORS", "'self'; script-src *")]))
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("VIEWER_FRAME_ANCESTORS must be CSP source expressions separated by spaces (no ';' or ',')"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -14,6 +14,8 @@
 //! - [`chrome`]: finding, launching (as its own user, `CHROME_USER`, in a network of its own,
 //!   `CHROME_NETWORK`, with its SOCKS5 egress), readiness, supervision and clean closing of
 //!   Chrome.
+//! - [`cdp`]: a minimal CDP client for the controller's own commands to Chrome (closing it,
+//!   cookies, downloads, the extension, the viewer's screencasts).
 //! - [`app`]: wiring of the serving modes: a Chrome-backed session, or the proxy alone.
 //! - [`shutdown`]: the root cancellation token, the tracker every task runs on, and the
 //!   shutdown budget as named steps with their deadlines.
@@ -40,6 +42,8 @@
 //!   ask for them (refreshed before they expire).
 //! - [`tls`]: the connect gateway's TLS: a certificate read again from its PEM files when they
 //!   change, and the local platform's certificate authority.
+//! - [`viewer`]: the live viewer on the proxy: its page, its socket, one screencast per
+//!   watched page shared by its viewers.
 //! - [`cli`]: the subcommands as `main` runs them.
 //!
 //! Modules only the controller itself uses are private to the crate; the public ones are what
@@ -51,6 +55,7 @@
 pub(crate) mod app;
 pub mod auth;
 pub mod aws;
+pub mod cdp;
 pub mod chrome;
 pub mod cli;
 pub mod config;
@@ -71,3 +76,4 @@ pub(crate) mod task_api;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;
+pub mod viewer;

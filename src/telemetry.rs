@@ -148,6 +148,8 @@ pub struct Metrics {
     pub bytes_client_to_chrome: Counter,
     /// Bytes relayed from Chrome to the client.
     pub bytes_chrome_to_client: Counter,
+    /// Screencasts the viewer started (one per watched page, however many viewers watch it).
+    pub viewer_screencasts_started: Counter,
     outcomes: [Counter; Outcome::ALL.len()],
     refusals: AuthRefusals,
     /// Pool mode, in seconds (0 = not reached): start → warm, warm → claimed, claimed → READY.
@@ -256,6 +258,11 @@ impl Metrics {
             Outcome::ALL.map(Outcome::label),
         );
         let refusals = AuthRefusals::register(&mut registry, "wallcrawler_proxy_auth_refusals");
+        let viewer_screencasts_started = counter(
+            &mut registry,
+            "wallcrawler_viewer_screencasts_started",
+            "Page screencasts started for live viewers",
+        );
         let mut pool_registry = Registry::default();
         let pool_warmup = Gauge::default();
         let pool_idle = Gauge::default();
@@ -284,6 +291,7 @@ impl Metrics {
             connections_open,
             bytes_client_to_chrome,
             bytes_chrome_to_client,
+            viewer_screencasts_started,
             outcomes,
             refusals,
             pool_warmup,

@@ -93,6 +93,18 @@ impl Upstream {
     }
 }
 
+/// Whether `id` can be a Chrome target id in a path (`/devtools/page/<id>`): one short
+/// component of letters, digits, `-`, `_` and `.`, never `.` or `..`.
+pub fn is_target_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && id != "."
+        && id != ".."
+}
+
 /// Whether the proxy can reach its upstream now.
 #[derive(Debug, Clone)]
 pub enum UpstreamState {

@@ -38,3 +38,5 @@ mod secrets_in_logs;
 mod task;
 /// Hostile archives, dead dependencies and interrupted uploads: clear refusals, nothing harmed.
 mod task_failures;
+/// The live viewer: what a second Chromium sees, whose input reaches the page, one screencast.
+mod viewer;

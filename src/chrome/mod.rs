@@ -6,7 +6,6 @@
 //! Chrome runs in its own process group so a terminal's Ctrl-C reaches only the controller, and
 //! the whole group is killed at the end so no renderer outlives the session.
 
-pub mod cdp;
 pub mod egress;
 pub mod env;
 pub mod flags;
@@ -29,9 +28,9 @@ use tokio::sync::watch;
 use tokio_util::sync::DropGuard;
 use tracing::{debug, info, warn};
 
+use crate::cdp::{self, BrowserSocket};
 use crate::netns::{ChromeNetwork, NetNs};
 use crate::upstream::{self, Endpoint};
-use cdp::BrowserSocket;
 use user::ChromeUser;
 
 /// Longest a SOCKS5 handshake on Chrome's egress may take, name resolution and dial included.

@@ -25,6 +25,7 @@ pub(crate) mod exchange;
 pub mod guard;
 pub mod http;
 pub mod inspect;
+mod live;
 pub mod proxy_header;
 pub mod refusal;
 pub mod relay;
@@ -107,6 +108,8 @@ pub struct Limits {
     /// Peers whose connections may start with a PROXY protocol v2 header
     /// (`TRUSTED_PROXY_NETWORKS`).
     pub trusted_proxies: TrustedNetworks,
+    /// Who may embed the viewer's page: its CSP's `frame-ancestors` (`VIEWER_FRAME_ANCESTORS`).
+    pub viewer_frame_ancestors: String,
 }
 
 impl Default for Limits {
@@ -124,6 +127,7 @@ impl Default for Limits {
             intercept_browser_close: true,
             files: Arc::default(),
             trusted_proxies: TrustedNetworks::default(),
+            viewer_frame_ancestors: crate::viewer::page::DEFAULT_FRAME_ANCESTORS.to_owned(),
         }
     }
 }
@@ -166,6 +170,10 @@ pub struct Proxy {
     relays: relay::RelayLoop,
     /// Hyper's HTTP/1.1 server, configured from `limits`.
     server: http1::Builder,
+    /// The live viewer's screencasts, one per watched page.
+    hubs: crate::viewer::hub::Hubs,
+    /// Cancelled by [`Proxy::close_all_relays`] (shutdown): every viewer is closed.
+    viewers_stop: CancellationToken,
 }
 
 impl Proxy {
@@ -185,13 +193,15 @@ impl Proxy {
         Ok(Arc::new(Self {
             auth,
             upstream,
-            metrics,
+            metrics: metrics.clone(),
             clients: watch::Sender::new(Clients::default()),
             events: Arc::new(ProxyEvents::default()),
             permits: Arc::new(Semaphore::new(limits.max_connections)),
             pending: Pending::new(limits.pending),
             reject_permits: Arc::new(Semaphore::new(REJECT_BACKLOG)),
             server: server_builder(&limits),
+            hubs: crate::viewer::hub::Hubs::new(metrics.clone()),
+            viewers_stop: CancellationToken::new(),
             limits,
             relays: relay::RelayLoop::start(tasks)?,
         }))
@@ -226,9 +236,10 @@ impl Proxy {
         self.limits.files.uploads()
     }
 
-    /// Ends every relay (shutdown).
+    /// Ends every relay and every viewer (shutdown).
     pub fn close_all_relays(&self) {
         self.relays.cancel_all();
+        self.viewers_stop.cancel();
     }
 
     fn ready(&self) -> bool {
@@ -331,7 +342,7 @@ impl Proxy {
         let exchange = Arc::new(Exchange::new(slot));
         let evicted = exchange.eviction();
         let this = self.clone();
-        let respond = move |req, exchange: Arc<Exchange<Upgrade>>| {
+        let respond = move |req, exchange: Arc<Exchange<Handover>>| {
             let this = this.clone();
             async move { this.respond(req, &exchange, socket).await }
         };
@@ -346,8 +357,10 @@ impl Proxy {
                 return self.finish(stream, done, &exchange, &evicted).await;
             }
             Driven::HandOver(stream, read_ahead) => {
-                if let Some(upgrade) = exchange.take() {
-                    self.relay(stream, read_ahead, upgrade).await;
+                match exchange.take() {
+                    Some(Handover::Cdp(upgrade)) => self.relay(stream, read_ahead, upgrade).await,
+                    Some(Handover::Viewer(v)) => self.serve_viewer(stream, read_ahead, v).await,
+                    None => {}
                 }
                 return;
             }
@@ -366,7 +379,7 @@ impl Proxy {
         &self,
         mut stream: TcpStream,
         done: hyper::Result<()>,
-        exchange: &Exchange<Upgrade>,
+        exchange: &Exchange<Handover>,
         evicted: &CancellationToken,
     ) {
         if exchange.take().is_some() {
@@ -442,7 +455,7 @@ impl Proxy {
     async fn respond(
         &self,
         req: Request<Incoming>,
-        exchange: &Exchange<Upgrade>,
+        exchange: &Exchange<Handover>,
         socket: Socket,
     ) -> Answer {
         exchange.heard();
@@ -455,7 +468,14 @@ impl Proxy {
             }
         };
         exchange.admitted();
-        let answer = if matches!(admitted.route, Route::BrowserRoot | Route::Devtools(_)) {
+        let answer = if admitted.route == Route::Viewer {
+            self.viewer_page()
+        } else if admitted.route == Route::ViewerSocket {
+            match self.viewer_upgrade(admitted, exchange) {
+                None => return std::future::pending().await,
+                Some(refused) => refused,
+            }
+        } else if admitted.route.is_websocket() {
             match self.upgrade(admitted, exchange).await {
                 Ok(()) => return std::future::pending().await,
                 Err(refused) => refused,
@@ -485,11 +505,19 @@ impl Proxy {
         if route == Route::Health {
             return Err(self.health());
         }
-        let is_ws = matches!(route, Route::BrowserRoot | Route::Devtools(_));
-        if is_ws && !is_valid_upgrade(&head) {
+        if route.is_websocket() && !is_valid_upgrade(&head) {
             return Err(self.refuse(Refusal::BadUpgrade, None));
         }
-        let presented = match self.authenticate(&head, route != Route::JsonNew).await {
+        let checked = if route.is_viewer() {
+            crate::viewer::grant::check(head.query(), &self.auth)
+                .await
+                .map(|g| (Presented::default(), Some(g)))
+        } else {
+            self.authenticate(&head, route != Route::JsonNew)
+                .await
+                .map(|p| (p, None))
+        };
+        let (presented, grant) = match checked {
             Ok(p) => p,
             Err(AuthError::Token(e)) => {
                 self.metrics.refusal(e);
@@ -511,6 +539,7 @@ impl Proxy {
             head,
             route,
             presented,
+            grant,
             up,
         })
     }
@@ -554,6 +583,7 @@ impl Proxy {
             route,
             presented,
             up,
+            ..
         } = admitted;
         let authority = match head.header(header::HOST) {
             Some(h) if discovery::is_valid_authority(h) => h.to_owned(),
@@ -588,7 +618,7 @@ impl Proxy {
                 false,
                 None,
             ),
-            _ => unreachable!("websocket routes are upgraded"),
+            _ => unreachable!("websocket and viewer routes are not json"),
         };
         let method = head.method.clone();
         let timeout = self.limits.upstream_timeout;
@@ -616,7 +646,7 @@ impl Proxy {
     async fn upgrade(
         &self,
         admitted: Admitted,
-        exchange: &Exchange<Upgrade>,
+        exchange: &Exchange<Handover>,
     ) -> Result<(), Answer> {
         let started = Instant::now();
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
@@ -661,13 +691,13 @@ impl Proxy {
             }
             Err(e) => return Err(self.refuse(Refusal::BadGateway, Some(&e))),
         };
-        exchange.stash(Upgrade {
+        exchange.stash(Handover::Cdp(Upgrade {
             chrome,
             answer,
             chrome_prefix,
             permit,
             started,
-        });
+        }));
         Ok(())
     }
 
@@ -798,11 +828,21 @@ struct Upgrade {
     started: Instant,
 }
 
+/// Where an accepted upgrade's connection goes once hyper hands it back.
+enum Handover {
+    /// Relayed to Chrome.
+    Cdp(Upgrade),
+    /// Served by the live viewer.
+    Viewer(live::ViewerUpgrade),
+}
+
 /// An authenticated request and the Chrome it goes to.
 struct Admitted {
     head: RequestHead,
     route: Route,
     presented: Presented,
+    /// What a viewer route's credential grants (`None` on the CDP routes).
+    grant: Option<crate::viewer::grant::ViewerGrant>,
     up: Arc<Upstream>,
 }
 

@@ -1,5 +1,7 @@
 //! Which route a request is for: pure, so every path rule is unit-tested.
 
+use crate::upstream::is_target_id;
+
 /// The proxy's routes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
@@ -17,6 +19,25 @@ pub enum Route {
     JsonNew,
     /// `/json/activate/<id>`, `/json/close/<id>`, `/json/protocol`: passed through.
     JsonPassthrough(String),
+    /// `GET /viewer`: the live viewer's page (credential in `?t=`).
+    Viewer,
+    /// WebSocket upgrade on `/viewer/ws`: the live viewer's frames and input.
+    ViewerSocket,
+}
+
+impl Route {
+    /// Whether the route is answered by upgrading to a WebSocket.
+    pub fn is_websocket(&self) -> bool {
+        matches!(
+            self,
+            Route::BrowserRoot | Route::Devtools(_) | Route::ViewerSocket
+        )
+    }
+
+    /// Whether the route takes the viewer credential rather than the session token.
+    pub fn is_viewer(&self) -> bool {
+        matches!(self, Route::Viewer | Route::ViewerSocket)
+    }
 }
 
 /// Why no route matched.
@@ -26,16 +47,6 @@ pub enum RouteError {
     NotFound,
     /// The path exists, but not for this method (answered 405).
     MethodNotAllowed,
-}
-
-fn is_target_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 128
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-        && id != "."
-        && id != ".."
 }
 
 /// Routes `method` + `path` (query removed). `upgrade` says whether the request asks for a
@@ -66,6 +77,8 @@ pub fn route(method: &str, path: &str, upgrade: bool) -> Result<Route, RouteErro
             };
         }
         "/json/protocol" => Route::JsonPassthrough(trimmed.to_owned()),
+        "/viewer" => Route::Viewer,
+        "/viewer/ws" => Route::ViewerSocket,
         p => {
             if let Some(id) = p
                 .strip_prefix("/devtools/browser/")
@@ -119,6 +132,10 @@ mod tests {
                 Err(RouteError::MethodNotAllowed),
             ),
             ("GET", "/json/protocol", false, pass("/json/protocol")),
+            ("GET", "/viewer", false, Ok(Route::Viewer)),
+            ("GET", "/viewer/", false, Ok(Route::Viewer)),
+            ("GET", "/viewer/ws", true, Ok(Route::ViewerSocket)),
+            ("POST", "/viewer", false, Err(RouteError::MethodNotAllowed)),
             (
                 "GET",
                 "/json/activate/ABC",
@@ -161,6 +178,8 @@ mod tests {
             "/json/close/a%2F..",
             "/metrics",
             "/json/version/x",
+            "/viewer/x",
+            "/viewer/ws/x",
         ] {
             assert_eq!(route("GET", p, true), Err(RouteError::NotFound), "{p}");
         }

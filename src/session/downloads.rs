@@ -40,7 +40,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 use wallcrawler_contract::storage::download_key;
 
-use crate::chrome::cdp::{Cdp, CdpError, Event};
+use crate::cdp::{Cdp, CdpError, Event};
 use crate::stores::{ArchiveStore, BoxRead, DownloadsUpdate, SessionStore};
 
 /// How much a session may store.
@@ -121,7 +121,7 @@ impl Capture {
     /// Sets the browser's download behaviour to `dir` on a connection of its own and follows
     /// its downloads until [`Self::finish`].
     pub async fn start(
-        to: &crate::chrome::cdp::BrowserSocket,
+        to: &crate::cdp::BrowserSocket,
         dir: &Path,
         sink: Sink,
         caps: Caps,

@@ -15,7 +15,8 @@ use tracing::{error, info};
 use wallcrawler_contract::extension_archive::{MAX_ARCHIVE_BYTES, UnpackError, unpack};
 
 use super::{Ending, Outcome, Run, STARTUP_RETRY};
-use crate::chrome::{Chrome, cdp};
+use crate::cdp;
+use crate::chrome::Chrome;
 use crate::stores::{ArchiveStore, StoreError, retry};
 
 /// How long Chrome has to load the unpacked extension.

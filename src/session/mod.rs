@@ -42,7 +42,8 @@ pub use extension::{ExtensionDir, load as load_extension};
 
 use crate::app::{EndReason, IdlePolicy, ProxyOptions, Session, SessionOptions};
 use crate::auth::{Authenticator, KeySource, StaticKeys};
-use crate::chrome::{Chrome, LaunchOptions, cdp};
+use crate::cdp;
+use crate::chrome::{Chrome, LaunchOptions};
 use crate::config::{ContextSource, KeyConfig, RunConfig};
 use crate::profile::{self, ArchiveLimits, hydrate, persist_profile};
 use crate::proxy::Limits;

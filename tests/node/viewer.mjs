@@ -1,0 +1,223 @@
+// viewer.mjs --url WS --chrome PATH --scenario S [--metrics URL]
+//
+// The live viewer seen by a person: a second headless Chromium (puppeteer-core `launch`, the
+// Debian binary) opens the controller's /viewer page; Puppeteer on the session (--url, the
+// connect URL with its token) drives the watched page. Scenarios:
+//   show:    the watched page is red: a screenshot of the viewer shows red; it navigates to
+//            green: the viewer follows (time to the first green frame reported).
+//   control: a click and typed text on the viewer's canvas reach the watched page's input.
+//   view:    the same with mode=view reach nothing (a control viewer's input after a ping
+//            barrier is all the page records).
+//   two:     two viewers of one page, both drawing frames; --metrics's
+//            wallcrawler_viewer_screencasts_started_total.
+//   tabs:    a red and a green page; the viewer (no page=, not fullscreen) lists both in its
+//            tab strip; clicking each tab shows it and brings its page to the front.
+// Prints {"ok":true,...}.
+
+import { requireArg, run } from "./lib.mjs";
+
+const RED = "data:text/html,<title>red</title><body style='margin:0;background:rgb(255,0,0)'>";
+const GREEN = "data:text/html,<title>green</title><body style='margin:0;background:rgb(0,255,0)'>";
+const FORM =
+  "data:text/html,<title>form</title><body style='margin:0'>" +
+  "<input id=i style='position:absolute;left:0;top:0;width:400px;height:100px;font-size:40px'>" +
+  "<script>window.clicks=[];addEventListener('mousedown',e=>clicks.push([e.clientX,e.clientY]))</script>";
+
+async function targetId(page) {
+  const s = await page.createCDPSession();
+  const { targetInfo } = await s.send("Target.getTargetInfo");
+  await s.detach();
+  return targetInfo.targetId;
+}
+
+/** Opens the viewer page for `id` in `browser`; waits for its first frame. */
+async function openViewer(browser, base, token, id, mode) {
+  const vp = await browser.newPage();
+  await vp.setViewport({ width: 800, height: 600 });
+  const q = new URLSearchParams({ t: token, page: id, fullscreen: "1" });
+  if (mode) q.set("mode", mode);
+  const answer = await vp.goto(`${base}/viewer?${q}`);
+  if (answer.status() !== 200) throw new Error(`/viewer answered ${answer.status()}`);
+  await vp.waitForFunction(() => window.viewer && window.viewer.frames > 0, { timeout: 10000 });
+  return vp;
+}
+
+/** Waits until the centre pixel of the viewer's canvas, as drawn, is near `want`. */
+async function canvasShows(vp, want) {
+  await vp.waitForFunction(
+    (want) => {
+      const c = document.getElementById("screen");
+      const d = c.getContext("2d").getImageData(c.width >> 1, c.height >> 1, 1, 1).data;
+      return [d[0], d[1], d[2]].every((v, i) => Math.abs(v - want[i]) < 40);
+    },
+    { timeout: 10000, polling: 20 },
+    want,
+  );
+}
+
+const near = (px, want) => px.every((v, i) => Math.abs(v - want[i]) < 40);
+
+/** The centre pixel of a PNG screenshot of `vp`, decoded by the viewer's own browser. */
+async function screenshotCentre(vp) {
+  const png = await vp.screenshot({ encoding: "base64" });
+  const scratch = await vp.browser().newPage();
+  try {
+    return await scratch.evaluate(async (b64) => {
+      const img = new Image();
+      img.src = "data:image/png;base64," + b64;
+      await img.decode();
+      const c = document.createElement("canvas");
+      c.width = img.width;
+      c.height = img.height;
+      const ctx = c.getContext("2d");
+      ctx.drawImage(img, 0, 0);
+      const d = ctx.getImageData(img.width >> 1, img.height >> 1, 1, 1).data;
+      return [d[0], d[1], d[2]];
+    }, png);
+  } finally {
+    await scratch.close();
+  }
+}
+
+/** Clicks the viewer's canvas where the watched page's (x, y) is drawn. */
+async function clickAt(vp, x, y) {
+  const at = await vp.evaluate(
+    (x, y) => {
+      const c = document.getElementById("screen");
+      const r = c.getBoundingClientRect();
+      const d = window.viewer.device;
+      const scale = Math.min(r.width / c.width, r.height / c.height);
+      const ox = (r.width - c.width * scale) / 2, oy = (r.height - c.height * scale) / 2;
+      return [r.left + ox + (x * c.width / d.w) * scale, r.top + oy + (y * c.height / d.h) * scale];
+    },
+    x,
+    y,
+  );
+  await vp.mouse.click(at[0], at[1]);
+}
+
+async function waitForPage(page, fn, arg) {
+  await page.waitForFunction(fn, { timeout: 10000, polling: 50 }, arg);
+}
+
+const scenarios = {
+  async show({ page, viewer, base, token }) {
+    await page.goto(RED);
+    const vp = await openViewer(viewer, base, token, await targetId(page));
+    await canvasShows(vp, [255, 0, 0]);
+    const shot = await screenshotCentre(vp);
+    if (!near(shot, [255, 0, 0])) throw new Error(`screenshot centre ${shot}, not red`);
+    const t0 = Date.now();
+    await page.goto(GREEN);
+    await canvasShows(vp, [0, 255, 0]);
+    const followMs = Date.now() - t0;
+    const shot2 = await screenshotCentre(vp);
+    if (!near(shot2, [0, 255, 0])) throw new Error(`screenshot centre ${shot2}, not green`);
+    return { red: shot, green: shot2, followMs };
+  },
+
+  async control({ page, viewer, base, token }) {
+    await page.goto(FORM);
+    const vp = await openViewer(viewer, base, token, await targetId(page));
+    await clickAt(vp, 100, 50);
+    await vp.keyboard.type("abc");
+    await waitForPage(page, () => document.getElementById("i").value === "abc" && window.clicks.length > 0);
+    return { value: "abc", clicks: await page.evaluate(() => window.clicks) };
+  },
+
+  async view({ page, viewer, base, token }) {
+    await page.goto(FORM);
+    const id = await targetId(page);
+    const watcher = await openViewer(viewer, base, token, id, "view");
+    await clickAt(watcher, 100, 50);
+    await watcher.keyboard.type("abc");
+    await watcher.keyboard.press("Enter");
+    await watcher.mouse.wheel({ deltaY: 300 });
+    // Everything the view-only viewer sent has been handled (and dropped) by the server.
+    await watcher.evaluate(() => window.viewer.ping());
+    // A control viewer of the same page shares its screencast and input queue: its input,
+    // queued after, is all the page may have seen.
+    const controller = await openViewer(viewer, base, token, id, "control");
+    await clickAt(controller, 100, 50);
+    await controller.keyboard.type("z");
+    await waitForPage(page, () => document.getElementById("i").value.includes("z"));
+    const value = await page.evaluate(() => document.getElementById("i").value);
+    const clicks = await page.evaluate(() => window.clicks);
+    return { value, clicks: clicks.length };
+  },
+
+  async two({ page, viewer, base, token, args }) {
+    await page.goto(RED);
+    const id = await targetId(page);
+    const a = await openViewer(viewer, base, token, id);
+    const b = await openViewer(viewer, base, token, id);
+    const frames = [await a.evaluate(() => window.viewer.frames), await b.evaluate(() => window.viewer.frames)];
+    const text = await (await fetch(requireArg(args, "metrics"))).text();
+    const m = text.match(/^wallcrawler_viewer_screencasts_started_total (\d+)/m);
+    return { frames, screencastsStarted: m ? Number(m[1]) : null };
+  },
+};
+
+scenarios.tabs = async ({ page, session, viewer, base, token }) => {
+  await page.goto(RED);
+  const green = await session.newPage();
+  await green.setViewport({ width: 800, height: 600 });
+  await green.goto(GREEN);
+  const vp = await viewer.newPage();
+  await vp.setViewport({ width: 800, height: 600 });
+  await vp.goto(`${base}/viewer?${new URLSearchParams({ t: token })}`);
+  await vp.waitForFunction(
+    () => ["red", "green"].every((t) => [...document.querySelectorAll("#tabs button")].some((b) => b.textContent === t)),
+    { timeout: 10000, polling: 50 },
+  );
+  const titles = await vp.$$eval("#tabs button", (bs) => bs.map((b) => b.textContent));
+  // The inactive one first, so each click is what changes the picture.
+  const first = await vp.$eval("#tabs button.active", (b) => b.textContent);
+  const order = first === "red" ? ["green", "red"] : ["red", "green"];
+  const colours = { red: [255, 0, 0], green: [0, 255, 0] };
+  const pages = { red: page, green };
+  const shown = [];
+  for (const title of order) {
+    // By position: the strip is redrawn whenever a page's title or URL changes, so a handle
+    // on a button may be stale; the place of the button is not.
+    const [x, y] = await vp.evaluate((t) => {
+      const b = [...document.querySelectorAll("#tabs button")].find((b) => b.textContent === t);
+      const r = b.getBoundingClientRect();
+      return [r.left + r.width / 2, r.top + r.height / 2];
+    }, title);
+    await vp.mouse.click(x, y);
+    await canvasShows(vp, colours[title]);
+    // A control viewer's tab click brings that page to the front, as a person's would.
+    await pages[title].waitForFunction(() => document.visibilityState === "visible", { timeout: 10000 });
+    await vp.waitForFunction((t) => document.querySelector("#tabs button.active")?.textContent === t,
+      { timeout: 10000, polling: 50 }, title);
+    shown.push(title);
+  }
+  const active = await vp.$eval("#tabs button.active", (b) => b.textContent);
+  return { titles, shown, active };
+};
+
+run(async (args) => {
+  const url = requireArg(args, "url");
+  const scenario = scenarios[requireArg(args, "scenario")];
+  if (!scenario) throw new Error(`unknown scenario ${args.scenario}`);
+  const u = new URL(url);
+  const base = `http://${u.host}`;
+  const token = u.searchParams.get("signingKey");
+  const { default: puppeteer } = await import("puppeteer-core");
+  const session = await puppeteer.connect({ browserWSEndpoint: url, protocolTimeout: 20000 });
+  const viewer = await puppeteer.launch({
+    executablePath: requireArg(args, "chrome"),
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+  try {
+    const page = await session.newPage();
+    await page.setViewport({ width: 800, height: 600 });
+    return await scenario({ page, session, viewer, base, token, args });
+  } finally {
+    await viewer.close();
+    session.disconnect();
+  }
+});

@@ -1,0 +1,369 @@
+//! The live viewer on the real controller (`local`, real Chromium) watched by a second headless
+//! Chromium through puppeteer-core (tests/node/viewer.mjs): what it shows, whose input reaches
+//! the page, one screencast for many viewers, and the page's refusals and headers.
+//!
+//! The credential is the session token (TEMP, see src/viewer/grant.rs) until the viewer
+//! credential lands.
+
+use std::net::SocketAddr;
+
+use crate::support::{
+    Controller, LocalSession, chromium, node, raw_http, status_of, upgrade_request,
+};
+
+/// A local controller with its metrics listener, and that listener's address.
+fn controller(envs: &[(&str, &str)]) -> (Controller, LocalSession, SocketAddr) {
+    let mut all = vec![("METRICS_ADDR", "127.0.0.1:0"), ("LOG_FORMAT", "json")];
+    all.extend_from_slice(envs);
+    let (mut c, s) = Controller::local(&[], &all);
+    let ev = c.wait_event(|e| e["message"] == "metrics listening");
+    let metrics: SocketAddr = ev["addr"].as_str().expect("addr field").parse().unwrap();
+    (c, s, metrics)
+}
+
+fn scenario(s: &LocalSession, name: &str, metrics: SocketAddr) -> serde_json::Value {
+    let chrome = chromium();
+    let metrics = format!("http://{metrics}/metrics");
+    let r = node(
+        "viewer.mjs",
+        &[
+            "--url",
+            &s.connect_url,
+            "--chrome",
+            chrome.to_str().unwrap(),
+            "--scenario",
+            name,
+            "--metrics",
+            &metrics,
+            "--timeout-ms",
+            "60000",
+        ],
+    );
+    assert_eq!(r["ok"], true, "{name}: {r}");
+    r
+}
+
+#[test]
+fn the_viewer_shows_the_page_and_follows_a_navigation() {
+    let (_c, s, metrics) = controller(&[]);
+    let r = scenario(&s, "show", metrics);
+    // The figure the issue asks for (a navigation followed within a second), with room for a
+    // debug build on a loaded machine; the measured value is printed.
+    let follow = r["followMs"].as_u64().unwrap();
+    eprintln!("viewer followed a navigation in {follow} ms");
+    assert!(follow < 3000, "{r}");
+}
+
+#[test]
+fn control_mode_click_and_typing_reach_the_page() {
+    let (_c, s, metrics) = controller(&[]);
+    let r = scenario(&s, "control", metrics);
+    assert_eq!(r["value"], "abc", "{r}");
+    assert_eq!(r["clicks"][0], serde_json::json!([100, 50]), "{r}");
+}
+
+#[test]
+fn view_mode_input_reaches_nothing() {
+    let (_c, s, metrics) = controller(&[]);
+    let r = scenario(&s, "view", metrics);
+    // Only the control viewer's click and "z", queued after the view-only viewer's input.
+    assert_eq!(r["value"], "z", "{r}");
+    assert_eq!(r["clicks"], 1, "{r}");
+}
+
+#[test]
+fn the_tab_strip_lists_the_pages_and_switches_between_them() {
+    let (_c, s, metrics) = controller(&[]);
+    let r = scenario(&s, "tabs", metrics);
+    let titles = r["titles"].as_array().unwrap();
+    assert!(
+        titles.contains(&"red".into()) && titles.contains(&"green".into()),
+        "{r}"
+    );
+    assert_eq!(r["shown"].as_array().unwrap().len(), 2, "{r}");
+}
+
+#[test]
+fn two_viewers_of_a_page_share_one_screencast() {
+    let (_c, s, metrics) = controller(&[]);
+    let r = scenario(&s, "two", metrics);
+    assert_eq!(r["screencastsStarted"], 1, "{r}");
+    assert!(
+        r["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f.as_u64() > Some(0)),
+        "{r}"
+    );
+}
+
+#[test]
+fn the_page_is_served_with_its_policy_and_refused_without_a_credential() {
+    let ancestors = "'self' https://app.example.test";
+    let (c, s, _) = controller(&[("VIEWER_FRAME_ANCESTORS", ancestors)]);
+    let host = s.addr.to_string();
+    let get = |target: &str| {
+        raw_http(
+            s.addr,
+            format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes(),
+        )
+    };
+    let page = get(&format!("/viewer?t={}&fullscreen=1", s.token));
+    assert_eq!(status_of(&page), 200, "{page}");
+    let lower = page.to_ascii_lowercase();
+    assert!(
+        lower.contains("content-type: text/html; charset=utf-8"),
+        "{page}"
+    );
+    let csp = page
+        .lines()
+        .find(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("content-security-policy:")
+        })
+        .expect("a CSP header");
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    assert!(
+        csp.ends_with(&format!("frame-ancestors {ancestors}")),
+        "{csp}"
+    );
+    assert!(page.contains("<canvas id=\"screen\""), "{page}");
+
+    for target in ["/viewer", "/viewer?t=not-a-token", "/viewer?t=a&t=b"] {
+        let answer = get(target);
+        assert_eq!(status_of(&answer), 401, "{target}: {answer}");
+        assert!(
+            answer.ends_with("\r\n\r\nunauthorized\n"),
+            "{target}: {answer}"
+        );
+    }
+    // The session token in its CDP parameter is not a viewer credential.
+    let answer = get(&format!("/viewer?signingKey={}", s.token));
+    assert_eq!(status_of(&answer), 401, "{answer}");
+    let answer = raw_http(
+        s.addr,
+        &upgrade_request("/viewer/ws?t=not-a-token", &host, &[]),
+    );
+    assert_eq!(status_of(&answer), 401, "{answer}");
+    assert!(
+        !c.stderr.text().contains(&s.token),
+        "a token reached the log"
+    );
+}
+
+/// One metric's value in the controller's exposition.
+fn metric(addr: SocketAddr, name: &str) -> f64 {
+    let answer = raw_http(
+        addr,
+        format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes(),
+    );
+    answer
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in {answer}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_raw_viewer_gets_tabs_and_frames_counts_as_a_client_stops_the_screencast_last_and_is_closed_at_shutdown()
+ {
+    use tokio_tungstenite::tungstenite::{self, Message};
+    let (mut c, s, metrics) = controller(&[]);
+    let url = format!("ws://{}/viewer/ws?t={}", s.addr, s.token);
+    let stream = std::net::TcpStream::connect(s.addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let (mut ws, answer) = tungstenite::client(url.as_str(), stream).expect("upgrade");
+    assert_eq!(answer.status(), 101);
+    // Anything but the viewer's own messages is refused and the connection stays open.
+    let hostile = [
+        r#"{"id":1,"method":"Runtime.evaluate","params":{"expression":"1"}}"#,
+        "not json",
+        r#"{"type":"mouse","event":"mousePressed","x":1e300,"y":1}"#,
+    ];
+    for h in hostile {
+        ws.send(Message::text(h)).unwrap();
+    }
+    let mut errors = Vec::new();
+    ws.send(Message::text(r#"{"type":"ping"}"#)).unwrap();
+    let (mut tabs, mut frame, mut pong) = (false, false, false);
+    while !(tabs && frame && pong) {
+        let Message::Text(t) = ws.read().expect("a message") else {
+            continue;
+        };
+        let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+        match v["type"].as_str() {
+            Some("tabs") => tabs = !v["tabs"].as_array().unwrap().is_empty(),
+            Some("frame") => frame = v["data"].as_str().is_some_and(|d| d.starts_with("/9j/")),
+            Some("pong") => pong = true,
+            Some("error") => errors.push(v["error"].as_str().unwrap().to_owned()),
+            other => panic!("unexpected message {other:?}: {v}"),
+        }
+    }
+    assert_eq!(
+        errors,
+        ["unknown message", "unknown message", "invalid field x"]
+    );
+    assert_eq!(metric(metrics, "wallcrawler_proxy_clients"), 1.0);
+    assert_eq!(
+        metric(metrics, "wallcrawler_viewer_screencasts_started_total"),
+        1.0
+    );
+
+    // The last viewer gone, the screencast stops; the next viewer starts a new one.
+    ws.close(None).unwrap();
+    while ws.read().is_ok() {}
+    c.wait_event(|e| e["message"] == "screencast stopped: no viewer left");
+    let stream = std::net::TcpStream::connect(s.addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let (mut ws, _) = tungstenite::client(url.as_str(), stream).expect("upgrade");
+    loop {
+        let Message::Text(t) = ws.read().expect("a message") else {
+            continue;
+        };
+        let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+        if v["type"] == "frame" {
+            break;
+        }
+    }
+    assert_eq!(
+        metric(metrics, "wallcrawler_viewer_screencasts_started_total"),
+        2.0
+    );
+
+    c.signal(nix::sys::signal::Signal::SIGTERM);
+    let closed = loop {
+        match ws.read() {
+            Ok(Message::Close(f)) => break f,
+            Ok(_) => continue,
+            Err(e) => panic!("no close frame: {e}"),
+        }
+    };
+    let f = closed.expect("a close frame with a code");
+    assert_eq!(u16::from(f.code), 1001, "{f:?}");
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+}
+
+/// A viewer's socket, and the messages it reads until `until` matches one (returned too).
+fn read_until(
+    ws: &mut tokio_tungstenite::tungstenite::WebSocket<std::net::TcpStream>,
+    until: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    use tokio_tungstenite::tungstenite::Message;
+    let mut seen = Vec::new();
+    loop {
+        let m = ws
+            .read()
+            .unwrap_or_else(|e| panic!("no message ({e}) after {seen:?}"));
+        let Message::Text(t) = m else {
+            continue;
+        };
+        let mut v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+        let done = until(&v);
+        if v["type"] == "frame" {
+            v["data"] = "…".into();
+        }
+        seen.push(v);
+        if done {
+            return seen;
+        }
+    }
+}
+
+fn open_viewer(
+    s: &LocalSession,
+    query: &str,
+) -> tokio_tungstenite::tungstenite::WebSocket<std::net::TcpStream> {
+    let url = format!("ws://{}/viewer/ws?t={}&{query}", s.addr, s.token);
+    let stream = std::net::TcpStream::connect(s.addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    tokio_tungstenite::tungstenite::client(url.as_str(), stream)
+        .expect("upgrade")
+        .0
+}
+
+#[test]
+fn a_viewer_for_one_page_sees_and_selects_only_that_page() {
+    use tokio_tungstenite::tungstenite::Message;
+    let (c, s, _) = controller(&[]);
+    let _dump = Dump(c.stderr.clone());
+    let answer = raw_http(
+        s.addr,
+        format!(
+            "PUT /json/new?about:blank HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
+            s.addr, s.token
+        )
+        .as_bytes(),
+    );
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+    let other: serde_json::Value = serde_json::from_str(body).unwrap();
+    let other = other["id"].as_str().unwrap().to_owned();
+
+    // An unpinned viewer lists both pages; pick the one that is not `other`.
+    let mut all = open_viewer(&s, "");
+    let seen = read_until(&mut all, |v| {
+        v["type"] == "tabs" && v["tabs"].as_array().unwrap().len() >= 2
+    });
+    let tabs = seen.last().unwrap()["tabs"].as_array().unwrap().clone();
+    // The page opened last is in front, the other in the background (it paints nothing: the
+    // viewer shows its still frame).
+    let pinned = tabs
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .find(|id| *id != other)
+        .unwrap();
+    drop(all);
+
+    let mut ws = open_viewer(&s, &format!("page={pinned}&mode=view"));
+    let seen = read_until(&mut ws, |v| v["type"] == "frame");
+    for v in seen.iter().filter(|v| v["type"] == "tabs") {
+        let ids: Vec<&str> = v["tabs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, [pinned.as_str()], "{v}");
+    }
+    assert_eq!(seen.last().unwrap()["page"], pinned.as_str());
+    // Selecting the other page is ignored (no tabs answer); input in view mode is dropped
+    // without an answer; the ping's pong is the only reply.
+    ws.send(Message::text(
+        serde_json::json!({"type": "select", "page": other}).to_string(),
+    ))
+    .unwrap();
+    ws.send(Message::text(
+        r#"{"type":"mouse","event":"mousePressed","x":1,"y":1,"button":"left","clickCount":1}"#,
+    ))
+    .unwrap();
+    ws.send(Message::text(r#"{"type":"ping"}"#)).unwrap();
+    let seen = read_until(&mut ws, |v| v["type"] == "pong");
+    assert!(
+        seen.iter()
+            .all(|v| v["type"] == "frame" || v["type"] == "pong"),
+        "{seen:?}"
+    );
+}
+
+/// On a failing test, prints the controller's viewer and screencast log lines.
+struct Dump(crate::support::Captured);
+impl Drop for Dump {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for l in self.0.lines().iter().filter(|l| {
+                l.contains("viewer") || l.contains("screencast") || l.contains("egress")
+            }) {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
