@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use wallcrawler_contract::token::{self, Validation, Verified};
+use wallcrawler_contract::viewer::{self, ViewerVerified};
 use wallcrawler_contract::{TokenError, VerifyingKey};
 
 use http::HeaderMap;
@@ -179,32 +180,38 @@ impl Authenticator {
         verified.ok_or(AuthError::Token(TokenError::Missing))
     }
 
-    /// Validates one token, refreshing the keys once if its signature matched none.
+    /// Validates one session token, refreshing the keys once if its signature matched none.
     pub async fn check_one(&self, token: &str) -> Result<Verified, AuthError> {
-        let binding = self.binding.get().ok_or(AuthError::Unclaimed)?;
-        let keys = self.keys.keys().ok_or(AuthError::KeysUnavailable)?;
-        match self.validate_with(binding, token, &keys) {
-            Err(TokenError::Signature) => match self.keys.refresh_after_miss().await {
-                Some(fresh) => Ok(self.validate_with(binding, token, &fresh)?),
-                None => Err(AuthError::Token(TokenError::Signature)),
-            },
-            other => Ok(other?),
-        }
+        self.check_by(token, token::validate).await
     }
 
-    fn validate_with(
+    /// Validates one live-view credential (audience `wallcrawler-viewer`) for the bound
+    /// session, with the same key refresh: a session token is refused here, as a viewer
+    /// credential is by [`Self::check_one`].
+    pub async fn check_viewer(&self, credential: &str) -> Result<ViewerVerified, AuthError> {
+        self.check_by(credential, viewer::validate).await
+    }
+
+    async fn check_by<T>(
         &self,
-        binding: &Binding,
         token: &str,
-        keys: &[VerifyingKey],
-    ) -> Result<Verified, TokenError> {
+        validate: fn(&str, &[VerifyingKey], &Validation<'_>) -> Result<T, TokenError>,
+    ) -> Result<T, AuthError> {
+        let binding = self.binding.get().ok_or(AuthError::Unclaimed)?;
+        let keys = self.keys.keys().ok_or(AuthError::KeysUnavailable)?;
         let v = Validation {
             session_id: &binding.session_id,
             project_id: binding.project_id.as_deref(),
             leeway_seconds: self.leeway_seconds,
             now: unix_now(),
         };
-        token::validate(token, keys, &v)
+        match validate(token, &keys, &v) {
+            Err(TokenError::Signature) => match self.keys.refresh_after_miss().await {
+                Some(fresh) => Ok(validate(token, &fresh, &v)?),
+                None => Err(AuthError::Token(TokenError::Signature)),
+            },
+            other => Ok(other?),
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Parser as _;
 use tracing::error;
 use wallcrawler_contract::Claims;
+use wallcrawler_contract::viewer::ViewerClaims;
 
 use crate::auth::unix_now;
 use crate::chrome::flags;
@@ -111,7 +112,22 @@ where
 }
 
 fn token(c: &TokenConfig) -> i32 {
-    let t = Claims::new(&c.session_id, &c.project_id, unix_now(), c.ttl).mint(&c.key.0);
+    let now = unix_now();
+    let t = match &c.viewer {
+        None => Claims::new(&c.session_id, &c.project_id, now, c.ttl).mint(&c.key.0),
+        Some((mode, page)) => {
+            let claims = ViewerClaims::new(&c.session_id, &c.project_id, *mode, now, c.ttl);
+            let claims = match page.as_deref().map(|p| claims.for_page(p)) {
+                None => claims,
+                Some(Ok(one)) => one,
+                Some(Err(e)) => {
+                    error!("--page: {e}");
+                    return EXIT_FAILURE;
+                }
+            };
+            claims.mint(&c.key.0)
+        }
+    };
     let mut out = std::io::stdout().lock();
     if writeln!(out, "{t}").and_then(|_| out.flush()).is_err() {
         return EXIT_FAILURE;

@@ -401,6 +401,13 @@ pub struct TokenArgs {
     /// Lifetime in seconds, at most 21600 [default: 3600].
     #[arg(long, value_name = "SECONDS")]
     pub ttl: Option<String>,
+    /// Print a live-view credential (audience wallcrawler-viewer, for `/viewer?t=`) in this
+    /// mode instead of a session token: `view` (input dropped) or `control`.
+    #[arg(long, value_name = "MODE")]
+    pub viewer: Option<String>,
+    /// With --viewer: the one page (CDP target id, 32 hex digits) the credential shows.
+    #[arg(long, value_name = "TARGET_ID", requires = "viewer")]
+    pub page: Option<String>,
     /// The private key file.
     #[command(flatten)]
     pub key: SigningKeyArg,
@@ -749,6 +756,8 @@ pub struct TokenConfig {
     pub project_id: String,
     /// Lifetime in seconds.
     pub ttl: u64,
+    /// A live-view credential's mode and page instead of a session token.
+    pub viewer: Option<(wallcrawler_contract::viewer::Mode, Option<String>)>,
     /// The private key.
     pub key: PrivateKey,
 }
@@ -1589,6 +1598,8 @@ impl TokenConfig {
             ("TOKEN_TTL", &a.ttl),
             (PRIVATE_KEY_FILE, &a.key.jwt_private_key_file),
             (OLD_SIGNING_KEY, &a.key.jwt_signing_key),
+            ("VIEWER", &a.viewer),
+            ("PAGE", &a.page),
         ] {
             if let Some(v) = v {
                 s.insert(k, v.clone());
@@ -1608,14 +1619,36 @@ impl TokenConfig {
             r.errors
                 .push(format!("{PRIVATE_KEY_FILE} is required to sign a token"));
         }
+        let viewer = viewer_grant(&mut r);
         r.finish(TokenConfig {
             session_id,
             project_id,
             ttl,
+            viewer,
             // A placeholder when missing: `finish` then refuses the configuration.
             key: key.unwrap_or_else(|| PrivateKey(SigningKey::generate())),
         })
     }
+}
+
+/// `--viewer MODE [--page ID]` of `token`.
+fn viewer_grant(
+    r: &mut Reader<'_>,
+) -> Option<(wallcrawler_contract::viewer::Mode, Option<String>)> {
+    use wallcrawler_contract::viewer::{Mode, is_target_id};
+    let mode = r.text("VIEWER")?;
+    let Some(mode) = Mode::from_name(&mode) else {
+        r.errors
+            .push(format!("--viewer: {mode:?} is neither view nor control"));
+        return None;
+    };
+    let page = r.text("PAGE");
+    if page.as_deref().is_some_and(|p| !is_target_id(p)) {
+        r.errors
+            .push("--page: not a CDP target id (32 hex digits)".to_owned());
+        return None;
+    }
+    Some((mode, page))
 }
 
 #[cfg(test)]

@@ -121,6 +121,10 @@ connect_url=$(value "$local_fd" connectUrl) || {
 }
 log "scripts/local.sh printed its connectUrl after $(elapsed "$t0") s"
 [[ $connect_url == ws://127.0.0.1:*signingKey=* ]] || fail "unexpected connectUrl shape"
+live_url=$(value "$local_fd" liveViewUrl) || fail "scripts/local.sh printed no liveViewUrl"
+[[ $live_url == http://127.0.0.1:*/viewer\?t=* ]] || fail "unexpected liveViewUrl shape"
+# The viewer page answers its credential (and the page is the viewer's, not an error page).
+curl -fsS --max-time 10 "$live_url" | grep -q '<canvas' || fail "the liveViewUrl served no viewer page"
 
 run_example connect.mjs node connect.mjs "$connect_url"
 expect_lines connect.mjs '^puppeteer: hello$' '^playwright: hello$' \

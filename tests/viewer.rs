@@ -2,18 +2,25 @@
 //! Chromium through puppeteer-core (tests/node/viewer.mjs): what it shows, whose input reaches
 //! the page, one screencast for many viewers, and the page's refusals and headers.
 //!
-//! The credential is the session token (TEMP, see src/viewer/grant.rs) until the viewer
-//! credential lands.
+//! The credentials are live-view credentials (audience `wallcrawler-viewer`) signed with the
+//! key `local` signs with: the one it printed (`liveViewUrl`), or minted here and by
+//! `wallcrawler-controller token --viewer` (from viewer.mjs, which knows the page ids).
 
 use std::net::SocketAddr;
 
 use crate::support::{
-    Controller, LocalSession, chromium, node, raw_http, status_of, upgrade_request,
+    Controller, KEY, LocalSession, bin, chromium, node, now, private_key_file, raw_http, status_of,
+    upgrade_request,
 };
 
-/// A local controller with its metrics listener, and that listener's address.
+/// A local controller signing with [`KEY`], with its metrics listener, and that listener's
+/// address.
 fn controller(envs: &[(&str, &str)]) -> (Controller, LocalSession, SocketAddr) {
-    let mut all = vec![("METRICS_ADDR", "127.0.0.1:0"), ("LOG_FORMAT", "json")];
+    let mut all = vec![
+        ("METRICS_ADDR", "127.0.0.1:0"),
+        ("LOG_FORMAT", "json"),
+        ("WALLCRAWLER_JWT_PRIVATE_KEY_FILE", private_key_file()),
+    ];
     all.extend_from_slice(envs);
     let (mut c, s) = Controller::local(&[], &all);
     let ev = c.wait_event(|e| e["message"] == "metrics listening");
@@ -21,14 +28,27 @@ fn controller(envs: &[(&str, &str)]) -> (Controller, LocalSession, SocketAddr) {
     (c, s, metrics)
 }
 
+/// A viewer credential for `s`'s session in `mode`, for one `page` when given.
+fn credential(s: &LocalSession, mode: &str, page: Option<&str>) -> String {
+    wallcrawler_testkit::keys::mint_viewer(KEY, &s.session_id(), mode, page, now()..now() + 600)
+}
+
 fn scenario(s: &LocalSession, name: &str, metrics: SocketAddr) -> serde_json::Value {
     let chrome = chromium();
     let metrics = format!("http://{metrics}/metrics");
+    let session = s.session_id();
+    let mint = bin();
     let r = node(
         "viewer.mjs",
         &[
             "--url",
             &s.connect_url,
+            "--session",
+            &session,
+            "--mint",
+            mint.to_str().unwrap(),
+            "--key-file",
+            private_key_file(),
             "--chrome",
             chrome.to_str().unwrap(),
             "--scenario",
@@ -109,7 +129,12 @@ fn the_page_is_served_with_its_policy_and_refused_without_a_credential() {
             format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes(),
         )
     };
-    let page = get(&format!("/viewer?t={}&fullscreen=1", s.token));
+    // The URL `local` printed.
+    let printed = s
+        .live_view_url
+        .strip_prefix(&format!("http://{host}"))
+        .expect("the live view on the proxy's address");
+    let page = get(&format!("{printed}&fullscreen=1"));
     assert_eq!(status_of(&page), 200, "{page}");
     let lower = page.to_ascii_lowercase();
     assert!(
@@ -130,26 +155,74 @@ fn the_page_is_served_with_its_policy_and_refused_without_a_credential() {
     );
     assert!(page.contains("<canvas id=\"screen\""), "{page}");
 
-    for target in ["/viewer", "/viewer?t=not-a-token", "/viewer?t=a&t=b"] {
+    let good = credential(&s, "view", None);
+    let keys = wallcrawler_testkit::keys::mint_viewer;
+    let refused = [
+        ("none", "/viewer".to_owned()),
+        ("not a token", "/viewer?t=not-a-token".to_owned()),
+        ("twice", format!("/viewer?t={good}&t={good}")),
+        // The session token is not a viewer credential, in `t` or its own parameter.
+        ("session token", format!("/viewer?t={}", s.token)),
+        ("session token", format!("/viewer?signingKey={}", s.token)),
+        // Expired (past the minute of leeway), another session's, another key's.
+        (
+            "expired",
+            format!(
+                "/viewer?t={}",
+                keys(
+                    KEY,
+                    &s.session_id(),
+                    "control",
+                    None,
+                    now() - 600..now() - 540
+                )
+            ),
+        ),
+        (
+            "foreign",
+            format!(
+                "/viewer?t={}",
+                keys(KEY, "sess_another", "control", None, now()..now() + 600)
+            ),
+        ),
+        (
+            "other key",
+            format!(
+                "/viewer?t={}",
+                keys(
+                    "another-key",
+                    &s.session_id(),
+                    "control",
+                    None,
+                    now()..now() + 600
+                )
+            ),
+        ),
+    ];
+    for (why, target) in &refused {
         let answer = get(target);
-        assert_eq!(status_of(&answer), 401, "{target}: {answer}");
+        assert_eq!(status_of(&answer), 401, "{why}: {answer}");
         assert!(
             answer.ends_with("\r\n\r\nunauthorized\n"),
-            "{target}: {answer}"
+            "{why}: {answer}"
         );
+        let ws = raw_http(
+            s.addr,
+            &upgrade_request(&target.replacen("/viewer", "/viewer/ws", 1), &host, &[]),
+        );
+        assert_eq!(status_of(&ws), 401, "{why} (socket): {ws}");
     }
-    // The session token in its CDP parameter is not a viewer credential.
-    let answer = get(&format!("/viewer?signingKey={}", s.token));
+    // And the reverse: the viewer credential opens no CDP route.
+    let answer = get(&format!("/json/version?signingKey={good}"));
     assert_eq!(status_of(&answer), 401, "{answer}");
     let answer = raw_http(
         s.addr,
-        &upgrade_request("/viewer/ws?t=not-a-token", &host, &[]),
+        &upgrade_request(&format!("/?signingKey={good}"), &host, &[]),
     );
     assert_eq!(status_of(&answer), 401, "{answer}");
-    assert!(
-        !c.stderr.text().contains(&s.token),
-        "a token reached the log"
-    );
+    let log = c.stderr.text();
+    assert!(!log.contains(&s.token), "a token reached the log");
+    assert!(!log.contains(&good), "a viewer credential reached the log");
 }
 
 /// One metric's value in the controller's exposition.
@@ -172,7 +245,11 @@ fn a_raw_viewer_gets_tabs_and_frames_counts_as_a_client_stops_the_screencast_las
  {
     use tokio_tungstenite::tungstenite::{self, Message};
     let (mut c, s, metrics) = controller(&[]);
-    let url = format!("ws://{}/viewer/ws?t={}", s.addr, s.token);
+    let url = format!(
+        "ws://{}/viewer/ws?t={}",
+        s.addr,
+        credential(&s, "control", None)
+    );
     let stream = std::net::TcpStream::connect(s.addr).unwrap();
     stream
         .set_read_timeout(Some(std::time::Duration::from_secs(30)))
@@ -278,9 +355,9 @@ fn read_until(
 
 fn open_viewer(
     s: &LocalSession,
-    query: &str,
+    credential: &str,
 ) -> tokio_tungstenite::tungstenite::WebSocket<std::net::TcpStream> {
-    let url = format!("ws://{}/viewer/ws?t={}&{query}", s.addr, s.token);
+    let url = format!("ws://{}/viewer/ws?t={credential}", s.addr);
     let stream = std::net::TcpStream::connect(s.addr).unwrap();
     stream
         .set_read_timeout(Some(std::time::Duration::from_secs(30)))
@@ -309,7 +386,7 @@ fn a_viewer_for_one_page_sees_and_selects_only_that_page() {
     let other = other["id"].as_str().unwrap().to_owned();
 
     // An unpinned viewer lists both pages; pick the one that is not `other`.
-    let mut all = open_viewer(&s, "");
+    let mut all = open_viewer(&s, &credential(&s, "view", None));
     let seen = read_until(&mut all, |v| {
         v["type"] == "tabs" && v["tabs"].as_array().unwrap().len() >= 2
     });
@@ -323,7 +400,9 @@ fn a_viewer_for_one_page_sees_and_selects_only_that_page() {
         .unwrap();
     drop(all);
 
-    let mut ws = open_viewer(&s, &format!("page={pinned}&mode=view"));
+    // A query's `page` or `mode` widens nothing: the credential's claims alone count.
+    let pinned_view = credential(&s, "view", Some(&pinned));
+    let mut ws = open_viewer(&s, &format!("{pinned_view}&page={other}&mode=control"));
     let seen = read_until(&mut ws, |v| v["type"] == "frame");
     for v in seen.iter().filter(|v| v["type"] == "tabs") {
         let ids: Vec<&str> = v["tabs"]

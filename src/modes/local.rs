@@ -1,5 +1,5 @@
 //! `local`: a Chrome behind the proxy on loopback for a developer, with a fresh key and
-//! profile, its connectUrl printed on stdout, until a signal or the session's own end.
+//! profile, its connectUrl and live view URL printed on stdout, until a signal or the session's own end.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{error, info};
+use wallcrawler_contract::viewer::{self, ViewerClaims};
 use wallcrawler_contract::{Claims, SigningKey};
 
 use super::{ended, launch_options, profile_tempdir};
@@ -26,7 +27,11 @@ pub async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending 
         .key
         .as_ref()
         .map_or_else(SigningKey::generate, |k| k.0.clone());
-    let token = Claims::new(&session_id, "", unix_now(), c.token_ttl).mint(&key);
+    let now = unix_now();
+    let token = Claims::new(&session_id, "", now, c.token_ttl).mint(&key);
+    // And a live-view credential in control mode, for as long as the token.
+    let live =
+        ViewerClaims::new(&session_id, "", viewer::Mode::Control, now, c.token_ttl).mint(&key);
     let public = key.verifying_key().clone();
     drop(key);
     let profile = match profile_tempdir() {
@@ -72,8 +77,8 @@ pub async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending 
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "connectUrl: ws://{}?signingKey={token}",
-            ready.proxy_addr
+            "connectUrl: ws://{addr}?signingKey={token}\nliveViewUrl: http://{addr}/viewer?t={live}",
+            addr = ready.proxy_addr
         );
         let _ = out.flush();
     })

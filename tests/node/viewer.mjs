@@ -1,8 +1,10 @@
-// viewer.mjs --url WS --chrome PATH --scenario S [--metrics URL]
+// viewer.mjs --url WS --session ID --mint BIN --key-file PEM --chrome PATH --scenario S
+//            [--metrics URL]
 //
 // The live viewer seen by a person: a second headless Chromium (puppeteer-core `launch`, the
 // Debian binary) opens the controller's /viewer page; Puppeteer on the session (--url, the
-// connect URL with its token) drives the watched page. Scenarios:
+// connect URL with its token) drives the watched page. Viewer credentials (per page and mode)
+// come from `BIN token --viewer MODE --page ID` signed with --key-file. Scenarios:
 //   show:    the watched page is red: a screenshot of the viewer shows red; it navigates to
 //            green: the viewer follows (time to the first green frame reported).
 //   control: a click and typed text on the viewer's canvas reach the watched page's input.
@@ -14,7 +16,18 @@
 //            tab strip; clicking each tab shows it and brings its page to the front.
 // Prints {"ok":true,...}.
 
+import { execFileSync } from "node:child_process";
 import { requireArg, run } from "./lib.mjs";
+
+/** A live-view credential in `mode`, for one page `id` when given (the controller's `token`). */
+function minter(args) {
+  return (mode, id) => {
+    const argv = ["token", "--session-id", requireArg(args, "session"), "--viewer", mode, "--ttl", "600"];
+    if (id) argv.push("--page", id);
+    const env = { ...process.env, WALLCRAWLER_JWT_PRIVATE_KEY_FILE: requireArg(args, "key-file") };
+    return execFileSync(requireArg(args, "mint"), argv, { env, encoding: "utf8" }).trim();
+  };
+}
 
 const RED = "data:text/html,<title>red</title><body style='margin:0;background:rgb(255,0,0)'>";
 const GREEN = "data:text/html,<title>green</title><body style='margin:0;background:rgb(0,255,0)'>";
@@ -30,12 +43,12 @@ async function targetId(page) {
   return targetInfo.targetId;
 }
 
-/** Opens the viewer page for `id` in `browser`; waits for its first frame. */
-async function openViewer(browser, base, token, id, mode) {
+/** Opens the viewer page for `id` in `browser` (a `mode` credential for that page, control
+ *  by default); waits for its first frame. */
+async function openViewer(browser, base, cred, id, mode = "control") {
   const vp = await browser.newPage();
   await vp.setViewport({ width: 800, height: 600 });
-  const q = new URLSearchParams({ t: token, page: id, fullscreen: "1" });
-  if (mode) q.set("mode", mode);
+  const q = new URLSearchParams({ t: cred(mode, id), fullscreen: "1" });
   const answer = await vp.goto(`${base}/viewer?${q}`);
   if (answer.status() !== 200) throw new Error(`/viewer answered ${answer.status()}`);
   await vp.waitForFunction(() => window.viewer && window.viewer.frames > 0, { timeout: 10000 });
@@ -101,9 +114,9 @@ async function waitForPage(page, fn, arg) {
 }
 
 const scenarios = {
-  async show({ page, viewer, base, token }) {
+  async show({ page, viewer, base, cred }) {
     await page.goto(RED);
-    const vp = await openViewer(viewer, base, token, await targetId(page));
+    const vp = await openViewer(viewer, base, cred, await targetId(page));
     await canvasShows(vp, [255, 0, 0]);
     const shot = await screenshotCentre(vp);
     if (!near(shot, [255, 0, 0])) throw new Error(`screenshot centre ${shot}, not red`);
@@ -116,19 +129,19 @@ const scenarios = {
     return { red: shot, green: shot2, followMs };
   },
 
-  async control({ page, viewer, base, token }) {
+  async control({ page, viewer, base, cred }) {
     await page.goto(FORM);
-    const vp = await openViewer(viewer, base, token, await targetId(page));
+    const vp = await openViewer(viewer, base, cred, await targetId(page));
     await clickAt(vp, 100, 50);
     await vp.keyboard.type("abc");
     await waitForPage(page, () => document.getElementById("i").value === "abc" && window.clicks.length > 0);
     return { value: "abc", clicks: await page.evaluate(() => window.clicks) };
   },
 
-  async view({ page, viewer, base, token }) {
+  async view({ page, viewer, base, cred }) {
     await page.goto(FORM);
     const id = await targetId(page);
-    const watcher = await openViewer(viewer, base, token, id, "view");
+    const watcher = await openViewer(viewer, base, cred, id, "view");
     await clickAt(watcher, 100, 50);
     await watcher.keyboard.type("abc");
     await watcher.keyboard.press("Enter");
@@ -137,7 +150,7 @@ const scenarios = {
     await watcher.evaluate(() => window.viewer.ping());
     // A control viewer of the same page shares its screencast and input queue: its input,
     // queued after, is all the page may have seen.
-    const controller = await openViewer(viewer, base, token, id, "control");
+    const controller = await openViewer(viewer, base, cred, id, "control");
     await clickAt(controller, 100, 50);
     await controller.keyboard.type("z");
     await waitForPage(page, () => document.getElementById("i").value.includes("z"));
@@ -146,11 +159,11 @@ const scenarios = {
     return { value, clicks: clicks.length };
   },
 
-  async two({ page, viewer, base, token, args }) {
+  async two({ page, viewer, base, cred, args }) {
     await page.goto(RED);
     const id = await targetId(page);
-    const a = await openViewer(viewer, base, token, id);
-    const b = await openViewer(viewer, base, token, id);
+    const a = await openViewer(viewer, base, cred, id);
+    const b = await openViewer(viewer, base, cred, id);
     const frames = [await a.evaluate(() => window.viewer.frames), await b.evaluate(() => window.viewer.frames)];
     const text = await (await fetch(requireArg(args, "metrics"))).text();
     const m = text.match(/^wallcrawler_viewer_screencasts_started_total (\d+)/m);
@@ -158,14 +171,14 @@ const scenarios = {
   },
 };
 
-scenarios.tabs = async ({ page, session, viewer, base, token }) => {
+scenarios.tabs = async ({ page, session, viewer, base, cred }) => {
   await page.goto(RED);
   const green = await session.newPage();
   await green.setViewport({ width: 800, height: 600 });
   await green.goto(GREEN);
   const vp = await viewer.newPage();
   await vp.setViewport({ width: 800, height: 600 });
-  await vp.goto(`${base}/viewer?${new URLSearchParams({ t: token })}`);
+  await vp.goto(`${base}/viewer?${new URLSearchParams({ t: cred("control") })}`);
   await vp.waitForFunction(
     () => ["red", "green"].every((t) => [...document.querySelectorAll("#tabs button")].some((b) => b.textContent === t)),
     { timeout: 10000, polling: 50 },
@@ -203,7 +216,7 @@ run(async (args) => {
   if (!scenario) throw new Error(`unknown scenario ${args.scenario}`);
   const u = new URL(url);
   const base = `http://${u.host}`;
-  const token = u.searchParams.get("signingKey");
+  const cred = minter(args);
   const { default: puppeteer } = await import("puppeteer-core");
   const session = await puppeteer.connect({ browserWSEndpoint: url, protocolTimeout: 20000 });
   const viewer = await puppeteer.launch({
@@ -215,7 +228,7 @@ run(async (args) => {
   try {
     const page = await session.newPage();
     await page.setViewport({ width: 800, height: 600 });
-    return await scenario({ page, session, viewer, base, token, args });
+    return await scenario({ page, session, viewer, base, cred, args });
   } finally {
     await viewer.close();
     session.disconnect();

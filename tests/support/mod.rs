@@ -185,7 +185,9 @@ impl Controller {
         let mut c = Controller::spawn_via(wrapper, &args, envs);
         let line = c.wait_stdout_line(|l| l.starts_with("connectUrl: "));
         let url = line.trim_start_matches("connectUrl: ").to_owned();
-        let s = LocalSession::parse(&url);
+        let mut s = LocalSession::parse(&url);
+        let line = c.wait_stdout_line(|l| l.starts_with("liveViewUrl: "));
+        s.live_view_url = line.trim_start_matches("liveViewUrl: ").to_owned();
         (c, s)
     }
 
@@ -310,6 +312,9 @@ pub struct LocalSession {
     pub connect_url: String,
     pub addr: SocketAddr,
     pub token: String,
+    /// The `liveViewUrl` `local` printed (a control-mode viewer credential); empty when parsed
+    /// from a connectUrl alone.
+    pub live_view_url: String,
 }
 
 impl LocalSession {
@@ -324,6 +329,7 @@ impl LocalSession {
             connect_url: url.to_owned(),
             addr: hostport.parse().unwrap(),
             token,
+            live_view_url: String::new(),
         }
     }
 

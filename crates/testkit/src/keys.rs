@@ -50,3 +50,22 @@ pub fn private_key_file(name: &str) -> PathBuf {
 pub fn mint(name: &str, session: &str, project: &str, now: u64, ttl: u64) -> String {
     Claims::new(session, project, now, ttl).mint(&signing_key(name))
 }
+
+/// A live-view credential for `session` in `mode` (`"view"` or `"control"`), for one `page`
+/// when given, signed with `name`'s key, valid over `valid` (Unix seconds).
+pub fn mint_viewer(
+    name: &str,
+    session: &str,
+    mode: &str,
+    page: Option<&str>,
+    valid: std::ops::Range<u64>,
+) -> String {
+    use wallcrawler_contract::viewer::{Mode, ViewerClaims};
+    let mode = Mode::from_name(mode).expect("view or control");
+    let claims = ViewerClaims::new(session, "", mode, valid.start, valid.end - valid.start);
+    let claims = match page {
+        Some(p) => claims.for_page(p).expect("a target id"),
+        None => claims,
+    };
+    claims.mint(&signing_key(name))
+}
