@@ -674,6 +674,7 @@ struct Behind {
     gateway: Controller,
     addr: SocketAddr,
     task: Controller,
+    session: String,
     token: String,
     sessions: std::path::PathBuf,
     _dir: tempfile::TempDir,
@@ -712,6 +713,7 @@ impl Behind {
             gateway,
             addr,
             task,
+            session: id,
             token: t,
             sessions,
             _dir: dir,
@@ -775,5 +777,273 @@ fn a_burst_of_200_simultaneous_connects_through_the_gateway_all_get_through() {
         &[],
     );
     crate::support::burst_of_upgrades(b.addr, &request, BURST);
+    b.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The live view through the gateway: `/viewer` and `/viewer/ws`, routed by the session their
+// credential (`?t=`, audience `wallcrawler-viewer`) names.
+
+/// A live-view credential for `session` (project `proj_a`) in `mode`, signed with `key`, valid
+/// over `valid`.
+fn viewer_credential(key: &str, session: &str, mode: &str, valid: std::ops::Range<u64>) -> String {
+    use wallcrawler_contract::viewer::{Mode, ViewerClaims};
+    let mode = Mode::from_name(mode).unwrap();
+    ViewerClaims::new(
+        session,
+        "proj_a",
+        mode,
+        valid.start,
+        valid.end - valid.start,
+    )
+    .mint(&wallcrawler_testkit::keys::signing_key(key))
+}
+
+/// Sends `request` and returns the socket once the answer's head arrived, with that head.
+fn first_head(gw: SocketAddr, request: &[u8]) -> (TcpStream, String) {
+    let mut s = TcpStream::connect(gw).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(request).unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "closed before an answer");
+        head.push(b[0]);
+    }
+    (s, String::from_utf8(head).unwrap())
+}
+
+fn viewer_get(target: &str, host: &str, extra: &[&str]) -> Vec<u8> {
+    let mut r = format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n");
+    for h in extra {
+        r.push_str(h);
+        r.push_str("\r\n");
+    }
+    r.push_str("Connection: close\r\n\r\n");
+    r.into_bytes()
+}
+
+#[test]
+fn viewer_routes_refuse_session_tokens_and_bad_credentials_with_401_before_any_lookup() {
+    let up = FakeUpstream::idle();
+    let gw = Gw::start(&[]);
+    gw.put(A, InternalStatus::Ready, Some(up.addr));
+    let host = gw.addr.to_string();
+    let session = token(KEY, A, "proj_a", 600);
+    let good = viewer_credential(KEY, A, "control", now()..now() + 600);
+    let expired = viewer_credential(KEY, A, "control", now() - 600..now() - 540);
+    let other_key = viewer_credential("another-key", A, "view", now()..now() + 600);
+    let bearer_viewer = format!("Authorization: Bearer {good}");
+    let bearer_session = format!("Authorization: Bearer {session}");
+    let cases: Vec<(&str, String, Vec<&str>)> = vec![
+        ("none", String::new(), vec![]),
+        ("not a token", "?t=not.a.jwt".into(), vec![]),
+        ("twice", format!("?t={good}&t={good}"), vec![]),
+        // A session token is no viewer credential, in `t`, its own parameter or a header.
+        ("session token in t", format!("?t={session}"), vec![]),
+        ("session token", format!("?signingKey={session}"), vec![]),
+        (
+            "session token as bearer",
+            String::new(),
+            vec![bearer_session.as_str()],
+        ),
+        ("expired", format!("?t={expired}"), vec![]),
+        ("another key", format!("?t={other_key}"), vec![]),
+        // The viewer routes read `t` alone, as the task does: not a header.
+        (
+            "viewer as bearer",
+            String::new(),
+            vec![bearer_viewer.as_str()],
+        ),
+    ];
+    let mut n = 0;
+    for (why, query, extra) in &cases {
+        let page = raw_http(
+            gw.addr,
+            &viewer_get(&format!("/viewer{query}"), &host, extra),
+        );
+        assert_eq!(status_of(&page), 401, "{why}: {page}");
+        assert!(page.ends_with("\r\n\r\nunauthorized\n"), "{why}: {page}");
+        let socket = raw_http(
+            gw.addr,
+            &upgrade_request(&format!("/viewer/ws{query}"), &host, extra),
+        );
+        assert_eq!(status_of(&socket), 401, "{why} (socket): {socket}");
+        assert!(
+            socket.ends_with("\r\n\r\nunauthorized\n"),
+            "{why}: {socket}"
+        );
+        n += 2;
+    }
+    // And the reverse: the viewer credential opens no CDP route, in the query or as a bearer.
+    for (path, extra) in [
+        (format!("/?signingKey={good}"), vec![]),
+        ("/".to_owned(), vec![bearer_viewer.as_str()]),
+    ] {
+        let answer = raw_http(gw.addr, &upgrade_request(&path, &host, &extra));
+        assert_eq!(status_of(&answer), 401, "{path}: {answer}");
+        n += 1;
+    }
+    let answer = raw_http(
+        gw.addr,
+        &viewer_get(&format!("/json/version?signingKey={good}"), &host, &[]),
+    );
+    assert_eq!(status_of(&answer), 401, "{answer}");
+    n += 1;
+
+    assert_eq!(up.connections.load(Ordering::SeqCst), 0, "no dial");
+    assert_eq!(gw.metric("wallcrawler_gateway_dials_total"), 0.0);
+    for result in ["ready", "starting", "ended", "unknown", "error"] {
+        let name = format!("wallcrawler_gateway_lookups_total{{result=\"{result}\"}}");
+        assert_eq!(gw.metric(&name), 0.0, "{name}");
+    }
+    assert_eq!(
+        gw.metric("wallcrawler_gateway_refusals_total{reason=\"unauthorized\"}"),
+        n as f64
+    );
+    let log = gw.c.stderr.text();
+    for secret in [&session, &good, &expired] {
+        assert!(
+            !log.contains(secret.as_str()),
+            "a credential in the log: {log}"
+        );
+    }
+}
+
+#[test]
+fn a_viewer_is_routed_by_its_credentials_session_as_a_connect_is() {
+    let (up, other) = (FakeUpstream::idle(), FakeUpstream::idle());
+    let gw = Gw::start(&[]);
+    gw.put(A, InternalStatus::Ready, Some(up.addr));
+    gw.put(B, InternalStatus::Ready, Some(other.addr));
+    let cred = viewer_credential(KEY, A, "view", now()..now() + 600);
+
+    // The page's request reaches A's task as sent: the credential, the other parameters and
+    // the client's Host, so the task checks it again against its own session.
+    let target = format!("/viewer?t={cred}&fullscreen=1");
+    let (s, _) = first_head(gw.addr, &viewer_get(&target, "gw.example:443", &[]));
+    // (The stand-in answers every request that is not `/json` as an upgrade.)
+    let forwarded = upgraded(&up);
+    assert!(
+        forwarded.starts_with(&format!("GET {target} HTTP/1.1\r\n")),
+        "{forwarded}"
+    );
+    assert!(
+        forwarded
+            .to_ascii_lowercase()
+            .contains("host: gw.example:443\r\n"),
+        "{forwarded}"
+    );
+    drop(s);
+    assert_eq!(up.next_event(), UpEvent::Closed);
+    // The socket too, upgraded by the task and relayed.
+    let (mut s, head) = first_head(
+        gw.addr,
+        &upgrade_request(&format!("/viewer/ws?t={cred}"), &gw.addr.to_string(), &[]),
+    );
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        upgraded(&up).starts_with(&format!("GET /viewer/ws?t={cred} HTTP/1.1\r\n")),
+        "the socket's request as sent"
+    );
+    s.write_all(b"\x88\x80\0\0\0\0").unwrap();
+    drop(s);
+    assert_eq!(up.next_event(), UpEvent::Closed);
+    assert_eq!(
+        other.connections.load(Ordering::SeqCst),
+        0,
+        "B's task never"
+    );
+
+    // Ended: 410; unknown: 404; both at once and without a dial.
+    let ended = "sess_cccccccc-0000-0000-0000-000000000003";
+    gw.put(ended, InternalStatus::Stopped, Some(up.addr));
+    let c = "sess_dddddddd-0000-0000-0000-000000000004";
+    for (session, status, body) in [
+        (ended, 410, "session ended\n"),
+        (c, 404, "no such session\n"),
+    ] {
+        let cred = viewer_credential(KEY, session, "control", now()..now() + 600);
+        let started = Instant::now();
+        let answer = raw_http(
+            gw.addr,
+            &viewer_get(&format!("/viewer?t={cred}"), &gw.addr.to_string(), &[]),
+        );
+        assert_eq!(status_of(&answer), status, "{session}: {answer}");
+        assert!(answer.ends_with(body), "{answer}");
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+    assert_eq!(
+        up.connections.load(Ordering::SeqCst),
+        2,
+        "no dial for those"
+    );
+
+    // Starting: the viewer is held, then served once READY.
+    let starting = "sess_eeeeeeee-0000-0000-0000-000000000005";
+    gw.put(starting, InternalStatus::Provisioning, None);
+    let (addr, cred) = (
+        gw.addr,
+        viewer_credential(KEY, starting, "view", now()..now() + 600),
+    );
+    let viewer = std::thread::spawn(move || {
+        first_head(
+            addr,
+            &upgrade_request(&format!("/viewer/ws?t={cred}"), &addr.to_string(), &[]),
+        )
+    });
+    gw.wait_metric("wallcrawler_gateway_held", 1.0);
+    gw.put(starting, InternalStatus::Ready, Some(up.addr));
+    let (_s, head) = viewer.join().unwrap();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(upgraded(&up).starts_with("GET /viewer/ws?t="));
+}
+
+/// A real task behind the gateway: the viewer page and its socket, opened on the gateway with
+/// a credential for the task's session, are the task's (its page, its tabs and frames); the
+/// session's own token in `t` is refused.
+#[test]
+fn a_viewer_page_and_socket_reach_a_real_task_through_the_gateway() {
+    use tokio_tungstenite::tungstenite::{self, Message};
+    let b = Behind::start();
+    let cred = viewer_credential(KEY, &b.session, "view", now()..now() + 600);
+    let host = b.addr.to_string();
+    let page = raw_http(
+        b.addr,
+        &viewer_get(&format!("/viewer?t={cred}&fullscreen=1"), &host, &[]),
+    );
+    assert_eq!(status_of(&page), 200, "{page}");
+    assert!(page.contains("<canvas id=\"screen\""), "{page}");
+    assert!(
+        page.to_ascii_lowercase()
+            .contains("content-security-policy: default-src 'none'"),
+        "{page}"
+    );
+    let refused = raw_http(
+        b.addr,
+        &viewer_get(&format!("/viewer?t={}", b.token), &host, &[]),
+    );
+    assert_eq!(status_of(&refused), 401, "{refused}");
+
+    let url = format!("ws://{host}/viewer/ws?t={cred}");
+    let tcp = TcpStream::connect(b.addr).unwrap();
+    tcp.set_read_timeout(Some(WAIT)).unwrap();
+    let (mut ws, answer) = tungstenite::client(url.as_str(), tcp).expect("upgrade");
+    assert_eq!(answer.status(), 101);
+    let (mut tabs, mut frame) = (false, false);
+    while !(tabs && frame) {
+        let Message::Text(t) = ws.read().expect("a message") else {
+            continue;
+        };
+        let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+        match v["type"].as_str() {
+            Some("tabs") => tabs = !v["tabs"].as_array().unwrap().is_empty(),
+            Some("frame") => frame = v["data"].as_str().is_some_and(|d| d.starts_with("/9j/")),
+            other => panic!("unexpected message {other:?}: {v}"),
+        }
+    }
+    let _ = ws.close(None);
+    let log = b.gateway.stderr.text();
+    assert!(!log.contains(&cred), "the credential in the gateway's log");
     b.stop();
 }

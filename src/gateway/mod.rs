@@ -16,6 +16,11 @@
 //!   backoff, until READY or the hold bound (then 503 with `Retry-After`);
 //! - ended: 410 at once; unknown: 404 at once. Neither is ever dialled.
 //!
+//! The live view's routes (`/viewer`, `/viewer/ws`) go the same way, routed by the session their
+//! credential names: the live-view credential in `?t=` (once; never logged), checked by its
+//! own rules ([`TokenVerifier::verify_viewer`]). A session token there, or a viewer credential
+//! on a CDP route, is refused 401 before any lookup; the task checks the credential again
+//! against its own session.
 //!
 //! Before any of that, at the accept: a peer in `TRUSTED_PROXY_NETWORKS` (the load balancer)
 //! may put a PROXY protocol v2 header first, naming the real client, which is then the address
@@ -415,7 +420,7 @@ impl Gateway {
         if route == Route::Health {
             return Err(self.health());
         }
-        if matches!(route, Route::BrowserRoot | Route::Devtools(_)) && !is_valid_upgrade(&head) {
+        if route.is_websocket() && !is_valid_upgrade(&head) {
             return Err(self.refuse(Refusal::BadUpgrade, Refused::BadRequest));
         }
         // The credential, before anything is looked up or dialled.
@@ -440,14 +445,24 @@ impl Gateway {
     }
 
     /// The session the request's credential is for, or the refusal (401 for a bad token, 503
-    /// while the keys cannot be checked).
+    /// while the keys cannot be checked). The viewer routes take the live-view credential in
+    /// `?t=` alone (as the task does: headers are not looked at), the others a session token.
     async fn session_of(&self, head: &RequestHead, route: &Route) -> Result<String, Answer> {
-        let verified = match head.credentials(*route != Route::JsonNew) {
-            Ok(presented) => verify_presented(self.verifier.as_ref(), &presented).await,
-            Err(e) => Err(AuthError::Token(e)),
+        let verified = if route.is_viewer() {
+            match crate::viewer::grant::credential(head.query()) {
+                Ok(t) => self.verifier.verify_viewer(&t).await.map(|v| v.session_id),
+                Err(e) => Err(AuthError::Token(e)),
+            }
+        } else {
+            match head.credentials(*route != Route::JsonNew) {
+                Ok(presented) => verify_presented(self.verifier.as_ref(), &presented)
+                    .await
+                    .map(|v| v.session_id),
+                Err(e) => Err(AuthError::Token(e)),
+            }
         };
         match verified {
-            Ok(v) => Ok(v.session_id),
+            Ok(session) => Ok(session),
             Err(AuthError::Token(e)) => {
                 self.metrics.auth_refused(e);
                 info!(reason = e.reason(), "credential refused: {e}");

@@ -1,11 +1,15 @@
 //! Verifying a token at the gateway: every rule of the task's check but the session binding
 //! (the token's own `sessionId` is what the gateway routes by), behind one small interface.
-//! The gateway holds public keys only: it checks tokens, it cannot mint one.
+//! The gateway holds public keys only: it checks tokens, it cannot mint one. The live view's
+//! credential (`/viewer`, `/viewer/ws`) is checked the same way by its own rules
+//! ([`wallcrawler_contract::viewer`]): a session token is refused there, and a viewer
+//! credential on the CDP routes.
 
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use wallcrawler_contract::token::{self, Verified};
+use wallcrawler_contract::viewer::{self, ViewerVerified};
 use wallcrawler_contract::{TokenError, VerifyingKey};
 
 use crate::auth::{AuthError, KeySource, Presented, unix_now};
@@ -17,7 +21,18 @@ pub trait TokenVerifier: Send + Sync + 'static {
 
     /// Every rule but the session binding; the token's session in the result.
     fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Verified, AuthError>>;
+
+    /// A live-view credential, by every rule but the session binding; its session in the
+    /// result.
+    fn verify_viewer<'a>(
+        &'a self,
+        credential: &'a str,
+    ) -> BoxFuture<'a, Result<ViewerVerified, AuthError>>;
 }
+
+/// A contract check of a credential for whichever session it names: (credential, keys,
+/// project, leeway seconds, now).
+type AnySession<T> = fn(&str, &[VerifyingKey], Option<&str>, u64, u64) -> Result<T, TokenError>;
 
 /// EdDSA with the control plane's public keys (literal, or the Secrets Manager cache with its
 /// refresh-on-miss), as the task checks it.
@@ -35,8 +50,19 @@ impl SharedKeyVerifier {
         }
     }
 
-    fn check(&self, token: &str, keys: &[VerifyingKey]) -> Result<Verified, TokenError> {
-        token::validate_any_session(token, keys, None, self.leeway_seconds, unix_now())
+    /// `validate` with the loaded keys; on a signature miss (a key rotated a moment ago) the
+    /// keys are refreshed (rate-limited by the source) and it is tried once more.
+    async fn check_by<T>(&self, token: &str, validate: AnySession<T>) -> Result<T, AuthError> {
+        let check =
+            |keys: &[VerifyingKey]| validate(token, keys, None, self.leeway_seconds, unix_now());
+        let keys = self.keys.keys().ok_or(AuthError::KeysUnavailable)?;
+        match check(&keys) {
+            Err(TokenError::Signature) => match self.keys.refresh_after_miss().await {
+                Some(fresh) => Ok(check(&fresh)?),
+                None => Err(AuthError::Token(TokenError::Signature)),
+            },
+            other => Ok(other?),
+        }
     }
 }
 
@@ -46,17 +72,14 @@ impl TokenVerifier for SharedKeyVerifier {
     }
 
     fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Verified, AuthError>> {
-        Box::pin(async move {
-            let keys = self.keys.keys().ok_or(AuthError::KeysUnavailable)?;
-            match self.check(token, &keys) {
-                // A key rotated a moment ago: refresh (rate-limited by the source), check again.
-                Err(TokenError::Signature) => match self.keys.refresh_after_miss().await {
-                    Some(fresh) => Ok(self.check(token, &fresh)?),
-                    None => Err(AuthError::Token(TokenError::Signature)),
-                },
-                other => Ok(other?),
-            }
-        })
+        Box::pin(self.check_by(token, token::validate_any_session))
+    }
+
+    fn verify_viewer<'a>(
+        &'a self,
+        credential: &'a str,
+    ) -> BoxFuture<'a, Result<ViewerVerified, AuthError>> {
+        Box::pin(self.check_by(credential, viewer::validate_any_session))
     }
 }
 
@@ -109,6 +132,65 @@ mod tests {
             v.verify(&expired).await,
             Err(AuthError::Token(TokenError::Expired))
         );
+    }
+
+    fn viewer_credential(session: &str, key: &str) -> String {
+        use wallcrawler_contract::viewer::{Mode, ViewerClaims};
+        ViewerClaims::new(session, "p", Mode::View, unix_now(), 600).mint(&signing_key(key))
+    }
+
+    #[tokio::test]
+    async fn a_viewer_credential_is_verified_for_its_session_and_only_on_viewer_routes() {
+        let v = verifier();
+        let ok = v
+            .verify_viewer(&viewer_credential("sess_b", "k"))
+            .await
+            .unwrap();
+        assert_eq!(ok.session_id, "sess_b");
+        // Each credential on the other's routes: refused by its audience.
+        assert_eq!(
+            v.verify_viewer(&token("sess_b", "k")).await,
+            Err(AuthError::Token(TokenError::Audience))
+        );
+        assert_eq!(
+            v.verify(&viewer_credential("sess_b", "k")).await,
+            Err(AuthError::Token(TokenError::Audience))
+        );
+        assert_eq!(
+            v.verify_viewer(&viewer_credential("sess_b", "other")).await,
+            Err(AuthError::Token(TokenError::Signature))
+        );
+    }
+
+    /// Starts with key `old` loaded; a miss brings `k`.
+    struct Rotating(std::sync::atomic::AtomicUsize);
+
+    impl KeySource for Rotating {
+        fn keys(&self) -> Option<crate::auth::KeySet> {
+            Some(Arc::new(vec![public_key("old")]))
+        }
+        fn refresh_after_miss(
+            &self,
+        ) -> std::pin::Pin<Box<dyn Future<Output = Option<crate::auth::KeySet>> + Send + '_>>
+        {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async { Some(Arc::new(vec![public_key("k")])) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_viewer_credential_under_a_new_key_refreshes_the_keys_once() {
+        let src = Arc::new(Rotating(Default::default()));
+        let v = SharedKeyVerifier::new(src.clone(), 30);
+        let got = v.verify_viewer(&viewer_credential("sess_a", "k")).await;
+        assert_eq!(got.unwrap().session_id, "sess_a");
+        assert_eq!(src.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // A refusal by another rule than the signature asks for no refresh.
+        assert_eq!(
+            v.verify_viewer(&token("sess_a", "old")).await,
+            Err(AuthError::Token(TokenError::Audience))
+        );
+        assert_eq!(src.0.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
