@@ -3,7 +3,8 @@
 # machine (run as root). Idempotent: each step is skipped when already done.
 #
 #   - Debian packages: chromium, nginx-light, wrk, hyperfine, curl, jq, procps,
-#     python3-venv (apt runs only if one is missing)
+#     python3-venv, libnss3-tools (certutil: the live-view test's second Chromium trusts
+#     the local CA from an NSS db, as a person's would) (apt runs only if one is missing)
 #   - tests/node: `npm ci` from the committed lockfile (skipped when
 #     node_modules was installed from the same lockfile)
 #   - .venv/ (repo root, gitignored) with hadolint, ShellCheck, moto[server], cfn-lint and
@@ -20,7 +21,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NODE_DIR="$ROOT/tests/node"
 HADOLINT_VERSION="2.15.1"
-APT_PACKAGES=(chromium nginx-light wrk hyperfine curl jq procps python3-venv)
+APT_PACKAGES=(chromium nginx-light wrk hyperfine curl jq procps python3-venv libnss3-tools)
 
 log() { printf '[install-test-deps] %s\n' "$*" >&2; }
 started=$SECONDS

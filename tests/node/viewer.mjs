@@ -14,10 +14,43 @@
 //            wallcrawler_viewer_screencasts_started_total.
 //   tabs:    a red and a green page; the viewer (no page=, not fullscreen) lists both in its
 //            tab strip; clicking each tab shows it and brings its page to the front.
+//   sdk:     as a person opens the live view of a platform session (--url its wss:// connect
+//            URL, --base/--key the API, --ca the local authority's PEM): the Browserbase SDK's
+//            sessions.debug() names the red page's debuggerFullscreenUrl (https://, on the
+//            gateway); the viewer Chromium trusts the authority as a person's browser does, from
+//            an NSS db (certutil) in its HOME, and shows red, then follows green; a Chromium
+//            without the authority in its NSS db is refused the same URL.
 // Prints {"ok":true,...}.
 
 import { execFileSync } from "node:child_process";
+import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { requireArg, run } from "./lib.mjs";
+
+/** A fresh HOME whose NSS db (~/.pki/nssdb, where Chromium on Linux reads the user's trusted
+ *  authorities) trusts the PEM at `ca` for TLS servers, as `certutil` adds it for a person. */
+function homeTrusting(ca) {
+  const home = mkdtempSync(join(tmpdir(), "wc-viewer-home-"));
+  const db = join(home, ".pki", "nssdb");
+  mkdirSync(db, { recursive: true });
+  execFileSync("certutil", ["-d", `sql:${db}`, "-N", "--empty-password"]);
+  execFileSync("certutil", ["-d", `sql:${db}`, "-A", "-t", "C,,", "-n", "wallcrawler-local-ca", "-i", ca]);
+  return home;
+}
+
+const CHROME_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+  "--disable-background-networking", "--disable-component-update", "--disable-sync"];
+
+/** A headless Chromium (the Debian binary), run with `home` as its HOME when given. */
+async function launchViewer(puppeteer, args, home) {
+  return puppeteer.launch({
+    executablePath: requireArg(args, "chrome"),
+    headless: true,
+    args: CHROME_ARGS,
+    env: home ? { ...process.env, HOME: home } : process.env,
+  });
+}
 
 /** A live-view credential in `mode`, for one page `id` when given (the controller's `token`). */
 function minter(args) {
@@ -171,6 +204,57 @@ const scenarios = {
   },
 };
 
+scenarios.sdk = async ({ page, viewer, args, puppeteer }) => {
+  await page.goto(RED);
+  const id = await targetId(page);
+  const { default: Browserbase } = await import("@browserbasehq/sdk");
+  const bb = new Browserbase({ apiKey: requireArg(args, "key"), baseURL: requireArg(args, "base"), maxRetries: 0 });
+  const debug = await bb.sessions.debug(requireArg(args, "session"));
+  const entry = debug.pages.find((p) => p.id === id);
+  if (!entry) throw new Error(`sessions.debug() lists no page ${id}: ${debug.pages.map((p) => p.id)}`);
+  const url = entry.debuggerFullscreenUrl;
+  for (const u of [debug.debuggerFullscreenUrl, url]) {
+    if (!String(u).startsWith("https://")) throw new Error(`not an https live view URL: ${u}`);
+  }
+  const vp = await viewer.newPage();
+  await vp.setViewport({ width: 800, height: 600 });
+  const answer = await vp.goto(url);
+  if (answer.status() !== 200) throw new Error(`${new URL(url).pathname} answered ${answer.status()}`);
+  const tls = answer.securityDetails();
+  await vp.waitForFunction(() => window.viewer && window.viewer.frames > 0, { timeout: 10000 });
+  await canvasShows(vp, [255, 0, 0]);
+  const red = await screenshotCentre(vp);
+  if (!near(red, [255, 0, 0])) throw new Error(`screenshot centre ${red}, not red`);
+  const t0 = Date.now();
+  await page.goto(GREEN);
+  await canvasShows(vp, [0, 255, 0]);
+  const followMs = Date.now() - t0;
+  const green = await screenshotCentre(vp);
+  if (!near(green, [0, 255, 0])) throw new Error(`screenshot centre ${green}, not green`);
+
+  // The trust came from the NSS db: without it the same URL is refused by Chromium.
+  const bare = mkdtempSync(join(tmpdir(), "wc-viewer-home-"));
+  const untrusting = await launchViewer(puppeteer, args, bare);
+  let refused = null;
+  try {
+    await (await untrusting.newPage()).goto(url);
+  } catch (e) {
+    refused = String(e.message).match(/net::ERR_[A-Z_]+/)?.[0] ?? String(e.message);
+  } finally {
+    await untrusting.close();
+    rmSync(bare, { recursive: true, force: true });
+  }
+  return {
+    origin: new URL(url).origin,
+    protocol: tls ? tls.protocol() : null,
+    issuer: tls ? tls.issuer() : null,
+    red,
+    green,
+    followMs,
+    untrusted: refused,
+  };
+};
+
 scenarios.tabs = async ({ page, session, viewer, base, cred }) => {
   await page.goto(RED);
   const green = await session.newPage();
@@ -215,22 +299,21 @@ run(async (args) => {
   const scenario = scenarios[requireArg(args, "scenario")];
   if (!scenario) throw new Error(`unknown scenario ${args.scenario}`);
   const u = new URL(url);
-  const base = `http://${u.host}`;
+  const base = `${u.protocol === "wss:" ? "https" : "http"}://${u.host}`;
   const cred = minter(args);
   const { default: puppeteer } = await import("puppeteer-core");
   const session = await puppeteer.connect({ browserWSEndpoint: url, protocolTimeout: 20000 });
-  const viewer = await puppeteer.launch({
-    executablePath: requireArg(args, "chrome"),
-    headless: true,
-    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  // With --ca, the viewer trusts that authority the way a person's browser does (never by
+  // ignoring certificate errors).
+  const home = args.ca ? homeTrusting(args.ca) : undefined;
+  const viewer = await launchViewer(puppeteer, args, home);
   try {
     const page = await session.newPage();
     await page.setViewport({ width: 800, height: 600 });
-    return await scenario({ page, session, viewer, base, cred, args });
+    return await scenario({ page, session, viewer, base, cred, args, puppeteer });
   } finally {
     await viewer.close();
     session.disconnect();
+    if (home) rmSync(home, { recursive: true, force: true });
   }
 });
