@@ -1047,3 +1047,62 @@ fn a_viewer_page_and_socket_reach_a_real_task_through_the_gateway() {
     assert!(!log.contains(&cred), "the credential in the gateway's log");
     b.stop();
 }
+
+/// Reads one HTTP answer (head and `Content-Length` body) from `s`: its head and body.
+fn read_answer(s: &mut TcpStream) -> (String, String) {
+    let head = crate::support::upstream::read_head(s).expect("an answer");
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.trim()
+                .eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    s.read_exact(&mut body).unwrap();
+    (head, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// A browser keeps a connection to the gateway's origin for its next request, which may be for
+/// another session (a dashboard embedding two live views). The gateway routes a connection
+/// once; the task answers every plain request with `Connection: close` (one request per
+/// connection), so the next request comes on a new connection, routed by its own credential.
+#[test]
+fn a_second_request_on_a_viewers_connection_never_reaches_the_first_sessions_task() {
+    let b = Behind::start();
+    let host = b.addr.to_string();
+    let mine = viewer_credential(KEY, &b.session, "view", now()..now() + 600);
+    let other = viewer_credential(KEY, A, "view", now()..now() + 600);
+    let mut s = TcpStream::connect(b.addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let keep_alive = |cred: &str| {
+        format!("GET /viewer?t={cred} HTTP/1.1\r\nHost: {host}\r\nConnection: keep-alive\r\n\r\n")
+    };
+    s.write_all(keep_alive(&mine).as_bytes()).unwrap();
+    let (head, body) = read_answer(&mut s);
+    assert_eq!(status_of(&head), 200, "{head}");
+    assert!(body.contains("<canvas id=\"screen\""), "{body}");
+    assert!(
+        head.to_ascii_lowercase().contains("connection: close\r\n"),
+        "{head}"
+    );
+    // The connection ends after that answer: a request for another session sent on it is never
+    // answered by this session's task.
+    let _ = s.write_all(keep_alive(&other).as_bytes());
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    assert!(
+        rest.is_empty(),
+        "answered on the first session's connection: {}",
+        String::from_utf8_lossy(&rest)
+    );
+    // On a connection of its own it is routed by its credential (A is no session here).
+    let answer = raw_http(
+        b.addr,
+        &viewer_get(&format!("/viewer?t={other}"), &host, &[]),
+    );
+    assert_eq!(status_of(&answer), 404, "{answer}");
+    b.stop();
+}
