@@ -104,9 +104,10 @@ fn the_tab_strip_lists_the_pages_and_switches_between_them() {
 }
 
 #[test]
-fn two_viewers_of_a_page_share_one_screencast() {
+fn five_viewers_of_a_page_share_one_screencast() {
     let (_c, s, metrics) = controller(&[]);
-    let r = scenario(&s, "two", metrics);
+    let r = scenario(&s, "five", metrics);
+    assert_eq!(r["frames"].as_array().unwrap().len(), 5, "{r}");
     assert_eq!(r["screencastsStarted"], 1, "{r}");
     assert!(
         r["frames"]
