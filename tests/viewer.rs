@@ -1,6 +1,7 @@
 //! The live viewer on the real controller (`local`, real Chromium) watched by a second headless
 //! Chromium through puppeteer-core (tests/node/viewer.mjs): what it shows, whose input reaches
-//! the page, one screencast for many viewers, and the page's refusals and headers.
+//! the page, one screencast for many viewers, and the page's refusals and headers; and that
+//! Chromium ships the DevTools frontend the proxy does not serve (yet).
 //!
 //! The credentials are live-view credentials (audience `wallcrawler-viewer`) signed with the
 //! key `local` signs with: the one it printed (`liveViewUrl`), or minted here and by
@@ -104,9 +105,10 @@ fn the_tab_strip_lists_the_pages_and_switches_between_them() {
 }
 
 #[test]
-fn two_viewers_of_a_page_share_one_screencast() {
+fn five_viewers_of_a_page_share_one_screencast() {
     let (_c, s, metrics) = controller(&[]);
-    let r = scenario(&s, "two", metrics);
+    let r = scenario(&s, "five", metrics);
+    assert_eq!(r["frames"].as_array().unwrap().len(), 5, "{r}");
     assert_eq!(r["screencastsStarted"], 1, "{r}");
     assert!(
         r["frames"]
@@ -445,4 +447,99 @@ impl Drop for Dump {
             }
         }
     }
+}
+
+/// The check behind docs/operating.md's "DevTools inspector: not served yet": our Chromium
+/// ships the DevTools frontend (its debug port serves `/devtools/inspector.html` and the module
+/// it loads), and the proxy does not serve it (its `/devtools/*` are CDP sockets only). When
+/// the proxy starts serving the inspector, this test and that paragraph change together.
+#[test]
+fn chromium_ships_the_devtools_frontend_and_the_proxy_does_not_serve_it() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    // A bare Chromium on a port of its own: the controller's runs in a private network
+    // namespace. It says where it listens on stderr.
+    let dir = tempfile::tempdir().unwrap();
+    let mut chrome = Command::new(chromium())
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--remote-debugging-address=127.0.0.1",
+            "--remote-debugging-port=0",
+            &format!("--user-data-dir={}", dir.path().display()),
+            "about:blank",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(chrome.stderr.take().unwrap()).lines();
+    let port: u16 = stderr
+        .find_map(|l| {
+            let l = l.ok()?;
+            let rest = l.strip_prefix("DevTools listening on ws://127.0.0.1:")?;
+            rest.split('/').next()?.parse().ok()
+        })
+        .expect("Chromium names its debug port");
+    // Keep draining its stderr so that it never blocks on a full pipe.
+    std::thread::spawn(move || stderr.for_each(drop));
+    let at = SocketAddr::from(([127, 0, 0, 1], port));
+    let html = get_one(at, "/devtools/inspector.html");
+    let js = get_one(at, "/devtools/entrypoints/inspector/inspector.js");
+    let _ = chrome.kill();
+    let _ = chrome.wait();
+    assert_eq!(status_of(&html), 200, "{html}");
+    assert!(html.contains("Content-Type:text/html"), "{html}");
+    assert!(
+        html.contains("src=\"./entrypoints/inspector/inspector.js\""),
+        "{html}"
+    );
+    assert_eq!(status_of(&js), 200, "{js}");
+    assert!(js.contains("Content-Type:text/javascript"), "{js}");
+
+    let (_c, s, _) = controller(&[]);
+    for path in [
+        "/devtools/inspector.html",
+        "/viewer/devtools/inspector.html",
+    ] {
+        let target = format!("{path}?signingKey={}", s.token);
+        let answer = get_one(s.addr, &target);
+        assert_eq!(status_of(&answer), 404, "{path}: {answer}");
+    }
+}
+
+/// One GET on a fresh connection, read to the end of its body by `Content-Length` (Chrome's
+/// HTTP server keeps the connection open after its answer, `Connection: close` or not).
+fn get_one(addr: SocketAddr, target: &str) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(crate::support::WAIT)).unwrap();
+    write!(tcp, "GET {target} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut r = BufReader::new(tcp);
+    let mut head = String::new();
+    while !head.ends_with("\r\n\r\n") {
+        assert!(
+            r.read_line(&mut head).unwrap() > 0,
+            "closed in the head: {head}"
+        );
+    }
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    r.read_exact(&mut body).unwrap();
+    head + &String::from_utf8_lossy(&body)
 }

@@ -10,7 +10,8 @@
 //   control: a click and typed text on the viewer's canvas reach the watched page's input.
 //   view:    the same with mode=view reach nothing (a control viewer's input after a ping
 //            barrier is all the page records).
-//   two:     two viewers of one page, both drawing frames; --metrics's
+//   five:    five viewers of one page; the page turns green and every viewer draws it (frames
+//            drawn since all five opened reported); --metrics's
 //            wallcrawler_viewer_screencasts_started_total.
 //   tabs:    a red and a green page; the viewer (no page=, not fullscreen) lists both in its
 //            tab strip; clicking each tab shows it and brings its page to the front.
@@ -192,12 +193,17 @@ const scenarios = {
     return { value, clicks: clicks.length };
   },
 
-  async two({ page, viewer, base, cred, args }) {
+  async five({ page, viewer, base, cred, args }) {
     await page.goto(RED);
     const id = await targetId(page);
-    const a = await openViewer(viewer, base, cred, id);
-    const b = await openViewer(viewer, base, cred, id);
-    const frames = [await a.evaluate(() => window.viewer.frames), await b.evaluate(() => window.viewer.frames)];
+    const viewers = [];
+    for (let i = 0; i < 5; i++) viewers.push(await openViewer(viewer, base, cred, id));
+    // All five open: a change of the page reaches every one of them through the one screencast.
+    const before = await Promise.all(viewers.map((v) => v.evaluate(() => window.viewer.frames)));
+    await page.goto(GREEN);
+    await Promise.all(viewers.map((v) => canvasShows(v, [0, 255, 0])));
+    const after = await Promise.all(viewers.map((v) => v.evaluate(() => window.viewer.frames)));
+    const frames = after.map((n, i) => n - before[i]);
     const text = await (await fetch(requireArg(args, "metrics"))).text();
     const m = text.match(/^wallcrawler_viewer_screencasts_started_total (\d+)/m);
     return { frames, screencastsStarted: m ? Number(m[1]) : null };
