@@ -13,6 +13,10 @@
 //! backpressure). Idle connections cost no buffer, and a message of any size streams through
 //! without ever being held whole.
 //!
+//! Injection: frames the proxy itself has for one client (a handoff's end, see
+//! [`crate::viewer::handoff`]) come in through an [`Injector`] and go out at the next boundary
+//! between Chrome's messages, as the inspector's answers do.
+//!
 //! Reads: a read that returns less than the buffer drained the socket (TCP hands over all it
 //! has), so the socket is not read again until `epoll` reports new data — no `recv` that only
 //! says "nothing more", unless the peer's FIN was reported, in which case reading goes on until
