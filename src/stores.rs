@@ -339,6 +339,11 @@ pub trait ClaimQueue: Send + Sync {
     fn spent(&self) -> bool {
         false
     }
+    /// The control-mode live view the last received claim's grant carried (the task API's
+    /// only), handed out for a client's `Wallcrawler.requestHandoff`.
+    fn live_view(&self) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
+        None
+    }
     /// READY is written: the claim is done (deleted).
     async fn complete(&self, receipt: &str) -> Result<(), StoreError>;
     /// The claim's session is gone or no longer pending: deleted, unserved.

@@ -237,6 +237,8 @@ pub struct ApiClaims {
     settle: SqsClaims,
     /// The API answered `409`: this task had its session.
     spent: AtomicBool,
+    /// The last grant's live view.
+    live_view: std::sync::Mutex<Option<wallcrawler_contract::task_api::LiveViewGrant>>,
 }
 
 impl ApiClaims {
@@ -251,6 +253,7 @@ impl ApiClaims {
             credentials,
             settle,
             spent: AtomicBool::new(false),
+            live_view: std::sync::Mutex::new(None),
         }
     }
 }
@@ -271,6 +274,7 @@ impl ClaimQueue for ApiClaims {
                     .map(|c| c.session_id)
                     .unwrap_or_default();
                 self.credentials.install(&session, grant.credentials);
+                *self.live_view.lock().unwrap_or_else(|p| p.into_inner()) = grant.live_view;
                 Ok(Some(Received {
                     body: grant.claim.into_bytes(),
                     receipt: grant.receipt,
@@ -287,6 +291,12 @@ impl ClaimQueue for ApiClaims {
     }
     fn spent(&self) -> bool {
         self.spent.load(Ordering::SeqCst)
+    }
+    fn live_view(&self) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
+        self.live_view
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
     async fn complete(&self, receipt: &str) -> Result<(), StoreError> {
         self.settle.complete(receipt).await
@@ -542,6 +552,34 @@ pub(crate) mod tests {
         assert!(!claims.spent());
         assert_eq!(claims.receive(Duration::from_secs(1)).await.unwrap(), None);
         assert!(claims.spent());
+    }
+
+    #[tokio::test]
+    async fn a_grants_live_view_is_kept_for_the_handoffs() {
+        let mut with: serde_json::Value = serde_json::from_str(&grant_json("ASIAGRANT")).unwrap();
+        with["liveView"] =
+            serde_json::json!({"credential": "v.i.ew", "expiresAt": 4_000_000_000u64});
+        let (base, _) = stub_api(vec![answer("200 OK", &with.to_string())]).await;
+        let api = api(base);
+        let credentials = SessionCredentialsProvider::new(api.clone());
+        let settle = SqsClaims {
+            client: aws_sdk_sqs::Client::new(&task_sdk()),
+            queue_url: "http://127.0.0.1:1/q".into(),
+            visibility: Duration::from_secs(60),
+        };
+        let claims = ApiClaims::new(api, credentials, settle);
+        assert_eq!(claims.live_view(), None);
+        claims
+            .receive(Duration::from_secs(1))
+            .await
+            .unwrap()
+            .unwrap();
+        let lv = claims.live_view().expect("the grant's live view");
+        assert_eq!(lv.expires_at, 4_000_000_000);
+        assert_eq!(
+            lv.url("http://203.0.113.9:9222"),
+            "http://203.0.113.9:9222/viewer?t=v.i.ew"
+        );
     }
 
     #[tokio::test]

@@ -1,4 +1,5 @@
 // handoff.mjs --url WS --session ID --mint BIN --key-file PEM --chrome PATH --scenario S
+// handoff.mjs --url WS --scenario ask
 //
 // An agent asks for a person over CDP: Puppeteer on the session (--url, the connect URL with
 // its token) sends `Wallcrawler.requestHandoff` on a page's CDPSession; a person, simulated by a
@@ -14,6 +15,7 @@
 //            request while one is pending; and over a raw socket, a request naming a session
 //            Chrome does not have is answered by the proxy (Chrome would have said "Session with
 //            given id not found"), an unknown method likewise.
+//   ask:     (only --url) the answer to one request over a raw socket: {answer}.
 // Prints {"ok":true,...}.
 
 import { execFileSync } from "node:child_process";
@@ -147,6 +149,13 @@ const scenarios = {
 
 run(async (args) => {
   const url = requireArg(args, "url");
+  if (args.scenario === "ask") {
+    // Only the answer to a request, over a raw socket (no person, no second browser).
+    const [answer] = await raw(url, [
+      { id: 1, method: "Wallcrawler.requestHandoff", params: { reason: "ask", timeout: 60 } },
+    ]);
+    return { answer };
+  }
   const scenario = scenarios[requireArg(args, "scenario")];
   if (!scenario) throw new Error(`unknown scenario ${args.scenario}`);
   const { default: puppeteer } = await import("puppeteer-core");

@@ -613,6 +613,21 @@ async fn stack_in_direct_mode_serves_a_session_at_the_tasks_address() {
         "{url} is the task's own address"
     );
     drive(&url).await;
+    // A client's handoff request is answered with the control-mode live view the task API's
+    // grant carried, on the task's own address; the proxy takes its credential.
+    let asked = node("handoff.mjs", &["--url", &url, "--scenario", "ask"]).await;
+    let live = asked["answer"]["result"]["url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a live view URL: {asked}"));
+    let path = live
+        .strip_prefix(&format!("http://{proxy}"))
+        .unwrap_or_else(|| panic!("{live} is on the task's own address"));
+    assert!(path.starts_with("/viewer?t="), "{live}");
+    let page = crate::support::raw_http(
+        proxy.parse().unwrap(),
+        format!("GET {path} HTTP/1.1\r\nHost: {proxy}\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(crate::support::status_of(&page), 200, "{page}");
     pool.released_and_ended(&mut task, &id).await;
 }
 
