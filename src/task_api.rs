@@ -29,7 +29,7 @@ use tracing::{info, warn};
 use wallcrawler_contract::claim::Claim;
 use wallcrawler_contract::task_api::{
     CLAIMS_PATH, CREDENTIALS_PATH, ClaimGrant, ClaimRequest, CredentialsGrant, CredentialsRequest,
-    IDENTITY_HEADER, MAX_WAIT_SECONDS, SessionCredentials,
+    IDENTITY_HEADER, LiveViewGrant, MAX_WAIT_SECONDS, SessionCredentials,
 };
 
 use crate::aws::SqsClaims;
@@ -146,25 +146,30 @@ impl TaskApi {
 
     /// Fresh credentials for `session_id` (`403`: the session is not this task's).
     pub async fn credentials(&self, session_id: &str) -> Result<SessionCredentials, TaskApiError> {
+        Ok(self.credentials_grant(session_id).await?.credentials)
+    }
+
+    /// The whole answer of [`Self::credentials`] (with the session's live view, if any).
+    async fn credentials_grant(&self, session_id: &str) -> Result<CredentialsGrant, TaskApiError> {
         let request = CredentialsRequest {
             session_id: session_id.to_owned(),
         };
         let (status, body) = self.post(CREDENTIALS_PATH, &request, CALL_MARGIN).await?;
         match status {
-            StatusCode::OK => Ok(parse::<CredentialsGrant>(&body)?.credentials),
+            StatusCode::OK => parse::<CredentialsGrant>(&body),
             s => Err(TaskApiError::Status(s.as_u16())),
         }
     }
 
     /// A cold task's credentials for its session, installed in `into`: asked again (for at
     /// most [`START_WITHIN`]) while the API refuses (`403`: it has not written this task into
-    /// the session item yet) or fails.
+    /// the session item yet) or fails. The session's live view, when the grant carried one.
     pub async fn credentials_at_start(
         &self,
         session_id: &str,
         into: &SessionCredentialsProvider,
-    ) -> Result<(), TaskApiError> {
-        let credentials = (|| self.credentials(session_id))
+    ) -> Result<Option<LiveViewGrant>, TaskApiError> {
+        let grant = (|| self.credentials_grant(session_id))
             .retry(wallcrawler_contract::retry::policy(START_WITHIN))
             .sleep(tokio::time::sleep)
             .when(|e| e.is_transient() || matches!(e, TaskApiError::Status(403)))
@@ -172,8 +177,8 @@ impl TaskApi {
                 info!(error = %e, retry_in_ms = wait.as_millis() as u64, "the session's credentials are not granted yet; asking again");
             })
             .await?;
-        into.install(session_id, credentials);
-        Ok(())
+        into.install(session_id, grant.credentials);
+        Ok(grant.live_view)
     }
 
     /// One `POST` of `body` as JSON to `path` with the identity; the status and the body
@@ -583,6 +588,25 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
+    async fn a_cold_tasks_first_grant_gives_its_live_view() {
+        let mut with: serde_json::Value =
+            serde_json::from_str(&credentials_json("ASIACOLD")).unwrap();
+        with["liveView"] = serde_json::json!({"credential": "c.o.ld", "expiresAt": 4_000_000_000u64, "base": "https://gw.test"});
+        let (base, _) = stub_api(vec![answer("200 OK", &with.to_string())]).await;
+        let api = api(base);
+        let credentials = SessionCredentialsProvider::new(api.clone());
+        let lv = api
+            .credentials_at_start("sess_1", &credentials)
+            .await
+            .unwrap()
+            .expect("the grant's live view");
+        assert_eq!(
+            lv.url("http://203.0.113.9:9222"),
+            "https://gw.test/viewer?t=c.o.ld"
+        );
+    }
+
+    #[tokio::test]
     async fn a_cold_task_asks_again_while_its_session_is_not_granted_yet() {
         let (base, asked) = stub_api(vec![
             answer("403 Forbidden", "{}"),
@@ -592,9 +616,11 @@ pub(crate) mod tests {
         .await;
         let api = api(base);
         let credentials = SessionCredentialsProvider::new(api.clone());
-        api.credentials_at_start("sess_1", &credentials)
+        let live_view = api
+            .credentials_at_start("sess_1", &credentials)
             .await
             .unwrap();
+        assert_eq!(live_view, None, "a grant without one");
         assert_eq!(
             credentials
                 .provide_credentials()

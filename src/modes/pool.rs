@@ -914,6 +914,7 @@ mod tests {
             network: None,
             claims: None,
             protection: None,
+            live_view: None,
         }
     }
 

@@ -80,6 +80,9 @@ pub struct Deps {
     /// Scale-in protection through the ECS API (with `TASK_API_URL`; else the ECS agent's
     /// endpoint, `ECS_AGENT_URI`).
     pub protection: Option<Arc<dyn TaskProtection>>,
+    /// A cold task's live view from the task API (a pool task's comes with its claim): what a
+    /// client's `Wallcrawler.requestHandoff` is answered with.
+    pub live_view: Option<wallcrawler_contract::task_api::LiveViewGrant>,
 }
 
 /// The profile a session starts from and whether it is saved at the end.

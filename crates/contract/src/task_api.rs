@@ -18,7 +18,8 @@
 //!   the wait; `409` when the caller has had its session (a pool task serves one, then exits).
 //! - [`CREDENTIALS_PATH`]: fresh credentials for the session whose item names the caller's task
 //!   (`ecsTaskArn`): a pool task's before they expire, a cold task's (started for one session)
-//!   at its start; `403` for any other session.
+//!   at its start, with the session's live view as a claim's ([`CredentialsGrant`]); `403` for
+//!   any other session.
 //!
 //! The credentials ([`SessionCredentials`]) come from STS `AssumeRole` of the session role with
 //! a session policy ([`session_policy`]) naming that session's item, its context's archive, its
@@ -249,6 +250,10 @@ impl std::fmt::Debug for LiveViewGrant {
 pub struct CredentialsGrant {
     /// Credentials for the session.
     pub credentials: SessionCredentials,
+    /// The session's control-mode live view (as in [`ClaimGrant`]): what a cold-started task
+    /// hands out for a handoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_view: Option<LiveViewGrant>,
 }
 
 /// Temporary AWS credentials scoped to one session.

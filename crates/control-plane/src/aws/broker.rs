@@ -15,7 +15,8 @@ use tracing::{error, info, warn};
 use wallcrawler_contract::claim::{Claim, NO_BROWSER_IN_TIME};
 use wallcrawler_contract::session_doc::{ClaimVerdict, SessionDoc, Take, claim_verdict};
 use wallcrawler_contract::task_api::{
-    CallerTask, ClaimGrant, LiveViewGrant, SessionCredentials, SessionScope, session_policy,
+    CallerTask, ClaimGrant, CredentialsGrant, LiveViewGrant, SessionCredentials, SessionScope,
+    session_policy,
 };
 use wallcrawler_contract::time::{now_iso8601, unix_millis};
 
@@ -421,7 +422,7 @@ impl Broker for TaskBroker {
         &self,
         task: &CallerTask,
         session_id: &str,
-    ) -> StoreResult<Option<SessionCredentials>> {
+    ) -> StoreResult<Option<CredentialsGrant>> {
         let Some(doc) = self.sessions.get(session_id).await? else {
             return Ok(None);
         };
@@ -429,6 +430,11 @@ impl Broker for TaskBroker {
             return Ok(None);
         }
         let scope = self.scope(task, Resources::of_item(&doc));
-        Ok(Some(self.assume(task, &scope).await?))
+        let credentials = self.assume(task, &scope).await?;
+        let live_view = self.live_view(&doc, unix_millis() / 1000).await;
+        Ok(Some(CredentialsGrant {
+            credentials,
+            live_view,
+        }))
     }
 }
