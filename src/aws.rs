@@ -26,8 +26,8 @@ use wallcrawler_contract::{InternalStatus, VerifyingKey};
 
 use crate::stores::{
     ArchiveStore, BoxError, BoxRead, ClaimQueue, Context, DownloadsUpdate, EndedUpdate,
-    NetworkLookup, ReadyResult, ReadyUpdate, Received, SessionRecord, SessionStore, StoreError,
-    Take, TakeResult, TaskInterface, TerminalUpdate,
+    HandoffUpdate, NetworkLookup, ReadyResult, ReadyUpdate, Received, SessionRecord, SessionStore,
+    StoreError, Take, TakeResult, TaskInterface, TerminalUpdate,
 };
 
 /// Size of one multipart upload part (S3's minimum is 5 MiB).
@@ -364,6 +364,32 @@ impl SessionStore for DynamoSessions {
             .expression_attribute_values(":me", s(u.owner))
             .expression_attribute_values(":now", n(u.now))
             .expression_attribute_values(":n", n(u.count));
+        written(req.send().await)
+    }
+
+    async fn set_handoff(&self, id: &str, u: &HandoffUpdate<'_>) -> Result<bool, StoreError> {
+        let req = self
+            .update(id)
+            .condition_expression(format!(
+                "attribute_exists(sessionId) AND ({OWNED} OR {FREE})"
+            ))
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#h", attr::HANDOFF)
+            .expression_attribute_values(":me", s(u.owner))
+            .expression_attribute_values(":now", n(u.now));
+        let req = match u.handoff {
+            Some(h) => {
+                let m = std::collections::HashMap::from([
+                    ("id".to_owned(), s(&h.id)),
+                    ("reason".to_owned(), s(&h.reason)),
+                    ("requestedAt".to_owned(), s(&h.requested_at)),
+                    ("expiresAt".to_owned(), s(&h.expires_at)),
+                ]);
+                req.update_expression("SET #h = :h")
+                    .expression_attribute_values(":h", AttributeValue::M(m))
+            }
+            None => req.update_expression("REMOVE #h"),
+        };
         written(req.send().await)
     }
 }

@@ -26,6 +26,7 @@
 pub mod downloads;
 mod ending;
 mod extension;
+mod handoff;
 mod ready;
 pub mod uploads;
 mod watch;

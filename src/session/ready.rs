@@ -48,6 +48,17 @@ impl Run<'_> {
         if let Some(lv) = live_view {
             let url = lv.url(&own_base(&announced.ip, ready.proxy_addr.port()));
             ready.handoffs.set_live_view(url, lv.expires_at);
+            // The pending handoff in the item, for the API's /debug.
+            if let Some(store) = &self.deps.sessions {
+                let item = std::sync::Arc::new(super::downloads::Item {
+                    store: store.clone(),
+                    id: self.item.id.to_owned(),
+                    owner: self.item.owner.to_owned(),
+                });
+                let stop = self.tasks.token().clone();
+                self.tasks
+                    .spawn(super::handoff::publish(ready.handoffs.watch(), item, stop));
+            }
         }
         if let Some(store) = &self.deps.sessions {
             let mut update = ready_update(&ready, &announced, fallback_task_arn);

@@ -133,6 +133,8 @@ pub struct Shown {
     pub id: String,
     /// The client's reason.
     pub reason: String,
+    /// When it was asked for (ISO 8601).
+    pub requested_at: String,
     /// When it times out (ISO 8601).
     pub expires_at: String,
 }
@@ -219,6 +221,7 @@ impl Handoffs {
         let shown = Shown {
             id: format!("ho_{}", uuid::Uuid::new_v4().simple()),
             reason: r.reason.clone(),
+            requested_at: wallcrawler_contract::time::iso8601_millis(now_ms),
             expires_at: expires_at.clone(),
         };
         let result = json!({"handoffId": shown.id, "url": url, "expiresAt": expires_at});

@@ -1,5 +1,5 @@
 // handoff.mjs --url WS --session ID --mint BIN --key-file PEM --chrome PATH --scenario S
-// handoff.mjs --url WS --scenario ask
+// handoff.mjs --url WS --scenario ask [--handoff-timeout S] [--wait]
 //
 // An agent asks for a person over CDP: Puppeteer on the session (--url, the connect URL with
 // its token) sends `Wallcrawler.requestHandoff` on a page's CDPSession; a person, simulated by a
@@ -15,7 +15,9 @@
 //            request while one is pending; and over a raw socket, a request naming a session
 //            Chrome does not have is answered by the proxy (Chrome would have said "Session with
 //            given id not found"), an unknown method likewise.
-//   ask:     (only --url) the answer to one request over a raw socket: {answer}.
+//   ask:     (only --url [--handoff-timeout S] [--wait]) the answer to one request over a raw
+//            socket, and with --wait the Wallcrawler.handoffCompleted that ends it:
+//            {answer, events}.
 // Prints {"ok":true,...}.
 
 import { execFileSync } from "node:child_process";
@@ -150,11 +152,27 @@ const scenarios = {
 run(async (args) => {
   const url = requireArg(args, "url");
   if (args.scenario === "ask") {
-    // Only the answer to a request, over a raw socket (no person, no second browser).
-    const [answer] = await raw(url, [
-      { id: 1, method: "Wallcrawler.requestHandoff", params: { reason: "ask", timeout: 60 } },
-    ]);
-    return { answer };
+    // Only the answer to a request, over a raw socket (no person, no second browser); with
+    // --wait, the socket stays open until the handoff ends (its timeout: --handoff-timeout).
+    const timeout = Number(args["handoff-timeout"] || 60);
+    const { default: WebSocket } = await import("ws");
+    const ws = new WebSocket(url);
+    await new Promise((resolve, reject) => { ws.once("open", resolve); ws.once("error", reject); });
+    const events = [];
+    let answered;
+    const answer = new Promise((resolve) => { answered = resolve; });
+    const ended = new Promise((resolve) => {
+      ws.on("message", (data) => {
+        const m = JSON.parse(data.toString());
+        if (m.id === 1) answered(m);
+        if (m.method === "Wallcrawler.handoffCompleted") { events.push(m); resolve(); }
+      });
+    });
+    ws.send(JSON.stringify({ id: 1, method: "Wallcrawler.requestHandoff", params: { reason: "ask", timeout } }));
+    const got = await answer;
+    if (args.wait) await ended;
+    ws.close();
+    return { answer: got, events };
   }
   const scenario = scenarios[requireArg(args, "scenario")];
   if (!scenario) throw new Error(`unknown scenario ${args.scenario}`);

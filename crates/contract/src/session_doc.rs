@@ -287,6 +287,16 @@ impl SessionDoc {
         true
     }
 
+    /// The conditional rule of `handoff`: written (or removed, `None`) by whoever may write
+    /// the end ([`Self::may_end`]).
+    pub fn set_handoff(&mut self, me: &str, now: u64, handoff: Option<Handoff>) -> bool {
+        if !self.may_end(me, now) {
+            return false;
+        }
+        self.handoff = handoff;
+        true
+    }
+
     /// Whether a controller `me` may write the session's end (`proxyBytes`, `endedAt`) at
     /// `now`: its owner, or anyone when nobody holds it (a session released before any
     /// controller served it: nobody else would write it).
