@@ -6,7 +6,8 @@
 //! keys → the profile restored → the session's extension unpacked ([`extension`]) → Chrome and
 //! the proxy started (the proxy answering 503) → the extension loaded → the session cookies
 //! put back → downloads followed ([`downloads`]) → clients let through → the public address
-//! chosen → conditional READY. A step that ends the run early says how as
+//! chosen (with the task API's live view, the handoff URL set and the pending handoff mirrored
+//! into the item: [`handoff`]) → conditional READY. A step that ends the run early says how as
 //! an [`Outcome`]; its driver hands it to [`Run::settle`], the one place that writes the
 //! session item's last fields ([`SessionItem::settle`]), so a step never writes FAILED itself.
 //!
