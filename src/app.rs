@@ -116,6 +116,8 @@ pub struct SessionOptions {
 pub struct Ready {
     pub proxy_addr: SocketAddr,
     pub chrome_pid: u32,
+    /// The session's handoffs: given the live-view URL they hand out.
+    pub handoffs: Arc<crate::viewer::handoff::Handoffs>,
 }
 
 /// Shared plumbing of the serving modes: the listener and metrics, their tasks on `tasks`.
@@ -321,6 +323,7 @@ impl Session {
         Ready {
             proxy_addr: self.serving.addr,
             chrome_pid: self.chrome.pid(),
+            handoffs: self.serving.proxy.handoffs().clone(),
         }
     }
 

@@ -26,8 +26,8 @@ use wallcrawler_contract::{InternalStatus, VerifyingKey};
 
 use crate::stores::{
     ArchiveStore, BoxError, BoxRead, ClaimQueue, Context, DownloadsUpdate, EndedUpdate,
-    NetworkLookup, ReadyResult, ReadyUpdate, Received, SessionRecord, SessionStore, StoreError,
-    Take, TakeResult, TaskInterface, TerminalUpdate,
+    HandoffUpdate, NetworkLookup, ReadyResult, ReadyUpdate, Received, SessionRecord, SessionStore,
+    StoreError, Take, TakeResult, TaskInterface, TerminalUpdate,
 };
 
 /// Size of one multipart upload part (S3's minimum is 5 MiB).
@@ -364,6 +364,32 @@ impl SessionStore for DynamoSessions {
             .expression_attribute_values(":me", s(u.owner))
             .expression_attribute_values(":now", n(u.now))
             .expression_attribute_values(":n", n(u.count));
+        written(req.send().await)
+    }
+
+    async fn set_handoff(&self, id: &str, u: &HandoffUpdate<'_>) -> Result<bool, StoreError> {
+        let req = self
+            .update(id)
+            .condition_expression(format!(
+                "attribute_exists(sessionId) AND ({OWNED} OR {FREE})"
+            ))
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#h", attr::HANDOFF)
+            .expression_attribute_values(":me", s(u.owner))
+            .expression_attribute_values(":now", n(u.now));
+        let req = match u.handoff {
+            Some(h) => {
+                let m = std::collections::HashMap::from([
+                    ("id".to_owned(), s(&h.id)),
+                    ("reason".to_owned(), s(&h.reason)),
+                    ("requestedAt".to_owned(), s(&h.requested_at)),
+                    ("expiresAt".to_owned(), s(&h.expires_at)),
+                ]);
+                req.update_expression("SET #h = :h")
+                    .expression_attribute_values(":h", AttributeValue::M(m))
+            }
+            None => req.update_expression("REMOVE #h"),
+        };
         written(req.send().await)
     }
 }
@@ -1103,6 +1129,104 @@ mod tests {
             after[attr::CONNECT_URL],
             s("ws://gw.example/?signingKey=SECRET-TOKEN-of-the-victim")
         );
+    }
+
+    /// The pending handoff (`handoff`): written and removed by the session's owner only, and
+    /// every attribute the write names is one the task role may write (attr::TASK_WRITES, the
+    /// SessionRole's `dynamodb:Attributes`).
+    #[tokio::test]
+    async fn the_handoff_is_written_by_the_owner_alone_naming_task_writes_only() {
+        let sdk = wallcrawler_testkit::moto::sdk_config().await;
+        let admin = aws_sdk_dynamodb::Client::new(&sdk);
+        let table = wallcrawler_testkit::unique("sessions");
+        admin
+            .create_table()
+            .table_name(&table)
+            .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
+            .attribute_definitions(
+                aws_sdk_dynamodb::types::AttributeDefinition::builder()
+                    .attribute_name(attr::SESSION_ID)
+                    .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
+                    .build()
+                    .unwrap(),
+            )
+            .key_schema(
+                aws_sdk_dynamodb::types::KeySchemaElement::builder()
+                    .attribute_name(attr::SESSION_ID)
+                    .key_type(aws_sdk_dynamodb::types::KeyType::Hash)
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+        pending_item(&admin, &table, "sess_held", "arn:other").await;
+        pending_item(&admin, &table, "sess_mine", "arn:me").await;
+        let wire = Wire::default();
+        let store = DynamoSessions {
+            client: aws_sdk_dynamodb::Client::from_conf(
+                aws_sdk_dynamodb::config::Builder::from(&sdk)
+                    .interceptor(wire.clone())
+                    .build(),
+            ),
+            table: table.clone(),
+        };
+        let h = wallcrawler_contract::session_doc::Handoff {
+            id: "ho_1".into(),
+            reason: "Please log in".into(),
+            requested_at: "2026-01-01T00:00:00.000Z".into(),
+            expires_at: "2026-01-01T00:10:00.000Z".into(),
+        };
+        let set = |handoff| HandoffUpdate {
+            owner: "arn:me",
+            now: 1_700_000_000,
+            handoff,
+        };
+        let get = |id: &'static str| {
+            let admin = admin.clone();
+            let table = table.clone();
+            async move {
+                let out = admin
+                    .get_item()
+                    .table_name(&table)
+                    .key(attr::SESSION_ID, s(id));
+                out.send().await.unwrap().item.unwrap()
+            }
+        };
+        assert!(
+            !store
+                .set_handoff("sess_held", &set(Some(&h)))
+                .await
+                .unwrap()
+        );
+        assert!(!get("sess_held").await.contains_key(attr::HANDOFF));
+        assert!(
+            store
+                .set_handoff("sess_mine", &set(Some(&h)))
+                .await
+                .unwrap()
+        );
+        let written = get("sess_mine").await[attr::HANDOFF]
+            .as_m()
+            .unwrap()
+            .clone();
+        assert_eq!(written["id"], s("ho_1"));
+        assert_eq!(written["reason"], s("Please log in"));
+        assert_eq!(written["requestedAt"], s("2026-01-01T00:00:00.000Z"));
+        assert_eq!(written["expiresAt"], s("2026-01-01T00:10:00.000Z"));
+        assert!(store.set_handoff("sess_mine", &set(None)).await.unwrap());
+        assert!(!get("sess_mine").await.contains_key(attr::HANDOFF));
+        let sent = wire.sent.lock().unwrap().clone();
+        assert_eq!(sent.len(), 3, "{sent:?}");
+        for r in &sent {
+            let body: serde_json::Value =
+                serde_json::from_str(r.split_once(' ').unwrap().1).unwrap();
+            for (_, name) in body["ExpressionAttributeNames"].as_object().unwrap() {
+                let name = name.as_str().unwrap();
+                assert!(attr::TASK_WRITES.contains(&name), "{name} in {r}");
+            }
+            assert!(body.get("ReturnValues").is_none(), "{r}");
+        }
     }
 
     fn item(pairs: Vec<(&str, AttributeValue)>) -> Item {

@@ -213,6 +213,17 @@ pub struct EndedUpdate<'a> {
     pub at: &'a str,
 }
 
+/// `handoff` set (or removed: `None`), on [`EndedUpdate`]'s condition.
+#[derive(Debug, Clone, Copy)]
+pub struct HandoffUpdate<'a> {
+    /// The controller writing it.
+    pub owner: &'a str,
+    /// Now, unix seconds.
+    pub now: u64,
+    /// The pending handoff, or none.
+    pub handoff: Option<&'a wallcrawler_contract::session_doc::Handoff>,
+}
+
 /// `downloadsInProgress` = `count`, on condition that `owner` owns the session or nobody holds
 /// it at `now` (as [`EndedUpdate`]).
 #[derive(Debug, Clone, Copy)]
@@ -273,6 +284,9 @@ pub trait SessionStore: Send + Sync {
         id: &str,
         u: &DownloadsUpdate<'_>,
     ) -> Result<bool, StoreError>;
+    /// `handoff`, on [`EndedUpdate`]'s condition ([`HandoffUpdate`]). False: the condition
+    /// failed, nothing written.
+    async fn set_handoff(&self, id: &str, u: &HandoffUpdate<'_>) -> Result<bool, StoreError>;
 }
 
 /// Profile archives by key.
@@ -338,6 +352,11 @@ pub trait ClaimQueue: Send + Sync {
     /// idle lifetime.
     fn spent(&self) -> bool {
         false
+    }
+    /// The control-mode live view the last received claim's grant carried (the task API's
+    /// only), handed out for a client's `Wallcrawler.requestHandoff`.
+    fn live_view(&self) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
+        None
     }
     /// READY is written: the claim is done (deleted).
     async fn complete(&self, receipt: &str) -> Result<(), StoreError>;
@@ -617,6 +636,12 @@ impl SessionStore for DirectorySessions {
     ) -> Result<bool, StoreError> {
         let (owner, now, count) = (u.owner.to_owned(), u.now, u.count);
         self.written(id, move |d| d.set_downloads_in_progress(&owner, now, count))
+            .await
+    }
+
+    async fn set_handoff(&self, id: &str, u: &HandoffUpdate<'_>) -> Result<bool, StoreError> {
+        let (owner, now, handoff) = (u.owner.to_owned(), u.now, u.handoff.cloned());
+        self.written(id, move |d| d.set_handoff(&owner, now, handoff.clone()))
             .await
     }
 }

@@ -29,7 +29,7 @@ use tracing::{info, warn};
 use wallcrawler_contract::claim::Claim;
 use wallcrawler_contract::task_api::{
     CLAIMS_PATH, CREDENTIALS_PATH, ClaimGrant, ClaimRequest, CredentialsGrant, CredentialsRequest,
-    IDENTITY_HEADER, MAX_WAIT_SECONDS, SessionCredentials,
+    IDENTITY_HEADER, LiveViewGrant, MAX_WAIT_SECONDS, SessionCredentials,
 };
 
 use crate::aws::SqsClaims;
@@ -146,25 +146,30 @@ impl TaskApi {
 
     /// Fresh credentials for `session_id` (`403`: the session is not this task's).
     pub async fn credentials(&self, session_id: &str) -> Result<SessionCredentials, TaskApiError> {
+        Ok(self.credentials_grant(session_id).await?.credentials)
+    }
+
+    /// The whole answer of [`Self::credentials`] (with the session's live view, if any).
+    async fn credentials_grant(&self, session_id: &str) -> Result<CredentialsGrant, TaskApiError> {
         let request = CredentialsRequest {
             session_id: session_id.to_owned(),
         };
         let (status, body) = self.post(CREDENTIALS_PATH, &request, CALL_MARGIN).await?;
         match status {
-            StatusCode::OK => Ok(parse::<CredentialsGrant>(&body)?.credentials),
+            StatusCode::OK => parse::<CredentialsGrant>(&body),
             s => Err(TaskApiError::Status(s.as_u16())),
         }
     }
 
     /// A cold task's credentials for its session, installed in `into`: asked again (for at
     /// most [`START_WITHIN`]) while the API refuses (`403`: it has not written this task into
-    /// the session item yet) or fails.
+    /// the session item yet) or fails. The session's live view, when the grant carried one.
     pub async fn credentials_at_start(
         &self,
         session_id: &str,
         into: &SessionCredentialsProvider,
-    ) -> Result<(), TaskApiError> {
-        let credentials = (|| self.credentials(session_id))
+    ) -> Result<Option<LiveViewGrant>, TaskApiError> {
+        let grant = (|| self.credentials_grant(session_id))
             .retry(wallcrawler_contract::retry::policy(START_WITHIN))
             .sleep(tokio::time::sleep)
             .when(|e| e.is_transient() || matches!(e, TaskApiError::Status(403)))
@@ -172,8 +177,8 @@ impl TaskApi {
                 info!(error = %e, retry_in_ms = wait.as_millis() as u64, "the session's credentials are not granted yet; asking again");
             })
             .await?;
-        into.install(session_id, credentials);
-        Ok(())
+        into.install(session_id, grant.credentials);
+        Ok(grant.live_view)
     }
 
     /// One `POST` of `body` as JSON to `path` with the identity; the status and the body
@@ -237,6 +242,8 @@ pub struct ApiClaims {
     settle: SqsClaims,
     /// The API answered `409`: this task had its session.
     spent: AtomicBool,
+    /// The last grant's live view.
+    live_view: std::sync::Mutex<Option<wallcrawler_contract::task_api::LiveViewGrant>>,
 }
 
 impl ApiClaims {
@@ -251,6 +258,7 @@ impl ApiClaims {
             credentials,
             settle,
             spent: AtomicBool::new(false),
+            live_view: std::sync::Mutex::new(None),
         }
     }
 }
@@ -271,6 +279,7 @@ impl ClaimQueue for ApiClaims {
                     .map(|c| c.session_id)
                     .unwrap_or_default();
                 self.credentials.install(&session, grant.credentials);
+                *self.live_view.lock().unwrap_or_else(|p| p.into_inner()) = grant.live_view;
                 Ok(Some(Received {
                     body: grant.claim.into_bytes(),
                     receipt: grant.receipt,
@@ -287,6 +296,12 @@ impl ClaimQueue for ApiClaims {
     }
     fn spent(&self) -> bool {
         self.spent.load(Ordering::SeqCst)
+    }
+    fn live_view(&self) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
+        self.live_view
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
     async fn complete(&self, receipt: &str) -> Result<(), StoreError> {
         self.settle.complete(receipt).await
@@ -545,6 +560,53 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
+    async fn a_grants_live_view_is_kept_for_the_handoffs() {
+        let mut with: serde_json::Value = serde_json::from_str(&grant_json("ASIAGRANT")).unwrap();
+        with["liveView"] =
+            serde_json::json!({"credential": "v.i.ew", "expiresAt": 4_000_000_000u64});
+        let (base, _) = stub_api(vec![answer("200 OK", &with.to_string())]).await;
+        let api = api(base);
+        let credentials = SessionCredentialsProvider::new(api.clone());
+        let settle = SqsClaims {
+            client: aws_sdk_sqs::Client::new(&task_sdk()),
+            queue_url: "http://127.0.0.1:1/q".into(),
+            visibility: Duration::from_secs(60),
+        };
+        let claims = ApiClaims::new(api, credentials, settle);
+        assert_eq!(claims.live_view(), None);
+        claims
+            .receive(Duration::from_secs(1))
+            .await
+            .unwrap()
+            .unwrap();
+        let lv = claims.live_view().expect("the grant's live view");
+        assert_eq!(lv.expires_at, 4_000_000_000);
+        assert_eq!(
+            lv.url("http://203.0.113.9:9222"),
+            "http://203.0.113.9:9222/viewer?t=v.i.ew"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cold_tasks_first_grant_gives_its_live_view() {
+        let mut with: serde_json::Value =
+            serde_json::from_str(&credentials_json("ASIACOLD")).unwrap();
+        with["liveView"] = serde_json::json!({"credential": "c.o.ld", "expiresAt": 4_000_000_000u64, "base": "https://gw.test"});
+        let (base, _) = stub_api(vec![answer("200 OK", &with.to_string())]).await;
+        let api = api(base);
+        let credentials = SessionCredentialsProvider::new(api.clone());
+        let lv = api
+            .credentials_at_start("sess_1", &credentials)
+            .await
+            .unwrap()
+            .expect("the grant's live view");
+        assert_eq!(
+            lv.url("http://203.0.113.9:9222"),
+            "https://gw.test/viewer?t=c.o.ld"
+        );
+    }
+
+    #[tokio::test]
     async fn a_cold_task_asks_again_while_its_session_is_not_granted_yet() {
         let (base, asked) = stub_api(vec![
             answer("403 Forbidden", "{}"),
@@ -554,9 +616,11 @@ pub(crate) mod tests {
         .await;
         let api = api(base);
         let credentials = SessionCredentialsProvider::new(api.clone());
-        api.credentials_at_start("sess_1", &credentials)
+        let live_view = api
+            .credentials_at_start("sess_1", &credentials)
             .await
             .unwrap();
+        assert_eq!(live_view, None, "a grant without one");
         assert_eq!(
             credentials
                 .provide_credentials()

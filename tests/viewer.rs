@@ -280,6 +280,8 @@ fn a_raw_viewer_gets_tabs_and_frames_counts_as_a_client_stops_the_screencast_las
             Some("frame") => frame = v["data"].as_str().is_some_and(|d| d.starts_with("/9j/")),
             Some("pong") => pong = true,
             Some("error") => errors.push(v["error"].as_str().unwrap().to_owned()),
+            // The handoff banner's state, sent at the start: none pending.
+            Some("handoff") => assert_eq!(v["handoff"], serde_json::Value::Null, "{v}"),
             other => panic!("unexpected message {other:?}: {v}"),
         }
     }

@@ -69,6 +69,7 @@ async fn build_with(c: &RunConfig, sdk: Option<&SdkConfig>) -> Result<Deps, Deps
         (None, _) => None,
     };
     Ok(Deps {
+        live_view: api.as_ref().and_then(|a| a.live_view.clone()),
         sessions: sessions(&c.store, session_sdk),
         // A pool's own archive place, when it has one, over the configured context's.
         archives: pool
@@ -108,6 +109,8 @@ struct OnTaskApi {
     /// The task's configuration with the session's credentials (no SDK identity cache: the
     /// provider is the cache and refreshes them).
     session_sdk: SdkConfig,
+    /// A cold task's live view, from its first credentials' grant.
+    live_view: Option<wallcrawler_contract::task_api::LiveViewGrant>,
 }
 
 impl OnTaskApi {
@@ -140,15 +143,18 @@ async fn on_task_api(c: &RunConfig, url: &str, sdk: &SdkConfig) -> Result<OnTask
         .identity_cache(IdentityCache::no_cache())
         .credentials_provider(SharedCredentialsProvider::new(credentials.clone()))
         .build();
-    if c.pool.is_none() {
+    let live_view = if c.pool.is_none() {
         api.credentials_at_start(&c.auth.session_id, &credentials)
             .await
-            .map_err(DepsError::Credentials)?;
-    }
+            .map_err(DepsError::Credentials)?
+    } else {
+        None
+    };
     Ok(OnTaskApi {
         api,
         credentials,
         session_sdk,
+        live_view,
     })
 }
 

@@ -1,5 +1,6 @@
 //! `local`: a Chrome behind the proxy on loopback for a developer, with a fresh key and
-//! profile, its connectUrl and live view URL printed on stdout, until a signal or the session's own end.
+//! profile, its connectUrl and live view URL printed on stdout (the URL also what a client's
+//! `Wallcrawler.requestHandoff` is answered with), until a signal or the session's own end.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -74,10 +75,15 @@ pub async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending 
             chrome.pid = ready.chrome_pid,
             "local session ready; connect with the connectUrl printed on stdout"
         );
+        let live_view = format!("http://{}/viewer?t={live}", ready.proxy_addr);
+        // The URL a client's `Wallcrawler.requestHandoff` is answered with.
+        ready
+            .handoffs
+            .set_live_view(live_view.clone(), now + c.token_ttl);
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "connectUrl: ws://{addr}?signingKey={token}\nliveViewUrl: http://{addr}/viewer?t={live}",
+            "connectUrl: ws://{addr}?signingKey={token}\nliveViewUrl: {live_view}",
             addr = ready.proxy_addr
         );
         let _ = out.flush();

@@ -552,10 +552,11 @@ impl ClaimedSession<'_> {
             // A signal: whatever the bring-up got to, the claim goes back.
             Some(Err(_)) | None => return self.handed_back(None).await,
         };
+        let live_view = self.queue.live_view();
         let announced = tokio::select! {
             biased;
             Lost = self.keep_claim() => return self.lost().await,
-            r = self.run.announce_ready(up.0, Some(self.run.item.owner)) => r,
+            r = self.run.announce_ready(up.0, Some(self.run.item.owner), live_view.as_ref()) => r,
         };
         let (session, claimed_dir) = match announced {
             Ok(session) => (session, up.1),
@@ -913,6 +914,7 @@ mod tests {
             network: None,
             claims: None,
             protection: None,
+            live_view: None,
         }
     }
 

@@ -99,7 +99,9 @@ async fn serve(
     session.publish();
 
     // READY, only from a pending status.
-    let session = run.announce_ready(session, None).await?;
+    let session = run
+        .announce_ready(session, None, run.deps.live_view.as_ref())
+        .await?;
     let ending = run.serve_until_end(session).await;
     drop(extension);
     Ok(ending)

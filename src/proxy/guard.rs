@@ -15,6 +15,8 @@
 //! | `DOM.setFileInputFiles` `files`, `Input.dispatchDragEvent` `data.files`, `PWA.launchFilesInApp` `files` | each path must be inside the session's uploads or downloads directory, else refused |
 //! | `Browser.setDownloadBehavior`, `Page.setDownloadBehavior` `downloadPath` | rewritten to the session's downloads directory (the behaviour is kept, the path is not; `default`, the browser's own directory, becomes `allow` into it) |
 //! | `Page.navigate`, `Target.createTarget`, `Network.loadNetworkResource`, `Fetch.continueRequest` `url`; `PWA.install` `installUrlOrBundleUrl`; `PWA.launch` `url` | refused when the URL is `file:`, `filesystem:` or a `view-source:` of one |
+//! | `Wallcrawler.requestHandoff` | withheld and answered by the proxy (a handoff to a person: [`crate::viewer::handoff`]); bad params answered `-32602` |
+//! | every other `Wallcrawler.*` | answered `-32601` (`'<method>' wasn't found`), never forwarded |
 //! | `Target.sendMessageToTarget` `message` | the inner command judged by these same rules; refused unless it is forwarded as is |
 //! | HTTP `PUT /json/new?<url>` (not a CDP message: checked by the proxy's `/json` handler) | 403 when the URL, percent-decoded, reaches files ([`query_reaches_files`]) |
 //! | everything else | forwarded (no other command of that protocol names a local path: `Tracing.start` and `Page.captureSnapshot` answer through streams, not files) |
@@ -244,11 +246,14 @@ pub enum Verdict {
     Rewrite(Vec<u8>),
     /// Names a guarded command but cannot be read: the connection is closed.
     Unreadable,
+    /// A `Wallcrawler.requestHandoff` with valid params: withheld and answered by the proxy
+    /// ([`crate::viewer::handoff`]).
+    Handoff(Box<crate::viewer::handoff::Request>),
 }
 
 /// Names whose presence makes a message worth parsing; without one of them (and without a
 /// backslash, which could spell one) no parser can read a guarded command out of it.
-const WATCHED: [&[u8]; 13] = [
+const WATCHED: [&[u8]; 14] = [
     b"Browser.close",
     b"Extensions.",
     b"setFileInputFiles",
@@ -262,6 +267,7 @@ const WATCHED: [&[u8]; 13] = [
     b"PWA.",
     b"sendMessageToTarget",
     b"exposeDevToolsProtocol",
+    b"Wallcrawler.",
 ];
 
 /// `Target.sendMessageToTarget` nests commands; deeper nesting than this is refused.
@@ -347,26 +353,24 @@ fn judge_parsed(plain: &[u8], rules: &FileRules, depth: usize) -> serde_json::Re
     };
     match method {
         "Browser.close" => Ok(Verdict::BrowserClose),
+        m if m.starts_with("Wallcrawler.") => wallcrawler_method(plain, &head, m),
         // Read-only; what a client needs to find the extension the session was created with.
         "Extensions.getExtensions" => Ok(Verdict::Forward),
         m if m.starts_with("Extensions.") => refuse("is not allowed through this proxy"),
         // The page would get a DevTools channel to the browser target that bypasses this guard.
         "Target.exposeDevToolsProtocol" => refuse("is not allowed through this proxy"),
-        "DOM.setFileInputFiles" | "PWA.launchFilesInApp" => {
-            let files = params(plain)?.map(|f| f.files).unwrap_or_default();
-            if files.iter().all(|f| rules.allows_path(f)) {
-                Ok(Verdict::Forward)
+        "DOM.setFileInputFiles" | "PWA.launchFilesInApp" | "Input.dispatchDragEvent" => {
+            let files = if method == "Input.dispatchDragEvent" {
+                let drag = serde_json::from_slice::<With<Drag>>(plain)?.params;
+                drag.and_then(|d| d.data).map(|f| f.files)
             } else {
-                refuse("is not allowed for a file outside this session's uploads and downloads")
-            }
-        }
-        "Input.dispatchDragEvent" => {
-            let drag = serde_json::from_slice::<With<Drag>>(plain)?.params;
-            let files = drag
-                .and_then(|d| d.data)
-                .map(|f| f.files)
-                .unwrap_or_default();
-            if files.iter().all(|f| rules.allows_path(f)) {
+                params(plain)?.map(|f| f.files)
+            };
+            if files
+                .unwrap_or_default()
+                .iter()
+                .all(|f| rules.allows_path(f))
+            {
                 Ok(Verdict::Forward)
             } else {
                 refuse("is not allowed for a file outside this session's uploads and downloads")
@@ -435,6 +439,37 @@ fn rewrite_download_path(plain: &[u8], rules: &FileRules) -> serde_json::Result<
 }
 
 /// The CDP error answering a refused command, for its id (and flattened session).
+/// A `Wallcrawler.*` command: a handoff request read strictly, or an unknown method's error.
+fn wallcrawler_method(plain: &[u8], head: &Head<'_>, method: &str) -> serde_json::Result<Verdict> {
+    use crate::viewer::handoff;
+    let id = head.id.clone().unwrap_or(Value::Null);
+    let sid = head.session_id.as_ref();
+    if method != handoff::REQUEST {
+        let msg = format!("'{method}' wasn't found");
+        return Ok(Verdict::Refuse(handoff::error_answer(
+            &id,
+            sid,
+            handoff::METHOD_NOT_FOUND,
+            &msg,
+        )));
+    }
+    let params = serde_json::from_slice::<With<Value>>(plain)?.params;
+    Ok(match handoff::read_params(params.as_ref()) {
+        Ok((reason, timeout)) => Verdict::Handoff(Box::new(handoff::Request {
+            id,
+            session_id: sid.cloned(),
+            reason,
+            timeout,
+        })),
+        Err(why) => Verdict::Refuse(handoff::error_answer(
+            &id,
+            sid,
+            handoff::INVALID_PARAMS,
+            why,
+        )),
+    })
+}
+
 fn error_reply(head: &Head<'_>, method: &str, why: &str) -> String {
     let mut reply = serde_json::Map::new();
     reply.insert("id".into(), head.id.clone().unwrap_or(Value::Null));
@@ -451,6 +486,44 @@ fn error_reply(head: &Head<'_>, method: &str, why: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wallcrawler_methods_are_the_proxys_own() {
+        let r = FileRules::default();
+        let reply = |m: &[u8]| match judge(m, &r) {
+            Verdict::Refuse(t) => serde_json::from_str::<Value>(&t).unwrap(),
+            v => panic!("{v:?}"),
+        };
+        assert_eq!(
+            reply(br#"{"id":3,"sessionId":"S","method":"Wallcrawler.nope","params":{}}"#),
+            serde_json::json!({"id":3,"sessionId":"S","error":{"code":-32601,"message":"'Wallcrawler.nope' wasn't found"}})
+        );
+        // However it is spelled.
+        assert_eq!(
+            reply(br#"{"id":4,"method":"Wallcrawler\u002enope"}"#)["error"]["code"],
+            -32601
+        );
+        assert_eq!(
+            reply(br#"{"id":5,"method":"Wallcrawler.requestHandoff","params":{"reason":"x","timeout":0}}"#),
+            serde_json::json!({"id":5,"error":{"code":-32602,"message":"Invalid parameters: timeout must be an integer from 1 to 3600 (seconds)"}})
+        );
+        assert_eq!(
+            judge(
+                br#"{"id":6,"method":"Wallcrawler.requestHandoff","params":{"reason":"log in","timeout":60}}"#,
+                &r
+            ),
+            Verdict::Handoff(Box::new(crate::viewer::handoff::Request {
+                id: serde_json::json!(6),
+                session_id: None,
+                reason: "log in".into(),
+                timeout: 60,
+            }))
+        );
+        // Not smuggled through another target's session either.
+        let inner = r#"{"id":1,"method":"Wallcrawler.requestHandoff","params":{"reason":"x"}}"#;
+        let c = serde_json::json!({"id":9,"method":"Target.sendMessageToTarget","params":{"sessionId":"S","message":inner}});
+        assert!(refused(&judge(c.to_string().as_bytes(), &r)));
+    }
 
     fn rules() -> (tempfile::TempDir, FileRules) {
         let dir = tempfile::tempdir().unwrap();

@@ -6,8 +6,9 @@
 //! tells the controller, which then closes Chrome itself. Commands that would reach local files
 //! are refused or rewritten by the rules of [`super::guard`]: a refused command is answered
 //! with a CDP error for its id (see [`Downstream`], which slots the answer in between Chrome's
-//! messages) and the connection stays usable. Everything else passes through untouched, in
-//! order.
+//! messages) and the connection stays usable. `Wallcrawler.*` commands are the proxy's own,
+//! answered the same way (a handoff request by [`crate::viewer::handoff`]). Everything else
+//! passes through untouched, in order.
 //!
 //! The relay stays a byte relay: this tracks WebSocket frame boundaries as bytes stream past
 //! and decides on *parsed* messages, however they are spelled or framed:
@@ -32,6 +33,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::guard::{self, FileRules, Verdict};
+use crate::viewer::handoff::{self, Handoffs};
 
 /// Largest client message (payload bytes, all fragments together). Chrome's own DevTools
 /// server reads up to 100 MiB; clients send megabytes at most (`Fetch.fulfillRequest` bodies,
@@ -161,6 +163,9 @@ pub struct Inspector {
     rules: Arc<FileRules>,
     /// CDP error answers (whole frames) for refused commands, for the client.
     replies: Vec<u8>,
+    /// Who answers `Wallcrawler.requestHandoff`, and this connection's id for the relay
+    /// (`None`: refused, this proxy hands nothing off).
+    handoffs: Option<(Arc<Handoffs>, u64)>,
 }
 
 impl Default for Inspector {
@@ -280,7 +285,20 @@ impl Inspector {
             held: None,
             rules,
             replies: Vec::new(),
+            handoffs: None,
         }
+    }
+
+    /// This inspector, with handoff requests answered by `handoffs` for relayed connection
+    /// `conn`.
+    pub fn with_handoffs(mut self, handoffs: Arc<Handoffs>, conn: u64) -> Self {
+        self.handoffs = Some((handoffs, conn));
+        self
+    }
+
+    /// The connection id given with [`with_handoffs`](Self::with_handoffs).
+    pub fn conn(&self) -> Option<u64> {
+        self.handoffs.as_ref().map(|(_, c)| *c)
     }
 
     /// Why the connection must end, once something could not be judged.
@@ -373,12 +391,18 @@ impl Inspector {
                 Forward::Owned(v) => out.push(Segment::Owned(v)),
             },
             Verdict::BrowserClose => return true,
-            Verdict::Refuse(reply) => {
-                self.replies
-                    .extend(frame_of(OP_TEXT, reply.as_bytes(), false));
-                if self.replies.len() > MAX_QUEUED_REPLIES {
-                    self.end(Fatal::TooManyRefusals);
-                }
+            Verdict::Refuse(reply) => self.answer(&reply),
+            Verdict::Handoff(request) => {
+                let reply = match &self.handoffs {
+                    Some((h, conn)) => h.request(*conn, &request),
+                    None => handoff::error_answer(
+                        &request.id,
+                        request.session_id.as_ref(),
+                        handoff::SERVER_ERROR,
+                        "Wallcrawler.requestHandoff: this controller has no live view URL",
+                    ),
+                };
+                self.answer(&reply);
             }
             Verdict::Rewrite(payload) => {
                 out.push(Segment::Owned(frame_of(OP_TEXT, &payload, true)))
@@ -386,6 +410,15 @@ impl Inspector {
             Verdict::Unreadable => self.end(Fatal::Unreadable),
         }
         false
+    }
+
+    /// Queues `reply` (a complete CDP answer) for the client.
+    fn answer(&mut self, reply: &str) {
+        self.replies
+            .extend(frame_of(OP_TEXT, reply.as_bytes(), false));
+        if self.replies.len() > MAX_QUEUED_REPLIES {
+            self.end(Fatal::TooManyRefusals);
+        }
     }
 
     fn end(&mut self, why: Fatal) {

@@ -119,7 +119,12 @@ impl Proxy {
         )
         .await;
         info!(mode = ?v.grant.mode, "viewer connected");
-        viewer::serve(ws, v.grant, &self.hubs, v.up, &self.viewers_stop).await;
+        let shared = viewer::Shared {
+            hubs: &self.hubs,
+            handoffs: &self.handoffs,
+            stop: &self.viewers_stop,
+        };
+        viewer::serve(ws, v.grant, shared, v.up).await;
         drop(v.permit);
         self.metrics.outcome(Outcome::Relayed);
         info!(

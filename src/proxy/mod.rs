@@ -174,6 +174,8 @@ pub struct Proxy {
     hubs: crate::viewer::hub::Hubs,
     /// Cancelled by [`Proxy::close_all_relays`] (shutdown): every viewer is closed.
     viewers_stop: CancellationToken,
+    /// A client's request for a person, and the viewers' "done".
+    handoffs: Arc<crate::viewer::handoff::Handoffs>,
 }
 
 impl Proxy {
@@ -190,6 +192,8 @@ impl Proxy {
         limits: Limits,
         tasks: &Shutdown,
     ) -> std::io::Result<Arc<Self>> {
+        let relays = relay::RelayLoop::start(tasks)?;
+        let handoffs = crate::viewer::handoff::Handoffs::new(Arc::new(relays.injector()));
         Ok(Arc::new(Self {
             auth,
             upstream,
@@ -203,8 +207,14 @@ impl Proxy {
             hubs: crate::viewer::hub::Hubs::new(metrics.clone()),
             viewers_stop: CancellationToken::new(),
             limits,
-            relays: relay::RelayLoop::start(tasks)?,
+            relays,
+            handoffs,
         }))
+    }
+
+    /// The session's handoffs (given the live-view URL they hand out once it is known).
+    pub fn handoffs(&self) -> &Arc<crate::viewer::handoff::Handoffs> {
+        &self.handoffs
     }
 
     /// Follows the upgraded clients.
@@ -260,6 +270,7 @@ impl Proxy {
         let mut pacer = tokio::time::interval(Duration::from_secs(1));
         pacer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Brings the pending budget back once connections admitted over it are old enough.
+        tracker.spawn(self.handoffs.clone().run_timer(stop.clone()));
         let metrics = self.metrics.clone();
         let pending = self.pending.clone();
         tracker.spawn(self.pending.clone().run_trimmer(stop.clone(), move |n| {
@@ -734,19 +745,21 @@ impl Proxy {
                 return;
             }
         };
+        let id = relay::next_id();
         let job = relay::Job {
             client: client_socket,
             chrome,
             client_prefix: Vec::from(client_prefix),
             chrome_prefix,
-            inspector: self
-                .limits
-                .intercept_browser_close
-                .then(|| inspect::Inspector::new(self.limits.files.clone())),
+            inspector: self.limits.intercept_browser_close.then(|| {
+                inspect::Inspector::new(self.limits.files.clone())
+                    .with_handoffs(self.handoffs.clone(), id)
+            }),
             on_browser_close: Box::new(on_close),
             metrics: self.metrics.clone(),
         };
         let outcome = self.relays.relay(job).await;
+        self.handoffs.connection_closed(id);
         drop(permit);
         self.metrics.outcome(Outcome::Relayed);
         log_relay_end(&outcome, started);

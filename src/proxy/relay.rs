@@ -13,6 +13,10 @@
 //! backpressure). Idle connections cost no buffer, and a message of any size streams through
 //! without ever being held whole.
 //!
+//! Injection: frames the proxy itself has for one client (a handoff's end, see
+//! [`crate::viewer::handoff`]) come in through an [`Injector`] and go out at the next boundary
+//! between Chrome's messages, as the inspector's answers do.
+//!
 //! Reads: a read that returns less than the buffer drained the socket (TCP hands over all it
 //! has), so the socket is not read again until `epoll` reports new data — no `recv` that only
 //! says "nothing more", unless the peer's FIN was reported, in which case reading goes on until
@@ -118,8 +122,18 @@ pub struct Job {
     pub metrics: Arc<Metrics>,
 }
 
+/// A fresh connection id: an inspector's ([`Inspector::with_handoffs`]) names its connection
+/// for [`Injector`].
+pub fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 enum Command {
     Start(Box<Job>, oneshot::Sender<RelayOutcome>),
+    /// Whole frames for one connection's client, put in between Chrome's messages (a
+    /// connection with an inspector only; dropped if it has ended).
+    Inject(u64, Vec<u8>),
     /// End every relay, now and from now on (shutdown).
     CancelAll,
     /// The owner is gone: end every relay and stop the thread.
@@ -160,6 +174,14 @@ impl RelayLoop {
         })
     }
 
+    /// A handle that puts frames into one connection's client stream from any thread.
+    pub fn injector(&self) -> Injector {
+        Injector {
+            commands: self.commands.clone(),
+            waker: self.waker.clone(),
+        }
+    }
+
     fn send(&self, c: Command) {
         if self.thread.as_ref().is_none_or(|t| t.is_finished()) {
             // Only after a panic: dropping the command resolves a relay as cancelled.
@@ -192,6 +214,26 @@ impl RelayLoop {
     /// Ends every relay, and any started later, with [`RelayEnd::Cancelled`].
     pub fn cancel_all(&self) {
         self.send(Command::CancelAll);
+    }
+}
+
+/// Sends frames to one relayed connection's client (see [`RelayLoop::injector`]).
+#[derive(Clone)]
+pub struct Injector {
+    commands: Arc<Mutex<Vec<Command>>>,
+    waker: Arc<Waker>,
+}
+
+impl crate::viewer::handoff::Deliver for Injector {
+    fn deliver(&self, conn: u64, frame: Vec<u8>) {
+        // Once the thread is gone nothing reads the commands: one more is only dropped later.
+        self.commands
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Command::Inject(conn, frame));
+        if let Err(e) = self.waker.wake() {
+            error!(error = %e, "could not wake the relay thread");
+        }
     }
 }
 
@@ -250,6 +292,8 @@ struct Conn {
     on_browser_close: Box<dyn Fn() + Send>,
     metrics: Arc<Metrics>,
     done: oneshot::Sender<RelayOutcome>,
+    /// Its inspector's connection id, if any (see [`next_id`]).
+    id: Option<u64>,
 }
 
 enum PumpEnd {
@@ -270,6 +314,8 @@ struct Worker {
     poll: Poll,
     commands: Arc<Mutex<Vec<Command>>>,
     conns: Slab<Conn>,
+    /// Each connection's slab key by its [`Job::id`].
+    ids: std::collections::HashMap<u64, usize>,
     /// Connections with work left after their turn.
     busy: VecDeque<usize>,
     scratch: Scratch,
@@ -297,6 +343,7 @@ impl Worker {
             poll,
             commands,
             conns: Slab::new(),
+            ids: std::collections::HashMap::new(),
             busy: VecDeque::new(),
             scratch: Scratch {
                 buf: vec![0u8; read_buffer].into_boxed_slice(),
@@ -360,6 +407,7 @@ impl Worker {
         for c in commands {
             match c {
                 Command::Start(job, done) => self.start(*job, done),
+                Command::Inject(id, frames) => self.inject(id, frames),
                 Command::CancelAll => {
                     self.cancelled = true;
                     self.end_all();
@@ -391,21 +439,9 @@ impl Worker {
             on_browser_close,
             metrics,
         } = job;
-        let mut up = Flow::default();
-        if !client_prefix.is_empty() {
-            let mut segs = Vec::new();
-            let close = match &mut inspector {
-                Some(i) => i.apply(&client_prefix, &mut segs),
-                None => Plain.apply(&client_prefix, &mut segs),
-            };
-            if close {
-                on_browser_close();
-            }
-            collect(&client_prefix, &segs, &mut up.pending);
-            up.bytes = client_prefix.len() as u64;
-            metrics.bytes_client_to_chrome.inc_by(up.bytes);
-        }
+        let up = client_prefix_flow(&client_prefix, &mut inspector, &*on_browser_close, &metrics);
         let mut downstream = inspector.as_ref().map(|_| Downstream::default());
+        let inspector_id = inspector.as_ref().and_then(Inspector::conn);
         let mut down = Flow {
             bytes: chrome_prefix.len() as u64,
             ..Flow::default()
@@ -433,6 +469,7 @@ impl Worker {
             on_browser_close,
             metrics,
             done,
+            id: inspector_id,
         };
         let both = Interest::READABLE | Interest::WRITABLE;
         let registry = self.poll.registry();
@@ -443,6 +480,22 @@ impl Worker {
             return finish(conn, RelayEnd::ChromeError(e));
         }
         entry.insert(conn);
+        if let Some(id) = inspector_id {
+            self.ids.insert(id, key);
+        }
+    }
+
+    /// Queues `frames` for connection `id`'s client (at the next boundary between Chrome's
+    /// messages) and drives it.
+    fn inject(&mut self, id: u64, frames: Vec<u8>) {
+        let Some(&key) = self.ids.get(&id) else {
+            return;
+        };
+        let Some(d) = self.conns.get_mut(key).and_then(|c| c.downstream.as_mut()) else {
+            return;
+        };
+        d.queue(frames);
+        self.drive(key);
     }
 
     /// Moves what can be moved on connection `key`; ends it when a side is done.
@@ -457,6 +510,9 @@ impl Worker {
                 // Not deregistered: closing the sockets (their only descriptors) takes them
                 // out of the epoll set, two system calls fewer per connection.
                 let conn = self.conns.remove(key);
+                if let Some(id) = conn.id {
+                    self.ids.remove(&id);
+                }
                 // A key may be queued as busy; it is skipped once its slot is empty or reused
                 // (a spurious turn on a reused slot only finds nothing to do).
                 finish(conn, end);
@@ -468,8 +524,35 @@ impl Worker {
         for conn in self.conns.drain() {
             finish(conn, RelayEnd::Cancelled);
         }
+        self.ids.clear();
         self.busy.clear();
     }
+}
+
+/// The client-to-Chrome flow of a new relay: the bytes the client sent with its upgrade,
+/// through the inspector (if any), waiting for Chrome.
+fn client_prefix_flow(
+    prefix: &[u8],
+    inspector: &mut Option<Inspector>,
+    on_browser_close: &dyn Fn(),
+    metrics: &Metrics,
+) -> Flow {
+    let mut up = Flow::default();
+    if prefix.is_empty() {
+        return up;
+    }
+    let mut segs = Vec::new();
+    let close = match inspector {
+        Some(i) => i.apply(prefix, &mut segs),
+        None => Plain.apply(prefix, &mut segs),
+    };
+    if close {
+        on_browser_close();
+    }
+    collect(prefix, &segs, &mut up.pending);
+    up.bytes = prefix.len() as u64;
+    metrics.bytes_client_to_chrome.inc_by(up.bytes);
+    up
 }
 
 /// Appends the bytes `segs` name (ranges of `input`, or their own) to `to`.
@@ -857,6 +940,48 @@ mod tests {
         e.chrome.write_all(b"\x81\x02{}").unwrap();
         assert_eq!(read_n(&mut e.client, 4), b"\x81\x02{}");
         assert!(!e.closed.load(Ordering::SeqCst));
+    }
+
+    /// A frame injected for one connection (a handoff's end) reaches its client after the
+    /// Chrome message in flight, and no other connection's.
+    #[tokio::test]
+    async fn an_injected_frame_goes_to_its_client_between_chromes_messages() {
+        use crate::viewer::handoff::Deliver;
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
+        let handoffs = crate::viewer::handoff::Handoffs::new(Arc::new(relays.injector()));
+        let mut ends = Vec::new();
+        for _ in 0..2 {
+            let (client, client_inner) = pair();
+            let (chrome, chrome_inner) = pair();
+            let id = next_id();
+            let outcome = tokio::spawn(relays.relay(Job {
+                client: client_inner,
+                chrome: chrome_inner,
+                client_prefix: Vec::new(),
+                chrome_prefix: Vec::new(),
+                inspector: Some(Inspector::default().with_handoffs(handoffs.clone(), id)),
+                on_browser_close: Box::new(|| {}),
+                metrics: Metrics::new(),
+            }));
+            ends.push((client, chrome, id, outcome));
+        }
+        let event = inspect::frame_of(1, br#"{"method":"Page.loadEventFired","params":{}}"#, false);
+        let (a, b) = ends.split_at_mut(1);
+        let (ca, ha, ida, _) = &mut a[0];
+        let (cb, hb, _, _) = &mut b[0];
+        ha.write_all(&event[..10]).unwrap();
+        assert_eq!(read_n(ca, 10), event[..10]);
+        let injected = inspect::frame_of(1, br#"{"method":"Wallcrawler.handoffCompleted"}"#, false);
+        relays.injector().deliver(*ida, injected.clone());
+        ha.write_all(&event[10..]).unwrap();
+        assert_eq!(read_n(ca, event.len() - 10), event[10..]);
+        assert_eq!(read_n(ca, injected.len()), injected);
+        // The other client got nothing: the next bytes it reads are Chrome's.
+        hb.write_all(b"\x81\x02{}").unwrap();
+        assert_eq!(read_n(cb, 4), b"\x81\x02{}");
+        // An ended connection's id is forgotten: delivering to it is dropped.
+        drop(ends.remove(0));
+        relays.injector().deliver(u64::MAX, injected);
     }
 
     /// What the inspector cannot judge ends the connection with a close frame to the client;

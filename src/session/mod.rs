@@ -6,7 +6,8 @@
 //! keys → the profile restored → the session's extension unpacked ([`extension`]) → Chrome and
 //! the proxy started (the proxy answering 503) → the extension loaded → the session cookies
 //! put back → downloads followed ([`downloads`]) → clients let through → the public address
-//! chosen → conditional READY. A step that ends the run early says how as
+//! chosen (with the task API's live view, the handoff URL set and the pending handoff mirrored
+//! into the item: [`handoff`]) → conditional READY. A step that ends the run early says how as
 //! an [`Outcome`]; its driver hands it to [`Run::settle`], the one place that writes the
 //! session item's last fields ([`SessionItem::settle`]), so a step never writes FAILED itself.
 //!
@@ -26,6 +27,7 @@
 pub mod downloads;
 mod ending;
 mod extension;
+mod handoff;
 mod ready;
 pub mod uploads;
 mod watch;
@@ -80,6 +82,9 @@ pub struct Deps {
     /// Scale-in protection through the ECS API (with `TASK_API_URL`; else the ECS agent's
     /// endpoint, `ECS_AGENT_URI`).
     pub protection: Option<Arc<dyn TaskProtection>>,
+    /// A cold task's live view from the task API (a pool task's comes with its claim): what a
+    /// client's `Wallcrawler.requestHandoff` is answered with.
+    pub live_view: Option<wallcrawler_contract::task_api::LiveViewGrant>,
 }
 
 /// The profile a session starts from and whether it is saved at the end.

@@ -4,6 +4,7 @@
 //! address and port written here.
 
 use tracing::{error, info};
+use wallcrawler_contract::task_api::LiveViewGrant;
 use wallcrawler_contract::time::now_iso8601;
 
 use super::{Ending, Outcome, Run};
@@ -20,6 +21,7 @@ impl Run<'_> {
         &self,
         session: Session,
         fallback_task_arn: Option<&str>,
+        live_view: Option<&LiveViewGrant>,
     ) -> Result<Session, Outcome> {
         let c = self.c;
         let ready = session.ready();
@@ -42,6 +44,22 @@ impl Run<'_> {
                 });
             }
         };
+        // Before READY: a client that asks for a person as soon as it connects gets the URL.
+        if let Some(lv) = live_view {
+            let url = lv.url(&own_base(&announced.ip, ready.proxy_addr.port()));
+            ready.handoffs.set_live_view(url, lv.expires_at);
+            // The pending handoff in the item, for the API's /debug.
+            if let Some(store) = &self.deps.sessions {
+                let item = std::sync::Arc::new(super::downloads::Item {
+                    store: store.clone(),
+                    id: self.item.id.to_owned(),
+                    owner: self.item.owner.to_owned(),
+                });
+                let stop = self.tasks.token().clone();
+                self.tasks
+                    .spawn(super::handoff::publish(ready.handoffs.watch(), item, stop));
+            }
+        }
         if let Some(store) = &self.deps.sessions {
             let mut update = ready_update(&ready, &announced, fallback_task_arn);
             update.owner = self.item.owner.to_owned();
@@ -111,6 +129,16 @@ impl Run<'_> {
     }
 }
 
+/// The viewer's origin on this task's announced address (what a direct client's `ws://`
+/// connect URL names, as `http://`).
+fn own_base(public_ip: &str, port: u16) -> String {
+    if public_ip.contains(':') {
+        format!("http://[{public_ip}]:{port}")
+    } else {
+        format!("http://{public_ip}:{port}")
+    }
+}
+
 /// The READY write: where clients and the connect gateway reach this task (its `owner` is
 /// the run's, set by the caller).
 fn ready_update(
@@ -139,5 +167,20 @@ fn ready_update(
             .or_else(|| fallback_task_arn.map(str::to_owned)),
         uploads_dir: None,
         at: now_iso8601(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_own_viewer_origin_is_the_announced_address() {
+        assert_eq!(
+            super::own_base("203.0.113.9", 9222),
+            "http://203.0.113.9:9222"
+        );
+        assert_eq!(
+            super::own_base("2001:db8::1", 9222),
+            "http://[2001:db8::1]:9222"
+        );
     }
 }

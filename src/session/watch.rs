@@ -112,6 +112,13 @@ mod tests {
         ) -> Result<bool, StoreError> {
             unreachable!("the watch only reads")
         }
+        async fn set_handoff(
+            &self,
+            _: &str,
+            _: &crate::stores::HandoffUpdate<'_>,
+        ) -> Result<bool, StoreError> {
+            unreachable!("the watch only reads")
+        }
     }
 
     const EVERY: Duration = Duration::from_secs(5);

@@ -26,8 +26,8 @@ pub enum ClientMsg {
     Input(Command),
     /// Watch another page (a tab).
     Select(String),
-    /// The person at the viewer is done (a handoff's end; not acted on yet).
-    Done,
+    /// The person at the viewer is done: the pending handoff (the one named, if any) ends.
+    Done(Option<String>),
     /// Answered `pong` once every earlier message of this viewer has been handled.
     Ping,
 }
@@ -58,7 +58,14 @@ pub fn parse(text: &str) -> Result<ClientMsg, InputError> {
             }
             Ok(ClientMsg::Select(id.to_owned()))
         }
-        Some("done") => Ok(ClientMsg::Done),
+        Some("done") => match &v["handoff"] {
+            Value::Null => Ok(ClientMsg::Done(None)),
+            h => h
+                .as_str()
+                .filter(|h| h.len() <= 64)
+                .map(|h| ClientMsg::Done(Some(h.to_owned())))
+                .ok_or(InputError::Field("handoff")),
+        },
         Some("ping") => Ok(ClientMsg::Ping),
         _ => Err(InputError::Unknown),
     }
@@ -210,7 +217,15 @@ mod tests {
             parse(r#"{"type":"select","page":"ABC-1"}"#).unwrap(),
             ClientMsg::Select("ABC-1".into())
         );
-        assert_eq!(parse(r#"{"type":"done"}"#).unwrap(), ClientMsg::Done);
+        assert_eq!(parse(r#"{"type":"done"}"#).unwrap(), ClientMsg::Done(None));
+        assert_eq!(
+            parse(r#"{"type":"done","handoff":"ho_1"}"#).unwrap(),
+            ClientMsg::Done(Some("ho_1".into()))
+        );
+        assert_eq!(
+            parse(r#"{"type":"done","handoff":5}"#),
+            Err(InputError::Field("handoff"))
+        );
     }
 
     #[test]

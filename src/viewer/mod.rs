@@ -1,6 +1,8 @@
 //! The live viewer: a page (`GET /viewer`) that draws a session's pages from their
 //! screencasts, and its WebSocket (`GET /viewer/ws`), both on the proxy.
 //!
+//! - [`handoff`]: a CDP client's request for a person (`Wallcrawler.requestHandoff`), shown to
+//!   the viewers and ended by a control viewer's `done` or its timeout.
 //! - [`grant`]: the viewer credential (`?t=`) and what it grants (`view` or `control`, a page).
 //! - [`hub`]: one screencast per watched page, shared by its viewers.
 //! - [`input`]: the viewer's messages, read strictly into the CDP commands they stand for.
@@ -9,11 +11,14 @@
 //! A viewer's socket: the server sends `{"type":"frame",page,data,w,h}` (the latest frame
 //! only) and `{"type":"tabs",tabs:[{id,title,url}],active}`; the viewer sends
 //! `mouse`/`wheel`/`key`/`text` (dropped by the server unless the grant is `control`),
-//! `select` (another tab), `done`, and `ping` (answered `pong` once everything before it was
-//! handled); a message of no such shape is answered `{"type":"error",error}`. The tabs come from `Target.setDiscoverTargets` on a
+//! `select` (another tab), `done` (`{"type":"done","handoff"?:id}`: ends the pending handoff;
+//! dropped unless the grant is `control`), and `ping` (answered `pong` once everything before it was
+//! handled); the server also sends `{"type":"handoff",handoff:{id,reason,expiresAt}|null,
+//! canComplete}` at the start and whenever a handoff starts or ends; a message of no such shape is answered `{"type":"error",error}`. The tabs come from `Target.setDiscoverTargets` on a
 //! browser-level connection of the viewer's own.
 
 pub mod grant;
+pub mod handoff;
 pub mod hub;
 pub mod input;
 pub mod page;
@@ -35,6 +40,7 @@ use tracing::{debug, info};
 use crate::cdp::{BrowserSocket, Cdp, Event};
 use crate::upstream::Upstream;
 use grant::{Mode, ViewerGrant};
+use handoff::{Handoffs, Shown};
 use hub::{Frame, Hub, Hubs};
 use input::ClientMsg;
 
@@ -49,11 +55,24 @@ struct Tab {
     url: String,
 }
 
+/// What every viewer of the proxy shares.
+pub struct Shared<'a> {
+    /// The screencasts.
+    pub hubs: &'a Hubs,
+    /// The session's handoffs.
+    pub handoffs: &'a Arc<Handoffs>,
+    /// Fires at shutdown: every viewer is closed (1001).
+    pub stop: &'a CancellationToken,
+}
+
 /// One viewer's connection.
 struct Viewer<'a, S> {
     ws: WebSocketStream<S>,
     grant: ViewerGrant,
     hubs: &'a Hubs,
+    handoffs: &'a Handoffs,
+    /// The pending handoff, as the banner shows it.
+    handoff: watch::Receiver<Option<Shown>>,
     up: Arc<Upstream>,
     /// The watched page's hub, held for as long as this viewer watches it.
     hub: Option<Arc<Hub>>,
@@ -61,14 +80,13 @@ struct Viewer<'a, S> {
     tabs: Vec<Tab>,
 }
 
-/// Serves a viewer on its upgraded socket until it leaves, the browser goes or `stop` fires
-/// (then with a close frame, 1001 "going away").
+/// Serves a viewer on its upgraded socket until it leaves, the browser goes or `shared.stop`
+/// fires (then with a close frame, 1001 "going away").
 pub async fn serve<S>(
     ws: WebSocketStream<S>,
     grant: ViewerGrant,
-    hubs: &Hubs,
+    shared: Shared<'_>,
     up: Arc<Upstream>,
-    stop: &CancellationToken,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -90,10 +108,14 @@ pub async fn serve<S>(
     {
         return info!(error = %e, "the viewer could not follow the browser's pages");
     }
+    let mut handoff = shared.handoffs.watch();
+    handoff.mark_changed();
     let mut viewer = Viewer {
         ws,
         grant,
-        hubs,
+        hubs: shared.hubs,
+        handoffs: shared.handoffs,
+        handoff,
         up,
         hub: None,
         frames: None,
@@ -101,7 +123,7 @@ pub async fn serve<S>(
     };
     let end = tokio::select! {
         end = viewer.run(&mut browser) => end,
-        () = stop.cancelled() => "shutdown",
+        () = shared.stop.cancelled() => "shutdown",
     };
     if matches!(end, "shutdown" | "browser_gone") {
         let close = CloseFrame {
@@ -155,6 +177,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Viewer<'_, S> {
                     Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return "viewer_closed",
                     Some(Ok(_)) => {}
                 },
+                Ok(()) = self.handoff.changed() => {
+                    let m = self.handoff_message();
+                    if self.send_json(m).await.is_err() {
+                        return "viewer_gone";
+                    }
+                }
                 e = browser.next_event() => match e {
                     Ok(Some(e)) => {
                         if self.on_target(&e) && self.send_json(self.tabs_message()).await.is_err() {
@@ -190,7 +218,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Viewer<'_, S> {
                     return Some(self.tabs_message());
                 }
             }
-            Ok(ClientMsg::Done) => debug!("viewer done"),
+            Ok(ClientMsg::Done(id)) => match self.grant.mode {
+                Mode::Control => {
+                    if !self.handoffs.complete(id.as_deref()) {
+                        return Some(
+                            json!({"type": "error", "error": "no such handoff is pending"}),
+                        );
+                    }
+                }
+                // View-only: watching ends nothing.
+                Mode::View => debug!("viewer done dropped"),
+            },
             Ok(ClientMsg::Ping) => return Some(json!({"type": "pong"})),
             Err(e) => {
                 debug!(error = %e, "viewer message refused");
@@ -255,6 +293,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Viewer<'_, S> {
                 true
             }
         }
+    }
+
+    fn handoff_message(&mut self) -> Value {
+        let handoff = self
+            .handoff
+            .borrow_and_update()
+            .as_ref()
+            .map(|h| json!({"id": h.id, "reason": h.reason, "expiresAt": h.expires_at}));
+        let can = self.grant.mode == Mode::Control;
+        json!({"type": "handoff", "handoff": handoff, "canComplete": can})
     }
 
     fn tabs_message(&self) -> Value {

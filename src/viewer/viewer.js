@@ -12,9 +12,10 @@
   let drawing = false;
   // What a test (or a person at the console) can read: frames drawn, the page's size, and a
   // ping answered once the server has handled everything sent before it.
-  const state = { frames: 0, device: null, pongs: [] };
+  const state = { frames: 0, device: null, pongs: [], handoff: null };
   window.viewer = {
     get frames() { return state.frames; },
+    get handoff() { return state.handoff; },
     get device() { return state.device; },
     ping: () => new Promise((resolve) => { state.pongs.push(resolve); send({ type: "ping" }); }),
   };
@@ -50,10 +51,30 @@
       tabsEl.appendChild(b);
     }
   }
+  // A client asked for a person: the reason (as text, never markup) and, for a control
+  // viewer, a Done button that ends the handoff.
+  const banner = document.createElement("div");
+  banner.id = "handoff";
+  banner.hidden = true;
+  const reasonEl = document.createElement("span");
+  const doneEl = document.createElement("button");
+  doneEl.id = "handoff-done";
+  doneEl.textContent = "Done";
+  doneEl.onclick = () => { if (state.handoff) send({ type: "done", handoff: state.handoff.id }); };
+  banner.append(reasonEl, doneEl);
+  document.body.insertBefore(banner, canvas);
+  function showHandoff(m) {
+    state.handoff = m.handoff;
+    banner.hidden = !m.handoff;
+    document.body.classList.toggle("handoff", !!m.handoff);
+    reasonEl.textContent = m.handoff ? m.handoff.reason : "";
+    doneEl.hidden = !m.canComplete;
+  }
   ws.onmessage = (ev) => {
     const m = JSON.parse(ev.data);
     if (m.type === "frame") { pending = m; draw(); }
     else if (m.type === "tabs") showTabs(m);
+    else if (m.type === "handoff") showHandoff(m);
     else if (m.type === "pong") { const r = state.pongs.shift(); if (r) r(); }
   };
   function send(m) { if (ws.readyState === 1) ws.send(JSON.stringify(m)); }

@@ -613,6 +613,70 @@ async fn stack_in_direct_mode_serves_a_session_at_the_tasks_address() {
         "{url} is the task's own address"
     );
     drive(&url).await;
+    // A client's handoff request is answered with the control-mode live view the task API's
+    // grant carried, on the task's own address; the proxy takes its credential.
+    let asked = node("handoff.mjs", &["--url", &url, "--scenario", "ask"]).await;
+    let live = asked["answer"]["result"]["url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a live view URL: {asked}"));
+    let path = live
+        .strip_prefix(&format!("http://{proxy}"))
+        .unwrap_or_else(|| panic!("{live} is on the task's own address"));
+    assert!(path.starts_with("/viewer?t="), "{live}");
+    let page = crate::support::raw_http(
+        proxy.parse().unwrap(),
+        format!("GET {path} HTTP/1.1\r\nHost: {proxy}\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(crate::support::status_of(&page), 200, "{page}");
+    // A pending handoff is in the session item (written with the session's own credentials)
+    // and in /debug until it ends (here: its 3 s timeout), then gone from both.
+    let waiting = tokio::spawn({
+        let url = url.clone();
+        async move {
+            let args = [
+                "--url",
+                &url,
+                "--scenario",
+                "ask",
+                "--handoff-timeout",
+                "3",
+                "--wait",
+            ];
+            node("handoff.mjs", &args).await
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let pending = loop {
+        let item = pool.f.item(&id).await;
+        if let Some(h) = item.get("handoff") {
+            break h.as_m().unwrap().clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no handoff in {item:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(pending["reason"].as_s().unwrap(), "ask");
+    let (status, debug) = pool
+        .f
+        .call(Method::GET, &format!("/v1/sessions/{id}/debug"), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{debug}");
+    assert_eq!(
+        debug["handoff"]["id"].as_str(),
+        pending["id"].as_s().ok().map(String::as_str),
+        "{debug}"
+    );
+    let done = waiting.await.unwrap();
+    assert_eq!(done["events"][0]["params"]["timedOut"], true, "{done}");
+    while pool.f.item(&id).await.contains_key("handoff") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ended handoff stays in the item"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     pool.released_and_ended(&mut task, &id).await;
 }
 

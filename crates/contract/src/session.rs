@@ -276,6 +276,11 @@ pub mod attr {
     /// Removed by READY: the owner of a READY session is its owner for good.
     pub const OWNER_UNTIL: &str = "ownerUntil";
 
+    /// `handoff`: the pending handoff to a person (a map: `id`, `reason`, `requestedAt`,
+    /// `expiresAt`; owner-written, removed when it ends). See
+    /// [`crate::session_doc::Handoff`].
+    pub const HANDOFF: &str = "handoff";
+
     /// `downloadsInProgress`: downloads begun and not yet stored (a number; owner-written).
     pub const DOWNLOADS_IN_PROGRESS: &str = "downloadsInProgress";
 
@@ -322,7 +327,7 @@ pub mod attr {
     /// expressions: IAM's `dynamodb:Attributes` counts them all), and exactly the attributes
     /// the task role may write. Not the token, `connectUrl`, `projectId`, `contextId` or any
     /// other attribute the API wrote for the session.
-    pub const TASK_WRITES: [&str; 17] = [
+    pub const TASK_WRITES: [&str; 18] = [
         SESSION_ID,
         INTERNAL_STATUS,
         STATUS,
@@ -340,6 +345,7 @@ pub mod attr {
         PROXY_BYTES,
         DOWNLOADS_IN_PROGRESS,
         CLAIM_DEADLINE,
+        HANDOFF,
     ];
 
     /// Every attribute the connect gateway reads of a session item (where to route, and

@@ -20,6 +20,22 @@ use crate::claim::{ClaimWait, NO_BROWSER_IN_TIME, UNSERVED_STATUS, lapsed, valid
 use crate::private_fs;
 use crate::session::InternalStatus;
 
+/// A pending handoff (`handoff`, see [`crate::session::attr::HANDOFF`]): a client of the
+/// session asked for a person with `Wallcrawler.requestHandoff`; removed when it ends (done,
+/// timed out, or its client gone). Shown by `GET /v1/sessions/{id}/debug`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Handoff {
+    /// `handoffId` (`ho_<hex>`).
+    pub id: String,
+    /// The client's reason (at most 1000 characters).
+    pub reason: String,
+    /// ISO 8601, when it was asked for.
+    pub requested_at: String,
+    /// ISO 8601, when it times out.
+    pub expires_at: String,
+}
+
 /// One session. Field names are the table's attribute names.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -114,6 +130,9 @@ pub struct SessionDoc {
         deserialize_with = "crate::whole::lenient"
     )]
     pub claim_deadline: Option<u64>,
+    /// `handoff`: the pending handoff to a person, if any (see [`Handoff`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Handoff>,
     /// `owner`: the controller that took the session's claim (see
     /// [`crate::session::attr::OWNER`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -265,6 +284,16 @@ impl SessionDoc {
             return false;
         }
         self.downloads_in_progress = Some(count);
+        true
+    }
+
+    /// The conditional rule of `handoff`: written (or removed, `None`) by whoever may write
+    /// the end ([`Self::may_end`]).
+    pub fn set_handoff(&mut self, me: &str, now: u64, handoff: Option<Handoff>) -> bool {
+        if !self.may_end(me, now) {
+            return false;
+        }
+        self.handoff = handoff;
         true
     }
 

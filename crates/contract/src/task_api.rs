@@ -12,11 +12,14 @@
 //! - [`CLAIMS_PATH`]: a warm pool task waits for a claim. The control plane receives it from
 //!   the queue, takes its session for the caller (conditionally: pending, held by no other
 //!   live task, and the caller has had no session before), and answers the claim, its SQS
-//!   receipt and credentials scoped to that session ([`ClaimGrant`]); `204` when none came in
+//!   receipt, credentials scoped to that session and the session's control-mode live-view
+//!   credential (what the task hands out for a handoff: [`LiveViewGrant`]) ([`ClaimGrant`]);
+//!   `204` when none came in
 //!   the wait; `409` when the caller has had its session (a pool task serves one, then exits).
 //! - [`CREDENTIALS_PATH`]: fresh credentials for the session whose item names the caller's task
 //!   (`ecsTaskArn`): a pool task's before they expire, a cold task's (started for one session)
-//!   at its start; `403` for any other session.
+//!   at its start, with the session's live view as a claim's ([`CredentialsGrant`]); `403` for
+//!   any other session.
 //!
 //! The credentials ([`SessionCredentials`]) come from STS `AssumeRole` of the session role with
 //! a session policy ([`session_policy`]) naming that session's item, its context's archive, its
@@ -203,6 +206,42 @@ pub struct ClaimGrant {
     pub receipt: String,
     /// Credentials for its session.
     pub credentials: SessionCredentials,
+    /// The session's control-mode live view, for a client's `Wallcrawler.requestHandoff`
+    /// (absent from a control plane that mints none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_view: Option<LiveViewGrant>,
+}
+
+/// A session's control-mode live-view credential, minted by the control plane (the task holds
+/// no signing key) for the task serving it: what it hands out as the URL of a handoff.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LiveViewGrant {
+    /// The viewer credential (audience `wallcrawler-viewer`, mode `control`).
+    pub credential: String,
+    /// When it expires (Unix seconds): the session's `expiresAt`.
+    pub expires_at: u64,
+    /// The viewer's origin when clients reach the session through a gateway
+    /// (`https://<gateway host>`); absent: the task's own announced address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+}
+
+impl LiveViewGrant {
+    /// The viewer URL on `base`, or on `own_base` (the task's own `http://<ip>:<port>`).
+    pub fn url(&self, own_base: &str) -> String {
+        let base = self.base.as_deref().unwrap_or(own_base);
+        format!("{base}/viewer?t={}", self.credential)
+    }
+}
+
+impl std::fmt::Debug for LiveViewGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveViewGrant")
+            .field("expires_at", &self.expires_at)
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Credentials answered for a session.
@@ -211,6 +250,10 @@ pub struct ClaimGrant {
 pub struct CredentialsGrant {
     /// Credentials for the session.
     pub credentials: SessionCredentials,
+    /// The session's control-mode live view (as in [`ClaimGrant`]): what a cold-started task
+    /// hands out for a handoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_view: Option<LiveViewGrant>,
 }
 
 /// Temporary AWS credentials scoped to one session.
@@ -306,6 +349,34 @@ pub fn session_policy(s: &SessionScope) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claim_grant_reads_with_or_without_its_live_view_and_never_shows_the_credential() {
+        let creds =
+            r#"{"accessKeyId":"A","secretAccessKey":"S","sessionToken":"T","expiration":9}"#;
+        let old = format!(r#"{{"claim":"{{}}","receipt":"r","credentials":{creds}}}"#);
+        let g: ClaimGrant = serde_json::from_str(&old).unwrap();
+        assert_eq!(g.live_view, None);
+        assert_eq!(serde_json::to_string(&g).unwrap(), old);
+        let new = format!(
+            r#"{{"claim":"{{}}","receipt":"r","credentials":{creds},"liveView":{{"credential":"c.r.e","expiresAt":99}}}}"#
+        );
+        let g: ClaimGrant = serde_json::from_str(&new).unwrap();
+        let lv = g.live_view.clone().unwrap();
+        assert_eq!(
+            lv.url("http://1.2.3.4:9222"),
+            "http://1.2.3.4:9222/viewer?t=c.r.e"
+        );
+        let gw = LiveViewGrant {
+            base: Some("https://gw.test".into()),
+            ..lv
+        };
+        assert_eq!(
+            gw.url("http://1.2.3.4:9222"),
+            "https://gw.test/viewer?t=c.r.e"
+        );
+        assert!(!format!("{g:?}").contains("c.r.e"));
+    }
 
     fn identity() -> SignedIdentity {
         SignedIdentity {

@@ -716,7 +716,12 @@ pub async fn debug_session(
         })?;
     let ttl = (s.expires_at - now).min(expires_in.unwrap_or(u64::MAX));
     let claims = ViewerClaims::new(&id, &s.project_id, mode, now, ttl);
-    let live = crate::debug::live_urls(app.signer.as_ref(), &claims, &base, &url, pages).await?;
+    let mut live =
+        crate::debug::live_urls(app.signer.as_ref(), &claims, &base, &url, pages).await?;
+    // Our extension: a client's pending request for a person, as its controller wrote it.
+    if let Some(h) = &s.handoff {
+        live["handoff"] = serde_json::to_value(h).map_err(|e| ApiError::internal(e.to_string()))?;
+    }
     Ok(Json(live).into_response())
 }
 

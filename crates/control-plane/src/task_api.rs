@@ -35,7 +35,7 @@ use tracing::info;
 use wallcrawler_contract::claim::valid_id;
 use wallcrawler_contract::task_api::{
     CLAIMS_PATH, CREDENTIALS_PATH, CallerTask, ClaimGrant, ClaimRequest, CredentialsGrant,
-    CredentialsRequest, IDENTITY_HEADER, MAX_WAIT_SECONDS, SessionCredentials, SignedIdentity,
+    CredentialsRequest, IDENTITY_HEADER, MAX_WAIT_SECONDS, SignedIdentity,
 };
 
 use crate::error::{ApiError, StoreError};
@@ -84,7 +84,7 @@ pub trait Broker: Send + Sync {
         &self,
         task: &CallerTask,
         session_id: &str,
-    ) -> StoreResult<Option<SessionCredentials>>;
+    ) -> StoreResult<Option<CredentialsGrant>>;
 }
 
 /// The role tasks run with: a caller is a task when it is a session of this role, in this
@@ -237,9 +237,9 @@ async fn credentials(
         return Err(forbidden());
     }
     match api.broker.credentials(&task, &req.session_id).await? {
-        Some(credentials) => {
+        Some(grant) => {
             info!(task.id = %task.task_id, session.id = %req.session_id, "session credentials granted");
-            Ok(Json(CredentialsGrant { credentials }).into_response())
+            Ok(Json(grant).into_response())
         }
         None => {
             info!(task.id = %task.task_id, session.id = %req.session_id, "credentials refused: not the task's session");

@@ -1975,6 +1975,29 @@ fn validate_viewer(t: &str, session_id: &str) -> Result<viewer::ViewerVerified, 
     )
 }
 
+/// A pending handoff (the controller's `handoff` attribute) is shown as `handoff`; none, no
+/// member (the SDK's four).
+#[tokio::test]
+async fn debug_shows_a_pending_handoff() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (port, _) = stand_in_proxy("token").await;
+    let mut d = running_at("sess_live", port);
+    d.handoff = Some(wallcrawler_contract::session_doc::Handoff {
+        id: "ho_1".into(),
+        reason: "Please log in".into(),
+        requested_at: "2026-11-26T12:00:00.000Z".into(),
+        expires_at: "2026-11-26T12:10:00.000Z".into(),
+    });
+    h.insert_session(d);
+    let (status, body) = h.get("/v1/sessions/sess_live/debug").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["handoff"],
+        serde_json::json!({"id": "ho_1", "reason": "Please log in",
+            "requestedAt": "2026-11-26T12:00:00.000Z", "expiresAt": "2026-11-26T12:10:00.000Z"})
+    );
+}
+
 #[tokio::test]
 async fn debug_of_a_running_session_answers_the_live_view_urls_with_viewer_credentials() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);

@@ -3,6 +3,7 @@
 //! together with the caller's item in the tasks table (one transaction), and credentials from
 //! STS `AssumeRole` of the session role with the session's policy ([`session_policy`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,15 +15,17 @@ use tracing::{error, info, warn};
 use wallcrawler_contract::claim::{Claim, NO_BROWSER_IN_TIME};
 use wallcrawler_contract::session_doc::{ClaimVerdict, SessionDoc, Take, claim_verdict};
 use wallcrawler_contract::task_api::{
-    CallerTask, ClaimGrant, SessionCredentials, SessionScope, session_policy,
+    CallerTask, ClaimGrant, CredentialsGrant, LiveViewGrant, SessionCredentials, SessionScope,
+    session_policy,
 };
 use wallcrawler_contract::time::{now_iso8601, unix_millis};
 
 use super::sessions::{TASK_ID, TaskMarker, TaskTake};
 use super::{Config, DynamoSessions, TaskApiSettings, sdk_error};
 use crate::error::StoreError;
-use crate::stores::{Cond, SessionStore, StoreResult};
+use crate::stores::{Cond, SessionStore, Signer, StoreResult};
 use crate::task_api::{Broker, ClaimOutcome};
+use wallcrawler_contract::viewer::{Mode, ViewerClaims};
 
 const SQS: &str = "the claims queue";
 const TASKS: &str = "the tasks table";
@@ -51,6 +54,8 @@ pub struct TaskBroker {
     region: String,
     cluster: String,
     t: TaskApiSettings,
+    /// Mints the control-mode live-view credential a grant carries (the API's own key).
+    signer: Arc<dyn Signer>,
 }
 
 impl TaskBroker {
@@ -83,6 +88,30 @@ impl TaskBroker {
                 .unwrap_or_default()
                 .to_owned(),
             t: t.clone(),
+            signer: Arc::new(super::SecretsSigner::new(sdk, &cfg.signing_secret_arn)),
+        }
+    }
+
+    /// The session's control-mode live view for the task taking it (what a client's
+    /// `Wallcrawler.requestHandoff` is answered with), until the session expires; on the
+    /// gateway's origin when clients connect through one. `None` (handoffs refused by the
+    /// task) when it cannot be minted: the claim is served all the same.
+    async fn live_view(&self, doc: &SessionDoc, now: u64) -> Option<LiveViewGrant> {
+        let ttl = doc.expires_at.checked_sub(now).filter(|t| *t > 0)?;
+        let claims = ViewerClaims::new(&doc.session_id, &doc.project_id, Mode::Control, now, ttl);
+        match self.signer.sign_viewer(claims).await {
+            Ok(credential) => Some(LiveViewGrant {
+                credential,
+                expires_at: doc.expires_at,
+                base: doc
+                    .connect_url
+                    .as_deref()
+                    .and_then(crate::debug::viewer_base),
+            }),
+            Err(e) => {
+                warn!(session.id = %doc.session_id, error = %crate::error::chain(&e), "no live view for the grant: handoffs will be refused");
+                None
+            }
         }
     }
 
@@ -243,7 +272,10 @@ impl TaskBroker {
                         .await?
                     {
                         TaskTake::Taken => {
-                            let grant = self.grant(task, &claim, body, receipt).await?;
+                            let mut grant = self.grant(task, &claim, body, receipt).await?;
+                            if let Some(d) = &doc {
+                                grant.live_view = self.live_view(d, now).await;
+                            }
                             return Ok(Some(ClaimOutcome::Granted(Box::new(grant))));
                         }
                         TaskTake::Refused => continue,
@@ -326,6 +358,7 @@ impl TaskBroker {
             claim: body,
             receipt,
             credentials,
+            live_view: None,
         })
     }
 }
@@ -389,7 +422,7 @@ impl Broker for TaskBroker {
         &self,
         task: &CallerTask,
         session_id: &str,
-    ) -> StoreResult<Option<SessionCredentials>> {
+    ) -> StoreResult<Option<CredentialsGrant>> {
         let Some(doc) = self.sessions.get(session_id).await? else {
             return Ok(None);
         };
@@ -397,6 +430,11 @@ impl Broker for TaskBroker {
             return Ok(None);
         }
         let scope = self.scope(task, Resources::of_item(&doc));
-        Ok(Some(self.assume(task, &scope).await?))
+        let credentials = self.assume(task, &scope).await?;
+        let live_view = self.live_view(&doc, unix_millis() / 1000).await;
+        Ok(Some(CredentialsGrant {
+            credentials,
+            live_view,
+        }))
     }
 }

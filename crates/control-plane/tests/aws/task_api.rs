@@ -265,6 +265,31 @@ fn assert_credentials(v: &Value) {
     assert!(exp > now() && exp <= now() + 3600 + 60, "{exp}");
 }
 
+/// The grant's live view: a control-mode viewer credential for `session`, until its item's
+/// `expiresAt`; no gateway here, so no base (the task's own address is used).
+fn assert_live_view(v: &Value, session: &str, expires_at: u64) {
+    use base64::Engine as _;
+    let lv = &v["liveView"];
+    assert_eq!(lv["expiresAt"], expires_at, "{v}");
+    assert!(lv.get("base").is_none(), "{v}");
+    let payload = lv["credential"]
+        .as_str()
+        .unwrap()
+        .split('.')
+        .nth(1)
+        .unwrap();
+    let claims: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims["aud"], json!(["wallcrawler-viewer"]), "{claims}");
+    assert_eq!(claims["mode"], "control", "{claims}");
+    assert_eq!(claims["sessionId"], session, "{claims}");
+    assert_eq!(claims["exp"], expires_at, "{claims}");
+}
+
 /// The claim of a new session goes to the one task that asks, with credentials for that session;
 /// the task's item names it, the session's item names the task (owner, ecsTaskArn) with a lease
 /// of the claim's visibility. That task asking again is refused (409); another task gets
@@ -283,6 +308,7 @@ async fn a_claim_goes_to_one_task_with_credentials_for_its_session_alone() {
     assert!(grant["receipt"].as_str().is_some_and(|r| !r.is_empty()));
     assert_credentials(&grant);
     let item = w.item(&id).await;
+    assert_live_view(&grant, &id, number(&item, "expiresAt"));
     assert_eq!(text(&item, "owner"), Some(w.arn(&a)));
     assert_eq!(text(&item, "ecsTaskArn"), Some(w.arn(&a)));
     let until = number(&item, "ownerUntil");
@@ -333,6 +359,7 @@ async fn a_cold_task_gets_credentials_for_its_own_session() {
     let (status, v) = w.credentials(&task, &cold).await;
     assert_eq!(status, StatusCode::OK, "{v}");
     assert_credentials(&v);
+    assert_live_view(&v, &cold, number(&w.item(&cold).await, "expiresAt"));
     let (status, v) = w.credentials(&task, &warm).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{v}");
 }
@@ -601,7 +628,7 @@ impl Broker for Unreachable {
         _: &CallerTask,
         _: &str,
     ) -> wallcrawler_control_plane::stores::StoreResult<
-        Option<wallcrawler_contract::task_api::SessionCredentials>,
+        Option<wallcrawler_contract::task_api::CredentialsGrant>,
     > {
         panic!("a refused caller reached the broker")
     }
