@@ -1039,6 +1039,8 @@ fn a_viewer_page_and_socket_reach_a_real_task_through_the_gateway() {
         match v["type"].as_str() {
             Some("tabs") => tabs = !v["tabs"].as_array().unwrap().is_empty(),
             Some("frame") => frame = v["data"].as_str().is_some_and(|d| d.starts_with("/9j/")),
+            // The handoff banner's state (none pending).
+            Some("handoff") => assert!(v["handoff"].is_null(), "{v}"),
             other => panic!("unexpected message {other:?}: {v}"),
         }
     }
