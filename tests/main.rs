@@ -20,6 +20,8 @@ mod discovery;
 mod file_guard;
 /// The connect gateway: routing by the token's session, refusals before any dial, holding.
 mod gateway;
+/// The DevTools inspector under `/inspector/<viewer credential>/`: a second Chromium opens it.
+mod inspector;
 /// Chrome lifecycle: SIGTERM, Browser.close, crash, exit codes, no leftover processes.
 mod lifecycle;
 /// Pool mode on moto: the control plane's API (its library, as its Lambda builds it) sending

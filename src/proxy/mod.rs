@@ -508,7 +508,15 @@ impl Proxy {
         if route.is_websocket() && !is_valid_upgrade(&head) {
             return Err(self.refuse(Refusal::BadUpgrade, None));
         }
-        let checked = if route.is_viewer() {
+        let checked = if let Some(credential) = route.path_credential() {
+            self.auth.check_viewer(credential).await.map(|v| {
+                let grant = crate::viewer::grant::ViewerGrant {
+                    mode: v.mode,
+                    page: v.page,
+                };
+                (Presented::default(), Some(grant))
+            })
+        } else if route.is_viewer() {
             crate::viewer::grant::check(head.query(), &self.auth)
                 .await
                 .map(|g| (Presented::default(), Some(g)))
@@ -528,6 +536,9 @@ impl Proxy {
                 return Err(self.refuse(Refusal::NotReady, None));
             }
         };
+        if !inspector_granted(&route, grant.as_ref()) {
+            return Err(self.refuse(Refusal::Forbidden, None));
+        }
         let up = match &*self.upstream.borrow() {
             UpstreamState::Ready(u) => Some(u.clone()),
             _ => None,
@@ -618,6 +629,8 @@ impl Proxy {
                 false,
                 None,
             ),
+            // No query: nothing the client adds reaches Chrome.
+            Route::InspectorFile { file, .. } => (format!("/devtools/{file}"), false, None),
             _ => unreachable!("websocket and viewer routes are not json"),
         };
         let method = head.method.clone();
@@ -662,6 +675,7 @@ impl Proxy {
                 Err(e) => return Err(self.refuse(Refusal::BadGateway, Some(&e))),
             },
             Route::Devtools(p) => p.clone(),
+            Route::InspectorPage { page, .. } => format!("/devtools/page/{page}"),
             _ => unreachable!("only websocket routes are upgraded"),
         };
         let dialled = tokio::time::timeout(
@@ -750,6 +764,22 @@ impl Proxy {
         drop(permit);
         self.metrics.outcome(Outcome::Relayed);
         log_relay_end(&outcome, started);
+    }
+}
+
+/// Whether the checked viewer `grant` allows an inspector `route`: control mode only, and on
+/// the socket the credential's own page when it names one. Every other route: yes.
+fn inspector_granted(route: &Route, grant: Option<&crate::viewer::grant::ViewerGrant>) -> bool {
+    use crate::viewer::grant::Mode;
+    let Some(grant) = grant.filter(|_| route.path_credential().is_some()) else {
+        return true;
+    };
+    if grant.mode != Mode::Control {
+        return false;
+    }
+    match (route, &grant.page) {
+        (Route::InspectorPage { page, .. }, Some(own)) => page == own,
+        _ => true,
     }
 }
 

@@ -1,0 +1,89 @@
+// inspector.mjs --url WS --session ID --mint BIN --key-file PEM --chrome PATH --metrics URL
+//
+// The DevTools inspector through the proxy, as a person opens a page's debuggerUrl: Puppeteer on
+// the session (--url) opens a page with a marker text; a second headless Chromium (the Debian
+// binary) opens `/inspector/<credential>/inspector.html?ws=<host>/inspector/<credential>/page/<id>`
+// with a control credential for that page (`BIN token --viewer control --page ID`). Asserted
+// here: no request of the inspector failed or answered >= 400, the proxy counts the inspector's
+// CDP socket as a client (--metrics's wallcrawler_proxy_clients goes from 1 to 2), and the
+// marker text appears in the DevTools UI (its Elements panel shows the page's DOM, read through
+// that socket). Prints {"ok":true,...}; no credential in what it prints.
+
+import { execFileSync } from "node:child_process";
+import { requireArg, run } from "./lib.mjs";
+
+const MARKER = "inspected-by-wallcrawler";
+const PAGE = `data:text/html,<title>inspected</title><p id=m>${MARKER}</p>`;
+const CHROME_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+  "--disable-background-networking", "--disable-component-update", "--disable-sync"];
+
+function mint(args, id) {
+  const argv = ["token", "--session-id", requireArg(args, "session"), "--viewer", "control",
+    "--page", id, "--ttl", "600"];
+  const env = { ...process.env, WALLCRAWLER_JWT_PRIVATE_KEY_FILE: requireArg(args, "key-file") };
+  return execFileSync(requireArg(args, "mint"), argv, { env, encoding: "utf8" }).trim();
+}
+
+async function clients(metrics) {
+  const text = await (await fetch(metrics)).text();
+  const line = text.split("\n").find((l) => l.startsWith("wallcrawler_proxy_clients "));
+  return Number(line.split(" ")[1]);
+}
+
+async function waitClients(metrics, want, ms = 20000) {
+  const until = Date.now() + ms;
+  let seen;
+  while (Date.now() < until) {
+    seen = await clients(metrics);
+    if (seen === want) return seen;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`wallcrawler_proxy_clients stayed ${seen}, wanted ${want}`);
+}
+
+run(async (args) => {
+  const url = requireArg(args, "url");
+  const metrics = requireArg(args, "metrics");
+  const u = new URL(url);
+  const { default: puppeteer } = await import("puppeteer-core");
+  const session = await puppeteer.connect({ browserWSEndpoint: url, protocolTimeout: 20000 });
+  const viewer = await puppeteer.launch({
+    executablePath: requireArg(args, "chrome"),
+    headless: true,
+    args: CHROME_ARGS,
+  });
+  try {
+    const page = await session.newPage();
+    await page.goto(PAGE);
+    const s = await page.createCDPSession();
+    const { targetInfo } = await s.send("Target.getTargetInfo");
+    await s.detach();
+    const id = targetInfo.targetId;
+    const before = await waitClients(metrics, 1);
+    const cred = mint(args, id);
+    const hide = (s) => s.split(cred).join("<credential>");
+    const failed = [];
+    const vp = await viewer.newPage();
+    vp.on("requestfailed", (r) => failed.push(`${hide(r.url())}: ${r.failure()?.errorText}`));
+    // The browser's own favicon request goes to the origin's root, which is not the inspector's
+    // (the proxy answers it 404): it is no request of the inspector's.
+    const favicon = `http://${u.host}/favicon.ico`;
+    vp.on("response", (r) => {
+      if (r.status() >= 400 && r.url() !== favicon) failed.push(`${hide(r.url())}: ${r.status()}`);
+    });
+    let loaded = 0;
+    vp.on("requestfinished", () => loaded++);
+    const inspector = `${u.host}/inspector/${cred}`;
+    const answer = await vp.goto(`http://${inspector}/inspector.html?ws=${inspector}/page/${id}`);
+    if (answer.status() !== 200) throw new Error(`inspector.html answered ${answer.status()}`);
+    const during = await waitClients(metrics, 2);
+    // The page's DOM, as the Elements panel draws it (inside the frontend's shadow roots).
+    await vp.waitForSelector(`::-p-text(${MARKER})`, { timeout: 20000 });
+    await vp.close();
+    const after = await waitClients(metrics, 1);
+    return { before, during, after, loaded, failed };
+  } finally {
+    await viewer.close();
+    session.disconnect();
+  }
+}, { defaultTimeoutMs: 60000 });
