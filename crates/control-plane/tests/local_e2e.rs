@@ -1588,7 +1588,6 @@ fn with_tls_every_client_drives_a_page_over_wss_and_the_wire_never_shows_the_tok
     for url in [
         &debug["debuggerUrl"],
         &debug["debuggerFullscreenUrl"],
-        &pages[0]["debuggerUrl"],
         &pages[0]["debuggerFullscreenUrl"],
     ] {
         assert!(
@@ -1597,6 +1596,15 @@ fn with_tls_every_client_drives_a_page_over_wss_and_the_wire_never_shows_the_tok
             "{debug}"
         );
     }
+    // A page's debuggerUrl: the DevTools inspector, its socket on the gateway over wss.
+    let host = gw.strip_prefix("wss://").unwrap();
+    let inspector = pages[0]["debuggerUrl"].as_str().unwrap();
+    assert!(
+        inspector.starts_with(&format!("{viewer}/inspector/"))
+            && inspector.contains(&format!("/inspector.html?wss={host}/inspector/"))
+            && inspector.ends_with(&format!("/page/{}", pages[0]["id"].as_str().unwrap())),
+        "{debug}"
+    );
 
     // Without trusting the authority, a client is refused by its own TLS check.
     let untrusting = node::command("drive.mjs")
