@@ -214,7 +214,10 @@ fn the_inspector_takes_a_control_credential_for_its_page_and_refuses_the_rest() 
 
     let log = c.stderr.text();
     assert!(!log.contains("/inspector/"), "an inspector path in the log");
+    assert!(log.contains("DEBUG"), "the run logged at debug level");
     for secret in [&control, &any_page, &view, &other_page, &expired, &s.token] {
-        assert!(!log.contains(secret.as_str()), "a credential in the log");
+        for part in secret.split('.').filter(|p| p.len() >= 16) {
+            assert!(!log.contains(part), "credential text in the log");
+        }
     }
 }
