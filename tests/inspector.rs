@@ -89,6 +89,7 @@ fn a_second_chromium_opens_the_inspector_on_the_sessions_page() {
         ],
     );
     assert_eq!(r["ok"], true, "{r}");
+    eprintln!("inspector: {r}");
     assert_eq!(r["failed"], serde_json::json!([]), "{r}");
     assert_eq!(
         (r["before"].as_f64(), r["during"].as_f64()),

@@ -7,7 +7,8 @@
 // here: no request of the inspector failed or answered >= 400, the proxy counts the inspector's
 // CDP socket as a client (--metrics's wallcrawler_proxy_clients goes from 1 to 2), and the
 // marker text appears in the DevTools UI (its Elements panel shows the page's DOM, read through
-// that socket). Prints {"ok":true,...}; no credential in what it prints.
+// that socket). Prints {"ok":true,...} with how many requests loaded, the largest answer's
+// Content-Length and the time from opening the URL to the marker shown; no credential.
 
 import { execFileSync } from "node:child_process";
 import { requireArg, run } from "./lib.mjs";
@@ -68,20 +69,24 @@ run(async (args) => {
     // The browser's own favicon request goes to the origin's root, which is not the inspector's
     // (the proxy answers it 404): it is no request of the inspector's.
     const favicon = `http://${u.host}/favicon.ico`;
+    let largest = 0;
     vp.on("response", (r) => {
       if (r.status() >= 400 && r.url() !== favicon) failed.push(`${hide(r.url())}: ${r.status()}`);
+      largest = Math.max(largest, Number(r.headers()["content-length"] ?? 0));
     });
     let loaded = 0;
     vp.on("requestfinished", () => loaded++);
     const inspector = `${u.host}/inspector/${cred}`;
+    const started = Date.now();
     const answer = await vp.goto(`http://${inspector}/inspector.html?ws=${inspector}/page/${id}`);
     if (answer.status() !== 200) throw new Error(`inspector.html answered ${answer.status()}`);
     const during = await waitClients(metrics, 2);
     // The page's DOM, as the Elements panel draws it (inside the frontend's shadow roots).
     await vp.waitForSelector(`::-p-text(${MARKER})`, { timeout: 20000 });
+    const shownMs = Date.now() - started;
     await vp.close();
     const after = await waitClients(metrics, 1);
-    return { before, during, after, loaded, failed };
+    return { before, during, after, loaded, largest, shownMs, failed };
   } finally {
     await viewer.close();
     session.disconnect();
