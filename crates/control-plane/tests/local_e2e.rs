@@ -1710,6 +1710,55 @@ fn with_tls_a_second_chromium_opens_the_sdks_live_view_over_https_and_follows_th
     s.stop();
 }
 
+/// A page's `debuggerUrl` as a person opens it, through the TLS gateway: the stock SDK's
+/// `sessions.debug()` names the DevTools inspector on the page (https://, its socket wss:// on the
+/// gateway); a second headless Chromium trusting `serve`'s authority opens it, every request of
+/// the frontend loads and the page's text appears in its Elements panel
+/// (tests/node/inspector.mjs with --base).
+#[test]
+fn with_tls_a_second_chromium_opens_a_pages_debugger_url_the_devtools_inspector() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
+    let s = Server::spawn_with("25", &bin.with_file_name("wallcrawler-controller"), &[TLS]);
+    let gw = s.gateway.clone().expect("a gateway");
+    let ca = s.ca.clone().expect("serve --tls prints caCert:");
+    let v = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
+    assert_eq!(v["status"], "RUNNING", "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let chrome = wallcrawler_testkit::chromium();
+    let out = node::command("inspector.mjs")
+        .args([
+            "--url",
+            v["connectUrl"].as_str().unwrap(),
+            "--session",
+            &id,
+            "--base",
+            &s.base,
+            "--key",
+            &s.key,
+            "--ca",
+            &ca,
+            "--chrome",
+            chrome.to_str().unwrap(),
+            "--timeout-ms",
+            "60000",
+        ])
+        .env("NODE_EXTRA_CA_CERTS", &ca)
+        .output()
+        .unwrap();
+    let r = node::last_json(
+        "inspector.mjs",
+        &String::from_utf8_lossy(&out.stdout),
+        &String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    eprintln!("inspector through the gateway: {r}");
+    assert_eq!(r["origin"], gw.replacen("wss://", "https://", 1), "{r}");
+    assert_eq!(r["socket"], "wss", "{r}");
+    assert_eq!(r["failed"], serde_json::json!([]), "{r}");
+    s.release(&id);
+    s.stop();
+}
+
 /// A claim delivered twice (a second claim file for the same session) with two warm
 /// controllers: one takes the session and serves it; the other hands its copy back (hidden
 /// until the owner's lease would end) and writes nothing: the session is never ended under the
