@@ -143,7 +143,10 @@ fn the_inspector_takes_a_control_credential_for_its_page_and_refuses_the_rest() 
     // A file Chrome does not have: Chrome's own answer (an empty 200), passed on as it is.
     let missing = get(&format!("/inspector/{control}/no-such-file.js"));
     assert_eq!(status_of(&missing), 200, "{missing}");
-    assert!(missing.ends_with("content-length: 0\r\n\r\n"), "{missing}");
+    assert!(
+        missing.ends_with("\r\n\r\n") && missing.contains("content-length: 0\r\n"),
+        "{missing}"
+    );
     // The socket: the credential's page, or any page for a credential naming none.
     for cred in [&control, &any_page] {
         let head = head_of(
@@ -221,4 +224,102 @@ fn the_inspector_takes_a_control_credential_for_its_page_and_refuses_the_rest() 
             assert!(!log.contains(part), "credential text in the log");
         }
     }
+}
+
+/// A frontend file is streamed: the client has the first half of the body while Chrome (a
+/// stand-in on the debug port) still holds the second back; the answer carries Chrome's status,
+/// content type and length and none of its other headers; what reached Chrome has no query and
+/// no credential.
+#[test]
+fn a_frontend_file_is_streamed_as_chrome_sends_it() {
+    use std::io::BufRead;
+    use std::sync::mpsc;
+    const HALF: usize = 256 * 1024;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = listener.local_addr().unwrap();
+    let (release, held) = mpsc::channel::<()>();
+    let (heads_tx, heads) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = String::new();
+            let mut r = std::io::BufReader::new(stream.try_clone().unwrap());
+            while !head.ends_with("\r\n\r\n") {
+                if r.read_line(&mut head).unwrap_or(0) == 0 {
+                    break;
+                }
+            }
+            let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+            if path.starts_with("/json/version") {
+                let body = format!(
+                    r#"{{"Browser":"Fake/1.0","webSocketDebuggerUrl":"ws://{upstream}/devtools/browser/b"}}"#
+                );
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                continue;
+            }
+            heads_tx.send(head).unwrap();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/javascript\r\nX-Chrome-Only: 1\r\nContent-Length: {}\r\n\r\n",
+                2 * HALF
+            );
+            let _ = stream.write_all(&vec![b'a'; HALF]);
+            // The second half only once the client has the first.
+            let _ = held.recv();
+            let _ = stream.write_all(&vec![b'b'; HALF]);
+            break;
+        }
+    });
+    let (c, addr) = crate::support::proxy(upstream, &[]);
+    let cred = wallcrawler_testkit::keys::mint_viewer(
+        KEY,
+        crate::support::SESSION,
+        "control",
+        None,
+        now()..now() + 600,
+    );
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    write!(
+        s,
+        "GET /inspector/{cred}/panels/big.js?x=1 HTTP/1.1\r\nHost: {addr}\r\n\r\n"
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    let head_end = loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n")
+            && got.len() >= end + 4 + HALF
+        {
+            break end + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&got[..head_end]).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
+    assert!(head.contains("content-type: text/javascript\r\n"), "{head}");
+    assert!(
+        head.contains(&format!("content-length: {}\r\n", 2 * HALF)),
+        "{head}"
+    );
+    assert!(!head.contains("x-chrome-only"), "{head}");
+    release.send(()).unwrap();
+    s.read_to_end(&mut got).unwrap();
+    let body = &got[head_end..];
+    assert_eq!(body.len(), 2 * HALF);
+    assert!(body[..HALF].iter().all(|&b| b == b'a') && body[HALF..].iter().all(|&b| b == b'b'));
+    let forwarded = heads.recv_timeout(WAIT).unwrap();
+    assert!(
+        forwarded.starts_with("GET /devtools/panels/big.js HTTP/1.1\r\n"),
+        "{forwarded}"
+    );
+    assert!(!forwarded.contains(&cred), "{forwarded}");
+    let log = c.stderr.text();
+    assert!(!log.contains("/inspector/"), "an inspector path in the log");
 }

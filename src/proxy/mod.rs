@@ -22,6 +22,7 @@ pub(crate) mod accept;
 pub mod admission;
 pub mod discovery;
 pub(crate) mod exchange;
+mod frontend;
 pub mod guard;
 pub mod http;
 pub mod inspect;
@@ -360,6 +361,7 @@ impl Proxy {
                 match exchange.take() {
                     Some(Handover::Cdp(upgrade)) => self.relay(stream, read_ahead, upgrade).await,
                     Some(Handover::Viewer(v)) => self.serve_viewer(stream, read_ahead, v).await,
+                    Some(Handover::File(f)) => self.send_file(stream, f).await,
                     None => {}
                 }
                 return;
@@ -472,6 +474,11 @@ impl Proxy {
             self.viewer_page()
         } else if admitted.route == Route::ViewerSocket {
             match self.viewer_upgrade(admitted, exchange) {
+                None => return std::future::pending().await,
+                Some(refused) => refused,
+            }
+        } else if let Route::InspectorFile { file, .. } = &admitted.route {
+            match self.frontend_file(file, &admitted.up, exchange).await {
                 None => return std::future::pending().await,
                 Some(refused) => refused,
             }
@@ -629,8 +636,6 @@ impl Proxy {
                 false,
                 None,
             ),
-            // No query: nothing the client adds reaches Chrome.
-            Route::InspectorFile { file, .. } => (format!("/devtools/{file}"), false, None),
             _ => unreachable!("websocket and viewer routes are not json"),
         };
         let method = head.method.clone();
@@ -652,6 +657,36 @@ impl Proxy {
             }
             Err(e) => self.refuse(Refusal::BadGateway, Some(&e)),
         }
+    }
+
+    /// Asks Chrome for a DevTools frontend file (`/devtools/<file>`, no query: nothing the
+    /// client adds reaches Chrome) and stashes its answer for [`Proxy::handle`] to stream;
+    /// `Some` is the refusal to answer.
+    async fn frontend_file(
+        &self,
+        file: &str,
+        up: &Upstream,
+        exchange: &Exchange<Handover>,
+    ) -> Option<Answer> {
+        match frontend::request(&up.endpoint, file, self.limits.upstream_timeout).await {
+            Ok(answer) => {
+                exchange.stash(Handover::File(answer));
+                None
+            }
+            Err(e) => Some(self.refuse(Refusal::BadGateway, Some(&e))),
+        }
+    }
+
+    /// Streams a frontend file's answer to the client and closes.
+    async fn send_file(&self, mut client: TcpStream, answer: frontend::FileAnswer) {
+        match answer.send(&mut client).await {
+            Ok(()) => self.metrics.outcome(Outcome::Http),
+            Err(e) => {
+                debug!(error = %e, "a frontend file's answer stopped short");
+                self.metrics.outcome(Outcome::ClientGone);
+            }
+        }
+        let _ = client.shutdown().await;
     }
 
     /// Dials Chrome's WebSocket for an authenticated upgrade and stashes the connection and
@@ -864,6 +899,8 @@ enum Handover {
     Cdp(Upgrade),
     /// Served by the live viewer.
     Viewer(live::ViewerUpgrade),
+    /// A DevTools frontend file, its body streamed from Chrome.
+    File(frontend::FileAnswer),
 }
 
 /// An authenticated request and the Chrome it goes to.
