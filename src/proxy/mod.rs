@@ -683,7 +683,10 @@ impl Proxy {
             Ok(()) => self.metrics.outcome(Outcome::Http),
             Err(e) => {
                 debug!(error = %e, "a frontend file's answer stopped short");
-                self.metrics.outcome(Outcome::ClientGone);
+                self.metrics.outcome(match e {
+                    frontend::SendError::Client(_) => Outcome::ClientGone,
+                    _ => Outcome::UpstreamFailed,
+                });
             }
         }
         let _ = client.shutdown().await;
