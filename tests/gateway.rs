@@ -1108,3 +1108,86 @@ fn a_second_request_on_a_viewers_connection_never_reaches_the_first_sessions_tas
     assert_eq!(status_of(&answer), 404, "{answer}");
     b.stop();
 }
+
+/// The inspector through the gateway: `/inspector/<credential>/…` routed by the session its
+/// credential (in the path) names, the path reaching the task as sent; a session token, garbage
+/// or an expired credential in the path refused with 401 before any lookup; nothing of the
+/// path in the log.
+#[test]
+fn the_inspector_is_routed_by_the_credential_in_its_path() {
+    let (up, other) = (FakeUpstream::idle(), FakeUpstream::idle());
+    let gw = Gw::start(&[]);
+    gw.put(A, InternalStatus::Ready, Some(up.addr));
+    gw.put(B, InternalStatus::Ready, Some(other.addr));
+    let host = gw.addr.to_string();
+    let session = token(KEY, A, "proj_a", 600);
+    let expired = viewer_credential(KEY, A, "control", now() - 600..now() - 540);
+    let mut n = 0;
+    for (why, cred) in [
+        ("session token", session.as_str()),
+        ("garbage", "not-a-token"),
+        ("expired", expired.as_str()),
+    ] {
+        let file = raw_http(
+            gw.addr,
+            &viewer_get(&format!("/inspector/{cred}/inspector.html"), &host, &[]),
+        );
+        assert_eq!(status_of(&file), 401, "{why}: {file}");
+        assert!(file.ends_with("\r\n\r\nunauthorized\n"), "{why}: {file}");
+        let socket = raw_http(
+            gw.addr,
+            &upgrade_request(&format!("/inspector/{cred}/page/ABC-1"), &host, &[]),
+        );
+        assert_eq!(status_of(&socket), 401, "{why} (socket): {socket}");
+        n += 2;
+    }
+    // `..` never routes: 404 before the credential is read.
+    let cred = viewer_credential(KEY, A, "control", now()..now() + 600);
+    let dots = raw_http(
+        gw.addr,
+        &viewer_get(&format!("/inspector/{cred}/../json/list"), &host, &[]),
+    );
+    assert_eq!(status_of(&dots), 404, "{dots}");
+    assert_eq!(up.connections.load(Ordering::SeqCst), 0, "no dial");
+    for result in ["ready", "starting", "ended", "unknown", "error"] {
+        let name = format!("wallcrawler_gateway_lookups_total{{result=\"{result}\"}}");
+        assert_eq!(gw.metric(&name), 0.0, "{name}");
+    }
+    assert_eq!(
+        gw.metric("wallcrawler_gateway_refusals_total{reason=\"unauthorized\"}"),
+        n as f64
+    );
+
+    // A's credential reaches A's task, its path as sent (the task checks mode and page).
+    let target = format!("/inspector/{cred}/inspector.html");
+    let (s, _) = first_head(gw.addr, &viewer_get(&target, "gw.example:443", &[]));
+    let forwarded = upgraded(&up);
+    assert!(
+        forwarded.starts_with(&format!("GET {target} HTTP/1.1\r\n")),
+        "{forwarded}"
+    );
+    drop(s);
+    assert_eq!(up.next_event(), UpEvent::Closed);
+    let (mut s, head) = first_head(
+        gw.addr,
+        &upgrade_request(&format!("/inspector/{cred}/page/ABC-1"), &host, &[]),
+    );
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        upgraded(&up).starts_with(&format!("GET /inspector/{cred}/page/ABC-1 HTTP/1.1\r\n")),
+        "the socket's request as sent"
+    );
+    s.write_all(b"\x88\x80\0\0\0\0").unwrap();
+    drop(s);
+    assert_eq!(up.next_event(), UpEvent::Closed);
+    assert_eq!(
+        other.connections.load(Ordering::SeqCst),
+        0,
+        "B's task never"
+    );
+    let log = gw.c.stderr.text();
+    assert!(!log.contains("/inspector/"), "an inspector path in the log");
+    for secret in [&session, &expired, &cred] {
+        assert!(!log.contains(secret.as_str()), "a credential in the log");
+    }
+}

@@ -22,6 +22,8 @@ mod file_guard;
 mod gateway;
 /// Handoff: a CDP client asks for a person, a person at the live view presses Done.
 mod handoff;
+/// The DevTools inspector under `/inspector/<viewer credential>/`: a second Chromium opens it.
+mod inspector;
 /// Chrome lifecycle: SIGTERM, Browser.close, crash, exit codes, no leftover processes.
 mod lifecycle;
 /// Pool mode on moto: the control plane's API (its library, as its Lambda builds it) sending

@@ -1,7 +1,7 @@
 //! The live viewer on the real controller (`local`, real Chromium) watched by a second headless
 //! Chromium through puppeteer-core (tests/node/viewer.mjs): what it shows, whose input reaches
 //! the page, one screencast for many viewers, and the page's refusals and headers; and that
-//! Chromium ships the DevTools frontend the proxy does not serve (yet).
+//! Chromium ships the DevTools frontend the proxy serves under `/inspector/<credential>/` alone.
 //!
 //! The credentials are live-view credentials (audience `wallcrawler-viewer`) signed with the
 //! key `local` signs with: the one it printed (`liveViewUrl`), or minted here and by
@@ -451,12 +451,12 @@ impl Drop for Dump {
     }
 }
 
-/// The check behind docs/operating.md's "DevTools inspector: not served yet": our Chromium
-/// ships the DevTools frontend (its debug port serves `/devtools/inspector.html` and the module
-/// it loads), and the proxy does not serve it (its `/devtools/*` are CDP sockets only). When
-/// the proxy starts serving the inspector, this test and that paragraph change together.
+/// The check behind docs/operating.md's "DevTools inspector": our Chromium ships the DevTools
+/// frontend (its debug port serves `/devtools/inspector.html` and the module it loads), and the
+/// proxy serves it only under `/inspector/<viewer credential>/` (tests/inspector.rs): its
+/// `/devtools/*` are CDP sockets only, a session token opens no frontend file.
 #[test]
-fn chromium_ships_the_devtools_frontend_and_the_proxy_does_not_serve_it() {
+fn chromium_ships_the_devtools_frontend_and_the_proxy_serves_it_only_under_inspector() {
     use std::io::BufRead;
     use std::process::{Command, Stdio};
 
@@ -516,6 +516,14 @@ fn chromium_ships_the_devtools_frontend_and_the_proxy_does_not_serve_it() {
         let answer = get_one(s.addr, &target);
         assert_eq!(status_of(&answer), 404, "{path}: {answer}");
     }
+    let control = credential(&s, "control", None);
+    let served = get_one(s.addr, &format!("/inspector/{control}/inspector.html"));
+    assert_eq!(status_of(&served), 200, "{served}");
+    assert_eq!(
+        served.split_once("\r\n\r\n").map(|(_, b)| b),
+        html.split_once("\r\n\r\n").map(|(_, b)| b),
+        "Chrome's own file"
+    );
 }
 
 /// One GET on a fresh connection, read to the end of its body by `Content-Length` (Chrome's

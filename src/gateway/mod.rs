@@ -446,9 +446,16 @@ impl Gateway {
 
     /// The session the request's credential is for, or the refusal (401 for a bad token, 503
     /// while the keys cannot be checked). The viewer routes take the live-view credential in
-    /// `?t=` alone (as the task does: headers are not looked at), the others a session token.
+    /// `?t=` alone (as the task does: headers are not looked at), the inspector's in its path,
+    /// the others a session token.
     async fn session_of(&self, head: &RequestHead, route: &Route) -> Result<String, Answer> {
-        let verified = if route.is_viewer() {
+        let verified = if let Some(credential) = route.path_credential() {
+            // The inspector's: in its path. Its mode and page are the task's to check.
+            self.verifier
+                .verify_viewer(credential)
+                .await
+                .map(|v| v.session_id)
+        } else if route.is_viewer() {
             match crate::viewer::grant::credential(head.query()) {
                 Ok(t) => self.verifier.verify_viewer(&t).await.map(|v| v.session_id),
                 Err(e) => Err(AuthError::Token(e)),

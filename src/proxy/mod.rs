@@ -22,6 +22,7 @@ pub(crate) mod accept;
 pub mod admission;
 pub mod discovery;
 pub(crate) mod exchange;
+mod frontend;
 pub mod guard;
 pub mod http;
 pub mod inspect;
@@ -371,6 +372,7 @@ impl Proxy {
                 match exchange.take() {
                     Some(Handover::Cdp(upgrade)) => self.relay(stream, read_ahead, upgrade).await,
                     Some(Handover::Viewer(v)) => self.serve_viewer(stream, read_ahead, v).await,
+                    Some(Handover::File(f)) => self.send_file(stream, f).await,
                     None => {}
                 }
                 return;
@@ -486,6 +488,11 @@ impl Proxy {
                 None => return std::future::pending().await,
                 Some(refused) => refused,
             }
+        } else if let Route::InspectorFile { file, .. } = &admitted.route {
+            match self.frontend_file(file, &admitted.up, exchange).await {
+                None => return std::future::pending().await,
+                Some(refused) => refused,
+            }
         } else if admitted.route.is_websocket() {
             match self.upgrade(admitted, exchange).await {
                 Ok(()) => return std::future::pending().await,
@@ -519,7 +526,15 @@ impl Proxy {
         if route.is_websocket() && !is_valid_upgrade(&head) {
             return Err(self.refuse(Refusal::BadUpgrade, None));
         }
-        let checked = if route.is_viewer() {
+        let checked = if let Some(credential) = route.path_credential() {
+            self.auth.check_viewer(credential).await.map(|v| {
+                let grant = crate::viewer::grant::ViewerGrant {
+                    mode: v.mode,
+                    page: v.page,
+                };
+                (Presented::default(), Some(grant))
+            })
+        } else if route.is_viewer() {
             crate::viewer::grant::check(head.query(), &self.auth)
                 .await
                 .map(|g| (Presented::default(), Some(g)))
@@ -539,6 +554,9 @@ impl Proxy {
                 return Err(self.refuse(Refusal::NotReady, None));
             }
         };
+        if !inspector_granted(&route, grant.as_ref()) {
+            return Err(self.refuse(Refusal::Forbidden, None));
+        }
         let up = match &*self.upstream.borrow() {
             UpstreamState::Ready(u) => Some(u.clone()),
             _ => None,
@@ -652,6 +670,39 @@ impl Proxy {
         }
     }
 
+    /// Asks Chrome for a DevTools frontend file (`/devtools/<file>`, no query: nothing the
+    /// client adds reaches Chrome) and stashes its answer for [`Proxy::handle`] to stream;
+    /// `Some` is the refusal to answer.
+    async fn frontend_file(
+        &self,
+        file: &str,
+        up: &Upstream,
+        exchange: &Exchange<Handover>,
+    ) -> Option<Answer> {
+        match frontend::request(&up.endpoint, file, self.limits.upstream_timeout).await {
+            Ok(answer) => {
+                exchange.stash(Handover::File(answer));
+                None
+            }
+            Err(e) => Some(self.refuse(Refusal::BadGateway, Some(&e))),
+        }
+    }
+
+    /// Streams a frontend file's answer to the client and closes.
+    async fn send_file(&self, mut client: TcpStream, answer: frontend::FileAnswer) {
+        match answer.send(&mut client).await {
+            Ok(()) => self.metrics.outcome(Outcome::Http),
+            Err(e) => {
+                debug!(error = %e, "a frontend file's answer stopped short");
+                self.metrics.outcome(match e {
+                    frontend::SendError::Client(_) => Outcome::ClientGone,
+                    _ => Outcome::UpstreamFailed,
+                });
+            }
+        }
+        let _ = client.shutdown().await;
+    }
+
     /// Dials Chrome's WebSocket for an authenticated upgrade and stashes the connection and
     /// Chrome's 101 in `exchange` for [`Proxy::handle`]; `Err` is the refusal to answer.
     async fn upgrade(
@@ -673,6 +724,7 @@ impl Proxy {
                 Err(e) => return Err(self.refuse(Refusal::BadGateway, Some(&e))),
             },
             Route::Devtools(p) => p.clone(),
+            Route::InspectorPage { page, .. } => format!("/devtools/page/{page}"),
             _ => unreachable!("only websocket routes are upgraded"),
         };
         let dialled = tokio::time::timeout(
@@ -766,6 +818,22 @@ impl Proxy {
     }
 }
 
+/// Whether the checked viewer `grant` allows an inspector `route`: control mode only, and on
+/// the socket the credential's own page when it names one. Every other route: yes.
+fn inspector_granted(route: &Route, grant: Option<&crate::viewer::grant::ViewerGrant>) -> bool {
+    use crate::viewer::grant::Mode;
+    let Some(grant) = grant.filter(|_| route.path_credential().is_some()) else {
+        return true;
+    };
+    if grant.mode != Mode::Control {
+        return false;
+    }
+    match (route, &grant.page) {
+        (Route::InspectorPage { page, .. }, Some(own)) => page == own,
+        _ => true,
+    }
+}
+
 /// The one log line of a relayed connection.
 fn log_relay_end(outcome: &relay::RelayOutcome, started: Instant) {
     let duration_ms = started.elapsed().as_millis() as u64;
@@ -847,6 +915,8 @@ enum Handover {
     Cdp(Upgrade),
     /// Served by the live viewer.
     Viewer(live::ViewerUpgrade),
+    /// A DevTools frontend file, its body streamed from Chrome.
+    File(frontend::FileAnswer),
 }
 
 /// An authenticated request and the Chrome it goes to.

@@ -55,6 +55,9 @@ pub enum Refusal {
     NoSuchSession,
     /// `/json/new` asked for a local file URL (403).
     LocalFile,
+    /// A valid credential that does not grant this (403): a view-mode or another page's
+    /// live-view credential on the inspector.
+    Forbidden,
     /// Gateway: the session did not become ready in time, or too many clients wait for it
     /// (503, `Retry-After`).
     SessionNotReady,
@@ -75,7 +78,8 @@ impl Refusal {
             | Self::NoSuchTarget
             | Self::SessionEnded
             | Self::NoSuchSession
-            | Self::LocalFile => Fault::Client,
+            | Self::LocalFile
+            | Self::Forbidden => Fault::Client,
             Self::AtCapacity | Self::NotReady | Self::BrowserNotReady | Self::SessionNotReady => {
                 Fault::Us
             }
@@ -112,6 +116,7 @@ impl Refusal {
             Self::SessionEnded => (S::GONE, O::NotFound, "session ended\n"),
             Self::NoSuchSession => (S::NOT_FOUND, O::NotFound, "no such session\n"),
             Self::LocalFile => (S::FORBIDDEN, O::BadRequest, "local files are not allowed\n"),
+            Self::Forbidden => (S::FORBIDDEN, O::Unauthorized, "forbidden\n"),
             Self::SessionNotReady => (S::SERVICE_UNAVAILABLE, O::NotReady, "session not ready\n"),
         }
     }

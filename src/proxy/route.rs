@@ -23,6 +23,23 @@ pub enum Route {
     Viewer,
     /// WebSocket upgrade on `/viewer/ws`: the live viewer's frames and input.
     ViewerSocket,
+    /// `GET /inspector/<credential>/<file>`: Chrome's DevTools frontend file `/devtools/<file>`
+    /// (the viewer credential rides in the path: the frontend loads its modules by relative
+    /// URL, which a query would not reach).
+    InspectorFile {
+        /// The live-view credential (never logged).
+        credential: String,
+        /// The file's path under `/devtools/`, [`is_frontend_file`].
+        file: String,
+    },
+    /// WebSocket upgrade on `/inspector/<credential>/page/<id>`: the inspector's CDP socket,
+    /// relayed as `/devtools/page/<id>`.
+    InspectorPage {
+        /// The live-view credential (never logged).
+        credential: String,
+        /// The page's target id.
+        page: String,
+    },
 }
 
 impl Route {
@@ -30,8 +47,21 @@ impl Route {
     pub fn is_websocket(&self) -> bool {
         matches!(
             self,
-            Route::BrowserRoot | Route::Devtools(_) | Route::ViewerSocket
+            Route::BrowserRoot
+                | Route::Devtools(_)
+                | Route::ViewerSocket
+                | Route::InspectorPage { .. }
         )
+    }
+
+    /// The viewer credential a route carries in its path (the inspector's).
+    pub fn path_credential(&self) -> Option<&str> {
+        match self {
+            Route::InspectorFile { credential, .. } | Route::InspectorPage { credential, .. } => {
+                Some(credential)
+            }
+            _ => None,
+        }
     }
 
     /// Whether the route takes the viewer credential rather than the session token.
@@ -80,6 +110,9 @@ pub fn route(method: &str, path: &str, upgrade: bool) -> Result<Route, RouteErro
         "/viewer" => Route::Viewer,
         "/viewer/ws" => Route::ViewerSocket,
         p => {
+            if let Some(rest) = p.strip_prefix("/inspector/") {
+                return inspector(method, rest, upgrade);
+            }
             if let Some(id) = p
                 .strip_prefix("/devtools/browser/")
                 .or_else(|| p.strip_prefix("/devtools/page/"))
@@ -105,6 +138,56 @@ pub fn route(method: &str, path: &str, upgrade: bool) -> Result<Route, RouteErro
         return Err(RouteError::MethodNotAllowed);
     }
     Ok(r)
+}
+
+/// Longest viewer credential accepted in an inspector path.
+pub const MAX_PATH_CREDENTIAL: usize = 4096;
+/// Longest DevTools frontend file path accepted.
+pub const MAX_FRONTEND_FILE: usize = 256;
+
+/// `/inspector/<credential>/<rest>` (`rest` given): `page/<id>` with an upgrade is the CDP
+/// socket, anything else a frontend file.
+fn inspector(method: &str, rest: &str, upgrade: bool) -> Result<Route, RouteError> {
+    let Some((credential, tail)) = rest.split_once('/') else {
+        return Err(RouteError::NotFound);
+    };
+    let credential_ok = !credential.is_empty()
+        && credential.len() <= MAX_PATH_CREDENTIAL
+        && credential
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !credential_ok {
+        return Err(RouteError::NotFound);
+    }
+    let credential = credential.to_owned();
+    let r = match tail.strip_prefix("page/") {
+        Some(id) if upgrade && is_target_id(id) => Route::InspectorPage {
+            credential,
+            page: id.to_owned(),
+        },
+        Some(_) => return Err(RouteError::NotFound),
+        None if is_frontend_file(tail) => Route::InspectorFile {
+            credential,
+            file: tail.to_owned(),
+        },
+        None => return Err(RouteError::NotFound),
+    };
+    if method != "GET" {
+        return Err(RouteError::MethodNotAllowed);
+    }
+    Ok(r)
+}
+
+/// A DevTools frontend file path: `[A-Za-z0-9._/-]`, at most [`MAX_FRONTEND_FILE`] bytes, no
+/// empty, `.` or `..` segment (so nothing but a file under `/devtools/` on Chrome).
+pub fn is_frontend_file(file: &str) -> bool {
+    !file.is_empty()
+        && file.len() <= MAX_FRONTEND_FILE
+        && !file.contains("..")
+        && file
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
+        && file.split('/').all(|s| !s.is_empty() && s != ".")
 }
 
 #[cfg(test)]
@@ -165,6 +248,64 @@ mod tests {
         for (method, path, upgrade, want) in cases {
             assert_eq!(route(method, path, upgrade), want, "{method} {path}");
         }
+    }
+
+    #[test]
+    fn inspector_routes() {
+        let file = |f: &str| {
+            Ok(Route::InspectorFile {
+                credential: "a.b-c_d".into(),
+                file: f.into(),
+            })
+        };
+        assert_eq!(
+            route("GET", "/inspector/a.b-c_d/inspector.html", false),
+            file("inspector.html")
+        );
+        assert_eq!(
+            route(
+                "GET",
+                "/inspector/a.b-c_d/entrypoints/inspector/inspector.js",
+                false
+            ),
+            file("entrypoints/inspector/inspector.js")
+        );
+        assert_eq!(
+            route("GET", "/inspector/a.b-c_d/page/ABC-1", true),
+            Ok(Route::InspectorPage {
+                credential: "a.b-c_d".into(),
+                page: "ABC-1".into()
+            })
+        );
+        assert_eq!(
+            route("POST", "/inspector/a.b-c_d/inspector.html", false),
+            Err(RouteError::MethodNotAllowed)
+        );
+        let long_file = format!("/inspector/c/{}", "a".repeat(MAX_FRONTEND_FILE + 1));
+        let long_credential = format!("/inspector/{}/x.js", "a".repeat(MAX_PATH_CREDENTIAL + 1));
+        for p in [
+            "/inspector/c/../../etc/passwd",
+            "/inspector/c/a/../b.js",
+            "/inspector/c/a/..",
+            "/inspector/c/./a.js",
+            "/inspector/c/a//b.js",
+            "/inspector/c/a%2F..%2Fb",
+            "/inspector/c/a b.js",
+            "/inspector/c/",
+            "/inspector/c",
+            "/inspector//inspector.html",
+            "/inspector/c%2E/inspector.html",
+            "/inspector/c/page/ABC-1",
+            "/inspector/c/page/../x",
+            long_file.as_str(),
+            long_credential.as_str(),
+        ] {
+            assert_eq!(route("GET", p, false), Err(RouteError::NotFound), "{p}");
+        }
+        assert_eq!(
+            route("GET", "/inspector/c/page/a/b", true),
+            Err(RouteError::NotFound)
+        );
     }
 
     #[test]

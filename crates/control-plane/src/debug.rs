@@ -224,10 +224,25 @@ pub fn viewer_url(base: &str, credential: &str, page: Option<&str>, fullscreen: 
     url
 }
 
+/// The DevTools inspector for one page, served by the proxy under the credential in its path:
+/// `<base>/inspector/<credential>/inspector.html?<ws|wss>=<host>/inspector/<credential>/page/<id>`
+/// (`wss` for an `https` base), as Chrome's own `devtoolsFrontendUrl` names its socket.
+pub fn inspector_url(base: &str, credential: &str, page: &str) -> String {
+    let (scheme, host) = match base.strip_prefix("https://") {
+        Some(host) => ("wss", host),
+        None => ("ws", base.strip_prefix("http://").unwrap_or(base)),
+    };
+    format!(
+        "{base}/inspector/{credential}/inspector.html?{scheme}={host}/inspector/{credential}/page/{page}"
+    )
+}
+
 /// Browserbase's `SessionLiveURLs`: `debuggerUrl` (the viewer with its tab strip) and
 /// `debuggerFullscreenUrl` (the page alone) over every page with `claims`, and for each of
 /// `pages` the same over that page alone, with a credential bound to it (`page`); `wsUrl`
-/// the session's connect URL.
+/// the session's connect URL. In control mode a page's `debuggerUrl` is the DevTools inspector
+/// on that page ([`inspector_url`]), as Browserbase's is; its `debuggerFullscreenUrl` stays the
+/// viewer.
 pub async fn live_urls(
     signer: &dyn Signer,
     claims: &ViewerClaims,
@@ -242,7 +257,10 @@ pub async fn live_urls(
             Some(Ok(one)) => (signer.sign_viewer(one.clone()).await?, one.page),
             _ => (credential.clone(), None),
         };
-        page["debuggerUrl"] = json!(viewer_url(base, &credential, id.as_deref(), false));
+        page["debuggerUrl"] = json!(match id.as_deref() {
+            Some(id) if claims.mode == Mode::Control => inspector_url(base, &credential, id),
+            _ => viewer_url(base, &credential, id.as_deref(), false),
+        });
         page["debuggerFullscreenUrl"] = json!(viewer_url(base, &credential, id.as_deref(), true));
     }
     Ok(json!({
@@ -293,6 +311,21 @@ mod tests {
         assert_eq!(
             super::viewer_url("http://h:1", "a.b.c", None, false),
             "http://h:1/viewer?t=a.b.c"
+        );
+    }
+
+    #[test]
+    fn the_inspector_names_its_socket_on_the_same_host() {
+        let page = "0123456789ABCDEF0123456789ABCDEF";
+        assert_eq!(
+            super::inspector_url("https://h", "a.b.c", page),
+            format!("https://h/inspector/a.b.c/inspector.html?wss=h/inspector/a.b.c/page/{page}")
+        );
+        assert_eq!(
+            super::inspector_url("http://127.0.0.1:5", "a.b.c", page),
+            format!(
+                "http://127.0.0.1:5/inspector/a.b.c/inspector.html?ws=127.0.0.1:5/inspector/a.b.c/page/{page}"
+            )
         );
     }
 

@@ -1962,6 +1962,26 @@ fn credential_of(url: &Value, base: &str, page: Option<&str>, fullscreen: bool) 
     t.to_owned()
 }
 
+/// The credential of a page's DevTools inspector URL, after checking its shape:
+/// `base/inspector/<t>/inspector.html?ws=<host>/inspector/<t>/page/<page>` (`wss` for https).
+fn inspector_credential_of(url: &Value, base: &str, page: &str) -> String {
+    let url = url.as_str().unwrap_or_else(|| panic!("{url} is not a URL"));
+    let (scheme, host) = match base.strip_prefix("https://") {
+        Some(h) => ("wss", h),
+        None => ("ws", base.strip_prefix("http://").unwrap()),
+    };
+    let rest = url
+        .strip_prefix(&format!("{base}/inspector/"))
+        .unwrap_or_else(|| panic!("{url} is not the inspector on {base}"));
+    let (t, tail) = rest.split_once('/').unwrap();
+    assert_eq!(
+        tail,
+        format!("inspector.html?{scheme}={host}/inspector/{t}/page/{page}"),
+        "{url}"
+    );
+    t.to_owned()
+}
+
 fn validate_viewer(t: &str, session_id: &str) -> Result<viewer::ViewerVerified, TokenError> {
     viewer::validate(
         t,
@@ -2043,9 +2063,10 @@ async fn debug_of_a_running_session_answers_the_live_view_urls_with_viewer_crede
     assert_eq!(page["title"], "A");
     assert_eq!(page["faviconUrl"], "http://127.0.0.1:1/favicon.ico");
     let one = credential_of(&page["debuggerFullscreenUrl"], &base, Some(PAGE_ID), true);
+    // In control mode, the page's debuggerUrl is the DevTools inspector on it, as Browserbase's.
     assert_eq!(
         one,
-        credential_of(&page["debuggerUrl"], &base, Some(PAGE_ID), false)
+        inspector_credential_of(&page["debuggerUrl"], &base, PAGE_ID)
     );
     let v = validate_viewer(&one, "sess_live").unwrap();
     assert_eq!(v.page.as_deref(), Some(PAGE_ID), "bound to its page");
@@ -2111,11 +2132,16 @@ async fn debug_mode_view_and_expires_in_bound_the_credentials() {
         let t = credential_of(&body["debuggerFullscreenUrl"], &base, None, true);
         let v = validate_viewer(&t, "sess_live").unwrap();
         assert_eq!((v.mode, v.exp), (mode, exp as f64), "{query}");
-        let p = credential_of(
-            &body["pages"][0]["debuggerUrl"],
-            &base,
-            Some(PAGE_ID),
-            false,
+        // The inspector in control mode; nothing points at it in view mode.
+        let url = &body["pages"][0]["debuggerUrl"];
+        let p = if mode == viewer::Mode::Control {
+            inspector_credential_of(url, &base, PAGE_ID)
+        } else {
+            credential_of(url, &base, Some(PAGE_ID), false)
+        };
+        assert!(
+            mode == viewer::Mode::Control || !body.to_string().contains("/inspector/"),
+            "{body}"
         );
         let v = validate_viewer(&p, "sess_live").unwrap();
         assert_eq!((v.mode, v.exp), (mode, exp as f64), "{query} (page)");

@@ -1588,7 +1588,6 @@ fn with_tls_every_client_drives_a_page_over_wss_and_the_wire_never_shows_the_tok
     for url in [
         &debug["debuggerUrl"],
         &debug["debuggerFullscreenUrl"],
-        &pages[0]["debuggerUrl"],
         &pages[0]["debuggerFullscreenUrl"],
     ] {
         assert!(
@@ -1597,6 +1596,15 @@ fn with_tls_every_client_drives_a_page_over_wss_and_the_wire_never_shows_the_tok
             "{debug}"
         );
     }
+    // A page's debuggerUrl: the DevTools inspector, its socket on the gateway over wss.
+    let host = gw.strip_prefix("wss://").unwrap();
+    let inspector = pages[0]["debuggerUrl"].as_str().unwrap();
+    assert!(
+        inspector.starts_with(&format!("{viewer}/inspector/"))
+            && inspector.contains(&format!("/inspector.html?wss={host}/inspector/"))
+            && inspector.ends_with(&format!("/page/{}", pages[0]["id"].as_str().unwrap())),
+        "{debug}"
+    );
 
     // Without trusting the authority, a client is refused by its own TLS check.
     let untrusting = node::command("drive.mjs")
@@ -1698,6 +1706,55 @@ fn with_tls_a_second_chromium_opens_the_sdks_live_view_over_https_and_follows_th
     let follow = r["followMs"].as_u64().expect("followMs");
     eprintln!("live view over https followed a navigation in {follow} ms ({r})");
     assert!(follow < 3000, "{r}");
+    s.release(&id);
+    s.stop();
+}
+
+/// A page's `debuggerUrl` as a person opens it, through the TLS gateway: the stock SDK's
+/// `sessions.debug()` names the DevTools inspector on the page (https://, its socket wss:// on the
+/// gateway); a second headless Chromium trusting `serve`'s authority opens it, every request of
+/// the frontend loads and the page's text appears in its Elements panel
+/// (tests/node/inspector.mjs with --base).
+#[test]
+fn with_tls_a_second_chromium_opens_a_pages_debugger_url_the_devtools_inspector() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
+    let s = Server::spawn_with("25", &bin.with_file_name("wallcrawler-controller"), &[TLS]);
+    let gw = s.gateway.clone().expect("a gateway");
+    let ca = s.ca.clone().expect("serve --tls prints caCert:");
+    let v = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
+    assert_eq!(v["status"], "RUNNING", "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let chrome = wallcrawler_testkit::chromium();
+    let out = node::command("inspector.mjs")
+        .args([
+            "--url",
+            v["connectUrl"].as_str().unwrap(),
+            "--session",
+            &id,
+            "--base",
+            &s.base,
+            "--key",
+            &s.key,
+            "--ca",
+            &ca,
+            "--chrome",
+            chrome.to_str().unwrap(),
+            "--timeout-ms",
+            "60000",
+        ])
+        .env("NODE_EXTRA_CA_CERTS", &ca)
+        .output()
+        .unwrap();
+    let r = node::last_json(
+        "inspector.mjs",
+        &String::from_utf8_lossy(&out.stdout),
+        &String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    eprintln!("inspector through the gateway: {r}");
+    assert_eq!(r["origin"], gw.replacen("wss://", "https://", 1), "{r}");
+    assert_eq!(r["socket"], "wss", "{r}");
+    assert_eq!(r["failed"], serde_json::json!([]), "{r}");
     s.release(&id);
     s.stop();
 }
