@@ -16,6 +16,8 @@ mod data_dir;
 mod devtools;
 /// Every download captured, stored and served as a zip.
 mod downloads;
+/// A client's handoff answered with the live view the local platform minted.
+mod handoff;
 
 const WAIT: Duration = Duration::from_secs(60);
 

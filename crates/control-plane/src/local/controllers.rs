@@ -100,6 +100,9 @@ pub struct Controllers {
     pub public_key: String,
     /// Where a controller's exit is recorded.
     pub ends: Ends,
+    /// Mints each session's control-mode live view for its controller (the API's signer: the
+    /// key stays in this process); `None`: controllers get none and refuse handoffs.
+    live_views: Option<Arc<dyn Signer>>,
     children: Arc<Mutex<HashMap<String, u32>>>,
     stopping: Arc<AtomicBool>,
 }
@@ -124,9 +127,32 @@ impl Controllers {
             browsers,
             public_key,
             ends,
+            live_views: None,
             children: Default::default(),
             stopping: Default::default(),
         })
+    }
+
+    /// Controllers started from now on get their session's live view, minted by `signer`.
+    pub fn with_live_views(mut self, signer: Arc<dyn Signer>) -> Self {
+        self.live_views = Some(signer);
+        self
+    }
+
+    /// `session_id`'s control-mode live view, for its controller: `None` without a signer, or
+    /// when the document is gone or expired (the controller then refuses handoffs).
+    async fn live_view(&self, session_id: &str) -> Option<String> {
+        let signer = self.live_views.as_ref()?;
+        let doc = match self.ends.sessions.get(session_id).await {
+            Ok(d) => d?,
+            Err(e) => {
+                warn!(session.id = %session_id, error = %crate::error::chain(&e), "no live view for the controller: its session could not be read");
+                return None;
+            }
+        };
+        let now = wallcrawler_contract::time::unix_millis() / 1000;
+        let grant = crate::task_api::live_view_grant(signer.as_ref(), &doc, now).await?;
+        serde_json::to_string(&grant).ok()
     }
 
     /// The profile directory of controller `name`.
@@ -436,6 +462,12 @@ impl Controllers {
         }
         for (k, v) in &spec.env {
             cmd.env(k, v);
+        }
+        // The credential goes in the child's environment: private to it and its uid on this
+        // machine (Chrome's own is cleared), unlike an ECS override, which DescribeTasks shows
+        // to anyone allowed to describe the task (a task on AWS gets it from the task API).
+        if let Some(grant) = self.live_view(&spec.session_id).await {
+            cmd.env(task_env::LIVE_VIEW_GRANT, grant);
         }
         let (exit_ctl, id) = (self.clone(), spec.session_id.clone());
         let pid = self.spawn(&spec.session_id, cmd, move |how| {
