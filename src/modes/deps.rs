@@ -240,6 +240,7 @@ fn claims(
             Some(Arc::new(DirClaims {
                 queue,
                 owner: p.task_name.clone(),
+                live_view: Default::default(),
             }))
         }
         _ => None,

@@ -141,7 +141,10 @@ impl Controllers {
 
     /// `session_id`'s control-mode live view, for its controller: `None` without a signer, or
     /// when the document is gone or expired (the controller then refuses handoffs).
-    async fn live_view(&self, session_id: &str) -> Option<String> {
+    async fn live_view(
+        &self,
+        session_id: &str,
+    ) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
         let signer = self.live_views.as_ref()?;
         let doc = match self.ends.sessions.get(session_id).await {
             Ok(d) => d?,
@@ -151,8 +154,7 @@ impl Controllers {
             }
         };
         let now = wallcrawler_contract::time::unix_millis() / 1000;
-        let grant = crate::task_api::live_view_grant(signer.as_ref(), &doc, now).await?;
-        serde_json::to_string(&grant).ok()
+        crate::task_api::live_view_grant(signer.as_ref(), &doc, now).await
     }
 
     /// The profile directory of controller `name`.
@@ -467,7 +469,8 @@ impl Controllers {
         // machine (Chrome's own is cleared), unlike an ECS override, which DescribeTasks shows
         // to anyone allowed to describe the task (a task on AWS gets it from the task API).
         if let Some(grant) = self.live_view(&spec.session_id).await {
-            cmd.env(task_env::LIVE_VIEW_GRANT, grant);
+            let json = serde_json::to_string(&grant).expect("grants serialize");
+            cmd.env(task_env::LIVE_VIEW_GRANT, json);
         }
         let (exit_ctl, id) = (self.clone(), spec.session_id.clone());
         let pid = self.spawn(&spec.session_id, cmd, move |how| {
@@ -695,7 +698,10 @@ impl Launcher for LocalPool {
         }
         let queue = self.queue.clone();
         let claim = spec.claim();
-        tokio::task::spawn_blocking(move || queue.send(&claim))
+        // In the claim file (the claims directory is private to this user), read only by the
+        // pool controller that takes it: its answer to a client's handoff request.
+        let live_view = self.ctl.live_view(&spec.session_id).await;
+        tokio::task::spawn_blocking(move || queue.send_with(&claim, live_view.as_ref()))
             .await
             .map_err(|e| StoreError::failed_by("sending the claim", e))?
             .map_err(|e| StoreError::failed_by("sending the claim", e))?;

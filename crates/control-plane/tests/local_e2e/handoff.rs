@@ -30,7 +30,7 @@ impl Server {
     }
 }
 
-/// A session created through the API on `s`; a raw client asks for a person (timeout 3 s):
+/// A session created through the API on `s` (its own controller or a pool's); a raw client asks for a person (timeout 3 s):
 /// answered with a URL the gateway serves, `/debug` shows the handoff while it is pending and
 /// not once it timed out.
 fn a_handoff_round_trip(s: &Server) {
@@ -97,6 +97,15 @@ fn a_cold_sessions_controller_answers_a_handoff_with_its_live_view() {
     let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
         .with_file_name("wallcrawler-controller");
     let s = Server::spawn_with("25", &controller, &[("WALLCRAWLER_POOL_SIZE", "0")]);
+    a_handoff_round_trip(&s);
+    s.stop();
+}
+
+#[test]
+fn a_pool_controller_answers_a_handoff_with_the_live_view_in_its_claim() {
+    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
+        .with_file_name("wallcrawler-controller");
+    let s = Server::spawn_with("25", &controller, &[("WALLCRAWLER_POOL_SIZE", "1")]);
     a_handoff_round_trip(&s);
     s.stop();
 }
