@@ -30,10 +30,10 @@ impl Server {
     }
 }
 
-/// A session created through the API on `s` (its own controller or a pool's); a raw client asks for a person (timeout 3 s):
-/// answered with a URL the gateway serves, `/debug` shows the handoff while it is pending and
-/// not once it timed out.
-fn a_handoff_round_trip(s: &Server) {
+/// A session created through the API on `s` (its own controller or a pool's); a raw client asks
+/// for a person (timeout 3 s): answered with a URL the gateway serves, `/debug` shows the
+/// handoff while it is pending and not once it timed out. The URL's credential.
+fn a_handoff_round_trip(s: &Server) -> String {
     let v = create(s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
     let id = v["id"].as_str().unwrap().to_owned();
     let url = v["connectUrl"].as_str().unwrap().to_owned();
@@ -90,22 +90,40 @@ fn a_handoff_round_trip(s: &Server) {
         200
     );
     s.release(&id);
+    handoff_url.split_once("?t=").unwrap().1.to_owned()
+}
+
+/// `serve` (`pool` warm controllers) logging to a file; the handoff round trip; then neither
+/// the credential nor the URL is in the log, which has the controller's `handoff requested`.
+fn round_trip_logged(pool: &str) {
+    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
+        .with_file_name("wallcrawler-controller");
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("serve.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let s = Server::spawn_to(
+        "25",
+        &controller,
+        &[("WALLCRAWLER_POOL_SIZE", pool)],
+        Stdio::from(file),
+    );
+    let credential = a_handoff_round_trip(&s);
+    s.stop();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("handoff requested"),
+        "the controller's log is here"
+    );
+    assert!(!text.contains(&credential), "the credential is not logged");
+    assert!(!text.contains("/viewer?t="), "no viewer URL is logged");
 }
 
 #[test]
 fn a_cold_sessions_controller_answers_a_handoff_with_its_live_view() {
-    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
-        .with_file_name("wallcrawler-controller");
-    let s = Server::spawn_with("25", &controller, &[("WALLCRAWLER_POOL_SIZE", "0")]);
-    a_handoff_round_trip(&s);
-    s.stop();
+    round_trip_logged("0");
 }
 
 #[test]
 fn a_pool_controller_answers_a_handoff_with_the_live_view_in_its_claim() {
-    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
-        .with_file_name("wallcrawler-controller");
-    let s = Server::spawn_with("25", &controller, &[("WALLCRAWLER_POOL_SIZE", "1")]);
-    a_handoff_round_trip(&s);
-    s.stop();
+    round_trip_logged("1");
 }
