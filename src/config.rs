@@ -209,6 +209,8 @@ settings_group! {
         exit_with_parent = EXIT_WITH_PARENT,
         /// The control plane's task API (https://…, http:// only to a loopback address): on AWS a pool task waits there for its claim instead of on POOL_QUEUE_URL, and every task gets its session's credentials there (scoped to that session; refreshed before they expire) for the sessions table, the bucket and the claim, proving which task it is with a signed STS GetCallerIdentity request. Only with POOL_QUEUE_URL or SESSIONS_TABLE_NAME, and with ECS_CONTAINER_METADATA_URI_V4. Unset: the task role's own credentials, as before [default: unset].
         task_api_url = TASK_API_URL,
+        /// The session's control-mode live view as JSON {"credential","expiresAt","base"?}, what a client's Wallcrawler.requestHandoff is answered with; set by the local platform for a controller it starts for one session (a task on AWS gets it from TASK_API_URL). Not with TASK_API_URL or a pool [default: unset].
+        live_view_grant = LIVE_VIEW_GRANT,
         /// Pool mode: the SQS queue of claims. The controller warms up (Chrome running, the proxy answering 503), serves the first session claimed through the queue, then exits; SESSION_ID, PROJECT_ID and the context come from the claim.
         pool_queue_url = POOL_QUEUE_URL,
         /// Pool mode with a directory queue of claims (the local platform), instead of POOL_QUEUE_URL.
@@ -629,6 +631,8 @@ pub struct RunConfig {
     /// `TASK_API_URL` (no trailing `/`): where the task takes its claim and its session's
     /// credentials (`None`: from the queue, with the task role's own).
     pub task_api: Option<String>,
+    /// `LIVE_VIEW_GRANT`: a single session's live view given by the local platform.
+    pub live_view: Option<wallcrawler_contract::task_api::LiveViewGrant>,
     /// Pool mode: the session comes from a claim.
     pub pool: Option<PoolConfig>,
     /// `EXIT_WITH_PARENT`.
@@ -1100,6 +1104,7 @@ impl RunConfig {
         }
         let agent_uri = r.text(ECS_AGENT_URI);
         let task_api = task_api(&mut r, pool.as_ref(), &store, metadata_uri.is_some());
+        let live_view = live_view_grant(&mut r, pool.is_some() || task_api.is_some());
         let exit_with_parent = r.boolean(EXIT_WITH_PARENT, false);
         let background_nice = background_nice(&mut r);
         r.finish(RunConfig {
@@ -1127,10 +1132,37 @@ impl RunConfig {
             metadata_uri,
             agent_uri,
             task_api,
+            live_view,
             pool,
             exit_with_parent,
             background_nice,
         })
+    }
+}
+
+/// `LIVE_VIEW_GRANT`, checked: JSON of a grant, only for one session's controller off the task
+/// API (`elsewhere`: a pool or the task API, which give their own). Its value is a credential:
+/// no error quotes it.
+fn live_view_grant(
+    r: &mut Reader<'_>,
+    elsewhere: bool,
+) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
+    let text = r.text(LIVE_VIEW_GRANT)?;
+    if elsewhere {
+        r.errors.push(format!(
+            "{LIVE_VIEW_GRANT} is for one session's controller off the task API: a pool \
+             controller's comes with its claim, a task's from {TASK_API_URL}"
+        ));
+        return None;
+    }
+    match serde_json::from_str(&text) {
+        Ok(g) => Some(g),
+        Err(_) => {
+            r.errors.push(format!(
+                "{LIVE_VIEW_GRANT} must be JSON {{\"credential\",\"expiresAt\",\"base\"?}}"
+            ));
+            None
+        }
     }
 }
 
@@ -2027,6 +2059,47 @@ MCowBQYDK2VwAyEA9wFNLln1FAfDioMFnpReLaKEhyk0em6z3gbXQRbFQkQ=
             vec![
                 "TASK_API_URL needs ECS_CONTAINER_METADATA_URI_V4 (set by ECS): the task API \
                  hands a session to the task its ARN names"
+                    .to_owned()
+            ]
+        );
+    }
+
+    #[test]
+    fn a_live_view_grant_is_read_for_one_sessions_controller_only_and_never_quoted() {
+        let one = [
+            ("SESSION_ID", "sess_1"),
+            ("SESSIONS_DIR", "/s"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
+        ];
+        let with = |base: &[(&'static str, &str)], grant: &str| {
+            let mut pairs = base.to_vec();
+            pairs.push(("LIVE_VIEW_GRANT", grant));
+            RunConfig::from_settings(&map(&pairs))
+        };
+        let c = with(
+            &one,
+            r#"{"credential":"c.r.e","expiresAt":9,"base":"http://g:1"}"#,
+        )
+        .unwrap();
+        let lv = c.live_view.expect("the grant");
+        assert_eq!(lv.url("http://own:2"), "http://g:1/viewer?t=c.r.e");
+        assert_eq!(lv.expires_at, 9);
+        let e = with(&one, "secret-not-json").unwrap_err();
+        assert_eq!(
+            e.0,
+            vec![r#"LIVE_VIEW_GRANT must be JSON {"credential","expiresAt","base"?}"#.to_owned()]
+        );
+        let pool = [
+            ("POOL_QUEUE_DIR", "/q"),
+            ("SESSIONS_DIR", "/s"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
+        ];
+        let e = with(&pool, r#"{"credential":"c","expiresAt":9}"#).unwrap_err();
+        assert_eq!(
+            e.0,
+            vec![
+                "LIVE_VIEW_GRANT is for one session's controller off the task API: a pool \
+                 controller's comes with its claim, a task's from TASK_API_URL"
                     .to_owned()
             ]
         );

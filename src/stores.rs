@@ -382,6 +382,8 @@ pub struct DirClaims {
     pub queue: DirQueue,
     /// Who takes the claims (this controller), as the queue records it.
     pub owner: String,
+    /// The live view the last claim taken carried (the local platform's grant).
+    pub live_view: std::sync::Mutex<Option<wallcrawler_contract::task_api::LiveViewGrant>>,
 }
 
 /// How often a directory queue is looked at while waiting (a `readdir` of a few entries).
@@ -402,6 +404,8 @@ impl ClaimQueue for DirClaims {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             if let Some(t) = self.queue.take(&self.owner).map_err(Self::io)? {
+                *self.live_view.lock().unwrap_or_else(|p| p.into_inner()) =
+                    wallcrawler_contract::claim::live_view_of(&t.body);
                 return Ok(Some(Received {
                     body: t.body,
                     receipt: t.name,
@@ -416,6 +420,12 @@ impl ClaimQueue for DirClaims {
     /// A claim is taken by one `rename`, between two polls: nothing is in flight.
     fn receive_is_cancel_safe(&self) -> bool {
         true
+    }
+    fn live_view(&self) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
+        self.live_view
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
     async fn complete(&self, receipt: &str) -> Result<(), StoreError> {
         self.queue.complete(receipt, &self.owner).map_err(Self::io)

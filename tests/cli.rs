@@ -173,6 +173,7 @@ fn help_documents_every_variable() {
         "POOL_TASK_NAME",
         "EXIT_WITH_PARENT",
         "TASK_API_URL",
+        "LIVE_VIEW_GRANT",
     ] {
         assert!(help.contains(var), "{var} not in run --help");
     }

@@ -69,7 +69,11 @@ async fn build_with(c: &RunConfig, sdk: Option<&SdkConfig>) -> Result<Deps, Deps
         (None, _) => None,
     };
     Ok(Deps {
-        live_view: api.as_ref().and_then(|a| a.live_view.clone()),
+        // The task API's grant, or the one the local platform gave a controller it started.
+        live_view: api
+            .as_ref()
+            .and_then(|a| a.live_view.clone())
+            .or_else(|| c.live_view.clone()),
         sessions: sessions(&c.store, session_sdk),
         // A pool's own archive place, when it has one, over the configured context's.
         archives: pool
@@ -236,6 +240,7 @@ fn claims(
             Some(Arc::new(DirClaims {
                 queue,
                 owner: p.task_name.clone(),
+                live_view: Default::default(),
             }))
         }
         _ => None,

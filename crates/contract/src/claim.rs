@@ -168,6 +168,17 @@ impl Claim {
     }
 }
 
+/// The member of a claim file in a [`DirQueue`] holding the session's live view (the local
+/// platform's pool); [`Claim::parse`] ignores it.
+pub const LIVE_VIEW_MEMBER: &str = "liveView";
+
+/// The live view in a claim file's [`LIVE_VIEW_MEMBER`], if it has a valid one (the claim
+/// parses the same with or without the member).
+pub fn live_view_of(body: &[u8]) -> Option<crate::task_api::LiveViewGrant> {
+    let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    serde_json::from_value(v.get_mut(LIVE_VIEW_MEMBER)?.take()).ok()
+}
+
 /// A claim taken from a [`DirQueue`]: its body and the handle to settle it with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taken {
@@ -223,7 +234,26 @@ impl DirQueue {
 
     /// Enqueues a claim (written aside, then renamed in: a reader never sees half a claim).
     pub fn send(&self, claim: &Claim) -> io::Result<String> {
+        self.send_with(claim, None)
+    }
+
+    /// [`DirQueue::send`] with the session's control-mode live view in the claim file's
+    /// [`LIVE_VIEW_MEMBER`] (a credential: the directory is owner-only, unlike an SQS message,
+    /// which carries none; only a directory queue's reader takes it, see [`live_view_of`]).
+    pub fn send_with(
+        &self,
+        claim: &Claim,
+        live_view: Option<&crate::task_api::LiveViewGrant>,
+    ) -> io::Result<String> {
         self.init()?;
+        let body = match live_view {
+            None => claim.to_json(),
+            Some(lv) => {
+                let mut v = serde_json::to_value(claim).expect("claims serialize");
+                v[LIVE_VIEW_MEMBER] = serde_json::to_value(lv).expect("grants serialize");
+                v.to_string()
+            }
+        };
         let seq = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
@@ -231,7 +261,7 @@ impl DirQueue {
         let name = format!("{seq:039}-{}.json", claim.session_id);
         let (tmp, mut f) = crate::private_fs::create_temp(&self.dir.join("tmp"), &name)?;
         let sent = f
-            .write_all(claim.to_json().as_bytes())
+            .write_all(body.as_bytes())
             .and_then(|()| f.sync_all())
             .and_then(|()| fs::rename(&tmp, self.dir.join(NEW).join(&name)));
         if sent.is_err() {
@@ -498,6 +528,27 @@ mod tests {
             Claim::parse(br#"{"sessionId":"s"}"#),
             Err(ClaimError::Shape(_))
         ));
+    }
+
+    #[test]
+    fn a_claim_files_live_view_is_read_by_its_taker_and_the_claim_parses_as_without() {
+        let d = tempfile::tempdir().unwrap();
+        let q = DirQueue::new(d.path());
+        let lv = crate::task_api::LiveViewGrant {
+            credential: "a.b.c".into(),
+            expires_at: 9,
+            base: Some("http://127.0.0.1:1".into()),
+        };
+        q.send_with(&claim("sess_a"), Some(&lv)).unwrap();
+        q.send(&claim("sess_b")).unwrap();
+        let a = q.take("one").unwrap().unwrap();
+        assert_eq!(Claim::parse(&a.body).unwrap(), claim("sess_a"));
+        assert_eq!(live_view_of(&a.body), Some(lv));
+        assert_eq!(q.claims_of("one"), vec![claim("sess_a")]);
+        let b = q.take("two").unwrap().unwrap();
+        assert_eq!(live_view_of(&b.body), None);
+        assert_eq!(live_view_of(br#"{"liveView":{"credential":1}}"#), None);
+        assert_eq!(live_view_of(b"not json"), None);
     }
 
     #[test]

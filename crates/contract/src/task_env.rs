@@ -75,6 +75,12 @@ pub const LOG_FORMAT: &str = "LOG_FORMAT";
 /// and its session's credentials there ([`crate::task_api`]), never from the queue, table or
 /// bucket with its own role.
 pub const TASK_API_URL: &str = "TASK_API_URL";
+/// The local platform's single-session controller: the session's control-mode live view
+/// ([`crate::task_api::LiveViewGrant`] as JSON), minted by the local control plane, which holds
+/// the signing key. A secret: set only where a process's environment is private to it (a child
+/// process on one machine), never in an ECS override (DescribeTasks shows those); a task on AWS
+/// gets its grant from the task API instead.
+pub const LIVE_VIEW_GRANT: &str = "LIVE_VIEW_GRANT";
 
 /// Pool mode: the SQS queue of claims.
 pub const POOL_QUEUE_URL: &str = "POOL_QUEUE_URL";

@@ -39,7 +39,7 @@ use wallcrawler_contract::task_api::{
 };
 
 use crate::error::{ApiError, StoreError};
-use crate::stores::StoreResult;
+use crate::stores::{Signer, StoreResult};
 
 /// The largest request body either route takes (a real one is under 100 bytes).
 pub const MAX_BODY_BYTES: usize = 1024;
@@ -244,6 +244,35 @@ async fn credentials(
         None => {
             info!(task.id = %task.task_id, session.id = %req.session_id, "credentials refused: not the task's session");
             Err(forbidden())
+        }
+    }
+}
+
+/// `doc`'s control-mode live view for the controller serving it (what it answers a
+/// `Wallcrawler.requestHandoff` with): a viewer credential until the session's expiry, on the
+/// gateway's origin when the session's `connectUrl` is the gateway's (else the controller's own
+/// address, `base` absent). `None` for an expired session or a signing failure (then handoffs
+/// are refused; logged without the credential).
+pub async fn live_view_grant(
+    signer: &dyn Signer,
+    doc: &wallcrawler_contract::session_doc::SessionDoc,
+    now: u64,
+) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
+    use wallcrawler_contract::viewer::{Mode, ViewerClaims};
+    let ttl = doc.expires_at.checked_sub(now).filter(|t| *t > 0)?;
+    let claims = ViewerClaims::new(&doc.session_id, &doc.project_id, Mode::Control, now, ttl);
+    match signer.sign_viewer(claims).await {
+        Ok(credential) => Some(wallcrawler_contract::task_api::LiveViewGrant {
+            credential,
+            expires_at: doc.expires_at,
+            base: doc
+                .connect_url
+                .as_deref()
+                .and_then(crate::debug::viewer_base),
+        }),
+        Err(e) => {
+            tracing::warn!(session.id = %doc.session_id, error = %crate::error::chain(&e), "no live view for the controller: handoffs will be refused");
+            None
         }
     }
 }

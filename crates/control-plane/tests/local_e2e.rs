@@ -16,6 +16,8 @@ mod data_dir;
 mod devtools;
 /// Every download captured, stored and served as a zip.
 mod downloads;
+/// A client's handoff answered with the live view the local platform minted.
+mod handoff;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -59,6 +61,16 @@ impl Server {
     /// [`Server::spawn`] with more environment for `serve` (and the settings it passes
     /// through to its controllers).
     fn spawn_with(create_wait: &str, controller: &std::path::Path, env: &[(&str, &str)]) -> Server {
+        Self::spawn_to(create_wait, controller, env, Stdio::inherit())
+    }
+
+    /// [`Server::spawn_with`], `serve`'s log (and its controllers') going to `stderr`.
+    fn spawn_to(
+        create_wait: &str,
+        controller: &std::path::Path,
+        env: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> Server {
         let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
         let data = tempfile::tempdir().unwrap();
         let data_dir = data.path().join("data");
@@ -73,7 +85,7 @@ impl Server {
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();

@@ -25,7 +25,6 @@ use super::{Config, DynamoSessions, TaskApiSettings, sdk_error};
 use crate::error::StoreError;
 use crate::stores::{Cond, SessionStore, Signer, StoreResult};
 use crate::task_api::{Broker, ClaimOutcome};
-use wallcrawler_contract::viewer::{Mode, ViewerClaims};
 
 const SQS: &str = "the claims queue";
 const TASKS: &str = "the tasks table";
@@ -97,22 +96,7 @@ impl TaskBroker {
     /// gateway's origin when clients connect through one. `None` (handoffs refused by the
     /// task) when it cannot be minted: the claim is served all the same.
     async fn live_view(&self, doc: &SessionDoc, now: u64) -> Option<LiveViewGrant> {
-        let ttl = doc.expires_at.checked_sub(now).filter(|t| *t > 0)?;
-        let claims = ViewerClaims::new(&doc.session_id, &doc.project_id, Mode::Control, now, ttl);
-        match self.signer.sign_viewer(claims).await {
-            Ok(credential) => Some(LiveViewGrant {
-                credential,
-                expires_at: doc.expires_at,
-                base: doc
-                    .connect_url
-                    .as_deref()
-                    .and_then(crate::debug::viewer_base),
-            }),
-            Err(e) => {
-                warn!(session.id = %doc.session_id, error = %crate::error::chain(&e), "no live view for the grant: handoffs will be refused");
-                None
-            }
-        }
+        crate::task_api::live_view_grant(self.signer.as_ref(), doc, now).await
     }
 
     /// The caller's task ARN, as its task metadata and the session items name it.

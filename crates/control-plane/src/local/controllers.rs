@@ -100,6 +100,9 @@ pub struct Controllers {
     pub public_key: String,
     /// Where a controller's exit is recorded.
     pub ends: Ends,
+    /// Mints each session's control-mode live view for its controller (the API's signer: the
+    /// key stays in this process); `None`: controllers get none and refuse handoffs.
+    live_views: Option<Arc<dyn Signer>>,
     children: Arc<Mutex<HashMap<String, u32>>>,
     stopping: Arc<AtomicBool>,
 }
@@ -124,9 +127,34 @@ impl Controllers {
             browsers,
             public_key,
             ends,
+            live_views: None,
             children: Default::default(),
             stopping: Default::default(),
         })
+    }
+
+    /// Controllers started from now on get their session's live view, minted by `signer`.
+    pub fn with_live_views(mut self, signer: Arc<dyn Signer>) -> Self {
+        self.live_views = Some(signer);
+        self
+    }
+
+    /// `session_id`'s control-mode live view, for its controller: `None` without a signer, or
+    /// when the document is gone or expired (the controller then refuses handoffs).
+    async fn live_view(
+        &self,
+        session_id: &str,
+    ) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
+        let signer = self.live_views.as_ref()?;
+        let doc = match self.ends.sessions.get(session_id).await {
+            Ok(d) => d?,
+            Err(e) => {
+                warn!(session.id = %session_id, error = %crate::error::chain(&e), "no live view for the controller: its session could not be read");
+                return None;
+            }
+        };
+        let now = wallcrawler_contract::time::unix_millis() / 1000;
+        crate::task_api::live_view_grant(signer.as_ref(), &doc, now).await
     }
 
     /// The profile directory of controller `name`.
@@ -437,6 +465,13 @@ impl Controllers {
         for (k, v) in &spec.env {
             cmd.env(k, v);
         }
+        // The credential goes in the child's environment: private to it and its uid on this
+        // machine (Chrome's own is cleared), unlike an ECS override, which DescribeTasks shows
+        // to anyone allowed to describe the task (a task on AWS gets it from the task API).
+        if let Some(grant) = self.live_view(&spec.session_id).await {
+            let json = serde_json::to_string(&grant).expect("grants serialize");
+            cmd.env(task_env::LIVE_VIEW_GRANT, json);
+        }
         let (exit_ctl, id) = (self.clone(), spec.session_id.clone());
         let pid = self.spawn(&spec.session_id, cmd, move |how| {
             Box::pin(async move {
@@ -663,7 +698,10 @@ impl Launcher for LocalPool {
         }
         let queue = self.queue.clone();
         let claim = spec.claim();
-        tokio::task::spawn_blocking(move || queue.send(&claim))
+        // In the claim file (the claims directory is private to this user), read only by the
+        // pool controller that takes it: its answer to a client's handoff request.
+        let live_view = self.ctl.live_view(&spec.session_id).await;
+        tokio::task::spawn_blocking(move || queue.send_with(&claim, live_view.as_ref()))
             .await
             .map_err(|e| StoreError::failed_by("sending the claim", e))?
             .map_err(|e| StoreError::failed_by("sending the claim", e))?;

@@ -98,8 +98,11 @@ impl LocalServer {
             slots: slots.clone(),
             contexts: contexts.clone(),
         };
+        let signer: Arc<dyn crate::stores::Signer> = Arc::new(StaticSigner(key));
+        // Controllers get their session's live view (for handoffs) minted here.
         let controllers =
-            Controllers::new(controller_bin(), data_dir.to_owned(), public_key, ends)?;
+            Controllers::new(controller_bin(), data_dir.to_owned(), public_key, ends)?
+                .with_live_views(signer.clone());
         let pool = match pool {
             0 => None,
             n => Some(LocalPool::new(controllers.clone(), n)?),
@@ -116,7 +119,7 @@ impl LocalServer {
                 dir: data_dir.join("contexts"),
             }),
             launcher,
-            signer: Arc::new(StaticSigner(key)),
+            signer,
             clock: Arc::new(SystemClock),
             settings,
         };
