@@ -217,7 +217,7 @@ impl RelayLoop {
     }
 }
 
-/// Sends frames to one relayed connection's client (see [`RelayLoop::injector`]).
+/// Sends messages to one relayed connection's client (see [`RelayLoop::injector`]).
 #[derive(Clone)]
 pub struct Injector {
     commands: Arc<Mutex<Vec<Command>>>,
@@ -225,7 +225,9 @@ pub struct Injector {
 }
 
 impl crate::viewer::handoff::Deliver for Injector {
-    fn deliver(&self, conn: u64, frame: Vec<u8>) {
+    fn deliver(&self, conn: u64, text: String) {
+        // A whole unmasked text frame, as the client takes it from a server.
+        let frame = inspect::frame_of(0x1, text.as_bytes(), false);
         // Once the thread is gone nothing reads the commands: one more is only dropped later.
         self.commands
             .lock()
@@ -971,8 +973,9 @@ mod tests {
         let (cb, hb, _, _) = &mut b[0];
         ha.write_all(&event[..10]).unwrap();
         assert_eq!(read_n(ca, 10), event[..10]);
-        let injected = inspect::frame_of(1, br#"{"method":"Wallcrawler.handoffCompleted"}"#, false);
-        relays.injector().deliver(*ida, injected.clone());
+        let text = r#"{"method":"Wallcrawler.handoffCompleted"}"#;
+        let injected = inspect::frame_of(1, text.as_bytes(), false);
+        relays.injector().deliver(*ida, text.to_owned());
         ha.write_all(&event[10..]).unwrap();
         assert_eq!(read_n(ca, event.len() - 10), event[10..]);
         assert_eq!(read_n(ca, injected.len()), injected);
@@ -981,7 +984,7 @@ mod tests {
         assert_eq!(read_n(cb, 4), b"\x81\x02{}");
         // An ended connection's id is forgotten: delivering to it is dropped.
         drop(ends.remove(0));
-        relays.injector().deliver(u64::MAX, injected);
+        relays.injector().deliver(u64::MAX, text.to_owned());
     }
 
     /// What the inspector cannot judge ends the connection with a close frame to the client;

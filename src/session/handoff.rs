@@ -60,7 +60,7 @@ mod tests {
 
     struct Nowhere;
     impl Deliver for Nowhere {
-        fn deliver(&self, _: u64, _: Vec<u8>) {}
+        fn deliver(&self, _: u64, _: String) {}
     }
 
     /// A handoff asked for appears in the item (a session directory here, the local

@@ -120,10 +120,12 @@ pub fn error_answer(id: &Value, session_id: Option<&Value>, code: i64, message: 
     )
 }
 
-/// Hands a whole frame to one client connection (the relay, between Chrome's messages).
+/// Hands a CDP message to one client connection (the relay frames it and sends it between
+/// Chrome's messages).
 pub trait Deliver: Send + Sync {
-    /// Queues `frame` for the client of relayed connection `conn` (dropped if it has ended).
-    fn deliver(&self, conn: u64, frame: Vec<u8>);
+    /// Queues the text message `text` for the client of relayed connection `conn` (dropped if
+    /// it has ended).
+    fn deliver(&self, conn: u64, text: String);
 }
 
 /// What a viewer is shown of the pending handoff.
@@ -281,10 +283,7 @@ impl Handoffs {
             event.insert("sessionId".into(), s);
         }
         let text = Value::Object(event).to_string();
-        self.deliver.deliver(
-            p.conn,
-            crate::proxy::inspect::frame_of(0x1, text.as_bytes(), false),
-        );
+        self.deliver.deliver(p.conn, text);
         self.shown.send_replace(None);
         self.changed.notify_one();
         true
@@ -320,10 +319,8 @@ mod tests {
     struct Sent(Mutex<Vec<(u64, Value)>>);
 
     impl Deliver for Sent {
-        fn deliver(&self, conn: u64, frame: Vec<u8>) {
-            // An unmasked text frame: the payload after a 2- or 4-byte header.
-            let at = if frame[1] == 126 { 4 } else { 2 };
-            let v = serde_json::from_slice(&frame[at..]).unwrap();
+        fn deliver(&self, conn: u64, text: String) {
+            let v = serde_json::from_str(&text).unwrap();
             lock(&self.0).push((conn, v));
         }
     }
