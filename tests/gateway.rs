@@ -12,7 +12,7 @@ use wallcrawler_contract::{Claims, InternalStatus, SigningKey};
 
 use crate::support::upstream::{FakeUpstream, UpEvent};
 use crate::support::{
-    Controller, KEY, WAIT, now, public_key, raw_http, status_of, token, upgrade_request,
+    Controller, KEY, WAIT, first_head, now, public_key, raw_http, status_of, token, upgrade_request,
 };
 
 const A: &str = "sess_aaaaaaaa-0000-0000-0000-000000000001";
@@ -797,20 +797,6 @@ fn viewer_credential(key: &str, session: &str, mode: &str, valid: std::ops::Rang
         valid.end - valid.start,
     )
     .mint(&wallcrawler_testkit::keys::signing_key(key))
-}
-
-/// Sends `request` and returns the socket once the answer's head arrived, with that head.
-fn first_head(gw: SocketAddr, request: &[u8]) -> (TcpStream, String) {
-    let mut s = TcpStream::connect(gw).unwrap();
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    s.write_all(request).unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "closed before an answer");
-        head.push(b[0]);
-    }
-    (s, String::from_utf8(head).unwrap())
 }
 
 fn viewer_get(target: &str, host: &str, extra: &[&str]) -> Vec<u8> {

@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{Controller, LocalSession, bin, chromium, node, private_key_file};
+use crate::support::{Controller, LocalSession, private_key_file};
 
 fn controller() -> (Controller, LocalSession) {
     Controller::local(
@@ -20,30 +20,7 @@ fn controller() -> (Controller, LocalSession) {
 }
 
 fn scenario(s: &LocalSession, name: &str) -> Value {
-    let chrome = chromium();
-    let session = s.session_id();
-    let mint = bin();
-    let r = node(
-        "handoff.mjs",
-        &[
-            "--url",
-            &s.connect_url,
-            "--session",
-            &session,
-            "--mint",
-            mint.to_str().unwrap(),
-            "--key-file",
-            private_key_file(),
-            "--chrome",
-            chrome.to_str().unwrap(),
-            "--scenario",
-            name,
-            "--timeout-ms",
-            "60000",
-        ],
-    );
-    assert_eq!(r["ok"], true, "{name}: {r}");
-    r
+    s.node_viewer("handoff.mjs", &["--scenario", name])
 }
 
 /// The credential in a viewer URL (what no log line may hold).

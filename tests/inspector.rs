@@ -8,38 +8,20 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
 use crate::support::{
-    Controller, KEY, LocalSession, WAIT, bin, chromium, node, now, private_key_file, raw_http,
-    status_of, upgrade_request,
+    Controller, KEY, LocalSession, WAIT, first_head, now, raw_http, status_of, upgrade_request,
 };
 
 fn controller() -> (Controller, LocalSession, SocketAddr) {
-    let envs = [
-        ("METRICS_ADDR", "127.0.0.1:0"),
-        ("LOG_FORMAT", "json"),
-        ("WALLCRAWLER_JWT_PRIVATE_KEY_FILE", private_key_file()),
-    ];
-    let (mut c, s) = Controller::local(&[], &envs);
-    let ev = c.wait_event(|e| e["message"] == "metrics listening");
-    let metrics: SocketAddr = ev["addr"].as_str().expect("addr field").parse().unwrap();
-    (c, s, metrics)
+    Controller::local_signing(&[])
 }
 
 fn credential(s: &LocalSession, mode: &str, page: Option<&str>) -> String {
-    wallcrawler_testkit::keys::mint_viewer(KEY, &s.session_id(), mode, page, now()..now() + 600)
+    s.viewer_credential(mode, page)
 }
 
-/// The head of the answer to `request` (read byte by byte: a 101 keeps the socket open).
+/// The head of the answer to `request` (a 101 keeps the socket open).
 fn head_of(addr: SocketAddr, request: &[u8]) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    s.write_all(request).unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "closed before an answer");
-        head.push(b[0]);
-    }
-    String::from_utf8(head).unwrap()
+    first_head(addr, request).1
 }
 
 /// The id of the session's one page, from the proxy's `/json/list`.
@@ -66,29 +48,8 @@ fn page_id(s: &LocalSession) -> String {
 #[test]
 fn a_second_chromium_opens_the_inspector_on_the_sessions_page() {
     let (c, s, metrics) = controller();
-    let chrome = chromium();
-    let mint = bin();
     let metrics = format!("http://{metrics}/metrics");
-    let r = node(
-        "inspector.mjs",
-        &[
-            "--url",
-            &s.connect_url,
-            "--session",
-            &s.session_id(),
-            "--mint",
-            mint.to_str().unwrap(),
-            "--key-file",
-            private_key_file(),
-            "--chrome",
-            chrome.to_str().unwrap(),
-            "--metrics",
-            &metrics,
-            "--timeout-ms",
-            "60000",
-        ],
-    );
-    assert_eq!(r["ok"], true, "{r}");
+    let r = s.node_viewer("inspector.mjs", &["--metrics", &metrics]);
     eprintln!("inspector: {r}");
     assert_eq!(r["failed"], serde_json::json!([]), "{r}");
     assert_eq!(

@@ -10,58 +10,22 @@
 use std::net::SocketAddr;
 
 use crate::support::{
-    Controller, KEY, LocalSession, bin, chromium, node, now, private_key_file, raw_http, status_of,
-    upgrade_request,
+    Controller, KEY, LocalSession, chromium, now, raw_http, status_of, upgrade_request,
 };
 
-/// A local controller signing with [`KEY`], with its metrics listener, and that listener's
-/// address.
+/// A local controller signing with [`KEY`], its metrics listener's address.
 fn controller(envs: &[(&str, &str)]) -> (Controller, LocalSession, SocketAddr) {
-    let mut all = vec![
-        ("METRICS_ADDR", "127.0.0.1:0"),
-        ("LOG_FORMAT", "json"),
-        ("WALLCRAWLER_JWT_PRIVATE_KEY_FILE", private_key_file()),
-    ];
-    all.extend_from_slice(envs);
-    let (mut c, s) = Controller::local(&[], &all);
-    let ev = c.wait_event(|e| e["message"] == "metrics listening");
-    let metrics: SocketAddr = ev["addr"].as_str().expect("addr field").parse().unwrap();
-    (c, s, metrics)
+    Controller::local_signing(envs)
 }
 
 /// A viewer credential for `s`'s session in `mode`, for one `page` when given.
 fn credential(s: &LocalSession, mode: &str, page: Option<&str>) -> String {
-    wallcrawler_testkit::keys::mint_viewer(KEY, &s.session_id(), mode, page, now()..now() + 600)
+    s.viewer_credential(mode, page)
 }
 
 fn scenario(s: &LocalSession, name: &str, metrics: SocketAddr) -> serde_json::Value {
-    let chrome = chromium();
     let metrics = format!("http://{metrics}/metrics");
-    let session = s.session_id();
-    let mint = bin();
-    let r = node(
-        "viewer.mjs",
-        &[
-            "--url",
-            &s.connect_url,
-            "--session",
-            &session,
-            "--mint",
-            mint.to_str().unwrap(),
-            "--key-file",
-            private_key_file(),
-            "--chrome",
-            chrome.to_str().unwrap(),
-            "--scenario",
-            name,
-            "--metrics",
-            &metrics,
-            "--timeout-ms",
-            "60000",
-        ],
-    );
-    assert_eq!(r["ok"], true, "{name}: {r}");
-    r
+    s.node_viewer("viewer.mjs", &["--scenario", name, "--metrics", &metrics])
 }
 
 #[test]

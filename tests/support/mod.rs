@@ -162,6 +162,21 @@ impl Controller {
         }
     }
 
+    /// `local --port 0` signing with [`KEY`] (so a test mints viewer credentials), with `envs`
+    /// and its metrics listener; that listener's address.
+    pub fn local_signing(envs: &[(&str, &str)]) -> (Controller, LocalSession, SocketAddr) {
+        let mut all = vec![
+            ("METRICS_ADDR", "127.0.0.1:0"),
+            ("LOG_FORMAT", "json"),
+            ("WALLCRAWLER_JWT_PRIVATE_KEY_FILE", private_key_file()),
+        ];
+        all.extend_from_slice(envs);
+        let (mut c, s) = Controller::local(&[], &all);
+        let ev = c.wait_event(|e| e["message"] == "metrics listening");
+        let metrics = ev["addr"].as_str().expect("addr field").parse().unwrap();
+        (c, s, metrics)
+    }
+
     /// `local --port 0` with real Chromium; waits for the connectUrl.
     pub fn local(extra_args: &[&str], envs: &[(&str, &str)]) -> (Controller, LocalSession) {
         Controller::local_via(&[], extra_args, envs)
@@ -349,6 +364,45 @@ impl LocalSession {
         )
     }
 
+    /// A live-view credential for this session in `mode` (`view` or `control`), for one
+    /// `page` when given, signed with [`KEY`] (the key of a [`Controller::local_signing`]),
+    /// valid for ten minutes.
+    pub fn viewer_credential(&self, mode: &str, page: Option<&str>) -> String {
+        let from = now();
+        wallcrawler_testkit::keys::mint_viewer(
+            KEY,
+            &self.session_id(),
+            mode,
+            page,
+            from..from + 600,
+        )
+    }
+
+    /// Runs `script` (tests/node) on this session: `--url` its connectUrl, `--session` its id,
+    /// `--mint`/`--key-file` to mint viewer credentials with `wallcrawler-controller token
+    /// --viewer` and [`KEY`], `--chrome` the viewer's browser, then `extra`; asserts `ok`.
+    pub fn node_viewer(&self, script: &str, extra: &[&str]) -> serde_json::Value {
+        let (chrome, mint, session) = (chromium(), bin(), self.session_id());
+        let mut args = vec![
+            "--url",
+            &self.connect_url,
+            "--session",
+            &session,
+            "--mint",
+            mint.to_str().unwrap(),
+            "--key-file",
+            private_key_file(),
+            "--chrome",
+            chrome.to_str().unwrap(),
+            "--timeout-ms",
+            "60000",
+        ];
+        args.extend_from_slice(extra);
+        let r = node(script, &args);
+        assert_eq!(r["ok"], true, "{script} {extra:?}: {r}");
+        r
+    }
+
     /// The session id inside the local token.
     pub fn session_id(&self) -> String {
         use base64::Engine;
@@ -359,6 +413,22 @@ impl LocalSession {
         let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
         v["sessionId"].as_str().unwrap().to_owned()
     }
+}
+
+/// Sends `request` to `addr` and returns the socket once the answer's head arrived (read
+/// byte by byte: a 101 keeps the socket open), with that head.
+pub fn first_head(addr: SocketAddr, request: &[u8]) -> (std::net::TcpStream, String) {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(request).unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "closed before an answer");
+        head.push(b[0]);
+    }
+    (s, String::from_utf8(head).unwrap())
 }
 
 /// One raw HTTP exchange: sends `request` bytes, reads until the server closes (bounded).
