@@ -1022,28 +1022,8 @@ mod tests {
     async fn no_read_of_a_session_item_asks_for_or_receives_its_token() {
         let sdk = wallcrawler_testkit::moto::sdk_config().await;
         let admin = aws_sdk_dynamodb::Client::new(&sdk);
-        let table = wallcrawler_testkit::unique("sessions");
-        admin
-            .create_table()
-            .table_name(&table)
-            .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
-            .attribute_definitions(
-                aws_sdk_dynamodb::types::AttributeDefinition::builder()
-                    .attribute_name(attr::SESSION_ID)
-                    .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
-                    .build()
-                    .unwrap(),
-            )
-            .key_schema(
-                aws_sdk_dynamodb::types::KeySchemaElement::builder()
-                    .attribute_name(attr::SESSION_ID)
-                    .key_type(aws_sdk_dynamodb::types::KeyType::Hash)
-                    .build()
-                    .unwrap(),
-            )
-            .send()
-            .await
-            .unwrap();
+        let table =
+            wallcrawler_testkit::tables::create(&sdk, &wallcrawler_testkit::tables::SESSIONS).await;
         pending_item(&admin, &table, "sess_held", "arn:other").await;
         pending_item(&admin, &table, "sess_free", "arn:me").await;
 
@@ -1138,28 +1118,8 @@ mod tests {
     async fn the_handoff_is_written_by_the_owner_alone_naming_task_writes_only() {
         let sdk = wallcrawler_testkit::moto::sdk_config().await;
         let admin = aws_sdk_dynamodb::Client::new(&sdk);
-        let table = wallcrawler_testkit::unique("sessions");
-        admin
-            .create_table()
-            .table_name(&table)
-            .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
-            .attribute_definitions(
-                aws_sdk_dynamodb::types::AttributeDefinition::builder()
-                    .attribute_name(attr::SESSION_ID)
-                    .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
-                    .build()
-                    .unwrap(),
-            )
-            .key_schema(
-                aws_sdk_dynamodb::types::KeySchemaElement::builder()
-                    .attribute_name(attr::SESSION_ID)
-                    .key_type(aws_sdk_dynamodb::types::KeyType::Hash)
-                    .build()
-                    .unwrap(),
-            )
-            .send()
-            .await
-            .unwrap();
+        let table =
+            wallcrawler_testkit::tables::create(&sdk, &wallcrawler_testkit::tables::SESSIONS).await;
         pending_item(&admin, &table, "sess_held", "arn:other").await;
         pending_item(&admin, &table, "sess_mine", "arn:me").await;
         let wire = Wire::default();

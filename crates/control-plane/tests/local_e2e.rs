@@ -1662,14 +1662,10 @@ fn with_tls_every_client_drives_a_page_over_wss_and_the_wire_never_shows_the_tok
     s.stop();
 }
 
-/// The live view as a person opens it, through the TLS gateway: the session shows a red page;
-/// the stock SDK's `sessions.debug()` names its `debuggerFullscreenUrl` (https://, on the
-/// gateway); a second headless Chromium that trusts `serve`'s authority from an NSS db in its
-/// HOME (as `certutil` adds one for a person; no certificate error ignored) opens it, a
-/// screenshot shows red, and a navigation to green is followed. A Chromium without the
-/// authority is refused the URL by its own TLS check (tests/node/viewer.mjs `sdk`).
-#[test]
-fn with_tls_a_second_chromium_opens_the_sdks_live_view_over_https_and_follows_the_page() {
+/// `script` (tests/node) run as a person on a new session of a `serve --tls` platform, its
+/// Chromium trusting `serve`'s authority; `extra` after the common arguments. Returns the
+/// script's answer (asserted `ok`), the gateway's `https://` origin and the platform.
+fn a_person_over_tls(script: &str, extra: &[&str]) -> (serde_json::Value, String, Server) {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
     let s = Server::spawn_with("25", &bin.with_file_name("wallcrawler-controller"), &[TLS]);
     let gw = s.gateway.clone().expect("a gateway");
@@ -1678,7 +1674,7 @@ fn with_tls_a_second_chromium_opens_the_sdks_live_view_over_https_and_follows_th
     assert_eq!(v["status"], "RUNNING", "{v}");
     let id = v["id"].as_str().unwrap().to_owned();
     let chrome = wallcrawler_testkit::chromium();
-    let out = node::command("viewer.mjs")
+    let out = node::command(script)
         .args([
             "--url",
             v["connectUrl"].as_str().unwrap(),
@@ -1692,22 +1688,34 @@ fn with_tls_a_second_chromium_opens_the_sdks_live_view_over_https_and_follows_th
             &ca,
             "--chrome",
             chrome.to_str().unwrap(),
-            "--scenario",
-            "sdk",
             "--timeout-ms",
             "60000",
         ])
+        .args(extra)
         // The session's own client (Puppeteer over wss://) trusts the authority as Node does.
         .env("NODE_EXTRA_CA_CERTS", &ca)
         .output()
         .unwrap();
     let r = node::last_json(
-        "viewer.mjs",
+        script,
         &String::from_utf8_lossy(&out.stdout),
         &String::from_utf8_lossy(&out.stderr),
     );
     assert_eq!(r["ok"], true, "{r}");
-    assert_eq!(r["origin"], gw.replacen("wss://", "https://", 1), "{r}");
+    s.release(&id);
+    (r, gw.replacen("wss://", "https://", 1), s)
+}
+
+/// The live view as a person opens it, through the TLS gateway: the session shows a red page;
+/// the stock SDK's `sessions.debug()` names its `debuggerFullscreenUrl` (https://, on the
+/// gateway); a second headless Chromium that trusts `serve`'s authority from an NSS db in its
+/// HOME (as `certutil` adds one for a person; no certificate error ignored) opens it, a
+/// screenshot shows red, and a navigation to green is followed. A Chromium without the
+/// authority is refused the URL by its own TLS check (tests/node/viewer.mjs `sdk`).
+#[test]
+fn with_tls_a_second_chromium_opens_the_sdks_live_view_over_https_and_follows_the_page() {
+    let (r, origin, s) = a_person_over_tls("viewer.mjs", &["--scenario", "sdk"]);
+    assert_eq!(r["origin"], origin, "{r}");
     assert!(
         r["protocol"].as_str().is_some_and(|p| p.starts_with("TLS")),
         "{r}"
@@ -1718,7 +1726,6 @@ fn with_tls_a_second_chromium_opens_the_sdks_live_view_over_https_and_follows_th
     let follow = r["followMs"].as_u64().expect("followMs");
     eprintln!("live view over https followed a navigation in {follow} ms ({r})");
     assert!(follow < 3000, "{r}");
-    s.release(&id);
     s.stop();
 }
 
@@ -1729,45 +1736,11 @@ fn with_tls_a_second_chromium_opens_the_sdks_live_view_over_https_and_follows_th
 /// (tests/node/inspector.mjs with --base).
 #[test]
 fn with_tls_a_second_chromium_opens_a_pages_debugger_url_the_devtools_inspector() {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
-    let s = Server::spawn_with("25", &bin.with_file_name("wallcrawler-controller"), &[TLS]);
-    let gw = s.gateway.clone().expect("a gateway");
-    let ca = s.ca.clone().expect("serve --tls prints caCert:");
-    let v = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
-    assert_eq!(v["status"], "RUNNING", "{v}");
-    let id = v["id"].as_str().unwrap().to_owned();
-    let chrome = wallcrawler_testkit::chromium();
-    let out = node::command("inspector.mjs")
-        .args([
-            "--url",
-            v["connectUrl"].as_str().unwrap(),
-            "--session",
-            &id,
-            "--base",
-            &s.base,
-            "--key",
-            &s.key,
-            "--ca",
-            &ca,
-            "--chrome",
-            chrome.to_str().unwrap(),
-            "--timeout-ms",
-            "60000",
-        ])
-        .env("NODE_EXTRA_CA_CERTS", &ca)
-        .output()
-        .unwrap();
-    let r = node::last_json(
-        "inspector.mjs",
-        &String::from_utf8_lossy(&out.stdout),
-        &String::from_utf8_lossy(&out.stderr),
-    );
-    assert_eq!(r["ok"], true, "{r}");
+    let (r, origin, s) = a_person_over_tls("inspector.mjs", &[]);
     eprintln!("inspector through the gateway: {r}");
-    assert_eq!(r["origin"], gw.replacen("wss://", "https://", 1), "{r}");
+    assert_eq!(r["origin"], origin, "{r}");
     assert_eq!(r["socket"], "wss", "{r}");
     assert_eq!(r["failed"], serde_json::json!([]), "{r}");
-    s.release(&id);
     s.stop();
 }
 
