@@ -128,21 +128,32 @@ fn upgraded(up: &FakeUpstream) -> String {
 
 /// Opens an upgrade and returns the socket once the answer's head arrived, with that head.
 fn open_upgrade(gw: SocketAddr, token: &str) -> (TcpStream, String) {
-    let mut s = TcpStream::connect(gw).unwrap();
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    s.write_all(&upgrade_request(
-        &format!("/?signingKey={token}"),
-        &gw.to_string(),
-        &[],
-    ))
-    .unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "closed before an answer");
-        head.push(b[0]);
-    }
-    (s, String::from_utf8(head).unwrap())
+    let request = upgrade_request(&format!("/?signingKey={token}"), &gw.to_string(), &[]);
+    first_head(gw, &request)
+}
+
+/// Opens an upgrade on `target` through `gw` (Host `host`): the task (`up`) upgrades it and is
+/// shown the request as sent; the client closes; no other task (`other`) was dialled.
+fn socket_relayed_as_sent(
+    gw: SocketAddr,
+    host: &str,
+    target: &str,
+    (up, other): (&FakeUpstream, &FakeUpstream),
+) {
+    let (mut s, head) = first_head(gw, &upgrade_request(target, host, &[]));
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        upgraded(up).starts_with(&format!("GET {target} HTTP/1.1\r\n")),
+        "the socket's request as sent"
+    );
+    s.write_all(b"\x88\x80\0\0\0\0").unwrap();
+    drop(s);
+    assert_eq!(up.next_event(), UpEvent::Closed);
+    assert_eq!(
+        other.connections.load(Ordering::SeqCst),
+        0,
+        "B's task never"
+    );
 }
 
 #[test]
@@ -923,22 +934,11 @@ fn a_viewer_is_routed_by_its_credentials_session_as_a_connect_is() {
     drop(s);
     assert_eq!(up.next_event(), UpEvent::Closed);
     // The socket too, upgraded by the task and relayed.
-    let (mut s, head) = first_head(
+    socket_relayed_as_sent(
         gw.addr,
-        &upgrade_request(&format!("/viewer/ws?t={cred}"), &gw.addr.to_string(), &[]),
-    );
-    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
-    assert!(
-        upgraded(&up).starts_with(&format!("GET /viewer/ws?t={cred} HTTP/1.1\r\n")),
-        "the socket's request as sent"
-    );
-    s.write_all(b"\x88\x80\0\0\0\0").unwrap();
-    drop(s);
-    assert_eq!(up.next_event(), UpEvent::Closed);
-    assert_eq!(
-        other.connections.load(Ordering::SeqCst),
-        0,
-        "B's task never"
+        &gw.addr.to_string(),
+        &format!("/viewer/ws?t={cred}"),
+        (&up, &other),
     );
 
     // Ended: 410; unknown: 404; both at once and without a dial.
@@ -1154,22 +1154,11 @@ fn the_inspector_is_routed_by_the_credential_in_its_path() {
     );
     drop(s);
     assert_eq!(up.next_event(), UpEvent::Closed);
-    let (mut s, head) = first_head(
+    socket_relayed_as_sent(
         gw.addr,
-        &upgrade_request(&format!("/inspector/{cred}/page/ABC-1"), &host, &[]),
-    );
-    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
-    assert!(
-        upgraded(&up).starts_with(&format!("GET /inspector/{cred}/page/ABC-1 HTTP/1.1\r\n")),
-        "the socket's request as sent"
-    );
-    s.write_all(b"\x88\x80\0\0\0\0").unwrap();
-    drop(s);
-    assert_eq!(up.next_event(), UpEvent::Closed);
-    assert_eq!(
-        other.connections.load(Ordering::SeqCst),
-        0,
-        "B's task never"
+        &host,
+        &format!("/inspector/{cred}/page/ABC-1"),
+        (&up, &other),
     );
     let log = gw.c.stderr.text();
     assert!(!log.contains("/inspector/"), "an inspector path in the log");
