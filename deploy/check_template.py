@@ -1337,14 +1337,15 @@ SESSION_EVENTS_SOURCE = "wallcrawler.sessions"
 
 
 def stream_readers(t):
-    """The roles with a statement reaching the sessions table's stream (or every stream)."""
+    """The roles allowed to read records (dynamodb:GetRecords, by name or pattern) of a stream
+    the sessions table's may be: its StreamArn, a pattern on its ARN, or any resource."""
     out = set()
     for role in resources(t, "AWS::IAM::Role"):
         for st in statements(t, role):
-            text = json.dumps(st.get("Resource"))
-            if st.get("Effect") == "Allow" and ("StreamArn" in text or "/stream" in text or text == '"*"'):
-                if any(a.startswith("dynamodb:") or a == "*" for a in as_list(st["Action"])):
-                    out.add(role)
+            reads = any(fnmatch.fnmatchcase("dynamodb:GetRecords", a) for a in as_list(st["Action"]))
+            where = [json.dumps(r) for r in as_list(st.get("Resource"))]
+            if st.get("Effect") == "Allow" and reads and any("SessionsTable" in w or "*" in w for w in where):
+                out.add(role)
     return out
 
 

@@ -4,7 +4,10 @@ widening each (a token attribute readable, a write of an attribute the API owns,
 whole item, the whole bucket; the task role reaching session data, another principal able to
 assume the session role or to receive claims, the session role receiving, a second route
 without the authorizer, the task API's route moved, the tasks without TASK_API_URL) must fail
-them, and the template as it is must pass.
+them, and the template as it is must pass. Likewise the session events' plumbing and the edge
+(Step 15): each piece taken away or widened (the stream, its only reader, the topic, the
+mapping's on-failure destination and bounds, the web ACL's association, rules and numbers, the
+distribution's caching) fails them.
 
     .venv/bin/python deploy/test_check_template.py
 """
@@ -190,6 +193,13 @@ class EventsAndEdge(unittest.TestCase):
         def add(t):
             add_statement(t, "ApiFunctionRole", copy.deepcopy(statement(t, "SessionEventsFunctionRole", "ReadStream")))
         self.assertIn("SessionsTable: only SessionEventsFunctionRole reads its stream (['ApiFunctionRole', 'SessionEventsFunctionRole'])",
+                      self.changed(add))
+
+    def test_a_pattern_reaching_the_stream_fails(self):
+        def add(t):
+            add_statement(t, "SweeperFunctionRole",
+                          {"Sid": "Streams", "Effect": "Allow", "Action": "dynamodb:Get*", "Resource": {"Fn::Sub": "${SessionsTable.Arn}/stream/*"}})
+        self.assertIn("SessionsTable: only SessionEventsFunctionRole reads its stream (['SessionEventsFunctionRole', 'SweeperFunctionRole'])",
                       self.changed(add))
 
     def test_no_topic_fails(self):
