@@ -294,12 +294,7 @@ def check_mode(t, mode):
             f"{name}: TTL on expiresAt",
         )
     s = props(t, "SessionsTable")
-    # A stream's images would hold every session's token (signingKey) for 24 h: none, or
-    # keys only if something ever needs one.
-    check(
-        s.get("StreamSpecification", {}).get("StreamViewType", "KEYS_ONLY") == "KEYS_ONLY",
-        "SessionsTable: no stream carrying tokens (none, or KEYS_ONLY)",
-    )
+    # The stream (Step 15) and who reads it: check_session_events.
     attrs = {a["AttributeName"]: a["AttributeType"] for a in s["AttributeDefinitions"]}
     check(attrs.get("expiresAt") == "N", "SessionsTable: expiresAt is a number")
     gsis = {g["IndexName"]: g for g in s.get("GlobalSecondaryIndexes", [])}
@@ -585,6 +580,8 @@ def check_mode(t, mode):
     check_claims(t, api_env)
     check_sweeper(t, api_env, needs)
     check_pool_scaling(t, env)
+    check_session_events(t, needs)
+    check_edge(t, t["Parameters"]["EdgeCloudFront"].get("Default") == "true")
 
     # --- Wiring ---------------------------------------------------------------------------
     auth = props(t, "ApiAuthorizer")
@@ -1331,6 +1328,187 @@ def check_direct(t, task_env, api_env):
     check(allowed(t, "TaskRole", "ec2:DescribeNetworkInterfaces", "*"), "TaskRole: allows ec2:DescribeNetworkInterfaces")
 
 
+# --- Step 15: session events and the edge ----------------------------------------------------
+
+# The processor's source and the names the template gives it (the function is written on the
+# "events" branch at the same time: until its binary exists, its environment is a note).
+SESSION_EVENTS_BIN = "crates/control-plane/src/bin/wallcrawler-session-events-lambda.rs"
+SESSION_EVENTS_SOURCE = "wallcrawler.sessions"
+
+
+def stream_readers(t):
+    """The roles allowed to read records (dynamodb:GetRecords, by name or pattern) of a stream
+    the sessions table's may be: its StreamArn, a pattern on its ARN, or any resource."""
+    out = set()
+    for role in resources(t, "AWS::IAM::Role"):
+        for st in statements(t, role):
+            reads = any(fnmatch.fnmatchcase("dynamodb:GetRecords", a) for a in as_list(st["Action"]))
+            where = [json.dumps(r) for r in as_list(st.get("Resource"))]
+            if st.get("Effect") == "Allow" and reads and any("SessionsTable" in w or "*" in w for w in where):
+                out.add(role)
+    return out
+
+
+def check_session_events(t, needs):
+    """Issue 28 item 1: the stream, its only reader, the topic, the mapping and its failures."""
+    view = props(t, "SessionsTable").get("StreamSpecification", {}).get("StreamViewType")
+    check(view in ("NEW_AND_OLD_IMAGES", "KEYS_ONLY"), f"SessionsTable: a stream for the session events ({view})")
+    if view in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE", "OLD_IMAGE"):
+        # The images hold what the item holds: while that is a token, one role reads them.
+        check(stream_readers(t) == {"SessionEventsFunctionRole"},
+              f"SessionsTable: only SessionEventsFunctionRole reads its stream ({sorted(stream_readers(t))})")
+        if "signingKey" in sources("crates/contract/src/session.rs", "crates/contract/src/session_doc.rs"):
+            note("SessionsTable: the stream's images still hold the session's token (signingKey) while the item does")
+    topic = props(t, "SessionEventsTopic")
+    check(topic.get("TopicName") == {"Fn::Sub": "${NamePrefix}-session-ready"}, "SessionEventsTopic: named ${NamePrefix}-session-ready (the seeds')")
+    check(bool(topic.get("KmsMasterKeyId")), "SessionEventsTopic: encrypted with a KMS key")
+    fn = props(t, "SessionEventsFunction")
+    check(fn.get("Runtime") == "provided.al2023" and fn.get("Handler") == "bootstrap", "SessionEventsFunction: provided.al2023, bootstrap")
+    check(fn.get("Code", {}).get("S3Key") == {"Ref": "SessionEventsLambdaKey"}, "SessionEventsFunction: code at SessionEventsLambdaKey")
+    env = fn.get("Environment", {}).get("Variables", {})
+    check(env.get("SESSION_EVENTS_TOPIC_ARN") == {"Ref": "SessionEventsTopic"}, "SessionEventsFunction: SESSION_EVENTS_TOPIC_ARN = the topic")
+    if (ROOT / SESSION_EVENTS_BIN).is_file():
+        read = env_names_read(SESSION_EVENTS_BIN, *CONTROL_PLANE_AWS, "crates/control-plane/src/*.rs")
+        for name in env:
+            check_read(name, read, f"SessionEventsFunction: {name} is read by the processor")
+    else:
+        note(f"SessionEventsFunction: {SESSION_EVENTS_BIN} not yet (written on the events branch)")
+    mappings = [p["Properties"] for p in resources(t, "AWS::Lambda::EventSourceMapping").values()]
+    m = next((p for p in mappings if "SessionEventsFunction" in ref_names(p.get("FunctionName"))), {})
+    check(m.get("EventSourceArn") == {"Fn::GetAtt": ["SessionsTable", "StreamArn"]}, "SessionEventsMapping: on the sessions table's stream")
+    check(m.get("FunctionResponseTypes") == ["ReportBatchItemFailures"], "SessionEventsMapping: ReportBatchItemFailures")
+    check(m.get("BisectBatchOnFunctionError") is True, "SessionEventsMapping: bisects a failing batch")
+    check(0 <= int(m.get("MaximumRetryAttempts", -1)) <= 10, "SessionEventsMapping: bounded retries (MaximumRetryAttempts 0-10)")
+    check(60 <= int(m.get("MaximumRecordAgeInSeconds", -1)) <= 21600, "SessionEventsMapping: bounded record age (MaximumRecordAgeInSeconds)")
+    check(1 <= int(m.get("BatchSize", 0)) <= 100, "SessionEventsMapping: BatchSize 1-100")
+    check(int(m.get("ParallelizationFactor", 1)) == 1, "SessionEventsMapping: one batch per shard (a session's events in order)")
+    dest = m.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
+    check(dest == {"Fn::GetAtt": ["SessionEventsDeadLetterQueue", "Arn"]}, "SessionEventsMapping: on failure -> SessionEventsDeadLetterQueue")
+    alarms = [a["Properties"] for a in resources(t, "AWS::CloudWatch::Alarm").values()]
+    check(
+        any("SessionEventsDeadLetterQueue" in ref_names(a.get("Dimensions")) for a in alarms),
+        "SessionEventsDeadLetterQueue: an alarm on its messages",
+    )
+    needs("SessionEventsFunctionRole", "sqs:SendMessage", "SessionEventsDeadLetterQueue")
+    needs("SessionEventsFunctionRole", "sns:Publish", "SessionEventsTopic")
+    for action in ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"):
+        check(statement_on(t, "SessionEventsFunctionRole", action, {"Fn::GetAtt": ["SessionsTable", "StreamArn"]}),
+              f"SessionEventsFunctionRole: {action} on the sessions stream")
+    # ListStreams names streams and reads none; IAM takes no resource for it.
+    check(statement_on(t, "SessionEventsFunctionRole", "dynamodb:ListStreams", "*"), "SessionEventsFunctionRole: dynamodb:ListStreams")
+    check(
+        statement_on(t, "SessionEventsFunctionRole", "events:PutEvents",
+                     {"Fn::Sub": "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:event-bus/default"}),
+        "SessionEventsFunctionRole: events:PutEvents on the default bus",
+    )
+    granted = actions(t, "SessionEventsFunctionRole") - {"logs:CreateLogStream", "logs:PutLogEvents"}
+    check(granted == {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams",
+                      "sqs:SendMessage", "sns:Publish", "events:PutEvents"},
+          f"SessionEventsFunctionRole: nothing beyond its work ({sorted(granted)})")
+    outs = t.get("Outputs", {})
+    check(outs.get("SessionEventsTopicArn", {}).get("Value") == {"Ref": "SessionEventsTopic"}, "Outputs: SessionEventsTopicArn")
+    check(outs.get("SessionEventsSource", {}).get("Value") == SESSION_EVENTS_SOURCE, f"Outputs: SessionEventsSource = {SESSION_EVENTS_SOURCE}")
+    if "wallcrawler-session-events-lambda" not in (ROOT / "scripts/lambda.sh").read_text():
+        note("scripts/lambda.sh: wallcrawler-session-events-lambda not yet packaged (events branch)")
+    check('"SessionEventsLambdaKey"' in (ROOT / "deploy/moto_stack.py").read_text(), "deploy/moto_stack.py: uploads the SessionEventsLambdaKey zip")
+
+
+def rust_const(path, name, scope):
+    """The value of `const NAME: usize = <expr>;` in the file `path`, its terms evaluated:
+    numbers, `*`, `+`, and constants (of `path`, else of the files `scope`)."""
+    text = (ROOT / path).read_text()
+    found = re.search(rf"const {name}: usize = ([^;]+);", text)
+    if not found:
+        path = next(p for p in scope if re.search(rf"const {name}: usize", (ROOT / p).read_text()))
+        return rust_const(path, name, scope)
+    expr = re.sub(r"\b([A-Z][A-Z0-9_]+)\b", lambda m: str(rust_const(path, m.group(1), scope)), found.group(1))
+    if not check(re.fullmatch(r"[0-9 *+]+", expr), f"{path}: {name} is a sum of products ({expr})"):
+        return 0
+    return eval(expr)  # noqa: S307 (digits, spaces, * and + only: checked above)
+
+
+def api_body_limit():
+    """The API's largest request body: the larger of its two raised body limits (extensions and
+    session uploads; every other route keeps axum's 2 MB default)."""
+    raised = set(re.findall(r"DefaultBodyLimit::max\(([^)]*)\)", (ROOT / "crates/control-plane/src/router.rs").read_text()))
+    check(raised == {"u::MAX_BODY_BYTES", "x::MAX_BODY_BYTES"},
+          f"crates/control-plane/src/router.rs: raises only the uploads' and the extensions' body limits ({sorted(raised)})")
+    return max(rust_const(path, "MAX_BODY_BYTES", BODY_LIMIT_SOURCES) for path in BODY_LIMIT_SOURCES[1:])
+
+
+def above_regex(n):
+    """A regular expression matching the decimal numbers above n (leading zeros allowed)."""
+    s, alts = str(n), [f"[1-9][0-9]{{{len(str(n))},}}"]
+    for i, ch in enumerate(s):
+        if ch != "9":
+            lo, rest = int(ch) + 1, len(s) - i - 1
+            alts.append(s[:i] + (f"[{lo}-9]" if lo < 9 else "9") + (f"[0-9]{{{rest}}}" if rest else ""))
+    return "^0*(" + "|".join(alts) + ")$"
+
+
+BODY_LIMIT_SOURCES = ("crates/contract/src/extension_archive.rs", "crates/control-plane/src/extensions/mod.rs",
+                      "crates/control-plane/src/uploads.rs")
+
+
+def check_edge(t, cloudfront):
+    """Issue 28 item 2: the web ACL on the stage, its rules' numbers as parameters."""
+    acl = props(t, "ApiWebAcl")
+    check(acl.get("Scope") == "REGIONAL" and acl.get("DefaultAction") == {"Allow": {}}, "ApiWebAcl: REGIONAL, allows by default")
+    rules = {r["Name"]: r for r in acl.get("Rules", [])}
+    check(len({r["Priority"] for r in rules.values()}) == len(rules), "ApiWebAcl: distinct priorities")
+    rate = {n: r["Statement"]["RateBasedStatement"] for n, r in rules.items() if "RateBasedStatement" in r["Statement"]}
+    for n, r in rate.items():
+        check(isinstance(r.get("Limit"), dict) and r["Limit"].get("Ref") in t["Parameters"], f"ApiWebAcl: {n}'s limit is a parameter")
+        check(rules[n].get("Action") == {"Block": {}}, f"ApiWebAcl: {n} blocks")
+    by_ip = [r for r in rate.values() if r.get("AggregateKeyType") in ("IP", "FORWARDED_IP")]
+    check(len(by_ip) == 1 and by_ip[0]["AggregateKeyType"] == ("FORWARDED_IP" if cloudfront else "IP"),
+          f"ApiWebAcl: a rate-based rule per client IP ({'FORWARDED_IP behind CloudFront' if cloudfront else 'IP'})")
+    auth = (ROOT / "crates/control-plane/src/auth.rs").read_text()
+    for header in ("x-wc-api-key", "x-bb-api-key"):
+        check(f'"{header}"' in auth, f"crates/control-plane/src/auth.rs: reads {header}")
+        check(
+            any(r.get("CustomKeys") == [{"Header": {"Name": header, "TextTransformations": [{"Priority": 0, "Type": "NONE"}]}}]
+                for r in rate.values()),
+            f"ApiWebAcl: a rate-based rule per {header} value",
+        )
+    managed = {r["Statement"]["ManagedRuleGroupStatement"]["Name"]: r for r in rules.values() if "ManagedRuleGroupStatement" in r["Statement"]}
+    for group in ("AWSManagedRulesCommonRuleSet", "AWSManagedRulesKnownBadInputsRuleSet"):
+        check(group in managed and managed[group].get("OverrideAction") == {"None": {}}, f"ApiWebAcl: {group}, its own actions")
+    overrides = managed.get("AWSManagedRulesCommonRuleSet", {}).get("Statement", {}).get("ManagedRuleGroupStatement", {}).get("RuleActionOverrides", [])
+    check({"Name": "SizeRestrictions_BODY", "ActionToUse": {"Count": {}}} in overrides,
+          "ApiWebAcl: the common rule set's 8 KB body limit only counts (uploads and extensions are larger)")
+    limit = api_body_limit()
+    regex = [r["Statement"]["RegexMatchStatement"] for r in rules.values() if "RegexMatchStatement" in r["Statement"]]
+    check(
+        any(x.get("FieldToMatch") == {"SingleHeader": {"Name": "content-length"}} and x.get("RegexString") == above_regex(limit)
+            for x in regex),
+        f"ApiWebAcl: blocks a Content-Length above the API's largest body ({limit}: {above_regex(limit)})",
+    )
+    assoc = [p["Properties"] for p in resources(t, "AWS::WAFv2::WebACLAssociation").values()]
+    check(
+        any(a.get("WebACLArn") == {"Fn::GetAtt": ["ApiWebAcl", "Arn"]}
+            and a.get("ResourceArn") == {"Fn::Sub": "arn:${AWS::Partition}:apigateway:${AWS::Region}::/restapis/${RestApi}/stages/${ApiStage}"}
+            for a in assoc),
+        "ApiWebAclAssociation: the web ACL on the API stage",
+    )
+    if not cloudfront:
+        check(not resources(t, "AWS::CloudFront::Distribution"), "EdgeCloudFront false: no distribution")
+        return
+    (d,) = [p["Properties"]["DistributionConfig"] for p in resources(t, "AWS::CloudFront::Distribution").values()] or [{}]
+    (origin,) = d.get("Origins", [{}])
+    check(origin.get("DomainName") == {"Fn::Sub": "${RestApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}"},
+          "ApiDistribution: the API's execute-api origin")
+    check(origin.get("CustomOriginConfig", {}).get("OriginProtocolPolicy") == "https-only", "ApiDistribution: HTTPS to the origin")
+    b = d.get("DefaultCacheBehavior", {})
+    check(b.get("CachePolicyId") == "4135ea2d-6df8-44a3-9df3-4b5a84be39ad", "ApiDistribution: Managed-CachingDisabled")
+    check(b.get("OriginRequestPolicyId") == "b689b0a8-53d0-40ab-baf2-68738e2966ac",
+          "ApiDistribution: Managed-AllViewerExceptHostHeader (the API key headers forwarded, not Host)")
+    check(set(b.get("AllowedMethods", [])) == {"GET", "HEAD", "OPTIONS", "PUT", "PATCH", "POST", "DELETE"}, "ApiDistribution: every method")
+    check("ConnectLoadBalancer" not in ref_names(d), "ApiDistribution: not in front of the connect host")
+    readme = (ROOT / "deploy/README.md").read_text()
+    check("origin idle" in readme or "idle limit" in readme, "deploy/README.md: why the connect host is not behind CloudFront")
+
+
 def main():
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "deploy/template.yaml"
     raw = load(path)
@@ -1341,6 +1519,9 @@ def main():
     MODE[0] = ""
     check_redeploy(raw)
     check_alarm_topic(raw)
+    MODE[0] = "cloudfront"
+    check_edge(resolve(raw, {"EdgeCloudFront": "true"}), True)
+    MODE[0] = ""
 
     for n in notes:
         print(f"check_template: note: {n}", file=sys.stderr)

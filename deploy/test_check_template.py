@@ -4,7 +4,10 @@ widening each (a token attribute readable, a write of an attribute the API owns,
 whole item, the whole bucket; the task role reaching session data, another principal able to
 assume the session role or to receive claims, the session role receiving, a second route
 without the authorizer, the task API's route moved, the tasks without TASK_API_URL) must fail
-them, and the template as it is must pass.
+them, and the template as it is must pass. Likewise the session events' plumbing and the edge
+(Step 15): each piece taken away or widened (the stream, its only reader, the topic, the
+mapping's on-failure destination and bounds, the web ACL's association, rules and numbers, the
+distribution's caching) fails them.
 
     .venv/bin/python deploy/test_check_template.py
 """
@@ -146,6 +149,153 @@ class LeastPrivilege(unittest.TestCase):
             (c,) = ct.props(t, "TaskDefinition")["ContainerDefinitions"]
             c["Environment"] = [e for e in c["Environment"] if e["Name"] != "TASK_API_URL"]
         self.assertIn("TaskDefinition: TASK_API_URL is the API's execute-api URL with its stage (None)", self.widened(drop))
+
+
+def edge_failures_of(t, cloudfront=False):
+    """check_template's session-events and edge assertions on `t`."""
+    ct.failures.clear()
+    ct.check_session_events(t, lambda role, action, res: ct.check(ct.allowed(t, role, action, res), f"{role}: allows {action} on {res}"))
+    ct.check_edge(t, cloudfront)
+    out = list(ct.failures)
+    ct.failures.clear()
+    return out
+
+
+def rule(t, name):
+    return next(r for r in ct.props(t, "ApiWebAcl")["Rules"] if r["Name"] == name)
+
+
+class EventsAndEdge(unittest.TestCase):
+    """Issue 28: each piece of the session events' plumbing and of the edge, taken away or
+    widened, fails check_template."""
+
+    def setUp(self):
+        self.t = resolved()
+
+    def changed(self, change, cloudfront=False):
+        t = copy.deepcopy(self.t) if not cloudfront else ct.resolve(ct.load(ct.ROOT / "deploy/template.yaml"), {"EdgeCloudFront": "true"})
+        change(t)
+        got = edge_failures_of(t, cloudfront)
+        self.assertTrue(got, "the changed template passed")
+        return "\n".join(got)
+
+    def test_the_template_passes(self):
+        self.assertEqual(edge_failures_of(self.t), [])
+        cf = ct.resolve(ct.load(ct.ROOT / "deploy/template.yaml"), {"EdgeCloudFront": "true"})
+        self.assertEqual(edge_failures_of(cf, True), [])
+
+    def test_no_stream_fails(self):
+        def drop(t):
+            del ct.props(t, "SessionsTable")["StreamSpecification"]
+        self.assertIn("SessionsTable: a stream for the session events (None)", self.changed(drop))
+
+    def test_another_reader_of_the_stream_fails(self):
+        def add(t):
+            add_statement(t, "ApiFunctionRole", copy.deepcopy(statement(t, "SessionEventsFunctionRole", "ReadStream")))
+        self.assertIn("SessionsTable: only SessionEventsFunctionRole reads its stream (['ApiFunctionRole', 'SessionEventsFunctionRole'])",
+                      self.changed(add))
+
+    def test_a_pattern_reaching_the_stream_fails(self):
+        def add(t):
+            add_statement(t, "SweeperFunctionRole",
+                          {"Sid": "Streams", "Effect": "Allow", "Action": "dynamodb:Get*", "Resource": {"Fn::Sub": "${SessionsTable.Arn}/stream/*"}})
+        self.assertIn("SessionsTable: only SessionEventsFunctionRole reads its stream (['SessionEventsFunctionRole', 'SweeperFunctionRole'])",
+                      self.changed(add))
+
+    def test_no_topic_fails(self):
+        def drop(t):
+            del t["Resources"]["SessionEventsTopic"]
+        got = self.changed(drop)
+        self.assertIn("SessionEventsTopic: named ${NamePrefix}-session-ready (the seeds')", got)
+
+    def test_an_unencrypted_topic_fails(self):
+        def drop(t):
+            del ct.props(t, "SessionEventsTopic")["KmsMasterKeyId"]
+        self.assertIn("SessionEventsTopic: encrypted with a KMS key", self.changed(drop))
+
+    def test_no_mapping_fails(self):
+        def drop(t):
+            del t["Resources"]["SessionEventsMapping"]
+        self.assertIn("SessionEventsMapping: on the sessions table's stream", self.changed(drop))
+
+    def test_no_on_failure_destination_fails(self):
+        def drop(t):
+            del ct.props(t, "SessionEventsMapping")["DestinationConfig"]
+        self.assertIn("SessionEventsMapping: on failure -> SessionEventsDeadLetterQueue", self.changed(drop))
+
+    def test_whole_batch_retries_fail(self):
+        def drop(t):
+            del ct.props(t, "SessionEventsMapping")["FunctionResponseTypes"]
+        self.assertIn("SessionEventsMapping: ReportBatchItemFailures", self.changed(drop))
+
+    def test_endless_retries_fail(self):
+        def drop(t):
+            del ct.props(t, "SessionEventsMapping")["MaximumRetryAttempts"]
+            del ct.props(t, "SessionEventsMapping")["MaximumRecordAgeInSeconds"]
+        got = self.changed(drop)
+        self.assertIn("SessionEventsMapping: bounded retries (MaximumRetryAttempts 0-10)", got)
+        self.assertIn("SessionEventsMapping: bounded record age (MaximumRecordAgeInSeconds)", got)
+
+    def test_a_dead_letter_queue_without_alarm_fails(self):
+        def drop(t):
+            del t["Resources"]["SessionEventsDeadLetterAlarm"]
+        self.assertIn("SessionEventsDeadLetterQueue: an alarm on its messages", self.changed(drop))
+
+    def test_a_processor_publishing_anywhere_fails(self):
+        def widen(t):
+            statement(t, "SessionEventsFunctionRole", "PublishTopic")["Action"] = ["sns:Publish", "sns:Subscribe"]
+        self.assertIn("SessionEventsFunctionRole: nothing beyond its work", self.changed(widen))
+
+    def test_no_web_acl_association_fails(self):
+        def drop(t):
+            del t["Resources"]["ApiWebAclAssociation"]
+        self.assertIn("ApiWebAclAssociation: the web ACL on the API stage", self.changed(drop))
+
+    def test_a_fixed_rate_limit_fails(self):
+        def fix(t):
+            rule(t, "rate-per-ip")["Statement"]["RateBasedStatement"]["Limit"] = 2000
+        self.assertIn("ApiWebAcl: rate-per-ip's limit is a parameter", self.changed(fix))
+
+    def test_no_rate_per_bb_api_key_fails(self):
+        def drop(t):
+            ct.props(t, "ApiWebAcl")["Rules"].remove(rule(t, "rate-per-bb-api-key"))
+        self.assertIn("ApiWebAcl: a rate-based rule per x-bb-api-key value", self.changed(drop))
+
+    def test_no_known_bad_inputs_fails(self):
+        def drop(t):
+            ct.props(t, "ApiWebAcl")["Rules"].remove(rule(t, "aws-known-bad-inputs"))
+        self.assertIn("ApiWebAcl: AWSManagedRulesKnownBadInputsRuleSet, its own actions", self.changed(drop))
+
+    def test_the_common_rule_sets_8_kb_body_limit_fails(self):
+        def drop(t):
+            del rule(t, "aws-common")["Statement"]["ManagedRuleGroupStatement"]["RuleActionOverrides"]
+        self.assertIn("ApiWebAcl: the common rule set's 8 KB body limit only counts", self.changed(drop))
+
+    def test_a_body_limit_other_than_the_apis_fails(self):
+        def change(t):
+            rule(t, "body-size")["Statement"]["RegexMatchStatement"]["RegexString"] = ct.above_regex(1048576)
+        self.assertIn("ApiWebAcl: blocks a Content-Length above the API's largest body (4259840", self.changed(change))
+
+    def test_client_ip_behind_cloudfront_is_the_forwarded_one(self):
+        def change(t):
+            rule(t, "rate-per-ip")["Statement"]["RateBasedStatement"]["AggregateKeyType"] = "IP"
+        self.assertIn("ApiWebAcl: a rate-based rule per client IP (FORWARDED_IP behind CloudFront)", self.changed(change, True))
+
+    def test_a_caching_distribution_fails(self):
+        def change(t):
+            ct.props(t, "ApiDistribution")["DistributionConfig"]["DefaultCacheBehavior"]["CachePolicyId"] = "658327ea-f89d-4fab-a63d-7e88639e58f6"
+        self.assertIn("ApiDistribution: Managed-CachingDisabled", self.changed(change, True))
+
+
+class BodyLimitRegex(unittest.TestCase):
+    def test_matches_exactly_the_numbers_above(self):
+        import re
+        for n in (4259840, 1000, 999, 8192):
+            r = re.compile(ct.above_regex(n))
+            for v in list(range(max(0, n - 300), n + 300)) + [n * 10, n * 10 + 7, 10 ** 9]:
+                self.assertEqual(bool(r.match(str(v))), v > n, (n, v))
+            self.assertFalse(r.match(f"00{n}"))
+            self.assertTrue(r.match(f"00{n + 1}"))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ policies (tests/py/moto_iam.py: the API's, a browser task's, and the SessionRole
 assumes), and then IAM is enforced (`POST /moto-api/reset-auth`). With its own role, a task
 reaches no claim, no session item and no archive, and cannot assume the SessionRole; the API's
 role can, and the credentials it gets with a session policy naming one archive read that
-archive and not another tenant's, and cannot receive claims. moto matches S3's, SQS's and
+archive and not another tenant's, and cannot receive claims. The session-events function's
+role publishes to the session-ready topic and sends to its own dead-letter queue alone (not the
+claims queue, no session item), and the API's role publishes no event; the mapping on the
+sessions stream and the stage's web ACL are as the template says. moto matches S3's, SQS's and
 STS's resources, not DynamoDB's or ECS's (tests/py/moto_iam.py), and implements no ECS
 UpdateTaskProtection: those resources are asserted on the template by check_template.py.
 
@@ -61,8 +64,18 @@ class StackIam(unittest.TestCase):
             "tests/py/moto_iam.py", "--endpoint", ep, "--stack", cls.stack["stack"],
             "--principal", f"api={out['ApiFunctionName']}",
             "--principal", f"task={out['TaskDefinitionArn']}",
+            "--principal", f"events={out['SessionEventsFunctionName']}",
             "--role", "session=SessionRole", "--bucket", cls.bucket,
         )
+        # The session events' mapping and the API's stages as moto holds them, read before IAM
+        # is enforced (moto's Lambda and API Gateway answer SignatureDoesNotMatch to every
+        # caller once it is). moto's
+        # ListEventSourceMappings matches FunctionName by name only: filtered here.
+        lam = cls.moto.client("lambda")
+        arn = lam.get_function(FunctionName=out["SessionEventsFunctionName"])["Configuration"]["FunctionArn"]
+        (cls.mapping,) = [m for m in lam.list_event_source_mappings()["EventSourceMappings"] if m["FunctionArn"] == arn]
+        api_id = out["ApiBaseUrl"].split("//")[1].split(".")[0]
+        cls.stages = cls.moto.client("apigateway").get_stages(restApiId=api_id)["item"]
         enforce = urllib.request.Request(f"{ep}/moto-api/reset-auth", data=b"0", method="POST",
                                          headers={"content-type": "text/plain"})
         urllib.request.urlopen(enforce, timeout=30).read()
@@ -128,6 +141,36 @@ class StackIam(unittest.TestCase):
         wide = self.session_credentials({"Version": "2012-10-17", "Statement": [
             {"Effect": "Allow", "Action": "sqs:*", "Resource": "*"}]})
         self.refused(lambda: self.client(wide, "sqs").receive_message(QueueUrl=self.queue))
+
+    def test_the_session_events_role_publishes_and_fails_over_alone(self):
+        out = self.stack["outputs"]
+        events, api = self.limited["principals"]["events"], self.limited["principals"]["api"]
+        topic, dlq = out["SessionEventsTopicArn"], out["SessionEventsDeadLetterQueueUrl"]
+        self.client(events, "sns").publish(TopicArn=topic, Message='{"kind":"created"}')
+        # (Not PutEvents here: moto 5.2.5 hands every event on the default bus to the sweeper's
+        # schedule rule too, whose Lambda target it cannot deliver to: HTTP 500.
+        # deploy/check_template.py asserts events:PutEvents on the default bus.)
+        # The on-failure destination is the mapping's, sent with the function's role: its own
+        # dead-letter queue, no other queue (moto matches SQS resources).
+        self.client(events, "sqs").send_message(QueueUrl=dlq, MessageBody="{}")
+        self.refused(lambda: self.client(events, "sqs").send_message(QueueUrl=self.queue, MessageBody="{}"))
+        self.refused(lambda: self.client(events, "dynamodb").get_item(
+            TableName=self.stack["apiEnv"]["SESSIONS_TABLE_NAME"], Key={"sessionId": {"S": "s1"}}))
+        # The API's role publishes no session event.
+        self.refused(lambda: self.client(api, "sns").publish(TopicArn=topic, Message="{}"))
+
+    def test_the_mapping_is_on_the_stream_as_written(self):
+        admin = self.limited["admin"]
+        out = self.stack["outputs"]
+        m = self.mapping
+        table = self.client(admin, "dynamodb").describe_table(TableName=out["SessionsTableName"])["Table"]
+        self.assertEqual(m["EventSourceArn"], table["LatestStreamArn"])
+        self.assertEqual(table["StreamSpecification"]["StreamViewType"], "NEW_AND_OLD_IMAGES")
+        self.assertEqual(m["FunctionResponseTypes"], ["ReportBatchItemFailures"])
+        self.assertTrue(m["BisectBatchOnFunctionError"])
+        self.assertEqual(m["DestinationConfig"]["OnFailure"]["Destination"].split(":")[-1], out["SessionEventsDeadLetterQueueUrl"].rsplit("/", 1)[-1])
+        # The web ACL moto_stack.py made with the plain API is the stage's.
+        self.assertEqual([s.get("webAclArn") for s in self.stages], [out["moto:ApiWebAclArn"]])
 
 
 if __name__ == "__main__":

@@ -457,11 +457,14 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
     assert!(indexes.contains(&PROJECT_INDEX), "{indexes:?}");
     assert!(indexes.contains(&"status-expiresAt-index"), "{indexes:?}");
     assert!(indexes.contains(&CONTEXT_INDEX), "{indexes:?}");
-    // No stream: its images would keep every session's token for 24 h.
+    // The session events' source (Step 15): old and new images, read by the session-events
+    // function's role alone (deploy/check_template.py).
     assert!(
         table
             .stream_specification()
-            .is_none_or(|s| !s.stream_enabled()),
+            .is_some_and(|s| s.stream_enabled()
+                && s.stream_view_type()
+                    == Some(&aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages)),
         "{:?}",
         table.stream_specification()
     );
