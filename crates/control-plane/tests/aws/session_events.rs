@@ -159,9 +159,30 @@ async fn bodies(sqs: &aws_sdk_sqs::Client, url: &str, n: usize) -> Vec<Value> {
     out
 }
 
+/// Where the events go and who reads them.
+struct Subscribers {
+    /// The topic's ARN.
+    topic: String,
+    /// The bus's name.
+    bus: String,
+    /// A queue subscribed to the topic (raw delivery: the body is the event).
+    topic_queue: String,
+    /// The target queue of a rule on the bus matching the events' source.
+    rule_queue: String,
+}
+
+impl Subscribers {
+    fn sinks(&self, f: &Fixture) -> (SnsTopic, EventBus) {
+        (
+            SnsTopic::new(aws_sdk_sns::Client::new(&f.sdk), &self.topic),
+            EventBus::new(aws_sdk_eventbridge::Client::new(&f.sdk), &self.bus),
+        )
+    }
+}
+
 /// The topic with a raw-delivery queue subscribed, and a bus with a rule on the events'
-/// source targeting a second queue: (topic sink, bus sink, topic queue URL, rule queue URL).
-async fn subscribers(f: &Fixture) -> (SnsTopic, EventBus, String, String) {
+/// source targeting a second queue.
+async fn subscribers(f: &Fixture) -> Subscribers {
     let sqs = aws_sdk_sqs::Client::new(&f.sdk);
     let sns = aws_sdk_sns::Client::new(&f.sdk);
     let events = aws_sdk_eventbridge::Client::new(&f.sdk);
@@ -207,12 +228,12 @@ async fn subscribers(f: &Fixture) -> (SnsTopic, EventBus, String, String) {
         .send()
         .await
         .unwrap();
-    (
-        SnsTopic::new(sns, topic),
-        EventBus::new(events, bus),
+    Subscribers {
+        topic,
+        bus,
         topic_queue,
         rule_queue,
-    )
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,7 +256,9 @@ async fn a_sessions_lifecycle_reaches_the_topic_and_eventbridge_as_created_ready
         .table_description
         .and_then(|t| t.latest_stream_arn)
         .expect("a stream");
-    let (topic, bus, topic_queue, rule_queue) = subscribers(&f).await;
+    let subs = subscribers(&f).await;
+    let (topic, bus) = subs.sinks(&f);
+    let (topic_queue, rule_queue) = (subs.topic_queue.clone(), subs.rule_queue.clone());
     let sinks: [&dyn EventSink; 2] = [&topic, &bus];
 
     // The lifecycle: create (READY played as a task writes it), release, then `endedAt` and
@@ -327,4 +350,54 @@ async fn a_sessions_lifecycle_reaches_the_topic_and_eventbridge_as_created_ready
     let redelivered = bodies(&sqs, &topic_queue, 1).await;
     assert_eq!(redelivered[0], on_topic[1], "same event, same eventId");
     assert_eq!(bodies(&sqs, &rule_queue, 1).await[0]["detail"], on_topic[1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lambda_binary_publishes_a_batch_and_names_the_record_it_could_not_read() {
+    let f = Fixture::new(1).await;
+    let subs = subscribers(&f).await;
+    let mut vars = f.vars.clone();
+    vars.insert("SESSION_EVENTS_TOPIC_ARN", subs.topic.clone());
+    vars.insert("SESSION_EVENTS_BUS_NAME", subs.bus.clone());
+    let token = "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJzZXNzXzEifQ.c2lnbmF0dXJl";
+    let item = json!({
+        "sessionId": {"S": "sess_bin"}, "projectId": {"S": "proj_1"}, "region": {"S": "us-east-1"},
+        "createdAt": {"S": "2026-11-26T10:00:00.000Z"}, "expiresAt": {"N": "1900000000"},
+        "internalStatus": {"S": "CREATING"}, "status": {"S": "PENDING"},
+        "signingKey": {"S": token},
+        "connectUrl": {"S": format!("wss://gw.example/?signingKey={token}")},
+    });
+    let record = |seq: &str, new: Value| {
+        json!({"eventID": format!("e{seq}"), "eventName": "INSERT", "eventSource": "aws:dynamodb",
+               "awsRegion": "us-east-1", "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/s/stream/x",
+               "dynamodb": {"SequenceNumber": seq, "Keys": {"sessionId": {"S": "sess_bin"}}, "NewImage": new,
+                            "StreamViewType": "NEW_AND_OLD_IMAGES", "SizeBytes": 1}})
+    };
+    let batch = json!({"Records": [
+        record("1", item),
+        record("2", json!({"sessionId": {"S": "sess_broken"}})),
+    ]});
+    let (posted, log) = super::run_lambda(
+        env!("CARGO_BIN_EXE_wallcrawler-session-events-lambda"),
+        &vars,
+        vec![batch],
+    )
+    .await;
+    assert_eq!(posted[0].1, "response", "{posted:?}");
+    assert_eq!(
+        posted[0].2,
+        json!({"batchItemFailures": [{"itemIdentifier": "2"}]})
+    );
+    let sqs = aws_sdk_sqs::Client::new(&f.sdk);
+    let on_topic = bodies(&sqs, &subs.topic_queue, 1).await;
+    assert_eq!(on_topic[0]["eventId"], "sess_bin:created");
+    let on_rule = bodies(&sqs, &subs.rule_queue, 1).await;
+    assert_eq!(on_rule[0]["detail"], on_topic[0]);
+    for text in [
+        log.as_str(),
+        &on_topic[0].to_string(),
+        &on_rule[0].to_string(),
+    ] {
+        assert!(!text.contains(token), "the token is in {text}");
+    }
 }
