@@ -401,3 +401,36 @@ async fn the_lambda_binary_publishes_a_batch_and_names_the_record_it_could_not_r
         assert!(!text.contains(token), "the token is in {text}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_that_fails_stops_the_batch_at_its_record_for_lambda_to_retry() {
+    let f = Fixture::new(1).await;
+    let subs = subscribers(&f).await;
+    let (topic, _) = subs.sinks(&f);
+    // moto refuses PutEvents to a bus that does not exist (ResourceNotFoundException).
+    let missing = EventBus::new(
+        aws_sdk_eventbridge::Client::new(&f.sdk),
+        unique("no-such-bus"),
+    );
+    let insert = |seq: &str, id: &str| {
+        json!({"eventID": format!("e{seq}"), "eventName": "INSERT",
+               "dynamodb": {"SequenceNumber": seq, "NewImage": {
+                   "sessionId": {"S": id}, "projectId": {"S": "proj_1"},
+                   "createdAt": {"S": "2026-11-26T10:00:00.000Z"}, "expiresAt": {"N": "1900000000"},
+                   "internalStatus": {"S": "CREATING"}, "status": {"S": "PENDING"}}}})
+    };
+    let batch: StreamBatch = serde_json::from_value(
+        json!({"Records": [insert("10", "sess_a"), insert("11", "sess_b")]}),
+    )
+    .unwrap();
+    let answer = session_events::process(&batch, &[&topic, &missing]).await;
+    assert_eq!(
+        serde_json::to_value(&answer).unwrap(),
+        json!({"batchItemFailures": [{"itemIdentifier": "10"}]})
+    );
+    // The topic took the first record's event before the bus refused it (the retry publishes
+    // it again: subscribers deduplicate on eventId); nothing of the second record went out.
+    let sqs = aws_sdk_sqs::Client::new(&f.sdk);
+    let on_topic = bodies(&sqs, &subs.topic_queue, 1).await;
+    assert_eq!(on_topic[0]["eventId"], "sess_a:created");
+}
