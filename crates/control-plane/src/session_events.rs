@@ -15,6 +15,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tracing::{error, info};
 use wallcrawler_contract::events::{SessionEvent, events_of};
+use wallcrawler_contract::session::attr;
 use wallcrawler_contract::session_doc::SessionDoc;
 
 /// A DynamoDB stream event as Lambda delivers it (only the fields the processor reads).
@@ -100,8 +101,21 @@ pub trait EventSink: Send + Sync {
     async fn publish(&self, event: &SessionEvent) -> Result<(), EventsError>;
 }
 
-/// The events of one record (its images read as session items).
+/// Whether an image is a session's: its key is a session id. The sessions table also holds
+/// each project's usage item (`usage#<projectId>`, `crate::aws::usage_key`), which makes no
+/// events.
+fn is_session(image: Option<&serde_dynamo::Item>) -> bool {
+    image.is_some_and(|i| {
+        matches!(i.get(attr::SESSION_ID), Some(serde_dynamo::AttributeValue::S(id)) if id.starts_with("sess_"))
+    })
+}
+
+/// The events of one record (its images read as session items; none for another item).
 pub fn record_events(r: &StreamRecord) -> Result<Vec<SessionEvent>, EventsError> {
+    let (old, new) = (r.dynamodb.old_image.as_ref(), r.dynamodb.new_image.as_ref());
+    if !is_session(old) && !is_session(new) {
+        return Ok(Vec::new());
+    }
     let doc = |which, image: &Option<serde_dynamo::Item>| -> Result<_, EventsError> {
         image
             .clone()
@@ -295,6 +309,20 @@ mod tests {
         let sink = Sink::default();
         let answer = process(&batch, &[&sink]).await;
         assert_eq!(answer.batch_item_failures[0].item_identifier, "7");
+        assert!(sink.took.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_projects_usage_item_in_the_same_table_makes_nothing() {
+        let usage =
+            |n: &str| json!({"sessionId": {"S": "usage#proj_1"}, "browserMinutes": {"N": n}});
+        let batch: StreamBatch = serde_json::from_value(json!({"Records": [
+            record("5", None, Some(usage("1"))),
+            record("6", Some(usage("1")), Some(usage("3"))),
+        ]}))
+        .unwrap();
+        let sink = Sink::default();
+        assert_eq!(process(&batch, &[&sink]).await, BatchResponse::default());
         assert!(sink.took.lock().unwrap().is_empty());
     }
 
