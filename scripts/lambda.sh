@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packages the four control-plane Lambda functions as Lambda's provided.al2023 runtime expects:
+# Packages the five control-plane Lambda functions as Lambda's provided.al2023 runtime expects:
 # one zip per function holding the executable `bootstrap`, built with cargo-lambda (installed into
 # .venv by scripts/install-test-deps.sh), which links with Zig against an older glibc than this
 # machine's, so the binaries start on Amazon Linux 2023 (glibc 2.34).
@@ -9,7 +9,7 @@
 #   scripts/lambda.sh --arm64      # for arm64 (Graviton) functions; x86_64 otherwise
 #   scripts/lambda.sh --out DIR    # where the zips go (default dist/lambda, gitignored)
 #
-# Writes DIR/wallcrawler-{api,authorizer,task-events,sweeper}-lambda.zip and prints their paths on stdout;
+# Writes DIR/wallcrawler-{api,authorizer,task-events,sweeper,session-events}-lambda.zip and prints their paths on stdout;
 # progress on stderr. Artifacts of the build itself stay in the cargo target directory
 # (`<target>/<triple>/{debug,release}`, apart from the host build).
 set -euo pipefail
@@ -17,7 +17,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 log() { printf '[lambda] %s\n' "$*" >&2; }
 
-FUNCTIONS=(wallcrawler-api-lambda wallcrawler-authorizer-lambda wallcrawler-task-events-lambda wallcrawler-sweeper-lambda)
+FUNCTIONS=(wallcrawler-api-lambda wallcrawler-authorizer-lambda wallcrawler-task-events-lambda wallcrawler-sweeper-lambda wallcrawler-session-events-lambda)
 profile=(--release)
 arch=(--x86-64)
 out="$ROOT/dist/lambda"

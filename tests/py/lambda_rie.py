@@ -18,7 +18,10 @@ events to the emulator's invoke endpoint and checks the answers:
   - wallcrawler-task-events-lambda, an EventBridge "ECS Task State Change" for that session's
     task, STOPPED: the session becomes FAILED with the stop reason and gets endedAt;
   - wallcrawler-sweeper-lambda, a scheduled event: a new PENDING session whose claim's deadline
-    passed becomes TIMED_OUT ("no browser was available in time") with endedAt.
+    passed becomes TIMED_OUT ("no browser was available in time") with endedAt;
+  - wallcrawler-session-events-lambda, the sessions stream's records of all the above (read
+    from moto's stream): created and ended for both sessions on an SQS queue subscribed to the
+    topic and on an EventBridge rule's queue, no token in any of them.
 
 The project and its API key are made by the real `wallcrawler-control-plane admin` against moto.
 No API key appears in any function's log. Exits 1 with a clear message on any miss.
@@ -266,6 +269,8 @@ def run(dist: Path, admin_binary: str) -> None:
                 "BillingMode": "PAY_PER_REQUEST",
             }
             if var == "SESSIONS_TABLE_NAME":
+                # The session-events function's input (the template's stream, NEW_AND_OLD_IMAGES).
+                args["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
                 args["AttributeDefinitions"] += [
                     {"AttributeName": "projectId", "AttributeType": "S"},
                     {"AttributeName": "createdAt", "AttributeType": "S"},
@@ -412,6 +417,63 @@ def run(dist: Path, admin_binary: str) -> None:
                and s(item, "terminationReason") == "no browser was available in time",
                f"after the sweep the session is {s(item, 'internalStatus')}, endedAt={s(item, 'endedAt')}")
         log(f"{sweeper.name}: the stranded session TIMED_OUT with endedAt ({time.monotonic() - t0:.1f} s)")
+
+        # The session-events function: the stream's records so far, as the event source mapping
+        # hands them over.
+        t0 = time.monotonic()
+        sqs, sns, bus_client = moto.client("sqs"), moto.client("sns"), moto.client("events")
+
+        def queue() -> tuple[str, str]:
+            url = sqs.create_queue(QueueName=f"events-{uuid.uuid4().hex}")["QueueUrl"]
+            return url, sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+
+        topic = sns.create_topic(Name=f"session-ready-{suffix}")["TopicArn"]
+        topic_queue, topic_queue_arn = queue()
+        sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=topic_queue_arn, Attributes={"RawMessageDelivery": "true"})
+        bus = f"sessions-{suffix}"
+        bus_client.create_event_bus(Name=bus)
+        bus_client.put_rule(Name=f"session-events-{suffix}", EventBusName=bus,
+                            EventPattern=json.dumps({"source": ["wallcrawler.sessions"]}))
+        rule_queue, rule_queue_arn = queue()
+        bus_client.put_targets(Rule=f"session-events-{suffix}", EventBusName=bus, Targets=[{"Id": "q", "Arn": rule_queue_arn}])
+        streams = moto.client("dynamodbstreams")
+        stream_arn = dynamo.describe_table(TableName=table_env["SESSIONS_TABLE_NAME"])["Table"]["LatestStreamArn"]
+        records = []
+        for shard in streams.describe_stream(StreamArn=stream_arn)["StreamDescription"]["Shards"]:
+            it = streams.get_shard_iterator(StreamArn=stream_arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+            while it:
+                page = streams.get_records(ShardIterator=it)
+                if not page["Records"]:
+                    break
+                for r in page["Records"]:
+                    r["dynamodb"].pop("ApproximateCreationDateTime", None)
+                    records.append(r)
+                it = page.get("NextShardIterator")
+        tokens = [s(dynamo.get_item(TableName=table_env["SESSIONS_TABLE_NAME"], Key={"sessionId": {"S": i}},
+                                    ConsistentRead=True)["Item"], "signingKey") for i in (session_id, stranded)]
+        expect(all(tokens), "the sessions have tokens")
+        fn_env.update({"SESSION_EVENTS_TOPIC_ARN": topic, "SESSION_EVENTS_BUS_NAME": bus})
+        session_events = start("wallcrawler-session-events-lambda")
+        answer = session_events.invoke({"Records": records})
+        expect(answer == {"batchItemFailures": []}, f"the session-events function answered {answer}")
+
+        def bodies(url: str) -> list[dict]:
+            out = []
+            while True:
+                got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+                if not got:
+                    return out
+                for m in got:
+                    out.append(json.loads(m["Body"]))
+                    sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+        want = [f"{session_id}:created", f"{session_id}:ended", f"{stranded}:created", f"{stranded}:ended"]
+        on_topic, on_rule = bodies(topic_queue), bodies(rule_queue)
+        expect([e.get("eventId") for e in on_topic] == want, f"the topic's queue got {on_topic}, want {want}")
+        expect([e.get("detail") for e in on_rule] == on_topic, f"the rule's queue got {on_rule}, want the same events")
+        for text in [json.dumps(on_topic), json.dumps(on_rule)]:
+            expect(not any(t in text for t in tokens) and "signingKey" not in text, "a token in a session event")
+        log(f"{session_events.name}: {len(records)} stream records, created and ended of both sessions on the topic and the bus ({time.monotonic() - t0:.1f} s)")
 
         for f in functions:
             text = f.log()

@@ -17,6 +17,8 @@
 //! - [`chrome_uids`]: the uid of its own each Chrome runs as when its controller is root,
 //!   shared by the local platform and the controller.
 //! - [`claim`]: how a session reaches a warm pool controller, and the local queue of claims.
+//! - [`events`]: the session events (created, ready, ended) the sessions-stream processor
+//!   publishes, and which change of the session item makes which.
 //! - [`private_fs`]: the local platform's files ours or refused: its directory checked, files
 //!   read without following links, written through exclusive random temporary names.
 //! - [`retry`]: the one retry policy, and which failures are transient.
@@ -36,6 +38,7 @@
 
 pub mod chrome_uids;
 pub mod claim;
+pub mod events;
 pub mod extension_archive;
 pub mod private_fs;
 pub mod retry;

@@ -251,6 +251,40 @@ impl Claims {
         }
     }
 
+    /// The one token of a session, formed again from what its item keeps: issued at its
+    /// creation (`createdAt`, Unix seconds), expiring at its `expiresAt`, with a nonce derived
+    /// from the session id. EdDSA (Ed25519) signatures are deterministic, so minting these
+    /// claims again with the same key gives the same token, byte for byte: the API can answer
+    /// a session's `signingKey` at read time instead of keeping the token in the session item
+    /// (and so in its stream). After a key rotation the token is another one, as valid.
+    pub fn for_session(
+        session_id: &str,
+        project_id: &str,
+        issued_at: u64,
+        expires_at: u64,
+    ) -> Self {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::new()
+            .chain_update(b"wallcrawler session token\0")
+            .chain_update(session_id.as_bytes())
+            .finalize();
+        let nonce: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        Self {
+            iss: ISSUER.to_owned(),
+            sub: session_id.to_owned(),
+            aud: vec![AUDIENCE.to_owned()],
+            exp: expires_at,
+            iat: issued_at,
+            nbf: issued_at,
+            jti: nonce.clone(),
+            session_id: session_id.to_owned(),
+            project_id: project_id.to_owned(),
+            nonce,
+            user_id: None,
+            ip_address: None,
+        }
+    }
+
     /// Signs these claims with `key` (EdDSA).
     pub fn mint(&self, key: &SigningKey) -> String {
         mint_claims(self, key)
@@ -1280,6 +1314,31 @@ mod tests {
             .unwrap();
         let header: serde_json::Value = serde_json::from_slice(&header).unwrap();
         assert_eq!(header, json!({"alg": "EdDSA", "typ": "JWT"}));
+    }
+
+    #[test]
+    fn a_sessions_token_minted_again_is_the_same_token() {
+        let first = Claims::for_session("sess_a", "proj_a", NOW - 10, NOW + 3600).mint(&key());
+        let again = Claims::for_session("sess_a", "proj_a", NOW - 10, NOW + 3600).mint(&key());
+        assert_eq!(first, again, "Ed25519 signs deterministically");
+        let ok = validate(&first, &[public()], &v()).unwrap();
+        assert_eq!(ok.exp, (NOW + 3600) as f64);
+        let c = Claims::for_session("sess_a", "proj_a", NOW - 10, NOW + 3600);
+        assert_eq!((c.iat, c.nbf, c.exp), (NOW - 10, NOW - 10, NOW + 3600));
+        assert_eq!(c.nonce.len(), 32);
+        assert!(
+            c.nonce
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        );
+        assert_eq!(c.jti, c.nonce);
+        let b = Claims::for_session("sess_b", "proj_a", NOW - 10, NOW + 3600);
+        assert_ne!(b.nonce, c.nonce, "one nonce per session");
+        // Another key (a rotation): another token, valid with that key.
+        let rotated =
+            Claims::for_session("sess_a", "proj_a", NOW - 10, NOW + 3600).mint(&named(b"next-key"));
+        assert_ne!(rotated, first);
+        assert!(validate(&rotated, &[other(b"next-key")], &v()).is_ok());
     }
 
     #[test]

@@ -26,6 +26,8 @@
 //! - [`debug`]: a running session's page list, from its proxy.
 //! - [`sweep`]: the sweeper, which ends sessions stranded past their claim's deadline or
 //!   their expiry (a Lambda on a schedule, a periodic task of the local platform).
+//! - [`session_events`]: the sessions-stream processor: stream records in, session events
+//!   out to the topic and EventBridge, a partial-batch answer for what failed.
 //! - [`memory`]: in-memory ports (tests, reference semantics).
 //! - [`local`]: the local platform: file-backed stores shared with local controllers;
 //!   [`local::controllers`] runs `wallcrawler-controller run` child processes (a warm pool
@@ -59,6 +61,7 @@ pub mod metadata;
 pub mod model;
 pub mod router;
 pub mod rules;
+pub mod session_events;
 pub mod stores;
 pub mod sweep;
 pub mod task_api;

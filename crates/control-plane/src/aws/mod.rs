@@ -3,7 +3,8 @@
 //! slots (`slots`), S3 presigned upload URLs (`s3`), ECS Fargate (`ecs`) and the SQS pool
 //! (`sqs`) as task launchers, the Secrets Manager backed token signer (`signer`), the task
 //! API's broker (`broker`: claims handed to tasks, session credentials from STS) and its
-//! identity check (`identity`: a task's signed STS request, sent to STS); the
+//! identity check (`identity`: a task's signed STS request, sent to STS); the session
+//! events' topic and bus (`publish`: SNS and EventBridge); the
 //! configuration that names them and the wiring ([`Config::from_env`], [`build_app`], in
 //! `config`); and [`lambda`], what the Lambda functions run. SDK types stay in this module.
 //!
@@ -37,6 +38,7 @@ mod config;
 mod ecs;
 mod identity;
 pub mod lambda;
+mod publish;
 mod records;
 mod s3;
 mod sessions;
@@ -54,6 +56,7 @@ pub use config::{
 };
 pub use ecs::{EcsLauncher, controller_environment};
 pub use identity::StsIdentities;
+pub use publish::{BUS_NAME_VAR, EventBus, EventsConfig, SnsTopic, TOPIC_ARN_VAR};
 pub use records::{DynamoContexts, DynamoKeys, DynamoProjects, DynamoRecords};
 pub use s3::S3Archives;
 pub use sessions::{

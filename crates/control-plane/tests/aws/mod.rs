@@ -1524,3 +1524,7 @@ async fn a_malformed_id_is_a_400_before_dynamodb_sees_it() {
         }
     }
 }
+
+/// Session events: a session's lifecycle on moto's sessions stream, through the processor, to
+/// an SQS queue on the topic and an EventBridge rule's queue; redelivery keeps the event id.
+mod session_events;
