@@ -12,7 +12,8 @@ use wallcrawler_contract::{Claims, InternalStatus, SigningKey};
 
 use crate::support::upstream::{FakeUpstream, UpEvent};
 use crate::support::{
-    Controller, KEY, WAIT, first_head, now, public_key, raw_http, status_of, token, upgrade_request,
+    Controller, KEY, ViewerStart, WAIT, first_head, now, public_key, raw_http, status_of, token,
+    upgrade_request, viewer_read_until,
 };
 
 const A: &str = "sess_aaaaaaaa-0000-0000-0000-000000000001";
@@ -990,7 +991,7 @@ fn a_viewer_is_routed_by_its_credentials_session_as_a_connect_is() {
 /// session's own token in `t` is refused.
 #[test]
 fn a_viewer_page_and_socket_reach_a_real_task_through_the_gateway() {
-    use tokio_tungstenite::tungstenite::{self, Message};
+    use tokio_tungstenite::tungstenite;
     let b = Behind::start();
     let cred = viewer_credential(KEY, &b.session, "view", now()..now() + 600);
     let host = b.addr.to_string();
@@ -1016,20 +1017,11 @@ fn a_viewer_page_and_socket_reach_a_real_task_through_the_gateway() {
     tcp.set_read_timeout(Some(WAIT)).unwrap();
     let (mut ws, answer) = tungstenite::client(url.as_str(), tcp).expect("upgrade");
     assert_eq!(answer.status(), 101);
-    let (mut tabs, mut frame) = (false, false);
-    while !(tabs && frame) {
-        let Message::Text(t) = ws.read().expect("a message") else {
-            continue;
-        };
-        let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
-        match v["type"].as_str() {
-            Some("tabs") => tabs = !v["tabs"].as_array().unwrap().is_empty(),
-            Some("frame") => frame = v["data"].as_str().is_some_and(|d| d.starts_with("/9j/")),
-            // The handoff banner's state (none pending).
-            Some("handoff") => assert!(v["handoff"].is_null(), "{v}"),
-            other => panic!("unexpected message {other:?}: {v}"),
-        }
-    }
+    let mut start = ViewerStart::default();
+    viewer_read_until(&mut ws, |v| {
+        assert!(start.note(v), "unexpected message {v}");
+        start.both()
+    });
     let _ = ws.close(None);
     let log = b.gateway.stderr.text();
     assert!(!log.contains(&cred), "the credential in the gateway's log");

@@ -10,7 +10,8 @@
 use std::net::SocketAddr;
 
 use crate::support::{
-    Controller, KEY, LocalSession, chromium, now, raw_http, status_of, upgrade_request,
+    Controller, KEY, LocalSession, ViewerStart, chromium, now, raw_http, status_of,
+    upgrade_request, viewer_read_until,
 };
 
 /// A local controller signing with [`KEY`], its metrics listener's address.
@@ -233,22 +234,17 @@ fn a_raw_viewer_gets_tabs_and_frames_counts_as_a_client_stops_the_screencast_las
     }
     let mut errors = Vec::new();
     ws.send(Message::text(r#"{"type":"ping"}"#)).unwrap();
-    let (mut tabs, mut frame, mut pong) = (false, false, false);
-    while !(tabs && frame && pong) {
-        let Message::Text(t) = ws.read().expect("a message") else {
-            continue;
-        };
-        let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
-        match v["type"].as_str() {
-            Some("tabs") => tabs = !v["tabs"].as_array().unwrap().is_empty(),
-            Some("frame") => frame = v["data"].as_str().is_some_and(|d| d.starts_with("/9j/")),
-            Some("pong") => pong = true,
-            Some("error") => errors.push(v["error"].as_str().unwrap().to_owned()),
-            // The handoff banner's state, sent at the start: none pending.
-            Some("handoff") => assert_eq!(v["handoff"], serde_json::Value::Null, "{v}"),
-            other => panic!("unexpected message {other:?}: {v}"),
+    let (mut start, mut pong) = (ViewerStart::default(), false);
+    viewer_read_until(&mut ws, |v| {
+        if !start.note(v) {
+            match v["type"].as_str() {
+                Some("pong") => pong = true,
+                Some("error") => errors.push(v["error"].as_str().unwrap().to_owned()),
+                other => panic!("unexpected message {other:?}: {v}"),
+            }
         }
-    }
+        start.both() && pong
+    });
     assert_eq!(
         errors,
         ["unknown message", "unknown message", "invalid field x"]
@@ -295,32 +291,6 @@ fn a_raw_viewer_gets_tabs_and_frames_counts_as_a_client_stops_the_screencast_las
     assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
 }
 
-/// A viewer's socket, and the messages it reads until `until` matches one (returned too).
-fn read_until(
-    ws: &mut tokio_tungstenite::tungstenite::WebSocket<std::net::TcpStream>,
-    until: impl Fn(&serde_json::Value) -> bool,
-) -> Vec<serde_json::Value> {
-    use tokio_tungstenite::tungstenite::Message;
-    let mut seen = Vec::new();
-    loop {
-        let m = ws
-            .read()
-            .unwrap_or_else(|e| panic!("no message ({e}) after {seen:?}"));
-        let Message::Text(t) = m else {
-            continue;
-        };
-        let mut v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
-        let done = until(&v);
-        if v["type"] == "frame" {
-            v["data"] = "…".into();
-        }
-        seen.push(v);
-        if done {
-            return seen;
-        }
-    }
-}
-
 fn open_viewer(
     s: &LocalSession,
     credential: &str,
@@ -355,7 +325,7 @@ fn a_viewer_for_one_page_sees_and_selects_only_that_page() {
 
     // An unpinned viewer lists both pages; pick the one that is not `other`.
     let mut all = open_viewer(&s, &credential(&s, "view", None));
-    let seen = read_until(&mut all, |v| {
+    let seen = viewer_read_until(&mut all, |v| {
         v["type"] == "tabs" && v["tabs"].as_array().unwrap().len() >= 2
     });
     let tabs = seen.last().unwrap()["tabs"].as_array().unwrap().clone();
@@ -371,7 +341,7 @@ fn a_viewer_for_one_page_sees_and_selects_only_that_page() {
     // A query's `page` or `mode` widens nothing: the credential's claims alone count.
     let pinned_view = credential(&s, "view", Some(&pinned));
     let mut ws = open_viewer(&s, &format!("{pinned_view}&page={other}&mode=control"));
-    let seen = read_until(&mut ws, |v| v["type"] == "frame");
+    let seen = viewer_read_until(&mut ws, |v| v["type"] == "frame");
     for v in seen.iter().filter(|v| v["type"] == "tabs") {
         let ids: Vec<&str> = v["tabs"]
             .as_array()
@@ -393,7 +363,7 @@ fn a_viewer_for_one_page_sees_and_selects_only_that_page() {
     ))
     .unwrap();
     ws.send(Message::text(r#"{"type":"ping"}"#)).unwrap();
-    let seen = read_until(&mut ws, |v| v["type"] == "pong");
+    let seen = viewer_read_until(&mut ws, |v| v["type"] == "pong");
     assert!(
         seen.iter()
             .all(|v| v["type"] == "frame" || v["type"] == "pong"),

@@ -631,6 +631,21 @@ async fn stack_in_direct_mode_serves_a_session_at_the_tasks_address() {
         format!("GET {path} HTTP/1.1\r\nHost: {proxy}\r\n\r\n").as_bytes(),
     );
     assert_eq!(crate::support::status_of(&page), 200, "{page}");
+    // That client closed its socket, which drops its handoff: the controller removes it from
+    // the item (asynchronously). Until it is gone, a poll of the item could see this first
+    // handoff, not the one asked for next.
+    let first = asked["answer"]["result"]["handoffId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a handoff id: {asked}"))
+        .to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while pool.f.item(&id).await.contains_key("handoff") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a disconnected client's handoff stays in the item"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // A pending handoff is in the session item (written with the session's own credentials)
     // and in /debug until it ends (here: its timeout, 10 s: long enough that a loaded machine's
     // item poll and /debug call both fall inside it), then gone from both.
@@ -663,6 +678,11 @@ async fn stack_in_direct_mode_serves_a_session_at_the_tasks_address() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(pending["reason"].as_s().unwrap(), "ask");
+    assert_ne!(
+        pending["id"].as_s().unwrap(),
+        &first,
+        "the second request's handoff"
+    );
     let (status, debug) = pool
         .f
         .call(Method::GET, &format!("/v1/sessions/{id}/debug"), None)

@@ -431,6 +431,61 @@ pub fn first_head(addr: SocketAddr, request: &[u8]) -> (std::net::TcpStream, Str
     (s, String::from_utf8(head).unwrap())
 }
 
+/// A viewer's socket (`/viewer/ws`), and the messages it reads until `until` matches one
+/// (returned too, frames' data elided).
+pub fn viewer_read_until(
+    ws: &mut tokio_tungstenite::tungstenite::WebSocket<std::net::TcpStream>,
+    mut until: impl FnMut(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    use tokio_tungstenite::tungstenite::Message;
+    let mut seen = Vec::new();
+    loop {
+        let m = ws
+            .read()
+            .unwrap_or_else(|e| panic!("no message ({e}) after {seen:?}"));
+        let Message::Text(t) = m else {
+            continue;
+        };
+        let mut v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+        let done = until(&v);
+        if v["type"] == "frame" {
+            v["data"] = "…".into();
+        }
+        seen.push(v);
+        if done {
+            return seen;
+        }
+    }
+}
+
+/// What a new viewer is sent first: a non-empty tab list, a JPEG frame, and the handoff
+/// banner's state, which must be "none pending".
+#[derive(Default)]
+pub struct ViewerStart {
+    pub tabs: bool,
+    pub frame: bool,
+}
+
+impl ViewerStart {
+    /// Notes `v`; `false` when it is none of those messages (the caller's to judge).
+    pub fn note(&mut self, v: &serde_json::Value) -> bool {
+        match v["type"].as_str() {
+            Some("tabs") => self.tabs = !v["tabs"].as_array().unwrap().is_empty(),
+            Some("frame") => {
+                self.frame = v["data"].as_str().is_some_and(|d| d.starts_with("/9j/"));
+            }
+            Some("handoff") => assert!(v["handoff"].is_null(), "{v}"),
+            _ => return false,
+        }
+        true
+    }
+
+    /// Whether both the tabs and a frame came.
+    pub fn both(&self) -> bool {
+        self.tabs && self.frame
+    }
+}
+
 /// One raw HTTP exchange: sends `request` bytes, reads until the server closes (bounded).
 /// Returns the whole answer as text.
 pub fn raw_http(addr: SocketAddr, request: &[u8]) -> String {
