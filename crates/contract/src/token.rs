@@ -234,14 +234,19 @@ pub struct Claims {
 impl Claims {
     /// Claims for `session_id` valid from `now` for `ttl_seconds`, with a fresh 128-bit nonce.
     pub fn new(session_id: &str, project_id: &str, now: u64, ttl_seconds: u64) -> Self {
-        let nonce = random_hex(16);
+        let exp = now.saturating_add(ttl_seconds);
+        Self::issued(session_id, project_id, now, exp, random_hex(16))
+    }
+
+    /// Claims for `session_id` valid from `iat` until `exp`, with `nonce` (also the `jti`).
+    fn issued(session_id: &str, project_id: &str, iat: u64, exp: u64, nonce: String) -> Self {
         Self {
             iss: ISSUER.to_owned(),
             sub: session_id.to_owned(),
             aud: vec![AUDIENCE.to_owned()],
-            exp: now.saturating_add(ttl_seconds),
-            iat: now,
-            nbf: now,
+            exp,
+            iat,
+            nbf: iat,
             jti: nonce.clone(),
             session_id: session_id.to_owned(),
             project_id: project_id.to_owned(),
@@ -269,20 +274,7 @@ impl Claims {
             .chain_update(session_id.as_bytes())
             .finalize();
         let nonce: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-        Self {
-            iss: ISSUER.to_owned(),
-            sub: session_id.to_owned(),
-            aud: vec![AUDIENCE.to_owned()],
-            exp: expires_at,
-            iat: issued_at,
-            nbf: issued_at,
-            jti: nonce.clone(),
-            session_id: session_id.to_owned(),
-            project_id: project_id.to_owned(),
-            nonce,
-            user_id: None,
-            ip_address: None,
-        }
+        Self::issued(session_id, project_id, issued_at, expires_at, nonce)
     }
 
     /// Signs these claims with `key` (EdDSA).
