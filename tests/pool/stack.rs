@@ -536,10 +536,14 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
         proxy.rsplit(':').next(),
         "{item:?}"
     );
-    assert_eq!(
-        text(&item, "connectUrl").as_deref(),
-        Some(url.as_str()),
-        "READY kept the gateway's connectUrl"
+    let base = text(&item, "connectBase").expect("the gateway's base in the item");
+    assert!(url.starts_with(&base), "{url} is formed on {base}");
+    for never in ["signingKey", "connectUrl"] {
+        assert!(!item.contains_key(never), "{never} in the item");
+    }
+    assert!(
+        !format!("{item:?}").contains(v["signingKey"].as_str().unwrap()),
+        "the item holds no token"
     );
     assert!(gateway.metric("wallcrawler_gateway_dials_total").await >= 1.0);
     assert!(

@@ -180,11 +180,11 @@ fn duration_ms(created: &str, ended: Option<&str>) -> Option<u64> {
     to.checked_sub(from)
 }
 
-/// The host clients connect to: the authority of `connectUrl` (the connect gateway's), else
-/// `publicIP:proxyPort` (a task's own address). Scheme, user info, path, query (where the
-/// token is) and fragment are dropped.
+/// The host clients connect to: the authority of `connectBase` (the connect gateway's; an
+/// older item's `connectUrl`), else `publicIP:proxyPort` (a task's own address). Scheme, user
+/// info, path, query (where an older item's token is) and fragment are dropped.
 pub fn connect_host(d: &SessionDoc) -> Option<String> {
-    if let Some(url) = d.connect_url.as_deref() {
+    if let Some(url) = d.connect_base.as_deref().or(d.connect_url.as_deref()) {
         return authority(url);
     }
     let ip = d.public_ip.as_deref()?;
@@ -286,6 +286,14 @@ mod tests {
         active.set_status(InternalStatus::Active);
         let e = events_of(Some(&doc(InternalStatus::Starting)), Some(&active));
         assert_eq!(kinds(&e), [EventKind::Ready]);
+    }
+
+    #[test]
+    fn a_gateway_session_s_host_is_its_connect_base() {
+        let mut d = ready();
+        (d.connect_url, d.signing_key) = (None, None);
+        d.connect_base = Some("wss://gw.example:8443".into());
+        assert_eq!(connect_host(&d).as_deref(), Some("gw.example:8443"));
     }
 
     #[test]

@@ -186,6 +186,7 @@ mod tests {
             attr::KEEP_ALIVE,
             attr::USER_METADATA,
             attr::CREATED_AT,
+            attr::CONNECT_BASE,
         ] {
             assert!(!attr::TASK_WRITES.contains(&api_only), "{api_only}");
         }
@@ -246,9 +247,15 @@ pub mod attr {
     pub const UPLOADS_DIR: &str = "uploadsDir";
     /// `ecsTaskArn`: the ECS task serving the session, when known.
     pub const ECS_TASK_ARN: &str = "ecsTaskArn";
-    /// `connectUrl`: `ws://<publicIP>:<port>?signingKey=<token>`.
+    /// `connectUrl`: a connect URL with its token. Written only by versions before the token
+    /// left the item (read for such items; see [`CONNECT_BASE`]).
     pub const CONNECT_URL: &str = "connectUrl";
-    /// `signingKey`: the session's CDP access token (a JWT).
+    /// `connectBase`: the connect gateway's base URL the session was created behind
+    /// (`wss://connect.example.com`), no token; the API forms the `connectUrl` from it.
+    pub const CONNECT_BASE: &str = "connectBase";
+    /// `signingKey`: the session's CDP access token (a JWT). Written only by versions before
+    /// the token left the item: the API mints it again when it answers
+    /// ([`crate::session_doc::SessionDoc::token_claims`]).
     pub const SIGNING_KEY: &str = "signingKey";
     /// `contextId`: the context whose profile the session uses.
     pub const CONTEXT_ID: &str = "contextId";

@@ -87,11 +87,16 @@ pub struct SessionDoc {
     /// `ecsTaskArn`: the task serving the session, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ecs_task_arn: Option<String>,
-    /// `connectUrl`: `ws://<publicIP>:<port>?signingKey=<token>`, once READY; behind the
-    /// connect gateway, `<gateway>/?signingKey=<token>` from the create on.
+    /// `connectUrl`: a connect URL with its token, in items written before the token left the
+    /// item (behind the gateway, `<gateway>/?signingKey=<token>`). Never written now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_url: Option<String>,
-    /// `signingKey`: the session's CDP access token.
+    /// `connectBase`: behind the connect gateway, its base URL (no token), from the create on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_base: Option<String>,
+    /// `signingKey`: the session's CDP access token. Never stored now (the item, and so the
+    /// table's stream, holds no token): the API mints it again from [`Self::token_claims`]
+    /// when it answers; older items may still hold it, and then it is the one answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signing_key: Option<String>,
     /// `contextId`: the context whose profile the session uses.
@@ -171,18 +176,44 @@ impl SessionDoc {
         self.status = s.sdk_status().as_str().to_owned();
     }
 
-    /// The `connectUrl` a client is given: the item's (the connect gateway's, written at
-    /// create), else the serving task's own address, formed here from `publicIP`, `proxyPort`
-    /// (both written with READY) and the token. Tasks never read the token, so they never
-    /// write a `connectUrl`.
+    /// The `connectUrl` a client is given, formed with the token (`signingKey`, filled by the
+    /// API when it answers): the connect gateway's (`connectBase`, written at create), else
+    /// the serving task's own address (`publicIP`, `proxyPort`, both written with READY). An
+    /// older item's stored `connectUrl` wins. Tasks never read the token, so they never write
+    /// a `connectUrl`.
     pub fn client_connect_url(&self) -> Option<String> {
-        self.connect_url.clone().or_else(|| {
-            Some(crate::session::connect_url(
-                self.public_ip.as_deref()?,
-                self.proxy_port?,
-                self.signing_key.as_deref()?,
-            ))
-        })
+        if let Some(url) = &self.connect_url {
+            return Some(url.clone());
+        }
+        let token = self.signing_key.as_deref()?;
+        if let Some(base) = &self.connect_base {
+            return Some(crate::session::gateway_connect_url(base, token));
+        }
+        Some(crate::session::connect_url(
+            self.public_ip.as_deref()?,
+            self.proxy_port?,
+            token,
+        ))
+    }
+
+    /// The claims of the session's token: [`crate::token::Claims::for_session`] from the
+    /// item's own `sessionId`, `projectId`, `createdAt` (whole seconds) and `expiresAt`, so
+    /// the token minted at create and every one minted again from the item are the same.
+    /// `None` when `createdAt` does not parse.
+    pub fn token_claims(&self) -> Option<crate::token::Claims> {
+        let issued = crate::time::parse_iso8601(&self.created_at)? / 1000;
+        Some(crate::token::Claims::for_session(
+            &self.session_id,
+            &self.project_id,
+            issued,
+            self.expires_at,
+        ))
+    }
+
+    /// Whether the session was created behind the connect gateway (its `connectUrl` works
+    /// from the create on).
+    pub fn behind_gateway(&self) -> bool {
+        self.connect_base.is_some() || self.connect_url.is_some()
     }
 
     /// Whether the session still waits for a browser (CREATING, PROVISIONING, STARTING).
@@ -639,12 +670,34 @@ mod tests {
             d.client_connect_url().as_deref(),
             Some("ws://203.0.113.7:9223?signingKey=t.k.n")
         );
-        d.connect_url = Some("wss://gw.example/?signingKey=t.k.n".into());
+        d.connect_base = Some("wss://gw.example".into());
         assert_eq!(
             d.client_connect_url().as_deref(),
             Some("wss://gw.example/?signingKey=t.k.n"),
-            "the gateway's, written at create, wins"
+            "the gateway's base, written at create, wins"
         );
+        d.signing_key = None;
+        assert_eq!(d.client_connect_url(), None, "no URL without the token");
+        d.connect_url = Some("wss://old.example/?signingKey=o.l.d".into());
+        assert_eq!(
+            d.client_connect_url().as_deref(),
+            Some("wss://old.example/?signingKey=o.l.d"),
+            "an older item's stored URL is answered as it is"
+        );
+    }
+
+    #[test]
+    fn the_token_claims_are_the_items_own() {
+        let mut d = doc("sess_1");
+        d.created_at = "2026-01-01T00:00:10.999Z".into();
+        d.expires_at = 1_767_225_910;
+        let c = d.token_claims().unwrap();
+        assert_eq!(
+            c,
+            crate::token::Claims::for_session("sess_1", "p", 1_767_225_610, 1_767_225_910)
+        );
+        d.created_at = "yesterday".into();
+        assert_eq!(d.token_claims(), None);
     }
 
     #[test]

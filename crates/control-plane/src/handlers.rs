@@ -14,10 +14,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tracing::{info, warn};
+use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::storage::profile_key;
 use wallcrawler_contract::viewer::ViewerClaims;
-use wallcrawler_contract::{Claims, InternalStatus};
 
 use crate::app::App;
 use crate::auth::{Caller, Principal, check_body_project};
@@ -117,9 +117,11 @@ struct NewSession {
 }
 
 impl NewSession {
-    /// The session's item (CREATING) for session `id` of `project_id`, created now,
-    /// with its token and its claim's deadline ([`claim_deadline`]).
-    fn into_doc(self, app: &App, id: &str, project_id: &str, token: String) -> SessionDoc {
+    /// The session's item (CREATING) for session `id` of `project_id`, created now, with its
+    /// claim's deadline ([`claim_deadline`]) and, behind the connect gateway, its base URL. No
+    /// token: the API mints it when it answers ([`with_token`]), so neither the item nor the
+    /// table's stream ever holds one.
+    fn into_doc(self, app: &App, id: &str, project_id: &str) -> SessionDoc {
         let now_ms = app.clock.now_millis();
         let now = wallcrawler_contract::time::iso8601_millis(now_ms);
         let mut doc = SessionDoc {
@@ -132,7 +134,7 @@ impl NewSession {
             expires_at: now_ms / 1000 + self.timeout,
             keep_alive: self.keep_alive,
             region: self.region,
-            signing_key: Some(token),
+            connect_base: app.settings.connect_base.clone(),
             user_metadata: self.user_metadata,
             ..Default::default()
         };
@@ -166,7 +168,7 @@ async fn beyond_share(app: &App, project_id: &str) -> Result<bool, ApiError> {
 }
 
 /// Everything between taking the slot and the task's start: the launch choice (warm or cold),
-/// the token, the item (CREATING) and the launch. On failure the caller gives slot and lease
+/// the item (CREATING) and the launch. On failure the caller gives slot and lease
 /// back.
 async fn start_session(
     app: &App,
@@ -175,21 +177,12 @@ async fn start_session(
     id: &str,
 ) -> Result<(SessionDoc, Option<String>), ApiError> {
     let cold = beyond_share(app, p.project_id()).await?;
-    let token = app
-        .signer
-        .sign(Claims::new(id, p.project_id(), app.now_secs(), new.timeout))
-        .await?;
     let context = new
         .context
         .as_ref()
         .map(|(c, persist)| (c.context_id.clone(), c.storage_key.clone(), *persist));
     let extension = new.extension.as_ref().map(|(_, key)| key.clone());
-    let mut doc = new.into_doc(app, id, p.project_id(), token);
-    if let (Some(base), Some(token)) = (&app.settings.connect_base, &doc.signing_key) {
-        doc.connect_url = Some(wallcrawler_contract::session::gateway_connect_url(
-            base, token,
-        ));
-    }
+    let doc = new.into_doc(app, id, p.project_id());
     if let Cond::Failed(_) = app.sessions.create(doc.clone()).await? {
         return Err(ApiError::internal("session id collision; retry"));
     }
@@ -343,11 +336,7 @@ pub async fn create_session(
         info!(session.id = %id, project.id = %p.project_id(), "session created; answering with the gateway's connectUrl");
         let mut current = doc;
         current.ecs_task_arn = task_arn;
-        return Ok((
-            StatusCode::CREATED,
-            Json(session_create_to_api(&api_view(&app, current))),
-        )
-            .into_response());
+        return Ok((StatusCode::CREATED, Json(answered(&app, current).await?)).into_response());
     }
     info!(session.id = %id, project.id = %p.project_id(), "session created; waiting for READY");
     wait_for_ready(&app, &id, doc, started, deadline).await
@@ -368,16 +357,37 @@ pub fn is_connect_base(url: &str) -> bool {
         })
 }
 
+/// The session as the API answers a create or a read: [`api_view`], then while it is running
+/// its `connectUrl` and `signingKey` ([`with_token`]).
+async fn answered(app: &App, d: SessionDoc) -> Result<Value, ApiError> {
+    Ok(session_create_to_api(
+        &with_token(app, api_view(app, d)).await?,
+    ))
+}
+
+/// `d` with its token while it is running (the only time the API shows it): minted again from
+/// the item's own claims ([`SessionDoc::token_claims`]; EdDSA is deterministic, so it is the
+/// token of the create, byte for byte, until the key rotates), unless an older item stores one.
+async fn with_token(app: &App, mut d: SessionDoc) -> Result<SessionDoc, ApiError> {
+    if d.signing_key.is_none() && d.status == InternalStatus::Ready.sdk_status().as_str() {
+        let claims = d
+            .token_claims()
+            .ok_or_else(|| ApiError::internal("the session's createdAt is not a time"))?;
+        d.signing_key = Some(app.signer.sign(claims).await?);
+    }
+    Ok(d)
+}
+
 /// The session as the API shows it. Behind the connect gateway a session still starting is
 /// shown RUNNING, as Browserbase shows it once created: its `connectUrl` works (the gateway
 /// holds a client until the browser is up).
 fn api_view(app: &App, d: SessionDoc) -> SessionDoc {
-    let has_url = d.connect_url.is_some();
+    let has_url = d.behind_gateway();
     shown(app, d, has_url)
 }
 
-/// [`api_view`] of a listed session, which carries no `connectUrl` (the listing index holds
-/// no token): behind the gateway every session gets one at create.
+/// [`api_view`] of a listed session, which the listing index holds without `connectBase`:
+/// behind the gateway every session gets one at create.
 fn listed_view(app: &App, d: SessionDoc) -> SessionDoc {
     shown(app, d, true)
 }
@@ -407,9 +417,8 @@ async fn wait_for_ready(
         let current = app.sessions.get(id).await?.unwrap_or_else(|| doc.clone());
         match current.internal() {
             Some(InternalStatus::Ready | InternalStatus::Active) => {
-                return Ok(
-                    (StatusCode::CREATED, Json(session_create_to_api(&current))).into_response()
-                );
+                let body = answered(app, current).await?;
+                return Ok((StatusCode::CREATED, Json(body)).into_response());
             }
             Some(s) if s.is_terminal() => {
                 crate::limits::give_back(app.slots.as_ref(), app.contexts.as_ref(), &current).await;
@@ -426,7 +435,8 @@ async fn wait_for_ready(
         }
         if Instant::now() + every >= deadline {
             info!(session.id = %id, "not READY within the create budget; answering PENDING");
-            return Ok((StatusCode::CREATED, Json(session_create_to_api(&current))).into_response());
+            let body = answered(app, current).await?;
+            return Ok((StatusCode::CREATED, Json(body)).into_response());
         }
         tokio::time::sleep(every).await;
         // Every `poll_first` for the first 250 ms (a warm pool task is READY within tens of
@@ -594,7 +604,7 @@ pub async fn list_sessions(
 pub async fn get_session(caller: Caller, PathId(id): PathId) -> ApiResult {
     let (app, p) = caller.into_parts();
     let s = polled(&app, own_session(&app, &p, &id).await?).await?;
-    Ok(Json(session_create_to_api(&api_view(&app, s))).into_response())
+    Ok(Json(answered(&app, s).await?).into_response())
 }
 
 /// A client polls a session not yet READY: it is still waiting, so the claim's deadline moves
@@ -692,7 +702,7 @@ pub async fn debug_session(
         .map_err(|e| ApiError::bad_request(format!("invalid query string: {}", e.body_text())))?;
     let bad = |e: crate::debug::QueryError| ApiError::bad_request(e.to_string());
     let (mode, expires_in) = (q.mode().map_err(bad)?, q.expires_in().map_err(bad)?);
-    let s = own_session(&app, &p, &id).await?;
+    let s = with_token(&app, own_session(&app, &p, &id).await?).await?;
     let now = app.now_secs();
     let (Some(url), Some(token), true, true) = (
         s.client_connect_url(),

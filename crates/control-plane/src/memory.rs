@@ -288,10 +288,7 @@ impl Launcher for MemLauncher {
                         if let Some(d) = m.get_mut(&id) {
                             d.set_status(InternalStatus::Ready);
                             d.public_ip = Some("203.0.113.10".into());
-                            d.connect_url = Some(format!(
-                                "ws://203.0.113.10:9223?signingKey={}",
-                                d.signing_key.clone().unwrap_or_default()
-                            ));
+                            d.proxy_port = Some(9223);
                         }
                     });
                 });

@@ -250,8 +250,8 @@ async fn credentials(
 
 /// `doc`'s control-mode live view for the controller serving it (what it answers a
 /// `Wallcrawler.requestHandoff` with): a viewer credential until the session's expiry, on the
-/// gateway's origin when the session's `connectUrl` is the gateway's (else the controller's own
-/// address, `base` absent). `None` for an expired session or a signing failure (then handoffs
+/// gateway's origin when the session was created behind it (`connectBase`; an older item's
+/// `connectUrl`), else the controller's own address (`base` absent). `None` for an expired session or a signing failure (then handoffs
 /// are refused; logged without the credential).
 pub async fn live_view_grant(
     signer: &dyn Signer,
@@ -266,8 +266,9 @@ pub async fn live_view_grant(
             credential,
             expires_at: doc.expires_at,
             base: doc
-                .connect_url
+                .connect_base
                 .as_deref()
+                .or(doc.connect_url.as_deref())
                 .and_then(crate::debug::viewer_base),
         }),
         Err(e) => {

@@ -844,7 +844,16 @@ async fn create_answers_running_with_connect_url_when_ready() {
 
     let stored = h.session(id);
     assert_eq!(stored.internal_status, "READY");
-    assert_eq!(stored.signing_key.as_deref(), Some(token));
+    // The item holds no token (nor, so, does the table's stream): a read mints the same again.
+    assert_eq!((stored.signing_key, stored.connect_url), (None, None));
+    assert!(!format!("{:?}", h.session(id)).contains(token));
+    let (status, again) = h.get(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        again["signingKey"], token,
+        "the create's token, byte for byte"
+    );
+    assert_eq!(again["connectUrl"], connect);
     let launched = h.launched();
     assert_eq!(launched.len(), 1);
     assert_eq!(launched[0].session_id, id);
@@ -877,10 +886,15 @@ async fn behind_a_connect_gateway_create_answers_at_once_with_the_gateways_url()
         format!("wss://connect.example.test/?signingKey={token}")
     );
     validate(token, &id, PROJ_A);
-    // Stored as it is: the task is still starting, with the gateway's URL from the create on.
+    // Stored as it is: the task is still starting, with the gateway's base from the create on,
+    // and no token.
     let stored = h.session(&id);
     assert_eq!(stored.internal_status, "PROVISIONING");
-    assert_eq!(stored.connect_url.as_deref(), body["connectUrl"].as_str());
+    assert_eq!(
+        stored.connect_base.as_deref(),
+        Some("wss://connect.example.test")
+    );
+    assert_eq!((stored.signing_key, stored.connect_url), (None, None));
     let (status, polled) = h.get(&format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(polled["status"], "RUNNING");
@@ -918,13 +932,17 @@ async fn create_answers_pending_without_connect_url_and_the_session_can_be_polle
         let mut m = h.sessions.0.lock().unwrap();
         let d = m.get_mut(&id).unwrap();
         d.set_status(InternalStatus::Ready);
-        d.connect_url = Some("ws://192.0.2.1:9223".to_owned());
+        (d.public_ip, d.proxy_port) = (Some("192.0.2.1".to_owned()), Some(9223));
     }
     let (status, polled) = h.get(&format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(polled["status"], "RUNNING");
-    assert_eq!(polled["connectUrl"], "ws://192.0.2.1:9223");
-    validate(polled["signingKey"].as_str().unwrap(), &id, PROJ_A);
+    let token = polled["signingKey"].as_str().unwrap();
+    assert_eq!(
+        polled["connectUrl"],
+        format!("ws://192.0.2.1:9223?signingKey={token}")
+    );
+    validate(token, &id, PROJ_A);
 }
 
 #[tokio::test(start_paused = true)]

@@ -705,7 +705,10 @@ fn local_platform_files_are_private_limits_hold_and_exited_controllers_give_slot
     for id in &created {
         let doc = dir.join("sessions").join(format!("{id}.json"));
         let text = std::fs::read_to_string(&doc).unwrap();
-        assert!(text.contains("signingKey"), "the document holds the token");
+        assert!(
+            !text.contains("signingKey") && !text.contains("eyJ"),
+            "the document holds no token: {text}"
+        );
         assert_eq!(mode(&doc), 0o600, "{id}.json");
         // The controllers the platform starts listen on loopback only.
         let host = dir.join(format!("host-{id}"));

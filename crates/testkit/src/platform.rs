@@ -495,8 +495,8 @@ impl Fixture {
     }
 
     /// Plays the controller of the next session that reaches PROVISIONING (its task was
-    /// started): writes READY, the public IP and the connect URL with the item's own token,
-    /// conditionally, as the controller does. Returns the session id.
+    /// started): writes READY, the public IP and the proxy's port, conditionally, as the
+    /// controller does (it never sees the token). Returns the session id.
     pub fn play_controller(&self) -> tokio::task::JoinHandle<String> {
         let (dynamo, table) = (self.dynamo(), self.cfg.tables.sessions.clone());
         tokio::spawn(async move {
@@ -514,7 +514,6 @@ impl Fixture {
                     .unwrap();
                 if let Some(item) = page.items().first() {
                     let id = text(item, "sessionId").unwrap();
-                    let token = text(item, "signingKey").unwrap();
                     let now = wallcrawler_contract::time::now_iso8601();
                     dynamo
                         .update_item()
@@ -523,7 +522,7 @@ impl Fixture {
                         .condition_expression("internalStatus IN (:c, :p, :s)")
                         .update_expression(
                             "SET internalStatus = :ready, #st = :running, publicIP = :ip, \
-                             readyAt = :now, updatedAt = :now, connectUrl = :url",
+                             readyAt = :now, updatedAt = :now, proxyPort = :port",
                         )
                         .expression_attribute_names("#st", "status")
                         .expression_attribute_values(":c", s("CREATING"))
@@ -533,12 +532,7 @@ impl Fixture {
                         .expression_attribute_values(":running", s("RUNNING"))
                         .expression_attribute_values(":ip", s(PUBLIC_IP))
                         .expression_attribute_values(":now", s(&now))
-                        .expression_attribute_values(
-                            ":url",
-                            s(&wallcrawler_contract::session::connect_url(
-                                PUBLIC_IP, 9223, &token,
-                            )),
-                        )
+                        .expression_attribute_values(":port", AttributeValue::N("9223".into()))
                         .send()
                         .await
                         .unwrap();
