@@ -1,7 +1,7 @@
 //! The sessions-stream processor: a batch of the sessions table's stream records (as Lambda
 //! delivers them) in, the session events ([`wallcrawler_contract::events`]) they make out,
-//! each handed to every [`EventSink`] (the session topic and EventBridge on AWS,
-//! [`crate::aws::SnsTopic`] and [`crate::aws::EventBus`]).
+//! each handed to every [`EventSink`] (on AWS the session topic and EventBridge, the `aws`
+//! module's `SnsTopic` and `EventBus`, which depend on this module, not it on them).
 //!
 //! Delivery is at least once. Records are handled in stream order; the first record whose
 //! events cannot all be published stops the batch, and the answer names it
@@ -102,7 +102,7 @@ pub trait EventSink: Send + Sync {
 }
 
 /// Whether an image is a session's: its key is a session id. The sessions table also holds
-/// each project's usage item (`usage#<projectId>`, `crate::aws::usage_key`), which makes no
+/// each project's usage item (`usage#<projectId>`, the `aws` module's `usage_key`), which makes no
 /// events.
 fn is_session(image: Option<&serde_dynamo::Item>) -> bool {
     image.is_some_and(|i| {
