@@ -124,7 +124,10 @@ log "scripts/local.sh printed its connectUrl after $(elapsed "$t0") s"
 live_url=$(value "$local_fd" liveViewUrl) || fail "scripts/local.sh printed no liveViewUrl"
 [[ $live_url == http://127.0.0.1:*/viewer\?t=* ]] || fail "unexpected liveViewUrl shape"
 # The viewer page answers its credential (and the page is the viewer's, not an error page).
-curl -fsS --max-time 10 "$live_url" | grep -q '<canvas' || fail "the liveViewUrl served no viewer page"
+# Read whole before matching: `curl | grep -q` under pipefail fails when grep stops reading at
+# its match while curl is still writing (curl: (23) Failed writing body).
+viewer_page=$(curl -fsS --max-time 10 "$live_url") || fail "the liveViewUrl answered no page"
+grep -q '<canvas' <<<"$viewer_page" || fail "the liveViewUrl served no viewer page"
 
 run_example connect.mjs node connect.mjs "$connect_url"
 expect_lines connect.mjs '^puppeteer: hello$' '^playwright: hello$' \
