@@ -872,6 +872,7 @@ mod tests {
             project_id: "proj_1".into(),
             context: None,
             extension_key: None,
+            egress: None,
         }
     }
 

@@ -20,8 +20,9 @@ use serde::{Deserialize, Serialize};
 use crate::session::InternalStatus;
 use crate::storage::profile_key;
 
-/// The largest claim accepted, in bytes (a real one is ~200 B).
-pub const MAX_CLAIM_BYTES: usize = 4096;
+/// The largest claim accepted, in bytes (a real one is ~200 B; with the most proxy routes of
+/// the longest servers, credentials and patterns, and the most allowed domains, under 48 KiB).
+pub const MAX_CLAIM_BYTES: usize = 64 << 10;
 
 /// The `terminationReason` of a session no browser took before its claim's deadline.
 pub const NO_BROWSER_IN_TIME: &str = "no browser was available in time";
@@ -99,6 +100,10 @@ pub struct Claim {
     /// (`extensions/<projectId>/<sha256>.zip` in the contexts bucket); absent for none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extension_key: Option<String>,
+    /// The session's egress (proxy routes with their credentials, allowed domains); absent for
+    /// none. Only here and in a cold child's private environment: never in the session item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<crate::egress::Egress>,
 }
 
 /// Why a claim was refused (a poison message).
@@ -119,6 +124,9 @@ pub enum ClaimError {
     /// The extension's key is not `extensions/<projectId>/<sha256>.zip` of this claim's project.
     #[error("the claim's extension key is not one of its project's extension archives")]
     BadExtensionKey,
+    /// The egress settings break a rule; which part (never a credential).
+    #[error("the claim's egress is refused: {0}")]
+    BadEgress(String),
 }
 
 /// Ids as the platform makes them: 1–128 of `[A-Za-z0-9_-]`.
@@ -158,6 +166,9 @@ impl Claim {
             && !crate::storage::is_extension_key(&c.project_id, key)
         {
             return Err(ClaimError::BadExtensionKey);
+        }
+        if let Some(e) = &c.egress {
+            e.check().map_err(ClaimError::BadEgress)?;
         }
         Ok(c)
     }
@@ -462,6 +473,7 @@ mod tests {
             project_id: "proj_1".into(),
             context: None,
             extension_key: None,
+            egress: None,
         }
     }
 
@@ -502,6 +514,7 @@ mod tests {
         );
         let ext = Claim {
             extension_key: Some(crate::storage::extension_key("proj_1", &"0f".repeat(32))),
+            egress: None,
             ..claim("sess_1")
         };
         assert_eq!(Claim::parse(ext.to_json().as_bytes()).unwrap(), ext);

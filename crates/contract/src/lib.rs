@@ -17,6 +17,8 @@
 //! - [`chrome_uids`]: the uid of its own each Chrome runs as when its controller is root,
 //!   shared by the local platform and the controller.
 //! - [`claim`]: how a session reaches a warm pool controller, and the local queue of claims.
+//! - [`egress`]: a session's egress — its proxy routes and allowed top-level domains — as
+//!   the control plane hands it to the session's controller, and the rules both apply.
 //! - [`events`]: the session events (created, ready, ended) the sessions-stream processor
 //!   publishes, and which change of the session item makes which.
 //! - [`private_fs`]: the local platform's files ours or refused: its directory checked, files
@@ -38,6 +40,7 @@
 
 pub mod chrome_uids;
 pub mod claim;
+pub mod egress;
 pub mod events;
 pub mod extension_archive;
 pub mod private_fs;

@@ -895,6 +895,7 @@ mod tests {
             project_id: "p".into(),
             context: None,
             extension_key: None,
+            egress: None,
         };
         let now = 100;
         let mut d = doc("s");

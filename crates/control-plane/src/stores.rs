@@ -323,6 +323,10 @@ pub struct LaunchSpec {
     /// The extension archive's key (`extensions/<projectId>/<sha256>.zip`), when the session
     /// was created with one.
     pub extension: Option<String>,
+    /// The session's egress (proxy routes, allowed domains), when it has any: sent with the
+    /// claim, or in a local cold child's private environment (`SESSION_EGRESS`). Never in the
+    /// session item.
+    pub egress: Option<wallcrawler_contract::egress::Egress>,
 }
 
 impl LaunchSpec {
@@ -341,6 +345,7 @@ impl LaunchSpec {
                     persist: *persist,
                 }),
             extension_key: self.extension.clone(),
+            egress: self.egress.clone(),
         }
     }
 }
