@@ -12,7 +12,10 @@ attr::TASK_READS, TASK_WRITES, GATEWAY_READS: never the token or connectUrl) and
 bucket's keys the controller uses, the task role itself reaches no table, bucket, queue or ECS
 task, only the API's role may assume the session role or receive claims, and the task API's
 route is the only one without the API-key authorizer (deploy/test_check_template.py: their
-failing cases), and every checkov skip carries a reason.
+failing cases), and every checkov skip carries a reason. Every name built from NamePrefix fits
+its resource type's limit with NamePrefix at its MaxLength (NAME_LIMITS), and every deploy
+command the docs give passes the IAM capability the template needs (CAPABILITY_NAMED_IAM: it
+names a role).
 
 The template has two connect modes (the ConnectMode parameter). Every assertion runs on the
 template as CloudFormation would resolve it in each mode (conditions evaluated, Fn::If taken,
@@ -30,6 +33,7 @@ Prints one line per failed assertion to stderr and exits 1 if any failed.
 import fnmatch
 import hashlib
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -1508,6 +1512,189 @@ def check_edge(t, cloudfront):
     check("origin idle" in readme or "idle limit" in readme, "deploy/README.md: why the connect host is not behind CloudFront")
 
 
+# --- Step 19: names that fit, and the deploy commands' capabilities ----------------------------
+
+# The name properties of each resource type (dotted path, list indices dropped) and their
+# length limits (AWS's documentation of each API; cfn-lint's schemas where they give one). A
+# name built from NamePrefix in a property not listed here fails: add its limit first. None: no
+# limit documented (API Gateway's quotas name none for a REST API's name).
+NAME_LIMITS = {
+    "AWS::DynamoDB::Table": {"TableName": 255},
+    "AWS::SQS::Queue": {"QueueName": 80},
+    "AWS::ECS::Cluster": {"ClusterName": 255},
+    "AWS::ECS::Service": {"ServiceName": 255},
+    "AWS::ECS::TaskDefinition": {"Family": 255},
+    "AWS::Logs::LogGroup": {"LogGroupName": 512},
+    "AWS::IAM::Role": {"RoleName": 64, "Policies.PolicyName": 128},
+    "AWS::IAM::ManagedPolicy": {"ManagedPolicyName": 128},
+    "AWS::IAM::InstanceProfile": {"InstanceProfileName": 128},
+    "AWS::IAM::User": {"UserName": 64},
+    "AWS::IAM::Group": {"GroupName": 128},
+    "AWS::ApplicationAutoScaling::ScalingPolicy": {"PolicyName": 256},
+    "AWS::SNS::Topic": {"TopicName": 256},
+    "AWS::ElasticLoadBalancingV2::LoadBalancer": {"Name": 32},
+    "AWS::ElasticLoadBalancingV2::TargetGroup": {"Name": 32},
+    "AWS::Lambda::Function": {"FunctionName": 64},
+    "AWS::ApiGateway::RestApi": {"Name": None},
+    "AWS::WAFv2::WebACL": {"Name": 128, "VisibilityConfig.MetricName": 128, "Rules.Name": 128,
+                           "Rules.VisibilityConfig.MetricName": 128},
+    "AWS::CloudFront::Distribution": {"DistributionConfig.Comment": 128},
+    "AWS::CloudWatch::Alarm": {"AlarmName": 255},
+    "AWS::Events::Rule": {"Name": 64},
+    "AWS::S3::Bucket": {"BucketName": 63},
+    "AWS::SecretsManager::Secret": {"Name": 512},
+}
+
+# The longest value of each pseudo parameter a name may hold: the region us-isof-south-1, the
+# partition aws-us-gov, the URL suffix amazonaws.com.cn (botocore's endpoints.json, 1.43).
+PSEUDO_MAX = {"AWS::Region": 15, "AWS::AccountId": 12, "AWS::Partition": 10, "AWS::URLSuffix": 16,
+              "AWS::StackName": 128}
+
+
+def longest(v, params, subs=None):
+    """The longest `v` can be: strings as they are, a parameter at its MaxLength, a pseudo
+    parameter at PSEUDO_MAX; None if unbounded or not understood."""
+    subs = subs or {}
+    if isinstance(v, (str, int)) and not isinstance(v, bool):
+        return len(str(v))
+    if not isinstance(v, dict) or len(v) != 1:
+        return None
+    (k, x), = v.items()
+    if k == "Ref":
+        if x == "AWS::NoValue":
+            return 0
+        if x in PSEUDO_MAX:
+            return PSEUDO_MAX[x]
+        m = params.get(x, {}).get("MaxLength")
+        return int(m) if m is not None else None
+    if k == "Fn::Sub":
+        text, subs = (x[0], {**subs, **x[1]}) if isinstance(x, list) else (x, subs)
+        total = 0
+        for lit, var in re.findall(r"\$\{!([^}]*)\}|\$\{([^}]+)\}", text):
+            n = len("${" + lit + "}") if lit else longest(subs[var] if var in subs else {"Ref": var}, params)
+            if n is None:
+                return None
+            total += n
+        return total + len(re.sub(r"\$\{[^}]*\}", "", text))
+    if k == "Fn::Join" and isinstance(x, list) and isinstance(x[1], list):
+        parts = [longest(p, params, subs) for p in x[1]]
+        return None if None in parts else sum(parts) + len(x[0]) * max(len(parts) - 1, 0)
+    if k == "Fn::If":
+        parts = [longest(p, params, subs) for p in x[1:]]
+        return None if None in parts else max(parts)
+    return None
+
+
+def name_property(key):
+    return key.endswith("Name") or key == "Family"
+
+
+def prefixed_names(rtype, node, path=()):
+    """(dotted path, value) of every property of the resource (`node`: its Properties) that is a
+    name or has a limit in NAME_LIMITS and is built from NamePrefix; Fn::If branches both."""
+    if isinstance(node, list):
+        for x in node:
+            yield from prefixed_names(rtype, x, path)
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            intrinsic = k == "Ref" or k.startswith("Fn::")
+            p = path if intrinsic else path + (k,)
+            if not intrinsic and "NamePrefix" in json.dumps(v) and (
+                name_property(k) or ".".join(p) in NAME_LIMITS.get(rtype, {})
+            ):
+                yield ".".join(p), v
+            elif not (k == "Ref" or k == "Fn::Sub"):
+                yield from prefixed_names(rtype, v, p)
+
+
+def check_name_lengths(raw):
+    """Every name built from NamePrefix fits its resource type's limit with NamePrefix at its
+    MaxLength (and every pseudo parameter at its longest)."""
+    params = raw["Parameters"]
+    if not check("MaxLength" in params["NamePrefix"], "NamePrefix: a MaxLength (the names built from it have limits)"):
+        return
+    at = params["NamePrefix"]["MaxLength"]
+    for name, res in raw["Resources"].items():
+        rtype = res["Type"]
+        for path, v in prefixed_names(rtype, res.get("Properties", {})):
+            limits = NAME_LIMITS.get(rtype, {})
+            if not check(path in limits, f"{name}: {rtype} {path} is built from NamePrefix and NAME_LIMITS has no limit for it"):
+                continue
+            n = longest(v, params)
+            if not check(n is not None, f"{name}: {path} cannot be bounded ({json.dumps(v)})"):
+                continue
+            limit = limits[path]
+            check(limit is None or n <= limit,
+                  f"{name}: {path} {json.dumps(v)} is {n} characters with NamePrefix at its MaxLength {at}, over {rtype}'s {limit}")
+
+
+# IAM resources whose explicit name needs CAPABILITY_NAMED_IAM at deploy time.
+NAMED_IAM = {"AWS::IAM::Role": "RoleName", "AWS::IAM::ManagedPolicy": "ManagedPolicyName", "AWS::IAM::User": "UserName",
+             "AWS::IAM::Group": "GroupName", "AWS::IAM::InstanceProfile": "InstanceProfileName"}
+# Where deploy commands may be documented: every Markdown file of the repository but these
+# directories' (dependencies, build output, virtual environments).
+NOT_DOCS = {"node_modules", "target", "dist"}
+DEPLOY_COMMAND = re.compile(r"\b(aws\s+cloudformation\s+(?:deploy|create-stack|update-stack|create-change-set)|sam\s+deploy|cdk\s+deploy)\b")
+
+
+def doc_commands(text):
+    """(line, command) of every deploy command in the Markdown `text` that has arguments: in a
+    fenced block up to the end of its line (backslash continuations joined) or a shell comment
+    or separator, in an inline code span up to its closing backtick (which may be lines later).
+    A bare mention in prose (`aws cloudformation deploy` alone) is no command."""
+    found = []
+    fences = list(re.finditer(r"^```[^\n]*\n(.*?)^```", text, re.M | re.S))
+    for f in fences:
+        line = text.count("\n", 0, f.start(1)) + 1
+        for logical in re.split(r"(?<!\\)\n", f.group(1)):
+            joined = logical.replace("\\\n", " ")
+            for m in DEPLOY_COMMAND.finditer(joined):
+                found.append((line, re.split(r"\s#|&&|;|\|", joined[m.start():])[0]))
+            line += logical.count("\n") + 1
+    prose = text
+    for f in fences:  # blanked, its line breaks kept
+        prose = prose[: f.start()] + re.sub(r"[^\n]", " ", f.group(0)) + prose[f.end():]
+    for span in re.finditer(r"`([^`]+)`", prose):
+        for m in DEPLOY_COMMAND.finditer(span.group(1)):
+            found.append((text.count("\n", 0, span.start()) + 1, span.group(1)[m.start():]))
+    out = [(line, " ".join(cmd.split())) for line, cmd in found]
+    return [(line, cmd) for line, cmd in out if not DEPLOY_COMMAND.fullmatch(cmd)]
+
+
+def check_deploy_commands(raw, docs):
+    """Every documented deploy command (`docs`: {path: Markdown text}) passes the capability
+    the template needs: CAPABILITY_NAMED_IAM when it names an IAM resource, else at least
+    CAPABILITY_IAM when it has one."""
+    named = sorted(n for n, r in raw["Resources"].items() if NAMED_IAM.get(r["Type"]) in r.get("Properties", {}))
+    iam = any(r["Type"].startswith("AWS::IAM::") for r in raw["Resources"].values())
+    need = "CAPABILITY_NAMED_IAM" if named else "CAPABILITY_IAM" if iam else None
+    found = 0
+    for path, text in sorted(docs.items()):
+        for line, cmd in doc_commands(text):
+            found += 1
+            if cmd.startswith("cdk"):
+                check(False, f"{path}:{line}: {cmd.split(' --')[0]}: the template is no CDK app; deploy it with aws cloudformation deploy")
+                continue
+            caps = re.search(r"--capabilities\s+((?:CAPABILITY_[A-Z_]+[\s,]*)+)", cmd)
+            have = set(re.findall(r"CAPABILITY_[A-Z_]+", caps.group(1))) if caps else set()
+            ok = need is None or need in have or (need == "CAPABILITY_IAM" and "CAPABILITY_NAMED_IAM" in have)
+            check(ok, f"{path}:{line}: {cmd.split(' --')[0]} passes {need}"
+                      + (f" (the template names {', '.join(named)})" if named else "") + f" (has {sorted(have)})")
+    check(found, "a deploy command is documented (docs/deploying.md, deploy/README.md)")
+
+
+def deploy_docs():
+    """{path: text} of the repository's Markdown files."""
+    out = {}
+    for top, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in NOT_DOCS and not d.startswith(".")]
+        for f in files:
+            if f.endswith(".md"):
+                path = Path(top, f)
+                out[str(path.relative_to(ROOT))] = path.read_text()
+    return out
+
+
 def main():
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "deploy/template.yaml"
     raw = load(path)
@@ -1518,6 +1705,8 @@ def main():
     MODE[0] = ""
     check_redeploy(raw)
     check_alarm_topic(raw)
+    check_name_lengths(raw)
+    check_deploy_commands(raw, deploy_docs())
     MODE[0] = "cloudfront"
     check_edge(resolve(raw, {"EdgeCloudFront": "true"}), True)
     MODE[0] = ""

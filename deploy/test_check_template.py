@@ -7,7 +7,9 @@ without the authorizer, the task API's route moved, the tasks without TASK_API_U
 them, and the template as it is must pass. Likewise the session events' plumbing and the edge
 (Step 15): each piece taken away or widened (the stream, its only reader, the topic, the
 mapping's on-failure destination and bounds, the web ACL's association, rules and numbers, the
-distribution's caching) fails them.
+distribution's caching) fails them. And (Step 19) a NamePrefix longer than a name built from it
+allows, a name of a type NAME_LIMITS does not know, and a documented deploy command without
+CAPABILITY_NAMED_IAM fail them.
 
     .venv/bin/python deploy/test_check_template.py
 """
@@ -285,6 +287,95 @@ class EventsAndEdge(unittest.TestCase):
         def change(t):
             ct.props(t, "ApiDistribution")["DistributionConfig"]["DefaultCacheBehavior"]["CachePolicyId"] = "658327ea-f89d-4fab-a63d-7e88639e58f6"
         self.assertIn("ApiDistribution: Managed-CachingDisabled", self.changed(change, True))
+
+
+def raw():
+    return ct.load(ct.ROOT / "deploy/template.yaml")
+
+
+def names_failures_of(t, docs=None):
+    """check_template's name-length and deploy-command assertions on the raw template `t` and
+    the docs (the repository's unless given)."""
+    ct.failures.clear()
+    ct.check_name_lengths(t)
+    ct.check_deploy_commands(t, ct.deploy_docs() if docs is None else docs)
+    out = list(ct.failures)
+    ct.failures.clear()
+    return out
+
+
+DEPLOY_DOC = """Deploy:
+
+```bash
+aws cloudformation deploy --stack-name wallcrawler --template-file deploy/template.yaml \\
+  --capabilities CAPABILITY_NAMED_IAM --parameter-overrides \\
+    VpcId=vpc-1
+```
+
+or, inline, `aws cloudformation create-stack --stack-name w --template-body file://deploy/template.yaml
+--capabilities CAPABILITY_NAMED_IAM`; `aws cloudformation deploy` keeps unchanged parameters.
+"""
+
+
+class NamesAndCapabilities(unittest.TestCase):
+    """Issue 40: every name built from NamePrefix fits at NamePrefix's MaxLength, and every
+    documented deploy command passes CAPABILITY_NAMED_IAM; each widening fails."""
+
+    def setUp(self):
+        self.t = raw()
+
+    def changed(self, change, docs=None):
+        t = copy.deepcopy(self.t)
+        change(t)
+        got = names_failures_of(t, docs)
+        self.assertTrue(got, "the changed template passed")
+        return "\n".join(got)
+
+    def test_the_template_and_docs_pass(self):
+        self.assertEqual(names_failures_of(self.t), [])
+        self.assertEqual(names_failures_of(self.t, {"x.md": DEPLOY_DOC}), [])
+        self.assertEqual(len(ct.doc_commands(DEPLOY_DOC)), 2)
+
+    def test_a_longer_prefix_fails(self):
+        def widen(t):
+            t["Parameters"]["NamePrefix"]["MaxLength"] = t["Parameters"]["NamePrefix"]["MaxLength"] + 1
+        got = self.changed(widen)
+        self.assertIn('ConnectLoadBalancer: Name {"Fn::Sub": "${NamePrefix}-connect"} is 33 characters with NamePrefix at its MaxLength 25', got)
+        self.assertIn("GatewayTargetGroup: Name", got)
+
+    def test_no_max_length_fails(self):
+        def drop(t):
+            del t["Parameters"]["NamePrefix"]["MaxLength"]
+        self.assertIn("NamePrefix: a MaxLength", self.changed(drop))
+
+    def test_a_longer_suffix_fails(self):
+        def widen(t):
+            ct.props(t, "SessionRole")["RoleName"] = {"Fn::Sub": "${NamePrefix}-${AWS::Region}-session-of-the-browser-tasks"}
+        self.assertIn("SessionRole: RoleName", self.changed(widen))
+
+    def test_a_name_of_an_unknown_type_fails(self):
+        def add(t):
+            t["Resources"]["Machine"] = {"Type": "AWS::StepFunctions::StateMachine",
+                                         "Properties": {"StateMachineName": {"Fn::Sub": "${NamePrefix}-machine"}}}
+        self.assertIn("Machine: AWS::StepFunctions::StateMachine StateMachineName is built from NamePrefix and NAME_LIMITS has no limit for it",
+                      self.changed(add))
+
+    def test_an_unbounded_name_fails(self):
+        def widen(t):
+            ct.props(t, "ApiFunction")["FunctionName"] = {"Fn::Sub": "${NamePrefix}-${LambdaCodeBucket}"}
+        self.assertIn("ApiFunction: FunctionName cannot be bounded", self.changed(widen))
+
+    def test_a_command_with_capability_iam_only_fails(self):
+        doc = DEPLOY_DOC.replace("CAPABILITY_NAMED_IAM --parameter", "CAPABILITY_IAM --parameter")
+        got = self.changed(lambda t: None, {"docs/x.md": doc})
+        self.assertIn("docs/x.md:4: aws cloudformation deploy passes CAPABILITY_NAMED_IAM (the template names SessionRole) (has ['CAPABILITY_IAM'])", got)
+
+    def test_an_inline_command_without_capabilities_fails(self):
+        doc = DEPLOY_DOC.replace("\n--capabilities CAPABILITY_NAMED_IAM`", "`")
+        self.assertIn("docs/x.md:9: aws cloudformation create-stack passes CAPABILITY_NAMED_IAM", self.changed(lambda t: None, {"docs/x.md": doc}))
+
+    def test_no_documented_command_fails(self):
+        self.assertIn("a deploy command is documented", self.changed(lambda t: None, {"docs/x.md": "nothing"}))
 
 
 class BodyLimitRegex(unittest.TestCase):
