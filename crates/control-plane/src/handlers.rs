@@ -193,6 +193,7 @@ async fn start_session(
         env: Vec::new(),
         cold,
         extension,
+        egress: None,
     };
     match app.launcher.launch(spec).await {
         Ok(arn) => Ok((doc, arn)),

@@ -655,6 +655,7 @@ mod tests {
             env: vec![],
             cold: false,
             extension: None,
+            egress: None,
         };
         let names = |e: Vec<(String, String)>| e.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
         assert_eq!(
