@@ -213,6 +213,10 @@ impl Serving {
 pub struct Session {
     serving: Serving,
     pub chrome: Chrome,
+    /// Chrome's egress hop (shared by its relaunches): the session's routes, `proxyBytes`.
+    hop: chrome::egress::Hop,
+    /// Stops the `allowedDomains` guard, when there is one: before Chrome is closed.
+    navigation_guard: Option<CancellationToken>,
     upstream_tx: watch::Sender<UpstreamState>,
     idle: Option<IdlePolicy>,
     expires_at: Option<u64>,
@@ -263,6 +267,8 @@ impl Session {
         Ok(Started::Running(Box::new(Session {
             serving,
             chrome,
+            hop: opts.chrome.hop.clone(),
+            navigation_guard: None,
             upstream_tx,
             idle: opts.idle,
             expires_at: opts.expires_at,
@@ -332,9 +338,47 @@ impl Session {
         self.serving.proxy.metrics()
     }
 
-    /// Bytes relayed so far, both directions.
+    /// Bytes carried through the session's upstream proxies so far, both directions
+    /// (`proxyBytes`; the CDP bytes relayed are the proxy's metrics).
     pub fn proxy_bytes(&self) -> u64 {
-        self.serving.proxy.metrics().proxy_bytes()
+        self.hop.proxied_bytes()
+    }
+
+    /// Applies the session's egress: its proxy routes to every connection from now on (the
+    /// connections made before end), and its `allowedDomains` to the running Chrome's
+    /// top-level navigations. An error says what could not be applied; the session must then
+    /// not be served.
+    pub async fn apply_egress(
+        &mut self,
+        egress: &wallcrawler_contract::egress::Egress,
+    ) -> Result<(), String> {
+        self.hop.configure(egress)?;
+        if !egress.proxied() && egress.routes.is_empty() {
+            debug!("no proxy routes: every host goes direct");
+        } else {
+            info!(
+                routes = egress.routes.len(),
+                proxied = egress.proxied(),
+                "the session's proxy routes are in force"
+            );
+        }
+        if egress.allowed_domains.is_empty() {
+            return Ok(());
+        }
+        let stop = self.tasks.child();
+        let pid = nix::unistd::Pid::from_raw(self.chrome.pid() as i32);
+        chrome::allowed_domains::guard(
+            &self.chrome.browser(),
+            egress.allowed_domains.clone(),
+            stop.clone(),
+            move || {
+                let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+            },
+        )
+        .await
+        .map_err(|e| format!("the allowedDomains guard could not start: {e}"))?;
+        self.navigation_guard = Some(stop);
+        Ok(())
     }
 
     /// Whether any client bytes have reached Chrome through the proxy.
@@ -369,6 +413,9 @@ impl Session {
 
     /// Stops admitting new connections: `/health` and every route answer no more.
     pub fn stop_admitting(&self) {
+        if let Some(g) = &self.navigation_guard {
+            g.cancel();
+        }
         self.serving.stop_accepting.cancel();
         let _ = self.upstream_tx.send(UpstreamState::Gone);
     }

@@ -143,6 +143,22 @@ impl Cdp {
     }
 }
 
+impl Cdp {
+    /// The next message Chrome sends on this connection, answer or event, as JSON; `None` once
+    /// the socket is closed. For a client that keeps commands in flight while it reads events.
+    pub async fn next_message(&mut self) -> Result<Option<Value>, CdpError> {
+        while let Some(m) = self.ws.next().await {
+            let Message::Text(t) = m.map_err(CdpError::Socket)? else {
+                continue;
+            };
+            if let Ok(v) = serde_json::from_str::<Value>(t.as_str()) {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+}
+
 /// Sends `Browser.close` and waits until Chrome answers or drops the socket.
 pub async fn browser_close(to: &BrowserSocket, timeout: Duration) -> Result<(), CdpError> {
     tokio::time::timeout(timeout, async {

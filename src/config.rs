@@ -171,6 +171,10 @@ settings_group! {
         chrome_user = CHROME_USER,
         /// Where Chrome's DevTools port listens: private = 127.0.0.1 in a network namespace of Chrome's own, which no other process of the machine reaches (Chrome's traffic leaves through the controller's SOCKS5 egress; TCP only: no QUIC/UDP/WebRTC); needs CAP_SYS_ADMIN. shared = the machine's loopback, which every local user reaches (fine where the machine is the browser's alone: a Fargate task) [default: private; without CAP_SYS_ADMIN the controller refuses to start unless shared is set].
         chrome_network = CHROME_NETWORK,
+        /// Destinations a page may reach although they are loopback, private or otherwise not public (the machine's own services, the task's network): comma-separated addresses, addr:port and CIDRs, e.g. 127.0.0.1:8080,10.1.0.0/16. Link-local and instance-metadata addresses are never reachable [default: none].
+        egress_allow = EGRESS_ALLOW,
+        /// A single session's egress as the control plane hands it to a cold-started controller (JSON: proxy routes with their credentials, allowed domains); a pool controller's comes with each claim. Secret: never logged.
+        session_egress = SESSION_EGRESS,
         /// Chrome user-data-dir [default: a fresh temporary directory].
         user_data_dir = USER_DATA_DIR,
         /// Address to announce instead of discovering it.
@@ -344,6 +348,9 @@ pub struct LocalArgs {
     /// Where Chrome's DevTools port listens: private = 127.0.0.1 in a network namespace of Chrome's own, which no other process of the machine reaches (Chrome's traffic leaves through the controller's SOCKS5 egress; TCP only: no QUIC/UDP/WebRTC); needs CAP_SYS_ADMIN. shared = the machine's loopback, which every local user reaches (fine where the machine is the browser's alone: a Fargate task) [default: private; without CAP_SYS_ADMIN the controller refuses to start unless shared is set].
     #[arg(long, env = CHROME_NETWORK, value_name = "private|shared")]
     pub chrome_network: Option<String>,
+    /// Destinations a page may reach although they are not public addresses: comma-separated addresses, addr:port and CIDRs. Link-local and instance-metadata addresses are never reachable [default in local: 127.0.0.0/8,::1 — your own machine's loopback, so a page can open your localhost apps].
+    #[arg(long, env = EGRESS_ALLOW, hide_env_values = true, value_name = "LIST")]
+    pub egress_allow: Option<String>,
     /// The proxy's limits and telemetry.
     #[command(flatten)]
     pub tuning: ProxyTuningArgs,
@@ -603,6 +610,8 @@ pub struct RunConfig {
     pub context_persist: bool,
     /// `EXTENSION_S3_KEY` (a single-session task; a pool controller's comes with its claim).
     pub extension: Option<ExtensionSource>,
+    /// `SESSION_EGRESS` (a single-session task; a pool controller's comes with its claim).
+    pub egress: Option<wallcrawler_contract::egress::Egress>,
     /// `FILES_BUCKET_NAME` or `FILES_DIR`: where the session's files live (downloads stored,
     /// uploads read); unset, the pool's or the context's archive place.
     pub files: ArchivePlace,
@@ -681,6 +690,8 @@ pub struct ChromeSettings {
     pub user: Option<ChromeUser>,
     /// `CHROME_NETWORK` (`None`: decided at start, on the controller's capabilities).
     pub network: Option<ChromeNetwork>,
+    /// `EGRESS_ALLOW`: what a page may reach beyond public addresses.
+    pub egress_allow: crate::chrome::egress::EgressAllow,
 }
 
 /// `wallcrawler-controller local`.
@@ -1048,7 +1059,44 @@ impl Limits {
     }
 }
 
-fn chrome_settings(r: &mut Reader<'_>, default_port: u16) -> ChromeSettings {
+/// `EGRESS_ALLOW`, or `default` when unset.
+fn egress_allow(
+    r: &mut Reader<'_>,
+    default: crate::chrome::egress::EgressAllow,
+) -> crate::chrome::egress::EgressAllow {
+    match r.s.get(EGRESS_ALLOW) {
+        None => default,
+        Some(v) => v.parse().unwrap_or_else(|e| {
+            r.errors.push(format!("{EGRESS_ALLOW}: {e}"));
+            default
+        }),
+    }
+}
+
+/// `SESSION_EGRESS`: a cold-started session's egress (a pool controller's comes with each
+/// claim). Its value holds proxy passwords: no error quotes it.
+fn session_egress(
+    r: &mut Reader<'_>,
+    pool: bool,
+) -> Option<wallcrawler_contract::egress::Egress> {
+    let text = r.text(SESSION_EGRESS)?;
+    if pool {
+        r.errors.push(format!(
+            "{SESSION_EGRESS} comes from each claim in pool mode; unset it"
+        ));
+        return None;
+    }
+    wallcrawler_contract::egress::Egress::from_json(&text)
+        .map_err(|e| r.errors.push(format!("{SESSION_EGRESS}: {e}")))
+        .ok()
+}
+
+fn chrome_settings(
+    r: &mut Reader<'_>,
+    default_port: u16,
+    allow: crate::chrome::egress::EgressAllow,
+) -> ChromeSettings {
+    let egress_allow = egress_allow(r, allow);
     let user = r.text(CHROME_USER).and_then(|u| {
         ChromeUser::parse(&u)
             .map_err(|e| r.errors.push(e.to_string()))
@@ -1061,6 +1109,7 @@ fn chrome_settings(r: &mut Reader<'_>, default_port: u16) -> ChromeSettings {
         flags_file: r.text(CHROME_FLAGS_FILE).map(PathBuf::from),
         user,
         network: r.parse(CHROME_NETWORK, "private or shared"),
+        egress_allow,
     }
 }
 
@@ -1078,12 +1127,13 @@ impl RunConfig {
         let disconnect_timeout =
             Duration::from_secs(r.number(CDP_DISCONNECT_TIMEOUT, 120, 1, 86_400));
         let disconnect_grace = Duration::from_secs(r.number(CDP_DISCONNECT_GRACE, 10, 1, 3_600));
-        let chrome = chrome_settings(&mut r, 9222);
+        let chrome = chrome_settings(&mut r, 9222, Default::default());
         let store = session_store(&mut r);
         let pool = pool_queue.map(|queue| pool_config(&mut r, queue));
         pool_needs_the_item(&mut r, pool.as_ref(), &store);
         let (context, context_persist, extension) = context_of_run(&mut r, pool.is_some(), &auth);
         let files = files_place(&mut r, pool.as_ref(), &context);
+        let egress = session_egress(&mut r, pool.is_some());
         let public_ip = r.parse(PUBLIC_IP, "an IP address");
         let keep_alive = r.boolean(KEEP_ALIVE, false);
         let expires_at = r.parse::<u64>(SESSION_EXPIRES_AT, "unix seconds");
@@ -1119,6 +1169,7 @@ impl RunConfig {
             context,
             context_persist,
             extension,
+            egress,
             files,
             public_ip,
             public_ip_required,
@@ -1461,6 +1512,7 @@ impl LocalConfig {
         put(CHROME_DEBUG_PORT, &a.chrome_debug_port);
         put(CHROME_FLAGS_FILE, &a.chrome_flags_file);
         put(CHROME_NETWORK, &a.chrome_network);
+        put(EGRESS_ALLOW, &a.egress_allow);
         Self::from_settings(&s)
     }
 
@@ -1471,7 +1523,7 @@ impl LocalConfig {
         // The proxy refuses tokens that outlive the longest session.
         let token_ttl = r.number("TOKEN_TTL", 3600, 1, MAX_SESSION_SECONDS);
         let key = private_key(&mut r);
-        let chrome = chrome_settings(&mut r, 0);
+        let chrome = chrome_settings(&mut r, 0, crate::chrome::egress::EgressAllow::loopback());
         let tuning = tuning(&mut r, Mode::Local);
         r.finish(LocalConfig {
             port,

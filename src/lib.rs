@@ -52,6 +52,11 @@
 #![cfg_attr(test, allow(clippy::too_many_lines, clippy::too_many_arguments))]
 #![warn(missing_docs)]
 
+/// The `User-Agent` of every HTTP request the controller makes to a service of ours or an
+/// operator's (the task API, an upstream proxy): AWS's managed WAF rules block requests
+/// without one (`NoUserAgent_HEADER`), and an operator's logs can tell the controller apart.
+pub const USER_AGENT: &str = concat!("wallcrawler-controller/", env!("CARGO_PKG_VERSION"));
+
 pub(crate) mod app;
 pub mod auth;
 pub mod aws;

@@ -197,6 +197,7 @@ impl TaskApi {
             .method(Method::POST)
             .uri(format!("{}{path}", self.base))
             .header(header::CONTENT_TYPE, "application/json")
+            .header(header::USER_AGENT, crate::USER_AGENT)
             .header(IDENTITY_HEADER, identity.encode())
             .body(Full::new(Bytes::from(json)))
             .map_err(|e| TaskApiError::Unreachable(e.into()))?;
@@ -331,7 +332,8 @@ pub(crate) mod tests {
 
     use super::*;
 
-    /// What a stub API was asked: `POST <path> <body>`, one per request.
+    /// What a stub API was asked: `POST <path> <body>`, one per request (`UNSIGNED` instead
+    /// of `POST` without a readable identity, `NO-USER-AGENT` without our User-Agent).
     pub(crate) type Asked = Arc<Mutex<Vec<String>>>;
 
     /// A task API on loopback answering `answers` in turn, one per connection (the last one
@@ -355,10 +357,19 @@ pub(crate) mod tests {
                 });
                 let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
                 let ok = identity.is_some_and(|i| SignedIdentity::decode(&i).is_ok());
-                recorded.lock().unwrap().push(format!(
-                    "{} {path} {body}",
-                    if ok { "POST" } else { "UNSIGNED" }
-                ));
+                // AWS's managed WAF rules refuse a request with no User-Agent: recorded as
+                // such, so every test of this API sees one missing.
+                let agent = head.lines().find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("user-agent")
+                        .then(|| value.trim().to_owned())
+                });
+                let tag = match (ok, agent.as_deref()) {
+                    (false, _) => "UNSIGNED",
+                    (true, Some(crate::USER_AGENT)) => "POST",
+                    (true, _) => "NO-USER-AGENT",
+                };
+                recorded.lock().unwrap().push(format!("{tag} {path} {body}"));
                 let _ = conn.write_all(answer.as_bytes()).await;
                 let _ = conn.shutdown().await;
             }

@@ -8,7 +8,7 @@ pub const BUILTIN_FLAGS: &str = include_str!("../../chrome/flags.conf");
 /// Flags the controller sets itself; the flags file may not contain them. The proxy flags are
 /// the controller's because a private network's only way out is its SOCKS5 egress
 /// (`netns.rs`), and a proxy chosen in the file would bypass its refusals.
-const OWNED: [&str; 10] = [
+const OWNED: [&str; 11] = [
     "--user-data-dir",
     "--remote-debugging-port",
     "--remote-debugging-address",
@@ -19,6 +19,7 @@ const OWNED: [&str; 10] = [
     "--no-proxy-server",
     "--proxy-pac-url",
     "--proxy-auto-detect",
+    "--webrtc-ip-handling-policy",
 ];
 
 /// Flags that would weaken isolation and are refused outright.
@@ -99,26 +100,35 @@ pub fn parse_flags(text: &str) -> Result<Vec<String>, FlagsError> {
     Ok(flags)
 }
 
-/// The full argument list: file flags, then the controller's own. With `egress` (the port of
-/// the SOCKS5 server in Chrome's private network), every connection goes through it, loopback
-/// included (`<-loopback>`: Chrome otherwise never proxies 127.0.0.1).
+/// The full argument list: file flags, then the controller's own. Every connection goes
+/// through the egress hop at `egress` (the port of its SOCKS5 server in Chrome's network),
+/// loopback included (`<-loopback>`: Chrome otherwise never proxies 127.0.0.1).
 pub fn chrome_args(
     file_flags: &[String],
     user_data_dir: &Path,
     debug_port: u16,
-    egress: Option<u16>,
+    egress: u16,
 ) -> Vec<String> {
     let mut args = file_flags.to_vec();
     args.push("--headless=new".to_owned());
     args.push(format!("--user-data-dir={}", user_data_dir.display()));
     args.push("--remote-debugging-address=127.0.0.1".to_owned());
     args.push(format!("--remote-debugging-port={debug_port}"));
-    if let Some(port) = egress {
-        args.push(format!("--proxy-server=socks5://127.0.0.1:{port}"));
-        args.push("--proxy-bypass-list=<-loopback>".to_owned());
-    }
+    args.push(format!("--proxy-server=socks5://127.0.0.1:{egress}"));
+    args.push("--proxy-bypass-list=<-loopback>".to_owned());
     args.push("about:blank".to_owned());
     args
+}
+
+/// Adds the flag that keeps WebRTC's UDP behind the proxy: with a session's proxy in force, a
+/// page's ICE gathering (STUN) would otherwise send UDP from the task's own address, which
+/// the egress hop (TCP only) never sees. Before the last argument (the start page).
+pub fn proxied_udp_only(args: &mut Vec<String>) {
+    let at = args.len().saturating_sub(1);
+    args.insert(
+        at,
+        "--webrtc-ip-handling-policy=disable_non_proxied_udp".to_owned(),
+    );
 }
 
 #[cfg(test)]
@@ -176,11 +186,19 @@ mod tests {
 
     #[test]
     fn controller_flags_bind_loopback() {
-        let a = chrome_args(&[], Path::new("/p"), 0, None);
+        let mut a = chrome_args(&[], Path::new("/p"), 0, 1);
         assert!(a.contains(&"--remote-debugging-address=127.0.0.1".to_owned()));
         assert!(a.contains(&"--user-data-dir=/p".to_owned()));
         assert!(a.contains(&"--headless=new".to_owned()));
-        assert!(!a.iter().any(|f| f.starts_with("--proxy")));
+        assert!(!a.iter().any(|f| f.starts_with("--webrtc")));
+        proxied_udp_only(&mut a);
+        assert_eq!(
+            a[a.len() - 2..],
+            [
+                "--webrtc-ip-handling-policy=disable_non_proxied_udp".to_owned(),
+                "about:blank".to_owned()
+            ]
+        );
     }
 
     #[test]
@@ -196,8 +214,8 @@ mod tests {
     }
 
     #[test]
-    fn a_private_network_sends_everything_through_the_egress() {
-        let a = chrome_args(&[], Path::new("/p"), 0, Some(4321));
+    fn every_network_sends_everything_through_the_egress() {
+        let a = chrome_args(&[], Path::new("/p"), 0, 4321);
         assert!(a.contains(&"--proxy-server=socks5://127.0.0.1:4321".to_owned()));
         assert!(a.contains(&"--proxy-bypass-list=<-loopback>".to_owned()));
         for owned in [
@@ -205,6 +223,7 @@ mod tests {
             "--proxy-bypass-list=*",
             "--no-proxy-server",
             "--proxy-pac-url=http://x/p.pac",
+            "--webrtc-ip-handling-policy=default",
         ] {
             assert!(
                 matches!(parse_flags(owned), Err(FlagsError::Owned { .. })),

@@ -6,6 +6,7 @@
 //! Chrome runs in its own process group so a terminal's Ctrl-C reaches only the controller, and
 //! the whole group is killed at the end so no renderer outlives the session.
 
+pub mod allowed_domains;
 pub mod egress;
 pub mod env;
 pub mod flags;
@@ -83,7 +84,7 @@ pub enum ChromeError {
     /// Chrome's private network (`CHROME_NETWORK=private`) could not be made.
     #[error(transparent)]
     Network(#[from] crate::netns::NetnsError),
-    /// The egress listener in Chrome's private network could not be made.
+    /// The egress hop's listener in Chrome's network could not be made.
     #[error("listening for Chrome's egress in its network failed")]
     Egress(#[source] std::io::Error),
     /// Spawning the Chrome process failed.
@@ -212,6 +213,12 @@ pub struct LaunchOptions {
     pub user: Option<ChromeUser>,
     /// Where Chrome's DevTools port listens, `CHROME_NETWORK`.
     pub network: ChromeNetwork,
+    /// The egress hop's rules, shared by every launch of this controller's Chrome.
+    pub hop: egress::Hop,
+    /// WebRTC sends no UDP but through the proxy (`--webrtc-ip-handling-policy=
+    /// disable_non_proxied_udp`): a session with a proxy, whose UDP would otherwise leave
+    /// from the task's own address on the shared network.
+    pub proxied_udp_only: bool,
 }
 
 /// A running, ready Chrome.
@@ -222,36 +229,48 @@ pub struct Chrome {
     /// `/devtools/browser/<id>`.
     pub browser_path: String,
     exit: watch::Receiver<Option<ExitStatus>>,
-    /// Stops the SOCKS5 server of a private network and its connections when dropped.
-    _egress: Option<DropGuard>,
+    /// Stops the egress hop and its connections when dropped.
+    _egress: DropGuard,
 }
 
-/// Chrome's private network, once made: the namespace and its running egress.
-struct Private {
-    netns: Arc<NetNs>,
+/// Chrome's network once made: its namespace (private network only) and its running egress
+/// hop, whose port Chrome is pointed at in every mode.
+struct Network {
+    netns: Option<Arc<NetNs>>,
     egress_port: u16,
     /// Cancels the egress (its listener and every connection through it) when dropped: with
     /// the [`Chrome`] it serves, or at the controller's shutdown (a child of the root token).
     egress: DropGuard,
 }
 
-impl Private {
-    /// A namespace, and a SOCKS5 server on 127.0.0.1:0 inside it.
-    async fn make(tasks: &Shutdown) -> Result<Private, ChromeError> {
-        let netns = Arc::new(NetNs::new().await?);
-        let listener = netns
-            .listen(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .await
-            .map_err(ChromeError::Egress)?;
+impl Network {
+    /// A namespace (private network) and the hop's SOCKS5 server on 127.0.0.1:0 in Chrome's
+    /// network: inside the namespace, or on the machine's loopback.
+    async fn make(opts: &LaunchOptions, tasks: &Shutdown) -> Result<Network, ChromeError> {
+        let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
+        let (netns, listener) = match opts.network {
+            ChromeNetwork::Private => {
+                let netns = Arc::new(NetNs::new().await?);
+                let listener = netns.listen(any_port).await.map_err(ChromeError::Egress)?;
+                (Some(netns), listener)
+            }
+            ChromeNetwork::Shared => (
+                None,
+                tokio::net::TcpListener::bind(any_port)
+                    .await
+                    .map_err(ChromeError::Egress)?,
+            ),
+        };
         let egress_port = listener.local_addr().map_err(ChromeError::Egress)?.port();
         let stop = tasks.child();
         tasks.spawn(egress::serve(
             listener,
+            opts.hop.clone(),
             tasks.tracker().clone(),
             stop.clone(),
             EGRESS_HANDSHAKE,
         ));
-        Ok(Private {
+        Ok(Network {
             netns,
             egress_port,
             egress: stop.drop_guard(),
@@ -301,17 +320,17 @@ impl Chrome {
         };
         let sandbox = sandbox::decide(&opts.flags, opts.user.as_ref());
         let file_flags = sandbox::apply(opts.flags.clone(), &sandbox);
-        let private = match opts.network {
-            ChromeNetwork::Private => Some(Private::make(tasks).await?),
-            ChromeNetwork::Shared => None,
-        };
-        let args = flags::chrome_args(
+        let network = Network::make(opts, tasks).await?;
+        let mut args = flags::chrome_args(
             &file_flags,
             &opts.user_data_dir,
             opts.debug_port,
-            private.as_ref().map(|p| p.egress_port),
+            network.egress_port,
         );
-        let netns = private.as_ref().map(|p| p.netns.clone());
+        if opts.proxied_udp_only {
+            flags::proxied_udp_only(&mut args);
+        }
+        let netns = network.netns.clone();
         let mut command = chrome_command(opts, &args, home.as_deref(), netns);
         let child = command.spawn().map_err(ChromeError::Spawn)?;
         let pid = Pid::from_raw(
@@ -331,9 +350,9 @@ impl Chrome {
         }
         let exit_rx = Self::watch_child(child, tasks);
         let addr = SocketAddr::from(([127, 0, 0, 1], opts.debug_port));
-        let (endpoint, egress) = match private {
-            Some(p) => (Endpoint::in_netns(addr, p.netns), Some(p.egress)),
-            None => (Endpoint::host(addr), None),
+        let (endpoint, egress) = match network.netns {
+            Some(ns) => (Endpoint::in_netns(addr, ns), network.egress),
+            None => (Endpoint::host(addr), network.egress),
         };
         let mut chrome = Chrome {
             pid,

@@ -50,6 +50,9 @@ pub async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending 
             return Ending::Aborted;
         }
     };
+    if !c.chrome.egress_allow.is_empty() {
+        info!(allow = ?c.chrome.egress_allow, "pages may reach these non-public addresses (your machine's loopback by default in local mode; EGRESS_ALLOW changes it)");
+    }
     let keys: Arc<dyn KeySource> = Arc::new(StaticKeys::new(public));
     let opts = SessionOptions {
         proxy: ProxyOptions {

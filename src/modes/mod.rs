@@ -115,6 +115,8 @@ fn launch_options(
         nice: None,
         user,
         network,
+        hop: chrome::egress::Hop::new(c.egress_allow.clone()),
+        proxied_udp_only: false,
     };
     Ok((launch, own))
 }

@@ -209,9 +209,10 @@ fn claimed_run<'a>(
         key: claim.context.as_ref().map(|x| x.key.clone()),
         persist: claim.context.as_ref().is_some_and(|x| x.persist),
     };
-    let profile = match plan.key {
-        Some(_) => claimed_path(launch),
-        None => launch.user_data_dir.clone(),
+    let profile = if plan.key.is_some() || udp_relaunch(claim, launch) {
+        claimed_path(launch)
+    } else {
+        launch.user_data_dir.clone()
     };
     Run {
         c: warm.c,
@@ -226,6 +227,15 @@ fn claimed_run<'a>(
         profile,
         downloads: Default::default(),
     }
+}
+
+/// Whether the claimed session needs a Chrome started for it although it has no context: it
+/// has a proxy, and on the shared network WebRTC's UDP would leave beside it unless Chrome
+/// starts with the flag that keeps it behind the proxy (a launch flag: a running Chrome cannot
+/// take it). In a private network no UDP leaves at all, and the warm Chrome serves as it is.
+fn udp_relaunch(claim: &Claim, launch: &LaunchOptions) -> bool {
+    claim.egress.as_ref().is_some_and(|e| e.proxied())
+        && launch.network == crate::netns::ChromeNetwork::Shared
 }
 
 /// The public keys loaded and a warm Chrome behind a proxy bound to no session yet.
@@ -732,15 +742,18 @@ impl ClaimedSession<'_> {
             run.idle_policy(self.record.keep_alive),
             self.record.expires_at,
         );
-        let claimed_dir = match run.plan.key {
-            Some(_) => match ClaimedDir::create(&run.profile) {
+        // A Chrome of the session's own (its context's profile, or its proxy's WebRTC flag)
+        // starts on a directory beside the warm one's.
+        let claimed_dir = if run.profile == launch.user_data_dir {
+            None
+        } else {
+            match ClaimedDir::create(&run.profile) {
                 Ok(d) => Some(d),
                 Err(e) => {
-                    let reason = format!("no profile directory for the context: {e}");
+                    let reason = format!("no profile directory for the session: {e}");
                     return Err(Ending::failed(reason).into());
                 }
-            },
-            None => None,
+            }
         };
         // Unpacked (and refused) before Chrome is touched.
         let extension = match run
@@ -764,6 +777,13 @@ impl ClaimedSession<'_> {
                 session.finish();
                 return Err(outcome);
             }
+        }
+        // The session's routes and allowed domains, before any client.
+        if let Some(egress) = &self.claim.egress
+            && let Err(reason) = session.apply_egress(egress).await
+        {
+            self.close(session).await;
+            return Err(Ending::failed(reason).into());
         }
         // Into the running Chrome (the warm one, or the context's), before any client.
         if let Some(ext) = &extension
@@ -802,6 +822,7 @@ impl ClaimedSession<'_> {
         info!(outcome = ?closed, elapsed_ms = closed_ms, "warm chrome closed and profile restored");
         let claimed = LaunchOptions {
             user_data_dir: run.profile.clone(),
+            proxied_udp_only: self.claim.egress.as_ref().is_some_and(|e| e.proxied()),
             ..launch.clone()
         };
         let t1 = Instant::now();

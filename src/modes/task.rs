@@ -77,11 +77,21 @@ async fn serve(
         c.auth.project_id.clone(),
         c.auth.leeway_seconds,
     );
+    let mut launch = launch;
+    // A proxied session's WebRTC sends no UDP beside its proxy (a launch flag).
+    launch.proxied_udp_only = c.egress.as_ref().is_some_and(|e| e.proxied());
     let opts = run.session_options(auth, launch, keep_alive, expires_at);
-    let session = start(opts, run).await?;
-    if let Some(ext) = &extension
-        && let Err(ending) = load_extension(&session.chrome, ext).await
-    {
+    let mut session = start(opts, run).await?;
+    let egress_failed = match &c.egress {
+        Some(egress) => session.apply_egress(egress).await.err().map(Ending::failed),
+        None => None,
+    };
+    let extension_failed = match (&extension, egress_failed) {
+        (_, Some(ending)) => Some(ending),
+        (Some(ext), None) => load_extension(&session.chrome, ext).await.err(),
+        (None, None) => None,
+    };
+    if let Some(ending) = extension_failed {
         let bytes = session.proxy_bytes();
         session
             .close_chrome(false, Step::ChromeClosed.share(c.shutdown_budget))

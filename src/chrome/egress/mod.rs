@@ -1,36 +1,51 @@
-//! Chrome's way out of its private network namespace ([`crate::netns`]): a SOCKS5 server
-//! (RFC 1928: no authentication, `CONNECT` only; IPv4, IPv6 and domain targets) on a listener
-//! inside the namespace, dialling from the controller's network. Chrome is pointed at it with
+//! Chrome's one way out: a SOCKS5 server (RFC 1928: no authentication, `CONNECT` only; IPv4,
+//! IPv6 and domain targets) on a loopback listener — inside Chrome's private network namespace
+//! ([`crate::netns`]), or on the machine's loopback on the shared network — dialling from the
+//! controller's network. Chrome is pointed at it in every mode with
 //! `--proxy-server=socks5://127.0.0.1:<port>` and `--proxy-bypass-list=<-loopback>` (without
-//! which Chrome never proxies 127.0.0.1, and pages on the host's loopback would be out of
-//! reach). Chrome sends domain names to a SOCKS5 proxy, so names are resolved here.
+//! which Chrome never proxies 127.0.0.1), so every connection a page makes passes here and the
+//! session's rules apply whatever the page does. Chrome sends domain names to a SOCKS5 proxy, so
+//! a direct destination is resolved here, and a proxied one is handed to the proxy unresolved.
 //!
-//! The protocol is `fast-socks5`'s; the policy is ours: what Chrome sends is hostile input (a
-//! page chooses the destinations), so each handshake is bounded in time (the protocol bounds
-//! its sizes: at most 255 methods, 255-byte names), the number of connections is capped, and
-//! link-local and instance-metadata destinations (169.254.0.0/16, fe80::/10, fd00:ec2::254)
-//! are refused with "connection not allowed by ruleset" — defence in depth beside the managed
-//! policy's URL blocklist.
+//! The protocol is `fast-socks5`'s; the policy ([`policy`]) is ours: what Chrome sends is
+//! hostile input (a page chooses the destinations), so each handshake is bounded in time (the
+//! protocol bounds its sizes: at most 255 methods, 255-byte names), the number of connections
+//! is capped, and each destination is checked:
+//!
+//! - link-local and instance-metadata destinations (169.254.0.0/16, fe80::/10, fd00:ec2::254)
+//!   are refused always ("connection not allowed by ruleset"), defence in depth beside the
+//!   managed policy's URL blocklist;
+//! - loopback, private and other non-public addresses (the machine's own services, the task's
+//!   network) only when `EGRESS_ALLOW` names them (`local`: loopback by default);
+//! - a session's proxy routes (its `proxies`, [`Hop::configure`]) send a host through an
+//!   upstream proxy ([`upstream`]); a proxy that refuses fails the connection closed — it is
+//!   never dialled directly instead — and the log names the proxy and why.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+pub mod policy;
+pub mod upstream;
+
+use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use fast_socks5::server::{Socks5ServerProtocol, SocksServerError};
 use fast_socks5::util::target_addr::TargetAddr;
 use fast_socks5::{ReplyError, Socks5Command};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::debug;
+use tracing::{debug, warn};
+
+pub use policy::{EgressAllow, Hop};
+use upstream::{Tunnel, UpstreamError};
 
 /// Connections through the egress at once, per Chrome (Chrome itself keeps at most 256 per
 /// proxy); more wait in the listener's backlog.
 const MAX_CONNECTIONS: usize = 1024;
-
-/// AWS's IPv6 instance metadata and DNS address (Nitro).
-const EC2_METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
 
 /// Why a connection through the egress did not go through.
 #[derive(Debug, thiserror::Error)]
@@ -44,29 +59,36 @@ pub enum EgressError {
     /// A command other than `CONNECT`.
     #[error("SOCKS5 command not supported")]
     Command,
-    /// The destination is refused (link-local or metadata).
+    /// The destination is refused (link-local, metadata, or not allowed).
     #[error("destination {0} is not allowed")]
-    Refused(IpAddr),
+    Refused(SocketAddr),
     /// The name did not resolve.
     #[error("the destination's name did not resolve")]
     Resolve(#[source] std::io::Error),
     /// Dialling the destination failed.
     #[error("connecting to the destination failed")]
     Connect(#[source] std::io::Error),
+    /// The session's proxy did not connect (its fault, said why).
+    #[error("through {proxy}: {source}")]
+    Proxy {
+        /// The proxy, `scheme://host:port` (no credentials).
+        proxy: String,
+        /// What it did.
+        #[source]
+        source: UpstreamError,
+    },
 }
 
-/// Whether Chrome may be connected to `ip`.
-pub fn allowed(ip: IpAddr) -> bool {
-    match ip.to_canonical() {
-        IpAddr::V4(v4) => !v4.is_link_local(),
-        IpAddr::V6(v6) => !(v6.is_unicast_link_local() || v6 == EC2_METADATA_V6),
-    }
+/// Whether Chrome may ever be connected to `ip` (link-local and metadata: never).
+pub fn allowed(ip: std::net::IpAddr) -> bool {
+    !policy::never(ip)
 }
 
-/// Serves SOCKS5 on `listener` until `stop`; each connection on `tracker`, the handshake
-/// within `handshake_timeout`.
+/// Serves SOCKS5 on `listener` until `stop`, by `hop`'s rules; each connection on `tracker`,
+/// the handshake within `handshake_timeout`.
 pub async fn serve(
     listener: TcpListener,
+    hop: Hop,
     tracker: TaskTracker,
     stop: CancellationToken,
     handshake_timeout: Duration,
@@ -87,24 +109,52 @@ pub async fn serve(
             },
         };
         let stop = stop.clone();
+        let hop = hop.clone();
         tracker.spawn(async move {
             let _slot = slot;
             tokio::select! {
                 () = stop.cancelled() => {}
-                () = connection(stream, handshake_timeout) => {}
+                () = connection(stream, &hop, handshake_timeout) => {}
             }
         });
     }
 }
 
-/// One client: the handshake, then bytes both ways until either side closes.
-async fn connection(stream: TcpStream, handshake_timeout: Duration) {
-    let pair = tokio::time::timeout(handshake_timeout, handshake(stream))
+/// The other end of a connection: the destination itself, or a tunnel through a proxy.
+enum Remote {
+    Direct(TcpStream),
+    Proxied(Tunnel),
+}
+
+/// One client: the handshake, then bytes both ways until either side closes or the routes
+/// change.
+async fn connection(stream: TcpStream, hop: &Hop, handshake_timeout: Duration) {
+    let pair = tokio::time::timeout(handshake_timeout, handshake(stream, hop))
         .await
         .unwrap_or(Err(EgressError::Timeout));
     match pair {
-        Ok((mut chrome, mut remote)) => {
-            let _ = tokio::io::copy_bidirectional(&mut chrome, &mut remote).await;
+        Ok((chrome, remote, epoch)) => {
+            let relay = async {
+                match remote {
+                    Remote::Direct(mut r) => {
+                        let mut chrome = chrome;
+                        let _ = tokio::io::copy_bidirectional(&mut chrome, &mut r).await;
+                    }
+                    Remote::Proxied(r) => {
+                        let mut chrome = Counted { inner: chrome, hop };
+                        let mut r = Counted { inner: r, hop };
+                        let _ = tokio::io::copy_bidirectional(&mut chrome, &mut r).await;
+                    }
+                }
+            };
+            tokio::select! {
+                () = epoch.cancelled() => {}
+                () = relay => {}
+            }
+        }
+        // The session's proxy failed it: the operator's and the session's business.
+        Err(e @ EgressError::Proxy { .. }) => {
+            warn!(error = %e, "the session's proxy did not connect; the page gets a network error (nothing went direct)")
         }
         // Chrome's own business (a page's unreachable host): debug, never the destination's
         // name (it may carry what a page encodes in it).
@@ -112,8 +162,12 @@ async fn connection(stream: TcpStream, handshake_timeout: Duration) {
     }
 }
 
-/// Reads the client's `CONNECT`, dials its destination and answers; both sockets.
-async fn handshake(stream: TcpStream) -> Result<(TcpStream, TcpStream), EgressError> {
+/// Reads the client's `CONNECT`, connects its destination the way the routes say and answers;
+/// both ends, and the token that ends them when the routes change.
+async fn handshake(
+    stream: TcpStream,
+    hop: &Hop,
+) -> Result<(TcpStream, Remote, CancellationToken), EgressError> {
     let (proto, cmd, target) = Socks5ServerProtocol::accept_no_auth(stream)
         .await?
         .read_command()
@@ -122,28 +176,47 @@ async fn handshake(stream: TcpStream) -> Result<(TcpStream, TcpStream), EgressEr
         proto.reply_error(&ReplyError::CommandNotSupported).await?;
         return Err(EgressError::Command);
     }
-    let candidates = match resolve(target).await {
-        Ok(c) => c,
-        Err(e) => {
-            proto.reply_error(&ReplyError::HostUnreachable).await?;
-            return Err(e);
-        }
+    let (host, port) = match &target {
+        TargetAddr::Ip(a) => (a.ip().to_string(), a.port()),
+        TargetAddr::Domain(name, port) => (name.clone(), *port),
     };
-    if let Some(bad) = candidates.iter().find(|a| !allowed(a.ip())) {
-        proto.reply_error(&ReplyError::ConnectionNotAllowed).await?;
-        return Err(EgressError::Refused(bad.ip()));
-    }
-    let remote = match TcpStream::connect(&candidates[..]).await {
+    let way = hop.way(&host);
+    let connected = match &way.proxy {
+        Some(proxy) => upstream::connect(proxy, hop.allow(), &host, port)
+            .await
+            .map(Remote::Proxied)
+            .map_err(|source| EgressError::Proxy {
+                proxy: proxy.display(),
+                source,
+            }),
+        None => direct(target, hop.allow()).await.map(Remote::Direct),
+    };
+    let remote = match connected {
         Ok(r) => r,
         Err(e) => {
             proto.reply_error(&reply_for(&e)).await?;
-            return Err(EgressError::Connect(e));
+            return Err(e);
         }
     };
-    let _ = remote.set_nodelay(true);
-    let bound = remote.local_addr().map_err(EgressError::Connect)?;
+    let bound = match &remote {
+        Remote::Direct(r) => r.local_addr().map_err(EgressError::Connect)?,
+        Remote::Proxied(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+    };
     let chrome = proto.reply_success(bound).await?;
-    Ok((chrome, remote))
+    Ok((chrome, remote, way.epoch))
+}
+
+/// Dials `target` from here, when every address it has is allowed.
+async fn direct(target: TargetAddr, allow: &EgressAllow) -> Result<TcpStream, EgressError> {
+    let candidates = resolve(target).await?;
+    if let Some(bad) = candidates.iter().find(|a| !allow.permits(**a)) {
+        return Err(EgressError::Refused(*bad));
+    }
+    let remote = TcpStream::connect(&candidates[..])
+        .await
+        .map_err(EgressError::Connect)?;
+    let _ = remote.set_nodelay(true);
+    Ok(remote)
 }
 
 /// The destination's addresses (a name resolved here).
@@ -163,20 +236,69 @@ async fn resolve(target: TargetAddr) -> Result<Vec<SocketAddr>, EgressError> {
     }
 }
 
-/// The RFC 1928 reply for a failed dial.
-fn reply_for(e: &std::io::Error) -> ReplyError {
+/// The RFC 1928 reply for a failed connection.
+fn reply_for(e: &EgressError) -> ReplyError {
     use std::io::ErrorKind::*;
-    match e.kind() {
-        ConnectionRefused => ReplyError::ConnectionRefused,
-        TimedOut => ReplyError::ConnectionTimeout,
-        NetworkUnreachable => ReplyError::NetworkUnreachable,
+    match e {
+        EgressError::Refused(_) => ReplyError::ConnectionNotAllowed,
+        EgressError::Connect(e) => match e.kind() {
+            ConnectionRefused => ReplyError::ConnectionRefused,
+            TimedOut => ReplyError::ConnectionTimeout,
+            NetworkUnreachable => ReplyError::NetworkUnreachable,
+            _ => ReplyError::HostUnreachable,
+        },
+        EgressError::Proxy { .. } => ReplyError::GeneralFailure,
         _ => ReplyError::HostUnreachable,
+    }
+}
+
+/// A stream whose reads are counted as bytes carried through a proxy: each byte crossing the
+/// hop is read once, from Chrome or from the proxy, so the sum is both directions. Counted as
+/// it flows, so the figure is final when Chrome is gone, however its connections ended.
+struct Counted<'h, S> {
+    inner: S,
+    hop: &'h Hop,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<'_, S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        if read > 0 {
+            self.hop.count_proxied(read as u64);
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<'_, S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use policy::EC2_METADATA_V6;
+    use std::net::Ipv6Addr;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     const WAIT: Duration = Duration::from_secs(10);
@@ -203,12 +325,18 @@ mod tests {
         }
     }
 
-    /// An egress on the host's loopback (the namespace changes nothing of the protocol).
+    /// An egress on the host's loopback (the namespace changes nothing of the protocol) that
+    /// may reach the machine's loopback.
     async fn egress(handshake: Duration) -> SocketAddr {
+        egress_with(Hop::new(EgressAllow::loopback()), handshake).await
+    }
+
+    async fn egress_with(hop: Hop, handshake: Duration) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(serve(
             listener,
+            hop,
             TaskTracker::new(),
             CancellationToken::new(),
             handshake,
