@@ -511,6 +511,8 @@ impl PoolTask {
             .env("HOME", std::env::var_os("HOME").unwrap_or("/root".into()))
             .env("TMPDIR", pool.tmp.path())
             .env("LOG_FORMAT", "json")
+            // Pages served on this machine's loopback are what these tests browse.
+            .env("EGRESS_ALLOW", "127.0.0.0/8,::1")
             .env("RUST_LOG", o.rust_log.unwrap_or("info"));
         match o.task_env {
             Some(env) => {

@@ -189,6 +189,9 @@ def smoke(image: str, token_binary: str) -> None:
             "CDP_PROXY_PORT": str(proxy_port),
             "CHROME_DEBUG_PORT": "0",
             "METRICS_ADDR": f"127.0.0.1:{metrics_port}",
+            # The test page is served on this machine's loopback, which pages may not reach
+            # by default.
+            "EGRESS_ALLOW": "127.0.0.1",
             # What ECS and the task role would provide.
             "ECS_CONTAINER_METADATA_URI_V4": f"http://127.0.0.1:{servers.port}/v4/smoke",
             **moto.env(),

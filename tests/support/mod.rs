@@ -612,6 +612,9 @@ pub fn run_task(envs: &[(&str, &str)]) -> Controller {
         ("CHROME_DEBUG_PORT", "0"),
         ("CDP_PROXY_PORT", "0"),
         ("METRICS_ADDR", ""),
+        // Pages served on this machine's loopback are what these tests browse (a test of the
+        // default refusal sets it empty).
+        ("EGRESS_ALLOW", "127.0.0.0/8,::1"),
     ];
     all.extend(aws.iter().map(|(k, v)| (*k, v.as_str())));
     all.extend_from_slice(envs);

@@ -82,6 +82,9 @@ impl Server {
             .args(["--create-wait-seconds", create_wait])
             .env("WALLCRAWLER_CONTROLLER_BIN", controller)
             .env("RUST_LOG", "info")
+            // Pages served on this machine's loopback are what these tests browse: allowed
+            // through every controller's egress (a test of the default refusal unsets it).
+            .env("EGRESS_ALLOW", "127.0.0.0/8,::1")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
