@@ -429,6 +429,131 @@ mod tests {
         closed(s).await;
     }
 
+    /// A hop whose one route sends everything through the HTTP proxy at `proxy`.
+    async fn proxied_egress(proxy: SocketAddr, password: &str) -> SocketAddr {
+        use wallcrawler_contract::egress::{Egress, ProxyServer, Route};
+        let hop = Hop::new(EgressAllow::loopback());
+        let server = ProxyServer::parse(&format!("http://{proxy}"), Some("u"), Some(password));
+        hop.configure(&Egress {
+            routes: vec![Route {
+                domain_pattern: None,
+                proxy: Some(server.unwrap()),
+            }],
+            allowed_domains: vec![],
+        })
+        .unwrap();
+        egress_with(hop, WAIT).await
+    }
+
+    /// The proxy refuses the credentials: the client gets a general failure, and the
+    /// destination (listening, reachable) never sees a connection: nothing goes direct.
+    #[tokio::test]
+    async fn a_refusing_proxy_fails_the_connection_closed() {
+        let site = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let site_port = site.local_addr().unwrap().port().to_be_bytes();
+        let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy_addr = proxy.local_addr().unwrap();
+        let asked = tokio::spawn(async move {
+            let (mut s, _) = proxy.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                s.read_exact(&mut b).await.unwrap();
+                head.push(b[0]);
+            }
+            s.write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 0\r\n\r\n")
+                .await
+                .unwrap();
+            String::from_utf8(head).unwrap()
+        });
+        let e = proxied_egress(proxy_addr, "wrong-password").await;
+        let (s, code) =
+            connect_reply(e, &[5, 1, 0, 1, 127, 0, 0, 1, site_port[0], site_port[1]]).await;
+        assert_eq!(code, 1, "general SOCKS server failure");
+        closed(s).await;
+        let head = asked.await.unwrap();
+        assert!(head.starts_with("CONNECT 127.0.0.1:"), "{head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("proxy-authorization: basic "),
+            "{head}"
+        );
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("user-agent: wallcrawler-controller/"),
+            "{head}"
+        );
+        let direct = tokio::time::timeout(Duration::from_millis(200), site.accept()).await;
+        assert!(direct.is_err(), "the destination was dialled directly");
+    }
+
+    /// Through a proxy that accepts, the bytes both ways are counted as they flow.
+    #[tokio::test]
+    async fn bytes_through_a_proxy_are_counted_both_ways() {
+        use wallcrawler_contract::egress::{Egress, ProxyServer, Route};
+        let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy_addr = proxy.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = proxy.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                s.read_exact(&mut b).await.unwrap();
+                head.push(b[0]);
+            }
+            s.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                .await
+                .unwrap();
+            // An echo of 1000 bytes, as the destination would answer.
+            let mut data = [0u8; 1000];
+            s.read_exact(&mut data).await.unwrap();
+            s.write_all(&data).await.unwrap();
+        });
+        let hop = Hop::new(EgressAllow::loopback());
+        hop.configure(&Egress {
+            routes: vec![Route {
+                domain_pattern: None,
+                proxy: Some(
+                    ProxyServer::parse(&format!("http://{proxy_addr}"), None, None).unwrap(),
+                ),
+            }],
+            allowed_domains: vec![],
+        })
+        .unwrap();
+        let e = egress_with(hop.clone(), WAIT).await;
+        let mut by_name = vec![5, 1, 0, 3, 6];
+        by_name.extend_from_slice(b"a.test");
+        by_name.extend_from_slice(&443u16.to_be_bytes());
+        let (mut s, code) = connect_reply(e, &by_name).await;
+        assert_eq!(code, 0);
+        let mut rest = [0u8; 8];
+        s.read_exact(&mut rest).await.unwrap();
+        s.write_all(&[7u8; 1000]).await.unwrap();
+        let mut back = [0u8; 1000];
+        s.read_exact(&mut back).await.unwrap();
+        assert_eq!(back, [7u8; 1000]);
+        assert_eq!(hop.proxied_bytes(), 2000);
+    }
+
+    /// With no `EGRESS_ALLOW`, the machine's loopback is out of reach (by address and by name).
+    #[tokio::test]
+    async fn loopback_is_refused_unless_allowed() {
+        let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = target.local_addr().unwrap().port().to_be_bytes();
+        let e = egress_with(Hop::new(EgressAllow::default()), WAIT).await;
+        let (s, code) = connect_reply(e, &[5, 1, 0, 1, 127, 0, 0, 1, port[0], port[1]]).await;
+        assert_eq!(code, 2, "connection not allowed by ruleset");
+        closed(s).await;
+        let mut by_name = vec![5, 1, 0, 3, 9];
+        by_name.extend_from_slice(b"localhost");
+        by_name.extend_from_slice(&port);
+        let (s, code) = connect_reply(e, &by_name).await;
+        assert_eq!(code, 2, "connection not allowed by ruleset");
+        closed(s).await;
+        let nothing = tokio::time::timeout(Duration::from_millis(200), target.accept()).await;
+        assert!(nothing.is_err(), "the loopback service was reached");
+    }
+
     #[tokio::test]
     async fn malformed_and_silent_handshakes_are_closed() {
         let e = egress(Duration::from_millis(300)).await;
