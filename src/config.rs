@@ -1075,10 +1075,7 @@ fn egress_allow(
 
 /// `SESSION_EGRESS`: a cold-started session's egress (a pool controller's comes with each
 /// claim). Its value holds proxy passwords: no error quotes it.
-fn session_egress(
-    r: &mut Reader<'_>,
-    pool: bool,
-) -> Option<wallcrawler_contract::egress::Egress> {
+fn session_egress(r: &mut Reader<'_>, pool: bool) -> Option<wallcrawler_contract::egress::Egress> {
     let text = r.text(SESSION_EGRESS)?;
     if pool {
         r.errors.push(format!(

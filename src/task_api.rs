@@ -369,7 +369,10 @@ pub(crate) mod tests {
                     (true, Some(crate::USER_AGENT)) => "POST",
                     (true, _) => "NO-USER-AGENT",
                 };
-                recorded.lock().unwrap().push(format!("{tag} {path} {body}"));
+                recorded
+                    .lock()
+                    .unwrap()
+                    .push(format!("{tag} {path} {body}"));
                 let _ = conn.write_all(answer.as_bytes()).await;
                 let _ = conn.shutdown().await;
             }

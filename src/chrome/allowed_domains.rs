@@ -42,7 +42,10 @@ pub async fn guard(
     for t in targets["targetInfos"].as_array().into_iter().flatten() {
         g.seen(t);
     }
-    info!(domains = g.allowed.len(), "top-level navigations restricted to allowedDomains");
+    info!(
+        domains = g.allowed.len(),
+        "top-level navigations restricted to allowedDomains"
+    );
     Ok(tokio::spawn(async move {
         let ended = tokio::select! {
             () = stop.cancelled() => None,
@@ -90,7 +93,11 @@ impl Guard {
         if let Some(id) = msg["id"].as_u64() {
             // The targets asked for a request of an unknown frame: decide it now.
             if let Some(paused) = self.held.remove(&id) {
-                for t in msg["result"]["targetInfos"].as_array().into_iter().flatten() {
+                for t in msg["result"]["targetInfos"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
                     self.seen(t);
                 }
                 self.decide(cdp, &paused).await?;

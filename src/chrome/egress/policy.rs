@@ -67,7 +67,9 @@ pub struct EgressAllow {
 
 /// `EGRESS_ALLOW` could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not an address, addr:port or CIDR (e.g. 127.0.0.1, 127.0.0.1:8080, [::1]:80, 10.0.0.0/8)")]
+#[error(
+    "{0:?} is not an address, addr:port or CIDR (e.g. 127.0.0.1, 127.0.0.1:8080, [::1]:80, 10.0.0.0/8)"
+)]
 pub struct AllowError(String);
 
 impl std::str::FromStr for EgressAllow {
@@ -313,9 +315,18 @@ mod tests {
         assert!(hop.way("a.test").proxy.is_none());
         hop.configure(&Egress {
             routes: vec![
-                Route { domain_pattern: Some(r"direct\.a\.test".into()), proxy: None },
-                Route { domain_pattern: Some(r".*\.a\.test".into()), proxy: proxy(1) },
-                Route { domain_pattern: Some(r"b\.test".into()), proxy: proxy(2) },
+                Route {
+                    domain_pattern: Some(r"direct\.a\.test".into()),
+                    proxy: None,
+                },
+                Route {
+                    domain_pattern: Some(r".*\.a\.test".into()),
+                    proxy: proxy(1),
+                },
+                Route {
+                    domain_pattern: Some(r"b\.test".into()),
+                    proxy: proxy(2),
+                },
             ],
             allowed_domains: vec![],
         })
@@ -334,7 +345,10 @@ mod tests {
         let hop = Hop::new(EgressAllow::default());
         let before = hop.way("a.test");
         hop.configure(&Egress {
-            routes: vec![Route { domain_pattern: None, proxy: proxy(1) }],
+            routes: vec![Route {
+                domain_pattern: None,
+                proxy: proxy(1),
+            }],
             allowed_domains: vec![],
         })
         .unwrap();
@@ -342,12 +356,19 @@ mod tests {
         let after = hop.way("a.test");
         assert!(!after.epoch.is_cancelled());
         assert_eq!(after.proxy.map(|p| p.port), Some(1));
-        assert!(hop
-            .configure(&Egress {
-                routes: vec![Route { domain_pattern: Some("(".into()), proxy: None }],
+        assert!(
+            hop.configure(&Egress {
+                routes: vec![Route {
+                    domain_pattern: Some("(".into()),
+                    proxy: None
+                }],
                 allowed_domains: vec![],
             })
-            .is_err());
-        assert!(!after.epoch.is_cancelled(), "a refused configuration changes nothing");
+            .is_err()
+        );
+        assert!(
+            !after.epoch.is_cancelled(),
+            "a refused configuration changes nothing"
+        );
     }
 }

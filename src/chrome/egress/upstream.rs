@@ -39,7 +39,9 @@ pub enum UpstreamError {
     #[error("the proxy's name did not resolve")]
     Resolve(#[source] std::io::Error),
     /// The proxy's address is one the hop may not reach (`EGRESS_ALLOW`).
-    #[error("the proxy's address is not allowed (loopback, private or link-local; see EGRESS_ALLOW)")]
+    #[error(
+        "the proxy's address is not allowed (loopback, private or link-local; see EGRESS_ALLOW)"
+    )]
     NotAllowed,
     /// Dialling the proxy failed.
     #[error("the proxy is unreachable")]
@@ -201,8 +203,9 @@ async fn tls_to(
             .with_no_client_auth(),
         )
     });
-    let name = rustls::pki_types::ServerName::try_from(host.to_owned())
-        .map_err(|e| UpstreamError::Tls(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| {
+        UpstreamError::Tls(std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+    })?;
     tokio_rustls::TlsConnector::from(config.clone())
         .connect(name, stream)
         .await
