@@ -1,6 +1,6 @@
 // Upstream proxies on 127.0.0.1 for the egress tests, each keeping its own log of what it was
 // asked (the host and the user, never the password) and the bytes it carried:
-//   httpProxy({ user, pass }): HTTP CONNECT with Basic authentication (407 otherwise);
+//   httpProxy({ user, pass, port? }): HTTP CONNECT with Basic authentication (407 otherwise);
 //   socks5Proxy({ user, pass }): SOCKS5 with username/password (RFC 1929), CONNECT only.
 // `log` entries: { host, port, user, ok }. `bytes`: tunnelled bytes, both directions.
 import http from "node:http";
@@ -25,7 +25,7 @@ function tunnel(client, host, port, proxy, onOpen) {
   upstream.on("close", end);
 }
 
-export async function httpProxy({ user, pass }) {
+export async function httpProxy({ user, pass, port = 0 }) {
   const proxy = { log: [], bytes: 0, port: 0, close: () => server.close() };
   const server = http.createServer((req, res) => { res.writeHead(405); res.end(); });
   server.on("connect", (req, client, head) => {
@@ -43,7 +43,7 @@ export async function httpProxy({ user, pass }) {
       if (head.length) client.unshift(head);
     });
   });
-  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  await new Promise((r) => server.listen(port, "127.0.0.1", r));
   proxy.port = server.address().port;
   proxy.url = `http://127.0.0.1:${proxy.port}`;
   return proxy;
