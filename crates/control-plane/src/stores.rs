@@ -357,6 +357,15 @@ pub trait Launcher: Send + Sync {
     async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>>;
     /// Stops the session's task (by ARN when known, else by the session it was started for).
     async fn stop(&self, session_id: &str, task_arn: Option<&str>) -> StoreResult<()>;
+    /// Whether a launch (a `cold` one: a controller of its own) may carry secrets, proxy
+    /// credentials: whether they reach the controller by a channel only it reads (a claim, a
+    /// local child's environment), not one others may read (an ECS task's overrides, which
+    /// anyone allowed `ecs:DescribeTasks` sees). A create whose egress has credentials is
+    /// refused where this is false.
+    fn carries_secrets(&self, cold: bool) -> bool {
+        let _ = cold;
+        true
+    }
 }
 
 /// Signs CDP tokens, and other things the API hands out and must recognise (listing cursors).

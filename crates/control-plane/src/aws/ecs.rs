@@ -1,5 +1,7 @@
 //! ECS Fargate as the task launcher ([`EcsLauncher`]): one `RunTask` per session, with the
-//! controller's environment ([`controller_environment`]) as a container override.
+//! controller's environment ([`controller_environment`]) as a container override. Anyone
+//! allowed `ecs:DescribeTasks` reads those overrides, so they carry no secret: a session whose
+//! proxies have credentials is refused on such a deployment ([`Launcher::carries_secrets`]).
 
 use async_trait::async_trait;
 use aws_config::SdkConfig;
@@ -9,13 +11,15 @@ use aws_sdk_ecs::types::{
     NetworkConfiguration, TaskOverride,
 };
 use tracing::{info, warn};
+use wallcrawler_contract::egress::Egress;
 use wallcrawler_contract::task_env;
 
 use super::{Config, sdk_error};
 use crate::error::StoreError;
 use crate::stores::{LaunchSpec, Launcher, StoreResult};
 
-/// The controller's environment for one session (the names of §2 of the spec).
+/// The controller's environment for one session (the names of §2 of the spec). The session's
+/// egress goes in `SESSION_EGRESS` only without credentials (its launch refuses one with).
 pub fn controller_environment(cfg: &Config, spec: &LaunchSpec) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vec![
         (task_env::SESSION_ID.into(), spec.session_id.clone()),
@@ -58,6 +62,9 @@ pub fn controller_environment(cfg: &Config, spec: &LaunchSpec) -> Vec<(String, S
             ));
         }
         env.push((task_env::EXTENSION_S3_KEY.into(), key.clone()));
+    }
+    if let Some(e) = spec.egress.as_ref().filter(|e| !e.has_credentials()) {
+        env.push((task_env::SESSION_EGRESS.into(), e.to_json()));
     }
     env.extend(spec.env.iter().cloned());
     env
@@ -147,6 +154,12 @@ impl Launcher for EcsLauncher {
     /// reads back), the session id as idempotency token (an SDK retry never starts a second
     /// task), the controller's environment as a container override.
     async fn launch(&self, spec: LaunchSpec) -> StoreResult<Option<String>> {
+        if spec.egress.as_ref().is_some_and(Egress::has_credentials) {
+            // The create refuses these first (`carries_secrets`); never into an override.
+            return Err(StoreError::failed(
+                "proxy credentials cannot go in a task's overrides",
+            ));
+        }
         let out = self
             .client
             .run_task()
@@ -164,6 +177,11 @@ impl Launcher for EcsLauncher {
         let arn = started(&spec, &out)?;
         info!(session.id = %spec.session_id, task.arn = %arn, "task started");
         Ok(Some(arn))
+    }
+
+    /// Never: a task's overrides are readable by anyone allowed to describe it.
+    fn carries_secrets(&self, _cold: bool) -> bool {
+        false
     }
 
     /// `StopTask` with reason "released by API"; without a known ARN, every task `startedBy`
@@ -195,5 +213,105 @@ impl Launcher for EcsLauncher {
             info!(session.id = %session_id, task.arn = %arn, "task stopped");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use wallcrawler_contract::egress::{Egress, ProxyServer, Route};
+
+    use super::*;
+
+    /// A configuration for launchers in tests.
+    pub(in crate::aws) fn config() -> Config {
+        let vars = [
+            ("CONTEXTS_BUCKET_NAME", "wc-contexts"),
+            ("ECS_CLUSTER", "wallcrawler"),
+            ("ECS_TASK_DEFINITION", "wallcrawler-controller"),
+            ("ECS_SUBNETS", "subnet-a"),
+            ("WALLCRAWLER_JWT_SIGNING_SECRET_ARN", "arn:secret"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "arn:public"),
+        ];
+        Config::from_source(&|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        })
+        .unwrap()
+    }
+
+    /// An SDK configuration whose every call fails at once (nothing listens on port 1): a
+    /// launch's error names the service it called.
+    pub(in crate::aws) async fn unreachable() -> SdkConfig {
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url("http://127.0.0.1:1")
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_ecs::config::Credentials::new(
+                "testing", "testing", None, None, "test",
+            ))
+            .retry_config(aws_config::retry::RetryConfig::disabled())
+            .load()
+            .await
+    }
+
+    /// A session through one external proxy, with or without credentials.
+    pub(in crate::aws) fn proxied(cold: bool, password: Option<&str>) -> LaunchSpec {
+        let proxy =
+            ProxyServer::parse("http://proxy.example:3128", password.map(|_| "u"), password)
+                .unwrap();
+        LaunchSpec {
+            session_id: "sess_1".into(),
+            project_id: "proj_1".into(),
+            context: None,
+            env: vec![],
+            cold,
+            extension: None,
+            egress: Some(Egress {
+                routes: vec![Route {
+                    domain_pattern: None,
+                    proxy: Some(proxy),
+                }],
+                allowed_domains: vec!["example.com".into()],
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_task_per_session_never_carries_proxy_credentials() {
+        let ecs = EcsLauncher::new(&unreachable().await, config());
+        assert!(!ecs.carries_secrets(false) && !ecs.carries_secrets(true));
+        // Refused before any call (the create refuses it first): never in an override.
+        let e = ecs
+            .launch(proxied(false, Some("pw-7f3e")))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "proxy credentials cannot go in a task's overrides"
+        );
+        // Without credentials it goes as SESSION_EGRESS, and RunTask is called.
+        let e = ecs.launch(proxied(false, None)).await.unwrap_err();
+        assert_eq!(e.to_string(), "ECS is unavailable");
+    }
+
+    #[test]
+    fn the_egress_goes_in_the_environment_only_without_credentials() {
+        let cfg = config();
+        let egress = |spec: &LaunchSpec| {
+            controller_environment(&cfg, spec)
+                .into_iter()
+                .find(|(k, _)| k == task_env::SESSION_EGRESS)
+                .map(|(_, v)| v)
+        };
+        let without = proxied(false, None);
+        let json = egress(&without).expect("SESSION_EGRESS");
+        assert_eq!(Egress::from_json(&json).unwrap(), without.egress.unwrap());
+        let with = proxied(false, Some("pw-7f3e"));
+        assert_eq!(egress(&with), None);
+        assert!(
+            !controller_environment(&cfg, &with)
+                .iter()
+                .any(|(_, v)| v.contains("pw-7f3e"))
+        );
     }
 }

@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use aws_config::SdkConfig;
 use tracing::info;
+use wallcrawler_contract::egress::Egress;
 use wallcrawler_contract::task_env;
 
 use super::{Config, EcsLauncher, sdk_error};
@@ -13,7 +14,9 @@ use crate::stores::{LaunchSpec, Launcher, StoreResult};
 /// takes (see the controller's pool mode); a release stops the task that wrote READY. A
 /// session marked [`LaunchSpec::cold`] gets a task of its own instead: `RunTask` of the pool's
 /// task definition with `POOL_QUEUE_URL` overridden empty, so the controller runs in
-/// single-session mode for that session (the `SESSION_ID` the override sets).
+/// single-session mode for that session (the `SESSION_ID` the override sets). A cold session
+/// whose proxies have credentials is sent to the pool all the same: only a claim passes them
+/// on privately (a task's overrides do not).
 pub struct SqsPoolLauncher {
     sqs: aws_sdk_sqs::Client,
     queue_url: String,
@@ -36,9 +39,14 @@ const SQS: &str = "SQS";
 #[async_trait]
 impl Launcher for SqsPoolLauncher {
     /// `SendMessage` of the session's claim; no task ARN yet (the task that takes the claim
-    /// writes its own with READY). A cold session: `RunTask`, its ARN.
+    /// writes its own with READY). A cold session: `RunTask`, its ARN, unless its proxies have
+    /// credentials (then a claim all the same).
     async fn launch(&self, mut spec: LaunchSpec) -> StoreResult<Option<String>> {
-        if spec.cold {
+        let secrets = spec.egress.as_ref().is_some_and(Egress::has_credentials);
+        if spec.cold && secrets {
+            info!(session.id = %spec.session_id, "beyond its project's share of the pool, but its proxies have credentials, which only a claim passes on privately: sent to the pool");
+        }
+        if spec.cold && !secrets {
             // The task definition is the pool's: its POOL_QUEUE_URL would make the task a
             // pool task, and its CONTEXTS_BUCKET_NAME without a context is refused in
             // single-session mode (empty counts as unset).
@@ -71,5 +79,28 @@ impl Launcher for SqsPoolLauncher {
             Some(_) => self.ecs.stop(session_id, task_arn).await,
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ecs::tests::{config, proxied, unreachable};
+    use super::*;
+
+    #[tokio::test]
+    async fn a_cold_session_with_proxy_credentials_goes_to_the_pool() {
+        let sdk = unreachable().await;
+        let pool = SqsPoolLauncher::new(&sdk, "http://127.0.0.1:1/123456789012/q", config());
+        assert!(pool.carries_secrets(true) && pool.carries_secrets(false));
+        // Which service each launch called: the claims queue, or RunTask.
+        let e = pool
+            .launch(proxied(true, Some("pw-7f3e")))
+            .await
+            .unwrap_err();
+        assert_eq!(e.to_string(), "SQS is unavailable");
+        let e = pool.launch(proxied(true, None)).await.unwrap_err();
+        assert_eq!(e.to_string(), "ECS is unavailable");
+        let e = pool.launch(proxied(false, None)).await.unwrap_err();
+        assert_eq!(e.to_string(), "SQS is unavailable");
     }
 }

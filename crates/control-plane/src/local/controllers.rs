@@ -48,7 +48,7 @@ use crate::stores::*;
 use wallcrawler_contract::chrome_uids::{ChromeUids, LOCAL_CHROME_UIDS, LOCK_DIR, UidError};
 
 /// Controller settings a local controller takes from `serve`'s own environment when set there.
-pub const PASSED_THROUGH: [&str; 8] = [
+pub const PASSED_THROUGH: [&str; 9] = [
     task_env::CHROME_PATH,
     task_env::CHROME_NETWORK,
     task_env::DOWNLOADS_MAX_BYTES,
@@ -57,6 +57,7 @@ pub const PASSED_THROUGH: [&str; 8] = [
     task_env::CDP_DISCONNECT_GRACE,
     task_env::POOL_IDLE_LIFETIME_SECONDS,
     task_env::BACKGROUND_NICE,
+    task_env::EGRESS_ALLOW,
 ];
 
 /// Controllers share this machine's cores: a warm-up or a close (which no client waits on)
@@ -472,6 +473,10 @@ impl Controllers {
             let json = serde_json::to_string(&grant).expect("grants serialize");
             cmd.env(task_env::LIVE_VIEW_GRANT, json);
         }
+        // Proxy credentials too (a pool controller gets them with its claim instead).
+        if let Some(egress) = &spec.egress {
+            cmd.env(task_env::SESSION_EGRESS, egress.to_json());
+        }
         let (exit_ctl, id) = (self.clone(), spec.session_id.clone());
         let pid = self.spawn(&spec.session_id, cmd, move |how| {
             Box::pin(async move {
@@ -699,7 +704,8 @@ impl Launcher for LocalPool {
         let queue = self.queue.clone();
         let claim = spec.claim();
         // In the claim file (the claims directory is private to this user), read only by the
-        // pool controller that takes it: its answer to a client's handoff request.
+        // pool controller that takes it: its answer to a client's handoff request. (The claim's
+        // egress, with its proxy credentials, is private there too.)
         let live_view = self.ctl.live_view(&spec.session_id).await;
         tokio::task::spawn_blocking(move || queue.send_with(&claim, live_view.as_ref()))
             .await
