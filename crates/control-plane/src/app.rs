@@ -40,6 +40,10 @@ pub struct Settings {
     /// controller of its own (cold) instead of taking a warm one, so other projects keep
     /// finding warm ones. `None`: no share (one project may take every warm browser).
     pub pool_share: Option<u64>,
+    /// The operator's managed proxy pools (`serve --managed-proxies`, `MANAGED_PROXIES_FILE`,
+    /// `MANAGED_PROXIES_SECRET_ARN`), which `proxies: true` and `{type: "browserbase"}` map
+    /// to; empty: such a create is refused.
+    pub managed_proxies: crate::egress::ManagedProxies,
 }
 
 impl Default for Settings {
@@ -54,6 +58,7 @@ impl Default for Settings {
             connect_ca: None,
             claim_wait: Default::default(),
             pool_share: None,
+            managed_proxies: Default::default(),
         }
     }
 }

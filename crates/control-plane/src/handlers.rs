@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tracing::{info, warn};
 use wallcrawler_contract::InternalStatus;
+use wallcrawler_contract::egress::Egress;
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::storage::profile_key;
 use wallcrawler_contract::viewer::ViewerClaims;
@@ -61,6 +62,8 @@ struct BrowserSettings {
     context: Option<ContextSettings>,
     /// Browserbase takes the extension at the top level or here.
     extension_id: Option<String>,
+    /// Checked by [`crate::egress::session_egress`] (kept as JSON for its exact refusals).
+    allowed_domains: Option<Value>,
     // viewport, fingerprint, blockAds, solveCaptchas, recordSession, logSession, …: accepted
     // and ignored until implemented.
 }
@@ -75,7 +78,8 @@ struct CreateSession {
     region: Option<String>,
     user_metadata: Option<Value>,
     extension_id: Option<String>,
-    // proxies, …: accepted and ignored.
+    /// Checked by [`crate::egress::session_egress`] (kept as JSON for its exact refusals).
+    proxies: Option<Value>,
 }
 
 fn timeout_of(v: &Option<Value>, default: u64) -> Result<u64, ApiError> {
@@ -114,6 +118,9 @@ struct NewSession {
     context: Option<(ContextRecord, bool)>,
     /// The extension's id and archive key.
     extension: Option<(String, String)>,
+    /// Proxy routes and allowed domains: for the launch only, never in the item (proxy
+    /// passwords are in it).
+    egress: Option<Egress>,
 }
 
 impl NewSession {
@@ -173,7 +180,7 @@ async fn beyond_share(app: &App, project_id: &str) -> Result<bool, ApiError> {
 async fn start_session(
     app: &App,
     p: &Principal,
-    new: NewSession,
+    mut new: NewSession,
     id: &str,
 ) -> Result<(SessionDoc, Option<String>), ApiError> {
     let cold = beyond_share(app, p.project_id()).await?;
@@ -182,6 +189,12 @@ async fn start_session(
         .as_ref()
         .map(|(c, persist)| (c.context_id.clone(), c.storage_key.clone(), *persist));
     let extension = new.extension.as_ref().map(|(_, key)| key.clone());
+    let egress = new.egress.take();
+    crate::egress::check_credentials(egress.as_ref(), app.launcher.carries_secrets(cold))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if let Some(e) = &egress {
+        info!(session.id = %id, routes = e.routes.len(), proxied = e.proxied(), allowed_domains = e.allowed_domains.len(), "the session has egress settings");
+    }
     let doc = new.into_doc(app, id, p.project_id());
     if let Cond::Failed(_) = app.sessions.create(doc.clone()).await? {
         return Err(ApiError::internal("session id collision; retry"));
@@ -193,7 +206,7 @@ async fn start_session(
         env: Vec::new(),
         cold,
         extension,
-        egress: None,
+        egress,
     };
     match app.launcher.launch(spec).await {
         Ok(arn) => Ok((doc, arn)),
@@ -210,11 +223,13 @@ async fn start_session(
     }
 }
 
-/// A create request checked: its timeout, region, metadata and context (the caller's own).
+/// A create request checked: its timeout, region, metadata, context (the caller's own) and
+/// egress (managed proxies chosen for session `id`).
 async fn checked_request(
     app: &App,
     p: &Principal,
     req: CreateSession,
+    id: &str,
 ) -> Result<NewSession, ApiError> {
     check_body_project(p, req.project_id.as_deref())?;
     let timeout = timeout_of(
@@ -236,6 +251,15 @@ async fn checked_request(
     if let Some(m) = &req.user_metadata {
         crate::metadata::check(m).map_err(|e| ApiError::bad_request(e.to_string()))?;
     }
+    let egress = crate::egress::session_egress(
+        req.proxies.as_ref(),
+        req.browser_settings
+            .as_ref()
+            .and_then(|b| b.allowed_domains.as_ref()),
+        &app.settings.managed_proxies,
+        id,
+    )
+    .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let extension = session_extension(app, p, &req).await?;
     let context = match req.browser_settings.and_then(|b| b.context) {
         Some(ContextSettings {
@@ -256,6 +280,7 @@ async fn checked_request(
         user_metadata: req.user_metadata,
         context,
         extension,
+        egress,
     })
 }
 
@@ -295,12 +320,12 @@ pub async fn create_session(
 ) -> ApiResult {
     let deadline = started + app.settings.create_wait;
     let req: CreateSession = parse_body(&body)?;
-    let new = checked_request(&app, &p, req).await?;
+    let id = crate::limits::new_session_id();
+    let new = checked_request(&app, &p, req, &id).await?;
 
     // The context's lease first (a create waiting for a writer holds no slot meanwhile), then
     // a slot: of simultaneous creates at most `concurrency` go on. Whatever fails after that
     // gives slot and lease back.
-    let id = crate::limits::new_session_id();
     if let Some((ctx, persist)) = &new.context {
         crate::limits::claim_context(&app, ctx, &id, *persist, deadline).await?;
     }

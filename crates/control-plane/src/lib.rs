@@ -13,6 +13,8 @@
 //!   writes (slots and leases).
 //! - [`handlers`] and [`router`]: the endpoints, one router for every deployment; [`ids`]: the
 //!   path's `{id}` and the check every id passes before a store sees it.
+//! - [`egress`]: a create's `proxies` and `allowedDomains` checked into the session's egress,
+//!   and the operator's managed proxy pools they may name.
 //! - [`extensions`]: the extensions API (archives checked, kept per project by content) and
 //!   the lookup of a create's `extensionId`.
 //! - [`files`]: a session's files: `GET /v1/sessions/{id}/downloads` (202 while in progress,
@@ -49,6 +51,7 @@ pub mod auth;
 pub mod aws;
 pub mod cursor;
 pub mod debug;
+pub mod egress;
 pub mod error;
 pub mod extensions;
 pub mod files;

@@ -1080,15 +1080,15 @@ async fn create_accepts_and_ignores_browserbase_fields() {
             "logSession": true,
             "advancedStealth": false
         },
-        "proxies": [{ "type": "browserbase", "geolocation": { "country": "US" } }],
         "apiTimeout": 30
     });
     let (status, resp) = h.create(&body.to_string()).await;
     assert_eq!(status, StatusCode::CREATED, "{resp}");
     assert_eq!(resp["status"], "RUNNING");
-    // `proxies: true` is the SDK's other spelling.
+    // `proxies` is honoured, never ignored (see the egress module): managed proxies without an
+    // operator's pool are refused, not a session that egresses directly.
     let (status, resp) = h.create(r#"{"proxies": true, "keepAlive": false}"#).await;
-    assert_eq!(status, StatusCode::CREATED, "{resp}");
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{resp}");
 }
 
 #[tokio::test]
@@ -3170,5 +3170,7 @@ async fn the_metadata_query_pages_with_the_cursor() {
 }
 
 // ---------------------------------------------------------------------------------------------
+/// A create's `proxies` and `allowedDomains`: refusals by field, managed pools, secrets kept out.
+mod egress;
 /// The extensions API and a create's `extensionId`.
 mod extensions;
