@@ -123,6 +123,11 @@ pub struct Config {
     /// The task API ([`crate::task_api`]): on when `TASKS_TABLE_NAME`, `SESSION_ROLE_ARN` and
     /// `TASK_ROLE_ARN` are set, with `POOL_QUEUE_URL`.
     pub task_api: Option<TaskApiSettings>,
+    /// `MANAGED_PROXIES_SECRET_ARN`: the secret listing the managed proxy pools
+    /// ([`crate::egress::pools`]), read by [`Config::with_managed_proxies`].
+    pub managed_proxies_secret_arn: Option<String>,
+    /// The managed proxy pools, as read from that secret (empty until then, and without it).
+    pub managed_proxies: crate::egress::ManagedProxies,
 }
 
 /// What the task API needs besides the rest of [`Config`].
@@ -415,7 +420,21 @@ impl Config {
             public_key_secret_arn,
             create_wait: Duration::from_secs(create_wait),
             pool_queue_url: var(get, "POOL_QUEUE_URL"),
+            managed_proxies_secret_arn: var(get, super::MANAGED_PROXIES_SECRET_ARN),
+            managed_proxies: Default::default(),
         })
+    }
+
+    /// This configuration with the managed proxy pools of `MANAGED_PROXIES_SECRET_ARN` read
+    /// (once: the API function reads them when it starts); unchanged without the variable.
+    pub async fn with_managed_proxies(
+        mut self,
+        sdk: &SdkConfig,
+    ) -> Result<Self, crate::egress::PoolsError> {
+        if let Some(arn) = &self.managed_proxies_secret_arn {
+            self.managed_proxies = super::managed_proxies::read(sdk, arn).await?;
+        }
+        Ok(self)
     }
 }
 
@@ -434,6 +453,7 @@ pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
         connect_base: cfg.connect_base_url.clone(),
         claim_wait: cfg.claim_wait,
         pool_share: cfg.pool_share,
+        managed_proxies: cfg.managed_proxies.clone(),
         ..Settings::default()
     };
     if let Some(r) = sdk.region().map(|r| r.as_ref())
@@ -643,6 +663,39 @@ mod tests {
         let sdk = aws_config::SdkConfig::builder().build();
         let app = build_app(&sdk, &share(Some("3")).unwrap());
         assert_eq!(app.settings.pool_share, Some(3));
+    }
+
+    #[tokio::test]
+    async fn managed_proxies_come_from_their_secret_once_and_reach_the_app() {
+        let sdk = crate::aws::ecs::tests::unreachable().await;
+        let c = Config::from_source(&source(&FULL)).unwrap();
+        assert_eq!(c.managed_proxies_secret_arn, None);
+        let c = c.with_managed_proxies(&sdk).await.unwrap();
+        assert!(c.managed_proxies.is_empty(), "no secret: no call, no pools");
+        let mut pairs = FULL.to_vec();
+        pairs.push(("MANAGED_PROXIES_SECRET_ARN", "arn:aws:secretsmanager:pools"));
+        let c = Config::from_source(&source(&pairs)).unwrap();
+        assert_eq!(
+            c.managed_proxies_secret_arn.as_deref(),
+            Some("arn:aws:secretsmanager:pools")
+        );
+        let e = c.clone().with_managed_proxies(&sdk).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "reading the managed proxies (the secret MANAGED_PROXIES_SECRET_ARN names) failed"
+        );
+        let pools = crate::egress::ManagedProxies::parse(
+            r#"{"default": [{"server": "http://pool.example:3128"}]}"#,
+        )
+        .unwrap();
+        let app = build_app(
+            &sdk,
+            &Config {
+                managed_proxies: pools.clone(),
+                ..c
+            },
+        );
+        assert_eq!(app.settings.managed_proxies, pools);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! (`sqs`) as task launchers, the Secrets Manager backed token signer (`signer`), the task
 //! API's broker (`broker`: claims handed to tasks, session credentials from STS) and its
 //! identity check (`identity`: a task's signed STS request, sent to STS); the session
-//! events' topic and bus (`publish`: SNS and EventBridge); the
+//! events' topic and bus (`publish`: SNS and EventBridge); the managed proxy pools' secret
+//! (`managed_proxies`); the
 //! configuration that names them and the wiring ([`Config::from_env`], [`build_app`], in
 //! `config`); and [`lambda`], what the Lambda functions run. SDK types stay in this module.
 //!
@@ -38,6 +39,7 @@ mod config;
 mod ecs;
 mod identity;
 pub mod lambda;
+mod managed_proxies;
 mod publish;
 mod records;
 mod s3;
@@ -56,6 +58,7 @@ pub use config::{
 };
 pub use ecs::{EcsLauncher, controller_environment};
 pub use identity::StsIdentities;
+pub use managed_proxies::MANAGED_PROXIES_SECRET_ARN;
 pub use publish::{BUS_NAME_VAR, EventBus, EventsConfig, SnsTopic, TOPIC_ARN_VAR};
 pub use records::{DynamoContexts, DynamoKeys, DynamoProjects, DynamoRecords};
 pub use s3::S3Archives;

@@ -10,6 +10,7 @@ use wallcrawler_contract::claim::ClaimWait;
 use wallcrawler_control_plane::admin::{self, NewProject};
 use wallcrawler_control_plane::app::Settings;
 use wallcrawler_control_plane::aws::{self, DynamoKeys, DynamoProjects};
+use wallcrawler_control_plane::egress::ManagedProxies;
 use wallcrawler_control_plane::local::serve::{Connect, LocalServer, shutdown_signal};
 
 /// Wallcrawler's Browserbase-compatible control plane.
@@ -80,6 +81,12 @@ struct ServeArgs {
     /// claim's deadline or their expiry and gives back their slots and leases; 0 = never.
     #[arg(long, env = "SWEEP_INTERVAL_SECONDS", default_value_t = 30)]
     sweep_interval_seconds: u64,
+    /// A JSON file of managed proxy pools, which `proxies: true` and `{type: "browserbase"}`
+    /// map to: `{"default": [{"server": "http://host:port", "username": "…", "password":
+    /// "…"}], "US": [...]}` (pools named "default" or by country code). Without it such a
+    /// create is refused (400).
+    #[arg(long, env = "MANAGED_PROXIES_FILE")]
+    managed_proxies: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -246,6 +253,22 @@ async fn serve(args: ServeArgs) -> i32 {
         tracing::error!("CLAIM_WAIT_SECONDS must not be more than CLAIM_WAIT_MAX_SECONDS");
         return 64;
     }
+    let managed_proxies = match args
+        .managed_proxies
+        .as_deref()
+        .map(ManagedProxies::read_file)
+    {
+        None => ManagedProxies::default(),
+        Some(Ok(p)) => {
+            tracing::info!(pools = %p.summary(), "managed proxy pools");
+            p
+        }
+        Some(Err(e)) => {
+            let e = wallcrawler_control_plane::error::chain(&e);
+            tracing::error!("--managed-proxies (MANAGED_PROXIES_FILE): {e}");
+            return 64;
+        }
+    };
     let settings = Settings {
         create_wait: Duration::from_secs(args.create_wait_seconds),
         claim_wait: ClaimWait {
@@ -253,6 +276,7 @@ async fn serve(args: ServeArgs) -> i32 {
             max: args.claim_wait_max_seconds,
         },
         pool_share: (args.pool_share > 0).then_some(args.pool_share),
+        managed_proxies,
         ..Settings::default()
     };
     let connect = if args.direct {
