@@ -208,16 +208,23 @@ pub fn compile_pattern(pattern: &str) -> Result<regex::Regex, String> {
     if pattern.is_empty() || pattern.len() > MAX_PATTERN_BYTES {
         return Err(format!("must be 1 to {MAX_PATTERN_BYTES} bytes"));
     }
-    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
-        .case_insensitive(true)
-        .size_limit(MAX_PATTERN_PROGRAM_BYTES)
-        .dfa_size_limit(MAX_PATTERN_PROGRAM_BYTES)
-        .build()
-        .map_err(|e| match e {
-            regex::Error::CompiledTooBig(_) => "is too complex".to_owned(),
-            // The parser's message quotes the pattern, which is the client's own text.
-            e => format!("is not a valid regular expression: {e}"),
-        })
+    let build = |p: &str| {
+        regex::RegexBuilder::new(p)
+            .case_insensitive(true)
+            .size_limit(MAX_PATTERN_PROGRAM_BYTES)
+            .dfa_size_limit(MAX_PATTERN_PROGRAM_BYTES)
+            .build()
+            .map_err(|e| match e {
+                regex::Error::CompiledTooBig(_) => "is too complex".to_owned(),
+                // The parser's message quotes the pattern: the client's own text, as written.
+                regex::Error::Syntax(text) => format!("is not a valid regular expression: {text}"),
+                e => format!("is not a valid regular expression: {e}"),
+            })
+    };
+    // Alone first, so an error is about the text the client wrote (inside the anchors, `[a-`
+    // would be misread as a class ending in `)`), then anchored to the whole host.
+    build(pattern)?;
+    build(&format!("^(?:{pattern})$"))
 }
 
 /// Normalises one `allowedDomains` entry: a host name (no scheme, port, path or wildcard),
@@ -404,7 +411,9 @@ mod tests {
         assert!(r.is_match("www.Example.com"));
         assert!(!r.is_match("www.example.com.evil.net"));
         assert!(!r.is_match("example.com"));
-        assert!(compile_pattern("(").unwrap_err().contains("not a valid"));
+        let e = compile_pattern("(").unwrap_err();
+        assert!(e.contains("not a valid") && !e.contains("^(?:"), "{e}");
+        assert!(compile_pattern("[a-").unwrap_err().contains("not a valid"));
         assert!(compile_pattern("").is_err());
         assert!(compile_pattern(&"a".repeat(257)).is_err());
         // Small to write, enormous to compile: refused, not built.

@@ -98,9 +98,10 @@ pub const CHROME_USER: &str = "CHROME_USER";
 /// Where Chrome's DevTools port listens: `private` (a network namespace of its own) or
 /// `shared` (the machine's loopback); unset: `private` when the controller may make one.
 pub const CHROME_NETWORK: &str = "CHROME_NETWORK";
-/// A cold-started session's egress (`egress::Egress` as JSON: proxy routes with their
-/// credentials, allowed domains). Only in a local child's environment, which no other user
-/// reads; on ECS it would show in the task's overrides, so there it travels with a claim.
+/// A cold-started session's egress (`egress::Egress` as JSON: proxy routes, allowed domains).
+/// With proxy credentials only in a local child's environment, which no other user reads; on
+/// ECS the task's overrides are readable, so there only an egress without credentials comes
+/// this way (one with credentials travels with a claim, or is refused).
 pub const SESSION_EGRESS: &str = "SESSION_EGRESS";
 /// Destinations the egress hop lets Chrome reach although they are loopback, link-local or
 /// private: a comma-separated list of addresses, `addr:port`s and CIDRs.
