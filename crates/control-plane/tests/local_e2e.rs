@@ -16,6 +16,9 @@ mod data_dir;
 mod devtools;
 /// Every download captured, stored and served as a zip.
 mod downloads;
+/// A session's egress: its proxies (routed by host, fail closed, counted), its allowed
+/// domains, WebRTC behind the proxy, the machine's loopback refused unless allowed.
+mod egress;
 /// A client's handoff answered with the live view the local platform minted.
 mod handoff;
 
@@ -122,7 +125,12 @@ impl Server {
 
     /// [`Server::node`] with more environment for Node (e.g. `NODE_EXTRA_CA_CERTS`).
     fn node_with_env(&self, scenario: &str, env: &[(&str, &str)]) -> serde_json::Value {
-        let out = node::command("platform.mjs")
+        self.node_script("platform.mjs", scenario, env)
+    }
+
+    /// A scenario of `script` (in tests/node) against this platform, with more environment.
+    fn node_script(&self, script: &str, scenario: &str, env: &[(&str, &str)]) -> serde_json::Value {
+        let out = node::command(script)
             .args([
                 "--base",
                 &self.base,
@@ -181,6 +189,21 @@ impl Server {
         let status = answer[9..12].parse().unwrap();
         let json = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
         (status, serde_json::from_str(json).unwrap_or_default())
+    }
+
+    /// [`Server::stop`], the data directory kept for the caller to look into.
+    fn stop_keeping_data(mut self) -> tempfile::TempDir {
+        let data = std::mem::replace(&mut self.data, tempfile::tempdir().unwrap());
+        let profiles = data.path().join("data").join("profiles");
+        self.stop();
+        let left: Vec<_> = std::fs::read_dir(&profiles)
+            .map(|d| d.flatten().collect())
+            .unwrap_or_default();
+        assert!(
+            left.is_empty(),
+            "controllers left profiles behind: {left:?}"
+        );
+        data
     }
 
     /// SIGTERM; the server stops the controllers it started before it exits.
