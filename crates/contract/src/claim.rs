@@ -344,12 +344,27 @@ impl DirQueue {
         fs::rename(from, self.dir.join(NEW).join(name))
     }
 
-    /// A poison claim: moved to `dead/`.
+    /// A poison claim: moved to `dead/`, for the operator to look at — without its secrets (a
+    /// session's proxy credentials, its live view), which would otherwise outlive the session
+    /// there. A body that is no JSON object is kept as it is (the platform wrote none such).
     pub fn dead_letter(&self, name: &str, owner: &str) -> io::Result<()> {
-        fs::rename(
-            self.dir.join(TAKEN).join(Self::owned(name, owner)),
-            self.dir.join(DEAD).join(name),
-        )
+        let taken = self.dir.join(TAKEN).join(Self::owned(name, owner));
+        let dead = self.dir.join(DEAD).join(name);
+        let stripped = read_bounded(&taken)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|mut v| {
+                let o = v.as_object_mut()?;
+                let had = o.remove("egress").is_some() | o.remove(LIVE_VIEW_MEMBER).is_some();
+                had.then(|| v.to_string())
+            });
+        match stripped {
+            Some(body) => {
+                crate::private_fs::write_atomic(&dead, body.as_bytes())?;
+                fs::remove_file(taken)
+            }
+            None => fs::rename(taken, dead),
+        }
     }
 
     fn owned_in(&self, sub: &str, owner: &str) -> Vec<(String, PathBuf)> {
@@ -562,6 +577,35 @@ mod tests {
         assert_eq!(live_view_of(&b.body), None);
         assert_eq!(live_view_of(br#"{"liveView":{"credential":1}}"#), None);
         assert_eq!(live_view_of(b"not json"), None);
+    }
+
+    #[test]
+    fn a_dead_letter_keeps_no_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = DirQueue::new(dir.path().join("claims"));
+        let egress: crate::egress::Egress = serde_json::from_value(serde_json::json!({
+            "routes": [{"proxy": {"scheme": "http", "host": "p.test", "port": 1,
+                "username": "u", "password": "pw-dead-letter"}}]
+        }))
+        .unwrap();
+        let mut c = claim("sess_dead");
+        c.egress = Some(egress);
+        q.send(&c).unwrap();
+        let t = q.take("me").unwrap().unwrap();
+        q.dead_letter(&t.name, "me").unwrap();
+        assert_eq!(q.dead(), 1);
+        let body = std::fs::read_to_string(q.dir().join("dead").join(&t.name)).unwrap();
+        assert!(
+            !body.contains("pw-dead-letter") && !body.contains("egress"),
+            "{body}"
+        );
+        assert!(body.contains("sess_dead"), "{body}");
+        assert!(
+            !q.dir()
+                .join("taken")
+                .join(format!("{}@me", t.name))
+                .exists()
+        );
     }
 
     #[test]
