@@ -15,11 +15,16 @@ route is the only one without the API-key authorizer (deploy/test_check_template
 failing cases), and every checkov skip carries a reason. Every name built from NamePrefix fits
 its resource type's limit with NamePrefix at its MaxLength (NAME_LIMITS), and every deploy
 command the docs give passes the IAM capability the template needs (CAPABILITY_NAMED_IAM: it
-names a role).
+names a role). The managed proxy pools' secret (ManagedProxiesSecretArn, optional): set, the API
+function alone gets MANAGED_PROXIES_SECRET_ARN and its role alone GetSecretValue on exactly that
+ARN; empty, neither; every Secrets Manager grant names one of the operator's secrets by its
+parameter. A claim carries its session's proxy credentials: both claims queues are encrypted at
+rest, and the dead-letter queue keeps a claim at most 4 days.
 
 The template has two connect modes (the ConnectMode parameter). Every assertion runs on the
-template as CloudFormation would resolve it in each mode (conditions evaluated, Fn::If taken,
-AWS::NoValue dropped, resources of false conditions left out); a failure names its mode. In
+template as CloudFormation would resolve it in each mode, with ManagedProxiesSecretArn empty
+and set (conditions evaluated, Fn::If taken, AWS::NoValue dropped, resources of false
+conditions left out); a failure names its mode ("gateway, managed proxies"). In
 gateway mode it also asserts the connect leg: no ECS service assigns a public IP, the browser
 tasks' security group admits tcp 9223 only from the gateway's security group (no address
 range), the target group has PROXY protocol v2 on, the gateway's role allows only what the
@@ -258,9 +263,10 @@ def check_read(name, read, what):
     check(name in read or name.startswith("AWS_"), what)
 
 
-def check_mode(t, mode):
-    """Every assertion on `t`, the template resolved for ConnectMode `mode`."""
-    MODE[0] = mode
+def check_mode(t, mode, proxies=False):
+    """Every assertion on `t`, the template resolved for ConnectMode `mode` and, with `proxies`,
+    ManagedProxiesSecretArn set."""
+    MODE[0] = mode + (", managed proxies" if proxies else "")
     gateway = mode == "gateway"
     r = t["Resources"]
 
@@ -384,9 +390,11 @@ def check_mode(t, mode):
     # Handed-back receives (a stopped controller, a duplicated claim) count too: room for them,
     # still bounded so a poison claim reaches the dead-letter queue.
     check(5 <= int(rp.get("maxReceiveCount", 0)) <= 20, "ClaimsQueue: maxReceiveCount between 5 and 20")
+    check_claims_encrypted(t)
 
     # --- Secrets --------------------------------------------------------------------------
     check_token_secrets(t)
+    check_managed_proxies(t, proxies)
 
     # --- Task definition ------------------------------------------------------------------
     td = props(t, "TaskDefinition")
@@ -667,6 +675,106 @@ def check_token_secrets(t):
             not any(grants(st, "secretsmanager:GetSecretValue", "SigningSecret") for st in statements(t, role)),
             f"{role}: cannot read SigningSecret",
         )
+
+
+# --- Issue 44: managed proxies, and the proxy credentials in the claims --------------------------
+
+# The optional parameter naming the operator's managed proxy pools secret, and the variable the
+# API function reads it from (crates/control-plane/src/aws/managed_proxies.rs).
+MANAGED_PROXIES_PARAM = "ManagedProxiesSecretArn"
+MANAGED_PROXIES_VAR = "MANAGED_PROXIES_SECRET_ARN"
+# A full secret ARN as create-secret prints it (its name, then "-" and 6 characters).
+EXAMPLE_PROXIES_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:wallcrawler/managed-proxies-AbC123"
+# The operator's secrets, each passed by ARN: every Secrets Manager grant names one of these.
+OPERATOR_SECRETS = ("SigningSecret", "PublicKeySecret", MANAGED_PROXIES_PARAM)
+# The longest the dead-letter queue may keep a claim (and the proxy credentials in it): time to
+# look at a poison claim after its alarm, over a weekend.
+DEAD_CLAIM_RETENTION_MAX = 4 * 24 * 3600
+
+
+def environments(t):
+    """{resource: {variable: value}} of every Lambda function and ECS task definition."""
+    out = {}
+    for name, res in t["Resources"].items():
+        p = res.get("Properties", {})
+        if res["Type"] == "AWS::Lambda::Function":
+            out[name] = dict(p.get("Environment", {}).get("Variables", {}))
+        elif res["Type"] == "AWS::ECS::TaskDefinition":
+            out[name] = {e["Name"]: e["Value"] for c in p.get("ContainerDefinitions", []) for e in c.get("Environment", [])}
+    return out
+
+
+def check_managed_proxies(t, configured):
+    """The managed proxy pools' secret is the operator's, passed by ARN (ManagedProxiesSecretArn,
+    empty by default). `configured` (the parameter set): the API function alone gets
+    MANAGED_PROXIES_SECRET_ARN = the parameter, and its role alone GetSecretValue on exactly
+    that ARN, in a statement of its own. Empty: no variable and no grant. Every Secrets
+    Manager grant of every role names one of the operator's secrets by its parameter (never
+    *, a pattern or another ARN)."""
+    p = t.get("Parameters", {}).get(MANAGED_PROXIES_PARAM, {})
+    pattern = p.get("AllowedPattern", "")
+    check(
+        p.get("Type") == "String" and p.get("Default") == ""
+        and re.fullmatch(pattern, "") is not None and re.fullmatch(pattern, EXAMPLE_PROXIES_ARN) is not None
+        and re.fullmatch(pattern, "*") is None
+        and re.fullmatch(pattern, EXAMPLE_PROXIES_ARN.rsplit(":", 1)[0] + ":*") is None,
+        f"{MANAGED_PROXIES_PARAM}: an optional String parameter (default empty), a full secret ARN or nothing (never a pattern)",
+    )
+    check(MANAGED_PROXIES_PARAM not in t["Resources"] and not resources(t, "AWS::SecretsManager::Secret"),
+          f"{MANAGED_PROXIES_PARAM}: the operator's secret, not made by the stack")
+    api_bin = (ROOT / "crates/control-plane/src/bin/wallcrawler-api-lambda.rs").read_text()
+    check("with_managed_proxies" in api_bin, "wallcrawler-api-lambda.rs: reads the managed proxy pools at start (with_managed_proxies)")
+
+    # The variable: on the API function alone, the parameter itself, only when it is set.
+    got = {name: env[MANAGED_PROXIES_VAR] for name, env in environments(t).items() if MANAGED_PROXIES_VAR in env}
+    want = {"ApiFunction": {"Ref": MANAGED_PROXIES_PARAM}} if configured else {}
+    check(got == want, f"{MANAGED_PROXIES_VAR}: {'on ApiFunction alone, = ' + MANAGED_PROXIES_PARAM if configured else 'on no function (the parameter is empty)'} ({got})")
+    users = sorted(n for n, res in t["Resources"].items() if MANAGED_PROXIES_PARAM in ref_names(res))
+    check(set(users) <= {"ApiFunction", "ApiFunctionRole"},
+          f"{MANAGED_PROXIES_PARAM}: referred to by ApiFunction and ApiFunctionRole alone ({users})")
+
+    # The grant: the API's role alone reads the secret, on exactly its ARN.
+    action = "secretsmanager:GetSecretValue"
+    roles = resources(t, "AWS::IAM::Role")
+    readers = sorted(r for r in roles if any(grants(st, action, MANAGED_PROXIES_PARAM) for st in statements(t, r)))
+    check(readers == (["ApiFunctionRole"] if configured else []),
+          f"{MANAGED_PROXIES_PARAM}: {'read by ApiFunctionRole alone' if configured else 'read by no role (the parameter is empty)'} ({readers})")
+    if configured:
+        sts = [st for st in statements(t, "ApiFunctionRole") if grants(st, action, MANAGED_PROXIES_PARAM)]
+        check(
+            len(sts) == 1 and as_list(sts[0]["Action"]) == [action] and as_list(sts[0]["Resource"]) == [{"Ref": MANAGED_PROXIES_PARAM}],
+            f"ApiFunctionRole: {action} on exactly {MANAGED_PROXIES_PARAM}, a statement of its own ({sts})",
+        )
+    for r in roles:
+        for st in statements(t, r):
+            acts = as_list(st.get("Action", []))
+            if st.get("Effect") != "Allow" or not any(a.startswith("secretsmanager:") or a == "*" for a in acts):
+                continue
+            res = as_list(st.get("Resource", []))
+            check(
+                "NotResource" not in st and res
+                and all(isinstance(x, dict) and list(x) == ["Ref"] and x["Ref"] in OPERATOR_SECRETS for x in res),
+                f"{r}: {st.get('Sid')} reaches Secrets Manager only on the operator's secrets by their parameters ({res})",
+            )
+
+
+def check_claims_encrypted(t):
+    """A claim carries its session's egress, proxy credentials included (crates/contract/src/
+    claim.rs): both claims queues encrypted at rest (SQS managed keys or a KMS key), and the
+    dead-letter queue, which keeps claims as they were sent, keeps them a little while only."""
+    for q in ("ClaimsQueue", "ClaimsDeadLetterQueue"):
+        p = props(t, q)
+        sse = p.get("SqsManagedSseEnabled") in (True, "true") or (
+            bool(p.get("KmsMasterKeyId")) and p.get("SqsManagedSseEnabled") not in (False, "false")
+        )
+        check(sse, f"{q}: encrypted at rest (SqsManagedSseEnabled or KmsMasterKeyId): its claims carry proxy credentials")
+    live = int(props(t, "ClaimsQueue").get("MessageRetentionPeriod", 345600))
+    dead = int(props(t, "ClaimsDeadLetterQueue").get("MessageRetentionPeriod", 345600))
+    check(
+        live < dead <= DEAD_CLAIM_RETENTION_MAX,
+        f"ClaimsDeadLetterQueue: MessageRetentionPeriod ({dead}) above the claims queue's ({live}: a dead letter keeps its "
+        f"first enqueue time) and at most {DEAD_CLAIM_RETENTION_MAX} (its claims carry proxy credentials)",
+    )
 
 
 def check_list_bucket(t):
@@ -1701,7 +1809,8 @@ def main():
     modes = raw["Parameters"]["ConnectMode"]
     check(modes.get("Default") == "gateway", "ConnectMode: gateway is the default")
     for mode in modes["AllowedValues"]:
-        check_mode(resolve(raw, {"ConnectMode": mode}), mode)
+        for arn in ("", EXAMPLE_PROXIES_ARN):
+            check_mode(resolve(raw, {"ConnectMode": mode, MANAGED_PROXIES_PARAM: arn}), mode, bool(arn))
     MODE[0] = ""
     check_redeploy(raw)
     check_alarm_topic(raw)

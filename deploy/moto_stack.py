@@ -37,6 +37,13 @@ forever). This script changes a copy of the template, never the file, in exactly
   too, and nothing in the stack test goes through it: left out, asserted by check_template.
   (moto's plain CreateDistribution works; CreateOriginRequestPolicy answers 404, which is
   why the template uses the managed request policy.)
+- a role's inline policy under a condition (`Policies: [..., !If [Cond, {policy},
+  !Ref AWS::NoValue]]`: the API role's managed-proxies policy): moto's CloudFormation keeps the
+  false branch as None in the list and create-stack answers HTTP 500 (moto/iam/models.py reads
+  None["PolicyName"]). That role's Policies are taken as CloudFormation would with the stack's
+  parameters (check_template's resolve): the condition's policy kept or left out, every other
+  policy as written. (A condition inside a Statement list moto keeps as a null statement, which
+  grants nothing: left as it is.)
 
 moto's CloudFormation creates the session events' resources as they are: the sessions table's
 NEW_AND_OLD_IMAGES stream, the KMS-encrypted SNS topic, the event source mapping with every
@@ -293,6 +300,14 @@ def main():
             left += [k for k, v in resources.items() if mentions(v, name)]
             if left:
                 sys.exit(f"moto_stack: {name} is still referred to by {left}")
+
+    # --- Inline policies under a condition: taken as CloudFormation would -----------------
+    for name, res in resources.items():
+        policies = res.get("Properties", {}).get("Policies") if res["Type"] == "AWS::IAM::Role" else None
+        if isinstance(policies, list) and any(isinstance(x, dict) and list(x) == ["Fn::If"] for x in policies):
+            taken = resolve_conditions(template, res, params)["Properties"].get("Policies", [])
+            res["Properties"]["Policies"] = taken
+            changed.append(f"{name}: Policies' Fn::If taken with the parameters ({[x['PolicyName'] for x in taken]})")
 
     # --- The stack ------------------------------------------------------------------------
     stack = f"{a.prefix}-stack"

@@ -9,7 +9,9 @@ them, and the template as it is must pass. Likewise the session events' plumbing
 mapping's on-failure destination and bounds, the web ACL's association, rules and numbers, the
 distribution's caching) fails them. And (Step 19) a NamePrefix longer than a name built from it
 allows, a name of a type NAME_LIMITS does not know, and a documented deploy command without
-CAPABILITY_NAMED_IAM fail them.
+CAPABILITY_NAMED_IAM fail them. And (issue 44) the managed proxy pools' secret read on `*`, by
+another role, or without the parameter set, its variable elsewhere, and a claims queue without
+encryption or keeping dead claims for long fail them.
 
     .venv/bin/python deploy/test_check_template.py
 """
@@ -287,6 +289,145 @@ class EventsAndEdge(unittest.TestCase):
         def change(t):
             ct.props(t, "ApiDistribution")["DistributionConfig"]["DefaultCacheBehavior"]["CachePolicyId"] = "658327ea-f89d-4fab-a63d-7e88639e58f6"
         self.assertIn("ApiDistribution: Managed-CachingDisabled", self.changed(change, True))
+
+
+def proxies_failures_of(t, configured):
+    """check_template's managed-proxies and claims-encryption assertions on `t`."""
+    ct.failures.clear()
+    ct.check_managed_proxies(t, configured)
+    ct.check_claims_encrypted(t)
+    out = list(ct.failures)
+    ct.failures.clear()
+    return out
+
+
+def with_proxies(arn=ct.EXAMPLE_PROXIES_ARN):
+    return ct.resolve(ct.load(ct.ROOT / "deploy/template.yaml"), {"ConnectMode": "gateway", ct.MANAGED_PROXIES_PARAM: arn})
+
+
+MANAGED_PROXIES_GRANT = {"Sid": "ManagedProxies", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
+                         "Resource": {"Ref": ct.MANAGED_PROXIES_PARAM}}
+
+
+class ManagedProxiesAndClaims(unittest.TestCase):
+    """Issue 44: the managed proxy pools' secret is read by the API's role alone, on exactly its
+    ARN, only when set; the claims (proxy credentials) are encrypted at rest and not kept long."""
+
+    def setUp(self):
+        self.t = with_proxies()
+        self.empty = resolved()
+
+    def changed(self, change, configured=True):
+        t = copy.deepcopy(self.t if configured else self.empty)
+        change(t)
+        got = proxies_failures_of(t, configured)
+        self.assertTrue(got, "the changed template passed")
+        return "\n".join(got)
+
+    def test_the_template_passes(self):
+        self.assertEqual(proxies_failures_of(self.t, True), [])
+        self.assertEqual(proxies_failures_of(self.empty, False), [])
+        self.assertEqual(statement(self.t, "ApiFunctionRole", "ManagedProxies"), MANAGED_PROXIES_GRANT)
+        self.assertEqual([p["PolicyName"] for p in ct.props(self.t, "ApiFunctionRole")["Policies"]], ["api", "managed-proxies"])
+        self.assertEqual([p["PolicyName"] for p in ct.props(self.empty, "ApiFunctionRole")["Policies"]], ["api"])
+        self.assertFalse([st for st in ct.statements(self.empty, "ApiFunctionRole") if st.get("Sid") == "ManagedProxies"])
+        self.assertNotIn(ct.MANAGED_PROXIES_VAR, ct.props(self.empty, "ApiFunction")["Environment"]["Variables"])
+
+    def test_a_grant_on_every_secret_fails(self):
+        def widen(t):
+            statement(t, "ApiFunctionRole", "ManagedProxies")["Resource"] = "*"
+        got = self.changed(widen)
+        self.assertIn("ApiFunctionRole: secretsmanager:GetSecretValue on exactly ManagedProxiesSecretArn", got)
+        self.assertIn("ApiFunctionRole: ManagedProxies reaches Secrets Manager only on the operator's secrets by their parameters (['*'])", got)
+
+    def test_a_second_grant_on_every_secret_fails(self):
+        def add(t):
+            add_statement(t, "ApiFunctionRole", {"Sid": "AnySecret", "Effect": "Allow", "Action": "secretsmanager:*", "Resource": "*"})
+        got = self.changed(add)
+        self.assertIn("ApiFunctionRole: secretsmanager:GetSecretValue on exactly ManagedProxiesSecretArn, a statement of its own", got)
+        self.assertIn("ApiFunctionRole: AnySecret reaches Secrets Manager only on the operator's secrets", got)
+
+    def test_a_pattern_of_secrets_fails(self):
+        def widen(t):
+            statement(t, "ApiFunctionRole", "ManagedProxies")["Resource"] = {
+                "Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:*"}
+        got = self.changed(widen)
+        self.assertIn("ManagedProxiesSecretArn: read by ApiFunctionRole alone ([])", got)
+        self.assertIn("ApiFunctionRole: ManagedProxies reaches Secrets Manager only on the operator's secrets", got)
+
+    def test_the_grant_on_another_role_fails(self):
+        def add(t):
+            add_statement(t, "SweeperFunctionRole", copy.deepcopy(MANAGED_PROXIES_GRANT))
+        self.assertIn("ManagedProxiesSecretArn: read by ApiFunctionRole alone (['ApiFunctionRole', 'SweeperFunctionRole'])",
+                      self.changed(add))
+
+    def test_the_grant_moved_to_the_task_role_fails(self):
+        def move(t):
+            policies = ct.props(t, "ApiFunctionRole")["Policies"]
+            policies[:] = [p for p in policies if p["PolicyName"] != "managed-proxies"]
+            add_statement(t, "TaskRole", copy.deepcopy(MANAGED_PROXIES_GRANT))
+        got = self.changed(move)
+        self.assertIn("ManagedProxiesSecretArn: read by ApiFunctionRole alone (['TaskRole'])", got)
+        self.assertIn("ManagedProxiesSecretArn: referred to by ApiFunction and ApiFunctionRole alone (['ApiFunction', 'TaskRole'])", got)
+
+    def test_a_task_role_reading_every_secret_fails(self):
+        def add(t):
+            add_statement(t, "TaskRole", {"Sid": "Secrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": "*"})
+        got = self.changed(add)
+        self.assertIn("ManagedProxiesSecretArn: read by ApiFunctionRole alone (['ApiFunctionRole', 'TaskRole'])", got)
+        self.assertIn("TaskRole: Secrets reaches Secrets Manager only on the operator's secrets", got)
+
+    def test_the_grant_without_the_parameter_fails(self):
+        def add(t):
+            add_statement(t, "ApiFunctionRole", copy.deepcopy(MANAGED_PROXIES_GRANT))
+        self.assertIn("ManagedProxiesSecretArn: read by no role (the parameter is empty) (['ApiFunctionRole'])",
+                      self.changed(add, configured=False))
+
+    def test_the_variable_without_the_parameter_fails(self):
+        def add(t):
+            ct.props(t, "ApiFunction")["Environment"]["Variables"][ct.MANAGED_PROXIES_VAR] = {"Ref": ct.MANAGED_PROXIES_PARAM}
+        self.assertIn("MANAGED_PROXIES_SECRET_ARN: on no function (the parameter is empty)", self.changed(add, configured=False))
+
+    def test_the_variable_on_the_sweeper_fails(self):
+        def add(t):
+            ct.props(t, "SweeperFunction")["Environment"]["Variables"][ct.MANAGED_PROXIES_VAR] = {"Ref": ct.MANAGED_PROXIES_PARAM}
+        got = self.changed(add)
+        self.assertIn("MANAGED_PROXIES_SECRET_ARN: on ApiFunction alone, = ManagedProxiesSecretArn", got)
+        self.assertIn("'SweeperFunction'", got)
+
+    def test_no_variable_with_the_parameter_fails(self):
+        def drop(t):
+            del ct.props(t, "ApiFunction")["Environment"]["Variables"][ct.MANAGED_PROXIES_VAR]
+        self.assertIn("MANAGED_PROXIES_SECRET_ARN: on ApiFunction alone, = ManagedProxiesSecretArn ({})", self.changed(drop))
+
+    def test_a_parameter_taking_a_pattern_fails(self):
+        def widen(t):
+            t["Parameters"][ct.MANAGED_PROXIES_PARAM]["AllowedPattern"] = "^(arn:aws[a-z-]*:secretsmanager:.+)?$"
+        self.assertIn("ManagedProxiesSecretArn: an optional String parameter (default empty), a full secret ARN or nothing",
+                      self.changed(widen))
+
+    def test_a_claims_queue_without_encryption_fails(self):
+        for q in ("ClaimsQueue", "ClaimsDeadLetterQueue"):
+            def drop(t):
+                del ct.props(t, q)["SqsManagedSseEnabled"]
+            self.assertIn(f"{q}: encrypted at rest (SqsManagedSseEnabled or KmsMasterKeyId)", self.changed(drop, configured=False))
+
+    def test_managed_sse_turned_off_fails(self):
+        def off(t):
+            ct.props(t, "ClaimsDeadLetterQueue")["SqsManagedSseEnabled"] = False
+        self.assertIn("ClaimsDeadLetterQueue: encrypted at rest", self.changed(off))
+
+    def test_a_kms_key_passes(self):
+        t = copy.deepcopy(self.t)
+        p = ct.props(t, "ClaimsQueue")
+        del p["SqsManagedSseEnabled"]
+        p["KmsMasterKeyId"] = "alias/aws/sqs"
+        self.assertEqual(proxies_failures_of(t, True), [])
+
+    def test_dead_claims_kept_14_days_fail(self):
+        def widen(t):
+            ct.props(t, "ClaimsDeadLetterQueue")["MessageRetentionPeriod"] = 1209600
+        self.assertIn("ClaimsDeadLetterQueue: MessageRetentionPeriod (1209600)", self.changed(widen))
 
 
 def raw():
