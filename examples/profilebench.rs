@@ -514,7 +514,9 @@ impl Controller {
 /// Chromium alone, with the controller's command line, until `/json/version` answers.
 fn chromium_alone(chrome: &Path, dir: &Path) -> Result<Duration> {
     let file_flags = flags::parse_flags(flags::BUILTIN_FLAGS)?;
-    let args = flags::chrome_args(&file_flags, dir, 0, None);
+    // Startup only: no page loads, so the egress port (the hop's, in the controller) need not
+    // answer. A closed port of loopback: any request would fail rather than leave.
+    let args = flags::chrome_args(&file_flags, dir, 0, 9);
     let started = Instant::now();
     let mut child = Command::new(chrome)
         .args(&args)

@@ -894,6 +894,7 @@ mod tests {
             context: None,
             extension_key: None,
             egress: None,
+            browser: None,
         }
     }
 

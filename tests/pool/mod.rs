@@ -1380,6 +1380,7 @@ async fn pool_a_claim_delivered_twice_has_one_owner_and_the_other_task_writes_no
         project_id: project,
         extension_key: None,
         egress: None,
+        browser: None,
     })
     .await;
     let w = pool.one_took(&tasks).await;

@@ -104,6 +104,10 @@ pub struct Claim {
     /// none. Only here and in a cold child's private environment: never in the session item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<crate::egress::Egress>,
+    /// The browser the session asked for (viewport, locales, certificates, ad blocking);
+    /// absent for the defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub browser: Option<crate::browser::BrowserSettings>,
 }
 
 /// Why a claim was refused (a poison message).
@@ -124,6 +128,9 @@ pub enum ClaimError {
     /// The extension's key is not `extensions/<projectId>/<sha256>.zip` of this claim's project.
     #[error("the claim's extension key is not one of its project's extension archives")]
     BadExtensionKey,
+    /// The browser settings break a rule; which.
+    #[error("the claim's browser settings are refused: {0}")]
+    BadBrowser(String),
     /// The egress settings break a rule; which part (never a credential).
     #[error("the claim's egress is refused: {0}")]
     BadEgress(String),
@@ -169,6 +176,9 @@ impl Claim {
         }
         if let Some(e) = &c.egress {
             e.check().map_err(ClaimError::BadEgress)?;
+        }
+        if let Some(b) = &c.browser {
+            b.check().map_err(ClaimError::BadBrowser)?;
         }
         Ok(c)
     }
@@ -489,6 +499,7 @@ mod tests {
             context: None,
             extension_key: None,
             egress: None,
+            browser: None,
         }
     }
 
@@ -530,6 +541,7 @@ mod tests {
         let ext = Claim {
             extension_key: Some(crate::storage::extension_key("proj_1", &"0f".repeat(32))),
             egress: None,
+            browser: None,
             ..claim("sess_1")
         };
         assert_eq!(Claim::parse(ext.to_json().as_bytes()).unwrap(), ext);

@@ -14,6 +14,8 @@
 //! - [`extension_archive`]: the checks an extension archive (a zip) passes, where the API
 //!   keeps it and where a controller unpacks it (the one writer of files here besides the two
 //!   directories above: the same rules on both sides).
+//! - [`browser`]: the browser a session asked for (viewport, locales, certificate errors, ad
+//!   blocking), as the control plane hands it to the session's controller.
 //! - [`chrome_uids`]: the uid of its own each Chrome runs as when its controller is root,
 //!   shared by the local platform and the controller.
 //! - [`claim`]: how a session reaches a warm pool controller, and the local queue of claims.
@@ -38,6 +40,7 @@
 #![cfg_attr(test, allow(clippy::too_many_lines, clippy::too_many_arguments))]
 #![warn(missing_docs)]
 
+pub mod browser;
 pub mod chrome_uids;
 pub mod claim;
 pub mod egress;

@@ -896,6 +896,7 @@ mod tests {
             context: None,
             extension_key: None,
             egress: None,
+            browser: None,
         };
         let now = 100;
         let mut d = doc("s");

@@ -103,6 +103,9 @@ pub const CHROME_NETWORK: &str = "CHROME_NETWORK";
 /// ECS the task's overrides are readable, so there only an egress without credentials comes
 /// this way (one with credentials travels with a claim, or is refused).
 pub const SESSION_EGRESS: &str = "SESSION_EGRESS";
+/// A cold-started session's browser settings (`browser::BrowserSettings` as JSON: viewport,
+/// locales, certificate errors, ad blocking; nothing secret).
+pub const SESSION_BROWSER: &str = "SESSION_BROWSER";
 /// Destinations the egress hop lets Chrome reach although they are loopback, link-local or
 /// private: a comma-separated list of addresses, `addr:port`s and CIDRs.
 pub const EGRESS_ALLOW: &str = "EGRESS_ALLOW";

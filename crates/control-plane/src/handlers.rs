@@ -207,6 +207,8 @@ async fn start_session(
         cold,
         extension,
         egress,
+        // browserSettings beyond the context and extension: Step 17 (not yet carried).
+        browser: None,
     };
     match app.launcher.launch(spec).await {
         Ok(arn) => Ok((doc, arn)),

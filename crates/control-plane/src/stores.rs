@@ -327,6 +327,9 @@ pub struct LaunchSpec {
     /// claim, or in a local cold child's private environment (`SESSION_EGRESS`). Never in the
     /// session item.
     pub egress: Option<wallcrawler_contract::egress::Egress>,
+    /// The browser the session asked for (viewport, locales, certificates, ad blocking): with
+    /// the claim, or in a cold controller's `SESSION_BROWSER`.
+    pub browser: Option<wallcrawler_contract::browser::BrowserSettings>,
 }
 
 impl LaunchSpec {
@@ -346,6 +349,7 @@ impl LaunchSpec {
                 }),
             extension_key: self.extension.clone(),
             egress: self.egress.clone(),
+            browser: self.browser.clone(),
         }
     }
 }

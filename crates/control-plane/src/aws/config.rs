@@ -709,6 +709,7 @@ mod tests {
             cold: false,
             extension: None,
             egress: None,
+            browser: None,
         };
         let names = |e: Vec<(String, String)>| e.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
         assert_eq!(

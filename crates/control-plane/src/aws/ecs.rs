@@ -273,6 +273,7 @@ pub(super) mod tests {
                 }],
                 allowed_domains: vec!["example.com".into()],
             }),
+            browser: None,
         }
     }
 
