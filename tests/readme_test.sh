@@ -120,7 +120,7 @@ connect_url=$(value "$local_fd" connectUrl) || {
   fail "scripts/local.sh printed no connectUrl"
 }
 log "scripts/local.sh printed its connectUrl after $(elapsed "$t0") s"
-[[ $connect_url == ws://127.0.0.1:*signingKey=* ]] || fail "unexpected connectUrl shape"
+[[ $connect_url == ws://127.0.0.1:*"/?signingKey="* ]] || fail "unexpected connectUrl shape"
 live_url=$(value "$local_fd" liveViewUrl) || fail "scripts/local.sh printed no liveViewUrl"
 [[ $live_url == http://127.0.0.1:*/viewer\?t=* ]] || fail "unexpected liveViewUrl shape"
 # The viewer page answers its credential (and the page is the viewer's, not an error page).

@@ -132,7 +132,7 @@ fn wait_ready(c: &mut Controller, token: &str) -> String {
         .next()
         .unwrap()
         .to_owned();
-    format!("ws://127.0.0.1:{port}?signingKey={token}")
+    format!("ws://127.0.0.1:{port}/?signingKey={token}")
 }
 
 /// A network interface in moto's default VPC, with a public address when `public`: (private,
@@ -201,7 +201,7 @@ fn full_lifecycle(end: End) {
     );
     // The route, and no connectUrl: the controller never reads the token; the API forms the
     // URL from these and the token when it answers.
-    let port = url.split(':').nth(2).unwrap().split('?').next().unwrap();
+    let port = url.split(':').nth(2).unwrap().split('/').next().unwrap();
     assert_eq!(number(&item, "proxyPort"), port.parse().ok());
     assert_eq!(text(&item, "connectUrl"), None);
 
@@ -501,7 +501,7 @@ fn a_release_whose_stop_missed_the_task_still_ends_the_browser() {
     let url = wait_ready(&mut c, &t);
     let proxy = url
         .trim_start_matches("ws://")
-        .split('?')
+        .split('/')
         .next()
         .unwrap()
         .to_owned();

@@ -83,12 +83,11 @@ pub async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending 
         ready
             .handoffs
             .set_live_view(live_view.clone(), now + c.token_ttl);
+        let addr = ready.proxy_addr;
+        let connect_url =
+            wallcrawler_contract::session::connect_url(&addr.ip().to_string(), addr.port(), &token);
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(
-            out,
-            "connectUrl: ws://{addr}?signingKey={token}\nliveViewUrl: {live_view}",
-            addr = ready.proxy_addr
-        );
+        let _ = writeln!(out, "connectUrl: {connect_url}\nliveViewUrl: {live_view}");
         let _ = out.flush();
     })
     .await;

@@ -248,7 +248,7 @@ def smoke(image: str, token_binary: str) -> None:
         # 3. Puppeteer through the proxy.
         node = subprocess.run(
             ["node", str(ROOT / "tests/node/image-smoke.mjs"), "--page", f"http://127.0.0.1:{servers.port}/page", "--timeout-ms", "60000"],
-            env={**os.environ, "WALLCRAWLER_CDP_URL": f"ws://127.0.0.1:{proxy_port}?signingKey={token}"},
+            env={**os.environ, "WALLCRAWLER_CDP_URL": f"ws://127.0.0.1:{proxy_port}/?signingKey={token}"},
             capture_output=True,
             text=True,
             timeout=WAIT,

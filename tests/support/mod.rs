@@ -333,9 +333,13 @@ pub struct LocalSession {
 }
 
 impl LocalSession {
+    /// The parts of `ws://<addr>/?signingKey=<token>`; panics on any other shape (a URL
+    /// without the `/` path among them: some clients send its empty path as is).
     pub fn parse(url: &str) -> LocalSession {
         let rest = url.strip_prefix("ws://").expect("ws url");
-        let (hostport, query) = rest.split_once('?').expect("query");
+        let (hostport, query) = rest
+            .split_once("/?")
+            .unwrap_or_else(|| panic!("not ws://host:port/?query: {url}"));
         let token = query
             .strip_prefix("signingKey=")
             .expect("signingKey")

@@ -162,6 +162,18 @@ mod tests {
     }
 
     #[test]
+    fn direct_urls_have_a_path() {
+        assert_eq!(
+            connect_url("203.0.113.7", 9223, "t.k.n"),
+            "ws://203.0.113.7:9223/?signingKey=t.k.n"
+        );
+        assert_eq!(
+            connect_url("::1", 9223, "t.k.n"),
+            "ws://[::1]:9223/?signingKey=t.k.n"
+        );
+    }
+
+    #[test]
     fn tasks_and_gateways_never_name_the_token() {
         for list in [
             &attr::TASK_READS[..],
@@ -374,12 +386,13 @@ pub fn gateway_connect_url(base: &str, signing_key: &str) -> String {
     format!("{}/?signingKey={signing_key}", base.trim_end_matches('/'))
 }
 
-/// `ws://<publicIP>:<port>?signingKey=<token>`, the URL clients connect to.
+/// `ws://<publicIP>:<port>/?signingKey=<token>`, the URL clients connect to (a task's own
+/// address, `local`'s). The path is `/`, as in [`gateway_connect_url`].
 pub fn connect_url(public_ip: &str, port: u16, signing_key: &str) -> String {
     let host = if public_ip.contains(':') {
         format!("[{public_ip}]")
     } else {
         public_ip.to_owned()
     };
-    format!("ws://{host}:{port}?signingKey={signing_key}")
+    format!("ws://{host}:{port}/?signingKey={signing_key}")
 }

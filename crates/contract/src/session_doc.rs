@@ -668,7 +668,7 @@ mod tests {
         d.proxy_port = Some(9223);
         assert_eq!(
             d.client_connect_url().as_deref(),
-            Some("ws://203.0.113.7:9223?signingKey=t.k.n")
+            Some("ws://203.0.113.7:9223/?signingKey=t.k.n")
         );
         d.connect_base = Some("wss://gw.example".into());
         assert_eq!(

@@ -940,7 +940,7 @@ async fn create_answers_pending_without_connect_url_and_the_session_can_be_polle
     let token = polled["signingKey"].as_str().unwrap();
     assert_eq!(
         polled["connectUrl"],
-        format!("ws://192.0.2.1:9223?signingKey={token}")
+        format!("ws://192.0.2.1:9223/?signingKey={token}")
     );
     validate(token, &id, PROJ_A);
 }

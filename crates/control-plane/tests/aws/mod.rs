@@ -107,7 +107,7 @@ async fn create_starts_an_ecs_task_and_answers_running_once_the_controller_is_re
     let token = v["signingKey"].as_str().unwrap();
     assert_eq!(
         v["connectUrl"],
-        format!("ws://{PUBLIC_IP}:9223?signingKey={token}")
+        format!("ws://{PUBLIC_IP}:9223/?signingKey={token}")
     );
     // Signed with the signing secret's private key, verified with only the public key (all a
     // task holds), for this session and project.
