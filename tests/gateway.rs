@@ -184,6 +184,28 @@ fn a_ready_sessions_client_reaches_its_task_with_the_request_as_sent() {
     assert_eq!(up.connections.load(Ordering::SeqCst), 1);
 }
 
+/// A path-less target (`GET ?signingKey=…`: what tungstenite sends for a URL without the `/`)
+/// is read as `/?signingKey=…`: upgraded, and the task is sent the `/` form.
+#[test]
+fn a_path_less_target_reaches_the_task_as_the_root_path() {
+    let up = FakeUpstream::idle();
+    let gw = Gw::start(&[]);
+    gw.put(A, InternalStatus::Ready, Some(up.addr));
+    let t = token(KEY, A, "proj_a", 600);
+    let request = upgrade_request(&format!("?signingKey={t}"), &gw.addr.to_string(), &[]);
+    let (mut s, head) = first_head(gw.addr, &request);
+    assert_eq!(status_of(&head), 101, "{head}");
+    let forwarded = upgraded(&up);
+    assert!(
+        forwarded.starts_with(&format!("GET /?signingKey={t} HTTP/1.1\r\n")),
+        "{forwarded}"
+    );
+    s.write_all(b"\x88\x80\0\0\0\0").unwrap();
+    drop(s);
+    assert_eq!(up.next_event(), UpEvent::Closed);
+    assert_eq!(up.connections.load(Ordering::SeqCst), 1);
+}
+
 /// A token for `session` signed HS256 with the gateway's public key as the HMAC key: its raw
 /// 32 bytes, or its PEM.
 fn hs256_with_public_key(session: &str, raw: bool) -> String {

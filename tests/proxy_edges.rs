@@ -248,6 +248,9 @@ fn bad_requests_get_a_clear_4xx_and_never_reach_the_upstream() {
         b"GET / HTTP/9.9\r\nHost: a\r\n\r\n",
         b"GET /devtools/page/P1 HTTP/1.1\r\nNo colon here\r\n\r\n",
         b"GET http://127.0.0.1:1/devtools/page/P1 HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"GET * HTTP/1.1\r\nHost: a\r\n\r\n",
+        // Not the path-less form (a target starting with `?`), which alone is read as `/`.
+        b"GET  ?signingKey=x HTTP/1.1\r\nHost: a\r\n\r\n",
     ] {
         let answer = raw_http(addr, malformed);
         assert_eq!(

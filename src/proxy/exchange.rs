@@ -23,6 +23,7 @@ use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 
 use super::admission::PendingSlot;
+use super::origin_form::OriginForm;
 use super::refusal::Refusal;
 use super::respond_and_close;
 
@@ -154,7 +155,8 @@ enum Wake {
 }
 
 /// Serves `stream` through hyper with `respond` as the request handler (sharing `exchange`),
-/// and [`drive`]s it: `header_timeout` from now for the head.
+/// and [`drive`]s it: `header_timeout` from now for the head. Hyper reads the first request
+/// line with a path-less target in origin form ([`OriginForm`]).
 pub(crate) async fn serve<I, T, F, Fut>(
     server: &http1::Builder,
     stream: I,
@@ -178,7 +180,7 @@ where
             async move { Ok::<_, Infallible>(answer.await) }
         })
     };
-    let conn = server.serve_connection(TokioIo::new(stream), service);
+    let conn = server.serve_connection(TokioIo::new(OriginForm::new(stream)), service);
     drive(conn, exchange, deadline, &evicted).await
 }
 
@@ -186,7 +188,7 @@ where
 /// late with its head (`deadline`). Hyper answers neither of the last two (it has no request
 /// to answer), so the socket comes back for the caller to answer.
 pub(crate) async fn drive<I, S, T>(
-    mut conn: http1::Connection<TokioIo<I>, S>,
+    mut conn: http1::Connection<TokioIo<OriginForm<I>>, S>,
     exchange: &Exchange<T>,
     deadline: Sleep,
     evicted: &CancellationToken,
@@ -195,7 +197,7 @@ where
     I: AsyncRead + AsyncWrite + Unpin,
     S: HttpService<Incoming, ResBody = Full<Bytes>>,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    http1::Connection<TokioIo<I>, S>: Unpin,
+    http1::Connection<TokioIo<OriginForm<I>>, S>: Unpin,
 {
     let eviction = evicted.cancelled();
     tokio::pin!(deadline, eviction);
@@ -223,23 +225,42 @@ where
         .await;
         match wake {
             Wake::Evicted => match exchange.phase() {
-                Phase::Head | Phase::Admitting => {
-                    return Driven::Evicted(conn.into_parts().io.into_inner());
-                }
+                Phase::Head | Phase::Admitting => return Driven::Evicted(stream_of(conn).0),
                 // The answer lingers (draining the client) only while nobody needs the slot.
                 Phase::Answered => return Driven::Dropped,
                 Phase::Admitted | Phase::HandingOver => watch_eviction = false,
             },
-            Wake::HeadTimeout => return Driven::HeadTimeout(conn.into_parts().io.into_inner()),
-            Wake::Done(done) => return Driven::Done(done, conn.into_parts().io.into_inner()),
+            Wake::HeadTimeout => return Driven::HeadTimeout(stream_of(conn).0),
+            Wake::Done(done) => return Driven::Done(done, stream_of(conn).0),
             Wake::HandOver => {
                 // Hyper has written nothing; what it read past the head (early WebSocket
                 // frames) comes back with the socket.
-                let parts = conn.into_parts();
-                return Driven::HandOver(parts.io.into_inner(), parts.read_buf);
+                let (stream, read_ahead) = stream_of(conn);
+                return Driven::HandOver(stream, read_ahead);
             }
         }
     }
+}
+
+/// The client's stream taken back from hyper, with every byte read from it that hyper has
+/// not parsed: its read buffer, after a byte [`OriginForm`] still held, if any.
+fn stream_of<I, S>(conn: http1::Connection<TokioIo<OriginForm<I>>, S>) -> (I, Bytes)
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+    S: HttpService<Incoming, ResBody = Full<Bytes>>,
+{
+    let parts = conn.into_parts();
+    let (stream, held) = parts.io.into_inner().into_inner();
+    let read_ahead = match held {
+        None => parts.read_buf,
+        Some(b) => {
+            let mut all = Vec::with_capacity(parts.read_buf.len() + 1);
+            all.extend_from_slice(&parts.read_buf);
+            all.push(b);
+            Bytes::from(all)
+        }
+    };
+    (stream, read_ahead)
 }
 
 /// Answers a connection evicted before any answer with a 503: written and lingered over while

@@ -16,7 +16,8 @@
 //! Chrome's loopback address, `Origin` and credentials are dropped, and
 //! `Sec-WebSocket-Extensions` is removed so no compression hides the client's commands from the
 //! inspector ([`inspect`]: `Browser.close`, and the file rules of [`guard`]; `/json/new` with a
-//! local file URL is refused the same way).
+//! local file URL is refused the same way). A path-less request target (`GET ?q`, which some
+//! clients send for a URL without `/`) is read as `/?q` before hyper parses it (`origin_form`).
 
 pub(crate) mod accept;
 pub mod admission;
@@ -27,6 +28,7 @@ pub mod guard;
 pub mod http;
 pub mod inspect;
 mod live;
+mod origin_form;
 pub mod proxy_header;
 pub mod refusal;
 pub mod relay;
