@@ -215,8 +215,9 @@ pub struct Session {
     pub chrome: Chrome,
     /// Chrome's egress hop (shared by its relaunches): the session's routes, `proxyBytes`.
     hop: chrome::egress::Hop,
-    /// Stops the `allowedDomains` guard, when there is one: before Chrome is closed.
-    navigation_guard: Option<CancellationToken>,
+    /// Stops the session's own CDP connections (the `allowedDomains` guard, the page
+    /// settings): before Chrome is closed, so their ends are not taken for a lost guard.
+    agents: CancellationToken,
     upstream_tx: watch::Sender<UpstreamState>,
     idle: Option<IdlePolicy>,
     expires_at: Option<u64>,
@@ -268,7 +269,7 @@ impl Session {
             serving,
             chrome,
             hop: opts.chrome.hop.clone(),
-            navigation_guard: None,
+            agents: opts.tasks.child(),
             upstream_tx,
             idle: opts.idle,
             expires_at: opts.expires_at,
@@ -365,20 +366,53 @@ impl Session {
         if egress.allowed_domains.is_empty() {
             return Ok(());
         }
-        let stop = self.tasks.child();
         let pid = nix::unistd::Pid::from_raw(self.chrome.pid() as i32);
         chrome::allowed_domains::guard(
             &self.chrome.browser(),
             egress.allowed_domains.clone(),
-            stop.clone(),
+            self.agents.clone(),
             move || {
                 let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
             },
         )
         .await
         .map_err(|e| format!("the allowedDomains guard could not start: {e}"))?;
-        self.navigation_guard = Some(stop);
         Ok(())
+    }
+
+    /// Applies what the session asked for — its egress, then its browser settings — to the
+    /// running Chrome, before any client. An error says what could not be applied.
+    pub async fn apply_asked(
+        &mut self,
+        egress: Option<&wallcrawler_contract::egress::Egress>,
+        browser: Option<&wallcrawler_contract::browser::BrowserSettings>,
+    ) -> Result<(), String> {
+        if let Some(e) = egress {
+            self.apply_egress(e).await?;
+        }
+        match browser {
+            Some(b) => self.apply_browser(b).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Applies the browser the session asked for to the running Chrome: its viewport and
+    /// locales in every page, certificate errors ignored, ads blocked in the egress hop. An
+    /// error says what could not be applied; the session must then not be served.
+    pub async fn apply_browser(
+        &mut self,
+        settings: &wallcrawler_contract::browser::BrowserSettings,
+    ) -> Result<(), String> {
+        if settings.is_empty() {
+            return Ok(());
+        }
+        if settings.block_ads {
+            // The ad blocker lives in the egress hop (src/chrome/egress): Step 17's next part.
+            return Err("blockAds is not available on this controller yet".to_owned());
+        }
+        chrome::emulation::apply(&self.chrome.browser(), settings, self.agents.clone())
+            .await
+            .map_err(|e| format!("the session's browser settings could not be applied: {e}"))
     }
 
     /// Whether any client bytes have reached Chrome through the proxy.
@@ -413,9 +447,7 @@ impl Session {
 
     /// Stops admitting new connections: `/health` and every route answer no more.
     pub fn stop_admitting(&self) {
-        if let Some(g) = &self.navigation_guard {
-            g.cancel();
-        }
+        self.agents.cancel();
         self.serving.stop_accepting.cancel();
         let _ = self.upstream_tx.send(UpstreamState::Gone);
     }

@@ -87,6 +87,24 @@ impl Cdp {
         Ok(id)
     }
 
+    /// Sends a command to the flattened target session `session` without waiting for its
+    /// answer; its id.
+    pub async fn send_to(
+        &mut self,
+        session: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<u64, CdpError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let msg = json!({"id": id, "sessionId": session, "method": method, "params": params});
+        self.ws
+            .send(Message::text(msg.to_string()))
+            .await
+            .map_err(CdpError::Socket)?;
+        Ok(id)
+    }
+
     /// Sends a command and waits for its answer (events in between are ignored).
     pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, CdpError> {
         let id = self.send(method, params).await?;

@@ -175,6 +175,8 @@ settings_group! {
         egress_allow = EGRESS_ALLOW,
         /// A single session's egress as the control plane hands it to a cold-started controller (JSON: proxy routes with their credentials, allowed domains); a pool controller's comes with each claim. Secret: never logged.
         session_egress = SESSION_EGRESS,
+        /// A single session's browser settings as the control plane hands them to a cold-started controller (JSON: viewport, locales, ignoreCertificateErrors, blockAds); a pool controller's come with each claim.
+        session_browser = SESSION_BROWSER,
         /// Chrome user-data-dir [default: a fresh temporary directory].
         user_data_dir = USER_DATA_DIR,
         /// Address to announce instead of discovering it.
@@ -612,6 +614,8 @@ pub struct RunConfig {
     pub extension: Option<ExtensionSource>,
     /// `SESSION_EGRESS` (a single-session task; a pool controller's comes with its claim).
     pub egress: Option<wallcrawler_contract::egress::Egress>,
+    /// `SESSION_BROWSER` (a single-session task; a pool controller's comes with its claim).
+    pub browser: Option<wallcrawler_contract::browser::BrowserSettings>,
     /// `FILES_BUCKET_NAME` or `FILES_DIR`: where the session's files live (downloads stored,
     /// uploads read); unset, the pool's or the context's archive place.
     pub files: ArchivePlace,
@@ -1088,6 +1092,24 @@ fn session_egress(r: &mut Reader<'_>, pool: bool) -> Option<wallcrawler_contract
         .ok()
 }
 
+/// `SESSION_BROWSER`: a cold-started session's browser settings (a pool controller's come
+/// with each claim).
+fn session_browser(
+    r: &mut Reader<'_>,
+    pool: bool,
+) -> Option<wallcrawler_contract::browser::BrowserSettings> {
+    let text = r.text(SESSION_BROWSER)?;
+    if pool {
+        r.errors.push(format!(
+            "{SESSION_BROWSER} comes from each claim in pool mode; unset it"
+        ));
+        return None;
+    }
+    wallcrawler_contract::browser::BrowserSettings::from_json(&text)
+        .map_err(|e| r.errors.push(format!("{SESSION_BROWSER}: {e}")))
+        .ok()
+}
+
 fn chrome_settings(
     r: &mut Reader<'_>,
     default_port: u16,
@@ -1131,6 +1153,7 @@ impl RunConfig {
         let (context, context_persist, extension) = context_of_run(&mut r, pool.is_some(), &auth);
         let files = files_place(&mut r, pool.as_ref(), &context);
         let egress = session_egress(&mut r, pool.is_some());
+        let browser = session_browser(&mut r, pool.is_some());
         let public_ip = r.parse(PUBLIC_IP, "an IP address");
         let keep_alive = r.boolean(KEEP_ALIVE, false);
         let expires_at = r.parse::<u64>(SESSION_EXPIRES_AT, "unix seconds");
@@ -1167,6 +1190,7 @@ impl RunConfig {
             context_persist,
             extension,
             egress,
+            browser,
             files,
             public_ip,
             public_ip_required,

@@ -120,6 +120,29 @@ pub fn chrome_args(
     args
 }
 
+/// The `User-Agent` a headful Chrome of `version_line`'s major version on Linux sends (the
+/// reduced form: `Chrome/<major>.0.0.0`), from `chromium --version`'s output (`Chromium
+/// 156.0.8078.129 built on Debian…`, `Google Chrome 156.0.…`). Headless Chrome names itself
+/// `HeadlessChrome/…`, the first thing a bot check reads; every hosted peer removes it.
+pub fn headful_user_agent(version_line: &str) -> Option<String> {
+    let version = version_line
+        .split_whitespace()
+        .find(|w| w.split('.').count() == 4 && w.split('.').all(|p| p.parse::<u32>().is_ok()))?;
+    let major = version.split('.').next()?;
+    Some(format!(
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/{major}.0.0.0 Safari/537.36"
+    ))
+}
+
+/// Adds `--user-agent` (before the start page) unless the flags file chose one.
+pub fn user_agent(args: &mut Vec<String>, ua: &str) {
+    if args.iter().any(|a| a.starts_with("--user-agent=")) {
+        return;
+    }
+    let at = args.len().saturating_sub(1);
+    args.insert(at, format!("--user-agent={ua}"));
+}
+
 /// Adds the flag that keeps WebRTC's UDP behind the proxy: with a session's proxy in force, a
 /// page's ICE gathering (STUN) would otherwise send UDP from the task's own address, which
 /// the egress hop (TCP only) never sees. Before the last argument (the start page).
@@ -211,6 +234,33 @@ mod tests {
         let keys: Vec<&String> = policy.as_object().unwrap().keys().collect();
         assert!(!keys.is_empty());
         assert!(!keys.iter().any(|k| k.starts_with("Proxy")), "{keys:?}");
+    }
+
+    #[test]
+    fn the_user_agent_names_chrome_not_headless_chrome() {
+        let ua =
+            headful_user_agent("Chromium 156.0.8078.129 built on Debian GNU/Linux 12 (bookworm)")
+                .unwrap();
+        assert_eq!(
+            ua,
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/156.0.0.0 Safari/537.36"
+        );
+        assert_eq!(
+            headful_user_agent("Google Chrome 157.0.1.2 "),
+            Some(ua.replace("156", "157"))
+        );
+        assert_eq!(headful_user_agent("garbage"), None);
+        let mut a = chrome_args(&[], Path::new("/p"), 0, 1);
+        user_agent(&mut a, &ua);
+        assert_eq!(a[a.len() - 2], format!("--user-agent={ua}"));
+        let mut own = chrome_args(&["--user-agent=mine".to_owned()], Path::new("/p"), 0, 1);
+        user_agent(&mut own, &ua);
+        assert_eq!(
+            own.iter()
+                .filter(|f| f.starts_with("--user-agent="))
+                .count(),
+            1
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 pub mod allowed_domains;
 pub mod egress;
+pub mod emulation;
 pub mod env;
 pub mod flags;
 pub mod sandbox;
@@ -46,6 +47,30 @@ pub const STALE_FILES: [&str; 4] = [
     "SingletonCookie",
     "DevToolsActivePort",
 ];
+
+/// The `User-Agent` of the Chrome at `binary` without its headless tell, from its `--version`
+/// (a process of a few tens of milliseconds, once per controller, before any session).
+pub fn user_agent_of(binary: &Path) -> Option<String> {
+    let out = std::process::Command::new(binary)
+        .arg("--version")
+        .env_clear()
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            let ua = flags::headful_user_agent(&String::from_utf8_lossy(&o.stdout));
+            if ua.is_none() {
+                warn!("Chrome's --version named no version; it keeps its own User-Agent");
+            }
+            ua
+        }
+        _ => {
+            warn!("Chrome's --version failed; it keeps its own User-Agent");
+            None
+        }
+    }
+}
 
 /// Binary names searched on the PATH, in order.
 const CANDIDATES: [&str; 5] = [
@@ -219,6 +244,9 @@ pub struct LaunchOptions {
     /// disable_non_proxied_udp`): a session with a proxy, whose UDP would otherwise leave
     /// from the task's own address on the shared network.
     pub proxied_udp_only: bool,
+    /// The `User-Agent` Chrome sends (`--user-agent`): Chrome's own, without `Headless`
+    /// ([`flags::headful_user_agent`]); `None`: Chrome's default.
+    pub user_agent: Option<String>,
 }
 
 /// A running, ready Chrome.
@@ -329,6 +357,9 @@ impl Chrome {
         );
         if opts.proxied_udp_only {
             flags::proxied_udp_only(&mut args);
+        }
+        if let Some(ua) = &opts.user_agent {
+            flags::user_agent(&mut args, ua);
         }
         let netns = network.netns.clone();
         let mut command = chrome_command(opts, &args, home.as_deref(), netns);

@@ -778,9 +778,10 @@ impl ClaimedSession<'_> {
                 return Err(outcome);
             }
         }
-        // The session's routes and allowed domains, before any client.
-        if let Some(egress) = &self.claim.egress
-            && let Err(reason) = session.apply_egress(egress).await
+        // The session's routes, allowed domains and browser settings, before any client.
+        if let Err(reason) = session
+            .apply_asked(self.claim.egress.as_ref(), self.claim.browser.as_ref())
+            .await
         {
             self.close(session).await;
             return Err(Ending::failed(reason).into());

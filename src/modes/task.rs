@@ -82,10 +82,11 @@ async fn serve(
     launch.proxied_udp_only = c.egress.as_ref().is_some_and(|e| e.proxied());
     let opts = run.session_options(auth, launch, keep_alive, expires_at);
     let mut session = start(opts, run).await?;
-    let egress_failed = match &c.egress {
-        Some(egress) => session.apply_egress(egress).await.err().map(Ending::failed),
-        None => None,
-    };
+    let egress_failed = session
+        .apply_asked(c.egress.as_ref(), c.browser.as_ref())
+        .await
+        .err()
+        .map(Ending::failed);
     let extension_failed = match (&extension, egress_failed) {
         (_, Some(ending)) => Some(ending),
         (Some(ext), None) => load_extension(&session.chrome, ext).await.err(),

@@ -98,8 +98,9 @@ impl BrowserSettings {
         Ok(())
     }
 
-    /// `Accept-Language` for the locales (`de-DE,de;q=0.9,en;q=0.8`), when there are any:
-    /// each tag in order, a tag's language alone after it, falling weights.
+    /// The accepted languages for the locales (`de-DE,de,en-US,en`), when there are any: each
+    /// tag in order, a tag's language alone after it. Chrome adds the falling weights when it
+    /// sends them (`Accept-Language: de-DE,de;q=0.9,en-US;q=0.8,en;q=0.7`).
     pub fn accept_language(&self) -> Option<String> {
         let mut tags: Vec<String> = Vec::new();
         for l in &self.locales {
@@ -109,18 +110,7 @@ impl BrowserSettings {
                 }
             }
         }
-        if tags.is_empty() {
-            return None;
-        }
-        let parts: Vec<String> = tags
-            .iter()
-            .enumerate()
-            .map(|(i, t)| match i {
-                0 => t.clone(),
-                i => format!("{t};q={:.1}", (10 - i.min(9)) as f32 / 10.0),
-            })
-            .collect();
-        Some(parts.join(","))
+        (!tags.is_empty()).then(|| tags.join(","))
     }
 
     /// The JSON a cold controller is handed (`SESSION_BROWSER`).
@@ -183,10 +173,7 @@ mod tests {
             locales: vec!["de-DE".into(), "en-US".into()],
             ..Default::default()
         };
-        assert_eq!(
-            b.accept_language().unwrap(),
-            "de-DE,de;q=0.9,en-US;q=0.8,en;q=0.7"
-        );
+        assert_eq!(b.accept_language().unwrap(), "de-DE,de,en-US,en");
         assert_eq!(BrowserSettings::default().accept_language(), None);
     }
 
