@@ -499,7 +499,7 @@ mod tests {
                         "server": "http://a:1", "username": "u", "password": MARK,
                         "domainPattern": "("}]),
                 "proxies[2].domainPattern is not a valid regular expression: regex parse error:\n    \
-                 ^(?:()$\n     ^\nerror: unclosed group"
+                 (\n    ^\nerror: unclosed group"
                     .into(),
             ),
             (
