@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tracing::{info, warn};
 use wallcrawler_contract::InternalStatus;
+use wallcrawler_contract::browser::BrowserSettings;
 use wallcrawler_contract::egress::Egress;
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::storage::profile_key;
@@ -56,23 +57,24 @@ struct ContextSettings {
     persist: bool,
 }
 
+/// The `browserSettings` fields the handler reads itself.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct BrowserSettings {
+struct BrowserFields {
     context: Option<ContextSettings>,
     /// Browserbase takes the extension at the top level or here.
     extension_id: Option<String>,
     /// Checked by [`crate::egress::session_egress`] (kept as JSON for its exact refusals).
     allowed_domains: Option<Value>,
-    // viewport, fingerprint, blockAds, solveCaptchas, recordSession, logSession, …: accepted
-    // and ignored until implemented.
+    // The rest (viewport, fingerprint, blockAds, …) and every field's type:
+    // [`crate::browser_settings::read`], from the body as JSON.
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct CreateSession {
     project_id: Option<String>,
-    browser_settings: Option<BrowserSettings>,
+    browser_settings: Option<BrowserFields>,
     keep_alive: Option<bool>,
     timeout: Option<Value>,
     region: Option<String>,
@@ -121,6 +123,8 @@ struct NewSession {
     /// Proxy routes and allowed domains: for the launch only, never in the item (proxy
     /// passwords are in it).
     egress: Option<Egress>,
+    /// The browser asked for (viewport, locales, …): for the launch only.
+    browser: Option<BrowserSettings>,
 }
 
 impl NewSession {
@@ -189,7 +193,7 @@ async fn start_session(
         .as_ref()
         .map(|(c, persist)| (c.context_id.clone(), c.storage_key.clone(), *persist));
     let extension = new.extension.as_ref().map(|(_, key)| key.clone());
-    let egress = new.egress.take();
+    let (egress, browser) = (new.egress.take(), new.browser.take());
     crate::egress::check_credentials(egress.as_ref(), app.launcher.carries_secrets(cold))
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     if let Some(e) = &egress {
@@ -207,8 +211,7 @@ async fn start_session(
         cold,
         extension,
         egress,
-        // browserSettings beyond the context and extension: Step 17 (not yet carried).
-        browser: None,
+        browser,
     };
     match app.launcher.launch(spec).await {
         Ok(arn) => Ok((doc, arn)),
@@ -226,11 +229,12 @@ async fn start_session(
 }
 
 /// A create request checked: its timeout, region, metadata, context (the caller's own) and
-/// egress (managed proxies chosen for session `id`).
+/// egress (managed proxies chosen for session `id`); `browser` is what it asked of the browser.
 async fn checked_request(
     app: &App,
     p: &Principal,
     req: CreateSession,
+    browser: Option<BrowserSettings>,
     id: &str,
 ) -> Result<NewSession, ApiError> {
     check_body_project(p, req.project_id.as_deref())?;
@@ -283,6 +287,7 @@ async fn checked_request(
         context,
         extension,
         egress,
+        browser,
     })
 }
 
@@ -321,9 +326,12 @@ pub async fn create_session(
     body: Bytes,
 ) -> ApiResult {
     let deadline = started + app.settings.create_wait;
+    // Every field's type first, so a wrong one is refused by name.
+    let asked = crate::browser_settings::read(&parse_body(&body)?)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let req: CreateSession = parse_body(&body)?;
     let id = crate::limits::new_session_id();
-    let new = checked_request(&app, &p, req, &id).await?;
+    let new = checked_request(&app, &p, req, asked.settings, &id).await?;
 
     // The context's lease first (a create waiting for a writer holds no slot meanwhile), then
     // a slot: of simultaneous creates at most `concurrency` go on. Whatever fails after that
@@ -359,15 +367,19 @@ pub async fn create_session(
         .sessions
         .mark_provisioning(&id, task_arn.as_deref(), &app.now_iso())
         .await?;
-    if app.settings.connect_base.is_some() {
+    asked.unsupported.log(&id);
+    let mut answer = if app.settings.connect_base.is_some() {
         // Behind the gateway the URL works now: a client that connects before READY is held.
         info!(session.id = %id, project.id = %p.project_id(), "session created; answering with the gateway's connectUrl");
         let mut current = doc;
         current.ecs_task_arn = task_arn;
-        return Ok((StatusCode::CREATED, Json(answered(&app, current).await?)).into_response());
-    }
-    info!(session.id = %id, project.id = %p.project_id(), "session created; waiting for READY");
-    wait_for_ready(&app, &id, doc, started, deadline).await
+        (StatusCode::CREATED, Json(answered(&app, current).await?)).into_response()
+    } else {
+        info!(session.id = %id, project.id = %p.project_id(), "session created; waiting for READY");
+        wait_for_ready(&app, &id, doc, started, deadline).await?
+    };
+    asked.unsupported.name_in(&mut answer);
+    Ok(answer)
 }
 
 /// Whether `url` can be a connect base URL: `ws://` or `wss://` and an authority, nothing

@@ -15,6 +15,9 @@
 //!   path's `{id}` and the check every id passes before a store sees it.
 //! - [`egress`]: a create's `proxies` and `allowedDomains` checked into the session's egress,
 //!   and the operator's managed proxy pools they may name.
+//! - [`browser_settings`]: a create's `browserSettings` read into the browser its controller
+//!   makes (viewport, locales, certificate errors, ad blocking), and every field accepted but
+//!   not done named (`x-wallcrawler-unsupported`).
 //! - [`extensions`]: the extensions API (archives checked, kept per project by content) and
 //!   the lookup of a create's `extensionId`.
 //! - [`files`]: a session's files: `GET /v1/sessions/{id}/downloads` (202 while in progress,
@@ -49,6 +52,7 @@ pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod aws;
+pub mod browser_settings;
 pub mod cursor;
 pub mod debug;
 pub mod egress;

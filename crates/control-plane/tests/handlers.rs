@@ -1062,10 +1062,10 @@ async fn a_task_that_fails_while_starting_is_500_naming_its_reason() {
 }
 
 #[tokio::test]
-async fn create_accepts_and_ignores_browserbase_fields() {
+async fn create_accepts_browserbase_fields_and_names_those_it_does_not_implement() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     // What the Browserbase SDK and Stagehand send, with fields Wallcrawler does not implement
-    // (an `extensionId` is checked: see the extensions module).
+    // (an `extensionId` is checked: see the extensions module; the rest: the browser module).
     let body = json!({
         "projectId": PROJ_A,
         "browserSettings": {
@@ -1082,9 +1082,25 @@ async fn create_accepts_and_ignores_browserbase_fields() {
         },
         "apiTimeout": 30
     });
-    let (status, resp) = h.create(&body.to_string()).await;
+    let headers = [("x-wc-api-key", KEY_A)];
+    let (status, named, resp) = h
+        .exchange(
+            Method::POST,
+            "/v1/sessions",
+            &headers,
+            Some(&body.to_string()),
+        )
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{resp}");
     assert_eq!(resp["status"], "RUNNING");
+    // Accepted, never dropped without a word: what is not done is named (the viewport, the
+    // locales and blockAds are done; solveCaptchas false and advancedStealth false ask for
+    // nothing; the fingerprint's lists name what the browser is).
+    assert_eq!(
+        named["x-wallcrawler-unsupported"],
+        "apiTimeout,browserSettings.fingerprint.screen,browserSettings.logSession,\
+         browserSettings.recordSession"
+    );
     // `proxies` is honoured, never ignored (see the egress module): managed proxies without an
     // operator's pool are refused, not a session that egresses directly.
     let (status, resp) = h.create(r#"{"proxies": true, "keepAlive": false}"#).await;
@@ -3170,6 +3186,9 @@ async fn the_metadata_query_pages_with_the_cursor() {
 }
 
 // ---------------------------------------------------------------------------------------------
+/// A create's `browserSettings`: the browser asked for to the launcher, refusals by field, and
+/// what is not done named (`x-wallcrawler-unsupported`).
+mod browser;
 /// A create's `proxies` and `allowedDomains`: refusals by field, managed pools, secrets kept out.
 mod egress;
 /// The extensions API and a create's `extensionId`.

@@ -19,7 +19,8 @@ use crate::error::StoreError;
 use crate::stores::{LaunchSpec, Launcher, StoreResult};
 
 /// The controller's environment for one session (the names of §2 of the spec). The session's
-/// egress goes in `SESSION_EGRESS` only without credentials (its launch refuses one with).
+/// egress goes in `SESSION_EGRESS` only without credentials (its launch refuses one with); its
+/// browser settings (nothing secret) in `SESSION_BROWSER`.
 pub fn controller_environment(cfg: &Config, spec: &LaunchSpec) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vec![
         (task_env::SESSION_ID.into(), spec.session_id.clone()),
@@ -65,6 +66,9 @@ pub fn controller_environment(cfg: &Config, spec: &LaunchSpec) -> Vec<(String, S
     }
     if let Some(e) = spec.egress.as_ref().filter(|e| !e.has_credentials()) {
         env.push((task_env::SESSION_EGRESS.into(), e.to_json()));
+    }
+    if let Some(b) = &spec.browser {
+        env.push((task_env::SESSION_BROWSER.into(), b.to_json()));
     }
     env.extend(spec.env.iter().cloned());
     env
@@ -314,5 +318,30 @@ pub(super) mod tests {
                 .iter()
                 .any(|(_, v)| v.contains("pw-7f3e"))
         );
+    }
+
+    #[test]
+    fn the_browser_settings_go_in_the_environment() {
+        use wallcrawler_contract::browser::{BrowserSettings, Viewport};
+        let cfg = config();
+        let browser = |spec: &LaunchSpec| {
+            controller_environment(&cfg, spec)
+                .into_iter()
+                .find(|(k, _)| k == task_env::SESSION_BROWSER)
+                .map(|(_, v)| v)
+        };
+        let mut spec = proxied(true, None);
+        assert_eq!(browser(&spec), None);
+        let asked = BrowserSettings {
+            viewport: Some(Viewport {
+                width: 1288,
+                height: 711,
+            }),
+            locales: vec!["de-DE".into()],
+            ..Default::default()
+        };
+        spec.browser = Some(asked.clone());
+        let json = browser(&spec).expect("SESSION_BROWSER");
+        assert_eq!(BrowserSettings::from_json(&json).unwrap(), asked);
     }
 }

@@ -477,6 +477,10 @@ impl Controllers {
         if let Some(egress) = &spec.egress {
             cmd.env(task_env::SESSION_EGRESS, egress.to_json());
         }
+        // The browser asked for (a pool controller gets it with its claim instead).
+        if let Some(browser) = &spec.browser {
+            cmd.env(task_env::SESSION_BROWSER, browser.to_json());
+        }
         let (exit_ctl, id) = (self.clone(), spec.session_id.clone());
         let pid = self.spawn(&spec.session_id, cmd, move |how| {
             Box::pin(async move {
