@@ -12,6 +12,8 @@
 # Knobs (environment):
 #   RUNS=20 WARMUP=2 POOLS="2 0"
 #   PAUSE_MS=0   pause between sessions (outside the timings); 0 = back to back
+#   SETTINGS=''  JSON merged into every create (e.g. '{"browserSettings":{"viewport":
+#                {"width":1288,"height":711},"fingerprint":{"locales":["de-DE"]}}}')
 #   BUILD=1      cargo build --release first (0 to reuse target/release)
 #   OUT_DIR=bench-results
 set -euo pipefail
@@ -22,6 +24,7 @@ RUNS="${RUNS:-20}"
 WARMUP="${WARMUP:-2}"
 POOLS="${POOLS:-2 0}"
 PAUSE_MS="${PAUSE_MS:-0}"
+SETTINGS="${SETTINGS:-}"
 BUILD="${BUILD:-1}"
 OUT_DIR="${OUT_DIR:-$ROOT/bench-results}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
@@ -48,7 +51,8 @@ trap cleanup EXIT
 # Starts `serve --pool $1`; sets base, key, project, server_pid.
 start_server() {
   local pool="$1" data="$work/data-$1"
-  WALLCRAWLER_CONTROLLER_BIN="$BIN/wallcrawler-controller" RUST_LOG=info \
+  # The bench's page is served on this machine's loopback, which pages may not reach by default.
+  EGRESS_ALLOW=127.0.0.1 WALLCRAWLER_CONTROLLER_BIN="$BIN/wallcrawler-controller" RUST_LOG=info \
     "$BIN/wallcrawler-control-plane" serve --port 0 --data-dir "$data" --pool "$pool" \
     >"$work/out-$pool" 2>"$work/log-$pool" &
   server_pid=$!
@@ -81,7 +85,7 @@ for pool in $POOLS; do
   start_server "$pool"
   echo "[lifecycle] pool=$pool: $RUNS sessions after $WARMUP warm-up, ${PAUSE_MS} ms apart" >&2
   result="$(cd tests/node && node lifecycle-bench.mjs --base "$base" --key "$key" --project "$project" \
-    --runs "$RUNS" --warmup "$WARMUP" --pause-ms "$PAUSE_MS" | tail -1)"
+    --runs "$RUNS" --warmup "$WARMUP" --pause-ms "$PAUSE_MS" ${SETTINGS:+--settings "$SETTINGS"} | tail -1)"
   stop_server
   echo "$result" | grep -q '"ok":true' || { echo "bench failed: $result" >&2; exit 1; }
   [[ $first == 1 ]] || echo "," >>"$out"

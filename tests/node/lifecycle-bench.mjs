@@ -1,5 +1,5 @@
 // lifecycle-bench.mjs --base <baseURL> --key <apiKey> --project <projectId> [--runs N] [--warmup N]
-//                     [--pause-ms MS]
+//                     [--pause-ms MS] [--settings JSON]
 //
 // The whole life of a session as a user's script lives it, N times in sequence, with the stock
 // Browserbase SDK and Playwright (what scripts/bench/lifecycle.sh runs against the local
@@ -37,9 +37,9 @@ function summary(values) {
   return { p50: r(quantile(s, 0.5)), p90: r(quantile(s, 0.9)), min: r(s[0]), max: r(s[s.length - 1]) };
 }
 
-async function once(bb, chromium, projectId, url) {
+async function once(bb, chromium, projectId, url, settings) {
   const t0 = performance.now();
-  const session = await bb.sessions.create({ projectId });
+  const session = await bb.sessions.create({ projectId, ...settings });
   const t1 = performance.now();
   if (!session.connectUrl) throw new Error(`create answered ${session.status} without a connectUrl`);
   const browser = await chromium.connectOverCDP(session.connectUrl, { timeout: 30000 });
@@ -62,13 +62,15 @@ run(async (args) => {
   const runs = Number(args.runs ?? 10);
   const warmup = Number(args.warmup ?? 1);
   const pauseMs = Number(args["pause-ms"] ?? 0);
+  // What every create asks for besides the project (`--settings '{"browserSettings":…}'`).
+  const settings = args.settings ? JSON.parse(args.settings) : {};
   const server = await serve();
   const url = `http://127.0.0.1:${server.address().port}/`;
   const results = [];
   try {
     for (let i = 0; i < warmup + runs; i++) {
       if (i > 0 && pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs));
-      const r = await once(bb, chromium, projectId, url);
+      const r = await once(bb, chromium, projectId, url, settings);
       if (i >= warmup) {
         results.push(r);
         emit({ run: results.length, ...Object.fromEntries(Object.entries(r).map(([k, v]) => [k, typeof v === "number" ? Math.round(v * 10) / 10 : v])) });
