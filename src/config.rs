@@ -1092,6 +1092,23 @@ fn session_egress(r: &mut Reader<'_>, pool: bool) -> Option<wallcrawler_contract
         .ok()
 }
 
+/// `SHUTDOWN_BUDGET_SECONDS`.
+fn shutdown_budget(r: &mut Reader<'_>) -> Duration {
+    let max = MAX_SHUTDOWN_BUDGET_SECONDS;
+    Duration::from_secs(r.number(SHUTDOWN_BUDGET_SECONDS, 25, 1, max))
+}
+
+/// What a cold-started session asked for: `SESSION_EGRESS` and `SESSION_BROWSER`.
+fn session_asked(
+    r: &mut Reader<'_>,
+    pool: bool,
+) -> (
+    Option<wallcrawler_contract::egress::Egress>,
+    Option<wallcrawler_contract::browser::BrowserSettings>,
+) {
+    (session_egress(r, pool), session_browser(r, pool))
+}
+
 /// `SESSION_BROWSER`: a cold-started session's browser settings (a pool controller's come
 /// with each claim).
 fn session_browser(
@@ -1152,20 +1169,14 @@ impl RunConfig {
         pool_needs_the_item(&mut r, pool.as_ref(), &store);
         let (context, context_persist, extension) = context_of_run(&mut r, pool.is_some(), &auth);
         let files = files_place(&mut r, pool.as_ref(), &context);
-        let egress = session_egress(&mut r, pool.is_some());
-        let browser = session_browser(&mut r, pool.is_some());
+        let (egress, browser) = session_asked(&mut r, pool.is_some());
         let public_ip = r.parse(PUBLIC_IP, "an IP address");
         let keep_alive = r.boolean(KEEP_ALIVE, false);
         let expires_at = r.parse::<u64>(SESSION_EXPIRES_AT, "unix seconds");
         let profile_max_bytes = r.number(PROFILE_MAX_BYTES, 2_147_483_648, 1, u64::MAX);
         let profile_max_entries = r.number(PROFILE_MAX_ENTRIES, 100_000, 1, u64::MAX);
         let downloads = download_settings(&mut r);
-        let shutdown_budget = Duration::from_secs(r.number(
-            SHUTDOWN_BUDGET_SECONDS,
-            25,
-            1,
-            MAX_SHUTDOWN_BUDGET_SECONDS,
-        ));
+        let shutdown_budget = shutdown_budget(&mut r);
         let item_watch = Duration::from_secs(r.number(ITEM_WATCH_SECONDS, 5, 1, 300));
         let metadata_uri = r.text(ECS_CONTAINER_METADATA_URI_V4);
         let public_ip_required = r.boolean(PUBLIC_IP_REQUIRED, false);

@@ -48,17 +48,27 @@ pub const STALE_FILES: [&str; 4] = [
     "DevToolsActivePort",
 ];
 
+/// Longest the binary's `--version` may take.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The `User-Agent` of the Chrome at `binary` without its headless tell, from its `--version`
-/// (a process of a few tens of milliseconds, once per controller, before any session).
-pub fn user_agent_of(binary: &Path) -> Option<String> {
-    let out = std::process::Command::new(binary)
+/// (a process of a few tens of milliseconds, asked once per controller, at its first launch,
+/// bounded by [`VERSION_TIMEOUT`]; `None`, logged, when it fails or takes longer).
+async fn user_agent_of(binary: &Path) -> Option<String> {
+    static UA: tokio::sync::OnceCell<Option<String>> = tokio::sync::OnceCell::const_new();
+    UA.get_or_init(|| ask_user_agent(binary)).await.clone()
+}
+
+async fn ask_user_agent(binary: &Path) -> Option<String> {
+    let out = Command::new(binary)
         .arg("--version")
         .env_clear()
         .stdin(Stdio::null())
         .stderr(Stdio::null())
+        .kill_on_drop(true)
         .output();
-    match out {
-        Ok(o) if o.status.success() => {
+    match tokio::time::timeout(VERSION_TIMEOUT, out).await {
+        Ok(Ok(o)) if o.status.success() => {
             let ua = flags::headful_user_agent(&String::from_utf8_lossy(&o.stdout));
             if ua.is_none() {
                 warn!("Chrome's --version named no version; it keeps its own User-Agent");
@@ -244,9 +254,9 @@ pub struct LaunchOptions {
     /// disable_non_proxied_udp`): a session with a proxy, whose UDP would otherwise leave
     /// from the task's own address on the shared network.
     pub proxied_udp_only: bool,
-    /// The `User-Agent` Chrome sends (`--user-agent`): Chrome's own, without `Headless`
-    /// ([`flags::headful_user_agent`]); `None`: Chrome's default.
-    pub user_agent: Option<String>,
+    /// Whether Chrome sends a `User-Agent` naming `Chrome`, not `HeadlessChrome`
+    /// (`--user-agent`, [`flags::headful_user_agent`] of the binary's version).
+    pub headful_user_agent: bool,
 }
 
 /// A running, ready Chrome.
@@ -306,6 +316,31 @@ impl Network {
     }
 }
 
+/// Chrome's whole command line: the flags file's (with the sandbox decision), the
+/// controller's own around the hop at `egress_port`, and the session's launch flags.
+async fn launch_args(
+    opts: &LaunchOptions,
+    sandbox: &sandbox::Decision,
+    egress_port: u16,
+) -> Vec<String> {
+    let file_flags = sandbox::apply(opts.flags.clone(), sandbox);
+    let mut args = flags::chrome_args(
+        &file_flags,
+        &opts.user_data_dir,
+        opts.debug_port,
+        egress_port,
+    );
+    if opts.proxied_udp_only {
+        flags::proxied_udp_only(&mut args);
+    }
+    if opts.headful_user_agent
+        && let Some(ua) = user_agent_of(&opts.binary).await
+    {
+        flags::user_agent(&mut args, &ua);
+    }
+    args
+}
+
 /// Human-readable exit description.
 pub fn describe_exit(status: &ExitStatus) -> String {
     match (status.code(), status.signal()) {
@@ -347,20 +382,8 @@ impl Chrome {
             None => None,
         };
         let sandbox = sandbox::decide(&opts.flags, opts.user.as_ref());
-        let file_flags = sandbox::apply(opts.flags.clone(), &sandbox);
         let network = Network::make(opts, tasks).await?;
-        let mut args = flags::chrome_args(
-            &file_flags,
-            &opts.user_data_dir,
-            opts.debug_port,
-            network.egress_port,
-        );
-        if opts.proxied_udp_only {
-            flags::proxied_udp_only(&mut args);
-        }
-        if let Some(ua) = &opts.user_agent {
-            flags::user_agent(&mut args, ua);
-        }
+        let args = launch_args(opts, &sandbox, network.egress_port).await;
         let netns = network.netns.clone();
         let mut command = chrome_command(opts, &args, home.as_deref(), netns);
         let child = command.spawn().map_err(ChromeError::Spawn)?;

@@ -107,7 +107,7 @@ fn launch_options(
     }
     let network = crate::netns::decide(c.network, crate::netns::can_make_namespaces())?;
     let launch = LaunchOptions {
-        binary: binary.clone(),
+        binary,
         user_data_dir,
         debug_port: c.debug_port,
         flags,
@@ -117,7 +117,7 @@ fn launch_options(
         network,
         hop: chrome::egress::Hop::new(c.egress_allow.clone()),
         proxied_udp_only: false,
-        user_agent: chrome::user_agent_of(&binary),
+        headful_user_agent: true,
     };
     Ok((launch, own))
 }
