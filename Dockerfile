@@ -46,6 +46,10 @@ FROM debian:bookworm-slim
 #   libgl1 → Mesa's DRI drivers → LLVM 15 and Z3, ~190 MB. An empty stand-in package satisfies
 #   the dependency, so dpkg's state stays consistent and later `apt-get install`s still work.
 # - the Vulkan validation layer (a debugging aid, 23 MB) is path-excluded like the docs are.
+# webext-ublock-origin-chromium brings EasyList and EasyPrivacy, the lists of a session's
+# blockAds (the egress hop's AD_BLOCK_LISTS default, src/chrome/egress/ads.rs): only those two
+# files (3.4 MB) are kept, not the extension around them (16 MB, which Chrome never loads: the
+# controller starts /usr/lib/chromium/chromium, not the wrapper that would load it).
 # hadolint ignore=DL3008
 RUN mkdir -p /tmp/x11-utils/DEBIAN \
     && printf '%s\n' 'Package: x11-utils' 'Version: 99:0+wallcrawler' 'Architecture: all' \
@@ -56,7 +60,11 @@ RUN mkdir -p /tmp/x11-utils/DEBIAN \
     && dpkg-deb --root-owner-group --build /tmp/x11-utils /tmp/x11-utils.deb >/dev/null \
     && dpkg -i /tmp/x11-utils.deb \
     && rm -rf /tmp/x11-utils /tmp/x11-utils.deb \
-    && echo 'path-exclude /usr/lib/chromium/libVkLayer_khronos_validation.so*' \
+    && printf '%s\n' 'path-exclude /usr/lib/chromium/libVkLayer_khronos_validation.so*' \
+        'path-exclude /usr/share/chromium/extensions/ublock-origin/*' \
+        'path-include /usr/share/chromium/extensions/ublock-origin/assets' \
+        'path-include /usr/share/chromium/extensions/ublock-origin/assets/thirdparties' \
+        'path-include /usr/share/chromium/extensions/ublock-origin/assets/thirdparties/easylist*' \
         >/etc/dpkg/dpkg.cfg.d/wallcrawler-chromium \
     && apt-get update \
     && apt-get install -y --no-install-recommends \
@@ -66,6 +74,7 @@ RUN mkdir -p /tmp/x11-utils/DEBIAN \
         fonts-liberation \
         fonts-noto-color-emoji \
         tini \
+        webext-ublock-origin-chromium \
     && rm -rf /var/lib/apt/lists/*
 
 # Chrome's unprivileged user. The profile lives in a directory of root's (0711: Chrome's user

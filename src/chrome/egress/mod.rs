@@ -19,8 +19,12 @@
 //!   network) only when `EGRESS_ALLOW` names them (`local`: loopback by default);
 //! - a session's proxy routes (its `proxies`, [`Hop::configure`]) send a host through an
 //!   upstream proxy ([`upstream`]); a proxy that refuses fails the connection closed — it is
-//!   never dialled directly instead — and the log names the proxy and why.
+//!   never dialled directly instead — and the log names the proxy and why;
+//! - with the session's `blockAds` ([`Hop::set_block_ads`]), a connection to an ad or tracking
+//!   host ([`ads`]) is refused ("connection not allowed by ruleset") before anything is dialled
+//!   or resolved: the page gets a network error for that resource and loads without it.
 
+pub mod ads;
 pub mod policy;
 pub mod upstream;
 
@@ -40,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
+pub use ads::{AdBlockError, AdLists};
 pub use policy::{EgressAllow, Hop};
 use upstream::{Tunnel, UpstreamError};
 
@@ -62,6 +67,9 @@ pub enum EgressError {
     /// The destination is refused (link-local, metadata, or not allowed).
     #[error("destination {0} is not allowed")]
     Refused(SocketAddr),
+    /// The destination is an ad or tracking host, and the session blocks ads.
+    #[error("the destination is an ad or tracking host (blockAds)")]
+    Ad,
     /// The name did not resolve.
     #[error("the destination's name did not resolve")]
     Resolve(#[source] std::io::Error),
@@ -180,7 +188,12 @@ async fn handshake(
         TargetAddr::Ip(a) => (a.ip().to_string(), a.port()),
         TargetAddr::Domain(name, port) => (name.clone(), *port),
     };
-    let way = hop.way(&host);
+    let way = hop.way(&host, port);
+    if way.blocked {
+        hop.count_ad_blocked();
+        proto.reply_error(&ReplyError::ConnectionNotAllowed).await?;
+        return Err(EgressError::Ad);
+    }
     let connected = match &way.proxy {
         Some(proxy) => upstream::connect(proxy, hop.allow(), &host, port)
             .await
@@ -240,7 +253,7 @@ async fn resolve(target: TargetAddr) -> Result<Vec<SocketAddr>, EgressError> {
 fn reply_for(e: &EgressError) -> ReplyError {
     use std::io::ErrorKind::*;
     match e {
-        EgressError::Refused(_) => ReplyError::ConnectionNotAllowed,
+        EgressError::Refused(_) | EgressError::Ad => ReplyError::ConnectionNotAllowed,
         EgressError::Connect(e) => match e.kind() {
             ConnectionRefused => ReplyError::ConnectionRefused,
             TimedOut => ReplyError::ConnectionTimeout,
@@ -533,6 +546,117 @@ mod tests {
         s.read_exact(&mut back).await.unwrap();
         assert_eq!(back, [7u8; 1000]);
         assert_eq!(hop.proxied_bytes(), 2000);
+    }
+
+    /// An HTTP proxy on the loopback that accepts every `CONNECT` (and then holds the
+    /// tunnel open); the targets it was asked for, in order.
+    async fn recording_proxy() -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
+        let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = proxy.local_addr().unwrap();
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = asked.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = proxy.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut b = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if s.read_exact(&mut b).await.is_err() {
+                            return;
+                        }
+                        head.push(b[0]);
+                    }
+                    let head = String::from_utf8_lossy(&head).into_owned();
+                    let target = head.split(' ').nth(1).unwrap_or_default().to_owned();
+                    seen.lock().unwrap().push(target);
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                        .await;
+                    let mut rest = Vec::new();
+                    let _ = s.read_to_end(&mut rest).await;
+                });
+            }
+        });
+        (addr, asked)
+    }
+
+    /// A SOCKS5 `CONNECT` to `host:port` by name.
+    fn by_name(host: &str, port: u16) -> Vec<u8> {
+        let mut r = vec![5, 1, 0, 3, host.len() as u8];
+        r.extend_from_slice(host.as_bytes());
+        r.extend_from_slice(&port.to_be_bytes());
+        r
+    }
+
+    /// With `blockAds`, the ad host is refused by the ruleset and never reaches the session's
+    /// proxy, while the site goes through it; without, both do. Every connection goes through
+    /// the proxy, so nothing here is dialled or resolved on the network.
+    async fn ads_are_refused_with_block_ads(hop: Hop) {
+        use wallcrawler_contract::egress::{Egress, ProxyServer, Route};
+        let (proxy, asked) = recording_proxy().await;
+        hop.configure(&Egress {
+            routes: vec![Route {
+                domain_pattern: None,
+                proxy: Some(ProxyServer::parse(&format!("http://{proxy}"), None, None).unwrap()),
+            }],
+            allowed_domains: vec![],
+        })
+        .unwrap();
+        let e = egress_with(hop.clone(), WAIT).await;
+        let ad = by_name("pagead2.googlesyndication.com", 443);
+        let site = by_name("example.test", 443);
+
+        let (_ad_off, code) = connect_reply(e, &ad).await;
+        assert_eq!(code, 0, "blockAds off: the ad host goes through");
+        let (_site_off, code) = connect_reply(e, &site).await;
+        assert_eq!(code, 0);
+        assert_eq!(
+            *asked.lock().unwrap(),
+            ["pagead2.googlesyndication.com:443", "example.test:443"]
+        );
+        assert_eq!(hop.ads_blocked(), 0);
+
+        hop.set_block_ads(true).await.unwrap();
+        let (s, code) = connect_reply(e, &ad).await;
+        assert_eq!(code, 2, "connection not allowed by ruleset");
+        closed(s).await;
+        let (_site_on, code) = connect_reply(e, &site).await;
+        assert_eq!(code, 0, "the site is still attempted");
+        assert_eq!(
+            *asked.lock().unwrap(),
+            [
+                "pagead2.googlesyndication.com:443",
+                "example.test:443",
+                "example.test:443"
+            ],
+            "the proxy is never asked for the ad host with blockAds"
+        );
+        assert_eq!(hop.ads_blocked(), 1);
+
+        hop.set_block_ads(false).await.unwrap();
+        let (_ad_again, code) = connect_reply(e, &ad).await;
+        assert_eq!(code, 0, "blockAds off again");
+        assert_eq!(hop.ads_blocked(), 1);
+    }
+
+    #[tokio::test]
+    async fn block_ads_refuses_ad_hosts_by_a_tiny_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("tiny.txt");
+        std::fs::write(
+            &list,
+            "||pagead2.googlesyndication.com^\n||g.doubleclick.net^\n",
+        )
+        .unwrap();
+        let lists: AdLists = list.display().to_string().parse().unwrap();
+        ads_are_refused_with_block_ads(Hop::with_ad_lists(EgressAllow::loopback(), lists)).await;
+    }
+
+    /// Debian's EasyList and EasyPrivacy, which `scripts/install-test-deps.sh` installs.
+    #[tokio::test]
+    async fn block_ads_refuses_ad_hosts_by_the_debian_lists() {
+        ads_are_refused_with_block_ads(Hop::new(EgressAllow::loopback())).await;
     }
 
     /// With no `EGRESS_ALLOW`, the machine's loopback is out of reach (by address and by name).

@@ -1,15 +1,17 @@
 //! Where the egress hop may connect, and which way: the destinations a page may never reach
-//! unless the operator allows them (`EGRESS_ALLOW`), and the session's proxy routes, set when
-//! the session is known (a warm pool Chrome gets its session's routes at claim time, without a
-//! restart).
+//! unless the operator allows them (`EGRESS_ALLOW`), and the session's proxy routes and ad
+//! blocking (`blockAds`), set when the session is known (a warm pool Chrome gets its session's
+//! at claim time, without a restart).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use ipnet::IpNet;
 use tokio_util::sync::CancellationToken;
 use wallcrawler_contract::egress::{Egress, ProxyServer, compile_pattern};
+
+use super::ads::{self, AdBlockError, AdFilter, AdLists};
 
 /// AWS's IPv6 instance metadata and DNS address (Nitro).
 pub(crate) const EC2_METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
@@ -41,11 +43,7 @@ pub fn restricted(ip: IpAddr) -> bool {
                 || (a == 198 && (b == 18 || b == 19))
         }
         IpAddr::V6(v6) => {
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || v6.is_unique_local()
-                || v6 == Ipv6Addr::from(Ipv4Addr::UNSPECIFIED.to_ipv6_mapped())
+            v6.is_loopback() || v6.is_unspecified() || v6.is_multicast() || v6.is_unique_local()
         }
     }
 }
@@ -133,7 +131,9 @@ struct Compiled {
 
 /// The routes in force, and the token that ends the connections made under them.
 struct Routes {
-    routes: Vec<Compiled>,
+    routes: Arc<[Compiled]>,
+    /// `blockAds`: the filter consulted for each connection; `None`: off.
+    ads: Option<Arc<AdFilter>>,
     /// Cancelled when other routes replace these: no connection outlives the rules it was
     /// made under (a warm browser's connections end at its claim).
     epoch: CancellationToken,
@@ -141,6 +141,8 @@ struct Routes {
 
 /// Where one connection goes.
 pub struct Way {
+    /// Nowhere: an ad or tracking host, with `blockAds` on.
+    pub blocked: bool,
     /// The upstream proxy; `None`: direct.
     pub proxy: Option<Arc<ProxyServer>>,
     /// Ends the connection when the routes change.
@@ -148,8 +150,9 @@ pub struct Way {
 }
 
 /// The hop's policy, shared by every launch of one controller's Chrome (a claimed context's
-/// relaunch keeps its session's routes): the fixed allow list, the routes of the session, and
-/// the bytes carried through proxies (`proxyBytes`).
+/// relaunch keeps its session's routes): the fixed allow list and ad block lists, the routes
+/// and ad blocking of the session, the bytes carried through proxies (`proxyBytes`) and the
+/// connections refused as ads.
 #[derive(Clone)]
 pub struct Hop {
     inner: Arc<Inner>,
@@ -157,31 +160,56 @@ pub struct Hop {
 
 struct Inner {
     allow: EgressAllow,
+    ad_lists: AdLists,
     routes: RwLock<Arc<Routes>>,
     proxied_bytes: AtomicU64,
+    ads_blocked: AtomicU64,
 }
 
 impl std::fmt::Debug for Hop {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hop")
             .field("allow", &self.inner.allow)
+            .field("ad_lists", &self.inner.ad_lists)
             .finish_non_exhaustive()
     }
 }
 
 impl Hop {
-    /// Direct routes only, and `allow` beyond public addresses.
+    /// Direct routes only, and `allow` beyond public addresses; ad blocking, when a session
+    /// asks for it, by Debian's EasyList and EasyPrivacy.
     pub fn new(allow: EgressAllow) -> Self {
+        Self::with_ad_lists(allow, AdLists::default())
+    }
+
+    /// As [`Hop::new`], with ad blocking by `ad_lists` (`AD_BLOCK_LISTS`).
+    pub fn with_ad_lists(allow: EgressAllow, ad_lists: AdLists) -> Self {
         Self {
             inner: Arc::new(Inner {
                 allow,
+                ad_lists,
                 routes: RwLock::new(Arc::new(Routes {
-                    routes: Vec::new(),
+                    routes: Arc::from([]),
+                    ads: None,
                     epoch: CancellationToken::new(),
                 })),
                 proxied_bytes: AtomicU64::new(0),
+                ads_blocked: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// Replaces the rules in force by what `change` makes of them, if anything (under the
+    /// lock: a concurrent change is not lost), and ends every connection made under the old.
+    fn replace(&self, change: impl FnOnce(&Routes) -> Option<Routes>) {
+        let old = {
+            let mut current = self.inner.routes.write().unwrap_or_else(|p| p.into_inner());
+            match change(&current) {
+                Some(new) => std::mem::replace(&mut *current, Arc::new(new)),
+                None => return,
+            }
+        };
+        old.epoch.cancel();
     }
 
     /// The session's routes from now on; every connection made before ends.
@@ -199,34 +227,64 @@ impl Hop {
                 proxy: r.proxy.clone().map(Arc::new),
             });
         }
-        let new = Arc::new(Routes {
-            routes,
-            epoch: CancellationToken::new(),
+        let routes: Arc<[Compiled]> = routes.into();
+        self.replace(|old| {
+            Some(Routes {
+                routes,
+                ads: old.ads.clone(),
+                epoch: CancellationToken::new(),
+            })
         });
-        let old = std::mem::replace(
-            &mut *self.inner.routes.write().unwrap_or_else(|p| p.into_inner()),
-            new,
-        );
-        old.epoch.cancel();
         Ok(())
     }
 
-    /// Where a connection to `host` goes: the first route whose pattern matches (or that has
-    /// none); no route: direct.
-    pub fn way(&self, host: &str) -> Way {
-        let routes = self
-            .inner
+    /// `blockAds` from now on: on, connections to ad and tracking hosts are refused ("connection
+    /// not allowed by ruleset"; [`super::ads`] says which). The filter is built at the first
+    /// call that turns it on in this process (a second or so, off the runtime's threads) and
+    /// shared after that. An error leaves the hop as it was: the session, which asked for ad
+    /// blocking, must not start without it.
+    ///
+    /// A change ends every connection made before, as new routes do: none made unfiltered
+    /// outlives the switch (a warm browser's connections end at its claim). Setting what is
+    /// already in force changes nothing and ends nothing.
+    pub async fn set_block_ads(&self, on: bool) -> Result<(), AdBlockError> {
+        let filter = if on {
+            Some(ads::shared(&self.inner.ad_lists).await?)
+        } else {
+            None
+        };
+        self.replace(|old| {
+            (old.ads.is_some() != on).then(|| Routes {
+                routes: old.routes.clone(),
+                ads: filter,
+                epoch: CancellationToken::new(),
+            })
+        });
+        Ok(())
+    }
+
+    /// The rules in force.
+    fn routes(&self) -> Arc<Routes> {
+        self.inner
             .routes
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .clone();
+            .clone()
+    }
+
+    /// Where a connection to `host:port` goes: nowhere when `blockAds` blocks the host; else
+    /// through the first route whose pattern matches (or that has none); no route: direct.
+    pub fn way(&self, host: &str, port: u16) -> Way {
+        let routes = self.routes();
         let host = host.trim_end_matches('.');
+        let blocked = routes.ads.as_ref().is_some_and(|f| f.blocks(host, port));
         let proxy = routes
             .routes
             .iter()
             .find(|r| r.pattern.as_ref().is_none_or(|p| p.is_match(host)))
             .and_then(|r| r.proxy.clone());
         Way {
+            blocked,
             proxy,
             epoch: routes.epoch.clone(),
         }
@@ -245,6 +303,16 @@ impl Hop {
     /// Bytes carried through upstream proxies so far, both directions (`proxyBytes`).
     pub fn proxied_bytes(&self) -> u64 {
         self.inner.proxied_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Adds a connection refused by `blockAds`.
+    pub fn count_ad_blocked(&self) {
+        self.inner.ads_blocked.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections refused by `blockAds` so far (for the session's logs).
+    pub fn ads_blocked(&self) -> u64 {
+        self.inner.ads_blocked.load(Ordering::Relaxed)
     }
 }
 
@@ -312,7 +380,7 @@ mod tests {
     #[test]
     fn the_first_matching_route_wins_and_no_match_goes_direct() {
         let hop = Hop::new(EgressAllow::default());
-        assert!(hop.way("a.test").proxy.is_none());
+        assert!(hop.way("a.test", 443).proxy.is_none());
         hop.configure(&Egress {
             routes: vec![
                 Route {
@@ -331,7 +399,7 @@ mod tests {
             allowed_domains: vec![],
         })
         .unwrap();
-        let port = |h: &str| hop.way(h).proxy.map(|p| p.port);
+        let port = |h: &str| hop.way(h, 443).proxy.map(|p| p.port);
         assert_eq!(port("www.a.test"), Some(1));
         assert_eq!(port("WWW.A.TEST."), Some(1));
         assert_eq!(port("direct.a.test"), None);
@@ -340,10 +408,70 @@ mod tests {
         assert_eq!(port("a.test.evil"), None);
     }
 
+    #[tokio::test]
+    async fn block_ads_ends_the_connections_made_before_and_keeps_the_routes() {
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("list.txt");
+        std::fs::write(&list, "||ads.test^\n").unwrap();
+        let hop = Hop::with_ad_lists(
+            EgressAllow::default(),
+            list.display().to_string().parse().unwrap(),
+        );
+        hop.configure(&Egress {
+            routes: vec![Route {
+                domain_pattern: None,
+                proxy: proxy(1),
+            }],
+            allowed_domains: vec![],
+        })
+        .unwrap();
+        assert!(!hop.way("ads.test", 443).blocked, "off until asked");
+        let before = hop.way("a.test", 443);
+        hop.set_block_ads(true).await.unwrap();
+        assert!(before.epoch.is_cancelled());
+        assert!(hop.way("ads.test", 443).blocked);
+        assert!(hop.way("www.ads.test", 80).blocked);
+        let after = hop.way("a.test", 443);
+        assert!(!after.blocked);
+        assert_eq!(after.proxy.map(|p| p.port), Some(1), "the routes are kept");
+        hop.set_block_ads(true).await.unwrap();
+        assert!(!after.epoch.is_cancelled(), "no change, no cut");
+        hop.configure(&Egress {
+            routes: vec![],
+            allowed_domains: vec![],
+        })
+        .unwrap();
+        assert!(after.epoch.is_cancelled());
+        assert!(hop.way("ads.test", 443).blocked, "new routes keep blockAds");
+        hop.set_block_ads(false).await.unwrap();
+        assert!(!hop.way("ads.test", 443).blocked);
+    }
+
+    /// A session that asks for `blockAds` where no list can be read does not run unblocked:
+    /// the switch fails (and the session is refused by its caller), changing nothing.
+    #[tokio::test]
+    async fn block_ads_without_a_readable_list_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let hop = Hop::with_ad_lists(
+            EgressAllow::default(),
+            dir.path()
+                .join("missing.txt")
+                .display()
+                .to_string()
+                .parse()
+                .unwrap(),
+        );
+        let before = hop.way("a.test", 443);
+        let e = hop.set_block_ads(true).await.unwrap_err();
+        assert!(e.to_string().contains("missing.txt"), "{e}");
+        assert!(!before.epoch.is_cancelled());
+        hop.set_block_ads(false).await.unwrap();
+    }
+
     #[test]
     fn new_routes_end_the_connections_made_under_the_old() {
         let hop = Hop::new(EgressAllow::default());
-        let before = hop.way("a.test");
+        let before = hop.way("a.test", 443);
         hop.configure(&Egress {
             routes: vec![Route {
                 domain_pattern: None,
@@ -353,7 +481,7 @@ mod tests {
         })
         .unwrap();
         assert!(before.epoch.is_cancelled());
-        let after = hop.way("a.test");
+        let after = hop.way("a.test", 443);
         assert!(!after.epoch.is_cancelled());
         assert_eq!(after.proxy.map(|p| p.port), Some(1));
         assert!(
