@@ -407,8 +407,13 @@ impl Session {
             return Ok(());
         }
         if settings.block_ads {
-            // The ad blocker lives in the egress hop (src/chrome/egress): Step 17's next part.
-            return Err("blockAds is not available on this controller yet".to_owned());
+            // In the egress hop: connections to ad and tracking hosts refused (and the
+            // connections made before, cut). Refused when no list loads: never unblocked.
+            self.hop
+                .set_block_ads(true)
+                .await
+                .map_err(|e| format!("blockAds could not be applied: {e}"))?;
+            info!("ads and trackers are blocked for this session (blockAds)");
         }
         chrome::emulation::apply(&self.chrome.browser(), settings, self.agents.clone())
             .await
