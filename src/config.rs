@@ -173,6 +173,8 @@ settings_group! {
         chrome_network = CHROME_NETWORK,
         /// Destinations a page may reach although they are loopback, private or otherwise not public (the machine's own services, the task's network): comma-separated addresses, addr:port and CIDRs, e.g. 127.0.0.1:8080,10.1.0.0/16. Link-local and instance-metadata addresses are never reachable [default: none].
         egress_allow = EGRESS_ALLOW,
+        /// The filter lists a session's blockAds loads into the egress hop, once per process, at the first session that asks: comma-separated files in Adblock Plus syntax; only their host rules (||host^) apply. A list that cannot be read is logged and left out; none readable refuses a session that asks for blockAds [default: Debian's EasyList and EasyPrivacy, /usr/share/chromium/extensions/ublock-origin/assets/thirdparties/easylist/{easylist,easyprivacy}.txt, from webext-ublock-origin-chromium].
+        ad_block_lists = AD_BLOCK_LISTS,
         /// A single session's egress as the control plane hands it to a cold-started controller (JSON: proxy routes with their credentials, allowed domains); a pool controller's comes with each claim. Secret: never logged.
         session_egress = SESSION_EGRESS,
         /// A single session's browser settings as the control plane hands them to a cold-started controller (JSON: viewport, locales, ignoreCertificateErrors, blockAds); a pool controller's come with each claim.
@@ -353,6 +355,9 @@ pub struct LocalArgs {
     /// Destinations a page may reach although they are not public addresses: comma-separated addresses, addr:port and CIDRs. Link-local and instance-metadata addresses are never reachable [default in local: 127.0.0.0/8,::1 — your own machine's loopback, so a page can open your localhost apps].
     #[arg(long, env = EGRESS_ALLOW, hide_env_values = true, value_name = "LIST")]
     pub egress_allow: Option<String>,
+    /// The filter lists blockAds loads: comma-separated files in Adblock Plus syntax [default: Debian's EasyList and EasyPrivacy, from webext-ublock-origin-chromium].
+    #[arg(long, env = AD_BLOCK_LISTS, value_name = "FILES")]
+    pub ad_block_lists: Option<String>,
     /// The proxy's limits and telemetry.
     #[command(flatten)]
     pub tuning: ProxyTuningArgs,
@@ -696,6 +701,8 @@ pub struct ChromeSettings {
     pub network: Option<ChromeNetwork>,
     /// `EGRESS_ALLOW`: what a page may reach beyond public addresses.
     pub egress_allow: crate::chrome::egress::EgressAllow,
+    /// `AD_BLOCK_LISTS`: the filter lists of a session's `blockAds`.
+    pub ad_block_lists: crate::chrome::egress::AdLists,
 }
 
 /// `wallcrawler-controller local`.
@@ -1146,6 +1153,14 @@ fn chrome_settings(
         user,
         network: r.parse(CHROME_NETWORK, "private or shared"),
         egress_allow,
+        ad_block_lists: r
+            .text(AD_BLOCK_LISTS)
+            .and_then(|v| {
+                v.parse()
+                    .map_err(|e| r.errors.push(format!("{AD_BLOCK_LISTS}: {e}")))
+                    .ok()
+            })
+            .unwrap_or_default(),
     }
 }
 
@@ -1545,6 +1560,7 @@ impl LocalConfig {
         put(CHROME_FLAGS_FILE, &a.chrome_flags_file);
         put(CHROME_NETWORK, &a.chrome_network);
         put(EGRESS_ALLOW, &a.egress_allow);
+        put(AD_BLOCK_LISTS, &a.ad_block_lists);
         Self::from_settings(&s)
     }
 
@@ -1884,6 +1900,39 @@ MCowBQYDK2VwAyEA9wFNLln1FAfDioMFnpReLaKEhyk0em6z3gbXQRbFQkQ=
                 "CHROME_USER must be uid:gid or a user name known to this system, got \"nosuchuser-x\""
                     .to_owned()
             ]
+        );
+    }
+
+    #[test]
+    fn ad_block_lists_default_to_debians_and_name_at_least_one_file() {
+        use crate::chrome::egress::AdLists;
+        fn with(lists: &'static str) -> Result<RunConfig, ConfigErrors> {
+            RunConfig::from_settings(&map(&[
+                ("SESSION_ID", "sess_1"),
+                ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
+                ("AD_BLOCK_LISTS", lists),
+            ]))
+        }
+        assert_eq!(with("").unwrap().chrome.ad_block_lists, AdLists::default());
+        assert_eq!(
+            with("/a.txt,/b.txt").unwrap().chrome.ad_block_lists,
+            "/a.txt,/b.txt".parse::<AdLists>().unwrap()
+        );
+        assert_eq!(
+            with(",").unwrap_err().0,
+            vec![
+                "AD_BLOCK_LISTS: name at least one filter list file (comma-separated paths)"
+                    .to_owned()
+            ]
+        );
+        let local = LocalConfig::from_args(&LocalArgs {
+            ad_block_lists: Some("/a.txt".into()),
+            ..LocalArgs::default()
+        })
+        .unwrap();
+        assert_eq!(
+            local.chrome.ad_block_lists.paths(),
+            [PathBuf::from("/a.txt")]
         );
     }
 

@@ -109,6 +109,9 @@ pub const SESSION_BROWSER: &str = "SESSION_BROWSER";
 /// Destinations the egress hop lets Chrome reach although they are loopback, link-local or
 /// private: a comma-separated list of addresses, `addr:port`s and CIDRs.
 pub const EGRESS_ALLOW: &str = "EGRESS_ALLOW";
+/// The filter lists (Adblock Plus syntax, comma-separated file paths) a session's `blockAds`
+/// loads in the egress hop; default: Debian's EasyList and EasyPrivacy.
+pub const AD_BLOCK_LISTS: &str = "AD_BLOCK_LISTS";
 /// How long a session nobody has connected to yet waits.
 pub const CDP_DISCONNECT_TIMEOUT: &str = "CDP_DISCONNECT_TIMEOUT";
 /// How long a session waits once its last client has left.

@@ -48,7 +48,7 @@ use crate::stores::*;
 use wallcrawler_contract::chrome_uids::{ChromeUids, LOCAL_CHROME_UIDS, LOCK_DIR, UidError};
 
 /// Controller settings a local controller takes from `serve`'s own environment when set there.
-pub const PASSED_THROUGH: [&str; 9] = [
+pub const PASSED_THROUGH: [&str; 10] = [
     task_env::CHROME_PATH,
     task_env::CHROME_NETWORK,
     task_env::DOWNLOADS_MAX_BYTES,
@@ -58,6 +58,7 @@ pub const PASSED_THROUGH: [&str; 9] = [
     task_env::POOL_IDLE_LIFETIME_SECONDS,
     task_env::BACKGROUND_NICE,
     task_env::EGRESS_ALLOW,
+    task_env::AD_BLOCK_LISTS,
 ];
 
 /// Controllers share this machine's cores: a warm-up or a close (which no client waits on)
