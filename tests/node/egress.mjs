@@ -19,6 +19,11 @@
 //   managed:   `proxies: true` (and a country's): the page through the platform's managed
 //              pool, whose proxy (MANAGED_PROXY_PORT, in a file the test wrote) is started here.
 //   refusals:  malformed proxies and allowedDomains: each create's status and message.
+//   block-ads: a page on a.test with an ad network's script (pagead2.googlesyndication.com)
+//              and pixel (g.doubleclick.net), every host through the HTTP proxy, whose
+//              stand-in (a server on 127.0.0.1) answers the ad hosts: never the network.
+//              Without blockAds and with: the hosts the proxy was asked for, what the
+//              stand-in served, and whether the page loaded (its title) with or without them.
 // Prints {"ok":true,...} with what it observed.
 import http from "node:http";
 import dgram from "node:dgram";
@@ -256,7 +261,62 @@ async function refusals(args) {
   return { refusals: out, passwordInAnswers: JSON.stringify(out).includes(PASSWORD) };
 }
 
-const SCENARIOS = { proxies, "wrong-password": wrongPassword, "allowed-domains": allowedDomains, webrtc, loopback, managed, refusals };
+/** A page on a.test with an ad script and pixel; the proxy (all hosts) and its stand-in for
+ *  the ad hosts. One session without blockAds, one with. */
+async function blockAds(args) {
+  const bb = await client(args);
+  const projectId = requireArg(args, "project");
+  const ads = { hits: [] };
+  const standIn = http.createServer((req, res) => {
+    ads.hits.push(`${req.headers.host}${req.url}`);
+    if (req.url.endsWith(".js")) {
+      res.writeHead(200, { "content-type": "text/javascript", "cache-control": "no-store" });
+      res.end("window.adRan = true;");
+    } else {
+      res.writeHead(200, { "content-type": "image/gif", "cache-control": "no-store" });
+      res.end(Buffer.from("R0lGODlhAQABAAAAACH5BAEAAAAALAAAAAABAAEAAAIBAAA=", "base64"));
+    }
+  });
+  await new Promise((r) => standIn.listen(0, "127.0.0.1", r));
+  const pages = { hits: [] };
+  const server = http.createServer((req, res) => {
+    pages.hits.push(req.headers.host);
+    res.writeHead(200, { "content-type": "text/html", "cache-control": "no-store" });
+    res.end(`<title>with ads</title><p>the page</p>
+<script src="http://pagead2.googlesyndication.com/x.js"></script>
+<img id="pixel" src="http://g.doubleclick.net/p.gif">`);
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  const hp = await httpProxy({ user: "alice", pass: PASSWORD, standIn: standIn.address().port });
+  const out = {};
+  for (const [name, browserSettings] of [["without", {}], ["with", { blockAds: true }]]) {
+    const asked = hp.log.length;
+    const served = ads.hits.length;
+    const session = await bb.sessions.create({
+      projectId,
+      proxies: [{ type: "external", server: hp.url, username: "alice", password: PASSWORD }],
+      browserSettings,
+    });
+    const url = `http://a.test:${server.address().port}/`;
+    const seen = await visit(session.connectUrl, [url], (page) => page.evaluate(() => ({
+      adScriptRan: window.adRan === true,
+      pixelLoaded: document.getElementById("pixel").naturalWidth > 0,
+    })));
+    await release(bb, projectId, session.id);
+    out[name] = {
+      title: seen[url],
+      ...seen.extra,
+      proxyAsked: [...new Set(hp.log.slice(asked).map((l) => l.host))].sort(),
+      standInServed: ads.hits.slice(served),
+    };
+  }
+  standIn.close();
+  server.close();
+  hp.close();
+  return { ...out, pageHits: pages.hits.length };
+}
+
+const SCENARIOS = { "block-ads": blockAds, proxies, "wrong-password": wrongPassword, "allowed-domains": allowedDomains, webrtc, loopback, managed, refusals };
 
 run(async (args) => {
   const scenario = SCENARIOS[requireArg(args, "scenario")];

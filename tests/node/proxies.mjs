@@ -1,7 +1,12 @@
 // Upstream proxies on 127.0.0.1 for the egress tests, each keeping its own log of what it was
 // asked (the host and the user, never the password) and the bytes it carried:
-//   httpProxy({ user, pass, port? }): HTTP CONNECT with Basic authentication (407 otherwise);
+//   httpProxy({ user, pass, port?, standIn? }): HTTP CONNECT with Basic authentication (407
+//     otherwise);
 //   socks5Proxy({ user, pass }): SOCKS5 with username/password (RFC 1929), CONNECT only.
+// Neither ever reaches the network: .test names and loopback addresses are this machine's; any
+// other address is refused, and any other name (Chrome's own update and account hosts, an ad network's) is refused (HTTP 502,
+// SOCKS5 "not allowed") — or, with `standIn` (a port on 127.0.0.1), answered by that local
+// server, whatever the port asked.
 // `log` entries: { host, port, user, ok }. `bytes`: tunnelled bytes, both directions.
 import http from "node:http";
 import net from "node:net";
@@ -10,8 +15,17 @@ import net from "node:net";
 // 127.0.0.1 under names of their own, so a proxy (which resolves what it is asked) finds them.
 const resolve = (host) => (host.endsWith(".test") ? "127.0.0.1" : host);
 
-function tunnel(client, host, port, proxy, onOpen) {
-  const upstream = net.connect(port, resolve(host), () => {
+const loopback = (ip) => (net.isIPv4(ip) ? ip.startsWith("127.") : /^[0:]*:0*1$/.test(ip));
+
+/** Where a tunnel to `host:port` goes: .test names and loopback addresses to this machine,
+ *  other names to the proxy's stand-in; null: nowhere (no other address, ever). */
+function destination(host, port, standIn) {
+  if (host.endsWith(".test") || (net.isIP(host) !== 0 && loopback(host))) return [resolve(host), port];
+  return standIn && net.isIP(host) === 0 ? ["127.0.0.1", standIn] : null;
+}
+
+function tunnel(client, [to, toPort], proxy, onOpen) {
+  const upstream = net.connect(toPort, to, () => {
     onOpen();
     client.on("data", (d) => { proxy.bytes += d.length; });
     upstream.on("data", (d) => { proxy.bytes += d.length; });
@@ -25,8 +39,8 @@ function tunnel(client, host, port, proxy, onOpen) {
   upstream.on("close", end);
 }
 
-export async function httpProxy({ user, pass, port = 0 }) {
-  const proxy = { log: [], bytes: 0, port: 0, close: () => server.close() };
+export async function httpProxy({ user, pass, port = 0, standIn = null }) {
+  const proxy = { log: [], bytes: 0, port: 0, standIn, close: () => server.close() };
   const server = http.createServer((req, res) => { res.writeHead(405); res.end(); });
   server.on("connect", (req, client, head) => {
     const [host, port] = [req.url.slice(0, req.url.lastIndexOf(":")).replace(/^\[|\]$/g, ""), Number(req.url.slice(req.url.lastIndexOf(":") + 1))];
@@ -38,7 +52,12 @@ export async function httpProxy({ user, pass, port = 0 }) {
       client.end("HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"t\"\r\nContent-Length: 0\r\n\r\n");
       return;
     }
-    tunnel(client, host, port, proxy, () => {
+    const to = destination(host, port, proxy.standIn);
+    if (!to) {
+      client.end("HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n");
+      return;
+    }
+    tunnel(client, to, proxy, () => {
       client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
       if (head.length) client.unshift(head);
     });
@@ -95,7 +114,12 @@ export async function socks5Proxy({ user, pass }) {
           proxy.log.push({ host, port, user: who, ok: true });
           client.removeListener("data", onData);
           stage = "open";
-          tunnel(client, atyp === 4 ? host : host, port, proxy, () => {
+          const to = destination(host, port, null);
+          if (!to) {
+            client.end(Buffer.from([5, 2, 0, 1, 0, 0, 0, 0, 0, 0]));
+            return;
+          }
+          tunnel(client, to, proxy, () => {
             client.write(Buffer.from([5, 0, 0, 1, 0, 0, 0, 0, 0, 0]));
             if (rest.length) client.unshift(rest);
           });
