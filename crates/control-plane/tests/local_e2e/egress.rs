@@ -330,3 +330,40 @@ fn malformed_proxies_and_domains_are_refused_naming_the_field() {
     assert_eq!(r["passwordInAnswers"], false, "{r}");
     s.stop();
 }
+
+/// `blockAds` with the session's traffic through a local upstream proxy: the proxy is asked
+/// for the ad network's hosts without it and never with it, and the page loads both times.
+#[test]
+fn block_ads_keeps_ad_hosts_from_ever_reaching_the_proxy() {
+    let (s, _log) = platform("1", &[]);
+    let r = egress(&s, "block-ads", &[]);
+    let ad_hosts = ["g.doubleclick.net", "pagead2.googlesyndication.com"];
+    let asked = |run: &str| -> Vec<String> {
+        r[run]["proxyAsked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h.as_str().unwrap().to_owned())
+            .collect()
+    };
+    for run in ["without", "with"] {
+        assert_eq!(r[run]["title"], "with ads", "{run}: {r}");
+        assert!(asked(run).iter().any(|h| h == "a.test"), "{run}: {r}");
+    }
+    for host in ad_hosts {
+        assert!(asked("without").iter().any(|h| h == host), "{host}: {r}");
+        assert!(!asked("with").iter().any(|h| h == host), "{host}: {r}");
+    }
+    assert_eq!(r["without"]["adScriptRan"], true, "{r}");
+    assert_eq!(r["with"]["adScriptRan"], false, "{r}");
+    // The stand-in answers every name outside .test (Chrome's own update checks too): none of
+    // the ad hosts was served with blockAds.
+    let served = r["with"]["standInServed"].as_array().unwrap();
+    for host in ad_hosts {
+        assert!(
+            !served.iter().any(|u| u.as_str().unwrap().starts_with(host)),
+            "{host}: {r}"
+        );
+    }
+    s.stop();
+}
