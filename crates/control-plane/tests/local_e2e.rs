@@ -1162,7 +1162,13 @@ fn pool_chrome_nice(name: &str) -> Option<(i32, i32)> {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let (ppid, nice) = ppid_and_nice(pid)?;
         let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
-        (ppid == controller && comm.trim() == "chromium").then_some((pid, nice))
+        // The browser, not the short `chromium --version` a controller asks first (for the
+        // User-Agent it starts Chrome with).
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let browser = cmdline
+            .split(|b| *b == 0)
+            .any(|a| a.starts_with(b"--remote-debugging-port="));
+        (ppid == controller && comm.trim() == "chromium" && browser).then_some((pid, nice))
     })
 }
 
