@@ -249,6 +249,14 @@ async fn warm_up(warm: &Run<'_>, launch: &LaunchOptions) -> Result<Session, Outc
         ..launch.clone()
     };
     let opts = warm.session_options(auth, warm_launch, false, None);
+    // The ad filter (about half a second, 10 MiB) built while nobody waits, so a claim asking
+    // for blockAds does not wait for it; a failure is the asking session's to report.
+    let hop = launch.hop.clone();
+    warm.tasks.spawn(async move {
+        if let Err(e) = hop.prepare_block_ads().await {
+            debug!(error = %e, "the ad filter is not ready ahead of a session");
+        }
+    });
     match Session::warm(opts, warm.tasks.token()).await {
         Ok(Started::Running(s)) => Ok(*s),
         Ok(Started::Interrupted) => Err(Ending::NoSession.into()),
