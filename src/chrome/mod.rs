@@ -60,13 +60,26 @@ async fn user_agent_of(binary: &Path) -> Option<String> {
 }
 
 async fn ask_user_agent(binary: &Path) -> Option<String> {
-    let out = Command::new(binary)
+    let child = Command::new(binary)
         .arg("--version")
         .env_clear()
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
+        .process_group(0)
         .kill_on_drop(true)
-        .output();
+        .spawn();
+    let child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(error = %e, "Chrome's --version could not start; it keeps its own User-Agent");
+            return None;
+        }
+    };
+    // Whatever the binary started (a wrapper's helpers) ends with it, and when a signal drops
+    // this future mid-way: its process group is killed.
+    let _group = GroupKiller(child.id().map(|p| Pid::from_raw(p as i32)));
+    let out = child.wait_with_output();
     match tokio::time::timeout(VERSION_TIMEOUT, out).await {
         Ok(Ok(o)) if o.status.success() => {
             let ua = flags::headful_user_agent(&String::from_utf8_lossy(&o.stdout));

@@ -929,7 +929,9 @@ async fn pool_simultaneous_creates_get_a_task_each() {
             .unwrap()
             .split(['?', ':'])
             .nth(2)
-            .unwrap();
+            .unwrap()
+            // ws://127.0.0.1:<port>/?signingKey=…
+            .trim_end_matches('/');
         format!(
             "http://127.0.0.1:{port}/json/version?signingKey={}",
             token["signingKey"].as_str().unwrap()
