@@ -10,9 +10,11 @@
 //          preload list, which would turn http:// into https:// before the hop), routed
 //          to a local HTTP proxy whose stand-in answers them (tests/node/proxies.mjs: never the
 //          network); with blockAds the hop refuses them.
-// Each round starts one controller per setting (the order alternating between rounds), loads
-// each page twice uncounted, then RUNS times each; per load the wall time of page.goto(…,
-// {waitUntil: "load"}) and how many subresources loaded. Also the controller's start to
+// Each round starts one controller per setting (each with its own proxy) and keeps both
+// running; each page is loaded twice uncounted in each, then RUNS times, the two taking turns
+// load by load (who goes first alternating), so the machine's drift hits both alike. Per load
+// the wall time of page.goto(…, {waitUntil: "load"}) and how many subresources loaded; the
+// median of the paired differences (with − without) besides each setting's median. Also the controller's start to
 // "session ready" (with blockAds that includes building the filter engine, logged as
 // "ad block lists loaded … ms=") and its CPU seconds per page load. Prints one JSON object.
 import http from "node:http";
@@ -53,7 +55,6 @@ const sites = [];
 for (let i = 2; i <= 11; i++) sites.push(`127.0.0.${i}:${await listen(http.createServer(subresource), `127.0.0.${i}`)}`);
 const standIn = http.createServer(subresource);
 const standInPort = await listen(standIn, "127.0.0.1");
-const proxy = await httpProxy({ user: "bench", pass: "bench-password", standIn: standInPort });
 
 /** 200 subresources, each counted in `window.got` when it loads; with `ads`, 20 of them (10
  *  images, 10 scripts) on the ad hosts. */
@@ -83,13 +84,15 @@ function cpuTicks(pid) {
   return Number(f[11]) + Number(f[12]);
 }
 
-/** One controller with `browser` settings: start → ready, then the timed loads of each page. */
-async function session(browserSettings, out) {
+/** Starts a controller with `browserSettings` and its own proxy (the ad hosts' route); its
+ *  tab, ready to load the bench's pages. */
+async function start(browserSettings, out) {
   const { default: puppeteer } = await import("puppeteer-core");
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "block-ads-bench-"));
   execFileSync("openssl", ["genpkey", "-algorithm", "ed25519", "-out", `${dir}/key.pem`]);
   const pub = execFileSync("openssl", ["pkey", "-in", `${dir}/key.pem`, "-pubout"]).toString();
   const token = execFileSync(controller, ["token", "--session-id", "sess_bench"], { env: { ...process.env, WALLCRAWLER_JWT_PRIVATE_KEY_FILE: `${dir}/key.pem` } }).toString().trim();
+  const proxy = await httpProxy({ user: "bench", pass: "bench-password", standIn: standInPort });
   const adPattern = AD_HOSTS.map((h) => h.replaceAll(".", "\\.")).join("|");
   const env = { PATH: process.env.PATH, HOME: process.env.HOME ?? "/root", SESSION_ID: "sess_bench", WALLCRAWLER_JWT_PUBLIC_KEY: pub,
     CDP_PROXY_PORT: "0", CDP_PROXY_HOST: "127.0.0.1", CHROME_DEBUG_PORT: "0", CHROME_PATH: chromePath, METRICS_ADDR: "", LOG_FORMAT: "text", CHROME_NETWORK: "shared",
@@ -98,6 +101,12 @@ async function session(browserSettings, out) {
   if (browserSettings) env.SESSION_BROWSER = JSON.stringify(browserSettings);
   const started = performance.now();
   const child = spawn(controller, ["run"], { env, stdio: ["ignore", "ignore", "pipe"] });
+  const stop = async () => {
+    child.kill("SIGTERM");
+    await new Promise((r) => (child.exitCode !== null ? r() : child.on("exit", r)));
+    proxy.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
   let log = "";
   try {
     const addr = await new Promise((resolve, reject) => {
@@ -113,35 +122,21 @@ async function session(browserSettings, out) {
     const built = log.match(/ad block lists loaded.* ms=(\d+)/)?.[1];
     if (built) out.engineBuildMs.push(Number(built));
     const browser = await puppeteer.connect({ browserWSEndpoint: `ws://${addr}/?signingKey=${token}`, protocolTimeout: 120000 });
-    try {
-      const tab = await browser.newPage();
-      await tab.setCacheEnabled(false);
-      const load = async (which) => {
-        const t0 = performance.now();
-        await tab.goto(`${origin}/${which}`, { waitUntil: "load", timeout: 60000 });
-        const ms = performance.now() - t0;
-        const got = await tab.evaluate(() => window.got ?? 0);
-        return { ms, got };
-      };
-      for (const which of ["plain", "ads", "plain", "ads"]) await load(which);
-      const asked = proxy.log.length;
-      const c0 = cpuTicks(child.pid);
-      for (let i = 0; i < RUNS; i++) {
-        for (const which of ["plain", "ads"]) {
-          const r = await load(which);
-          out[which].push(r.ms);
-          out[`${which}Loaded`].add(r.got);
-        }
-      }
-      out.controllerCpuSecondsPerLoad.push((cpuTicks(child.pid) - c0) / 100 / (2 * RUNS));
-      out.proxyAsks += proxy.log.length - asked;
-    } finally {
-      await browser.disconnect();
-    }
-  } finally {
-    child.kill("SIGTERM");
-    await new Promise((r) => (child.exitCode !== null ? r() : child.on("exit", r)));
-    fs.rmSync(dir, { recursive: true, force: true });
+    const tab = await browser.newPage();
+    await tab.setCacheEnabled(false);
+    const load = async (which) => {
+      const t0 = performance.now();
+      await tab.goto(`${origin}/${which}`, { waitUntil: "load", timeout: 60000 });
+      const ms = performance.now() - t0;
+      return { ms, got: await tab.evaluate(() => window.got ?? 0) };
+    };
+    return {
+      load, proxy, pid: child.pid,
+      close: async () => { await browser.disconnect(); await stop(); },
+    };
+  } catch (e) {
+    await stop();
+    throw e;
   }
 }
 
@@ -152,9 +147,35 @@ const results = {};
 for (const name of Object.keys(settings)) {
   results[name] = { plain: [], ads: [], plainLoaded: new Set(), adsLoaded: new Set(), readyMs: [], engineBuildMs: [], controllerCpuSecondsPerLoad: [], proxyAsks: 0 };
 }
+// with − without, load by load (the two taking turns, so the machine's drift hits both).
+const added = { plain: [], ads: [] };
 for (let round = 0; round < ROUNDS; round++) {
-  const order = round % 2 ? ["with", "without"] : ["without", "with"];
-  for (const name of order) await session(settings[name], results[name]);
+  const names = round % 2 ? ["with", "without"] : ["without", "with"];
+  const running = {};
+  for (const name of names) running[name] = await start(settings[name], results[name]);
+  try {
+    for (const name of names) for (const which of ["plain", "ads", "plain", "ads"]) await running[name].load(which);
+    const asked = Object.fromEntries(names.map((n) => [n, running[n].proxy.log.length]));
+    const c0 = Object.fromEntries(names.map((n) => [n, cpuTicks(running[n].pid)]));
+    for (let i = 0; i < RUNS; i++) {
+      for (const which of ["plain", "ads"]) {
+        const ms = {};
+        for (const name of i % 2 ? [...names].reverse() : names) {
+          const r = await running[name].load(which);
+          results[name][which].push(r.ms);
+          results[name][`${which}Loaded`].add(r.got);
+          ms[name] = r.ms;
+        }
+        added[which].push(ms.with - ms.without);
+      }
+    }
+    for (const n of names) {
+      results[n].controllerCpuSecondsPerLoad.push((cpuTicks(running[n].pid) - c0[n]) / 100 / (2 * RUNS));
+      results[n].proxyAsks += running[n].proxy.log.length - asked[n];
+    }
+  } finally {
+    for (const name of names) await running[name].close();
+  }
 }
 const summary = { runs: RUNS, rounds: ROUNDS, subresources: 200 };
 for (const [name, r] of Object.entries(results)) {
@@ -170,9 +191,9 @@ for (const [name, r] of Object.entries(results)) {
     controllerCpuSecondsPerLoad: Math.round(median(r.controllerCpuSecondsPerLoad) * 1000) / 1000,
   };
 }
-summary.plainAddedPercent = Math.round((summary.with.plainMedianMs / summary.without.plainMedianMs - 1) * 1000) / 10;
-summary.adsAddedPercent = Math.round((summary.with.adsMedianMs / summary.without.adsMedianMs - 1) * 1000) / 10;
+summary.addedMedianMs = { plain: tenth(median(added.plain)), ads: tenth(median(added.ads)) };
+summary.plainAddedPercent = tenth((summary.with.plainMedianMs / summary.without.plainMedianMs - 1) * 100);
+summary.adsAddedPercent = tenth((summary.with.adsMedianMs / summary.without.adsMedianMs - 1) * 100);
 console.log(JSON.stringify(summary));
 for (const s of [main, standIn]) s.close();
-proxy.close();
 process.exit(0);

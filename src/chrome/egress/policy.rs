@@ -264,8 +264,8 @@ impl Hop {
     }
 
     /// Builds the ad filter now, without turning `blockAds` on, so that a session that asks for
-    /// it later does not wait for the build (a warm pool browser's claim: about half a second
-    /// otherwise, see [`super::ads`]); it then holds its memory whether or not a session asks.
+    /// it later does not wait for the build (a warm pool browser's claim: 0.1-0.7 s otherwise,
+    /// see [`super::ads`]); it then holds its ~9 MiB whether or not a session asks.
     /// A failure is the asking session's to report ([`Hop::set_block_ads`] tries again).
     pub async fn prepare_block_ads(&self) -> Result<(), AdBlockError> {
         ads::shared(&self.inner.ad_lists).await.map(drop)
