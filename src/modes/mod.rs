@@ -115,7 +115,7 @@ fn launch_options(
         nice: None,
         user,
         network,
-        hop: chrome::egress::Hop::new(c.egress_allow.clone()),
+        hop: chrome::egress::Hop::with_ad_lists(c.egress_allow.clone(), c.ad_block_lists.clone()),
         proxied_udp_only: false,
         headful_user_agent: true,
     };
