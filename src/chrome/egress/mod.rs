@@ -442,6 +442,17 @@ mod tests {
         closed(s).await;
     }
 
+    /// A stand-in proxy's read of one request head (up to its blank line).
+    async fn request_head(s: &mut TcpStream) -> String {
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut b).await.unwrap();
+            head.push(b[0]);
+        }
+        String::from_utf8(head).unwrap()
+    }
+
     /// A hop whose one route sends everything through the HTTP proxy at `proxy`.
     async fn proxied_egress(proxy: SocketAddr, password: &str) -> SocketAddr {
         use wallcrawler_contract::egress::{Egress, ProxyServer, Route};
@@ -468,16 +479,11 @@ mod tests {
         let proxy_addr = proxy.local_addr().unwrap();
         let asked = tokio::spawn(async move {
             let (mut s, _) = proxy.accept().await.unwrap();
-            let mut head = Vec::new();
-            let mut b = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") {
-                s.read_exact(&mut b).await.unwrap();
-                head.push(b[0]);
-            }
+            let head = request_head(&mut s).await;
             s.write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 0\r\n\r\n")
                 .await
                 .unwrap();
-            String::from_utf8(head).unwrap()
+            head
         });
         let e = proxied_egress(proxy_addr, "wrong-password").await;
         let (s, code) =
@@ -508,12 +514,7 @@ mod tests {
         let proxy_addr = proxy.local_addr().unwrap();
         tokio::spawn(async move {
             let (mut s, _) = proxy.accept().await.unwrap();
-            let mut head = Vec::new();
-            let mut b = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") {
-                s.read_exact(&mut b).await.unwrap();
-                head.push(b[0]);
-            }
+            request_head(&mut s).await;
             s.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
                 .await
                 .unwrap();
