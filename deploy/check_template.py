@@ -1029,7 +1029,14 @@ def check_retention_policies(t):
             f"{name}: DeletionPolicy RetainExceptOnCreate, UpdateReplacePolicy Retain",
         )
     params = t["Parameters"]
-    check(params["SubnetIds"].get("Type") == "List<AWS::EC2::Subnet::Id>", "SubnetIds: List<AWS::EC2::Subnet::Id>")
+    # Every subnet parameter (SubnetIds, PrivateSubnetIds) of the subnet type, so the rule below
+    # (Fn::ValueOfAll takes every parameter of the type) checks it against VpcId; a plain list
+    # would only fail at CreateService, minutes in.
+    subnet_params = sorted(n for n in params if "subnet" in n.lower())
+    check({"SubnetIds", "PrivateSubnetIds"} <= set(subnet_params), f"Parameters: SubnetIds and PrivateSubnetIds ({subnet_params})")
+    for n in subnet_params:
+        check(params[n].get("Type") in ("List<AWS::EC2::Subnet::Id>", "AWS::EC2::Subnet::Id"),
+              f"{n}: List<AWS::EC2::Subnet::Id> (checked against VpcId by the SubnetsInVpc rule; {params[n].get('Type')})")
     check(
         any(
             a.get("Assert") == {"Fn::EachMemberEquals": [{"Fn::ValueOfAll": ["AWS::EC2::Subnet::Id", "VpcId"]}, {"Ref": "VpcId"}]}
@@ -1745,28 +1752,29 @@ NOT_DOCS = {"node_modules", "target", "dist"}
 DEPLOY_COMMAND = re.compile(r"\b(aws\s+cloudformation\s+(?:deploy|create-stack|update-stack|create-change-set)|sam\s+deploy|cdk\s+deploy)\b")
 
 
-def doc_commands(text):
-    """(line, command) of every deploy command in the Markdown `text` that has arguments: in a
-    fenced block up to the end of its line (backslash continuations joined) or a shell comment
-    or separator, in an inline code span up to its closing backtick (which may be lines later).
-    A bare mention in prose (`aws cloudformation deploy` alone) is no command."""
+def doc_commands(text, command=DEPLOY_COMMAND):
+    """(line, command) of every `command` (a deploy command by default) in the Markdown `text`
+    that has arguments: in a fenced block up to the end of its line (backslash continuations
+    joined) or a shell comment or separator, in an inline code span up to its closing backtick
+    (which may be lines later). A bare mention in prose (`aws cloudformation deploy` alone) is
+    no command."""
     found = []
     fences = list(re.finditer(r"^```[^\n]*\n(.*?)^```", text, re.M | re.S))
     for f in fences:
         line = text.count("\n", 0, f.start(1)) + 1
         for logical in re.split(r"(?<!\\)\n", f.group(1)):
             joined = logical.replace("\\\n", " ")
-            for m in DEPLOY_COMMAND.finditer(joined):
+            for m in command.finditer(joined):
                 found.append((line, re.split(r"\s#|&&|;|\|", joined[m.start():])[0]))
             line += logical.count("\n") + 1
     prose = text
     for f in fences:  # blanked, its line breaks kept
         prose = prose[: f.start()] + re.sub(r"[^\n]", " ", f.group(0)) + prose[f.end():]
     for span in re.finditer(r"`([^`]+)`", prose):
-        for m in DEPLOY_COMMAND.finditer(span.group(1)):
+        for m in command.finditer(span.group(1)):
             found.append((text.count("\n", 0, span.start()) + 1, span.group(1)[m.start():]))
     out = [(line, " ".join(cmd.split())) for line, cmd in found]
-    return [(line, cmd) for line, cmd in out if not DEPLOY_COMMAND.fullmatch(cmd)]
+    return [(line, cmd) for line, cmd in out if not command.fullmatch(cmd)]
 
 
 def check_deploy_commands(raw, docs):
@@ -1789,6 +1797,33 @@ def check_deploy_commands(raw, docs):
             check(ok, f"{path}:{line}: {cmd.split(' --')[0]} passes {need}"
                       + (f" (the template names {', '.join(named)})" if named else "") + f" (has {sorted(have)})")
     check(found, "a deploy command is documented (docs/deploying.md, deploy/README.md)")
+
+
+# --- Issue 40 item 8: the image built for the tasks' architecture -------------------------------
+
+BUILD_COMMAND = re.compile(r"\b((?:docker|podman)\s+(?:buildx\s+)?build|buildah\s+(?:bud|build))\b")
+# ECS's CpuArchitecture -> the --platform an image for it is built with.
+PLATFORMS = {"X86_64": "linux/amd64", "ARM64": "linux/arm64"}
+
+
+def check_build_commands(raw, docs):
+    """Every documented image build (`docker build`, `podman build`, `buildx build`, `buildah
+    bud`) passes --platform for the task definitions' CpuArchitecture: an image built on an
+    arm64 laptop without it crash-loops on x86_64 Fargate (exec format error)."""
+    archs = {td["Properties"].get("RuntimePlatform", {}).get("CpuArchitecture")
+             for td in resources(raw, "AWS::ECS::TaskDefinition").values()}
+    if not check(len(archs) == 1 and next(iter(archs)) in PLATFORMS,
+                 f"every task definition's RuntimePlatform names one CpuArchitecture ({sorted(map(str, archs))})"):
+        return
+    platform = PLATFORMS[archs.pop()]
+    found = 0
+    for path, text in sorted(docs.items()):
+        for line, cmd in doc_commands(text, BUILD_COMMAND):
+            found += 1
+            m = re.search(r"--platform[ =](\S+)", cmd)
+            check(m is not None and m.group(1).strip("\"'") == platform,
+                  f"{path}:{line}: {cmd[:60]} builds for the tasks' {platform} (--platform {platform})")
+    check(found, "an image build command is documented (deploy/README.md, docs/deploying.md)")
 
 
 def deploy_docs():
@@ -1816,6 +1851,7 @@ def main():
     check_alarm_topic(raw)
     check_name_lengths(raw)
     check_deploy_commands(raw, deploy_docs())
+    check_build_commands(raw, deploy_docs())
     MODE[0] = "cloudfront"
     check_edge(resolve(raw, {"EdgeCloudFront": "true"}), True)
     MODE[0] = ""

@@ -291,6 +291,53 @@ class EventsAndEdge(unittest.TestCase):
         self.assertIn("ApiDistribution: Managed-CachingDisabled", self.changed(change, True))
 
 
+class SubnetsAndBuilds(unittest.TestCase):
+    """Issue 40 item 8: every subnet parameter typed (so the VPC rule checks it), and every
+    documented image build for the tasks' architecture; each widening fails."""
+
+    def failures(self, change=lambda t: None, docs=None):
+        t = raw()
+        change(t)
+        ct.failures.clear()
+        ct.check_retention_policies(ct.resolve(t, {"ConnectMode": "gateway"}))
+        ct.check_build_commands(t, ct.deploy_docs() if docs is None else docs)
+        out = list(ct.failures)
+        ct.failures.clear()
+        return "\n".join(out)
+
+    def test_the_template_and_docs_pass(self):
+        self.assertEqual(self.failures(), "")
+        self.assertEqual(self.failures(docs={"x.md": "```sh\ndocker build --platform linux/amd64 -t r:1 . && docker push r:1\n```\n"}), "")
+
+    def test_a_plain_private_subnet_list_fails(self):
+        def change(t):
+            t["Parameters"]["PrivateSubnetIds"] = {"Type": "CommaDelimitedList", "Default": ""}
+        self.assertIn("PrivateSubnetIds: List<AWS::EC2::Subnet::Id> (checked against VpcId by the SubnetsInVpc rule; CommaDelimitedList)",
+                      self.failures(change))
+
+    def test_no_vpc_rule_fails(self):
+        def change(t):
+            del t["Rules"]["SubnetsInVpc"]
+        self.assertIn("Rules: every AWS::EC2::Subnet::Id parameter's subnets are in VpcId", self.failures(change))
+
+    def test_a_build_without_platform_fails(self):
+        got = self.failures(docs={"x.md": "Build:\n\n```sh\ndocker build -t r:1 . && docker push r:1\n```\n"})
+        self.assertIn("x.md:4: docker build -t r:1 . builds for the tasks' linux/amd64 (--platform linux/amd64)", got)
+
+    def test_a_build_for_another_platform_fails(self):
+        got = self.failures(docs={"x.md": "or `podman build --platform linux/arm64 -t r:1 .`, or `docker buildx build -t r:1 .`\n"})
+        self.assertIn("x.md:1: podman build --platform linux/arm64 -t r:1 . builds for the tasks' linux/amd64", got)
+        self.assertIn("x.md:1: docker buildx build -t r:1 . builds for the tasks' linux/amd64", got)
+
+    def test_no_build_documented_fails(self):
+        self.assertIn("an image build command is documented", self.failures(docs={"x.md": "nothing"}))
+
+    def test_task_definitions_of_two_architectures_fail(self):
+        def change(t):
+            ct.props(t, "TaskDefinition")["RuntimePlatform"]["CpuArchitecture"] = "ARM64"
+        self.assertIn("every task definition's RuntimePlatform names one CpuArchitecture (['ARM64', 'X86_64'])", self.failures(change))
+
+
 def proxies_failures_of(t, configured):
     """check_template's managed-proxies and claims-encryption assertions on `t`."""
     ct.failures.clear()
