@@ -1499,7 +1499,10 @@ def check_session_events(t, needs):
     check(0 <= int(m.get("MaximumRetryAttempts", -1)) <= 10, "SessionEventsMapping: bounded retries (MaximumRetryAttempts 0-10)")
     check(60 <= int(m.get("MaximumRecordAgeInSeconds", -1)) <= 21600, "SessionEventsMapping: bounded record age (MaximumRecordAgeInSeconds)")
     check(1 <= int(m.get("BatchSize", 0)) <= 100, "SessionEventsMapping: BatchSize 1-100")
-    check(int(m.get("ParallelizationFactor", 1)) == 1, "SessionEventsMapping: one batch per shard (a session's events in order)")
+    check(5 <= int(m.get("ParallelizationFactor", 1)) <= 10,
+          f"SessionEventsMapping: ParallelizationFactor 5-10 (batches of a shard at once; a session's records stay in order, "
+          f"one partition key) ({m.get('ParallelizationFactor', 1)})")
+    check_stream_filter(m)
     dest = m.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
     check(dest == {"Fn::GetAtt": ["SessionEventsDeadLetterQueue", "Arn"]}, "SessionEventsMapping: on failure -> SessionEventsDeadLetterQueue")
     alarms = [a["Properties"] for a in resources(t, "AWS::CloudWatch::Alarm").values()]
@@ -1529,6 +1532,91 @@ def check_session_events(t, needs):
     if "wallcrawler-session-events-lambda" not in (ROOT / "scripts/lambda.sh").read_text():
         note("scripts/lambda.sh: wallcrawler-session-events-lambda not yet packaged (events branch)")
     check('"SessionEventsLambdaKey"' in (ROOT / "deploy/moto_stack.py").read_text(), "deploy/moto_stack.py: uploads the SessionEventsLambdaKey zip")
+
+
+# --- Issue 40 item 7: the stream mapping's filter -----------------------------------------------
+
+def contract_statuses():
+    """{internalStatus string: whether a session may still become ready in it} from the
+    contract (crates/contract/src/session.rs: InternalStatus::as_str and may_become_ready)."""
+    src = (ROOT / "crates/contract/src/session.rs").read_text()
+    src = src[src.index("impl InternalStatus {"):src.index("impl SdkStatus {")]
+    names = dict(re.findall(r"Self::([A-Za-z]+) => \"([A-Z_]+)\"", src))
+    body = re.search(r"fn may_become_ready\(self\) -> bool \{(.*?)\n    \}", src, re.S).group(1)
+    pending = {names[v] for v in re.findall(r"Self::([A-Za-z]+)", body)}
+    return {s: s in pending for s in names.values()}
+
+
+def pattern_matches(pattern, event):
+    """Whether a Lambda event filter `pattern` (the subset the template uses: nested objects,
+    lists of exact values and {"prefix": ...}) matches `event`. Raises ValueError on anything
+    else, so the check cannot pass on a pattern it does not understand."""
+    for k, want in pattern.items():
+        if k not in event:
+            return False
+        got = event[k]
+        if isinstance(want, dict):
+            if not isinstance(got, dict) or not pattern_matches(want, got):
+                return False
+        elif isinstance(want, list):
+            def one(w):
+                if isinstance(w, dict):
+                    if list(w) != ["prefix"]:
+                        raise ValueError(f"filter operator {w} not understood here")
+                    return isinstance(got, str) and got.startswith(w["prefix"])
+                return got == w
+            if not any(one(w) for w in want):
+                return False
+        else:
+            raise ValueError(f"filter value {want!r} is not a list or an object")
+    return True
+
+
+def stream_record(name, key, status=None):
+    """A DynamoDB stream record as Lambda's filter sees it: eventName, Keys, NewImage."""
+    d = {"Keys": {"sessionId": {"S": key}}}
+    if name != "REMOVE":
+        d["NewImage"] = {"sessionId": {"S": key}, **({"internalStatus": {"S": status}} if status else {})}
+    if name != "INSERT":
+        d["OldImage"] = {"sessionId": {"S": key}, "internalStatus": {"S": "STARTING"}}
+    return {"eventName": name, "eventSource": "aws:dynamodb", "dynamodb": d}
+
+
+def check_stream_filter(m):
+    """The mapping passes every record that can make an event (events_of: a session item's
+    INSERT; a MODIFY whose new internalStatus a session reaches only at or after READY) and
+    none of: the usage items (usage#<projectId>), REMOVEs, a session's MODIFYs while it may
+    still become ready (the claim's take, the owner's lease: owner, ownerUntil)."""
+    filters = m.get("FilterCriteria", {}).get("Filters", [])
+    if not check(filters, "SessionEventsMapping: FilterCriteria (usage items and lease-only changes do not invoke it)"):
+        return
+    try:
+        patterns = [json.loads(f["Pattern"]) for f in filters]
+    except (KeyError, TypeError, ValueError) as e:
+        check(False, f"SessionEventsMapping: each filter a JSON Pattern ({e})")
+        return
+
+    def passes(record):
+        try:
+            return any(pattern_matches(p, record) for p in patterns)
+        except ValueError as e:
+            check(False, f"SessionEventsMapping: {e}")
+            return None
+
+    statuses = contract_statuses()
+    check(statuses and any(statuses.values()) and not all(statuses.values()),
+          f"crates/contract/src/session.rs: InternalStatus names and may_become_ready read ({statuses})")
+    must = [("INSERT", "sess_1", "CREATING")] + [("MODIFY", "sess_1", s) for s, pending in statuses.items() if not pending]
+    never = [("INSERT", "usage#proj_1", None), ("MODIFY", "usage#proj_1", None), ("REMOVE", "sess_1", None),
+             ("REMOVE", "usage#proj_1", None), ("MODIFY", "sess_1", None)]
+    never += [("MODIFY", "sess_1", s) for s, pending in statuses.items() if pending]
+    never += [("MODIFY", "usage#proj_1", s) for s in statuses]
+    for name, key, status in must:
+        check(passes(stream_record(name, key, status)) is not False,
+              f"SessionEventsMapping: its filter passes {name} of {key}" + (f" to {status}" if status else "") + " (it can make an event)")
+    for name, key, status in never:
+        check(passes(stream_record(name, key, status)) is not True,
+              f"SessionEventsMapping: its filter drops {name} of {key}" + (f" to {status}" if status else "") + " (it makes no event)")
 
 
 def rust_const(path, name, scope):

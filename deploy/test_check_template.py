@@ -291,6 +291,53 @@ class EventsAndEdge(unittest.TestCase):
         self.assertIn("ApiDistribution: Managed-CachingDisabled", self.changed(change, True))
 
 
+class EventsFiltered(unittest.TestCase):
+    """Issue 40 item 7: the stream mapping's parallel batches and its filter (every record that
+    can make an event passes, usage items, REMOVEs and pending sessions' changes do not); each
+    change fails."""
+
+    def changed(self, change):
+        t = resolved()
+        change(t)
+        got = edge_failures_of(t)
+        self.assertTrue(got, "the changed template passed")
+        return "\n".join(got)
+
+    def test_one_batch_per_shard_fails(self):
+        def change(t):
+            ct.props(t, "SessionEventsMapping")["ParallelizationFactor"] = 1
+        self.assertIn("SessionEventsMapping: ParallelizationFactor 5-10", self.changed(change))
+
+    def test_no_filter_fails(self):
+        def change(t):
+            del ct.props(t, "SessionEventsMapping")["FilterCriteria"]
+        self.assertIn("SessionEventsMapping: FilterCriteria (usage items and lease-only changes do not invoke it)", self.changed(change))
+
+    def test_a_filter_passing_usage_items_fails(self):
+        def change(t):
+            ct.props(t, "SessionEventsMapping")["FilterCriteria"]["Filters"][0]["Pattern"] = '{"eventName": ["INSERT"]}'
+        self.assertIn("SessionEventsMapping: its filter drops INSERT of usage#proj_1 (it makes no event)", self.changed(change))
+
+    def test_a_filter_passing_lease_changes_fails(self):
+        def change(t):
+            ct.props(t, "SessionEventsMapping")["FilterCriteria"]["Filters"][1]["Pattern"] = (
+                '{"eventName": ["MODIFY"], "dynamodb": {"Keys": {"sessionId": {"S": [{"prefix": "sess_"}]}}}}')
+        got = self.changed(change)
+        self.assertIn("SessionEventsMapping: its filter drops MODIFY of sess_1 to STARTING (it makes no event)", got)
+        self.assertIn("SessionEventsMapping: its filter drops MODIFY of sess_1 to CREATING (it makes no event)", got)
+
+    def test_a_filter_dropping_an_event_fails(self):
+        def change(t):
+            f = ct.props(t, "SessionEventsMapping")["FilterCriteria"]["Filters"][1]
+            f["Pattern"] = f["Pattern"].replace('"TIMED_OUT"', '"TIMEDOUT"')
+        self.assertIn("SessionEventsMapping: its filter passes MODIFY of sess_1 to TIMED_OUT (it can make an event)", self.changed(change))
+
+    def test_a_filter_operator_not_understood_fails(self):
+        def change(t):
+            ct.props(t, "SessionEventsMapping")["FilterCriteria"]["Filters"][0]["Pattern"] = '{"eventName": [{"anything-but": ["REMOVE"]}]}'
+        self.assertIn("SessionEventsMapping: filter operator {'anything-but': ['REMOVE']} not understood here", self.changed(change))
+
+
 class SubnetsAndBuilds(unittest.TestCase):
     """Issue 40 item 8: every subnet parameter typed (so the VPC rule checks it), and every
     documented image build for the tasks' architecture; each widening fails."""
