@@ -21,6 +21,17 @@ ARN; empty, neither; every Secrets Manager grant names one of the operator's sec
 parameter. A claim carries its session's proxy credentials: both claims queues are encrypted at
 rest, and the dead-letter queue keeps a claim at most 4 days.
 
+The edge and the events (issue 40): one API key, and one address, may send at least 20 requests
+per second by default; the rules keyed on an address and the managed rule groups leave out the
+task API's requests and nothing else (their scope-down statements evaluated on the contract's
+task API routes and on customer paths made to look like them); no rule trusts a client's
+X-Forwarded-For (behind CloudFront, the address the distribution's function writes, for requests
+that carry its origin header); no sampled requests (they keep the API keys and task identities
+unredacted), and any WAF logging redacts those headers. The sessions stream's mapping runs 5-10
+batches per shard and filters out what makes no event (records checked against the contract's
+statuses). Every subnet parameter is of the subnet type (the VPC rule checks it), and every
+documented image build passes --platform for the task definitions' architecture.
+
 The template has two connect modes (the ConnectMode parameter). Every assertion runs on the
 template as CloudFormation would resolve it in each mode, with ManagedProxiesSecretArn empty
 and set (conditions evaluated, Fn::If taken, AWS::NoValue dropped, resources of false
@@ -1666,9 +1677,9 @@ def check_edge(t, cloudfront):
     for n, r in rate.items():
         check(isinstance(r.get("Limit"), dict) and r["Limit"].get("Ref") in t["Parameters"], f"ApiWebAcl: {n}'s limit is a parameter")
         check(rules[n].get("Action") == {"Block": {}}, f"ApiWebAcl: {n} blocks")
-    by_ip = [r for r in rate.values() if r.get("AggregateKeyType") in ("IP", "FORWARDED_IP")]
-    check(len(by_ip) == 1 and by_ip[0]["AggregateKeyType"] == ("FORWARDED_IP" if cloudfront else "IP"),
-          f"ApiWebAcl: a rate-based rule per client IP ({'FORWARDED_IP behind CloudFront' if cloudfront else 'IP'})")
+    check_edge_sizes(t)
+    check_task_api_excluded(t, rules, cloudfront)
+    check_no_sampled_headers(t, acl)
     auth = (ROOT / "crates/control-plane/src/auth.rs").read_text()
     for header in ("x-wc-api-key", "x-bb-api-key"):
         check(f'"{header}"' in auth, f"crates/control-plane/src/auth.rs: reads {header}")
@@ -1715,6 +1726,218 @@ def check_edge(t, cloudfront):
     check("origin idle" in readme or "idle limit" in readme, "deploy/README.md: why the connect host is not behind CloudFront")
 
 
+# --- Issue 40 item 6: the edge's defaults, the task API left out, the address CloudFront saw ------
+
+# The requests-per-second a single API key (and a single address) may send by default.
+EDGE_MIN_RATE = 20
+# Stand-ins for what CloudFormation resolves when the stack runs: the stack id's last part (the
+# origin header's value), as a template spells it.
+STACK_ID_PART = {"Fn::Select": [2, {"Fn::Split": ["/", {"Ref": "AWS::StackId"}]}]}
+STACK_ID_PART_VALUE = "0b5e6f9c-1d2a-4c3b-9e8f-7a6b5c4d3e2f"
+
+
+def check_edge_sizes(t):
+    """Item 6: one API key may send at least EDGE_MIN_RATE requests per second by default, and
+    one address as much as one key (a client on one address is not stopped before its key)."""
+    params = t["Parameters"]
+    key, ip = int(params["WafRatePerApiKey"]["Default"]), int(params["WafRatePerIp"]["Default"])
+    window = int(params["WafRateWindowSeconds"]["Default"])
+    check(key >= EDGE_MIN_RATE * window,
+          f"WafRatePerApiKey: default at least {EDGE_MIN_RATE} requests per second ({EDGE_MIN_RATE * window} per {window} s; has {key})")
+    check(ip >= key, f"WafRatePerIp: default at least WafRatePerApiKey's ({ip} < {key})")
+
+
+def waf_string(v, params):
+    """A string of a WAF statement as CloudFormation resolves it: a parameter's default in a
+    Fn::Sub or Ref, the stack id's last part as STACK_ID_PART_VALUE."""
+    if isinstance(v, str):
+        return v
+    if v == STACK_ID_PART:
+        return STACK_ID_PART_VALUE
+    if isinstance(v, dict) and list(v) == ["Ref"] and v["Ref"] in params:
+        return str(params[v["Ref"]]["Default"])
+    if isinstance(v, dict) and list(v) == ["Fn::Sub"] and isinstance(v["Fn::Sub"], str):
+        def sub(m):
+            if m.group(1) not in params or "Default" not in params[m.group(1)]:
+                raise ValueError(f"cannot resolve ${{{m.group(1)}}}")
+            return str(params[m.group(1)]["Default"])
+        return re.sub(r"\$\{([^}!]+)\}", sub, v["Fn::Sub"])
+    raise ValueError(f"cannot resolve {json.dumps(v)}")
+
+
+def waf_matches(stmt, req, params):
+    """Whether the WAF statement `stmt` matches `req` ({"method", "path", "headers"}: lower-case
+    names). Only what the template uses is modelled (And, Or, Not, byte and regex matches of
+    the method, the URI path and a single header, no text transformation); anything else
+    raises ValueError, so no check passes on a statement it does not understand."""
+    (kind, x), = stmt.items()
+    if kind == "AndStatement":
+        return all(waf_matches(s, req, params) for s in x["Statements"])
+    if kind == "OrStatement":
+        return any(waf_matches(s, req, params) for s in x["Statements"])
+    if kind == "NotStatement":
+        return not waf_matches(x["Statement"], req, params)
+    if kind not in ("ByteMatchStatement", "RegexMatchStatement"):
+        raise ValueError(f"{kind} is not modelled")
+    if x.get("TextTransformations") != [{"Priority": 0, "Type": "NONE"}]:
+        raise ValueError(f"text transformations {x.get('TextTransformations')} are not modelled")
+    (field, spec), = x["FieldToMatch"].items()
+    if field == "Method":
+        value = req["method"]
+    elif field == "UriPath":
+        value = req["path"]
+    elif field == "SingleHeader":
+        value = req["headers"].get(spec["Name"].lower())
+    else:
+        raise ValueError(f"field {field} is not modelled")
+    if value is None:
+        return False
+    if kind == "RegexMatchStatement":
+        return re.search(waf_string(x["RegexString"], params), value) is not None
+    want, how = waf_string(x["SearchString"], params), x["PositionalConstraint"]
+    ops = {"EXACTLY": value == want, "STARTS_WITH": value.startswith(want), "ENDS_WITH": value.endswith(want),
+           "CONTAINS": want in value}
+    if how not in ops:
+        raise ValueError(f"positional constraint {how} is not modelled")
+    return ops[how]
+
+
+def in_scope(statement, req, params):
+    """Whether a rule whose scope-down statement is `statement` (None: no scope-down) sees `req`."""
+    return statement is None or waf_matches(statement, req, params)
+
+
+def task_api_paths():
+    """The task API's routes (the contract's `*_PATH` constants under /v1/internal/)."""
+    src = (ROOT / "crates/contract/src/task_api.rs").read_text()
+    return re.findall(r'pub const [A-Z_]+_PATH: &str = "(/v1/internal/[^"]+)";', src)
+
+
+def edge_requests(stage):
+    """(task API requests, customer requests) as WAF sees them on the stage: a task calls the
+    execute-api URL with the stage (TASK_API_URL), a custom domain has no stage in its paths.
+    The customer ones include paths that only look like the task API's."""
+    identity = re.search(r'IDENTITY_HEADER: &str = "([^"]+)"', (ROOT / "crates/contract/src/task_api.rs").read_text()).group(1)
+    tasks = [{"method": "POST", "path": prefix + p, "headers": {identity: "x", "user-agent": "wallcrawler"}}
+             for p in task_api_paths() for prefix in (f"/{stage}", "")]
+    paths = ["/v1/sessions", "/v1/sessions/sess_1", "/v1/internal/../sessions", "/v1/internal/%2e%2e/sessions",
+             "/v1/internal//claims", "/v1/internal/claims/../../sessions", "/v1/sessions/v1/internal/claims", "/v1/internal/claims/x/.."]
+    customers = [{"method": "POST", "path": prefix + p, "headers": {"x-bb-api-key": "bb_1"}} for p in paths for prefix in (f"/{stage}", "")]
+    customers += [{"method": m, "path": f"/{stage}{p}", "headers": {"x-bb-api-key": "bb_1"}}
+                  for p in task_api_paths() for m in ("GET", "PUT", "DELETE")]
+    return tasks, customers
+
+
+def address_rules(rules):
+    """{name: RateBasedStatement} of the rate-based rules keyed on an address."""
+    out = {}
+    for n, r in rules.items():
+        rb = r["Statement"].get("RateBasedStatement")
+        if rb and (rb.get("AggregateKeyType") in ("IP", "FORWARDED_IP")
+                   or any({"IP", "ForwardedIP"} & set(k) for k in rb.get("CustomKeys", []))):
+            out[n] = rb
+    return out
+
+
+def check_task_api_excluded(t, rules, cloudfront):
+    """Item 6: no rule keyed on an address counts the task API's requests, and no managed rule
+    group sees them (all the tasks share the NAT gateway's addresses); every customer request,
+    paths made to look like the task API's among them, is still counted per address and seen by
+    every managed group. No rule trusts a client's X-Forwarded-For: an address rule keys on the
+    peer, or (behind CloudFront) on the header the distribution writes, only for requests that
+    carry its origin header."""
+    params = t["Parameters"]
+    stage = params["StageName"]["Default"]
+    tasks, customers = edge_requests(stage)
+    check(len(task_api_paths()) >= 2, f"crates/contract/src/task_api.rs: the task API's routes found ({task_api_paths()})")
+    by_addr = address_rules(rules)
+    check(by_addr, "ApiWebAcl: a rate-based rule per client address")
+    viewer_header, origin = None, None
+    if cloudfront:
+        d = props(t, "ApiDistribution").get("DistributionConfig", {})
+        (o,) = d.get("Origins", [{}])
+        origin = {h["HeaderName"].lower(): h["HeaderValue"] for h in o.get("OriginCustomHeaders", [])}
+        fns = [a for a in d.get("DefaultCacheBehavior", {}).get("FunctionAssociations", []) if a.get("EventType") == "viewer-request"]
+        code = ""
+        if check(len(fns) == 1 and isinstance(fns[0].get("FunctionARN"), dict) and "Fn::GetAtt" in fns[0]["FunctionARN"],
+                 "ApiDistribution: one viewer-request function (it writes the viewer's address)"):
+            code = props(t, fns[0]["FunctionARN"]["Fn::GetAtt"][0]).get("FunctionCode", "")
+        m = re.search(r"request\.headers\[['\"]([a-z0-9-]+)['\"]\]\s*=\s*\{\s*value:\s*event\.viewer\.ip\s*\}", code)
+        viewer_header = m.group(1) if m else None
+        check(viewer_header not in (None, "x-forwarded-for"),
+              "ApiDistribution: its viewer-request function sets a header of its own to event.viewer.ip (replacing the client's)")
+    for n, rb in by_addr.items():
+        fwd = rb.get("ForwardedIPConfig", {}).get("HeaderName", "").lower()
+        kind = rb.get("AggregateKeyType")
+        check(kind in ("IP", "FORWARDED_IP"), f"ApiWebAcl: {n} keyed on IP or FORWARDED_IP alone ({kind})")
+        check(fwd != "x-forwarded-for", f"ApiWebAcl: {n} does not trust X-Forwarded-For (a client writes its first address)")
+        if kind == "FORWARDED_IP":
+            check(cloudfront and fwd == viewer_header,
+                  f"ApiWebAcl: {n} keyed on a forwarded address only behind CloudFront, on the header its function writes ({fwd})")
+    try:
+        # The task API's requests: never counted per address, whatever they carry.
+        for n, rb in by_addr.items():
+            for req in tasks:
+                for extra in ([{}] + ([{viewer_header: "192.0.2.1", **{h: v for h, v in (origin or {}).items()}}] if cloudfront else [])):
+                    r = {**req, "headers": {**req["headers"], **{h: waf_string(v, params) for h, v in extra.items()}}}
+                    check(not in_scope(rb.get("ScopeDownStatement"), r, params),
+                          f"ApiWebAcl: {n} does not count the task API's {r['method']} {r['path']}")
+        # Customer requests: counted per address, by the peer's when they come directly, by the
+        # viewer's (and only then) when they carry the distribution's origin header.
+        def counted(req):
+            return sorted(n for n, rb in by_addr.items() if in_scope(rb.get("ScopeDownStatement"), req, params))
+        for req in customers:
+            direct = {**req, "headers": {**req["headers"], "x-forwarded-for": "198.51.100.7"}}
+            if viewer_header:
+                direct["headers"][viewer_header] = "198.51.100.8"
+            got = counted(direct)
+            check(len(got) == 1 and by_addr[got[0]].get("AggregateKeyType") == "IP",
+                  f"ApiWebAcl: a direct {req['method']} {req['path']} is counted once, by its peer's address ({got})")
+            if cloudfront:
+                cf = {**req, "headers": {**req["headers"], viewer_header or "-": "203.0.113.9",
+                                         **{h: waf_string(v, params) for h, v in (origin or {}).items()}}}
+                got = counted(cf)
+                check(len(got) == 1 and by_addr[got[0]].get("AggregateKeyType") == "FORWARDED_IP",
+                      f"ApiWebAcl: {req['method']} {req['path']} through CloudFront is counted once, by the viewer's address ({got})")
+        # The managed groups: none sees a task API request; each sees every customer one.
+        for n, r in rules.items():
+            g = r["Statement"].get("ManagedRuleGroupStatement")
+            if not g:
+                continue
+            scope = g.get("ScopeDownStatement")
+            for req in tasks:
+                check(not in_scope(scope, req, params), f"ApiWebAcl: {n} ({g['Name']}) does not see the task API's {req['method']} {req['path']}")
+            for req in customers:
+                check(in_scope(scope, req, params), f"ApiWebAcl: {n} ({g['Name']}) sees {req['method']} {req['path']}")
+    except (ValueError, KeyError, TypeError) as e:
+        check(False, f"ApiWebAcl: a scope-down statement check_template cannot evaluate ({e})")
+
+
+# The request headers that carry a credential: both API key headers (crates/control-plane/src/
+# auth.rs) and the task identity (the contract's IDENTITY_HEADER).
+def secret_headers():
+    ident = re.search(r'IDENTITY_HEADER: &str = "([^"]+)"', (ROOT / "crates/contract/src/task_api.rs").read_text()).group(1)
+    return ["x-wc-api-key", "x-bb-api-key", ident]
+
+
+def check_no_sampled_headers(t, acl):
+    """Item 4: WAF keeps no credential header. Sampled requests store every header as sent, with
+    no redaction: off on the web ACL and every rule. A WAF logging configuration, if the
+    template has one, redacts the API key headers and the task identity."""
+    vis = [("ApiWebAcl", acl.get("VisibilityConfig", {}))] + [(r["Name"], r.get("VisibilityConfig", {})) for r in acl.get("Rules", [])]
+    for name, v in vis:
+        check(v.get("SampledRequestsEnabled") in (False, "false"),
+              f"ApiWebAcl: {name} keeps no sampled requests (they store {', '.join(secret_headers())} unredacted)")
+    for name, res in resources(t, "AWS::WAFv2::LoggingConfiguration").items():
+        redacted = {f.get("SingleHeader", {}).get("Name", "").lower() for f in res["Properties"].get("RedactedFields", [])}
+        for h in secret_headers():
+            check(h in redacted, f"{name}: redacts {h}")
+    readme = (ROOT / "deploy/README.md").read_text()
+    if not resources(t, "AWS::WAFv2::LoggingConfiguration"):
+        check("RedactedFields" in readme and "SampledRequestsEnabled" in readme,
+              "deploy/README.md: says the web ACL logs nothing and keeps no samples, and how to log with RedactedFields")
+
+
 # --- Step 19: names that fit, and the deploy commands' capabilities ----------------------------
 
 # The name properties of each resource type (dotted path, list indices dropped) and their
@@ -1742,6 +1965,7 @@ NAME_LIMITS = {
     "AWS::WAFv2::WebACL": {"Name": 128, "VisibilityConfig.MetricName": 128, "Rules.Name": 128,
                            "Rules.VisibilityConfig.MetricName": 128},
     "AWS::CloudFront::Distribution": {"DistributionConfig.Comment": 128},
+    "AWS::CloudFront::Function": {"Name": 64},
     "AWS::CloudWatch::Alarm": {"AlarmName": 255},
     "AWS::Events::Rule": {"Name": 64},
     "AWS::S3::Bucket": {"BucketName": 63},

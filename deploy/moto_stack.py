@@ -33,8 +33,9 @@ forever). This script changes a copy of the template, never the file, in exactly
   ACL is created with the plain CreateWebACL (its properties with the parameters' values and
   the EdgeCloudFront condition taken) and associated with the stage with AssociateWebACL
   (moto then shows it as the stage's webAclArn); the output moto:ApiWebAclArn names it;
-- AWS::CloudFront::Distribution (EdgeCloudFront true only): skipped by moto's CloudFormation
-  too, and nothing in the stack test goes through it: left out, asserted by check_template.
+- AWS::CloudFront::Distribution and ::Function (EdgeCloudFront true only): skipped by moto's
+  CloudFormation too, and nothing in the stack test goes through them: left out, asserted by
+  check_template.
   (moto's plain CreateDistribution works; CreateOriginRequestPolicy answers 404, which is
   why the template uses the managed request policy.)
 - a role's inline policy under a condition (`Policies: [..., !If [Cond, {policy},
@@ -88,7 +89,7 @@ REPLACED_BY_API = (
 )
 # What moto's CloudFormation skips (it logs "No Moto CloudFormation support") and whose plain
 # API this stack does not need: left to deploy/check_template.py.
-LEFT_OUT = ("AWS::CloudFront::Distribution",)
+LEFT_OUT = ("AWS::CloudFront::Distribution", "AWS::CloudFront::Function")
 
 
 def log(msg):

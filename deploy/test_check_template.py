@@ -11,7 +11,12 @@ distribution's caching) fails them. And (Step 19) a NamePrefix longer than a nam
 allows, a name of a type NAME_LIMITS does not know, and a documented deploy command without
 CAPABILITY_NAMED_IAM fail them. And (issue 44) the managed proxy pools' secret read on `*`, by
 another role, or without the parameter set, its variable elsewhere, and a claims queue without
-encryption or keeping dead claims for long fail them.
+encryption or keeping dead claims for long fail them. And (issue 40, items 4, 6-8) rate defaults
+under 20 requests per second, a per-address rule or a managed group that sees the task API (or
+leaves out more than it), a rule trusting X-Forwarded-For or a distribution that does not write
+the address it saw, sampled requests or unredacted logging, one stream batch per shard or a
+filter passing usage items and lease renewals (or dropping an event), a plain private subnet
+list, and a documented image build without --platform for the tasks' architecture fail them.
 
     .venv/bin/python deploy/test_check_template.py
 """
@@ -280,16 +285,150 @@ class EventsAndEdge(unittest.TestCase):
             rule(t, "body-size")["Statement"]["RegexMatchStatement"]["RegexString"] = ct.above_regex(1048576)
         self.assertIn("ApiWebAcl: blocks a Content-Length above the API's largest body (4259840", self.changed(change))
 
-    def test_client_ip_behind_cloudfront_is_the_forwarded_one(self):
+    def test_x_forwarded_for_behind_cloudfront_fails(self):
         def change(t):
-            rule(t, "rate-per-ip")["Statement"]["RateBasedStatement"]["AggregateKeyType"] = "IP"
-        self.assertIn("ApiWebAcl: a rate-based rule per client IP (FORWARDED_IP behind CloudFront)", self.changed(change, True))
+            r = rule(t, "rate-per-ip")["Statement"]["RateBasedStatement"]
+            r["AggregateKeyType"] = "FORWARDED_IP"
+            r["ForwardedIPConfig"] = {"HeaderName": "X-Forwarded-For", "FallbackBehavior": "MATCH"}
+        got = self.changed(change, True)
+        self.assertIn("ApiWebAcl: rate-per-ip does not trust X-Forwarded-For (a client writes its first address)", got)
+        self.assertIn("ApiWebAcl: rate-per-ip keyed on a forwarded address only behind CloudFront, on the header its function writes", got)
 
     def test_a_caching_distribution_fails(self):
         def change(t):
             ct.props(t, "ApiDistribution")["DistributionConfig"]["DefaultCacheBehavior"]["CachePolicyId"] = "658327ea-f89d-4fab-a63d-7e88639e58f6"
         self.assertIn("ApiDistribution: Managed-CachingDisabled", self.changed(change, True))
 
+
+def find_statement(node, kind):
+    """The first statement of `kind` (e.g. RegexMatchStatement) inside `node`."""
+    if isinstance(node, dict):
+        if kind in node:
+            return node[kind]
+        for v in node.values():
+            found = find_statement(v, kind)
+            if found is not None:
+                return found
+    if isinstance(node, list):
+        for v in node:
+            found = find_statement(v, kind)
+            if found is not None:
+                return found
+    return None
+
+
+def cloudfront():
+    return ct.resolve(ct.load(ct.ROOT / "deploy/template.yaml"), {"EdgeCloudFront": "true"})
+
+
+class EdgeSized(unittest.TestCase):
+    """Issue 40 items 4 and 6: the rate defaults, the task API left out of the per-address rules
+    and the managed groups (and nothing else with it), the address CloudFront saw, no sampled
+    headers; each widened fails."""
+
+    def changed(self, change, cloudfront_on=False):
+        t = cloudfront() if cloudfront_on else resolved()
+        change(t)
+        got = edge_failures_of(t, cloudfront_on)
+        self.assertTrue(got, "the changed template passed")
+        return "\n".join(got)
+
+    def test_a_per_key_default_under_20_per_second_fails(self):
+        def change(t):
+            t["Parameters"]["WafRatePerApiKey"]["Default"] = 1000
+        self.assertIn("WafRatePerApiKey: default at least 20 requests per second (6000 per 300 s; has 1000)", self.changed(change))
+
+    def test_a_per_ip_default_under_the_keys_fails(self):
+        def change(t):
+            t["Parameters"]["WafRatePerIp"]["Default"] = 2000
+        self.assertIn("WafRatePerIp: default at least WafRatePerApiKey's (2000 < 6000)", self.changed(change))
+
+    def test_a_per_ip_rule_counting_the_tasks_fails(self):
+        def change(t):
+            del rule(t, "rate-per-ip")["Statement"]["RateBasedStatement"]["ScopeDownStatement"]
+        got = self.changed(change)
+        self.assertIn("ApiWebAcl: rate-per-ip does not count the task API's POST /api/v1/internal/claims", got)
+        self.assertIn("ApiWebAcl: rate-per-ip does not count the task API's POST /v1/internal/credentials", got)
+
+    def test_a_prefix_exclusion_fails(self):
+        def change(t):
+            find_statement(rule(t, "rate-per-ip"), "RegexMatchStatement")["RegexString"] = {"Fn::Sub": "^(/${StageName})?/v1/internal/"}
+        got = self.changed(change)
+        self.assertIn("ApiWebAcl: a direct POST /api/v1/internal/../sessions is counted once, by its peer's address ([])", got)
+        self.assertIn("ApiWebAcl: a direct POST /api/v1/internal/%2e%2e/sessions is counted once", got)
+
+    def test_a_method_blind_exclusion_fails(self):
+        def change(t):
+            scope = rule(t, "rate-per-ip")["Statement"]["RateBasedStatement"]["ScopeDownStatement"]
+            scope["NotStatement"]["Statement"]["AndStatement"]["Statements"].pop(0)
+        self.assertIn("ApiWebAcl: a direct GET /api/v1/internal/claims is counted once, by its peer's address ([])", self.changed(change))
+
+    def test_a_managed_group_seeing_the_tasks_fails(self):
+        def change(t):
+            del rule(t, "aws-common")["Statement"]["ManagedRuleGroupStatement"]["ScopeDownStatement"]
+        self.assertIn("ApiWebAcl: aws-common (AWSManagedRulesCommonRuleSet) does not see the task API's POST /api/v1/internal/claims",
+                      self.changed(change))
+
+    def test_a_managed_group_leaving_out_more_fails(self):
+        def change(t):
+            find_statement(rule(t, "aws-known-bad-inputs"), "RegexMatchStatement")["RegexString"] = "/v1/internal/"
+        self.assertIn("ApiWebAcl: aws-known-bad-inputs (AWSManagedRulesKnownBadInputsRuleSet) sees POST /api/v1/sessions/v1/internal/claims",
+                      self.changed(change))
+
+    def test_an_unmodelled_statement_fails(self):
+        def change(t):
+            find_statement(rule(t, "aws-common"), "RegexMatchStatement")["TextTransformations"] = [{"Priority": 0, "Type": "URL_DECODE"}]
+        self.assertIn("ApiWebAcl: a scope-down statement check_template cannot evaluate", self.changed(change))
+
+    def test_the_viewer_rule_without_the_origin_header_fails(self):
+        def change(t):
+            rb = rule(t, "rate-per-viewer-ip")["Statement"]["RateBasedStatement"]
+            rb["ScopeDownStatement"] = rb["ScopeDownStatement"]["AndStatement"]["Statements"][1]
+        self.assertIn("ApiWebAcl: a direct POST /api/v1/sessions is counted once, by its peer's address (['rate-per-ip', 'rate-per-viewer-ip'])",
+                      self.changed(change, True))
+
+    def test_cloudfront_requests_counted_by_the_edge_fail(self):
+        def change(t):
+            rb = rule(t, "rate-per-ip")["Statement"]["RateBasedStatement"]
+            rb["ScopeDownStatement"] = rb["ScopeDownStatement"]["AndStatement"]["Statements"][0]
+        self.assertIn("ApiWebAcl: POST /api/v1/sessions through CloudFront is counted once, by the viewer's address "
+                      "(['rate-per-ip', 'rate-per-viewer-ip'])", self.changed(change, True))
+
+    def test_a_distribution_without_its_function_fails(self):
+        def change(t):
+            del ct.props(t, "ApiDistribution")["DistributionConfig"]["DefaultCacheBehavior"]["FunctionAssociations"]
+        got = self.changed(change, True)
+        self.assertIn("ApiDistribution: one viewer-request function (it writes the viewer's address)", got)
+        self.assertIn("ApiWebAcl: rate-per-viewer-ip keyed on a forwarded address only behind CloudFront", got)
+
+    def test_a_function_keeping_the_clients_header_fails(self):
+        def change(t):
+            ct.props(t, "ApiViewerAddressFunction")["FunctionCode"] = "function handler(event) { return event.request; }"
+        self.assertIn("ApiDistribution: its viewer-request function sets a header of its own to event.viewer.ip", self.changed(change, True))
+
+    def test_no_origin_header_fails(self):
+        def change(t):
+            del ct.props(t, "ApiDistribution")["DistributionConfig"]["Origins"][0]["OriginCustomHeaders"]
+        self.assertIn("ApiWebAcl: POST /api/v1/sessions through CloudFront is counted once, by the viewer's address (['rate-per-ip'])",
+                      self.changed(change, True))
+
+    def test_sampled_requests_fail(self):
+        def change(t):
+            ct.props(t, "ApiWebAcl")["VisibilityConfig"]["SampledRequestsEnabled"] = True
+            rule(t, "rate-per-bb-api-key")["VisibilityConfig"]["SampledRequestsEnabled"] = True
+        got = self.changed(change)
+        self.assertIn("ApiWebAcl: ApiWebAcl keeps no sampled requests (they store x-wc-api-key, x-bb-api-key, x-wallcrawler-task-identity unredacted)", got)
+        self.assertIn("ApiWebAcl: rate-per-bb-api-key keeps no sampled requests", got)
+
+    def test_logging_without_redaction_fails(self):
+        def add(t):
+            t["Resources"]["WafLogging"] = {"Type": "AWS::WAFv2::LoggingConfiguration", "Properties": {
+                "ResourceArn": {"Fn::GetAtt": ["ApiWebAcl", "Arn"]}, "LogDestinationConfigs": ["arn:aws:logs:us-east-1:1:log-group:aws-waf-logs-x"],
+                "RedactedFields": [{"SingleHeader": {"Name": "x-wc-api-key"}}]}}
+        got = self.changed(add)
+        self.assertIn("WafLogging: redacts x-bb-api-key", got)
+        self.assertIn("WafLogging: redacts x-wallcrawler-task-identity", got)
+        self.assertNotIn("WafLogging: redacts x-wc-api-key", got)
 
 class EventsFiltered(unittest.TestCase):
     """Issue 40 item 7: the stream mapping's parallel batches and its filter (every record that
