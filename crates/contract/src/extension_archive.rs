@@ -61,6 +61,16 @@ pub enum ArchiveError {
     /// The manifest parses but Chrome would not load it.
     #[error("manifest.json {0}")]
     Manifest(String),
+    /// The manifest asks for access to `file://` URLs ([`check_upload`] only).
+    #[error(
+        "the extension's manifest asks for file access ({pattern:?} in {field}); extensions may not read the browser's disk"
+    )]
+    FileAccess {
+        /// The match pattern, as written.
+        pattern: String,
+        /// Where: `host_permissions`, `content_scripts[0].matches`…
+        field: String,
+    },
 }
 
 /// Why an archive was not unpacked.
@@ -96,11 +106,79 @@ pub struct Checked {
 
 /// Checks `bytes` (at most [`MAX_ARCHIVE_BYTES`], which the caller enforces) as above.
 pub fn check(bytes: &[u8]) -> Result<Checked, ArchiveError> {
-    check_within(bytes, MAX_EXPANDED_BYTES)
+    check_within(bytes, MAX_EXPANDED_BYTES).map(|(checked, _)| checked)
 }
 
-/// [`check`] with an expansion budget of `expanded` bytes (the tests' bombs stay small).
-fn check_within(bytes: &[u8], expanded: u64) -> Result<Checked, ArchiveError> {
+/// [`check`], and the refusal of a manifest asking for file access ([`file_access`]): what
+/// the API takes. The controller's [`unpack`] does not refuse it: the browser denies every
+/// extension file access whatever its manifest says (`<all_urls>`, which the API accepts,
+/// would otherwise grant it too), so the refusal here tells the client early and plainly, and
+/// Chrome's denial is the guard.
+pub fn check_upload(bytes: &[u8]) -> Result<Checked, ArchiveError> {
+    let (checked, manifest) = check_within(bytes, MAX_EXPANDED_BYTES)?;
+    match file_access(&manifest) {
+        Some(refused) => Err(refused),
+        None => Ok(checked),
+    }
+}
+
+/// The first `file:` match pattern the manifest asks for: in `host_permissions` or
+/// `optional_host_permissions`, in `permissions` or `optional_permissions` (where manifest
+/// version 2 put hosts, and Chrome still reads a pattern, with a warning), or in a content
+/// script's `matches`. `<all_urls>` and `*://…` are not refused: `*` stands for http and
+/// https only, and `<all_urls>` reaches `file:` only with the browser's "Allow access to file
+/// URLs", which the controller never grants (a common extension asks for `<all_urls>`).
+pub fn file_access(manifest: &serde_json::Map<String, Value>) -> Option<ArchiveError> {
+    let patterns = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut places: Vec<(String, Vec<String>)> = [
+        "host_permissions",
+        "optional_host_permissions",
+        "permissions",
+        "optional_permissions",
+    ]
+    .into_iter()
+    .map(|field| (field.to_owned(), patterns(manifest.get(field))))
+    .collect();
+    if let Some(scripts) = manifest.get("content_scripts").and_then(Value::as_array) {
+        for (i, script) in scripts.iter().enumerate() {
+            places.push((
+                format!("content_scripts[{i}].matches"),
+                patterns(script.get("matches")),
+            ));
+        }
+    }
+    places.into_iter().find_map(|(field, patterns)| {
+        patterns
+            .into_iter()
+            .find(|p| grants_files(p))
+            .map(|pattern| ArchiveError::FileAccess { pattern, field })
+    })
+}
+
+/// Whether a match pattern names the `file` scheme (Chrome reads schemes case-insensitively,
+/// and ignores spaces around a pattern).
+fn grants_files(pattern: &str) -> bool {
+    pattern
+        .trim()
+        .get(..5)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("file:"))
+}
+
+/// [`check`] with an expansion budget of `expanded` bytes (the tests' bombs stay small); also
+/// the manifest.
+fn check_within(
+    bytes: &[u8],
+    expanded: u64,
+) -> Result<(Checked, serde_json::Map<String, Value>), ArchiveError> {
     let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
         .map_err(|e| ArchiveError::NotZip(e.to_string()))?;
     if zip.len() > MAX_ENTRIES {
@@ -148,20 +226,26 @@ fn check_within(bytes: &[u8], expanded: u64) -> Result<Checked, ArchiveError> {
         }
     }
     let (root, manifest) = pick_manifest(manifests, &tops)?;
-    let (name, version) = check_manifest(&manifest)?;
-    Ok(Checked {
-        name,
-        version,
-        root,
-    })
+    let (name, version, manifest) = check_manifest(&manifest)?;
+    Ok((
+        Checked {
+            name,
+            version,
+            root,
+        },
+        manifest,
+    ))
 }
 
 /// Checks `bytes` as [`check`] does, then writes its entries into `dest`, a directory made
 /// here (its parent must exist; an existing `dest` is refused, so nothing it holds is
 /// followed). Only plain folders and files are made, each file new (`O_EXCL`), and what they
-/// expand to is counted again while writing. The folder holding `manifest.json`: what
-/// Chrome loads. Folders are 0755 and files 0644: a browser running as another user reads
-/// them (an extension's code is no secret).
+/// expand to is counted again while writing. An archive whose manifest is in its one
+/// top-level folder is written without that folder, so `manifest.json` is always at `dest`,
+/// the folder Chrome loads (returned): Chrome names an unpacked extension after its folder's
+/// path, and the controller must know that name before it loads it. Folders are 0755 and
+/// files 0644: a browser running as another user reads them (an extension's code is no
+/// secret).
 pub fn unpack(bytes: &[u8], dest: &Path) -> Result<PathBuf, UnpackError> {
     if bytes.len() > MAX_ARCHIVE_BYTES {
         return Err(UnpackError::ArchiveTooLarge);
@@ -183,7 +267,15 @@ pub fn unpack(bytes: &[u8], dest: &Path) -> Result<PathBuf, UnpackError> {
             .by_index(i)
             .map_err(|e| ArchiveError::NotZip(e.to_string()))?;
         let name = String::from_utf8_lossy(entry.name_raw()).into_owned();
-        let path = checked_name(&name)?
+        let mut parts = checked_name(&name)?;
+        // With a manifest in a folder, every entry is in that folder (`check` made sure).
+        if !checked.root.is_empty() && parts.first() == Some(&checked.root) {
+            parts.remove(0);
+        }
+        if parts.is_empty() {
+            continue;
+        }
+        let path = parts
             .iter()
             .fold(dest.to_path_buf(), |p, part| p.join(part));
         if entry.is_dir() {
@@ -205,11 +297,7 @@ pub fn unpack(bytes: &[u8], dest: &Path) -> Result<PathBuf, UnpackError> {
             .checked_sub(n)
             .ok_or(ArchiveError::TooLarge(MAX_EXPANDED_BYTES))?;
     }
-    Ok(checked
-        .root
-        .split('/')
-        .filter(|p| !p.is_empty())
-        .fold(dest.to_path_buf(), |p, part| p.join(part)))
+    Ok(dest.to_path_buf())
 }
 
 /// The components of `name`, if it is a plain relative path (a trailing `/` marks a folder).
@@ -248,9 +336,13 @@ fn pick_manifest(
     in_folder.ok_or(ArchiveError::NoManifest)
 }
 
-/// `name` and `version` of a manifest Chrome loads: an object, `manifest_version` 3 (Chrome no
-/// longer loads 2), a non-empty `name`, a `version` of one to four dot-separated numbers.
-fn check_manifest(bytes: &[u8]) -> Result<(String, String), ArchiveError> {
+/// `name` and `version` of a manifest Chrome loads, and the manifest: an object,
+/// `manifest_version` 3 (Chrome no longer loads 2), a non-empty `name`, a `version` of one to
+/// four dot-separated numbers.
+#[allow(clippy::type_complexity)]
+fn check_manifest(
+    bytes: &[u8],
+) -> Result<(String, String, serde_json::Map<String, Value>), ArchiveError> {
     // Chrome accepts a UTF-8 byte-order mark before the JSON.
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     let v: Value =
@@ -288,7 +380,8 @@ fn check_manifest(bytes: &[u8]) -> Result<(String, String), ArchiveError> {
             "must have a \"version\" of one to four dot-separated numbers, got {version:?}"
         )));
     }
-    Ok((name.to_owned(), version.to_owned()))
+    let (name, version) = (name.to_owned(), version.to_owned());
+    Ok((name, version, m))
 }
 
 #[cfg(test)]
@@ -412,8 +505,9 @@ mod tests {
             ("mark/js/a.js", b"1"),
         ]);
         let root = unpack(&packed, &dest).unwrap();
-        assert_eq!(root, dest.join("mark"));
+        assert_eq!(root, dest, "the one top-level folder is left out");
         assert_eq!(std::fs::read(root.join("js/a.js")).unwrap(), b"1");
+        assert!(root.join("manifest.json").is_file() && !dest.join("mark").exists());
         // The folder is new: unpacking into it again is refused before anything is written.
         assert!(matches!(
             unpack(&packed, &dest),
@@ -426,6 +520,71 @@ mod tests {
             Err(UnpackError::Refused(ArchiveError::Escapes(n))) if n == "../x"
         ));
         assert!(!other.exists() && !tmp.path().join("x").exists());
+    }
+
+    #[test]
+    fn a_manifest_asking_for_files_is_refused_at_upload_naming_the_pattern() {
+        let refused = |manifest: &str| {
+            let zip = zip_of(&[("manifest.json", manifest.as_bytes())]);
+            assert!(check(&zip).is_ok(), "the controller's check takes it");
+            check_upload(&zip).map(|_| ()).map_err(|e| e.to_string())
+        };
+        let with = |field: &str, value: &str| {
+            format!(r#"{{"manifest_version":3,"name":"R","version":"1","{field}":{value}}}"#)
+        };
+        for (field, value, pattern, named) in [
+            (
+                "host_permissions",
+                r#"["file:///*"]"#,
+                "file:///*",
+                "host_permissions",
+            ),
+            (
+                "permissions",
+                r#"["storage","file:///etc/*"]"#,
+                "file:///etc/*",
+                "permissions",
+            ),
+            (
+                "optional_host_permissions",
+                r#"["https://a.test/*","FILE:///*"]"#,
+                "FILE:///*",
+                "optional_host_permissions",
+            ),
+            (
+                "optional_permissions",
+                r#"[" file://*/*"]"#,
+                " file://*/*",
+                "optional_permissions",
+            ),
+            (
+                "content_scripts",
+                r#"[{"matches":["https://a.test/*"],"js":["a.js"]},{"matches":["file:///home/*"],"js":["a.js"]}]"#,
+                "file:///home/*",
+                "content_scripts[1].matches",
+            ),
+        ] {
+            assert_eq!(
+                refused(&with(field, value)),
+                Err(format!(
+                    "the extension's manifest asks for file access ({pattern:?} in {named}); extensions may not read the browser's disk"
+                ))
+            );
+        }
+        // `*` is http and https; `<all_urls>` reaches files only with a toggle never granted.
+        for ok in [
+            with(
+                "host_permissions",
+                r#"["<all_urls>","*://*/*","http://127.0.0.1/*"]"#,
+            ),
+            with(
+                "content_scripts",
+                r#"[{"matches":["<all_urls>"],"js":["a.js"]}]"#,
+            ),
+            with("permissions", r#"["storage",{"not":"a pattern"}]"#),
+        ] {
+            assert_eq!(refused(&ok), Ok(()), "{ok}");
+        }
     }
 
     #[test]
