@@ -1,17 +1,27 @@
 //! The sessions-stream processor: a batch of the sessions table's stream records (as Lambda
 //! delivers them) in, the session events ([`wallcrawler_contract::events`]) they make out,
-//! each handed to every [`EventSink`] (on AWS the session topic and EventBridge, the `aws`
+//! handed to every [`EventSink`] (on AWS the session topic and EventBridge, the `aws`
 //! module's `SnsTopic` and `EventBus`, which depend on this module, not it on them).
 //!
-//! Delivery is at least once. Records are handled in stream order; the first record whose
-//! events cannot all be published stops the batch, and the answer names it
-//! (`batchItemFailures`, its `SequenceNumber`): Lambda retries from that record on, and after
-//! the event source mapping's retries sends the record to its on-failure destination. The
-//! records after it are not published out of order. A retried record may publish an event a
-//! second time (to a sink that had taken it before the failure): subscribers deduplicate on
-//! the event id, the same for every delivery of one change.
+//! The events go out in calls of at most [`MAX_BATCH`] (SNS `PublishBatch`, EventBridge
+//! `PutEvents`), as few as the rule below allows (`plan`): 25 events of sessions with at most
+//! three each take three calls per sink. The calls go one after the other, each to every sink
+//! at once; a call holds no two events of one session, so a session's event goes out only once
+//! its earlier events were taken by every sink, even though a service that refuses one entry
+//! of a call may take the others.
+//!
+//! Delivery is at least once. The first record with an event not taken by every sink (a
+//! refused entry, or an event whose call was not made after a failure), or that cannot be
+//! read, is named in the answer (`batchItemFailures`, its `SequenceNumber`): Lambda retries
+//! from that record on, and after the event source mapping's retries sends the record to its
+//! on-failure destination. A retried record may publish an event a second time (to a sink
+//! that had taken it before the failure, or one of a later record that shared a call):
+//! subscribers deduplicate on the event id, the same for every delivery of one change.
+
+use std::collections::HashMap;
 
 use async_trait::async_trait;
+use futures_util::future::join_all;
 use serde::{Deserialize, Serialize};
 use tracing::{error, info};
 use wallcrawler_contract::events::{SessionEvent, events_of};
@@ -94,11 +104,27 @@ pub enum EventsError {
     },
 }
 
+/// Most events one sink call takes (SNS `PublishBatch` and EventBridge `PutEvents` alike).
+pub const MAX_BATCH: usize = 10;
+
+/// A sink took the events of a call before `index`; that one it did not, and perhaps not
+/// some after it.
+#[derive(Debug, thiserror::Error)]
+#[error("the call's entry {index} was not taken")]
+pub struct BatchFailure {
+    /// The first entry not taken.
+    pub index: usize,
+    /// Why.
+    #[source]
+    pub source: EventsError,
+}
+
 /// Somewhere session events go.
 #[async_trait]
 pub trait EventSink: Send + Sync {
-    /// Publishes one event; `Ok` once the service has taken it.
-    async fn publish(&self, event: &SessionEvent) -> Result<(), EventsError>;
+    /// Publishes `events` (at most [`MAX_BATCH`]) in one call; `Ok` once the service has taken
+    /// them all.
+    async fn publish_batch(&self, events: &[SessionEvent]) -> Result<(), BatchFailure>;
 }
 
 /// Whether an image is a session's: its key is a session id. The sessions table also holds
@@ -130,51 +156,135 @@ pub fn record_events(r: &StreamRecord) -> Result<Vec<SessionEvent>, EventsError>
     Ok(events_of(old.as_ref(), new.as_ref()))
 }
 
-/// Publishes every event of `batch`'s records, in order, to every sink; stops at the first
-/// record that fails and names it in the answer.
+/// Publishes the events of `batch`'s records to every sink (`plan`, `publish`); names the
+/// first record not fully published, if any, in the answer.
 pub async fn process(batch: &StreamBatch, sinks: &[&dyn EventSink]) -> BatchResponse {
-    for r in &batch.records {
-        if let Err(e) = publish_record(r, sinks).await {
-            error!(
-                record = %r.event_id,
-                sequence = %r.dynamodb.sequence_number,
-                error = %crate::error::chain(&e),
-                "a stream record's events were not all published; retried from it"
-            );
-            return BatchResponse {
-                batch_item_failures: vec![BatchItemFailure {
-                    item_identifier: r.dynamodb.sequence_number.clone(),
-                }],
-            };
+    let mut events = Vec::new();
+    let mut unread = None;
+    for (i, r) in batch.records.iter().enumerate() {
+        match record_events(r) {
+            Ok(made) => events.extend(made.into_iter().map(|e| (i, e))),
+            Err(e) => {
+                error!(
+                    record = %r.event_id,
+                    error = %crate::error::chain(&e),
+                    "a stream record was not read"
+                );
+                // The records after it are retried with it: not published now.
+                unread = Some(i);
+                break;
+            }
         }
     }
-    BatchResponse::default()
+    let unpublished = publish(&plan(events), sinks, &batch.records).await;
+    let Some(first) = unread.into_iter().chain(unpublished).min() else {
+        return BatchResponse::default();
+    };
+    let r = &batch.records[first];
+    error!(
+        record = %r.event_id,
+        sequence = %r.dynamodb.sequence_number,
+        "a stream record's events were not all published; retried from it"
+    );
+    BatchResponse {
+        batch_item_failures: vec![BatchItemFailure {
+            item_identifier: r.dynamodb.sequence_number.clone(),
+        }],
+    }
 }
 
-async fn publish_record(r: &StreamRecord, sinks: &[&dyn EventSink]) -> Result<(), EventsError> {
-    for event in record_events(r)? {
-        for sink in sinks {
-            sink.publish(&event).await?;
-        }
-        info!(
-            event = %event.event_id,
-            record = %r.event_id,
-            session.id = %event.session_id,
-            "session event published"
-        );
+/// One sink call's events, in stream order, each with the index of its record.
+#[derive(Debug, Default)]
+struct Call {
+    records: Vec<usize>,
+    events: Vec<SessionEvent>,
+}
+
+/// The calls `events` (each with its record's index, in stream order) go out in: at most
+/// [`MAX_BATCH`] events each, no two of one session, a session's events in its order over
+/// the calls; and as few calls as that allows: the larger of `⌈n / MAX_BATCH⌉` and the most
+/// events of one session. The events are dealt to the calls in turn, session by session
+/// (McNaughton's wrap-around), so no call gets more than its share and a session's events
+/// land in different calls.
+fn plan(events: Vec<(usize, SessionEvent)>) -> Vec<Call> {
+    let mut sessions: Vec<Vec<(usize, SessionEvent)>> = Vec::new();
+    let mut of_session = HashMap::new();
+    for (record, e) in events {
+        let i = *of_session.entry(e.session_id.clone()).or_insert_with(|| {
+            sessions.push(Vec::new());
+            sessions.len() - 1
+        });
+        sessions[i].push((record, e));
     }
-    Ok(())
+    let n: usize = sessions.iter().map(Vec::len).sum();
+    let longest = sessions.iter().map(Vec::len).max().unwrap_or(0);
+    let k = n.div_ceil(MAX_BATCH).max(longest);
+    let mut calls: Vec<Vec<(usize, SessionEvent)>> = (0..k).map(|_| Vec::new()).collect();
+    let mut dealt = 0;
+    for session in sessions {
+        // Consecutive turns modulo k are distinct calls (a session has at most k events);
+        // taken in ascending order, they keep the session's order.
+        let mut turns: Vec<usize> = (dealt..dealt + session.len()).map(|t| t % k).collect();
+        turns.sort_unstable();
+        dealt += session.len();
+        for (turn, event) in turns.into_iter().zip(session) {
+            calls[turn].push(event);
+        }
+    }
+    calls
+        .into_iter()
+        .map(|mut c| {
+            c.sort_by_key(|(record, _)| *record);
+            let (records, events) = c.into_iter().unzip();
+            Call { records, events }
+        })
+        .collect()
+}
+
+/// Makes `calls` one after the other, each to every sink at once; stops at the first call a
+/// sink did not take in full. The first record (of `records`) with an event not taken by every
+/// sink, if any.
+async fn publish(
+    calls: &[Call],
+    sinks: &[&dyn EventSink],
+    records: &[StreamRecord],
+) -> Option<usize> {
+    for (n, call) in calls.iter().enumerate() {
+        let answers = join_all(sinks.iter().map(|s| s.publish_batch(&call.events))).await;
+        let Some(failed) = answers
+            .into_iter()
+            .filter_map(Result::err)
+            .min_by_key(|f| f.index)
+        else {
+            for (e, &r) in call.events.iter().zip(&call.records) {
+                info!(
+                    event = %e.event_id,
+                    record = %records[r].event_id,
+                    session.id = %e.session_id,
+                    "session event published"
+                );
+            }
+            continue;
+        };
+        error!(error = %crate::error::chain(&failed), "a sink did not take a call's events");
+        let untaken = call.records.get(failed.index..).unwrap_or(&call.records);
+        let unmade = calls[n + 1..].iter().flat_map(|c| &c.records);
+        return untaken.iter().chain(unmade).min().copied();
+    }
+    None
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
     use std::sync::Mutex;
 
     use serde_json::{Value, json};
 
     use super::*;
 
-    /// A sink that records what it took, and fails the event ids it is told to.
+    /// A sink that records what it took, and refuses the event ids it is told to as SNS
+    /// refuses entries of a batch: it takes the call's other entries.
     #[derive(Default)]
     struct Sink {
         took: Mutex<Vec<String>>,
@@ -183,16 +293,29 @@ mod tests {
 
     #[async_trait]
     impl EventSink for Sink {
-        async fn publish(&self, e: &SessionEvent) -> Result<(), EventsError> {
-            if self.fail.contains(&e.event_id) {
-                return Err(EventsError::Publish {
-                    sink: "test",
-                    event_id: e.event_id.clone(),
-                    reason: "refused".into(),
-                });
+        async fn publish_batch(&self, events: &[SessionEvent]) -> Result<(), BatchFailure> {
+            assert!(
+                !events.is_empty() && events.len() <= MAX_BATCH,
+                "{events:?}"
+            );
+            let mut first = None;
+            for (i, e) in events.iter().enumerate() {
+                if self.fail.contains(&e.event_id) {
+                    first = first.or(Some((i, e)));
+                } else {
+                    self.took.lock().unwrap().push(e.event_id.clone());
+                }
             }
-            self.took.lock().unwrap().push(e.event_id.clone());
-            Ok(())
+            first.map_or(Ok(()), |(index, e)| {
+                Err(BatchFailure {
+                    index,
+                    source: EventsError::Publish {
+                        sink: "test",
+                        event_id: e.event_id.clone(),
+                        reason: "refused".into(),
+                    },
+                })
+            })
         }
     }
 
@@ -339,5 +462,125 @@ mod tests {
             BatchResponse::default()
         );
         assert!(sink.took.lock().unwrap().is_empty());
+    }
+
+    /// A session's created, ready and ended images.
+    fn images_of(id: &str) -> [Value; 3] {
+        let id = json!({"sessionId": {"S": id}});
+        let mut ready = id.clone();
+        ready["readyAt"] = json!({"S": "2026-11-26T10:00:05.000Z"});
+        let mut ended = ready.clone();
+        ended["endedAt"] = json!({"S": "2026-11-26T10:01:00.000Z"});
+        [
+            image("CREATING", "PENDING", id),
+            image("READY", "RUNNING", ready),
+            image("STOPPED", "COMPLETED", ended),
+        ]
+    }
+
+    /// The record at `seq` taking `id` to its `step`th image (0: created).
+    fn step(seq: usize, id: &str, step: usize) -> Value {
+        let images = images_of(id);
+        let old = step.checked_sub(1).map(|s| images[s].clone());
+        record(&seq.to_string(), old, Some(images[step].clone()))
+    }
+
+    fn batch(records: Vec<Value>) -> StreamBatch {
+        serde_json::from_value(json!({ "Records": records })).unwrap()
+    }
+
+    /// The event ids of `events`, as the calls `plan` makes of them.
+    fn planned(events: Vec<(usize, SessionEvent)>) -> Vec<Vec<String>> {
+        plan(events)
+            .into_iter()
+            .map(|c| c.events.into_iter().map(|e| e.event_id).collect())
+            .collect()
+    }
+
+    fn events(b: &StreamBatch) -> Vec<(usize, SessionEvent)> {
+        b.records
+            .iter()
+            .enumerate()
+            .flat_map(|(i, r)| record_events(r).unwrap().into_iter().map(move |e| (i, e)))
+            .collect()
+    }
+
+    #[test]
+    fn a_plan_takes_the_fewest_calls_of_ten_with_no_session_twice_in_one() {
+        // Twenty sessions of one event each, then one of three: each event put in the first
+        // call with room after its session's last, in stream order, would take five calls;
+        // three are enough.
+        let mut records: Vec<Value> = (0..20).map(|i| step(i, &format!("sess_{i}"), 0)).collect();
+        records.extend((0..3).map(|s| step(20 + s, "sess_long", s)));
+        let calls = planned(events(&batch(records)));
+        assert_eq!(calls.len(), 3, "{calls:?}");
+        for c in &calls {
+            assert!(c.len() <= MAX_BATCH, "{c:?}");
+            let sessions: HashSet<_> = c.iter().map(|id| id.split(':').next().unwrap()).collect();
+            assert_eq!(
+                sessions.len(),
+                c.len(),
+                "no session twice in one call: {c:?}"
+            );
+        }
+        let long: Vec<_> = calls
+            .iter()
+            .flatten()
+            .filter(|id| id.starts_with("sess_long:"))
+            .collect();
+        assert_eq!(
+            long,
+            ["sess_long:created", "sess_long:ready", "sess_long:ended"]
+        );
+        assert_eq!(calls.iter().map(Vec::len).sum::<usize>(), 23);
+        // More events of one session than calls of ten need: one call per event of it.
+        let one: Vec<Value> = (0..3).map(|s| step(s, "sess_1", s)).collect();
+        assert_eq!(planned(events(&batch(one))).len(), 3);
+        assert!(plan(Vec::new()).is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_entry_refused_mid_call_names_its_record_and_holds_its_sessions_later_events() {
+        // Three sessions' lifecycles interleaved, and one more created: three calls.
+        let b = batch(vec![
+            step(1, "sess_a", 0),
+            step(2, "sess_b", 0),
+            step(3, "sess_c", 0),
+            step(4, "sess_d", 0),
+            step(5, "sess_a", 1),
+            step(6, "sess_c", 1),
+            step(7, "sess_b", 1),
+            step(8, "sess_c", 2),
+            step(9, "sess_a", 2),
+            step(10, "sess_b", 2),
+        ]);
+        let ok = Sink::default();
+        let failing = Sink {
+            fail: vec!["sess_c:ready".into()],
+            ..Sink::default()
+        };
+        let answer = process(&b, &[&ok, &failing]).await;
+        assert_eq!(
+            answer.batch_item_failures,
+            [BatchItemFailure {
+                item_identifier: "6".into()
+            }]
+        );
+        let took = failing.took.lock().unwrap().clone();
+        // The refused entry's call-mates went out (their records are retried too) ...
+        assert!(took.contains(&"sess_b:ready".to_owned()), "{took:?}");
+        // ... but nothing of sess_c after its refused ready, nor any later call.
+        assert!(!took.iter().any(|id| id.ends_with(":ended")), "{took:?}");
+        // Every event of the records before the named one went out everywhere.
+        for s in [&ok, &failing] {
+            let took = s.took.lock().unwrap();
+            for (record, e) in events(&b) {
+                if record < 5 {
+                    assert!(took.contains(&e.event_id), "{} not in {took:?}", e.event_id);
+                }
+            }
+        }
+        // Both sinks got each call at once: the other sink took the whole second call.
+        assert!(ok.took.lock().unwrap().contains(&"sess_c:ready".to_owned()));
     }
 }

@@ -2,20 +2,22 @@
 //! [`SnsTopic`]) and an EventBridge bus ([`EventBus`]), and the processor's configuration
 //! ([`EventsConfig`]).
 //!
-//! SNS: the message is the event's JSON; message attributes `kind` and `projectId` let a
-//! subscription's filter policy pick events without reading the body. EventBridge: source
+//! SNS (`PublishBatch`): the message is the event's JSON; message attributes `kind` and
+//! `projectId` let a subscription's filter policy pick events without reading the body; an
+//! entry's id is its position in the call. EventBridge (`PutEvents`): source
 //! [`wallcrawler_contract::events::SOURCE`], the event's detail type, the event's JSON as
-//! `detail`. `PutEvents` answers 200 even when it refused the entry (`FailedEntryCount`):
-//! that counts as a failure here.
+//! `detail`. Both answer 200 even when they refused entries (SNS's `Failed`, EventBridge's
+//! `FailedEntryCount` and an error code on the entry's result): the first refused entry is
+//! the call's failure here.
 
 use async_trait::async_trait;
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use aws_sdk_sns::error::DisplayErrorContext;
-use aws_sdk_sns::types::MessageAttributeValue;
+use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
 use wallcrawler_contract::events::{SOURCE, SessionEvent};
 
 use super::config::ConfigError;
-use crate::session_events::{EventSink, EventsError};
+use crate::session_events::{BatchFailure, EventSink, EventsError};
 
 /// The session topic's ARN.
 pub const TOPIC_ARN_VAR: &str = "SESSION_EVENTS_TOPIC_ARN";
@@ -77,26 +79,62 @@ fn body(e: &SessionEvent) -> String {
     serde_json::to_string(e).expect("a session event serialises")
 }
 
+/// `sink` did not take `events[index]`, for `reason`.
+fn refused(
+    sink: &'static str,
+    events: &[SessionEvent],
+    index: usize,
+    reason: String,
+) -> BatchFailure {
+    BatchFailure {
+        index,
+        source: EventsError::Publish {
+            sink,
+            event_id: events
+                .get(index)
+                .map(|e| e.event_id.clone())
+                .unwrap_or_default(),
+            reason,
+        },
+    }
+}
+
 #[async_trait]
 impl EventSink for SnsTopic {
-    async fn publish(&self, e: &SessionEvent) -> Result<(), EventsError> {
-        let mut req = self
+    async fn publish_batch(&self, events: &[SessionEvent]) -> Result<(), BatchFailure> {
+        let entries = events.iter().enumerate().map(|(i, e)| {
+            let mut entry = PublishBatchRequestEntry::builder()
+                .id(i.to_string())
+                .message(body(e))
+                .message_attributes("kind", string_attribute(e.kind.as_str()));
+            if !e.project_id.is_empty() {
+                entry = entry.message_attributes("projectId", string_attribute(&e.project_id));
+            }
+            entry.build().expect("id and message are set")
+        });
+        let out = self
             .client
-            .publish()
+            .publish_batch()
             .topic_arn(&self.arn)
-            .message(body(e))
-            .message_attributes("kind", string_attribute(e.kind.as_str()));
-        if !e.project_id.is_empty() {
-            req = req.message_attributes("projectId", string_attribute(&e.project_id));
-        }
-        req.send()
+            .set_publish_batch_request_entries(Some(entries.collect()))
+            .send()
             .await
-            .map(|_| ())
-            .map_err(|err| EventsError::Publish {
-                sink: "sns",
-                event_id: e.event_id.clone(),
-                reason: DisplayErrorContext(&err).to_string(),
-            })
+            .map_err(|err| refused("sns", events, 0, DisplayErrorContext(&err).to_string()))?;
+        // An id that is no position of ours (never, from SNS) counts as the first entry.
+        let first = out
+            .failed()
+            .iter()
+            .map(|f| (f.id().parse().unwrap_or(0), f))
+            .min_by_key(|(i, _)| *i);
+        match first {
+            None => Ok(()),
+            Some((i, f)) => Err(refused(
+                "sns",
+                events,
+                i,
+                format!("{}: {}", f.code(), f.message().unwrap_or("")),
+            )),
+        }
     }
 }
 
@@ -118,39 +156,43 @@ impl EventBus {
 
 #[async_trait]
 impl EventSink for EventBus {
-    async fn publish(&self, e: &SessionEvent) -> Result<(), EventsError> {
-        let failed = |reason: String| EventsError::Publish {
-            sink: "eventbridge",
-            event_id: e.event_id.clone(),
-            reason,
-        };
-        let entry = PutEventsRequestEntry::builder()
-            .event_bus_name(&self.name)
-            .source(SOURCE)
-            .detail_type(e.detail_type())
-            .detail(body(e))
-            .build();
+    async fn publish_batch(&self, events: &[SessionEvent]) -> Result<(), BatchFailure> {
+        let entries = events.iter().map(|e| {
+            PutEventsRequestEntry::builder()
+                .event_bus_name(&self.name)
+                .source(SOURCE)
+                .detail_type(e.detail_type())
+                .detail(body(e))
+                .build()
+        });
         let out = self
             .client
             .put_events()
-            .entries(entry)
+            .set_entries(Some(entries.collect()))
             .send()
             .await
-            .map_err(|err| failed(DisplayErrorContext(&err).to_string()))?;
+            .map_err(|err| {
+                refused(
+                    "eventbridge",
+                    events,
+                    0,
+                    DisplayErrorContext(&err).to_string(),
+                )
+            })?;
         if out.failed_entry_count() == 0 {
             return Ok(());
         }
-        let why = out.entries().first().map_or_else(
-            || "refused".to_owned(),
-            |r| {
-                format!(
-                    "{}: {}",
-                    r.error_code().unwrap_or("refused"),
-                    r.error_message().unwrap_or("")
-                )
-            },
-        );
-        Err(failed(why))
+        // The results are in the entries' order; a refused entry's has an error code.
+        let (i, why) = out
+            .entries()
+            .iter()
+            .enumerate()
+            .find_map(|(i, r)| {
+                let code = r.error_code()?;
+                Some((i, format!("{code}: {}", r.error_message().unwrap_or(""))))
+            })
+            .unwrap_or_else(|| (0, "refused".to_owned()));
+        Err(refused("eventbridge", events, i, why))
     }
 }
 

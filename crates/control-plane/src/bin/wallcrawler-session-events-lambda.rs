@@ -1,8 +1,9 @@
 //! `wallcrawler-session-events-lambda`: the target of an event source mapping on the sessions
 //! table's stream (with `ReportBatchItemFailures` and an on-failure destination). Publishes
-//! each record's session events (created, ready, ended; `wallcrawler_contract::events`) to the
-//! session topic and to EventBridge, and answers `batchItemFailures` naming the first record
-//! not fully published ([`session_events`]). Reads `SESSION_EVENTS_TOPIC_ARN` (required) and
+//! the records' session events (created, ready, ended; `wallcrawler_contract::events`) to the
+//! session topic and to EventBridge, both at once, in calls of up to ten (`PublishBatch`,
+//! `PutEvents`), and answers `batchItemFailures` naming the first record not fully published
+//! ([`session_events`]). Reads `SESSION_EVENTS_TOPIC_ARN` (required) and
 //! `SESSION_EVENTS_BUS_NAME` (default `default`); a configuration error is logged and the
 //! process exits 64.
 

@@ -4,9 +4,16 @@
 //! DynamoDB Streams API and turned into the JSON Lambda delivers, go through
 //! [`session_events::process`] to the real SNS and EventBridge adapters. moto delivers SNS to a
 //! subscribed SQS queue and an EventBridge rule to its SQS target, so the test reads what a
-//! subscriber would. moto cannot run the Lambda itself (no event source mapping here).
+//! subscriber would. moto cannot run the Lambda itself (no event source mapping here). The
+//! sinks' clients count the requests they send (an SDK interceptor), so a test sees how many
+//! calls a batch cost.
+
+use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodbstreams::types::{AttributeValue as StreamValue, ShardIteratorType};
+use aws_sdk_sns::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_sns::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_sns::error::BoxError;
 use base64::Engine;
 use serde_json::{Value, json};
 use wallcrawler_control_plane::aws::{EventBus, SnsTopic};
@@ -173,10 +180,59 @@ struct Subscribers {
 
 impl Subscribers {
     fn sinks(&self, f: &Fixture) -> (SnsTopic, EventBus) {
+        self.counted_sinks(f, &Calls::default())
+    }
+
+    /// The sinks, their clients' requests recorded in `calls`.
+    fn counted_sinks(&self, f: &Fixture, calls: &Calls) -> (SnsTopic, EventBus) {
+        let sns = aws_sdk_sns::config::Builder::from(&f.sdk)
+            .interceptor(calls.clone())
+            .build();
+        let events = aws_sdk_eventbridge::config::Builder::from(&f.sdk)
+            .interceptor(calls.clone())
+            .build();
         (
-            SnsTopic::new(aws_sdk_sns::Client::new(&f.sdk), &self.topic),
-            EventBus::new(aws_sdk_eventbridge::Client::new(&f.sdk), &self.bus),
+            SnsTopic::new(aws_sdk_sns::Client::from_conf(sns), &self.topic),
+            EventBus::new(aws_sdk_eventbridge::Client::from_conf(events), &self.bus),
         )
+    }
+}
+
+/// The operation of every request the clients it is given to sent (a retry is a request too):
+/// an interceptor that runs as the request goes on the wire.
+#[derive(Debug, Clone, Default)]
+struct Calls(Arc<Mutex<Vec<String>>>);
+
+impl Calls {
+    fn sent(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl Intercept for Calls {
+    fn name(&self) -> &'static str {
+        "Calls"
+    }
+
+    fn read_before_transmit(
+        &self,
+        cx: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        // EventBridge (JSON) names the operation in a header, SNS (query) in the form body.
+        let req = cx.request();
+        let body = String::from_utf8_lossy(req.body().bytes().unwrap_or_default());
+        let op = match req.headers().get("x-amz-target") {
+            Some(target) => target.to_owned(),
+            None => body
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("Action="))
+                .unwrap_or("?")
+                .to_owned(),
+        };
+        self.0.lock().unwrap().push(op);
+        Ok(())
     }
 }
 
@@ -422,8 +478,13 @@ async fn a_sink_that_fails_stops_the_batch_at_its_record_for_lambda_to_retry() {
                    "createdAt": {"S": "2026-11-26T10:00:00.000Z"}, "expiresAt": {"N": "1900000000"},
                    "internalStatus": {"S": "CREATING"}, "status": {"S": "PENDING"}}}})
     };
+    let mut ready = insert("12", "sess_a");
+    ready["eventName"] = json!("MODIFY");
+    ready["dynamodb"]["OldImage"] = ready["dynamodb"]["NewImage"].clone();
+    ready["dynamodb"]["NewImage"]["internalStatus"] = json!({"S": "READY"});
+    ready["dynamodb"]["NewImage"]["status"] = json!({"S": "RUNNING"});
     let batch: StreamBatch = serde_json::from_value(
-        json!({"Records": [insert("10", "sess_a"), insert("11", "sess_b")]}),
+        json!({"Records": [insert("10", "sess_a"), insert("11", "sess_b"), ready]}),
     )
     .unwrap();
     let answer = session_events::process(&batch, &[&topic, &missing]).await;
@@ -431,9 +492,125 @@ async fn a_sink_that_fails_stops_the_batch_at_its_record_for_lambda_to_retry() {
         serde_json::to_value(&answer).unwrap(),
         json!({"batchItemFailures": [{"itemIdentifier": "10"}]})
     );
-    // The topic took the first record's event before the bus refused it (the retry publishes
-    // it again: subscribers deduplicate on eventId); nothing of the second record went out.
+    // The topic took the first call (both sessions' created) while the bus refused it (the
+    // retry publishes them again: subscribers deduplicate on eventId); sess_a's ready, in the
+    // next call, did not go out.
     let sqs = aws_sdk_sqs::Client::new(&f.sdk);
-    let on_topic = bodies(&sqs, &subs.topic_queue, 1).await;
+    let on_topic = bodies(&sqs, &subs.topic_queue, 2).await;
     assert_eq!(on_topic[0]["eventId"], "sess_a:created");
+    assert_eq!(on_topic[1]["eventId"], "sess_b:created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_five_records_go_out_in_three_calls_per_sink_in_order_per_session() {
+    let f = Fixture::new(1).await;
+    let subs = subscribers(&f).await;
+    // A second subscriber filters on the `kind` message attribute: the attributes arrive.
+    let sqs = aws_sdk_sqs::Client::new(&f.sdk);
+    let (ready_queue, ready_queue_arn) = queue(&sqs).await;
+    aws_sdk_sns::Client::new(&f.sdk)
+        .subscribe()
+        .topic_arn(&subs.topic)
+        .protocol("sqs")
+        .endpoint(ready_queue_arn)
+        .attributes("RawMessageDelivery", "true")
+        .attributes(
+            "FilterPolicy",
+            json!({"kind": ["ready"], "projectId": ["proj_1"]}).to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let calls = Calls::default();
+    let (topic, bus) = subs.counted_sinks(&f, &calls);
+
+    // Nine sessions: eight go through created, ready and ended, one is only created; their
+    // records interleaved (session i's step s comes at about i / 2 + s).
+    let image = |id: &str, step: usize| {
+        let mut m = json!({
+            "sessionId": {"S": id}, "projectId": {"S": "proj_1"}, "region": {"S": "us-east-1"},
+            "createdAt": {"S": "2026-11-26T10:00:00.000Z"}, "expiresAt": {"N": "1900000000"},
+            "internalStatus": {"S": "CREATING"}, "status": {"S": "PENDING"},
+        });
+        if step >= 1 {
+            m["internalStatus"] = json!({"S": "READY"});
+            m["status"] = json!({"S": "RUNNING"});
+            m["readyAt"] = json!({"S": "2026-11-26T10:00:05.000Z"});
+        }
+        if step == 2 {
+            m["internalStatus"] = json!({"S": "STOPPED"});
+            m["status"] = json!({"S": "COMPLETED"});
+            m["endedAt"] = json!({"S": "2026-11-26T10:01:00.000Z"});
+        }
+        m
+    };
+    let steps = |i: usize| if i == 8 { 1 } else { 3 };
+    let mut order: Vec<(usize, usize)> = (0..9)
+        .flat_map(|i| (0..steps(i)).map(move |s| (i, s)))
+        .collect();
+    order.sort_by_key(|&(i, s)| (i / 2 + s, i));
+    let records: Vec<Value> = order
+        .iter()
+        .enumerate()
+        .map(|(seq, &(i, s))| {
+            let id = format!("sess_{i}");
+            let mut change =
+                json!({ "SequenceNumber": (100 + seq).to_string(), "NewImage": image(&id, s) });
+            if s > 0 {
+                change["OldImage"] = image(&id, s - 1);
+            }
+            let name = if s == 0 { "INSERT" } else { "MODIFY" };
+            json!({"eventID": format!("e{seq}"), "eventName": name, "dynamodb": change})
+        })
+        .collect();
+    assert_eq!(records.len(), 25);
+    let batch: StreamBatch = serde_json::from_value(json!({ "Records": records })).unwrap();
+    assert_eq!(
+        session_events::process(&batch, &[&topic, &bus]).await,
+        BatchResponse::default()
+    );
+
+    let sent = calls.sent();
+    let count = |op: &str| sent.iter().filter(|o| o.as_str() == op).count();
+    assert_eq!(
+        (count("PublishBatch"), count("AWSEvents.PutEvents")),
+        (3, 3),
+        "{sent:?}"
+    );
+    assert_eq!(sent.len(), 6, "nothing else was sent: {sent:?}");
+
+    let on_topic = bodies(&sqs, &subs.topic_queue, 25).await;
+    let on_rule = bodies(&sqs, &subs.rule_queue, 25).await;
+    let details: Vec<Value> = on_rule.iter().map(|m| m["detail"].clone()).collect();
+    for (sink, got) in [("sns", &on_topic), ("eventbridge", &details)] {
+        for i in 0..9 {
+            let id = format!("sess_{i}");
+            let kinds: Vec<&str> = got
+                .iter()
+                .filter(|e| e["sessionId"] == id.as_str())
+                .map(|e| e["kind"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                kinds,
+                ["created", "ready", "ended"][..steps(i)],
+                "{sink}: {id} in its order"
+            );
+        }
+    }
+    // The same events both ways, each with its id.
+    let ids = |got: &[Value]| {
+        let mut ids: Vec<String> = got.iter().map(|e| e["eventId"].to_string()).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(&on_topic), ids(&details));
+    for e in &on_topic {
+        let same = details
+            .iter()
+            .find(|d| d["eventId"] == e["eventId"])
+            .unwrap();
+        assert_eq!(same, e);
+    }
+    let ready = bodies(&sqs, &ready_queue, 8).await;
+    assert!(ready.iter().all(|e| e["kind"] == "ready"), "{ready:?}");
 }
