@@ -15,7 +15,9 @@
 //! extension for every session and deletes it at the end, and one client's delete must not
 //! take away the extension another client is about to create a session with.
 //!
-//! The archive is checked before anything is written ([`archive::check`]). A request body is at
+//! The archive is checked before anything is written ([`archive::check_upload`]), a manifest
+//! asking for `file://` access refused with the pattern it names (Chrome denies every
+//! extension file access anyway: the controller's `chrome::file_access`). A request body is at
 //! most [`MAX_BODY_BYTES`] (413 beyond): API Gateway takes 10 MB and Lambda 6 MB, base64
 //! included ([`MAX_ARCHIVE_BYTES`]), so a larger archive cannot come in through one request.
 //! It comes in two (a Wallcrawler extension, no SDK calls it): `POST /v1/extensions/uploads`
@@ -221,7 +223,7 @@ fn shown_name(name: &str) -> String {
     }
 }
 
-/// `POST /v1/extensions`: a multipart `file`, checked ([`archive::check`]), kept, 201 with the
+/// `POST /v1/extensions`: a multipart `file`, checked ([`archive::check_upload`]), kept, 201 with the
 /// extension. A body that is not multipart is a 400; one over [`MAX_BODY_BYTES`] a 413.
 pub async fn create_extension(
     caller: Caller,
@@ -239,14 +241,15 @@ pub async fn create_extension(
     Ok((StatusCode::CREATED, Json(rec.to_api())).into_response())
 }
 
-/// Checks an archive ([`archive::check`], 400 with the reason) and keeps it with a new record.
+/// Checks an archive ([`archive::check_upload`]: a manifest asking for file access is refused
+/// too; 400 with the reason) and keeps it with a new record.
 async fn check_and_keep(
     app: &App,
     p: &Principal,
     file_name: String,
     zip: Bytes,
 ) -> Result<ExtensionRecord, ApiError> {
-    let checked = archive::check(&zip).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let checked = archive::check_upload(&zip).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let now = app.now_iso();
     let rec = ExtensionRecord {
         id: format!("ext_{}", uuid::Uuid::new_v4().simple()),

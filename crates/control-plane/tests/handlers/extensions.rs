@@ -261,6 +261,76 @@ async fn hostile_archives_are_refused_with_their_reasons_and_nothing_is_kept() {
     assert_eq!(h.object_keys(), Vec::<String>::new(), "nothing kept");
 }
 
+/// A manifest asking for `file://` access, wherever it asks, is a 400 naming the pattern and
+/// the place, through `POST /v1/extensions` and a staged upload alike; nothing is kept.
+/// `<all_urls>` and `*://*/*` are taken (Chrome denies every extension file access).
+#[tokio::test]
+async fn a_manifest_asking_for_file_access_is_refused_with_the_pattern_it_names() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let manifest = |field: &str, value: &str| {
+        format!(r#"{{"manifest_version":3,"name":"Reader","version":"1.0","{field}":{value}}}"#)
+    };
+    let cases = [
+        (
+            "host_permissions",
+            r#"["file:///*"]"#,
+            "file:///*",
+            "host_permissions",
+        ),
+        (
+            "optional_host_permissions",
+            r#"["https://a.test/*","file:///etc/*"]"#,
+            "file:///etc/*",
+            "optional_host_permissions",
+        ),
+        (
+            "permissions",
+            r#"["storage","file:///*"]"#,
+            "file:///*",
+            "permissions",
+        ),
+        (
+            "optional_permissions",
+            r#"["File:///home/*"]"#,
+            "File:///home/*",
+            "optional_permissions",
+        ),
+        (
+            "content_scripts",
+            r#"[{"matches":["file:///*"],"js":["mark.js"]}]"#,
+            "file:///*",
+            "content_scripts[0].matches",
+        ),
+    ];
+    for (field, value, pattern, named) in cases {
+        let zip = zip_of(&[
+            ("manifest.json", manifest(field, value).as_bytes()),
+            ("mark.js", b"1"),
+        ]);
+        let expected = format!(
+            "the extension's manifest asks for file access ({pattern:?} in {named}); extensions may not read the browser's disk"
+        );
+        let r = h.upload("reader.zip", &zip).await;
+        assert_error(&r, StatusCode::BAD_REQUEST, &[]);
+        assert_eq!(r.1["message"], expected.as_str(), "{field}");
+        let (_, up) = h.start_upload().await;
+        let id = up["id"].as_str().unwrap().to_owned();
+        h.stage(&id, zip);
+        let r = h.finish_upload(&id, KEY_A).await;
+        assert_error(&r, StatusCode::BAD_REQUEST, &[]);
+        assert_eq!(r.1["message"], expected.as_str(), "{field}, staged");
+    }
+    assert_eq!(h.object_keys(), Vec::<String>::new(), "nothing kept");
+    for value in [r#"["<all_urls>"]"#, r#"["*://*/*"]"#] {
+        let zip = zip_of(&[(
+            "manifest.json",
+            manifest("host_permissions", value).as_bytes(),
+        )]);
+        let (status, ext) = h.upload("wide.zip", &zip).await;
+        assert_eq!(status, StatusCode::CREATED, "{value}: {ext}");
+    }
+}
+
 #[tokio::test]
 async fn a_body_over_the_limit_is_413_and_a_body_that_is_not_the_sdks_shape_is_400() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
