@@ -207,6 +207,22 @@ pub async fn load_unpacked(
     .unwrap_or(Err(CdpError::Timeout))
 }
 
+/// Unloads and removes the unpacked extension `id` (`Extensions.uninstall`).
+pub async fn uninstall_extension(
+    to: &BrowserSocket,
+    id: &str,
+    timeout: Duration,
+) -> Result<(), CdpError> {
+    tokio::time::timeout(timeout, async {
+        let mut cdp = Cdp::connect(to).await?;
+        cdp.call("Extensions.uninstall", json!({ "id": id }))
+            .await?;
+        Ok(())
+    })
+    .await
+    .unwrap_or(Err(CdpError::Timeout))
+}
+
 /// Every cookie of the browser's default context.
 pub async fn all_cookies(to: &BrowserSocket, timeout: Duration) -> Result<Vec<Value>, CdpError> {
     tokio::time::timeout(timeout, async {

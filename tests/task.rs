@@ -892,6 +892,104 @@ fn a_hostile_extension_archive_in_the_bucket_fails_the_task_with_its_reason() {
     }
 }
 
+/// An extension that asks for `file:///*` (and `<all_urls>`), put in the bucket directly (the
+/// API would refuse it) and loaded by the task into its Chrome, reads no file: its service
+/// worker's `fetch` of a file written here, of that file's folder and of `/etc/passwd` fails,
+/// and Chrome says it has no file access; the same worker reads the page's http URL (so a read
+/// that worked would show). Without the controller's preference Chromium 156 gives such an
+/// unpacked extension every one of those files (shown by hand; src/chrome/file_access.rs).
+#[test]
+fn an_extension_loaded_past_the_upload_check_reads_no_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    // Readable by Chrome's user, whichever it is: only Chrome's own denial keeps it out.
+    let scratch = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = scratch.path().join("secret.txt");
+    let token = format!("not-for-extensions-{}", std::process::id());
+    std::fs::write(&secret, &token).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let files = [
+        format!("file://{}", secret.display()),
+        format!("file://{}/", scratch.path().display()),
+        "file:///etc/passwd".to_owned(),
+    ];
+    let manifest = br#"{"manifest_version":3,"name":"Reader","version":"1.0",
+        "host_permissions":["file:///*","<all_urls>"],
+        "background":{"service_worker":"sw.js"},
+        "content_scripts":[{"matches":["http://127.0.0.1/*"],"js":["ask.js"],"run_at":"document_start"}]}"#;
+    let worker: &[u8] = br#"
+const read = async (url) => {
+  try { const r = await fetch(url); return { ok: true, text: (await r.text()).slice(0, 400) }; }
+  catch (e) { return { ok: false, error: String(e) }; }
+};
+chrome.runtime.onMessage.addListener((m, sender, reply) => {
+  (async () => {
+    const fileAccess = await new Promise((r) => chrome.extension.isAllowedFileSchemeAccess(r));
+    const reads = {};
+    for (const u of m.files) reads[u] = await read(u);
+    reply({ fileAccess, reads, page: await read(sender.url) });
+  })();
+  return true;
+});
+"#;
+    let ask = format!(
+        "chrome.runtime.sendMessage({{ files: {} }}, (r) => {{ document.documentElement.dataset.wallcrawler = JSON.stringify(r ?? {{ error: String(chrome.runtime.lastError && chrome.runtime.lastError.message) }}); }});",
+        serde_json::to_string(&files).unwrap()
+    );
+    let opts = zip::write::SimpleFileOptions::default();
+    let mut z = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for (name, bytes) in [
+        ("manifest.json", &manifest[..]),
+        ("sw.js", worker),
+        ("ask.js", ask.as_bytes()),
+    ] {
+        z.start_file(name, opts).unwrap();
+        std::io::Write::write_all(&mut z, bytes).unwrap();
+    }
+    let zip = z.finish().unwrap().into_inner();
+    assert!(
+        wallcrawler_contract::extension_archive::check_upload(&zip).is_err(),
+        "the API would refuse it"
+    );
+    let key = put_extension(&w, zip);
+    let (id, t) = w.session("PROVISIONING", vec![]);
+    let env = extension_env(&w, &id, &key);
+    let all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut c = run_task(&all);
+    let url = wait_ready(&mut c, &t);
+    let seen = node("mark.mjs", &["--url", &url]);
+    let report: serde_json::Value = serde_json::from_str(seen["mark"].as_str().unwrap_or("null"))
+        .unwrap_or_else(|e| panic!("the extension answered: {seen} ({e})"));
+    assert_eq!(report["fileAccess"], false, "{report}");
+    for f in &files {
+        let r = &report["reads"][f];
+        assert_eq!(r["ok"], false, "{f}: {report}");
+        assert!(
+            r["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Failed to fetch"),
+            "{f}: {report}"
+        );
+    }
+    assert!(!report.to_string().contains(&token), "{report}");
+    assert!(!report.to_string().contains("root:x:0:0"), "{report}");
+    assert_eq!(
+        report["page"]["ok"], true,
+        "the worker reads http: {report}"
+    );
+    assert!(
+        report["page"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("served"),
+        "{report}"
+    );
+    c.signal(Signal::SIGTERM);
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+}
+
 /// Uploads on AWS: an object the API stored under the session's prefix in the bucket
 /// (`FILES_BUCKET_NAME`; no context) is fetched by the task when a client names its path in
 /// the item's `uploadsDir`, and the page reads its exact bytes; a name with no object, or

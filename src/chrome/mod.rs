@@ -10,6 +10,7 @@ pub mod allowed_domains;
 pub mod egress;
 pub mod emulation;
 pub mod env;
+pub mod file_access;
 pub mod flags;
 pub mod sandbox;
 pub mod user;
@@ -389,6 +390,8 @@ impl Chrome {
         };
         std::fs::create_dir_all(&opts.user_data_dir).map_err(profile_err)?;
         remove_stale_files(&opts.user_data_dir).map_err(profile_err)?;
+        // Before Chrome reads the profile, and before it is handed to Chrome's user.
+        file_access::deny_file_access(&opts.user_data_dir).map_err(profile_err)?;
         // Chrome's own HOME when it runs as another user: the controller's is not its to write.
         let home = match &opts.user {
             Some(u) => Some(u.prepare(&opts.user_data_dir).map_err(profile_err)?),

@@ -6,6 +6,11 @@
 //! controller's own connection (the proxy refuses that command to clients). A pool
 //! controller's warm Chrome takes it without a restart. Any failure fails the session with
 //! its reason; the directory is removed with the session ([`ExtensionDir`]'s drop).
+//!
+//! The extension reads no file ([`crate::chrome::file_access`]): Chrome was started with "no
+//! file access" written for the id an extension loaded from `<profile>-extension` gets, so the
+//! manifest's `key` (which would choose another id) is removed when unpacking, and an extension
+//! Chrome names otherwise is unloaded and the session failed.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,6 +22,7 @@ use wallcrawler_contract::extension_archive::{MAX_ARCHIVE_BYTES, UnpackError, un
 use super::{Ending, Outcome, Run, STARTUP_RETRY};
 use crate::cdp;
 use crate::chrome::Chrome;
+use crate::chrome::file_access;
 use crate::stores::{ArchiveStore, StoreError, retry};
 
 /// How long Chrome has to load the unpacked extension.
@@ -46,6 +52,19 @@ pub enum ExtensionError {
     /// Chrome did not load it.
     #[error("chrome did not load the extension: {0}")]
     Load(#[source] cdp::CdpError),
+    /// The unpacked folder's absolute path could not be resolved.
+    #[error("resolving the unpacked extension's path failed")]
+    Resolve(#[source] std::io::Error),
+    /// Chrome gave the extension an id other than the one denied file access at its launch.
+    #[error(
+        "chrome named the extension {got}, not {expected}, the id denied file access; it was unloaded"
+    )]
+    UnexpectedId {
+        /// The id Chrome answered.
+        got: String,
+        /// The id written into the profile's preferences.
+        expected: String,
+    },
 }
 
 impl ExtensionError {
@@ -53,7 +72,10 @@ impl ExtensionError {
     /// in a few words (the detail is for the task log).
     pub fn reason(&self) -> String {
         match self {
-            Self::Unpack(UnpackError::Write { .. }) | Self::Read(_) | Self::Worker(_) => {
+            Self::Unpack(UnpackError::Write { .. })
+            | Self::Read(_)
+            | Self::Worker(_)
+            | Self::Resolve(_) => {
                 "the extension could not be unpacked (see the task log)".to_owned()
             }
             Self::Unpack(e) => format!("the extension archive was refused: {e}"),
@@ -73,6 +95,8 @@ impl ExtensionError {
 #[derive(Debug)]
 pub struct ExtensionDir {
     dir: PathBuf,
+    /// The profile it sits beside (Chrome's, whose preferences deny it file access).
+    profile: PathBuf,
     /// The folder holding `manifest.json`: what Chrome loads.
     root: PathBuf,
 }
@@ -83,12 +107,7 @@ impl Drop for ExtensionDir {
     }
 }
 
-/// `<profile>-extension`: beside the profile, never inside (not archived with it).
-pub fn extension_dir(profile: &Path) -> PathBuf {
-    let mut dir = profile.as_os_str().to_owned();
-    dir.push("-extension");
-    dir.into()
-}
+pub use file_access::extension_dir;
 
 impl Run<'_> {
     /// The extension at `key` unpacked beside the profile; `None` without one. A failure is
@@ -101,7 +120,7 @@ impl Run<'_> {
             return Ok(None);
         };
         let dir = extension_dir(&self.profile);
-        match fetch_and_unpack(self.deps.archives.as_deref(), key, &dir).await {
+        match fetch_and_unpack(self.deps.archives.as_deref(), key, &dir, &self.profile).await {
             Ok(x) => Ok(Some(x)),
             Err(e) => {
                 error!(error = %e, cause = ?std::error::Error::source(&e).map(ToString::to_string), "the session's extension was not unpacked");
@@ -111,20 +130,38 @@ impl Run<'_> {
     }
 }
 
-/// Loads the unpacked extension into the running `chrome`; its extension id.
+/// Loads the unpacked extension into the running `chrome` (started on the extension's
+/// profile); its extension id, which must be the one denied file access when Chrome started.
 pub async fn load(chrome: &Chrome, ext: &ExtensionDir) -> Result<String, Ending> {
-    let path = ext.root.to_string_lossy().into_owned();
-    match cdp::load_unpacked(&chrome.browser(), &path, LOAD_TIMEOUT).await {
+    match load_checked(chrome, ext).await {
         Ok(id) => {
             info!(extension.id = %id, "extension loaded");
             Ok(id)
         }
         Err(e) => {
-            let e = ExtensionError::Load(e);
             error!(error = %e, "loading the session's extension failed");
             Err(Ending::failed(e.reason()))
         }
     }
+}
+
+async fn load_checked(chrome: &Chrome, ext: &ExtensionDir) -> Result<String, ExtensionError> {
+    // Chrome resolves the path (links included) before hashing it into the id.
+    let root = tokio::fs::canonicalize(&ext.root)
+        .await
+        .map_err(ExtensionError::Resolve)?;
+    let expected = file_access::expected_id(&ext.profile).map_err(ExtensionError::Resolve)?;
+    let path = root.to_string_lossy().into_owned();
+    let got = cdp::load_unpacked(&chrome.browser(), &path, LOAD_TIMEOUT)
+        .await
+        .map_err(ExtensionError::Load)?;
+    if got != expected {
+        if let Err(e) = cdp::uninstall_extension(&chrome.browser(), &got, LOAD_TIMEOUT).await {
+            error!(error = %e, "unloading the extension with an unexpected id failed");
+        }
+        return Err(ExtensionError::UnexpectedId { got, expected });
+    }
+    Ok(got)
 }
 
 /// Reads the archive (at most [`MAX_ARCHIVE_BYTES`] and one byte more, so a larger one shows)
@@ -133,6 +170,7 @@ async fn fetch_and_unpack(
     store: Option<&dyn ArchiveStore>,
     key: &str,
     dir: &Path,
+    profile: &Path,
 ) -> Result<ExtensionDir, ExtensionError> {
     let store = store.ok_or(ExtensionError::NoStore)?;
     let reader = retry("fetching the extension archive", STARTUP_RETRY, || {
@@ -157,11 +195,16 @@ async fn fetch_and_unpack(
             })?;
     }
     let target = dir.to_owned();
-    let root = tokio::task::spawn_blocking(move || unpack(&bytes, &target))
-        .await
-        .map_err(ExtensionError::Worker)?;
+    let root = tokio::task::spawn_blocking(move || {
+        let root = unpack(&bytes, &target)?;
+        without_key(&root)?;
+        Ok::<_, UnpackError>(root)
+    })
+    .await
+    .map_err(ExtensionError::Worker)?;
     let guard = |root| ExtensionDir {
         dir: dir.to_owned(),
+        profile: profile.to_owned(),
         root,
     };
     match root {
@@ -175,4 +218,26 @@ async fn fetch_and_unpack(
             Err(e.into())
         }
     }
+}
+
+/// Removes `key` from the unpacked extension's manifest (at `root`, checked by `unpack`): a
+/// key chooses the extension's id, and the id Chrome denies file access to is the one of the
+/// folder's path. The extension's id is then its folder's, as for any extension without one.
+fn without_key(root: &Path) -> Result<(), UnpackError> {
+    let path = root.join("manifest.json");
+    let write = |source| UnpackError::Write {
+        path: path.clone(),
+        source,
+    };
+    let bytes = std::fs::read(&path).map_err(write)?;
+    let text = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+    let Ok(serde_json::Value::Object(mut manifest)) = serde_json::from_slice(text) else {
+        // `unpack` checked it parses as an object.
+        return Ok(());
+    };
+    if manifest.remove("key").is_none() {
+        return Ok(());
+    }
+    let out = serde_json::to_vec(&manifest).expect("a JSON object serializes");
+    std::fs::write(&path, out).map_err(write)
 }
