@@ -241,3 +241,31 @@ fn without_key(root: &Path) -> Result<(), UnpackError> {
     let out = serde_json::to_vec(&manifest).expect("a JSON object serializes");
     std::fs::write(&path, out).map_err(write)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manifest_key_is_removed_and_nothing_else_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = dir.path().join("manifest.json");
+        std::fs::write(
+            &manifest,
+            b"\xEF\xBB\xBF{\"manifest_version\":3,\"name\":\"K\",\"version\":\"1\",\"key\":\"MIIB\",\"permissions\":[\"storage\"]}",
+        )
+        .unwrap();
+        without_key(dir.path()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"manifest_version":3,"name":"K","version":"1","permissions":["storage"]})
+        );
+        // Without a key the file is left as it was.
+        let plain = br#"{"manifest_version":3,"name":"P","version":"1"}"#;
+        std::fs::write(&manifest, plain).unwrap();
+        without_key(dir.path()).unwrap();
+        assert_eq!(std::fs::read(&manifest).unwrap(), plain);
+    }
+}
