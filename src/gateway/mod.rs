@@ -581,6 +581,7 @@ impl Gateway {
         let dialled = tokio::time::timeout(self.settings.limits.upstream_timeout, async {
             let mut s = TcpStream::connect(addr).await?;
             let _ = s.set_nodelay(true);
+            accept::set_keepalive(&s);
             let mut first = if self.settings.proxy_protocol_to_tasks {
                 proxy_header::encode(client.addr, s.local_addr()?, client.tls)?
             } else {

@@ -1,5 +1,5 @@
 //! The accept loop's two steps the proxy and the gateway share: taking the next connection,
-//! and running it as a counted, traced task.
+//! and running it as a counted, traced task; and the TCP keepalive their sockets get.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -14,7 +14,30 @@ use tracing::{Instrument, Span, debug, warn};
 
 use super::proxy_header::{self, Source};
 
-/// The next connection `listener` accepts (`TCP_NODELAY` set), or `None` once `stop` fires.
+/// Silence on a socket before the kernel's first keepalive probe: well under the idle timeouts
+/// of load balancers (an AWS NLB's 350 s) and NATs on the way.
+pub(crate) const TCP_KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
+/// Between unanswered probes; after [`TCP_KEEPALIVE_PROBES`] of them the peer is taken for
+/// gone (the socket errors), about two minutes after it went silent.
+const TCP_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
+const TCP_KEEPALIVE_PROBES: u32 = 4;
+
+/// Turns on TCP keepalive on `stream` (an accepted client's, or a socket the gateway dialled):
+/// a peer that vanished without a FIN or reset (a crashed host, a dropped NAT entry) is noticed
+/// and the connection ended, and middleboxes see the connection alive. Best effort: a failure
+/// leaves the connection as it was.
+pub(crate) fn set_keepalive(stream: &TcpStream) {
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(TCP_KEEPALIVE_IDLE)
+        .with_interval(TCP_KEEPALIVE_INTERVAL)
+        .with_retries(TCP_KEEPALIVE_PROBES);
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive) {
+        debug!(error = %e, "could not turn on TCP keepalive");
+    }
+}
+
+/// The next connection `listener` accepts (`TCP_NODELAY` and keepalive set), or `None` once
+/// `stop` fires.
 /// `pacer`'s ticks are taken in passing (see `Proxy::serve`).
 pub(crate) async fn next(
     listener: &TcpListener,
@@ -44,6 +67,7 @@ pub(crate) async fn next(
             () = stop.cancelled() => return None,
         };
         let _ = stream.set_nodelay(true);
+        set_keepalive(&stream);
         return Some((stream, peer));
     }
 }
@@ -106,6 +130,22 @@ pub(crate) async fn read_source(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn accepted_sockets_have_tcp_keepalive() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (stream, _) = next(&listener, &CancellationToken::new(), None)
+            .await
+            .unwrap();
+        let s = socket2::SockRef::from(&stream);
+        assert!(s.keepalive().unwrap());
+        assert_eq!(s.tcp_keepalive_time().unwrap(), TCP_KEEPALIVE_IDLE);
+        assert_eq!(s.tcp_keepalive_interval().unwrap(), TCP_KEEPALIVE_INTERVAL);
+        assert_eq!(s.tcp_keepalive_retries().unwrap(), TCP_KEEPALIVE_PROBES);
+    }
 
     /// A future that keeps 4 KiB across an await, as a connection's does (hyper's state).
     async fn heavy() {
