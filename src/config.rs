@@ -30,6 +30,7 @@ use crate::tls::CertFiles;
 /// The names of the variables only the controller reads (those the control plane hands it are
 /// in [`wallcrawler_contract::task_env`]); each the flag's variable and the parser's key.
 mod names {
+    pub const CDP_KEEPALIVE_SECONDS: &str = "CDP_KEEPALIVE_SECONDS";
     pub const CHROME_FLAGS_FILE: &str = "CHROME_FLAGS_FILE";
     pub const ECS_AGENT_URI: &str = "ECS_AGENT_URI";
     pub const ECS_CONTAINER_METADATA_URI_V4: &str = "ECS_CONTAINER_METADATA_URI_V4";
@@ -127,6 +128,8 @@ settings_group! {
         metrics_addr = METRICS_ADDR,
         /// Seconds a client has to send complete request headers before 408 [default: 3].
         header_timeout_seconds = PROXY_HEADER_TIMEOUT_SECONDS,
+        /// Seconds without traffic either way on an upgraded CDP connection after which the proxy sends the client a WebSocket ping (its pong is dropped, never reaches Chrome), so load balancers and NATs keep an idle client's connection; 0 = off. The gateway passes its tasks' pings through [default: 60].
+        cdp_keepalive_seconds = CDP_KEEPALIVE_SECONDS,
         /// Log format on stderr: json or text [default: json in run, text otherwise].
         log_format = LOG_FORMAT,
         /// Comma-separated networks (CIDR) or addresses whose connections may start with a PROXY protocol v2 header naming the real client and whether it used TLS: a load balancer's, the connect gateway's. Anyone else's header is refused (400) [default: none].
@@ -491,6 +494,8 @@ pub struct ProxyTuning {
     pub metrics_addr: Option<SocketAddr>,
     /// `PROXY_HEADER_TIMEOUT_SECONDS`: time to send a complete request head.
     pub header_timeout: Duration,
+    /// `CDP_KEEPALIVE_SECONDS`: silence before an upgraded client is pinged (`None`: off).
+    pub keepalive: Option<Duration>,
     /// `LOG_FORMAT`.
     pub log_format: LogFormat,
     /// `TRUSTED_PROXY_NETWORKS`: who may send a PROXY protocol v2 header.
@@ -1007,6 +1012,7 @@ fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
         1,
         600,
     );
+    let keepalive = cdp_keepalive(r);
     let log_format = match r.text(LOG_FORMAT).as_deref() {
         None if mode == Mode::Run => LogFormat::Json,
         None => LogFormat::Text,
@@ -1046,7 +1052,21 @@ fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
         pending_min_age,
         metrics_addr,
         header_timeout,
+        keepalive,
         log_format,
+    }
+}
+
+/// `CDP_KEEPALIVE_SECONDS`: `None` at 0 (off).
+fn cdp_keepalive(r: &mut Reader<'_>) -> Option<Duration> {
+    match r.number(
+        CDP_KEEPALIVE_SECONDS,
+        proxy::DEFAULT_KEEPALIVE.as_secs(),
+        0,
+        3600,
+    ) {
+        0 => None,
+        n => Some(Duration::from_secs(n)),
     }
 }
 
@@ -1063,6 +1083,7 @@ impl Limits {
                 min_age: t.pending_min_age,
             },
             header_timeout: t.header_timeout,
+            keepalive: t.keepalive,
             trusted_proxies: t.trusted_proxies.clone(),
             viewer_frame_ancestors: t.viewer_frame_ancestors.clone(),
             ..Self::default()
@@ -1841,6 +1862,7 @@ MCowBQYDK2VwAyEA9wFNLln1FAfDioMFnpReLaKEhyk0em6z3gbXQRbFQkQ=
         assert_eq!(c.tuning.max_pending_per_address, 32);
         assert_eq!(c.tuning.pending_min_age, Duration::from_millis(500));
         assert_eq!(c.tuning.header_timeout, Duration::from_secs(3));
+        assert_eq!(c.tuning.keepalive, Some(Duration::from_secs(60)));
         assert_eq!(
             c.tuning.metrics_addr,
             Some("127.0.0.1:9224".parse().unwrap())
@@ -2411,6 +2433,34 @@ MCowBQYDK2VwAyEA9wFNLln1FAfDioMFnpReLaKEhyk0em6z3gbXQRbFQkQ=
     }
 
     #[test]
+    fn cdp_keepalive_is_configurable_off_at_zero_and_checked() {
+        let proxy_with = |v: &str| {
+            ProxyConfig::from_settings(&map(&[
+                ("LISTEN", "127.0.0.1:0"),
+                ("UPSTREAM", "127.0.0.1:9222"),
+                ("SESSION_ID", "s"),
+                ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
+                ("CDP_KEEPALIVE_SECONDS", v),
+            ]))
+        };
+        let c = proxy_with("4").unwrap();
+        assert_eq!(c.tuning.keepalive, Some(Duration::from_secs(4)));
+        assert_eq!(
+            Limits::from_tuning(&c.tuning).keepalive,
+            Some(Duration::from_secs(4))
+        );
+        assert_eq!(proxy_with("0").unwrap().tuning.keepalive, None);
+        for (bad, says) in [
+            ("soon", "CDP_KEEPALIVE_SECONDS must be a whole number"),
+            ("-1", "CDP_KEEPALIVE_SECONDS must be a whole number"),
+            ("3601", "CDP_KEEPALIVE_SECONDS must be between 0 and 3600"),
+        ] {
+            let e = proxy_with(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn pending_limits_are_configurable_and_checked() {
         let c = ProxyConfig::from_settings(&map(&[
             ("LISTEN", "127.0.0.1:0"),
@@ -2626,6 +2676,11 @@ MCowBQYDK2VwAyEA9wFNLln1FAfDioMFnpReLaKEhyk0em6z3gbXQRbFQkQ=
                 "run",
                 "header_timeout_seconds",
                 proxy::DEFAULT_HEADER_TIMEOUT.as_secs().into(),
+            ),
+            (
+                "run",
+                "cdp_keepalive_seconds",
+                proxy::DEFAULT_KEEPALIVE.as_secs().into(),
             ),
             (
                 "gateway",

@@ -122,6 +122,32 @@ fn a_task_api_in_clear_or_off_aws_is_refused_at_start() {
 }
 
 #[test]
+fn an_invalid_cdp_keepalive_is_a_configuration_error() {
+    for (value, says) in [
+        ("soon", "CDP_KEEPALIVE_SECONDS must be a whole number"),
+        ("86400", "CDP_KEEPALIVE_SECONDS must be between 0 and 3600"),
+    ] {
+        let out = run(
+            &[
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "127.0.0.1:9",
+            ],
+            &[
+                ("SESSION_ID", "sess_1"),
+                ("WALLCRAWLER_JWT_PUBLIC_KEY", crate::support::public_key()),
+                ("CDP_KEEPALIVE_SECONDS", value),
+            ],
+        );
+        assert_eq!(out.status.code(), Some(64), "{value}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{value}: {err}");
+    }
+}
+
+#[test]
 fn unknown_flags_exit_64() {
     let out = run(&["local", "--no-such-flag"], &[]);
     assert_eq!(out.status.code(), Some(64));
@@ -150,6 +176,7 @@ fn help_documents_every_variable() {
         "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
         "WALLCRAWLER_JWT_PUBLIC_KEY",
         "JWT_LEEWAY_SECONDS",
+        "CDP_KEEPALIVE_SECONDS",
         "CHROME_PATH",
         "CHROME_DEBUG_PORT",
         "PUBLIC_IP",

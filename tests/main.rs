@@ -24,6 +24,8 @@ mod gateway;
 mod handoff;
 /// The DevTools inspector under `/inspector/<viewer credential>/`: a second Chromium opens it.
 mod inspector;
+/// Idle connections: the proxy's pings (through the gateway too), pongs stopped before Chrome.
+mod keepalive;
 /// Chrome lifecycle: SIGTERM, Browser.close, crash, exit codes, no leftover processes.
 mod lifecycle;
 /// Pool mode on moto: the control plane's API (its library, as its Lambda builds it) sending

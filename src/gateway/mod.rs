@@ -632,6 +632,8 @@ impl Gateway {
                 inspector: None,
                 on_browser_close: Box::new(|| {}),
                 metrics: self.metrics.relay.clone(),
+                // The task's proxy pings its clients; its pings and their pongs pass as bytes.
+                keepalive: None,
             })
             .await;
         self.metrics.relayed.dec();

@@ -19,7 +19,10 @@
 //!   place, without a copy of its frame.
 //! - Control frames may come between the fragments of a message: pings and pongs are forwarded
 //!   at once (ahead of the held fragments, which RFC 6455 allows); a close frame drops the
-//!   incomplete message and passes (the connection is ending).
+//!   incomplete message and passes (the connection is ending). With keepalive on, pongs are
+//!   the answers to the proxy's own pings and are dropped instead
+//!   ([`Inspector::dropping_pongs`]; [`Pongs`] does only that, for connections without an
+//!   inspector).
 //! - What cannot be judged ends the connection ([`Fatal`]): a message over [`MAX_MESSAGE`]
 //!   bytes or [`MAX_FRAGMENTS`] frames (close 1009), a binary message (Chrome reads only text;
 //!   close 1003), a message naming a guarded command that serde cannot read — JSON Chrome might
@@ -51,6 +54,8 @@ pub const MAX_QUEUED_REPLIES: usize = 1024 * 1024;
 const OP_CONTINUATION: u8 = 0x0;
 const OP_TEXT: u8 = 0x1;
 const OP_CLOSE: u8 = 0x8;
+const OP_PING: u8 = 0x9;
+const OP_PONG: u8 = 0xA;
 
 /// Why a connection is ended instead of relayed further.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +150,8 @@ enum State {
     Collect { remaining: usize, fin: bool },
     /// Passing `remaining` payload bytes of a control frame.
     Stream { remaining: u64 },
+    /// Dropping `remaining` payload bytes of a pong.
+    Skip { remaining: u64 },
     /// The connection is being ended: nothing more is read into the inspector.
     Ended(Fatal),
 }
@@ -166,6 +173,8 @@ pub struct Inspector {
     /// Who answers `Wallcrawler.requestHandoff`, and this connection's id for the relay
     /// (`None`: refused, this proxy hands nothing off).
     handoffs: Option<(Arc<Handoffs>, u64)>,
+    /// Drop the client's pongs (they answer the proxy's keepalive pings, not Chrome's).
+    drop_pongs: bool,
 }
 
 impl Default for Inspector {
@@ -269,6 +278,11 @@ fn frame_head(first: u8, len: usize, masked: bool) -> Vec<u8> {
     f
 }
 
+/// The keepalive ping toward the client: unmasked, empty.
+pub fn ping_frame() -> Vec<u8> {
+    frame_of(OP_PING, &[], false)
+}
+
 /// A close frame toward the client.
 pub fn close_frame(fatal: Fatal) -> Vec<u8> {
     let (code, reason) = fatal.close();
@@ -286,7 +300,15 @@ impl Inspector {
             rules,
             replies: Vec::new(),
             handoffs: None,
+            drop_pongs: false,
         }
+    }
+
+    /// This inspector, dropping the client's pongs instead of forwarding them if `drop`
+    /// (keepalive on: they answer the proxy's pings).
+    pub fn dropping_pongs(mut self, drop: bool) -> Self {
+        self.drop_pongs = drop;
+        self
     }
 
     /// This inspector, with handoff requests answered by `handoffs` for relayed connection
@@ -377,6 +399,14 @@ impl Inspector {
                         self.state = NO_HEADER;
                     }
                 }
+                State::Skip { remaining } => {
+                    let take = (*remaining).min((input.len() - pos) as u64);
+                    pos += take as usize;
+                    *remaining -= take;
+                    if *remaining == 0 {
+                        self.state = NO_HEADER;
+                    }
+                }
             }
         }
         close_seen
@@ -436,6 +466,14 @@ impl Inspector {
         out: &mut Vec<Segment>,
     ) -> bool {
         if h.is_control() {
+            if h.opcode == OP_PONG && self.drop_pongs {
+                // Header and payload go nowhere; a held message is untouched.
+                self.state = match h.len {
+                    0 => NO_HEADER,
+                    n => State::Skip { remaining: n },
+                };
+                return false;
+            }
             // Pings and pongs may overtake the held fragments; a close ends the message.
             if h.opcode == OP_CLOSE {
                 self.held = None;
@@ -519,6 +557,8 @@ pub struct Downstream {
     remaining: u64,
     /// Inside a fragmented data message (control frames may come between its fragments).
     in_message: bool,
+    /// Chrome sent a close frame: nothing of the proxy's may follow it (RFC 6455 §5.5.1).
+    closing: bool,
     queued: Vec<u8>,
 }
 
@@ -540,6 +580,11 @@ impl Downstream {
     /// Bytes waiting for a boundary.
     pub fn queued_len(&self) -> usize {
         self.queued.len()
+    }
+
+    /// Whether Chrome has sent a close frame (a ping after it would break the protocol).
+    pub fn closing(&self) -> bool {
+        self.closing
     }
 
     fn at_boundary(&self) -> bool {
@@ -574,12 +619,60 @@ impl Downstream {
                 if !h.is_control() {
                     self.in_message = !h.fin;
                 }
+                self.closing |= h.opcode == OP_CLOSE;
             }
         }
         push_input(out, from..pos);
         if self.at_boundary() && !self.queued.is_empty() {
             out.push(Segment::Owned(std::mem::take(&mut self.queued)));
         }
+    }
+}
+
+/// Frame tracker for the client-to-Chrome direction of a connection without an inspector but
+/// with keepalive: passes every frame as it streams, except pongs (the answers to the proxy's
+/// pings), which are dropped. A frame's opcode is in its first byte, so nothing is held: a
+/// pong between the fragments of a message, or split across reads, goes nowhere and the rest
+/// passes byte for byte.
+#[derive(Debug, Default)]
+pub struct Pongs {
+    header: [u8; 14],
+    have: usize,
+    remaining: u64,
+    /// The current frame is a pong.
+    dropping: bool,
+}
+
+impl Pongs {
+    /// Appends what of the client's `input` goes on to Chrome to `out`.
+    pub fn feed(&mut self, input: &[u8], out: &mut Vec<Segment>) {
+        let mut pos = 0;
+        // input[from..pos] is passed on.
+        let mut from = 0;
+        while pos < input.len() {
+            let start = pos;
+            if self.remaining > 0 {
+                let take = self.remaining.min((input.len() - pos) as u64);
+                pos += take as usize;
+                self.remaining -= take;
+            } else {
+                if self.have == 0 {
+                    self.dropping = input[pos] & 0x0f == OP_PONG;
+                }
+                self.header[self.have] = input[pos];
+                self.have += 1;
+                pos += 1;
+                if self.have >= 2 && self.have == header_len(self.header[1]) {
+                    self.remaining = parse_header(&self.header[..self.have]).len;
+                    self.have = 0;
+                }
+            }
+            if self.dropping {
+                push_input(out, from..start);
+                from = pos;
+            }
+        }
+        push_input(out, from..pos);
     }
 }
 
@@ -790,6 +883,108 @@ pub(crate) mod tests {
             // The ping overtakes the held first fragment; the message keeps its bytes.
             check_everywhere(&stream, &[ping, first, last].concat(), false);
         }
+    }
+
+    /// Feeds `stream` to `feed` in every two-piece split and in chunks of a few sizes; checks
+    /// that what goes on is `want` each time.
+    fn check_splits<F: FnMut(&[u8], &mut Vec<Segment>)>(
+        stream: &[u8],
+        want: &[u8],
+        mut fresh: impl FnMut() -> F,
+    ) {
+        let pieces = (0..=stream.len())
+            .map(|at| vec![&stream[..at], &stream[at..]])
+            .chain([1, 2, 3, 5, 7, 100].map(|n| stream.chunks(n).collect()));
+        for (i, split) in pieces.enumerate() {
+            let mut feed = fresh();
+            let mut got = Vec::new();
+            for piece in split {
+                let mut out = Vec::new();
+                feed(piece, &mut out);
+                got.extend(forwarded(piece, &out));
+            }
+            assert_eq!(got, want, "split {i}");
+        }
+    }
+
+    /// A data message in three fragments with a pong (with a payload) and a ping between them,
+    /// then a pong on its own and a last message: (the stream, what reaches Chrome).
+    fn pongs_between_fragments(mask: Option<[u8; 4]>) -> (Vec<u8>, Vec<u8>) {
+        let first = frame_with(1, false, br#"{"id":7,"method":"Target.getT"#, mask);
+        let pong = frame_with(10, true, b"keepalive answer", mask);
+        let ping = frame_with(9, true, b"", mask);
+        let middle = frame_with(0, false, b"arge", mask);
+        let last = frame_with(0, true, br#"ts"}"#, mask);
+        let empty_pong = frame_with(10, true, b"", mask);
+        let after = frame_with(1, true, br#"{"id":8,"method":"Page.enable"}"#, mask);
+        let stream = [
+            first.clone(),
+            pong.clone(),
+            middle.clone(),
+            ping.clone(),
+            pong,
+            last.clone(),
+            empty_pong,
+            after.clone(),
+        ]
+        .concat();
+        (stream, [first, middle, ping, last, after].concat())
+    }
+
+    #[test]
+    fn pongs_are_dropped_between_fragments_and_across_reads() {
+        for mask in MASKS {
+            let (stream, want) = pongs_between_fragments(mask);
+            check_splits(&stream, &want, || {
+                let mut p = Pongs::default();
+                move |input: &[u8], out: &mut Vec<Segment>| p.feed(input, out)
+            });
+        }
+        // A pong longer than 125 bytes cannot be a valid control frame, but is still only
+        // skipped by its length: what follows passes.
+        let after = frame(1, true, b"{}");
+        let stream = [frame(10, true, &[b'p'; 300]), after.clone()].concat();
+        check_splits(&stream, &after, || {
+            let mut p = Pongs::default();
+            move |input: &[u8], out: &mut Vec<Segment>| p.feed(input, out)
+        });
+    }
+
+    #[test]
+    fn an_inspector_dropping_pongs_drops_them_between_fragments_and_across_reads() {
+        for mask in MASKS {
+            let (stream, _) = pongs_between_fragments(mask);
+            // The ping overtakes the held fragments, as before; the pongs go nowhere.
+            let first = frame_with(1, false, br#"{"id":7,"method":"Target.getT"#, mask);
+            let middle = frame_with(0, false, b"arge", mask);
+            let last = frame_with(0, true, br#"ts"}"#, mask);
+            let ping = frame_with(9, true, b"", mask);
+            let after = frame_with(1, true, br#"{"id":8,"method":"Page.enable"}"#, mask);
+            let want = [ping, first, middle, last, after].concat();
+            check_splits(&stream, &want, || {
+                let mut i = Inspector::default().dropping_pongs(true);
+                move |input: &[u8], out: &mut Vec<Segment>| {
+                    assert!(!i.feed(input, out));
+                    assert_eq!(i.fatal(), None);
+                }
+            });
+        }
+        // Without keepalive a pong is passed on.
+        let pong = frame(10, true, b"x");
+        let (out, _) = run(&pong, 1);
+        assert_eq!(out, pong);
+    }
+
+    #[test]
+    fn a_close_from_chrome_is_noticed() {
+        let mut d = Downstream::default();
+        let mut out = Vec::new();
+        d.feed(&frame_with(1, true, b"{}", None), &mut out);
+        assert!(!d.closing());
+        let close = frame_of(OP_CLOSE, &1000u16.to_be_bytes(), false);
+        d.feed(&close[..1], &mut out);
+        d.feed(&close[1..], &mut out);
+        assert!(d.closing());
     }
 
     /// Feeds `stream` in chunks; the forwarded bytes and how the inspector ended.

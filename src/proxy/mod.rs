@@ -86,6 +86,10 @@ pub const DEFAULT_MAX_PENDING_PER_ADDRESS: usize = 32;
 /// Default time a pending connection must have been silent before it can be evicted.
 pub const DEFAULT_PENDING_MIN_AGE: Duration = admission::DEFAULT_MIN_AGE;
 
+/// Default silence on an upgraded connection after which the client is pinged: well under the
+/// 350 s after which an AWS Network Load Balancer drops an idle connection without a word.
+pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(60);
+
 /// Default time a client has to send its request head.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -113,6 +117,9 @@ pub struct Limits {
     pub trusted_proxies: TrustedNetworks,
     /// Who may embed the viewer's page: its CSP's `frame-ancestors` (`VIEWER_FRAME_ANCESTORS`).
     pub viewer_frame_ancestors: String,
+    /// Ping an upgraded client after this long without traffic either way
+    /// (`CDP_KEEPALIVE_SECONDS`; `None`: off). See [`relay`].
+    pub keepalive: Option<Duration>,
 }
 
 impl Default for Limits {
@@ -131,6 +138,7 @@ impl Default for Limits {
             files: Arc::default(),
             trusted_proxies: TrustedNetworks::default(),
             viewer_frame_ancestors: crate::viewer::page::DEFAULT_FRAME_ANCESTORS.to_owned(),
+            keepalive: Some(DEFAULT_KEEPALIVE),
         }
     }
 }
@@ -811,6 +819,7 @@ impl Proxy {
             }),
             on_browser_close: Box::new(on_close),
             metrics: self.metrics.clone(),
+            keepalive: self.limits.keepalive,
         };
         let outcome = self.relays.relay(job).await;
         self.handoffs.connection_closed(id);

@@ -17,16 +17,27 @@
 //! [`crate::viewer::handoff`]) come in through an [`Injector`] and go out at the next boundary
 //! between Chrome's messages, as the inspector's answers do.
 //!
+//! Keepalive: a connection whose job asks for it ([`Job::keepalive`]) gets a WebSocket ping
+//! toward the client once no byte has moved either way for that long, put in at a boundary
+//! between Chrome's messages like an injected frame; the client's pongs are dropped on the way
+//! to Chrome (Chrome never pinged). Any traffic resets the timer, either way: what the pings
+//! are for is that the path (the load balancer's idle timeout, NATs) never goes quiet for that
+//! long, and Chrome's events do that as well as the client's commands. The timers cost nothing
+//! per message: a moved byte only stamps the connection with the loop's clock (read once per
+//! `epoll_wait`), and a min-heap of deadlines, looked at lazily, sets `epoll_wait`'s timeout.
+//!
 //! Reads: a read that returns less than the buffer drained the socket (TCP hands over all it
 //! has), so the socket is not read again until `epoll` reports new data — no `recv` that only
 //! says "nothing more", unless the peer's FIN was reported, in which case reading goes on until
 //! the end of stream is seen.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -34,7 +45,7 @@ use slab::Slab;
 use tokio::sync::oneshot;
 use tracing::error;
 
-use super::inspect::{self, Downstream, Fatal, Inspector, Segment};
+use super::inspect::{self, Downstream, Fatal, Inspector, Pongs, Segment};
 use crate::shutdown::Shutdown;
 use crate::telemetry::Metrics;
 
@@ -65,6 +76,13 @@ impl Transform for Plain {
 impl Transform for Inspector {
     fn apply(&mut self, input: &[u8], out: &mut Vec<Segment>) -> bool {
         self.feed(input, out)
+    }
+}
+
+impl Transform for Pongs {
+    fn apply(&mut self, input: &[u8], out: &mut Vec<Segment>) -> bool {
+        self.feed(input, out);
+        false
     }
 }
 
@@ -120,6 +138,9 @@ pub struct Job {
     pub on_browser_close: Box<dyn Fn() + Send>,
     /// Where the byte counts are added as they go.
     pub metrics: Arc<Metrics>,
+    /// Ping the client after this long without traffic either way, and drop its pongs
+    /// (`None`: bytes only — the gateway, whose tasks ping).
+    pub keepalive: Option<Duration>,
 }
 
 /// A fresh connection id: an inspector's ([`Inspector::with_handoffs`]) names its connection
@@ -296,6 +317,14 @@ struct Conn {
     done: oneshot::Sender<RelayOutcome>,
     /// Its inspector's connection id, if any (see [`next_id`]).
     id: Option<u64>,
+    /// Drops the client's pongs on a connection with keepalive and no inspector.
+    pongs: Option<Pongs>,
+    /// See [`Job::keepalive`].
+    keepalive: Option<Duration>,
+    /// When bytes last moved either way (or the last ping went), by the loop's clock.
+    last_traffic: Instant,
+    /// Tells this connection from a later one in the same slab slot (for stale timers).
+    serial: u64,
 }
 
 enum PumpEnd {
@@ -322,6 +351,13 @@ struct Worker {
     busy: VecDeque<usize>,
     scratch: Scratch,
     cancelled: bool,
+    /// Keepalive deadlines: (when, slab key, serial). At most one live entry per connection
+    /// with keepalive; an entry whose connection has moved bytes since is pushed back to its
+    /// new deadline when it comes up, one whose connection is gone is dropped.
+    timers: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+    /// The loop's clock: read once per `epoll_wait` while any connection has keepalive.
+    now: Instant,
+    next_serial: u64,
 }
 
 /// The worker's reusable space for one read and what the transform makes of it.
@@ -352,14 +388,27 @@ impl Worker {
                 segs: Vec::new(),
             },
             cancelled: false,
+            timers: BinaryHeap::new(),
+            now: Instant::now(),
+            next_serial: 0,
         }
     }
 
     fn run(mut self) {
         let mut events = Events::with_capacity(256);
         loop {
-            let timeout = (!self.busy.is_empty()).then_some(std::time::Duration::ZERO);
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
+            let timeout = if self.busy.is_empty() {
+                self.timers
+                    .peek()
+                    .map(|Reverse((at, ..))| at.saturating_duration_since(self.now))
+            } else {
+                Some(Duration::ZERO)
+            };
+            let polled = self.poll.poll(&mut events, timeout);
+            if !self.timers.is_empty() {
+                self.now = Instant::now();
+            }
+            if let Err(e) = polled {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
@@ -399,6 +448,39 @@ impl Worker {
                     self.drive(key);
                 }
             }
+            self.fire_timers();
+        }
+    }
+
+    /// Pings the client of every connection whose keepalive deadline has passed with no
+    /// traffic since; pushes the others' deadlines on.
+    fn fire_timers(&mut self) {
+        while let Some(&Reverse((at, key, serial))) = self.timers.peek() {
+            if at > self.now {
+                return;
+            }
+            self.timers.pop();
+            let Some(conn) = self.conns.get_mut(key).filter(|c| c.serial == serial) else {
+                continue;
+            };
+            let Some(every) = conn.keepalive else {
+                continue;
+            };
+            let due = conn.last_traffic + every;
+            if due > self.now {
+                self.timers.push(Reverse((due, key, serial)));
+                continue;
+            }
+            conn.last_traffic = self.now;
+            self.timers.push(Reverse((self.now + every, key, serial)));
+            // A frame already waiting for Chrome's message to end will do as well.
+            if let Some(d) = conn.downstream.as_mut()
+                && !d.has_queued()
+                && !d.closing()
+            {
+                d.queue(inspect::ping_frame());
+                self.drive(key);
+            }
         }
     }
 
@@ -437,26 +519,28 @@ impl Worker {
             chrome,
             client_prefix,
             chrome_prefix,
-            mut inspector,
+            inspector,
             on_browser_close,
             metrics,
+            keepalive,
         } = job;
-        let up = client_prefix_flow(&client_prefix, &mut inspector, &*on_browser_close, &metrics);
-        let mut downstream = inspector.as_ref().map(|_| Downstream::default());
+        let mut inspector = inspector.map(|i| i.dropping_pongs(keepalive.is_some()));
+        let mut pongs = (keepalive.is_some() && inspector.is_none()).then(Pongs::default);
+        let up = client_prefix_flow(
+            &client_prefix,
+            (&mut inspector, &mut pongs),
+            &*on_browser_close,
+            &metrics,
+        );
+        // Chrome's message boundaries are tracked where frames go in between them: answers
+        // (with an inspector) and pings.
+        let mut downstream = (inspector.is_some() || keepalive.is_some()).then(Downstream::default);
         let inspector_id = inspector.as_ref().and_then(Inspector::conn);
-        let mut down = Flow {
-            bytes: chrome_prefix.len() as u64,
-            ..Flow::default()
-        };
-        match (&mut inspector, &mut downstream) {
-            (Some(i), Some(d)) => {
-                // Chrome's first bytes pass the frame tracker too, so it knows where they end.
-                d.queue(i.take_replies());
-                let mut segs = Vec::new();
-                d.feed(&chrome_prefix, &mut segs);
-                collect(&chrome_prefix, &segs, &mut down.pending);
-            }
-            _ => down.pending = chrome_prefix,
+        let down = chrome_prefix_flow(chrome_prefix, &mut downstream, &mut inspector);
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        if keepalive.is_some() {
+            self.now = Instant::now();
         }
         metrics.bytes_chrome_to_client.inc_by(down.bytes);
         let entry = self.conns.vacant_entry();
@@ -472,6 +556,10 @@ impl Worker {
             metrics,
             done,
             id: inspector_id,
+            pongs,
+            keepalive,
+            last_traffic: self.now,
+            serial,
         };
         let both = Interest::READABLE | Interest::WRITABLE;
         let registry = self.poll.registry();
@@ -484,6 +572,9 @@ impl Worker {
         entry.insert(conn);
         if let Some(id) = inspector_id {
             self.ids.insert(id, key);
+        }
+        if let Some(every) = keepalive {
+            self.timers.push(Reverse((self.now + every, key, serial)));
         }
     }
 
@@ -505,7 +596,12 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
-        match turn(conn, &mut self.scratch) {
+        let moved = conn.up.bytes + conn.down.bytes;
+        let result = turn(conn, &mut self.scratch);
+        if conn.keepalive.is_some() && conn.up.bytes + conn.down.bytes != moved {
+            conn.last_traffic = self.now;
+        }
+        match result {
             Ok(Turn::Busy) => self.busy.push_back(key),
             Ok(Turn::Idle) => {}
             Err(end) => {
@@ -528,6 +624,7 @@ impl Worker {
         }
         self.ids.clear();
         self.busy.clear();
+        self.timers.clear();
     }
 }
 
@@ -535,7 +632,7 @@ impl Worker {
 /// through the inspector (if any), waiting for Chrome.
 fn client_prefix_flow(
     prefix: &[u8],
-    inspector: &mut Option<Inspector>,
+    (inspector, pongs): (&mut Option<Inspector>, &mut Option<Pongs>),
     on_browser_close: &dyn Fn(),
     metrics: &Metrics,
 ) -> Flow {
@@ -544,9 +641,10 @@ fn client_prefix_flow(
         return up;
     }
     let mut segs = Vec::new();
-    let close = match inspector {
-        Some(i) => i.apply(prefix, &mut segs),
-        None => Plain.apply(prefix, &mut segs),
+    let close = match (inspector, pongs) {
+        (Some(i), _) => i.apply(prefix, &mut segs),
+        (None, Some(p)) => p.apply(prefix, &mut segs),
+        (None, None) => Plain.apply(prefix, &mut segs),
     };
     if close {
         on_browser_close();
@@ -555,6 +653,32 @@ fn client_prefix_flow(
     up.bytes = prefix.len() as u64;
     metrics.bytes_client_to_chrome.inc_by(up.bytes);
     up
+}
+
+/// The Chrome-to-client flow of a new relay: the bytes Chrome sent after its 101, through the
+/// frame tracker (if any), with the inspector's first answers queued there.
+fn chrome_prefix_flow(
+    prefix: Vec<u8>,
+    downstream: &mut Option<Downstream>,
+    inspector: &mut Option<Inspector>,
+) -> Flow {
+    let mut down = Flow {
+        bytes: prefix.len() as u64,
+        ..Flow::default()
+    };
+    match downstream {
+        Some(d) => {
+            if let Some(i) = inspector {
+                d.queue(i.take_replies());
+            }
+            // Chrome's first bytes pass the frame tracker too, so it knows where they end.
+            let mut segs = Vec::new();
+            d.feed(&prefix, &mut segs);
+            collect(&prefix, &segs, &mut down.pending);
+        }
+        None => down.pending = prefix,
+    }
+    down
 }
 
 /// Appends the bytes `segs` name (ranges of `input`, or their own) to `to`.
@@ -588,6 +712,7 @@ fn turn(conn: &mut Conn, scratch: &mut Scratch) -> Result<Turn, RelayEnd> {
         downstream,
         on_browser_close,
         metrics,
+        pongs,
         ..
     } = conn;
     let lane = Lane {
@@ -596,9 +721,10 @@ fn turn(conn: &mut Conn, scratch: &mut Scratch) -> Result<Turn, RelayEnd> {
         flow: up,
         shared: metrics.bytes_client_to_chrome.inner(),
     };
-    let up_turn = match inspector {
-        Some(i) => pump(lane, i, scratch, on_browser_close),
-        None => pump(lane, &mut Plain, scratch, on_browser_close),
+    let up_turn = match (inspector.as_mut(), pongs) {
+        (Some(i), _) => pump(lane, i, scratch, on_browser_close),
+        (None, Some(p)) => pump(lane, p, scratch, on_browser_close),
+        (None, None) => pump(lane, &mut Plain, scratch, on_browser_close),
     }
     .map_err(|e| match e {
         PumpEnd::SrcEof => RelayEnd::ClientClosed,
@@ -813,6 +939,15 @@ mod tests {
     }
 
     fn start(relays: &RelayLoop, client_prefix: &[u8], inspect: bool) -> Ends {
+        start_with(relays, client_prefix, inspect, None)
+    }
+
+    fn start_with(
+        relays: &RelayLoop,
+        client_prefix: &[u8],
+        inspect: bool,
+        keepalive: Option<Duration>,
+    ) -> Ends {
         let (client, client_inner) = pair();
         let (chrome, chrome_inner) = pair();
         let closed = Arc::new(AtomicBool::new(false));
@@ -828,6 +963,7 @@ mod tests {
                 move || closed.store(true, Ordering::SeqCst)
             }),
             metrics: metrics.clone(),
+            keepalive,
         };
         let outcome = tokio::spawn(relays.relay(job));
         Ends {
@@ -869,6 +1005,64 @@ mod tests {
         assert_eq!((out.client_to_chrome, out.chrome_to_client), (12, 5));
         assert_eq!(e.metrics.bytes_client_to_chrome.get(), 12);
         assert_eq!(e.metrics.bytes_chrome_to_client.get(), 5);
+    }
+
+    /// An idle client is pinged (an unmasked empty ping frame) again and again; its pongs,
+    /// sent between the fragments of a message too, never reach Chrome, and the messages do,
+    /// in order. With and without an inspector (which run different frame trackers).
+    #[tokio::test]
+    async fn an_idle_client_is_pinged_and_its_pongs_stop_at_the_proxy() {
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
+        for inspect in [false, true] {
+            let pong = frame(10, true, b"");
+            let early = frame(1, true, br#"{"id":1,"method":"Page.enable"}"#);
+            let mut e = start_with(
+                &relays,
+                &[pong.clone(), early.clone()].concat(),
+                inspect,
+                Some(Duration::from_millis(50)),
+            );
+            assert_eq!(read_n(&mut e.chrome, early.len()), early);
+            for _ in 0..3 {
+                assert_eq!(read_n(&mut e.client, 2), inspect::ping_frame());
+                e.client.write_all(&pong).unwrap();
+            }
+            let first = frame(1, false, br#"{"id":2,"method":"Target.get"#);
+            let last = frame(0, true, br#"Targets"}"#);
+            let whole = [first.clone(), pong.clone(), last.clone()].concat();
+            // Split inside the pong's header: the two reads are apart in time.
+            e.client.write_all(&whole[..first.len() + 1]).unwrap();
+            assert_eq!(read_n(&mut e.client, 2), inspect::ping_frame());
+            e.client.write_all(&whole[first.len() + 1..]).unwrap();
+            let want = [first, last].concat();
+            assert_eq!(read_n(&mut e.chrome, want.len()), want, "inspect {inspect}");
+            // Chrome's messages still reach the client whole.
+            e.chrome.write_all(b"\x81\x02{}").unwrap();
+            let mut got = read_n(&mut e.client, 2);
+            while got == inspect::ping_frame() {
+                got = read_n(&mut e.client, 2);
+            }
+            assert_eq!([got, read_n(&mut e.client, 2)].concat(), b"\x81\x02{}");
+            drop(e.client);
+            assert_eof(&mut e.chrome);
+            assert!(matches!(
+                e.outcome.await.unwrap().end,
+                RelayEnd::ClientClosed
+            ));
+        }
+    }
+
+    /// A connection without keepalive passes the client's pongs on (it is the client's and
+    /// Chrome's business) and is never pinged: the next bytes the client reads are Chrome's.
+    #[tokio::test]
+    async fn without_keepalive_pongs_pass_and_nothing_is_sent() {
+        let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
+        let mut e = start(&relays, b"", false);
+        let pong = frame(10, true, b"");
+        e.client.write_all(&pong).unwrap();
+        assert_eq!(read_n(&mut e.chrome, pong.len()), pong);
+        e.chrome.write_all(b"\x81\x02{}").unwrap();
+        assert_eq!(read_n(&mut e.client, 4), b"\x81\x02{}");
     }
 
     #[tokio::test]
@@ -964,6 +1158,7 @@ mod tests {
                 inspector: Some(Inspector::default().with_handoffs(handoffs.clone(), id)),
                 on_browser_close: Box::new(|| {}),
                 metrics: Metrics::new(),
+                keepalive: None,
             }));
             ends.push((client, chrome, id, outcome));
         }
@@ -1131,6 +1326,7 @@ mod tests {
             inspector: None,
             on_browser_close: Box::new(|| {}),
             metrics: Metrics::new(),
+            keepalive: None,
         }));
         assert_eq!(read_n(&mut chrome, data.len()), data);
         assert_eof(&mut chrome);

@@ -256,3 +256,100 @@ pub fn big_echo(len: u64) -> (FakeUpstream, mpsc::Receiver<io::Result<(u8, u64)>
     }));
     (up, received_rx)
 }
+
+/// One WebSocket frame, unmasked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub fin: bool,
+    pub opcode: u8,
+    pub payload: Vec<u8>,
+}
+
+/// Reads one whole frame (masked or not) and unmasks its payload.
+pub fn read_frame(stream: &mut impl Read) -> io::Result<Frame> {
+    let mut h = [0u8; 2];
+    stream.read_exact(&mut h)?;
+    let len = match h[1] & 0x7f {
+        126 => {
+            let mut b = [0u8; 2];
+            stream.read_exact(&mut b)?;
+            u16::from_be_bytes(b) as usize
+        }
+        127 => {
+            let mut b = [0u8; 8];
+            stream.read_exact(&mut b)?;
+            u64::from_be_bytes(b) as usize
+        }
+        n => n as usize,
+    };
+    let mut mask = [0u8; 4];
+    if h[1] & 0x80 != 0 {
+        stream.read_exact(&mut mask)?;
+    }
+    let mut payload = vec![0u8; len];
+    stream.read_exact(&mut payload)?;
+    for (i, b) in payload.iter_mut().enumerate() {
+        *b ^= mask[i % 4];
+    }
+    Ok(Frame {
+        fin: h[0] & 0x80 != 0,
+        opcode: h[0] & 0x0f,
+        payload,
+    })
+}
+
+/// One frame: masked (a client's, with a fixed key) or not (a server's).
+pub fn frame_bytes(opcode: u8, fin: bool, payload: &[u8], masked: bool) -> Vec<u8> {
+    let mut f = vec![if fin { 0x80 } else { 0 } | opcode];
+    let bit = if masked { 0x80 } else { 0 };
+    match payload.len() {
+        n if n < 126 => f.push(bit | n as u8),
+        n if n <= 65535 => {
+            f.push(bit | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(bit | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    let mask = [0x5a, 0x0f, 0xc3, 0x91];
+    if masked {
+        f.extend_from_slice(&mask);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    } else {
+        f.extend_from_slice(payload);
+    }
+    f
+}
+
+/// Chrome's stand-in that records every frame it receives (on the receiver, in order) and
+/// answers each complete text message `{"id":N,…}` with `{"id":N,"result":{}}`.
+pub fn recording_cdp() -> (FakeUpstream, mpsc::Receiver<Frame>) {
+    let (tx, rx) = mpsc::channel();
+    let up = FakeUpstream::start(Arc::new(move |s: &mut TcpStream| {
+        let mut message = Vec::new();
+        loop {
+            let f = read_frame(s)?;
+            let _ = tx.send(f.clone());
+            if f.opcode == 0x8 {
+                return Ok(());
+            }
+            if f.opcode & 0x8 != 0 {
+                continue;
+            }
+            message.extend_from_slice(&f.payload);
+            if !f.fin {
+                continue;
+            }
+            let text = std::mem::take(&mut message);
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&text)
+                && let Some(id) = v["id"].as_i64()
+            {
+                let answer = format!(r#"{{"id":{id},"result":{{}}}}"#);
+                s.write_all(&frame_bytes(0x1, true, answer.as_bytes(), false))?;
+            }
+        }
+    }));
+    (up, rx)
+}
