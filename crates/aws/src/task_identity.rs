@@ -23,7 +23,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use wallcrawler_contract::task_api::{
-    AUDIENCE, AUDIENCE_HEADER, STS_BODY, STS_CONTENT_TYPE, SignedIdentity,
+    AUDIENCE, AUDIENCE_HEADER, NONCE_HEADER, STS_BODY, STS_CONTENT_TYPE, SignedIdentity,
 };
 
 /// The HTTPS (and, for loopback tests, HTTP) client of the task API's calls.
@@ -86,7 +86,7 @@ fn sts_endpoint(sdk: &SdkConfig) -> Result<(http::Uri, String), IdentityError> {
 
 /// The request both sides build: the same method, URL, headers and body, so the signature the
 /// task made is the one STS checks.
-fn sts_request(uri: &http::Uri) -> Result<http::Request<Full<Bytes>>, IdentityError> {
+fn sts_request(uri: &http::Uri, nonce: &str) -> Result<http::Request<Full<Bytes>>, IdentityError> {
     let host = uri
         .authority()
         .ok_or(IdentityError::Unconfigured("STS endpoint host"))?
@@ -96,12 +96,19 @@ fn sts_request(uri: &http::Uri) -> Result<http::Request<Full<Bytes>>, IdentityEr
         .header(http::header::CONTENT_TYPE, STS_CONTENT_TYPE)
         .header(http::header::HOST, host)
         .header(AUDIENCE_HEADER, AUDIENCE)
+        .header(NONCE_HEADER, nonce)
         .body(Full::new(Bytes::from_static(STS_BODY.as_bytes())))
         .map_err(|e| IdentityError::Signing(e.into()))
 }
 
 /// The task's identity: its credentials' signature of the STS request, made now.
 pub async fn sign(sdk: &SdkConfig) -> Result<SignedIdentity, IdentityError> {
+    sign_at(sdk, SystemTime::now()).await
+}
+
+/// An identity signed as if at `time` (tests of the control plane's freshness check; a task
+/// signs with [`sign`]).
+pub async fn sign_at(sdk: &SdkConfig, time: SystemTime) -> Result<SignedIdentity, IdentityError> {
     let provider = sdk
         .credentials_provider()
         .ok_or(IdentityError::Unconfigured("credentials provider"))?;
@@ -110,13 +117,14 @@ pub async fn sign(sdk: &SdkConfig) -> Result<SignedIdentity, IdentityError> {
         .await
         .map_err(|e| IdentityError::Credentials(e.into()))?;
     let (uri, region) = sts_endpoint(sdk)?;
-    let mut req = sts_request(&uri)?;
+    let nonce = SignedIdentity::new_nonce();
+    let mut req = sts_request(&uri, &nonce)?;
     let identity = Identity::from(creds);
     let params = v4::SigningParams::builder()
         .identity(&identity)
         .region(&region)
         .name("sts")
-        .time(SystemTime::now())
+        .time(time)
         .settings(SigningSettings::default())
         .build()
         .map_err(|e| IdentityError::Signing(e.into()))?
@@ -151,6 +159,7 @@ pub async fn sign(sdk: &SdkConfig) -> Result<SignedIdentity, IdentityError> {
             authorization,
             amz_date,
             security_token,
+            nonce,
         }),
         // Long-term keys (no session token) are never a task's.
         _ => Err(IdentityError::Unconfigured("session token")),
@@ -174,7 +183,8 @@ impl Verifier {
 
     /// The ARN of whoever signed `id`, as STS answers it.
     pub async fn caller(&self, id: &SignedIdentity) -> Result<String, IdentityError> {
-        let mut req = sts_request(&self.endpoint)?;
+        // The nonce's header value cannot fail: decoding took only hex.
+        let mut req = sts_request(&self.endpoint, &id.nonce)?;
         let h = req.headers_mut();
         for (name, value) in [
             ("authorization", &id.authorization),

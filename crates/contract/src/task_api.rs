@@ -36,6 +36,9 @@ pub const CREDENTIALS_PATH: &str = "/v1/internal/credentials";
 pub const IDENTITY_HEADER: &str = "x-wallcrawler-task-identity";
 /// The header the identity's STS request is signed over, with the value [`AUDIENCE`].
 pub const AUDIENCE_HEADER: &str = "x-wallcrawler-audience";
+/// The header carrying an identity's nonce ([`SignedIdentity::nonce`]), signed over: two
+/// identities signed in the same second differ, so each can be taken once.
+pub const NONCE_HEADER: &str = "x-wallcrawler-nonce";
 /// The audience: what the identity is for.
 pub const AUDIENCE: &str = "wallcrawler-task-api";
 /// The STS request's body, exactly.
@@ -45,7 +48,12 @@ pub const STS_CONTENT_TYPE: &str = "application/x-www-form-urlencoded; charset=u
 /// The headers the STS request is signed over, in SigV4's order: all of them are sent by the
 /// control plane with the values above (and the `x-amz-*` of the identity).
 pub const SIGNED_HEADERS: &str =
-    "content-type;host;x-amz-date;x-amz-security-token;x-wallcrawler-audience";
+    "content-type;host;x-amz-date;x-amz-security-token;x-wallcrawler-audience;x-wallcrawler-nonce";
+/// How long after it was signed an identity is taken (and how far ahead of the control
+/// plane's clock its date may be): a task signs each one just before its call. The control
+/// plane also takes each identity once (by its signature), so one seen on the way (a log, a
+/// proxy) is worth nothing afterwards.
+pub const FRESH_SECONDS: u64 = 60;
 /// The largest identity header accepted, in bytes (a real one is ~1.5 KiB).
 pub const MAX_IDENTITY_BYTES: usize = 8192;
 /// The longest claim wait a task may ask for (SQS's longest long poll; API Gateway answers
@@ -64,6 +72,8 @@ pub struct SignedIdentity {
     pub amz_date: String,
     /// The `x-amz-security-token` header (a task role's credentials always have one).
     pub security_token: String,
+    /// The [`NONCE_HEADER`]: 32 lowercase hex digits, random per identity.
+    pub nonce: String,
 }
 
 impl std::fmt::Debug for SignedIdentity {
@@ -119,8 +129,70 @@ impl SignedIdentity {
         if id.amz_date.len() != 16 || !printable(&id.amz_date) {
             return Err(IdentityError::NotOurs);
         }
+        let hex =
+            |s: &str| s.len() == 32 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if !hex(&id.nonce) {
+            return Err(IdentityError::NotOurs);
+        }
         Ok(id)
     }
+
+    /// A fresh nonce: 16 random bytes as hex.
+    pub fn new_nonce() -> String {
+        let mut b = [0u8; 16];
+        getrandom::fill(&mut b).expect("the OS random source is available");
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    /// When it was signed (its `x-amz-date`, `YYYYMMDDTHHMMSSZ`), in Unix seconds; `None` for
+    /// a date that does not read.
+    pub fn signed_at(&self) -> Option<u64> {
+        let d = &self.amz_date;
+        let n = |r: std::ops::Range<usize>| d.get(r)?.parse::<i16>().ok();
+        if d.len() != 16 || d.as_bytes()[8] != b'T' || !d.ends_with('Z') {
+            return None;
+        }
+        let (y, mo, da) = (n(0..4)?, n(4..6)?, n(6..8)?);
+        let (h, mi, s) = (n(9..11)?, n(11..13)?, n(13..15)?);
+        let dt = jiff::civil::DateTime::new(
+            y,
+            i8::try_from(mo).ok()?,
+            i8::try_from(da).ok()?,
+            i8::try_from(h).ok()?,
+            i8::try_from(mi).ok()?,
+            i8::try_from(s).ok()?,
+            0,
+        )
+        .ok()?;
+        let t = dt.to_zoned(jiff::tz::TimeZone::UTC).ok()?.timestamp();
+        u64::try_from(t.as_second()).ok()
+    }
+
+    /// Whether it was signed within [`FRESH_SECONDS`] of `now` (Unix seconds), either way.
+    pub fn fresh_at(&self, now: u64) -> Result<(), Staleness> {
+        let at = self.signed_at().ok_or(Staleness::Unreadable)?;
+        if now.saturating_sub(at) > FRESH_SECONDS {
+            return Err(Staleness::Old);
+        }
+        if at.saturating_sub(now) > FRESH_SECONDS {
+            return Err(Staleness::Future);
+        }
+        Ok(())
+    }
+}
+
+/// Why an identity's date was not taken.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Staleness {
+    /// Signed more than [`FRESH_SECONDS`] ago.
+    #[error("the task identity was signed more than {FRESH_SECONDS} s ago")]
+    Old,
+    /// Dated more than [`FRESH_SECONDS`] ahead.
+    #[error("the task identity is dated more than {FRESH_SECONDS} s ahead")]
+    Future,
+    /// The date does not read.
+    #[error("the task identity's date does not read")]
+    Unreadable,
 }
 
 /// The task an STS caller ARN names.
@@ -386,6 +458,44 @@ mod tests {
             ),
             amz_date: "20261126T101010Z".into(),
             security_token: "token".into(),
+            nonce: SignedIdentity::new_nonce(),
+        }
+    }
+
+    #[test]
+    fn an_identity_is_fresh_for_a_minute_either_way_and_its_nonce_is_checked() {
+        let id = identity();
+        let at = id.signed_at().unwrap();
+        // 2026-11-26T10:10:10Z
+        assert_eq!(at, 1_795_687_810);
+        assert_eq!(id.fresh_at(at), Ok(()));
+        assert_eq!(id.fresh_at(at + FRESH_SECONDS), Ok(()));
+        assert_eq!(id.fresh_at(at + FRESH_SECONDS + 1), Err(Staleness::Old));
+        assert_eq!(id.fresh_at(at - FRESH_SECONDS), Ok(()));
+        assert_eq!(id.fresh_at(at - FRESH_SECONDS - 1), Err(Staleness::Future));
+        for bad in [
+            "20261326T101010Z",
+            "20261126X101010Z",
+            "2026112aT101010Z",
+            "20261126T101010+",
+        ] {
+            let odd = SignedIdentity {
+                amz_date: bad.into(),
+                ..id.clone()
+            };
+            assert_eq!(odd.fresh_at(at), Err(Staleness::Unreadable), "{bad}");
+        }
+        assert_ne!(SignedIdentity::new_nonce(), id.nonce);
+        for nonce in ["", "ABCDEF0123456789abcdef0123456789", "0123"] {
+            let odd = SignedIdentity {
+                nonce: nonce.into(),
+                ..id.clone()
+            };
+            assert_eq!(
+                SignedIdentity::decode(&odd.encode()),
+                Err(IdentityError::NotOurs),
+                "{nonce}"
+            );
         }
     }
 

@@ -7,7 +7,8 @@
 //!
 //! Refusals, each with its status and message ([`ApiError`]'s shape):
 //! - 401: no identity header, one too long, unreadable or not a signature of this API's STS
-//!   request, or one STS refuses;
+//!   request, one signed more than [`FRESH_SECONDS`] ago (or dated as far ahead), one STS
+//!   refuses, or one taken before (each identity is taken once: [`Broker::first_use`]);
 //! - 403: a caller that is not a session of the task role named like a task id; credentials
 //!   for a session whose item does not name the caller's task (a missing session answers the
 //!   same, so the answer tells nothing about other sessions);
@@ -35,7 +36,7 @@ use tracing::info;
 use wallcrawler_contract::claim::valid_id;
 use wallcrawler_contract::task_api::{
     CLAIMS_PATH, CREDENTIALS_PATH, CallerTask, ClaimGrant, ClaimRequest, CredentialsGrant,
-    CredentialsRequest, IDENTITY_HEADER, MAX_WAIT_SECONDS, SignedIdentity,
+    CredentialsRequest, FRESH_SECONDS, IDENTITY_HEADER, MAX_WAIT_SECONDS, SignedIdentity,
 };
 
 use crate::error::{ApiError, StoreError};
@@ -85,6 +86,10 @@ pub trait Broker: Send + Sync {
         task: &CallerTask,
         session_id: &str,
     ) -> StoreResult<Option<CredentialsGrant>>;
+    /// Takes the identity whose signature hashes to `digest` once: `true` the first time,
+    /// `false` ever after (until `until`, Unix seconds, after which its date refuses it
+    /// anyway). A conditional write, so two requests with one identity at once get one `true`.
+    async fn first_use(&self, digest: &str, until: u64) -> StoreResult<bool>;
 }
 
 /// The role tasks run with: a caller is a task when it is a session of this role, in this
@@ -164,6 +169,11 @@ impl FromRequestParts<TaskApi> for Task {
             )
         })?;
         let id = SignedIdentity::decode(text).map_err(|e| ApiError::unauthorized(e.to_string()))?;
+        let now = wallcrawler_contract::time::unix_millis() / 1000;
+        if let Err(e) = id.fresh_at(now) {
+            info!(reason = %e, "a task identity was refused for its date");
+            return Err(ApiError::unauthorized(e.to_string()));
+        }
         let arn = match api.identities.caller(&id).await {
             Ok(arn) => arn,
             Err(IdentityCheck::Refused) => {
@@ -172,16 +182,32 @@ impl FromRequestParts<TaskApi> for Task {
             }
             Err(IdentityCheck::Unavailable(e)) => return Err(e.into()),
         };
-        match CallerTask::from_arn(&arn).filter(|t| api.task_role.has(t)) {
-            Some(task) => Ok(Task(task)),
-            None => {
-                info!("a caller that is not a task asked the task API");
-                Err(ApiError::forbidden(
-                    "the caller is not a task of this platform",
-                ))
-            }
+        let Some(task) = CallerTask::from_arn(&arn).filter(|t| api.task_role.has(t)) else {
+            info!("a caller that is not a task asked the task API");
+            return Err(ApiError::forbidden(
+                "the caller is not a task of this platform",
+            ));
+        };
+        // After STS: only a task's own signature is written down, never a stranger's junk.
+        let until = id.signed_at().unwrap_or(now) + FRESH_SECONDS + 1;
+        if !api.broker.first_use(&digest(&id), until).await? {
+            info!(task.id = %task.task_id, "a task identity was offered a second time");
+            return Err(ApiError::unauthorized(
+                "the task identity was used before: each is taken once",
+            ));
         }
+        Ok(Task(task))
     }
+}
+
+/// The SHA-256 of an identity's signature (its `authorization`, which signs its date and
+/// nonce), as hex: what [`Broker::first_use`] remembers, never the signature itself.
+fn digest(id: &SignedIdentity) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(id.authorization.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The body as `T`, or the route's 400 (`shape` says what it must be) or 413.

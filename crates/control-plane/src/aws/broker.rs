@@ -421,4 +421,24 @@ impl Broker for TaskBroker {
             live_view,
         }))
     }
+
+    /// An item `identity#<digest>` in the tasks table (no task id has a `#`), put only if
+    /// there is none, with the table's TTL at `until`.
+    async fn first_use(&self, digest: &str, until: u64) -> StoreResult<bool> {
+        use aws_sdk_dynamodb::types::AttributeValue;
+        let put = self
+            .dynamo
+            .put_item()
+            .table_name(&self.t.tasks_table)
+            .item(TASK_ID, AttributeValue::S(format!("identity#{digest}")))
+            .item(
+                wallcrawler_contract::session::attr::EXPIRES_AT,
+                AttributeValue::N(until.to_string()),
+            )
+            .condition_expression("attribute_not_exists(#k)")
+            .expression_attribute_names("#k", TASK_ID)
+            .send()
+            .await;
+        Ok(super::table::condition(put, TASKS)?.is_ok())
+    }
 }

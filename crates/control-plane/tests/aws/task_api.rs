@@ -12,7 +12,7 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
-use wallcrawler_aws::task_identity::sign;
+use wallcrawler_aws::task_identity::{sign, sign_at};
 use wallcrawler_contract::claim::NO_BROWSER_IN_TIME;
 use wallcrawler_contract::task_api::{
     CLAIMS_PATH, CREDENTIALS_PATH, CallerTask, IDENTITY_HEADER, MAX_IDENTITY_BYTES, SignedIdentity,
@@ -494,6 +494,11 @@ async fn every_refusal_has_its_status_and_message() {
     let a = w.task().await;
     let id = w.session().await;
     let good = identity(&a).await;
+    // An identity is taken once: each case that passes the identity check has its own.
+    let mut goods = Vec::new();
+    for _ in 0..7 {
+        goods.push(identity(&a).await);
+    }
     let claim = r#"{"waitSeconds": 0}"#;
     let mut for_s3 = SignedIdentity::decode(&good).unwrap();
     for_s3.authorization = for_s3.authorization.replace("/sts/", "/s3/");
@@ -553,35 +558,35 @@ async fn every_refusal_has_its_status_and_message() {
             "the caller is not a task of this platform",
         ),
         (
-            Some(&good),
+            Some(&goods[0]),
             CLAIMS_PATH,
             r#"{"waitSeconds": 21}"#,
             StatusCode::BAD_REQUEST,
             "waitSeconds must be at most 20",
         ),
         (
-            Some(&good),
+            Some(&goods[1]),
             CLAIMS_PATH,
             "nope",
             StatusCode::BAD_REQUEST,
             r#"the body must be JSON {"waitSeconds": <0 to 20>}"#,
         ),
         (
-            Some(&good),
+            Some(&goods[2]),
             CLAIMS_PATH,
             r#"{"waitSeconds": 1, "sessionId": "x"}"#,
             StatusCode::BAD_REQUEST,
             r#"the body must be JSON {"waitSeconds": <0 to 20>}"#,
         ),
         (
-            Some(&good),
+            Some(&goods[3]),
             CREDENTIALS_PATH,
             "{}",
             StatusCode::BAD_REQUEST,
             r#"the body must be JSON {"sessionId": "<id>"}"#,
         ),
         (
-            Some(&good),
+            Some(&goods[4]),
             CREDENTIALS_PATH,
             r#"{"sessionId": "../x"}"#,
             StatusCode::FORBIDDEN,
@@ -601,7 +606,7 @@ async fn every_refusal_has_its_status_and_message() {
         );
     }
     let big = format!(r#"{{"waitSeconds": 0, "x": "{}"}}"#, "x".repeat(2048));
-    let (got, v) = call(&w.api, CLAIMS_PATH, Some(&good), &big).await;
+    let (got, v) = call(&w.api, CLAIMS_PATH, Some(&goods[6]), &big).await;
     assert_eq!(got, StatusCode::PAYLOAD_TOO_LARGE, "{v}");
     assert_eq!(v["message"], "the body is larger than 1024 bytes");
 
@@ -609,6 +614,91 @@ async fn every_refusal_has_its_status_and_message() {
     assert_eq!(w.marker(&a).await, None);
     assert_eq!(text(&w.item(&id).await, "owner"), None);
     assert_eq!(w.queued().await, 1);
+}
+
+/// Each identity is taken once: the same one twice at once is one answer and one 401, and
+/// a third time again 401; one signed over a minute ago (or dated as far ahead) is refused
+/// before STS is asked. The remembered item is the signature's hash, kept in the tasks table
+/// for its TTL, never the signature.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identity_is_taken_once_and_only_while_fresh() {
+    use std::time::SystemTime;
+    let w = World::new(None).await;
+    let a = w.task().await;
+    let once = identity(&a).await;
+    let claim = r#"{"waitSeconds": 0}"#;
+    let (first, second) = tokio::join!(
+        call(&w.api, CLAIMS_PATH, Some(&once), claim),
+        call(&w.api, CLAIMS_PATH, Some(&once), claim)
+    );
+    let mut statuses = [first.0, second.0];
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [StatusCode::NO_CONTENT, StatusCode::UNAUTHORIZED],
+        "{first:?} {second:?}"
+    );
+    let refused = if first.0 == StatusCode::UNAUTHORIZED {
+        first.1
+    } else {
+        second.1
+    };
+    let replayed = "the task identity was used before: each is taken once";
+    assert_eq!(refused["message"], replayed);
+    let (status, v) = call(
+        &w.api,
+        CREDENTIALS_PATH,
+        Some(&once),
+        r#"{"sessionId": "sess_x"}"#,
+    )
+    .await;
+    assert_eq!(
+        (status, v["message"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some(replayed))
+    );
+
+    // The remembered item: the hash of the signature, expiring with the identity's window.
+    let items =
+        w.f.dynamo()
+            .scan()
+            .table_name(&w.tasks_table)
+            .send()
+            .await
+            .unwrap();
+    let keys: Vec<_> = items
+        .items()
+        .iter()
+        .filter_map(|i| i.get("taskId")?.as_s().ok().cloned())
+        .collect();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert!(
+        keys[0].starts_with("identity#") && keys[0].len() == "identity#".len() + 64,
+        "{keys:?}"
+    );
+    let signature = SignedIdentity::decode(&once).unwrap().authorization;
+    let signature = signature.rsplit('=').next().unwrap();
+    assert!(!keys[0].contains(signature));
+
+    for (at, message) in [
+        (
+            SystemTime::now() - Duration::from_secs(62),
+            "the task identity was signed more than 60 s ago",
+        ),
+        (
+            SystemTime::now() + Duration::from_secs(62),
+            "the task identity is dated more than 60 s ahead",
+        ),
+    ] {
+        let id = sign_at(&a.sdk, at).await.unwrap().encode();
+        let (status, v) = call(&w.api, CLAIMS_PATH, Some(&id), claim).await;
+        assert_eq!(
+            (status, v["message"].as_str()),
+            (StatusCode::UNAUTHORIZED, Some(message))
+        );
+    }
+    // A fresh one still passes: nothing above spent the task's standing.
+    let (status, v) = call(&w.api, CLAIMS_PATH, Some(&identity(&a).await), claim).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{v}");
 }
 
 /// A broker no refused request may reach.
@@ -630,6 +720,13 @@ impl Broker for Unreachable {
     ) -> wallcrawler_control_plane::stores::StoreResult<
         Option<wallcrawler_contract::task_api::CredentialsGrant>,
     > {
+        panic!("a refused caller reached the broker")
+    }
+    async fn first_use(
+        &self,
+        _: &str,
+        _: u64,
+    ) -> wallcrawler_control_plane::stores::StoreResult<bool> {
         panic!("a refused caller reached the broker")
     }
 }
@@ -708,7 +805,19 @@ async fn the_logs_hold_task_and_session_ids_and_no_secret() {
     let (status, grant) = call(&w.api, CLAIMS_PATH, Some(&header), &body).await;
     assert_eq!(status, StatusCode::OK, "{grant}");
     let body = json!({ "sessionId": id }).to_string();
-    let (status, fresh) = call(&w.api, CREDENTIALS_PATH, Some(&header), &body).await;
+    // The same identity again (refused, and logged without it), then a fresh one.
+    let (status, _) = call(&w.api, CREDENTIALS_PATH, Some(&header), &body).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let old = sign_at(
+        &a.sdk,
+        std::time::SystemTime::now() - Duration::from_secs(120),
+    )
+    .await
+    .unwrap()
+    .encode();
+    let (status, _) = call(&w.api, CREDENTIALS_PATH, Some(&old), &body).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, fresh) = call(&w.api, CREDENTIALS_PATH, Some(&identity(&a).await), &body).await;
     assert_eq!(status, StatusCode::OK, "{fresh}");
     let (status, _) = w.credentials(&b, &id).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
@@ -725,6 +834,8 @@ async fn the_logs_hold_task_and_session_ids_and_no_secret() {
         "session credentials granted".to_owned(),
         "credentials refused: not the task's session".to_owned(),
         "a caller that is not a task asked the task API".to_owned(),
+        "a task identity was offered a second time".to_owned(),
+        "a task identity was refused for its date".to_owned(),
     ] {
         assert!(text.contains(&needle), "no {needle:?} in the logs:\n{text}");
     }
@@ -736,6 +847,7 @@ async fn the_logs_hold_task_and_session_ids_and_no_secret() {
         .to_owned();
     let mut secrets = vec![
         header[..32].to_owned(),
+        old[..32].to_owned(),
         signature,
         a_identity.security_token.clone(),
         "assumed-role".to_owned(),
