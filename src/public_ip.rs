@@ -191,6 +191,11 @@ pub async fn task_metadata(uri: &str) -> Option<TaskMetadata> {
     read_task_metadata(uri).await.ok()
 }
 
+/// [`task_metadata`] with bounded retries (what the startup self-check reads).
+pub async fn task_metadata_retried(uri: &str) -> Option<TaskMetadata> {
+    read_metadata(uri, true).await
+}
+
 /// The task metadata, or `None` (logged) when the endpoint does not answer; `retried`: with
 /// bounded retries (a public address depends on it).
 async fn read_metadata(uri: &str, retried: bool) -> Option<TaskMetadata> {

@@ -40,6 +40,9 @@ pub enum DepsError {
     /// The task API granted no credentials for the task's session.
     #[error("the task API granted no credentials for the session")]
     Credentials(#[source] TaskApiError),
+    /// The startup self-check: the task role's STS session does not name this task.
+    #[error("{0}")]
+    SelfCheck(String),
 }
 
 /// The outside services `c` names, built with one SDK configuration when any is on AWS. On
@@ -139,6 +142,9 @@ impl OnTaskApi {
 /// The task API at `url`, called as the task `sdk`'s role names; a single session's task
 /// has its session's credentials from it before anything else.
 async fn on_task_api(c: &RunConfig, url: &str, sdk: &SdkConfig) -> Result<OnTaskApi, DepsError> {
+    if let Some(uri) = c.metadata_uri.as_deref() {
+        self_check(uri, sdk).await?;
+    }
     let api = TaskApi::new(url.to_owned(), sdk.clone()).map_err(DepsError::HttpClient)?;
     let api = Arc::new(api);
     let credentials = SessionCredentialsProvider::new(api.clone());
@@ -160,6 +166,61 @@ async fn on_task_api(c: &RunConfig, url: &str, sdk: &SdkConfig) -> Result<OnTask
         session_sdk,
         live_view,
     })
+}
+
+/// The task API knows a task by the name of its task role's STS session, which ECS sets to
+/// the task's id (aws/amazon-ecs-agent#3498, not a documented promise): checked at start, so
+/// that a platform where it does not hold says so once, plainly, instead of every claim
+/// being refused. The caller ARN comes from STS (the task's own signed `GetCallerIdentity`),
+/// the task ARN from the task metadata.
+async fn self_check(metadata_uri: &str, sdk: &SdkConfig) -> Result<(), DepsError> {
+    use wallcrawler_aws::task_identity::{IdentityError, Verifier, sign};
+    let fail = |why: String| DepsError::SelfCheck(format!("startup self-check failed: {why}"));
+    use backon::Retryable as _;
+    let task_arn = crate::public_ip::task_metadata_retried(metadata_uri)
+        .await
+        .and_then(|m| m.task_arn)
+        .ok_or_else(|| fail("the ECS task metadata names no task ARN".into()))?;
+    let verifier = Verifier::new(sdk).map_err(|e| fail(e.to_string()))?;
+    // STS unreachable or throttled is asked again for a while; a refusal is final.
+    let caller = (|| async { verifier.caller(&sign(sdk).await?).await })
+        .retry(wallcrawler_contract::retry::policy(SELF_CHECK_WITHIN))
+        .sleep(tokio::time::sleep)
+        .when(|e| matches!(e, IdentityError::Unavailable(_)))
+        .await
+        .map_err(|e| fail(format!("STS did not say who this task is: {e}")))?;
+    session_names_task(&caller, &task_arn).map_err(fail)
+}
+
+/// How long the self-check asks STS again while it cannot be reached.
+const SELF_CHECK_WITHIN: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Whether the STS caller `caller_arn` is a role session named by the id of `task_arn`
+/// (`arn:…:ecs:<region>:<account>:task/<cluster>/<id>`); else what is wrong, with the two
+/// names (neither is a secret).
+fn session_names_task(caller_arn: &str, task_arn: &str) -> Result<(), String> {
+    use wallcrawler_contract::task_api::CallerTask;
+    let id = task_arn
+        .split_once(":task/")
+        .and_then(|(_, rest)| rest.rsplit('/').next())
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| format!("the task metadata's task ARN {task_arn:?} names no task id"))?;
+    let Some(caller) = CallerTask::from_arn(caller_arn) else {
+        return Err(format!(
+            "STS names this task's caller {caller_arn:?}, not a session of its task role: \
+             the task API cannot tell which task it is"
+        ));
+    };
+    if caller.task_id != id {
+        return Err(format!(
+            "the task role's session is named {:?}, not this task's id {id:?}: the task API \
+             takes the session name for the task id (as ECS names it today, \
+             aws/amazon-ecs-agent#3498), so no claim or credentials would ever be granted to \
+             this task; run it as an ECS task with its task role, or without TASK_API_URL",
+            caller.task_id
+        ));
+    }
+    Ok(())
 }
 
 /// Whether any service `c` names is on AWS.
@@ -258,8 +319,55 @@ mod tests {
     use crate::config::Settings;
     use crate::task_api::tests::{answer, read_request, stub_api, task_sdk};
 
-    /// An AWS endpoint on loopback that answers `{}` and records the access key id each
-    /// request was signed with (`Credential=<key id>/…`), with the request's target.
+    #[test]
+    fn the_self_check_takes_only_a_session_named_by_the_task_id() {
+        let task =
+            "arn:aws:ecs:eu-west-1:123456789012:task/wallcrawler/0123456789abcdef0123456789abcdef";
+        let caller =
+            |session: &str| format!("arn:aws:sts::123456789012:assumed-role/wc-task/{session}");
+        assert_eq!(
+            session_names_task(&caller("0123456789abcdef0123456789abcdef"), task),
+            Ok(())
+        );
+        let other = session_names_task(&caller("i-0abc"), task).unwrap_err();
+        assert!(
+            other.starts_with(
+                "the task role's session is named \"i-0abc\", not this task's id \
+                 \"0123456789abcdef0123456789abcdef\""
+            ),
+            "{other}"
+        );
+        let user = session_names_task("arn:aws:iam::123456789012:user/alice", task).unwrap_err();
+        assert!(user.contains("not a session of its task role"), "{user}");
+        let odd =
+            session_names_task(&caller("x"), "arn:aws:ecs:eu-west-1:1:cluster/c").unwrap_err();
+        assert!(odd.contains("names no task id"), "{odd}");
+    }
+
+    /// The task id [`recording_aws`]'s STS names the caller's role session by.
+    const TASK_ID: &str = "0123456789abcdef0123456789abcdef";
+
+    /// A stand-in ECS task metadata endpoint naming the task `task_id`; its URI.
+    async fn metadata(task_id: &str) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let body = serde_json::json!({
+            "TaskARN": format!("arn:aws:ecs:us-east-1:123456789012:task/wallcrawler/{task_id}"),
+            "Containers": [],
+        })
+        .to_string();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let _ = read_request(&mut conn).await;
+                let _ = conn.write_all(answer("200 OK", &body).as_bytes()).await;
+            }
+        });
+        format!("http://{addr}/v4/x")
+    }
+
+    /// An AWS endpoint on loopback that answers `{}` (STS's `GetCallerIdentity`: a session of
+    /// the task role named [`TASK_ID`]) and records the access key id each request was signed
+    /// with (`Credential=<key id>/…`), with the request's target.
     async fn recording_aws() -> (String, Arc<Mutex<Vec<String>>>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -267,7 +375,7 @@ mod tests {
         let recorded = signed.clone();
         tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
-                let (head, _) = read_request(&mut conn).await;
+                let (head, body) = read_request(&mut conn).await;
                 let header = |name: &str| {
                     head.lines()
                         .find_map(|l| {
@@ -281,6 +389,16 @@ mod tests {
                     .and_then(|(_, c)| c.split_once('/'))
                     .map(|(k, _)| k.to_owned())
                     .unwrap_or_default();
+                if body.contains("Action=GetCallerIdentity") {
+                    recorded.lock().unwrap().push(format!("sts.GetCallerIdentity {key}"));
+                    let xml = format!(
+                        "<GetCallerIdentityResponse><GetCallerIdentityResult><Arn>\
+                         arn:aws:sts::123456789012:assumed-role/wc-task/{TASK_ID}\
+                         </Arn></GetCallerIdentityResult></GetCallerIdentityResponse>"
+                    );
+                    let _ = conn.write_all(answer("200 OK", &xml).as_bytes()).await;
+                    continue;
+                }
                 recorded
                     .lock()
                     .unwrap()
@@ -307,34 +425,73 @@ mod tests {
         )])
         .await;
         let (aws, signed) = recording_aws().await;
-        let settings: Settings = [
-            ("SESSION_ID", "sess_1"),
-            ("SESSIONS_TABLE_NAME", "sessions"),
-            ("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "public-key"),
-            ("ECS_CONTAINER_METADATA_URI_V4", "http://127.0.0.1:1/v4/x"),
-            ("TASK_API_URL", api.as_str()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k, v.to_owned()))
-        .collect();
-        let c = RunConfig::from_settings(&settings).unwrap();
+        let c = on_task_api_config(&api, &metadata(TASK_ID).await);
         let sdk = task_sdk().to_builder().endpoint_url(aws).build();
         let deps = build_with(&c, Some(&sdk)).await.unwrap();
 
         assert_eq!(deps.sessions.unwrap().load("sess_1").await.unwrap(), None);
         let _ = deps.secrets.unwrap().fetch(FetchMode::Quick).await;
         let signed = signed.lock().unwrap();
+        // The self-check first (as the task role), then the session's item.
         assert_eq!(
-            signed.first().map(String::as_str),
-            Some("DynamoDB_20120810.GetItem ASIASESSION")
+            signed.iter().take(2).map(String::as_str).collect::<Vec<_>>(),
+            ["sts.GetCallerIdentity AKIDTASK", "DynamoDB_20120810.GetItem ASIASESSION"]
         );
         assert!(
             signed
                 .iter()
-                .skip(1)
+                .skip(2)
                 .all(|s| s == "secretsmanager.GetSecretValue AKIDTASK"),
             "{signed:?}"
         );
-        assert!(signed.len() > 1, "{signed:?}");
+        assert!(signed.len() > 2, "{signed:?}");
+    }
+
+    /// A single session's task on the task API at `api`, its metadata at `metadata`.
+    fn on_task_api_config(api: &str, metadata: &str) -> RunConfig {
+        let settings: Settings = [
+            ("SESSION_ID", "sess_1"),
+            ("SESSIONS_TABLE_NAME", "sessions"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "public-key"),
+            ("ECS_CONTAINER_METADATA_URI_V4", metadata),
+            ("TASK_API_URL", api),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_owned()))
+        .collect();
+        RunConfig::from_settings(&settings).unwrap()
+    }
+
+    /// A task whose role session STS names differently from its task id stops before it asks
+    /// the task API anything, saying so; one whose metadata does not answer too.
+    #[tokio::test]
+    async fn the_self_check_stops_a_task_whose_session_is_not_its_id() {
+        let (api, asked) = stub_api(vec![answer("500 Internal Server Error", "{}")]).await;
+        let (aws, _) = recording_aws().await;
+        let sdk = task_sdk().to_builder().endpoint_url(aws).build();
+        let other = "fedcba9876543210fedcba9876543210";
+        let c = on_task_api_config(&api, &metadata(other).await);
+        let Err(e) = build_with(&c, Some(&sdk)).await else {
+            panic!("a task named otherwise was set up");
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "startup self-check failed: the task role's session is named \"{TASK_ID}\", \
+                 not this task's id \"{other}\": the task API takes the session name for the \
+                 task id (as ECS names it today, aws/amazon-ecs-agent#3498), so no claim or \
+                 credentials would ever be granted to this task; run it as an ECS task with its \
+                 task role, or without TASK_API_URL"
+            )
+        );
+        let c = on_task_api_config(&api, "http://127.0.0.1:1/v4/x");
+        let Err(e) = build_with(&c, Some(&sdk)).await else {
+            panic!("a task without metadata was set up");
+        };
+        assert_eq!(
+            e.to_string(),
+            "startup self-check failed: the ECS task metadata names no task ARN"
+        );
+        assert!(asked.lock().unwrap().is_empty(), "the task API was asked");
     }
 }

@@ -311,9 +311,21 @@ fn behind_loopback(stack: &Stack) -> Vec<(String, String)> {
 /// API Gateway's public name, which a test never contacts), the options to start it with.
 async fn as_ecs_starts_it(
     f: &Fixture,
+    at: (&Moto, &str),
+    env: Vec<(String, String)>,
+    api: &str,
+) -> (TaskOptions, Credentials) {
+    as_ecs_starts_it_named(f, at, env, api, None).await
+}
+
+/// [`as_ecs_starts_it`], its task role session named `session` instead of the task's id when
+/// given (what the controller's startup self-check refuses).
+async fn as_ecs_starts_it_named(
+    f: &Fixture,
     (moto, stack): (&Moto, &str),
     env: Vec<(String, String)>,
     api: &str,
+    session: Option<&str>,
 ) -> (TaskOptions, Credentials) {
     let arn = super::ecs_task(f).await;
     // The task role as the stack made it (moto's task definition does not name it back).
@@ -330,7 +342,7 @@ async fn as_ecs_starts_it(
         .and_then(|r| r.split("</PhysicalResourceId>").next())
         .unwrap_or_else(|| panic!("the stack's TaskRole: {resource}"));
     let role = format!("arn:aws:iam::123456789012:role/{name}");
-    let task_id = arn.rsplit('/').next().unwrap();
+    let task_id = session.unwrap_or_else(|| arn.rsplit('/').next().unwrap());
     let creds = assume_role(moto, dummy_credentials(), &role, task_id).await;
     let mut env = env;
     for (k, v) in &mut env {
@@ -574,6 +586,27 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
         pool.messages(&pool.dlq).await,
         (0, 0),
         "nothing dead-lettered"
+    );
+
+    // A task whose role session is not named by its task id (the assumption the task API
+    // rests on) stops at its start and says why, before any claim.
+    let (options, _) = as_ecs_starts_it_named(
+        &pool.f,
+        (moto(), &stack.name),
+        behind_loopback(&stack),
+        &api,
+        Some("not-this-task"),
+    )
+    .await;
+    let mut odd = PoolTask::start(&pool, options).await;
+    let failed = odd.wait_event("setting up the task failed").await;
+    assert!(!odd.exit().await.success());
+    let error = failed["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with(
+            "startup self-check failed: the task role's session is named \"not-this-task\", not this task's id"
+        ),
+        "{failed}"
     );
 }
 
@@ -1112,21 +1145,36 @@ async fn another_session_is_out_of_reach(
         .await;
     denied("writing a route", route);
 
-    // Its identity at the task API: no second claim, no other session's credentials.
-    let identity = wallcrawler_aws::task_identity::sign(&role)
-        .await
-        .unwrap()
-        .encode();
-    let headers = [
-        (
-            wallcrawler_contract::task_api::IDENTITY_HEADER,
-            identity.as_str(),
-        ),
-        ("content-type", "application/json"),
-    ];
-    let call = |path: &str, body: Value| {
+    // Its identity at the task API (each call signs a fresh one, as the controller does): no
+    // second claim, no other session's credentials.
+    let post = |path: &str, identity: String, body: Value| {
         let url = format!("{api}{path}");
-        async move { http("POST", &url, &headers, body.to_string().into_bytes()).await }
+        async move {
+            let headers = [
+                (
+                    wallcrawler_contract::task_api::IDENTITY_HEADER,
+                    identity.as_str(),
+                ),
+                ("content-type", "application/json"),
+            ];
+            http("POST", &url, &headers, body.to_string().into_bytes()).await
+        }
+    };
+    let sign_at = |at: std::time::SystemTime| {
+        let role = role.clone();
+        async move {
+            wallcrawler_aws::task_identity::sign_at(&role, at)
+                .await
+                .unwrap()
+                .encode()
+        }
+    };
+    let call = |path: &str, body: Value| {
+        let path = path.to_owned();
+        async move {
+            let identity = sign_at(std::time::SystemTime::now()).await;
+            post(&path, identity, body).await
+        }
     };
     let (status, body) = call(
         wallcrawler_contract::task_api::CLAIMS_PATH,
@@ -1135,6 +1183,32 @@ async fn another_session_is_out_of_reach(
     .await;
     assert_eq!(status, StatusCode::CONFLICT, "a second claim: {body}");
     let credentials = wallcrawler_contract::task_api::CREDENTIALS_PATH;
+    // An identity is taken once, and only within a minute of its signing.
+    let once = sign_at(std::time::SystemTime::now()).await;
+    let own = json!({"sessionId": id});
+    let (status, _) = post(credentials, once.clone(), own.clone()).await;
+    assert_eq!(status, StatusCode::OK, "its own session's credentials");
+    let (status, body) = post(credentials, once, own.clone()).await;
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    assert_eq!(
+        (status, v["message"].as_str()),
+        (
+            StatusCode::UNAUTHORIZED,
+            Some("the task identity was used before: each is taken once")
+        ),
+        "a replayed identity: {body}"
+    );
+    let old = sign_at(std::time::SystemTime::now() - Duration::from_secs(61 + 1)).await;
+    let (status, body) = post(credentials, old, own).await;
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    assert_eq!(
+        (status, v["message"].as_str()),
+        (
+            StatusCode::UNAUTHORIZED,
+            Some("the task identity was signed more than 60 s ago")
+        ),
+        "an old identity: {body}"
+    );
     let (status, body) = call(credentials, json!({"sessionId": other_id})).await;
     assert_eq!(
         status,
