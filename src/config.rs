@@ -30,7 +30,6 @@ use crate::tls::CertFiles;
 /// The names of the variables only the controller reads (those the control plane hands it are
 /// in [`wallcrawler_contract::task_env`]); each the flag's variable and the parser's key.
 mod names {
-    pub const CDP_KEEPALIVE_SECONDS: &str = "CDP_KEEPALIVE_SECONDS";
     pub const CHROME_FLAGS_FILE: &str = "CHROME_FLAGS_FILE";
     pub const ECS_AGENT_URI: &str = "ECS_AGENT_URI";
     pub const ECS_CONTAINER_METADATA_URI_V4: &str = "ECS_CONTAINER_METADATA_URI_V4";

@@ -390,7 +390,10 @@ mod tests {
                     .map(|(k, _)| k.to_owned())
                     .unwrap_or_default();
                 if body.contains("Action=GetCallerIdentity") {
-                    recorded.lock().unwrap().push(format!("sts.GetCallerIdentity {key}"));
+                    recorded
+                        .lock()
+                        .unwrap()
+                        .push(format!("sts.GetCallerIdentity {key}"));
                     let xml = format!(
                         "<GetCallerIdentityResponse><GetCallerIdentityResult><Arn>\
                          arn:aws:sts::123456789012:assumed-role/wc-task/{TASK_ID}\
@@ -434,8 +437,15 @@ mod tests {
         let signed = signed.lock().unwrap();
         // The self-check first (as the task role), then the session's item.
         assert_eq!(
-            signed.iter().take(2).map(String::as_str).collect::<Vec<_>>(),
-            ["sts.GetCallerIdentity AKIDTASK", "DynamoDB_20120810.GetItem ASIASESSION"]
+            signed
+                .iter()
+                .take(2)
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+            [
+                "sts.GetCallerIdentity AKIDTASK",
+                "DynamoDB_20120810.GetItem ASIASESSION"
+            ]
         );
         assert!(
             signed

@@ -116,6 +116,8 @@ pub const AD_BLOCK_LISTS: &str = "AD_BLOCK_LISTS";
 pub const CDP_DISCONNECT_TIMEOUT: &str = "CDP_DISCONNECT_TIMEOUT";
 /// How long a session waits once its last client has left.
 pub const CDP_DISCONNECT_GRACE: &str = "CDP_DISCONNECT_GRACE";
+/// Seconds of silence before the proxy pings an upgraded client (0: never).
+pub const CDP_KEEPALIVE_SECONDS: &str = "CDP_KEEPALIVE_SECONDS";
 
 /// The connect gateway's listening address.
 pub const GATEWAY_LISTEN: &str = "GATEWAY_LISTEN";

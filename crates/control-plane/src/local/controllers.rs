@@ -48,13 +48,14 @@ use crate::stores::*;
 use wallcrawler_contract::chrome_uids::{ChromeUids, LOCAL_CHROME_UIDS, LOCK_DIR, UidError};
 
 /// Controller settings a local controller takes from `serve`'s own environment when set there.
-pub const PASSED_THROUGH: [&str; 10] = [
+pub const PASSED_THROUGH: [&str; 11] = [
     task_env::CHROME_PATH,
     task_env::CHROME_NETWORK,
     task_env::DOWNLOADS_MAX_BYTES,
     task_env::DOWNLOADS_MAX_FILES,
     task_env::CDP_DISCONNECT_TIMEOUT,
     task_env::CDP_DISCONNECT_GRACE,
+    task_env::CDP_KEEPALIVE_SECONDS,
     task_env::POOL_IDLE_LIFETIME_SECONDS,
     task_env::BACKGROUND_NICE,
     task_env::EGRESS_ALLOW,
