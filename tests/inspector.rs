@@ -284,3 +284,94 @@ fn a_frontend_file_is_streamed_as_chrome_sends_it() {
     let log = c.stderr.text();
     assert!(!log.contains("/inspector/"), "an inspector path in the log");
 }
+
+/// Issue 41, item 1: a one-page control credential's inspector socket reaches that page and
+/// nothing else of the browser (tests/node/inspector-scope.mjs: another tab B, the cookie jar,
+/// a handoff, a `chrome://` page), and a socket opened with a credential that expires in a few
+/// seconds is closed then (1008), waited on by its close.
+#[test]
+fn a_one_page_inspector_reaches_no_other_tab_no_cookie_jar_no_handoff_and_dies_with_its_credential()
+{
+    let (c, s, _) = controller();
+    let r = s.node_viewer("inspector-scope.mjs", &["--short-ttl", "4"]);
+    check_one_page_scope(&r, 4);
+    let log = c.stderr.text();
+    assert!(!log.contains("/inspector/"), "an inspector path in the log");
+    assert!(
+        log.contains("credential_expired"),
+        "the expired socket's end is logged"
+    );
+}
+
+/// What inspector-scope.mjs reports for a one-page credential, `ttl` its short credential's
+/// seconds.
+pub(crate) fn check_one_page_scope(r: &serde_json::Value, ttl: u64) {
+    assert_eq!(
+        r["own"], "tab-a-is-shown",
+        "the page itself is inspected: {r}"
+    );
+    let answers = &r["answers"];
+    let refused = |what: &str, says: &str| {
+        let a = &answers[what];
+        let msg = a["error"]["message"].as_str();
+        assert!(
+            a["result"].is_null() && msg.is_some_and(|m| m.contains(says)),
+            "{what} not refused ({says}): {a}"
+        );
+        assert_eq!(a["error"]["code"], -32000, "{what}: {a}");
+    };
+    for what in [
+        "getTargets",
+        "discover",
+        "attach",
+        "sendToB",
+        "allCookies",
+        "storageCookies",
+        "browserPage",
+    ] {
+        refused(
+            what,
+            "is not allowed: this inspector's credential is for one page",
+        );
+    }
+    refused(
+        "handoff",
+        "Wallcrawler.requestHandoff is not allowed on an inspector",
+    );
+    assert!(answers["readB"].is_null(), "{r}");
+    // The other site's cookie is not among the page's.
+    assert!(
+        answers["cookiesOfAnotherSite"]["result"]["cookies"].is_array(),
+        "{r}"
+    );
+    let text = answers.to_string();
+    let id_b = r["idB"].as_str().unwrap();
+    for leaked in [
+        "secret-of-tab-b",
+        "secret-cookie-of-the-jar",
+        id_b,
+        "viewer?t=",
+    ] {
+        assert!(
+            !text.contains(leaked),
+            "{leaked} reached the inspector: {text}"
+        );
+    }
+    assert_eq!(answers["ownAgain"]["result"]["result"]["value"], 2, "{r}");
+    let short = &r["short"];
+    assert_eq!(
+        short["answered"], 4,
+        "the short credential's socket worked: {r}"
+    );
+    assert_eq!(
+        (short["code"].as_u64(), short["reason"].as_str()),
+        (Some(1008), Some("the credential has expired")),
+        "{r}"
+    );
+    // `exp` is whole seconds from the minting: up to one early, a few late at most.
+    let after = short["afterMs"].as_u64().unwrap();
+    assert!(
+        ((ttl - 1) * 1000..(ttl + 10) * 1000).contains(&after),
+        "closed {after} ms after the credential was asked for, ttl {ttl} s"
+    );
+}

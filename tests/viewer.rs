@@ -487,3 +487,41 @@ fn get_one(addr: SocketAddr, target: &str) -> String {
     r.read_exact(&mut body).unwrap();
     head + &String::from_utf8_lossy(&body)
 }
+
+/// Issue 41, item 1: a viewer's socket dies with its credential: opened with one that expires
+/// in a few seconds, it is shown the page and then closed (1008) when the credential expires,
+/// waited on by its close.
+#[test]
+fn a_viewer_socket_is_closed_when_its_credential_expires() {
+    use tokio_tungstenite::tungstenite::Message;
+    const TTL: u64 = 3;
+    let (c, s, _) = controller(&[]);
+    let minted = now();
+    let short = wallcrawler_testkit::keys::mint_viewer(
+        crate::support::KEY,
+        &s.session_id(),
+        "view",
+        None,
+        minted..minted + TTL,
+    );
+    let mut ws = open_viewer(&s, &short);
+    viewer_read_until(&mut ws, |v| v["type"] == "tabs");
+    let closed = loop {
+        match ws.read() {
+            Ok(Message::Close(f)) => break f.expect("a close frame with a code"),
+            Ok(_) => continue,
+            Err(e) => panic!("no close frame: {e}"),
+        }
+    };
+    assert_eq!(
+        (u16::from(closed.code), closed.reason.as_str()),
+        (1008, "the credential has expired")
+    );
+    // `exp` is whole seconds: closed within a second of it, not before.
+    let at = now();
+    assert!(
+        (minted + TTL..=minted + TTL + 2).contains(&at),
+        "closed at {at}, minted at {minted} for {TTL} s"
+    );
+    drop(c);
+}

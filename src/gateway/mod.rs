@@ -646,6 +646,7 @@ impl Gateway {
             relay::RelayEnd::Cancelled => "shutdown".to_owned(),
             // The gateway relays without an inspector; its tasks inspect.
             relay::RelayEnd::ClientRefused(f) => format!("client_refused: {}", f.close().1),
+            relay::RelayEnd::Expired => "credential_expired".to_owned(),
         };
         info!(
             session.id = %session,

@@ -29,12 +29,23 @@
 //! that mentions none of these names and has no JSON escape cannot be one of these commands
 //! whatever parser reads it, so it is forwarded unparsed; one that does and that serde cannot
 //! read as a JSON object (Chrome refuses those too) is [`Verdict::Unreadable`].
+//!
+//! An inspector socket (`/inspector/<credential>/page/<id>`, a person's DevTools opened with a
+//! live-view credential) is judged in a narrower [`Scope`]: no `Wallcrawler.requestHandoff`
+//! (the answer would be the session's control URL, wider and longer-lived than the credential
+//! that asked), and with a credential for one page, only what concerns that page
+//! ([`super::one_page`]): an allowlist of the protocol's domains whose commands act on the target
+//! they are sent to, and command by command in the domains that also reach the browser
+//! (`Target`, `Network`'s cookie jar and cache, `Storage`, `Security`). Every message is
+//! parsed there (no fast path: a person's DevTools sends few).
 
 use std::borrow::Cow;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, LazyLock};
 
 use memchr::memmem;
+
+use super::one_page::{PageRule, page_rule};
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -233,6 +244,30 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Whose socket a message came on: what it may reach beyond the file rules.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// A CDP client holding the session's token: the whole browser.
+    #[default]
+    Session,
+    /// An inspector socket opened with a live-view credential: no handoff request, and with
+    /// `page` (the credential names one), only what concerns that target.
+    Viewer {
+        /// The credential's page (a CDP target id), if it names one.
+        page: Option<String>,
+    },
+}
+
+impl Scope {
+    /// The one page this scope is held to, if any.
+    fn page(&self) -> Option<&str> {
+        match self {
+            Self::Viewer { page } => page.as_deref(),
+            Self::Session => None,
+        }
+    }
+}
+
 /// What to do with one client message.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -273,9 +308,14 @@ const WATCHED: [&[u8]; 14] = [
 /// `Target.sendMessageToTarget` nests commands; deeper nesting than this is refused.
 const MAX_NESTING: usize = 2;
 
-/// Decides on one complete, unmasked text message.
+/// Decides on one complete, unmasked text message from a session's CDP client.
 pub fn judge(plain: &[u8], rules: &FileRules) -> Verdict {
-    judge_at(plain, rules, 0)
+    judge_at(plain, rules, &Scope::Session, 0)
+}
+
+/// Decides on one complete, unmasked text message sent on a socket of `scope`.
+pub fn judge_in(plain: &[u8], rules: &FileRules, scope: &Scope) -> Verdict {
+    judge_at(plain, rules, scope, 0)
 }
 
 /// The searchers for [`WATCHED`], built once (building one costs more than a search of a
@@ -283,11 +323,15 @@ pub fn judge(plain: &[u8], rules: &FileRules) -> Verdict {
 static FINDERS: LazyLock<Vec<memmem::Finder<'static>>> =
     LazyLock::new(|| WATCHED.iter().map(memmem::Finder::new).collect());
 
-fn judge_at(plain: &[u8], rules: &FileRules, depth: usize) -> Verdict {
-    if memchr::memchr(b'\\', plain).is_none() && !FINDERS.iter().any(|f| f.find(plain).is_some()) {
+fn judge_at(plain: &[u8], rules: &FileRules, scope: &Scope, depth: usize) -> Verdict {
+    // A one-page inspector judges every command by its name: no message passes unread.
+    if scope.page().is_none()
+        && memchr::memchr(b'\\', plain).is_none()
+        && !FINDERS.iter().any(|f| f.find(plain).is_some())
+    {
         return Verdict::Forward;
     }
-    match judge_parsed(plain, rules, depth) {
+    match judge_parsed(plain, rules, scope, depth) {
         Ok(v) => v,
         Err(_) => Verdict::Unreadable,
     }
@@ -338,12 +382,13 @@ struct Nested {
     message: String,
 }
 
-fn judge_parsed(plain: &[u8], rules: &FileRules, depth: usize) -> serde_json::Result<Verdict> {
-    // Chrome takes only objects; serde would read a struct from an array too.
-    if plain.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(serde::de::Error::custom("not an object"));
-    }
-    let head: Head = serde_json::from_slice(plain)?;
+fn judge_parsed(
+    plain: &[u8],
+    rules: &FileRules,
+    scope: &Scope,
+    depth: usize,
+) -> serde_json::Result<Verdict> {
+    let head = head_of(plain)?;
     let Some(method) = head.method.as_deref() else {
         return Ok(Verdict::Forward);
     };
@@ -351,6 +396,9 @@ fn judge_parsed(plain: &[u8], rules: &FileRules, depth: usize) -> serde_json::Re
     let params = |p: &[u8]| -> serde_json::Result<Option<Files>> {
         Ok(serde_json::from_slice::<With<Files>>(p)?.params)
     };
+    if let Some(v) = scope_verdict(plain, &head, method, scope)? {
+        return Ok(v);
+    }
     match method {
         "Browser.close" => Ok(Verdict::BrowserClose),
         m if m.starts_with("Wallcrawler.") => wallcrawler_method(plain, &head, m),
@@ -401,7 +449,7 @@ fn judge_parsed(plain: &[u8], rules: &FileRules, depth: usize) -> serde_json::Re
                 return Ok(Verdict::Forward);
             };
             if depth < MAX_NESTING
-                && judge_at(nested.message.as_bytes(), rules, depth + 1) == Verdict::Forward
+                && judge_at(nested.message.as_bytes(), rules, scope, depth + 1) == Verdict::Forward
             {
                 Ok(Verdict::Forward)
             } else {
@@ -409,6 +457,42 @@ fn judge_parsed(plain: &[u8], rules: &FileRules, depth: usize) -> serde_json::Re
             }
         }
         _ => Ok(Verdict::Forward),
+    }
+}
+
+/// The head of a message Chrome would read: a JSON object (serde would read a struct from an
+/// array too).
+fn head_of(plain: &[u8]) -> serde_json::Result<Head<'_>> {
+    if plain.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(serde::de::Error::custom("not an object"));
+    }
+    serde_json::from_slice(plain)
+}
+
+/// What an inspector socket's [`Scope`] decides before the file rules: `None` when it lets
+/// the command on to them.
+fn scope_verdict(
+    plain: &[u8],
+    head: &Head<'_>,
+    method: &str,
+    scope: &Scope,
+) -> serde_json::Result<Option<Verdict>> {
+    let Scope::Viewer { page } = scope else {
+        return Ok(None);
+    };
+    let refuse = |why: &str| Ok(Some(Verdict::Refuse(error_reply(head, method, why))));
+    if method == crate::viewer::handoff::REQUEST {
+        return refuse(
+            "is not allowed on an inspector: a live-view credential is never handed a wider one",
+        );
+    }
+    let Some(page) = page else {
+        return Ok(None);
+    };
+    match page_rule(plain, method, page)? {
+        PageRule::Pass => Ok(None),
+        PageRule::Refuse => refuse("is not allowed: this inspector's credential is for one page"),
+        PageRule::Rewrite(payload) => Ok(Some(Verdict::Rewrite(payload))),
     }
 }
 
@@ -523,6 +607,74 @@ mod tests {
         let inner = r#"{"id":1,"method":"Wallcrawler.requestHandoff","params":{"reason":"x"}}"#;
         let c = serde_json::json!({"id":9,"method":"Target.sendMessageToTarget","params":{"sessionId":"S","message":inner}});
         assert!(refused(&judge(c.to_string().as_bytes(), &r)));
+    }
+
+    #[test]
+    fn an_inspector_socket_asks_for_no_handoff_and_a_one_page_one_reaches_only_its_page() {
+        let r = FileRules::default();
+        let page = "0123456789ABCDEF0123456789ABCDEF";
+        let whole = Scope::Viewer { page: None };
+        let one = Scope::Viewer {
+            page: Some(page.into()),
+        };
+        let reply = |m: &[u8], scope: &Scope| match judge_in(m, &r, scope) {
+            Verdict::Refuse(t) => serde_json::from_str::<Value>(&t).unwrap(),
+            v => panic!("{v:?}: {}", String::from_utf8_lossy(m)),
+        };
+        let handoff = br#"{"id":6,"sessionId":"S","method":"Wallcrawler.requestHand\u006fff","params":{"reason":"x"}}"#;
+        for scope in [&whole, &one] {
+            let v = reply(handoff, scope);
+            assert_eq!(
+                (v["id"].as_i64(), v["sessionId"].as_str()),
+                (Some(6), Some("S"))
+            );
+            assert_eq!(v["error"]["code"], -32000);
+            assert!(
+                v["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("Wallcrawler.requestHandoff is not allowed on an inspector"),
+                "{v}"
+            );
+        }
+        // A session's client still asks.
+        assert!(matches!(judge(handoff, &r), Verdict::Handoff(_)));
+        // One page: every command is read, however spelled, nested or flattened.
+        for m in [
+            br#"{"id":1,"method":"Target.getTargets"}"#.as_slice(),
+            br#"{"id":1,"method":"Target.getT\u0061rgets"}"#,
+            br#"{"id":1,"sessionId":"C","method":"Network.getAllCookies"}"#,
+            br#"{"id":1,"method":"Target.attachToTarget","params":{"targetId":"FEDCBA9876543210FEDCBA9876543210","flatten":true}}"#,
+            br#"{"id":1,"method":"Browser.close"}"#,
+        ] {
+            let v = reply(m, &one);
+            assert!(
+                v["error"]["message"].as_str().unwrap().ends_with("is for one page"),
+                "{v}"
+            );
+        }
+        let inner = r#"{"id":2,"method":"Storage.getCookies"}"#;
+        let nested = serde_json::json!({"id":9,"method":"Target.sendMessageToTarget","params":{"sessionId":"C","message":inner}});
+        assert!(refused(&judge_in(nested.to_string().as_bytes(), &r, &one)));
+        for m in [
+            br#"{"id":1,"method":"Runtime.evaluate","params":{"expression":"1"}}"#.as_slice(),
+            br#"{"id":1,"method":"Target.setAutoAttach","params":{"autoAttach":true,"waitForDebuggerOnStart":false,"flatten":true}}"#,
+        ] {
+            assert_eq!(judge_in(m, &r, &one), Verdict::Forward);
+        }
+        // What the session's client may do, the whole-session inspector may too.
+        assert_eq!(
+            judge_in(br#"{"id":1,"method":"Target.getTargets"}"#, &r, &whole),
+            Verdict::Forward
+        );
+        // File rules hold there as well.
+        let ext = br#"{"id":1,"method":"Extensions.loadUnpacked","params":{"path":"/"}}"#;
+        assert!(refused(&judge_in(ext, &r, &whole)));
+        // A one-page socket reads what it cannot parse as the end of it.
+        assert_eq!(
+            judge_in(br#"{"id":1,"method":"Page.enable",}"#, &r, &one),
+            Verdict::Unreadable
+        );
     }
 
     fn rules() -> (tempfile::TempDir, FileRules) {

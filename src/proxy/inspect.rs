@@ -8,7 +8,9 @@
 //! with a CDP error for its id (see [`Downstream`], which slots the answer in between Chrome's
 //! messages) and the connection stays usable. `Wallcrawler.*` commands are the proxy's own,
 //! answered the same way (a handoff request by [`crate::viewer::handoff`]). Everything else
-//! passes through untouched, in order.
+//! passes through untouched, in order. An inspector socket opened with a live-view credential
+//! is judged in that credential's [`guard::Scope`] (no handoff; one page's commands only when
+//! it names a page) and is ended when the credential expires ([`Inspector::expiring_at`]).
 //!
 //! The relay stays a byte relay: this tracks WebSocket frame boundaries as bytes stream past
 //! and decides on *parsed* messages, however they are spelled or framed:
@@ -68,6 +70,8 @@ pub enum Fatal {
     Unreadable,
     /// More refusals queued than the client reads (1008).
     TooManyRefusals,
+    /// The credential that opened the socket expired (1008).
+    Expired,
 }
 
 impl Fatal {
@@ -78,6 +82,7 @@ impl Fatal {
             Self::Binary => (1003, "binary messages are not accepted"),
             Self::Unreadable => (1007, "message could not be inspected"),
             Self::TooManyRefusals => (1008, "too many refused commands"),
+            Self::Expired => (1008, "the credential has expired"),
         }
     }
 }
@@ -175,6 +180,10 @@ pub struct Inspector {
     handoffs: Option<(Arc<Handoffs>, u64)>,
     /// Drop the client's pongs (they answer the proxy's keepalive pings, not Chrome's).
     drop_pongs: bool,
+    /// Whose socket this is: what its commands may reach ([`guard::Scope`]).
+    scope: guard::Scope,
+    /// When the credential that opened the socket expires: the relay ends it then.
+    expires: Option<std::time::Instant>,
 }
 
 impl Default for Inspector {
@@ -301,7 +310,28 @@ impl Inspector {
             replies: Vec::new(),
             handoffs: None,
             drop_pongs: false,
+            scope: guard::Scope::Session,
+            expires: None,
         }
+    }
+
+    /// This inspector, judging commands in `scope` (an inspector socket's live-view
+    /// credential).
+    pub fn scoped(mut self, scope: guard::Scope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// This inspector, for a socket whose credential expires at `at`: the relay closes it
+    /// then (1008).
+    pub fn expiring_at(mut self, at: std::time::Instant) -> Self {
+        self.expires = Some(at);
+        self
+    }
+
+    /// When the socket's credential expires, if it does.
+    pub fn expires(&self) -> Option<std::time::Instant> {
+        self.expires
     }
 
     /// This inspector, dropping the client's pongs instead of forwarding them if `drop`
@@ -415,7 +445,7 @@ impl Inspector {
     /// Acts on the verdict for a complete message whose frames are `frames`. True for a
     /// withheld `Browser.close`.
     fn decide(&mut self, plain: &[u8], frames: Forward, out: &mut Vec<Segment>) -> bool {
-        match guard::judge(plain, &self.rules) {
+        match guard::judge_in(plain, &self.rules, &self.scope) {
             Verdict::Forward => match frames {
                 Forward::Input(r) => push_input(out, r),
                 Forward::Owned(v) => out.push(Segment::Owned(v)),

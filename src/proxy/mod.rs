@@ -28,6 +28,7 @@ pub mod guard;
 pub mod http;
 pub mod inspect;
 mod live;
+pub mod one_page;
 mod origin_form;
 pub mod proxy_header;
 pub mod refusal;
@@ -538,10 +539,7 @@ impl Proxy {
         }
         let checked = if let Some(credential) = route.path_credential() {
             self.auth.check_viewer(credential).await.map(|v| {
-                let grant = crate::viewer::grant::ViewerGrant {
-                    mode: v.mode,
-                    page: v.page,
-                };
+                let grant = crate::viewer::grant::ViewerGrant::of(v);
                 (Presented::default(), Some(grant))
             })
         } else if route.is_viewer() {
@@ -726,7 +724,11 @@ impl Proxy {
             return Err(self.refuse(Refusal::AtCapacity, None));
         };
         let Admitted {
-            head, route, up, ..
+            head,
+            route,
+            up,
+            grant,
+            ..
         } = admitted;
         let path = match &route {
             Route::BrowserRoot => match up.browser_path(self.limits.upstream_timeout).await {
@@ -770,6 +772,7 @@ impl Proxy {
             chrome_prefix,
             permit,
             started,
+            grant,
         }));
         Ok(())
     }
@@ -784,6 +787,7 @@ impl Proxy {
             chrome_prefix,
             permit,
             started,
+            grant,
         } = upgrade;
         if let Err(e) = client.write_all(&answer).await {
             debug!(error = %e, "client left during the upgrade");
@@ -813,10 +817,7 @@ impl Proxy {
             chrome,
             client_prefix: Vec::from(client_prefix),
             chrome_prefix,
-            inspector: self.limits.intercept_browser_close.then(|| {
-                inspect::Inspector::new(self.limits.files.clone())
-                    .with_handoffs(self.handoffs.clone(), id)
-            }),
+            inspector: self.inspector(grant, id),
             on_browser_close: Box::new(on_close),
             metrics: self.metrics.clone(),
             keepalive: self.limits.keepalive,
@@ -826,6 +827,34 @@ impl Proxy {
         drop(permit);
         self.metrics.outcome(Outcome::Relayed);
         log_relay_end(&outcome, started);
+    }
+}
+
+impl Proxy {
+    /// The inspector of relayed connection `id`: a CDP client's with the session's rules and
+    /// handoffs (when the proxy manages the browser); an inspector socket's, whatever the mode,
+    /// held to its credential (no handoff, one page if it names one) and ended when it
+    /// expires.
+    fn inspector(
+        &self,
+        grant: Option<crate::viewer::grant::ViewerGrant>,
+        id: u64,
+    ) -> Option<inspect::Inspector> {
+        let files = self.limits.files.clone();
+        match grant {
+            None => self.limits.intercept_browser_close.then(|| {
+                inspect::Inspector::new(files).with_handoffs(self.handoffs.clone(), id)
+            }),
+            Some(g) => {
+                let expires = g.expires_at().into_std();
+                let scope = guard::Scope::Viewer { page: g.page };
+                Some(
+                    inspect::Inspector::new(files)
+                        .scoped(scope)
+                        .expiring_at(expires),
+                )
+            }
+        }
     }
 }
 
@@ -855,6 +884,7 @@ fn log_relay_end(outcome: &relay::RelayOutcome, started: Instant) {
         relay::RelayEnd::ChromeError(e) => format!("chrome_error: {e}"),
         relay::RelayEnd::Cancelled => "shutdown".to_owned(),
         relay::RelayEnd::ClientRefused(f) => format!("client_refused: {}", f.close().1),
+        relay::RelayEnd::Expired => "credential_expired".to_owned(),
     };
     info!(
         bytes.client_to_chrome = outcome.client_to_chrome,
@@ -918,6 +948,8 @@ struct Upgrade {
     /// One of the `MAX_CONNECTIONS` slots, held until the relay ends.
     permit: OwnedSemaphorePermit,
     started: Instant,
+    /// The live-view credential's grant on an inspector socket (`None`: a CDP client's).
+    grant: Option<crate::viewer::grant::ViewerGrant>,
 }
 
 /// Where an accepted upgrade's connection goes once hyper hands it back.

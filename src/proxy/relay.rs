@@ -26,6 +26,11 @@
 //! per message: a moved byte only stamps the connection with the loop's clock (read once per
 //! `epoll_wait`), and a min-heap of deadlines, looked at lazily, sets `epoll_wait`'s timeout.
 //!
+//! Expiry: a connection whose inspector names its credential's expiry
+//! ([`Inspector::expiring_at`], an inspector socket opened with a live-view credential) is
+//! sent a close frame (1008, at a boundary between Chrome's messages if it is at one) and ended
+//! then, by a second min-heap of deadlines; connections without one never touch it.
+//!
 //! Reads: a read that returns less than the buffer drained the socket (TCP hands over all it
 //! has), so the socket is not read again until `epoll` reports new data — no `recv` that only
 //! says "nothing more", unless the peer's FIN was reported, in which case reading goes on until
@@ -108,6 +113,8 @@ pub enum RelayEnd {
     Cancelled,
     /// The client sent what the inspector could not judge; it was sent a close frame.
     ClientRefused(Fatal),
+    /// The credential that opened the socket expired; the client was sent a close frame.
+    Expired,
 }
 
 /// Bytes moved by one relay.
@@ -355,7 +362,10 @@ struct Worker {
     /// with keepalive; an entry whose connection has moved bytes since is pushed back to its
     /// new deadline when it comes up, one whose connection is gone is dropped.
     timers: BinaryHeap<Reverse<(Instant, usize, u64)>>,
-    /// The loop's clock: read once per `epoll_wait` while any connection has keepalive.
+    /// Credential expiries: (when, slab key, serial), one per connection that has one.
+    expiries: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+    /// The loop's clock: read once per `epoll_wait` while any connection has keepalive or an
+    /// expiry.
     now: Instant,
     next_serial: u64,
 }
@@ -389,6 +399,7 @@ impl Worker {
             },
             cancelled: false,
             timers: BinaryHeap::new(),
+            expiries: BinaryHeap::new(),
             now: Instant::now(),
             next_serial: 0,
         }
@@ -398,14 +409,19 @@ impl Worker {
         let mut events = Events::with_capacity(256);
         loop {
             let timeout = if self.busy.is_empty() {
-                self.timers
-                    .peek()
-                    .map(|Reverse((at, ..))| at.saturating_duration_since(self.now))
+                let next = |h: &BinaryHeap<Reverse<(Instant, usize, u64)>>| {
+                    h.peek().map(|Reverse((at, ..))| *at)
+                };
+                next(&self.timers)
+                    .into_iter()
+                    .chain(next(&self.expiries))
+                    .min()
+                    .map(|at| at.saturating_duration_since(self.now))
             } else {
                 Some(Duration::ZERO)
             };
             let polled = self.poll.poll(&mut events, timeout);
-            if !self.timers.is_empty() {
+            if !self.timers.is_empty() || !self.expiries.is_empty() {
                 self.now = Instant::now();
             }
             if let Err(e) = polled {
@@ -449,6 +465,33 @@ impl Worker {
                 }
             }
             self.fire_timers();
+            self.expire();
+        }
+    }
+
+    /// Ends every connection whose credential has expired, with a close frame toward its
+    /// client if Chrome's stream is between messages.
+    fn expire(&mut self) {
+        while let Some(&Reverse((at, key, serial))) = self.expiries.peek() {
+            if at > self.now {
+                return;
+            }
+            self.expiries.pop();
+            if self.conns.get(key).is_none_or(|c| c.serial != serial) {
+                continue;
+            }
+            let mut conn = self.conns.remove(key);
+            if let Some(id) = conn.id {
+                self.ids.remove(&id);
+            }
+            if let Some(d) = conn.downstream.as_mut()
+                && !d.closing()
+            {
+                d.queue(inspect::close_frame(Fatal::Expired));
+                let _ = flush_answers(&mut conn.client, &mut conn.down, d)
+                    .and_then(|()| write_backlog(&mut conn.client, &mut conn.down).map(drop));
+            }
+            finish(conn, RelayEnd::Expired);
         }
     }
 
@@ -536,10 +579,11 @@ impl Worker {
         // (with an inspector) and pings.
         let mut downstream = (inspector.is_some() || keepalive.is_some()).then(Downstream::default);
         let inspector_id = inspector.as_ref().and_then(Inspector::conn);
+        let expires = inspector.as_ref().and_then(Inspector::expires);
         let down = chrome_prefix_flow(chrome_prefix, &mut downstream, &mut inspector);
         let serial = self.next_serial;
         self.next_serial += 1;
-        if keepalive.is_some() {
+        if keepalive.is_some() || expires.is_some() {
             self.now = Instant::now();
         }
         metrics.bytes_chrome_to_client.inc_by(down.bytes);
@@ -573,8 +617,22 @@ impl Worker {
         if let Some(id) = inspector_id {
             self.ids.insert(id, key);
         }
+        self.arm(key, serial, keepalive, expires);
+    }
+
+    /// Sets connection `key`'s first keepalive deadline and its expiry, as it has them.
+    fn arm(
+        &mut self,
+        key: usize,
+        serial: u64,
+        keepalive: Option<Duration>,
+        expires: Option<Instant>,
+    ) {
         if let Some(every) = keepalive {
             self.timers.push(Reverse((self.now + every, key, serial)));
+        }
+        if let Some(at) = expires {
+            self.expiries.push(Reverse((at, key, serial)));
         }
     }
 
@@ -625,6 +683,7 @@ impl Worker {
         self.ids.clear();
         self.busy.clear();
         self.timers.clear();
+        self.expiries.clear();
     }
 }
 

@@ -7,9 +7,12 @@
 //! claims alone say what it grants (`mode`, `page`): nothing in the query can widen them, and a
 //! session token is refused here as a viewer credential is on the CDP routes.
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use crate::auth::{AuthError, Authenticator};
 use wallcrawler_contract::TokenError;
 pub use wallcrawler_contract::viewer::Mode;
+use wallcrawler_contract::viewer::ViewerVerified;
 
 /// The query parameter that carries the viewer credential.
 pub const CREDENTIAL_PARAM: &str = "t";
@@ -21,6 +24,33 @@ pub struct ViewerGrant {
     pub mode: Mode,
     /// The one page it may watch (`None`: any page, with tabs).
     pub page: Option<String>,
+    /// When the credential expires (its `exp`): a socket it opened is closed then.
+    pub expires: SystemTime,
+}
+
+impl ViewerGrant {
+    /// What a verified credential grants.
+    pub fn of(v: ViewerVerified) -> Self {
+        // `exp` is finite and within the longest session of now (checked): never out of range.
+        let expires = Duration::try_from_secs_f64(v.exp.max(0.0))
+            .ok()
+            .and_then(|d| UNIX_EPOCH.checked_add(d))
+            .unwrap_or(UNIX_EPOCH);
+        Self {
+            mode: v.mode,
+            page: v.page,
+            expires,
+        }
+    }
+
+    /// When the credential expires, on the monotonic clock (now if it has).
+    pub fn expires_at(&self) -> tokio::time::Instant {
+        let left = self
+            .expires
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        tokio::time::Instant::now() + left
+    }
 }
 
 /// The credential in a viewer route's query: `t`, given exactly once.
@@ -37,10 +67,7 @@ pub fn credential(query: Option<&str>) -> Result<String, TokenError> {
 /// Checks the credential in a viewer route's `query` for the bound session.
 pub async fn check(query: Option<&str>, auth: &Authenticator) -> Result<ViewerGrant, AuthError> {
     let verified = auth.check_viewer(&credential(query)?).await?;
-    Ok(ViewerGrant {
-        mode: verified.mode,
-        page: verified.page,
-    })
+    Ok(ViewerGrant::of(verified))
 }
 
 #[cfg(test)]

@@ -81,7 +81,7 @@ struct Viewer<'a, S> {
 }
 
 /// Serves a viewer on its upgraded socket until it leaves, the browser goes or `shared.stop`
-/// fires (then with a close frame, 1001 "going away").
+/// fires (then with a close frame, 1001 "going away"), or its credential expires (then 1008).
 pub async fn serve<S>(
     ws: WebSocketStream<S>,
     grant: ViewerGrant,
@@ -110,6 +110,7 @@ pub async fn serve<S>(
     }
     let mut handoff = shared.handoffs.watch();
     handoff.mark_changed();
+    let expires = grant.expires_at();
     let mut viewer = Viewer {
         ws,
         grant,
@@ -124,12 +125,20 @@ pub async fn serve<S>(
     let end = tokio::select! {
         end = viewer.run(&mut browser) => end,
         () = shared.stop.cancelled() => "shutdown",
+        () = tokio::time::sleep_until(expires) => "expired",
     };
-    if matches!(end, "shutdown" | "browser_gone") {
-        let close = CloseFrame {
+    let close = match end {
+        "shutdown" | "browser_gone" => Some(CloseFrame {
             code: CloseCode::Away,
             reason: "the session is ending".into(),
-        };
+        }),
+        "expired" => Some(CloseFrame {
+            code: CloseCode::Policy,
+            reason: "the credential has expired".into(),
+        }),
+        _ => None,
+    };
+    if let Some(close) = close {
         let _ = viewer.ws.close(Some(close)).await;
     }
     debug!(end, "viewer closed");

@@ -24,6 +24,8 @@ mod downloads;
 mod egress;
 /// A client's handoff answered with the live view the local platform minted.
 mod handoff;
+/// A page's `debuggerUrl` reaches that page alone and dies with its credential.
+mod inspector;
 
 const WAIT: Duration = Duration::from_secs(60);
 
