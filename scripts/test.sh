@@ -72,6 +72,9 @@ script_test() { # $1 = name, rest = command
   fi
 }
 if [[ $status -eq 0 && ${#filter[@]} -eq 0 ]]; then
+  # Each fuzz target (a parser of hostile input) for 8 s, about two minutes together, after the
+  # few cases each had in `cargo test`; `scripts/fuzz.sh 600` for long runs.
+  script_test "fuzz: every fuzz target for 8 s (scripts/fuzz.sh)" bash scripts/fuzz.sh 8
   script_test "readme: the quick start's two commands and the README's examples as written (tests/readme_test.sh)" \
     bash tests/readme_test.sh
   script_test "image: podman build and smoke test (scripts/image.sh)" bash scripts/image.sh

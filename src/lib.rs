@@ -82,3 +82,7 @@ pub mod telemetry;
 pub mod tls;
 pub mod upstream;
 pub mod viewer;
+
+/// Fuzz targets for the parsers of hostile input (tests only; `scripts/fuzz.sh`).
+#[cfg(test)]
+mod fuzz;

@@ -129,7 +129,8 @@ struct Held {
 
 impl Held {
     fn can_take(&self, h: &Header) -> bool {
-        self.frames.len() < MAX_FRAGMENTS && (self.payload_len as u64) + h.len <= MAX_MESSAGE as u64
+        self.frames.len() < MAX_FRAGMENTS
+            && (self.payload_len as u64).saturating_add(h.len) <= MAX_MESSAGE as u64
     }
 
     /// The unmasked payload of all frames, in order.
@@ -380,7 +381,9 @@ impl Inspector {
                         && let Some((hl, h)) = header_at(&input[pos..])
                     {
                         // Fast path: a whole text message sits in this read.
-                        let end = pos as u64 + hl as u64 + h.len;
+                        // Saturating: a header may declare up to 2^64 - 1 bytes (found by
+                        // fuzz::cdp::inspector_bytes; it overflowed, a panic in debug builds).
+                        let end = (pos as u64 + hl as u64).saturating_add(h.len);
                         if h.fin
                             && h.opcode == OP_TEXT
                             && self.held.is_none()

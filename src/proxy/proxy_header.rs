@@ -128,7 +128,7 @@ pub async fn read(stream: &mut TcpStream) -> Result<Source, HeaderError> {
 }
 
 /// Reads one whole header from `r` (signature included).
-async fn read_header(r: &mut (impl AsyncRead + Unpin)) -> Result<Source, HeaderError> {
+pub(crate) async fn read_header(r: &mut (impl AsyncRead + Unpin)) -> Result<Source, HeaderError> {
     let mut head = [0u8; FIXED_LEN];
     r.read_exact(&mut head).await?;
     if head[..v2::PROTOCOL_PREFIX.len()] != *v2::PROTOCOL_PREFIX {

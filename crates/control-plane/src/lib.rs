@@ -59,6 +59,9 @@ pub mod egress;
 pub mod error;
 pub mod extensions;
 pub mod files;
+/// Fuzz targets for the parsers of hostile input (tests only; `scripts/fuzz.sh`).
+#[cfg(test)]
+mod fuzz;
 pub mod handlers;
 pub mod ids;
 pub mod limits;

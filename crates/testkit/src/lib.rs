@@ -8,6 +8,8 @@
 //! - [`chromium`]: the real Chromium the browser tests run.
 //! - [`node`]: the Node clients of tests/node (puppeteer-core, playwright-core, Stagehand...).
 //! - [`tar`]: archives with raw headers, for the hostile-archive tests.
+//! - [`fuzz`]: the fuzz targets' runner (proptest on stable: random and mutated hostile input,
+//!   for a case count or `FUZZ_SECONDS`).
 //! - [`reach`]: what another user of the machine reaches (a loopback scan as uid 65534).
 //! - `platform` (feature `platform`): the control plane on moto, built as its Lambda builds it.
 // Test code is not held to the shape limits of clippy.toml: a test reads top to bottom.
@@ -16,6 +18,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod fuzz;
 pub mod keys;
 pub mod moto;
 pub mod node;

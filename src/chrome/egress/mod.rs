@@ -25,6 +25,8 @@
 //!   or resolved: the page gets a network error for that resource and loads without it.
 
 pub mod ads;
+#[cfg(test)]
+mod fuzz;
 pub mod policy;
 pub mod upstream;
 

@@ -1,0 +1,302 @@
+//! Fuzz targets for the contract's parsers of hostile input, each seeded with the hostile cases
+//! of the parser's own unit tests (`wallcrawler_testkit::fuzz` runs them: a few cases under
+//! `cargo test`, `FUZZ_SECONDS` each under `scripts/fuzz.sh`). Every target checks at least
+//! that the parser never panics and answers in bounded time and memory (an input over a
+//! parser's size bound is refused before it is read); each says what more it checks.
+
+use std::io::{Cursor, Write as _};
+use std::path::Path;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use wallcrawler_contract::claim::{Claim, ClaimContext, MAX_CLAIM_BYTES, valid_id};
+use wallcrawler_contract::extension_archive::{self, MAX_ARCHIVE_BYTES};
+use wallcrawler_contract::storage;
+use wallcrawler_contract::token::{
+    self, Claims, MAX_TOKEN_BYTES, SigningKey, Validation, VerifyingKey,
+};
+use wallcrawler_contract::viewer::{self, Mode, ViewerClaims};
+use wallcrawler_testkit::fuzz::proptest::prelude::*;
+use wallcrawler_testkit::fuzz::{self, hostile_bytes, hostile_text};
+use zip::write::SimpleFileOptions;
+
+const NOW: u64 = 1_700_000_000;
+
+fn key() -> SigningKey {
+    SigningKey::from_seed(&[7; 32])
+}
+
+fn keys() -> Vec<VerifyingKey> {
+    vec![
+        SigningKey::from_seed(&[9; 32]).verifying_key().clone(),
+        key().verifying_key().clone(),
+    ]
+}
+
+fn v() -> Validation<'static> {
+    Validation {
+        session_id: "sess_a",
+        project_id: Some("proj_a"),
+        leeway_seconds: 30,
+        now: NOW,
+    }
+}
+
+/// A token signed by [`key`] with this header (JSON) and these claims.
+fn signed(header: &str, claims: &serde_json::Value) -> String {
+    let h = URL_SAFE_NO_PAD.encode(header);
+    token::sign_raw(&h, &serde_json::to_vec(claims).unwrap(), &key())
+}
+
+/// The token unit tests' hostile tokens, around one valid token (returned first).
+fn token_seeds(valid: &str) -> Vec<String> {
+    let claims = serde_json::to_value(Claims::new("sess_a", "proj_a", NOW, 3600)).unwrap();
+    let p = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).unwrap());
+    let mut seeds = vec![
+        valid.to_owned(),
+        String::new(),
+        "garbage".into(),
+        "a.b.c.d".into(),
+        "a".repeat(MAX_TOKEN_BYTES + 1),
+        format!("{valid}="),
+        format!("{}.{p}.", URL_SAFE_NO_PAD.encode(br#"{"alg":"none"}"#)),
+        signed(r#"{"alg":"EdDSA","crit":["b64"]}"#, &claims),
+        signed(r#"{"typ":"JWT"}"#, &claims),
+        token::sign_raw_hs256(
+            &URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#),
+            &serde_json::to_vec(&claims).unwrap(),
+            key().verifying_key().as_bytes(),
+        ),
+        signed(r#"{"alg":"EdDSA"}"#, &serde_json::json!([1, 2])),
+        signed(
+            r#"{"alg":"EdDSA"}"#,
+            &serde_json::json!({"sessionId": "sess_a\u{0}", "exp": 1e300, "nbf": -1}),
+        ),
+    ];
+    let parts: Vec<&str> = valid.split('.').collect();
+    seeds.push(format!("{}.{}", parts[0], parts[1]));
+    seeds.push(format!("{}..{}", parts[0], parts[2]));
+    seeds
+}
+
+/// Session tokens: random and mutated tokens never panic, and nothing but the one valid token
+/// validates (no other spelling of it, no tampering passes); refusals are errors.
+#[test]
+fn token_validate() {
+    let valid = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
+    let seeds = token_seeds(&valid);
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let keys = keys();
+    fuzz::run("token_validate", hostile_text(&seeds, 600), |t| {
+        let ok = token::validate(&t, &keys, &v()).is_ok();
+        let any = token::validate_any_session(&t, &keys, None, 30, NOW).is_ok();
+        prop_assert_eq!(ok, t == valid);
+        prop_assert_eq!(any, t == valid);
+        Ok(())
+    });
+}
+
+/// Viewer credentials: random and mutated credentials (and session tokens, another audience)
+/// never panic, and only the one valid credential validates.
+#[test]
+fn viewer_validate() {
+    let claims = ViewerClaims::new("sess_a", "proj_a", Mode::View, NOW, 600);
+    let valid = claims.for_page(&"A".repeat(32)).unwrap().mint(&key());
+    let mut seeds = token_seeds(&valid);
+    seeds.push(Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key()));
+    let mut control = serde_json::to_value(&claims).unwrap();
+    control["mode"] = "drive".into();
+    control["page"] = "../x".into();
+    seeds.push(signed(r#"{"alg":"EdDSA","typ":"JWT"}"#, &control));
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let keys = keys();
+    fuzz::run("viewer_validate", hostile_text(&seeds, 600), |t| {
+        let ok = viewer::validate(&t, &keys, &v()).is_ok();
+        let any = viewer::validate_any_session(&t, &keys, None, 30, NOW).is_ok();
+        prop_assert_eq!(ok, t == valid);
+        prop_assert_eq!(any, t == valid);
+        Ok(())
+    });
+}
+
+/// Claims off the queue: never a panic; what parses has valid ids and reads back the same
+/// (parse → `to_json` → parse gives the same claim); over [`MAX_CLAIM_BYTES`] is refused.
+#[test]
+fn claim_parse() {
+    let with_context = Claim {
+        session_id: "sess_1".into(),
+        project_id: "proj_1".into(),
+        context: Some(ClaimContext {
+            id: "ctx_1".into(),
+            key: storage::profile_key("proj_1", "ctx_1"),
+            persist: true,
+        }),
+        extension_key: Some(storage::extension_key("proj_1", &"0f".repeat(32))),
+        egress: None,
+        browser: None,
+    };
+    let seeds: Vec<Vec<u8>> = [
+        with_context.to_json().as_str(),
+        r#"{"sessionId":"s","projectId":"proj_1","context":{"id":"ctx_1","key":"proj_2/ctx_1/profile.tar.gz","persist":true}}"#,
+        r#"{"sessionId":"s","projectId":"proj_1","extensionKey":"extensions/proj_2/0f.zip"}"#,
+        r#"{"sessionId":"../../etc","projectId":"p"}"#,
+        r#"{"sessionId":"s"}"#,
+        r#"{"sessionId":"s","projectId":"p","egress":{"proxies":[{"server":"http://u:p@h:1"}],"allowedDomains":["a.com"]}}"#,
+        r#"{"sessionId":"s","projectId":"p","browser":{"viewport":{"width":1,"height":99999},"locales":["en-US"]}}"#,
+        r#"{"sessionId":"s","projectId":"p","liveView":{"url":"x"}}"#,
+        "not json",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    fuzz::run("claim_parse", hostile_bytes(seeds, 400), |body| {
+        if let Ok(c) = Claim::parse(&body) {
+            prop_assert!(body.len() <= MAX_CLAIM_BYTES);
+            prop_assert!(valid_id(&c.session_id) && valid_id(&c.project_id));
+            prop_assert_eq!(Claim::parse(c.to_json().as_bytes()), Ok(c));
+        }
+        Ok(())
+    });
+    assert!(Claim::parse(&vec![b' '; MAX_CLAIM_BYTES + 1]).is_err());
+}
+
+const MANIFEST: &str = r#"{"manifest_version":3,"name":"Mark","version":"1.0"}"#;
+
+/// A zip of `(name, bytes)` entries (a name ending in `/` is a folder; one starting with `@`
+/// a symbolic link to `bytes`).
+fn zip_of(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
+    let o = SimpleFileOptions::default();
+    for (name, bytes) in entries {
+        if let Some(link) = name.strip_prefix('@') {
+            let _ = w.add_symlink(link, String::from_utf8_lossy(bytes), o);
+        } else if name.ends_with('/') {
+            let _ = w.add_directory(name.as_str(), o);
+        } else if w.start_file(name.as_str(), o).is_ok() {
+            w.write_all(bytes).unwrap();
+        }
+    }
+    w.finish().unwrap().into_inner()
+}
+
+fn entries(list: &[(&str, &[u8])]) -> Vec<(String, Vec<u8>)> {
+    list.iter()
+        .map(|(n, b)| ((*n).to_owned(), b.to_vec()))
+        .collect()
+}
+
+/// Entry names built from the pieces hostile archives use.
+fn hostile_name() -> impl Strategy<Value = String> {
+    let piece = prop::sample::select(vec![
+        "..",
+        ".",
+        "",
+        "/",
+        "\\",
+        "C:",
+        "a",
+        "js",
+        "manifest.json",
+        "\0",
+        "~",
+        "x/../..",
+        "//",
+        "%2e%2e",
+        "..\\..",
+        "\u{2215}",
+        "/etc/passwd",
+        "@",
+    ]);
+    prop::collection::vec(piece, 1..6).prop_map(|p| p.concat())
+}
+
+/// Every path under `root` (links not followed), relative to it.
+fn tree(root: &Path) -> Vec<(std::path::PathBuf, std::fs::FileType)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                stack.push(e.path());
+            }
+            out.push((e.path().strip_prefix(root).unwrap().to_owned(), t));
+        }
+    }
+    out
+}
+
+/// Unpacks `bytes` into a fresh folder and checks that nothing was written beside it, that
+/// only folders and files were made, and that a refused archive is refused by `check` too.
+fn unpack_stays_inside(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("ext");
+    let checked = extension_archive::check(bytes);
+    let unpacked = extension_archive::unpack(bytes, &dest);
+    if checked.is_err() {
+        prop_assert!(unpacked.is_err(), "unpacked what check refuses");
+    }
+    for (path, kind) in tree(tmp.path()) {
+        prop_assert!(
+            path.starts_with("ext"),
+            "written outside the target folder: {}",
+            path.display()
+        );
+        prop_assert!(
+            kind.is_dir() || kind.is_file(),
+            "{} is a link",
+            path.display()
+        );
+    }
+    if let Ok(root) = unpacked {
+        prop_assert!(root.join("manifest.json").is_file());
+    }
+    Ok(())
+}
+
+/// Extension archives: a zip of hostile entry names (traversal, absolute, drive letters,
+/// links, empty components) and random or mutated zips never panic; unpacking writes nothing
+/// outside its folder, makes no link, and writes only what `check` passes; over
+/// [`MAX_ARCHIVE_BYTES`] is refused unread.
+#[test]
+fn extension_archive() {
+    let named = prop::collection::vec(
+        (
+            prop_oneof![
+                hostile_name(),
+                Just("manifest.json".to_owned()),
+                Just("mark/manifest.json".to_owned())
+            ],
+            prop_oneof![
+                Just(MANIFEST.as_bytes().to_vec()),
+                prop::collection::vec(any::<u8>(), 0..16)
+            ],
+        ),
+        1..6,
+    )
+    .prop_map(|e| zip_of(&e));
+    let m: (&str, &[u8]) = ("manifest.json", MANIFEST.as_bytes());
+    let seeds = vec![
+        zip_of(&entries(&[m, ("a.js", b"1")])),
+        zip_of(&entries(&[
+            ("mark/", b""),
+            ("mark/manifest.json", MANIFEST.as_bytes()),
+            ("mark/js/a.js", b"1"),
+        ])),
+        zip_of(&entries(&[m, ("../../evil.sh", b"x")])),
+        zip_of(&entries(&[m, ("/etc/passwd", b"x")])),
+        zip_of(&entries(&[m, ("@key", b"/work/data/local.json")])),
+        zip_of(&entries(&[m, ("a//b", b"x")])),
+        zip_of(&entries(&[("manifest.json", b"{\"manifest_version\":2}")])),
+    ];
+    fuzz::run(
+        "extension_archive",
+        prop_oneof![named, hostile_bytes(seeds, 512)],
+        |bytes| unpack_stays_inside(&bytes),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("ext");
+    assert!(extension_archive::unpack(&vec![0; MAX_ARCHIVE_BYTES + 1], &dest).is_err());
+    assert!(!dest.exists());
+}

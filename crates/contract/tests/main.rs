@@ -1,0 +1,7 @@
+//! The contract's integration tests: one binary, a module per concern.
+// Test code is not held to the shape limits of clippy.toml: a test reads top to bottom.
+#![allow(clippy::too_many_lines)]
+
+/// Fuzz targets for the contract's parsers of hostile input (tokens, viewer credentials,
+/// claims, extension archives); `scripts/fuzz.sh` runs them for longer.
+mod fuzz;
