@@ -842,9 +842,10 @@ impl Proxy {
     ) -> Option<inspect::Inspector> {
         let files = self.limits.files.clone();
         match grant {
-            None => self.limits.intercept_browser_close.then(|| {
-                inspect::Inspector::new(files).with_handoffs(self.handoffs.clone(), id)
-            }),
+            None => self
+                .limits
+                .intercept_browser_close
+                .then(|| inspect::Inspector::new(files).with_handoffs(self.handoffs.clone(), id)),
             Some(g) => {
                 let expires = g.expires_at().into_std();
                 let scope = guard::Scope::Viewer { page: g.page };
