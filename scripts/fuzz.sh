@@ -28,6 +28,7 @@ targets=(
   "wallcrawler-contract main fuzz::claim_parse"
   "wallcrawler-contract main fuzz::extension_archive"
   "wallcrawler-controller lib fuzz::cdp::guard"
+  "wallcrawler-controller lib fuzz::cdp::guard_one_page"
   "wallcrawler-controller lib fuzz::cdp::inspector_messages"
   "wallcrawler-controller lib fuzz::cdp::inspector_bytes"
   "wallcrawler-controller lib fuzz::profile::profile_archive"

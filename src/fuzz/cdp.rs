@@ -9,7 +9,7 @@ use serde_json::Value;
 use wallcrawler_testkit::fuzz::proptest::prelude::*;
 use wallcrawler_testkit::fuzz::{self, hostile_bytes, pieces};
 
-use crate::proxy::guard::{FileRules, Verdict, judge};
+use crate::proxy::guard::{FileRules, Scope, Verdict, judge, judge_in};
 use crate::proxy::inspect::{Inspector, Segment};
 
 const METHODS: &[&str] = &[
@@ -34,6 +34,35 @@ const METHODS: &[&str] = &[
     "Target.sendMessageToTarget",
     "Runtime.evaluate",
     "Target.getTargets",
+    "Target.attachToTarget",
+    "Target.setDiscoverTargets",
+    "Target.attachToBrowserTarget",
+    "Network.getAllCookies",
+    "Network.getCookies",
+    "Storage.getCookies",
+    "Browser.getVersion",
+    "SystemInfo.getInfo",
+];
+
+/// The page a one-page inspector socket is held to, and another.
+const PAGE: &str = "0123456789ABCDEF0123456789ABCDEF";
+const OTHER_PAGE: &str = "FEDCBA9876543210FEDCBA9876543210";
+
+/// Methods that must never pass on a one-page inspector socket, whatever their params: other
+/// targets, the browser's cookie jar, the browser's own domains, a handoff (Step 20 item 1).
+const NEVER_ON_ONE_PAGE: &[&str] = &[
+    "Target.getTargets",
+    "Target.setDiscoverTargets",
+    "Target.createTarget",
+    "Target.attachToBrowserTarget",
+    "Target.exposeDevToolsProtocol",
+    "Network.getAllCookies",
+    "Storage.getCookies",
+    "Browser.close",
+    "Browser.getVersion",
+    "SystemInfo.getInfo",
+    "Extensions.loadUnpacked",
+    "Wallcrawler.requestHandoff",
 ];
 
 /// Values of a command's path and URL parameters: `{up}` and `{down}` stand for the session's
@@ -54,6 +83,10 @@ const VALUES: &[&str] = &[
     "{down}",
     "a.txt",
     "log in",
+    "chrome://settings",
+    "about:blank",
+    "0123456789ABCDEF0123456789ABCDEF",
+    "FEDCBA9876543210FEDCBA9876543210",
 ];
 
 /// One parameter: its name, and a value (a string of [`VALUES`], in a list or not).
@@ -69,6 +102,7 @@ fn param() -> impl Strategy<Value = (String, Value)> {
         "timeout",
         "data",
         "targetId",
+        "urls",
     ]);
     let value = prop::sample::select(VALUES).prop_map(|v| Value::String(v.to_owned()));
     let value = prop_oneof![
@@ -246,6 +280,51 @@ fn guard() {
         }
         Ok(())
     });
+}
+
+/// The guard on a one-page inspector socket (a live-view credential naming one page), on the
+/// same commands: never a panic; a rewrite is final; a command forwarded as it came is
+/// forwarded spelled plainly too; none of [`NEVER_ON_ONE_PAGE`] is ever forwarded, however
+/// spelled; and `Target.attachToTarget` passes only for the credential's page.
+#[test]
+fn guard_one_page() {
+    let (_dir, rules) = rules();
+    let scope = Scope::Viewer {
+        page: Some(PAGE.to_owned()),
+    };
+    let forwarded = |m: &[u8]| judge_in(m, &rules, &scope) == Verdict::Forward;
+    fuzz::run("guard_one_page", messages(&rules), |m| {
+        let verdict = judge_in(&m, &rules, &scope);
+        if let Verdict::Rewrite(p) = &verdict {
+            prop_assert!(forwarded(p));
+        }
+        let passes = matches!(verdict, Verdict::Forward | Verdict::Rewrite(_));
+        let Ok(v @ Value::Object(_)) = serde_json::from_slice::<Value>(&m) else {
+            return Ok(());
+        };
+        if verdict == Verdict::Forward {
+            prop_assert!(
+                forwarded(&serde_json::to_vec(&v).unwrap()),
+                "{} forwarded, but spelled plainly it is not",
+                String::from_utf8_lossy(&m)
+            );
+        }
+        let method = v["method"].as_str().unwrap_or("");
+        prop_assert!(
+            !(passes && NEVER_ON_ONE_PAGE.contains(&method)),
+            "{} passes on a one-page socket",
+            String::from_utf8_lossy(&m)
+        );
+        if passes && method == "Target.attachToTarget" {
+            prop_assert_eq!(v["params"]["targetId"].as_str(), Some(PAGE));
+        }
+        Ok(())
+    });
+    // The other page is named in the values: attaching to it is refused.
+    let attach = format!(
+        r#"{{"id":1,"method":"Target.attachToTarget","params":{{"targetId":"{OTHER_PAGE}"}}}}"#
+    );
+    assert!(!forwarded(attach.as_bytes()));
 }
 
 /// One WebSocket frame from the client.
