@@ -5,14 +5,10 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use wallcrawler_contract::InternalStatus;
-use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
-
 use crate::support::upstream::{Frame, frame_bytes, read_frame, recording_cdp};
-use crate::support::{KEY, SESSION, WAIT, first_head, now, proxy, token, upgrade_request};
+use crate::support::{KEY, SESSION, WAIT, first_head, proxy, token, upgrade_request};
 
 const TEXT: u8 = 0x1;
 const PING: u8 = 0x9;
@@ -53,21 +49,6 @@ fn answer(id: u32) -> String {
     format!(r#"{{"id":{id},"result":{{}}}}"#)
 }
 
-/// Writes session [`SESSION`] READY in `sessions`, its task's proxy at `task`.
-fn ready(sessions: &Path, task: SocketAddr) {
-    let mut d = SessionDoc {
-        session_id: SESSION.into(),
-        project_id: "proj_a".into(),
-        created_at: "2026-01-01T00:00:00.000Z".into(),
-        expires_at: now() + 600,
-        private_ip: Some(task.ip().to_string()),
-        proxy_port: Some(task.port()),
-        ..Default::default()
-    };
-    d.set_status(InternalStatus::Ready);
-    DirStore::new(sessions).create(&d).unwrap();
-}
-
 fn text_frame(fin: bool, opcode: u8, payload: &[u8]) -> Frame {
     Frame {
         fin,
@@ -91,7 +72,7 @@ fn an_idle_client_behind_the_gateway_is_pinged_and_chrome_never_sees_a_pong() {
     );
     let dir = tempfile::tempdir().unwrap();
     let sessions = dir.path().join("sessions");
-    ready(&sessions, task);
+    crate::support::ready_session(&sessions, SESSION, task);
     let (_gateway, gw) = crate::support::gateway(&sessions, "127.0.0.1:0", &[]);
     let mut c = connect(gw);
 

@@ -7,11 +7,9 @@ use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
 
 use serde_json::Value;
-use wallcrawler_contract::InternalStatus;
-use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
 use wallcrawler_controller::proxy::proxy_header;
 
-use crate::support::{Controller, KEY, now, raw_http, status_of, token, upgrade_request};
+use crate::support::{Controller, KEY, raw_http, status_of, token, upgrade_request};
 
 /// A client far away, as a load balancer's header names it.
 const FAR: &str = "203.0.113.9:50123";
@@ -129,17 +127,7 @@ fn gateway_with_one_session(
     let dir = tempfile::tempdir().unwrap();
     let sessions = dir.path().join("sessions");
     let id = "sess_cccccccc-0000-0000-0000-000000000003";
-    let mut d = SessionDoc {
-        session_id: id.into(),
-        project_id: "proj_a".into(),
-        created_at: "2026-01-01T00:00:00.000Z".into(),
-        expires_at: now() + 600,
-        private_ip: Some(task.ip().to_string()),
-        proxy_port: Some(task.port()),
-        ..Default::default()
-    };
-    d.set_status(InternalStatus::Ready);
-    DirStore::new(&sessions).create(&d).unwrap();
+    crate::support::ready_session(&sessions, id, task);
     let (c, addr) = crate::support::gateway(&sessions, "127.0.0.1:0", envs);
     (c, addr, token(KEY, id, "proj_a", 600), dir)
 }

@@ -197,16 +197,21 @@ fn private_dir(dir: &Path) -> std::io::Result<PathBuf> {
     std::fs::canonicalize(dir)
 }
 
-/// Whether a URL, read the way a browser reads it, reaches local files.
-pub fn reaches_files(url: &str) -> bool {
-    // URL parsers drop tabs and newlines anywhere and trim C0 controls and spaces.
+/// A URL as a browser reads its scheme: tabs and newlines dropped anywhere, C0 controls and
+/// spaces trimmed, lowercased.
+pub(crate) fn as_browser_reads(url: &str) -> String {
     let cleaned: String = url
         .chars()
         .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
         .collect();
-    let lower = cleaned
+    cleaned
         .trim_matches(|c: char| c <= ' ')
-        .to_ascii_lowercase();
+        .to_ascii_lowercase()
+}
+
+/// Whether a URL, read the way a browser reads it, reaches local files.
+pub fn reaches_files(url: &str) -> bool {
+    let lower = as_browser_reads(url);
     let mut rest = lower.as_str();
     while let Some(inner) = rest.strip_prefix("view-source:") {
         rest = inner.trim_start_matches(|c: char| c <= ' ');

@@ -153,14 +153,7 @@ pub fn page_rule(plain: &[u8], method: &str, page: &str) -> serde_json::Result<P
 /// Whether a URL a one-page inspector navigates to is a web page (not one of the browser's
 /// own): `http:`, `https:`, `data:`, or `about:blank`.
 fn web_url(url: &str) -> bool {
-    // As a browser reads it: tabs and newlines dropped, controls and spaces trimmed.
-    let cleaned: String = url
-        .chars()
-        .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
-        .collect();
-    let lower = cleaned
-        .trim_matches(|c: char| c <= ' ')
-        .to_ascii_lowercase();
+    let lower = super::guard::as_browser_reads(url);
     ["http:", "https:", "data:"]
         .iter()
         .any(|s| lower.starts_with(s))

@@ -19,6 +19,24 @@ pub mod upstream;
 pub use wallcrawler_testkit::node::{node, node_output, node_spawn};
 pub use wallcrawler_testkit::{chromium, repo_root};
 
+/// Writes session `id` (project `proj_a`) READY in the sessions directory `sessions`, its
+/// task's proxy at `task`: what a gateway over that directory routes to.
+pub fn ready_session(sessions: &Path, id: &str, task: SocketAddr) {
+    use wallcrawler_contract::InternalStatus;
+    use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
+    let mut d = SessionDoc {
+        session_id: id.into(),
+        project_id: "proj_a".into(),
+        created_at: "2026-01-01T00:00:00.000Z".into(),
+        expires_at: now() + 600,
+        private_ip: Some(task.ip().to_string()),
+        proxy_port: Some(task.port()),
+        ..Default::default()
+    };
+    d.set_status(InternalStatus::Ready);
+    DirStore::new(sessions).create(&d).unwrap();
+}
+
 /// Bound on any single wait in these tests (a hang guard, not a speed assertion).
 pub const WAIT: Duration = Duration::from_secs(45);
 
