@@ -16,6 +16,9 @@
 #                {"width":1288,"height":711},"fingerprint":{"locales":["de-DE"]}}}')
 #   BUILD=1      cargo build --release first (0 to reuse target/release)
 #   OUT_DIR=bench-results
+#   LOG_DIR=''   keep each server's log there (log-<pool>: serve, its gateway and controllers);
+#                with WALLCRAWLER_CONTROLLER_LOG=debug the controllers' and the gateway's
+#                debug lines too (where a connect's time goes)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -27,6 +30,7 @@ PAUSE_MS="${PAUSE_MS:-0}"
 SETTINGS="${SETTINGS:-}"
 BUILD="${BUILD:-1}"
 OUT_DIR="${OUT_DIR:-$ROOT/bench-results}"
+LOG_DIR="${LOG_DIR:-}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 BIN="$TARGET_DIR/release"
 
@@ -52,7 +56,7 @@ trap cleanup EXIT
 start_server() {
   local pool="$1" data="$work/data-$1"
   # The bench's page is served on this machine's loopback, which pages may not reach by default.
-  EGRESS_ALLOW=127.0.0.1 WALLCRAWLER_CONTROLLER_BIN="$BIN/wallcrawler-controller" RUST_LOG=info \
+  EGRESS_ALLOW=127.0.0.1 WALLCRAWLER_CONTROLLER_BIN="$BIN/wallcrawler-controller" RUST_LOG="${RUST_LOG:-info}" \
     "$BIN/wallcrawler-control-plane" serve --port 0 --data-dir "$data" --pool "$pool" \
     >"$work/out-$pool" 2>"$work/log-$pool" &
   server_pid=$!
@@ -75,6 +79,7 @@ start_server() {
 
 stop_server() {
   kill "$server_pid"; wait "$server_pid" || true; server_pid=""
+  if [[ -n "$LOG_DIR" ]]; then mkdir -p "$LOG_DIR" && cp "$work/log-$1" "$LOG_DIR/log-$1"; fi
 }
 
 mkdir -p "$OUT_DIR"
@@ -86,7 +91,7 @@ for pool in $POOLS; do
   echo "[lifecycle] pool=$pool: $RUNS sessions after $WARMUP warm-up, ${PAUSE_MS} ms apart" >&2
   result="$(cd tests/node && node lifecycle-bench.mjs --base "$base" --key "$key" --project "$project" \
     --runs "$RUNS" --warmup "$WARMUP" --pause-ms "$PAUSE_MS" ${SETTINGS:+--settings "$SETTINGS"} | tail -1)"
-  stop_server
+  stop_server "$pool"
   echo "$result" | grep -q '"ok":true' || { echo "bench failed: $result" >&2; exit 1; }
   [[ $first == 1 ]] || echo "," >>"$out"
   first=0

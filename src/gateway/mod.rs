@@ -435,6 +435,7 @@ impl Gateway {
             return Err(self.refuse(Refusal::AtCapacity, Refused::AtCapacity));
         };
         let task = self.connect(&session, addr, &head, client).await?;
+        debug!(task.addr = %addr, "task dialled; its answer is relayed");
         exchange.stash(Task {
             stream: task,
             permit,
@@ -528,7 +529,9 @@ impl Gateway {
         let mut held: Option<HeldGuard> = None;
         let mut wait = FIRST_RECHECK;
         let mut failures = 0;
+        let mut looks = 0u32;
         let outcome = loop {
+            looks += 1;
             match self.lookups.place(session).await {
                 Ok(Place::Ready(addr)) => break Ok(addr),
                 Ok(Place::Ended) => break Err((Refusal::SessionEnded, Refused::SessionEnded)),
@@ -566,6 +569,12 @@ impl Gateway {
                 .hold_seconds
                 .observe(started.elapsed().as_secs_f64());
         }
+        debug!(
+            held_ms = started.elapsed().as_millis(),
+            looks,
+            found = outcome.is_ok(),
+            "session looked up"
+        );
         outcome.map_err(|(refusal, why)| self.refuse(refusal, why))
     }
 

@@ -739,6 +739,7 @@ impl ClaimedSession<'_> {
         launch: &LaunchOptions,
     ) -> Result<(Session, Kept), Outcome> {
         let run = self.run;
+        let t0 = Instant::now();
         // A client waits on this session from now on (its Chrome, or the close of the warm one).
         session.to_foreground();
         self.protect_from_scale_in();
@@ -801,10 +802,12 @@ impl ClaimedSession<'_> {
             self.close(session).await;
             return Err(ending.into());
         }
+        debug!(ms = millis(t0.elapsed()), "bring-up: settings applied");
         session.publish();
         run.restore_session_cookies(&session.chrome).await;
         run.capture_downloads(&session, Some(&self.claim.project_id))
             .await;
+        debug!(ms = millis(t0.elapsed()), "bring-up: downloads captured");
         Ok((
             session,
             Kept {

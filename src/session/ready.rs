@@ -3,7 +3,7 @@
 //! never reads the session's token; the control plane forms a direct session's URL from the
 //! address and port written here.
 
-use tracing::{error, info};
+use tracing::{debug, error, info};
 use wallcrawler_contract::task_api::LiveViewGrant;
 use wallcrawler_contract::time::now_iso8601;
 
@@ -24,6 +24,7 @@ impl Run<'_> {
         live_view: Option<&LiveViewGrant>,
     ) -> Result<Session, Outcome> {
         let c = self.c;
+        let t0 = std::time::Instant::now();
         let ready = session.ready();
         let announced = match public_ip::discover(
             c.public_ip,
@@ -44,6 +45,7 @@ impl Run<'_> {
                 });
             }
         };
+        debug!(ms = t0.elapsed().as_millis(), "announce: address chosen");
         // Before READY: a client that asks for a person as soon as it connects gets the URL.
         if let Some(lv) = live_view {
             let url = lv.url(&own_base(&announced.ip, ready.proxy_addr.port()));
