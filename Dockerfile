@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 #
-# Wallcrawler controller image: one ECS Fargate task per browser session.
+# Wallcrawler controller image: one ECS Fargate task per browser session (and, with another
+# entrypoint, the task API service: wallcrawler-control-plane task-api).
 # Stage 1 builds the release binary; stage 2 is a slim Debian runtime with Chromium, fonts and an
 # init (tini). The controller runs as root and Chrome as the unprivileged user 10001 (CHROME_USER),
 # which cannot read the controller's files nor its /proc entries (environment, memory).
@@ -25,8 +26,10 @@ COPY src ./src
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin wallcrawler-controller \
-    && install -D -m 0755 target/release/wallcrawler-controller /out/wallcrawler-controller \
-    && strip --strip-debug /out/wallcrawler-controller
+    && cargo build --release --locked -p wallcrawler-control-plane --bin wallcrawler-control-plane \
+    && for bin in wallcrawler-controller wallcrawler-control-plane; do \
+        install -D -m 0755 "target/release/$bin" "/out/$bin" && strip --strip-debug "/out/$bin"; \
+    done
 
 # The binary keeps its symbol table (function names in panics and backtraces in the task log) but
 # not the debug line tables, most of the file. scripts/image.sh supplies this stage's /out from a
@@ -90,6 +93,9 @@ RUN groupadd --gid 10001 wallcrawler \
 COPY chrome/policies/managed/wallcrawler.json /etc/chromium/policies/managed/wallcrawler.json
 COPY --chmod=0755 entrypoint.sh /usr/local/bin/entrypoint.sh
 COPY --from=builder /out/wallcrawler-controller /usr/local/bin/wallcrawler-controller
+# The task API service (gateway mode): the same image, entrypoint
+# ["/usr/bin/tini", "--", "/usr/local/bin/wallcrawler-control-plane"], command ["task-api"].
+COPY --from=builder /out/wallcrawler-control-plane /usr/local/bin/wallcrawler-control-plane
 
 # Run Chromium's real binary, not Debian's /usr/bin/chromium wrapper, so the controller's flags are
 # exactly the ones in chrome/flags.conf.

@@ -182,6 +182,7 @@ if ((release)); then
   log "binary: cargo build --release"
   t0=$SECONDS
   cargo build --release --locked --bin wallcrawler-controller >&2
+  cargo build --release --locked -p wallcrawler-control-plane --bin wallcrawler-control-plane >&2
   log "binary: release build in $((SECONDS - t0)) s"
   binary="$(WALLCRAWLER_BUILD=release wc_bin_dir)/wallcrawler-controller"
 elif [[ -z "$binary" ]]; then
@@ -193,12 +194,19 @@ elif [[ -z "$binary" ]]; then
   fi
 fi
 [[ -x "$binary" ]] || die "no controller binary at $binary"
+# The task API service's binary (gateway mode runs `wallcrawler-control-plane task-api` from
+# this image), from the same build beside the controller.
+control_plane="$(dirname "$binary")/wallcrawler-control-plane"
+[[ -x "$control_plane" ]] || die "no control-plane binary at $control_plane"
 # The image keeps the symbol table (function names in panics and backtraces in the task log) but
 # not the debug line tables, which would be most of the file.
-install -D -m 0755 "$binary" "$work/builder/out/wallcrawler-controller"
-strip --strip-debug "$work/builder/out/wallcrawler-controller"
-log "binary: $binary ($(stat -c %s "$binary" | numfmt --to=si --suffix=B)," \
-  "$(stat -c %s "$work/builder/out/wallcrawler-controller" | numfmt --to=si --suffix=B) stripped)"
+for bin in "$binary" "$control_plane"; do
+  out="$work/builder/out/$(basename "$bin")"
+  install -D -m 0755 "$bin" "$out"
+  strip --strip-debug "$out"
+  log "binary: $bin ($(stat -c %s "$bin" | numfmt --to=si --suffix=B)," \
+    "$(stat -c %s "$out" | numfmt --to=si --suffix=B) stripped)"
+done
 
 log "build: podman build $TAG"
 t0=$SECONDS
@@ -222,5 +230,13 @@ if ((smoke)); then
   t0=$SECONDS
   "$ROOT/.venv/bin/python" "$ROOT/tests/py/image_smoke.py" --image "$TAG" \
     --token-binary "$binary"
+  # The task API service's command as the stack runs it (entrypoint and command), answering
+  # its help: the binary is there and runs in the image.
+  podman run --rm --network none \
+    --entrypoint '["/usr/bin/tini", "--", "/usr/local/bin/wallcrawler-control-plane"]' \
+    "$TAG" task-api --help >"$work/task-api-help.txt" ||
+    die "the image's wallcrawler-control-plane task-api --help failed"
+  grep -q "TASK_API_LISTEN" "$work/task-api-help.txt" ||
+    die "the image's task-api --help does not name TASK_API_LISTEN"
   log "smoke: passed in $((SECONDS - t0)) s"
 fi

@@ -219,6 +219,8 @@ settings_group! {
         exit_with_parent = EXIT_WITH_PARENT,
         /// The control plane's task API (https://…, http:// only to a loopback address): on AWS a pool task waits there for its claim instead of on POOL_QUEUE_URL, and every task gets its session's credentials there (scoped to that session; refreshed before they expire) for the sessions table, the bucket and the claim, proving which task it is with a signed STS GetCallerIdentity request. Only with POOL_QUEUE_URL or SESSIONS_TABLE_NAME, and with ECS_CONTAINER_METADATA_URI_V4. Unset: the task role's own credentials, as before [default: unset].
         task_api_url = TASK_API_URL,
+        /// Where to connect for TASK_API_URL instead of its host: a DNS name or IP address, no port (the URL's); TLS still checks, and Host still names, the URL's host. On AWS (gateway mode) the task API's internal load balancer, whose certificate names the connect host. Only with TASK_API_URL; with an http:// one only a loopback address [default: unset].
+        task_api_address = TASK_API_ADDRESS,
         /// The session's control-mode live view as JSON {"credential","expiresAt","base"?}, what a client's Wallcrawler.requestHandoff is answered with; set by the local platform for a controller it starts for one session (a task on AWS gets it from TASK_API_URL). Not with TASK_API_URL or a pool [default: unset].
         live_view_grant = LIVE_VIEW_GRANT,
         /// Pool mode: the SQS queue of claims. The controller warms up (Chrome running, the proxy answering 503), serves the first session claimed through the queue, then exits; SESSION_ID, PROJECT_ID and the context come from the claim.
@@ -653,6 +655,9 @@ pub struct RunConfig {
     /// `TASK_API_URL` (no trailing `/`): where the task takes its claim and its session's
     /// credentials (`None`: from the queue, with the task role's own).
     pub task_api: Option<String>,
+    /// `TASK_API_ADDRESS`: the host connected to for [`RunConfig::task_api`] instead of its
+    /// own (`None`: its own).
+    pub task_api_address: Option<String>,
     /// `LIVE_VIEW_GRANT`: a single session's live view given by the local platform.
     pub live_view: Option<wallcrawler_contract::task_api::LiveViewGrant>,
     /// Pool mode: the session comes from a claim.
@@ -1220,6 +1225,7 @@ impl RunConfig {
         }
         let agent_uri = r.text(ECS_AGENT_URI);
         let task_api = task_api(&mut r, pool.as_ref(), &store, metadata_uri.is_some());
+        let task_api_address = task_api_address(&mut r, task_api.as_deref());
         let live_view = live_view_grant(&mut r, pool.is_some() || task_api.is_some());
         let exit_with_parent = r.boolean(EXIT_WITH_PARENT, false);
         let background_nice = background_nice(&mut r);
@@ -1250,6 +1256,7 @@ impl RunConfig {
             metadata_uri,
             agent_uri,
             task_api,
+            task_api_address,
             live_view,
             pool,
             exit_with_parent,
@@ -1328,6 +1335,35 @@ fn task_api(
         ));
     }
     Some(url.trim_end_matches('/').to_owned())
+}
+
+/// `TASK_API_ADDRESS`, checked: a bare DNS name or IP address, only with `TASK_API_URL` (`url`),
+/// and a loopback address when that URL is `http://` (the identity stays off the network).
+fn task_api_address(r: &mut Reader<'_>, url: Option<&str>) -> Option<String> {
+    let address = r.text(TASK_API_ADDRESS)?;
+    let Some(url) = url else {
+        r.errors
+            .push(format!("{TASK_API_ADDRESS} is only for {TASK_API_URL}"));
+        return None;
+    };
+    let ip = address.parse::<std::net::IpAddr>().ok();
+    let name = address.len() <= 253
+        && !address.starts_with(['.', '-'])
+        && address
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+    if ip.is_none() && !name {
+        r.errors.push(format!(
+            "{TASK_API_ADDRESS} must be a DNS name or an IP address, without scheme, port or \
+             path (the port is {TASK_API_URL}'s)"
+        ));
+    } else if url.starts_with("http://") && !ip.is_some_and(|ip| ip.is_loopback()) {
+        r.errors.push(format!(
+            "{TASK_API_ADDRESS} must be a loopback address with an http:// {TASK_API_URL}: the \
+             task's identity must not cross a network in clear"
+        ));
+    }
+    Some(address)
 }
 
 /// `https://host[/path]`, or `http://` to a loopback IP address; no query or fragment.
@@ -2132,6 +2168,56 @@ MCowBQYDK2VwAyEA9wFNLln1FAfDioMFnpReLaKEhyk0em6z3gbXQRbFQkQ=
         ]))
         .unwrap_err();
         assert!(both.0.iter().any(|m| m.contains("not both")), "{both:?}");
+    }
+
+    #[test]
+    fn the_task_api_address_is_a_bare_host_for_the_task_api_only() {
+        let pool = [
+            ("POOL_QUEUE_URL", "http://127.0.0.1:1/queue/claims"),
+            ("SESSIONS_TABLE_NAME", "sessions"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
+            ("ECS_CONTAINER_METADATA_URI_V4", "http://127.0.0.1:2/v4/x"),
+        ];
+        let with = |url: Option<&'static str>, address: &'static str| {
+            let mut pairs = pool.to_vec();
+            pairs.extend(url.map(|u| ("TASK_API_URL", u)));
+            pairs.push(("TASK_API_ADDRESS", address));
+            RunConfig::from_settings(&map(&pairs))
+        };
+        let lb = "internal-wc-tasks-1234.us-east-1.elb.amazonaws.com";
+        for (url, address) in [
+            ("https://connect.example.com", lb),
+            ("https://connect.example.com", "10.0.3.7"),
+            ("http://127.0.0.1:8080", "127.0.0.1"),
+            ("http://127.0.0.1:8080", "::1"),
+        ] {
+            let c = with(Some(url), address).unwrap();
+            assert_eq!(c.task_api_address.as_deref(), Some(address), "{address}");
+        }
+        let e = with(None, lb).unwrap_err();
+        assert_eq!(
+            e.0,
+            vec!["TASK_API_ADDRESS is only for TASK_API_URL".to_owned()]
+        );
+        let bare = "TASK_API_ADDRESS must be a DNS name or an IP address, without scheme, port \
+                    or path (the port is TASK_API_URL's)";
+        for address in [
+            "https://lb.example.com",
+            "lb.example.com:443",
+            "lb.example.com/v1",
+            "[::1]",
+            "-lb.example.com",
+            "user@lb",
+        ] {
+            let e = with(Some("https://connect.example.com"), address).unwrap_err();
+            assert_eq!(e.0, vec![bare.to_owned()], "{address}");
+        }
+        let clear = "TASK_API_ADDRESS must be a loopback address with an http:// TASK_API_URL: \
+                     the task's identity must not cross a network in clear";
+        for address in ["10.0.3.7", "localhost", lb] {
+            let e = with(Some("http://127.0.0.1:8080"), address).unwrap_err();
+            assert_eq!(e.0, vec![clear.to_owned()], "{address}");
+        }
     }
 
     #[test]

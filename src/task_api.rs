@@ -116,13 +116,16 @@ pub struct TaskApi {
 }
 
 impl TaskApi {
-    /// The API at `base` (`TASK_API_URL`, no trailing `/`). Fails when the system's root
+    /// The API at `base` (`TASK_API_URL`, no trailing `/`), reached at `address`
+    /// (`TASK_API_ADDRESS`) when given, else at `base`'s host. Fails when the system's root
     /// certificates cannot be read.
-    pub fn new(base: String, sdk: SdkConfig) -> std::io::Result<Self> {
+    pub fn new(base: String, address: Option<&str>, sdk: SdkConfig) -> std::io::Result<Self> {
+        use wallcrawler_aws::task_identity::{Resolver, https_client_via};
+        let resolver = address.map(Resolver::pinned).unwrap_or_default();
         Ok(Self {
             base,
             sdk,
-            client: wallcrawler_aws::task_identity::https_client()?,
+            client: https_client_via(resolver)?,
         })
     }
 
@@ -449,7 +452,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn api(base: String) -> Arc<TaskApi> {
-        Arc::new(TaskApi::new(base, task_sdk()).unwrap())
+        Arc::new(TaskApi::new(base, None, task_sdk()).unwrap())
     }
 
     #[tokio::test]

@@ -145,7 +145,8 @@ async fn on_task_api(c: &RunConfig, url: &str, sdk: &SdkConfig) -> Result<OnTask
     if let Some(uri) = c.metadata_uri.as_deref() {
         self_check(uri, sdk).await?;
     }
-    let api = TaskApi::new(url.to_owned(), sdk.clone()).map_err(DepsError::HttpClient)?;
+    let address = c.task_api_address.as_deref();
+    let api = TaskApi::new(url.to_owned(), address, sdk.clone()).map_err(DepsError::HttpClient)?;
     let api = Arc::new(api);
     let credentials = SessionCredentialsProvider::new(api.clone());
     let session_sdk = sdk

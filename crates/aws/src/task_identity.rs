@@ -21,13 +21,59 @@ use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::rt::TokioExecutor;
 use wallcrawler_contract::task_api::{
     AUDIENCE, AUDIENCE_HEADER, NONCE_HEADER, STS_BODY, STS_CONTENT_TYPE, SignedIdentity,
 };
 
 /// The HTTPS (and, for loopback tests, HTTP) client of the task API's calls.
-pub type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector<Resolver>>, Full<Bytes>>;
+
+/// The client's name resolution: the system's (`getaddrinfo`, as hyper's own resolver), or,
+/// pinned, always one host's addresses whatever name a URL holds. A task reaches the task API
+/// at its internal load balancer (`TASK_API_ADDRESS`) while TLS checks, and `Host` names, the
+/// name the certificate covers (`TASK_API_URL`'s host).
+#[derive(Clone, Debug, Default)]
+pub struct Resolver {
+    pinned: Option<std::sync::Arc<str>>,
+}
+
+impl Resolver {
+    /// Resolves `host` (a DNS name or an IP address) for every name asked.
+    pub fn pinned(host: &str) -> Self {
+        Self {
+            pinned: Some(host.into()),
+        }
+    }
+}
+
+impl tower_service::Service<Name> for Resolver {
+    type Response = std::vec::IntoIter<std::net::SocketAddr>;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        let host: String = match &self.pinned {
+            Some(h) => h.to_string(),
+            None => name.as_str().to_owned(),
+        };
+        // Port 0: the connector puts the URL's port on each address.
+        Box::pin(async move {
+            let addrs: Vec<_> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            Ok(addrs.into_iter())
+        })
+    }
+}
 
 /// The largest STS answer read (a real one is ~500 B).
 const MAX_STS_ANSWER: usize = 16 * 1024;
@@ -59,12 +105,32 @@ pub enum IdentityError {
 /// The HTTPS client: the system's roots, HTTP/1.1, plain HTTP allowed (the task API on
 /// loopback in tests; the controller refuses a non-loopback `http://` API URL at start).
 pub fn https_client() -> Result<HttpsClient, std::io::Error> {
+    https_client_via(Resolver::default())
+}
+
+/// [`https_client`] resolving names with `resolver`.
+pub fn https_client_via(resolver: Resolver) -> Result<HttpsClient, std::io::Error> {
+    use hyper_rustls::ConfigBuilderExt as _;
+    let tls = rustls::ClientConfig::builder_with_provider(
+        rustls::crypto::aws_lc_rs::default_provider().into(),
+    )
+    .with_safe_default_protocol_versions()
+    .map_err(std::io::Error::other)?
+    .with_native_roots()?
+    .with_no_client_auth();
+    Ok(client_with(tls, resolver))
+}
+
+/// The client over `tls` (its roots), resolving with `resolver`.
+pub fn client_with(tls: rustls::ClientConfig, resolver: Resolver) -> HttpsClient {
+    let mut http = HttpConnector::new_with_resolver(resolver);
+    http.enforce_http(false);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_native_roots(rustls::crypto::aws_lc_rs::default_provider())?
+        .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
-        .build();
-    Ok(Client::builder(TokioExecutor::new()).build(https))
+        .wrap_connector(http);
+    Client::builder(TokioExecutor::new()).build(https)
 }
 
 /// The STS endpoint `sdk` talks to: `AWS_ENDPOINT_URL` when set (an emulator), else the
@@ -239,6 +305,73 @@ fn caller_arn(body: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A name the certificate covers and no resolver knows: only the pin can reach it.
+    const NAME: &str = "task-api.wallcrawler.invalid";
+
+    /// One HTTPS request served on 127.0.0.1 with a certificate for [`NAME`]: the client
+    /// (its roots only that certificate) and the `Host` header the server read.
+    async fn serve_once(resolver: Resolver) -> Result<String, String> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let cert = rcgen::generate_simple_self_signed(vec![NAME.to_owned()]).unwrap();
+        let der = cert.cert.der().clone();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+        let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![der.clone()], key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(server));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let served = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(tcp).await.ok()?;
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = tls.read(&mut buf).await.ok()?;
+                if n == 0 {
+                    return None;
+                }
+                head.extend_from_slice(&buf[..n]);
+            }
+            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok";
+            tls.write_all(answer).await.ok()?;
+            tls.shutdown().await.ok()?;
+            Some(String::from_utf8_lossy(&head).into_owned())
+        });
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(der).unwrap();
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let client = client_with(tls, resolver);
+        let req = http::Request::get(format!("https://{NAME}:{port}/"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let asked = tokio::time::timeout(Duration::from_secs(30), client.request(req)).await;
+        let answer = asked.expect("bounded").map_err(|e| format!("{e:?}"))?;
+        assert_eq!(answer.status(), 200);
+        let head = served.await.unwrap().expect("a request");
+        let host = head
+            .lines()
+            .find_map(|l| l.strip_prefix("host: "))
+            .expect("a host header");
+        Ok(host.to_owned())
+    }
+
+    #[tokio::test]
+    async fn a_pinned_resolver_reaches_its_address_with_the_urls_name_for_tls_and_host() {
+        let host = serve_once(Resolver::pinned("127.0.0.1")).await.unwrap();
+        assert!(host.starts_with(NAME), "{host}");
+        // (No unpinned case: resolving a name nobody serves would ask the system's DNS,
+        // and the tests talk to loopback only. The name is reserved: no DNS answers it.)
+    }
 
     #[test]
     fn the_caller_is_read_from_the_answer_and_nothing_else() {

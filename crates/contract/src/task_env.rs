@@ -75,6 +75,8 @@ pub const LOG_FORMAT: &str = "LOG_FORMAT";
 /// and its session's credentials there ([`crate::task_api`]), never from the queue, table or
 /// bucket with its own role.
 pub const TASK_API_URL: &str = "TASK_API_URL";
+/// Where a task connects for [`TASK_API_URL`] instead of its host (the internal load balancer).
+pub const TASK_API_ADDRESS: &str = "TASK_API_ADDRESS";
 /// The local platform's single-session controller: the session's control-mode live view
 /// ([`crate::task_api::LiveViewGrant`] as JSON), minted by the local control plane, which holds
 /// the signing key. A secret: set only where a process's environment is private to it (a child

@@ -5,7 +5,7 @@
 //! API's broker (`broker`: claims handed to tasks, session credentials from STS) and its
 //! identity check (`identity`: a task's signed STS request, sent to STS); the session
 //! events' topic and bus (`publish`: SNS and EventBridge); the managed proxy pools' secret
-//! (`managed_proxies`); the
+//! (`managed_proxies`); the task API as a service of its own ([`task_service`]); the
 //! configuration that names them and the wiring ([`Config::from_env`], [`build_app`], in
 //! `config`); and [`lambda`], what the Lambda functions run. SDK types stay in this module.
 //!
@@ -48,6 +48,7 @@ mod signer;
 mod slots;
 mod sqs;
 mod table;
+pub mod task_service;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 

@@ -27,6 +27,18 @@ enum Command {
     /// processes, data in a directory. Prints `baseURL:`, `apiKey:` and `projectId:` lines,
     /// and `gateway:` (the connect gateway every connectUrl points at) unless `--direct`.
     Serve(ServeArgs),
+    /// Serve the task API alone, as the stack's task API service does in gateway mode: `POST
+    /// /v1/internal/claims` and `/credentials` for the browser tasks (each proving which task
+    /// it is with a signed STS request), `GET /health`, nothing else. Configured by the API
+    /// function's environment (tables, bucket, queue, secrets: see the deploy guide) with
+    /// TASKS_TABLE_NAME, SESSION_ROLE_ARN and TASK_ROLE_ARN; AWS region and credentials from
+    /// the standard AWS environment. Plain HTTP: TLS ends at the internal load balancer.
+    /// Prints `taskApi: http://ADDR`; ends on SIGTERM once the requests in flight are answered.
+    TaskApi {
+        /// Address and port to listen on.
+        #[arg(long, env = "TASK_API_LISTEN", default_value = aws::task_service::DEFAULT_LISTEN)]
+        listen: std::net::SocketAddr,
+    },
     /// Administer projects and API keys in the DynamoDB tables of an AWS deployment. AWS
     /// region, credentials and `AWS_ENDPOINT_URL` come from the standard AWS environment.
     Admin {
@@ -247,6 +259,53 @@ fn read_key(arg: &str) -> Result<String, admin::AdminError> {
     Ok(key)
 }
 
+/// Serves the task API on `listen` until a signal; the exit status.
+async fn task_api(listen: std::net::SocketAddr) -> i32 {
+    let cfg = match aws::Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}");
+            return 64;
+        }
+    };
+    let sdk = aws::sdk_config().await;
+    let identities = match aws::StsIdentities::new(&sdk) {
+        Ok(i) => std::sync::Arc::new(i),
+        Err(e) => {
+            tracing::error!("the task API cannot check identities: {e}");
+            return 64;
+        }
+    };
+    let Some(api) = aws::build_task_api(&sdk, &cfg, identities) else {
+        tracing::error!(
+            "the task API needs TASKS_TABLE_NAME, SESSION_ROLE_ARN, TASK_ROLE_ARN and POOL_QUEUE_URL"
+        );
+        return 64;
+    };
+    let listener = match tokio::net::TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("cannot listen on {listen}: {e}");
+            return 1;
+        }
+    };
+    let addr = listener.local_addr().map_or(listen, |a| a);
+    println!("taskApi: http://{addr}");
+    let _ = std::io::stdout().flush();
+    tracing::info!(%addr, "the task API is serving");
+    let app = aws::task_service::router(api);
+    match axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+    {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!("the task API failed: {e}");
+            1
+        }
+    }
+}
+
 /// Runs the local platform until a signal; the exit status.
 async fn serve(args: ServeArgs) -> i32 {
     if args.claim_wait_seconds > args.claim_wait_max_seconds {
@@ -322,17 +381,23 @@ fn main() {
             std::process::exit(code);
         }
     };
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    // LOG_FORMAT=json: JSON lines (the task API service on ECS, as the controller's).
+    match std::env::var("LOG_FORMAT").as_deref() {
+        Ok("json") => logs.json().with_ansi(false).init(),
+        _ => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let code = rt.block_on(async {
         match cli.command {
             Command::Serve(args) => serve(args).await,
+            Command::TaskApi { listen } => task_api(listen).await,
             Command::Admin { tables, command } => admin(tables, command).await,
         }
     });
