@@ -1,12 +1,21 @@
 //! Where a session is: its item read by id ([`SessionRoutes`], one implementation per store)
 //! and turned into a [`Place`] by a pure rule ([`place_of`]), behind a short cache that makes
 //! one lookup at a time per session however many clients wait ([`Lookups`]).
+//!
+//! A store that can tell when an item changes ([`SessionRoutes::subscribe`]) wakes the clients
+//! held for a starting session as soon as READY is written: the sessions directory does, through
+//! inotify ([`DirRoutes::watching`], a [`ChangeFeed`]). DynamoDB cannot: there a held client looks
+//! again after a short backoff.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use tokio::sync::watch;
+use tracing::{debug, warn};
 use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
 
@@ -85,17 +94,140 @@ pub trait SessionRoutes: Send + Sync + 'static {
         &'a self,
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<RouteItem>, StoreError>>;
+
+    /// Changes of `session_id`'s item from now on: the receiver sees a new value whenever the
+    /// item may have changed since this call (so a client subscribes before it reads, and a
+    /// write between its read and its wait is not missed). `None`: this store cannot tell, and
+    /// a held client looks again after a backoff.
+    fn subscribe(&self, _session_id: &str) -> Option<watch::Receiver<u64>> {
+        None
+    }
 }
 
-/// The local platform's session documents (`SESSIONS_DIR`).
-pub struct DirRoutes(pub DirStore);
+/// Who waits on which session's item, and the wake-up of their waits: one `watch` channel per
+/// session somebody is subscribed to, its value bumped on every change. Entries nobody holds a
+/// receiver of any more are dropped at the next subscription.
+#[derive(Default)]
+pub struct ChangeFeed {
+    /// Session id → the sender its subscribers' receivers watch.
+    watched: Mutex<HashMap<String, watch::Sender<u64>>>,
+}
+
+impl ChangeFeed {
+    /// A receiver that sees every change of `session_id` from now on.
+    pub fn subscribe(&self, session_id: &str) -> watch::Receiver<u64> {
+        let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+        watched.retain(|_, tx| tx.receiver_count() > 0);
+        watched
+            .entry(session_id.to_owned())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
+    }
+
+    /// `session_id`'s item may have changed: its subscribers wake.
+    pub fn changed(&self, session_id: &str) {
+        let watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(tx) = watched.get(session_id) {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// Any item may have changed (the change events overflowed): every subscriber wakes.
+    pub fn changed_all(&self) {
+        let watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+        for tx in watched.values() {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+}
+
+/// The local platform's session documents (`SESSIONS_DIR`), with their changes when watched.
+pub struct DirRoutes {
+    store: DirStore,
+    changes: Option<Arc<ChangeFeed>>,
+}
+
+impl DirRoutes {
+    /// Documents read on demand; nobody is told of changes (held clients poll).
+    pub fn new(store: DirStore) -> Self {
+        Self {
+            store,
+            changes: None,
+        }
+    }
+
+    /// Documents whose changes wake the clients waiting on them: the directory watched with
+    /// inotify (a document is written by a rename onto `<id>.json`); when the watch cannot be
+    /// set up (logged) it is [`DirRoutes::new`].
+    pub fn watching(store: DirStore) -> Self {
+        let changes = match watch_dir(store.dir()) {
+            Ok(feed) => Some(feed),
+            Err(e) => {
+                warn!(dir = %store.dir().display(), error = %e, "the sessions directory is not watched; held clients look again after a backoff");
+                None
+            }
+        };
+        Self { store, changes }
+    }
+}
+
+/// Watches `dir` (created owner-only if missing, as [`DirStore`] creates it): every document
+/// moved or written into it is a change of its session in the returned feed. A thread of its
+/// own waits on the inotify descriptor (blocking reads, so no runtime is needed); it ends at
+/// the first event after the feed is dropped, or when a read fails (logged: held clients then
+/// fall back to their backoff).
+fn watch_dir(dir: &Path) -> std::io::Result<Arc<ChangeFeed>> {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let inotify = Inotify::init(InitFlags::IN_CLOEXEC)?;
+    inotify.add_watch(
+        dir,
+        AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_CLOSE_WRITE,
+    )?;
+    let feed = Arc::new(ChangeFeed::default());
+    let weak = Arc::downgrade(&feed);
+    std::thread::Builder::new()
+        .name("sessions-watch".into())
+        .spawn(move || {
+            loop {
+                let events = match inotify.read_events() {
+                    Ok(events) => events,
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(e) => {
+                        warn!(error = %e, "watching the sessions directory stopped");
+                        return;
+                    }
+                };
+                let Some(feed) = weak.upgrade() else { return };
+                for e in events {
+                    if e.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                        debug!("the sessions directory's change events overflowed");
+                        feed.changed_all();
+                    }
+                    let name = e.name.as_ref().and_then(|n| n.to_str());
+                    if let Some(id) = name.and_then(|n| n.strip_suffix(".json")) {
+                        feed.changed(id);
+                    }
+                }
+            }
+        })?;
+    Ok(feed)
+}
 
 impl SessionRoutes for DirRoutes {
+    fn subscribe(&self, session_id: &str) -> Option<watch::Receiver<u64>> {
+        self.changes.as_ref().map(|c| c.subscribe(session_id))
+    }
+
     fn item<'a>(
         &'a self,
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<RouteItem>, StoreError>> {
-        let (store, id) = (self.0.clone(), session_id.to_owned());
+        let (store, id) = (self.store.clone(), session_id.to_owned());
         Box::pin(async move {
             let other = |e: Box<dyn std::error::Error + Send + Sync>| StoreError::Other {
                 service: "sessions directory",
@@ -118,7 +250,8 @@ pub type Read = Result<Place, StoreError>;
 
 /// Session lookups behind a short cache: concurrent lookups of one session share one read of
 /// the store (moka's `try_get_with` runs one initialiser per key and hands its result to every
-/// waiter); a result is reused for `ttl`; a failure is not kept.
+/// waiter); a result is reused for `ttl`, a starting session's for `starting_ttl` at most (a
+/// READY written meanwhile is not hidden behind it); a failure is not kept.
 pub struct Lookups {
     routes: Arc<dyn SessionRoutes>,
     cache: moka::future::Cache<String, Place>,
@@ -129,22 +262,50 @@ pub struct Lookups {
 /// Sessions whose place is cached at most at once.
 const CACHE_CAPACITY: u64 = 100_000;
 
+/// How long a cached place lives past the cache's time to live: a starting session's no longer
+/// than `starting`.
+struct StartingExpiry {
+    starting: Duration,
+}
+
+impl moka::Expiry<String, Place> for StartingExpiry {
+    fn expire_after_create(
+        &self,
+        _: &String,
+        place: &Place,
+        _: std::time::Instant,
+    ) -> Option<Duration> {
+        (*place == Place::Starting).then_some(self.starting)
+    }
+}
+
 impl Lookups {
-    /// Lookups through `routes`, results kept for `ttl`; `on_read` sees every read of the
-    /// store (metrics).
+    /// Lookups through `routes`, results kept for `ttl` (a starting session's for
+    /// `starting_ttl` at most); `on_read` sees every read of the store (metrics).
     pub fn new(
         routes: Arc<dyn SessionRoutes>,
         ttl: Duration,
+        starting_ttl: Duration,
         on_read: impl Fn(&Read) + Send + Sync + 'static,
     ) -> Self {
+        let ttl = ttl.max(Duration::from_millis(1));
         Self {
             routes,
             cache: moka::future::Cache::builder()
                 .max_capacity(CACHE_CAPACITY)
-                .time_to_live(ttl.max(Duration::from_millis(1)))
+                .time_to_live(ttl)
+                .expire_after(StartingExpiry {
+                    starting: starting_ttl.clamp(Duration::from_millis(1), ttl),
+                })
                 .build(),
             on_read: Box::new(on_read),
         }
+    }
+
+    /// Changes of `session_id`'s item from now on, when the store can tell
+    /// ([`SessionRoutes::subscribe`]).
+    pub fn subscribe(&self, session_id: &str) -> Option<watch::Receiver<u64>> {
+        self.routes.subscribe(session_id)
     }
 
     /// Drops what is cached for `session_id` (its task could not be dialled), so the next
@@ -242,7 +403,8 @@ mod tests {
             gate: tokio::sync::Semaphore::new(0),
         });
         let counted = Arc::new(AtomicUsize::new(0));
-        let lookups = Arc::new(Lookups::new(store.clone(), Duration::from_secs(60), {
+        let ttl = Duration::from_secs(60);
+        let lookups = Arc::new(Lookups::new(store.clone(), ttl, ttl, {
             let counted = counted.clone();
             move |_| {
                 counted.fetch_add(1, Ordering::SeqCst);
@@ -272,6 +434,34 @@ mod tests {
         assert_eq!(store.reads.load(Ordering::SeqCst), 2);
     }
 
+    /// A document written into a watched directory wakes the subscribers of its session (and
+    /// only theirs).
+    #[tokio::test]
+    async fn a_written_document_wakes_its_sessions_subscribers() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirStore::new(dir.path().join("sessions"));
+        let routes = DirRoutes::watching(store.clone());
+        let mut a = routes.subscribe("sess_a").expect("watched");
+        let b = routes.subscribe("sess_b").expect("watched");
+        let doc = SessionDoc {
+            session_id: "sess_a".into(),
+            project_id: "p".into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            expires_at: 5,
+            ..Default::default()
+        };
+        tokio::task::spawn_blocking(move || store.create(&doc))
+            .await
+            .unwrap()
+            .unwrap();
+        // A guard against a hang only.
+        tokio::time::timeout(Duration::from_secs(60), a.changed())
+            .await
+            .expect("the write wakes sess_a's subscriber")
+            .unwrap();
+        assert!(!b.has_changed().unwrap(), "sess_b's was not woken");
+    }
+
     #[tokio::test]
     async fn documents_are_read_from_the_directory() {
         let dir = tempfile::tempdir().unwrap();
@@ -287,7 +477,7 @@ mod tests {
         };
         d.set_status(InternalStatus::Ready);
         store.create(&d).unwrap();
-        let routes = DirRoutes(store);
+        let routes = DirRoutes::new(store);
         let got = routes.item("sess_1").await.unwrap();
         assert_eq!(
             place_of(got.as_ref()),

@@ -12,8 +12,11 @@
 //!   the task checks the token again and its `/json` answers name the gateway; then the bytes
 //!   are relayed both ways on the relay thread (the task's answer, a 101 or a refusal,
 //!   included);
-//! - starting: the client is held (bounded per session and in all), looking again with a short
-//!   backoff, until READY or the hold bound (then 503 with `Retry-After`);
+//! - starting: the client is held (bounded per session and in all), looking again as soon as
+//!   the store says the item changed (the sessions directory is watched: a READY write wakes
+//!   the client at once) or else after a short backoff (10 ms doubling to 500 ms: DynamoDB),
+//!   until READY or the hold bound (then 503 with `Retry-After`); a starting place is cached
+//!   no longer than the first backoff;
 //! - ended: 410 at once; unknown: 404 at once. Neither is ever dialled.
 //!
 //! The live view's routes (`/viewer`, `/viewer/ws`) go the same way, routed by the session their
@@ -100,11 +103,13 @@ pub const DEFAULT_MAX_HELD_PER_SESSION: usize = 32;
 /// Default time a looked-up place is reused.
 pub const DEFAULT_LOOKUP_TTL: Duration = Duration::from_millis(250);
 
-/// First wait between two looks at a starting session; it doubles up to [`MAX_RECHECK`].
-const FIRST_RECHECK: Duration = Duration::from_millis(50);
+/// Default first wait between two looks at a starting session; it doubles up to
+/// [`DEFAULT_MAX_RECHECK`]. A store that tells of changes (the sessions directory) wakes a
+/// held client at once instead; DynamoDB cannot, so there this is how soon a READY is seen.
+pub const DEFAULT_FIRST_RECHECK: Duration = Duration::from_millis(10);
 
-/// Longest wait between two looks at a starting session.
-const MAX_RECHECK: Duration = Duration::from_millis(500);
+/// Default longest wait between two looks at a starting session.
+pub const DEFAULT_MAX_RECHECK: Duration = Duration::from_millis(500);
 
 /// Failed reads of the store in a row before a held client is refused (503).
 const MAX_LOOKUP_FAILURES: u32 = 3;
@@ -121,8 +126,13 @@ pub struct GatewaySettings {
     pub max_held: usize,
     /// Clients held at once for one session.
     pub max_held_per_session: usize,
-    /// How long a looked-up place is reused.
+    /// How long a looked-up place is reused (a starting session's: `first_recheck` at most).
     pub lookup_ttl: Duration,
+    /// First wait between two looks at a starting session (doubling up to `max_recheck`),
+    /// unless the store wakes the held client first.
+    pub first_recheck: Duration,
+    /// Longest wait between two looks at a starting session.
+    pub max_recheck: Duration,
     /// TLS ended in the gateway (`GATEWAY_TLS_CERT`), or none.
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Clients reach the gateway over TLS, ended here or in front of it (`GATEWAY_CLIENT_TLS`).
@@ -142,6 +152,8 @@ impl Default for GatewaySettings {
             max_held: DEFAULT_MAX_HELD,
             max_held_per_session: DEFAULT_MAX_HELD_PER_SESSION,
             lookup_ttl: DEFAULT_LOOKUP_TTL,
+            first_recheck: DEFAULT_FIRST_RECHECK,
+            max_recheck: DEFAULT_MAX_RECHECK,
             tls: None,
             client_tls: false,
             proxy_protocol_to_tasks: true,
@@ -179,7 +191,7 @@ impl Gateway {
         tasks: &Shutdown,
     ) -> std::io::Result<Arc<Self>> {
         let metrics = GatewayMetrics::new();
-        let lookups = Lookups::new(routes, settings.lookup_ttl, {
+        let lookups = Lookups::new(routes, settings.lookup_ttl, settings.first_recheck, {
             let metrics = metrics.clone();
             move |found| metrics.lookup(found)
         });
@@ -522,12 +534,15 @@ impl Gateway {
         )
     }
 
-    /// Where the session's task answers, holding the client while the session starts.
+    /// Where the session's task answers, holding the client while the session starts: it looks
+    /// again when the store says the item changed (READY written), or after a backoff.
     async fn locate(&self, session: &str) -> Result<SocketAddr, Answer> {
         let started = Instant::now();
         let deadline = started + self.settings.hold;
         let mut held: Option<HeldGuard> = None;
-        let mut wait = FIRST_RECHECK;
+        let mut wait = self.settings.first_recheck;
+        // Before the first look: a READY written after it wakes this client.
+        let mut changes = self.lookups.subscribe(session);
         let mut failures = 0;
         let mut looks = 0u32;
         let outcome = loop {
@@ -561,8 +576,25 @@ impl Gateway {
             if now >= deadline {
                 break Err((Refusal::SessionNotReady, Refused::HoldTimeout));
             }
-            tokio::time::sleep(wait.min(deadline - now)).await;
-            wait = (wait * 2).min(MAX_RECHECK);
+            let backoff = tokio::time::sleep(wait.min(deadline - now));
+            wait = (wait * 2).min(self.settings.max_recheck);
+            let woken = match &mut changes {
+                None => {
+                    backoff.await;
+                    false
+                }
+                Some(rx) => tokio::select! {
+                    changed = rx.changed() => changed.is_ok(),
+                    () = backoff => false,
+                },
+            };
+            if woken {
+                // What is cached may be the starting place the change just replaced.
+                self.lookups.forget(session).await;
+            } else if changes.as_ref().is_some_and(|rx| rx.has_changed().is_err()) {
+                // The store stopped telling: the backoff alone from now on.
+                changes = None;
+            }
         };
         if held.is_some() {
             self.metrics
@@ -997,6 +1029,110 @@ mod tests {
         let (again, len) = parse_request_head(out.as_bytes(), 65536).unwrap().unwrap();
         assert_eq!(len, out.len());
         assert_eq!(again.target, head.target);
+    }
+
+    /// Credentials are never looked at by these tests (they call `locate` directly).
+    struct NoCredentials;
+
+    impl TokenVerifier for NoCredentials {
+        fn ready(&self) -> bool {
+            true
+        }
+        fn verify<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> futures_util::future::BoxFuture<
+            'a,
+            Result<wallcrawler_contract::token::Verified, AuthError>,
+        > {
+            unreachable!("no credential is checked here")
+        }
+        fn verify_viewer<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> futures_util::future::BoxFuture<
+            'a,
+            Result<wallcrawler_contract::viewer::ViewerVerified, AuthError>,
+        > {
+            unreachable!("no credential is checked here")
+        }
+    }
+
+    /// A session that is STARTING until `ready` is set, whose changes `feed` tells of; every
+    /// read is counted and announced on `read`.
+    struct Flip {
+        ready: std::sync::atomic::AtomicBool,
+        reads: std::sync::atomic::AtomicUsize,
+        read: tokio::sync::Notify,
+        feed: lookup::ChangeFeed,
+    }
+
+    impl SessionRoutes for Flip {
+        fn item<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> futures_util::future::BoxFuture<
+            'a,
+            Result<Option<lookup::RouteItem>, crate::stores::StoreError>,
+        > {
+            use std::sync::atomic::Ordering::SeqCst;
+            Box::pin(async move {
+                let ready = self.ready.load(SeqCst);
+                self.reads.fetch_add(1, SeqCst);
+                self.read.notify_one();
+                Ok(Some(lookup::RouteItem {
+                    internal_status: if ready { "READY" } else { "STARTING" }.into(),
+                    private_ip: Some("127.0.0.1".into()),
+                    proxy_port: Some(9),
+                    ended: false,
+                }))
+            })
+        }
+        fn subscribe(&self, session_id: &str) -> Option<tokio::sync::watch::Receiver<u64>> {
+            Some(self.feed.subscribe(session_id))
+        }
+    }
+
+    /// A held client looks again as soon as the store says the item changed, not when its
+    /// backoff or the cached place runs out: with both an hour long, the READY written while it
+    /// waits is what it is routed by, after exactly one more read.
+    #[tokio::test]
+    async fn a_held_client_is_woken_by_the_ready_write_not_by_its_backoff() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let hour = Duration::from_secs(3600);
+        let store = Arc::new(Flip {
+            ready: false.into(),
+            reads: 0.into(),
+            read: tokio::sync::Notify::new(),
+            feed: lookup::ChangeFeed::default(),
+        });
+        let settings = GatewaySettings {
+            hold: hour,
+            lookup_ttl: hour,
+            first_recheck: hour,
+            max_recheck: hour,
+            ..GatewaySettings::default()
+        };
+        let tasks = Shutdown::new();
+        let gw = Gateway::new(Arc::new(NoCredentials), store.clone(), settings, &tasks).unwrap();
+        let held = tokio::spawn({
+            let gw = gw.clone();
+            async move { gw.locate("sess_a").await.map_err(|a| a.status()) }
+        });
+        // The first look found it starting; the client is held.
+        store.read.notified().await;
+        assert_eq!(store.reads.load(SeqCst), 1);
+        store.ready.store(true, SeqCst);
+        store.feed.changed("sess_b");
+        store.feed.changed("sess_a");
+        // A guard against a hang only: without the wake the client would wait an hour.
+        let located = tokio::time::timeout(Duration::from_secs(60), held)
+            .await
+            .expect("the READY write wakes the held client")
+            .unwrap();
+        assert_eq!(located, Ok("127.0.0.1:9".parse().unwrap()));
+        assert_eq!(store.reads.load(SeqCst), 2, "one look after the wake");
+        tasks.token().cancel();
     }
 
     #[test]

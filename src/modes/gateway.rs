@@ -90,6 +90,7 @@ async fn start(c: &GatewayConfig, tasks: &Shutdown) -> Result<Arc<Gateway>, Endi
         tls,
         client_tls: c.client_tls,
         proxy_protocol_to_tasks: c.proxy_protocol_to_tasks,
+        ..GatewaySettings::default()
     };
     let verifier = Arc::new(SharedKeyVerifier::new(keys, c.leeway_seconds));
     Gateway::new(verifier, routes, settings, tasks).map_err(|e| {
@@ -101,7 +102,7 @@ async fn start(c: &GatewayConfig, tasks: &Shutdown) -> Result<Arc<Gateway>, Endi
 /// Where the gateway looks sessions up: the sessions directory, or the table.
 async fn routes(store: &SessionStoreConfig) -> Arc<dyn SessionRoutes> {
     match store {
-        SessionStoreConfig::Directory(dir) => Arc::new(DirRoutes(
+        SessionStoreConfig::Directory(dir) => Arc::new(DirRoutes::watching(
             wallcrawler_contract::session_doc::DirStore::new(dir.clone()),
         )),
         SessionStoreConfig::Table(table) => {
