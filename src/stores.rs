@@ -347,6 +347,11 @@ pub trait ClaimQueue: Send + Sync {
     fn receive_is_cancel_safe(&self) -> bool {
         false
     }
+    /// Whether a claim waits for a controller now (`false` when the queue cannot tell cheaply:
+    /// SQS). A controller still warming up then hurries: a session waits on it.
+    fn waiting(&self) -> bool {
+        false
+    }
     /// Whether no claim will come any more, whatever the wait (the task API answered that
     /// this task has had its session): the controller stops waiting, as at the end of its
     /// idle lifetime.
@@ -420,6 +425,10 @@ impl ClaimQueue for DirClaims {
     /// A claim is taken by one `rename`, between two polls: nothing is in flight.
     fn receive_is_cancel_safe(&self) -> bool {
         true
+    }
+    /// A claim file in `new/` (a `readdir` of a few entries).
+    fn waiting(&self) -> bool {
+        self.queue.visible() > 0
     }
     fn live_view(&self) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
         self.live_view

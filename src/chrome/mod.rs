@@ -28,7 +28,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
-use tokio_util::sync::DropGuard;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::{debug, info, warn};
 
 use crate::cdp::{self, BrowserSocket};
@@ -258,6 +258,9 @@ pub struct LaunchOptions {
     pub ready_timeout: Duration,
     /// Nice value for Chrome's whole process group from its start (`None`: the controller's).
     pub nice: Option<i32>,
+    /// Fired when somebody waits on this launch (a pool's warm-up that a session's claim
+    /// waits for): Chrome started at `nice` goes back to the controller's own priority at once.
+    pub hurry: Option<CancellationToken>,
     /// The user Chrome runs as (`None`: the controller's), `CHROME_USER`.
     pub user: Option<ChromeUser>,
     /// Where Chrome's DevTools port listens, `CHROME_NETWORK`.
@@ -436,7 +439,28 @@ impl Chrome {
         // group: its helpers would otherwise live on, writing into (and re-creating) a profile
         // directory its owner is removing.
         let unready = GroupKiller(Some(pid));
-        let ready = tokio::time::timeout(opts.ready_timeout, chrome.wait_ready(opts)).await;
+        let hurry = opts.hurry.clone().filter(|_| opts.nice.is_some());
+        let ready = tokio::time::timeout(opts.ready_timeout, async {
+            let wait = chrome.wait_ready(opts);
+            tokio::pin!(wait);
+            let Some(hurry) = hurry else {
+                return wait.await;
+            };
+            tokio::select! {
+                r = &mut wait => return r,
+                () = hurry.cancelled() => {}
+            }
+            let nice = own_nice();
+            match set_group_nice(pid, nice) {
+                Ok(()) => debug!(
+                    nice,
+                    "a session waits on this start: Chrome's priority raised"
+                ),
+                Err(e) => debug!(error = %e, nice, "raising Chrome's priority failed"),
+            }
+            wait.await
+        })
+        .await;
         match ready {
             Ok(Ok(())) => {
                 unready.disarm();

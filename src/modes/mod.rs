@@ -113,6 +113,7 @@ fn launch_options(
         flags,
         ready_timeout: Duration::from_secs(30),
         nice: None,
+        hurry: None,
         user,
         network,
         hop: chrome::egress::Hop::with_ad_lists(c.egress_allow.clone(), c.ad_block_lists.clone()),

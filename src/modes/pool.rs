@@ -100,7 +100,7 @@ pub async fn run(
     };
     let started = Instant::now();
     let warm = warm_run(c, deps, tasks, launch.user_data_dir.clone());
-    let session = match warm_up(&warm, &launch).await {
+    let session = match warm_up(&warm, &launch, queue.as_ref()).await {
         Ok(s) => s,
         Err(outcome) => return warm.settle(outcome).await,
     };
@@ -238,14 +238,41 @@ fn udp_relaunch(claim: &Claim, launch: &LaunchOptions) -> bool {
         && launch.network == crate::netns::ChromeNetwork::Shared
 }
 
+/// How often a warming controller looks whether a claim waits for a controller.
+const WAITED_ON_CHECK: Duration = Duration::from_millis(10);
+
+/// Fires `hurry` once a claim has been waiting at two looks in a row (one look could be a claim
+/// a warm controller is about to take: it takes one within a few milliseconds); then pends.
+async fn hurry_when_waited_on(queue: &dyn ClaimQueue, hurry: &CancellationToken) {
+    let mut seen = false;
+    loop {
+        tokio::time::sleep(WAITED_ON_CHECK).await;
+        let waiting = queue.waiting();
+        if waiting && seen {
+            hurry.cancel();
+            return std::future::pending().await;
+        }
+        seen = waiting;
+    }
+}
+
 /// The public keys loaded and a warm Chrome behind a proxy bound to no session yet.
-async fn warm_up(warm: &Run<'_>, launch: &LaunchOptions) -> Result<Session, Outcome> {
+async fn warm_up(
+    warm: &Run<'_>,
+    launch: &LaunchOptions,
+    queue: &dyn ClaimQueue,
+) -> Result<Session, Outcome> {
     let c = warm.c;
     let keys = warm.load_keys().await?;
     let auth = Authenticator::unbound(keys, c.auth.leeway_seconds);
     // Nobody waits on a warm-up: with BACKGROUND_NICE it yields to the sessions being served.
+    // Unless a claim waits with no warm controller to take it (the pool ran dry): then a
+    // session waits on this warm-up, and Chrome goes back to full priority
+    // ([`LaunchOptions::hurry`]).
+    let hurry = CancellationToken::new();
     let warm_launch = LaunchOptions {
         nice: c.background_nice,
+        hurry: Some(hurry.clone()),
         ..launch.clone()
     };
     let opts = warm.session_options(auth, warm_launch, false, None);
@@ -257,7 +284,11 @@ async fn warm_up(warm: &Run<'_>, launch: &LaunchOptions) -> Result<Session, Outc
             debug!(error = %e, "the ad filter is not ready ahead of a session");
         }
     });
-    match Session::warm(opts, warm.tasks.token()).await {
+    let warmed = tokio::select! {
+        w = Session::warm(opts, warm.tasks.token()) => w,
+        () = hurry_when_waited_on(queue, &hurry) => unreachable!("pends once fired"),
+    };
+    match warmed {
         Ok(Started::Running(s)) => Ok(*s),
         Ok(Started::Interrupted) => Err(Ending::NoSession.into()),
         Err(e) => {

@@ -579,9 +579,13 @@ impl LocalPool {
         });
     }
 
-    /// Starts one controller when fewer than `size` are idle (not backing off).
+    /// Starts one controller when fewer than `size` are idle (not backing off), counting each
+    /// claim nobody took yet as one idle controller gone already: a claim starts its
+    /// replacement at once, not when a controller takes it; and a claim that waits because
+    /// the pool ran dry starts a controller of its own beside the `size` that will refill it.
     fn fill(self: &Arc<Self>) {
-        let idle = idle_pool_controllers(&self.ctl.names(), |n| self.queue.busy(n));
+        let idle = idle_pool_controllers(&self.ctl.names(), |n| self.queue.busy(n))
+            .saturating_sub(self.queue.visible());
         if idle >= self.size
             || Instant::now() < self.backoff.lock().expect("not poisoned").not_before
         {
