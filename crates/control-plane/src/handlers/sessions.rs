@@ -1,6 +1,4 @@
-//! The API's handlers, written once over the ports and served by one router — locally and in
-//! Lambda alike. Every handler authorises first and only ever touches the selected project's
-//! records: ids of other projects answer 404.
+//! `/v1/sessions…`: create, list, read, update (release), and the debug (live view) answer.
 
 use std::time::Duration;
 use tokio::time::Instant;
@@ -10,44 +8,24 @@ use axum::body::Bytes;
 use axum::extract::Query;
 use axum::extract::rejection::QueryRejection;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tracing::{info, warn};
 use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::browser::BrowserSettings;
 use wallcrawler_contract::egress::Egress;
 use wallcrawler_contract::session_doc::SessionDoc;
-use wallcrawler_contract::storage::profile_key;
 use wallcrawler_contract::viewer::ViewerClaims;
 
+use super::contexts::own_context;
+use super::{ApiResult, PathId, REGIONS, TIMEOUT_RANGE, own_session, parse_body};
 use crate::app::App;
 use crate::auth::{Caller, Principal, check_body_project};
 use crate::error::{ApiError, chain};
-pub use crate::ids::{PathId, checked_id};
 use crate::metadata::MetadataQuery;
 use crate::model::{ContextRecord, session_create_to_api, session_to_api};
 use crate::stores::{Cond, LaunchSpec, PageAt, Terminal};
-
-/// Shortest and longest session timeout, seconds.
-pub const TIMEOUT_RANGE: std::ops::RangeInclusive<u64> = 60..=21_600;
-
-/// Regions a session may name.
-pub const REGIONS: [&str; 4] = ["us-west-2", "us-east-1", "eu-central-1", "ap-southeast-1"];
-
-pub(crate) type ApiResult = Result<Response, ApiError>;
-
-/// Parses a JSON body leniently: empty = `{}`, unknown fields ignored, malformed → 400 naming
-/// the problem.
-pub(crate) fn parse_body<T: for<'de> Deserialize<'de> + Default>(
-    body: &Bytes,
-) -> Result<T, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
-}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -487,47 +465,6 @@ async fn wait_for_ready(
     }
 }
 
-/// A record that belongs to one project.
-trait Owned {
-    /// What a 404 calls it: "session".
-    const WHAT: &'static str;
-    /// The owning project.
-    fn project_id(&self) -> &str;
-}
-
-impl Owned for SessionDoc {
-    const WHAT: &'static str = "session";
-    fn project_id(&self) -> &str {
-        &self.project_id
-    }
-}
-
-impl Owned for ContextRecord {
-    const WHAT: &'static str = "context";
-    fn project_id(&self) -> &str {
-        &self.project_id
-    }
-}
-
-/// The record `found` under `id`, if it belongs to the caller's project: a missing one and
-/// another project's alike are 404, so ids of other projects reveal nothing.
-fn owned<T: Owned>(p: &Principal, id: &str, found: Option<T>) -> Result<T, ApiError> {
-    match found {
-        Some(r) if r.project_id() == p.project_id() => Ok(r),
-        _ => Err(ApiError::not_found(format!("{} {id} not found", T::WHAT))),
-    }
-}
-
-/// The session, if it belongs to the caller's project.
-pub(crate) async fn own_session(
-    app: &App,
-    p: &Principal,
-    id: &str,
-) -> Result<SessionDoc, ApiError> {
-    let id = checked_id(SessionDoc::WHAT, id)?;
-    owned(p, id, app.sessions.get(id).await?)
-}
-
 /// The query of `GET /v1/sessions`: `status`, an SDK-visible status to filter by; `q`,
 /// Browserbase's metadata query ([`crate::metadata`]); `limit`, the page size; `cursor`,
 /// where a previous page said the next one starts.
@@ -773,160 +710,4 @@ pub async fn debug_session(
         live["handoff"] = serde_json::to_value(h).map_err(|e| ApiError::internal(e.to_string()))?;
     }
     Ok(Json(live).into_response())
-}
-
-/// Browserbase endpoints not implemented yet.
-pub async fn not_implemented(_: Caller) -> ApiResult {
-    Err(ApiError::not_implemented(
-        "this endpoint (logs, recordings) is not implemented by Wallcrawler yet",
-    ))
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CreateContext {
-    project_id: Option<String>,
-}
-
-async fn upload_answer(app: &App, c: &ContextRecord) -> Result<Value, ApiError> {
-    let url = app
-        .archives
-        .presign_put(&c.storage_key, app.settings.upload_url_ttl)
-        .await?;
-    Ok(json!({
-        "id": c.context_id,
-        "uploadUrl": url,
-        // Browserbase encrypts uploads; Wallcrawler archives are plain gzip-compressed tars of
-        // the user-data-dir (see the README), so there is no key.
-        "publicKey": "",
-        "cipherAlgorithm": "NONE",
-        "initializationVectorSize": 0,
-    }))
-}
-
-/// `POST /v1/contexts`.
-pub async fn create_context(caller: Caller, body: Bytes) -> ApiResult {
-    let (app, p) = caller.into_parts();
-    let req: CreateContext = parse_body(&body)?;
-    check_body_project(&p, req.project_id.as_deref())?;
-    let id = format!("ctx_{}", uuid::Uuid::new_v4().simple());
-    let now = app.now_iso();
-    let c = ContextRecord {
-        storage_key: profile_key(p.project_id(), &id),
-        context_id: id,
-        project_id: p.project_id().to_owned(),
-        status: "CREATED".to_owned(),
-        created_at: now.clone(),
-        updated_at: now,
-        writer_session_id: None,
-    };
-    app.contexts.create(c.clone()).await?;
-    Ok((StatusCode::CREATED, Json(upload_answer(&app, &c).await?)).into_response())
-}
-
-/// The context, if it belongs to the caller's project.
-async fn own_context(app: &App, p: &Principal, id: &str) -> Result<ContextRecord, ApiError> {
-    let id = checked_id(ContextRecord::WHAT, id)?;
-    owned(p, id, app.contexts.get(id).await?)
-}
-
-/// `GET /v1/contexts/{id}`.
-pub async fn get_context(caller: Caller, PathId(id): PathId) -> ApiResult {
-    let (app, p) = caller.into_parts();
-    Ok(Json(own_context(&app, &p, &id).await?.to_api()).into_response())
-}
-
-/// `PUT /v1/contexts/{id}`: a fresh upload URL.
-pub async fn update_context(caller: Caller, PathId(id): PathId) -> ApiResult {
-    let (app, p) = caller.into_parts();
-    let c = own_context(&app, &p, &id).await?;
-    app.contexts.touch(&id, &app.now_iso()).await?;
-    Ok(Json(upload_answer(&app, &c).await?).into_response())
-}
-
-/// `DELETE /v1/contexts/{id}`: refused (409) while a session still uses it. The sessions the
-/// context index does not show ended are each read by key (the index lags); a live writer
-/// lease refuses too, and the record's deletion is conditional on the lease as seen here, so
-/// a persisting create that takes it meanwhile (its session maybe not in the index yet) keeps
-/// its context. The archive goes only after the record.
-pub async fn delete_context(caller: Caller, PathId(id): PathId) -> ApiResult {
-    let (app, p) = caller.into_parts();
-    let c = own_context(&app, &p, &id).await?;
-    let in_use = |sid: &str| ApiError::conflict(format!("context {id} is in use by session {sid}"));
-    for sid in app.sessions.on_context(&id).await? {
-        if let Some(s) = app.sessions.get(&sid).await?
-            && s.ended_at.is_none()
-            && s.context_id.as_deref() == Some(id.as_str())
-        {
-            return Err(in_use(&sid));
-        }
-    }
-    let writer = c.writer_session_id.as_deref();
-    if let Some(w) = writer
-        && crate::limits::live_writer(app.sessions.as_ref(), w, app.now_secs()).await?
-    {
-        return Err(in_use(w));
-    }
-    if !app.contexts.delete(&id, writer).await? {
-        return Err(ApiError::conflict(format!(
-            "context {id} was taken by a new session while it was being deleted"
-        )));
-    }
-    app.archives.delete(&c.storage_key).await?;
-    Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-/// `GET /v1/projects`: the projects this key may use.
-pub async fn list_projects(caller: Caller) -> ApiResult {
-    let (app, p) = caller.into_parts();
-    let mut out = Vec::new();
-    for id in &p.project_ids {
-        // Inactive projects are not the key's to read (403 by id), so they are not listed.
-        if let Some(project) = app.projects.get(id).await?
-            && project.is_active()
-        {
-            out.push(project.to_api());
-        }
-    }
-    Ok(Json(out).into_response())
-}
-
-async fn own_project(
-    app: &App,
-    p: &Principal,
-    id: &str,
-) -> Result<crate::model::Project, ApiError> {
-    let id = checked_id("project", id)?;
-    if !p.project_ids.iter().any(|k| k == id) {
-        return Err(ApiError::not_found(format!("project {id} not found")));
-    }
-    let project = app
-        .projects
-        .get(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("project {id} not found")))?;
-    // The selected project was checked by `authorize`; one named in the path must be ACTIVE
-    // too (SPEC §8: an inactive project is 403 on every handler).
-    if !project.is_active() {
-        return Err(ApiError::forbidden(format!("project {id} is not active")));
-    }
-    Ok(project)
-}
-
-/// `GET /v1/projects/{id}`.
-pub async fn get_project(caller: Caller, PathId(id): PathId) -> ApiResult {
-    let (app, p) = caller.into_parts();
-    Ok(Json(own_project(&app, &p, &id).await?.to_api()).into_response())
-}
-
-/// `GET /v1/projects/{id}/usage`: the project's running total of browser minutes and proxy
-/// bytes over its ended sessions (see [`crate::usage`]), one read.
-pub async fn project_usage(caller: Caller, PathId(id): PathId) -> ApiResult {
-    let (app, p) = caller.into_parts();
-    own_project(&app, &p, &id).await?;
-    let u = app.sessions.usage(&id).await?;
-    Ok(
-        Json(json!({ "browserMinutes": u.browser_minutes, "proxyBytes": u.proxy_bytes }))
-            .into_response(),
-    )
 }
