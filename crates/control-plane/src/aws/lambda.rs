@@ -68,18 +68,6 @@ fn received_at(epoch_ms: i64, now_ms: u64) -> Option<Instant> {
     Some(now.checked_sub(spent).unwrap_or(now))
 }
 
-/// The API function's configuration from the environment (the sweeper reads the same); a
-/// configuration error is logged with every problem listed, and the process exits 64.
-pub fn config_or_exit() -> super::Config {
-    match super::Config::from_env() {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!("{e}");
-            std::process::exit(64);
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // The API function
 

@@ -11,7 +11,11 @@ use wallcrawler_control_plane::aws::{self, lambda};
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     lambda::init_tracing();
-    let cfg = lambda::config_or_exit();
+    // A configuration error is logged with every problem listed; exit status 64.
+    let cfg = aws::Config::from_env().unwrap_or_else(|e| {
+        tracing::error!("{e}");
+        std::process::exit(64);
+    });
     let sdk = aws::sdk_config().await;
     let cfg = match cfg.with_managed_proxies(&sdk).await {
         Ok(c) => c,

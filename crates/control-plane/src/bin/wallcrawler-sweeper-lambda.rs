@@ -14,7 +14,11 @@ use wallcrawler_control_plane::sweep::{PAGE_LIMIT, sweep};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     lambda::init_tracing();
-    let cfg = lambda::config_or_exit();
+    // A configuration error is logged with every problem listed; exit status 64.
+    let cfg = aws::Config::from_env().unwrap_or_else(|e| {
+        tracing::error!("{e}");
+        std::process::exit(64);
+    });
     let app = aws::build_app(&aws::sdk_config().await, &cfg);
     let app = &app;
     lambda_runtime::run(service_fn(|_: LambdaEvent<serde_json::Value>| async move {
