@@ -3,18 +3,21 @@
 //! Tokens come from the `signingKey` query parameter and from `Authorization: Bearer`; when both
 //! are present both must be valid. The keys come from a [`KeySource`], which may be a literal
 //! public key or the Secrets Manager cache of the public key secret: the controller can check
-//! tokens, never mint one.
+//! tokens, never mint one. A token presented again skips the signature check
+//! ([`crate::token_cache`]); every other rule is judged at every check.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use wallcrawler_contract::token::{self, Validation, Verified};
+use wallcrawler_contract::token::{self, Signed, Validation, Verified};
 use wallcrawler_contract::viewer::{self, ViewerVerified};
 use wallcrawler_contract::{TokenError, VerifyingKey};
 
 use http::HeaderMap;
+
+use crate::token_cache::{Expires, TokenCache};
 
 /// The public keys currently accepted (the shared key cache's set).
 pub type KeySet = wallcrawler_aws::keys::KeySet<VerifyingKey>;
@@ -126,7 +129,12 @@ pub struct Authenticator {
     keys: Arc<dyn KeySource>,
     binding: OnceLock<Binding>,
     leeway_seconds: u64,
+    /// Tokens (and viewer credentials) whose signature was verified.
+    verified: Arc<TokenCache>,
 }
+
+/// A claim check of a credential whose signature was verified: (signed, keys, validation).
+type Rules<T> = fn(&Signed, &[VerifyingKey], &Validation<'_>) -> Result<T, TokenError>;
 
 impl Authenticator {
     /// An authenticator already bound to `session_id` (and `project_id` when given): tokens are
@@ -148,7 +156,15 @@ impl Authenticator {
             keys,
             binding: OnceLock::new(),
             leeway_seconds,
+            verified: Arc::default(),
         }
+    }
+
+    /// Remembers verified tokens in `cache` (shared with other checkers) instead of a cache
+    /// of its own.
+    pub fn with_token_cache(mut self, cache: Arc<TokenCache>) -> Self {
+        self.verified = cache;
+        self
     }
 
     /// Binds to a session, once; false (and nothing changed) when already bound.
@@ -182,36 +198,35 @@ impl Authenticator {
 
     /// Validates one session token, refreshing the keys once if its signature matched none.
     pub async fn check_one(&self, token: &str) -> Result<Verified, AuthError> {
-        self.check_by(token, token::validate).await
+        self.check_by(token, token::check_signed, unix_now()).await
     }
 
     /// Validates one live-view credential (audience `wallcrawler-viewer`) for the bound
     /// session, with the same key refresh: a session token is refused here, as a viewer
     /// credential is by [`Self::check_one`].
     pub async fn check_viewer(&self, credential: &str) -> Result<ViewerVerified, AuthError> {
-        self.check_by(credential, viewer::validate).await
+        self.check_by(credential, viewer::check_signed, unix_now())
+            .await
     }
 
-    async fn check_by<T>(
+    /// `rules` as of `now` for the bound session, after the signature check (skipped for a
+    /// credential the cache remembers).
+    async fn check_by<T: Expires>(
         &self,
         token: &str,
-        validate: fn(&str, &[VerifyingKey], &Validation<'_>) -> Result<T, TokenError>,
+        rules: Rules<T>,
+        now: u64,
     ) -> Result<T, AuthError> {
         let binding = self.binding.get().ok_or(AuthError::Unclaimed)?;
-        let keys = self.keys.keys().ok_or(AuthError::KeysUnavailable)?;
         let v = Validation {
             session_id: &binding.session_id,
             project_id: binding.project_id.as_deref(),
             leeway_seconds: self.leeway_seconds,
-            now: unix_now(),
+            now,
         };
-        match validate(token, &keys, &v) {
-            Err(TokenError::Signature) => match self.keys.refresh_after_miss().await {
-                Some(fresh) => Ok(validate(token, &fresh, &v)?),
-                None => Err(AuthError::Token(TokenError::Signature)),
-            },
-            other => Ok(other?),
-        }
+        self.verified
+            .check(token, &*self.keys, |signed, keys| rules(signed, keys, &v))
+            .await
     }
 }
 
@@ -369,5 +384,172 @@ mod tests {
             Err(AuthError::Token(TokenError::Expired))
         );
         assert_eq!(src.refreshed.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// An authenticator for `session` over `keys`, remembering verified tokens in `cache`.
+    fn cached(keys: Arc<dyn KeySource>, session: &str, cache: &Arc<TokenCache>) -> Authenticator {
+        Authenticator::new(keys, session.into(), None, 30).with_token_cache(cache.clone())
+    }
+
+    fn viewer_credential(session: &str) -> String {
+        use wallcrawler_contract::viewer::{Mode, ViewerClaims};
+        ViewerClaims::new(session, "p", Mode::View, unix_now(), 600).mint(&signing_key("k"))
+    }
+
+    #[tokio::test]
+    async fn a_token_presented_again_skips_the_signature_check() {
+        let cache = Arc::new(TokenCache::default());
+        let keys = Arc::new(StaticKeys::new(public_key("k")));
+        let a = cached(keys, "sess_1", &cache);
+        let t = token("sess_1");
+        let first = a.check_one(&t).await.unwrap();
+        assert_eq!(cache.full_checks(), 1);
+        assert!(cache.contains(&t));
+        for _ in 0..3 {
+            assert_eq!(a.check_one(&t).await.as_ref(), Ok(&first));
+        }
+        assert_eq!(cache.full_checks(), 1, "answered from the cache");
+        // Another token for the same session is its own entry.
+        a.check_one(&token("sess_1")).await.unwrap();
+        assert_eq!(cache.full_checks(), 2);
+        // A viewer credential the same way, and judged by its own rules on a hit: not a
+        // session token, however it was remembered.
+        let c = viewer_credential("sess_1");
+        a.check_viewer(&c).await.unwrap();
+        a.check_viewer(&c).await.unwrap();
+        assert_eq!(cache.full_checks(), 3);
+        assert_eq!(
+            a.check_one(&c).await,
+            Err(AuthError::Token(TokenError::Audience))
+        );
+        assert_eq!(
+            a.check_viewer(&t).await,
+            Err(AuthError::Token(TokenError::Audience))
+        );
+        assert_eq!(
+            cache.full_checks(),
+            3,
+            "refused on a hit, by the claim rules"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cached_token_for_one_session_is_refused_for_another() {
+        let cache = Arc::new(TokenCache::default());
+        let keys: Arc<dyn KeySource> = Arc::new(StaticKeys::new(public_key("k")));
+        let a = cached(keys.clone(), "sess_a", &cache);
+        let b = cached(keys, "sess_b", &cache);
+        let t = token("sess_a");
+        a.check_one(&t).await.unwrap();
+        assert_eq!(
+            b.check_one(&t).await,
+            Err(AuthError::Token(TokenError::Session))
+        );
+        assert_eq!(cache.full_checks(), 1, "a hit, refused by the binding");
+        let c = viewer_credential("sess_a");
+        a.check_viewer(&c).await.unwrap();
+        assert_eq!(
+            b.check_viewer(&c).await,
+            Err(AuthError::Token(TokenError::Session))
+        );
+        assert_eq!(cache.full_checks(), 2);
+        // And the project binding, on a hit too.
+        let bound = Authenticator::new(
+            Arc::new(StaticKeys::new(public_key("k"))),
+            "sess_a".into(),
+            Some("other".into()),
+            30,
+        )
+        .with_token_cache(cache.clone());
+        assert_eq!(
+            bound.check_one(&t).await,
+            Err(AuthError::Token(TokenError::Project))
+        );
+        assert_eq!(cache.full_checks(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_cached_token_past_its_exp_is_refused() {
+        let cache = Arc::new(TokenCache::default());
+        let a = cached(Arc::new(StaticKeys::new(public_key("k"))), "sess_1", &cache);
+        let now = unix_now();
+        let t = Claims::new("sess_1", "p", now, 60).mint(&signing_key("k"));
+        let at = |when| a.check_by(&t, token::check_signed, when);
+        assert!(at(now).await.is_ok());
+        // Within the leeway (30 s) past exp: still good; past it: expired, though remembered.
+        assert!(at(now + 60 + 29).await.is_ok());
+        assert_eq!(
+            at(now + 60 + 30).await,
+            Err(AuthError::Token(TokenError::Expired))
+        );
+        assert!(cache.contains(&t));
+        assert_eq!(
+            cache.full_checks(),
+            1,
+            "refused on a hit, by the expiry rule"
+        );
+        // The other time rules too: a clock before the token's nbf (beyond the leeway).
+        assert_eq!(
+            at(now - 31).await,
+            Err(AuthError::Token(TokenError::NotYetValid))
+        );
+        assert_eq!(cache.full_checks(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_tampered_token_is_refused_and_never_remembered() {
+        let cache = Arc::new(TokenCache::default());
+        let a = cached(Arc::new(StaticKeys::new(public_key("k"))), "sess_1", &cache);
+        let t = token("sess_1");
+        a.check_one(&t).await.unwrap();
+        // The same claims under a signature changed in one byte: another key of the cache,
+        // checked in full, refused, and not remembered (each attempt is checked in full).
+        let forged = crate::token_cache::tampered(&t);
+        for n in 2..=3 {
+            assert_eq!(
+                a.check_one(&forged).await,
+                Err(AuthError::Token(TokenError::Signature))
+            );
+            assert_eq!(cache.full_checks(), n);
+        }
+        assert!(!cache.contains(&forged));
+        assert_eq!(cache.len().await, 1, "only the good token");
+        // Nor is a well-signed token refused by another rule.
+        let other = token("sess_2");
+        assert_eq!(
+            a.check_one(&other).await,
+            Err(AuthError::Token(TokenError::Session))
+        );
+        assert!(!cache.contains(&other));
+    }
+
+    #[tokio::test]
+    async fn a_token_whose_key_was_rotated_out_is_refused() {
+        use crate::token_cache::SwappableKeys;
+        let cache = Arc::new(TokenCache::default());
+        let keys = Arc::new(SwappableKeys::new(&["old"]));
+        let a = cached(keys.clone(), "sess_1", &cache);
+        let t = Claims::new("sess_1", "p", unix_now(), 600).mint(&signing_key("old"));
+        assert_eq!(a.check_one(&t).await.map(|v| v.key_index), Ok(0));
+        // Rotated, the old key kept as AWSPREVIOUS: still trusted, still a hit (its index now).
+        keys.rotate(&["new", "old"]);
+        assert_eq!(a.check_one(&t).await.map(|v| v.key_index), Ok(1));
+        assert_eq!(cache.full_checks(), 1);
+        // The old key dropped: refused, and forgotten.
+        keys.rotate(&["new"]);
+        assert_eq!(
+            a.check_one(&t).await,
+            Err(AuthError::Token(TokenError::Signature))
+        );
+        assert_eq!(cache.full_checks(), 2);
+        assert!(!cache.contains(&t));
+        assert_eq!(
+            a.check_one(&t).await,
+            Err(AuthError::Token(TokenError::Signature))
+        );
+        assert_eq!(cache.full_checks(), 3);
+        // A token under the new key passes.
+        let fresh = Claims::new("sess_1", "p", unix_now(), 600).mint(&signing_key("new"));
+        assert!(a.check_one(&fresh).await.is_ok());
     }
 }

@@ -3,16 +3,18 @@
 //! The gateway holds public keys only: it checks tokens, it cannot mint one. The live view's
 //! credential (`/viewer`, `/viewer/ws`) is checked the same way by its own rules
 //! ([`wallcrawler_contract::viewer`]): a session token is refused there, and a viewer
-//! credential on the CDP routes.
+//! credential on the CDP routes. A credential presented again skips the signature check
+//! ([`crate::token_cache`]); every other rule is judged at every check.
 
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use wallcrawler_contract::token::{self, Verified};
+use wallcrawler_contract::token::{self, Signed, Verified};
 use wallcrawler_contract::viewer::{self, ViewerVerified};
 use wallcrawler_contract::{TokenError, VerifyingKey};
 
 use crate::auth::{AuthError, KeySource, Presented, unix_now};
+use crate::token_cache::{Expires, TokenCache};
 
 /// Checks one token for whichever session it names.
 pub trait TokenVerifier: Send + Sync + 'static {
@@ -30,15 +32,17 @@ pub trait TokenVerifier: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<ViewerVerified, AuthError>>;
 }
 
-/// A contract check of a credential for whichever session it names: (credential, keys,
-/// project, leeway seconds, now).
-type AnySession<T> = fn(&str, &[VerifyingKey], Option<&str>, u64, u64) -> Result<T, TokenError>;
+/// A contract check of a credential whose signature was verified, for whichever session it
+/// names: (signed, keys, project, leeway seconds, now).
+type AnySession<T> = fn(&Signed, &[VerifyingKey], Option<&str>, u64, u64) -> Result<T, TokenError>;
 
 /// EdDSA with the control plane's public keys (literal, or the Secrets Manager cache with its
 /// refresh-on-miss), as the task checks it.
 pub struct SharedKeyVerifier {
     keys: Arc<dyn KeySource>,
     leeway_seconds: u64,
+    /// Tokens and viewer credentials whose signature was verified.
+    verified: Arc<TokenCache>,
 }
 
 impl SharedKeyVerifier {
@@ -47,22 +51,31 @@ impl SharedKeyVerifier {
         Self {
             keys,
             leeway_seconds,
+            verified: Arc::default(),
         }
     }
 
-    /// `validate` with the loaded keys; on a signature miss (a key rotated a moment ago) the
+    /// Remembers verified tokens in `cache` instead of a cache of its own.
+    pub fn with_token_cache(mut self, cache: Arc<TokenCache>) -> Self {
+        self.verified = cache;
+        self
+    }
+
+    /// `rules` as of `now`, after the signature check with the loaded keys (skipped for a
+    /// credential the cache remembers); on a signature miss (a key rotated a moment ago) the
     /// keys are refreshed (rate-limited by the source) and it is tried once more.
-    async fn check_by<T>(&self, token: &str, validate: AnySession<T>) -> Result<T, AuthError> {
-        let check =
-            |keys: &[VerifyingKey]| validate(token, keys, None, self.leeway_seconds, unix_now());
-        let keys = self.keys.keys().ok_or(AuthError::KeysUnavailable)?;
-        match check(&keys) {
-            Err(TokenError::Signature) => match self.keys.refresh_after_miss().await {
-                Some(fresh) => Ok(check(&fresh)?),
-                None => Err(AuthError::Token(TokenError::Signature)),
-            },
-            other => Ok(other?),
-        }
+    async fn check_by<T: Expires>(
+        &self,
+        token: &str,
+        rules: AnySession<T>,
+        now: u64,
+    ) -> Result<T, AuthError> {
+        let leeway = self.leeway_seconds;
+        self.verified
+            .check(token, &*self.keys, |signed, keys| {
+                rules(signed, keys, None, leeway, now)
+            })
+            .await
     }
 }
 
@@ -72,14 +85,14 @@ impl TokenVerifier for SharedKeyVerifier {
     }
 
     fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Verified, AuthError>> {
-        Box::pin(self.check_by(token, token::validate_any_session))
+        Box::pin(self.check_by(token, token::check_signed_any_session, unix_now()))
     }
 
     fn verify_viewer<'a>(
         &'a self,
         credential: &'a str,
     ) -> BoxFuture<'a, Result<ViewerVerified, AuthError>> {
-        Box::pin(self.check_by(credential, viewer::validate_any_session))
+        Box::pin(self.check_by(credential, viewer::check_signed_any_session, unix_now()))
     }
 }
 
@@ -221,5 +234,62 @@ mod tests {
             verify_presented(&v, &one_bad).await,
             Err(AuthError::Token(TokenError::Signature))
         );
+    }
+
+    #[tokio::test]
+    async fn a_credential_presented_again_skips_the_signature_check_but_no_rule() {
+        let cache = Arc::new(TokenCache::default());
+        let v = verifier().with_token_cache(cache.clone());
+        let t = token("sess_a", "k");
+        assert_eq!(v.verify(&t).await.unwrap().session_id, "sess_a");
+        assert_eq!(v.verify(&t).await.unwrap().session_id, "sess_a");
+        assert_eq!(cache.full_checks(), 1, "answered from the cache");
+        let c = viewer_credential("sess_b", "k");
+        assert_eq!(v.verify_viewer(&c).await.unwrap().session_id, "sess_b");
+        assert_eq!(v.verify_viewer(&c).await.unwrap().session_id, "sess_b");
+        assert_eq!(cache.full_checks(), 2);
+        // Each on the other's routes: refused by its audience, on a hit.
+        assert_eq!(
+            v.verify(&c).await,
+            Err(AuthError::Token(TokenError::Audience))
+        );
+        assert_eq!(
+            v.verify_viewer(&t).await,
+            Err(AuthError::Token(TokenError::Audience))
+        );
+        assert_eq!(cache.full_checks(), 2);
+        // Past exp and the leeway: refused though remembered.
+        let now = unix_now();
+        assert_eq!(
+            v.check_by(&t, token::check_signed_any_session, now + 600 + 30)
+                .await,
+            Err(AuthError::Token(TokenError::Expired))
+        );
+        assert!(cache.contains(&t));
+        assert_eq!(cache.full_checks(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_forged_or_rotated_out_credential_is_refused_and_not_remembered() {
+        use crate::token_cache::{SwappableKeys, tampered};
+        let cache = Arc::new(TokenCache::default());
+        let keys = Arc::new(SwappableKeys::new(&["k"]));
+        let v = SharedKeyVerifier::new(keys.clone(), 30).with_token_cache(cache.clone());
+        let t = token("sess_a", "k");
+        v.verify(&t).await.unwrap();
+        let forged = tampered(&t);
+        assert_eq!(
+            v.verify(&forged).await,
+            Err(AuthError::Token(TokenError::Signature))
+        );
+        assert!(!cache.contains(&forged));
+        assert_eq!(cache.full_checks(), 2);
+        keys.rotate(&["next"]);
+        assert_eq!(
+            v.verify(&t).await,
+            Err(AuthError::Token(TokenError::Signature))
+        );
+        assert!(!cache.contains(&t));
+        assert!(v.verify(&token("sess_a", "next")).await.is_ok());
     }
 }

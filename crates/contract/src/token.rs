@@ -552,9 +552,8 @@ pub fn validate(
     keys: &[VerifyingKey],
     v: &Validation<'_>,
 ) -> Result<Verified, TokenError> {
-    let (key_index, payload) = verify_signature(token, keys)?;
-    let Object(claims) = serde_json::from_slice(&payload).map_err(|_| TokenError::Malformed)?;
-    check_claims(claims, key_index, v)
+    let (key_index, payload) = signature(token, keys)?;
+    check_payload(&payload, key_index, v)
 }
 
 /// Checks `token` against `keys` as [`validate`] does, for whichever session the token names:
@@ -570,9 +569,104 @@ pub fn validate_any_session(
     leeway_seconds: u64,
     now: u64,
 ) -> Result<Verified, TokenError> {
-    let (key_index, payload) = verify_signature(token, keys)?;
+    let (key_index, payload) = signature(token, keys)?;
+    check_payload_any_session(&payload, key_index, project_id, leeway_seconds, now)
+}
+
+/// A token whose signature one of the keys matched, and its payload, not yet judged by any
+/// claim rule: what [`verify_signature`] returns and [`check_signed`] (or
+/// [`crate::viewer::check_signed`]) judges. The expensive half of a check (the Ed25519
+/// verification) is done once; a caller may keep this and judge it again at every use, at
+/// that use's time and for that use's session, without checking the signature again.
+///
+/// It remembers the public key that matched, not its position: judged against a key set that
+/// no longer holds that key (rotated out), it is refused as [`TokenError::Signature`].
+#[derive(Clone)]
+pub struct Signed {
+    /// The raw bytes of the public key whose signature matched.
+    key: [u8; 32],
+    /// The payload segment, base64url-decoded (JSON, not parsed yet).
+    payload: Box<[u8]>,
+}
+
+impl Signed {
+    /// Where the key that signed it is in `keys`; `None` once it is not among them.
+    pub fn key_index(&self, keys: &[VerifyingKey]) -> Option<usize> {
+        keys.iter().position(|k| k.raw == self.key)
+    }
+
+    /// Bytes held on the heap (the decoded payload), for memory accounting.
+    pub fn heap_bytes(&self) -> usize {
+        self.payload.len()
+    }
+
+    /// The decoded payload, for the claim rules.
+    pub(crate) fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+}
+
+impl std::fmt::Debug for Signed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signed")
+            .field("key", &URL_SAFE_NO_PAD.encode(self.key))
+            .field("payload_bytes", &self.payload.len())
+            .finish()
+    }
+}
+
+/// The structure, header and signature rules of [`validate`], in its order, and nothing
+/// else: which key signed `token`, and its payload for [`check_signed`] to judge.
+pub fn verify_signature(token: &str, keys: &[VerifyingKey]) -> Result<Signed, TokenError> {
+    let (key_index, payload) = signature(token, keys)?;
+    Ok(Signed {
+        key: keys[key_index].raw,
+        payload: payload.into_boxed_slice(),
+    })
+}
+
+/// The claim rules of [`validate`] on a token whose signature was verified before: refused as
+/// [`TokenError::Signature`] when the key that signed it is not among `keys` any more, then
+/// every claim rule at `v`'s time and for `v`'s session, as though the token were new.
+pub fn check_signed(
+    signed: &Signed,
+    keys: &[VerifyingKey],
+    v: &Validation<'_>,
+) -> Result<Verified, TokenError> {
+    let key_index = signed.key_index(keys).ok_or(TokenError::Signature)?;
+    check_payload(&signed.payload, key_index, v)
+}
+
+/// [`check_signed`] for whichever session the token names, as [`validate_any_session`].
+pub fn check_signed_any_session(
+    signed: &Signed,
+    keys: &[VerifyingKey],
+    project_id: Option<&str>,
+    leeway_seconds: u64,
+    now: u64,
+) -> Result<Verified, TokenError> {
+    let key_index = signed.key_index(keys).ok_or(TokenError::Signature)?;
+    check_payload_any_session(&signed.payload, key_index, project_id, leeway_seconds, now)
+}
+
+fn check_payload(
+    payload: &[u8],
+    key_index: usize,
+    v: &Validation<'_>,
+) -> Result<Verified, TokenError> {
+    let Object(claims) = serde_json::from_slice(payload).map_err(|_| TokenError::Malformed)?;
+    check_claims(claims, key_index, v)
+}
+
+fn check_payload_any_session(
+    payload: &[u8],
+    key_index: usize,
+    project_id: Option<&str>,
+    leeway_seconds: u64,
+    now: u64,
+) -> Result<Verified, TokenError> {
     let Object(claims): Object<RawClaims<'_>> =
-        serde_json::from_slice(&payload).map_err(|_| TokenError::Malformed)?;
+        serde_json::from_slice(payload).map_err(|_| TokenError::Malformed)?;
     // Bound to the token's own session. An empty `sessionId` is bound to a name no token
     // carries, so the same rule refuses it (a missing one is refused by that rule anyway).
     let session = claims.session_id.clone().unwrap_or_default();
@@ -593,7 +687,7 @@ pub fn validate_any_session(
 /// twice more and the payload twice per key tried: validation took 4.73 µs that way against
 /// 1.84 µs before `jsonwebtoken`, and connection setup in `scripts/bench/compare.sh` paid for
 /// it (`cargo bench --bench token` in crates/contract gives the figures of this way).
-pub(crate) fn verify_signature(
+pub(crate) fn signature(
     token: &str,
     keys: &[VerifyingKey],
 ) -> Result<(usize, Vec<u8>), TokenError> {
@@ -1266,6 +1360,63 @@ mod tests {
             c.insert("iss".into(), json!("evil"));
         });
         assert_eq!(validate(&both, &k, &v()), Err(TokenError::Expired));
+    }
+
+    #[test]
+    fn a_signed_token_is_judged_again_by_every_claim_rule_and_its_key() {
+        let t = Claims::new("sess_a", "proj_a", NOW, 3600).mint(&key());
+        let two = [other(b"a"), public()];
+        let signed = verify_signature(&t, &two).unwrap();
+        assert_eq!(signed.key_index(&two), Some(1));
+        assert_eq!(check_signed(&signed, &two, &v()), validate(&t, &two, &v()));
+        // Another time, another session, another project: the rules run again.
+        let later = Validation {
+            now: NOW + 3600 + 30,
+            ..v()
+        };
+        assert_eq!(
+            check_signed(&signed, &two, &later),
+            Err(TokenError::Expired)
+        );
+        let other_session = Validation {
+            session_id: "sess_b",
+            ..v()
+        };
+        assert_eq!(
+            check_signed(&signed, &two, &other_session),
+            Err(TokenError::Session)
+        );
+        assert_eq!(
+            check_signed_any_session(&signed, &two, Some("proj_b"), 30, NOW),
+            Err(TokenError::Project)
+        );
+        assert_eq!(
+            check_signed_any_session(&signed, &two, None, 30, NOW).map(|ok| ok.key_index),
+            Ok(1)
+        );
+        // Its key rotated out: refused as a signature that matches no key; moved: found.
+        assert_eq!(
+            check_signed(&signed, &[other(b"a")], &v()),
+            Err(TokenError::Signature)
+        );
+        assert_eq!(
+            check_signed(&signed, &[public()], &v()).map(|ok| ok.key_index),
+            Ok(0)
+        );
+        // A bad signature or shape gives nothing to keep, with the reason validate gives.
+        let mut bad = t.clone().into_bytes();
+        let at = t.rfind('.').unwrap() + 10;
+        bad[at] = if bad[at] == b'A' { b'B' } else { b'A' };
+        let bad = String::from_utf8(bad).unwrap();
+        assert_eq!(
+            verify_signature(&bad, &two).map(drop),
+            Err(TokenError::Signature)
+        );
+        assert_eq!(
+            verify_signature("a.b", &two).map(drop),
+            Err(TokenError::Malformed)
+        );
+        assert!(!format!("{signed:?}").contains("sess_a"));
     }
 
     #[test]

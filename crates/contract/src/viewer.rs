@@ -24,7 +24,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 use crate::token::{
-    self, Audience, ISSUER, Object, SigningKey, Times, TokenError, Validation, VerifyingKey,
+    self, Audience, ISSUER, Object, Signed, SigningKey, Times, TokenError, Validation, VerifyingKey,
 };
 
 /// The audience of every viewer credential, and the only one it names.
@@ -192,9 +192,8 @@ pub fn validate(
     keys: &[VerifyingKey],
     v: &Validation<'_>,
 ) -> Result<ViewerVerified, TokenError> {
-    let (key_index, payload) = token::verify_signature(credential, keys)?;
-    let Object(claims) = serde_json::from_slice(&payload).map_err(|_| TokenError::Malformed)?;
-    check_claims(claims, key_index, v)
+    let (key_index, payload) = token::signature(credential, keys)?;
+    check_payload(&payload, key_index, v)
 }
 
 /// Checks a viewer credential as [`validate`] does, for whichever session it names: for the
@@ -207,9 +206,52 @@ pub fn validate_any_session(
     leeway_seconds: u64,
     now: u64,
 ) -> Result<ViewerVerified, TokenError> {
-    let (key_index, payload) = token::verify_signature(credential, keys)?;
+    let (key_index, payload) = token::signature(credential, keys)?;
+    check_payload_any_session(&payload, key_index, project_id, leeway_seconds, now)
+}
+
+/// The claim rules of [`validate`] on a credential whose signature was verified before
+/// ([`token::verify_signature`]), as [`token::check_signed`] for a session token: refused as
+/// [`TokenError::Signature`] when its key is no longer among `keys`.
+pub fn check_signed(
+    signed: &Signed,
+    keys: &[VerifyingKey],
+    v: &Validation<'_>,
+) -> Result<ViewerVerified, TokenError> {
+    let key_index = signed.key_index(keys).ok_or(TokenError::Signature)?;
+    check_payload(signed.payload(), key_index, v)
+}
+
+/// [`check_signed`] for whichever session the credential names, as [`validate_any_session`].
+pub fn check_signed_any_session(
+    signed: &Signed,
+    keys: &[VerifyingKey],
+    project_id: Option<&str>,
+    leeway_seconds: u64,
+    now: u64,
+) -> Result<ViewerVerified, TokenError> {
+    let key_index = signed.key_index(keys).ok_or(TokenError::Signature)?;
+    check_payload_any_session(signed.payload(), key_index, project_id, leeway_seconds, now)
+}
+
+fn check_payload(
+    payload: &[u8],
+    key_index: usize,
+    v: &Validation<'_>,
+) -> Result<ViewerVerified, TokenError> {
+    let Object(claims) = serde_json::from_slice(payload).map_err(|_| TokenError::Malformed)?;
+    check_claims(claims, key_index, v)
+}
+
+fn check_payload_any_session(
+    payload: &[u8],
+    key_index: usize,
+    project_id: Option<&str>,
+    leeway_seconds: u64,
+    now: u64,
+) -> Result<ViewerVerified, TokenError> {
     let Object(claims): Object<RawViewerClaims<'_>> =
-        serde_json::from_slice(&payload).map_err(|_| TokenError::Malformed)?;
+        serde_json::from_slice(payload).map_err(|_| TokenError::Malformed)?;
     let session = claims.session_id.clone().unwrap_or_default();
     let v = Validation {
         // An empty `sessionId` is bound to a name no credential carries, so it is refused.
