@@ -347,9 +347,9 @@ pub trait ClaimQueue: Send + Sync {
     fn receive_is_cancel_safe(&self) -> bool {
         false
     }
-    /// Whether a claim waits for a controller now (`false` when the queue cannot tell cheaply:
-    /// SQS). A controller still warming up then hurries: a session waits on it.
-    fn waiting(&self) -> bool {
+    /// Whether this controller, still warming up, is asked to hurry: a claim waits on it
+    /// (the local platform's supervisor asks through the claims directory; never on SQS).
+    fn hurried(&self) -> bool {
         false
     }
     /// Whether no claim will come any more, whatever the wait (the task API answered that
@@ -426,9 +426,9 @@ impl ClaimQueue for DirClaims {
     fn receive_is_cancel_safe(&self) -> bool {
         true
     }
-    /// A claim file in `new/` (a `readdir` of a few entries).
-    fn waiting(&self) -> bool {
-        self.queue.visible() > 0
+    /// `hurry/<owner>` exists ([`DirQueue::hurry`]).
+    fn hurried(&self) -> bool {
+        self.queue.hurried(&self.owner)
     }
     fn live_view(&self) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
         self.live_view

@@ -238,22 +238,17 @@ fn udp_relaunch(claim: &Claim, launch: &LaunchOptions) -> bool {
         && launch.network == crate::netns::ChromeNetwork::Shared
 }
 
-/// How often a warming controller looks whether a claim waits for a controller.
-const WAITED_ON_CHECK: Duration = Duration::from_millis(10);
+/// How often a warming controller looks whether it is asked to hurry.
+const HURRY_CHECK: Duration = Duration::from_millis(10);
 
-/// Fires `hurry` once a claim has been waiting at two looks in a row (one look could be a claim
-/// a warm controller is about to take: it takes one within a few milliseconds); then pends.
+/// Fires `hurry` once the queue says a claim waits on this controller's warm-up
+/// ([`ClaimQueue::hurried`]); then pends.
 async fn hurry_when_waited_on(queue: &dyn ClaimQueue, hurry: &CancellationToken) {
-    let mut seen = false;
-    loop {
-        tokio::time::sleep(WAITED_ON_CHECK).await;
-        let waiting = queue.waiting();
-        if waiting && seen {
-            hurry.cancel();
-            return std::future::pending().await;
-        }
-        seen = waiting;
+    while !queue.hurried() {
+        tokio::time::sleep(HURRY_CHECK).await;
     }
+    hurry.cancel();
+    std::future::pending().await
 }
 
 /// The public keys loaded and a warm Chrome behind a proxy bound to no session yet.

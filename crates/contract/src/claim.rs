@@ -200,6 +200,17 @@ pub fn live_view_of(body: &[u8]) -> Option<crate::task_api::LiveViewGrant> {
     serde_json::from_value(v.get_mut(LIVE_VIEW_MEMBER)?.take()).ok()
 }
 
+/// A controller name that can be a file name of its own: 1-128 ASCII letters, digits, `-`, `_`
+/// or `.`, not starting with `.` (the supervisor's `pool-<pid>-<n>`, a `pool-<uuid>`).
+fn valid_owner(owner: &str) -> bool {
+    !owner.is_empty()
+        && owner.len() <= 128
+        && !owner.starts_with('.')
+        && owner
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
 /// A claim taken from a [`DirQueue`]: its body and the handle to settle it with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taken {
@@ -217,7 +228,9 @@ pub struct Taken {
 ///   controller takes each claim, like SQS's visibility timeout);
 /// - `served/<name>@<owner>` — READY was written (SQS: the message is deleted); the supervisor
 ///   reads it to know which session a controller serves;
-/// - `dead/<name>` — poison claims (SQS: the dead-letter queue).
+/// - `dead/<name>` — poison claims (SQS: the dead-letter queue);
+/// - `hurry/<owner>` — the supervisor asks controller `owner`, still warming up, to hurry: a
+///   claim waits with no warm controller to take it ([`DirQueue::hurry`]).
 ///
 /// A controller that dies holding a claim in `taken/` has it put back in `new/` by its
 /// supervisor ([`DirQueue::return_taken`]) — what the visibility timeout does on SQS.
@@ -230,6 +243,7 @@ const NEW: &str = "new";
 const TAKEN: &str = "taken";
 const SERVED: &str = "served";
 const DEAD: &str = "dead";
+const HURRY: &str = "hurry";
 
 impl DirQueue {
     /// A queue rooted at `dir` (nothing is created until [`DirQueue::init`]).
@@ -244,7 +258,7 @@ impl DirQueue {
 
     /// Creates the directories (owner-only: claims name sessions).
     pub fn init(&self) -> io::Result<()> {
-        for sub in ["", NEW, TAKEN, SERVED, DEAD, "tmp"] {
+        for sub in ["", NEW, TAKEN, SERVED, DEAD, HURRY, "tmp"] {
             fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
@@ -463,6 +477,36 @@ impl DirQueue {
             .unwrap_or(0)
     }
 
+    /// Asks controller `owner` to hurry its warm-up (a claim waits on it). A valid owner only
+    /// (the names the supervisor gives its controllers); idempotent.
+    pub fn hurry(&self, owner: &str) -> io::Result<()> {
+        if !valid_owner(owner) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not an owner name",
+            ));
+        }
+        fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(self.dir.join(HURRY).join(owner))
+            .map(drop)
+    }
+
+    /// Whether controller `owner` was asked to hurry.
+    pub fn hurried(&self, owner: &str) -> bool {
+        valid_owner(owner) && self.dir.join(HURRY).join(owner).exists()
+    }
+
+    /// Forgets that `owner` was asked to hurry (it ended).
+    pub fn forget_hurry(&self, owner: &str) {
+        if valid_owner(owner) {
+            let _ = fs::remove_file(self.dir.join(HURRY).join(owner));
+        }
+    }
+
     /// Claims in `dead/`.
     pub fn dead(&self) -> usize {
         fs::read_dir(self.dir.join(DEAD))
@@ -665,6 +709,24 @@ mod tests {
             .unwrap();
         let again = q.take("three").unwrap().unwrap();
         assert_eq!(again.name, b.name);
+    }
+
+    #[test]
+    fn a_controller_is_asked_to_hurry_by_its_name_only() {
+        let d = tempfile::tempdir().unwrap();
+        let q = DirQueue::new(d.path());
+        q.init().unwrap();
+        assert!(!q.hurried("pool-1-2"));
+        q.hurry("pool-1-2").unwrap();
+        q.hurry("pool-1-2").unwrap();
+        assert!(q.hurried("pool-1-2"));
+        assert!(!q.hurried("pool-1-3"));
+        for bad in ["", "../x", "a/b", ".hidden", "arn:aws:ecs:task/x"] {
+            assert!(q.hurry(bad).is_err(), "{bad}");
+            assert!(!q.hurried(bad), "{bad}");
+        }
+        q.forget_hurry("pool-1-2");
+        assert!(!q.hurried("pool-1-2"));
     }
 
     #[test]

@@ -38,7 +38,7 @@ use wallcrawler_contract::task_env;
 use async_trait::async_trait;
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::{InternalStatus, time::now_iso8601};
 
@@ -505,6 +505,18 @@ fn idle_pool_controllers(names: &[String], busy: impl Fn(&str) -> bool) -> usize
         .count()
 }
 
+/// The `n` idle (not `busy`) pool controllers among `names` started first (by the number their
+/// name ends with: `pool-<pid>-<n>`).
+fn oldest_idle<'a>(names: &'a [String], busy: impl Fn(&str) -> bool, n: usize) -> Vec<&'a str> {
+    let mut idle: Vec<(u64, &str)> = names
+        .iter()
+        .filter(|name| name.starts_with(POOL_NAME) && !busy(name))
+        .filter_map(|name| Some((name.rsplit('-').next()?.parse().ok()?, name.as_str())))
+        .collect();
+    idle.sort_unstable();
+    idle.into_iter().take(n).map(|(_, name)| name).collect()
+}
+
 /// One controller per session (`--pool 0`).
 pub struct LocalLauncher(pub Controllers);
 
@@ -584,8 +596,10 @@ impl LocalPool {
     /// replacement at once, not when a controller takes it; and a claim that waits because
     /// the pool ran dry starts a controller of its own beside the `size` that will refill it.
     fn fill(self: &Arc<Self>) {
-        let idle = idle_pool_controllers(&self.ctl.names(), |n| self.queue.busy(n))
-            .saturating_sub(self.queue.visible());
+        let names = self.ctl.names();
+        let waiting = self.queue.visible();
+        self.hurry_warm_ups(&names, waiting);
+        let idle = idle_pool_controllers(&names, |n| self.queue.busy(n)).saturating_sub(waiting);
         if idle >= self.size
             || Instant::now() < self.backoff.lock().expect("not poisoned").not_before
         {
@@ -599,6 +613,25 @@ impl LocalPool {
         if let Err(e) = self.spawn(&name) {
             error!(error = %crate::error::chain(&e), "starting a pool controller failed");
             self.failed_start();
+        }
+    }
+
+    /// Claims nobody took yet wait on warm-ups when no warm controller is there to take them:
+    /// the oldest idle pool controllers, one per waiting claim, are asked to hurry (their
+    /// Chrome leaves `BACKGROUND_NICE`: a session waits on it). A warm one asked too is about
+    /// to take a claim (within milliseconds): for it, the ask changes nothing.
+    fn hurry_warm_ups(&self, names: &[String], waiting: usize) {
+        if waiting == 0 {
+            return;
+        }
+        for name in oldest_idle(names, |n| self.queue.busy(n), waiting) {
+            if self.queue.hurried(name) {
+                continue;
+            }
+            match self.queue.hurry(name) {
+                Ok(()) => debug!(controller = name, "a claim waits on this warm-up: hurried"),
+                Err(e) => debug!(controller = name, error = %e, "asking a warm-up to hurry failed"),
+            }
         }
     }
 
@@ -650,6 +683,7 @@ impl LocalPool {
     /// is ended as the task-state handler would.
     async fn exited(&self, owner: &str, how: &str, profile: &Path, started: Instant) {
         let served = self.queue.served_by(owner);
+        self.queue.forget_hurry(owner);
         self.give_up_held(owner, &served).await;
         let back = self.queue.return_taken(owner);
         if back > 0 {
@@ -756,5 +790,23 @@ mod tests {
             .into();
         assert_eq!(idle_pool_controllers(&names, |_| false), 2);
         assert_eq!(idle_pool_controllers(&names, |n| n == "pool-7-1"), 1);
+    }
+
+    #[test]
+    fn the_oldest_idle_pool_controllers_are_hurried_first() {
+        let names: Vec<String> = [
+            "pool-7-10",
+            "pool-7-9",
+            "sess_0193",
+            "pool-7-11",
+            "pool-7-2",
+        ]
+        .map(String::from)
+        .into();
+        let busy = |n: &str| n == "pool-7-2";
+        assert_eq!(oldest_idle(&names, busy, 1), ["pool-7-9"]);
+        assert_eq!(oldest_idle(&names, busy, 2), ["pool-7-9", "pool-7-10"]);
+        assert_eq!(oldest_idle(&names, busy, 9).len(), 3);
+        assert!(oldest_idle(&names, busy, 0).is_empty());
     }
 }
