@@ -39,7 +39,17 @@ conditions left out); a failure names its mode ("gateway, managed proxies"). In
 gateway mode it also asserts the connect leg: no ECS service assigns a public IP, the browser
 tasks' security group admits tcp 9223 only from the gateway's security group (no address
 range), the target group has PROXY protocol v2 on, the gateway's role allows only what the
-gateway calls.
+gateway calls; and the task API is off the customer edge (Step 19 item 2): no API Gateway
+resource under /v1/internal and no task API variable or grant on the API function; the task API
+service runs the control plane's binary's task-api command in the private subnets without a
+public IP, behind an internal load balancer whose HTTPS listener (the connect host's
+certificate) forwards POST /v1/internal/* alone; the load balancer admits the browser tasks'
+group alone, the service the load balancer's; the tasks' TASK_API_URL is https:// on the connect
+host and TASK_API_ADDRESS the internal load balancer; TaskApiRole allows exactly what the task
+API's code calls; long polls fit the idle timeout, the deregistration delay and the stop
+timeout. Direct mode keeps the task API on the API function behind API Gateway. A DependsOn
+names only resources its mode creates (a conditional one goes through a wait condition
+handle's Metadata).
 
     .venv/bin/python deploy/check_template.py [deploy/template.yaml]
 
@@ -223,22 +233,59 @@ def sources(*patterns):
 
 
 # The controller reads the names the control plane hands it as constants of the contract crate.
-CONTROLLER_CONFIG = ("src/config.rs", "crates/contract/src/task_env.rs")
+CONTROLLER_CONFIG = ("src/config/*.rs", "crates/contract/src/task_env.rs")
 # The control plane's AWS adapter, one file per service.
 CONTROL_PLANE_AWS = ("crates/control-plane/src/aws/*.rs",)
 # The four functions, all built from crates/control-plane (scripts/lambda.sh's FUNCTIONS).
 FUNCTIONS = ("ApiFunction", "AuthorizerFunction", "TaskEventsFunction", "SweeperFunction")
+# The task API's own AWS calls (its broker; the sessions store and the signer it goes through
+# are the API's too): in gateway mode TaskApiRole's, not the API function's.
+TASK_API_CODE = ("crates/control-plane/src/aws/broker.rs",)
+# The stores the task API's broker goes through besides its own calls: the sessions store (its
+# read, the claim's take with the task's marker, ending a session) and the signing key fetcher.
+TASK_API_STORES = ("crates/control-plane/src/aws/sessions.rs", "crates/control-plane/src/aws/table.rs", "crates/aws/src/secrets.rs")
+# The control plane's binary the task API service runs, and its command.
+CONTROL_PLANE_BIN = "crates/control-plane/src/bin/wallcrawler-control-plane.rs"
+TASK_API_ENTRYPOINT = ["/usr/bin/tini", "--", "/usr/local/bin/wallcrawler-control-plane"]
+TASK_API_COMMAND = ["task-api"]
+# The variables that turn the task API on (crates/control-plane/src/aws/config.rs TASK_API_VARS).
+TASK_API_VARS = {
+    "TASK_ROLE_ARN": {"Fn::GetAtt": ["TaskRole", "Arn"]},
+    "TASKS_TABLE_NAME": {"Ref": "TasksTable"},
+    "SESSION_ROLE_ARN": {"Fn::GetAtt": ["SessionRole", "Arn"]},
+}
+# What the API function's role holds for the task API in direct mode alone (gateway mode:
+# TaskApiRole's, with the rest of TASK_API_ROLE_GRANTS): the claims the task API receives, hands
+# back and drops for the tasks, and the tasks table's markers.
+TASK_API_GRANTS = [
+    ("sqs:ReceiveMessage", "ClaimsQueue"),
+    ("sqs:DeleteMessage", "ClaimsQueue"),
+    ("sqs:ChangeMessageVisibility", "ClaimsQueue"),
+    ("dynamodb:PutItem", "TasksTable"),
+    ("dynamodb:GetItem", "TasksTable"),
+]
+# Exactly what TaskApiRole allows (action, resource): TASK_API_GRANTS, the session read, taken
+# (the claim's transaction: each item authorised as its own write) and ended, the SessionRole
+# (by its fixed name: check_task_authority), the signing key (the live view a grant carries).
+TASK_API_ROLE_GRANTS = set(TASK_API_GRANTS) | {
+    ("dynamodb:GetItem", "SessionsTable"),
+    ("dynamodb:UpdateItem", "SessionsTable"),
+    ("sts:AssumeRole", "SessionRole"),
+    ("secretsmanager:GetSecretValue", "SigningSecret"),
+}
 # The sweeper's binary and the library module it runs; it calls the stores of aws/.
 SWEEPER_CODE = ("crates/control-plane/src/bin/wallcrawler-sweeper-lambda.rs", "crates/control-plane/src/sweep.rs")
 
 
-def code_actions(*paths):
+def code_actions(*paths, without=()):
     # Each file without its unit tests (a `#[cfg(test)] mod tests` at its end), whose calls
-    # (e.g. an administrator's PutItem setting a test up) are not the code's.
+    # (e.g. an administrator's PutItem setting a test up) are not the code's; the files of
+    # `without` (paths) left out.
     src = "\n".join(
         re.split(r"\n#\[cfg\(test\)\]\nmod tests \{", f.read_text())[0]
         for pat in paths
         for f in sorted(ROOT.glob(pat))
+        if str(f.relative_to(ROOT)) not in without
     )
     # `.op()` at the start of a builder chain (the SDK's fluent calls), not e.g. `uri.query()`;
     # or `client.op()` of a chain short enough for one line.
@@ -404,7 +451,7 @@ def check_mode(t, mode, proxies=False):
     check_claims_encrypted(t)
 
     # --- Secrets --------------------------------------------------------------------------
-    check_token_secrets(t)
+    check_token_secrets(t, gateway)
     check_managed_proxies(t, proxies)
 
     # --- Task definition ------------------------------------------------------------------
@@ -433,7 +480,7 @@ def check_mode(t, mode, proxies=False):
     check(c.get("MemoryReservation") or c.get("Memory"), "TaskDefinition: container memory reservation")
     read = env_names_read(*CONTROLLER_CONFIG)
     for name in env:
-        check_read(name, read, f"TaskDefinition: {name} is read by src/config.rs")
+        check_read(name, read, f"TaskDefinition: {name} is read by src/config/")
     for name in ("SESSIONS_TABLE_NAME", "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "CONTEXTS_BUCKET_NAME", "POOL_QUEUE_URL"):
         check(name in env, f"TaskDefinition: sets {name} (pool mode)")
     check(
@@ -523,7 +570,9 @@ def check_mode(t, mode, proxies=False):
             needs(role, a, res)
         check(actions(t, role) <= wanted, f"{role}: nothing beyond the code's calls ({sorted(actions(t, role) - wanted)})")
 
-    api = code_actions(*CONTROL_PLANE_AWS) | shared
+    # Gateway mode: the task API is TaskApiService's (check_task_api_service), so the function's
+    # role holds none of what only the task API's broker calls.
+    api = code_actions(*CONTROL_PLANE_AWS, without=TASK_API_CODE if gateway else ()) | shared
     for a, res in [
         ("dynamodb:PutItem", "SessionsTable"),
         ("dynamodb:GetItem", "SessionsTable"),
@@ -551,12 +600,7 @@ def check_mode(t, mode, proxies=False):
         ("iam:PassRole", "TaskExecutionRole"),
         ("secretsmanager:GetSecretValue", "SigningSecret"),
         ("sqs:SendMessage", "ClaimsQueue"),
-        ("sqs:ReceiveMessage", "ClaimsQueue"),
-        ("sqs:DeleteMessage", "ClaimsQueue"),
-        ("sqs:ChangeMessageVisibility", "ClaimsQueue"),
-        ("dynamodb:PutItem", "TasksTable"),
-        ("dynamodb:GetItem", "TasksTable"),
-    ]:
+    ] + ([] if gateway else TASK_API_GRANTS):
         needs("ApiFunctionRole", a, res)
     check(api <= actions(t, "ApiFunctionRole"), f"ApiFunctionRole: every call of the control plane ({sorted(api - actions(t, 'ApiFunctionRole'))})")
     # A tenant's DELETE /v1/contexts/{id} once ran a Scan of the whole sessions table: the API
@@ -593,9 +637,9 @@ def check_mode(t, mode, proxies=False):
     check_list_bucket(t)
     check_item_access(t, gateway)
     check_object_prefixes(t)
-    check_task_authority(t)
-    check_task_api(t, env, api_env)
-    check_routes(t)
+    check_task_authority(t, gateway)
+    check_task_api(t, env, api_env, gateway)
+    check_routes(t, gateway)
     check_retention_policies(t)
     check_sizes(t, gateway)
     check_rolls_and_logs(t)
@@ -628,6 +672,12 @@ def check_mode(t, mode, proxies=False):
               "ClaimsQueueUrl", "ContextsBucketName", "SweeperFunctionName"):
         check(k in t.get("Outputs", {}), f"Outputs: {k}")
 
+    # --- A DependsOn names only what this mode creates (CloudFormation rejects the template
+    # otherwise: a conditional one goes through a handle's Metadata, see waits_for) ------------
+    for name, res in r.items():
+        for d in as_list(res.get("DependsOn", [])):
+            check(d in r, f"{name}: DependsOn {d}, which is not created in this mode")
+
     # --- checkov skips carry a reason -------------------------------------------------------
     for name, res in r.items():
         for skip in res.get("Metadata", {}).get("checkov", {}).get("skip", []):
@@ -636,6 +686,7 @@ def check_mode(t, mode, proxies=False):
     # --- The connect leg --------------------------------------------------------------------
     if gateway:
         check_gateway(t, env, api_env)
+        check_task_api_service(t, env, api_env)
     else:
         check_direct(t, env, api_env)
 
@@ -658,7 +709,7 @@ def grants(st, action, resource):
     return any(r == "*" or resource in ref_names(r) for r in as_list(st.get("Resource", [])))
 
 
-def check_token_secrets(t):
+def check_token_secrets(t, gateway=False):
     """Tokens are EdDSA: the private key's secret is read by the control plane's API alone; the
     tasks and the gateway read the public key's. Both secrets are the operator's, made before the
     stack (CloudFormation cannot make an Ed25519 pair; deploy/README.md) and passed by ARN."""
@@ -673,7 +724,10 @@ def check_token_secrets(t):
     readers = sorted(
         r for r in roles if any(grants(st, "secretsmanager:GetSecretValue", "SigningSecret") for st in statements(t, r))
     )
-    check(readers == ["ApiFunctionRole"], f"SigningSecret: read by ApiFunctionRole alone ({readers})")
+    # The task API mints the live-view credential a grant carries: in gateway mode its service's
+    # role reads the key too.
+    want = ["ApiFunctionRole", "TaskApiRole"] if gateway else ["ApiFunctionRole"]
+    check(readers == want, f"SigningSecret: read by {' and '.join(want)} alone ({readers})")
     for r, role in roles.items():
         for arn in as_list(role["Properties"].get("ManagedPolicyArns", [])):
             check("SecretsManager" not in str(arn), f"{r}: no managed policy reaching Secrets Manager ({arn})")
@@ -922,9 +976,12 @@ def reaches_role(t, st, role):
     return any(r == "*" or role in ref_names(r) or (named is not None and r == named) for r in as_list(st.get("Resource", [])))
 
 
-def check_task_authority(t):
+def check_task_authority(t, gateway=False):
     """Item 2 of Step 13: a task's own role reaches no session data; a session's authority
-    (SessionRole) is the API's to hand out, narrowed per session; only the API receives claims."""
+    (SessionRole) is the task API's to hand out, narrowed per session; only the task API
+    receives claims. The task API's role: TaskApiRole in gateway mode (its service's), the API
+    function's in direct mode."""
+    server = "TaskApiRole" if gateway else "ApiFunctionRole"
     roles = sorted(resources(t, "AWS::IAM::Role"))
     # The task role: the public key (and direct mode's EC2 lookup), nothing of the sessions.
     for st in statements(t, "TaskRole"):
@@ -937,54 +994,97 @@ def check_task_authority(t):
             not ref_names(st["Resource"]) & set(SESSION_DATA),
             f"TaskRole: {st.get('Sid')} names no table, bucket, queue or cluster ({st['Resource']})",
         )
-    # The session role: trusted by the API's role alone, assumable by nobody else.
+    # The session role: trusted by the task API's role alone, assumable by nobody else.
     trust = props(t, "SessionRole").get("AssumeRolePolicyDocument", {}).get("Statement", [])
     check(
-        trust == [{"Effect": "Allow", "Principal": {"AWS": {"Fn::GetAtt": ["ApiFunctionRole", "Arn"]}}, "Action": "sts:AssumeRole"}],
-        f"SessionRole: trusted by ApiFunctionRole alone (its trust policy: {trust})",
+        trust == [{"Effect": "Allow", "Principal": {"AWS": {"Fn::GetAtt": [server, "Arn"]}}, "Action": "sts:AssumeRole"}],
+        f"SessionRole: trusted by {server} alone (its trust policy: {trust})",
     )
     assumers = sorted(r for r in roles if any(reaches_role(t, st, "SessionRole") for st in statements(t, r)))
-    check(assumers == ["ApiFunctionRole"], f"SessionRole: only ApiFunctionRole may assume it ({assumers})")
+    check(assumers == [server], f"SessionRole: only {server} may assume it ({assumers})")
     named = role_arn_sub(t, "SessionRole")
     check(
-        named is not None and statement_on(t, "ApiFunctionRole", "sts:AssumeRole", named),
-        "ApiFunctionRole: sts:AssumeRole on the SessionRole by its fixed RoleName (its trust names this role: no circle)",
+        named is not None and statement_on(t, server, "sts:AssumeRole", named),
+        f"{server}: sts:AssumeRole on the SessionRole by its fixed RoleName (its trust names this role: no circle)",
     )
-    # Claims: received by the API alone; a session's credentials only settle their own.
+    # Claims: received by the task API alone; a session's credentials only settle their own.
     receivers = sorted(
         r for r in roles if any(grants(st, "sqs:ReceiveMessage", "ClaimsQueue") for st in statements(t, r))
     )
-    check(receivers == ["ApiFunctionRole"], f"ClaimsQueue: only ApiFunctionRole receives claims ({receivers})")
+    check(receivers == [server], f"ClaimsQueue: only {server} receives claims ({receivers})")
     check(
         not any(grants(st, "sqs:ReceiveMessage", "ClaimsQueue") for st in statements(t, "SessionRole")),
-        "SessionRole: cannot ReceiveMessage (the API hands one claim to one task)",
+        "SessionRole: cannot ReceiveMessage (the task API hands one claim to one task)",
     )
-    # Nothing but the API may pass or chain into a role that reaches the session data.
+    # Nothing but the task API may pass or chain into a role that reaches the session data.
     for r in roles:
-        if r != "ApiFunctionRole":
+        if r != server:
             check(not any(grants(st, "sts:AssumeRole", "*") for st in statements(t, r)), f"{r}: no sts:AssumeRole on any role")
 
 
-def check_task_api(t, task_env, api_env):
-    """The task API's configuration: the tasks find it, the API knows who a task is, where the
-    one-session-per-task marker goes and which role it hands out."""
+def waits_for(t, name, target):
+    """Whether resource `name` waits for `target`: its DependsOn names it, or names a handle
+    whose Metadata refers to it (a DependsOn cannot name a resource of a false condition)."""
+    deps = as_list(t["Resources"].get(name, {}).get("DependsOn", []))
+    return target in deps or any(target in ref_names(t["Resources"].get(d, {}).get("Metadata", {})) for d in deps)
+
+
+def container(t, td):
+    """The only container of task definition `td` (an empty one when it has none or several)."""
+    cs = props(t, td).get("ContainerDefinitions", [])
+    return cs[0] if len(cs) == 1 else {}
+
+
+def container_env(c):
+    return {e["Name"]: e["Value"] for e in c.get("Environment", [])}
+
+
+def https_of(wss):
+    """The https:// URL of the same host as a wss:// base URL, as the template spells it."""
+    if isinstance(wss, str):
+        return wss.replace("wss://", "https://", 1) if wss.startswith("wss://") else None
+    if isinstance(wss, dict) and list(wss) == ["Fn::Sub"] and isinstance(wss["Fn::Sub"], str) and wss["Fn::Sub"].startswith("wss://"):
+        return {"Fn::Sub": "https://" + wss["Fn::Sub"][len("wss://"):]}
+    return None
+
+
+def check_task_api(t, task_env, api_env, gateway=False):
+    """The task API's configuration: the tasks find it, the task API knows who a task is, where
+    the one-session-per-task marker goes and which role it hands out. Gateway mode: the task API
+    service's (TaskApiTaskDefinition), reached at the internal load balancer's address with the
+    connect host's name; the API function has none of it (it serves no /v1/internal route).
+    Direct mode: the API function's, at the execute-api URL."""
     url = task_env.get("TASK_API_URL")
+    if not gateway:
+        check(
+            url == {"Fn::Sub": "https://${RestApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}/${StageName}"},
+            f"TaskDefinition: TASK_API_URL is the API's execute-api URL with its stage ({url})",
+        )
+        check("TASK_API_ADDRESS" not in task_env, "TaskDefinition: no TASK_API_ADDRESS in direct mode (the execute-api host itself)")
+        server, server_env = "ApiFunction", api_env
+    else:
+        # The connect host: ConnectDomainName, else the connect load balancer's name (what the
+        # API's CONNECT_BASE_URL names, and ConnectCertificateArn covers).
+        host = https_of(api_env.get("CONNECT_BASE_URL"))
+        check(host is not None and url == host,
+              f"TaskDefinition: TASK_API_URL is https:// on the connect host, the API's CONNECT_BASE_URL's ({url}; want {host})")
+        address = task_env.get("TASK_API_ADDRESS")
+        check(address == {"Fn::GetAtt": ["TaskApiLoadBalancer", "DNSName"]},
+              f"TaskDefinition: TASK_API_ADDRESS is the internal load balancer's DNS name ({address})")
+        for var in TASK_API_VARS:
+            check(var not in api_env, f"ApiFunction: no {var} in gateway mode (the task API is TaskApiService's; the function serves no /v1/internal route)")
+        for a, res in TASK_API_GRANTS:
+            check(not any(grants(st, a, res) for st in statements(t, "ApiFunctionRole")),
+                  f"ApiFunctionRole: no {a} on {res} in gateway mode (the task API is TaskApiService's: TaskApiRole)")
+        server, server_env = "TaskApiTaskDefinition", container_env(container(t, "TaskApiTaskDefinition"))
+    for var, want in TASK_API_VARS.items():
+        check(server_env.get(var) == want, f"{server}: {var} = {want} ({server_env.get(var)})")
     check(
-        url == {"Fn::Sub": "https://${RestApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}/${StageName}"},
-        f"TaskDefinition: TASK_API_URL is the API's execute-api URL with its stage ({url})",
+        "POOL_CLAIM_VISIBILITY_SECONDS" not in task_env or server_env.get("POOL_CLAIM_VISIBILITY_SECONDS") == task_env["POOL_CLAIM_VISIBILITY_SECONDS"],
+        f"{server}: POOL_CLAIM_VISIBILITY_SECONDS as the pool's (the task API receives for the pool's tasks)",
     )
-    for var, want in (
-        ("TASK_ROLE_ARN", {"Fn::GetAtt": ["TaskRole", "Arn"]}),
-        ("TASKS_TABLE_NAME", {"Ref": "TasksTable"}),
-        ("SESSION_ROLE_ARN", {"Fn::GetAtt": ["SessionRole", "Arn"]}),
-    ):
-        check(api_env.get(var) == want, f"ApiFunction: {var} = {want} ({api_env.get(var)})")
-    check(
-        "POOL_CLAIM_VISIBILITY_SECONDS" not in task_env or api_env.get("POOL_CLAIM_VISIBILITY_SECONDS") == task_env["POOL_CLAIM_VISIBILITY_SECONDS"],
-        "ApiFunction: POOL_CLAIM_VISIBILITY_SECONDS as the pool's (the API receives for the pool's tasks)",
-    )
-    deps = as_list(t["Resources"].get("PoolService", {}).get("DependsOn", []))
-    check("ApiStage" in deps, "PoolService: DependsOn ApiStage (its tasks take their claims from the API)")
+    target = "TaskApiService" if gateway else "ApiStage"
+    check(waits_for(t, "PoolService", target), f"PoolService: waits for {target} (its tasks take their claims from the task API)")
 
 
 def resource_paths(t):
@@ -1005,9 +1105,10 @@ def resource_paths(t):
 INTERNAL_PATH = "/v1/internal/{proxy+}"
 
 
-def check_routes(t):
-    """Every method of the API goes to the API function (Lambda proxy); all but the task API's
-    POST /v1/internal/{proxy+} behind the API-key authorizer."""
+def check_routes(t, gateway=False):
+    """Every method of the API goes to the API function (Lambda proxy). Direct mode: all but the
+    task API's POST /v1/internal/{proxy+} behind the API-key authorizer. Gateway mode: every one
+    behind it, and no resource under /v1/internal (the task API is TaskApiService's)."""
     paths = resource_paths(t)
     open_methods = []
     for name, m in resources(t, "AWS::ApiGateway::Method").items():
@@ -1021,10 +1122,15 @@ def check_routes(t):
         if p.get("AuthorizationType") == "CUSTOM" and p.get("AuthorizerId") == {"Ref": "ApiAuthorizer"}:
             continue
         open_methods.append((name, path, p.get("HttpMethod")))
-    check(
-        len(open_methods) == 1 and open_methods[0][1:] == (INTERNAL_PATH, "POST"),
-        f"only POST {INTERNAL_PATH} is without the API-key authorizer ({open_methods})",
-    )
+    if gateway:
+        internal = sorted(p for p in paths.values() if p == "/v1/internal" or p.startswith("/v1/internal/"))
+        check(not internal, f"gateway mode: no API Gateway resource under /v1/internal (the task API is TaskApiService's) ({internal})")
+        check(not open_methods, f"gateway mode: every method behind the API-key authorizer ({open_methods})")
+    else:
+        check(
+            len(open_methods) == 1 and open_methods[0][1:] == (INTERNAL_PATH, "POST"),
+            f"only POST {INTERNAL_PATH} is without the API-key authorizer ({open_methods})",
+        )
     # Every other /v1 path still reaches the function behind the authorizer.
     guarded = {paths.get(m["Properties"]["ResourceId"].get("Ref")) for m in resources(t, "AWS::ApiGateway::Method").values()
                if m["Properties"].get("AuthorizationType") == "CUSTOM"}
@@ -1123,9 +1229,14 @@ def check_redeploy(raw):
     )
     if want not in deployments:
         return
-    deps = as_list(raw["Resources"][want].get("DependsOn", []))
     parts = [k for k, v in raw["Resources"].items() if v["Type"] in ("AWS::ApiGateway::Method", "AWS::ApiGateway::GatewayResponse")]
-    check(set(parts) <= set(deps), f"{want}: DependsOn every method and gateway response ({sorted(set(parts) - set(deps))})")
+    # A conditional method (direct mode's InternalMethod) through a handle's Metadata: a
+    # DependsOn cannot name a resource whose condition is false.
+    missing = sorted(p for p in parts if not waits_for(raw, want, p))
+    check(not missing, f"{want}: DependsOn every method and gateway response ({missing})")
+    conditional = {k for k, v in raw["Resources"].items() if "Condition" in v}
+    named = sorted(set(as_list(raw["Resources"][want].get("DependsOn", []))) & conditional)
+    check(not named, f"{want}: DependsOn no resource of a condition (invalid where it is false: {named})")
     stages = [v["Properties"] for v in resources(raw, "AWS::ApiGateway::Stage").values()]
     check(stages and all(st.get("DeploymentId") == {"Ref": want} for st in stages), f"ApiStage: DeploymentId = {want}")
 
@@ -1386,7 +1497,7 @@ def check_gateway(t, task_env, api_env):
     genv = {e["Name"]: e["Value"] for e in c.get("Environment", [])}
     read = env_names_read(*CONTROLLER_CONFIG)
     for name in genv:
-        check_read(name, read, f"GatewayTaskDefinition: {name} is read by src/config.rs")
+        check_read(name, read, f"GatewayTaskDefinition: {name} is read by src/config/")
     for name in ("GATEWAY_LISTEN", "SESSIONS_TABLE_NAME", "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN", "TRUSTED_PROXY_NETWORKS"):
         check(name in genv, f"GatewayTaskDefinition: sets {name}")
     check(
@@ -1440,10 +1551,202 @@ def check_gateway(t, task_env, api_env):
     check(out and out.get("Value") == base, "Outputs: ConnectUrl = the API's CONNECT_BASE_URL")
 
 
+# --- Step 19 item 2: the task API off the customer edge (gateway mode) --------------------------
+
+# The task API service's resources (gateway mode; none in direct mode).
+TASK_API_RESOURCES = ("TaskApiLoadBalancerSecurityGroup", "TaskApiLoadBalancer", "TaskApiListener", "TaskApiListenerRule",
+                      "TaskApiTargetGroup", "TaskApiSecurityGroup", "TaskApiLogGroup", "TaskApiRole", "TaskApiTaskDefinition",
+                      "TaskApiService")
+# The only requests the internal listener forwards: the task API's routes (the contract's
+# CLAIMS_PATH and CREDENTIALS_PATH), POST alone.
+TASK_API_PATTERN = "/v1/internal/*"
+# What the task API service's environment has beyond the API function's (whose variables it
+# has with the same values, but the managed proxy pools' secret, which it does not read).
+TASK_API_OWN_VARS = {"LOG_FORMAT", "AWS_REGION", "TASK_API_LISTEN"} | set(TASK_API_VARS)
+TASK_API_NOT_VARS = {MANAGED_PROXIES_VAR}
+
+
+def long_poll_seconds():
+    """The longest a task API request takes: the contract's MAX_WAIT_SECONDS plus 5 s to take
+    the session, assume the SessionRole and answer."""
+    src = (ROOT / "crates/contract/src/task_api.rs").read_text()
+    return int(re.search(r"MAX_WAIT_SECONDS: u64 = (\d+);", src).group(1)) + 5
+
+
+def role_grants(t, role):
+    """{(action, logical id)} of `role`'s Allow statements; a resource naming no logical id is
+    kept as its JSON (so it matches no expected grant), the SessionRole's fixed-name ARN as
+    SessionRole."""
+    out = set()
+    named = role_arn_sub(t, "SessionRole")
+    for st in statements(t, role):
+        for a in as_list(st.get("Action", [])):
+            for r in as_list(st.get("Resource", [])):
+                names = {"SessionRole"} if named is not None and r == named else ref_names(r) - {"AWS::Partition", "AWS::Region", "AWS::AccountId"}
+                ids = {n.split(".")[0] for n in names}
+                out |= {(a, n) for n in ids} if len(ids) == 1 else {(a, json.dumps(r, sort_keys=True))}
+            if st.get("Effect") != "Allow" or "NotAction" in st or "NotResource" in st:
+                out.add(("not-an-allow", json.dumps(st, sort_keys=True)))
+    return out
+
+
+def covers_tcp(rule, port):
+    """Whether a security group rule covers tcp `port`."""
+    if str(rule.get("IpProtocol")) == "-1":
+        return True
+    return str(rule.get("IpProtocol")) in ("tcp", "6") and int(rule.get("FromPort", -2)) <= port <= int(rule.get("ToPort", -2))
+
+
+def check_task_api_service(t, task_env, api_env):
+    """Gateway mode: the task API as an always-on ECS service in the private subnets (no public
+    address) behind an internal Application Load Balancer whose HTTPS listener forwards POST
+    /v1/internal/* alone; the load balancer admits the browser tasks alone, the service the load
+    balancer alone; the service runs the control plane's binary's task-api command with the API
+    function's configuration and the task API's three variables, as TaskApiRole, which allows
+    exactly what the task API's code calls."""
+    r = t["Resources"]
+    missing = [n for n in TASK_API_RESOURCES if n not in r]
+    if not check(not missing, f"gateway mode: the task API service's resources ({missing} missing)"):
+        return
+    poll = long_poll_seconds()
+
+    # The service: always on, Fargate, private, behind the target group.
+    params = t["Parameters"]
+    count = params.get("TaskApiCount", {})
+    check(count.get("Type") == "Number" and int(count.get("Default", 0)) >= 1 and int(count.get("MinValue", 0)) >= 1,
+          f"TaskApiCount: a Number, at least 1 ({count})")
+    svc = props(t, "TaskApiService")
+    check(svc.get("DesiredCount") == {"Ref": "TaskApiCount"} and svc.get("LaunchType") == "FARGATE",
+          "TaskApiService: Fargate, DesiredCount = TaskApiCount")
+    vpc = svc.get("NetworkConfiguration", {}).get("AwsvpcConfiguration", {})
+    check(vpc.get("AssignPublicIp") == "DISABLED" and vpc.get("Subnets") == {"Ref": "PrivateSubnetIds"}
+          and vpc.get("SecurityGroups") == [{"Fn::GetAtt": ["TaskApiSecurityGroup", "GroupId"]}],
+          f"TaskApiService: in PrivateSubnetIds, no public IP, in TaskApiSecurityGroup alone ({vpc})")
+    check([(b.get("ContainerName"), b.get("ContainerPort"), b.get("TargetGroupArn")) for b in svc.get("LoadBalancers", [])]
+          == [("task-api", 8080, {"Ref": "TaskApiTargetGroup"})], "TaskApiService: its task-api container's 8080 in TaskApiTargetGroup")
+    cb = svc.get("DeploymentConfiguration", {}).get("DeploymentCircuitBreaker", {})
+    check(cb.get("Enable") is True and cb.get("Rollback") is True, "TaskApiService: deployment circuit breaker with rollback")
+    check(waits_for(t, "TaskApiService", "TaskApiListenerRule"),
+          "TaskApiService: DependsOn TaskApiListenerRule (its target group is the load balancer's before the service registers)")
+
+    # The load balancer: internal, in the private subnets, its own group.
+    lb = props(t, "TaskApiLoadBalancer")
+    check(lb.get("Type") == "application" and lb.get("Scheme") == "internal", "TaskApiLoadBalancer: an internal (Scheme internal) application load balancer")
+    check(lb.get("Subnets") == {"Ref": "PrivateSubnetIds"}, "TaskApiLoadBalancer: in PrivateSubnetIds")
+    check(lb.get("SecurityGroups") == [{"Fn::GetAtt": ["TaskApiLoadBalancerSecurityGroup", "GroupId"]}],
+          "TaskApiLoadBalancer: in TaskApiLoadBalancerSecurityGroup alone")
+    attrs = {a["Key"]: str(a["Value"]) for a in lb.get("LoadBalancerAttributes", [])}
+    idle = int(attrs.get("idle_timeout.timeout_seconds", 60))
+    check(idle >= poll, f"TaskApiLoadBalancer: idle timeout ({idle} s) above the longest long poll ({poll} s)")
+    check(attrs.get("routing.http.drop_invalid_header_fields.enabled") == "true", "TaskApiLoadBalancer: drops invalid header fields")
+
+    # The listener: HTTPS 443 with the connect host's certificate, 404 but for the one rule.
+    ln = props(t, "TaskApiListener")
+    connect = props(t, "ConnectListener")
+    check(ln.get("LoadBalancerArn") == {"Ref": "TaskApiLoadBalancer"} and ln.get("Protocol") == "HTTPS" and ln.get("Port") == 443
+          and ln.get("Certificates") == [{"CertificateArn": {"Ref": "ConnectCertificateArn"}}]
+          and ln.get("SslPolicy") == connect.get("SslPolicy"),
+          "TaskApiListener: HTTPS 443 on TaskApiLoadBalancer with ConnectCertificateArn and the connect listener's TLS policy")
+    defaults = ln.get("DefaultActions", [])
+    check(len(defaults) == 1 and defaults[0].get("Type") == "fixed-response"
+          and str(defaults[0].get("FixedResponseConfig", {}).get("StatusCode")) == "404",
+          f"TaskApiListener: anything but the task API's routes is a fixed 404 ({defaults})")
+    rules = [(n, x["Properties"]) for n, x in resources(t, "AWS::ElasticLoadBalancingV2::ListenerRule").items()
+             if "TaskApiListener" in ref_names(x["Properties"].get("ListenerArn"))]
+    check([n for n, _ in rules] == ["TaskApiListenerRule"], f"TaskApiListener: one listener rule ({[n for n, _ in rules]})")
+    for name, rule in rules:
+        conds = {c.get("Field"): c for c in rule.get("Conditions", [])}
+        paths = conds.get("path-pattern", {}).get("PathPatternConfig", {}).get("Values", conds.get("path-pattern", {}).get("Values"))
+        methods = conds.get("http-request-method", {}).get("HttpRequestMethodConfig", {}).get("Values")
+        check(len(rule.get("Conditions", [])) == 2 and paths == [TASK_API_PATTERN] and methods == ["POST"],
+              f"{name}: forwards only POST {TASK_API_PATTERN} (path-pattern and http-request-method) ({rule.get('Conditions')})")
+        check([(a.get("Type"), a.get("TargetGroupArn")) for a in rule.get("Actions", [])] == [("forward", {"Ref": "TaskApiTargetGroup"})],
+              f"{name}: forwards to TaskApiTargetGroup alone")
+        # The pattern as ELB matches it (* any run of characters): the contract's routes, no API route.
+        for p in task_api_paths():
+            check(fnmatch.fnmatchcase(p, TASK_API_PATTERN), f"{name}: forwards the task API's {p}")
+        for p in ("/v1/sessions", "/health", "/v1/internal", "/v1/projects/internal/claims"):
+            check(not fnmatch.fnmatchcase(p, TASK_API_PATTERN), f"{name}: does not forward {p}")
+    tg = props(t, "TaskApiTargetGroup")
+    tg_attrs = {a["Key"]: str(a["Value"]) for a in tg.get("TargetGroupAttributes", [])}
+    dereg = int(tg_attrs.get("deregistration_delay.timeout_seconds", 300))
+    check(tg.get("Protocol") == "HTTP" and tg.get("Port") == 8080 and tg.get("TargetType") == "ip"
+          and tg.get("HealthCheckPath") == "/health", "TaskApiTargetGroup: HTTP 8080 to ip targets, health check /health")
+    check(poll <= dereg <= 60, f"TaskApiTargetGroup: deregistration delay ({dereg} s) lets a long poll ({poll} s) finish, and no more than a minute")
+
+    # Who may reach whom: the browser tasks the load balancer (tcp 443), the load balancer the
+    # service (tcp 8080); never an address range.
+    for group, port, source in (("TaskApiLoadBalancerSecurityGroup", 443, "TaskSecurityGroup"),
+                                ("TaskApiSecurityGroup", 8080, "TaskApiLoadBalancerSecurityGroup")):
+        rules_in = ingress(t, group)
+        check(rules_in, f"{group}: has its ingress rule")
+        for rule in rules_in:
+            check(rule.get("IpProtocol") == "tcp" and rule.get("FromPort") == port and rule.get("ToPort") == port
+                  and rule.get("SourceSecurityGroupId") == {"Fn::GetAtt": [source, "GroupId"]}
+                  and not any(k in rule for k in ("CidrIp", "CidrIpv6", "SourcePrefixListId")),
+                  f"{group}: admits tcp {port} from {source} alone ({rule})")
+    egress = props(t, "TaskSecurityGroup").get("SecurityGroupEgress")
+    check(egress is None or any(covers_tcp(e, 443) and (e.get("CidrIp") in ("0.0.0.0/0", {"Ref": "VpcCidr"})
+                                                          or "TaskApiLoadBalancerSecurityGroup" in ref_names(e.get("DestinationSecurityGroupId")))
+                                for e in egress),
+          f"TaskSecurityGroup: its egress reaches the task API's load balancer on tcp 443 ({egress})")
+
+    # The task definition: the control plane's binary, its task-api command, on 8080.
+    td = props(t, "TaskApiTaskDefinition")
+    check(td.get("NetworkMode") == "awsvpc" and td.get("RequiresCompatibilities") == ["FARGATE"]
+          and int(td.get("Memory", 0)) in FARGATE.get(str(td.get("Cpu")), set()),
+          f"TaskApiTaskDefinition: Fargate, awsvpc, a CPU/memory pair Fargate accepts ({td.get('Cpu')}/{td.get('Memory')})")
+    check(td.get("TaskRoleArn") == {"Fn::GetAtt": ["TaskApiRole", "Arn"]}, "TaskApiTaskDefinition: task role TaskApiRole")
+    c = container(t, "TaskApiTaskDefinition")
+    check(c.get("Name") == "task-api" and c.get("Image") == {"Ref": "ImageUri"}, "TaskApiTaskDefinition: one container, task-api, of ImageUri")
+    check(c.get("EntryPoint") == TASK_API_ENTRYPOINT and c.get("Command") == TASK_API_COMMAND,
+          f"TaskApiTaskDefinition: runs the control plane's binary's task-api command ({c.get('EntryPoint')} {c.get('Command')})")
+    cli = (ROOT / CONTROL_PLANE_BIN).read_text()
+    if not re.search(r"\n\s*TaskApi\b", cli):
+        note(f"{CONTROL_PLANE_BIN}: no task-api command yet (written at the same time)")
+    if "/usr/local/bin/wallcrawler-control-plane" not in (ROOT / "Dockerfile").read_text():
+        note("Dockerfile: the image does not hold /usr/local/bin/wallcrawler-control-plane yet (written at the same time)")
+    env = container_env(c)
+    port = str(env.get("TASK_API_LISTEN", "")).rpartition(":")[2]
+    check(port == "8080" and [(p.get("ContainerPort"), p.get("Protocol", "tcp")) for p in c.get("PortMappings", [])] == [(8080, "tcp")],
+          f"TaskApiTaskDefinition: TASK_API_LISTEN, the container port and the target group agree (8080; {env.get('TASK_API_LISTEN')})")
+    check(any("127.0.0.1:8080/health" in str(x) for x in c.get("HealthCheck", {}).get("Command", [])),
+          "TaskApiTaskDefinition: health check on 127.0.0.1:8080/health")
+    stop = c.get("StopTimeout")
+    check(isinstance(stop, int) and poll <= stop <= 120, f"TaskApiTaskDefinition: StopTimeout ({stop}) lets a long poll ({poll} s) finish, at most 120")
+    read = env_names_read(*CONTROL_PLANE_AWS, CONTROL_PLANE_BIN, "crates/contract/src/task_env.rs")
+    for name in env:
+        check_read(name, read, f"TaskApiTaskDefinition: {name} is read by the control plane (crates/control-plane/src/aws/, its binary)")
+    want = {k: v for k, v in api_env.items() if k not in TASK_API_NOT_VARS}
+    for k, v in want.items():
+        check(env.get(k) == v, f"TaskApiTaskDefinition: {k} as the API function's ({env.get(k)}; {v})")
+    extra = sorted(set(env) - set(want) - TASK_API_OWN_VARS)
+    check(not extra and not TASK_API_NOT_VARS & set(env), f"TaskApiTaskDefinition: nothing beyond the API function's variables and its own ({extra})")
+
+    # The role: exactly what the task API's code calls, on exactly its resources.
+    got = role_grants(t, "TaskApiRole")
+    check(got == TASK_API_ROLE_GRANTS,
+          f"TaskApiRole: exactly {sorted(TASK_API_ROLE_GRANTS)} (extra {sorted(got - TASK_API_ROLE_GRANTS)}, missing {sorted(TASK_API_ROLE_GRANTS - got)})")
+    own = code_actions(*TASK_API_CODE)
+    reached = code_actions(*TASK_API_CODE, *TASK_API_STORES)
+    granted = {a for a, _ in got}
+    check(own and own <= granted, f"TaskApiRole: allows every call of {TASK_API_CODE[0]} ({sorted(own - granted)})")
+    check(granted <= reached, f"TaskApiRole: only calls the task API's code makes ({sorted(granted - reached)})")
+    trust = props(t, "TaskApiRole").get("AssumeRolePolicyDocument", {}).get("Statement", [])
+    check(len(trust) == 1 and trust[0].get("Principal") == {"Service": "ecs-tasks.amazonaws.com"},
+          f"TaskApiRole: assumed by ECS tasks alone ({trust})")
+
+    # The outputs.
+    outs = t.get("Outputs", {})
+    check(outs.get("TaskApiUrl", {}).get("Value") == task_env.get("TASK_API_URL"), "Outputs: TaskApiUrl = the tasks' TASK_API_URL")
+    check(outs.get("TaskApiAddress", {}).get("Value") == {"Fn::GetAtt": ["TaskApiLoadBalancer", "DNSName"]},
+          "Outputs: TaskApiAddress = the internal load balancer's DNS name")
+
+
 def check_direct(t, task_env, api_env):
     r = t["Resources"]
     for name in r:
-        check(not name.startswith(("Gateway", "Connect")), f"{name}: not created in direct mode")
+        check(not name.startswith(("Gateway", "Connect", "TaskApi")), f"{name}: not created in direct mode")
     vpc = props(t, "PoolService")["NetworkConfiguration"]["AwsvpcConfiguration"]
     check(vpc.get("AssignPublicIp") == "ENABLED" and "SubnetIds" in ref_names(vpc.get("Subnets")),
           "PoolService: public IP in SubnetIds")

@@ -16,7 +16,14 @@ under 20 requests per second, a per-address rule or a managed group that sees th
 leaves out more than it), a rule trusting X-Forwarded-For or a distribution that does not write
 the address it saw, sampled requests or unredacted logging, one stream batch per shard or a
 filter passing usage items and lease renewals (or dropping an event), a plain private subnet
-list, and a documented image build without --platform for the tasks' architecture fail them.
+list, and a documented image build without --platform for the tasks' architecture fail them. And
+(Step 19 item 2) the task API back on the edge or wider than itself fails them: an API Gateway
+resource under /v1/internal or a task API variable or grant on the API function in gateway
+mode, a public or internet-facing task API, a plain HTTP listener, a forward beyond POST
+/v1/internal/*, the load balancer or the service open to more than the group in front of it, the
+tasks' TASK_API_URL or TASK_API_ADDRESS elsewhere, TaskApiRole beyond or short of the code's
+calls, the image's entrypoint instead of the task-api command, long polls cut by a timeout, and a
+deployment naming a conditional method in its DependsOn (direct mode's cases beside).
 
     .venv/bin/python deploy/test_check_template.py
 """
@@ -30,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import check_template as ct  # noqa: E402
 
 
-def resolved():
-    return ct.resolve(ct.load(ct.ROOT / "deploy/template.yaml"), {"ConnectMode": "gateway"})
+def resolved(mode="gateway"):
+    return ct.resolve(ct.load(ct.ROOT / "deploy/template.yaml"), {"ConnectMode": mode})
 
 
 def statement(t, role, sid):
@@ -47,13 +54,17 @@ def task_env(t):
     return {e["Name"]: e["Value"] for e in c["Environment"]}
 
 
-def failures_of(t):
+def failures_of(t, gateway=True):
     ct.failures.clear()
-    ct.check_item_access(t, True)
+    ct.check_item_access(t, gateway)
     ct.check_object_prefixes(t)
-    ct.check_task_authority(t)
-    ct.check_task_api(t, task_env(t), ct.props(t, "ApiFunction")["Environment"]["Variables"])
-    ct.check_routes(t)
+    ct.check_task_authority(t, gateway)
+    api_env = ct.props(t, "ApiFunction")["Environment"]["Variables"]
+    ct.check_task_api(t, task_env(t), api_env, gateway)
+    ct.check_routes(t, gateway)
+    ct.check_token_secrets(t, gateway)
+    if gateway:
+        ct.check_task_api_service(t, task_env(t), api_env)
     out = list(ct.failures)
     ct.failures.clear()
     return out
@@ -115,28 +126,60 @@ class LeastPrivilege(unittest.TestCase):
             add_statement(
                 t, "TaskRole", {"Sid": "Claims", "Effect": "Allow", "Action": "sqs:ReceiveMessage", "Resource": {"Fn::GetAtt": ["ClaimsQueue", "Arn"]}}
             )
-        self.assertIn("ClaimsQueue: only ApiFunctionRole receives claims (['ApiFunctionRole', 'TaskRole'])", self.widened(add))
+        self.assertIn("ClaimsQueue: only TaskApiRole receives claims (['TaskApiRole', 'TaskRole'])", self.widened(add))
 
     def test_a_session_role_receiving_claims_fails(self):
         def add(t):
             statement(t, "SessionRole", "SettleClaim")["Action"].append("sqs:ReceiveMessage")
         got = self.widened(add)
-        self.assertIn("SessionRole: cannot ReceiveMessage (the API hands one claim to one task)", got)
-        self.assertIn("ClaimsQueue: only ApiFunctionRole receives claims (['ApiFunctionRole', 'SessionRole'])", got)
+        self.assertIn("SessionRole: cannot ReceiveMessage (the task API hands one claim to one task)", got)
+        self.assertIn("ClaimsQueue: only TaskApiRole receives claims (['SessionRole', 'TaskApiRole'])", got)
 
     def test_a_task_trusted_by_the_session_role_fails(self):
         def add(t):
             ct.props(t, "SessionRole")["AssumeRolePolicyDocument"]["Statement"].append(
                 {"Effect": "Allow", "Principal": {"AWS": {"Fn::GetAtt": ["TaskRole", "Arn"]}}, "Action": "sts:AssumeRole"}
             )
-        self.assertIn("SessionRole: trusted by ApiFunctionRole alone", self.widened(add))
+        self.assertIn("SessionRole: trusted by TaskApiRole alone", self.widened(add))
 
     def test_a_task_role_assuming_the_session_role_fails(self):
         def add(t):
             add_statement(
                 t, "TaskRole", {"Sid": "Chain", "Effect": "Allow", "Action": "sts:AssumeRole", "Resource": ct.role_arn_sub(t, "SessionRole")}
             )
-        self.assertIn("SessionRole: only ApiFunctionRole may assume it (['ApiFunctionRole', 'TaskRole'])", self.widened(add))
+        self.assertIn("SessionRole: only TaskApiRole may assume it (['TaskApiRole', 'TaskRole'])", self.widened(add))
+
+    def test_a_second_route_without_the_authorizer_fails(self):
+        def open_up(t):
+            m = ct.props(t, "V1ProxyMethod")
+            m["AuthorizationType"] = "NONE"
+            del m["AuthorizerId"]
+        self.assertIn("gateway mode: every method behind the API-key authorizer ([('V1ProxyMethod', '/v1/{proxy+}', 'ANY')])",
+                      self.widened(open_up))
+
+    def test_tasks_without_the_task_api_fail(self):
+        def drop(t):
+            (c,) = ct.props(t, "TaskDefinition")["ContainerDefinitions"]
+            c["Environment"] = [e for e in c["Environment"] if e["Name"] != "TASK_API_URL"]
+        self.assertIn("TaskDefinition: TASK_API_URL is https:// on the connect host, the API's CONNECT_BASE_URL's (None;", self.widened(drop))
+
+
+class DirectModeTaskApi(unittest.TestCase):
+    """Direct mode keeps the task API on the API function, behind API Gateway: its one route
+    without the authorizer, its variables and grants on the API function's role."""
+
+    def setUp(self):
+        self.t = resolved("direct")
+
+    def widened(self, change):
+        t = copy.deepcopy(self.t)
+        change(t)
+        got = failures_of(t, gateway=False)
+        self.assertTrue(got, "the widened template passed")
+        return "\n".join(got)
+
+    def test_the_template_passes(self):
+        self.assertEqual(failures_of(self.t, gateway=False), [])
 
     def test_a_second_route_without_the_authorizer_fails(self):
         def open_up(t):
@@ -158,6 +201,223 @@ class LeastPrivilege(unittest.TestCase):
             (c,) = ct.props(t, "TaskDefinition")["ContainerDefinitions"]
             c["Environment"] = [e for e in c["Environment"] if e["Name"] != "TASK_API_URL"]
         self.assertIn("TaskDefinition: TASK_API_URL is the API's execute-api URL with its stage (None)", self.widened(drop))
+
+    def test_the_function_without_the_task_api_fails(self):
+        def drop(t):
+            del ct.props(t, "ApiFunction")["Environment"]["Variables"]["SESSION_ROLE_ARN"]
+        self.assertIn("ApiFunction: SESSION_ROLE_ARN = {'Fn::GetAtt': ['SessionRole', 'Arn']} (None)", self.widened(drop))
+
+    def test_another_role_assuming_the_session_role_fails(self):
+        def add(t):
+            add_statement(t, "SweeperFunctionRole",
+                          {"Sid": "Chain", "Effect": "Allow", "Action": "sts:AssumeRole", "Resource": ct.role_arn_sub(t, "SessionRole")})
+        self.assertIn("SessionRole: only ApiFunctionRole may assume it (['ApiFunctionRole', 'SweeperFunctionRole'])", self.widened(add))
+
+
+def ingress_rule(t, group):
+    return ct.props(t, group)["SecurityGroupIngress"][0]
+
+
+def task_api_container(t):
+    (c,) = ct.props(t, "TaskApiTaskDefinition")["ContainerDefinitions"]
+    return c
+
+
+def set_env(t, td, name, value):
+    (c,) = ct.props(t, td)["ContainerDefinitions"]
+    c["Environment"] = [e for e in c["Environment"] if e["Name"] != name] + ([{"Name": name, "Value": value}] if value is not None else [])
+
+
+class TaskApiOffTheEdge(unittest.TestCase):
+    """Step 19 item 2: in gateway mode the task API is an always-on ECS service behind an
+    internal load balancer; each way back onto the edge, or wider than the task API, fails."""
+
+    def setUp(self):
+        self.t = resolved()
+
+    def widened(self, change):
+        t = copy.deepcopy(self.t)
+        change(t)
+        got = failures_of(t)
+        self.assertTrue(got, "the widened template passed")
+        return "\n".join(got)
+
+    def test_an_internal_resource_on_api_gateway_fails(self):
+        def add(t):
+            t["Resources"]["InternalResource"] = {"Type": "AWS::ApiGateway::Resource", "Properties": {
+                "RestApiId": {"Ref": "RestApi"}, "ParentId": {"Ref": "V1Resource"}, "PathPart": "internal"}}
+        self.assertIn("gateway mode: no API Gateway resource under /v1/internal (the task API is TaskApiService's) (['/v1/internal'])",
+                      self.widened(add))
+
+    def test_the_function_with_the_task_api_fails(self):
+        def add(t):
+            ct.props(t, "ApiFunction")["Environment"]["Variables"]["TASKS_TABLE_NAME"] = {"Ref": "TasksTable"}
+        self.assertIn("ApiFunction: no TASKS_TABLE_NAME in gateway mode", self.widened(add))
+
+    def test_the_function_receiving_claims_fails(self):
+        def add(t):
+            add_statement(t, "ApiFunctionRole", copy.deepcopy(statement(t, "TaskApiRole", "ClaimsForTasks")))
+        got = self.widened(add)
+        self.assertIn("ApiFunctionRole: no sqs:ReceiveMessage on ClaimsQueue in gateway mode", got)
+        self.assertIn("ClaimsQueue: only TaskApiRole receives claims (['ApiFunctionRole', 'TaskApiRole'])", got)
+
+    def test_a_public_service_fails(self):
+        def widen(t):
+            vpc = ct.props(t, "TaskApiService")["NetworkConfiguration"]["AwsvpcConfiguration"]
+            vpc["AssignPublicIp"] = "ENABLED"
+            vpc["Subnets"] = {"Ref": "SubnetIds"}
+        self.assertIn("TaskApiService: in PrivateSubnetIds, no public IP, in TaskApiSecurityGroup alone", self.widened(widen))
+
+    def test_an_internet_facing_load_balancer_fails(self):
+        def widen(t):
+            ct.props(t, "TaskApiLoadBalancer")["Scheme"] = "internet-facing"
+        self.assertIn("TaskApiLoadBalancer: an internal (Scheme internal) application load balancer", self.widened(widen))
+
+    def test_a_plain_http_listener_fails(self):
+        def widen(t):
+            ln = ct.props(t, "TaskApiListener")
+            ln.update(Protocol="HTTP", Port=80)
+            del ln["Certificates"], ln["SslPolicy"]
+        self.assertIn("TaskApiListener: HTTPS 443 on TaskApiLoadBalancer with ConnectCertificateArn", self.widened(widen))
+
+    def test_a_listener_forwarding_everything_fails(self):
+        def widen(t):
+            ct.props(t, "TaskApiListener")["DefaultActions"] = [{"Type": "forward", "TargetGroupArn": {"Ref": "TaskApiTargetGroup"}}]
+        self.assertIn("TaskApiListener: anything but the task API's routes is a fixed 404", self.widened(widen))
+
+    def test_a_wider_path_fails(self):
+        def widen(t):
+            ct.props(t, "TaskApiListenerRule")["Conditions"][0]["PathPatternConfig"]["Values"] = ["/v1/*"]
+        self.assertIn("TaskApiListenerRule: forwards only POST /v1/internal/* (path-pattern and http-request-method)", self.widened(widen))
+
+    def test_any_method_fails(self):
+        def widen(t):
+            ct.props(t, "TaskApiListenerRule")["Conditions"].pop()
+        self.assertIn("TaskApiListenerRule: forwards only POST /v1/internal/*", self.widened(widen))
+
+    def test_a_second_rule_fails(self):
+        def add(t):
+            r = copy.deepcopy(t["Resources"]["TaskApiListenerRule"])
+            r["Properties"]["Priority"] = 2
+            r["Properties"]["Conditions"] = [{"Field": "path-pattern", "PathPatternConfig": {"Values": ["/*"]}}]
+            t["Resources"]["TaskApiHealthRule"] = r
+        self.assertIn("TaskApiListener: one listener rule (['TaskApiListenerRule', 'TaskApiHealthRule'])", self.widened(add))
+
+    def test_the_load_balancer_open_to_a_range_fails(self):
+        def widen(t):
+            rule = ingress_rule(t, "TaskApiLoadBalancerSecurityGroup")
+            del rule["SourceSecurityGroupId"]
+            rule["CidrIp"] = {"Ref": "VpcCidr"}
+        self.assertIn("TaskApiLoadBalancerSecurityGroup: admits tcp 443 from TaskSecurityGroup alone", self.widened(widen))
+
+    def test_the_service_open_to_the_tasks_fails(self):
+        def widen(t):
+            ingress_rule(t, "TaskApiSecurityGroup")["SourceSecurityGroupId"] = {"Fn::GetAtt": ["TaskSecurityGroup", "GroupId"]}
+        self.assertIn("TaskApiSecurityGroup: admits tcp 8080 from TaskApiLoadBalancerSecurityGroup alone", self.widened(widen))
+
+    def test_tasks_without_a_way_to_the_load_balancer_fail(self):
+        def narrow(t):
+            ct.props(t, "TaskSecurityGroup")["SecurityGroupEgress"] = [{"IpProtocol": "tcp", "FromPort": 80, "ToPort": 80, "CidrIp": "0.0.0.0/0"}]
+        self.assertIn("TaskSecurityGroup: its egress reaches the task API's load balancer on tcp 443", self.widened(narrow))
+
+    def test_tasks_calling_the_load_balancer_by_its_own_name_fail(self):
+        def change(t):
+            set_env(t, "TaskDefinition", "TASK_API_URL", {"Fn::Sub": "https://${TaskApiLoadBalancer.DNSName}"})
+        self.assertIn("TaskDefinition: TASK_API_URL is https:// on the connect host", self.widened(change))
+
+    def test_tasks_still_on_the_edge_fail(self):
+        def change(t):
+            set_env(t, "TaskDefinition", "TASK_API_URL",
+                    {"Fn::Sub": "https://${RestApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}/${StageName}"})
+            set_env(t, "TaskDefinition", "TASK_API_ADDRESS", None)
+        got = self.widened(change)
+        self.assertIn("TaskDefinition: TASK_API_URL is https:// on the connect host", got)
+        self.assertIn("TaskDefinition: TASK_API_ADDRESS is the internal load balancer's DNS name (None)", got)
+
+    def test_an_address_other_than_the_internal_load_balancer_fails(self):
+        def change(t):
+            set_env(t, "TaskDefinition", "TASK_API_ADDRESS", {"Fn::GetAtt": ["ConnectLoadBalancer", "DNSName"]})
+        self.assertIn("TaskDefinition: TASK_API_ADDRESS is the internal load balancer's DNS name", self.widened(change))
+
+    def test_a_task_api_role_reaching_the_bucket_fails(self):
+        def add(t):
+            add_statement(t, "TaskApiRole", {"Sid": "Archives", "Effect": "Allow", "Action": "s3:GetObject",
+                                             "Resource": {"Fn::Sub": "${ContextsBucket.Arn}/*"}})
+        got = self.widened(add)
+        self.assertIn("TaskApiRole: exactly", got)
+        self.assertIn("extra [('s3:GetObject', 'ContextsBucket')]", got)
+        self.assertIn("TaskApiRole: only calls the task API's code makes (['s3:GetObject'])", got)
+
+    def test_a_task_api_role_on_every_table_fails(self):
+        def widen(t):
+            statement(t, "TaskApiRole", "Sessions")["Resource"] = "*"
+        self.assertIn("TaskApiRole: exactly", self.widened(widen))
+
+    def test_a_task_api_role_without_the_session_role_fails(self):
+        def drop(t):
+            sts = ct.props(t, "TaskApiRole")["Policies"][0]["PolicyDocument"]["Statement"]
+            sts[:] = [s for s in sts if s.get("Sid") != "SessionCredentials"]
+        got = self.widened(drop)
+        self.assertIn("missing [('sts:AssumeRole', 'SessionRole')]", got)
+        self.assertIn("TaskApiRole: allows every call of crates/control-plane/src/aws/broker.rs (['sts:AssumeRole'])", got)
+
+    def test_the_image_entrypoint_fails(self):
+        def change(t):
+            c = task_api_container(t)
+            del c["EntryPoint"]
+            c["Command"] = ["run"]
+        self.assertIn("TaskApiTaskDefinition: runs the control plane's binary's task-api command (None ['run'])", self.widened(change))
+
+    def test_a_service_without_the_task_api_variables_fails(self):
+        def change(t):
+            set_env(t, "TaskApiTaskDefinition", "SESSION_ROLE_ARN", None)
+        self.assertIn("TaskApiTaskDefinition: SESSION_ROLE_ARN = {'Fn::GetAtt': ['SessionRole', 'Arn']} (None)", self.widened(change))
+
+    def test_a_service_with_the_managed_proxies_fails(self):
+        def change(t):
+            set_env(t, "TaskApiTaskDefinition", "MANAGED_PROXIES_SECRET_ARN", {"Ref": "ManagedProxiesSecretArn"})
+        self.assertIn("TaskApiTaskDefinition: nothing beyond the API function's variables and its own", self.widened(change))
+
+    def test_a_service_with_another_table_fails(self):
+        def change(t):
+            set_env(t, "TaskApiTaskDefinition", "SESSIONS_TABLE_NAME", {"Ref": "ContextsTable"})
+        self.assertIn("TaskApiTaskDefinition: SESSIONS_TABLE_NAME as the API function's", self.widened(change))
+
+    def test_a_short_stop_timeout_fails(self):
+        def change(t):
+            task_api_container(t)["StopTimeout"] = 10
+        self.assertIn("TaskApiTaskDefinition: StopTimeout (10) lets a long poll (25 s) finish", self.widened(change))
+
+    def test_a_short_idle_timeout_fails(self):
+        def change(t):
+            attrs = ct.props(t, "TaskApiLoadBalancer")["LoadBalancerAttributes"]
+            next(a for a in attrs if a["Key"] == "idle_timeout.timeout_seconds")["Value"] = "20"
+        self.assertIn("TaskApiLoadBalancer: idle timeout (20 s) above the longest long poll (25 s)", self.widened(change))
+
+
+class ConditionalDependencies(unittest.TestCase):
+    """A DependsOn on a resource of a false condition is a template CloudFormation rejects: the
+    deployment waits for direct mode's InternalMethod through a handle, never by name."""
+
+    def test_the_deployment_naming_the_internal_method_fails(self):
+        t = raw()
+        (dep,) = ct.resources(t, "AWS::ApiGateway::Deployment")
+        deps = t["Resources"][dep]["DependsOn"]
+        t["Resources"][dep]["DependsOn"] = [d for d in deps if d != "InternalRoutesReady"] + ["InternalMethod"]
+        ct.failures.clear()
+        ct.check_redeploy(t)
+        got = "\n".join(ct.failures)
+        ct.failures.clear()
+        self.assertIn("DependsOn no resource of a condition (invalid where it is false: ['InternalMethod'])", got)
+
+    def test_the_deployment_not_waiting_for_the_internal_method_fails(self):
+        t = raw()
+        t["Resources"]["InternalRoutesReady"]["Metadata"] = {}
+        ct.failures.clear()
+        ct.check_redeploy(t)
+        got = "\n".join(ct.failures)
+        ct.failures.clear()
+        self.assertIn("DependsOn every method and gateway response (['InternalMethod'])", got)
 
 
 def edge_failures_of(t, cloudfront=False):
