@@ -23,9 +23,19 @@ forever). This script changes a copy of the template, never the file, in exactly
   by its ARN or DNS name; after the stack is up it gets the stack's security group
   (SetSecurityGroups) and the listener is created with the plain CreateListener (TLS 443, the
   template's certificate, policy and forward action);
-- AWS::ElasticLoadBalancingV2::TargetGroup: made by the stack, but moto ignores its
-  TargetGroupAttributes (PROXY protocol v2 among them), so they are put afterwards with the
-  plain ModifyTargetGroupAttributes;
+- AWS::ElasticLoadBalancingV2::TargetGroup, and the task API's internal application load
+  balancer (gateway mode): made by the stack (its HTTPS listener with the certificate below,
+  its fixed-response 404 and its ListenerRule, path-pattern and http-request-method, are kept
+  as written), but moto ignores TargetGroupAttributes (PROXY protocol v2, deregistration delays)
+  and LoadBalancerAttributes (the idle timeout, dropping invalid header fields), so they are
+  put afterwards with the plain ModifyTargetGroupAttributes and ModifyLoadBalancerAttributes
+  (outputs moto:<logical id>Arn name them);
+- AWS::CloudFormation::WaitConditionHandle: moto creates nothing for one; the template's
+  (PoolWaitsForTaskApi, InternalRoutesReady) only order what names them in its DependsOn after
+  a conditional resource. Left out, those DependsOn dropped;
+- a container's variable under a condition (`Environment: [..., !If [Cond, {variable},
+  !Ref AWS::NoValue]]`: the browser tasks' TASK_API_ADDRESS, gateway mode only): moto keeps
+  the false branch as a null variable. Taken as CloudFormation would with the parameters;
 
 - AWS::WAFv2::WebACL and ::WebACLAssociation: moto's CloudFormation skips both (its log says
   "No Moto CloudFormation support", the stack completes without them), and the association
@@ -64,7 +74,13 @@ block and lifecycle, managed policies) is asserted on the template by deploy/che
 The stack's parameters for moto: moto's default VPC and one default subnet, a placeholder image,
 and a code bucket holding five placeholder zips (moto stores Lambda code but cannot run it here).
 Every wait is bounded. Prints one JSON object on stdout: the stack's outputs, the API function's
-environment and the controller container's environment as moto holds them, and what was changed.
+environment and the controller container's environment as moto holds them, the gateway's and
+the task API service's containers (gateway mode; null in direct mode), and what was changed:
+
+    {"stack", "seconds", "outputs": {...}, "apiEnv": {...}, "taskEnv": {...},
+     "gateway": {"command": [...], "env": {...}} | null,
+     "taskApi": {"entryPoint": [...], "command": [...], "env": {...}} | null,
+     "changed": [...]}
 Progress and errors go to stderr; exit status 1 on failure.
 """
 
@@ -88,8 +104,11 @@ REPLACED_BY_API = (
     "AWS::WAFv2::WebACLAssociation",
 )
 # What moto's CloudFormation skips (it logs "No Moto CloudFormation support") and whose plain
-# API this stack does not need: left to deploy/check_template.py.
-LEFT_OUT = ("AWS::CloudFront::Distribution", "AWS::CloudFront::Function")
+# API this stack does not need: left to deploy/check_template.py. A wait condition handle moto
+# creates nothing for (its NULL_MODELS); the template's only order what depends on them after
+# a conditional resource (a reference in their Metadata), which moto's creation order does not
+# need.
+LEFT_OUT = ("AWS::CloudFront::Distribution", "AWS::CloudFront::Function", "AWS::CloudFormation::WaitConditionHandle")
 
 
 def log(msg):
@@ -232,7 +251,9 @@ def main():
         if res["Type"] not in REPLACED_BY_API + LEFT_OUT:
             continue
         del resources[name]
-        if res["Type"] in LEFT_OUT:
+        if res["Type"] == "AWS::CloudFormation::WaitConditionHandle":
+            changed.append(f"{name}: left out (a wait condition handle, which moto creates nothing for), DependsOn on it dropped")
+        elif res["Type"] in LEFT_OUT:
             changed.append(f"{name}: left out ({res['Type']}: moto's CloudFormation skips it; deploy/check_template.py asserts it)")
         else:
             deferred[name] = res
@@ -273,8 +294,12 @@ def main():
     # --- The network load balancer and its listener (gateway mode): the plain API ----------
     elbv2 = client("elbv2")
     nlb = None
-    lbs = {k: v for k, v in resources.items() if v["Type"] == "AWS::ElasticLoadBalancingV2::LoadBalancer"}
-    listeners = {k: v for k, v in resources.items() if v["Type"] == "AWS::ElasticLoadBalancingV2::Listener"}
+    # The network one (the connect leg's); the task API's internal application load balancer,
+    # its HTTPS listener and rule are the stack's.
+    lbs = {k: v for k, v in resources.items()
+           if v["Type"] == "AWS::ElasticLoadBalancingV2::LoadBalancer" and v["Properties"].get("Type") == "network"}
+    listeners = {k: v for k, v in resources.items()
+                 if v["Type"] == "AWS::ElasticLoadBalancingV2::Listener" and v["Properties"].get("LoadBalancerArn") in [{"Ref": n} for n in lbs]}
     if a.connect_mode == "gateway" and lbs:
         ((lb_name, lb),) = lbs.items()
         ((listener_name, listener),) = listeners.items()
@@ -309,6 +334,18 @@ def main():
             taken = resolve_conditions(template, res, params)["Properties"].get("Policies", [])
             res["Properties"]["Policies"] = taken
             changed.append(f"{name}: Policies' Fn::If taken with the parameters ({[x['PolicyName'] for x in taken]})")
+    # --- A container's variable under a condition (the browser tasks' TASK_API_ADDRESS, gateway
+    # mode only): moto keeps the false branch's AWS::NoValue as a null variable, which its
+    # DescribeTaskDefinition then answers as null. Taken as CloudFormation would. --------------
+    for name, res in resources.items():
+        if res["Type"] != "AWS::ECS::TaskDefinition":
+            continue
+        for i, c in enumerate(res["Properties"].get("ContainerDefinitions", [])):
+            env = c.get("Environment", [])
+            if any(isinstance(x, dict) and list(x) == ["Fn::If"] for x in env):
+                taken = resolve_conditions(template, res, params)["Properties"]["ContainerDefinitions"][i]["Environment"]
+                c["Environment"] = taken
+                changed.append(f"{name}: {c['Name']}'s Environment Fn::If taken with the parameters")
 
     # --- The stack ------------------------------------------------------------------------
     stack = f"{a.prefix}-stack"
@@ -398,12 +435,25 @@ def main():
             DefaultActions=[{"Type": action["Type"], "TargetGroupArn": tg_arn}],
         )["Listeners"][0]["ListenerArn"]
         changed.append(f"{nlb['name']}: security groups {groups} with SetSecurityGroups; its listener with CreateListener")
-        tg = template["Resources"][tg_name]["Properties"]
-        elbv2.modify_target_group_attributes(TargetGroupArn=tg_arn, Attributes=tg.get("TargetGroupAttributes", []))
-        changed.append(f"{tg_name}: TargetGroupAttributes put with ModifyTargetGroupAttributes")
         outputs["moto:ConnectListenerArn"] = listener_arn
         outputs["moto:GatewayTargetGroupArn"] = tg_arn
         outputs["moto:ConnectLoadBalancerArn"] = nlb["arn"]
+
+    # What moto's CloudFormation ignores of the stack's load balancers and target groups (the
+    # task API's idle timeout and header policy, the gateway's PROXY protocol v2, the
+    # deregistration delays): put with the plain APIs.
+    for name, res in template["Resources"].items():
+        attrs_of = {"AWS::ElasticLoadBalancingV2::LoadBalancer": "LoadBalancerAttributes",
+                    "AWS::ElasticLoadBalancingV2::TargetGroup": "TargetGroupAttributes"}.get(res["Type"])
+        attrs = res.get("Properties", {}).get(attrs_of) if attrs_of else None
+        if not attrs or name not in physical:
+            continue
+        if res["Type"] == "AWS::ElasticLoadBalancingV2::TargetGroup":
+            elbv2.modify_target_group_attributes(TargetGroupArn=physical[name], Attributes=attrs)
+        else:
+            elbv2.modify_load_balancer_attributes(LoadBalancerArn=physical[name], Attributes=attrs)
+        changed.append(f"{name}: {attrs_of} put with Modify{attrs_of.removesuffix('s')}s")
+        outputs[f"moto:{name}Arn"] = physical[name]
 
     lam, ecs = client("lambda"), client("ecs")
     api_env = lam.get_function_configuration(FunctionName=outputs["ApiFunctionName"])["Environment"]["Variables"]
@@ -418,6 +468,17 @@ def main():
             "command": g.get("command", []),
             "env": {e["name"]: e["value"] for e in g.get("environment", [])},
         }
+    # The task API service's container (gateway mode), as the Rust stack test runs it:
+    # `wallcrawler-control-plane task-api` with this environment.
+    task_api = None
+    if "TaskApiTaskDefinitionArn" in outputs:
+        ttd = ecs.describe_task_definition(taskDefinition=outputs["TaskApiTaskDefinitionArn"])["taskDefinition"]
+        (c,) = ttd["containerDefinitions"]
+        task_api = {
+            "entryPoint": c.get("entryPoint", []),
+            "command": c.get("command", []),
+            "env": {e["name"]: e["value"] for e in c.get("environment", [])},
+        }
     json.dump(
         {
             "stack": stack,
@@ -426,6 +487,7 @@ def main():
             "apiEnv": api_env,
             "taskEnv": task_env,
             "gateway": gateway,
+            "taskApi": task_api,
             "changed": changed,
         },
         sys.stdout,

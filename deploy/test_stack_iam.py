@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """The template's authority per session, with IAM enforced where moto can enforce it.
 
-The stack is created in a private moto (deploy/moto_stack.py), its roles limited to their own
-policies (tests/py/moto_iam.py: the API's, a browser task's, and the SessionRole that the API
-assumes), and then IAM is enforced (`POST /moto-api/reset-auth`). With its own role, a task
-reaches no claim, no session item and no archive, and cannot assume the SessionRole; the API's
-role can, and the credentials it gets with a session policy naming one archive read that
-archive and not another tenant's, and cannot receive claims. The session-events function's
+The stack is created in a private moto (deploy/moto_stack.py, gateway mode), its roles limited
+to their own policies (tests/py/moto_iam.py: the API's, a browser task's, the task API
+service's, and the SessionRole that the task API assumes), and then IAM is enforced (`POST
+/moto-api/reset-auth`). With its own role, a task reaches no claim, no session item and no
+archive, and cannot assume the SessionRole; the task API service's role can, and receives
+claims, and the credentials it gets with a session policy naming one archive read that archive
+and not another tenant's, and cannot receive claims. The API function's role does neither
+(gateway mode: the task API is off the edge). The session-events function's
 role publishes to the session-ready topic and sends to its own dead-letter queue alone (not the
 claims queue, no session item), and the API's role publishes no event; the mapping on the
 sessions stream and the stage's web ACL are as the template says. moto matches S3's, SQS's and
@@ -65,6 +67,7 @@ class StackIam(unittest.TestCase):
             "--principal", f"api={out['ApiFunctionName']}",
             "--principal", f"task={out['TaskDefinitionArn']}",
             "--principal", f"events={out['SessionEventsFunctionName']}",
+            "--principal", f"taskapi={out['TaskApiTaskDefinitionArn']}",
             "--role", "session=SessionRole", "--bucket", cls.bucket,
         )
         # The session events' mapping and the API's stages as moto holds them, read before IAM
@@ -105,10 +108,10 @@ class StackIam(unittest.TestCase):
         self.assertIn(code, ("AccessDenied", "AccessDeniedException", "403"), e.exception)
 
     def session_credentials(self, policy):
-        """What the task API does: the API's role assumes the SessionRole for one task."""
-        sts = self.client(self.limited["principals"]["api"], "sts")
+        """What the task API does: its service's role assumes the SessionRole for one task."""
+        sts = self.client(self.limited["principals"]["taskapi"], "sts")
         return sts.assume_role(
-            RoleArn=self.stack["apiEnv"]["SESSION_ROLE_ARN"], RoleSessionName=TASK_ID,
+            RoleArn=self.stack["taskApi"]["env"]["SESSION_ROLE_ARN"], RoleSessionName=TASK_ID,
             DurationSeconds=3600, Policy=json.dumps(policy),
         )["Credentials"]
 
@@ -120,10 +123,20 @@ class StackIam(unittest.TestCase):
             ProjectionExpression="sessionId"))
         self.refused(lambda: self.client(task, "s3").get_object(Bucket=self.bucket, Key="p1/c1/profile.tar.gz"))
         self.refused(lambda: self.client(task, "sts").assume_role(
-            RoleArn=self.stack["apiEnv"]["SESSION_ROLE_ARN"], RoleSessionName=TASK_ID))
+            RoleArn=self.stack["taskApi"]["env"]["SESSION_ROLE_ARN"], RoleSessionName=TASK_ID))
         # What it keeps: the public key.
         sm = self.client(task, "secretsmanager")
         sm.get_secret_value(SecretId=self.stack["taskEnv"]["WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN"])
+
+    def test_the_task_api_receives_claims_and_the_api_function_does_not(self):
+        env = self.stack["taskApi"]["env"]
+        self.assertNotIn("SESSION_ROLE_ARN", self.stack["apiEnv"])
+        self.client(self.limited["principals"]["taskapi"], "sqs").receive_message(QueueUrl=self.queue)
+        api = self.limited["principals"]["api"]
+        self.refused(lambda: self.client(api, "sqs").receive_message(QueueUrl=self.queue))
+        self.refused(lambda: self.client(api, "sts").assume_role(RoleArn=env["SESSION_ROLE_ARN"], RoleSessionName=TASK_ID))
+        # It still sends the claims.
+        self.client(api, "sqs").send_message(QueueUrl=self.queue, MessageBody="{}")
 
     def test_a_sessions_credentials_reach_its_archive_alone(self):
         arn = f"arn:aws:s3:::{self.bucket}"
