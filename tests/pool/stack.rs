@@ -41,6 +41,20 @@ struct Stack {
     /// The gateway task definition's command and environment (empty in direct mode).
     gateway_command: Vec<String>,
     gateway_env: Vec<(String, String)>,
+    /// The task API service's entry point, command and environment (empty in direct mode,
+    /// where the API function serves the task API).
+    task_api_entry_point: Vec<String>,
+    task_api_command: Vec<String>,
+    task_api_env: Vec<(String, String)>,
+}
+
+/// A JSON array of strings (none: empty).
+fn string_list(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| c.as_str().unwrap().to_owned())
+        .collect()
 }
 
 fn strings(v: &Value) -> Vec<(String, String)> {
@@ -94,15 +108,16 @@ async fn create_stack(endpoint: &str, prefix: &str, mode: &str) -> Stack {
         outputs: strings(&v["outputs"]).into_iter().collect(),
         api_env: strings(&v["apiEnv"]),
         task_env: strings(&v["taskEnv"]),
-        gateway_command: v["gateway"]["command"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| c.as_str().unwrap().to_owned())
-            .collect(),
+        gateway_command: string_list(&v["gateway"]["command"]),
         gateway_env: match &v["gateway"] {
             Value::Null => Vec::new(),
             g => strings(&g["env"]),
+        },
+        task_api_entry_point: string_list(&v["taskApi"]["entryPoint"]),
+        task_api_command: string_list(&v["taskApi"]["command"]),
+        task_api_env: match &v["taskApi"] {
+            Value::Null => Vec::new(),
+            t => strings(&t["env"]),
         },
     }
 }
@@ -236,6 +251,26 @@ impl Drop for Gateway {
 /// The API function's configuration as the stack set it. Every name is one the control plane
 /// reads (a misspelt variable fails here rather than being silently ignored).
 fn api_vars(stack: &Stack) -> HashMap<&'static str, String> {
+    control_plane_vars(&stack.api_env, "the API function")
+}
+
+/// The task API service's configuration as the stack set it (gateway mode): the control
+/// plane's variables, each one it reads, and the container's own (its listen address and log
+/// format, asserted here).
+fn task_api_vars(stack: &Stack) -> HashMap<&'static str, String> {
+    let (own, vars): (Vec<_>, Vec<_>) = stack
+        .task_api_env
+        .iter()
+        .cloned()
+        .partition(|(k, _)| ["TASK_API_LISTEN", "LOG_FORMAT", "AWS_REGION"].contains(&k.as_str()));
+    let own: HashMap<_, _> = own.into_iter().collect();
+    assert_eq!(own["TASK_API_LISTEN"], "0.0.0.0:8080", "{own:?}");
+    assert_eq!(own["LOG_FORMAT"], "json", "{own:?}");
+    control_plane_vars(&vars, "the task API service")
+}
+
+/// `env`'s variables (of `who`), each one the control plane reads.
+fn control_plane_vars(env: &[(String, String)], who: &str) -> HashMap<&'static str, String> {
     const READ: &[&str] = &[
         "SESSIONS_TABLE_NAME",
         "PROJECTS_TABLE_NAME",
@@ -265,17 +300,50 @@ fn api_vars(stack: &Stack) -> HashMap<&'static str, String> {
         "TASKS_TABLE_NAME",
         "SESSION_ROLE_ARN",
     ];
-    stack
-        .api_env
-        .iter()
+    env.iter()
         .map(|(k, v)| {
             let name = READ
                 .iter()
                 .find(|n| **n == k)
-                .unwrap_or_else(|| panic!("the API function's {k} is not read by the code"));
+                .unwrap_or_else(|| panic!("{who}'s {k} is not read by the code"));
             (*name, v.clone())
         })
         .collect()
+}
+
+/// The task API service as the stack runs it in gateway mode (its configuration from its task
+/// definition, the router `wallcrawler-control-plane task-api` serves), with `sdk`'s
+/// credentials, served on loopback (the test's stand-in for the internal load balancer, whose
+/// TLS the image smoke test and the template checks cover); its base URL.
+async fn serve_task_api(sdk: &aws_config::SdkConfig, stack: &Stack) -> String {
+    use wallcrawler_control_plane::aws::{Config, StsIdentities, build_task_api, task_service};
+    assert_eq!(stack.task_api_command, ["task-api"]);
+    assert_eq!(
+        stack.task_api_entry_point.last().map(String::as_str),
+        Some("/usr/local/bin/wallcrawler-control-plane"),
+        "{:?}",
+        stack.task_api_entry_point
+    );
+    let vars = task_api_vars(stack);
+    let cfg = Config::from_source(&|k| vars.get(k).cloned()).expect("a complete configuration");
+    let identities = std::sync::Arc::new(StsIdentities::new(sdk).unwrap());
+    let api = build_task_api(sdk, &cfg, identities).expect("the service's task API is on");
+    serve(task_service::router(api)).await
+}
+
+/// The customer API (the API function's router) serves no task route: the task API is not on
+/// the customer edge.
+async fn no_task_route(f: &Fixture) {
+    let claims = wallcrawler_contract::task_api::CLAIMS_PATH;
+    let (status, _, _) = wallcrawler_testkit::platform::raw_call_with_key(
+        &f.router,
+        &f.api_key,
+        Method::POST,
+        claims,
+        Some(json!({"waitSeconds": 0})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "POST {claims} on the API");
 }
 
 impl Pool {
@@ -348,6 +416,10 @@ async fn as_ecs_starts_it_named(
     for (k, v) in &mut env {
         if k == wallcrawler_contract::task_env::TASK_API_URL {
             *v = api.to_owned();
+        }
+        // The internal load balancer's name: here the service on loopback.
+        if k == wallcrawler_contract::task_env::TASK_API_ADDRESS {
+            *v = "127.0.0.1".to_owned();
         }
     }
     let options = TaskOptions {
@@ -500,9 +572,24 @@ async fn stack_created_in_moto_serves_a_session_through_its_gateway() {
         "{redrive} / {dlq}"
     );
 
-    // A pool task as the service would start it: the task definition's environment.
+    // The task API off the customer edge: the browser tasks reach its internal load balancer
+    // (TASK_API_ADDRESS) with TLS for the connect host's name (TASK_API_URL), and the API
+    // serves no task route.
+    let task_env: HashMap<_, _> = stack.task_env.iter().cloned().collect();
+    let connect_host = out("ConnectUrl")
+        .strip_prefix("wss://")
+        .map(|h| h.trim_end_matches('/').to_owned())
+        .unwrap();
+    assert_eq!(task_env["TASK_API_URL"], format!("https://{connect_host}"));
+    assert_eq!(task_env["TASK_API_URL"], out("TaskApiUrl"));
+    assert_eq!(task_env["TASK_API_ADDRESS"], out("TaskApiAddress"));
+    assert!(!api_vars(&stack).contains_key("TASKS_TABLE_NAME"));
+    no_task_route(&f).await;
+
+    // A pool task as the service would start it: the task definition's environment, its task
+    // API the service's.
     let pool = Pool::on_stack(f, &stack);
-    let api = serve(pool.f.router.clone()).await;
+    let api = serve_task_api(&pool.f.sdk, &stack).await;
     let (options, _) = as_ecs_starts_it(
         &pool.f,
         (moto(), &stack.name),
@@ -880,6 +967,7 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
             ("api", out("ApiFunctionName")),
             ("task", out("TaskDefinitionArn")),
             ("gateway", out("GatewayTaskDefinitionArn")),
+            ("taskApi", out("TaskApiTaskDefinitionArn")),
         ],
         &out("ContextsBucketName"),
     )
@@ -923,7 +1011,21 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
     let api = moto.sdk_config_as(role("api")).await;
     let admin = moto.sdk_config_as(limited.admin.clone()).await;
     let pool = Pool::on_stack(f.reconfigured(&api, admin, vars), &stack);
-    serve_on(api_listener, pool.f.router.clone());
+    no_task_route(&pool.f).await;
+    // The task API service with its own role's credentials.
+    let task_api = moto.sdk_config_as(role("taskApi")).await;
+    let vars = task_api_vars(&stack);
+    let cfg = wallcrawler_control_plane::aws::Config::from_source(&|k| vars.get(k).cloned())
+        .expect("a complete configuration");
+    let identities = std::sync::Arc::new(
+        wallcrawler_control_plane::aws::StsIdentities::new(&task_api).unwrap(),
+    );
+    let service = wallcrawler_control_plane::aws::build_task_api(&task_api, &cfg, identities)
+        .expect("the service's task API is on");
+    serve_on(
+        api_listener,
+        wallcrawler_control_plane::aws::task_service::router(service),
+    );
     let mut task = pool.warm_task(task_options).await;
 
     let ctx = pool.new_context().await;
