@@ -861,3 +861,98 @@ async fn the_logs_hold_task_and_session_ids_and_no_secret() {
         assert!(!text.contains(&secret), "a secret in the logs:\n{text}");
     }
 }
+
+/// `wallcrawler-control-plane task-api` with `vars` (and moto's AWS environment), on a free
+/// loopback port: the child and its base URL (from its `taskApi:` line), or its exit status
+/// and log when it ends first.
+async fn task_api_service(
+    vars: &std::collections::HashMap<&'static str, String>,
+) -> Result<(tokio::process::Child, String), (Option<i32>, String)> {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
+        .arg("task-api")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("RUST_LOG", "info")
+        .env("LOG_FORMAT", "json")
+        .envs(wallcrawler_testkit::platform::aws_env())
+        .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("TASK_API_LISTEN", "127.0.0.1:0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start wallcrawler-control-plane task-api");
+    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), out.next_line())
+        .await
+        .expect("the task API answered in time")
+        .unwrap();
+    match line.as_deref().and_then(|l| l.strip_prefix("taskApi: ")) {
+        Some(base) => Ok((child, base.to_owned())),
+        None => {
+            let done = child.wait_with_output().await.unwrap();
+            let log = String::from_utf8_lossy(&done.stderr).into_owned();
+            Err((done.status.code(), log))
+        }
+    }
+}
+
+/// The task API service as the stack runs it in gateway mode (the binary, configured by the
+/// API function's environment with the task API's variables): its health, a claim served to
+/// a task through SQS, DynamoDB and STS (moto) with the identity checked, nothing of the
+/// customer API, and a clean end on SIGTERM. Without the task API's variables it refuses to
+/// start, naming them.
+#[tokio::test]
+async fn the_task_api_service_serves_a_tasks_claim_and_nothing_else() {
+    use wallcrawler_testkit::platform::http;
+    let w = World::new(None).await;
+    let (mut child, base) = task_api_service(&w.f.vars).await.expect("it starts");
+    assert_eq!(
+        http("GET", &format!("{base}/health"), &[], vec![]).await,
+        (StatusCode::OK, "ok".to_owned())
+    );
+    let id = w.session().await;
+    let task = w.task().await;
+    let identity = identity(&task).await;
+    let headers = [
+        (IDENTITY_HEADER, identity.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let body = json!({"waitSeconds": 10}).to_string().into_bytes();
+    let (status, grant) = http("POST", &format!("{base}{CLAIMS_PATH}"), &headers, body).await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    let grant: Value = serde_json::from_str(&grant).unwrap();
+    let claim: Value = serde_json::from_str(grant["claim"].as_str().unwrap()).unwrap();
+    assert_eq!(claim["sessionId"], id.as_str(), "{grant}");
+    assert_eq!(w.marker(&task).await.as_deref(), Some(id.as_str()));
+    // No identity: the task API's own refusal; the customer API is not here.
+    let (status, body) = http("POST", &format!("{base}{CLAIMS_PATH}"), &[], vec![]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    let (status, body) = http("POST", &format!("{base}/v1/sessions"), &[], vec![]).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    // SIGTERM: it ends, with status 0.
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("it ends on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+
+    let mut without = w.f.vars.clone();
+    for name in ["TASKS_TABLE_NAME", "SESSION_ROLE_ARN", "TASK_ROLE_ARN"] {
+        without.remove(name);
+    }
+    let Err((code, log)) = task_api_service(&without).await else {
+        panic!("started without the task API's variables");
+    };
+    assert_eq!(code, Some(64), "{log}");
+    assert!(
+        log.contains(
+            "the task API needs TASKS_TABLE_NAME, SESSION_ROLE_ARN, TASK_ROLE_ARN and POOL_QUEUE_URL"
+        ),
+        "{log}"
+    );
+}
