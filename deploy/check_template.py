@@ -23,7 +23,8 @@ rest, and the dead-letter queue keeps a claim at most 4 days.
 
 The edge and the events (issue 40): one API key, and one address, may send at least 20 requests
 per second by default; the rules keyed on an address and the managed rule groups leave out the
-task API's requests and nothing else (their scope-down statements evaluated on the contract's
+task API's requests and nothing else in direct mode, nothing at all in gateway mode, whose task
+API is off the stage (their scope-down statements evaluated on the contract's
 task API routes and on customer paths made to look like them); no rule trusts a client's
 X-Forwarded-For (behind CloudFront, the address the distribution's function writes, for requests
 that carry its origin header); no sampled requests (they keep the API keys and task identities
@@ -648,7 +649,7 @@ def check_mode(t, mode, proxies=False):
     check_sweeper(t, api_env, needs)
     check_pool_scaling(t, env)
     check_session_events(t, needs)
-    check_edge(t, t["Parameters"]["EdgeCloudFront"].get("Default") == "true")
+    check_edge(t, t["Parameters"]["EdgeCloudFront"].get("Default") == "true", gateway)
 
     # --- Wiring ---------------------------------------------------------------------------
     auth = props(t, "ApiAuthorizer")
@@ -1970,7 +1971,7 @@ BODY_LIMIT_SOURCES = ("crates/contract/src/extension_archive.rs", "crates/contro
                       "crates/control-plane/src/uploads.rs")
 
 
-def check_edge(t, cloudfront):
+def check_edge(t, cloudfront, gateway=False):
     """Issue 28 item 2: the web ACL on the stage, its rules' numbers as parameters."""
     acl = props(t, "ApiWebAcl")
     check(acl.get("Scope") == "REGIONAL" and acl.get("DefaultAction") == {"Allow": {}}, "ApiWebAcl: REGIONAL, allows by default")
@@ -1981,7 +1982,7 @@ def check_edge(t, cloudfront):
         check(isinstance(r.get("Limit"), dict) and r["Limit"].get("Ref") in t["Parameters"], f"ApiWebAcl: {n}'s limit is a parameter")
         check(rules[n].get("Action") == {"Block": {}}, f"ApiWebAcl: {n} blocks")
     check_edge_sizes(t)
-    check_task_api_excluded(t, rules, cloudfront)
+    check_task_api_excluded(t, rules, cloudfront, gateway)
     check_no_sampled_headers(t, acl)
     auth = (ROOT / "crates/control-plane/src/auth.rs").read_text()
     for header in ("x-wc-api-key", "x-bb-api-key"):
@@ -2142,16 +2143,19 @@ def address_rules(rules):
     return out
 
 
-def check_task_api_excluded(t, rules, cloudfront):
-    """Item 6: no rule keyed on an address counts the task API's requests, and no managed rule
-    group sees them (all the tasks share the NAT gateway's addresses); every customer request,
-    paths made to look like the task API's among them, is still counted per address and seen by
-    every managed group. No rule trusts a client's X-Forwarded-For: an address rule keys on the
+def check_task_api_excluded(t, rules, cloudfront, gateway=False):
+    """Item 6: direct mode: no rule keyed on an address counts the task API's requests, and no
+    managed rule group sees them (all the tasks share the NAT gateway's addresses); every
+    customer request, paths made to look like the task API's among them, is still counted per
+    address and seen by every managed group. Gateway mode (Step 19 item 2): the task API is not
+    on the stage, so nothing is left out: a request on its paths is a customer's like any. No rule trusts a client's X-Forwarded-For: an address rule keys on the
     peer, or (behind CloudFront) on the header the distribution writes, only for requests that
     carry its origin header."""
     params = t["Parameters"]
     stage = params["StageName"]["Default"]
     tasks, customers = edge_requests(stage)
+    if gateway:
+        tasks, customers = [], customers + tasks
     check(len(task_api_paths()) >= 2, f"crates/contract/src/task_api.rs: the task API's routes found ({task_api_paths()})")
     by_addr = address_rules(rules)
     check(by_addr, "ApiWebAcl: a rate-based rule per client address")
@@ -2467,8 +2471,9 @@ def main():
     check_name_lengths(raw)
     check_deploy_commands(raw, deploy_docs())
     check_build_commands(raw, deploy_docs())
-    MODE[0] = "cloudfront"
-    check_edge(resolve(raw, {"EdgeCloudFront": "true"}), True)
+    for mode in modes["AllowedValues"]:
+        MODE[0] = f"{mode}, cloudfront"
+        check_edge(resolve(raw, {"EdgeCloudFront": "true", "ConnectMode": mode}), True, mode == "gateway")
     MODE[0] = ""
 
     for n in notes:

@@ -420,11 +420,12 @@ class ConditionalDependencies(unittest.TestCase):
         self.assertIn("DependsOn every method and gateway response (['InternalMethod'])", got)
 
 
-def edge_failures_of(t, cloudfront=False):
-    """check_template's session-events and edge assertions on `t`."""
+def edge_failures_of(t, cloudfront=False, gateway=True):
+    """check_template's session-events and edge assertions on `t` (resolved in gateway mode, or
+    direct mode with `gateway` false)."""
     ct.failures.clear()
     ct.check_session_events(t, lambda role, action, res: ct.check(ct.allowed(t, role, action, res), f"{role}: allows {action} on {res}"))
-    ct.check_edge(t, cloudfront)
+    ct.check_edge(t, cloudfront, gateway)
     out = list(ct.failures)
     ct.failures.clear()
     return out
@@ -577,19 +578,20 @@ def find_statement(node, kind):
     return None
 
 
-def cloudfront():
-    return ct.resolve(ct.load(ct.ROOT / "deploy/template.yaml"), {"EdgeCloudFront": "true"})
+def cloudfront(mode="gateway"):
+    return ct.resolve(ct.load(ct.ROOT / "deploy/template.yaml"), {"EdgeCloudFront": "true", "ConnectMode": mode})
 
 
 class EdgeSized(unittest.TestCase):
     """Issue 40 items 4 and 6: the rate defaults, the task API left out of the per-address rules
     and the managed groups (and nothing else with it), the address CloudFront saw, no sampled
-    headers; each widened fails."""
+    headers; each widened fails. The task API is on the stage in direct mode: these cases run
+    on the direct-mode template (gateway mode's: TaskApiOffTheEdgeOfTheWebAcl)."""
 
     def changed(self, change, cloudfront_on=False):
-        t = cloudfront() if cloudfront_on else resolved()
+        t = cloudfront("direct") if cloudfront_on else resolved("direct")
         change(t)
-        got = edge_failures_of(t, cloudfront_on)
+        got = edge_failures_of(t, cloudfront_on, gateway=False)
         self.assertTrue(got, "the changed template passed")
         return "\n".join(got)
 
@@ -689,6 +691,45 @@ class EdgeSized(unittest.TestCase):
         self.assertIn("WafLogging: redacts x-bb-api-key", got)
         self.assertIn("WafLogging: redacts x-wallcrawler-task-identity", got)
         self.assertNotIn("WafLogging: redacts x-wc-api-key", got)
+
+class TaskApiOffTheEdgeOfTheWebAcl(unittest.TestCase):
+    """Step 19 item 2: in gateway mode the task API is not on the stage, so the web ACL leaves
+    nothing out: a request on its paths is counted per address and seen by the managed groups
+    like any customer's; a rule still leaving it out fails."""
+
+    def changed(self, change, cloudfront_on=False):
+        t = cloudfront() if cloudfront_on else resolved()
+        change(t)
+        got = edge_failures_of(t, cloudfront_on)
+        self.assertTrue(got, "the changed template passed")
+        return "\n".join(got)
+
+    def test_the_template_passes(self):
+        self.assertEqual(edge_failures_of(resolved()), [])
+        self.assertEqual(edge_failures_of(cloudfront(), True), [])
+        self.assertEqual(edge_failures_of(resolved("direct"), gateway=False), [])
+        self.assertEqual(edge_failures_of(cloudfront("direct"), True, gateway=False), [])
+
+    def test_a_per_ip_rule_leaving_out_the_internal_paths_fails(self):
+        def change(t):
+            direct = rule(resolved("direct"), "rate-per-ip")["Statement"]["RateBasedStatement"]["ScopeDownStatement"]
+            rule(t, "rate-per-ip")["Statement"]["RateBasedStatement"]["ScopeDownStatement"] = direct
+        got = self.changed(change)
+        self.assertIn("ApiWebAcl: a direct POST /api/v1/internal/claims is counted once, by its peer's address ([])", got)
+
+    def test_a_managed_group_leaving_out_the_internal_paths_fails(self):
+        def change(t):
+            direct = rule(resolved("direct"), "aws-common")["Statement"]["ManagedRuleGroupStatement"]["ScopeDownStatement"]
+            rule(t, "aws-common")["Statement"]["ManagedRuleGroupStatement"]["ScopeDownStatement"] = direct
+        self.assertIn("ApiWebAcl: aws-common (AWSManagedRulesCommonRuleSet) sees POST /api/v1/internal/credentials", self.changed(change))
+
+    def test_the_viewer_rule_leaving_out_the_internal_paths_fails(self):
+        def change(t):
+            direct = rule(cloudfront("direct"), "rate-per-viewer-ip")["Statement"]["RateBasedStatement"]["ScopeDownStatement"]
+            rule(t, "rate-per-viewer-ip")["Statement"]["RateBasedStatement"]["ScopeDownStatement"] = direct
+        self.assertIn("ApiWebAcl: POST /api/v1/internal/claims through CloudFront is counted once, by the viewer's address ([])",
+                      self.changed(change, True))
+
 
 class EventsFiltered(unittest.TestCase):
     """Issue 40 item 7: the stream mapping's parallel batches and its filter (every record that
