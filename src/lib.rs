@@ -6,9 +6,9 @@
 //! - [`config`]: flags and environment variables → checked configuration (exit 64 on errors).
 //! - [`telemetry`]: logging to stderr and the proxy's Prometheus metrics.
 //! - [`auth`]: token extraction from requests and validation against the public keys
-//!   (the rules themselves live in the shared `wallcrawler-contract` crate).
-//! - [`token_cache`]: tokens whose signature was verified, remembered until their `exp` so a
-//!   reconnect skips the signature check (never the claim rules); the task's and the gateway's.
+//!   (the rules themselves live in the shared `wallcrawler-contract` crate), and the cache of
+//!   tokens whose signature was verified ([`auth::token_cache`]: a reconnect skips the
+//!   signature check, never the claim rules; the task's and the gateway's).
 //! - [`proxy`]: the listener, handshake, routing, discovery rewriting, relay and health.
 //! - [`upstream`]: the CDP endpoint behind the proxy (dialled in its network) and a tiny HTTP
 //!   client for `/json/*`.
@@ -82,7 +82,6 @@ pub mod stores;
 pub(crate) mod task_api;
 pub mod telemetry;
 pub mod tls;
-pub mod token_cache;
 pub mod upstream;
 pub mod viewer;
 

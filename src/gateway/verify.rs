@@ -4,7 +4,7 @@
 //! credential (`/viewer`, `/viewer/ws`) is checked the same way by its own rules
 //! ([`wallcrawler_contract::viewer`]): a session token is refused there, and a viewer
 //! credential on the CDP routes. A credential presented again skips the signature check
-//! ([`crate::token_cache`]); every other rule is judged at every check.
+//! ([`crate::auth::token_cache`]); every other rule is judged at every check.
 
 use std::sync::Arc;
 
@@ -13,8 +13,8 @@ use wallcrawler_contract::token::{self, Signed, Verified};
 use wallcrawler_contract::viewer::{self, ViewerVerified};
 use wallcrawler_contract::{TokenError, VerifyingKey};
 
+use crate::auth::token_cache::{Expires, TokenCache};
 use crate::auth::{AuthError, KeySource, Presented, unix_now};
-use crate::token_cache::{Expires, TokenCache};
 
 /// Checks one token for whichever session it names.
 pub trait TokenVerifier: Send + Sync + 'static {
@@ -271,7 +271,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_forged_or_rotated_out_credential_is_refused_and_not_remembered() {
-        use crate::token_cache::{SwappableKeys, tampered};
+        use crate::auth::token_cache::{SwappableKeys, tampered};
         let cache = Arc::new(TokenCache::default());
         let keys = Arc::new(SwappableKeys::new(&["k"]));
         let v = SharedKeyVerifier::new(keys.clone(), 30).with_token_cache(cache.clone());

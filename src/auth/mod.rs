@@ -4,7 +4,9 @@
 //! are present both must be valid. The keys come from a [`KeySource`], which may be a literal
 //! public key or the Secrets Manager cache of the public key secret: the controller can check
 //! tokens, never mint one. A token presented again skips the signature check
-//! ([`crate::token_cache`]); every other rule is judged at every check.
+//! ([`token_cache`]); every other rule is judged at every check.
+
+pub mod token_cache;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,7 +19,7 @@ use wallcrawler_contract::{TokenError, VerifyingKey};
 
 use http::HeaderMap;
 
-use crate::token_cache::{Expires, TokenCache};
+use token_cache::{Expires, TokenCache};
 
 /// The public keys currently accepted (the shared key cache's set).
 pub type KeySet = wallcrawler_aws::keys::KeySet<VerifyingKey>;
@@ -504,7 +506,7 @@ mod tests {
         a.check_one(&t).await.unwrap();
         // The same claims under a signature changed in one byte: another key of the cache,
         // checked in full, refused, and not remembered (each attempt is checked in full).
-        let forged = crate::token_cache::tampered(&t);
+        let forged = crate::auth::token_cache::tampered(&t);
         for n in 2..=3 {
             assert_eq!(
                 a.check_one(&forged).await,
@@ -525,7 +527,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_token_whose_key_was_rotated_out_is_refused() {
-        use crate::token_cache::SwappableKeys;
+        use crate::auth::token_cache::SwappableKeys;
         let cache = Arc::new(TokenCache::default());
         let keys = Arc::new(SwappableKeys::new(&["old"]));
         let a = cached(keys.clone(), "sess_1", &cache);

@@ -35,7 +35,7 @@ use wallcrawler_contract::token::{self, Signed, Verified};
 use wallcrawler_contract::viewer::ViewerVerified;
 use wallcrawler_contract::{TokenError, VerifyingKey};
 
-use crate::auth::{AuthError, KeySource, unix_now};
+use super::{AuthError, KeySource, unix_now};
 
 /// Tokens remembered at most at once.
 pub const CAPACITY: u64 = 10_000;
