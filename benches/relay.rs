@@ -5,6 +5,10 @@
 //! - `rtt_256B`: one 256-byte text frame there and back over an established connection.
 //! - `echo_1MiB`: one 1 MiB binary frame there and back (throughput = payload echoed).
 //! - `setup`: TCP connect + upgrade request (with a valid token) + the 101 read.
+//! - `check_token`: the proxy's token check alone ([`Authenticator::check_one`]), for the
+//!   same token again (`cached`: answered by the verified-token cache, only the claim rules
+//!   judged) and for a token never seen (`fresh`: minted outside the timed part; the Ed25519
+//!   check, then remembered).
 //!
 //! Everything runs on one current-thread runtime (client, proxy and upstream take turns on
 //! this thread), so a figure is the sum of the work along the path with no cross-thread
@@ -196,5 +200,31 @@ fn bench_relay(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_relay);
+fn bench_check_token(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let key = SigningKey::from_seed(KEY);
+    let keys: Arc<dyn KeySource> = Arc::new(StaticKeys::new(key.verifying_key().clone()));
+    let auth = Authenticator::new(keys, SESSION.to_owned(), None, 30);
+    let token = Claims::new(SESSION, "", unix_now(), 3600).mint(&key);
+    rt.block_on(auth.check_one(&token)).expect("a valid token");
+
+    let mut g = c.benchmark_group("check_token");
+    g.warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    g.bench_function("cached", |b| {
+        b.iter(|| rt.block_on(auth.check_one(std::hint::black_box(&token))))
+    });
+    g.bench_function("fresh", |b| {
+        b.iter_batched(
+            || Claims::new(SESSION, "", unix_now(), 3600).mint(&key),
+            |t| rt.block_on(auth.check_one(&t)),
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_relay, bench_check_token);
 criterion_main!(benches);

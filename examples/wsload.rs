@@ -11,7 +11,9 @@
 //!   - 256 B round-trip latency, one connection per target, targets taking turns in a fresh
 //!     random order per sample;
 //!   - connection setup (TCP connect + upgrade + 101 read), likewise, each connection closed
-//!     and its teardown awaited outside the timed part;
+//!     and its teardown awaited outside the timed part; with `--fresh-token-key`, also with a
+//!     token minted for that one connection (the same token every time can be answered from a
+//!     verified-token cache; a fresh one cannot), the two kinds taking turns with the targets;
 //!   - RSS (VmRSS, pid and children summed) with `--idle-conns` upgraded connections held idle,
 //!     and with `--idle-warm-bytes` as many again, each having echoed one message that large.
 //! - `burst`: opens `--conns` upgraded connections to one target from one address,
@@ -134,6 +136,13 @@ struct CompareArgs {
     /// Connection setups per target.
     #[arg(long, default_value_t = 2_000)]
     setup_samples: usize,
+    /// Also measure setups each with a token of its own, signed with this Ed25519 private key
+    /// (PKCS#8 PEM) for `--fresh-token-session`; the `signingKey` of `--path` is replaced.
+    #[arg(long, requires = "fresh_token_session")]
+    fresh_token_key: Option<PathBuf>,
+    /// The session of the fresh tokens.
+    #[arg(long, requires = "fresh_token_key")]
+    fresh_token_session: Option<String>,
     /// Idle connections held for the RSS figure (0 skips it).
     #[arg(long, default_value_t = 1_000)]
     idle_conns: usize,
@@ -614,12 +623,60 @@ async fn rtt(targets: &[Target], request: &[u8], samples: usize) -> Result<Vec<R
         .collect())
 }
 
-/// Connection setup samples in µs, one list per target, taken in turns (shuffled per sample).
-async fn setup(targets: &[Target], request: &[u8], samples: usize) -> Result<Vec<Vec<f64>>> {
-    let mut out = vec![Vec::with_capacity(samples); targets.len()];
-    let mut order = Order::new(targets.len());
+/// Upgrade requests each with a token of its own (minted here, before anything is timed).
+struct FreshTokens {
+    requests: std::vec::IntoIter<Vec<u8>>,
+}
+
+impl FreshTokens {
+    /// `n` requests for `path` with its `signingKey` replaced by a new token for `session`.
+    fn mint(path: &str, key_file: &std::path::Path, session: &str, n: usize) -> Result<Self> {
+        let pem = std::fs::read_to_string(key_file)
+            .with_context(|| format!("reading {}", key_file.display()))?;
+        let key = wallcrawler_contract::SigningKey::from_pem(&pem)?;
+        let (before, rest) = path
+            .split_once("signingKey=")
+            .context("--fresh-token-key needs a --path with signingKey=")?;
+        let after = rest.find('&').map_or("", |i| &rest[i..]);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs();
+        let requests = (0..n)
+            .map(|_| {
+                let token = wallcrawler_contract::Claims::new(session, "", now, 3600).mint(&key);
+                ws::upgrade_request("127.0.0.1", &format!("{before}signingKey={token}{after}"))
+            })
+            .collect::<Vec<_>>();
+        Ok(Self {
+            requests: requests.into_iter(),
+        })
+    }
+}
+
+/// Setup samples in µs of one kind, one list per target.
+type Setups = Vec<Vec<f64>>;
+
+/// Connection setup samples in µs, one list per target, taken in turns (shuffled per sample);
+/// with `fresh`, a second set whose every connection presents a token of its own, its turns
+/// shuffled in with the first's.
+async fn setup(
+    targets: &[Target],
+    request: &[u8],
+    samples: usize,
+    mut fresh: Option<FreshTokens>,
+) -> Result<(Setups, Option<Setups>)> {
+    let n = targets.len();
+    let kinds = if fresh.is_some() { 2 } else { 1 };
+    let mut out = vec![Vec::with_capacity(samples); n * kinds];
+    let mut order = Order::new(n * kinds);
     for i in 0..samples + 200 {
-        for &j in order.next() {
+        for &slot in order.next() {
+            let j = slot % n;
+            let fresh_request = match (&mut fresh, slot >= n) {
+                (Some(f), true) => Some(f.requests.next().context("out of fresh tokens")?),
+                _ => None,
+            };
+            let request = fresh_request.as_deref().unwrap_or(request);
             let start = Instant::now();
             let mut conn = targets[j]
                 .connect(request)
@@ -635,11 +692,12 @@ async fn setup(targets: &[Target], request: &[u8], samples: usize) -> Result<Vec
             })
             .await;
             if i >= 200 {
-                out[j].push(took);
+                out[slot].push(took);
             }
         }
     }
-    Ok(out)
+    let fresh_out = (kinds == 2).then(|| out.split_off(n));
+    Ok((out, fresh_out))
 }
 
 /// The order targets take their turn in, shuffled afresh for every sample: work a target
@@ -768,7 +826,16 @@ async fn compare(mut a: CompareArgs) -> Result<()> {
         "wsload: connection setups ({} per target) …",
         a.setup_samples
     );
-    let mut setups = setup(targets, &request, a.setup_samples).await?;
+    let fresh = match (&a.fresh_token_key, &a.fresh_token_session) {
+        (Some(key), Some(session)) => Some(FreshTokens::mint(
+            &a.path,
+            key,
+            session,
+            (a.setup_samples + 200) * targets.len(),
+        )?),
+        _ => None,
+    };
+    let (mut setups, mut fresh_setups) = setup(targets, &request, a.setup_samples, fresh).await?;
     let mut idles = Vec::new();
     for t in targets {
         if a.idle_conns > 0 && !t.pids.is_empty() {
@@ -819,6 +886,7 @@ async fn compare(mut a: CompareArgs) -> Result<()> {
             "rtt_256b": stats(&mut rtts[i].samples_us),
             "rtt_cpu_us_per_round_trip": rtts[i].cpu_us_per_rtt,
             "setup": stats(&mut setups[i]),
+            "setup_fresh_token": fresh_setups.as_mut().map(|f| stats(&mut f[i])),
             "idle": idles[i].as_ref().map(|x| json!({
                 "conns": a.idle_conns,
                 "rss_before_mib": x.before_kib as f64 / 1024.0,
@@ -871,7 +939,7 @@ fn print_table(doc: &Value) {
         }
     };
     type Row<'a> = (&'a str, Box<dyn Fn(&Value) -> String + 'a>);
-    let rows: Vec<Row> = vec![
+    let mut rows: Vec<Row> = vec![
         (
             "1 MiB echo, MiB/s (payload, median round)",
             Box::new(|t: &Value| cell(&t["throughput"]["mib_per_s"], 0)),
@@ -941,6 +1009,32 @@ fn print_table(doc: &Value) {
             Box::new(|t: &Value| cell(&t["idle_after_message"]["kib_per_conn"], 1)),
         ),
     ];
+    // The fresh-token setup rows, after the same-token ones, when they were measured.
+    if targets.iter().any(|t| t["setup_fresh_token"].is_object()) {
+        let fresh: Vec<Row> = vec![
+            (
+                "setup, fresh token each, p50 µs",
+                Box::new(|t: &Value| cell(&t["setup_fresh_token"]["p50_us"], 1)),
+            ),
+            (
+                "setup, fresh token each, p99 µs",
+                Box::new(|t: &Value| cell(&t["setup_fresh_token"]["p99_us"], 1)),
+            ),
+            (
+                "  added over baseline p50 µs",
+                Box::new(|t: &Value| cell(&added(t, &["setup_fresh_token", "p50_us"]), 1)),
+            ),
+            (
+                "  added over baseline p99 µs",
+                Box::new(|t: &Value| cell(&added(t, &["setup_fresh_token", "p99_us"]), 1)),
+            ),
+        ];
+        let at = rows
+            .iter()
+            .position(|(label, _)| label.starts_with("RSS before"))
+            .unwrap_or(rows.len());
+        rows.splice(at..at, fresh);
+    }
     let idle_n = targets
         .iter()
         .find_map(|t| t["idle"]["conns"].as_u64())

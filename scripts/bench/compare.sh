@@ -17,6 +17,9 @@
 #   SECS=5 ROUNDS=3     throughput seconds per target per round, and rounds
 #   CONNS=4             connections streaming 1 MiB messages at once
 #   RTT_SAMPLES=20000 SETUP_SAMPLES=2000 IDLE_CONNS=1000
+#   FRESH_TOKENS=1      also measure setups each presenting a token minted for it alone (the
+#                       proxy's verified-token cache cannot answer those; the same-token row
+#                       is a client reconnecting), in turns with the same-token ones; 0 = off
 #   BUILD=1             cargo build --release first (0 to reuse target/release)
 #   PROXY_B=PATH        also measure this wallcrawler-controller binary (target "proxy-B",
 #                       started the same way), e.g. a build from before a relay change
@@ -33,6 +36,7 @@ RTT_SAMPLES="${RTT_SAMPLES:-20000}"
 SETUP_SAMPLES="${SETUP_SAMPLES:-2000}"
 IDLE_CONNS="${IDLE_CONNS:-1000}"
 BUILD="${BUILD:-1}"
+FRESH_TOKENS="${FRESH_TOKENS:-1}"
 OUT_DIR="${OUT_DIR:-$ROOT/bench-results}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 NGINX="${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}"
@@ -166,6 +170,8 @@ NGINX_BIG_PID=$NGINX_STARTED_PID
 "$WSLOAD" wait-port "$NGINX_BIG_ADDR" || die "nginx did not start"
 
 TOKEN="$(WALLCRAWLER_JWT_PRIVATE_KEY_FILE="$KEY_FILE" "$CTL" token --session-id "$SESSION")"
+FRESH=()
+[[ "$FRESH_TOKENS" == 1 ]] && FRESH=(--fresh-token-key "$KEY_FILE" --fresh-token-session "$SESSION")
 
 # --- measure -----------------------------------------------------------------------------
 mkdir -p "$OUT_DIR"
@@ -192,6 +198,7 @@ timeout 900 "${LOAD_CPU[@]}" "$WSLOAD" compare \
   --path "/devtools/page/bench?signingKey=$TOKEN" \
   --conns "$CONNS" --secs "$SECS" --rounds "$ROUNDS" \
   --rtt-samples "$RTT_SAMPLES" --setup-samples "$SETUP_SAMPLES" --idle-conns "$IDLE_CONNS" \
+  "${FRESH[@]}" \
   --clk-tck "$(getconf CLK_TCK)" \
   --json "$OUT_DIR/compare-$STAMP.json" | tee -a "$REPORT"
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$REPORT"
