@@ -383,6 +383,32 @@ pub fn remove_stale_files(user_data_dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `wait` (Chrome's start), with Chrome's process group `pgid` raised from its background
+/// nice value to the controller's own once `hurry` fires (somebody waits on this start).
+async fn hurried<T>(
+    wait: impl Future<Output = T>,
+    pgid: Pid,
+    hurry: Option<CancellationToken>,
+) -> T {
+    tokio::pin!(wait);
+    let Some(hurry) = hurry else {
+        return wait.await;
+    };
+    tokio::select! {
+        r = &mut wait => return r,
+        () = hurry.cancelled() => {}
+    }
+    let nice = own_nice();
+    match set_group_nice(pgid, nice) {
+        Ok(()) => debug!(
+            nice,
+            "a session waits on this start: Chrome's priority raised"
+        ),
+        Err(e) => debug!(error = %e, nice, "raising Chrome's priority failed"),
+    }
+    wait.await
+}
+
 impl Chrome {
     /// Launches Chrome and waits (bounded, with backoff) until `/json/version` answers.
     pub async fn launch(opts: &LaunchOptions, tasks: &Shutdown) -> Result<Chrome, ChromeError> {
@@ -440,26 +466,10 @@ impl Chrome {
         // directory its owner is removing.
         let unready = GroupKiller(Some(pid));
         let hurry = opts.hurry.clone().filter(|_| opts.nice.is_some());
-        let ready = tokio::time::timeout(opts.ready_timeout, async {
-            let wait = chrome.wait_ready(opts);
-            tokio::pin!(wait);
-            let Some(hurry) = hurry else {
-                return wait.await;
-            };
-            tokio::select! {
-                r = &mut wait => return r,
-                () = hurry.cancelled() => {}
-            }
-            let nice = own_nice();
-            match set_group_nice(pid, nice) {
-                Ok(()) => debug!(
-                    nice,
-                    "a session waits on this start: Chrome's priority raised"
-                ),
-                Err(e) => debug!(error = %e, nice, "raising Chrome's priority failed"),
-            }
-            wait.await
-        })
+        let ready = tokio::time::timeout(
+            opts.ready_timeout,
+            hurried(chrome.wait_ready(opts), pid, hurry),
+        )
         .await;
         match ready {
             Ok(Ok(())) => {

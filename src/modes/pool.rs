@@ -271,11 +271,12 @@ async fn warm_up(
         ..launch.clone()
     };
     let opts = warm.session_options(auth, warm_launch, false, None);
-    // The ad filter (about half a second, 10 MiB) built while nobody waits, so a claim asking
-    // for blockAds does not wait for it; a failure is the asking session's to report.
-    let hop = launch.hop.clone();
+    // The ad filter (about half a second, 10 MiB) built while nobody waits (so at
+    // BACKGROUND_NICE too), so a claim asking for blockAds does not wait for it; a failure is
+    // the asking session's to report.
+    let (hop, nice) = (launch.hop.clone(), c.background_nice);
     warm.tasks.spawn(async move {
-        if let Err(e) = hop.prepare_block_ads().await {
+        if let Err(e) = hop.prepare_block_ads(nice).await {
             debug!(error = %e, "the ad filter is not ready ahead of a session");
         }
     });
@@ -596,6 +597,10 @@ impl ClaimedSession<'_> {
             // A signal: whatever the bring-up got to, the claim goes back.
             Some(Err(_)) | None => return self.handed_back(None).await,
         };
+        debug!(
+            ms = millis(claimed_at.elapsed()),
+            "bring-up: settings applied, downloads captured"
+        );
         let live_view = self.queue.live_view();
         let announced = tokio::select! {
             biased;
@@ -765,7 +770,6 @@ impl ClaimedSession<'_> {
         launch: &LaunchOptions,
     ) -> Result<(Session, Kept), Outcome> {
         let run = self.run;
-        let t0 = Instant::now();
         // A client waits on this session from now on (its Chrome, or the close of the warm one).
         session.to_foreground();
         self.protect_from_scale_in();
@@ -828,12 +832,10 @@ impl ClaimedSession<'_> {
             self.close(session).await;
             return Err(ending.into());
         }
-        debug!(ms = millis(t0.elapsed()), "bring-up: settings applied");
         session.publish();
         run.restore_session_cookies(&session.chrome).await;
         run.capture_downloads(&session, Some(&self.claim.project_id))
             .await;
-        debug!(ms = millis(t0.elapsed()), "bring-up: downloads captured");
         Ok((
             session,
             Kept {

@@ -38,8 +38,9 @@
 //! none.
 //!
 //! The engine is built once per process and list set, on a blocking thread, at the first
-//! session that asks for `blockAds` ([`shared`]; or ahead of it:
-//! [`super::Hop::prepare_block_ads`]), and shared by every connection after it. Measured with
+//! session that asks for `blockAds` ([`shared`]; or ahead of it, at the warm-up's
+//! `BACKGROUND_NICE`: [`super::Hop::prepare_block_ads`], [`shared_at`]), and shared by every
+//! connection after it. Measured with
 //! `examples/adblockbench.rs` (release build, this 2-core machine shared with other builds,
 //! three runs, 2026-12-07): both Debian lists read and built in 81-145 ms, holding 9.2-9.3 MiB
 //! more resident memory (VmRSS before and after, the lists' text freed); a host is checked in
@@ -134,6 +135,12 @@ pub enum AdBlockError {
     /// The thread building the engine failed.
     #[error("building the ad filter failed")]
     Build(#[source] tokio::task::JoinError),
+    /// No thread could be started for a background build.
+    #[error("no thread for building the ad filter")]
+    Thread(#[source] std::io::Error),
+    /// The background build's thread ended without a filter (it panicked).
+    #[error("building the ad filter stopped")]
+    Stopped,
 }
 
 /// The engine over the lists' host rules.
@@ -280,6 +287,14 @@ pub fn is_host_rule(line: &str) -> bool {
 /// and shared: every hop that names the same lists gets the same one. A failed build is not
 /// kept: the next call tries again (and reports again).
 pub async fn shared(lists: &AdLists) -> Result<Arc<AdFilter>, AdBlockError> {
+    shared_at(lists, None).await
+}
+
+/// [`shared`], a build this call starts running at `nice` (`None`: as the controller) on a
+/// thread of its own: the warm-up's build ahead of any session, which nobody waits on, yields
+/// to the sessions being driven (Linux: a thread's nice value is its own; the thread ends
+/// with the build, so no pooled thread keeps it).
+pub async fn shared_at(lists: &AdLists, nice: Option<i32>) -> Result<Arc<AdFilter>, AdBlockError> {
     type Cell = Arc<OnceCell<Arc<AdFilter>>>;
     // Only grows by the list sets a process names (one in production).
     static BUILT: Mutex<Vec<(AdLists, Cell)>> = Mutex::new(Vec::new());
@@ -297,9 +312,23 @@ pub async fn shared(lists: &AdLists) -> Result<Arc<AdFilter>, AdBlockError> {
     cell.get_or_try_init(|| {
         let lists = lists.clone();
         async move {
-            tokio::task::spawn_blocking(move || AdFilter::load(&lists).map(Arc::new))
-                .await
-                .map_err(AdBlockError::Build)?
+            let Some(nice) = nice else {
+                return tokio::task::spawn_blocking(move || AdFilter::load(&lists).map(Arc::new))
+                    .await
+                    .map_err(AdBlockError::Build)?;
+            };
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let spawned = std::thread::Builder::new()
+                .name("ad-filter".into())
+                .spawn(move || {
+                    // A miss only costs the sessions some speed.
+                    let _ = rustix::process::setpriority_process(None, nice);
+                    let _ = tx.send(AdFilter::load(&lists).map(Arc::new));
+                });
+            match spawned {
+                Ok(_) => rx.await.unwrap_or(Err(AdBlockError::Stopped)),
+                Err(e) => Err(AdBlockError::Thread(e)),
+            }
         }
     })
     .await

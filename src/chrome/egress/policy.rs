@@ -267,8 +267,9 @@ impl Hop {
     /// it later does not wait for the build (a warm pool browser's claim: 0.1-0.7 s otherwise,
     /// see [`super::ads`]); it then holds its ~9 MiB whether or not a session asks.
     /// A failure is the asking session's to report ([`Hop::set_block_ads`] tries again).
-    pub async fn prepare_block_ads(&self) -> Result<(), AdBlockError> {
-        ads::shared(&self.inner.ad_lists).await.map(drop)
+    /// Built at `nice` (a warm-up's `BACKGROUND_NICE`; `None`: the controller's own).
+    pub async fn prepare_block_ads(&self, nice: Option<i32>) -> Result<(), AdBlockError> {
+        ads::shared_at(&self.inner.ad_lists, nice).await.map(drop)
     }
 
     /// The rules in force.
@@ -433,7 +434,7 @@ mod tests {
             allowed_domains: vec![],
         })
         .unwrap();
-        hop.prepare_block_ads().await.unwrap();
+        hop.prepare_block_ads(None).await.unwrap();
         assert!(!hop.way("ads.test", 443).blocked, "off until asked");
         let before = hop.way("a.test", 443);
         hop.set_block_ads(true).await.unwrap();

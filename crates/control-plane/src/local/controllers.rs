@@ -507,7 +507,7 @@ fn idle_pool_controllers(names: &[String], busy: impl Fn(&str) -> bool) -> usize
 
 /// The `n` idle (not `busy`) pool controllers among `names` started first (by the number their
 /// name ends with: `pool-<pid>-<n>`).
-fn oldest_idle<'a>(names: &'a [String], busy: impl Fn(&str) -> bool, n: usize) -> Vec<&'a str> {
+fn oldest_idle(names: &[String], busy: impl Fn(&str) -> bool, n: usize) -> Vec<&str> {
     let mut idle: Vec<(u64, &str)> = names
         .iter()
         .filter(|name| name.starts_with(POOL_NAME) && !busy(name))
