@@ -17,7 +17,7 @@
 //!   ([`MAX_SESSION_SECONDS`]); `nbf` and `iat`, when present, not in the future — each time
 //!   check allowing `leeway` seconds of clock skew;
 //! - `iss` is `wallcrawler`; `aud` contains `cdp-access` (a string or an array) and not
-//!   `wallcrawler-viewer` (the live view's credential, [`crate::viewer`], never opens CDP);
+//!   `wallcrawler-viewer` (the live view's credential, the viewer module's, never opens CDP);
 //! - `sessionId` present and equal to the expected session, `sub` equal too when present;
 //! - `projectId` equal to the expected project when one is configured.
 //!
@@ -42,6 +42,9 @@ use serde::{Deserialize, Serialize};
 pub const ISSUER: &str = "wallcrawler";
 /// The audience the proxy requires in `aud`.
 pub const AUDIENCE: &str = "cdp-access";
+/// The audience of the live view's credential (the viewer module's `AUDIENCE`), which a session
+/// token may not name.
+pub const VIEWER_AUDIENCE: &str = "wallcrawler-viewer";
 /// Longest token the proxy will look at.
 pub const MAX_TOKEN_BYTES: usize = 4096;
 /// Default lifetime of a minted token when nothing else is said (the default session timeout).
@@ -488,7 +491,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
 pub(crate) struct Audience {
     /// It names `cdp-access` ([`AUDIENCE`]).
     pub(crate) cdp: bool,
-    /// It names `wallcrawler-viewer` ([`crate::viewer::AUDIENCE`]).
+    /// It names `wallcrawler-viewer` ([`VIEWER_AUDIENCE`]).
     pub(crate) viewer: bool,
     /// It names something else too.
     pub(crate) other: bool,
@@ -498,7 +501,7 @@ impl Audience {
     fn name(&mut self, name: &str) {
         match name {
             AUDIENCE => self.cdp = true,
-            crate::viewer::AUDIENCE => self.viewer = true,
+            VIEWER_AUDIENCE => self.viewer = true,
             _ => self.other = true,
         }
     }
@@ -529,9 +532,11 @@ impl<'de> Deserialize<'de> for Audience {
     }
 }
 
-/// The payload's claims, strings borrowed from the decoded payload where JSON allows.
+/// The registered claims every credential of ours carries (a session token's all of them, a
+/// viewer credential's beside its own), strings borrowed from the decoded payload where JSON
+/// allows.
 #[derive(Deserialize)]
-struct RawClaims<'a> {
+pub(crate) struct Registered<'a> {
     #[serde(borrow)]
     iss: Option<Cow<'a, str>>,
     #[serde(borrow)]
@@ -541,9 +546,113 @@ struct RawClaims<'a> {
     nbf: Option<f64>,
     iat: Option<f64>,
     #[serde(rename = "sessionId", borrow)]
-    session_id: Option<Cow<'a, str>>,
+    pub(crate) session_id: Option<Cow<'a, str>>,
     #[serde(rename = "projectId", borrow)]
-    project_id: Option<Cow<'a, str>>,
+    pub(crate) project_id: Option<Cow<'a, str>>,
+}
+
+impl Registered<'_> {
+    /// The time rules, then `iss`, then `aud` as `audience` accepts it: the `exp` it holds.
+    pub(crate) fn check_issued(
+        &self,
+        v: &Validation<'_>,
+        audience: impl FnOnce(&Audience) -> bool,
+    ) -> Result<f64, TokenError> {
+        let times = Times {
+            exp: self.exp,
+            nbf: self.nbf,
+            iat: self.iat,
+        };
+        let exp = check_times(times, v.now, v.leeway_seconds)?;
+        if self.iss.as_deref() != Some(ISSUER) {
+            return Err(TokenError::Issuer);
+        }
+        if !self.aud.as_ref().is_some_and(audience) {
+            return Err(TokenError::Audience);
+        }
+        Ok(exp)
+    }
+
+    /// The bindings: `sessionId` present and `v`'s session (`sub` too, when present), and
+    /// `projectId` `v`'s project when it names one.
+    pub(crate) fn check_bound(&self, v: &Validation<'_>) -> Result<(), TokenError> {
+        let session_id = self.session_id.as_deref().ok_or(TokenError::Session)?;
+        if session_id != v.session_id || self.sub.as_deref().is_some_and(|s| s != v.session_id) {
+            return Err(TokenError::Session);
+        }
+        if let Some(expected) = v.project_id
+            && self.project_id.as_deref() != Some(expected)
+        {
+            return Err(TokenError::Project);
+        }
+        Ok(())
+    }
+}
+
+/// A credential's claims as its rules judge them: a session token's ([`Registered`] alone) or
+/// a viewer credential's (the viewer module's, the registered claims and its own).
+pub(crate) trait ClaimSet<'a>: Deserialize<'a> {
+    /// What a credential that passed says.
+    type Verified;
+    /// The session it names (`sessionId`), if any.
+    fn session_id(&self) -> Option<Cow<'a, str>>;
+    /// Every claim rule, in its order, at `v`'s time and for `v`'s session.
+    fn check(self, key_index: usize, v: &Validation<'_>) -> Result<Self::Verified, TokenError>;
+}
+
+impl<'a> ClaimSet<'a> for Registered<'a> {
+    type Verified = Verified;
+
+    fn session_id(&self) -> Option<Cow<'a, str>> {
+        self.session_id.clone()
+    }
+
+    fn check(self, key_index: usize, v: &Validation<'_>) -> Result<Verified, TokenError> {
+        // Ours, and not also a viewer credential's: a token naming both was never minted.
+        let exp = self.check_issued(v, |a| a.cdp && !a.viewer)?;
+        self.check_bound(v)?;
+        Ok(Verified {
+            session_id: self.session_id.map(Cow::into_owned).unwrap_or_default(),
+            project_id: self.project_id.map(Cow::into_owned),
+            exp,
+            key_index,
+        })
+    }
+}
+
+/// `payload` (of a token whose signature the key at `key_index` matched) judged as `C` by
+/// `v`.
+pub(crate) fn judge<'a, C: ClaimSet<'a>>(
+    payload: &'a [u8],
+    key_index: usize,
+    v: &Validation<'_>,
+) -> Result<C::Verified, TokenError> {
+    let Object(claims): Object<C> =
+        serde_json::from_slice(payload).map_err(|_| TokenError::Malformed)?;
+    claims.check(key_index, v)
+}
+
+/// [`judge`] for whichever session the claims name, every other rule as it is.
+pub(crate) fn judge_any_session<'a, C: ClaimSet<'a>>(
+    payload: &'a [u8],
+    key_index: usize,
+    project_id: Option<&str>,
+    leeway_seconds: u64,
+    now: u64,
+) -> Result<C::Verified, TokenError> {
+    let Object(claims): Object<C> =
+        serde_json::from_slice(payload).map_err(|_| TokenError::Malformed)?;
+    // Bound to the credential's own session. An empty `sessionId` is bound to a name no
+    // credential carries, so the same rule refuses it (a missing one is refused by that rule
+    // anyway).
+    let session = claims.session_id().unwrap_or_default();
+    let v = Validation {
+        session_id: if session.is_empty() { "\0" } else { &session },
+        project_id,
+        leeway_seconds,
+        now,
+    };
+    claims.check(key_index, &v)
 }
 
 /// Checks `token` against `keys` and `v`. Returns what the token says once every rule holds.
@@ -553,7 +662,7 @@ pub fn validate(
     v: &Validation<'_>,
 ) -> Result<Verified, TokenError> {
     let (key_index, payload) = signature(token, keys)?;
-    check_payload(&payload, key_index, v)
+    judge::<Registered>(&payload, key_index, v)
 }
 
 /// Checks `token` against `keys` as [`validate`] does, for whichever session the token names:
@@ -570,12 +679,12 @@ pub fn validate_any_session(
     now: u64,
 ) -> Result<Verified, TokenError> {
     let (key_index, payload) = signature(token, keys)?;
-    check_payload_any_session(&payload, key_index, project_id, leeway_seconds, now)
+    judge_any_session::<Registered>(&payload, key_index, project_id, leeway_seconds, now)
 }
 
 /// A token whose signature one of the keys matched, and its payload, not yet judged by any
 /// claim rule: what [`verify_signature`] returns and [`check_signed`] (or
-/// [`crate::viewer::check_signed`]) judges. The expensive half of a check (the Ed25519
+/// the viewer module's `check_signed`) judges. The expensive half of a check (the Ed25519
 /// verification) is done once; a caller may keep this and judge it again at every use, at
 /// that use's time and for that use's session, without checking the signature again.
 ///
@@ -634,7 +743,7 @@ pub fn check_signed(
     v: &Validation<'_>,
 ) -> Result<Verified, TokenError> {
     let key_index = signed.key_index(keys).ok_or(TokenError::Signature)?;
-    check_payload(&signed.payload, key_index, v)
+    judge::<Registered>(&signed.payload, key_index, v)
 }
 
 /// [`check_signed`] for whichever session the token names, as [`validate_any_session`].
@@ -646,37 +755,7 @@ pub fn check_signed_any_session(
     now: u64,
 ) -> Result<Verified, TokenError> {
     let key_index = signed.key_index(keys).ok_or(TokenError::Signature)?;
-    check_payload_any_session(&signed.payload, key_index, project_id, leeway_seconds, now)
-}
-
-fn check_payload(
-    payload: &[u8],
-    key_index: usize,
-    v: &Validation<'_>,
-) -> Result<Verified, TokenError> {
-    let Object(claims) = serde_json::from_slice(payload).map_err(|_| TokenError::Malformed)?;
-    check_claims(claims, key_index, v)
-}
-
-fn check_payload_any_session(
-    payload: &[u8],
-    key_index: usize,
-    project_id: Option<&str>,
-    leeway_seconds: u64,
-    now: u64,
-) -> Result<Verified, TokenError> {
-    let Object(claims): Object<RawClaims<'_>> =
-        serde_json::from_slice(payload).map_err(|_| TokenError::Malformed)?;
-    // Bound to the token's own session. An empty `sessionId` is bound to a name no token
-    // carries, so the same rule refuses it (a missing one is refused by that rule anyway).
-    let session = claims.session_id.clone().unwrap_or_default();
-    let v = Validation {
-        session_id: if session.is_empty() { "\0" } else { &session },
-        project_id,
-        leeway_seconds,
-        now,
-    };
-    check_claims(claims, key_index, &v)
+    judge_any_session::<Registered>(&signed.payload, key_index, project_id, leeway_seconds, now)
 }
 
 /// Structure, header and signature; the payload is read only under a matching key. Separated so
@@ -780,44 +859,6 @@ pub(crate) fn check_times(t: Times, now: u64, leeway_seconds: u64) -> Result<f64
         return Err(TokenError::IssuedInFuture);
     }
     Ok(exp)
-}
-
-fn check_claims(
-    c: RawClaims,
-    key_index: usize,
-    v: &Validation<'_>,
-) -> Result<Verified, TokenError> {
-    let exp = check_times(
-        Times {
-            exp: c.exp,
-            nbf: c.nbf,
-            iat: c.iat,
-        },
-        v.now,
-        v.leeway_seconds,
-    )?;
-    if c.iss.as_deref() != Some(ISSUER) {
-        return Err(TokenError::Issuer);
-    }
-    // Ours, and not also a viewer credential's: a token naming both was never minted.
-    if !c.aud.is_some_and(|a| a.cdp && !a.viewer) {
-        return Err(TokenError::Audience);
-    }
-    let session_id = c.session_id.ok_or(TokenError::Session)?;
-    if session_id != v.session_id || c.sub.as_deref().is_some_and(|s| s != v.session_id) {
-        return Err(TokenError::Session);
-    }
-    if let Some(expected) = v.project_id
-        && c.project_id.as_deref() != Some(expected)
-    {
-        return Err(TokenError::Project);
-    }
-    Ok(Verified {
-        session_id: session_id.into_owned(),
-        project_id: c.project_id.map(Cow::into_owned),
-        exp,
-        key_index,
-    })
 }
 
 #[cfg(test)]
@@ -1233,7 +1274,7 @@ mod tests {
 
     #[test]
     fn payload_must_be_a_json_object() {
-        // The claims by position, in `RawClaims`' field order: serde would fill a struct from it.
+        // The claims by position, in `Registered`' field order: serde would fill a struct from it.
         let array = json!([
             ISSUER,
             "sess_a",

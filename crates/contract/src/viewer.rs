@@ -24,11 +24,12 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 use crate::token::{
-    self, Audience, ISSUER, Object, Signed, SigningKey, Times, TokenError, Validation, VerifyingKey,
+    self, ClaimSet, ISSUER, Registered, Signed, SigningKey, TokenError, Validation, VerifyingKey,
+    judge, judge_any_session,
 };
 
 /// The audience of every viewer credential, and the only one it names.
-pub const AUDIENCE: &str = "wallcrawler-viewer";
+pub const AUDIENCE: &str = token::VIEWER_AUDIENCE;
 
 /// What a viewer may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,25 +166,49 @@ impl ViewerVerified {
     }
 }
 
-/// The payload's claims, strings borrowed from the decoded payload where JSON allows.
+/// The payload's claims: the registered ones, read as a session token's are, and the viewer's
+/// own (strings borrowed from the decoded payload where JSON allows).
 #[derive(Deserialize)]
 struct RawViewerClaims<'a> {
-    #[serde(borrow)]
-    iss: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    sub: Option<Cow<'a, str>>,
-    aud: Option<Audience>,
-    exp: Option<f64>,
-    nbf: Option<f64>,
-    iat: Option<f64>,
-    #[serde(rename = "sessionId", borrow)]
-    session_id: Option<Cow<'a, str>>,
-    #[serde(rename = "projectId", borrow)]
-    project_id: Option<Cow<'a, str>>,
+    #[serde(flatten, borrow)]
+    registered: Registered<'a>,
     #[serde(borrow)]
     mode: Option<Cow<'a, str>>,
     #[serde(borrow)]
     page: Option<Cow<'a, str>>,
+}
+
+impl<'a> ClaimSet<'a> for RawViewerClaims<'a> {
+    type Verified = ViewerVerified;
+
+    fn session_id(&self) -> Option<Cow<'a, str>> {
+        self.registered.session_id.clone()
+    }
+
+    /// The claim rules, in a session token's order (time, `iss`, `aud`, session, project),
+    /// with the viewer's own shape (`mode`, `page`) checked once the audience says it is a
+    /// viewer credential.
+    fn check(self, key_index: usize, v: &Validation<'_>) -> Result<ViewerVerified, TokenError> {
+        let r = self.registered;
+        let exp = r.check_issued(v, |a| a.viewer && !a.cdp && !a.other)?;
+        let mode = self
+            .mode
+            .as_deref()
+            .and_then(Mode::from_name)
+            .ok_or(TokenError::Malformed)?;
+        if self.page.as_deref().is_some_and(|p| !is_target_id(p)) {
+            return Err(TokenError::Malformed);
+        }
+        r.check_bound(v)?;
+        Ok(ViewerVerified {
+            session_id: r.session_id.map(Cow::into_owned).unwrap_or_default(),
+            project_id: r.project_id.map(Cow::into_owned),
+            mode,
+            page: self.page.map(Cow::into_owned),
+            exp,
+            key_index,
+        })
+    }
 }
 
 /// Checks a viewer credential against `keys` and `v` (the session the route serves).
@@ -193,7 +218,7 @@ pub fn validate(
     v: &Validation<'_>,
 ) -> Result<ViewerVerified, TokenError> {
     let (key_index, payload) = token::signature(credential, keys)?;
-    check_payload(&payload, key_index, v)
+    judge::<RawViewerClaims>(&payload, key_index, v)
 }
 
 /// Checks a viewer credential as [`validate`] does, for whichever session it names: for the
@@ -207,7 +232,7 @@ pub fn validate_any_session(
     now: u64,
 ) -> Result<ViewerVerified, TokenError> {
     let (key_index, payload) = token::signature(credential, keys)?;
-    check_payload_any_session(&payload, key_index, project_id, leeway_seconds, now)
+    judge_any_session::<RawViewerClaims>(&payload, key_index, project_id, leeway_seconds, now)
 }
 
 /// The claim rules of [`validate`] on a credential whose signature was verified before
@@ -219,7 +244,7 @@ pub fn check_signed(
     v: &Validation<'_>,
 ) -> Result<ViewerVerified, TokenError> {
     let key_index = signed.key_index(keys).ok_or(TokenError::Signature)?;
-    check_payload(signed.payload(), key_index, v)
+    judge::<RawViewerClaims>(signed.payload(), key_index, v)
 }
 
 /// [`check_signed`] for whichever session the credential names, as [`validate_any_session`].
@@ -231,82 +256,13 @@ pub fn check_signed_any_session(
     now: u64,
 ) -> Result<ViewerVerified, TokenError> {
     let key_index = signed.key_index(keys).ok_or(TokenError::Signature)?;
-    check_payload_any_session(signed.payload(), key_index, project_id, leeway_seconds, now)
-}
-
-fn check_payload(
-    payload: &[u8],
-    key_index: usize,
-    v: &Validation<'_>,
-) -> Result<ViewerVerified, TokenError> {
-    let Object(claims) = serde_json::from_slice(payload).map_err(|_| TokenError::Malformed)?;
-    check_claims(claims, key_index, v)
-}
-
-fn check_payload_any_session(
-    payload: &[u8],
-    key_index: usize,
-    project_id: Option<&str>,
-    leeway_seconds: u64,
-    now: u64,
-) -> Result<ViewerVerified, TokenError> {
-    let Object(claims): Object<RawViewerClaims<'_>> =
-        serde_json::from_slice(payload).map_err(|_| TokenError::Malformed)?;
-    let session = claims.session_id.clone().unwrap_or_default();
-    let v = Validation {
-        // An empty `sessionId` is bound to a name no credential carries, so it is refused.
-        session_id: if session.is_empty() { "\0" } else { &session },
+    judge_any_session::<RawViewerClaims>(
+        signed.payload(),
+        key_index,
         project_id,
         leeway_seconds,
         now,
-    };
-    check_claims(claims, key_index, &v)
-}
-
-/// The claim rules, in a session token's order (time, `iss`, `aud`, session, project), with the
-/// viewer's own shape (`mode`, `page`) checked once the audience says it is a viewer credential.
-fn check_claims(
-    c: RawViewerClaims<'_>,
-    key_index: usize,
-    v: &Validation<'_>,
-) -> Result<ViewerVerified, TokenError> {
-    let times = Times {
-        exp: c.exp,
-        nbf: c.nbf,
-        iat: c.iat,
-    };
-    let exp = token::check_times(times, v.now, v.leeway_seconds)?;
-    if c.iss.as_deref() != Some(ISSUER) {
-        return Err(TokenError::Issuer);
-    }
-    if !c.aud.is_some_and(|a| a.viewer && !a.cdp && !a.other) {
-        return Err(TokenError::Audience);
-    }
-    let mode = c
-        .mode
-        .as_deref()
-        .and_then(Mode::from_name)
-        .ok_or(TokenError::Malformed)?;
-    if c.page.as_deref().is_some_and(|p| !is_target_id(p)) {
-        return Err(TokenError::Malformed);
-    }
-    let session_id = c.session_id.ok_or(TokenError::Session)?;
-    if session_id != v.session_id || c.sub.as_deref().is_some_and(|s| s != v.session_id) {
-        return Err(TokenError::Session);
-    }
-    if let Some(expected) = v.project_id
-        && c.project_id.as_deref() != Some(expected)
-    {
-        return Err(TokenError::Project);
-    }
-    Ok(ViewerVerified {
-        session_id: session_id.into_owned(),
-        project_id: c.project_id.map(Cow::into_owned),
-        mode,
-        page: c.page.map(Cow::into_owned),
-        exp,
-        key_index,
-    })
+    )
 }
 
 #[cfg(test)]
