@@ -258,11 +258,10 @@ fn api_vars(stack: &Stack) -> HashMap<&'static str, String> {
 /// plane's variables, each one it reads, and the container's own (its listen address and log
 /// format, asserted here).
 fn task_api_vars(stack: &Stack) -> HashMap<&'static str, String> {
-    let (own, vars): (Vec<_>, Vec<_>) = stack
-        .task_api_env
-        .iter()
-        .cloned()
-        .partition(|(k, _)| ["TASK_API_LISTEN", "LOG_FORMAT", "AWS_REGION"].contains(&k.as_str()));
+    let (own, vars): (Vec<_>, Vec<_>) =
+        stack.task_api_env.iter().cloned().partition(|(k, _)| {
+            ["TASK_API_LISTEN", "LOG_FORMAT", "AWS_REGION"].contains(&k.as_str())
+        });
     let own: HashMap<_, _> = own.into_iter().collect();
     assert_eq!(own["TASK_API_LISTEN"], "0.0.0.0:8080", "{own:?}");
     assert_eq!(own["LOG_FORMAT"], "json", "{own:?}");
@@ -1017,9 +1016,8 @@ async fn stack_serves_a_fresh_context_with_only_its_roles_permissions() {
     let vars = task_api_vars(&stack);
     let cfg = wallcrawler_control_plane::aws::Config::from_source(&|k| vars.get(k).cloned())
         .expect("a complete configuration");
-    let identities = std::sync::Arc::new(
-        wallcrawler_control_plane::aws::StsIdentities::new(&task_api).unwrap(),
-    );
+    let identities =
+        std::sync::Arc::new(wallcrawler_control_plane::aws::StsIdentities::new(&task_api).unwrap());
     let service = wallcrawler_control_plane::aws::build_task_api(&task_api, &cfg, identities)
         .expect("the service's task API is on");
     serve_on(
