@@ -1,5 +1,7 @@
 //! Token costs on the connection path: validating a typical minted token (one key, and two
-//! keys during a rotation where the second one matches) and minting one.
+//! keys during a rotation where the second one matches), the claim rules alone on a token
+//! whose signature was verified before (what a hit of the controller's verified-token cache
+//! still runs), and minting one.
 //!
 //! Keys, claims and the token are built once, outside the timed loop; `now` is fixed so the
 //! result does not depend on the clock.
@@ -9,7 +11,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use wallcrawler_contract::token::{Validation, validate};
+use wallcrawler_contract::token::{Validation, check_signed, validate, verify_signature};
 use wallcrawler_contract::{Claims, SigningKey};
 
 const NOW: u64 = 1_800_000_000;
@@ -41,6 +43,11 @@ fn bench_token(c: &mut Criterion) {
     });
     g.bench_function("validate/2_keys_second_matches", |b| {
         b.iter(|| validate(black_box(&token), black_box(&two), black_box(&v)))
+    });
+    let signed = verify_signature(&token, &one).expect("a valid token");
+    assert_eq!(check_signed(&signed, &one, &v), validate(&token, &one, &v));
+    g.bench_function("check_signed/1_key", |b| {
+        b.iter(|| check_signed(black_box(&signed), black_box(&one), black_box(&v)))
     });
     g.bench_function("mint", |b| {
         b.iter(|| black_box(&claims).mint(black_box(&key)))
