@@ -267,7 +267,7 @@ pub mod attr {
     pub const CONNECT_BASE: &str = "connectBase";
     /// `signingKey`: the session's CDP access token (a JWT). Written only by versions before
     /// the token left the item: the API mints it again when it answers
-    /// ([`crate::session_doc::SessionDoc::token_claims`]).
+    /// (`SessionDoc::token_claims`, in the session_doc module).
     pub const SIGNING_KEY: &str = "signingKey";
     /// `contextId`: the context whose profile the session uses.
     pub const CONTEXT_ID: &str = "contextId";
@@ -282,7 +282,7 @@ pub mod attr {
     /// `userMetadata`: the client's free-form JSON, kept as given.
     pub const USER_METADATA: &str = "userMetadata";
     /// `claimDeadline`: Unix seconds (a number) after which no client waits for the session's
-    /// browser any more (see [`crate::claim::ClaimWait`]); absent on items older than it.
+    /// browser any more (see `ClaimWait` in the claim module); absent on items older than it.
     pub const CLAIM_DEADLINE: &str = "claimDeadline";
 
     /// `owner`: the controller that took the session's claim (its ECS task ARN, or its
@@ -297,7 +297,7 @@ pub mod attr {
 
     /// `handoff`: the pending handoff to a person (a map: `id`, `reason`, `requestedAt`,
     /// `expiresAt`; owner-written, removed when it ends). See
-    /// [`crate::session_doc::Handoff`].
+    /// `Handoff` (the session_doc module).
     pub const HANDOFF: &str = "handoff";
 
     /// `downloadsInProgress`: downloads begun and not yet stored (a number; owner-written).
