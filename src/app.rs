@@ -25,7 +25,7 @@ use crate::upstream::{self, Endpoint, Upstream, UpstreamState};
 
 /// Why a session ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EndReason {
+pub(crate) enum EndReason {
     /// SIGTERM/SIGINT (a release in ECS).
     Signal,
     /// A client sent `Browser.close`.
@@ -53,7 +53,7 @@ pub enum EndReason {
 /// handle (SIGKILL from the OOM killer, SIGSEGV, SIGABRT) or a non-zero status is a crash.
 /// A clean exit before any client traffic reached Chrome cannot be a client's close, so it
 /// stays a crash.
-pub fn classify_exit(status: &ExitStatus, client_traffic: bool) -> EndReason {
+pub(crate) fn classify_exit(status: &ExitStatus, client_traffic: bool) -> EndReason {
     if status.success() && client_traffic {
         EndReason::ChromeExitedCleanly
     } else {
@@ -63,7 +63,7 @@ pub fn classify_exit(status: &ExitStatus, client_traffic: bool) -> EndReason {
 
 /// Failures that stop a session from starting.
 #[derive(Debug, thiserror::Error)]
-pub enum AppError {
+pub(crate) enum AppError {
     #[error("could not listen on {addr}")]
     Bind {
         addr: SocketAddr,
@@ -78,7 +78,7 @@ pub enum AppError {
 
 /// When a session without keepAlive ends for want of clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IdlePolicy {
+pub(crate) struct IdlePolicy {
     /// While no client has connected yet (`CDP_DISCONNECT_TIMEOUT`): time for the session's
     /// creator to connect.
     pub before_first_client: Duration,
@@ -89,7 +89,7 @@ pub struct IdlePolicy {
 }
 
 /// What the proxy serves with: who may connect, where it and its metrics listen, its limits.
-pub struct ProxyOptions {
+pub(crate) struct ProxyOptions {
     pub auth: Authenticator,
     pub listen: SocketAddr,
     pub metrics_addr: Option<SocketAddr>,
@@ -97,7 +97,7 @@ pub struct ProxyOptions {
 }
 
 /// Everything a Chrome-backed session needs.
-pub struct SessionOptions {
+pub(crate) struct SessionOptions {
     pub proxy: ProxyOptions,
     pub chrome: LaunchOptions,
     /// `None` = keepAlive (never idle).
@@ -113,7 +113,7 @@ pub struct SessionOptions {
 
 /// What a running session tells its owner once it is ready.
 #[derive(Debug, Clone)]
-pub struct Ready {
+pub(crate) struct Ready {
     pub proxy_addr: SocketAddr,
     pub chrome_pid: u32,
     /// The session's handoffs: given the live-view URL they hand out.
@@ -135,7 +135,7 @@ struct Serving {
 /// 128) is smaller than a burst of simultaneous connects the pending budget admits: beyond it
 /// the kernel drops the SYNs, and each such client only retries a second later. The kernel caps
 /// it at `net.core.somaxconn` (4,096 on current kernels).
-pub const LISTEN_BACKLOG: u32 = 1024;
+pub(crate) const LISTEN_BACKLOG: u32 = 1024;
 
 /// Binds `addr` with [`LISTEN_BACKLOG`]: the listener and the address it got (`addr` may ask
 /// for port 0).
@@ -210,7 +210,7 @@ impl Serving {
 
 /// A running Chrome behind the proxy. The steps are separate so the ECS task can put its own
 /// work between them (READY write, cookie export, profile upload).
-pub struct Session {
+pub(crate) struct Session {
     serving: Serving,
     pub chrome: Chrome,
     /// Chrome's egress hop (shared by its relaunches): the session's routes, `proxyBytes`.
@@ -226,7 +226,7 @@ pub struct Session {
 }
 
 /// Result of [`Session::start`].
-pub enum Started {
+pub(crate) enum Started {
     Running(Box<Session>),
     /// A signal arrived while Chrome was starting; everything is stopped again.
     Interrupted,
@@ -234,7 +234,7 @@ pub enum Started {
 
 impl Session {
     /// Binds the proxy (answering 503 until Chrome is ready), launches Chrome and waits for it.
-    pub async fn start(
+    pub(crate) async fn start(
         opts: SessionOptions,
         signal: &CancellationToken,
     ) -> Result<Started, AppError> {
@@ -247,7 +247,7 @@ impl Session {
 
     /// Like [`Self::start`], but the proxy keeps answering 503 until [`Self::publish`]: a pool
     /// controller's warm browser, serving no session yet.
-    pub async fn warm(
+    pub(crate) async fn warm(
         opts: SessionOptions,
         signal: &CancellationToken,
     ) -> Result<Started, AppError> {
@@ -279,7 +279,7 @@ impl Session {
     }
 
     /// Lets clients through to the current Chrome.
-    pub fn publish(&self) {
+    pub(crate) fn publish(&self) {
         let _ = self
             .upstream_tx
             .send(UpstreamState::Ready(Arc::new(Upstream::new(
@@ -290,29 +290,29 @@ impl Session {
 
     /// The directories the session's clients may name files in (its downloads directory
     /// among them).
-    pub fn files(&self) -> Arc<crate::proxy::guard::FileRules> {
+    pub(crate) fn files(&self) -> Arc<crate::proxy::guard::FileRules> {
         self.serving.proxy.files()
     }
 
     /// Binds the proxy's authenticator to the claimed session (once).
-    pub fn bind(&self, session_id: String, project_id: Option<String>) -> bool {
+    pub(crate) fn bind(&self, session_id: String, project_id: Option<String>) -> bool {
         self.serving.proxy.bind_session(session_id, project_id)
     }
 
     /// Where the session's uploads are brought for the browser (canonical), if anywhere.
-    pub fn uploads_dir(&self) -> Option<&std::path::Path> {
+    pub(crate) fn uploads_dir(&self) -> Option<&std::path::Path> {
         self.serving.proxy.uploads_dir()
     }
 
     /// The claimed session's idle timeout and expiry.
-    pub fn set_lifecycle(&mut self, idle: Option<IdlePolicy>, expires_at: Option<u64>) {
+    pub(crate) fn set_lifecycle(&mut self, idle: Option<IdlePolicy>, expires_at: Option<u64>) {
         self.idle = idle;
         self.expires_at = expires_at;
     }
 
     /// Starts another Chrome with `launch` (a claimed context's profile) in place of the
     /// current one, which the caller has closed. `Ok(false)`: a signal came first.
-    pub async fn relaunch(
+    pub(crate) async fn relaunch(
         &mut self,
         launch: &LaunchOptions,
         signal: &CancellationToken,
@@ -326,7 +326,7 @@ impl Session {
         }
     }
 
-    pub fn ready(&self) -> Ready {
+    pub(crate) fn ready(&self) -> Ready {
         Ready {
             proxy_addr: self.serving.addr,
             chrome_pid: self.chrome.pid(),
@@ -335,13 +335,13 @@ impl Session {
     }
 
     /// The proxy's metrics.
-    pub fn metrics(&self) -> &Arc<Metrics> {
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
         self.serving.proxy.metrics()
     }
 
     /// Bytes carried through the session's upstream proxies so far, both directions
     /// (`proxyBytes`; the CDP bytes relayed are the proxy's metrics).
-    pub fn proxy_bytes(&self) -> u64 {
+    pub(crate) fn proxy_bytes(&self) -> u64 {
         self.hop.proxied_bytes()
     }
 
@@ -349,7 +349,7 @@ impl Session {
     /// connections made before end), and its `allowedDomains` to the running Chrome's
     /// top-level navigations. An error says what could not be applied; the session must then
     /// not be served.
-    pub async fn apply_egress(
+    pub(crate) async fn apply_egress(
         &mut self,
         egress: &wallcrawler_contract::egress::Egress,
     ) -> Result<(), String> {
@@ -382,7 +382,7 @@ impl Session {
 
     /// Applies what the session asked for — its egress, then its browser settings — to the
     /// running Chrome, before any client. An error says what could not be applied.
-    pub async fn apply_asked(
+    pub(crate) async fn apply_asked(
         &mut self,
         egress: Option<&wallcrawler_contract::egress::Egress>,
         browser: Option<&wallcrawler_contract::browser::BrowserSettings>,
@@ -399,7 +399,7 @@ impl Session {
     /// Applies the browser the session asked for to the running Chrome: its viewport and
     /// locales in every page, certificate errors ignored, ads blocked in the egress hop. An
     /// error says what could not be applied; the session must then not be served.
-    pub async fn apply_browser(
+    pub(crate) async fn apply_browser(
         &mut self,
         settings: &wallcrawler_contract::browser::BrowserSettings,
     ) -> Result<(), String> {
@@ -426,7 +426,7 @@ impl Session {
     }
 
     /// Waits for whatever ends the session first.
-    pub async fn wait_end(&self, signal: &CancellationToken) -> EndReason {
+    pub(crate) async fn wait_end(&self, signal: &CancellationToken) -> EndReason {
         let events = self.serving.proxy.events();
         let clients = self.serving.proxy.clients();
         let reason = tokio::select! {
@@ -451,7 +451,7 @@ impl Session {
     }
 
     /// Stops admitting new connections: `/health` and every route answer no more.
-    pub fn stop_admitting(&self) {
+    pub(crate) fn stop_admitting(&self) {
         self.agents.cancel();
         self.serving.stop_accepting.cancel();
         let _ = self.upstream_tx.send(UpstreamState::Gone);
@@ -459,7 +459,11 @@ impl Session {
 
     /// Closes Chrome: cleanly through CDP within `budget`, or kills it after a crash. No client
     /// waits on a closing Chrome: with `BACKGROUND_NICE` it yields the CPU to live sessions.
-    pub async fn close_chrome(&self, crashed: bool, budget: Duration) -> Option<CloseOutcome> {
+    pub(crate) async fn close_chrome(
+        &self,
+        crashed: bool,
+        budget: Duration,
+    ) -> Option<CloseOutcome> {
         self.stop_admitting();
         if crashed {
             self.chrome.kill_group();
@@ -472,7 +476,7 @@ impl Session {
     }
 
     /// Chrome at `BACKGROUND_NICE` (always allowed: it only lowers the priority).
-    pub fn to_background(&self) {
+    pub(crate) fn to_background(&self) {
         if let Some(nice) = self.background_nice
             && let Err(e) = self.chrome.set_nice(nice)
         {
@@ -483,7 +487,7 @@ impl Session {
     /// Chrome back at the controller's own priority, for the session a client now waits on.
     /// Needs `CAP_SYS_NICE` when Chrome was started at a higher nice value; without it Chrome
     /// keeps that value (slower under contention, nothing else).
-    pub fn to_foreground(&self) {
+    pub(crate) fn to_foreground(&self) {
         let nice = chrome::own_nice();
         if let Err(e) = self.chrome.set_nice(nice) {
             warn!(error = %e, nice, "raising the claimed Chrome's priority back failed (needs CAP_SYS_NICE); it keeps BACKGROUND_NICE");
@@ -491,7 +495,7 @@ impl Session {
     }
 
     /// Ends every connection and the listeners.
-    pub fn finish(self) {
+    pub(crate) fn finish(self) {
         self.serving.stop();
     }
 }
@@ -513,7 +517,7 @@ async fn launch_or_signal(
 
 /// Runs a Chrome-backed session until it ends (local mode). `on_ready` is called once Chrome
 /// and the proxy both answer.
-pub async fn run_session(
+pub(crate) async fn run_session(
     opts: SessionOptions,
     signal: CancellationToken,
     on_ready: impl FnOnce(&Ready),
@@ -536,7 +540,7 @@ pub async fn run_session(
 }
 
 /// Runs the proxy alone in front of `upstream` until the root token of `tasks` is cancelled.
-pub async fn run_proxy(
+pub(crate) async fn run_proxy(
     mut opts: ProxyOptions,
     upstream_addr: SocketAddr,
     tasks: &Shutdown,
@@ -560,7 +564,7 @@ pub async fn run_proxy(
 
 /// Completes when no upgraded client has been connected for the policy's wait: the timeout
 /// while nobody has connected yet, the grace once the last client has left (never when `None`).
-pub async fn idle(mut clients: watch::Receiver<Clients>, policy: Option<IdlePolicy>) {
+pub(crate) async fn idle(mut clients: watch::Receiver<Clients>, policy: Option<IdlePolicy>) {
     let Some(policy) = policy else {
         return std::future::pending().await;
     };
@@ -585,7 +589,7 @@ pub async fn idle(mut clients: watch::Receiver<Clients>, policy: Option<IdlePoli
 }
 
 /// Completes at the given unix time (never when `None`).
-pub async fn until_unix(at: Option<u64>) {
+pub(crate) async fn until_unix(at: Option<u64>) {
     let Some(at) = at else {
         return std::future::pending().await;
     };

@@ -29,7 +29,7 @@ const LOOKUP_RETRY_BUDGET: Duration = Duration::from_secs(10);
 
 /// The announced address and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Discovered {
+pub(crate) struct Discovered {
     pub ip: String,
     pub source: &'static str,
     pub task_arn: Option<String>,
@@ -39,7 +39,7 @@ pub struct Discovered {
 
 /// Why a public address that was required could not be announced.
 #[derive(Debug, thiserror::Error)]
-pub enum PublicIpError {
+pub(crate) enum PublicIpError {
     /// The task metadata endpoint did not answer (after retries).
     #[error("the ECS task metadata endpoint did not answer")]
     NoMetadata,
@@ -59,7 +59,7 @@ pub enum PublicIpError {
 
 impl PublicIpError {
     /// The session's `terminationReason`: fixed words, no service detail.
-    pub fn reason(&self) -> String {
+    pub(crate) fn reason(&self) -> String {
         let why = match self {
             Self::Lookup(e) => format!(
                 "looking up the task's network interface failed: {}",
@@ -73,7 +73,7 @@ impl PublicIpError {
 
 /// What the task metadata says about the task.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TaskMetadata {
+pub(crate) struct TaskMetadata {
     pub task_arn: Option<String>,
     pub private_ip: Option<String>,
     /// The MAC address of the interface holding `private_ip`.
@@ -82,7 +82,7 @@ pub struct TaskMetadata {
 
 impl TaskMetadata {
     /// The task's network interface, when the metadata names both its MAC and private address.
-    pub fn interface(&self) -> Option<TaskInterface> {
+    pub(crate) fn interface(&self) -> Option<TaskInterface> {
         Some(TaskInterface {
             mac: self.mac.clone()?,
             private_ip: self.private_ip.clone()?,
@@ -92,7 +92,7 @@ impl TaskMetadata {
 
 /// Parses the v4 `/task` document: the task ARN and the first network with an IPv4 address
 /// (its MAC address with it, from the same network entry).
-pub fn parse_task_metadata(body: &[u8]) -> Option<TaskMetadata> {
+pub(crate) fn parse_task_metadata(body: &[u8]) -> Option<TaskMetadata> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
     let network = v["Containers"]
         .as_array()
@@ -187,12 +187,12 @@ async fn read_task_metadata(uri: &str) -> Result<TaskMetadata, StoreError> {
 }
 
 /// Reads the task metadata from `ECS_CONTAINER_METADATA_URI_V4` (one attempt).
-pub async fn task_metadata(uri: &str) -> Option<TaskMetadata> {
+pub(crate) async fn task_metadata(uri: &str) -> Option<TaskMetadata> {
     read_task_metadata(uri).await.ok()
 }
 
 /// [`task_metadata`] with bounded retries (what the startup self-check reads).
-pub async fn task_metadata_retried(uri: &str) -> Option<TaskMetadata> {
+pub(crate) async fn task_metadata_retried(uri: &str) -> Option<TaskMetadata> {
     read_metadata(uri, true).await
 }
 
@@ -217,7 +217,7 @@ async fn read_metadata(uri: &str, retried: bool) -> Option<TaskMetadata> {
 
 /// Decides the announced address. `required` (`PUBLIC_IP_REQUIRED`, direct mode): a public
 /// address must be found, else the error; otherwise `network` is never asked.
-pub async fn discover(
+pub(crate) async fn discover(
     override_ip: Option<IpAddr>,
     metadata_uri: Option<&str>,
     network: Option<&dyn NetworkLookup>,

@@ -23,10 +23,10 @@ use crate::stores::{StoreError, TaskProtection};
 use crate::upstream;
 
 /// The agent's longest protection: 48 hours.
-pub const MAX_MINUTES: u64 = 2_880;
+pub(crate) const MAX_MINUTES: u64 = 2_880;
 
 #[derive(Debug, Error)]
-pub enum ProtectionError {
+pub(crate) enum ProtectionError {
     #[error("ECS_AGENT_URI is not an http URL")]
     BadUri,
     #[error("the ECS agent could not be reached: {0}")]
@@ -38,7 +38,7 @@ pub enum ProtectionError {
 }
 
 /// Who protects the task.
-pub enum Protection {
+pub(crate) enum Protection {
     /// The ECS API, for the task of this ARN.
     Ecs(Arc<dyn TaskProtection>, String),
     /// The ECS agent at this URI (`ECS_AGENT_URI`).
@@ -47,7 +47,7 @@ pub enum Protection {
 
 impl Protection {
     /// Turns the task's scale-in protection on for `minutes`.
-    pub async fn protect(self, minutes: u64) -> Result<(), ProtectionError> {
+    pub(crate) async fn protect(self, minutes: u64) -> Result<(), ProtectionError> {
         match self {
             Self::Ecs(ecs, task_arn) => Ok(ecs.protect(&task_arn, minutes).await?),
             Self::Agent(uri) => protect(&uri, minutes).await,
@@ -58,7 +58,7 @@ impl Protection {
 /// Minutes of protection for a session expiring at `expires_at` (unix seconds) seen at `now`,
 /// with `margin` for the shutdown after it: rounded up, at least 1, at most [`MAX_MINUTES`].
 /// No expiry: the most the agent gives.
-pub fn minutes_until(expires_at: Option<u64>, now: u64, margin: Duration) -> u64 {
+pub(crate) fn minutes_until(expires_at: Option<u64>, now: u64, margin: Duration) -> u64 {
     match expires_at {
         None => MAX_MINUTES,
         Some(at) => at
@@ -70,7 +70,7 @@ pub fn minutes_until(expires_at: Option<u64>, now: u64, margin: Duration) -> u64
 }
 
 /// Turns the task's scale-in protection on for `minutes`.
-pub async fn protect(agent_uri: &str, minutes: u64) -> Result<(), ProtectionError> {
+pub(crate) async fn protect(agent_uri: &str, minutes: u64) -> Result<(), ProtectionError> {
     let (authority, path) = split_http_url(agent_uri).ok_or(ProtectionError::BadUri)?;
     let addr = tokio::net::lookup_host(&authority)
         .await

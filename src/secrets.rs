@@ -13,16 +13,16 @@ use crate::auth::{KeySet, KeySource};
 use crate::stores::StoreError;
 
 /// Where the public key secret comes from (Secrets Manager, or a test's fake).
-pub type SecretFetcher = dyn KeyFetcher<Key = VerifyingKey, Error = StoreError>;
+pub(crate) type SecretFetcher = dyn KeyFetcher<Key = VerifyingKey, Error = StoreError>;
 
 /// The public keys, cached.
-pub type SecretKeyCache = KeyCache<SecretFetcher>;
+pub(crate) type SecretKeyCache = KeyCache<SecretFetcher>;
 
 /// Why a fetch failed; shared by every caller waiting on the same fetch.
-pub type FetchError = wallcrawler_aws::keys::FetchError<StoreError>;
+pub(crate) type FetchError = wallcrawler_aws::keys::FetchError<StoreError>;
 
 /// A few words on a failed fetch for a stored reason (see [`StoreError::summary`]).
-pub fn summary(e: &KeyError<StoreError>) -> String {
+pub(crate) fn summary(e: &KeyError<StoreError>) -> String {
     match e {
         KeyError::Fetch(e) => e.summary(),
         other => other.to_string(),

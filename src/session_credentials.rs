@@ -24,18 +24,18 @@ use crate::stores::BoxError;
 
 /// How long before their expiry the credentials are refreshed: a call signed just before it
 /// (an archive's upload part) still has minutes to finish.
-pub const REFRESH_BEFORE: Duration = Duration::from_secs(5 * 60);
+pub(crate) const REFRESH_BEFORE: Duration = Duration::from_secs(5 * 60);
 
 /// Where fresh credentials for a session come from (the task API's credentials path).
 #[async_trait::async_trait]
-pub trait Source: Send + Sync {
+pub(crate) trait Source: Send + Sync {
     /// Fresh credentials for `session_id`.
     async fn credentials(&self, session_id: &str) -> Result<SessionCredentials, BoxError>;
 }
 
 /// The session's credentials, for the SDK (see the module's documentation). Clones share them.
 #[derive(Clone)]
-pub struct SessionCredentialsProvider {
+pub(crate) struct SessionCredentialsProvider {
     inner: Arc<Inner>,
 }
 
@@ -59,7 +59,7 @@ impl std::fmt::Debug for SessionCredentialsProvider {
 
 impl SessionCredentialsProvider {
     /// No credentials yet; fresh ones come from `source`.
-    pub fn new(source: Arc<dyn Source>) -> Self {
+    pub(crate) fn new(source: Arc<dyn Source>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 source,
@@ -69,7 +69,7 @@ impl SessionCredentialsProvider {
     }
 
     /// The credentials granted for `session_id`, from now on what every call signs with.
-    pub fn install(&self, session_id: &str, credentials: SessionCredentials) {
+    pub(crate) fn install(&self, session_id: &str, credentials: SessionCredentials) {
         let held = Held {
             session_id: session_id.to_owned(),
             credentials,

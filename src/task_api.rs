@@ -37,7 +37,7 @@ use crate::session_credentials::{self, SessionCredentialsProvider};
 use crate::stores::{BoxError, ClaimQueue, Received, StoreError};
 
 /// The largest answer read (a grant is ~2 KiB: a claim, a receipt, credentials).
-pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_ANSWER_BYTES: usize = 64 * 1024;
 /// How long a call may take beyond the claim wait it asks for (API Gateway ends a request at
 /// 29 s; a credentials call has only this).
 const CALL_MARGIN: Duration = Duration::from_secs(10);
@@ -46,7 +46,7 @@ const START_WITHIN: Duration = Duration::from_secs(30);
 
 /// Why a call to the task API failed. Never holds the identity or a credential.
 #[derive(Debug, thiserror::Error)]
-pub enum TaskApiError {
+pub(crate) enum TaskApiError {
     /// The identity could not be signed (no task role credentials).
     #[error("the task identity could not be signed")]
     Sign(#[source] BoxError),
@@ -70,7 +70,7 @@ pub enum TaskApiError {
 
 impl TaskApiError {
     /// Worth trying again soon: unreachable, slow, throttled or failing on its side.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
             Self::Unreachable(_) | Self::Timeout(_) => true,
             Self::Status(s) => *s == 429 || *s >= 500,
@@ -95,7 +95,7 @@ impl TaskApiError {
 
 /// What the claims path answered.
 #[derive(Debug)]
-pub enum ClaimAnswer {
+pub(crate) enum ClaimAnswer {
     /// A claim, its session taken for this task.
     Granted(ClaimGrant),
     /// None came in the wait (`204`).
@@ -108,7 +108,7 @@ pub enum ClaimAnswer {
 type Client = wallcrawler_aws::task_identity::HttpsClient;
 
 /// The task API at one base URL, called as the task whose role `sdk` holds.
-pub struct TaskApi {
+pub(crate) struct TaskApi {
     base: String,
     /// The task role's configuration: what the identity is signed with.
     sdk: SdkConfig,
@@ -119,7 +119,11 @@ impl TaskApi {
     /// The API at `base` (`TASK_API_URL`, no trailing `/`), reached at `address`
     /// (`TASK_API_ADDRESS`) when given, else at `base`'s host. Fails when the system's root
     /// certificates cannot be read.
-    pub fn new(base: String, address: Option<&str>, sdk: SdkConfig) -> std::io::Result<Self> {
+    pub(crate) fn new(
+        base: String,
+        address: Option<&str>,
+        sdk: SdkConfig,
+    ) -> std::io::Result<Self> {
         use wallcrawler_aws::task_identity::{Resolver, https_client_via};
         let resolver = address.map(Resolver::pinned).unwrap_or_default();
         Ok(Self {
@@ -130,7 +134,7 @@ impl TaskApi {
     }
 
     /// Waits up to `wait` (at most [`MAX_WAIT_SECONDS`]) for a claim.
-    pub async fn claim(&self, wait: Duration) -> Result<ClaimAnswer, TaskApiError> {
+    pub(crate) async fn claim(&self, wait: Duration) -> Result<ClaimAnswer, TaskApiError> {
         let wait_seconds = wait.as_secs().min(MAX_WAIT_SECONDS);
         let (status, body) = self
             .post(
@@ -148,7 +152,10 @@ impl TaskApi {
     }
 
     /// Fresh credentials for `session_id` (`403`: the session is not this task's).
-    pub async fn credentials(&self, session_id: &str) -> Result<SessionCredentials, TaskApiError> {
+    pub(crate) async fn credentials(
+        &self,
+        session_id: &str,
+    ) -> Result<SessionCredentials, TaskApiError> {
         Ok(self.credentials_grant(session_id).await?.credentials)
     }
 
@@ -167,7 +174,7 @@ impl TaskApi {
     /// A cold task's credentials for its session, installed in `into`: asked again (for at
     /// most [`START_WITHIN`]) while the API refuses (`403`: it has not written this task into
     /// the session item yet) or fails. The session's live view, when the grant carried one.
-    pub async fn credentials_at_start(
+    pub(crate) async fn credentials_at_start(
         &self,
         session_id: &str,
         into: &SessionCredentialsProvider,
@@ -239,7 +246,7 @@ impl session_credentials::Source for TaskApi {
 
 /// A pool task's claims from the task API, settled through SQS with the session's
 /// credentials (see the module's documentation).
-pub struct ApiClaims {
+pub(crate) struct ApiClaims {
     api: Arc<TaskApi>,
     credentials: SessionCredentialsProvider,
     /// The claims queue, its client signing with `credentials`: what settles a claim.
@@ -252,7 +259,7 @@ pub struct ApiClaims {
 
 impl ApiClaims {
     /// Claims from `api`, their credentials installed in `credentials`, settled by `settle`.
-    pub fn new(
+    pub(crate) fn new(
         api: Arc<TaskApi>,
         credentials: SessionCredentialsProvider,
         settle: SqsClaims,

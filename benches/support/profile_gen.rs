@@ -36,7 +36,7 @@ use std::path::Path;
 
 /// What was written.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Generated {
+pub(crate) struct Generated {
     /// Bytes of files the packer archives (the "profile data").
     pub archived_bytes: u64,
     /// Files the packer archives.
@@ -48,14 +48,14 @@ pub struct Generated {
 }
 
 /// The default profile size: 100 MiB of archived data.
-pub const DEFAULT_BYTES: u64 = 100 << 20;
+pub(crate) const DEFAULT_BYTES: u64 = 100 << 20;
 
 /// Files up to this size keep their size at any scale; bigger ones scale.
 const SMALL: u64 = 16 * 1024;
 
 /// Writes the profile into `root` (created if needed; should be empty). `archived_bytes` is
 /// the size of the archived part; the proportions stay the same at any size.
-pub fn generate(root: &Path, seed: u64, archived_bytes: u64) -> io::Result<Generated> {
+pub(crate) fn generate(root: &Path, seed: u64, archived_bytes: u64) -> io::Result<Generated> {
     let plan = plan(seed);
     let archived = plan.iter().filter(|f| f.archived);
     let small: u64 = archived
@@ -1457,14 +1457,14 @@ fn state_json(rng: &mut Rng) -> String {
 }
 
 /// SplitMix64: small, fast, deterministic.
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self(seed)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -1473,11 +1473,11 @@ impl Rng {
     }
 
     /// Uniform in `0..n` (n > 0), slightly biased, which does not matter here.
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         ((self.next() >> 32) * n) >> 32
     }
 
-    pub fn f64(&mut self) -> f64 {
+    pub(crate) fn f64(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 }

@@ -22,7 +22,7 @@ const MAX_HEAD: usize = 16 * 1024;
 const ECHO_BUFFER: usize = 64 * 1024;
 
 /// Accepts connections until the listener fails, serving each on its own task.
-pub async fn serve_echo(listener: TcpListener) {
+pub(crate) async fn serve_echo(listener: TcpListener) {
     let addr = match listener.local_addr() {
         Ok(a) => a,
         Err(_) => return,
@@ -82,7 +82,7 @@ async fn echo_connection(mut stream: TcpStream, addr: SocketAddr) -> io::Result<
 
 /// Reads into `buf` until it holds a complete HTTP head; returns the head's length (any bytes
 /// after it stay in `buf`).
-pub async fn read_head<S: AsyncRead + Unpin>(
+pub(crate) async fn read_head<S: AsyncRead + Unpin>(
     stream: &mut S,
     buf: &mut Vec<u8>,
 ) -> io::Result<usize> {
@@ -103,7 +103,7 @@ pub async fn read_head<S: AsyncRead + Unpin>(
 }
 
 /// A client's upgrade request for `path` (which may carry `?signingKey=`).
-pub fn upgrade_request(host: &str, path: &str) -> Vec<u8> {
+pub(crate) fn upgrade_request(host: &str, path: &str) -> Vec<u8> {
     format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
@@ -114,7 +114,7 @@ pub fn upgrade_request(host: &str, path: &str) -> Vec<u8> {
 /// Connects, upgrades on `path` and reads the 101. Fails on any other answer, or if the
 /// server sent frame bytes along with its 101 (the echo upstream never does).
 #[allow(dead_code)] // benches/relay.rs uses it; wsload connects through its own `Target`
-pub async fn connect_upgraded(addr: SocketAddr, request: &[u8]) -> io::Result<TcpStream> {
+pub(crate) async fn connect_upgraded(addr: SocketAddr, request: &[u8]) -> io::Result<TcpStream> {
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
     upgrade(&mut stream, request).await?;
@@ -123,7 +123,7 @@ pub async fn connect_upgraded(addr: SocketAddr, request: &[u8]) -> io::Result<Tc
 
 /// Sends the upgrade `request` on a connected stream (plain or TLS) and reads the 101, as
 /// [`connect_upgraded`] does.
-pub async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     request: &[u8],
 ) -> io::Result<()> {
@@ -150,7 +150,7 @@ pub async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// One masked client frame (FIN set) with a `len`-byte payload: a CDP-looking JSON text when
 /// `opcode` is 1 (padded with spaces), `x` bytes otherwise.
-pub fn masked_frame(opcode: u8, len: usize) -> Vec<u8> {
+pub(crate) fn masked_frame(opcode: u8, len: usize) -> Vec<u8> {
     let mask = [0x37u8, 0xfa, 0x21, 0x3d];
     let mut payload = if opcode == 1 {
         let mut p =
@@ -183,7 +183,7 @@ pub fn masked_frame(opcode: u8, len: usize) -> Vec<u8> {
 /// writing and reading at once so a frame larger than the socket buffers cannot deadlock.
 /// Both halves are polled from one future, so any stream works (a TLS stream cannot be split
 /// without a lock) at no extra cost for a plain one.
-pub async fn round_trip<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn round_trip<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     frame: &[u8],
     scratch: &mut [u8],

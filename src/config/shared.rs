@@ -9,7 +9,7 @@ use wallcrawler_contract::{SigningKey, VerifyingKey};
 use crate::proxy::admission::PendingLimits;
 use crate::proxy::proxy_header::TrustedNetworks;
 use crate::proxy::{self, Limits};
-pub use crate::telemetry::LogFormat;
+pub(super) use crate::telemetry::LogFormat;
 
 use super::*;
 

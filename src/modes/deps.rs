@@ -24,7 +24,7 @@ use crate::task_api::{ApiClaims, TaskApi, TaskApiError};
 
 /// Why the outside services of `run` could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum DepsError {
+pub(super) enum DepsError {
     /// The pool's claims directory could not be made ready.
     #[error("the claims directory {} cannot be used", dir.display())]
     ClaimsDir {
@@ -49,7 +49,7 @@ pub enum DepsError {
 /// the task API, those of the session (its item, archives, files, claim settling, scale-in
 /// protection) sign with the session's credentials; the public key secret and EC2 with the
 /// task role's.
-pub async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
+pub(super) async fn build(c: &RunConfig) -> Result<Deps, DepsError> {
     let sdk = if needs_aws(c) {
         Some(aws::sdk_config().await)
     } else {

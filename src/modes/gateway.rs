@@ -20,7 +20,7 @@ use crate::shutdown::Shutdown;
 use crate::telemetry;
 
 /// Runs the gateway until a signal.
-pub async fn run(c: GatewayConfig, tasks: Shutdown) -> Ending {
+pub(crate) async fn run(c: GatewayConfig, tasks: Shutdown) -> Ending {
     if c.exit_with_parent && !exit_with_parent() {
         info!("the process that started this one has exited already");
         return Ending::NoSession;

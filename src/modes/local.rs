@@ -20,7 +20,7 @@ use crate::session::Ending;
 use crate::shutdown::Shutdown;
 
 /// Runs `local` until it ends.
-pub async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending {
+pub(crate) async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending {
     let session_id = format!("sess_{}", uuid::Uuid::new_v4());
     // `local` mints the one token it prints, then keeps only the public key: the proxy checks
     // tokens as a task does.

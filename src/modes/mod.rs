@@ -4,10 +4,10 @@
 //! proxy alone) and `gateway` (the connect gateway).
 
 mod deps;
-pub mod gateway;
-pub mod local;
+pub(crate) mod gateway;
+pub(crate) mod local;
 mod pool;
-pub mod proxy;
+pub(crate) mod proxy;
 mod task;
 
 use std::path::PathBuf;
@@ -29,7 +29,7 @@ use crate::shutdown::Shutdown;
 
 /// `run`: the outside services and the profile directory set up, then one session's task or a
 /// pool controller, until it ends.
-pub async fn run(c: RunConfig, flags: Vec<String>, tasks: Shutdown) -> Ending {
+pub(crate) async fn run(c: RunConfig, flags: Vec<String>, tasks: Shutdown) -> Ending {
     if c.exit_with_parent && !exit_with_parent() {
         info!("the process that started this one has exited already");
         return Ending::NoSession;

@@ -84,7 +84,7 @@ enum Verdict {
 }
 
 /// Runs a pool controller until its session ends (or its idle lifetime); how it ended.
-pub async fn run(
+pub(super) async fn run(
     c: &RunConfig,
     pool: &PoolConfig,
     launch: LaunchOptions,

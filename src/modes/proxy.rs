@@ -12,7 +12,7 @@ use crate::session::Ending;
 use crate::shutdown::Shutdown;
 
 /// Runs `proxy` until a signal.
-pub async fn run(c: ProxyConfig, tasks: Shutdown) -> Ending {
+pub(crate) async fn run(c: ProxyConfig, tasks: Shutdown) -> Ending {
     let keys = match proxy_keys(&c.auth.key, &tasks).await {
         Ok(k) => k,
         Err(e) => {

@@ -20,7 +20,12 @@ use crate::shutdown::{Shutdown, Step};
 use crate::stores::{SessionRecord, Take, TakeResult, retry};
 
 /// One session's task, from the session item to its ending: start, READY, serve, end.
-pub async fn run(c: &RunConfig, launch: LaunchOptions, deps: &Deps, tasks: &Shutdown) -> Ending {
+pub(super) async fn run(
+    c: &RunConfig,
+    launch: LaunchOptions,
+    deps: &Deps,
+    tasks: &Shutdown,
+) -> Ending {
     let task_arn = match c.metadata_uri.as_deref() {
         Some(uri) => crate::public_ip::task_metadata(uri)
             .await

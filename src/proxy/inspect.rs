@@ -745,12 +745,17 @@ pub(crate) mod tests {
     use super::*;
 
     /// A masked client frame.
-    pub fn frame(opcode: u8, fin: bool, payload: &[u8]) -> Vec<u8> {
+    pub(crate) fn frame(opcode: u8, fin: bool, payload: &[u8]) -> Vec<u8> {
         frame_with(opcode, fin, payload, Some([0x37, 0xfa, 0x21, 0x3d]))
     }
 
     /// A frame, masked with `mask` or not.
-    pub fn frame_with(opcode: u8, fin: bool, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
+    pub(crate) fn frame_with(
+        opcode: u8,
+        fin: bool,
+        payload: &[u8],
+        mask: Option<[u8; 4]>,
+    ) -> Vec<u8> {
         let first = (if fin { 0x80 } else { 0 }) | opcode;
         let mut f = frame_head(first, payload.len(), mask.is_some());
         match mask {

@@ -45,7 +45,7 @@ use crate::stores::{ArchiveStore, BoxRead, DownloadsUpdate, SessionStore};
 
 /// How much a session may store.
 #[derive(Debug, Clone, Copy)]
-pub struct Caps {
+pub(crate) struct Caps {
     /// The most bytes stored in all.
     pub max_bytes: u64,
     /// The most files stored.
@@ -54,7 +54,7 @@ pub struct Caps {
 
 /// Where finished downloads go.
 #[derive(Clone)]
-pub struct Sink {
+pub(crate) struct Sink {
     /// The contexts bucket (a directory locally).
     pub store: Arc<dyn ArchiveStore>,
     /// The session's project.
@@ -65,7 +65,7 @@ pub struct Sink {
 
 /// The session item whose `downloadsInProgress` this capture keeps.
 #[derive(Clone)]
-pub struct Item {
+pub(crate) struct Item {
     /// The sessions table (a directory locally).
     pub store: Arc<dyn SessionStore>,
     /// The session's id.
@@ -97,7 +97,7 @@ struct Tally {
 }
 
 /// A running capture; [`Capture::finish`] ends it.
-pub struct Capture {
+pub(crate) struct Capture {
     /// Cancelled by `finish` once Chrome is gone (or the deadline came): the event loop ends.
     stop: CancellationToken,
     events: JoinHandle<()>,
@@ -120,7 +120,7 @@ struct Loop {
 impl Capture {
     /// Sets the browser's download behaviour to `dir` on a connection of its own and follows
     /// its downloads until [`Self::finish`].
-    pub async fn start(
+    pub(crate) async fn start(
         to: &crate::cdp::BrowserSocket,
         dir: &Path,
         sink: Sink,
@@ -168,7 +168,7 @@ impl Capture {
     /// After Chrome has closed: the events read to the end, the uploads under way finished,
     /// and `downloadsInProgress` back to 0 (a download Chrome never finished is gone with it),
     /// all within `within`.
-    pub async fn finish(self, within: Duration) {
+    pub(crate) async fn finish(self, within: Duration) {
         let deadline = tokio::time::Instant::now() + within;
         let mut events = self.events;
         if tokio::time::timeout_at(deadline, &mut events)
@@ -449,7 +449,7 @@ const MAX_STEM_BYTES: usize = 120;
 
 /// Browserbase's name for a download, `<stem>-<unix ms>.<ext>`, made one safe path component:
 /// only ASCII letters, digits, `.`, `-`, `_` (anything else becomes `_`), no leading dot.
-pub fn stored_name(suggested: &str, unix_ms: u64) -> String {
+pub(crate) fn stored_name(suggested: &str, unix_ms: u64) -> String {
     let base = suggested.rsplit(['/', '\\']).next().unwrap_or_default();
     let clean: String = base
         .chars()

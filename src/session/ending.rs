@@ -13,14 +13,14 @@ use crate::stores::{EndedUpdate, SessionStore, TerminalUpdate};
 use crate::telemetry::clip;
 
 /// Exit status of a failed run.
-pub const EXIT_FAILURE: i32 = 1;
+pub(crate) const EXIT_FAILURE: i32 = 1;
 
 /// The most a `terminationReason` holds, in bytes.
-pub const MAX_REASON_BYTES: usize = 1024;
+pub(super) const MAX_REASON_BYTES: usize = 1024;
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ending {
+pub(crate) enum Ending {
     /// The session ended as sessions do (a signal, a client's `Browser.close`, idle, Chrome
     /// closing itself cleanly): STOPPED.
     Completed,
@@ -52,14 +52,14 @@ pub enum Ending {
 
 impl Ending {
     /// A failure of the session, logged once here.
-    pub fn failed(reason: impl Into<String>) -> Self {
+    pub(crate) fn failed(reason: impl Into<String>) -> Self {
         let reason = reason.into();
         error!(reason, "session failed");
         Self::Failed { reason }
     }
 
     /// The process's exit status for this ending.
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         match self {
             Self::Failed { .. } | Self::Aborted => EXIT_FAILURE,
             _ => 0,
@@ -110,7 +110,7 @@ struct TerminalStatus<'a> {
 
 /// How a run stopped before its session was served to the end, and the bytes relayed by then.
 #[derive(Debug)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// How the run ends.
     pub ending: Ending,
     /// Bytes relayed, both directions, for `proxyBytes`.
@@ -128,7 +128,7 @@ impl From<Ending> for Outcome {
 
 /// Writes to the session item, tolerant of its absence (no table configured, or a pool
 /// controller's warm-up, which serves no session yet); each conditional on `owner` owning it.
-pub struct SessionItem<'a> {
+pub(crate) struct SessionItem<'a> {
     /// Where the item lives.
     pub store: Option<&'a dyn SessionStore>,
     /// The session's id.
@@ -141,7 +141,7 @@ impl SessionItem<'_> {
     /// The item's last writes for `ending`: its terminal status (an item already terminal
     /// keeps its own), then `proxyBytes` and `endedAt`; each within its step's deadline when
     /// the end sequence's `steps` are given.
-    pub async fn settle(&self, ending: &Ending, proxy_bytes: u64, steps: Option<&Steps>) {
+    pub(crate) async fn settle(&self, ending: &Ending, proxy_bytes: u64, steps: Option<&Steps>) {
         if let Some(t) = ending.terminal() {
             within(steps, Step::TerminalStatus, self.terminal(&t)).await;
         }
@@ -171,7 +171,7 @@ impl SessionItem<'_> {
     }
 
     /// `proxyBytes` and `endedAt`: by the session's owner, or by anyone when nobody holds it.
-    pub async fn ended(&self, proxy_bytes: u64) {
+    pub(crate) async fn ended(&self, proxy_bytes: u64) {
         let Some(store) = self.store else { return };
         let update = EndedUpdate {
             owner: self.owner,

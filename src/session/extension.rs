@@ -30,7 +30,7 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Why the session's extension was not loaded.
 #[derive(Debug, thiserror::Error)]
-pub enum ExtensionError {
+pub(super) enum ExtensionError {
     /// The controller has no contexts store to read the archive from.
     #[error("no contexts store is configured to read the extension from")]
     NoStore,
@@ -70,7 +70,7 @@ pub enum ExtensionError {
 impl ExtensionError {
     /// What the session item says: the archive's own fault in full, a service's or Chrome's
     /// in a few words (the detail is for the task log).
-    pub fn reason(&self) -> String {
+    pub(super) fn reason(&self) -> String {
         match self {
             Self::Unpack(UnpackError::Write { .. })
             | Self::Read(_)
@@ -93,7 +93,7 @@ impl ExtensionError {
 
 /// The unpacked extension's directory, removed when dropped (with the session).
 #[derive(Debug)]
-pub struct ExtensionDir {
+pub(crate) struct ExtensionDir {
     dir: PathBuf,
     /// The profile it sits beside (Chrome's, whose preferences deny it file access).
     profile: PathBuf,
@@ -107,12 +107,12 @@ impl Drop for ExtensionDir {
     }
 }
 
-pub use file_access::extension_dir;
+pub(super) use file_access::extension_dir;
 
 impl Run<'_> {
     /// The extension at `key` unpacked beside the profile; `None` without one. A failure is
     /// the session's ending (FAILED with the reason); Chrome is not touched.
-    pub async fn unpack_extension(
+    pub(crate) async fn unpack_extension(
         &self,
         key: Option<&str>,
     ) -> Result<Option<ExtensionDir>, Outcome> {
@@ -132,7 +132,7 @@ impl Run<'_> {
 
 /// Loads the unpacked extension into the running `chrome` (started on the extension's
 /// profile); its extension id, which must be the one denied file access when Chrome started.
-pub async fn load(chrome: &Chrome, ext: &ExtensionDir) -> Result<String, Ending> {
+pub(crate) async fn load(chrome: &Chrome, ext: &ExtensionDir) -> Result<String, Ending> {
     match load_checked(chrome, ext).await {
         Ok(id) => {
             info!(extension.id = %id, "extension loaded");

@@ -24,7 +24,7 @@ fn record(s: &Shown) -> Handoff {
 
 /// Keeps the item's `handoff` equal to the pending one until `stop` fires. A failed write is
 /// logged and tried again at the next change.
-pub async fn publish(
+pub(super) async fn publish(
     mut rx: watch::Receiver<Option<Shown>>,
     item: Arc<Item>,
     stop: CancellationToken,

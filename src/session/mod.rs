@@ -24,12 +24,12 @@
 //! While serving, the session's uploads are brought to the browser's disk when a client first
 //! names them ([`uploads`]); READY carries the directory they go to (`uploadsDir`).
 
-pub mod downloads;
+pub(crate) mod downloads;
 mod ending;
 mod extension;
 mod handoff;
 mod ready;
-pub mod uploads;
+pub(crate) mod uploads;
 mod watch;
 
 use std::path::{Path, PathBuf};
@@ -39,8 +39,8 @@ use std::time::{Duration, Instant};
 use tracing::{error, info, warn};
 use wallcrawler_contract::storage::SESSION_COOKIES_FILE;
 
-pub use ending::{EXIT_FAILURE, Ending, Outcome, SessionItem};
-pub use extension::{ExtensionDir, load as load_extension};
+pub(crate) use ending::{EXIT_FAILURE, Ending, Outcome, SessionItem};
+pub(crate) use extension::{ExtensionDir, load as load_extension};
 
 use crate::app::{EndReason, IdlePolicy, ProxyOptions, Session, SessionOptions};
 use crate::auth::{Authenticator, KeySource, StaticKeys};
@@ -58,14 +58,14 @@ use crate::stores::{
 /// The most the saved session cookies file may hold. Chrome keeps at most 3,300 cookies of
 /// at most 4 KiB of name and value each (about 13 MiB); as JSON with their attributes they fit
 /// in 16 MiB, so a larger file was not written by us.
-pub const MAX_SESSION_COOKIES_BYTES: u64 = 16 << 20;
+pub(crate) const MAX_SESSION_COOKIES_BYTES: u64 = 16 << 20;
 
 /// How long startup reads retry an unavailable service.
-pub const STARTUP_RETRY: Duration = Duration::from_secs(10);
+pub(crate) const STARTUP_RETRY: Duration = Duration::from_secs(10);
 
 /// The outside services a run uses, each optional.
 #[derive(Default, Clone)]
-pub struct Deps {
+pub(crate) struct Deps {
     /// Where session items live.
     pub sessions: Option<Arc<dyn SessionStore>>,
     /// Where profile archives live.
@@ -89,7 +89,7 @@ pub struct Deps {
 
 /// The profile a session starts from and whether it is saved at the end.
 #[derive(Debug, Clone, Default)]
-pub struct ContextPlan {
+pub(crate) struct ContextPlan {
     /// The archive key, when the session has a context.
     pub key: Option<String>,
     /// Whether the profile is saved again at the end.
@@ -98,7 +98,7 @@ pub struct ContextPlan {
 
 impl ContextPlan {
     /// A single-session task's plan, from its configuration.
-    pub fn from_config(c: &RunConfig) -> Self {
+    pub(crate) fn from_config(c: &RunConfig) -> Self {
         let key = match &c.context {
             ContextSource::None => None,
             ContextSource::Bucket { key, .. } | ContextSource::Directory { key, .. } => {
@@ -113,7 +113,7 @@ impl ContextPlan {
 }
 
 /// What the steps of one run share.
-pub struct Run<'a> {
+pub(crate) struct Run<'a> {
     /// The configuration of `run`.
     pub c: &'a RunConfig,
     /// The outside services.
@@ -133,7 +133,7 @@ pub struct Run<'a> {
 impl Run<'_> {
     /// The session item's last writes for how the run stopped before being served to the end;
     /// the run's ending.
-    pub async fn settle(&self, outcome: Outcome) -> Ending {
+    pub(crate) async fn settle(&self, outcome: Outcome) -> Ending {
         self.item
             .settle(&outcome.ending, outcome.proxy_bytes, None)
             .await;
@@ -142,7 +142,7 @@ impl Run<'_> {
 
     /// The session item, retried while the table is unavailable. `None` when no table is
     /// configured.
-    pub async fn load_record(&self) -> Result<Option<SessionRecord>, Outcome> {
+    pub(crate) async fn load_record(&self) -> Result<Option<SessionRecord>, Outcome> {
         let Some(store) = &self.deps.sessions else {
             return Ok(None);
         };
@@ -165,7 +165,7 @@ impl Run<'_> {
 
     /// The public keys: the literal key, or the Secrets Manager cache loaded (and refreshed,
     /// on the run's tasks, until the run ends).
-    pub async fn load_keys(&self) -> Result<Arc<dyn KeySource>, Outcome> {
+    pub(crate) async fn load_keys(&self) -> Result<Arc<dyn KeySource>, Outcome> {
         match &self.c.auth.key {
             KeyConfig::Literal(k) => Ok(Arc::new(StaticKeys::new(k.clone()))),
             KeyConfig::SecretArn(_) => {
@@ -188,7 +188,7 @@ impl Run<'_> {
     }
 
     /// Unpacks the context's archive into the profile directory.
-    pub async fn restore_profile(&self) -> Result<(), Outcome> {
+    pub(crate) async fn restore_profile(&self) -> Result<(), Outcome> {
         let (Some(key), Some(archives)) = (&self.plan.key, &self.deps.archives) else {
             return Ok(());
         };
@@ -218,7 +218,7 @@ impl Run<'_> {
     }
 
     /// The browser session's options from the configuration and the session item.
-    pub fn session_options(
+    pub(crate) fn session_options(
         &self,
         auth: Authenticator,
         launch: LaunchOptions,
@@ -259,7 +259,7 @@ impl Run<'_> {
     }
 
     /// When a session without keepAlive ends for want of clients (`None`: keepAlive, never).
-    pub fn idle_policy(&self, keep_alive: bool) -> Option<IdlePolicy> {
+    pub(crate) fn idle_policy(&self, keep_alive: bool) -> Option<IdlePolicy> {
         (!keep_alive).then_some(IdlePolicy {
             before_first_client: self.c.disconnect_timeout,
             after_last_client: self.c.disconnect_grace,
@@ -269,7 +269,7 @@ impl Run<'_> {
     /// From READY to the end: waits for whatever ends the session — the session's own events,
     /// or its item turned terminal by someone else ([`watch`]) — then runs the end sequence.
     /// The run's ending.
-    pub async fn serve_until_end(&self, session: Session) -> Ending {
+    pub(crate) async fn serve_until_end(&self, session: Session) -> Ending {
         let reason = tokio::select! {
             reason = session.wait_end(self.tasks.token()) => reason,
             () = watch::until_ended_elsewhere(self.item.store, self.item.id, self.c.item_watch) => {
@@ -327,7 +327,7 @@ impl Run<'_> {
     /// CDP connection of its own, into the proxy's downloads directory, stored under the
     /// session's prefix ([`downloads`]). A capture that cannot start is logged; the session is
     /// served without it.
-    pub async fn capture_downloads(&self, session: &Session, project_id: Option<&str>) {
+    pub(crate) async fn capture_downloads(&self, session: &Session, project_id: Option<&str>) {
         let (Some(store), Some(project_id)) = (&self.deps.files, project_id) else {
             return;
         };
@@ -362,7 +362,7 @@ impl Run<'_> {
 
     /// Puts back the session cookies a previous session saved (Chrome never writes them to
     /// disk).
-    pub async fn restore_session_cookies(&self, chrome: &Chrome) {
+    pub(crate) async fn restore_session_cookies(&self, chrome: &Chrome) {
         let Some(data) = read_saved_cookies(&self.profile).await else {
             return;
         };
@@ -470,7 +470,7 @@ async fn save_profile(
 /// uploads fetched by `fetcher` when named) and `<profile>-files/downloads` (see
 /// [`crate::proxy::guard`]). If they cannot be made, none:
 /// every path a client names is refused, which fails closed.
-pub fn session_files(
+pub(crate) fn session_files(
     user_data_dir: &std::path::Path,
     fetcher: Option<Arc<dyn crate::proxy::guard::FetchUpload>>,
 ) -> std::sync::Arc<crate::proxy::guard::FileRules> {

@@ -17,7 +17,7 @@ impl Run<'_> {
     /// Writes READY (only from a pending status) with the announced address.
     /// `Err` once the browser is closed: released when the session was released meanwhile, a
     /// failure when the address or the write failed.
-    pub async fn announce_ready(
+    pub(crate) async fn announce_ready(
         &self,
         session: Session,
         fallback_task_arn: Option<&str>,

@@ -27,14 +27,14 @@ use crate::stores::{ArchiveStore, StoreError};
 
 /// The largest upload fetched. The API takes 4 MiB per request; a file put into the bucket
 /// another way may be larger, up to this.
-pub const MAX_FETCH_BYTES: u64 = wallcrawler_contract::storage::MAX_UPLOAD_FETCH_BYTES;
+pub(crate) const MAX_FETCH_BYTES: u64 = wallcrawler_contract::storage::MAX_UPLOAD_FETCH_BYTES;
 
 /// The longest a fetch may take (the client's command waits for it).
-pub const FETCH_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Why an upload could not be brought down.
 #[derive(Debug, thiserror::Error)]
-pub enum FetchError {
+pub(crate) enum FetchError {
     /// The store failed.
     #[error("reading the upload failed")]
     Store(#[from] StoreError),
@@ -47,7 +47,7 @@ pub enum FetchError {
 }
 
 /// Fetches a session's uploads from its files store (see the module doc).
-pub struct StoreUploads {
+pub(crate) struct StoreUploads {
     store: Arc<dyn ArchiveStore>,
     runtime: tokio::runtime::Handle,
     /// `(projectId, sessionId)`, set once: at start, or when a pool controller is claimed.
@@ -56,7 +56,7 @@ pub struct StoreUploads {
 
 impl StoreUploads {
     /// Fetches from `store` on `runtime`; bound to no session yet.
-    pub fn new(store: Arc<dyn ArchiveStore>, runtime: tokio::runtime::Handle) -> Self {
+    pub(crate) fn new(store: Arc<dyn ArchiveStore>, runtime: tokio::runtime::Handle) -> Self {
         Self {
             store,
             runtime,

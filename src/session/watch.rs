@@ -18,7 +18,11 @@ use crate::stores::SessionStore;
 
 /// Completes once session `id`'s item is terminal or gone, reading it every `every` (never
 /// completes when there is no store).
-pub async fn until_ended_elsewhere(store: Option<&dyn SessionStore>, id: &str, every: Duration) {
+pub(super) async fn until_ended_elsewhere(
+    store: Option<&dyn SessionStore>,
+    id: &str,
+    every: Duration,
+) {
     let Some(store) = store else {
         return std::future::pending().await;
     };

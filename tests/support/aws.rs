@@ -4,16 +4,16 @@
 
 use std::sync::OnceLock;
 
-pub use aws_sdk_dynamodb::types::AttributeValue;
+pub(crate) use aws_sdk_dynamodb::types::AttributeValue;
 use wallcrawler_testkit::tables;
 
 /// Environment for a child process talking to moto.
-pub fn env() -> Vec<(&'static str, String)> {
+pub(crate) fn env() -> Vec<(&'static str, String)> {
     wallcrawler_testkit::child_env()
 }
 
 /// A runtime for the tests' own SDK calls.
-pub fn rt() -> &'static tokio::runtime::Runtime {
+pub(crate) fn rt() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RT.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -25,7 +25,7 @@ pub fn rt() -> &'static tokio::runtime::Runtime {
 }
 
 /// The SDK configuration for moto (built once; call outside `rt().block_on`).
-pub fn sdk() -> aws_config::SdkConfig {
+pub(crate) fn sdk() -> aws_config::SdkConfig {
     static SDK: OnceLock<aws_config::SdkConfig> = OnceLock::new();
     SDK.get_or_init(build_sdk).clone()
 }
@@ -34,11 +34,11 @@ fn build_sdk() -> aws_config::SdkConfig {
     rt().block_on(wallcrawler_testkit::sdk_config())
 }
 
-pub fn dynamo() -> aws_sdk_dynamodb::Client {
+pub(crate) fn dynamo() -> aws_sdk_dynamodb::Client {
     aws_sdk_dynamodb::Client::new(&sdk())
 }
 
-pub fn s3() -> aws_sdk_s3::Client {
+pub(crate) fn s3() -> aws_sdk_s3::Client {
     aws_sdk_s3::Client::from_conf(
         aws_sdk_s3::config::Builder::from(&sdk())
             .force_path_style(true)
@@ -46,28 +46,28 @@ pub fn s3() -> aws_sdk_s3::Client {
     )
 }
 
-pub fn secrets() -> aws_sdk_secretsmanager::Client {
+pub(crate) fn secrets() -> aws_sdk_secretsmanager::Client {
     aws_sdk_secretsmanager::Client::new(&sdk())
 }
 
-pub fn ec2() -> aws_sdk_ec2::Client {
+pub(crate) fn ec2() -> aws_sdk_ec2::Client {
     aws_sdk_ec2::Client::new(&sdk())
 }
 
-pub use wallcrawler_testkit::unique;
+pub(crate) use wallcrawler_testkit::unique;
 
 /// Creates a sessions table as the template declares it.
-pub fn create_sessions_table() -> String {
+pub(crate) fn create_sessions_table() -> String {
     let sdk = sdk();
     rt().block_on(tables::create(&sdk, &tables::SESSIONS))
 }
 
-pub fn s(v: &str) -> AttributeValue {
+pub(crate) fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
 }
 
 /// Puts a session item.
-pub fn put_session(table: &str, item: Vec<(&str, AttributeValue)>) {
+pub(crate) fn put_session(table: &str, item: Vec<(&str, AttributeValue)>) {
     let c = dynamo();
     let mut req = c.put_item().table_name(table);
     for (k, v) in item {
@@ -77,7 +77,10 @@ pub fn put_session(table: &str, item: Vec<(&str, AttributeValue)>) {
 }
 
 /// Reads a session item (strongly consistent).
-pub fn get_session(table: &str, id: &str) -> std::collections::HashMap<String, AttributeValue> {
+pub(crate) fn get_session(
+    table: &str,
+    id: &str,
+) -> std::collections::HashMap<String, AttributeValue> {
     let c = dynamo();
     let out = rt()
         .block_on(
@@ -91,24 +94,30 @@ pub fn get_session(table: &str, id: &str) -> std::collections::HashMap<String, A
     out.item().cloned().unwrap_or_default()
 }
 
-pub fn text(item: &std::collections::HashMap<String, AttributeValue>, k: &str) -> Option<String> {
+pub(crate) fn text(
+    item: &std::collections::HashMap<String, AttributeValue>,
+    k: &str,
+) -> Option<String> {
     item.get(k).and_then(|v| v.as_s().ok()).cloned()
 }
 
-pub fn number(item: &std::collections::HashMap<String, AttributeValue>, k: &str) -> Option<f64> {
+pub(crate) fn number(
+    item: &std::collections::HashMap<String, AttributeValue>,
+    k: &str,
+) -> Option<f64> {
     item.get(k)
         .and_then(|v| v.as_n().ok())
         .and_then(|n| n.parse().ok())
 }
 
-pub fn create_bucket() -> String {
+pub(crate) fn create_bucket() -> String {
     let name = unique("contexts");
     rt().block_on(s3().create_bucket().bucket(&name).send())
         .unwrap();
     name
 }
 
-pub fn put_object(bucket: &str, key: &str, body: Vec<u8>) {
+pub(crate) fn put_object(bucket: &str, key: &str, body: Vec<u8>) {
     rt().block_on(
         s3().put_object()
             .bucket(bucket)
@@ -119,7 +128,7 @@ pub fn put_object(bucket: &str, key: &str, body: Vec<u8>) {
     .unwrap();
 }
 
-pub fn get_object(bucket: &str, key: &str) -> Option<Vec<u8>> {
+pub(crate) fn get_object(bucket: &str, key: &str) -> Option<Vec<u8>> {
     let client = s3();
     rt().block_on(async move {
         let out = client
@@ -135,7 +144,7 @@ pub fn get_object(bucket: &str, key: &str) -> Option<Vec<u8>> {
 
 /// Creates a public key secret holding the public key of the key pair named `key`
 /// ([`wallcrawler_testkit::keys`]): what a controller reads. Returns its ARN.
-pub fn create_secret(key: &str) -> String {
+pub(crate) fn create_secret(key: &str) -> String {
     let name = unique("jwt");
     let out = rt()
         .block_on(
@@ -151,7 +160,7 @@ pub fn create_secret(key: &str) -> String {
 
 /// Puts the public key of `key` as the secret's new `AWSCURRENT` (the last one becomes
 /// `AWSPREVIOUS`).
-pub fn rotate_secret(arn: &str, key: &str) {
+pub(crate) fn rotate_secret(arn: &str, key: &str) {
     rt().block_on(
         secrets()
             .put_secret_value()
@@ -163,6 +172,6 @@ pub fn rotate_secret(arn: &str, key: &str) {
 }
 
 /// The public key secret's `SecretString` for the key pair named `key`.
-pub fn secret_json(key: &str) -> String {
+pub(crate) fn secret_json(key: &str) -> String {
     wallcrawler_contract::secret::public_secret_string(&wallcrawler_testkit::keys::public_key(key))
 }

@@ -13,15 +13,15 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-pub mod aws;
-pub mod upstream;
+pub(crate) mod aws;
+pub(crate) mod upstream;
 
-pub use wallcrawler_testkit::node::{node, node_output, node_spawn};
-pub use wallcrawler_testkit::{chromium, repo_root};
+pub(crate) use wallcrawler_testkit::node::{node, node_output, node_spawn};
+pub(crate) use wallcrawler_testkit::{chromium, repo_root};
 
 /// Writes session `id` (project `proj_a`) READY in the sessions directory `sessions`, its
 /// task's proxy at `task`: what a gateway over that directory routes to.
-pub fn ready_session(sessions: &Path, id: &str, task: SocketAddr) {
+pub(crate) fn ready_session(sessions: &Path, id: &str, task: SocketAddr) {
     use wallcrawler_contract::InternalStatus;
     use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
     let mut d = SessionDoc {
@@ -38,14 +38,14 @@ pub fn ready_session(sessions: &Path, id: &str, task: SocketAddr) {
 }
 
 /// Bound on any single wait in these tests (a hang guard, not a speed assertion).
-pub const WAIT: Duration = Duration::from_secs(45);
+pub(crate) const WAIT: Duration = Duration::from_secs(45);
 
 /// The name of the key pair the tests use ([`wallcrawler_testkit::keys`]): tokens are minted
 /// with its private key, controllers and gateways get [`public_key`] only.
-pub const KEY: &str = "integration-test-signing-key";
+pub(crate) const KEY: &str = "integration-test-signing-key";
 
 /// [`KEY`]'s public key, SPKI PEM (`WALLCRAWLER_JWT_PUBLIC_KEY`).
-pub fn public_key() -> &'static str {
+pub(crate) fn public_key() -> &'static str {
     static PEM: std::sync::LazyLock<String> =
         std::sync::LazyLock::new(|| wallcrawler_testkit::keys::public_pem(KEY));
     PEM.as_str()
@@ -53,7 +53,7 @@ pub fn public_key() -> &'static str {
 
 /// A file holding [`KEY`]'s private key (`WALLCRAWLER_JWT_PRIVATE_KEY_FILE` of `local` and
 /// `token`, the modes that sign).
-pub fn private_key_file() -> &'static str {
+pub(crate) fn private_key_file() -> &'static str {
     static PATH: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         let p = wallcrawler_testkit::keys::private_key_file(KEY);
         p.to_str().expect("a UTF-8 temp path").to_owned()
@@ -61,17 +61,17 @@ pub fn private_key_file() -> &'static str {
     PATH.as_str()
 }
 
-pub fn bin() -> PathBuf {
+pub(crate) fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-controller"))
 }
 
 /// A token for `session` (and `project`) signed with the private key named `key`, valid for
 /// `ttl` seconds.
-pub fn token(key: &str, session: &str, project: &str, ttl: u64) -> String {
+pub(crate) fn token(key: &str, session: &str, project: &str, ttl: u64) -> String {
     wallcrawler_testkit::keys::mint(key, session, project, now(), ttl)
 }
 
-pub fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -80,19 +80,19 @@ pub fn now() -> u64 {
 
 /// Everything a child wrote to stderr so far, shared with the reader thread.
 #[derive(Clone, Default)]
-pub struct Captured(Arc<Mutex<Vec<String>>>);
+pub(crate) struct Captured(Arc<Mutex<Vec<String>>>);
 
 impl Captured {
-    pub fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         self.0.lock().unwrap().clone()
     }
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.lines().join("\n")
     }
 }
 
 /// A running `wallcrawler-controller`.
-pub struct Controller {
+pub(crate) struct Controller {
     pub child: Child,
     pub stderr: Captured,
     /// Disconnected once stderr reached its end (see `spawn`).
@@ -108,13 +108,13 @@ pub struct Controller {
 impl Controller {
     /// Starts the binary with exactly `args` and `envs` (the test environment is cleared of
     /// the controller's own variables so nothing leaks in from the outside).
-    pub fn spawn(args: &[&str], envs: &[(&str, &str)]) -> Controller {
+    pub(crate) fn spawn(args: &[&str], envs: &[(&str, &str)]) -> Controller {
         Controller::spawn_via(&[], args, envs)
     }
 
     /// Like [`Controller::spawn`], with the binary run through `wrapper` (a command and its
     /// arguments, e.g. `setpriv --reuid=65534 …`) when it is not empty.
-    pub fn spawn_via(wrapper: &[&str], args: &[&str], envs: &[(&str, &str)]) -> Controller {
+    pub(crate) fn spawn_via(wrapper: &[&str], args: &[&str], envs: &[(&str, &str)]) -> Controller {
         let mut cmd = match wrapper.split_first() {
             Some((program, rest)) => {
                 let mut c = Command::new(program);
@@ -182,7 +182,7 @@ impl Controller {
 
     /// `local --port 0` signing with [`KEY`] (so a test mints viewer credentials), with `envs`
     /// and its metrics listener; that listener's address.
-    pub fn local_signing(envs: &[(&str, &str)]) -> (Controller, LocalSession, SocketAddr) {
+    pub(crate) fn local_signing(envs: &[(&str, &str)]) -> (Controller, LocalSession, SocketAddr) {
         let mut all = vec![
             ("METRICS_ADDR", "127.0.0.1:0"),
             ("LOG_FORMAT", "json"),
@@ -196,12 +196,12 @@ impl Controller {
     }
 
     /// `local --port 0` with real Chromium; waits for the connectUrl.
-    pub fn local(extra_args: &[&str], envs: &[(&str, &str)]) -> (Controller, LocalSession) {
+    pub(crate) fn local(extra_args: &[&str], envs: &[(&str, &str)]) -> (Controller, LocalSession) {
         Controller::local_via(&[], extra_args, envs)
     }
 
     /// [`Controller::local`] with the binary run through `wrapper` (see [`Controller::spawn_via`]).
-    pub fn local_via(
+    pub(crate) fn local_via(
         wrapper: &[&str],
         extra_args: &[&str],
         envs: &[(&str, &str)],
@@ -225,7 +225,7 @@ impl Controller {
     }
 
     /// Waits for a stdout line matching `pred`.
-    pub fn wait_stdout_line(&mut self, pred: impl Fn(&str) -> bool) -> String {
+    pub(crate) fn wait_stdout_line(&mut self, pred: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + WAIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -246,7 +246,10 @@ impl Controller {
     }
 
     /// Waits for a JSON log event matching `pred` (needs LOG_FORMAT=json).
-    pub fn wait_event(&mut self, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    pub(crate) fn wait_event(
+        &mut self,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         if let Some(e) = self.events.iter().find(|e| pred(e)) {
             return e.clone();
         }
@@ -269,7 +272,7 @@ impl Controller {
     }
 
     /// Waits for the process to exit (bounded).
-    pub fn wait_exit(&mut self) -> ExitStatus {
+    pub(crate) fn wait_exit(&mut self) -> ExitStatus {
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(s) = self.child.try_wait().unwrap() {
@@ -290,12 +293,12 @@ impl Controller {
         }
     }
 
-    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+    pub(crate) fn signal(&self, sig: nix::sys::signal::Signal) {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
     }
 
     /// The pid of the Chrome this controller launched (from its "chrome started" log line).
-    pub fn chrome_pid(&self) -> i32 {
+    pub(crate) fn chrome_pid(&self) -> i32 {
         let text = self.stderr.text();
         let re = regex_lite::Regex::new(
             r#"pid[="]+:?(\d+)[^\n]*chrome started|chrome started[^\n]*pid[=":]+(\d+)"#,
@@ -341,7 +344,7 @@ impl Drop for Controller {
 
 /// The parts of a local connectUrl.
 #[derive(Debug, Clone)]
-pub struct LocalSession {
+pub(crate) struct LocalSession {
     pub connect_url: String,
     pub addr: SocketAddr,
     pub token: String,
@@ -353,7 +356,7 @@ pub struct LocalSession {
 impl LocalSession {
     /// The parts of `ws://<addr>/?signingKey=<token>`; panics on any other shape (a URL
     /// without the `/` path among them: some clients send its empty path as is).
-    pub fn parse(url: &str) -> LocalSession {
+    pub(crate) fn parse(url: &str) -> LocalSession {
         let rest = url.strip_prefix("ws://").expect("ws url");
         let (hostport, query) = rest
             .split_once("/?")
@@ -370,16 +373,16 @@ impl LocalSession {
         }
     }
 
-    pub fn ws_url(&self) -> String {
+    pub(crate) fn ws_url(&self) -> String {
         format!("ws://{}", self.addr)
     }
 
-    pub fn http_url(&self) -> String {
+    pub(crate) fn http_url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// `client` (tests/node/drive.mjs) at `url`, the token in an `Authorization` header.
-    pub fn drive_with_bearer(&self, client: &str, url: &str) -> serde_json::Value {
+    pub(crate) fn drive_with_bearer(&self, client: &str, url: &str) -> serde_json::Value {
         node(
             "drive.mjs",
             &["--client", client, "--url", url, "--bearer", &self.token],
@@ -389,7 +392,7 @@ impl LocalSession {
     /// A live-view credential for this session in `mode` (`view` or `control`), for one
     /// `page` when given, signed with [`KEY`] (the key of a [`Controller::local_signing`]),
     /// valid for ten minutes.
-    pub fn viewer_credential(&self, mode: &str, page: Option<&str>) -> String {
+    pub(crate) fn viewer_credential(&self, mode: &str, page: Option<&str>) -> String {
         let from = now();
         wallcrawler_testkit::keys::mint_viewer(
             KEY,
@@ -403,7 +406,7 @@ impl LocalSession {
     /// Runs `script` (tests/node) on this session: `--url` its connectUrl, `--session` its id,
     /// `--mint`/`--key-file` to mint viewer credentials with `wallcrawler-controller token
     /// --viewer` and [`KEY`], `--chrome` the viewer's browser, then `extra`; asserts `ok`.
-    pub fn node_viewer(&self, script: &str, extra: &[&str]) -> serde_json::Value {
+    pub(crate) fn node_viewer(&self, script: &str, extra: &[&str]) -> serde_json::Value {
         let (chrome, mint, session) = (chromium(), bin(), self.session_id());
         let mut args = vec![
             "--url",
@@ -426,7 +429,7 @@ impl LocalSession {
     }
 
     /// The session id inside the local token.
-    pub fn session_id(&self) -> String {
+    pub(crate) fn session_id(&self) -> String {
         use base64::Engine;
         let payload = self.token.split('.').nth(1).unwrap();
         let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -439,7 +442,7 @@ impl LocalSession {
 
 /// Sends `request` to `addr` and returns the socket once the answer's head arrived (read
 /// byte by byte: a 101 keeps the socket open), with that head.
-pub fn first_head(addr: SocketAddr, request: &[u8]) -> (std::net::TcpStream, String) {
+pub(crate) fn first_head(addr: SocketAddr, request: &[u8]) -> (std::net::TcpStream, String) {
     use std::io::{Read as _, Write as _};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(WAIT)).unwrap();
@@ -455,7 +458,7 @@ pub fn first_head(addr: SocketAddr, request: &[u8]) -> (std::net::TcpStream, Str
 
 /// A viewer's socket (`/viewer/ws`), and the messages it reads until `until` matches one
 /// (returned too, frames' data elided).
-pub fn viewer_read_until(
+pub(crate) fn viewer_read_until(
     ws: &mut tokio_tungstenite::tungstenite::WebSocket<std::net::TcpStream>,
     mut until: impl FnMut(&serde_json::Value) -> bool,
 ) -> Vec<serde_json::Value> {
@@ -483,14 +486,14 @@ pub fn viewer_read_until(
 /// What a new viewer is sent first: a non-empty tab list, a JPEG frame, and the handoff
 /// banner's state, which must be "none pending".
 #[derive(Default)]
-pub struct ViewerStart {
+pub(crate) struct ViewerStart {
     pub tabs: bool,
     pub frame: bool,
 }
 
 impl ViewerStart {
     /// Notes `v`; `false` when it is none of those messages (the caller's to judge).
-    pub fn note(&mut self, v: &serde_json::Value) -> bool {
+    pub(crate) fn note(&mut self, v: &serde_json::Value) -> bool {
         match v["type"].as_str() {
             Some("tabs") => self.tabs = !v["tabs"].as_array().unwrap().is_empty(),
             Some("frame") => {
@@ -503,14 +506,14 @@ impl ViewerStart {
     }
 
     /// Whether both the tabs and a frame came.
-    pub fn both(&self) -> bool {
+    pub(crate) fn both(&self) -> bool {
         self.tabs && self.frame
     }
 }
 
 /// One raw HTTP exchange: sends `request` bytes, reads until the server closes (bounded).
 /// Returns the whole answer as text.
-pub fn raw_http(addr: SocketAddr, request: &[u8]) -> String {
+pub(crate) fn raw_http(addr: SocketAddr, request: &[u8]) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(WAIT)).unwrap();
     s.write_all(request).unwrap();
@@ -520,7 +523,7 @@ pub fn raw_http(addr: SocketAddr, request: &[u8]) -> String {
 }
 
 /// Status code of an HTTP answer.
-pub fn status_of(answer: &str) -> u16 {
+pub(crate) fn status_of(answer: &str) -> u16 {
     answer
         .split_whitespace()
         .nth(1)
@@ -529,7 +532,7 @@ pub fn status_of(answer: &str) -> u16 {
 }
 
 /// A WebSocket upgrade request for `path` with the given extra header lines.
-pub fn upgrade_request(path: &str, host: &str, extra: &[&str]) -> Vec<u8> {
+pub(crate) fn upgrade_request(path: &str, host: &str, extra: &[&str]) -> Vec<u8> {
     let mut r = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
     );
@@ -542,7 +545,7 @@ pub fn upgrade_request(path: &str, host: &str, extra: &[&str]) -> Vec<u8> {
 }
 
 /// Chrome processes whose command line mentions `needle`.
-pub fn processes_with(needle: &str) -> Vec<i32> {
+pub(crate) fn processes_with(needle: &str) -> Vec<i32> {
     let mut pids = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
@@ -560,7 +563,7 @@ pub fn processes_with(needle: &str) -> Vec<i32> {
 }
 
 /// The user-data-dir of the Chrome with `pid`.
-pub fn user_data_dir_of(pid: i32) -> String {
+pub(crate) fn user_data_dir_of(pid: i32) -> String {
     let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
     String::from_utf8_lossy(&cmd)
         .split('\0')
@@ -569,11 +572,11 @@ pub fn user_data_dir_of(pid: i32) -> String {
 }
 
 /// The session id the proxy-mode tests serve.
-pub const SESSION: &str = "sess_11111111-2222-3333-4444-555555555555";
+pub(crate) const SESSION: &str = "sess_11111111-2222-3333-4444-555555555555";
 
 /// `proxy --listen 127.0.0.1:0 --upstream <upstream>` for [`SESSION`] signed by [`KEY`];
 /// returns the controller and the address it listens on.
-pub fn proxy(upstream: SocketAddr, envs: &[(&str, &str)]) -> (Controller, SocketAddr) {
+pub(crate) fn proxy(upstream: SocketAddr, envs: &[(&str, &str)]) -> (Controller, SocketAddr) {
     let up = upstream.to_string();
     let mut all = vec![
         ("SESSION_ID", SESSION),
@@ -598,7 +601,7 @@ pub fn proxy(upstream: SocketAddr, envs: &[(&str, &str)]) -> (Controller, Socket
 /// A stand-in for the ECS task metadata v4 endpoint: answers every GET with a task document
 /// naming `task_arn`, and `private_ip` with the interface's MAC address `mac`. Returns the
 /// `ECS_CONTAINER_METADATA_URI_V4` value.
-pub fn task_metadata_server(task_arn: &str, private_ip: &str, mac: &str) -> String {
+pub(crate) fn task_metadata_server(task_arn: &str, private_ip: &str, mac: &str) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let body = serde_json::json!({
@@ -625,7 +628,7 @@ pub fn task_metadata_server(task_arn: &str, private_ip: &str, mac: &str) -> Stri
 
 /// `wallcrawler-controller run` with JSON logs, real Chromium on free ports, no metrics, the
 /// local AWS, and `envs` on top.
-pub fn run_task(envs: &[(&str, &str)]) -> Controller {
+pub(crate) fn run_task(envs: &[(&str, &str)]) -> Controller {
     let chrome = chromium();
     let aws = aws::env();
     let mut all: Vec<(&str, &str)> = vec![
@@ -646,7 +649,7 @@ pub fn run_task(envs: &[(&str, &str)]) -> Controller {
 /// `n` connections to `addr` at once, each sending `request` (an upgrade) as soon as it is
 /// connected, all before the first answer is read; asserts every one got 101 and is a working
 /// CDP connection to a browser (`Browser.getVersion`).
-pub fn burst_of_upgrades(addr: SocketAddr, request: &[u8], n: usize) {
+pub(crate) fn burst_of_upgrades(addr: SocketAddr, request: &[u8], n: usize) {
     use tokio_tungstenite::tungstenite::{self, Message};
     let mut conns: Vec<TcpStream> = (0..n)
         .map(|_| {
@@ -692,7 +695,11 @@ pub fn burst_of_upgrades(addr: SocketAddr, request: &[u8], n: usize) {
 
 /// `wallcrawler-controller gateway` over the session documents in `sessions`, listening on
 /// `listen`, with `envs` on top; its bound address (read from its `listen:` line).
-pub fn gateway(sessions: &Path, listen: &str, envs: &[(&str, &str)]) -> (Controller, SocketAddr) {
+pub(crate) fn gateway(
+    sessions: &Path,
+    listen: &str,
+    envs: &[(&str, &str)],
+) -> (Controller, SocketAddr) {
     let dir = sessions.display().to_string();
     let mut all = vec![
         ("SESSIONS_DIR", dir.as_str()),

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, mpsc};
 
 /// What happened at the fake upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UpEvent {
+pub(crate) enum UpEvent {
     /// A WebSocket connection was accepted (its request head).
     Upgraded(String),
     /// A WebSocket connection's peer (the proxy) closed it.
@@ -17,7 +17,7 @@ pub enum UpEvent {
 }
 
 /// A fake CDP endpoint on 127.0.0.1:0.
-pub struct FakeUpstream {
+pub(crate) struct FakeUpstream {
     pub addr: SocketAddr,
     /// TCP connections accepted (any request).
     pub connections: Arc<AtomicUsize>,
@@ -27,18 +27,18 @@ pub struct FakeUpstream {
 }
 
 /// Runs after the 101 answer on each WebSocket connection.
-pub type Handler = Arc<dyn Fn(&mut TcpStream) -> io::Result<()> + Send + Sync>;
+pub(crate) type Handler = Arc<dyn Fn(&mut TcpStream) -> io::Result<()> + Send + Sync>;
 
 impl FakeUpstream {
     /// Starts the upstream; `handler` serves each upgraded connection. When it returns, the
     /// upstream reads until the peer closes and reports [`UpEvent::Closed`].
-    pub fn start(handler: Handler) -> FakeUpstream {
+    pub(crate) fn start(handler: Handler) -> FakeUpstream {
         Self::start_with_list(handler, None)
     }
 
     /// Like [`FakeUpstream::start`], answering `/json/list` (and every other `/json` path but
     /// `/json/version`) with `list`, in which `{addr}` stands for the upstream's address.
-    pub fn start_with_list(handler: Handler, list: Option<String>) -> FakeUpstream {
+    pub(crate) fn start_with_list(handler: Handler, list: Option<String>) -> FakeUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let connections = Arc::new(AtomicUsize::new(0));
@@ -121,12 +121,12 @@ impl FakeUpstream {
     }
 
     /// An upstream whose WebSocket connections just wait for the peer to close.
-    pub fn idle() -> FakeUpstream {
+    pub(crate) fn idle() -> FakeUpstream {
         Self::start(Arc::new(|_| Ok(())))
     }
 
     /// Waits for the next event (bounded).
-    pub fn next_event(&self) -> UpEvent {
+    pub(crate) fn next_event(&self) -> UpEvent {
         self.events
             .recv_timeout(super::WAIT)
             .expect("an upstream event in time")
@@ -134,7 +134,7 @@ impl FakeUpstream {
 }
 
 /// Reads a request head (until CRLFCRLF), byte by byte so nothing after it is consumed.
-pub fn read_head(stream: &mut TcpStream) -> Option<String> {
+pub(crate) fn read_head(stream: &mut TcpStream) -> Option<String> {
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -151,7 +151,7 @@ pub fn read_head(stream: &mut TcpStream) -> Option<String> {
 
 /// Writes one WebSocket frame of `len` payload bytes, generated in chunks (never whole in
 /// memory). `masked` for client-to-server frames. Payload byte i is `(i % 251) as u8`.
-pub fn write_big_frame(
+pub(crate) fn write_big_frame(
     stream: &mut impl Write,
     opcode: u8,
     len: u64,
@@ -194,7 +194,7 @@ pub fn write_big_frame(
 
 /// Reads one frame, verifying the payload pattern of [`write_big_frame`] as it streams.
 /// Returns (opcode, payload length).
-pub fn read_big_frame(stream: &mut impl Read) -> io::Result<(u8, u64)> {
+pub(crate) fn read_big_frame(stream: &mut impl Read) -> io::Result<(u8, u64)> {
     let mut h = [0u8; 2];
     stream.read_exact(&mut h)?;
     let opcode = h[0] & 0x0f;
@@ -242,7 +242,7 @@ pub fn read_big_frame(stream: &mut impl Read) -> io::Result<(u8, u64)> {
 
 /// Chrome's stand-in for big messages: reads one frame whole (checking every byte), reports it
 /// on the receiver, and answers with a frame of `len` bytes.
-pub fn big_echo(len: u64) -> (FakeUpstream, mpsc::Receiver<io::Result<(u8, u64)>>) {
+pub(crate) fn big_echo(len: u64) -> (FakeUpstream, mpsc::Receiver<io::Result<(u8, u64)>>) {
     let (received_tx, received_rx) = mpsc::channel();
     let received_tx = Mutex::new(received_tx);
     let up = FakeUpstream::start(Arc::new(move |s: &mut TcpStream| {
@@ -259,14 +259,14 @@ pub fn big_echo(len: u64) -> (FakeUpstream, mpsc::Receiver<io::Result<(u8, u64)>
 
 /// One WebSocket frame, unmasked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Frame {
+pub(crate) struct Frame {
     pub fin: bool,
     pub opcode: u8,
     pub payload: Vec<u8>,
 }
 
 /// Reads one whole frame (masked or not) and unmasks its payload.
-pub fn read_frame(stream: &mut impl Read) -> io::Result<Frame> {
+pub(crate) fn read_frame(stream: &mut impl Read) -> io::Result<Frame> {
     let mut h = [0u8; 2];
     stream.read_exact(&mut h)?;
     let len = match h[1] & 0x7f {
@@ -299,7 +299,7 @@ pub fn read_frame(stream: &mut impl Read) -> io::Result<Frame> {
 }
 
 /// One frame: masked (a client's, with a fixed key) or not (a server's).
-pub fn frame_bytes(opcode: u8, fin: bool, payload: &[u8], masked: bool) -> Vec<u8> {
+pub(crate) fn frame_bytes(opcode: u8, fin: bool, payload: &[u8], masked: bool) -> Vec<u8> {
     let mut f = vec![if fin { 0x80 } else { 0 } | opcode];
     let bit = if masked { 0x80 } else { 0 };
     match payload.len() {
@@ -325,7 +325,7 @@ pub fn frame_bytes(opcode: u8, fin: bool, payload: &[u8], masked: bool) -> Vec<u
 
 /// Chrome's stand-in that records every frame it receives (on the receiver, in order) and
 /// answers each complete text message `{"id":N,…}` with `{"id":N,"result":{}}`.
-pub fn recording_cdp() -> (FakeUpstream, mpsc::Receiver<Frame>) {
+pub(crate) fn recording_cdp() -> (FakeUpstream, mpsc::Receiver<Frame>) {
     let (tx, rx) = mpsc::channel();
     let up = FakeUpstream::start(Arc::new(move |s: &mut TcpStream| {
         let mut message = Vec::new();

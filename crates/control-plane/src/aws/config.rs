@@ -266,7 +266,10 @@ fn pool_share(get: &dyn Fn(&str) -> Option<String>, problems: &mut Vec<String>) 
 
 /// `CLAIM_WAIT_SECONDS` and `CLAIM_WAIT_MAX_SECONDS` (whole seconds, the wait at least 1 and
 /// no more than the maximum); problems are added to `problems`.
-pub fn claim_wait(get: &dyn Fn(&str) -> Option<String>, problems: &mut Vec<String>) -> ClaimWait {
+pub(super) fn claim_wait(
+    get: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<String>,
+) -> ClaimWait {
     let d = ClaimWait::default();
     let wait = number(get, "CLAIM_WAIT_SECONDS", d.wait).filter(|w| *w > 0);
     let max = number(get, "CLAIM_WAIT_MAX_SECONDS", d.max);
@@ -291,17 +294,17 @@ pub fn claim_wait(get: &dyn Fn(&str) -> Option<String>, problems: &mut Vec<Strin
 
 /// API Gateway's integration timeout: it answers 504 itself after this, whatever the function
 /// does (documented limit, not raisable for Lambda proxy integrations of a REST API by default).
-pub const INTEGRATION_LIMIT: Duration = Duration::from_secs(29);
+pub(super) const INTEGRATION_LIMIT: Duration = Duration::from_secs(29);
 
 /// Time a create keeps, after its wait for READY, to answer: stopping an unclaimed task, giving
 /// its slot back, writing the item, the response itself (each call bounded by the SDK's
 /// timeouts, `CallLimits::API`).
-pub const ANSWER_MARGIN: Duration = Duration::from_secs(3);
+pub(super) const ANSWER_MARGIN: Duration = Duration::from_secs(3);
 
 /// How long a create may wait for READY, from API Gateway's receive time: the integration
 /// limit less the margin to answer, so the function always answers before API Gateway's 504
 /// (which the SDKs would retry into duplicate sessions).
-pub const CREATE_BUDGET: Duration = INTEGRATION_LIMIT.saturating_sub(ANSWER_MARGIN);
+pub(super) const CREATE_BUDGET: Duration = INTEGRATION_LIMIT.saturating_sub(ANSWER_MARGIN);
 
 /// Every configuration problem, listed at once.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

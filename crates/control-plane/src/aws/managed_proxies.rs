@@ -9,7 +9,7 @@ use crate::egress::{ManagedProxies, PoolsError};
 pub const MANAGED_PROXIES_SECRET_ARN: &str = "MANAGED_PROXIES_SECRET_ARN";
 
 /// The pools in secret `secret_id`'s current version. The error never holds the secret's text.
-pub async fn read(sdk: &SdkConfig, secret_id: &str) -> Result<ManagedProxies, PoolsError> {
+pub(super) async fn read(sdk: &SdkConfig, secret_id: &str) -> Result<ManagedProxies, PoolsError> {
     let read_failed = |source: Box<dyn std::error::Error + Send + Sync>| PoolsError::Read {
         what: format!("the secret {MANAGED_PROXIES_SECRET_ARN} names"),
         source,

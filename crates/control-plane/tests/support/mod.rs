@@ -5,12 +5,12 @@ use std::sync::{Arc, Mutex};
 use serde_json::json;
 
 /// The target id of the stand-in proxy's page.
-pub const PAGE_ID: &str = "6A9D3C0E1F2B4A5968778695A4B3C2D1";
+pub(crate) const PAGE_ID: &str = "6A9D3C0E1F2B4A5968778695A4B3C2D1";
 
 /// A loopback stand-in for a session's proxy: answers `GET /json/list?signingKey=<token>` with
 /// one page and one `browser_ui` target, as the proxy does, anything else 401. Returns its port
 /// and the request lines it was sent.
-pub async fn stand_in_proxy(token: &str) -> (u16, Arc<Mutex<Vec<String>>>) {
+pub(crate) async fn stand_in_proxy(token: &str) -> (u16, Arc<Mutex<Vec<String>>>) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
