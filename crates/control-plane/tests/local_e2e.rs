@@ -863,6 +863,21 @@ impl Server {
         format!("pool-{}-{n}", self.child.id())
     }
 
+    /// Asserts that session `id` was served by one of this server's pool controllers: which
+    /// one is a race when claims wait, since a claim nobody took starts a replacement at once
+    /// and the first to warm up takes it.
+    fn assert_served_by_the_pool(&self, id: &str) {
+        let doc = self.doc(id);
+        let server = doc["ecsTaskArn"].as_str().unwrap_or_default();
+        let prefix = format!("pool-{}-", self.child.id());
+        assert!(
+            server
+                .strip_prefix(&prefix)
+                .is_some_and(|n| n.parse::<u32>().is_ok()),
+            "served by {server:?}, not a pool controller of this server: {doc}"
+        );
+    }
+
     /// Polls the session through the API until `cond` holds; the last answer.
     fn wait_session(
         &self,
@@ -1052,7 +1067,7 @@ fn a_session_released_before_its_claim_was_taken_is_never_brought_up() {
     let next = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
     assert_eq!(next["status"], "RUNNING", "{next}");
     let next_id = next["id"].as_str().unwrap();
-    assert_eq!(s.doc(next_id)["ecsTaskArn"], s.pool_name(1).as_str());
+    s.assert_served_by_the_pool(next_id);
     s.release(next_id);
     s.stop();
 }
@@ -1085,17 +1100,7 @@ fn a_claim_past_its_deadline_is_never_served_and_the_controller_serves_the_next(
         d["status"] == "RUNNING" && d["connectUrl"].is_string()
     });
     drive(running["connectUrl"].as_str().unwrap());
-    // One of the pool's controllers: the first, or a replacement the waiting claims started
-    // (a claim nobody took starts one at once), whichever warmed first when the gate opened.
-    let server = s.doc(&waiting)["ecsTaskArn"].as_str().unwrap().to_owned();
-    let ours = s.pool_name(1);
-    let prefix = ours.trim_end_matches('1');
-    assert!(
-        server
-            .strip_prefix(prefix)
-            .is_some_and(|n| n.parse::<u32>().is_ok()),
-        "served by {server}, not a pool controller of this server"
-    );
+    s.assert_served_by_the_pool(&waiting);
     let doc = s.doc(&gone);
     assert_eq!(doc["internalStatus"], "TIMED_OUT", "{doc}");
     assert_eq!(doc["status"], "TIMED_OUT", "{doc}");
@@ -1151,7 +1156,7 @@ fn with_no_idle_controller_create_answers_pending_and_the_next_to_start_serves_i
         d["status"] == "RUNNING" && d["connectUrl"].is_string()
     });
     drive(running["connectUrl"].as_str().unwrap());
-    assert_eq!(s.doc(&id)["ecsTaskArn"], s.pool_name(1).as_str());
+    s.assert_served_by_the_pool(&id);
     s.release(&id);
     s.wait_session(&id, "COMPLETED", |d| {
         d["status"] == "COMPLETED" && d["endedAt"].is_string()
