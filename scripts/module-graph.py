@@ -2,7 +2,9 @@
 """Lists which top-level modules of a crate's `src/` name which (`crate::x` paths outside
 `#[cfg(test)]` modules) and exits 1 if they form a circle.
 
-    python3 scripts/module-graph.py [SRC_DIR]    # default: src
+    python3 scripts/module-graph.py [SRC_DIR] [--forbid A:B,C ...]    # default: src
+
+`--forbid A:B,C`: module A must not name B or C, circle or not (exit 1 naming the lines).
 
 Each edge `a -> b` means some non-test code in module `a` (src/a.rs or src/a/**) names
 `crate::b`. A circle (a strongly connected group of two or more modules) is printed with the
@@ -12,7 +14,15 @@ import pathlib
 import re
 import sys
 
-root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "src")
+args = sys.argv[1:]
+forbidden: dict[str, set[str]] = {}
+while "--forbid" in args:
+    i = args.index("--forbid")
+    rule = args[i + 1]
+    del args[i : i + 2]
+    a, bs = rule.split(":")
+    forbidden.setdefault(a, set()).update(bs.split(","))
+root = pathlib.Path(args[0] if args else "src")
 USE = re.compile(r"\bcrate::(?:\{\s*)?([a-z_][a-z0-9_]*)")
 GROUP = re.compile(r"\bcrate::\{([^}]*)\}", re.S)
 TEST_MOD = re.compile(r"^#\[cfg\(test\)\]\s*\n\s*(pub(\(crate\))?\s+)?mod\s+\w+\s*\{", re.M)
@@ -91,7 +101,12 @@ for v in sorted(edges):
 
 for src in sorted(edges):
     print(f"{src} -> {', '.join(sorted(edges[src])) or '(nothing)'}")
+broken = [(a, b) for a, bs in sorted(forbidden.items()) for b in sorted(bs) if b in edges.get(a, {})]
+for a, b in broken:
+    print(f"FORBIDDEN: {a} -> {b}: {', '.join(edges[a][b][:3])}")
 circles = [sorted(c) for c in sccs if len(c) > 1]
+if broken:
+    sys.exit(1)
 if not circles:
     print(f"no circle among {len(edges)} modules of {root}")
     sys.exit(0)

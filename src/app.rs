@@ -18,7 +18,8 @@ use tracing::{debug, error, info, warn};
 
 use crate::auth::Authenticator;
 use crate::chrome::{self, Chrome, ChromeError, CloseOutcome, LaunchOptions, describe_exit};
-use crate::proxy::{Clients, Limits, Proxy};
+use crate::edge::Limits;
+use crate::proxy::{Clients, Proxy};
 use crate::shutdown::{Shutdown, Step, Steps};
 use crate::telemetry::{self, Metrics};
 use crate::upstream::{self, Endpoint, Upstream, UpstreamState};
@@ -290,7 +291,7 @@ impl Session {
 
     /// The directories the session's clients may name files in (its downloads directory
     /// among them).
-    pub(crate) fn files(&self) -> Arc<crate::proxy::guard::FileRules> {
+    pub(crate) fn files(&self) -> Arc<crate::file_rules::FileRules> {
         self.serving.proxy.files()
     }
 

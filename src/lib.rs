@@ -9,7 +9,12 @@
 //!   (the rules themselves live in the shared `wallcrawler-contract` crate), and the cache of
 //!   tokens whose signature was verified ([`auth::token_cache`]: a reconnect skips the
 //!   signature check, never the claim rules; the task's and the gateway's).
-//! - [`proxy`]: the listener, handshake, routing, discovery rewriting, relay and health.
+//! - [`edge`]: what every listener shares — accept, admission, the connection driver, the
+//!   request head, routes, refusals, the PROXY v2 header, WebSocket frames, the relay thread
+//!   and the TLS copy; the proxy and the gateway are siblings on top of it.
+//! - [`proxy`]: a task's CDP door: the upgrade to Chrome, discovery rewriting, the inspector
+//!   and its guard, the DevTools frontend, health.
+//! - [`file_rules`]: where a session's files may be (its uploads and downloads directories).
 //! - [`upstream`]: the CDP endpoint behind the proxy (dialled in its network) and a tiny HTTP
 //!   client for `/json/*`.
 //! - [`netns`]: Chrome's private network namespace (`CHROME_NETWORK`) and the sockets made in it.
@@ -66,6 +71,8 @@ pub mod cdp;
 pub mod chrome;
 pub mod cli;
 pub mod config;
+pub mod edge;
+pub mod file_rules;
 pub mod gateway;
 pub(crate) mod modes;
 pub mod netns;

@@ -7,7 +7,7 @@ use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
 
 use serde_json::Value;
-use wallcrawler_controller::proxy::proxy_header;
+use wallcrawler_controller::edge::proxy_header;
 
 use crate::support::{Controller, KEY, raw_http, status_of, token, upgrade_request};
 

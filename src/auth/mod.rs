@@ -243,7 +243,7 @@ pub fn unix_now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::http::{RequestHead, parse_request_head};
+    use crate::edge::http::{RequestHead, parse_request_head};
     use wallcrawler_contract::Claims;
     use wallcrawler_testkit::keys::{public_key, signing_key};
 

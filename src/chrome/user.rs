@@ -140,7 +140,7 @@ impl ChromeUser {
         // session's Chrome runs as another uid, and the folder was made as the umask said.
         let profile = open_dir(nix::fcntl::AT_FDCWD, user_data_dir)?;
         nix::sys::stat::fchmod(&profile, Mode::from_bits_truncate(0o700))?;
-        let files = crate::proxy::guard::files_dir(user_data_dir);
+        let files = crate::file_rules::files_dir(user_data_dir);
         self.dir(&files, false, 0o710)?;
         self.dir(&files.join("uploads"), false, 0o2750)?;
         self.dir(&files.join("downloads"), true, 0o700)?;
@@ -309,7 +309,7 @@ mod tests {
         let profile = root.path().join("p");
         std::fs::create_dir(&profile).unwrap();
         let home = user.prepare(&profile).unwrap();
-        let files = crate::proxy::guard::files_dir(&profile);
+        let files = crate::file_rules::files_dir(&profile);
         assert_eq!(home, files.join("home"));
         for (p, uid, mode) in [
             (profile.clone(), 65534, Some(0o700)),

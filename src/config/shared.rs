@@ -6,9 +6,9 @@ use std::time::Duration;
 use wallcrawler_contract::task_env::*;
 use wallcrawler_contract::{SigningKey, VerifyingKey};
 
-use crate::proxy::admission::PendingLimits;
-use crate::proxy::proxy_header::TrustedNetworks;
-use crate::proxy::{self, Limits};
+use crate::edge::admission::PendingLimits;
+use crate::edge::proxy_header::TrustedNetworks;
+use crate::edge::{self, Limits};
 pub(super) use crate::telemetry::LogFormat;
 
 use super::*;
@@ -167,18 +167,13 @@ pub(super) fn private_key(r: &mut Reader<'_>) -> Option<PrivateKey> {
 }
 
 pub(super) fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
-    let max_connections = r.count(MAX_CONNECTIONS, proxy::DEFAULT_MAX_CONNECTIONS);
-    let max_pending = r.count(MAX_PENDING_CONNECTIONS, proxy::DEFAULT_MAX_PENDING);
+    let max_connections = r.count(MAX_CONNECTIONS, edge::DEFAULT_MAX_CONNECTIONS);
+    let max_pending = r.count(MAX_PENDING_CONNECTIONS, edge::DEFAULT_MAX_PENDING);
     let max_pending_per_address = r.count(
         MAX_PENDING_PER_ADDRESS,
-        proxy::DEFAULT_MAX_PENDING_PER_ADDRESS,
+        edge::DEFAULT_MAX_PENDING_PER_ADDRESS,
     );
-    let pending_min_age = r.millis(
-        PENDING_MIN_AGE_MS,
-        proxy::DEFAULT_PENDING_MIN_AGE,
-        0,
-        60_000,
-    );
+    let pending_min_age = r.millis(PENDING_MIN_AGE_MS, edge::DEFAULT_PENDING_MIN_AGE, 0, 60_000);
     let metrics_addr = match r.s.get(METRICS_ADDR).map(|v| v.trim()) {
         Some("") => None,
         Some(_) => r.parse::<SocketAddr>(METRICS_ADDR, "an address such as 127.0.0.1:9224"),
@@ -187,7 +182,7 @@ pub(super) fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
     };
     let header_timeout = r.seconds(
         PROXY_HEADER_TIMEOUT_SECONDS,
-        proxy::DEFAULT_HEADER_TIMEOUT,
+        edge::DEFAULT_HEADER_TIMEOUT,
         1,
         600,
     );
@@ -240,7 +235,7 @@ pub(super) fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
 pub(super) fn cdp_keepalive(r: &mut Reader<'_>) -> Option<Duration> {
     match r.number(
         CDP_KEEPALIVE_SECONDS,
-        proxy::DEFAULT_KEEPALIVE.as_secs(),
+        edge::DEFAULT_KEEPALIVE.as_secs(),
         0,
         3600,
     ) {

@@ -4,9 +4,9 @@ use std::time::Duration;
 use wallcrawler_contract::VerifyingKey;
 
 use super::*;
+use crate::edge::{self, Limits};
 use crate::gateway;
 use crate::netns::ChromeNetwork;
-use crate::proxy::{self, Limits};
 
 /// An Ed25519 public key, SPKI PEM (`openssl pkey -pubout`).
 const PUBLIC: &str = "-----BEGIN PUBLIC KEY-----
@@ -57,7 +57,7 @@ fn run_defaults() {
     assert_eq!(c.disconnect_timeout, Duration::from_secs(120));
     assert_eq!(c.disconnect_grace, Duration::from_secs(10));
     assert_eq!(c.auth.leeway_seconds, 30);
-    assert_eq!(c.tuning.max_connections, proxy::DEFAULT_MAX_CONNECTIONS);
+    assert_eq!(c.tuning.max_connections, edge::DEFAULT_MAX_CONNECTIONS);
     assert_eq!(c.tuning.max_pending, 256);
     assert_eq!(c.tuning.max_pending_per_address, 32);
     assert_eq!(c.tuning.pending_min_age, Duration::from_millis(500));
@@ -890,7 +890,7 @@ fn cli_is_well_formed() {
 /// The help states each default the parser applies (the constants, said once).
 #[test]
 fn help_states_the_defaults_the_parser_uses() {
-    use crate::{gateway, proxy};
+    use crate::{edge, gateway};
     use clap::CommandFactory;
     let cli = Cli::command();
     let help = |mode: &str, arg: &str| {
@@ -902,32 +902,32 @@ fn help_states_the_defaults_the_parser_uses() {
         (
             "run",
             "max_connections",
-            proxy::DEFAULT_MAX_CONNECTIONS as u128,
+            edge::DEFAULT_MAX_CONNECTIONS as u128,
         ),
         (
             "run",
             "max_pending_connections",
-            proxy::DEFAULT_MAX_PENDING as u128,
+            edge::DEFAULT_MAX_PENDING as u128,
         ),
         (
             "run",
             "max_pending_per_address",
-            proxy::DEFAULT_MAX_PENDING_PER_ADDRESS as u128,
+            edge::DEFAULT_MAX_PENDING_PER_ADDRESS as u128,
         ),
         (
             "run",
             "pending_min_age_ms",
-            proxy::DEFAULT_PENDING_MIN_AGE.as_millis(),
+            edge::DEFAULT_PENDING_MIN_AGE.as_millis(),
         ),
         (
             "run",
             "header_timeout_seconds",
-            proxy::DEFAULT_HEADER_TIMEOUT.as_secs().into(),
+            edge::DEFAULT_HEADER_TIMEOUT.as_secs().into(),
         ),
         (
             "run",
             "cdp_keepalive_seconds",
-            proxy::DEFAULT_KEEPALIVE.as_secs().into(),
+            edge::DEFAULT_KEEPALIVE.as_secs().into(),
         ),
         (
             "gateway",

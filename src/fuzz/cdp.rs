@@ -9,8 +9,10 @@ use serde_json::Value;
 use wallcrawler_testkit::fuzz::proptest::prelude::*;
 use wallcrawler_testkit::fuzz::{self, hostile_bytes, pieces};
 
-use crate::proxy::guard::{FileRules, Scope, Verdict, judge, judge_in};
-use crate::proxy::inspect::{Inspector, Segment};
+use crate::edge::ws::{Fatal, Segment};
+use crate::file_rules::FileRules;
+use crate::proxy::guard::{Scope, Verdict, judge, judge_in};
+use crate::proxy::inspect::Inspector;
 
 const METHODS: &[&str] = &[
     "Browser.close",
@@ -647,10 +649,6 @@ fn a_continuation_declaring_the_largest_length_ends_the_connection() {
     for cuts in [vec![], vec![start.bytes().len() + 1]] {
         let mut insp = Inspector::default();
         assert!(feed(&mut insp, &stream, &cuts).is_empty(), "{cuts:?}");
-        assert_eq!(
-            insp.fatal(),
-            Some(crate::proxy::inspect::Fatal::TooLarge),
-            "{cuts:?}"
-        );
+        assert_eq!(insp.fatal(), Some(Fatal::TooLarge), "{cuts:?}");
     }
 }

@@ -1,11 +1,11 @@
-//! The PROXY protocol v2 header ([`crate::proxy::proxy_header`]) as a trusted peer's bytes.
+//! The PROXY protocol v2 header ([`crate::edge::proxy_header`]) as a trusted peer's bytes.
 
 use std::net::SocketAddr;
 
 use wallcrawler_testkit::fuzz::proptest::prelude::*;
 use wallcrawler_testkit::fuzz::{self, hostile_bytes};
 
-use crate::proxy::proxy_header::{Source, encode, read_header};
+use crate::edge::proxy_header::{Source, encode, read_header};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

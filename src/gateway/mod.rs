@@ -1,6 +1,6 @@
 //! The connect gateway: one way in for every session, routed by the session the token names.
 //!
-//! Per connection: admitted as *pending* (the proxy's [`admission`] budget) → hyper's
+//! Per connection: admitted as *pending* (the [`crate::edge::admission`] budget) → hyper's
 //! HTTP/1.1 server reads the request head (the proxy's limits, the header deadline) → route
 //! (the proxy's rules: unknown paths 404 before any credential is looked at) → the token is
 //! verified as a task verifies it, but for whichever session it names ([`verify`]) — a refused
@@ -27,7 +27,7 @@
 //!
 //! Before any of that, at the accept: a peer in `TRUSTED_PROXY_NETWORKS` (the load balancer)
 //! may put a PROXY protocol v2 header first, naming the real client, which is then the address
-//! the pending budget counts and the logs name ([`crate::proxy::proxy_header`]); anyone else's
+//! the pending budget counts and the logs name ([`crate::edge::proxy_header`]); anyone else's
 //! header is just a malformed request. With a certificate (`GATEWAY_TLS_CERT`) the TLS
 //! handshake follows, inside the pending budget and the header deadline ([`crate::tls`]: the
 //! certificate is read again when its files change). Toward the task, each connection starts
@@ -35,19 +35,15 @@
 //! and whether it used TLS, which the task takes from the gateway's network only: its
 //! per-address limits count real clients, and its `/json` answers name `wss://` URLs when the
 //! client used TLS. Plain client connections are relayed on the relay thread as a task relays;
-//! TLS ones on the runtime ([`stream`]).
+//! TLS ones on the runtime ([`crate::edge::tls_copy`]).
 
 pub mod lookup;
 pub mod metrics;
-pub mod stream;
 pub mod verify;
 
 use std::collections::HashMap;
-use std::future::poll_fn;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use ::http::{HeaderValue, Request, Response, StatusCode, header};
@@ -63,14 +59,16 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::auth::AuthError;
-use crate::proxy::accept::{self, Unread};
-use crate::proxy::admission::{Pending, PendingSlot};
-use crate::proxy::exchange::{self, Driven, Exchange, Phase};
-use crate::proxy::http::RequestHead;
-use crate::proxy::proxy_header::{self, Source};
-use crate::proxy::refusal::{self, Refusal};
-use crate::proxy::route::{self, Route, RouteError};
-use crate::proxy::{
+use crate::edge::accept::{self, Unread};
+use crate::edge::admission::{Pending, PendingSlot};
+use crate::edge::exchange::{self, Driven, Exchange, Phase};
+use crate::edge::http::RequestHead;
+use crate::edge::proxy_header::{self, Source};
+use crate::edge::refusal::{self, Refusal};
+use crate::edge::route::{self, Route, RouteError};
+use crate::edge::stream::{Client, ClientStream};
+use crate::edge::tls_copy::copy_tls_bidirectional;
+use crate::edge::{
     Limits, REJECT_BACKLOG, is_valid_upgrade, linger, relay, respond_and_close, server_builder,
 };
 use crate::shutdown::Shutdown;
@@ -86,7 +84,6 @@ enum DialError {
     #[error("no answer within the upstream timeout")]
     TimedOut,
 }
-use stream::{Client, ClientStream};
 use verify::{TokenVerifier, verify_presented};
 
 type Answer = Response<Full<Bytes>>;
@@ -700,183 +697,6 @@ impl Gateway {
     }
 }
 
-/// Buffer per direction of a TLS client's relay while bytes are in flight (plain connections use
-/// the relay thread's shared buffers).
-const TLS_RELAY_BUFFER: usize = 64 * 1024;
-/// Free TLS relay buffers a runtime thread keeps for the next read (at most 1 MiB per thread).
-const TLS_RELAY_POOL: usize = 16;
-
-thread_local! {
-    /// This thread's free TLS relay buffers: a direction takes one to read and gives it back as
-    /// soon as its destination has taken every byte, so an idle connection holds none.
-    static TLS_RELAY_BUFFERS: std::cell::RefCell<Vec<Box<[u8]>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
-fn take_tls_buffer() -> Box<[u8]> {
-    TLS_RELAY_BUFFERS
-        .with(|pool| pool.borrow_mut().pop())
-        .unwrap_or_else(|| vec![0; TLS_RELAY_BUFFER].into_boxed_slice())
-}
-
-fn give_back_tls_buffer(buf: Box<[u8]>) {
-    TLS_RELAY_BUFFERS.with(|pool| {
-        let mut pool = pool.borrow_mut();
-        if pool.len() < TLS_RELAY_POOL {
-            pool.push(buf);
-        }
-    });
-}
-
-/// One direction of a TLS client's relay: reads into a pooled buffer, writes it all out, and
-/// owns the buffer only between the two (tokio's bidirectional copy keeps 64 KiB per direction
-/// for the connection's whole life).
-#[derive(Default)]
-struct TlsLeg {
-    buf: Option<Box<[u8]>>,
-    pos: usize,
-    cap: usize,
-    read_done: bool,
-    need_flush: bool,
-    copied: u64,
-}
-
-impl TlsLeg {
-    /// Reads into the empty buffer: `Ready` once bytes (or the end) are in; `Pending` with what
-    /// was written pushed out (a TLS writer may still hold part of a record) and the buffer
-    /// given back while nothing is in flight.
-    fn poll_fill<R, W>(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-        src: Pin<&mut R>,
-        dst: Pin<&mut W>,
-    ) -> Poll<std::io::Result<()>>
-    where
-        R: tokio::io::AsyncRead + ?Sized,
-        W: tokio::io::AsyncWrite + ?Sized,
-    {
-        let mut buf = self.buf.take().unwrap_or_else(take_tls_buffer);
-        let mut read = tokio::io::ReadBuf::new(&mut buf);
-        match src.poll_read(cx, &mut read) {
-            Poll::Ready(Ok(())) => {
-                let n = read.filled().len();
-                if n == 0 {
-                    self.read_done = true;
-                    give_back_tls_buffer(buf);
-                } else {
-                    (self.pos, self.cap) = (0, n);
-                    self.buf = Some(buf);
-                }
-                Poll::Ready(Ok(()))
-            }
-            Poll::Ready(Err(e)) => {
-                give_back_tls_buffer(buf);
-                Poll::Ready(Err(e))
-            }
-            Poll::Pending => {
-                give_back_tls_buffer(buf);
-                if self.need_flush {
-                    std::task::ready!(dst.poll_flush(cx))?;
-                    self.need_flush = false;
-                }
-                Poll::Pending
-            }
-        }
-    }
-
-    /// Copies until `src` ends, then shuts `dst` down; the bytes copied.
-    fn poll_copy<R, W>(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-        mut src: Pin<&mut R>,
-        mut dst: Pin<&mut W>,
-    ) -> Poll<std::io::Result<u64>>
-    where
-        R: tokio::io::AsyncRead + ?Sized,
-        W: tokio::io::AsyncWrite + ?Sized,
-    {
-        loop {
-            if self.pos == self.cap && !self.read_done {
-                std::task::ready!(self.poll_fill(cx, src.as_mut(), dst.as_mut()))?;
-            }
-            if let Some(buf) = &mut self.buf {
-                while self.pos < self.cap {
-                    let n = match dst.as_mut().poll_write(cx, &buf[self.pos..self.cap]) {
-                        Poll::Ready(n) => n?,
-                        Poll::Pending => {
-                            // The destination is full: read more behind the bytes waiting,
-                            // so the next write is larger (as tokio's copy does).
-                            if !self.read_done && self.cap < buf.len() {
-                                let mut more = tokio::io::ReadBuf::new(&mut buf[self.cap..]);
-                                if let Poll::Ready(r) = src.as_mut().poll_read(cx, &mut more) {
-                                    r?;
-                                    match more.filled().len() {
-                                        0 => self.read_done = true,
-                                        n => self.cap += n,
-                                    }
-                                }
-                            }
-                            return Poll::Pending;
-                        }
-                    };
-                    if n == 0 {
-                        return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
-                    }
-                    self.pos += n;
-                    self.copied += n as u64;
-                    self.need_flush = true;
-                }
-            }
-            if let Some(buf) = self.buf.take() {
-                give_back_tls_buffer(buf);
-            }
-            (self.pos, self.cap) = (0, 0);
-            if self.read_done {
-                std::task::ready!(dst.as_mut().poll_shutdown(cx))?;
-                return Poll::Ready(Ok(self.copied));
-            }
-        }
-    }
-}
-
-impl Drop for TlsLeg {
-    fn drop(&mut self) {
-        if let Some(buf) = self.buf.take() {
-            give_back_tls_buffer(buf);
-        }
-    }
-}
-
-/// Copies both ways until both sides have ended (each end passed on as a shutdown), or either
-/// fails, like `tokio::io::copy_bidirectional`; the bytes each way (client → task, task →
-/// client).
-async fn copy_tls_bidirectional(
-    client: &mut tokio_rustls::server::TlsStream<TcpStream>,
-    upstream: &mut TcpStream,
-) -> std::io::Result<(u64, u64)> {
-    let (mut up, mut down) = (TlsLeg::default(), TlsLeg::default());
-    let (mut up_done, mut down_done) = (None, None);
-    poll_fn(|cx| {
-        if up_done.is_none()
-            && let Poll::Ready(r) =
-                up.poll_copy(cx, Pin::new(&mut *client), Pin::new(&mut *upstream))
-        {
-            up_done = Some(r?);
-        }
-        if down_done.is_none()
-            && let Poll::Ready(r) =
-                down.poll_copy(cx, Pin::new(&mut *upstream), Pin::new(&mut *client))
-        {
-            down_done = Some(r?);
-        }
-        match (up_done, down_done) {
-            (Some(u), Some(d)) => Poll::Ready(Ok((u, d))),
-            _ => Poll::Pending,
-        }
-    })
-    .await
-}
-
 impl Gateway {
     /// Relays a TLS client and the task's proxy on the runtime until either closes, or
     /// shutdown; the bytes hyper read past the head go to the task first.
@@ -1006,7 +826,7 @@ struct Task {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::http::parse_request_head;
+    use crate::edge::http::parse_request_head;
 
     #[test]
     fn the_head_goes_to_the_task_as_the_client_sent_it() {
@@ -1153,73 +973,5 @@ mod tests {
         assert_eq!(held.metrics.held.get(), 2);
         let _a3 = held.try_hold("a").unwrap();
         assert_eq!(held.metrics.held.get(), 3);
-    }
-
-    /// The TLS relay's own copy (buffers taken only while bytes are in flight): several MiB
-    /// each way arrive intact, each side's end is passed on as a shutdown, and the counts are
-    /// the bytes each way.
-    #[tokio::test]
-    async fn the_tls_copy_carries_megabytes_both_ways_and_passes_each_end_on() {
-        use rustls::pki_types::pem::PemObject as _;
-        use rustls::pki_types::{CertificateDer, ServerName};
-        use tokio::io::AsyncReadExt as _;
-
-        let dir = tempfile::tempdir().unwrap();
-        let ca = crate::tls::LocalCa::ensure(dir.path()).unwrap();
-        let cert = Arc::new(crate::tls::ReloadingCert::load(ca.server.clone()).unwrap());
-        let acceptor = tokio_rustls::TlsAcceptor::from(crate::tls::server_config(cert).unwrap());
-        // The "task": echoes everything, then ends its side once the client's end arrives.
-        let task = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let task_addr = task.local_addr().unwrap();
-        tokio::spawn(async move {
-            let (mut s, _) = task.accept().await.unwrap();
-            let (mut r, mut w) = s.split();
-            tokio::io::copy(&mut r, &mut w).await.unwrap();
-            w.shutdown().await.unwrap();
-        });
-        let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let front_addr = front.local_addr().unwrap();
-        let relay = tokio::spawn(async move {
-            let (tcp, _) = front.accept().await.unwrap();
-            let mut client = acceptor.accept(tcp).await.unwrap();
-            let mut upstream = TcpStream::connect(task_addr).await.unwrap();
-            copy_tls_bidirectional(&mut client, &mut upstream)
-                .await
-                .unwrap()
-        });
-
-        let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_file_iter(&ca.ca_cert).unwrap() {
-            roots.add(c.unwrap()).unwrap();
-        }
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let tcp = TcpStream::connect(front_addr).await.unwrap();
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-            .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
-            .await
-            .unwrap();
-        let sent: Vec<u8> = (0..3 * 1024 * 1024 + 7)
-            .map(|i| (i * 31 % 251) as u8)
-            .collect();
-        let (mut r, mut w) = tokio::io::split(tls);
-        let writer = {
-            let sent = sent.clone();
-            tokio::spawn(async move {
-                w.write_all(&sent).await.unwrap();
-                w.shutdown().await.unwrap();
-            })
-        };
-        let mut back = Vec::new();
-        r.read_to_end(&mut back).await.unwrap();
-        writer.await.unwrap();
-        assert!(back == sent, "the bytes came back changed");
-        let n = sent.len() as u64;
-        assert_eq!(relay.await.unwrap(), (n, n));
     }
 }

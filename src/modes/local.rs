@@ -15,7 +15,7 @@ use super::{ended, launch_options, profile_tempdir};
 use crate::app::{self, ProxyOptions, SessionOptions};
 use crate::auth::{Authenticator, KeySource, StaticKeys, unix_now};
 use crate::config::LocalConfig;
-use crate::proxy::Limits;
+use crate::edge::Limits;
 use crate::session::Ending;
 use crate::shutdown::Shutdown;
 
@@ -91,6 +91,6 @@ pub(crate) async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> 
         let _ = out.flush();
     })
     .await;
-    crate::proxy::guard::remove_beside_profile(profile.path());
+    crate::file_rules::remove_beside_profile(profile.path());
     ended(result)
 }

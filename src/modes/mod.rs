@@ -63,7 +63,7 @@ pub(crate) async fn run(c: RunConfig, flags: Vec<String>, tasks: Shutdown) -> En
         Some(pool) => pool::run(&c, pool, launch, &deps, &tasks).await,
         None => task::run(&c, launch, &deps, &tasks).await,
     };
-    crate::proxy::guard::remove_beside_profile(&profile);
+    crate::file_rules::remove_beside_profile(&profile);
     // The controller's own peak memory (not Chrome's): hostile archives are meant to leave
     // it small, and an operator sizing the task wants the figure.
     info!(

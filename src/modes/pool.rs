@@ -915,7 +915,7 @@ impl Drop for ClaimedDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
         // Chrome launched as CHROME_USER on it had its HOME beside it (chrome::user).
-        crate::proxy::guard::remove_beside_profile(&self.0);
+        crate::file_rules::remove_beside_profile(&self.0);
     }
 }
 

@@ -7,7 +7,7 @@ use super::{ended, proxy_keys};
 use crate::app::{self, ProxyOptions};
 use crate::auth::Authenticator;
 use crate::config::ProxyConfig;
-use crate::proxy::Limits;
+use crate::edge::Limits;
 use crate::session::Ending;
 use crate::shutdown::Shutdown;
 

@@ -15,9 +15,9 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tracing::{debug, info};
 
-use super::exchange::Exchange;
 use super::refusal::{self, Refusal};
 use super::{Admitted, Answer, ClientGuard, Handover, Proxy};
+use crate::edge::exchange::Exchange;
 use crate::telemetry::Outcome;
 use crate::upstream::Upstream;
 use crate::viewer::{self, grant::ViewerGrant, page};

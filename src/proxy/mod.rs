@@ -19,130 +19,50 @@
 //! local file URL is refused the same way). A path-less request target (`GET ?q`, which some
 //! clients send for a URL without `/`) is read as `/?q` before hyper parses it (`origin_form`).
 
-pub(crate) mod accept;
-pub mod admission;
 pub mod discovery;
-pub(crate) mod exchange;
 mod frontend;
 pub mod guard;
-pub mod http;
 pub mod inspect;
 mod live;
 pub mod one_page;
-mod origin_form;
-pub mod proxy_header;
-pub mod refusal;
-pub mod relay;
-pub mod route;
 
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ::http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use ::http::{HeaderValue, Request, Response, StatusCode, header};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use nix::sys::socket::SockaddrStorage;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info};
 
-use self::http::RequestHead;
 use crate::auth::{AuthError, Authenticator, Presented};
+use crate::edge::accept::{self, Unread, read_source};
+use crate::edge::admission::{Admission, Pending, PendingSlot};
+use crate::edge::exchange::{self, Driven, Exchange, Phase};
+use crate::edge::http::{self, RequestHead};
+use crate::edge::proxy_header::Source;
+use crate::edge::refusal::{self, Refusal};
+use crate::edge::route::{self, Route, RouteError};
+use crate::edge::{
+    Limits, MAX_HEAD_BYTES, REJECT_BACKLOG, is_valid_upgrade, linger, relay, respond_and_close,
+    server_builder,
+};
+use crate::file_rules::FileRules;
 use crate::shutdown::Shutdown;
 use crate::telemetry::{Metrics, Outcome};
 use crate::upstream::{self, Upstream, UpstreamError, UpstreamState};
-use accept::{Unread, read_source};
-use admission::{Admission, Pending, PendingLimits, PendingSlot};
-use exchange::{Driven, Exchange, Phase};
-use proxy_header::{Source, TrustedNetworks};
-use refusal::Refusal;
-use route::{Route, RouteError};
 
 /// What the proxy answers through hyper.
 type Answer = Response<Full<Bytes>>;
-
-/// Largest request head accepted (431 beyond).
-pub const MAX_HEAD_BYTES: usize = 16 * 1024;
-
-/// Evicted connections answered 503 at the same time, at most; beyond it an evicted connection
-/// is closed after a best-effort answer, without waiting.
-pub const REJECT_BACKLOG: usize = 256;
-
-/// Default cap on upgraded (authenticated) connections (`MAX_CONNECTIONS`).
-pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
-
-/// Default budget of connections that have not authenticated yet.
-pub const DEFAULT_MAX_PENDING: usize = 256;
-
-/// Default share of that budget one client address may hold.
-pub const DEFAULT_MAX_PENDING_PER_ADDRESS: usize = 32;
-
-/// Default time a pending connection must have been silent before it can be evicted.
-pub const DEFAULT_PENDING_MIN_AGE: Duration = admission::DEFAULT_MIN_AGE;
-
-/// Default silence on an upgraded connection after which the client is pinged: well under the
-/// 350 s after which an AWS Network Load Balancer drops an idle connection without a word.
-pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(60);
-
-/// Default time a client has to send its request head.
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// Limits of the proxy.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Upgraded (authenticated) connections at the same time.
-    pub max_connections: usize,
-    /// Connections not authenticated yet, and how many of them one address may hold.
-    pub pending: PendingLimits,
-    /// How long a client has to send its request head before it is answered 408.
-    pub header_timeout: Duration,
-    /// Cap on a request head's size in bytes (hyper's header size limit).
-    pub max_head_bytes: usize,
-    /// Connecting to Chrome and getting its answer to the upgrade or a `/json` request.
-    pub upstream_timeout: Duration,
-    /// Withhold a client's `Browser.close` and tell the session owner (who closes Chrome
-    /// itself, cleanly). Off in `proxy` mode, where the browser is not ours to manage.
-    pub intercept_browser_close: bool,
-    /// The only directories a client's commands may name files in (with the inspector on:
-    /// see [`guard`]). Default: none, so every path is refused.
-    pub files: Arc<guard::FileRules>,
-    /// Peers whose connections may start with a PROXY protocol v2 header
-    /// (`TRUSTED_PROXY_NETWORKS`).
-    pub trusted_proxies: TrustedNetworks,
-    /// Who may embed the viewer's page: its CSP's `frame-ancestors` (`VIEWER_FRAME_ANCESTORS`).
-    pub viewer_frame_ancestors: String,
-    /// Ping an upgraded client after this long without traffic either way
-    /// (`CDP_KEEPALIVE_SECONDS`; `None`: off). See [`relay`].
-    pub keepalive: Option<Duration>,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            pending: PendingLimits {
-                max_pending: DEFAULT_MAX_PENDING,
-                max_per_address: DEFAULT_MAX_PENDING_PER_ADDRESS,
-                min_age: DEFAULT_PENDING_MIN_AGE,
-            },
-            header_timeout: DEFAULT_HEADER_TIMEOUT,
-            max_head_bytes: MAX_HEAD_BYTES,
-            upstream_timeout: Duration::from_secs(10),
-            intercept_browser_close: true,
-            files: Arc::default(),
-            trusted_proxies: TrustedNetworks::default(),
-            viewer_frame_ancestors: crate::viewer::page::DEFAULT_FRAME_ANCESTORS.to_owned(),
-            keepalive: Some(DEFAULT_KEEPALIVE),
-        }
-    }
-}
 
 /// Signals from the proxy to whoever runs the session.
 #[derive(Default)]
@@ -192,7 +112,7 @@ pub struct Proxy {
 
 impl Proxy {
     /// The directories clients may name files in.
-    pub fn files(&self) -> Arc<guard::FileRules> {
+    pub fn files(&self) -> Arc<FileRules> {
         self.limits.files.clone()
     }
 
@@ -817,7 +737,9 @@ impl Proxy {
             chrome,
             client_prefix: Vec::from(client_prefix),
             chrome_prefix,
-            inspector: self.inspector(grant, id),
+            inspector: self
+                .inspector(grant, id)
+                .map(|i| Box::new(i) as Box<dyn relay::Watch>),
             on_browser_close: Box::new(on_close),
             metrics: self.metrics.clone(),
             keepalive: self.limits.keepalive,
@@ -894,25 +816,6 @@ fn log_relay_end(outcome: &relay::RelayOutcome, started: Instant) {
         end = %end,
         "cdp connection closed"
     );
-}
-
-/// Hyper's HTTP/1.1 server as the proxy configures it: the request head bounded in size and
-/// header count (hyper answers 431 beyond them, 400 to what it cannot parse) and upgrades. The
-/// head's deadline is the connection driver's own (it answers 408, which hyper's timer would
-/// not): a second, hyper-side timer per connection cost connection setup about 10 % in
-/// `scripts/bench/compare.sh` (p50 227 µs against 204 µs before hyper), so there is none.
-/// One request per connection: every answer but a 101 says `Connection: close` (keep-alive is
-/// not disabled in the builder, since hyper would then add `close` to the 101's `Connection:
-/// Upgrade`, which WebSocket clients refuse).
-pub(crate) fn server_builder(limits: &Limits) -> http1::Builder {
-    let mut builder = http1::Builder::new();
-    builder
-        // Hyper's read buffer cannot be smaller than 8 KiB.
-        .max_buf_size(limits.max_head_bytes.max(8192))
-        .max_header_size(limits.max_head_bytes)
-        .max_headers(http::MAX_HEADERS)
-        .auto_date_header(false);
-    builder
 }
 
 /// A client connection's socket, by descriptor, for the one question asked of it while hyper
@@ -996,18 +899,6 @@ impl Drop for ClientGuard<'_> {
         self.clients
             .send_modify(|c| c.connected = c.connected.saturating_sub(1));
     }
-}
-
-/// A WebSocket upgrade request as RFC 6455 §4.2.1 requires.
-pub(crate) fn is_valid_upgrade(head: &RequestHead) -> bool {
-    head.method == Method::GET
-        && head.version == 1
-        && head.header_has_token(header::UPGRADE, "websocket")
-        && head.header_has_token(header::CONNECTION, "upgrade")
-        && head
-            .header(header::SEC_WEBSOCKET_KEY)
-            .is_some_and(|k| !k.is_empty())
-        && head.header(header::SEC_WEBSOCKET_VERSION) == Some("13")
 }
 
 /// The client's upgrade request as sent to Chrome: an allow-list of exactly what the WebSocket
@@ -1097,35 +988,6 @@ fn parse_switching(buf: &[u8]) -> Result<Option<usize>, DialError> {
         return Err(DialError::Refused(status));
     }
     Ok(Some(head.len))
-}
-
-/// Writes `response`, half-closes, and drains what the client still sends for a moment so the
-/// answer is not lost to a reset.
-pub(crate) async fn respond_and_close<S: AsyncRead + AsyncWrite + Unpin>(
-    mut stream: S,
-    response: Vec<u8>,
-) {
-    if stream.write_all(&response).await.is_err() {
-        return;
-    }
-    linger(stream).await;
-}
-
-/// Half-closes an answered connection and drains what the client still sends, for a moment
-/// (1 s, 256 KiB), so the answer is not lost to a reset.
-pub(crate) async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
-    let _ = stream.shutdown().await;
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        let mut sink = [0u8; 4096];
-        let mut total = 0usize;
-        while total < 256 * 1024 {
-            match stream.read(&mut sink).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => total += n,
-            }
-        }
-    })
-    .await;
 }
 
 #[cfg(test)]

@@ -47,8 +47,8 @@ use crate::auth::{Authenticator, KeySource, StaticKeys};
 use crate::cdp;
 use crate::chrome::{Chrome, LaunchOptions};
 use crate::config::{ContextSource, KeyConfig, RunConfig};
+use crate::edge::Limits;
 use crate::profile::{self, ArchiveLimits, hydrate, persist_profile};
-use crate::proxy::Limits;
 use crate::secrets::{self, SecretFetcher, SecretKeyCache};
 use crate::shutdown::{Shutdown, Step, Steps};
 use crate::stores::{
@@ -247,13 +247,13 @@ impl Run<'_> {
 
     /// What brings the session's uploads to the browser's disk, when there is a files store:
     /// bound to the session now in a single-session task, at the claim in a pool.
-    fn upload_fetcher(&self) -> Option<Arc<dyn crate::proxy::guard::FetchUpload>> {
+    fn upload_fetcher(&self) -> Option<Arc<dyn crate::file_rules::FetchUpload>> {
         let store = self.deps.files.clone()?;
         let f = uploads::StoreUploads::new(store, tokio::runtime::Handle::current());
         if self.c.pool.is_none()
             && let Some(project) = &self.c.auth.project_id
         {
-            crate::proxy::guard::FetchUpload::bind(&f, project, &self.c.auth.session_id);
+            crate::file_rules::FetchUpload::bind(&f, project, &self.c.auth.session_id);
         }
         Some(Arc::new(f))
     }
@@ -472,9 +472,9 @@ async fn save_profile(
 /// every path a client names is refused, which fails closed.
 pub(crate) fn session_files(
     user_data_dir: &std::path::Path,
-    fetcher: Option<Arc<dyn crate::proxy::guard::FetchUpload>>,
-) -> std::sync::Arc<crate::proxy::guard::FileRules> {
-    match crate::proxy::guard::FileRules::beside_profile(user_data_dir) {
+    fetcher: Option<Arc<dyn crate::file_rules::FetchUpload>>,
+) -> std::sync::Arc<crate::file_rules::FileRules> {
+    match crate::file_rules::FileRules::beside_profile(user_data_dir) {
         Ok(rules) => std::sync::Arc::new(match fetcher {
             Some(f) => rules.fetching(f),
             None => rules,

@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{info, warn};
 use wallcrawler_contract::storage::{upload_key, upload_name_problem};
 
-use crate::proxy::guard::FetchUpload;
+use crate::file_rules::FetchUpload;
 use crate::stores::{ArchiveStore, StoreError};
 
 /// The largest upload fetched. The API takes 4 MiB per request; a file put into the bucket

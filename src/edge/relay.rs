@@ -27,7 +27,7 @@
 //! `epoll_wait`), and a min-heap of deadlines, looked at lazily, sets `epoll_wait`'s timeout.
 //!
 //! Expiry: a connection whose inspector names its credential's expiry
-//! ([`Inspector::expiring_at`], an inspector socket opened with a live-view credential) is
+//! ([`Watch::expires`], an inspector socket opened with a live-view credential) is
 //! sent a close frame (1008, at a boundary between Chrome's messages if it is at one) and ended
 //! then, by a second min-heap of deadlines; connections without one never touch it.
 //!
@@ -50,7 +50,7 @@ use slab::Slab;
 use tokio::sync::oneshot;
 use tracing::error;
 
-use super::inspect::{self, Downstream, Fatal, Inspector, Pongs, Segment};
+use super::ws::{self, Downstream, Fatal, Pongs, Segment};
 use crate::shutdown::Shutdown;
 use crate::telemetry::Metrics;
 
@@ -78,10 +78,20 @@ impl Transform for Plain {
     }
 }
 
-impl Transform for Inspector {
-    fn apply(&mut self, input: &[u8], out: &mut Vec<Segment>) -> bool {
-        self.feed(input, out)
-    }
+/// What watches a client's messages on their way to Chrome (the proxy's inspector): it decides
+/// what of them goes on ([`Transform::apply`]), answers what it withholds, and may end the
+/// connection. The relay moves the bytes; a watcher never touches a socket.
+pub trait Watch: Transform + Send {
+    /// This connection's id for frames injected toward the client (`None`: nothing is).
+    fn conn(&self) -> Option<u64>;
+    /// When the credential that opened the socket expires: the relay ends it then.
+    fn expires(&self) -> Option<Instant>;
+    /// Why the connection must end now, if it must.
+    fn fatal(&self) -> Option<Fatal>;
+    /// Whole frames for the client (answers to withheld commands), taken.
+    fn take_replies(&mut self) -> Vec<u8>;
+    /// Drop the client's pongs (with keepalive on they answer the relay's pings, not Chrome's).
+    fn drop_pongs(&mut self, drop: bool);
 }
 
 impl Transform for Pongs {
@@ -140,7 +150,7 @@ pub struct Job {
     /// Bytes Chrome sent after its 101 answer (go to the client first).
     pub chrome_prefix: Vec<u8>,
     /// Watch the client's messages for `Browser.close` (withheld, then `on_browser_close`).
-    pub inspector: Option<Inspector>,
+    pub inspector: Option<Box<dyn Watch>>,
     /// Called when the inspector withheld a client's `Browser.close`.
     pub on_browser_close: Box<dyn Fn() + Send>,
     /// Where the byte counts are added as they go.
@@ -150,7 +160,7 @@ pub struct Job {
     pub keepalive: Option<Duration>,
 }
 
-/// A fresh connection id: an inspector's ([`Inspector::with_handoffs`]) names its connection
+/// A fresh connection id: an inspector's ([`Watch::conn`]) names its connection
 /// for [`Injector`].
 pub fn next_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -255,7 +265,7 @@ pub struct Injector {
 impl crate::viewer::handoff::Deliver for Injector {
     fn deliver(&self, conn: u64, text: String) {
         // A whole unmasked text frame, as the client takes it from a server.
-        let frame = inspect::frame_of(0x1, text.as_bytes(), false);
+        let frame = ws::frame_of(0x1, text.as_bytes(), false);
         // Once the thread is gone nothing reads the commands: one more is only dropped later.
         self.commands
             .lock()
@@ -316,7 +326,7 @@ struct Conn {
     chrome: Side,
     up: Flow,
     down: Flow,
-    inspector: Option<Inspector>,
+    inspector: Option<Box<dyn Watch>>,
     /// Where answers to refused commands join Chrome's messages (with an inspector only).
     downstream: Option<Downstream>,
     on_browser_close: Box<dyn Fn() + Send>,
@@ -487,7 +497,7 @@ impl Worker {
             if let Some(d) = conn.downstream.as_mut()
                 && !d.closing()
             {
-                d.queue(inspect::close_frame(Fatal::Expired));
+                d.queue(ws::close_frame(Fatal::Expired));
                 let _ = flush_answers(&mut conn.client, &mut conn.down, d)
                     .and_then(|()| write_backlog(&mut conn.client, &mut conn.down).map(drop));
             }
@@ -521,7 +531,7 @@ impl Worker {
                 && !d.has_queued()
                 && !d.closing()
             {
-                d.queue(inspect::ping_frame());
+                d.queue(ws::ping_frame());
                 self.drive(key);
             }
         }
@@ -567,7 +577,10 @@ impl Worker {
             metrics,
             keepalive,
         } = job;
-        let mut inspector = inspector.map(|i| i.dropping_pongs(keepalive.is_some()));
+        let mut inspector = inspector;
+        if let Some(i) = inspector.as_mut() {
+            i.drop_pongs(keepalive.is_some());
+        }
         let mut pongs = (keepalive.is_some() && inspector.is_none()).then(Pongs::default);
         let up = client_prefix_flow(
             &client_prefix,
@@ -578,8 +591,8 @@ impl Worker {
         // Chrome's message boundaries are tracked where frames go in between them: answers
         // (with an inspector) and pings.
         let mut downstream = (inspector.is_some() || keepalive.is_some()).then(Downstream::default);
-        let inspector_id = inspector.as_ref().and_then(Inspector::conn);
-        let expires = inspector.as_ref().and_then(Inspector::expires);
+        let inspector_id = inspector.as_ref().and_then(|i| i.conn());
+        let expires = inspector.as_ref().and_then(|i| i.expires());
         let down = chrome_prefix_flow(chrome_prefix, &mut downstream, &mut inspector);
         let serial = self.next_serial;
         self.next_serial += 1;
@@ -691,7 +704,7 @@ impl Worker {
 /// through the inspector (if any), waiting for Chrome.
 fn client_prefix_flow(
     prefix: &[u8],
-    (inspector, pongs): (&mut Option<Inspector>, &mut Option<Pongs>),
+    (inspector, pongs): (&mut Option<Box<dyn Watch>>, &mut Option<Pongs>),
     on_browser_close: &dyn Fn(),
     metrics: &Metrics,
 ) -> Flow {
@@ -719,7 +732,7 @@ fn client_prefix_flow(
 fn chrome_prefix_flow(
     prefix: Vec<u8>,
     downstream: &mut Option<Downstream>,
-    inspector: &mut Option<Inspector>,
+    inspector: &mut Option<Box<dyn Watch>>,
 ) -> Flow {
     let mut down = Flow {
         bytes: prefix.len() as u64,
@@ -781,7 +794,7 @@ fn turn(conn: &mut Conn, scratch: &mut Scratch) -> Result<Turn, RelayEnd> {
         shared: metrics.bytes_client_to_chrome.inner(),
     };
     let up_turn = match (inspector.as_mut(), pongs) {
-        (Some(i), _) => pump(lane, i, scratch, on_browser_close),
+        (Some(i), _) => pump(lane, &mut **i, scratch, on_browser_close),
         (None, Some(p)) => pump(lane, p, scratch, on_browser_close),
         (None, None) => pump(lane, &mut Plain, scratch, on_browser_close),
     }
@@ -799,11 +812,11 @@ fn turn(conn: &mut Conn, scratch: &mut Scratch) -> Result<Turn, RelayEnd> {
         // unbounded backlog: beyond one read of Chrome's bytes and the answers' cap, it is
         // closed.
         let backlog = d.queued_len() + (down.pending.len() - down.sent);
-        let flooded = backlog > READ_BUFFER + inspect::MAX_QUEUED_REPLIES;
+        let flooded = backlog > READ_BUFFER + ws::MAX_QUEUED_REPLIES;
         if let Some(fatal) = i.fatal().or(flooded.then_some(Fatal::TooManyRefusals)) {
             // Best effort: the close frame goes if the client's side is between messages
             // and takes it now; the connection ends either way.
-            d.queue(inspect::close_frame(fatal));
+            d.queue(ws::close_frame(fatal));
             let _ = flush_answers(client, down, d).and_then(|()| {
                 write_backlog(client, down)?;
                 Ok(())
@@ -857,7 +870,7 @@ fn flush_answers(client: &mut Side, down: &mut Flow, d: &mut Downstream) -> Resu
 
 /// Moves bytes along `lane` until its source or destination would block or the read budget
 /// is spent.
-fn pump<T: Transform>(
+fn pump<T: Transform + ?Sized>(
     lane: Lane<'_>,
     transform: &mut T,
     scratch: &mut Scratch,
@@ -974,6 +987,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::proxy::inspect::Inspector;
     use crate::proxy::inspect::tests::frame;
 
     /// Generous bound on every blocking read, to turn a hang into a failure.
@@ -1016,7 +1030,7 @@ mod tests {
             chrome: chrome_inner,
             client_prefix: client_prefix.to_vec(),
             chrome_prefix: Vec::new(),
-            inspector: inspect.then(Inspector::default),
+            inspector: inspect.then(|| Box::new(Inspector::default()) as Box<dyn Watch>),
             on_browser_close: Box::new({
                 let closed = closed.clone();
                 move || closed.store(true, Ordering::SeqCst)
@@ -1083,7 +1097,7 @@ mod tests {
             );
             assert_eq!(read_n(&mut e.chrome, early.len()), early);
             for _ in 0..3 {
-                assert_eq!(read_n(&mut e.client, 2), inspect::ping_frame());
+                assert_eq!(read_n(&mut e.client, 2), ws::ping_frame());
                 e.client.write_all(&pong).unwrap();
             }
             let first = frame(1, false, br#"{"id":2,"method":"Target.get"#);
@@ -1091,14 +1105,14 @@ mod tests {
             let whole = [first.clone(), pong.clone(), last.clone()].concat();
             // Split inside the pong's header: the two reads are apart in time.
             e.client.write_all(&whole[..first.len() + 1]).unwrap();
-            assert_eq!(read_n(&mut e.client, 2), inspect::ping_frame());
+            assert_eq!(read_n(&mut e.client, 2), ws::ping_frame());
             e.client.write_all(&whole[first.len() + 1..]).unwrap();
             let want = [first, last].concat();
             assert_eq!(read_n(&mut e.chrome, want.len()), want, "inspect {inspect}");
             // Chrome's messages still reach the client whole.
             e.chrome.write_all(b"\x81\x02{}").unwrap();
             let mut got = read_n(&mut e.client, 2);
-            while got == inspect::ping_frame() {
+            while got == ws::ping_frame() {
                 got = read_n(&mut e.client, 2);
             }
             assert_eq!([got, read_n(&mut e.client, 2)].concat(), b"\x81\x02{}");
@@ -1162,7 +1176,7 @@ mod tests {
         let relays = RelayLoop::start(&crate::shutdown::Shutdown::new()).unwrap();
         let mut e = start(&relays, b"", true);
         // Chrome has sent the first half of a message when the refused command comes.
-        let event = inspect::frame_of(1, br#"{"method":"Page.loadEventFired","params":{}}"#, false);
+        let event = ws::frame_of(1, br#"{"method":"Page.loadEventFired","params":{}}"#, false);
         e.chrome.write_all(&event[..10]).unwrap();
         assert_eq!(read_n(&mut e.client, 10), event[..10]);
         let refused = frame(
@@ -1181,7 +1195,7 @@ mod tests {
         );
         e.chrome.write_all(&event[10..]).unwrap();
         assert_eq!(read_n(&mut e.client, event.len() - 10), event[10..]);
-        let reply = inspect::frame_of(
+        let reply = ws::frame_of(
             1,
             br#"{"error":{"code":-32000,"message":"Extensions.loadUnpacked is not allowed through this proxy"},"id":7,"sessionId":"S"}"#,
             false,
@@ -1214,21 +1228,23 @@ mod tests {
                 chrome: chrome_inner,
                 client_prefix: Vec::new(),
                 chrome_prefix: Vec::new(),
-                inspector: Some(Inspector::default().with_handoffs(handoffs.clone(), id)),
+                inspector: Some(Box::new(
+                    Inspector::default().with_handoffs(handoffs.clone(), id),
+                )),
                 on_browser_close: Box::new(|| {}),
                 metrics: Metrics::new(),
                 keepalive: None,
             }));
             ends.push((client, chrome, id, outcome));
         }
-        let event = inspect::frame_of(1, br#"{"method":"Page.loadEventFired","params":{}}"#, false);
+        let event = ws::frame_of(1, br#"{"method":"Page.loadEventFired","params":{}}"#, false);
         let (a, b) = ends.split_at_mut(1);
         let (ca, ha, ida, _) = &mut a[0];
         let (cb, hb, _, _) = &mut b[0];
         ha.write_all(&event[..10]).unwrap();
         assert_eq!(read_n(ca, 10), event[..10]);
         let text = r#"{"method":"Wallcrawler.handoffCompleted"}"#;
-        let injected = inspect::frame_of(1, text.as_bytes(), false);
+        let injected = ws::frame_of(1, text.as_bytes(), false);
         relays.injector().deliver(*ida, text.to_owned());
         ha.write_all(&event[10..]).unwrap();
         assert_eq!(read_n(ca, event.len() - 10), event[10..]);
@@ -1254,7 +1270,7 @@ mod tests {
                 br#"{"id":1,"method":"Extensions.loadUnpacked"}"#,
             ))
             .unwrap();
-        let close = inspect::close_frame(Fatal::Binary);
+        let close = ws::close_frame(Fatal::Binary);
         assert_eq!(read_n(&mut e.client, close.len()), close);
         assert_eq!(&close[2..4], &1003u16.to_be_bytes());
         assert_eof(&mut e.client);
