@@ -14,7 +14,7 @@
 //! Named (as its path from the body's top: `browserSettings.solveCaptchas`,
 //! `browserSettings.fingerprint.browsers`, `fooBar`) is a field whose value asks for what the
 //! platform does not do: a flag set to true (`solveCaptchas`, `verified`, `advancedStealth`,
-//! `recordSession`, `logSession`), a captcha selector, an `os` other than linux (what the
+//! `recordSession`), a captcha selector, an `os` other than linux (what the
 //! browser reports), a fingerprint list without what the browser is (Chrome, desktop, Linux),
 //! `httpVersion` "1", a `fingerprint.screen` not applied, `proxySettings.caCertificates`, and
 //! every field not known, at the top or inside `browserSettings`. A value asking for what
@@ -280,9 +280,8 @@ const BROWSER_FIELDS: [&str; 15] = [
     "viewport",
 ];
 /// `browserSettings` flags asking for what the platform does not do: named when true.
-const FLAGS_NOT_DONE: [&str; 5] = [
+const FLAGS_NOT_DONE: [&str; 4] = [
     "advancedStealth",
-    "logSession",
     "recordSession",
     "solveCaptchas",
     "verified",
@@ -333,6 +332,11 @@ fn browser_settings(
         locales: fp.locales,
         ignore_certificate_errors: flag(m, AT, "ignoreCertificateErrors")?,
         block_ads: flag(m, AT, "blockAds")?,
+        // Logged unless asked not to be: absent and null are the default, true.
+        no_session_log: match m.get("logSession") {
+            None | Some(Value::Null) => false,
+            Some(_) => !flag(m, AT, "logSession")?,
+        },
     })
 }
 
@@ -745,6 +749,15 @@ mod tests {
     }
 
     #[test]
+    fn log_session_is_on_unless_false() {
+        assert!(!settings(json!({})).no_session_log);
+        assert!(!settings(json!({"logSession": true})).no_session_log);
+        assert!(!settings(json!({"logSession": null})).no_session_log);
+        assert!(settings(json!({"logSession": false})).no_session_log);
+        assert!(named(json!({"browserSettings": {"logSession": true}})).is_empty());
+    }
+
+    #[test]
     fn flags_are_booleans() {
         let s = settings(json!({"blockAds": true, "ignoreCertificateErrors": true}));
         assert!(s.block_ads && s.ignore_certificate_errors);
@@ -874,7 +887,6 @@ mod tests {
                 "browserSettings.fingerprint.other",
                 "browserSettings.fingerprint.screen",
                 "browserSettings.fingerprint.screen.dpr",
-                "browserSettings.logSession",
                 "browserSettings.newThing",
                 "browserSettings.os",
                 "browserSettings.recordSession",

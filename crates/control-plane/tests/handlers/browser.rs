@@ -105,8 +105,39 @@ async fn locales_screen_and_flags_reach_the_launcher() {
             locales: vec!["de-DE".into(), "en-US".into()],
             ignore_certificate_errors: true,
             block_ads: true,
+            no_session_log: false,
         })
     );
+}
+
+/// `logSession: false` reaches the controller (which then records nothing); `true`, absent or
+/// null is the default (logged) and carries nothing; it is never named as not done.
+#[tokio::test]
+async fn log_session_false_reaches_the_launcher() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (status, named, resp) = h
+        .create_naming(r#"{"browserSettings": {"logSession": false}}"#)
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{resp}");
+    assert_eq!(named, None);
+    assert_eq!(
+        h.launched_browser(),
+        Some(BrowserSettings {
+            no_session_log: true,
+            ..Default::default()
+        })
+    );
+    assert!(h.launched()[0].claim().browser.unwrap().no_session_log);
+    for asked in ["true", "null"] {
+        let h = Harness::new(LaunchBehaviour::BecomeReady);
+        let (status, named, _) = h
+            .create_naming(&format!(
+                r#"{{"browserSettings": {{"logSession": {asked}}}}}"#
+            ))
+            .await;
+        assert_eq!((status, named), (StatusCode::CREATED, None), "{asked}");
+        assert_eq!(h.launched_browser(), None, "{asked}");
+    }
 }
 
 /// The exact refusals, each naming its field; nothing is launched or kept.
