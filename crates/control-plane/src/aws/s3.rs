@@ -159,6 +159,31 @@ impl ObjectStore for S3Archives {
             .map_err(|e| sdk_error(BUCKET, e))?;
         Ok(Zip::At(req.uri().to_owned()))
     }
+
+    /// `ListObjectsV2` pages (in key order) until `max` names.
+    async fn names_under(&self, prefix: &str, max: usize) -> StoreResult<Vec<String>> {
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        let mut names = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| sdk_error(BUCKET, e))?;
+            for key in page.contents().iter().filter_map(|o| o.key()) {
+                let name = key.strip_prefix(prefix).unwrap_or("");
+                if !name.is_empty() && !name.contains('/') {
+                    names.push(name.to_owned());
+                }
+                if names.len() >= max {
+                    return Ok(names);
+                }
+            }
+        }
+        Ok(names)
+    }
 }
 
 impl S3Archives {
