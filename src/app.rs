@@ -295,6 +295,11 @@ impl Session {
         self.serving.proxy.files()
     }
 
+    /// Where the proxy's CDP clients find the session's log recorder.
+    pub(crate) fn session_log(&self) -> &Arc<crate::session_log::Slot> {
+        self.serving.proxy.session_log()
+    }
+
     /// Binds the proxy's authenticator to the claimed session (once).
     pub(crate) fn bind(&self, session_id: String, project_id: Option<String>) -> bool {
         self.serving.proxy.bind_session(session_id, project_id)

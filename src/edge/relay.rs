@@ -92,6 +92,11 @@ pub trait Watch: Transform + Send {
     fn take_replies(&mut self) -> Vec<u8>;
     /// Drop the client's pongs (with keepalive on they answer the relay's pings, not Chrome's).
     fn drop_pongs(&mut self, drop: bool);
+    /// Who is shown Chrome's messages to this client as they pass, if anyone (taken once,
+    /// when the relay begins).
+    fn downstream_tap(&mut self) -> Option<Box<dyn ws::MessageTap>> {
+        None
+    }
 }
 
 impl Transform for Pongs {
@@ -590,7 +595,7 @@ impl Worker {
         );
         // Chrome's message boundaries are tracked where frames go in between them: answers
         // (with an inspector) and pings.
-        let mut downstream = (inspector.is_some() || keepalive.is_some()).then(Downstream::default);
+        let mut downstream = downstream_of(&mut inspector, keepalive.is_some());
         let inspector_id = inspector.as_ref().and_then(|i| i.conn());
         let expires = inspector.as_ref().and_then(|i| i.expires());
         let down = chrome_prefix_flow(chrome_prefix, &mut downstream, &mut inspector);
@@ -725,6 +730,13 @@ fn client_prefix_flow(
     up.bytes = prefix.len() as u64;
     metrics.bytes_client_to_chrome.inc_by(up.bytes);
     up
+}
+
+/// The frame tracker of Chrome's stream, where the relay needs one (with an inspector, whose
+/// tap it shows Chrome's messages, or keepalive).
+fn downstream_of(inspector: &mut Option<Box<dyn Watch>>, keepalive: bool) -> Option<Downstream> {
+    let tap = inspector.as_mut().and_then(|i| i.downstream_tap());
+    (inspector.is_some() || keepalive).then(|| Downstream::default().tapped(tap))
 }
 
 /// The Chrome-to-client flow of a new relay: the bytes Chrome sent after its 101, through the

@@ -169,7 +169,9 @@ const HEADER_COMMANDS: [&str; 4] = [
 /// Whether `method`'s bodies carry secrets by their nature (headers, cookies, credentials): a
 /// cut body of one, which cannot be redacted field by field, is stored as [`REDACTED`].
 pub fn is_sensitive(method: &str) -> bool {
-    HEADER_COMMANDS.contains(&method) || carries_cookies(method) || method == "Fetch.continueWithAuth"
+    HEADER_COMMANDS.contains(&method)
+        || carries_cookies(method)
+        || method == "Fetch.continueWithAuth"
 }
 
 /// Keys whose values are secret wherever they appear (cookies, credentials).
@@ -445,7 +447,11 @@ mod tests {
         redact("Runtime.evaluate", &mut r);
         assert_eq!(r["result"]["value"], 2);
 
-        for m in ["Network.setExtraHTTPHeaders", "Network.getAllCookies", "Fetch.continueWithAuth"] {
+        for m in [
+            "Network.setExtraHTTPHeaders",
+            "Network.getAllCookies",
+            "Fetch.continueWithAuth",
+        ] {
             assert!(is_sensitive(m), "{m}");
         }
         assert!(!is_sensitive("Page.navigate"));
