@@ -5,6 +5,11 @@
 //! - `rtt_256B`: one 256-byte text frame there and back over an established connection.
 //! - `echo_1MiB`: one 1 MiB binary frame there and back (throughput = payload echoed).
 //! - `setup`: TCP connect + upgrade request (with a valid token) + the 101 read.
+//! - `rtt_256B_log`: the same round trip (a `Runtime.evaluate` command, echoed as its own
+//!   answer) through a proxy whose session is logged (`on`: every message copied to the
+//!   session log's writer, running on this runtime and storing nowhere) and one whose is not
+//!   (`off`); then, outside criterion, the relay thread's own CPU per message each way
+//!   (`/proc/self/task/<relay>/stat`, 50,000 round trips, twice each), printed as `relay_cpu_per_message`.
 //! - `check_token`: the proxy's token check alone ([`Authenticator::check_one`]), for the
 //!   same token again (`cached`: answered by the verified-token cache, only the claim rules
 //!   judged) and for a token never seen (`fresh`: minted outside the timed part; the Ed25519
@@ -35,7 +40,9 @@ use wallcrawler_contract::{Claims, SigningKey};
 use wallcrawler_controller::auth::{Authenticator, KeySource, StaticKeys, unix_now};
 use wallcrawler_controller::edge::Limits;
 use wallcrawler_controller::proxy::Proxy;
+use wallcrawler_controller::session_log::writer::{Sink, Writer};
 use wallcrawler_controller::shutdown::Shutdown;
+use wallcrawler_controller::stores::{ArchiveStore, BoxRead, StoreError};
 use wallcrawler_controller::telemetry::Metrics;
 use wallcrawler_controller::upstream::{Endpoint, Upstream, UpstreamState};
 
@@ -54,8 +61,52 @@ struct Bed {
     stop: CancellationToken,
 }
 
+/// A store that keeps nothing (the writer's work is measured, not S3's).
+struct Nowhere;
+
+#[async_trait::async_trait]
+impl ArchiveStore for Nowhere {
+    async fn open(&self, _: &str) -> Result<Option<BoxRead>, StoreError> {
+        Ok(None)
+    }
+    async fn put(&self, _: &str, _: BoxRead) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+}
+
+/// The ids of this process's relay threads now.
+fn relay_threads() -> Vec<u64> {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.flatten()
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.trim() == "wc-relay")
+                })
+                .filter_map(|t| t.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// CPU time (user + system, clock ticks) of thread `tid` so far.
+fn thread_ticks(tid: u64) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis (state first): utime and stime are the
+    // 12th and 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    field(11) + field(12)
+}
+
 impl Bed {
     fn start() -> Self {
+        Self::start_logged(false)
+    }
+
+    /// A bed whose session is logged when `logged` (the writer on this bed's runtime).
+    fn start_logged(logged: bool) -> Self {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -87,6 +138,16 @@ impl Bed {
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
             let proxy_addr = listener.local_addr().expect("proxy addr");
             let stop = CancellationToken::new();
+            if logged {
+                let (writer, recorder) = Writer::start(Sink {
+                    store: Arc::new(Nowhere),
+                    project_id: "proj_bench".to_owned(),
+                    session_id: SESSION.to_owned(),
+                });
+                proxy.session_log().set(Some(recorder));
+                // Runs until the runtime is dropped with the bed.
+                std::mem::forget(writer);
+            }
             tokio::spawn(proxy.serve(listener, stop.clone(), TaskTracker::new()));
             (upstream, proxy_addr, upstream_tx, stop)
         });
@@ -227,5 +288,44 @@ fn bench_check_token(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_relay, bench_check_token);
+/// Round trips of a 256-byte command with the session logged and not; then the relay thread's
+/// CPU per message for each (the figure Step 18 holds to at most 10 % more).
+fn bench_logging(c: &mut Criterion) {
+    let off = Bed::start_logged(false);
+    let on = Bed::start_logged(true);
+
+    let frame = ws::masked_frame(1, 256);
+    let mut scratch = vec![0u8; frame.len()];
+    let mut g = c.benchmark_group("rtt_256B_log");
+    g.sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    for (name, bed) in [("off", &off), ("on", &on)] {
+        let mut conn = bed.connect(bed.proxy);
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| bed.round_trips(&mut conn, &frame, &mut scratch, iters))
+        });
+    }
+    g.finish();
+
+    const N: u64 = 50_000;
+    // The relay threads (however many the proxies share), measured around one bed's round
+    // trips at a time: the other bed is idle meanwhile.
+    let relay_ticks = || relay_threads().into_iter().map(thread_ticks).sum::<u64>();
+    for (name, bed) in [("off", &off), ("on", &on), ("off", &off), ("on", &on)] {
+        let mut conn = bed.connect(bed.proxy);
+        let t0 = relay_ticks();
+        let wall = bed.round_trips(&mut conn, &frame, &mut scratch, N);
+        let ticks = relay_ticks() - t0;
+        // Clock ticks are 10 ms (USER_HZ 100); two messages per round trip.
+        let per_message_us = ticks as f64 * 10_000.0 / (2 * N) as f64;
+        eprintln!(
+            "relay_cpu_per_message/{name}: {per_message_us:.2} us ({ticks} ticks for {} messages, {:.0} ms wall)",
+            2 * N,
+            wall.as_secs_f64() * 1000.0
+        );
+    }
+}
+
+criterion_group!(benches, bench_relay, bench_logging, bench_check_token);
 criterion_main!(benches);

@@ -86,7 +86,7 @@ pub(crate) mod scale_in;
 pub(crate) mod secrets;
 pub(crate) mod session;
 pub(crate) mod session_credentials;
-pub(crate) mod session_log;
+pub mod session_log;
 pub mod shutdown;
 pub mod stores;
 pub(crate) mod task_api;

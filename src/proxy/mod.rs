@@ -149,7 +149,7 @@ impl Proxy {
     }
 
     /// Where the session's log recorder goes once the session is known (none: not logged).
-    pub(crate) fn session_log(&self) -> &Arc<crate::session_log::Slot> {
+    pub fn session_log(&self) -> &Arc<crate::session_log::Slot> {
         &self.session_log
     }
 

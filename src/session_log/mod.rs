@@ -18,7 +18,7 @@
 
 pub(crate) mod matcher;
 pub(crate) mod tap;
-pub(crate) mod writer;
+pub mod writer;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 use wallcrawler_contract::session_log::MAX_RAW_BODY;
 
 pub(crate) use matcher::{Dir, Tapped};
-pub(crate) use writer::Writer;
+pub use writer::Writer;
 
 /// The most messages waiting for the writer.
 pub(crate) const QUEUE: usize = 4096;
@@ -68,7 +68,7 @@ pub(crate) struct Counters {
 
 /// The handle the proxy records through: cheap to clone, never blocks.
 #[derive(Debug, Clone)]
-pub(crate) struct Recorder {
+pub struct Recorder {
     tx: mpsc::Sender<Item>,
     counters: Arc<Counters>,
 }
@@ -162,11 +162,11 @@ pub(crate) fn tap(conn: u64, dir: Dir, at: u64, payload: &[u8]) -> Tapped {
 /// The proxy's place for the session's recorder: empty before a session is served (a warm
 /// browser waiting for its claim) and for a session that asked not to be logged.
 #[derive(Debug, Default)]
-pub(crate) struct Slot(RwLock<Option<Recorder>>);
+pub struct Slot(RwLock<Option<Recorder>>);
 
 impl Slot {
     /// The recorder new connections take.
-    pub(crate) fn set(&self, r: Option<Recorder>) {
+    pub fn set(&self, r: Option<Recorder>) {
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = r;
     }
 

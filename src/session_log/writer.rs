@@ -24,7 +24,7 @@ pub(crate) const CHUNK_BYTES: usize = 1 << 20;
 
 /// Where the entries go.
 #[derive(Clone)]
-pub(crate) struct Sink {
+pub struct Sink {
     /// The files bucket (the data directory's `contexts/` locally).
     pub store: Arc<dyn ArchiveStore>,
     /// The session's project.
@@ -34,7 +34,7 @@ pub(crate) struct Sink {
 }
 
 /// A running writer; [`Writer::finish`] ends it.
-pub(crate) struct Writer {
+pub struct Writer {
     /// Cancelled by `finish`: the task drains the queue, stores the rest and ends.
     stop: CancellationToken,
     task: JoinHandle<()>,
@@ -58,7 +58,7 @@ struct State {
 
 impl Writer {
     /// Starts the writer of `sink`'s session; the recorder is what the proxy records through.
-    pub(crate) fn start(sink: Sink) -> (Writer, Recorder) {
+    pub fn start(sink: Sink) -> (Writer, Recorder) {
         let (recorder, rx, counters) = Recorder::channel();
         let stop = CancellationToken::new();
         let state = State {
@@ -78,7 +78,7 @@ impl Writer {
 
     /// Ends the writer: what was queued is logged, unanswered commands too, and the last
     /// chunk stored, within `within` (past it, what is left is lost and logged).
-    pub(crate) async fn finish(self, within: Duration) {
+    pub async fn finish(self, within: Duration) {
         self.stop.cancel();
         let mut task = self.task;
         if tokio::time::timeout(within, &mut task).await.is_err() {
