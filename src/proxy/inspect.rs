@@ -749,9 +749,7 @@ pub(crate) mod tests {
     }
 
     /// Every message the session's log was sent, as (direction, text).
-    fn logged(
-        rx: &mut tokio::sync::mpsc::Receiver<crate::session_log::Item>,
-    ) -> Vec<(Dir, String)> {
+    fn logged(rx: &mut crate::session_log::Receiver) -> Vec<(Dir, String)> {
         let mut got = Vec::new();
         while let Ok(i) = rx.try_recv() {
             if let crate::session_log::Item::Message(t) = i {

@@ -3,7 +3,8 @@
 //! session runs.
 //!
 //! Off the relay's hot path: the proxy's tap copies a message (at most its first 64 KiB and its
-//! last [`matcher::TAIL`] bytes) and hands it to a [`Recorder`], which never blocks: a full
+//! last [`matcher::TAIL`] bytes) and hands it to a [`Recorder`], which never blocks nor wakes
+//! the writer (it takes the queue on a timer): a full
 //! queue (by count or by bytes) drops the message and counts it. One writer task per session
 //! ([`writer`]) turns the messages into entries ([`matcher`]: commands matched to their
 //! answers, events picked, secrets redacted by the contract's rules) and stores them in
@@ -20,10 +21,9 @@ pub(crate) mod matcher;
 pub(crate) mod tap;
 pub mod writer;
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
-
-use tokio::sync::mpsc;
+use std::sync::{Arc, Mutex, RwLock};
 use wallcrawler_contract::session_log::MAX_RAW_BODY;
 
 pub(crate) use matcher::{Dir, Tapped};
@@ -66,11 +66,48 @@ pub(crate) struct Counters {
     pub(crate) dropped: AtomicU64,
 }
 
+/// The items waiting for the writer: a plain list the relay appends to under a lock held for a
+/// push, and the writer takes whole every [`writer::DRAIN_EVERY`]. No wake-up per item: waking
+/// the writer's task from the relay thread would cost a system call per message.
+#[derive(Debug, Default)]
+pub(crate) struct Queue(Mutex<Vec<Item>>);
+
+impl Queue {
+    fn take(&self) -> Vec<Item> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
 /// The handle the proxy records through: cheap to clone, never blocks.
 #[derive(Debug, Clone)]
 pub struct Recorder {
-    tx: mpsc::Sender<Item>,
+    queue: Arc<Queue>,
     counters: Arc<Counters>,
+}
+
+/// The writer's end of the queue.
+#[derive(Debug)]
+pub(crate) struct Receiver {
+    queue: Arc<Queue>,
+    taken: VecDeque<Item>,
+}
+
+impl Receiver {
+    /// Everything queued so far, in order.
+    pub(crate) fn take_all(&mut self) -> Vec<Item> {
+        let mut all: Vec<Item> = self.taken.drain(..).collect();
+        all.extend(self.queue.take());
+        all
+    }
+
+    /// The next item queued, if any (the tests' view of the queue).
+    #[cfg(test)]
+    pub(crate) fn try_recv(&mut self) -> Result<Item, ()> {
+        if self.taken.is_empty() {
+            self.taken.extend(self.queue.take());
+        }
+        self.taken.pop_front().ok_or(())
+    }
 }
 
 /// Milliseconds since the epoch, now.
@@ -82,15 +119,18 @@ pub(crate) fn now_ms() -> u64 {
 
 impl Recorder {
     /// A recorder and the receiving end the writer drains.
-    pub(crate) fn channel() -> (Recorder, mpsc::Receiver<Item>, Arc<Counters>) {
-        let (tx, rx) = mpsc::channel(QUEUE);
+    pub(crate) fn channel() -> (Recorder, Receiver, Arc<Counters>) {
+        let queue = Arc::new(Queue::default());
         let counters = Arc::new(Counters::default());
         (
             Recorder {
-                tx,
+                queue: queue.clone(),
                 counters: counters.clone(),
             },
-            rx,
+            Receiver {
+                queue,
+                taken: VecDeque::new(),
+            },
             counters,
         )
     }
@@ -104,10 +144,14 @@ impl Recorder {
             c.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        if self.tx.try_send(item).is_err() {
+        let mut q = self.queue.0.lock().unwrap_or_else(|p| p.into_inner());
+        if q.len() >= QUEUE {
+            drop(q);
             c.queued_bytes.fetch_sub(n, Ordering::Relaxed);
             c.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
         }
+        q.push(item);
     }
 
     /// A copy of the message `payload` (its start and end, bounded) seen on connection `conn`

@@ -7,18 +7,19 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use wallcrawler_contract::session_log::{MAX_ENTRIES, SessionLog, session_log_chunk_key};
 
 use super::matcher::Matcher;
-use super::{Counters, Item, Recorder, now_ms};
+use super::{Counters, Item, Receiver, Recorder, now_ms};
 use crate::stores::ArchiveStore;
 
 /// How often new entries are stored.
 pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(500);
+/// How often the queue is taken (the relay never wakes the writer).
+pub(crate) const DRAIN_EVERY: Duration = Duration::from_millis(50);
 /// A chunk this large is complete: the next entries begin another.
 pub(crate) const CHUNK_BYTES: usize = 1 << 20;
 
@@ -88,23 +89,22 @@ impl Writer {
     }
 }
 
-async fn run(mut s: State, mut rx: mpsc::Receiver<Item>, stop: CancellationToken) {
+async fn run(mut s: State, mut rx: Receiver, stop: CancellationToken) {
     let mut tick = tokio::time::interval(FLUSH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut drain = tokio::time::interval(DRAIN_EVERY);
+    drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            item = rx.recv() => match item {
-                Some(i) => s.take(i),
-                None => break,
-            },
-            _ = tick.tick() => s.flush().await,
+            _ = drain.tick() => s.take_all(&mut rx),
+            _ = tick.tick() => {
+                s.take_all(&mut rx);
+                s.flush().await;
+            }
             () = stop.cancelled() => break,
         }
     }
-    rx.close();
-    while let Ok(i) = rx.try_recv() {
-        s.take(i);
-    }
+    s.take_all(&mut rx);
     let rest = s.matcher.close_all();
     s.add(rest);
     s.flush().await;
@@ -112,6 +112,12 @@ async fn run(mut s: State, mut rx: mpsc::Receiver<Item>, stop: CancellationToken
 }
 
 impl State {
+    fn take_all(&mut self, rx: &mut Receiver) {
+        for i in rx.take_all() {
+            self.take(i);
+        }
+    }
+
     fn take(&mut self, item: Item) {
         self.counters
             .queued_bytes
