@@ -1,5 +1,5 @@
 //! The narrow interfaces the controller needs from the outside world, named for what it needs:
-//! where the session item lives ([`SessionStore`]), where profile archives live
+//! where the session item lives ([`ServedSessions`]), where profile archives live
 //! ([`ArchiveStore`]), and how a private address maps to a public one ([`NetworkLookup`]).
 //! The implementations import these ports, never the reverse: the AWS adapters (`aws`), the
 //! archive directory (`profile`), the Secrets Manager key cache (`secrets`); the session and
@@ -189,7 +189,7 @@ pub enum ReadyResult {
     Lost,
 }
 
-/// Outcome of taking a claimed session ([`SessionStore::take`]).
+/// Outcome of taking a claimed session ([`ServedSessions::take`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TakeResult {
     /// This controller owns the session now.
@@ -252,7 +252,7 @@ pub struct TerminalUpdate<'a> {
 
 /// The session item, written only with conditional updates.
 #[async_trait::async_trait]
-pub trait SessionStore: Send + Sync {
+pub trait ServedSessions: Send + Sync {
     /// The session item, `None` when there is none.
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
     /// Takes the claimed session for `t.owner` (`SessionDoc::take`: only while pending and
@@ -542,7 +542,7 @@ impl DirectorySessions {
 }
 
 #[async_trait::async_trait]
-impl SessionStore for DirectorySessions {
+impl ServedSessions for DirectorySessions {
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
         let id = id.to_owned();
         let doc = self.blocking(move |s| s.get(&id)).await?;

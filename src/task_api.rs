@@ -250,7 +250,7 @@ pub(crate) struct ApiClaims {
     api: Arc<TaskApi>,
     credentials: SessionCredentialsProvider,
     /// The claims queue, its client signing with `credentials`: what settles a claim.
-    settle: SqsClaims,
+    queue: SqsClaims,
     /// The API answered `409`: this task had its session.
     spent: AtomicBool,
     /// The last grant's live view.
@@ -258,16 +258,16 @@ pub(crate) struct ApiClaims {
 }
 
 impl ApiClaims {
-    /// Claims from `api`, their credentials installed in `credentials`, settled by `settle`.
+    /// Claims from `api`, their credentials installed in `credentials`, settled by `queue`.
     pub(crate) fn new(
         api: Arc<TaskApi>,
         credentials: SessionCredentialsProvider,
-        settle: SqsClaims,
+        queue: SqsClaims,
     ) -> Self {
         Self {
             api,
             credentials,
-            settle,
+            queue,
             spent: AtomicBool::new(false),
             live_view: std::sync::Mutex::new(None),
         }
@@ -315,19 +315,19 @@ impl ClaimQueue for ApiClaims {
             .clone()
     }
     async fn complete(&self, receipt: &str) -> Result<(), StoreError> {
-        self.settle.complete(receipt).await
+        self.queue.complete(receipt).await
     }
     async fn discard(&self, receipt: &str) -> Result<(), StoreError> {
-        self.settle.discard(receipt).await
+        self.queue.discard(receipt).await
     }
     async fn poison(&self, receipt: &str) -> Result<(), StoreError> {
-        self.settle.poison(receipt).await
+        self.queue.poison(receipt).await
     }
     async fn keep(&self, receipt: &str, more: Duration) -> Result<(), StoreError> {
-        self.settle.keep(receipt, more).await
+        self.queue.keep(receipt, more).await
     }
     async fn hand_back(&self, receipt: &str, after: Duration) -> Result<(), StoreError> {
-        self.settle.hand_back(receipt, after).await
+        self.queue.hand_back(receipt, after).await
     }
 }
 
@@ -559,12 +559,12 @@ pub(crate) mod tests {
         let api = api(base);
         let credentials = SessionCredentialsProvider::new(api.clone());
         assert!(credentials.provide_credentials().await.is_err());
-        let settle = SqsClaims {
+        let queue = SqsClaims {
             client: aws_sdk_sqs::Client::new(&task_sdk()),
             queue_url: "http://127.0.0.1:1/q".into(),
             visibility: Duration::from_secs(60),
         };
-        let claims = ApiClaims::new(api, credentials.clone(), settle);
+        let claims = ApiClaims::new(api, credentials.clone(), queue);
         let got = claims
             .receive(Duration::from_secs(1))
             .await
@@ -591,12 +591,12 @@ pub(crate) mod tests {
         let (base, _) = stub_api(vec![answer("200 OK", &with.to_string())]).await;
         let api = api(base);
         let credentials = SessionCredentialsProvider::new(api.clone());
-        let settle = SqsClaims {
+        let queue = SqsClaims {
             client: aws_sdk_sqs::Client::new(&task_sdk()),
             queue_url: "http://127.0.0.1:1/q".into(),
             visibility: Duration::from_secs(60),
         };
-        let claims = ApiClaims::new(api, credentials, settle);
+        let claims = ApiClaims::new(api, credentials, queue);
         assert_eq!(claims.live_view(), None);
         claims
             .receive(Duration::from_secs(1))

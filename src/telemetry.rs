@@ -70,7 +70,7 @@ pub fn clip(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
 
 /// How a client connection ended, as counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ConnectionEnd {
     /// Upgraded and relayed until one side closed.
     Relayed,
     /// A discovery or pass-through HTTP request answered.
@@ -97,9 +97,9 @@ pub enum Outcome {
     ClientGone,
 }
 
-impl Outcome {
+impl ConnectionEnd {
     /// Every outcome; the metrics keep one counter per entry, in this order.
-    pub const ALL: [Outcome; 12] = [
+    pub const ALL: [ConnectionEnd; 12] = [
         Self::Relayed,
         Self::Http,
         Self::Health,
@@ -150,7 +150,7 @@ pub struct Metrics {
     pub bytes_chrome_to_client: Counter,
     /// Screencasts the viewer started (one per watched page, however many viewers watch it).
     pub viewer_screencasts_started: Counter,
-    outcomes: [Counter; Outcome::ALL.len()],
+    outcomes: [Counter; ConnectionEnd::ALL.len()],
     refusals: AuthRefusals,
     /// Pool mode, in seconds (0 = not reached): start → warm, warm → claimed, claimed → READY.
     pub pool_warmup: Gauge<f64, AtomicU64>,
@@ -255,7 +255,7 @@ impl Metrics {
                 "Client connections by outcome",
             ),
             "outcome",
-            Outcome::ALL.map(Outcome::label),
+            ConnectionEnd::ALL.map(ConnectionEnd::label),
         );
         let refusals = AuthRefusals::register(&mut registry, "wallcrawler_proxy_auth_refusals");
         let viewer_screencasts_started = counter(
@@ -303,7 +303,7 @@ impl Metrics {
     }
 
     /// Counts a connection's outcome.
-    pub fn outcome(&self, o: Outcome) {
+    pub fn outcome(&self, o: ConnectionEnd) {
         self.outcomes[o as usize].inc();
     }
 
@@ -313,7 +313,7 @@ impl Metrics {
     }
 
     /// Connections counted with outcome `o` so far.
-    pub fn outcome_count(&self, o: Outcome) -> u64 {
+    pub fn outcome_count(&self, o: ConnectionEnd) -> u64 {
         self.outcomes[o as usize].get()
     }
 
@@ -428,7 +428,7 @@ mod tests {
     #[test]
     fn exposition_has_every_series() {
         let m = Metrics::new();
-        m.outcome(Outcome::Relayed);
+        m.outcome(ConnectionEnd::Relayed);
         m.refusal(TokenError::Expired);
         m.bytes_client_to_chrome.inc_by(5);
         let text = m.render();
@@ -445,7 +445,7 @@ mod tests {
 
     #[test]
     fn outcomes_are_indexed_by_their_discriminant() {
-        for (i, o) in Outcome::ALL.iter().enumerate() {
+        for (i, o) in ConnectionEnd::ALL.iter().enumerate() {
             assert_eq!(*o as usize, i, "{o:?}");
         }
     }

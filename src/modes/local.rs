@@ -12,8 +12,8 @@ use wallcrawler_contract::viewer::{self, ViewerClaims};
 use wallcrawler_contract::{Claims, SigningKey};
 
 use super::{ended, launch_options, profile_tempdir};
-use crate::app::{self, ProxyOptions, SessionOptions};
 use crate::auth::{Authenticator, KeySource, StaticKeys, unix_now};
+use crate::browser::{self, BrowserOptions, ProxyOptions};
 use crate::config::LocalConfig;
 use crate::edge::Limits;
 use crate::session::Ending;
@@ -54,7 +54,7 @@ pub(crate) async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> 
         info!(allow = ?c.chrome.egress_allow, "pages may reach these non-public addresses (your machine's loopback by default in local mode; EGRESS_ALLOW changes it)");
     }
     let keys: Arc<dyn KeySource> = Arc::new(StaticKeys::new(public));
-    let opts = SessionOptions {
+    let opts = BrowserOptions {
         proxy: ProxyOptions {
             auth: Authenticator::new(keys, session_id.clone(), None, 30),
             listen: SocketAddr::from(([127, 0, 0, 1], c.port)),
@@ -71,7 +71,7 @@ pub(crate) async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> 
         background_nice: None,
         tasks: tasks.clone(),
     };
-    let result = app::run_session(opts, tasks.token().clone(), |ready| {
+    let result = browser::run_browser(opts, tasks.token().clone(), |ready| {
         info!(
             session.id = %session_id,
             proxy = %ready.proxy_addr,

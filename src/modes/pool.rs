@@ -57,8 +57,8 @@ use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::claim::{Claim, NO_BROWSER_IN_TIME};
 use wallcrawler_contract::session_doc::{ClaimFacts, ClaimVerdict, claim_verdict};
 
-use crate::app::{Session, Started};
 use crate::auth::Authenticator;
+use crate::browser::{Browser, Started};
 use crate::chrome::LaunchOptions;
 use crate::config::{PoolConfig, RunConfig};
 use crate::pool_metric;
@@ -68,7 +68,7 @@ use crate::session::{
     load_extension,
 };
 use crate::shutdown::{Shutdown, Step};
-use crate::stores::{ClaimQueue, Received, SessionRecord, SessionStore, Take, TakeResult};
+use crate::stores::{ClaimQueue, Received, ServedSessions, SessionRecord, Take, TakeResult};
 
 /// Longest single wait on the queue (SQS allows 20 s); the loop waits again until the idle
 /// lifetime passes.
@@ -256,7 +256,7 @@ async fn warm_up(
     warm: &Run<'_>,
     launch: &LaunchOptions,
     queue: &dyn ClaimQueue,
-) -> Result<Session, Outcome> {
+) -> Result<Browser, Outcome> {
     let c = warm.c;
     let keys = warm.load_keys().await?;
     let auth = Authenticator::unbound(keys, c.auth.leeway_seconds);
@@ -281,7 +281,7 @@ async fn warm_up(
         }
     });
     let warmed = tokio::select! {
-        w = Session::warm(opts, warm.tasks.token()) => w,
+        w = Browser::warm(opts, warm.tasks.token()) => w,
         () = hurry_when_waited_on(queue, &hurry) => unreachable!("pends once fired"),
     };
     match warmed {
@@ -486,7 +486,7 @@ impl Waiting<'_> {
 
     /// Takes the claim's session for this controller, its lease as long as the claim's
     /// visibility (kept alive with the claim). `Some(false)`: refused.
-    async fn take(&self, store: &dyn SessionStore, claim: &Claim, now: u64) -> Option<bool> {
+    async fn take(&self, store: &dyn ServedSessions, claim: &Claim, now: u64) -> Option<bool> {
         let t = Take {
             owner: self.me,
             until: now + self.pool.visibility.as_secs(),
@@ -561,7 +561,7 @@ struct ClaimedSession<'a> {
 
 impl ClaimedSession<'_> {
     /// The claim deleted: completed once served (`done`), else dropped.
-    async fn settle(&self, done: bool) {
+    async fn delete_claim(&self, done: bool) {
         let r = if done {
             self.queue.complete(self.receipt).await
         } else {
@@ -574,7 +574,7 @@ impl ClaimedSession<'_> {
 
     async fn serve(
         self,
-        session: Session,
+        session: Browser,
         launch: LaunchOptions,
         claimed_at: Instant,
         metrics: &Arc<crate::telemetry::Metrics>,
@@ -618,7 +618,7 @@ impl ClaimedSession<'_> {
             claim_to_ready_ms = millis(claimed_at.elapsed()),
             "claimed session READY"
         );
-        self.settle(true).await;
+        self.delete_claim(true).await;
         let ending = self.run.serve_until_end(session).await;
         drop(claimed_dir);
         ending
@@ -630,7 +630,7 @@ impl ClaimedSession<'_> {
         // A session released meanwhile is not this controller's to complete.
         let done = !matches!(outcome.ending, Ending::Released | Ending::Lost);
         let ending = self.run.settle(outcome).await;
-        self.settle(done).await;
+        self.delete_claim(done).await;
         ending
     }
 
@@ -638,14 +638,14 @@ impl ClaimedSession<'_> {
     /// the claim dropped, nothing written.
     async fn lost(&self) -> Ending {
         info!("another controller owns the session now; leaving it to that one");
-        self.settle(false).await;
+        self.delete_claim(false).await;
         Ending::Lost
     }
 
     /// Stopped before READY: the browser closed, the session given up (only while this
     /// controller owns it and it is pending) and the claim handed back at once, for another
     /// controller to serve; nothing else written.
-    async fn handed_back(&self, session: Option<Session>) -> Ending {
+    async fn handed_back(&self, session: Option<Browser>) -> Ending {
         if let Some(session) = session {
             self.close(session).await;
         }
@@ -673,7 +673,7 @@ impl ClaimedSession<'_> {
     /// sees the lease still held and drops it — so its context would stay "still saving" for
     /// good. Nothing was served, so nothing is saved: `endedAt` now, as its owner (the write's
     /// condition keeps it to the owner, or to anyone once nobody holds it).
-    async fn end_if_released(&self, store: &dyn SessionStore) {
+    async fn end_if_released(&self, store: &dyn ServedSessions) {
         match store.load(self.run.item.id).await {
             Ok(Some(r))
                 if r.internal_status.is_some_and(InternalStatus::is_terminal) && !r.ended =>
@@ -685,7 +685,7 @@ impl ClaimedSession<'_> {
         }
     }
 
-    async fn close(&self, session: Session) {
+    async fn close(&self, session: Browser) {
         let budget = Step::ChromeClosed.share(self.run.c.shutdown_budget);
         session.close_chrome(false, budget).await;
         session.finish();
@@ -766,9 +766,9 @@ impl ClaimedSession<'_> {
     /// has one; with a context, its profile directory (removed when dropped).
     async fn prepare(
         &self,
-        mut session: Session,
+        mut session: Browser,
         launch: &LaunchOptions,
-    ) -> Result<(Session, Kept), Outcome> {
+    ) -> Result<(Browser, Kept), Outcome> {
         let run = self.run;
         // A client waits on this session from now on (its Chrome, or the close of the warm one).
         session.to_foreground();
@@ -849,7 +849,7 @@ impl ClaimedSession<'_> {
     /// profile, then starts Chrome on it. `Ok(false)`: a signal came first.
     async fn switch_profile(
         &self,
-        session: &mut Session,
+        session: &mut Browser,
         launch: &LaunchOptions,
     ) -> Result<bool, Outcome> {
         let run = self.run;
@@ -959,16 +959,16 @@ mod tests {
         use crate::session_credentials::SessionCredentialsProvider;
         use crate::task_api::tests::{api, task_sdk};
         let api = api(base);
-        let settle = crate::aws::SqsClaims {
+        let queue = crate::aws::SqsClaims {
             client: aws_sdk_sqs::Client::new(&task_sdk()),
             queue_url: "http://127.0.0.1:1/q".into(),
             visibility: Duration::from_secs(60),
         };
-        crate::task_api::ApiClaims::new(api.clone(), SessionCredentialsProvider::new(api), settle)
+        crate::task_api::ApiClaims::new(api.clone(), SessionCredentialsProvider::new(api), queue)
     }
 
     /// Deps with only `sessions`.
-    fn deps_with(sessions: Option<Arc<dyn SessionStore>>) -> Deps {
+    fn deps_with(sessions: Option<Arc<dyn ServedSessions>>) -> Deps {
         Deps {
             sessions,
             archives: None,
@@ -1073,7 +1073,7 @@ mod tests {
             let grant = answer("200 OK", &grant_json("ASIAGRANT"));
             conn.write_all(grant.as_bytes()).await.unwrap();
         });
-        let sessions: Arc<dyn SessionStore> = Arc::new(sessions);
+        let sessions: Arc<dyn ServedSessions> = Arc::new(sessions);
         let deps = deps_with(Some(sessions.clone()));
         assert!(wait_on_api(base, deps, &signal).await.is_none());
         let after = sessions.load("sess_1").await.unwrap().unwrap();

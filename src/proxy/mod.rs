@@ -58,7 +58,7 @@ use crate::edge::{
 };
 use crate::file_rules::FileRules;
 use crate::shutdown::Shutdown;
-use crate::telemetry::{Metrics, Outcome};
+use crate::telemetry::{ConnectionEnd, Metrics};
 use crate::upstream::{self, Upstream, UpstreamError, UpstreamState};
 
 /// What the proxy answers through hyper.
@@ -207,7 +207,7 @@ impl Proxy {
         let pending = self.pending.clone();
         tracker.spawn(self.pending.clone().run_trimmer(stop.clone(), move |n| {
             for _ in 0..n {
-                metrics.outcome(Outcome::AtCapacity);
+                metrics.outcome(ConnectionEnd::AtCapacity);
             }
             debug!(
                 evicted = n,
@@ -242,7 +242,7 @@ impl Proxy {
     fn admit_pending(&self, client: SocketAddr) -> PendingSlot {
         let (slot, admission) = self.pending.admit(client.ip());
         if admission.evicted() {
-            self.metrics.outcome(Outcome::AtCapacity);
+            self.metrics.outcome(ConnectionEnd::AtCapacity);
             debug!(client.addr = %client, ?admission, pending = self.pending.len(), "pending budget full: evicted an older unauthenticated connection");
         } else if admission == Admission::OverBudget {
             debug!(client.addr = %client, pending = self.pending.len(), "admitted over the pending budget: nobody silent long enough to evict");
@@ -263,8 +263,8 @@ impl Proxy {
             Ok(Source::Direct) => (peer, false),
             Ok(Source::Forwarded { client, tls }) => (client, tls),
             Err(Unread::Evicted) => return,
-            Err(Unread::Refused) => return self.metrics.outcome(Outcome::BadRequest),
-            Err(Unread::Late) => return self.metrics.outcome(Outcome::HeaderTimeout),
+            Err(Unread::Refused) => return self.metrics.outcome(ConnectionEnd::BadRequest),
+            Err(Unread::Late) => return self.metrics.outcome(ConnectionEnd::HeaderTimeout),
         };
         tracing::Span::current().record("client.addr", tracing::field::display(client));
         let slot = self.admit_pending(client);
@@ -328,14 +328,14 @@ impl Proxy {
     ) {
         if exchange.take().is_some() {
             // The client left while Chrome accepted its upgrade.
-            self.metrics.outcome(Outcome::ClientGone);
+            self.metrics.outcome(ConnectionEnd::ClientGone);
             return;
         }
         let mut unanswered = None;
         match done {
             Ok(()) => {
                 if exchange.phase() == Phase::Head {
-                    self.metrics.outcome(Outcome::ClientGone);
+                    self.metrics.outcome(ConnectionEnd::ClientGone);
                     return;
                 }
             }
@@ -353,7 +353,7 @@ impl Proxy {
                 debug!(error = %e, "the client left");
                 // Counted once: an answer that failed to go out was counted as it was made.
                 if !exchange.counted() {
-                    self.metrics.outcome(Outcome::ClientGone);
+                    self.metrics.outcome(ConnectionEnd::ClientGone);
                 }
                 return;
             }
@@ -515,7 +515,7 @@ impl Proxy {
                 "{\"status\":\"unavailable\"}\n",
             )
         };
-        self.metrics.outcome(Outcome::Health);
+        self.metrics.outcome(ConnectionEnd::Health);
         refusal::plain(
             status,
             HeaderValue::from_static("application/json"),
@@ -585,13 +585,13 @@ impl Proxy {
         };
         let json_type = HeaderValue::from_static("application/json; charset=UTF-8");
         if !(rewrite && answer.status == StatusCode::OK) {
-            self.metrics.outcome(Outcome::Http);
+            self.metrics.outcome(ConnectionEnd::Http);
             let content_type = answer.content_type.unwrap_or(json_type);
             return refusal::plain(answer.status, content_type, answer.body);
         }
         match discovery::rewrite_discovery(&answer.body, &authority, token, socket.secure) {
             Ok(body) => {
-                self.metrics.outcome(Outcome::Http);
+                self.metrics.outcome(ConnectionEnd::Http);
                 refusal::plain(StatusCode::OK, json_type, body.into())
             }
             Err(e) => self.refuse(Refusal::BadGateway, Some(&e)),
@@ -619,12 +619,12 @@ impl Proxy {
     /// Streams a frontend file's answer to the client and closes.
     async fn send_file(&self, mut client: TcpStream, answer: frontend::FileAnswer) {
         match answer.send(&mut client).await {
-            Ok(()) => self.metrics.outcome(Outcome::Http),
+            Ok(()) => self.metrics.outcome(ConnectionEnd::Http),
             Err(e) => {
                 debug!(error = %e, "a frontend file's answer stopped short");
                 self.metrics.outcome(match e {
-                    frontend::SendError::Client(_) => Outcome::ClientGone,
-                    _ => Outcome::UpstreamFailed,
+                    frontend::SendError::Client(_) => ConnectionEnd::ClientGone,
+                    _ => ConnectionEnd::UpstreamFailed,
                 });
             }
         }
@@ -711,7 +711,7 @@ impl Proxy {
         } = upgrade;
         if let Err(e) = client.write_all(&answer).await {
             debug!(error = %e, "client left during the upgrade");
-            self.metrics.outcome(Outcome::ClientGone);
+            self.metrics.outcome(ConnectionEnd::ClientGone);
             return;
         }
         let _guard = ClientGuard::new(&self.clients, &self.metrics);
@@ -727,7 +727,7 @@ impl Proxy {
             (Ok(c), Ok(u)) => (c, u),
             (Err(e), _) | (_, Err(e)) => {
                 error!(error = %e, "could not hand the connection to the relay thread");
-                self.metrics.outcome(Outcome::ClientGone);
+                self.metrics.outcome(ConnectionEnd::ClientGone);
                 return;
             }
         };
@@ -747,7 +747,7 @@ impl Proxy {
         let outcome = self.relays.relay(job).await;
         self.handoffs.connection_closed(id);
         drop(permit);
-        self.metrics.outcome(Outcome::Relayed);
+        self.metrics.outcome(ConnectionEnd::Relayed);
         log_relay_end(&outcome, started);
     }
 }

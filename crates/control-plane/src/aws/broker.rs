@@ -282,7 +282,7 @@ impl TaskBroker {
                     }
                 }
                 verdict => {
-                    self.settle(&claim, verdict, &receipt, now).await?;
+                    self.decline(&claim, verdict, &receipt, now).await?;
                     return Ok(None);
                 }
             }
@@ -294,7 +294,7 @@ impl TaskBroker {
 
     /// A claim not to serve: handed back until another owner's lease ends, or dropped (with
     /// `endedAt` for a session released before anyone served it).
-    async fn settle(
+    async fn decline(
         &self,
         claim: &Claim,
         verdict: ClaimVerdict,
