@@ -440,8 +440,9 @@ impl Watch for Inspector {
         Inspector::take_replies(self)
     }
 
-    fn drop_pongs(&mut self, drop: bool) {
+    fn dropping_pongs(mut self: Box<Self>, drop: bool) -> Box<dyn Watch> {
         self.drop_pongs = drop;
+        self
     }
 }
 

@@ -701,15 +701,7 @@ impl Proxy {
     /// until either side closes. `client_prefix` is what hyper read past the client's head:
     /// early WebSocket frames.
     async fn relay(&self, mut client: TcpStream, client_prefix: Bytes, upgrade: Upgrade) {
-        let Upgrade {
-            chrome,
-            answer,
-            chrome_prefix,
-            permit,
-            started,
-            grant,
-        } = upgrade;
-        if let Err(e) = client.write_all(&answer).await {
+        if let Err(e) = client.write_all(&upgrade.answer).await {
             debug!(error = %e, "client left during the upgrade");
             self.metrics.outcome(ConnectionEnd::ClientGone);
             return;
@@ -723,7 +715,7 @@ impl Proxy {
         };
         // The relay thread drives the sockets from here on, outside the runtime; tokio hands
         // them over in the non-blocking mode mio needs.
-        let (client_socket, chrome) = match (client.into_std(), chrome.into_std()) {
+        let (client_socket, chrome) = match (client.into_std(), upgrade.chrome.into_std()) {
             (Ok(c), Ok(u)) => (c, u),
             (Err(e), _) | (_, Err(e)) => {
                 error!(error = %e, "could not hand the connection to the relay thread");
@@ -736,9 +728,9 @@ impl Proxy {
             client: client_socket,
             chrome,
             client_prefix: Vec::from(client_prefix),
-            chrome_prefix,
+            chrome_prefix: upgrade.chrome_prefix,
             inspector: self
-                .inspector(grant, id)
+                .inspector(upgrade.grant, id)
                 .map(|i| Box::new(i) as Box<dyn relay::Watch>),
             on_browser_close: Box::new(on_close),
             metrics: self.metrics.clone(),
@@ -746,9 +738,9 @@ impl Proxy {
         };
         let outcome = self.relays.relay(job).await;
         self.handoffs.connection_closed(id);
-        drop(permit);
+        drop(upgrade.permit);
         self.metrics.outcome(ConnectionEnd::Relayed);
-        log_relay_end(&outcome, started);
+        log_relay_end(&outcome, upgrade.started);
     }
 }
 
