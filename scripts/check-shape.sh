@@ -2,7 +2,9 @@
 # The house rules beside clippy's (Step 9):
 #   - code outside tests: no function over 70 lines, none with more than 5 parameters — held by
 #     scripts/test.sh's one clippy run (clippy.toml's thresholds, too_many_lines enabled in
-#     Cargo.toml; test code allows both: a test reads top to bottom), not a second pass here;
+#     Cargo.toml; test code allows both: a test reads top to bottom);
+#   - and no function outside tests over 70 raw lines, blank and comment lines included
+#     (clippy counts code lines only): scripts/fn-lengths.py --max 70, checked here (Step 21);
 #   - no circle among the top-level modules of any crate: the controller, the control plane,
 #     the contract, the AWS pieces and the test kit (scripts/module-graph.py), checked here;
 #   - the controller's listeners (Step 21): `edge` (what every listener shares) names neither
@@ -39,3 +41,8 @@ grep -q '^FORBIDDEN: gateway -> proxy' <<<"$out" || {
   exit 1
 }
 echo "the planted use crate::proxy in src/gateway/ is refused" >&2
+
+if ! python3 scripts/fn-lengths.py --max 70; then
+  echo "check-shape: split the functions above (scripts/fn-lengths.py ranks them)" >&2
+  exit 1
+fi

@@ -17,6 +17,7 @@ use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::retry::{self, Transient};
 pub use wallcrawler_contract::session_doc::Take;
 use wallcrawler_contract::session_doc::{DocError, SessionDoc};
+use wallcrawler_contract::task_api::LiveViewGrant;
 
 /// A stream of archive bytes.
 pub type BoxRead = Pin<Box<dyn AsyncRead + Send>>;
@@ -360,7 +361,7 @@ pub trait ClaimQueue: Send + Sync {
     }
     /// The control-mode live view the last received claim's grant carried (the task API's
     /// only), handed out for a client's `Wallcrawler.requestHandoff`.
-    fn live_view(&self) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
+    fn live_view(&self) -> Option<LiveViewGrant> {
         None
     }
     /// READY is written: the claim is done (deleted).
@@ -388,7 +389,23 @@ pub struct DirClaims {
     /// Who takes the claims (this controller), as the queue records it.
     pub owner: String,
     /// The live view the last claim taken carried (the local platform's grant).
-    pub live_view: std::sync::Mutex<Option<wallcrawler_contract::task_api::LiveViewGrant>>,
+    pub live_view: LastLiveView,
+}
+
+/// The live view the last claim received carried, kept for [`ClaimQueue::live_view`].
+#[derive(Debug, Default)]
+pub struct LastLiveView(std::sync::Mutex<Option<LiveViewGrant>>);
+
+impl LastLiveView {
+    /// Kept in place of the one before.
+    pub(crate) fn set(&self, grant: Option<LiveViewGrant>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = grant;
+    }
+
+    /// The one kept last.
+    pub(crate) fn get(&self) -> Option<LiveViewGrant> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// How often a directory queue is looked at while waiting (a `readdir` of a few entries).
@@ -409,8 +426,8 @@ impl ClaimQueue for DirClaims {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             if let Some(t) = self.queue.take(&self.owner).map_err(Self::io)? {
-                *self.live_view.lock().unwrap_or_else(|p| p.into_inner()) =
-                    wallcrawler_contract::claim::live_view_of(&t.body);
+                self.live_view
+                    .set(wallcrawler_contract::claim::live_view_of(&t.body));
                 return Ok(Some(Received {
                     body: t.body,
                     receipt: t.name,
@@ -430,11 +447,8 @@ impl ClaimQueue for DirClaims {
     fn hurried(&self) -> bool {
         self.queue.hurried(&self.owner)
     }
-    fn live_view(&self) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
-        self.live_view
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    fn live_view(&self) -> Option<LiveViewGrant> {
+        self.live_view.get()
     }
     async fn complete(&self, receipt: &str) -> Result<(), StoreError> {
         self.queue.complete(receipt, &self.owner).map_err(Self::io)

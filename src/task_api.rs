@@ -34,7 +34,7 @@ use wallcrawler_contract::task_api::{
 
 use crate::aws::SqsClaims;
 use crate::session_credentials::{self, SessionCredentialsProvider};
-use crate::stores::{BoxError, ClaimQueue, Received, StoreError};
+use crate::stores::{BoxError, ClaimQueue, LastLiveView, Received, StoreError};
 
 /// The largest answer read (a grant is ~2 KiB: a claim, a receipt, credentials).
 pub(crate) const MAX_ANSWER_BYTES: usize = 64 * 1024;
@@ -254,7 +254,7 @@ pub(crate) struct ApiClaims {
     /// The API answered `409`: this task had its session.
     spent: AtomicBool,
     /// The last grant's live view.
-    live_view: std::sync::Mutex<Option<wallcrawler_contract::task_api::LiveViewGrant>>,
+    live_view: LastLiveView,
 }
 
 impl ApiClaims {
@@ -269,7 +269,7 @@ impl ApiClaims {
             credentials,
             queue,
             spent: AtomicBool::new(false),
-            live_view: std::sync::Mutex::new(None),
+            live_view: LastLiveView::default(),
         }
     }
 }
@@ -290,7 +290,7 @@ impl ClaimQueue for ApiClaims {
                     .map(|c| c.session_id)
                     .unwrap_or_default();
                 self.credentials.install(&session, grant.credentials);
-                *self.live_view.lock().unwrap_or_else(|p| p.into_inner()) = grant.live_view;
+                self.live_view.set(grant.live_view);
                 Ok(Some(Received {
                     body: grant.claim.into_bytes(),
                     receipt: grant.receipt,
@@ -309,10 +309,7 @@ impl ClaimQueue for ApiClaims {
         self.spent.load(Ordering::SeqCst)
     }
     fn live_view(&self) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
-        self.live_view
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.live_view.get()
     }
     async fn complete(&self, receipt: &str) -> Result<(), StoreError> {
         self.queue.complete(receipt).await

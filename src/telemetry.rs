@@ -228,6 +228,33 @@ impl AuthRefusals {
     }
 }
 
+/// Pool mode's gauges, in seconds, at zero in a registry of their own: warmup, idle, and
+/// claim to READY.
+fn pool_gauges() -> (Registry, [Gauge<f64, AtomicU64>; 3]) {
+    let mut registry = Registry::default();
+    let gauges: [Gauge<f64, AtomicU64>; 3] = Default::default();
+    for ((name, help), gauge) in [
+        (
+            "wallcrawler_pool_warmup",
+            "Pool mode: from the controller's start to a warm browser waiting for a claim",
+        ),
+        (
+            "wallcrawler_pool_idle",
+            "Pool mode: time warm before a claim came (0 while still waiting)",
+        ),
+        (
+            "wallcrawler_pool_claim_to_ready",
+            "Pool mode: from taking a claim to READY written (0 until then)",
+        ),
+    ]
+    .into_iter()
+    .zip(&gauges)
+    {
+        registry.register_with_unit(name, help, Unit::Seconds, gauge.clone());
+    }
+    (registry, gauges)
+}
+
 impl Metrics {
     /// Every series registered, at zero.
     pub fn new() -> Arc<Self> {
@@ -263,29 +290,7 @@ impl Metrics {
             "wallcrawler_viewer_screencasts_started",
             "Page screencasts started for live viewers",
         );
-        let mut pool_registry = Registry::default();
-        let pool_warmup = Gauge::default();
-        let pool_idle = Gauge::default();
-        let pool_claim_to_ready = Gauge::default();
-        for (name, help, gauge) in [
-            (
-                "wallcrawler_pool_warmup",
-                "Pool mode: from the controller's start to a warm browser waiting for a claim",
-                &pool_warmup,
-            ),
-            (
-                "wallcrawler_pool_idle",
-                "Pool mode: time warm before a claim came (0 while still waiting)",
-                &pool_idle,
-            ),
-            (
-                "wallcrawler_pool_claim_to_ready",
-                "Pool mode: from taking a claim to READY written (0 until then)",
-                &pool_claim_to_ready,
-            ),
-        ] {
-            pool_registry.register_with_unit(name, help, Unit::Seconds, gauge.clone());
-        }
+        let (pool_registry, [pool_warmup, pool_idle, pool_claim_to_ready]) = pool_gauges();
         Arc::new(Self {
             clients_active,
             connections_open,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tracing::{error, info};
 use wallcrawler_contract::viewer::{self, ViewerClaims};
-use wallcrawler_contract::{Claims, SigningKey};
+use wallcrawler_contract::{Claims, SigningKey, VerifyingKey};
 
 use super::{ended, launch_options, profile_tempdir};
 use crate::auth::{Authenticator, KeySource, StaticKeys, unix_now};
@@ -22,19 +22,8 @@ use crate::shutdown::Shutdown;
 /// Runs `local` until it ends.
 pub(crate) async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending {
     let session_id = format!("sess_{}", uuid::Uuid::new_v4());
-    // `local` mints the one token it prints, then keeps only the public key: the proxy checks
-    // tokens as a task does.
-    let key = c
-        .key
-        .as_ref()
-        .map_or_else(SigningKey::generate, |k| k.0.clone());
     let now = unix_now();
-    let token = Claims::new(&session_id, "", now, c.token_ttl).mint(&key);
-    // And a live-view credential in control mode, for as long as the token.
-    let live =
-        ViewerClaims::new(&session_id, "", viewer::Mode::Control, now, c.token_ttl).mint(&key);
-    let public = key.verifying_key().clone();
-    drop(key);
+    let (token, live, public) = mint(&c, &session_id, now);
     let profile = match profile_tempdir() {
         Ok(d) => d,
         Err(e) => {
@@ -93,4 +82,18 @@ pub(crate) async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> 
     .await;
     crate::file_rules::remove_beside_profile(profile.path());
     ended(result)
+}
+
+/// The session's token and live-view credential (control mode, for as long as the token), and
+/// the public key that checks them. `local` mints the one token it prints, then keeps only the
+/// public key: the proxy checks tokens as a task does.
+fn mint(c: &LocalConfig, session_id: &str, now: u64) -> (String, String, VerifyingKey) {
+    let key = c
+        .key
+        .as_ref()
+        .map_or_else(SigningKey::generate, |k| k.0.clone());
+    let token = Claims::new(session_id, "", now, c.token_ttl).mint(&key);
+    let live =
+        ViewerClaims::new(session_id, "", viewer::Mode::Control, now, c.token_ttl).mint(&key);
+    (token, live, key.verifying_key().clone())
 }

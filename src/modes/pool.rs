@@ -781,19 +781,7 @@ impl ClaimedSession<'_> {
             run.idle_policy(self.record.keep_alive),
             self.record.expires_at,
         );
-        // A Chrome of the session's own (its context's profile, or its proxy's WebRTC flag)
-        // starts on a directory beside the warm one's.
-        let claimed_dir = if run.profile == launch.user_data_dir {
-            None
-        } else {
-            match ClaimedDir::create(&run.profile) {
-                Ok(d) => Some(d),
-                Err(e) => {
-                    let reason = format!("no profile directory for the session: {e}");
-                    return Err(Ending::failed(reason).into());
-                }
-            }
-        };
+        let claimed_dir = self.claimed_dir(launch)?;
         // Unpacked (and refused) before Chrome is touched.
         let extension = match run
             .unpack_extension(self.claim.extension_key.as_deref())
@@ -806,16 +794,7 @@ impl ClaimedSession<'_> {
             }
         };
         if claimed_dir.is_some() {
-            let stopped = match self.switch_profile(&mut session, launch).await {
-                Ok(true) => None,
-                // A signal while Chrome started: the session was not brought up.
-                Ok(false) => Some(Ending::Interrupted.into()),
-                Err(outcome) => Some(outcome),
-            };
-            if let Some(outcome) = stopped {
-                session.finish();
-                return Err(outcome);
-            }
+            session = self.on_claimed_profile(session, launch).await?;
         }
         // The session's routes, allowed domains and browser settings, before any client.
         if let Err(reason) = session
@@ -843,6 +822,43 @@ impl ClaimedSession<'_> {
                 _extension: extension,
             },
         ))
+    }
+
+    /// The directory a Chrome of the session's own (its context's profile, or its proxy's
+    /// WebRTC flag) starts on, beside the warm one's; `None` when the warm Chrome serves.
+    fn claimed_dir(&self, launch: &LaunchOptions) -> Result<Option<ClaimedDir>, Outcome> {
+        if self.run.profile == launch.user_data_dir {
+            return Ok(None);
+        }
+        match ClaimedDir::create(&self.run.profile) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) => {
+                let reason = format!("no profile directory for the session: {e}");
+                Err(Ending::failed(reason).into())
+            }
+        }
+    }
+
+    /// The browser with Chrome restarted on the claimed profile ([`Self::switch_profile`]), or
+    /// the outcome that ended the session, the browser finished.
+    async fn on_claimed_profile(
+        &self,
+        mut session: Browser,
+        launch: &LaunchOptions,
+    ) -> Result<Browser, Outcome> {
+        let stopped = match self.switch_profile(&mut session, launch).await {
+            Ok(true) => None,
+            // A signal while Chrome started: the session was not brought up.
+            Ok(false) => Some(Ending::Interrupted.into()),
+            Err(outcome) => Some(outcome),
+        };
+        match stopped {
+            Some(outcome) => {
+                session.finish();
+                Err(outcome)
+            }
+            None => Ok(session),
+        }
     }
 
     /// Closes the warm Chrome while the context's archive is unpacked into the claimed
