@@ -7,10 +7,12 @@
 //! blocking file operations, kept here so their layout and locking are written once (and
 //! [`private_fs`], the checks and the one atomic write every file there goes through).
 //!
-//! - [`token`]: the CDP access token (EdDSA JWT): the key pair, claims, minting, and every
-//!   acceptance rule.
+//! - [`token`]: the CDP access token (EdDSA JWT), in two files: the JWT mechanics every
+//!   credential shares (the key pair, signing, the structure, header and signature rules) and
+//!   the claims (the registered claims and their rules, the token's own and its acceptance).
 //! - [`viewer`]: the live view's credential (EdDSA JWT of its own audience, `view` or
-//!   `control`, optionally one page): minting and its acceptance rules.
+//!   `control`, optionally one page): its own claims and rules, on the token's mechanics and
+//!   registered claims.
 //! - [`extension_archive`]: the checks an extension archive (a zip) passes, where the API
 //!   keeps it and where a controller unpacks it (the one writer of files here besides the two
 //!   directories above: the same rules on both sides).

@@ -34,12 +34,7 @@ fn keys() -> Vec<VerifyingKey> {
 }
 
 fn v() -> Validation<'static> {
-    Validation {
-        session_id: "sess_a",
-        project_id: Some("proj_a"),
-        leeway_seconds: 30,
-        now: NOW,
-    }
+    crate::tokens::validation(NOW)
 }
 
 /// A token signed by [`key`] with this header (JSON) and these claims.
