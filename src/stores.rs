@@ -13,11 +13,11 @@ use backon::Retryable as _;
 use tokio::io::AsyncRead;
 use tracing::warn;
 use wallcrawler_contract::InternalStatus;
-use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::retry::{self, Transient};
 pub use wallcrawler_contract::session_doc::Take;
 use wallcrawler_contract::session_doc::{DocError, SessionDoc};
 use wallcrawler_contract::task_api::LiveViewGrant;
+use wallcrawler_local::claim_queue::DirQueue;
 
 /// A stream of archive bytes.
 pub type BoxRead = Pin<Box<dyn AsyncRead + Send>>;

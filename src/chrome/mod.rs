@@ -119,7 +119,7 @@ pub enum ChromeError {
     User(#[from] user::UserError),
     /// Running as root with no `CHROME_USER`, no uid of Chrome's own could be taken.
     #[error("running as root with no CHROME_USER, Chrome needs a uid of its own: {0}")]
-    OwnUid(#[from] wallcrawler_contract::chrome_uids::UidError),
+    OwnUid(#[from] wallcrawler_local::chrome_uids::UidError),
     /// The profile (user data) directory could not be created, cleaned or handed to Chrome's
     /// user.
     #[error("could not prepare the profile directory {path}")]

@@ -8,7 +8,7 @@ use aws_config::SdkConfig;
 use aws_config::identity::IdentityCache;
 use aws_credential_types::provider::SharedCredentialsProvider;
 use wallcrawler_aws::secrets::SecretsManagerKeys;
-use wallcrawler_contract::claim::DirQueue;
+use wallcrawler_local::claim_queue::DirQueue;
 
 use crate::aws;
 use crate::config::{

@@ -1,11 +1,12 @@
 //! The wire contract shared by the Wallcrawler controller and the control plane.
 //!
 //! Plain data and pure functions, no async runtime, so both sides agree on the same rules
-//! without the control plane depending on the proxy's runtime. The one exception to "no I/O"
-//! is the local platform's two directories both sides share — the queue of claims
-//! ([`claim::DirQueue`]) and the session documents ([`session_doc::DirStore`]) — plain
-//! blocking file operations, kept here so their layout and locking are written once (and
-//! [`private_fs`], the checks and the one atomic write every file there goes through).
+//! without the control plane depending on the proxy's runtime. The file and process work on
+//! these shapes is the local crate's (`wallcrawler-local`: the claims queue directory, Chrome's
+//! uids, unpacking an extension archive). Two exceptions to "no I/O" remain here: the local
+//! platform's session documents ([`session_doc::DirStore`], whose path the connect gateway
+//! still imports from here) and [`private_fs`], the checks and the one atomic write every file
+//! of the local platform goes through — plain blocking file operations.
 //!
 //! - [`token`]: the CDP access token (EdDSA JWT), in two files: the JWT mechanics every
 //!   credential shares (the key pair, signing, the structure, header and signature rules) and
@@ -13,14 +14,12 @@
 //! - [`viewer`]: the live view's credential (EdDSA JWT of its own audience, `view` or
 //!   `control`, optionally one page): its own claims and rules, on the token's mechanics and
 //!   registered claims.
-//! - [`extension_archive`]: the checks an extension archive (a zip) passes, where the API
-//!   keeps it and where a controller unpacks it (the one writer of files here besides the two
-//!   directories above: the same rules on both sides).
+//! - [`extension_archive`]: the checks an extension archive (a zip) passes and its limits, on
+//!   both sides (the local crate unpacks it).
 //! - [`browser`]: the browser a session asked for (viewport, locales, certificate errors, ad
 //!   blocking), as the control plane hands it to the session's controller.
-//! - [`chrome_uids`]: the uid of its own each Chrome runs as when its controller is root,
-//!   shared by the local platform and the controller.
-//! - [`claim`]: how a session reaches a warm pool controller, and the local queue of claims.
+//! - [`claim`]: how a session reaches a warm pool controller (the local queue of claims is the
+//!   local crate's).
 //! - [`egress`]: a session's egress — its proxy routes and allowed top-level domains — as
 //!   the control plane hands it to the session's controller, and the rules both apply.
 //! - [`events`]: the session events (created, ready, ended) the sessions-stream processor
@@ -43,7 +42,6 @@
 #![warn(missing_docs)]
 
 pub mod browser;
-pub mod chrome_uids;
 pub mod claim;
 pub mod egress;
 pub mod events;

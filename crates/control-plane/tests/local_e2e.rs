@@ -1776,7 +1776,7 @@ fn a_claim_delivered_twice_has_one_owner_and_the_lease_stays_with_the_live_sessi
     assert_eq!(waiting.len(), 1, "{waiting:?}");
     let body = std::fs::read(claims.join("new").join(&waiting[0])).unwrap();
     let claim = wallcrawler_contract::claim::Claim::parse(&body).unwrap();
-    wallcrawler_contract::claim::DirQueue::new(&claims)
+    wallcrawler_local::claim_queue::DirQueue::new(&claims)
         .send(&claim)
         .unwrap();
     open_gate(&gate, "warm");

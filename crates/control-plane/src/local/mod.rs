@@ -12,7 +12,7 @@
 //! - Controllers are child processes (see [`controllers`]): a warm pool taking claims
 //!   from `<data>/claims`, or one `wallcrawler-controller run` per session; [`serve`] wires
 //!   it all up. Started as root, each controller's Chrome runs as a uid of its own
-//!   ([`wallcrawler_contract::chrome_uids`]).
+//!   ([`wallcrawler_local::chrome_uids`]).
 
 pub mod controllers;
 pub mod serve;
