@@ -14,10 +14,11 @@ use tokio::io::AsyncRead;
 use tracing::warn;
 use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::retry::{self, Transient};
+use wallcrawler_contract::session_doc::SessionDoc;
 pub use wallcrawler_contract::session_doc::Take;
-use wallcrawler_contract::session_doc::{DocError, SessionDoc};
 use wallcrawler_contract::task_api::LiveViewGrant;
 use wallcrawler_local::claim_queue::DirQueue;
+use wallcrawler_local::session_dir::DocError;
 
 /// A stream of archive bytes.
 pub type BoxRead = Pin<Box<dyn AsyncRead + Send>>;
@@ -476,22 +477,22 @@ impl ClaimQueue for DirClaims {
 /// Session documents in a directory (`SESSIONS_DIR`, the local platform's table), with the same
 /// conditional semantics as the DynamoDB adapter.
 pub struct DirectorySessions {
-    store: wallcrawler_contract::session_doc::DirStore,
+    store: wallcrawler_local::session_dir::DirStore,
 }
 
 impl DirectorySessions {
     /// Session items stored as files in `dir`.
     pub fn new(dir: PathBuf) -> Self {
         Self {
-            store: wallcrawler_contract::session_doc::DirStore::new(dir),
+            store: wallcrawler_local::session_dir::DirStore::new(dir),
         }
     }
 
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(
-            &wallcrawler_contract::session_doc::DirStore,
-        ) -> Result<T, wallcrawler_contract::session_doc::DocError>
+            &wallcrawler_local::session_dir::DirStore,
+        ) -> Result<T, wallcrawler_local::session_dir::DocError>
         + Send
         + 'static,
     ) -> Result<T, StoreError> {
@@ -685,7 +686,7 @@ pub(crate) mod tests {
 
     /// `store` created in the session directory `dir`.
     pub(crate) fn pending(store: &SessionDoc, dir: &std::path::Path) {
-        wallcrawler_contract::session_doc::DirStore::new(dir)
+        wallcrawler_local::session_dir::DirStore::new(dir)
             .create(store)
             .unwrap();
     }

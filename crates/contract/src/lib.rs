@@ -1,12 +1,9 @@
 //! The wire contract shared by the Wallcrawler controller and the control plane.
 //!
 //! Plain data and pure functions, no async runtime, so both sides agree on the same rules
-//! without the control plane depending on the proxy's runtime. The file and process work on
-//! these shapes is the local crate's (`wallcrawler-local`: the claims queue directory, Chrome's
-//! uids, unpacking an extension archive). Two exceptions to "no I/O" remain here: the local
-//! platform's session documents ([`session_doc::DirStore`], whose path the connect gateway
-//! still imports from here) and [`private_fs`], the checks and the one atomic write every file
-//! of the local platform goes through — plain blocking file operations.
+//! without the control plane depending on the proxy's runtime, and no I/O: the file and
+//! process work on these shapes is the local crate's (`wallcrawler-local`: the claims queue and
+//! session directories, private files, Chrome's uids, unpacking an extension archive).
 //!
 //! - [`token`]: the CDP access token (EdDSA JWT), in two files: the JWT mechanics every
 //!   credential shares (the key pair, signing, the structure, header and signature rules) and
@@ -24,13 +21,12 @@
 //!   the control plane hands it to the session's controller, and the rules both apply.
 //! - [`events`]: the session events (created, ready, ended) the sessions-stream processor
 //!   publishes, and which change of the session item makes which.
-//! - [`private_fs`]: the local platform's files ours or refused: its directory checked, files
-//!   read without following links, written through exclusive random temporary names.
 //! - [`retry`]: the one retry policy, and which failures are transient.
 //! - [`secret`]: the JSON shapes of the signing (private) and public key secrets in Secrets
 //!   Manager.
 //! - [`session`]: the session item's lifecycle statuses and their SDK-visible mapping.
-//! - [`session_doc`]: the session item as a document, and the directory store of the local platform.
+//! - [`session_doc`]: the session item as a document (the local platform's directory of them is
+//!   the local crate's).
 //! - [`storage`]: the S3 key layout of context profile archives.
 //! - [`task_api`]: how a task on AWS takes its claim and its session's credentials from the
 //!   control plane (its identity: a signed STS request).
@@ -46,7 +42,6 @@ pub mod claim;
 pub mod egress;
 pub mod events;
 pub mod extension_archive;
-pub mod private_fs;
 pub mod retry;
 pub mod secret;
 pub mod session;

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
+use wallcrawler_contract::session_doc::SessionDoc;
+use wallcrawler_local::session_dir::DirStore;
 use wallcrawler_testkit::node;
 
 /// The browser a session asks for: viewport, locales, no headless tells, certificates,

@@ -21,7 +21,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use wallcrawler_contract::private_fs;
+use crate::private_fs;
 
 /// The setting naming the range (`<first>-<last>`, inclusive).
 pub const LOCAL_CHROME_UIDS: &str = "LOCAL_CHROME_UIDS";

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use wallcrawler_contract::claim::{Claim, LIVE_VIEW_MEMBER, MAX_CLAIM_BYTES};
 
-use wallcrawler_contract::private_fs;
+use crate::private_fs;
 
 /// A controller name that can be a file name of its own: 1-128 ASCII letters, digits, `-`, `_`
 /// or `.`, not starting with `.` (the supervisor's `pool-<pid>-<n>`, a `pool-<uuid>`).

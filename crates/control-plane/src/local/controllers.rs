@@ -664,7 +664,7 @@ impl LocalPool {
             return;
         }
         let store =
-            wallcrawler_contract::session_doc::DirStore::new(self.ctl.data_dir.join("sessions"));
+            wallcrawler_local::session_dir::DirStore::new(self.ctl.data_dir.join("sessions"));
         let owner = owner.to_owned();
         let given = tokio::task::spawn_blocking(move || {
             for id in held {

@@ -33,9 +33,10 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use tokio::io::AsyncWriteExt;
 use tracing::info;
 use wallcrawler_contract::SdkStatus;
-use wallcrawler_contract::private_fs;
-use wallcrawler_contract::session_doc::{DirStore, DocError, SessionDoc};
+use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::time::now_iso8601;
+use wallcrawler_local::private_fs;
+use wallcrawler_local::session_dir::{DirStore, DocError};
 
 use crate::error::{ApiError, StoreError};
 use crate::model::{ApiKeyRecord, Project, Record};
