@@ -201,13 +201,11 @@ mod tests {
 
     use super::*;
 
+    /// A new session's document: only what the store reads (its id, its status).
     fn doc(id: &str) -> SessionDoc {
         let mut d = SessionDoc {
-            session_id: id.into(),
-            project_id: "p".into(),
-            created_at: "2026-01-01T00:00:00.000Z".into(),
-            expires_at: 5,
-            ..Default::default()
+            session_id: id.to_owned(),
+            ..SessionDoc::default()
         };
         d.set_status(InternalStatus::Creating);
         d
