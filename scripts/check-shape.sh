@@ -2,9 +2,12 @@
 # The house rules beside clippy's (Step 9):
 #   - code outside tests: no function over 70 lines, none with more than 5 parameters — held by
 #     scripts/test.sh's one clippy run (clippy.toml's thresholds, too_many_lines enabled in
-#     Cargo.toml; test code allows both: a test reads top to bottom), not a second pass here;
+#     Cargo.toml; test code allows both: a test reads top to bottom);
+#   - and no function outside tests over 70 raw lines, blank and comment lines included
+#     (clippy counts code lines only): scripts/fn-lengths.py --max 70, checked here (Step 21);
 #   - no circle among the top-level modules of any crate: the controller, the control plane,
-#     the contract, the AWS pieces and the test kit (scripts/module-graph.py), checked here;
+#     the contract, the local crate, the AWS pieces and the test kit (scripts/module-graph.py),
+#     checked here;
 #   - the controller's listeners (Step 21): `edge` (what every listener shares) names neither
 #     `proxy` nor `gateway`, and `gateway` and `chrome` name no `proxy` module. The rule is
 #     proved able to fail on every run: the same check on a copy of src/ with a planted
@@ -15,7 +18,7 @@ cd "$ROOT"
 
 CONTROLLER_RULES=(--forbid edge:proxy,gateway --forbid gateway:proxy --forbid chrome:proxy)
 
-for src in src crates/control-plane/src crates/contract/src crates/aws/src crates/testkit/src; do
+for src in src crates/control-plane/src crates/contract/src crates/local/src crates/aws/src crates/testkit/src; do
   rules=()
   [[ "$src" == src ]] && rules=("${CONTROLLER_RULES[@]}")
   if ! graph="$(python3 scripts/module-graph.py "$src" "${rules[@]}")"; then
@@ -39,3 +42,8 @@ grep -q '^FORBIDDEN: gateway -> proxy' <<<"$out" || {
   exit 1
 }
 echo "the planted use crate::proxy in src/gateway/ is refused" >&2
+
+if ! python3 scripts/fn-lengths.py --max 70; then
+  echo "check-shape: split the functions above (scripts/fn-lengths.py ranks them)" >&2
+  exit 1
+fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Lists which top-level modules of a crate's `src/` name which (`crate::x` paths outside
-`#[cfg(test)]` modules) and exits 1 if they form a circle.
+`#[cfg(test)]` modules, inline or in a file of their own) and exits 1 if they form a circle.
 
     python3 scripts/module-graph.py [SRC_DIR] [--forbid A:B,C ...]    # default: src
 
@@ -53,10 +53,24 @@ def module_of(path: pathlib.Path) -> str | None:
     return rel.parts[0].removesuffix(".rs")
 
 
+TEST_FILE_MOD = re.compile(r"^#\[cfg\(test\)\]\s*\n\s*(pub(\(crate\))?\s+)?mod\s+(\w+)\s*;", re.M)
+
+
+def test_files() -> set[pathlib.Path]:
+    """The files of out-of-line test modules (`#[cfg(test)] mod tests;` beside its parent)."""
+    found = set()
+    for path in root.rglob("*.rs"):
+        parent = path.parent if path.name in ("mod.rs", "lib.rs", "main.rs") else path.with_suffix("")
+        for m in TEST_FILE_MOD.finditer(path.read_text()):
+            found.update({parent / f"{m.group(3)}.rs", parent / m.group(3) / "mod.rs"})
+    return found
+
+
 edges: dict[str, dict[str, list[str]]] = {}
+skipped = test_files()
 for path in sorted(root.rglob("*.rs")):
     src = module_of(path)
-    if src is None:
+    if src is None or path in skipped:
         continue
     edges.setdefault(src, {})
     text = non_test(path.read_text())

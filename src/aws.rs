@@ -26,8 +26,8 @@ use wallcrawler_contract::{InternalStatus, VerifyingKey};
 
 use crate::stores::{
     ArchiveStore, BoxError, BoxRead, ClaimQueue, Context, DownloadsUpdate, EndedUpdate,
-    HandoffUpdate, NetworkLookup, ReadyResult, ReadyUpdate, Received, SessionRecord, SessionStore,
-    StoreError, Take, TakeResult, TaskInterface, TerminalUpdate,
+    HandoffUpdate, NetworkLookup, ReadyResult, ReadyUpdate, Received, ServedSessions,
+    SessionRecord, StoreError, Take, TakeResult, TaskInterface, TerminalUpdate,
 };
 
 /// Size of one multipart upload part (S3's minimum is 5 MiB).
@@ -220,7 +220,7 @@ impl crate::gateway::lookup::SessionRoutes for DynamoRoutes {
 }
 
 #[async_trait::async_trait]
-impl SessionStore for DynamoSessions {
+impl ServedSessions for DynamoSessions {
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
         let got = get_session(&self.client, &self.table, id, &attr::TASK_READS).await?;
         got.as_ref().map(to_record).transpose()

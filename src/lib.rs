@@ -23,7 +23,8 @@
 //!   Chrome.
 //! - [`cdp`]: a minimal CDP client for the controller's own commands to Chrome (closing it,
 //!   cookies, downloads, the extension, the viewer's screencasts).
-//! - [`app`]: wiring of the serving modes: a Chrome-backed session, or the proxy alone.
+//! - [`browser`]: a browser behind the proxy (Chrome and its listener; a warm one before any
+//!   session has it), or the proxy alone.
 //! - [`shutdown`]: the root cancellation token, the tracker every task runs on, and the
 //!   shutdown budget as named steps with their deadlines.
 //! - [`session`]: one session's lifecycle, the steps both drivers of `run` take (session item,
@@ -66,9 +67,9 @@
 /// without one (`NoUserAgent_HEADER`), and an operator's logs can tell the controller apart.
 pub const USER_AGENT: &str = concat!("wallcrawler-controller/", env!("CARGO_PKG_VERSION"));
 
-pub(crate) mod app;
 pub mod auth;
 pub mod aws;
+pub(crate) mod browser;
 pub mod cdp;
 pub mod chrome;
 pub mod cli;

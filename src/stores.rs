@@ -1,5 +1,5 @@
 //! The narrow interfaces the controller needs from the outside world, named for what it needs:
-//! where the session item lives ([`SessionStore`]), where profile archives live
+//! where the session item lives ([`ServedSessions`]), where profile archives live
 //! ([`ArchiveStore`]), and how a private address maps to a public one ([`NetworkLookup`]).
 //! The implementations import these ports, never the reverse: the AWS adapters (`aws`), the
 //! archive directory (`profile`), the Secrets Manager key cache (`secrets`); the session and
@@ -13,10 +13,12 @@ use backon::Retryable as _;
 use tokio::io::AsyncRead;
 use tracing::warn;
 use wallcrawler_contract::InternalStatus;
-use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::retry::{self, Transient};
+use wallcrawler_contract::session_doc::SessionDoc;
 pub use wallcrawler_contract::session_doc::Take;
-use wallcrawler_contract::session_doc::{DocError, SessionDoc};
+use wallcrawler_contract::task_api::LiveViewGrant;
+use wallcrawler_local::claim_queue::DirQueue;
+use wallcrawler_local::session_dir::DocError;
 
 /// A stream of archive bytes.
 pub type BoxRead = Pin<Box<dyn AsyncRead + Send>>;
@@ -189,7 +191,7 @@ pub enum ReadyResult {
     Lost,
 }
 
-/// Outcome of taking a claimed session ([`SessionStore::take`]).
+/// Outcome of taking a claimed session ([`ServedSessions::take`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TakeResult {
     /// This controller owns the session now.
@@ -252,7 +254,7 @@ pub struct TerminalUpdate<'a> {
 
 /// The session item, written only with conditional updates.
 #[async_trait::async_trait]
-pub trait SessionStore: Send + Sync {
+pub trait ServedSessions: Send + Sync {
     /// The session item, `None` when there is none.
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
     /// Takes the claimed session for `t.owner` (`SessionDoc::take`: only while pending and
@@ -360,7 +362,7 @@ pub trait ClaimQueue: Send + Sync {
     }
     /// The control-mode live view the last received claim's grant carried (the task API's
     /// only), handed out for a client's `Wallcrawler.requestHandoff`.
-    fn live_view(&self) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
+    fn live_view(&self) -> Option<LiveViewGrant> {
         None
     }
     /// READY is written: the claim is done (deleted).
@@ -388,7 +390,23 @@ pub struct DirClaims {
     /// Who takes the claims (this controller), as the queue records it.
     pub owner: String,
     /// The live view the last claim taken carried (the local platform's grant).
-    pub live_view: std::sync::Mutex<Option<wallcrawler_contract::task_api::LiveViewGrant>>,
+    pub live_view: LastLiveView,
+}
+
+/// The live view the last claim received carried, kept for [`ClaimQueue::live_view`].
+#[derive(Debug, Default)]
+pub struct LastLiveView(std::sync::Mutex<Option<LiveViewGrant>>);
+
+impl LastLiveView {
+    /// Kept in place of the one before.
+    pub(crate) fn set(&self, grant: Option<LiveViewGrant>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = grant;
+    }
+
+    /// The one kept last.
+    pub(crate) fn get(&self) -> Option<LiveViewGrant> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// How often a directory queue is looked at while waiting (a `readdir` of a few entries).
@@ -409,8 +427,8 @@ impl ClaimQueue for DirClaims {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             if let Some(t) = self.queue.take(&self.owner).map_err(Self::io)? {
-                *self.live_view.lock().unwrap_or_else(|p| p.into_inner()) =
-                    wallcrawler_contract::claim::live_view_of(&t.body);
+                self.live_view
+                    .set(wallcrawler_contract::claim::live_view_of(&t.body));
                 return Ok(Some(Received {
                     body: t.body,
                     receipt: t.name,
@@ -430,11 +448,8 @@ impl ClaimQueue for DirClaims {
     fn hurried(&self) -> bool {
         self.queue.hurried(&self.owner)
     }
-    fn live_view(&self) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
-        self.live_view
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    fn live_view(&self) -> Option<LiveViewGrant> {
+        self.live_view.get()
     }
     async fn complete(&self, receipt: &str) -> Result<(), StoreError> {
         self.queue.complete(receipt, &self.owner).map_err(Self::io)
@@ -462,22 +477,22 @@ impl ClaimQueue for DirClaims {
 /// Session documents in a directory (`SESSIONS_DIR`, the local platform's table), with the same
 /// conditional semantics as the DynamoDB adapter.
 pub struct DirectorySessions {
-    store: wallcrawler_contract::session_doc::DirStore,
+    store: wallcrawler_local::session_dir::DirStore,
 }
 
 impl DirectorySessions {
     /// Session items stored as files in `dir`.
     pub fn new(dir: PathBuf) -> Self {
         Self {
-            store: wallcrawler_contract::session_doc::DirStore::new(dir),
+            store: wallcrawler_local::session_dir::DirStore::new(dir),
         }
     }
 
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(
-            &wallcrawler_contract::session_doc::DirStore,
-        ) -> Result<T, wallcrawler_contract::session_doc::DocError>
+            &wallcrawler_local::session_dir::DirStore,
+        ) -> Result<T, wallcrawler_local::session_dir::DocError>
         + Send
         + 'static,
     ) -> Result<T, StoreError> {
@@ -542,7 +557,7 @@ impl DirectorySessions {
 }
 
 #[async_trait::async_trait]
-impl SessionStore for DirectorySessions {
+impl ServedSessions for DirectorySessions {
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
         let id = id.to_owned();
         let doc = self.blocking(move |s| s.get(&id)).await?;
@@ -671,7 +686,7 @@ pub(crate) mod tests {
 
     /// `store` created in the session directory `dir`.
     pub(crate) fn pending(store: &SessionDoc, dir: &std::path::Path) {
-        wallcrawler_contract::session_doc::DirStore::new(dir)
+        wallcrawler_local::session_dir::DirStore::new(dir)
             .create(store)
             .unwrap();
     }

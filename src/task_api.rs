@@ -34,7 +34,7 @@ use wallcrawler_contract::task_api::{
 
 use crate::aws::SqsClaims;
 use crate::session_credentials::{self, SessionCredentialsProvider};
-use crate::stores::{BoxError, ClaimQueue, Received, StoreError};
+use crate::stores::{BoxError, ClaimQueue, LastLiveView, Received, StoreError};
 
 /// The largest answer read (a grant is ~2 KiB: a claim, a receipt, credentials).
 pub(crate) const MAX_ANSWER_BYTES: usize = 64 * 1024;
@@ -250,26 +250,26 @@ pub(crate) struct ApiClaims {
     api: Arc<TaskApi>,
     credentials: SessionCredentialsProvider,
     /// The claims queue, its client signing with `credentials`: what settles a claim.
-    settle: SqsClaims,
+    queue: SqsClaims,
     /// The API answered `409`: this task had its session.
     spent: AtomicBool,
     /// The last grant's live view.
-    live_view: std::sync::Mutex<Option<wallcrawler_contract::task_api::LiveViewGrant>>,
+    live_view: LastLiveView,
 }
 
 impl ApiClaims {
-    /// Claims from `api`, their credentials installed in `credentials`, settled by `settle`.
+    /// Claims from `api`, their credentials installed in `credentials`, settled by `queue`.
     pub(crate) fn new(
         api: Arc<TaskApi>,
         credentials: SessionCredentialsProvider,
-        settle: SqsClaims,
+        queue: SqsClaims,
     ) -> Self {
         Self {
             api,
             credentials,
-            settle,
+            queue,
             spent: AtomicBool::new(false),
-            live_view: std::sync::Mutex::new(None),
+            live_view: LastLiveView::default(),
         }
     }
 }
@@ -290,7 +290,7 @@ impl ClaimQueue for ApiClaims {
                     .map(|c| c.session_id)
                     .unwrap_or_default();
                 self.credentials.install(&session, grant.credentials);
-                *self.live_view.lock().unwrap_or_else(|p| p.into_inner()) = grant.live_view;
+                self.live_view.set(grant.live_view);
                 Ok(Some(Received {
                     body: grant.claim.into_bytes(),
                     receipt: grant.receipt,
@@ -309,25 +309,22 @@ impl ClaimQueue for ApiClaims {
         self.spent.load(Ordering::SeqCst)
     }
     fn live_view(&self) -> Option<wallcrawler_contract::task_api::LiveViewGrant> {
-        self.live_view
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.live_view.get()
     }
     async fn complete(&self, receipt: &str) -> Result<(), StoreError> {
-        self.settle.complete(receipt).await
+        self.queue.complete(receipt).await
     }
     async fn discard(&self, receipt: &str) -> Result<(), StoreError> {
-        self.settle.discard(receipt).await
+        self.queue.discard(receipt).await
     }
     async fn poison(&self, receipt: &str) -> Result<(), StoreError> {
-        self.settle.poison(receipt).await
+        self.queue.poison(receipt).await
     }
     async fn keep(&self, receipt: &str, more: Duration) -> Result<(), StoreError> {
-        self.settle.keep(receipt, more).await
+        self.queue.keep(receipt, more).await
     }
     async fn hand_back(&self, receipt: &str, after: Duration) -> Result<(), StoreError> {
-        self.settle.hand_back(receipt, after).await
+        self.queue.hand_back(receipt, after).await
     }
 }
 
@@ -559,12 +556,12 @@ pub(crate) mod tests {
         let api = api(base);
         let credentials = SessionCredentialsProvider::new(api.clone());
         assert!(credentials.provide_credentials().await.is_err());
-        let settle = SqsClaims {
+        let queue = SqsClaims {
             client: aws_sdk_sqs::Client::new(&task_sdk()),
             queue_url: "http://127.0.0.1:1/q".into(),
             visibility: Duration::from_secs(60),
         };
-        let claims = ApiClaims::new(api, credentials.clone(), settle);
+        let claims = ApiClaims::new(api, credentials.clone(), queue);
         let got = claims
             .receive(Duration::from_secs(1))
             .await
@@ -591,12 +588,12 @@ pub(crate) mod tests {
         let (base, _) = stub_api(vec![answer("200 OK", &with.to_string())]).await;
         let api = api(base);
         let credentials = SessionCredentialsProvider::new(api.clone());
-        let settle = SqsClaims {
+        let queue = SqsClaims {
             client: aws_sdk_sqs::Client::new(&task_sdk()),
             queue_url: "http://127.0.0.1:1/q".into(),
             visibility: Duration::from_secs(60),
         };
-        let claims = ApiClaims::new(api, credentials, settle);
+        let claims = ApiClaims::new(api, credentials, queue);
         assert_eq!(claims.live_view(), None);
         claims
             .receive(Duration::from_secs(1))

@@ -70,7 +70,7 @@ pub fn clip(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
 
 /// How a client connection ended, as counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ConnectionEnd {
     /// Upgraded and relayed until one side closed.
     Relayed,
     /// A discovery or pass-through HTTP request answered.
@@ -97,9 +97,9 @@ pub enum Outcome {
     ClientGone,
 }
 
-impl Outcome {
+impl ConnectionEnd {
     /// Every outcome; the metrics keep one counter per entry, in this order.
-    pub const ALL: [Outcome; 12] = [
+    pub const ALL: [ConnectionEnd; 12] = [
         Self::Relayed,
         Self::Http,
         Self::Health,
@@ -150,7 +150,7 @@ pub struct Metrics {
     pub bytes_chrome_to_client: Counter,
     /// Screencasts the viewer started (one per watched page, however many viewers watch it).
     pub viewer_screencasts_started: Counter,
-    outcomes: [Counter; Outcome::ALL.len()],
+    outcomes: [Counter; ConnectionEnd::ALL.len()],
     refusals: AuthRefusals,
     /// Pool mode, in seconds (0 = not reached): start → warm, warm → claimed, claimed → READY.
     pub pool_warmup: Gauge<f64, AtomicU64>,
@@ -228,6 +228,33 @@ impl AuthRefusals {
     }
 }
 
+/// Pool mode's gauges, in seconds, at zero in a registry of their own: warmup, idle, and
+/// claim to READY.
+fn pool_gauges() -> (Registry, [Gauge<f64, AtomicU64>; 3]) {
+    let mut registry = Registry::default();
+    let gauges: [Gauge<f64, AtomicU64>; 3] = Default::default();
+    for ((name, help), gauge) in [
+        (
+            "wallcrawler_pool_warmup",
+            "Pool mode: from the controller's start to a warm browser waiting for a claim",
+        ),
+        (
+            "wallcrawler_pool_idle",
+            "Pool mode: time warm before a claim came (0 while still waiting)",
+        ),
+        (
+            "wallcrawler_pool_claim_to_ready",
+            "Pool mode: from taking a claim to READY written (0 until then)",
+        ),
+    ]
+    .into_iter()
+    .zip(&gauges)
+    {
+        registry.register_with_unit(name, help, Unit::Seconds, gauge.clone());
+    }
+    (registry, gauges)
+}
+
 impl Metrics {
     /// Every series registered, at zero.
     pub fn new() -> Arc<Self> {
@@ -255,7 +282,7 @@ impl Metrics {
                 "Client connections by outcome",
             ),
             "outcome",
-            Outcome::ALL.map(Outcome::label),
+            ConnectionEnd::ALL.map(ConnectionEnd::label),
         );
         let refusals = AuthRefusals::register(&mut registry, "wallcrawler_proxy_auth_refusals");
         let viewer_screencasts_started = counter(
@@ -263,29 +290,7 @@ impl Metrics {
             "wallcrawler_viewer_screencasts_started",
             "Page screencasts started for live viewers",
         );
-        let mut pool_registry = Registry::default();
-        let pool_warmup = Gauge::default();
-        let pool_idle = Gauge::default();
-        let pool_claim_to_ready = Gauge::default();
-        for (name, help, gauge) in [
-            (
-                "wallcrawler_pool_warmup",
-                "Pool mode: from the controller's start to a warm browser waiting for a claim",
-                &pool_warmup,
-            ),
-            (
-                "wallcrawler_pool_idle",
-                "Pool mode: time warm before a claim came (0 while still waiting)",
-                &pool_idle,
-            ),
-            (
-                "wallcrawler_pool_claim_to_ready",
-                "Pool mode: from taking a claim to READY written (0 until then)",
-                &pool_claim_to_ready,
-            ),
-        ] {
-            pool_registry.register_with_unit(name, help, Unit::Seconds, gauge.clone());
-        }
+        let (pool_registry, [pool_warmup, pool_idle, pool_claim_to_ready]) = pool_gauges();
         Arc::new(Self {
             clients_active,
             connections_open,
@@ -303,7 +308,7 @@ impl Metrics {
     }
 
     /// Counts a connection's outcome.
-    pub fn outcome(&self, o: Outcome) {
+    pub fn outcome(&self, o: ConnectionEnd) {
         self.outcomes[o as usize].inc();
     }
 
@@ -313,7 +318,7 @@ impl Metrics {
     }
 
     /// Connections counted with outcome `o` so far.
-    pub fn outcome_count(&self, o: Outcome) -> u64 {
+    pub fn outcome_count(&self, o: ConnectionEnd) -> u64 {
         self.outcomes[o as usize].get()
     }
 
@@ -428,7 +433,7 @@ mod tests {
     #[test]
     fn exposition_has_every_series() {
         let m = Metrics::new();
-        m.outcome(Outcome::Relayed);
+        m.outcome(ConnectionEnd::Relayed);
         m.refusal(TokenError::Expired);
         m.bytes_client_to_chrome.inc_by(5);
         let text = m.render();
@@ -445,7 +450,7 @@ mod tests {
 
     #[test]
     fn outcomes_are_indexed_by_their_discriminant() {
-        for (i, o) in Outcome::ALL.iter().enumerate() {
+        for (i, o) in ConnectionEnd::ALL.iter().enumerate() {
             assert_eq!(*o as usize, i, "{o:?}");
         }
     }

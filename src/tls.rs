@@ -496,9 +496,9 @@ fn local_leaf(
 }
 
 /// Writes `bytes` to `path` as a new 0600 file (replacing an old one), whatever the umask,
-/// never through a link ([`wallcrawler_contract::private_fs::write_atomic`]).
+/// never through a link ([`wallcrawler_local::private_fs::write_atomic`]).
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), TlsError> {
-    wallcrawler_contract::private_fs::write_atomic(path, bytes).map_err(|source| TlsError::Write {
+    wallcrawler_local::private_fs::write_atomic(path, bytes).map_err(|source| TlsError::Write {
         path: path.to_owned(),
         source,
     })

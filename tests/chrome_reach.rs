@@ -362,7 +362,7 @@ fn a_root_controller_runs_chrome_as_a_uid_of_its_own() {
         &["--client", "puppeteer", "--url", &s.connect_url],
     );
     assert_eq!(r["ok"], true, "{r}");
-    let (first, last) = wallcrawler_contract::chrome_uids::DEFAULT_UIDS
+    let (first, last) = wallcrawler_local::chrome_uids::DEFAULT_UIDS
         .split_once('-')
         .unwrap();
     let range = first.parse::<u32>().unwrap()..=last.parse::<u32>().unwrap();
@@ -432,8 +432,7 @@ fn a_root_controller_runs_chrome_as_a_uid_of_its_own() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let lock =
-        std::path::Path::new(wallcrawler_contract::chrome_uids::LOCK_DIR).join(uid.to_string());
+    let lock = std::path::Path::new(wallcrawler_local::chrome_uids::LOCK_DIR).join(uid.to_string());
     std::fs::File::open(&lock)
         .unwrap()
         .try_lock()

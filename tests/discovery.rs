@@ -191,3 +191,41 @@ fn a_third_party_frontend_url_never_carries_the_token() {
         format!("/devtools/inspector.html?ws={host}/devtools/page/P2%3FsigningKey%3D{token}")
     );
 }
+
+/// The browser starts without the address bar's dropdown preloaded as a page of its own
+/// (`chrome/flags.conf`: about 0.7 s of CPU per start otherwise): no such target in the
+/// browser's own list of targets, the one a client's `Target.getTargets` reads.
+#[test]
+fn the_browser_starts_without_the_omnibox_popup_page() {
+    let (_c, s) = Controller::local(&[], &[]);
+    let host = format!("127.0.0.1:{}", s.addr.port());
+    let version = get(
+        s.addr,
+        &format!("/json/version?signingKey={}", s.token),
+        &host,
+    );
+    let ws = json_body(&version)["webSocketDebuggerUrl"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (mut socket, _) = tungstenite::connect(ws.into_client_request().unwrap()).unwrap();
+    socket
+        .send(Message::text(r#"{"id":1,"method":"Target.getTargets"}"#))
+        .unwrap();
+    let answer = loop {
+        let m = socket.read().unwrap();
+        let v: Value = serde_json::from_str(m.to_text().unwrap()).unwrap();
+        if v["id"] == 1 {
+            break v;
+        }
+    };
+    let infos = answer["result"]["targetInfos"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{answer}"));
+    assert!(!infos.is_empty(), "the browser's page is listed: {answer}");
+    let popups: Vec<&Value> = infos
+        .iter()
+        .filter(|t| t["url"].as_str().unwrap_or("").contains("omnibox-popup"))
+        .collect();
+    assert!(popups.is_empty(), "preloaded omnibox popups: {popups:?}");
+}

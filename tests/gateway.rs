@@ -7,8 +7,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
+use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::{Claims, InternalStatus, SigningKey};
+use wallcrawler_local::session_dir::DirStore;
 
 use crate::support::upstream::{FakeUpstream, UpEvent};
 use crate::support::{

@@ -712,7 +712,8 @@ enum LocalEnd {
 
 fn local_session(end: LocalEnd) {
     use wallcrawler_contract::InternalStatus;
-    use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
+    use wallcrawler_contract::session_doc::SessionDoc;
+    use wallcrawler_local::session_dir::DirStore;
     let root = tempfile::tempdir().unwrap();
     let sessions = DirStore::new(root.path().join("sessions"));
     let contexts = root.path().join("contexts");

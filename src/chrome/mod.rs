@@ -119,7 +119,7 @@ pub enum ChromeError {
     User(#[from] user::UserError),
     /// Running as root with no `CHROME_USER`, no uid of Chrome's own could be taken.
     #[error("running as root with no CHROME_USER, Chrome needs a uid of its own: {0}")]
-    OwnUid(#[from] wallcrawler_contract::chrome_uids::UidError),
+    OwnUid(#[from] wallcrawler_local::chrome_uids::UidError),
     /// The profile (user data) directory could not be created, cleaned or handed to Chrome's
     /// user.
     #[error("could not prepare the profile directory {path}")]
@@ -409,23 +409,29 @@ async fn hurried<T>(
     wait.await
 }
 
+/// The profile directory made ready for Chrome (created, stale locks removed, file access
+/// denied, handed to Chrome's user), and Chrome's own HOME when it runs as another user: the
+/// controller's is not its to write.
+fn prepare_profile(opts: &LaunchOptions) -> Result<Option<PathBuf>, ChromeError> {
+    let profile_err = |source| ChromeError::Profile {
+        path: opts.user_data_dir.clone(),
+        source,
+    };
+    std::fs::create_dir_all(&opts.user_data_dir).map_err(profile_err)?;
+    remove_stale_files(&opts.user_data_dir).map_err(profile_err)?;
+    // Before Chrome reads the profile, and before it is handed to Chrome's user.
+    file_access::deny_file_access(&opts.user_data_dir).map_err(profile_err)?;
+    match &opts.user {
+        Some(u) => Ok(Some(u.prepare(&opts.user_data_dir).map_err(profile_err)?)),
+        None => Ok(None),
+    }
+}
+
 impl Chrome {
     /// Launches Chrome and waits (bounded, with backoff) until `/json/version` answers.
     pub async fn launch(opts: &LaunchOptions, tasks: &Shutdown) -> Result<Chrome, ChromeError> {
         let started = Instant::now();
-        let profile_err = |source| ChromeError::Profile {
-            path: opts.user_data_dir.clone(),
-            source,
-        };
-        std::fs::create_dir_all(&opts.user_data_dir).map_err(profile_err)?;
-        remove_stale_files(&opts.user_data_dir).map_err(profile_err)?;
-        // Before Chrome reads the profile, and before it is handed to Chrome's user.
-        file_access::deny_file_access(&opts.user_data_dir).map_err(profile_err)?;
-        // Chrome's own HOME when it runs as another user: the controller's is not its to write.
-        let home = match &opts.user {
-            Some(u) => Some(u.prepare(&opts.user_data_dir).map_err(profile_err)?),
-            None => None,
-        };
+        let home = prepare_profile(opts)?;
         let sandbox = sandbox::decide(&opts.flags, opts.user.as_ref());
         let network = Network::make(opts, tasks).await?;
         let args = launch_args(opts, &sandbox, network.egress_port).await;

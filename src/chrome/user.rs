@@ -41,7 +41,7 @@ use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{Mode, SFlag, fstatat};
 use nix::unistd::{Gid, Uid, User, fchown, fchownat};
 use rustix::thread::CapabilitySet;
-use wallcrawler_contract::chrome_uids::{self, ChromeUids, UidError};
+use wallcrawler_local::chrome_uids::{self, ChromeUids, UidError};
 
 /// Deepest directory nesting handed over; a tar path is at most 4096 bytes, so a real profile
 /// is far shallower.

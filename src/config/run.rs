@@ -333,10 +333,8 @@ impl RunConfig {
         let shutdown_budget = shutdown_budget(&mut r);
         let item_watch = Duration::from_secs(r.number(ITEM_WATCH_SECONDS, 5, 1, 300));
         let metadata_uri = r.text(ECS_CONTAINER_METADATA_URI_V4);
-        let public_ip_required = r.boolean(PUBLIC_IP_REQUIRED, false);
-        if public_ip_required && public_ip.is_none() && metadata_uri.is_none() {
-            r.errors.push("PUBLIC_IP_REQUIRED=true needs ECS_CONTAINER_METADATA_URI_V4 (set by ECS) or PUBLIC_IP".to_owned());
-        }
+        let public_ip_required =
+            public_ip_required(&mut r, public_ip.is_some() || metadata_uri.is_some());
         let agent_uri = r.text(ECS_AGENT_URI);
         let task_api = task_api(&mut r, pool.as_ref(), &store, metadata_uri.is_some());
         let task_api_address = task_api_address(&mut r, task_api.as_deref());
@@ -377,6 +375,19 @@ impl RunConfig {
             background_nice,
         })
     }
+}
+
+/// `PUBLIC_IP_REQUIRED`, checked: only where the address can be found (`findable`: set in
+/// `PUBLIC_IP`, or ECS's task metadata to read it from).
+fn public_ip_required(r: &mut Reader<'_>, findable: bool) -> bool {
+    let required = r.boolean(PUBLIC_IP_REQUIRED, false);
+    if required && !findable {
+        r.errors.push(
+            "PUBLIC_IP_REQUIRED=true needs ECS_CONTAINER_METADATA_URI_V4 (set by ECS) or PUBLIC_IP"
+                .to_owned(),
+        );
+    }
+    required
 }
 
 /// `LIVE_VIEW_GRANT`, checked: JSON of a grant, only for one session's controller off the task

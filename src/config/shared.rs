@@ -168,12 +168,11 @@ pub(super) fn private_key(r: &mut Reader<'_>) -> Option<PrivateKey> {
 
 pub(super) fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
     let max_connections = r.count(MAX_CONNECTIONS, edge::DEFAULT_MAX_CONNECTIONS);
-    let max_pending = r.count(MAX_PENDING_CONNECTIONS, edge::DEFAULT_MAX_PENDING);
-    let max_pending_per_address = r.count(
-        MAX_PENDING_PER_ADDRESS,
-        edge::DEFAULT_MAX_PENDING_PER_ADDRESS,
-    );
-    let pending_min_age = r.millis(PENDING_MIN_AGE_MS, edge::DEFAULT_PENDING_MIN_AGE, 0, 60_000);
+    let PendingLimits {
+        max_pending,
+        max_per_address: max_pending_per_address,
+        min_age: pending_min_age,
+    } = pending_limits(r);
     let metrics_addr = match r.s.get(METRICS_ADDR).map(|v| v.trim()) {
         Some("") => None,
         Some(_) => r.parse::<SocketAddr>(METRICS_ADDR, "an address such as 127.0.0.1:9224"),
@@ -228,6 +227,19 @@ pub(super) fn tuning(r: &mut Reader<'_>, mode: Mode) -> ProxyTuning {
         header_timeout,
         keepalive,
         log_format,
+    }
+}
+
+/// The bounds on connections not yet upgraded: `MAX_PENDING_CONNECTIONS`,
+/// `MAX_PENDING_PER_ADDRESS` and `PENDING_MIN_AGE_MS`.
+fn pending_limits(r: &mut Reader<'_>) -> PendingLimits {
+    PendingLimits {
+        max_pending: r.count(MAX_PENDING_CONNECTIONS, edge::DEFAULT_MAX_PENDING),
+        max_per_address: r.count(
+            MAX_PENDING_PER_ADDRESS,
+            edge::DEFAULT_MAX_PENDING_PER_ADDRESS,
+        ),
+        min_age: r.millis(PENDING_MIN_AGE_MS, edge::DEFAULT_PENDING_MIN_AGE, 0, 60_000),
     }
 }
 

@@ -7,7 +7,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 use tracing::Level;
 
-use crate::telemetry::Outcome;
+use crate::telemetry::ConnectionEnd;
 
 /// Whose fault a refusal is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,8 +88,8 @@ impl Refusal {
     }
 
     /// Status, outcome label and body of each refusal, side by side.
-    fn parts(self) -> (StatusCode, Outcome, &'static str) {
-        use Outcome as O;
+    fn parts(self) -> (StatusCode, ConnectionEnd, &'static str) {
+        use ConnectionEnd as O;
         use StatusCode as S;
         match self {
             Self::Malformed => (S::BAD_REQUEST, O::BadRequest, "bad request\n"),
@@ -127,7 +127,7 @@ impl Refusal {
     }
 
     /// The connection outcome it is counted as.
-    pub fn outcome(self) -> Outcome {
+    pub fn outcome(self) -> ConnectionEnd {
         self.parts().1
     }
 
@@ -251,6 +251,9 @@ mod tests {
         assert_eq!(Refusal::Unauthorized.fault(), Fault::Client);
         assert_eq!(Refusal::AtCapacity.fault(), Fault::Us);
         assert_eq!(Refusal::NoSuchTarget.status(), StatusCode::NOT_FOUND);
-        assert_eq!(Refusal::NoSuchTarget.outcome(), Outcome::UpstreamFailed);
+        assert_eq!(
+            Refusal::NoSuchTarget.outcome(),
+            ConnectionEnd::UpstreamFailed
+        );
     }
 }

@@ -90,8 +90,9 @@ pub trait Watch: Transform + Send {
     fn fatal(&self) -> Option<Fatal>;
     /// Whole frames for the client (answers to withheld commands), taken.
     fn take_replies(&mut self) -> Vec<u8>;
-    /// Drop the client's pongs (with keepalive on they answer the relay's pings, not Chrome's).
-    fn drop_pongs(&mut self, drop: bool);
+    /// This watcher, dropping the client's pongs or not (with keepalive on they answer the
+    /// relay's pings, not Chrome's).
+    fn dropping_pongs(self: Box<Self>, drop: bool) -> Box<dyn Watch>;
     /// Who is shown Chrome's messages to this client as they pass, if anyone (taken once,
     /// when the relay begins).
     fn downstream_tap(&mut self) -> Option<Box<dyn ws::MessageTap>> {
@@ -141,6 +142,17 @@ pub struct RelayOutcome {
     pub chrome_to_client: u64,
     /// Why the relay ended.
     pub end: RelayEnd,
+}
+
+impl RelayOutcome {
+    /// A relay that never started: the loop was shutting down.
+    fn cancelled() -> Self {
+        Self {
+            client_to_chrome: 0,
+            chrome_to_client: 0,
+            end: RelayEnd::Cancelled,
+        }
+    }
 }
 
 /// One upgraded connection to relay.
@@ -245,13 +257,7 @@ impl RelayLoop {
     pub fn relay(&self, job: Job) -> impl Future<Output = RelayOutcome> + Send + 'static {
         let (tx, rx) = oneshot::channel();
         self.send(Command::Start(Box::new(job), tx));
-        async move {
-            rx.await.unwrap_or(RelayOutcome {
-                client_to_chrome: 0,
-                chrome_to_client: 0,
-                end: RelayEnd::Cancelled,
-            })
-        }
+        async move { rx.await.unwrap_or_else(|_| RelayOutcome::cancelled()) }
     }
 
     /// Ends every relay, and any started later, with [`RelayEnd::Cancelled`].
@@ -565,11 +571,7 @@ impl Worker {
 
     fn start(&mut self, job: Job, done: oneshot::Sender<RelayOutcome>) {
         if self.cancelled {
-            let _ = done.send(RelayOutcome {
-                client_to_chrome: 0,
-                chrome_to_client: 0,
-                end: RelayEnd::Cancelled,
-            });
+            let _ = done.send(RelayOutcome::cancelled());
             return;
         }
         let Job {
@@ -582,10 +584,7 @@ impl Worker {
             metrics,
             keepalive,
         } = job;
-        let mut inspector = inspector;
-        if let Some(i) = inspector.as_mut() {
-            i.drop_pongs(keepalive.is_some());
-        }
+        let mut inspector = inspector.map(|i| i.dropping_pongs(keepalive.is_some()));
         let mut pongs = (keepalive.is_some() && inspector.is_none()).then(Pongs::default);
         let up = client_prefix_flow(
             &client_prefix,
@@ -787,25 +786,25 @@ fn finish(conn: Conn, end: RelayEnd) {
 /// One turn of a connection: client to Chrome (through the inspector, if any), then, unless
 /// that ended it, Chrome to client. `Busy` when either direction has more to do.
 fn turn(conn: &mut Conn, scratch: &mut Scratch) -> Result<Turn, RelayEnd> {
-    let Conn {
-        client,
-        chrome,
-        up,
-        down,
-        inspector,
-        downstream,
-        on_browser_close,
-        metrics,
-        pongs,
-        ..
-    } = conn;
+    let up_turn = client_to_chrome(conn, scratch)?;
+    end_if_refused(conn)?;
+    let down_turn = chrome_to_client(conn, scratch)?;
+    Ok(match (up_turn, down_turn) {
+        (Turn::Idle, Turn::Idle) => Turn::Idle,
+        _ => Turn::Busy,
+    })
+}
+
+/// The client's bytes to Chrome, through the inspector or the pong filter, if any.
+fn client_to_chrome(conn: &mut Conn, scratch: &mut Scratch) -> Result<Turn, RelayEnd> {
     let lane = Lane {
-        src: &mut *client,
-        dst: &mut *chrome,
-        flow: up,
-        shared: metrics.bytes_client_to_chrome.inner(),
+        src: &mut conn.client,
+        dst: &mut conn.chrome,
+        flow: &mut conn.up,
+        shared: conn.metrics.bytes_client_to_chrome.inner(),
     };
-    let up_turn = match (inspector.as_mut(), pongs) {
+    let on_browser_close = &*conn.on_browser_close;
+    match (conn.inspector.as_mut(), conn.pongs.as_mut()) {
         (Some(i), _) => pump(lane, &mut **i, scratch, on_browser_close),
         (None, Some(p)) => pump(lane, p, scratch, on_browser_close),
         (None, None) => pump(lane, &mut Plain, scratch, on_browser_close),
@@ -814,46 +813,55 @@ fn turn(conn: &mut Conn, scratch: &mut Scratch) -> Result<Turn, RelayEnd> {
         PumpEnd::SrcEof => RelayEnd::ClientClosed,
         PumpEnd::SrcError(e) => RelayEnd::ClientError(e),
         PumpEnd::DstError(e) => RelayEnd::ChromeError(e),
-    })?;
-    if let (Some(i), Some(d)) = (inspector.as_mut(), downstream.as_mut()) {
-        let replies = i.take_replies();
-        if !replies.is_empty() {
-            d.queue(replies);
-        }
-        // A client that sends refused commands and does not read the answers gets no
-        // unbounded backlog: beyond one read of Chrome's bytes and the answers' cap, it is
-        // closed.
-        let backlog = d.queued_len() + (down.pending.len() - down.sent);
-        let flooded = backlog > READ_BUFFER + ws::MAX_QUEUED_REPLIES;
-        if let Some(fatal) = i.fatal().or(flooded.then_some(Fatal::TooManyRefusals)) {
-            // Best effort: the close frame goes if the client's side is between messages
-            // and takes it now; the connection ends either way.
-            d.queue(ws::close_frame(fatal));
-            let _ = flush_answers(client, down, d).and_then(|()| {
-                write_backlog(client, down)?;
-                Ok(())
-            });
-            return Err(RelayEnd::ClientRefused(fatal));
-        }
-    }
-    let lane = Lane {
-        src: chrome,
-        dst: &mut *client,
-        flow: down,
-        shared: metrics.bytes_chrome_to_client.inner(),
+    })
+}
+
+/// Queues the inspector's answers for the client, and ends a connection the inspector
+/// cannot go on with (or whose answers pile up unread) with a close frame, best effort.
+fn end_if_refused(conn: &mut Conn) -> Result<(), RelayEnd> {
+    let (Some(i), Some(d)) = (conn.inspector.as_mut(), conn.downstream.as_mut()) else {
+        return Ok(());
     };
-    let down_turn = match downstream.as_mut() {
+    let replies = i.take_replies();
+    if !replies.is_empty() {
+        d.queue(replies);
+    }
+    // A client that sends refused commands and does not read the answers gets no unbounded
+    // backlog: beyond one read of Chrome's bytes and the answers' cap, it is closed.
+    let (client, down) = (&mut conn.client, &mut conn.down);
+    let backlog = d.queued_len() + (down.pending.len() - down.sent);
+    let flooded = backlog > READ_BUFFER + ws::MAX_QUEUED_REPLIES;
+    let Some(fatal) = i.fatal().or(flooded.then_some(Fatal::TooManyRefusals)) else {
+        return Ok(());
+    };
+    // Best effort: the close frame goes if the client's side is between messages and takes
+    // it now; the connection ends either way.
+    d.queue(ws::close_frame(fatal));
+    let _ = flush_answers(client, down, d).and_then(|()| {
+        write_backlog(client, down)?;
+        Ok(())
+    });
+    Err(RelayEnd::ClientRefused(fatal))
+}
+
+/// Chrome's bytes to the client, through the frame tracker (if any), with the queued answers
+/// put in at the first boundary.
+fn chrome_to_client(conn: &mut Conn, scratch: &mut Scratch) -> Result<Turn, RelayEnd> {
+    let lane = Lane {
+        src: &mut conn.chrome,
+        dst: &mut conn.client,
+        flow: &mut conn.down,
+        shared: conn.metrics.bytes_chrome_to_client.inner(),
+    };
+    let turn = match conn.downstream.as_mut() {
         Some(d) => pump(lane, d, scratch, &|| {}),
         None => pump(lane, &mut Plain, scratch, &|| {}),
     }
     .map_err(down_end)?;
-    if let Some(d) = downstream.as_mut() {
-        flush_answers(client, down, d).map_err(down_end)?;
+    if let Some(d) = conn.downstream.as_mut() {
+        flush_answers(&mut conn.client, &mut conn.down, d).map_err(down_end)?;
     }
-    Ok(match (up_turn, down_turn) {
-        (Turn::Idle, Turn::Idle) => Turn::Idle,
-        _ => Turn::Busy,
-    })
+    Ok(turn)
 }
 
 /// How a Chrome-to-client pump's end ends the relay.

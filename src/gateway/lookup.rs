@@ -17,7 +17,8 @@ use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 use wallcrawler_contract::InternalStatus;
-use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
+use wallcrawler_contract::session_doc::SessionDoc;
+use wallcrawler_local::session_dir::DirStore;
 
 use crate::stores::StoreError;
 

@@ -544,24 +544,8 @@ impl Gateway {
         let mut looks = 0u32;
         let outcome = loop {
             looks += 1;
-            match self.lookups.place(session).await {
-                Ok(Place::Ready(addr)) => break Ok(addr),
-                Ok(Place::Ended) => break Err((Refusal::SessionEnded, Refused::SessionEnded)),
-                Ok(Place::Unknown) => {
-                    break Err((Refusal::NoSuchSession, Refused::UnknownSession));
-                }
-                Ok(Place::Unroutable) => {
-                    warn!("the session is READY but its item names no address to dial");
-                    break Err((Refusal::BadGateway, Refused::BadGateway));
-                }
-                Ok(Place::Starting) => failures = 0,
-                Err(e) => {
-                    warn!(error = %e, "looking the session up failed");
-                    failures += 1;
-                    if failures >= MAX_LOOKUP_FAILURES {
-                        break Err((Refusal::SessionNotReady, Refused::LookupFailed));
-                    }
-                }
+            if let Some(found) = read_place(self.lookups.place(session).await, &mut failures) {
+                break found;
             }
             if held.is_none() {
                 match self.held.try_hold(session) {
@@ -573,25 +557,9 @@ impl Gateway {
             if now >= deadline {
                 break Err((Refusal::SessionNotReady, Refused::HoldTimeout));
             }
-            let backoff = tokio::time::sleep(wait.min(deadline - now));
+            self.wait_for_change(session, &mut changes, wait.min(deadline - now))
+                .await;
             wait = (wait * 2).min(self.settings.max_recheck);
-            let woken = match &mut changes {
-                None => {
-                    backoff.await;
-                    false
-                }
-                Some(rx) => tokio::select! {
-                    changed = rx.changed() => changed.is_ok(),
-                    () = backoff => false,
-                },
-            };
-            if woken {
-                // What is cached may be the starting place the change just replaced.
-                self.lookups.forget(session).await;
-            } else if changes.as_ref().is_some_and(|rx| rx.has_changed().is_err()) {
-                // The store stopped telling: the backoff alone from now on.
-                changes = None;
-            }
         };
         if held.is_some() {
             self.metrics
@@ -605,6 +573,33 @@ impl Gateway {
             "session looked up"
         );
         outcome.map_err(|(refusal, why)| self.refuse(refusal, why))
+    }
+
+    /// Waits `backoff`, or less when the store tells that the session's item changed; then
+    /// what is cached may be the starting place the change replaced, so it is forgotten.
+    async fn wait_for_change(
+        &self,
+        session: &str,
+        changes: &mut Option<tokio::sync::watch::Receiver<u64>>,
+        backoff: Duration,
+    ) {
+        let backoff = tokio::time::sleep(backoff);
+        let woken = match changes {
+            None => {
+                backoff.await;
+                false
+            }
+            Some(rx) => tokio::select! {
+                changed = rx.changed() => changed.is_ok(),
+                () = backoff => false,
+            },
+        };
+        if woken {
+            self.lookups.forget(session).await;
+        } else if changes.as_ref().is_some_and(|rx| rx.has_changed().is_err()) {
+            // The store stopped telling: the backoff alone from now on.
+            *changes = None;
+        }
     }
 
     /// Connects to the task's proxy and sends it the client's request head (after a PROXY v2
@@ -737,6 +732,33 @@ impl Gateway {
             tls = true,
             "gateway connection closed"
         );
+    }
+}
+
+/// What one look at a session says: its address, a refusal, or `None` while it is starting
+/// (a failed look counts toward [`MAX_LOOKUP_FAILURES`]; a look that worked resets the count).
+fn read_place(
+    place: Result<Place, lookup::LookupError>,
+    failures: &mut u32,
+) -> Option<Result<SocketAddr, (Refusal, Refused)>> {
+    match place {
+        Ok(Place::Ready(addr)) => Some(Ok(addr)),
+        Ok(Place::Ended) => Some(Err((Refusal::SessionEnded, Refused::SessionEnded))),
+        Ok(Place::Unknown) => Some(Err((Refusal::NoSuchSession, Refused::UnknownSession))),
+        Ok(Place::Unroutable) => {
+            warn!("the session is READY but its item names no address to dial");
+            Some(Err((Refusal::BadGateway, Refused::BadGateway)))
+        }
+        Ok(Place::Starting) => {
+            *failures = 0;
+            None
+        }
+        Err(e) => {
+            warn!(error = %e, "looking the session up failed");
+            *failures += 1;
+            (*failures >= MAX_LOOKUP_FAILURES)
+                .then_some(Err((Refusal::SessionNotReady, Refused::LookupFailed)))
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use aws_config::SdkConfig;
 use aws_config::identity::IdentityCache;
 use aws_credential_types::provider::SharedCredentialsProvider;
 use wallcrawler_aws::secrets::SecretsManagerKeys;
-use wallcrawler_contract::claim::DirQueue;
+use wallcrawler_local::claim_queue::DirQueue;
 
 use crate::aws;
 use crate::config::{
@@ -18,7 +18,7 @@ use crate::profile::DirectoryArchives;
 use crate::session::Deps;
 use crate::session_credentials::SessionCredentialsProvider;
 use crate::stores::{
-    ArchiveStore, ClaimQueue, DirClaims, DirectorySessions, SessionStore, TaskProtection,
+    ArchiveStore, ClaimQueue, DirClaims, DirectorySessions, ServedSessions, TaskProtection,
 };
 use crate::task_api::{ApiClaims, TaskApi, TaskApiError};
 
@@ -126,7 +126,7 @@ impl OnTaskApi {
         let PoolQueue::Sqs(url) = &p.queue else {
             return None;
         };
-        let settle = aws::SqsClaims {
+        let queue = aws::SqsClaims {
             client: aws_sdk_sqs::Client::new(&self.session_sdk),
             queue_url: url.clone(),
             visibility: p.visibility,
@@ -134,7 +134,7 @@ impl OnTaskApi {
         Some(Arc::new(ApiClaims::new(
             self.api.clone(),
             self.credentials.clone(),
-            settle,
+            queue,
         )))
     }
 }
@@ -245,7 +245,10 @@ fn needs_ec2(c: &RunConfig) -> bool {
     c.public_ip_required && c.public_ip.is_none() && c.metadata_uri.is_some()
 }
 
-fn sessions(store: &SessionStoreConfig, sdk: Option<&SdkConfig>) -> Option<Arc<dyn SessionStore>> {
+fn sessions(
+    store: &SessionStoreConfig,
+    sdk: Option<&SdkConfig>,
+) -> Option<Arc<dyn ServedSessions>> {
     match (store, sdk) {
         (SessionStoreConfig::Table(t), Some(sdk)) => {
             Some(Arc::new(aws::DynamoSessions::new(sdk, t.clone())))

@@ -103,7 +103,7 @@ async fn start(c: &GatewayConfig, tasks: &Shutdown) -> Result<Arc<Gateway>, Endi
 async fn routes(store: &SessionStoreConfig) -> Arc<dyn SessionRoutes> {
     match store {
         SessionStoreConfig::Directory(dir) => Arc::new(DirRoutes::watching(
-            wallcrawler_contract::session_doc::DirStore::new(dir.clone()),
+            wallcrawler_local::session_dir::DirStore::new(dir.clone()),
         )),
         SessionStoreConfig::Table(table) => {
             let sdk = aws::sdk_config().await;

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use tracing::{error, info};
 use wallcrawler_contract::viewer::{self, ViewerClaims};
-use wallcrawler_contract::{Claims, SigningKey};
+use wallcrawler_contract::{Claims, SigningKey, VerifyingKey};
 
 use super::{ended, launch_options, profile_tempdir};
-use crate::app::{self, ProxyOptions, SessionOptions};
 use crate::auth::{Authenticator, KeySource, StaticKeys, unix_now};
+use crate::browser::{self, BrowserOptions, ProxyOptions};
 use crate::config::LocalConfig;
 use crate::edge::Limits;
 use crate::session::Ending;
@@ -22,19 +22,8 @@ use crate::shutdown::Shutdown;
 /// Runs `local` until it ends.
 pub(crate) async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> Ending {
     let session_id = format!("sess_{}", uuid::Uuid::new_v4());
-    // `local` mints the one token it prints, then keeps only the public key: the proxy checks
-    // tokens as a task does.
-    let key = c
-        .key
-        .as_ref()
-        .map_or_else(SigningKey::generate, |k| k.0.clone());
     let now = unix_now();
-    let token = Claims::new(&session_id, "", now, c.token_ttl).mint(&key);
-    // And a live-view credential in control mode, for as long as the token.
-    let live =
-        ViewerClaims::new(&session_id, "", viewer::Mode::Control, now, c.token_ttl).mint(&key);
-    let public = key.verifying_key().clone();
-    drop(key);
+    let (token, live, public) = mint(&c, &session_id, now);
     let profile = match profile_tempdir() {
         Ok(d) => d,
         Err(e) => {
@@ -54,7 +43,7 @@ pub(crate) async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> 
         info!(allow = ?c.chrome.egress_allow, "pages may reach these non-public addresses (your machine's loopback by default in local mode; EGRESS_ALLOW changes it)");
     }
     let keys: Arc<dyn KeySource> = Arc::new(StaticKeys::new(public));
-    let opts = SessionOptions {
+    let opts = BrowserOptions {
         proxy: ProxyOptions {
             auth: Authenticator::new(keys, session_id.clone(), None, 30),
             listen: SocketAddr::from(([127, 0, 0, 1], c.port)),
@@ -71,7 +60,7 @@ pub(crate) async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> 
         background_nice: None,
         tasks: tasks.clone(),
     };
-    let result = app::run_session(opts, tasks.token().clone(), |ready| {
+    let result = browser::run_browser(opts, tasks.token().clone(), |ready| {
         info!(
             session.id = %session_id,
             proxy = %ready.proxy_addr,
@@ -93,4 +82,18 @@ pub(crate) async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> 
     .await;
     crate::file_rules::remove_beside_profile(profile.path());
     ended(result)
+}
+
+/// The session's token and live-view credential (control mode, for as long as the token), and
+/// the public key that checks them. `local` mints the one token it prints, then keeps only the
+/// public key: the proxy checks tokens as a task does.
+fn mint(c: &LocalConfig, session_id: &str, now: u64) -> (String, String, VerifyingKey) {
+    let key = c
+        .key
+        .as_ref()
+        .map_or_else(SigningKey::generate, |k| k.0.clone());
+    let token = Claims::new(session_id, "", now, c.token_ttl).mint(&key);
+    let live =
+        ViewerClaims::new(session_id, "", viewer::Mode::Control, now, c.token_ttl).mint(&key);
+    (token, live, key.verifying_key().clone())
 }

@@ -17,9 +17,9 @@ use std::time::Duration;
 use tracing::{error, info};
 use wallcrawler_aws::secrets::SecretsManagerKeys;
 
-use crate::app::{AppError, EndReason};
 use crate::auth::{KeySource, StaticKeys};
 use crate::aws;
+use crate::browser::{AppError, EndReason};
 use crate::chrome::user::OwnUid;
 use crate::chrome::{self, LaunchOptions};
 use crate::config::{ChromeSettings, KeyConfig, RunConfig};

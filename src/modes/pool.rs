@@ -57,8 +57,8 @@ use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::claim::{Claim, NO_BROWSER_IN_TIME};
 use wallcrawler_contract::session_doc::{ClaimFacts, ClaimVerdict, claim_verdict};
 
-use crate::app::{Session, Started};
 use crate::auth::Authenticator;
+use crate::browser::{Browser, Started};
 use crate::chrome::LaunchOptions;
 use crate::config::{PoolConfig, RunConfig};
 use crate::pool_metric;
@@ -68,7 +68,7 @@ use crate::session::{
     load_extension,
 };
 use crate::shutdown::{Shutdown, Step};
-use crate::stores::{ClaimQueue, Received, SessionRecord, SessionStore, Take, TakeResult};
+use crate::stores::{ClaimQueue, Received, ServedSessions, SessionRecord, Take, TakeResult};
 
 /// Longest single wait on the queue (SQS allows 20 s); the loop waits again until the idle
 /// lifetime passes.
@@ -258,7 +258,7 @@ async fn warm_up(
     warm: &Run<'_>,
     launch: &LaunchOptions,
     queue: &dyn ClaimQueue,
-) -> Result<Session, Outcome> {
+) -> Result<Browser, Outcome> {
     let c = warm.c;
     let keys = warm.load_keys().await?;
     let auth = Authenticator::unbound(keys, c.auth.leeway_seconds);
@@ -283,7 +283,7 @@ async fn warm_up(
         }
     });
     let warmed = tokio::select! {
-        w = Session::warm(opts, warm.tasks.token()) => w,
+        w = Browser::warm(opts, warm.tasks.token()) => w,
         () = hurry_when_waited_on(queue, &hurry) => unreachable!("pends once fired"),
     };
     match warmed {
@@ -488,7 +488,7 @@ impl Waiting<'_> {
 
     /// Takes the claim's session for this controller, its lease as long as the claim's
     /// visibility (kept alive with the claim). `Some(false)`: refused.
-    async fn take(&self, store: &dyn SessionStore, claim: &Claim, now: u64) -> Option<bool> {
+    async fn take(&self, store: &dyn ServedSessions, claim: &Claim, now: u64) -> Option<bool> {
         let t = Take {
             owner: self.me,
             until: now + self.pool.visibility.as_secs(),
@@ -563,7 +563,7 @@ struct ClaimedSession<'a> {
 
 impl ClaimedSession<'_> {
     /// The claim deleted: completed once served (`done`), else dropped.
-    async fn settle(&self, done: bool) {
+    async fn delete_claim(&self, done: bool) {
         let r = if done {
             self.queue.complete(self.receipt).await
         } else {
@@ -576,7 +576,7 @@ impl ClaimedSession<'_> {
 
     async fn serve(
         self,
-        session: Session,
+        session: Browser,
         launch: LaunchOptions,
         claimed_at: Instant,
         metrics: &Arc<crate::telemetry::Metrics>,
@@ -620,7 +620,7 @@ impl ClaimedSession<'_> {
             claim_to_ready_ms = millis(claimed_at.elapsed()),
             "claimed session READY"
         );
-        self.settle(true).await;
+        self.delete_claim(true).await;
         let ending = self.run.serve_until_end(session).await;
         drop(claimed_dir);
         ending
@@ -632,7 +632,7 @@ impl ClaimedSession<'_> {
         // A session released meanwhile is not this controller's to complete.
         let done = !matches!(outcome.ending, Ending::Released | Ending::Lost);
         let ending = self.run.settle(outcome).await;
-        self.settle(done).await;
+        self.delete_claim(done).await;
         ending
     }
 
@@ -640,14 +640,14 @@ impl ClaimedSession<'_> {
     /// the claim dropped, nothing written.
     async fn lost(&self) -> Ending {
         info!("another controller owns the session now; leaving it to that one");
-        self.settle(false).await;
+        self.delete_claim(false).await;
         Ending::Lost
     }
 
     /// Stopped before READY: the browser closed, the session given up (only while this
     /// controller owns it and it is pending) and the claim handed back at once, for another
     /// controller to serve; nothing else written.
-    async fn handed_back(&self, session: Option<Session>) -> Ending {
+    async fn handed_back(&self, session: Option<Browser>) -> Ending {
         if let Some(session) = session {
             self.close(session).await;
         }
@@ -675,7 +675,7 @@ impl ClaimedSession<'_> {
     /// sees the lease still held and drops it — so its context would stay "still saving" for
     /// good. Nothing was served, so nothing is saved: `endedAt` now, as its owner (the write's
     /// condition keeps it to the owner, or to anyone once nobody holds it).
-    async fn end_if_released(&self, store: &dyn SessionStore) {
+    async fn end_if_released(&self, store: &dyn ServedSessions) {
         match store.load(self.run.item.id).await {
             Ok(Some(r))
                 if r.internal_status.is_some_and(InternalStatus::is_terminal) && !r.ended =>
@@ -687,7 +687,7 @@ impl ClaimedSession<'_> {
         }
     }
 
-    async fn close(&self, session: Session) {
+    async fn close(&self, session: Browser) {
         let budget = Step::ChromeClosed.share(self.run.c.shutdown_budget);
         session.close_chrome(false, budget).await;
         session.finish();
@@ -768,9 +768,9 @@ impl ClaimedSession<'_> {
     /// has one; with a context, its profile directory (removed when dropped).
     async fn prepare(
         &self,
-        mut session: Session,
+        mut session: Browser,
         launch: &LaunchOptions,
-    ) -> Result<(Session, Kept), Outcome> {
+    ) -> Result<(Browser, Kept), Outcome> {
         let run = self.run;
         // A client waits on this session from now on (its Chrome, or the close of the warm one).
         session.to_foreground();
@@ -783,19 +783,7 @@ impl ClaimedSession<'_> {
             run.idle_policy(self.record.keep_alive),
             self.record.expires_at,
         );
-        // A Chrome of the session's own (its context's profile, or its proxy's WebRTC flag)
-        // starts on a directory beside the warm one's.
-        let claimed_dir = if run.profile == launch.user_data_dir {
-            None
-        } else {
-            match ClaimedDir::create(&run.profile) {
-                Ok(d) => Some(d),
-                Err(e) => {
-                    let reason = format!("no profile directory for the session: {e}");
-                    return Err(Ending::failed(reason).into());
-                }
-            }
-        };
+        let claimed_dir = self.claimed_dir(launch)?;
         // Unpacked (and refused) before Chrome is touched.
         let extension = match run
             .unpack_extension(self.claim.extension_key.as_deref())
@@ -808,16 +796,7 @@ impl ClaimedSession<'_> {
             }
         };
         if claimed_dir.is_some() {
-            let stopped = match self.switch_profile(&mut session, launch).await {
-                Ok(true) => None,
-                // A signal while Chrome started: the session was not brought up.
-                Ok(false) => Some(Ending::Interrupted.into()),
-                Err(outcome) => Some(outcome),
-            };
-            if let Some(outcome) = stopped {
-                session.finish();
-                return Err(outcome);
-            }
+            session = self.on_claimed_profile(session, launch).await?;
         }
         // The session's routes, allowed domains and browser settings, before any client.
         if let Err(reason) = session
@@ -848,11 +827,48 @@ impl ClaimedSession<'_> {
         ))
     }
 
+    /// The directory a Chrome of the session's own (its context's profile, or its proxy's
+    /// WebRTC flag) starts on, beside the warm one's; `None` when the warm Chrome serves.
+    fn claimed_dir(&self, launch: &LaunchOptions) -> Result<Option<ClaimedDir>, Outcome> {
+        if self.run.profile == launch.user_data_dir {
+            return Ok(None);
+        }
+        match ClaimedDir::create(&self.run.profile) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) => {
+                let reason = format!("no profile directory for the session: {e}");
+                Err(Ending::failed(reason).into())
+            }
+        }
+    }
+
+    /// The browser with Chrome restarted on the claimed profile ([`Self::switch_profile`]), or
+    /// the outcome that ended the session, the browser finished.
+    async fn on_claimed_profile(
+        &self,
+        mut session: Browser,
+        launch: &LaunchOptions,
+    ) -> Result<Browser, Outcome> {
+        let stopped = match self.switch_profile(&mut session, launch).await {
+            Ok(true) => None,
+            // A signal while Chrome started: the session was not brought up.
+            Ok(false) => Some(Ending::Interrupted.into()),
+            Err(outcome) => Some(outcome),
+        };
+        match stopped {
+            Some(outcome) => {
+                session.finish();
+                Err(outcome)
+            }
+            None => Ok(session),
+        }
+    }
+
     /// Closes the warm Chrome while the context's archive is unpacked into the claimed
     /// profile, then starts Chrome on it. `Ok(false)`: a signal came first.
     async fn switch_profile(
         &self,
-        session: &mut Session,
+        session: &mut Browser,
         launch: &LaunchOptions,
     ) -> Result<bool, Outcome> {
         let run = self.run;
@@ -962,16 +978,16 @@ mod tests {
         use crate::session_credentials::SessionCredentialsProvider;
         use crate::task_api::tests::{api, task_sdk};
         let api = api(base);
-        let settle = crate::aws::SqsClaims {
+        let queue = crate::aws::SqsClaims {
             client: aws_sdk_sqs::Client::new(&task_sdk()),
             queue_url: "http://127.0.0.1:1/q".into(),
             visibility: Duration::from_secs(60),
         };
-        crate::task_api::ApiClaims::new(api.clone(), SessionCredentialsProvider::new(api), settle)
+        crate::task_api::ApiClaims::new(api.clone(), SessionCredentialsProvider::new(api), queue)
     }
 
     /// Deps with only `sessions`.
-    fn deps_with(sessions: Option<Arc<dyn SessionStore>>) -> Deps {
+    fn deps_with(sessions: Option<Arc<dyn ServedSessions>>) -> Deps {
         Deps {
             sessions,
             archives: None,
@@ -1076,7 +1092,7 @@ mod tests {
             let grant = answer("200 OK", &grant_json("ASIAGRANT"));
             conn.write_all(grant.as_bytes()).await.unwrap();
         });
-        let sessions: Arc<dyn SessionStore> = Arc::new(sessions);
+        let sessions: Arc<dyn ServedSessions> = Arc::new(sessions);
         let deps = deps_with(Some(sessions.clone()));
         assert!(wait_on_api(base, deps, &signal).await.is_none());
         let after = sessions.load("sess_1").await.unwrap().unwrap();

@@ -4,8 +4,8 @@
 use tracing::{error, info};
 
 use super::{ended, proxy_keys};
-use crate::app::{self, ProxyOptions};
 use crate::auth::Authenticator;
+use crate::browser::{self, ProxyOptions};
 use crate::config::ProxyConfig;
 use crate::edge::Limits;
 use crate::session::Ending;
@@ -42,7 +42,7 @@ pub(crate) async fn run(c: ProxyConfig, tasks: Shutdown) -> Ending {
         metrics_addr: c.tuning.metrics_addr,
         limits: Limits::from_tuning(&c.tuning),
     };
-    let result = app::run_proxy(opts, upstream, &tasks, |addr| {
+    let result = browser::run_proxy(opts, upstream, &tasks, |addr| {
         info!(listen = %addr, upstream = %upstream, "proxy ready");
     })
     .await;

@@ -9,8 +9,8 @@
 
 use tracing::{error, info};
 
-use crate::app::{Session, Started};
 use crate::auth::Authenticator;
+use crate::browser::{Browser, Started};
 use crate::chrome::LaunchOptions;
 use crate::config::RunConfig;
 use crate::session::{
@@ -168,8 +168,8 @@ async fn take(
 }
 
 /// Chrome and the proxy started, the proxy answering 503 until published.
-async fn start(opts: crate::app::SessionOptions, run: &Run<'_>) -> Result<Session, Outcome> {
-    match Session::warm(opts, run.tasks.token()).await {
+async fn start(opts: crate::browser::BrowserOptions, run: &Run<'_>) -> Result<Browser, Outcome> {
+    match Browser::warm(opts, run.tasks.token()).await {
         Ok(Started::Running(s)) => Ok(*s),
         Ok(Started::Interrupted) => Err(Ending::Interrupted.into()),
         Err(e) => Err(Ending::failed(format!("the browser could not be started: {e}")).into()),

@@ -52,7 +52,7 @@ impl ArchiveStore for DirectoryArchives {
         tokio::fs::create_dir_all(&parent).await.map_err(io)?;
         // Exclusively created under a random name, never through a link (the one helper every
         // file of the local platform's data directory is written with).
-        let (tmp, f) = wallcrawler_contract::private_fs::create_temp_beside(&path).map_err(io)?;
+        let (tmp, f) = wallcrawler_local::private_fs::create_temp_beside(&path).map_err(io)?;
         let result = async {
             let mut f = tokio::fs::File::from_std(f);
             let n = tokio::io::copy(&mut body, &mut f).await.map_err(io)?;

@@ -254,9 +254,6 @@ fn judge_parsed(
         return Ok(Verdict::Forward);
     };
     let refuse = |why: &str| Ok(Verdict::Refuse(error_reply(&head, method, why)));
-    let params = |p: &[u8]| -> serde_json::Result<Option<Files>> {
-        Ok(serde_json::from_slice::<With<Files>>(p)?.params)
-    };
     if let Some(v) = scope_verdict(plain, &head, method, scope)? {
         return Ok(v);
     }
@@ -269,17 +266,7 @@ fn judge_parsed(
         // The page would get a DevTools channel to the browser target that bypasses this guard.
         "Target.exposeDevToolsProtocol" => refuse("is not allowed through this proxy"),
         "DOM.setFileInputFiles" | "PWA.launchFilesInApp" | "Input.dispatchDragEvent" => {
-            let files = if method == "Input.dispatchDragEvent" {
-                let drag = serde_json::from_slice::<With<Drag>>(plain)?.params;
-                drag.and_then(|d| d.data).map(|f| f.files)
-            } else {
-                params(plain)?.map(|f| f.files)
-            };
-            if files
-                .unwrap_or_default()
-                .iter()
-                .all(|f| rules.allows_path(f))
-            {
+            if files_allowed(plain, method, rules)? {
                 Ok(Verdict::Forward)
             } else {
                 refuse("is not allowed for a file outside this session's uploads and downloads")
@@ -297,9 +284,7 @@ fn judge_parsed(
         | "Fetch.continueRequest"
         | "PWA.install"
         | "PWA.launch" => {
-            let url = serde_json::from_slice::<With<Url>>(plain)?.params;
-            let named = url.map(|u| [u.url, u.install_url]).unwrap_or_default();
-            if named.iter().flatten().any(|u| reaches_files(u)) {
+            if names_local_file(plain)? {
                 refuse("is not allowed for a local file URL")
             } else {
                 Ok(Verdict::Forward)
@@ -319,6 +304,29 @@ fn judge_parsed(
         }
         _ => Ok(Verdict::Forward),
     }
+}
+
+/// Whether every file a file-naming `method` names lies where `rules` allow.
+fn files_allowed(plain: &[u8], method: &str, rules: &FileRules) -> serde_json::Result<bool> {
+    let files = if method == "Input.dispatchDragEvent" {
+        let drag = serde_json::from_slice::<With<Drag>>(plain)?.params;
+        drag.and_then(|d| d.data).map(|f| f.files)
+    } else {
+        serde_json::from_slice::<With<Files>>(plain)?
+            .params
+            .map(|f| f.files)
+    };
+    Ok(files
+        .unwrap_or_default()
+        .iter()
+        .all(|f| rules.allows_path(f)))
+}
+
+/// Whether a URL-taking command names a local file URL (in `url` or `installUrlOrBundleUrl`).
+fn names_local_file(plain: &[u8]) -> serde_json::Result<bool> {
+    let url = serde_json::from_slice::<With<Url>>(plain)?.params;
+    let named = url.map(|u| [u.url, u.install_url]).unwrap_or_default();
+    Ok(named.iter().flatten().any(|u| reaches_files(u)))
 }
 
 /// The head of a message Chrome would read: a JSON object (serde would read a struct from an

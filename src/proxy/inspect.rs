@@ -277,26 +277,33 @@ impl Inspector {
                         close_seen |= self.end_held_frame(fin, out);
                     }
                 }
-                State::Stream { remaining } => {
-                    let take = (*remaining).min((input.len() - pos) as u64) as usize;
-                    push_input(out, pos..pos + take);
-                    pos += take;
-                    *remaining -= take as u64;
-                    if *remaining == 0 {
-                        self.state = NO_HEADER;
-                    }
-                }
-                State::Skip { remaining } => {
-                    let take = (*remaining).min((input.len() - pos) as u64);
-                    pos += take as usize;
-                    *remaining -= take;
-                    if *remaining == 0 {
-                        self.state = NO_HEADER;
-                    }
+                State::Stream { .. } | State::Skip { .. } => {
+                    pos = self.rest_of_payload(input, pos, out);
                 }
             }
         }
         close_seen
+    }
+
+    /// A frame's payload passed on as it comes (`Stream`) or dropped (`Skip`), as much of it as
+    /// `input` holds from `pos`; the position after it.
+    #[inline]
+    fn rest_of_payload(&mut self, input: &[u8], pos: usize, out: &mut Vec<Segment>) -> usize {
+        let (remaining, forward) = match &mut self.state {
+            State::Stream { remaining } => (remaining, true),
+            State::Skip { remaining } => (remaining, false),
+            _ => return pos,
+        };
+        let take = (*remaining).min((input.len() - pos) as u64);
+        let end = pos + take as usize;
+        if forward {
+            push_input(out, pos..end);
+        }
+        *remaining -= take;
+        if *remaining == 0 {
+            self.state = NO_HEADER;
+        }
+        end
     }
 
     /// Acts on the verdict for a complete message whose frames are `frames`. True for a
@@ -464,8 +471,9 @@ impl Watch for Inspector {
         Inspector::take_replies(self)
     }
 
-    fn drop_pongs(&mut self, drop: bool) {
+    fn dropping_pongs(mut self: Box<Self>, drop: bool) -> Box<dyn Watch> {
         self.drop_pongs = drop;
+        self
     }
 
     fn downstream_tap(&mut self) -> Option<Box<dyn crate::edge::ws::MessageTap>> {

@@ -18,7 +18,7 @@ use tracing::{debug, info};
 use super::refusal::{self, Refusal};
 use super::{Admitted, Answer, ClientGuard, Handover, Proxy};
 use crate::edge::exchange::Exchange;
-use crate::telemetry::Outcome;
+use crate::telemetry::ConnectionEnd;
 use crate::upstream::Upstream;
 use crate::viewer::{self, grant::ViewerGrant, page};
 
@@ -36,7 +36,7 @@ pub(super) struct ViewerUpgrade {
 impl Proxy {
     /// `GET /viewer`: the page, with its Content-Security-Policy.
     pub(super) fn viewer_page(&self) -> Answer {
-        self.metrics.outcome(Outcome::Http);
+        self.metrics.outcome(ConnectionEnd::Http);
         let mut answer = refusal::plain(
             StatusCode::OK,
             HeaderValue::from_static("text/html; charset=utf-8"),
@@ -104,7 +104,7 @@ impl Proxy {
         );
         if let Err(e) = client.write_all(answer.as_bytes()).await {
             debug!(error = %e, "viewer left during the upgrade");
-            return self.metrics.outcome(Outcome::ClientGone);
+            return self.metrics.outcome(ConnectionEnd::ClientGone);
         }
         let _ = client.set_nodelay(true);
         let _guard = ClientGuard::new(&self.clients, &self.metrics);
@@ -126,7 +126,7 @@ impl Proxy {
         };
         viewer::serve(ws, v.grant, shared, v.up).await;
         drop(v.permit);
-        self.metrics.outcome(Outcome::Relayed);
+        self.metrics.outcome(ConnectionEnd::Relayed);
         info!(
             duration_ms = v.started.elapsed().as_millis() as u64,
             "viewer connection closed"

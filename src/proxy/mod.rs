@@ -58,7 +58,7 @@ use crate::edge::{
 };
 use crate::file_rules::FileRules;
 use crate::shutdown::Shutdown;
-use crate::telemetry::{Metrics, Outcome};
+use crate::telemetry::{ConnectionEnd, Metrics};
 use crate::upstream::{self, Upstream, UpstreamError, UpstreamState};
 
 /// What the proxy answers through hyper.
@@ -216,7 +216,7 @@ impl Proxy {
         let pending = self.pending.clone();
         tracker.spawn(self.pending.clone().run_trimmer(stop.clone(), move |n| {
             for _ in 0..n {
-                metrics.outcome(Outcome::AtCapacity);
+                metrics.outcome(ConnectionEnd::AtCapacity);
             }
             debug!(
                 evicted = n,
@@ -251,7 +251,7 @@ impl Proxy {
     fn admit_pending(&self, client: SocketAddr) -> PendingSlot {
         let (slot, admission) = self.pending.admit(client.ip());
         if admission.evicted() {
-            self.metrics.outcome(Outcome::AtCapacity);
+            self.metrics.outcome(ConnectionEnd::AtCapacity);
             debug!(client.addr = %client, ?admission, pending = self.pending.len(), "pending budget full: evicted an older unauthenticated connection");
         } else if admission == Admission::OverBudget {
             debug!(client.addr = %client, pending = self.pending.len(), "admitted over the pending budget: nobody silent long enough to evict");
@@ -272,8 +272,8 @@ impl Proxy {
             Ok(Source::Direct) => (peer, false),
             Ok(Source::Forwarded { client, tls }) => (client, tls),
             Err(Unread::Evicted) => return,
-            Err(Unread::Refused) => return self.metrics.outcome(Outcome::BadRequest),
-            Err(Unread::Late) => return self.metrics.outcome(Outcome::HeaderTimeout),
+            Err(Unread::Refused) => return self.metrics.outcome(ConnectionEnd::BadRequest),
+            Err(Unread::Late) => return self.metrics.outcome(ConnectionEnd::HeaderTimeout),
         };
         tracing::Span::current().record("client.addr", tracing::field::display(client));
         let slot = self.admit_pending(client);
@@ -337,14 +337,14 @@ impl Proxy {
     ) {
         if exchange.take().is_some() {
             // The client left while Chrome accepted its upgrade.
-            self.metrics.outcome(Outcome::ClientGone);
+            self.metrics.outcome(ConnectionEnd::ClientGone);
             return;
         }
         let mut unanswered = None;
         match done {
             Ok(()) => {
                 if exchange.phase() == Phase::Head {
-                    self.metrics.outcome(Outcome::ClientGone);
+                    self.metrics.outcome(ConnectionEnd::ClientGone);
                     return;
                 }
             }
@@ -362,7 +362,7 @@ impl Proxy {
                 debug!(error = %e, "the client left");
                 // Counted once: an answer that failed to go out was counted as it was made.
                 if !exchange.counted() {
-                    self.metrics.outcome(Outcome::ClientGone);
+                    self.metrics.outcome(ConnectionEnd::ClientGone);
                 }
                 return;
             }
@@ -524,7 +524,7 @@ impl Proxy {
                 "{\"status\":\"unavailable\"}\n",
             )
         };
-        self.metrics.outcome(Outcome::Health);
+        self.metrics.outcome(ConnectionEnd::Health);
         refusal::plain(
             status,
             HeaderValue::from_static("application/json"),
@@ -594,13 +594,13 @@ impl Proxy {
         };
         let json_type = HeaderValue::from_static("application/json; charset=UTF-8");
         if !(rewrite && answer.status == StatusCode::OK) {
-            self.metrics.outcome(Outcome::Http);
+            self.metrics.outcome(ConnectionEnd::Http);
             let content_type = answer.content_type.unwrap_or(json_type);
             return refusal::plain(answer.status, content_type, answer.body);
         }
         match discovery::rewrite_discovery(&answer.body, &authority, token, socket.secure) {
             Ok(body) => {
-                self.metrics.outcome(Outcome::Http);
+                self.metrics.outcome(ConnectionEnd::Http);
                 refusal::plain(StatusCode::OK, json_type, body.into())
             }
             Err(e) => self.refuse(Refusal::BadGateway, Some(&e)),
@@ -628,12 +628,12 @@ impl Proxy {
     /// Streams a frontend file's answer to the client and closes.
     async fn send_file(&self, mut client: TcpStream, answer: frontend::FileAnswer) {
         match answer.send(&mut client).await {
-            Ok(()) => self.metrics.outcome(Outcome::Http),
+            Ok(()) => self.metrics.outcome(ConnectionEnd::Http),
             Err(e) => {
                 debug!(error = %e, "a frontend file's answer stopped short");
                 self.metrics.outcome(match e {
-                    frontend::SendError::Client(_) => Outcome::ClientGone,
-                    _ => Outcome::UpstreamFailed,
+                    frontend::SendError::Client(_) => ConnectionEnd::ClientGone,
+                    _ => ConnectionEnd::UpstreamFailed,
                 });
             }
         }
@@ -710,17 +710,9 @@ impl Proxy {
     /// until either side closes. `client_prefix` is what hyper read past the client's head:
     /// early WebSocket frames.
     async fn relay(&self, mut client: TcpStream, client_prefix: Bytes, upgrade: Upgrade) {
-        let Upgrade {
-            chrome,
-            answer,
-            chrome_prefix,
-            permit,
-            started,
-            grant,
-        } = upgrade;
-        if let Err(e) = client.write_all(&answer).await {
+        if let Err(e) = client.write_all(&upgrade.answer).await {
             debug!(error = %e, "client left during the upgrade");
-            self.metrics.outcome(Outcome::ClientGone);
+            self.metrics.outcome(ConnectionEnd::ClientGone);
             return;
         }
         let _guard = ClientGuard::new(&self.clients, &self.metrics);
@@ -732,17 +724,21 @@ impl Proxy {
         };
         // The relay thread drives the sockets from here on, outside the runtime; tokio hands
         // them over in the non-blocking mode mio needs.
-        let (client_socket, chrome) = match (client.into_std(), chrome.into_std()) {
+        let (client_socket, chrome) = match (client.into_std(), upgrade.chrome.into_std()) {
             (Ok(c), Ok(u)) => (c, u),
             (Err(e), _) | (_, Err(e)) => {
                 error!(error = %e, "could not hand the connection to the relay thread");
-                self.metrics.outcome(Outcome::ClientGone);
+                self.metrics.outcome(ConnectionEnd::ClientGone);
                 return;
             }
         };
         let id = relay::next_id();
         // A CDP client's traffic is logged (a live viewer's inspector socket is not).
-        let log = grant.is_none().then(|| self.session_log.get()).flatten();
+        let log = upgrade
+            .grant
+            .is_none()
+            .then(|| self.session_log.get())
+            .flatten();
         if let Some(r) = &log {
             r.opened(id, None);
         }
@@ -750,9 +746,9 @@ impl Proxy {
             client: client_socket,
             chrome,
             client_prefix: Vec::from(client_prefix),
-            chrome_prefix,
+            chrome_prefix: upgrade.chrome_prefix,
             inspector: self
-                .inspector(grant, id)
+                .inspector(upgrade.grant, id)
                 .map(|i| i.logging(log.clone(), id))
                 .map(|i| Box::new(i) as Box<dyn relay::Watch>),
             on_browser_close: Box::new(on_close),
@@ -775,9 +771,9 @@ impl Proxy {
             r.closed(id);
         }
         self.handoffs.connection_closed(id);
-        drop(permit);
-        self.metrics.outcome(Outcome::Relayed);
-        log_relay_end(&outcome, started);
+        drop(upgrade.permit);
+        self.metrics.outcome(ConnectionEnd::Relayed);
+        log_relay_end(&outcome, upgrade.started);
     }
 }
 

@@ -41,7 +41,7 @@ use tracing::{error, info, warn};
 use wallcrawler_contract::storage::download_key;
 
 use crate::cdp::{Cdp, CdpError, Event};
-use crate::stores::{ArchiveStore, BoxRead, DownloadsUpdate, SessionStore};
+use crate::stores::{ArchiveStore, BoxRead, DownloadsUpdate, ServedSessions};
 
 /// How much a session may store.
 #[derive(Debug, Clone, Copy)]
@@ -67,14 +67,14 @@ pub(crate) struct Sink {
 #[derive(Clone)]
 pub(crate) struct Item {
     /// The sessions table (a directory locally).
-    pub store: Arc<dyn SessionStore>,
+    pub store: Arc<dyn ServedSessions>,
     /// The session's id.
     pub id: String,
     /// This controller, as the item's `owner` names it.
     pub owner: String,
 }
 
-/// A download Chrome has begun and this capture has not settled.
+/// A download Chrome has begun whose end this capture has not seen.
 struct Begun {
     name: String,
     /// Refused (cancel sent): waiting for Chrome's `canceled`.
@@ -86,7 +86,7 @@ const MAX_CONTEXTS: usize = 1024;
 
 /// What the event loop and the uploads share.
 struct Tally {
-    /// Begun and not settled, by guid.
+    /// Begun and not over, by guid.
     begun: HashMap<String, Begun>,
     /// Files counted against the cap: stored, being stored, or begun.
     files: u64,
@@ -259,7 +259,7 @@ impl Loop {
                     None
                 }
                 Some("canceled") => {
-                    self.settle(&guid, 0);
+                    self.forget(&guid, 0);
                     None
                 }
                 _ => None,
@@ -303,7 +303,7 @@ impl Loop {
 
     /// A download over for good (cancelled, refused, or not storable): no longer in
     /// progress, and no longer counted unless `kept_bytes` were stored.
-    fn settle(&self, guid: &str, kept_bytes: u64) {
+    fn forget(&self, guid: &str, kept_bytes: u64) {
         let mut t = lock(&self.tally);
         if t.begun.remove(guid).is_some() {
             if kept_bytes == 0 {
@@ -317,7 +317,7 @@ impl Loop {
         let received = params["receivedBytes"].as_u64().unwrap_or(0);
         let Some(file) = params["filePath"].as_str().and_then(|p| self.inside(p)) else {
             warn!("a finished download is not in the session's downloads directory; not stored");
-            self.settle(guid, 0);
+            self.forget(guid, 0);
             return;
         };
         let name = {
@@ -333,7 +333,7 @@ impl Loop {
                     "download refused: it passes the session's DOWNLOADS_MAX_BYTES; not stored, removed"
                 );
                 let _ = std::fs::remove_file(&file);
-                self.settle(guid, 0);
+                self.forget(guid, 0);
                 return;
             }
             let name = unique_name(&begun.name, &t.names);

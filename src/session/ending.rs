@@ -7,9 +7,9 @@ use tracing::{error, info};
 use wallcrawler_contract::InternalStatus;
 use wallcrawler_contract::time::now_iso8601;
 
-use crate::app::EndReason;
+use crate::browser::EndReason;
 use crate::shutdown::{Step, Steps};
-use crate::stores::{EndedUpdate, SessionStore, TerminalUpdate};
+use crate::stores::{EndedUpdate, ServedSessions, TerminalUpdate};
 use crate::telemetry::clip;
 
 /// Exit status of a failed run.
@@ -130,7 +130,7 @@ impl From<Ending> for Outcome {
 /// controller's warm-up, which serves no session yet); each conditional on `owner` owning it.
 pub(crate) struct SessionItem<'a> {
     /// Where the item lives.
-    pub store: Option<&'a dyn SessionStore>,
+    pub store: Option<&'a dyn ServedSessions>,
     /// The session's id.
     pub id: &'a str,
     /// This controller, as the item's `owner` names it.

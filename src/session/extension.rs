@@ -1,6 +1,6 @@
 //! The session's extension, loaded before READY: its archive read from the contexts store (S3,
 //! or the data directory locally: where the API keeps it), unpacked with the API's own checks
-//! ([`wallcrawler_contract::extension_archive::unpack`]: the archive came from our bucket, but
+//! ([`wallcrawler_local::extension_unpack::unpack`]: the archive came from our bucket, but
 //! is treated as hostile) into `<profile>-extension`, beside the profile so it is never archived
 //! with it, and loaded into the running Chrome with CDP `Extensions.loadUnpacked` over the
 //! controller's own connection (the proxy refuses that command to clients). A pool
@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 use tracing::{error, info};
-use wallcrawler_contract::extension_archive::{MAX_ARCHIVE_BYTES, UnpackError, unpack};
+use wallcrawler_contract::extension_archive::MAX_ARCHIVE_BYTES;
+use wallcrawler_local::extension_unpack::{UnpackError, unpack};
 
 use super::{Ending, Outcome, Run, STARTUP_RETRY};
 use crate::cdp;

@@ -27,7 +27,7 @@
 pub(crate) mod downloads;
 mod ending;
 mod extension;
-mod handoff;
+mod handoff_mirror;
 mod ready;
 pub(crate) mod uploads;
 mod watch;
@@ -42,8 +42,8 @@ use wallcrawler_contract::storage::SESSION_COOKIES_FILE;
 pub(crate) use ending::{EXIT_FAILURE, Ending, Outcome, SessionItem};
 pub(crate) use extension::{ExtensionDir, load as load_extension};
 
-use crate::app::{EndReason, IdlePolicy, ProxyOptions, Session, SessionOptions};
 use crate::auth::{Authenticator, KeySource, StaticKeys};
+use crate::browser::{Browser, BrowserOptions, EndReason, IdlePolicy, ProxyOptions};
 use crate::cdp;
 use crate::chrome::{Chrome, LaunchOptions};
 use crate::config::{ContextSource, KeyConfig, RunConfig};
@@ -52,7 +52,7 @@ use crate::profile::{self, ArchiveLimits, hydrate, persist_profile};
 use crate::secrets::{self, SecretFetcher, SecretKeyCache};
 use crate::shutdown::{Shutdown, Step, Steps};
 use crate::stores::{
-    ArchiveStore, ClaimQueue, NetworkLookup, SessionRecord, SessionStore, TaskProtection, retry,
+    ArchiveStore, ClaimQueue, NetworkLookup, ServedSessions, SessionRecord, TaskProtection, retry,
 };
 
 /// The most the saved session cookies file may hold. Chrome keeps at most 3,300 cookies of
@@ -67,7 +67,7 @@ pub(crate) const STARTUP_RETRY: Duration = Duration::from_secs(10);
 #[derive(Default, Clone)]
 pub(crate) struct Deps {
     /// Where session items live.
-    pub sessions: Option<Arc<dyn SessionStore>>,
+    pub sessions: Option<Arc<dyn ServedSessions>>,
     /// Where profile archives live.
     pub archives: Option<Arc<dyn ArchiveStore>>,
     /// Where the session's files live: downloads stored (`files/<projectId>/<sessionId>/downloads/`),
@@ -226,9 +226,9 @@ impl Run<'_> {
         launch: LaunchOptions,
         keep_alive: bool,
         expires_at: Option<u64>,
-    ) -> SessionOptions {
+    ) -> BrowserOptions {
         let c = self.c;
-        SessionOptions {
+        BrowserOptions {
             proxy: ProxyOptions {
                 auth,
                 listen: std::net::SocketAddr::new(c.proxy_host, c.proxy_port),
@@ -271,7 +271,7 @@ impl Run<'_> {
     /// From READY to the end: waits for whatever ends the session — the session's own events,
     /// or its item turned terminal by someone else ([`watch`]) — then runs the end sequence.
     /// The run's ending.
-    pub(crate) async fn serve_until_end(&self, session: Session) -> Ending {
+    pub(crate) async fn serve_until_end(&self, session: Browser) -> Ending {
         let reason = tokio::select! {
             reason = session.wait_end(self.tasks.token()) => reason,
             () = watch::until_ended_elsewhere(self.item.store, self.item.id, self.c.item_watch) => {
@@ -284,7 +284,7 @@ impl Run<'_> {
     /// The end sequence, each step of [`Step::ALL`] within its deadline of
     /// `SHUTDOWN_BUDGET_SECONDS`: stop admitting → session cookies → Chrome closed (relays end
     /// with it) → archive → terminal status → `proxyBytes` and `endedAt`.
-    async fn end_session(&self, session: Session, reason: &EndReason) -> Ending {
+    async fn end_session(&self, session: Browser, reason: &EndReason) -> Ending {
         let steps = Steps::start(self.c.shutdown_budget);
         session.stop_admitting();
         let crashed = matches!(reason, EndReason::ChromeCrashed(_));
@@ -339,7 +339,7 @@ impl Run<'_> {
     /// CDP connection of its own, into the proxy's downloads directory, stored under the
     /// session's prefix ([`downloads`]). A capture that cannot start is logged; the session is
     /// served without it.
-    async fn capture_downloads(&self, session: &Session, project_id: Option<&str>) {
+    async fn capture_downloads(&self, session: &Browser, project_id: Option<&str>) {
         let (Some(store), Some(project_id)) = (&self.deps.files, project_id) else {
             return;
         };
@@ -376,7 +376,7 @@ impl Run<'_> {
     /// client knows where to connect yet).
     pub(crate) async fn start_records(
         &self,
-        session: &Session,
+        session: &Browser,
         project_id: Option<&str>,
         browser: Option<&wallcrawler_contract::browser::BrowserSettings>,
     ) {
@@ -389,7 +389,7 @@ impl Run<'_> {
     /// on ([`crate::session_log`]).
     fn start_session_log(
         &self,
-        session: &Session,
+        session: &Browser,
         project_id: Option<&str>,
         browser: Option<&wallcrawler_contract::browser::BrowserSettings>,
     ) {
@@ -459,7 +459,7 @@ async fn read_saved_cookies(profile: &Path) -> Option<Vec<u8>> {
 /// The session cookies as the archive's extra root file (Chrome never writes them to disk);
 /// none when Chrome is gone already or the export fails (the profile is saved without them).
 async fn export_session_cookies(
-    session: &Session,
+    session: &Browser,
     chrome_gone: bool,
     steps: &Steps,
 ) -> Option<(String, Vec<u8>)> {

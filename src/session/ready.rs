@@ -8,10 +8,10 @@ use wallcrawler_contract::task_api::LiveViewGrant;
 use wallcrawler_contract::time::now_iso8601;
 
 use super::{Ending, Outcome, Run};
-use crate::app::{Ready, Session};
+use crate::browser::{Browser, Ready};
 use crate::public_ip::{self, Discovered};
 use crate::shutdown::Step;
-use crate::stores::{ReadyResult, ReadyUpdate, SessionStore};
+use crate::stores::{ReadyResult, ReadyUpdate, ServedSessions};
 
 impl Run<'_> {
     /// Writes READY (only from a pending status) with the announced address.
@@ -19,10 +19,10 @@ impl Run<'_> {
     /// failure when the address or the write failed.
     pub(crate) async fn announce_ready(
         &self,
-        session: Session,
+        session: Browser,
         fallback_task_arn: Option<&str>,
         live_view: Option<&LiveViewGrant>,
-    ) -> Result<Session, Outcome> {
+    ) -> Result<Browser, Outcome> {
         let c = self.c;
         let t0 = std::time::Instant::now();
         let ready = session.ready();
@@ -58,8 +58,11 @@ impl Run<'_> {
                     owner: self.item.owner.to_owned(),
                 });
                 let stop = self.tasks.token().clone();
-                self.tasks
-                    .spawn(super::handoff::publish(ready.handoffs.watch(), item, stop));
+                self.tasks.spawn(super::handoff_mirror::publish(
+                    ready.handoffs.watch(),
+                    item,
+                    stop,
+                ));
             }
         }
         if let Some(store) = &self.deps.sessions {
@@ -78,10 +81,10 @@ impl Run<'_> {
     /// The conditional READY write; the browser closed when it does not pass.
     async fn mark_ready(
         &self,
-        session: Session,
-        store: &dyn SessionStore,
+        session: Browser,
+        store: &dyn ServedSessions,
         update: &ReadyUpdate,
-    ) -> Result<Session, Outcome> {
+    ) -> Result<Browser, Outcome> {
         let outcome = store.mark_ready(self.item.id, update).await;
         let ending = match outcome {
             Ok(ReadyResult::Ready) => {
@@ -121,7 +124,7 @@ impl Run<'_> {
     }
 
     /// Closes the browser of a session that will not be served; the bytes it relayed.
-    async fn close(&self, session: Session) -> u64 {
+    async fn close(&self, session: Browser) -> u64 {
         session
             .close_chrome(false, Step::ChromeClosed.share(self.c.shutdown_budget))
             .await;

@@ -14,12 +14,12 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::stores::SessionStore;
+use crate::stores::ServedSessions;
 
 /// Completes once session `id`'s item is terminal or gone, reading it every `every` (never
 /// completes when there is no store).
 pub(super) async fn until_ended_elsewhere(
-    store: Option<&dyn SessionStore>,
+    store: Option<&dyn ServedSessions>,
     id: &str,
     every: Duration,
 ) {
@@ -68,7 +68,7 @@ mod tests {
     struct Script(Mutex<Vec<Result<Option<InternalStatus>, ()>>>);
 
     #[async_trait::async_trait]
-    impl SessionStore for Script {
+    impl ServedSessions for Script {
         async fn load(&self, _: &str) -> Result<Option<SessionRecord>, StoreError> {
             let mut answers = self.0.lock().unwrap();
             let next = if answers.len() > 1 {

@@ -23,7 +23,8 @@ pub(crate) use wallcrawler_testkit::{chromium, repo_root};
 /// task's proxy at `task`: what a gateway over that directory routes to.
 pub(crate) fn ready_session(sessions: &Path, id: &str, task: SocketAddr) {
     use wallcrawler_contract::InternalStatus;
-    use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
+    use wallcrawler_contract::session_doc::SessionDoc;
+    use wallcrawler_local::session_dir::DirStore;
     let mut d = SessionDoc {
         session_id: id.into(),
         project_id: "proj_a".into(),

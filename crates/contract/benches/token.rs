@@ -27,7 +27,7 @@ fn bench_token(c: &mut Criterion) {
     );
     let token = claims.mint(&key);
     let v = Validation {
-        session_id: &claims.session_id,
+        session_id: &claims.issued.session_id,
         project_id: Some("proj_bench"),
         leeway_seconds: 30,
         now: NOW,

@@ -2,13 +2,11 @@
 //! count whose entries expand within a bound (counted while decompressing: the sizes the
 //! central directory claims are never trusted), with no absolute or `..` paths and no links,
 //! and a `manifest.json` Chrome loads — at the root, or in the one top-level folder Chrome's
-//! packer makes. [`unpack`] writes an archive that passes into a new directory (a
-//! controller's, before it loads the extension into Chrome): the archive came from our own
-//! store, but it is checked again there, as hostile.
+//! packer makes. The local crate's `extension_unpack` writes an archive that passes into a new
+//! directory (a controller's, before it loads the extension into Chrome): the archive came from
+//! our own store, but it is checked again there, as hostile.
 
 use std::io::{Cursor, Read};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -73,26 +71,6 @@ pub enum ArchiveError {
     },
 }
 
-/// Why an archive was not unpacked.
-#[derive(Debug, thiserror::Error)]
-pub enum UnpackError {
-    /// The archive is larger than [`MAX_ARCHIVE_BYTES`] (it was not kept by the API).
-    #[error("the extension archive is larger than {MAX_ARCHIVE_BYTES} bytes")]
-    ArchiveTooLarge,
-    /// The archive fails the checks of [`check`].
-    #[error(transparent)]
-    Refused(#[from] ArchiveError),
-    /// Writing the unpacked files failed.
-    #[error("writing the unpacked extension failed at {}", path.display())]
-    Write {
-        /// The file or folder being written.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
 /// What the check learnt of an archive that passed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checked {
@@ -110,7 +88,7 @@ pub fn check(bytes: &[u8]) -> Result<Checked, ArchiveError> {
 }
 
 /// [`check`], and the refusal of a manifest asking for file access ([`file_access`]): what
-/// the API takes. The controller's [`unpack`] does not refuse it: the browser denies every
+/// the API takes. The controller's unpacking does not refuse it: the browser denies every
 /// extension file access whatever its manifest says (`<all_urls>`, which the API accepts,
 /// would otherwise grant it too), so the refusal here tells the client early and plainly, and
 /// Chrome's denial is the guard.
@@ -237,71 +215,8 @@ fn check_within(
     ))
 }
 
-/// Checks `bytes` as [`check`] does, then writes its entries into `dest`, a directory made
-/// here (its parent must exist; an existing `dest` is refused, so nothing it holds is
-/// followed). Only plain folders and files are made, each file new (`O_EXCL`), and what they
-/// expand to is counted again while writing. An archive whose manifest is in its one
-/// top-level folder is written without that folder, so `manifest.json` is always at `dest`,
-/// the folder Chrome loads (returned): Chrome names an unpacked extension after its folder's
-/// path, and the controller must know that name before it loads it. Folders are 0755 and
-/// files 0644: a browser running as another user reads them (an extension's code is no
-/// secret).
-pub fn unpack(bytes: &[u8], dest: &Path) -> Result<PathBuf, UnpackError> {
-    if bytes.len() > MAX_ARCHIVE_BYTES {
-        return Err(UnpackError::ArchiveTooLarge);
-    }
-    let checked = check(bytes)?;
-    let write = |path: &Path| {
-        let path = path.to_owned();
-        move |source| UnpackError::Write { path, source }
-    };
-    let mut dirs = std::fs::DirBuilder::new();
-    dirs.mode(0o755);
-    dirs.create(dest).map_err(write(dest))?;
-    dirs.recursive(true);
-    let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
-        .map_err(|e| ArchiveError::NotZip(e.to_string()))?;
-    let mut budget = MAX_EXPANDED_BYTES;
-    for i in 0..zip.len() {
-        let mut entry = zip
-            .by_index(i)
-            .map_err(|e| ArchiveError::NotZip(e.to_string()))?;
-        let name = String::from_utf8_lossy(entry.name_raw()).into_owned();
-        let mut parts = checked_name(&name)?;
-        // With a manifest in a folder, every entry is in that folder (`check` made sure).
-        if !checked.root.is_empty() && parts.first() == Some(&checked.root) {
-            parts.remove(0);
-        }
-        if parts.is_empty() {
-            continue;
-        }
-        let path = parts
-            .iter()
-            .fold(dest.to_path_buf(), |p, part| p.join(part));
-        if entry.is_dir() {
-            dirs.create(&path).map_err(write(&path))?;
-            continue;
-        }
-        if let Some(parent) = path.parent() {
-            dirs.create(parent).map_err(write(parent))?;
-        }
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&path)
-            .map_err(write(&path))?;
-        let n =
-            std::io::copy(&mut (&mut entry).take(budget + 1), &mut file).map_err(write(&path))?;
-        budget = budget
-            .checked_sub(n)
-            .ok_or(ArchiveError::TooLarge(MAX_EXPANDED_BYTES))?;
-    }
-    Ok(dest.to_path_buf())
-}
-
 /// The components of `name`, if it is a plain relative path (a trailing `/` marks a folder).
-fn checked_name(name: &str) -> Result<Vec<String>, ArchiveError> {
+pub fn checked_name(name: &str) -> Result<Vec<String>, ArchiveError> {
     let bytes = name.as_bytes();
     let drive = bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':';
     if name.starts_with('/') || name.starts_with('\\') || drive {
@@ -493,33 +408,6 @@ mod tests {
             check_within(&bomb, 9 << 20).is_ok(),
             "within the budget it passes"
         );
-    }
-
-    #[test]
-    fn unpack_writes_the_checked_entries_into_a_new_folder() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dest = tmp.path().join("ext");
-        let packed = zip_of(&[
-            ("mark/", b""),
-            ("mark/manifest.json", MANIFEST.as_bytes()),
-            ("mark/js/a.js", b"1"),
-        ]);
-        let root = unpack(&packed, &dest).unwrap();
-        assert_eq!(root, dest, "the one top-level folder is left out");
-        assert_eq!(std::fs::read(root.join("js/a.js")).unwrap(), b"1");
-        assert!(root.join("manifest.json").is_file() && !dest.join("mark").exists());
-        // The folder is new: unpacking into it again is refused before anything is written.
-        assert!(matches!(
-            unpack(&packed, &dest),
-            Err(UnpackError::Write { path, .. }) if path == dest
-        ));
-        let other = tmp.path().join("slip");
-        let slip = zip_of(&[("manifest.json", MANIFEST.as_bytes()), ("../x", b"x")]);
-        assert!(matches!(
-            unpack(&slip, &other),
-            Err(UnpackError::Refused(ArchiveError::Escapes(n))) if n == "../x"
-        ));
-        assert!(!other.exists() && !tmp.path().join("x").exists());
     }
 
     #[test]

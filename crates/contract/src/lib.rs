@@ -1,35 +1,32 @@
 //! The wire contract shared by the Wallcrawler controller and the control plane.
 //!
 //! Plain data and pure functions, no async runtime, so both sides agree on the same rules
-//! without the control plane depending on the proxy's runtime. The one exception to "no I/O"
-//! is the local platform's two directories both sides share — the queue of claims
-//! ([`claim::DirQueue`]) and the session documents ([`session_doc::DirStore`]) — plain
-//! blocking file operations, kept here so their layout and locking are written once (and
-//! [`private_fs`], the checks and the one atomic write every file there goes through).
+//! without the control plane depending on the proxy's runtime, and no I/O: the file and
+//! process work on these shapes is the local crate's (`wallcrawler-local`: the claims queue and
+//! session directories, private files, Chrome's uids, unpacking an extension archive).
 //!
-//! - [`token`]: the CDP access token (EdDSA JWT): the key pair, claims, minting, and every
-//!   acceptance rule.
+//! - [`token`]: the CDP access token (EdDSA JWT), in two files: the JWT mechanics every
+//!   credential shares (the key pair, signing, the structure, header and signature rules) and
+//!   the claims (the registered claims and their rules, the token's own and its acceptance).
 //! - [`viewer`]: the live view's credential (EdDSA JWT of its own audience, `view` or
-//!   `control`, optionally one page): minting and its acceptance rules.
-//! - [`extension_archive`]: the checks an extension archive (a zip) passes, where the API
-//!   keeps it and where a controller unpacks it (the one writer of files here besides the two
-//!   directories above: the same rules on both sides).
+//!   `control`, optionally one page): its own claims and rules, on the token's mechanics and
+//!   registered claims.
+//! - [`extension_archive`]: the checks an extension archive (a zip) passes and its limits, on
+//!   both sides (the local crate unpacks it).
 //! - [`browser`]: the browser a session asked for (viewport, locales, certificate errors, ad
 //!   blocking), as the control plane hands it to the session's controller.
-//! - [`chrome_uids`]: the uid of its own each Chrome runs as when its controller is root,
-//!   shared by the local platform and the controller.
-//! - [`claim`]: how a session reaches a warm pool controller, and the local queue of claims.
+//! - [`claim`]: how a session reaches a warm pool controller (the local queue of claims is the
+//!   local crate's).
 //! - [`egress`]: a session's egress — its proxy routes and allowed top-level domains — as
 //!   the control plane hands it to the session's controller, and the rules both apply.
 //! - [`events`]: the session events (created, ready, ended) the sessions-stream processor
 //!   publishes, and which change of the session item makes which.
-//! - [`private_fs`]: the local platform's files ours or refused: its directory checked, files
-//!   read without following links, written through exclusive random temporary names.
 //! - [`retry`]: the one retry policy, and which failures are transient.
 //! - [`secret`]: the JSON shapes of the signing (private) and public key secrets in Secrets
 //!   Manager.
 //! - [`session`]: the session item's lifecycle statuses and their SDK-visible mapping.
-//! - [`session_doc`]: the session item as a document, and the directory store of the local platform.
+//! - [`session_doc`]: the session item as a document (the local platform's directory of them is
+//!   the local crate's).
 //! - [`session_log`]: a session's log entries (Browserbase's `SessionLog`), where they are
 //!   stored, and the redaction every entry passes.
 //! - [`storage`]: the S3 key layout of context profile archives.
@@ -43,12 +40,10 @@
 #![warn(missing_docs)]
 
 pub mod browser;
-pub mod chrome_uids;
 pub mod claim;
 pub mod egress;
 pub mod events;
 pub mod extension_archive;
-pub mod private_fs;
 pub mod retry;
 pub mod secret;
 pub mod session;

@@ -24,8 +24,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 use crate::token::{
-    self, ClaimSet, ISSUER, Registered, Signed, SigningKey, TokenError, Validation, VerifyingKey,
-    judge, judge_any_session,
+    self, ClaimSet, Credential, Issued, Registered, SigningKey, TokenError, Validation,
 };
 
 /// The audience of every viewer credential, and the only one it names.
@@ -78,26 +77,9 @@ pub struct PageIdError;
 /// The claims of a viewer credential.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ViewerClaims {
-    /// `iss`: always `wallcrawler`.
-    pub iss: String,
-    /// `sub`: the session id, as `sessionId`.
-    pub sub: String,
-    /// `aud`: `["wallcrawler-viewer"]`.
-    pub aud: Vec<String>,
-    /// `exp`: Unix seconds when the credential expires (never after its session).
-    pub exp: u64,
-    /// `iat`: Unix seconds when it was minted.
-    pub iat: u64,
-    /// `nbf`: Unix seconds from which it is valid (the minting time).
-    pub nbf: u64,
-    /// `jti`: 128 random bits, lower-case hex.
-    pub jti: String,
-    /// `sessionId`: the only session the credential shows.
-    #[serde(rename = "sessionId")]
-    pub session_id: String,
-    /// `projectId`: the session's project.
-    #[serde(rename = "projectId")]
-    pub project_id: String,
+    /// The registered claims: `aud` is `["wallcrawler-viewer"]`, `jti` 128 random bits.
+    #[serde(flatten)]
+    pub issued: Issued,
     /// `mode`: `view` or `control`.
     pub mode: Mode,
     /// `page`: the one target the credential shows; every page of the session when absent.
@@ -109,16 +91,15 @@ impl ViewerClaims {
     /// Claims for every page of `session_id` in `mode`, valid from `now` for `ttl_seconds`
     /// (the caller bounds it by the session's expiry), with a fresh 128-bit `jti`.
     pub fn new(session_id: &str, project_id: &str, mode: Mode, now: u64, ttl_seconds: u64) -> Self {
+        let valid = now..now.saturating_add(ttl_seconds);
         Self {
-            iss: ISSUER.to_owned(),
-            sub: session_id.to_owned(),
-            aud: vec![AUDIENCE.to_owned()],
-            exp: now.saturating_add(ttl_seconds),
-            iat: now,
-            nbf: now,
-            jti: token::random_hex(16),
-            session_id: session_id.to_owned(),
-            project_id: project_id.to_owned(),
+            issued: Issued::new(
+                AUDIENCE,
+                session_id,
+                project_id,
+                valid,
+                token::random_hex(16),
+            ),
             mode,
             page: None,
         }
@@ -130,7 +111,10 @@ impl ViewerClaims {
             return Err(PageIdError);
         }
         Ok(Self {
-            jti: token::random_hex(16),
+            issued: Issued {
+                jti: token::random_hex(16),
+                ..self.issued.clone()
+            },
             page: Some(page.to_owned()),
             ..self.clone()
         })
@@ -211,58 +195,29 @@ impl<'a> ClaimSet<'a> for RawViewerClaims<'a> {
     }
 }
 
-/// Checks a viewer credential against `keys` and `v` (the session the route serves).
-pub fn validate(
-    credential: &str,
-    keys: &[VerifyingKey],
-    v: &Validation<'_>,
-) -> Result<ViewerVerified, TokenError> {
-    let (key_index, payload) = token::signature(credential, keys)?;
-    judge::<RawViewerClaims>(&payload, key_index, v)
+/// A viewer credential: the registered claims and the viewer's own.
+struct Viewer;
+
+impl Credential for Viewer {
+    type Verified = ViewerVerified;
+    type Claims<'a> = RawViewerClaims<'a>;
 }
 
-/// Checks a viewer credential as [`validate`] does, for whichever session it names: for the
-/// connect gateway, which routes a viewer by the credential's `sessionId` as it routes a connect
-/// by the token's (the task behind it checks the credential against its own session again).
-pub fn validate_any_session(
-    credential: &str,
-    keys: &[VerifyingKey],
-    project_id: Option<&str>,
-    leeway_seconds: u64,
-    now: u64,
-) -> Result<ViewerVerified, TokenError> {
-    let (key_index, payload) = token::signature(credential, keys)?;
-    judge_any_session::<RawViewerClaims>(&payload, key_index, project_id, leeway_seconds, now)
-}
-
-/// The claim rules of [`validate`] on a credential whose signature was verified before
-/// ([`token::verify_signature`]), as [`token::check_signed`] for a session token: refused as
-/// [`TokenError::Signature`] when its key is no longer among `keys`.
-pub fn check_signed(
-    signed: &Signed,
-    keys: &[VerifyingKey],
-    v: &Validation<'_>,
-) -> Result<ViewerVerified, TokenError> {
-    let key_index = signed.key_index(keys).ok_or(TokenError::Signature)?;
-    judge::<RawViewerClaims>(signed.payload(), key_index, v)
-}
-
-/// [`check_signed`] for whichever session the credential names, as [`validate_any_session`].
-pub fn check_signed_any_session(
-    signed: &Signed,
-    keys: &[VerifyingKey],
-    project_id: Option<&str>,
-    leeway_seconds: u64,
-    now: u64,
-) -> Result<ViewerVerified, TokenError> {
-    let key_index = signed.key_index(keys).ok_or(TokenError::Signature)?;
-    judge_any_session::<RawViewerClaims>(
-        signed.payload(),
-        key_index,
-        project_id,
-        leeway_seconds,
-        now,
-    )
+token::public_checks! {
+    Viewer => ViewerVerified;
+    /// Checks a viewer credential against `keys` and `v` (the session the route serves).
+    validate;
+    /// Checks a viewer credential as [`validate`] does, for whichever session it names: for the
+    /// connect gateway, which routes a viewer by the credential's `sessionId` as it routes a
+    /// connect by the token's (the task behind it checks the credential against its own session
+    /// again).
+    validate_any_session;
+    /// The claim rules of [`validate`] on a credential whose signature was verified before
+    /// ([`token::verify_signature`]), as [`token::check_signed`] for a session token: refused as
+    /// [`TokenError::Signature`] when its key is no longer among `keys`.
+    check_signed;
+    /// [`check_signed`] for whichever session the credential names, as [`validate_any_session`].
+    check_signed_any_session;
 }
 
 #[cfg(test)]
@@ -272,35 +227,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::token::tests::{HEADER_B64, NOW, key, named, public, v};
     use crate::token::{Claims, sign_raw};
 
-    const NOW: u64 = 1_800_000_000;
     const PAGE: &str = "0123456789ABCDEF0123456789ABCDEF";
-    /// `{"alg":"EdDSA","typ":"JWT"}`.
-    const HEADER_B64: &str = "eyJhbGciOiJFZERTQSIsInR5cCI6IkpXVCJ9";
-
-    fn named(name: &[u8]) -> SigningKey {
-        let mut seed = [0u8; 32];
-        seed[..name.len()].copy_from_slice(name);
-        SigningKey::from_seed(&seed)
-    }
-
-    fn key() -> SigningKey {
-        named(b"test-key")
-    }
-
-    fn public() -> VerifyingKey {
-        key().verifying_key().clone()
-    }
-
-    fn v() -> Validation<'static> {
-        Validation {
-            session_id: "sess_a",
-            project_id: Some("proj_a"),
-            leeway_seconds: 30,
-            now: NOW,
-        }
-    }
 
     fn viewer(mode: Mode) -> ViewerClaims {
         ViewerClaims::new("sess_a", "proj_a", mode, NOW, 600)

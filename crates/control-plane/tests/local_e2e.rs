@@ -3,11 +3,12 @@
 //! SDK, Playwright and Stagehand (tests/node/platform.mjs).
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
+use wallcrawler_contract::session_doc::SessionDoc;
+use wallcrawler_local::session_dir::DirStore;
 use wallcrawler_testkit::node;
 
 /// The browser a session asks for: viewport, locales, no headless tells, certificates,
@@ -53,8 +54,7 @@ struct Server {
 
 impl Server {
     fn start(create_wait: &str) -> Server {
-        let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
-        let controller = bin.with_file_name("wallcrawler-controller");
+        let controller = controller_bin();
         assert!(
             controller.is_file(),
             "build the controller first (cargo build --workspace): {}",
@@ -131,6 +131,14 @@ impl Server {
         self.node_with_env(scenario, &[])
     }
 
+    /// [`Server::node`] for a scenario that must pass (`ok`): its answer.
+    #[track_caller]
+    fn passing(&self, scenario: &str) -> serde_json::Value {
+        let r = self.node(scenario);
+        assert_eq!(r["ok"], true, "{r}");
+        r
+    }
+
     /// [`Server::node`] with more environment for Node (e.g. `NODE_EXTRA_CA_CERTS`).
     fn node_with_env(&self, scenario: &str, env: &[(&str, &str)]) -> serde_json::Value {
         self.node_script("platform.mjs", scenario, env)
@@ -155,16 +163,22 @@ impl Server {
             .envs(env.iter().copied())
             .output()
             .unwrap();
-        node::last_json(
-            scenario,
-            &String::from_utf8_lossy(&out.stdout),
-            &String::from_utf8_lossy(&out.stderr),
-        )
+        node::output_json(scenario, &out)
     }
 
     /// The data directory.
     fn dir(&self) -> PathBuf {
         self.data.path().join("data")
+    }
+
+    /// The session documents in the data directory's `sessions/`.
+    fn session_docs(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.dir().join("sessions"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect()
     }
 
     /// One request with the API key; the status and JSON body.
@@ -204,13 +218,7 @@ impl Server {
         let data = std::mem::replace(&mut self.data, tempfile::tempdir().unwrap());
         let profiles = data.path().join("data").join("profiles");
         self.stop();
-        let left: Vec<_> = std::fs::read_dir(&profiles)
-            .map(|d| d.flatten().collect())
-            .unwrap_or_default();
-        assert!(
-            left.is_empty(),
-            "controllers left profiles behind: {left:?}"
-        );
+        assert_no_profile_left(&profiles);
         data
     }
 
@@ -231,15 +239,19 @@ impl Server {
             // std has no way to wait for a child with a timeout; poll its status.
             std::thread::sleep(Duration::from_millis(20));
         }
-        let profiles = self.dir().join("profiles");
-        let left: Vec<_> = std::fs::read_dir(&profiles)
-            .map(|d| d.flatten().collect())
-            .unwrap_or_default();
-        assert!(
-            left.is_empty(),
-            "controllers left profiles behind: {left:?}"
-        );
+        assert_no_profile_left(&self.dir().join("profiles"));
     }
+}
+
+/// Asserts the controllers left no profile behind in `profiles`.
+fn assert_no_profile_left(profiles: &Path) {
+    let left: Vec<_> = std::fs::read_dir(profiles)
+        .map(|d| d.flatten().collect())
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "controllers left profiles behind: {left:?}"
+    );
 }
 
 impl Drop for Server {
@@ -252,8 +264,7 @@ impl Drop for Server {
 #[test]
 fn browserbase_sdk_and_playwright_persist_a_context_across_sessions() {
     let s = Server::start("25");
-    let r = s.node("persist");
-    assert_eq!(r["ok"], true, "{r}");
+    let r = s.passing("persist");
     assert_eq!(r["firstStatusAfterRelease"], "COMPLETED", "{r}");
     assert_eq!(r["firstEnded"], "COMPLETED", "{r}");
     // Written with endedAt: the bytes through the session's proxies, none here.
@@ -263,11 +274,7 @@ fn browserbase_sdk_and_playwright_persist_a_context_across_sessions() {
         "the cookie survived through the context: {r}"
     );
     // The session documents the controllers wrote are the API's source of truth.
-    let docs = std::fs::read_dir(s.dir().join("sessions"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .count();
+    let docs = s.session_docs().len();
     assert_eq!(docs, 2);
     s.stop();
 }
@@ -275,8 +282,7 @@ fn browserbase_sdk_and_playwright_persist_a_context_across_sessions() {
 #[test]
 fn stagehand_drives_a_session_created_through_the_api() {
     let s = Server::start("25");
-    let r = s.node("stagehand");
-    assert_eq!(r["ok"], true, "{r}");
+    let r = s.passing("stagehand");
     assert_eq!(r["eval"], 2, "{r}");
     assert_eq!(r["title"], "stagehand", "{r}");
     assert!(
@@ -302,11 +308,9 @@ fn stagehand_drives_a_session_created_through_the_api() {
 /// is over (one second here, passed through `serve` to the controller).
 #[test]
 fn stagehand_env_browserbase_session_ends_after_its_client_left_without_a_release() {
-    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
-        .with_file_name("wallcrawler-controller");
+    let controller = controller_bin();
     let s = Server::spawn_with("25", &controller, &[("CDP_DISCONNECT_GRACE", "1")]);
-    let r = s.node("stagehand-browserbase");
-    assert_eq!(r["ok"], true, "{r}");
+    let r = s.passing("stagehand-browserbase");
     assert_eq!(r["eval"], 2, "{r}");
     assert_eq!(r["title"], "stagehand", "{r}");
     let id = r["sessionId"].as_str().expect("Stagehand's session id");
@@ -331,6 +335,29 @@ fn stagehand_env_browserbase_session_ends_after_its_client_left_without_a_releas
     s.stop();
 }
 
+/// The script `body` as `dir/name`, executable (mode 0755).
+fn executable(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path
+}
+
+/// A directory of gates with a Chromium wrapper in it, `chromium`: `template` with `@GATE@` the
+/// directory. Chrome (the wrapper) runs as nobody when `serve` runs as root: it takes and leaves
+/// gates, so anyone may write there.
+fn gated_chromium(template: &str) -> (tempfile::TempDir, PathBuf) {
+    let gate = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        gate.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let script = template.replace("@GATE@", &gate.path().display().to_string());
+    let wrapper = executable(gate.path(), "chromium", &script);
+    (gate, wrapper)
+}
+
 /// A controller that exits at once, as one whose browser cannot start.
 const FAILING_CONTROLLER: &str = "#!/bin/sh\nexit 1\n";
 
@@ -340,18 +367,11 @@ const FAILING_CONTROLLER: &str = "#!/bin/sh\nexit 1\n";
 #[test]
 fn the_stock_sdk_sends_a_failed_create_and_a_501_only_once() {
     let scripts = tempfile::tempdir().unwrap();
-    let failing = scripts.path().join("failing-controller");
-    std::fs::write(&failing, FAILING_CONTROLLER).unwrap();
-    std::fs::set_permissions(
-        &failing,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let failing = executable(scripts.path(), "failing-controller", FAILING_CONTROLLER);
     // One controller per session (a failing pool controller never takes the claim: the create
     // would wait and answer PENDING instead of failing).
     let s = Server::spawn_with("25", &failing, &[("WALLCRAWLER_POOL_SIZE", "0"), DIRECT]);
-    let r = s.node("no-retry");
-    assert_eq!(r["ok"], true, "{r}");
+    let r = s.passing("no-retry");
     let once = |status: u16| serde_json::json!([status, 1]);
     let got = |what: &str| serde_json::json!([r[what]["status"], r[what]["requests"]]);
     assert_eq!(got("create"), once(500), "{r}");
@@ -360,11 +380,7 @@ fn the_stock_sdk_sends_a_failed_create_and_a_501_only_once() {
     }
     // Implemented now: an unknown session is refused, once.
     assert_eq!(got("downloads"), once(404), "{r}");
-    let sessions: Vec<_> = std::fs::read_dir(s.dir().join("sessions"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .collect();
+    let sessions = s.session_docs();
     assert_eq!(sessions.len(), 1, "one create, one session: {sessions:?}");
     s.stop();
 }
@@ -380,23 +396,10 @@ const WAITING_CONTROLLER: &str = "#!/bin/sh\nexec sleep 120\n";
 #[test]
 fn the_stock_sdk_uploads_an_extension_creates_a_session_with_it_and_deletes_it() {
     let scripts = tempfile::tempdir().unwrap();
-    let waiting = scripts.path().join("waiting-controller");
-    std::fs::write(&waiting, WAITING_CONTROLLER).unwrap();
-    std::fs::set_permissions(
-        &waiting,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let waiting = executable(scripts.path(), "waiting-controller", WAITING_CONTROLLER);
     let zip_path = scripts.path().join("mark.zip");
-    let mut w = zip::ZipWriter::new(std::fs::File::create(&zip_path).unwrap());
-    w.start_file("manifest.json", zip::write::SimpleFileOptions::default())
-        .unwrap();
-    std::io::Write::write_all(
-        &mut w,
-        br#"{"manifest_version":3,"name":"Mark","version":"1.0"}"#,
-    )
-    .unwrap();
-    w.finish().unwrap();
+    let manifest = br#"{"manifest_version":3,"name":"Mark","version":"1.0"}"#;
+    std::fs::write(&zip_path, zip_of(&[("manifest.json", manifest)])).unwrap();
     let s = Server::spawn_with("1", &waiting, &[("WALLCRAWLER_POOL_SIZE", "0"), DIRECT]);
     let r = s.node_with_env(
         "extensions",
@@ -434,15 +437,8 @@ fn the_stock_sdk_uploads_an_extension_creates_a_session_with_it_and_deletes_it()
 fn the_stock_python_sdk_creates_retrieves_and_deletes_an_extension() {
     let scripts = tempfile::tempdir().unwrap();
     let zip_path = scripts.path().join("py-mark.zip");
-    let mut w = zip::ZipWriter::new(std::fs::File::create(&zip_path).unwrap());
-    w.start_file("manifest.json", zip::write::SimpleFileOptions::default())
-        .unwrap();
-    std::io::Write::write_all(
-        &mut w,
-        br#"{"manifest_version":3,"name":"PyMark","version":"1.0"}"#,
-    )
-    .unwrap();
-    w.finish().unwrap();
+    let manifest = br#"{"manifest_version":3,"name":"PyMark","version":"1.0"}"#;
+    std::fs::write(&zip_path, zip_of(&[("manifest.json", manifest)])).unwrap();
     // No session is created: no controller is ever started.
     let none = scripts.path().join("no-controller");
     let s = Server::spawn_with("1", &none, &[("WALLCRAWLER_POOL_SIZE", "0"), DIRECT]);
@@ -485,32 +481,45 @@ fn the_stock_python_sdk_creates_retrieves_and_deletes_an_extension() {
     s.stop();
 }
 
+/// A platform whose sessions a test writes where it keeps them: no warm controller, and any it
+/// would start fails at once ([`FAILING_CONTROLLER`], in the directory returned). With the store
+/// of its session documents.
+fn stored_sessions_platform() -> (Server, DirStore, tempfile::TempDir) {
+    let scripts = tempfile::tempdir().unwrap();
+    let failing = executable(scripts.path(), "failing-controller", FAILING_CONTROLLER);
+    let s = Server::spawn_with("5", &failing, &[("WALLCRAWLER_POOL_SIZE", "0"), DIRECT]);
+    let store = DirStore::new(s.dir().join("sessions"));
+    (s, store, scripts)
+}
+
+/// The document of a stopped session `id` of `project`, created `i` milliseconds after the
+/// others' epoch, its token stored.
+fn stored_doc(project: &str, id: &str, i: u64) -> SessionDoc {
+    let mut d = SessionDoc {
+        session_id: id.to_owned(),
+        project_id: project.to_owned(),
+        created_at: wallcrawler_contract::time::iso8601_millis(1_767_225_600_000 + i),
+        expires_at: 1_767_229_200,
+        signing_key: Some("a-token".into()),
+        ..Default::default()
+    };
+    d.set_status(wallcrawler_contract::InternalStatus::Stopped);
+    d
+}
+
 /// The stock SDK pages through more sessions than one page with its paging parameters, and a
 /// tampered cursor is refused with a 400 (the sessions are written where the platform keeps
 /// them: no controller runs).
 #[test]
 fn the_stock_sdk_pages_through_the_sessions_and_a_tampered_cursor_is_refused() {
-    let scripts = tempfile::tempdir().unwrap();
-    let failing = scripts.path().join("failing-controller");
-    std::fs::write(&failing, FAILING_CONTROLLER).unwrap();
-    let s = Server::spawn_with("5", &failing, &[("WALLCRAWLER_POOL_SIZE", "0"), DIRECT]);
-    let store = DirStore::new(s.dir().join("sessions"));
+    let (s, store, _scripts) = stored_sessions_platform();
     let mut ids = Vec::new();
     for i in 0..5u64 {
-        let mut d = SessionDoc {
-            session_id: format!("sess_paging_{i}"),
-            project_id: s.project.clone(),
-            created_at: wallcrawler_contract::time::iso8601_millis(1_767_225_600_000 + i),
-            expires_at: 1_767_229_200,
-            signing_key: Some("a-token".into()),
-            ..Default::default()
-        };
-        d.set_status(wallcrawler_contract::InternalStatus::Stopped);
+        let d = stored_doc(&s.project, &format!("sess_paging_{i}"), i);
         store.create(&d).unwrap();
         ids.push(d.session_id);
     }
-    let r = s.node("paging");
-    assert_eq!(r["ok"], true, "{r}");
+    let r = s.passing("paging");
     assert_eq!(r["ids"], serde_json::json!(ids), "{r}");
     assert_eq!(r["pages"], serde_json::json!([2, 2, 1]), "{r}");
     assert_eq!(r["refused"]["status"], 400, "{r}");
@@ -531,11 +540,7 @@ fn the_stock_sdk_pages_through_the_sessions_and_a_tampered_cursor_is_refused() {
 /// nothing. The sessions are written where the platform keeps them: no controller runs.
 #[test]
 fn the_stock_sdk_lists_by_metadata_query_and_each_refusal_costs_one_request() {
-    let scripts = tempfile::tempdir().unwrap();
-    let failing = scripts.path().join("failing-controller");
-    std::fs::write(&failing, FAILING_CONTROLLER).unwrap();
-    let s = Server::spawn_with("5", &failing, &[("WALLCRAWLER_POOL_SIZE", "0"), DIRECT]);
-    let store = DirStore::new(s.dir().join("sessions"));
+    let (s, store, _scripts) = stored_sessions_platform();
     use wallcrawler_contract::InternalStatus::{Failed, Stopped};
     let shipped = serde_json::json!({"order": {"status": "shipped"}, "env": "staging"});
     for (i, (id, status, metadata)) in [
@@ -557,19 +562,13 @@ fn the_stock_sdk_lists_by_metadata_query_and_each_refusal_costs_one_request() {
     .enumerate()
     {
         let mut d = SessionDoc {
-            session_id: id.to_owned(),
-            project_id: s.project.clone(),
-            created_at: wallcrawler_contract::time::iso8601_millis(1_767_225_600_000 + i as u64),
-            expires_at: 1_767_229_200,
-            signing_key: Some("a-token".into()),
             user_metadata: metadata,
-            ..Default::default()
+            ..stored_doc(&s.project, id, i as u64)
         };
         d.set_status(status);
         store.create(&d).unwrap();
     }
-    let r = s.node("edges");
-    assert_eq!(r["ok"], true, "{r}");
+    let r = s.passing("edges");
     let ids = |v: &[&str]| serde_json::json!(v);
     assert_eq!(
         r["shipped"],
@@ -608,11 +607,7 @@ fn the_stock_sdk_lists_by_metadata_query_and_each_refusal_costs_one_request() {
             "{what}: {r}"
         );
     }
-    let sessions = std::fs::read_dir(s.dir().join("sessions"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .count();
+    let sessions = s.session_docs().len();
     assert_eq!(sessions, 5, "the refused create started nothing");
     s.stop();
 }
@@ -620,8 +615,7 @@ fn the_stock_sdk_lists_by_metadata_query_and_each_refusal_costs_one_request() {
 #[test]
 fn a_second_persisting_session_on_a_busy_context_gets_409_then_waits_its_turn() {
     let s = Server::start("6");
-    let r = s.node("busy");
-    assert_eq!(r["ok"], true, "{r}");
+    let r = s.passing("busy");
     assert_eq!(r["conflict"]["status"], 409, "{r}");
     assert!(
         r["conflict"]["message"]
@@ -668,9 +662,7 @@ fn wait_for(what: &str, cond: impl Fn() -> bool) {
 #[test]
 fn local_platform_files_are_private_limits_hold_and_exited_controllers_give_slots_back() {
     let scripts = tempfile::tempdir().unwrap();
-    let fake = scripts.path().join("fake-controller");
-    std::fs::write(&fake, FAKE_CONTROLLER).unwrap();
-    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let fake = executable(scripts.path(), "fake-controller", FAKE_CONTROLLER);
     let s = Server::spawn_with(
         "1",
         &fake,
@@ -819,26 +811,8 @@ fn gated_pool_with(
     create_wait: &str,
     extra: &[(&str, &str)],
 ) -> (Server, tempfile::TempDir) {
-    let gate = tempfile::tempdir().unwrap();
-    // Chrome (the wrapper) runs as nobody when `serve` runs as root: it takes and leaves gates.
-    std::fs::set_permissions(
-        gate.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
-    let wrapper = gate.path().join("chromium");
-    std::fs::write(
-        &wrapper,
-        GATED_CHROMIUM.replace("@GATE@", &gate.path().display().to_string()),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        &wrapper,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
-    let controller = bin.with_file_name("wallcrawler-controller");
+    let (gate, wrapper) = gated_chromium(GATED_CHROMIUM);
+    let controller = controller_bin();
     let chrome = wrapper.display().to_string();
     let mut env = vec![
         ("WALLCRAWLER_POOL_SIZE", pool),
@@ -1023,16 +997,11 @@ fn a_claim_whose_controller_dies_before_ready_is_served_by_another() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    let running = s.wait_session(&id, "RUNNING, served by another controller", |d| {
-        d["status"] == "RUNNING" && d["connectUrl"].is_string()
-    });
+    let running = s.wait_running(&id, "RUNNING, served by another controller");
     let second = s.doc(&id)["ecsTaskArn"].as_str().unwrap().to_owned();
     assert_ne!(second, first, "another controller serves the session");
     drive(running["connectUrl"].as_str().unwrap());
-    s.release(&id);
-    s.wait_session(&id, "COMPLETED with endedAt", |d| {
-        d["status"] == "COMPLETED" && d["endedAt"].is_string()
-    });
+    s.release_and_wait(&id);
     assert!(
         s.dir()
             .join("contexts")
@@ -1099,9 +1068,7 @@ fn a_claim_past_its_deadline_is_never_served_and_the_controller_serves_the_next(
     s.lapse_claim(&gone);
     let waiting = create_pending(&s);
     open_gate(&gate, "warm");
-    let running = s.wait_session(&waiting, "RUNNING, served by the one controller", |d| {
-        d["status"] == "RUNNING" && d["connectUrl"].is_string()
-    });
+    let running = s.wait_running(&waiting, "RUNNING, served by the one controller");
     drive(running["connectUrl"].as_str().unwrap());
     s.assert_served_by_the_pool(&waiting);
     let doc = s.doc(&gone);
@@ -1155,15 +1122,10 @@ fn with_no_idle_controller_create_answers_pending_and_the_next_to_start_serves_i
     let (s, gate) = gated_pool("1", "1");
     let id = create_pending(&s);
     open_gate(&gate, "warm");
-    let running = s.wait_session(&id, "RUNNING once a controller warmed up", |d| {
-        d["status"] == "RUNNING" && d["connectUrl"].is_string()
-    });
+    let running = s.wait_running(&id, "RUNNING once a controller warmed up");
     drive(running["connectUrl"].as_str().unwrap());
     s.assert_served_by_the_pool(&id);
-    s.release(&id);
-    s.wait_session(&id, "COMPLETED", |d| {
-        d["status"] == "COMPLETED" && d["endedAt"].is_string()
-    });
+    s.release_and_wait(&id);
     s.stop();
 }
 
@@ -1194,10 +1156,9 @@ fn pool_chrome_nice(name: &str) -> Option<(i32, i32)> {
 
 #[test]
 fn warm_browsers_yield_the_cpu_and_a_claimed_one_gets_it_back() {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
     let s = Server::spawn_with(
         "25",
-        &bin.with_file_name("wallcrawler-controller"),
+        &controller_bin(),
         &[("WALLCRAWLER_POOL_SIZE", "1"), DIRECT],
     );
     let (first, second) = (s.pool_name(1), s.pool_name(2));
@@ -1307,10 +1268,9 @@ fn chrome_uid(pid: i32) -> u32 {
 #[test]
 fn started_as_root_each_chrome_runs_as_a_uid_of_its_own_and_reads_no_other_secret() {
     assert!(nix::unistd::geteuid().is_root(), "the tests run as root");
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
     let s = Server::spawn_with(
         "25",
-        &bin.with_file_name("wallcrawler-controller"),
+        &controller_bin(),
         &[("WALLCRAWLER_POOL_SIZE", "2"), DIRECT],
     );
     let (one, two) = (s.pool_name(1), s.pool_name(2));
@@ -1461,7 +1421,6 @@ fn puppeteer_and_playwright_drive_a_page_through_the_gateway() {
 
 #[test]
 fn with_pool_0_create_answers_at_once_and_a_client_connecting_at_once_is_held_then_served() {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
     let metrics = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -1469,7 +1428,7 @@ fn with_pool_0_create_answers_at_once_and_a_client_connecting_at_once_is_held_th
         .to_string();
     let s = Server::spawn_with(
         "25",
-        &bin.with_file_name("wallcrawler-controller"),
+        &controller_bin(),
         &[
             ("WALLCRAWLER_POOL_SIZE", "0"),
             ("WALLCRAWLER_GATEWAY_METRICS_ADDR", &metrics),
@@ -1601,8 +1560,7 @@ impl Tap {
 
 #[test]
 fn with_tls_every_client_drives_a_page_over_wss_and_the_wire_never_shows_the_token() {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
-    let s = Server::spawn_with("25", &bin.with_file_name("wallcrawler-controller"), &[TLS]);
+    let s = Server::spawn_with("25", &controller_bin(), &[TLS]);
     let gw = s.gateway.clone().expect("a gateway");
     assert!(gw.starts_with("wss://127.0.0.1:"), "{gw}");
     let ca = s.ca.clone().expect("serve --tls prints caCert:");
@@ -1725,8 +1683,7 @@ fn with_tls_every_client_drives_a_page_over_wss_and_the_wire_never_shows_the_tok
 /// Chromium trusting `serve`'s authority; `extra` after the common arguments. Returns the
 /// script's answer (asserted `ok`), the gateway's `https://` origin and the platform.
 fn a_person_over_tls(script: &str, extra: &[&str]) -> (serde_json::Value, String, Server) {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
-    let s = Server::spawn_with("25", &bin.with_file_name("wallcrawler-controller"), &[TLS]);
+    let s = Server::spawn_with("25", &controller_bin(), &[TLS]);
     let gw = s.gateway.clone().expect("a gateway");
     let ca = s.ca.clone().expect("serve --tls prints caCert:");
     let v = create(&s, &format!(r#"{{"projectId":"{}"}}"#, s.project));
@@ -1755,11 +1712,7 @@ fn a_person_over_tls(script: &str, extra: &[&str]) -> (serde_json::Value, String
         .env("NODE_EXTRA_CA_CERTS", &ca)
         .output()
         .unwrap();
-    let r = node::last_json(
-        script,
-        &String::from_utf8_lossy(&out.stdout),
-        &String::from_utf8_lossy(&out.stderr),
-    );
+    let r = node::output_json(script, &out);
     assert_eq!(r["ok"], true, "{r}");
     s.release(&id);
     (r, gw.replacen("wss://", "https://", 1), s)
@@ -1827,7 +1780,7 @@ fn a_claim_delivered_twice_has_one_owner_and_the_lease_stays_with_the_live_sessi
     assert_eq!(waiting.len(), 1, "{waiting:?}");
     let body = std::fs::read(claims.join("new").join(&waiting[0])).unwrap();
     let claim = wallcrawler_contract::claim::Claim::parse(&body).unwrap();
-    wallcrawler_contract::claim::DirQueue::new(&claims)
+    wallcrawler_local::claim_queue::DirQueue::new(&claims)
         .send(&claim)
         .unwrap();
     open_gate(&gate, "warm");
@@ -1858,10 +1811,7 @@ fn a_claim_delivered_twice_has_one_owner_and_the_lease_stays_with_the_live_sessi
     let (status, busy) = s.call("POST", "/v1/sessions", &persisting);
     assert_eq!(status, 409, "{busy}");
     assert!(s.doc(&id)["endedAt"].is_null());
-    s.release(&id);
-    s.wait_session(&id, "COMPLETED with endedAt", |d| {
-        d["status"] == "COMPLETED" && d["endedAt"].is_string()
-    });
+    s.release_and_wait(&id);
     s.stop();
 }
 
@@ -1911,22 +1861,7 @@ impl Server {
 
 #[test]
 fn a_project_beyond_its_share_of_the_pool_gets_its_own_controller_and_leaves_a_warm_one() {
-    let gate = tempfile::tempdir().unwrap();
-    // Chrome (the wrapper) runs as nobody when `serve` runs as root: it takes and leaves gates.
-    std::fs::set_permissions(
-        gate.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
-    let wrapper = gate.path().join("chromium");
-    let script = TWO_WARM_CHROMIUM.replace("@GATE@", &gate.path().display().to_string());
-    std::fs::write(&wrapper, script).unwrap();
-    std::fs::set_permissions(
-        &wrapper,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"));
+    let (gate, wrapper) = gated_chromium(TWO_WARM_CHROMIUM);
     let chrome = wrapper.display().to_string();
     let env = [
         ("WALLCRAWLER_POOL_SIZE", "2"),
@@ -1934,7 +1869,7 @@ fn a_project_beyond_its_share_of_the_pool_gets_its_own_controller_and_leaves_a_w
         ("CHROME_PATH", chrome.as_str()),
         DIRECT,
     ];
-    let s = Server::spawn_with("10", &bin.with_file_name("wallcrawler-controller"), &env);
+    let s = Server::spawn_with("10", &controller_bin(), &env);
     s.add_project("proj_b");
     // Project A's two simultaneous sessions: one warm, one with a controller of its own.
     let body = format!(r#"{{"projectId":"{}"}}"#, s.project);
@@ -2023,6 +1958,14 @@ fn mark_extension(dir: &std::path::Path) -> PathBuf {
 }
 
 impl Server {
+    /// Waits for session `id` to be RUNNING with a `connectUrl` (`what` says who should serve
+    /// it, for a timeout); its document.
+    fn wait_running(&self, id: &str, what: &str) -> serde_json::Value {
+        self.wait_session(id, what, |d| {
+            d["status"] == "RUNNING" && d["connectUrl"].is_string()
+        })
+    }
+
     /// Releases `id` and waits for its end.
     fn release_and_wait(&self, id: &str) {
         self.release(id);
@@ -2059,12 +2002,13 @@ impl Server {
 /// beside the session's profile while it runs and is gone with it.
 #[test]
 fn a_session_with_an_extension_shows_its_mark_and_one_without_does_not_cold() {
-    let scratch = tempfile::tempdir().unwrap();
-    let zip = mark_extension(scratch.path());
-    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
-        .with_file_name("wallcrawler-controller");
+    let (_scratch, zip) = mark_zip();
     // Both sessions outlive the scenario's clients until the test has looked at them.
-    let s = Server::spawn_with("25", &controller, &[("WALLCRAWLER_POOL_SIZE", "0"), KEEP]);
+    let s = Server::spawn_with(
+        "25",
+        &controller_bin(),
+        &[("WALLCRAWLER_POOL_SIZE", "0"), KEEP],
+    );
     let r = s.extension_mark(&zip);
     assert_eq!(
         r["marked"], "ext",
@@ -2082,9 +2026,7 @@ fn a_session_with_an_extension_shows_its_mark_and_one_without_does_not_cold() {
         "unpacked beside the profile: {}",
         s.doc(id)
     );
-    for id in [&r["withExt"], &r["plain"]] {
-        s.release_and_wait(id.as_str().unwrap());
-    }
+    release_both(&s, &r);
     wait_for("the unpacked extension removed with the session", || {
         !unpacked.exists()
     });
@@ -2096,11 +2038,8 @@ fn a_session_with_an_extension_shows_its_mark_and_one_without_does_not_cold() {
 /// serving controller's Chrome is one of the warm browsers), and the create answers at once.
 #[test]
 fn a_session_with_an_extension_shows_its_mark_in_a_warm_pool_chrome() {
-    let scratch = tempfile::tempdir().unwrap();
-    let zip = mark_extension(scratch.path());
-    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
-        .with_file_name("wallcrawler-controller");
-    let s = Server::spawn_with("25", &controller, &[KEEP]);
+    let (_scratch, zip) = mark_zip();
+    let s = Server::spawn_with("25", &controller_bin(), &[KEEP]);
     let names = [s.pool_name(1), s.pool_name(2)];
     wait_for("both pool controllers' Chrome warm", || {
         names.iter().all(|n| pool_chrome_nice(n).is_some())
@@ -2123,9 +2062,7 @@ fn a_session_with_an_extension_shows_its_mark_in_a_warm_pool_chrome() {
         warm.contains(&chrome),
         "the warm Chrome ({warm:?}) took the extension, no restart: {chrome}"
     );
-    for id in [&r["withExt"], &r["plain"]] {
-        s.release_and_wait(id.as_str().unwrap());
-    }
+    release_both(&s, &r);
     s.delete_extension(r["extId"].as_str().unwrap());
     s.stop();
 }
@@ -2135,12 +2072,9 @@ fn a_session_with_an_extension_shows_its_mark_in_a_warm_pool_chrome() {
 /// written outside, and no browser serves it.
 #[test]
 fn a_hostile_archive_in_the_store_fails_the_session_with_its_reason() {
-    let scratch = tempfile::tempdir().unwrap();
-    let zip = mark_extension(scratch.path());
-    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
-        .with_file_name("wallcrawler-controller");
+    let (_scratch, zip) = mark_zip();
     for pool in ["0", "1"] {
-        let s = Server::spawn_with("25", &controller, &[("WALLCRAWLER_POOL_SIZE", pool)]);
+        let s = Server::spawn_with("25", &controller_bin(), &[("WALLCRAWLER_POOL_SIZE", pool)]);
         let ext = upload_extension(&s, &zip);
         // Where the API keeps it: named by its content.
         let digest = sha2::Sha256::digest(std::fs::read(&zip).unwrap());
@@ -2179,6 +2113,26 @@ fn a_hostile_archive_in_the_store_fails_the_session_with_its_reason() {
 }
 
 use sha2::Digest;
+
+/// The controller binary, built beside this package's.
+fn controller_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
+        .with_file_name("wallcrawler-controller")
+}
+
+/// [`mark_extension`] in a scratch directory of its own (returned: the zip lives as long).
+fn mark_zip() -> (tempfile::TempDir, PathBuf) {
+    let scratch = tempfile::tempdir().unwrap();
+    let zip = mark_extension(scratch.path());
+    (scratch, zip)
+}
+
+/// Releases the extension scenario's two sessions (`withExt`, `plain`) and waits for each to end.
+fn release_both(s: &Server, r: &serde_json::Value) {
+    for id in [&r["withExt"], &r["plain"]] {
+        s.release_and_wait(id.as_str().unwrap());
+    }
+}
 
 /// Uploads the zip at `path` through the API (the SDK's multipart shape); the extension's id.
 fn upload_extension(s: &Server, path: &std::path::Path) -> String {
@@ -2232,11 +2186,8 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
 /// through it (a page served on 127.0.0.1, `1+1` and a value from the page), and its close
 /// releases the session and deletes the extension.
 fn stagehand4_with_pool(pool: &str) {
-    let controller = PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
-        .with_file_name("wallcrawler-controller");
-    let s = Server::spawn_with("25", &controller, &[("WALLCRAWLER_POOL_SIZE", pool)]);
-    let r = s.node("stagehand4");
-    assert_eq!(r["ok"], true, "{r}");
+    let s = Server::spawn_with("25", &controller_bin(), &[("WALLCRAWLER_POOL_SIZE", pool)]);
+    let r = s.passing("stagehand4");
     assert_eq!(r["eval"], 2, "{r}");
     assert_eq!(r["fromPage"], 41, "{r}");
     assert_eq!(r["title"], "served", "{r}");
@@ -2300,11 +2251,7 @@ fn uploads_reach_the_browser_by_the_returned_path(s: &Server) {
         .arg(&foreign.session_id)
         .output()
         .unwrap();
-    let py = node::last_json(
-        "uploads.py",
-        &String::from_utf8_lossy(&out.stdout),
-        &String::from_utf8_lossy(&out.stderr),
-    );
+    let py = node::output_json("uploads.py", &out);
     let sid = py["session"]["id"].as_str().unwrap().to_owned();
     let py_path = py["upload"]["path"].as_str().unwrap().to_owned();
     assert_eq!(
@@ -2341,11 +2288,7 @@ fn uploads_reach_the_browser_by_the_returned_path(s: &Server) {
         .args(["--also", &py_path])
         .output()
         .unwrap();
-    let r = node::last_json(
-        "uploads.mjs",
-        &String::from_utf8_lossy(&r.stdout),
-        &String::from_utf8_lossy(&r.stderr),
-    );
+    let r = node::output_json("uploads.mjs", &r);
     assert_eq!(r["ok"], true, "{r}");
     let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
     let read = |what: &str| r["read"][what]["files"].clone();
@@ -2402,11 +2345,7 @@ fn large_upload_through_its_url(s: &Server, sid: &str, connect_url: &str) {
         .args(["--connect", connect_url, "--paths", &path, "--digest", "1"])
         .output()
         .unwrap();
-    let r = node::last_json(
-        "uploads.mjs",
-        &String::from_utf8_lossy(&r.stdout),
-        &String::from_utf8_lossy(&r.stderr),
-    );
+    let r = node::output_json("uploads.mjs", &r);
     let sha: String = sha2::Sha256::digest(&big)
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -2427,12 +2366,7 @@ fn uploads_reach_a_pool_controllers_browser_by_the_returned_path() {
 
 #[test]
 fn uploads_reach_a_cold_controllers_browser_by_the_returned_path() {
-    let s = Server::spawn_with(
-        "25",
-        &PathBuf::from(env!("CARGO_BIN_EXE_wallcrawler-control-plane"))
-            .with_file_name("wallcrawler-controller"),
-        &[("WALLCRAWLER_POOL_SIZE", "0")],
-    );
+    let s = Server::spawn_with("25", &controller_bin(), &[("WALLCRAWLER_POOL_SIZE", "0")]);
     uploads_reach_the_browser_by_the_returned_path(&s);
     s.stop();
 }

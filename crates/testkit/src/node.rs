@@ -36,6 +36,15 @@ pub fn last_json(script: &str, stdout: &str, stderr: &str) -> Value {
         .unwrap_or_else(|| panic!("{script} printed no JSON: {stdout}\n{stderr}"))
 }
 
+/// [`last_json`] of a finished command's output (`script` names it in the panic).
+pub fn output_json(script: &str, out: &std::process::Output) -> Value {
+    last_json(
+        script,
+        &String::from_utf8_lossy(&out.stdout),
+        &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
 /// Runs `script` with `args` and returns the JSON of its last stdout line.
 pub fn node(script: &str, args: &[&str]) -> Value {
     let out = node_output(script, args);

@@ -386,6 +386,17 @@ mod tests {
         Some(ProxyServer::parse(&format!("http://127.0.0.1:{port}"), None, None).unwrap())
     }
 
+    /// One route, every host through the proxy on `port`.
+    fn everything_through(port: u16) -> Egress {
+        Egress {
+            routes: vec![Route {
+                domain_pattern: None,
+                proxy: proxy(port),
+            }],
+            allowed_domains: vec![],
+        }
+    }
+
     #[test]
     fn the_first_matching_route_wins_and_no_match_goes_direct() {
         let hop = Hop::new(EgressAllow::default());
@@ -426,14 +437,7 @@ mod tests {
             EgressAllow::default(),
             list.display().to_string().parse().unwrap(),
         );
-        hop.configure(&Egress {
-            routes: vec![Route {
-                domain_pattern: None,
-                proxy: proxy(1),
-            }],
-            allowed_domains: vec![],
-        })
-        .unwrap();
+        hop.configure(&everything_through(1)).unwrap();
         hop.prepare_block_ads(None).await.unwrap();
         assert!(!hop.way("ads.test", 443).blocked, "off until asked");
         let before = hop.way("a.test", 443);
@@ -482,14 +486,7 @@ mod tests {
     fn new_routes_end_the_connections_made_under_the_old() {
         let hop = Hop::new(EgressAllow::default());
         let before = hop.way("a.test", 443);
-        hop.configure(&Egress {
-            routes: vec![Route {
-                domain_pattern: None,
-                proxy: proxy(1),
-            }],
-            allowed_domains: vec![],
-        })
-        .unwrap();
+        hop.configure(&everything_through(1)).unwrap();
         assert!(before.epoch.is_cancelled());
         let after = hop.way("a.test", 443);
         assert!(!after.epoch.is_cancelled());

@@ -238,37 +238,20 @@ impl TaskBroker {
             let now = unix_millis() / 1000;
             let doc = self.sessions.get(&claim.session_id).await?;
             match claim_verdict(&claim, doc.as_ref().map(SessionDoc::claim_facts), now, &me) {
-                ClaimVerdict::Serve => {
-                    let t = Take {
-                        owner: &me,
-                        until: now + self.t.claim_visibility,
-                        task: Some(&me),
-                        now,
-                    };
-                    let marker = TaskMarker {
-                        table: &self.t.tasks_table,
-                        task_id: &task.task_id,
-                        expires_at: now + MARKER_SECONDS,
-                    };
-                    match self
-                        .sessions
-                        .take_for_task(&claim.session_id, &t, &marker)
-                        .await?
-                    {
-                        TaskTake::Taken => {
-                            let mut grant = self.grant(task, &claim, body, receipt).await?;
-                            if let Some(d) = &doc {
-                                grant.live_view = self.live_view(d, now).await;
-                            }
-                            return Ok(Some(ClaimOutcome::Granted(Box::new(grant))));
+                ClaimVerdict::Serve => match self.take(task, &claim.session_id, &me, now).await? {
+                    TaskTake::Taken => {
+                        let mut grant = self.grant(task, &claim, body, receipt).await?;
+                        if let Some(d) = &doc {
+                            grant.live_view = self.live_view(d, now).await;
                         }
-                        TaskTake::Refused => continue,
-                        TaskTake::HadSession => {
-                            self.hand_back(&receipt, 0).await;
-                            return Ok(Some(ClaimOutcome::HadSession));
-                        }
+                        return Ok(Some(ClaimOutcome::Granted(Box::new(grant))));
                     }
-                }
+                    TaskTake::Refused => continue,
+                    TaskTake::HadSession => {
+                        self.hand_back(&receipt, 0).await;
+                        return Ok(Some(ClaimOutcome::HadSession));
+                    }
+                },
                 ClaimVerdict::Unserved => {
                     let at = now_iso8601();
                     if let Cond::Done(_) = self
@@ -282,7 +265,7 @@ impl TaskBroker {
                     }
                 }
                 verdict => {
-                    self.settle(&claim, verdict, &receipt, now).await?;
+                    self.decline(&claim, verdict, &receipt, now).await?;
                     return Ok(None);
                 }
             }
@@ -292,9 +275,26 @@ impl TaskBroker {
         Ok(None)
     }
 
+    /// Session `id` taken by task `me` (`task`) for a claim's visibility, with the marker that
+    /// the task holds a session.
+    async fn take(&self, task: &CallerTask, id: &str, me: &str, now: u64) -> StoreResult<TaskTake> {
+        let t = Take {
+            owner: me,
+            until: now + self.t.claim_visibility,
+            task: Some(me),
+            now,
+        };
+        let marker = TaskMarker {
+            table: &self.t.tasks_table,
+            task_id: &task.task_id,
+            expires_at: now + MARKER_SECONDS,
+        };
+        self.sessions.take_for_task(id, &t, &marker).await
+    }
+
     /// A claim not to serve: handed back until another owner's lease ends, or dropped (with
     /// `endedAt` for a session released before anyone served it).
-    async fn settle(
+    async fn decline(
         &self,
         claim: &Claim,
         verdict: ClaimVerdict,

@@ -14,7 +14,7 @@
 //! the ECS task-state handler does on AWS.
 //!
 //! Started as root, `serve` runs each controller's Chrome as a uid:gid of its own, which no
-//! account and no other process uses ([`wallcrawler_contract::chrome_uids`]:
+//! account and no other process uses ([`wallcrawler_local::chrome_uids`]:
 //! `LOCAL_CHROME_UIDS`), released when the controller ends; `CHROME_USER` in `serve`'s
 //! environment chooses one user for all instead (not root; empty = a uid each). Chrome, and a client driving it, then cannot read the data
 //! directory (0700 root: `local.json` with the API and signing keys, the session documents,
@@ -39,13 +39,13 @@ use async_trait::async_trait;
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
-use wallcrawler_contract::claim::DirQueue;
 use wallcrawler_contract::{InternalStatus, time::now_iso8601};
+use wallcrawler_local::claim_queue::DirQueue;
 
 use super::DirSessions;
 use crate::error::StoreError;
 use crate::stores::*;
-use wallcrawler_contract::chrome_uids::{ChromeUids, LOCAL_CHROME_UIDS, LOCK_DIR, UidError};
+use wallcrawler_local::chrome_uids::{ChromeUids, LOCAL_CHROME_UIDS, LOCK_DIR, UidError};
 
 /// Controller settings a local controller takes from `serve`'s own environment when set there.
 pub const PASSED_THROUGH: [&str; 11] = [
@@ -664,7 +664,7 @@ impl LocalPool {
             return;
         }
         let store =
-            wallcrawler_contract::session_doc::DirStore::new(self.ctl.data_dir.join("sessions"));
+            wallcrawler_local::session_dir::DirStore::new(self.ctl.data_dir.join("sessions"));
         let owner = owner.to_owned();
         let given = tokio::task::spawn_blocking(move || {
             for id in held {

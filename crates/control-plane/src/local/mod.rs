@@ -12,7 +12,7 @@
 //! - Controllers are child processes (see [`controllers`]): a warm pool taking claims
 //!   from `<data>/claims`, or one `wallcrawler-controller run` per session; [`serve`] wires
 //!   it all up. Started as root, each controller's Chrome runs as a uid of its own
-//!   ([`wallcrawler_contract::chrome_uids`]).
+//!   ([`wallcrawler_local::chrome_uids`]).
 
 pub mod controllers;
 pub mod serve;
@@ -33,9 +33,10 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use tokio::io::AsyncWriteExt;
 use tracing::info;
 use wallcrawler_contract::SdkStatus;
-use wallcrawler_contract::private_fs;
-use wallcrawler_contract::session_doc::{DirStore, DocError, SessionDoc};
+use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::time::now_iso8601;
+use wallcrawler_local::private_fs;
+use wallcrawler_local::session_dir::{DirStore, DocError};
 
 use crate::error::{ApiError, StoreError};
 use crate::model::{ApiKeyRecord, Project, Record};

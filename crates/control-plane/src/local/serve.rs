@@ -64,6 +64,15 @@ pub enum Connect {
     },
 }
 
+/// The API's routes, and the uploads of context archives to the local store beside them.
+fn local_router(app: App, archives: Arc<LocalArchives>) -> axum::Router {
+    let uploads = axum::Router::new()
+        .route("/_local/archives/{*key}", put(upload_archive))
+        .with_state(archives)
+        .layer(axum::extract::DefaultBodyLimit::disable());
+    crate::router::router(app).merge(uploads)
+}
+
 impl LocalServer {
     /// Binds 127.0.0.1:`port` and prepares the data directory (creating the local project and
     /// API key on first start). `pool`: controllers kept warm (0 = one started per session).
@@ -123,16 +132,11 @@ impl LocalServer {
             clock: Arc::new(SystemClock),
             settings,
         };
-        let uploads = axum::Router::new()
-            .route("/_local/archives/{*key}", put(upload_archive))
-            .with_state(archives)
-            .layer(axum::extract::DefaultBodyLimit::disable());
-        let router = crate::router::router(app.clone()).merge(uploads);
         Ok(LocalServer {
             addr,
             identity,
             listener,
-            router,
+            router: local_router(app.clone(), archives),
             controllers,
             pool,
             gateway,

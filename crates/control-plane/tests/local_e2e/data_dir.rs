@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wallcrawler_contract::session_doc::{DirStore, SessionDoc};
+use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_control_plane::local::{FileMap, load_or_init};
+use wallcrawler_local::session_dir::DirStore;
 
 const OTHER: u32 = 65534;
 

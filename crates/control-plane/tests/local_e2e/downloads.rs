@@ -17,11 +17,7 @@ fn run_scenario(s: &Server, scenario: &str, out: &Path, elsewhere: &Path) -> ser
         .arg(elsewhere)
         .output()
         .unwrap();
-    node::last_json(
-        scenario,
-        &String::from_utf8_lossy(&output.stdout),
-        &String::from_utf8_lossy(&output.stderr),
-    )
+    node::output_json(scenario, &output)
 }
 
 /// Every entry of the zip at `path`: name and bytes.

@@ -52,6 +52,30 @@ fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<String> {
     found
 }
 
+/// The title of the scenario's one page.
+fn only_title(r: &serde_json::Value) -> serde_json::Value {
+    let titles = r["titles"].as_object().unwrap();
+    titles.values().next().unwrap().clone()
+}
+
+/// Stops `s` and checks the proxies' password stayed nowhere: not in serve's log, not in any
+/// file of its data directory. Returns the data directory and the log, for the test's own
+/// checks.
+fn stopped_without_the_password(
+    s: Server,
+    log: &tempfile::NamedTempFile,
+) -> (tempfile::TempDir, String) {
+    let data = s.stop_keeping_data();
+    let logged = std::fs::read_to_string(log.path()).unwrap();
+    assert!(!logged.contains(PASSWORD), "the password is in serve's log");
+    assert_eq!(
+        files_holding(data.path(), PASSWORD),
+        Vec::<String>::new(),
+        "the password outlived the session"
+    );
+    (data, logged)
+}
+
 fn proxies_route_by_host(pool: &str) {
     let (s, log) = platform(pool, &[]);
     let r = egress(&s, "proxies", &[]);
@@ -91,9 +115,7 @@ fn proxies_route_by_host(pool: &str) {
     );
     assert_eq!(r["status"], "COMPLETED", "{r}");
     assert_eq!(r["passwordInAnswers"], false, "{r}");
-    let data = s.stop_keeping_data();
-    let logged = std::fs::read_to_string(log.path()).unwrap();
-    assert!(!logged.contains(PASSWORD), "the password is in serve's log");
+    let (data, logged) = stopped_without_the_password(s, &log);
     assert!(
         data.path().join("data/sessions").is_dir(),
         "the data directory is looked into"
@@ -101,11 +123,6 @@ fn proxies_route_by_host(pool: &str) {
     assert!(
         logged.contains("the session's proxy routes are in force"),
         "{logged}"
-    );
-    assert_eq!(
-        files_holding(data.path(), PASSWORD),
-        Vec::<String>::new(),
-        "the password outlived the session"
     );
 }
 
@@ -123,13 +140,7 @@ fn proxies_route_hosts_through_http_and_socks5_proxies_in_a_cold_browser() {
 fn a_proxy_refusing_the_credentials_fails_closed_and_says_why() {
     let (s, log) = platform("1", &[]);
     let r = egress(&s, "wrong-password", &[]);
-    let title = r["titles"]
-        .as_object()
-        .unwrap()
-        .values()
-        .next()
-        .unwrap()
-        .clone();
+    let title = only_title(&r);
     assert_eq!(title, "error: net::ERR_SOCKS_CONNECTION_FAILED", "{r}");
     assert_eq!(
         r["siteHits"], 0,
@@ -145,18 +156,11 @@ fn a_proxy_refusing_the_credentials_fails_closed_and_says_why() {
     );
     assert_eq!(r["proxyBytes"], 0, "{r}");
     assert_eq!(r["passwordInAnswers"], false, "{r}");
-    let data = s.stop_keeping_data();
-    let logged = std::fs::read_to_string(log.path()).unwrap();
+    let (_data, logged) = stopped_without_the_password(s, &log);
     assert!(
         logged.contains("the session's proxy did not connect")
             && logged.contains("the proxy refused the credentials"),
         "the log does not say why: {logged}"
-    );
-    assert!(!logged.contains(PASSWORD), "the password is in serve's log");
-    assert_eq!(
-        files_holding(data.path(), PASSWORD),
-        Vec::<String>::new(),
-        "the password outlived the session"
     );
 }
 
@@ -215,25 +219,13 @@ fn with_a_proxy_webrtc_sends_no_udp_beside_it() {
 fn a_page_reaches_the_machines_loopback_only_where_egress_allow_names_it() {
     let (s, _log) = platform("1", &[("EGRESS_ALLOW", "")]);
     let r = egress(&s, "loopback", &[]);
-    let title = r["titles"]
-        .as_object()
-        .unwrap()
-        .values()
-        .next()
-        .unwrap()
-        .clone();
+    let title = only_title(&r);
     assert_eq!(title, "error: net::ERR_SOCKS_CONNECTION_FAILED", "{r}");
     assert_eq!(r["siteHits"], 0, "{r}");
     s.stop();
     let (s, _log) = platform("1", &[("EGRESS_ALLOW", "127.0.0.1")]);
     let r = egress(&s, "loopback", &[]);
-    let title = r["titles"]
-        .as_object()
-        .unwrap()
-        .values()
-        .next()
-        .unwrap()
-        .clone();
+    let title = only_title(&r);
     assert_eq!(title, "127.0.0.1", "{r}");
     s.stop();
 }

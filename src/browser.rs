@@ -1,8 +1,9 @@
-//! Wiring of the serving modes: a supervised Chrome behind the proxy (`local`, `run`), or the
-//! proxy alone (`proxy`), each run until a signal or the session's own end.
+//! A browser behind the proxy ([`Browser`]: a supervised Chrome and the listener in front of
+//! it; a pool's warm one exists before any session has it), or the proxy alone (`proxy`
+//! mode), each run until a signal or the session's own end.
 //!
 //! Ownership of the shutdown: [`crate::shutdown::Shutdown`] (made by `cli`) owns the root token
-//! and the tracker every task here runs on; a [`Session`] owns its listener's stop token and
+//! and the tracker every task here runs on; a [`Browser`] owns its listener's stop token and
 //! Chrome, and its owner runs the steps of [`crate::shutdown::Step`] in order — stop admitting
 //! → (cookies) → Chrome closed, relays ended → (archive, statuses) — each within its deadline.
 
@@ -98,7 +99,7 @@ pub(crate) struct ProxyOptions {
 }
 
 /// Everything a Chrome-backed session needs.
-pub(crate) struct SessionOptions {
+pub(crate) struct BrowserOptions {
     pub proxy: ProxyOptions,
     pub chrome: LaunchOptions,
     /// `None` = keepAlive (never idle).
@@ -211,7 +212,7 @@ impl Serving {
 
 /// A running Chrome behind the proxy. The steps are separate so the ECS task can put its own
 /// work between them (READY write, cookie export, profile upload).
-pub(crate) struct Session {
+pub(crate) struct Browser {
     serving: Serving,
     pub chrome: Chrome,
     /// Chrome's egress hop (shared by its relaunches): the session's routes, `proxyBytes`.
@@ -226,17 +227,17 @@ pub(crate) struct Session {
     tasks: Shutdown,
 }
 
-/// Result of [`Session::start`].
+/// Result of [`Browser::start`].
 pub(crate) enum Started {
-    Running(Box<Session>),
+    Running(Box<Browser>),
     /// A signal arrived while Chrome was starting; everything is stopped again.
     Interrupted,
 }
 
-impl Session {
+impl Browser {
     /// Binds the proxy (answering 503 until Chrome is ready), launches Chrome and waits for it.
     pub(crate) async fn start(
-        opts: SessionOptions,
+        opts: BrowserOptions,
         signal: &CancellationToken,
     ) -> Result<Started, AppError> {
         let started = Self::warm(opts, signal).await?;
@@ -249,7 +250,7 @@ impl Session {
     /// Like [`Self::start`], but the proxy keeps answering 503 until [`Self::publish`]: a pool
     /// controller's warm browser, serving no session yet.
     pub(crate) async fn warm(
-        opts: SessionOptions,
+        opts: BrowserOptions,
         signal: &CancellationToken,
     ) -> Result<Started, AppError> {
         let (upstream_tx, upstream_rx) = upstream::upstream_channel();
@@ -266,7 +267,7 @@ impl Session {
             }
         };
         let _ = upstream_tx.send(UpstreamState::Warm);
-        Ok(Started::Running(Box::new(Session {
+        Ok(Started::Running(Box::new(Browser {
             serving,
             chrome,
             hop: opts.chrome.hop.clone(),
@@ -523,13 +524,13 @@ async fn launch_or_signal(
 
 /// Runs a Chrome-backed session until it ends (local mode). `on_ready` is called once Chrome
 /// and the proxy both answer.
-pub(crate) async fn run_session(
-    opts: SessionOptions,
+pub(crate) async fn run_browser(
+    opts: BrowserOptions,
     signal: CancellationToken,
     on_ready: impl FnOnce(&Ready),
 ) -> Result<EndReason, AppError> {
     let budget = opts.shutdown_budget;
-    let session = match Session::start(opts, &signal).await? {
+    let session = match Browser::start(opts, &signal).await? {
         Started::Running(s) => *s,
         Started::Interrupted => return Ok(EndReason::Signal),
     };

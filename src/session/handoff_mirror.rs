@@ -55,7 +55,7 @@ pub(super) async fn publish(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stores::{DirectorySessions, SessionStore};
+    use crate::stores::{DirectorySessions, ServedSessions};
     use crate::viewer::handoff::{Deliver, Handoffs, Request};
 
     struct Nowhere;
@@ -71,7 +71,8 @@ mod tests {
         let mut d = crate::stores::tests::doc("sess_h");
         d.owner = Some("me".into());
         crate::stores::tests::pending(&d, dir.path());
-        let store: Arc<dyn SessionStore> = Arc::new(DirectorySessions::new(dir.path().to_owned()));
+        let store: Arc<dyn ServedSessions> =
+            Arc::new(DirectorySessions::new(dir.path().to_owned()));
         let handoffs = Handoffs::new(Arc::new(Nowhere));
         handoffs.set_live_view("http://x/viewer?t=c".into(), u64::MAX / 2000);
         let item = Arc::new(Item {
