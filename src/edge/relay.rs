@@ -133,6 +133,21 @@ pub enum RelayEnd {
     Expired,
 }
 
+impl std::fmt::Display for RelayEnd {
+    /// How a relay ended, as the connection's log line and the session's log say it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::ClientClosed => f.write_str("client_closed"),
+            Self::ChromeClosed => f.write_str("chrome_closed"),
+            Self::ClientError(e) => write!(f, "client_error: {e}"),
+            Self::ChromeError(e) => write!(f, "chrome_error: {e}"),
+            Self::Cancelled => f.write_str("shutdown"),
+            Self::ClientRefused(fatal) => write!(f, "client_refused: {}", fatal.close().1),
+            Self::Expired => f.write_str("credential_expired"),
+        }
+    }
+}
+
 /// Bytes moved by one relay.
 #[derive(Debug)]
 pub struct RelayOutcome {

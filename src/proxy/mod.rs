@@ -734,14 +734,8 @@ impl Proxy {
         };
         let id = relay::next_id();
         // A CDP client's traffic is logged (a live viewer's inspector socket is not).
-        let log = upgrade
-            .grant
-            .is_none()
-            .then(|| self.session_log.get())
-            .flatten();
-        if let Some(r) = &log {
-            r.opened(id, None);
-        }
+        let log = upgrade.grant.is_none().then(|| self.session_log.begin(id));
+        let log = log.flatten();
         let job = relay::Job {
             client: client_socket,
             chrome,
@@ -757,18 +751,7 @@ impl Proxy {
         };
         let outcome = self.relays.relay(job).await;
         if let Some(r) = &log {
-            if !matches!(
-                outcome.end,
-                relay::RelayEnd::ClientClosed
-                    | relay::RelayEnd::ChromeClosed
-                    | relay::RelayEnd::Cancelled
-            ) {
-                r.note(format!(
-                    "a client's connection ended: {}",
-                    end_text(&outcome.end)
-                ));
-            }
-            r.closed(id);
+            r.connection_ended(id, &outcome.end);
         }
         self.handoffs.connection_closed(id);
         drop(upgrade.permit);
@@ -825,7 +808,7 @@ fn inspector_granted(route: &Route, grant: Option<&crate::viewer::grant::ViewerG
 /// The one log line of a relayed connection.
 fn log_relay_end(outcome: &relay::RelayOutcome, started: Instant) {
     let duration_ms = started.elapsed().as_millis() as u64;
-    let end = end_text(&outcome.end);
+    let end = &outcome.end;
     info!(
         bytes.client_to_chrome = outcome.client_to_chrome,
         bytes.chrome_to_client = outcome.chrome_to_client,
@@ -833,19 +816,6 @@ fn log_relay_end(outcome: &relay::RelayOutcome, started: Instant) {
         end = %end,
         "cdp connection closed"
     );
-}
-
-/// How a relay ended, as the log line and the session's log say it.
-fn end_text(end: &relay::RelayEnd) -> String {
-    match end {
-        relay::RelayEnd::ClientClosed => "client_closed".to_owned(),
-        relay::RelayEnd::ChromeClosed => "chrome_closed".to_owned(),
-        relay::RelayEnd::ClientError(e) => format!("client_error: {e}"),
-        relay::RelayEnd::ChromeError(e) => format!("chrome_error: {e}"),
-        relay::RelayEnd::Cancelled => "shutdown".to_owned(),
-        relay::RelayEnd::ClientRefused(f) => format!("client_refused: {}", f.close().1),
-        relay::RelayEnd::Expired => "credential_expired".to_owned(),
-    }
 }
 
 /// A client connection's socket, by descriptor, for the one question asked of it while hyper

@@ -532,23 +532,9 @@ mod tests {
 
     use super::*;
 
-    /// `text` as the tap copies it: its first MAX_RAW_BODY bytes and its last TAIL.
+    /// `text` as the tap copies it.
     fn tap(conn: u64, dir: Dir, at: u64, text: &str) -> Tapped {
-        let b = text.as_bytes();
-        let head = b[..b.len().min(MAX_RAW_BODY)].to_vec();
-        let tail = if b.len() > MAX_RAW_BODY {
-            b[b.len() - TAIL..].to_vec()
-        } else {
-            Vec::new()
-        };
-        Tapped {
-            conn,
-            dir,
-            at,
-            head,
-            tail,
-            len: b.len(),
-        }
+        crate::session_log::tap(conn, dir, at, text.as_bytes())
     }
 
     fn up(m: &mut Matcher, conn: u64, at: u64, v: Value) -> Vec<SessionLog> {

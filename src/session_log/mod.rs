@@ -175,6 +175,19 @@ impl Recorder {
         self.send(Item::Closed { conn });
     }
 
+    /// Connection `conn` ended as the relay says; an end other than a close or the shutdown
+    /// is noted in the log.
+    pub(crate) fn connection_ended(&self, conn: u64, end: &crate::edge::relay::RelayEnd) {
+        use crate::edge::relay::RelayEnd;
+        if !matches!(
+            end,
+            RelayEnd::ClientClosed | RelayEnd::ChromeClosed | RelayEnd::Cancelled
+        ) {
+            self.note(format!("a client's connection ended: {end}"));
+        }
+        self.closed(conn);
+    }
+
     /// A note of the platform's own (a proxy failure, a setting not applied). Never a secret.
     pub(crate) fn note(&self, message: impl Into<String>) {
         self.send(Item::Note {
@@ -217,6 +230,13 @@ impl Slot {
     /// The session's recorder, if it is logged.
     pub(crate) fn get(&self) -> Option<Recorder> {
         self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The session's recorder, told that CDP connection `conn` began, if the session is logged.
+    pub(crate) fn begin(&self, conn: u64) -> Option<Recorder> {
+        let r = self.get()?;
+        r.opened(conn, None);
+        Some(r)
     }
 }
 

@@ -34,14 +34,17 @@ impl S3Archives {
 
 const BUCKET: &str = "the contexts bucket";
 
+/// A presigned URL's settings: valid for `ttl_seconds`.
+fn presigning(ttl_seconds: u64) -> StoreResult<aws_sdk_s3::presigning::PresigningConfig> {
+    aws_sdk_s3::presigning::PresigningConfig::expires_in(Duration::from_secs(ttl_seconds))
+        .map_err(|e| StoreError::failed_by("presigning", e))
+}
+
 #[async_trait]
 impl ArchiveUrls for S3Archives {
     /// A SigV4 presigned `PutObject` (at most 7 days, S3's limit).
     async fn presign_put(&self, key: &str, ttl_seconds: u64) -> StoreResult<String> {
-        let cfg = aws_sdk_s3::presigning::PresigningConfig::expires_in(Duration::from_secs(
-            ttl_seconds.min(7 * 24 * 3600),
-        ))
-        .map_err(|e| StoreError::failed_by("presigning", e))?;
+        let cfg = presigning(ttl_seconds.min(7 * 24 * 3600))?;
         let req = self
             .client
             .put_object()
@@ -145,10 +148,7 @@ impl ObjectStore for S3Archives {
         };
         let _ = tokio::fs::remove_file(&tmp).await;
         stored?;
-        let cfg = aws_sdk_s3::presigning::PresigningConfig::expires_in(Duration::from_secs(
-            ZIP_URL_TTL_SECONDS,
-        ))
-        .map_err(|e| StoreError::failed_by("presigning", e))?;
+        let cfg = presigning(ZIP_URL_TTL_SECONDS)?;
         let req = self
             .client
             .get_object()
