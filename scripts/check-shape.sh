@@ -16,7 +16,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-CONTROLLER_RULES=(--forbid edge:proxy,gateway --forbid gateway:proxy --forbid chrome:proxy)
+CONTROLLER_RULES=(--forbid "edge:proxy,gateway" --forbid "gateway:proxy" --forbid "chrome:proxy")
 
 for src in src crates/control-plane/src crates/contract/src crates/local/src crates/aws/src crates/testkit/src; do
   rules=()

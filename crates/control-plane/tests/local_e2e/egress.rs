@@ -341,6 +341,13 @@ fn block_ads_keeps_ad_hosts_from_ever_reaching_the_proxy() {
     for run in ["without", "with"] {
         assert_eq!(r[run]["title"], "with ads", "{run}: {r}");
         assert!(asked(run).iter().any(|h| h == "a.test"), "{run}: {r}");
+        // Chrome itself asks nothing of Google (its on-device model manifest check:
+        // chrome/flags.conf), through the session's proxy or otherwise.
+        let google: Vec<String> = asked(run)
+            .into_iter()
+            .filter(|h| h.ends_with("googleapis.com") || h.ends_with("google.com"))
+            .collect();
+        assert!(google.is_empty(), "{run}: Chrome asked {google:?}: {r}");
     }
     for host in ad_hosts {
         assert!(asked("without").iter().any(|h| h == host), "{host}: {r}");
