@@ -41,6 +41,7 @@ use wallcrawler_contract::{Claims, SigningKey};
 use wallcrawler_controller::auth::{Authenticator, KeySource, StaticKeys, unix_now};
 use wallcrawler_controller::edge::Limits;
 use wallcrawler_controller::proxy::Proxy;
+use wallcrawler_controller::session_log::RoundTripWork;
 use wallcrawler_controller::session_log::writer::{Sink, Writer};
 use wallcrawler_controller::shutdown::Shutdown;
 use wallcrawler_controller::stores::{ArchiveStore, BoxRead, StoreError};
@@ -305,6 +306,16 @@ fn bench_logging(c: &mut Criterion) {
 
     let frame = ws::masked_frame(1, 256);
     let mut scratch = vec![0u8; frame.len()];
+    // The log's work for one round trip, alone on this thread (its cost in time, steady where
+    // the relay's CPU is not): to set against relay_cpu_per_message/off, two messages.
+    let text = ws::text_payload(256);
+    let mut work = RoundTripWork::default();
+    let mut g = c.benchmark_group("session_log_work");
+    g.bench_function("round_trip_256B", |b| {
+        b.iter(|| work.run(std::hint::black_box(&text), &text))
+    });
+    g.finish();
+
     let mut g = c.benchmark_group("rtt_256B_log");
     g.sample_size(30)
         .warm_up_time(Duration::from_secs(1))

@@ -216,6 +216,31 @@ pub(crate) fn tap(conn: u64, dir: Dir, at: u64, payload: &[u8]) -> Tapped {
     }
 }
 
+/// The log's whole work for one command and its answer, on the caller's thread, for the relay
+/// bench (`session_log_work` in `benches/relay.rs`): the tap's copies, the matching and the
+/// stored line, without the queue between them.
+#[doc(hidden)]
+#[derive(Default)]
+pub struct RoundTripWork {
+    matcher: matcher::Matcher,
+    lines: Vec<u8>,
+}
+
+impl RoundTripWork {
+    /// Logs `command` and its `answer`; the bytes of lines they made.
+    pub fn run(&mut self, command: &[u8], answer: &[u8]) -> usize {
+        self.lines.clear();
+        for (dir, m) in [(Dir::Up, command), (Dir::Down, answer)] {
+            for e in self.matcher.message(&tap(1, dir, 0, m)) {
+                if serde_json::to_writer(&mut self.lines, &e).is_ok() {
+                    self.lines.push(b'\n');
+                }
+            }
+        }
+        self.lines.len()
+    }
+}
+
 /// The proxy's place for the session's recorder: empty before a session is served (a warm
 /// browser waiting for its claim) and for a session that asked not to be logged.
 #[derive(Debug, Default)]

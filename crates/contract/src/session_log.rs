@@ -20,6 +20,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::storage::session_files_prefix;
 
@@ -41,11 +42,12 @@ pub const NOTE_METHOD: &str = "Wallcrawler.note";
 pub const MAX_ENTRIES: u64 = 200_000;
 
 /// A command as the client sent it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LogRequest {
-    /// The command's `params` (redacted; `{}` when absent or when the body was cut).
-    pub params: Value,
+    /// The command's `params` (redacted; `{}` when absent or when the body was cut), as JSON
+    /// text: the writer copies it from the message, never builds a tree of it.
+    pub params: Box<RawValue>,
     /// The command as sent (redacted, bounded).
     pub raw_body: String,
     /// When the proxy saw it, ms since the epoch.
@@ -54,11 +56,11 @@ pub struct LogRequest {
 }
 
 /// Chrome's answer to a command, or an event's body.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LogResponse {
-    /// The answer's `result` (or `error`, or an event's `params`), redacted.
-    pub result: Value,
+    /// The answer's `result` (or `error`, or an event's `params`), redacted, as JSON text.
+    pub result: Box<RawValue>,
     /// The answer as Chrome sent it (redacted, bounded).
     pub raw_body: String,
     /// When the proxy saw it, ms since the epoch.
@@ -93,6 +95,33 @@ pub struct SessionLog {
     pub timestamp: Option<u64>,
 }
 
+/// Two bodies are equal when their JSON texts are (what is stored and served).
+impl PartialEq for LogRequest {
+    fn eq(&self, o: &Self) -> bool {
+        self.params.get() == o.params.get()
+            && self.raw_body == o.raw_body
+            && self.timestamp == o.timestamp
+    }
+}
+
+impl PartialEq for LogResponse {
+    fn eq(&self, o: &Self) -> bool {
+        self.result.get() == o.result.get()
+            && self.raw_body == o.raw_body
+            && self.timestamp == o.timestamp
+    }
+}
+
+/// `v` as JSON text (`{}` for a value serde_json cannot write, which a `Value` never is).
+pub fn raw_json(v: &Value) -> Box<RawValue> {
+    serde_json::value::to_raw_value(v).unwrap_or_else(|_| empty_object())
+}
+
+/// `{}`.
+pub fn empty_object() -> Box<RawValue> {
+    RawValue::from_string("{}".to_owned()).expect("{} is JSON")
+}
+
 impl SessionLog {
     /// A platform note saying `message` at `at` (ms since the epoch).
     pub fn note(message: &str, at: u64) -> SessionLog {
@@ -106,7 +135,7 @@ impl SessionLog {
             request: None,
             response: Some(LogResponse {
                 raw_body: params.to_string(),
-                result: params,
+                result: raw_json(&params),
                 timestamp: Some(at),
             }),
             timestamp: Some(at),
@@ -174,22 +203,47 @@ pub fn is_sensitive(method: &str) -> bool {
         || method == "Fetch.continueWithAuth"
 }
 
-/// Keys whose values are secret wherever they appear (cookies, credentials).
+/// Keys whose values are secret wherever they appear (cookies, credentials), lower case.
+const SECRET_KEYS: [&str; 11] = [
+    "cookie",
+    "set-cookie",
+    "authorization",
+    "proxy-authorization",
+    "password",
+    "username",
+    "signingkey",
+    "token",
+    "apikey",
+    "x-bb-api-key",
+    "x-wc-api-key",
+];
+
+/// The prefixes [`scrub`] looks for (a parameter's name, or `Bearer `), besides `eyJ`.
+const SECRET_PREFIXES: [&str; 4] = ["signingKey=", "token=", "apiKey=", "Bearer "];
+
+/// What every secret [`redact`] replaces contains, ASCII case aside: each of
+/// [`SECRET_KEYS`], each of [`SECRET_PREFIXES`] and a JWT's `eyJ` holds one of these, and
+/// `\u` is how JSON could spell any of them in other letters. A text holding none of them
+/// (and not of a method [`is_sensitive`]) has nothing to redact, so a log's writer may store
+/// it as it came without parsing it (the tests below keep the lists in step).
+pub const SECRET_HINTS: [&str; 10] = [
+    "cookie",
+    "authorization",
+    "password",
+    "username",
+    "signingkey",
+    "token",
+    "apikey",
+    "api-key",
+    "eyj",
+    "bearer ",
+];
+
+/// JSON's escape for any character, which could spell a secret's name in other letters.
+pub const ESCAPE_HINT: &str = "\\u";
+
 fn secret_key(key: &str) -> bool {
-    matches!(
-        key.to_ascii_lowercase().as_str(),
-        "cookie"
-            | "set-cookie"
-            | "authorization"
-            | "proxy-authorization"
-            | "password"
-            | "username"
-            | "signingkey"
-            | "token"
-            | "apikey"
-            | "x-bb-api-key"
-            | "x-wc-api-key"
-    )
+    SECRET_KEYS.contains(&key.to_ascii_lowercase().as_str())
 }
 
 /// Methods whose params or result carry cookies (`cookies: [{name, value, …}]`).
@@ -328,7 +382,7 @@ fn secret_at(s: &str) -> Option<(usize, usize)> {
         }
         return None;
     }
-    for name in ["signingKey=", "token=", "apiKey=", "Bearer "] {
+    for name in SECRET_PREFIXES {
         if s.len() >= name.len() && s[..name.len()].eq_ignore_ascii_case(name) {
             let v = s[name.len()..]
                 .bytes()
@@ -349,6 +403,23 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn every_secret_holds_a_hint() {
+        let hinted = |s: &str| {
+            let s = s.to_ascii_lowercase();
+            SECRET_HINTS.iter().any(|h| s.contains(h))
+        };
+        for k in SECRET_KEYS.iter().chain(&SECRET_PREFIXES).chain(&["eyJ"]) {
+            assert!(hinted(k), "{k} holds no hint");
+        }
+        // And so does what the hints are for: a text redact would change.
+        let mut v = json!({"a": {"Proxy-Authorization": "x"}, "b": "see eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJzIn0.c2lnbmF0dXJlc2ln"});
+        let before = v.to_string();
+        redact("Runtime.evaluate", &mut v);
+        assert_ne!(v.to_string(), before);
+        assert!(hinted(&before));
+    }
+
+    #[test]
     fn an_entry_has_browserbases_shape() {
         let e = SessionLog {
             method: "Page.navigate".into(),
@@ -357,12 +428,12 @@ mod tests {
             frame_id: Some("F".into()),
             loader_id: None,
             request: Some(LogRequest {
-                params: json!({"url": "http://127.0.0.1/"}),
+                params: raw_json(&json!({"url": "http://127.0.0.1/"})),
                 raw_body: "{}".into(),
                 timestamp: Some(1),
             }),
             response: Some(LogResponse {
-                result: json!({}),
+                result: empty_object(),
                 raw_body: "{}".into(),
                 timestamp: Some(2),
             }),

@@ -19,7 +19,7 @@ fn entry(method: &str, at: u64) -> SessionLog {
         frame_id: None,
         loader_id: None,
         request: Some(LogRequest {
-            params: json!({"n": at}),
+            params: wallcrawler_contract::session_log::raw_json(&json!({"n": at})),
             raw_body: format!(r#"{{"id":{at},"method":"{method}"}}"#),
             timestamp: Some(at),
         }),
