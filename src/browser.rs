@@ -352,6 +352,14 @@ impl Browser {
         self.hop.proxied_bytes()
     }
 
+    /// Where what the egress hop has to tell the session (its proxy's failures) goes from now
+    /// on: the session's log, or nowhere.
+    pub(crate) fn set_egress_notes(&self, recorder: Option<crate::session_log::Recorder>) {
+        self.hop.set_notes(
+            recorder.map(|r| Arc::new(move |m: String| r.note(m)) as crate::chrome::egress::Notes),
+        );
+    }
+
     /// Applies the session's egress: its proxy routes to every connection from now on (the
     /// connections made before end), and its `allowedDomains` to the running Chrome's
     /// top-level navigations. An error says what could not be applied; the session must then

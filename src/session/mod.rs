@@ -301,6 +301,7 @@ impl Run<'_> {
             .close_chrome(crashed, steps.left(Step::ChromeClosed))
             .await;
         let bytes = session.proxy_bytes();
+        session.set_egress_notes(None);
         session.finish();
         let capture = self
             .downloads
@@ -406,6 +407,7 @@ impl Run<'_> {
                 project_id: project_id.to_owned(),
                 session_id: self.item.id.to_owned(),
             });
+        session.set_egress_notes(Some(recorder.clone()));
         session.session_log().set(Some(recorder));
         *self.session_log.lock().unwrap_or_else(|p| p.into_inner()) = Some(writer);
     }
