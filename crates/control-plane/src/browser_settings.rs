@@ -28,7 +28,7 @@ use std::fmt;
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::Response;
 use serde_json::{Map, Number, Value};
-use tracing::info;
+use tracing::{info, warn};
 use wallcrawler_contract::browser::{
     BrowserSettings, MAX_LOCALES, VIEWPORT_HEIGHT, VIEWPORT_WIDTH, Viewport, valid_locale,
 };
@@ -563,6 +563,36 @@ fn locales(v: Option<&Value>) -> Result<Vec<String>, Refusal> {
             None => Err(refuse(&format!("{AT}[{i}]"), "must be a string")),
         })
         .collect()
+}
+
+/// The session's first log entry (`GET …/logs`), when its create asked for what this platform
+/// accepts but does not do: a note naming it (as the create's header does), in a chunk of its own whose key
+/// sorts before its controller's (named by now, before the controller starts writing). For a
+/// session that is logged (not `logSession: false`); a store that fails is logged.
+pub async fn note_unsupported(
+    app: &crate::app::App,
+    project_id: &str,
+    session_id: &str,
+    unsupported: &Unsupported,
+) {
+    let Some(names) = unsupported.header_value() else {
+        return;
+    };
+    let now = app.clock.now_millis();
+    let note = wallcrawler_contract::session_log::SessionLog::note(
+        &format!(
+            "the session asked for what this platform accepts but does not do: {names} (named in the create's {} header too)",
+            UNSUPPORTED_HEADER
+        ),
+        now,
+    );
+    let mut line = serde_json::to_vec(&note).unwrap_or_default();
+    line.push(b'\n');
+    let key =
+        wallcrawler_contract::session_log::session_log_chunk_key(project_id, session_id, now, 0);
+    if let Err(e) = app.objects.put(&key, line.into()).await {
+        warn!(session.id = %session_id, error = %crate::error::chain(&e), "the session's note of what it asked for and did not get could not be stored");
+    }
 }
 
 #[cfg(test)]

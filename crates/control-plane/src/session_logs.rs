@@ -23,9 +23,7 @@ use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::stream::{self, Stream};
 use tracing::warn;
-use wallcrawler_contract::session_log::{
-    SessionLog, is_chunk_name, session_log_chunk_key, session_log_prefix,
-};
+use wallcrawler_contract::session_log::{SessionLog, is_chunk_name, session_log_prefix};
 
 use crate::app::App;
 use crate::auth::Caller;
@@ -44,35 +42,6 @@ pub const MAX_ANSWER_BYTES: usize = 5 << 20;
 pub const TRUNCATED_HEADER: &str = "x-wallcrawler-logs-truncated";
 /// How often a stream looks for new entries.
 pub const STREAM_POLL: Duration = Duration::from_secs(1);
-
-/// The session's first entry, when its create asked for what this platform accepts but does
-/// not do: a note naming it (as the create's header does), in a chunk of its own whose key
-/// sorts before its controller's (named by now, before the controller starts writing). For a
-/// session that is logged (not `logSession: false`); a store that fails is logged.
-pub async fn note_unsupported(
-    app: &App,
-    project_id: &str,
-    session_id: &str,
-    unsupported: &crate::browser_settings::Unsupported,
-) {
-    let Some(names) = unsupported.header_value() else {
-        return;
-    };
-    let now = app.clock.now_millis();
-    let note = SessionLog::note(
-        &format!(
-            "the session asked for what this platform accepts but does not do: {names} (named in the create's {} header too)",
-            crate::browser_settings::UNSUPPORTED_HEADER
-        ),
-        now,
-    );
-    let mut line = serde_json::to_vec(&note).unwrap_or_default();
-    line.push(b'\n');
-    let key = session_log_chunk_key(project_id, session_id, now, 0);
-    if let Err(e) = app.objects.put(&key, line.into()).await {
-        warn!(session.id = %session_id, error = %crate::error::chain(&e), "the session's note of what it asked for and did not get could not be stored");
-    }
-}
 
 /// `GET /v1/sessions/{id}/logs`: the session's entries in order (`[]` when none). Another
 /// project's session is a 404.

@@ -348,7 +348,8 @@ pub async fn create_session(
         .await?;
     asked.unsupported.log(&id);
     if logged {
-        crate::session_logs::note_unsupported(&app, p.project_id(), &id, &asked.unsupported).await;
+        crate::browser_settings::note_unsupported(&app, p.project_id(), &id, &asked.unsupported)
+            .await;
     }
     let mut answer = if app.settings.connect_base.is_some() {
         // Behind the gateway the URL works now: a client that connects before READY is held.
