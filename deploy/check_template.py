@@ -929,7 +929,7 @@ def check_object_prefixes(t):
     profile, files, ext = storage_constant("PROFILE_ARCHIVE_NAME"), storage_constant("FILES_PREFIX"), storage_constant("EXTENSIONS_PREFIX")
     want = {
         "s3:GetObject": {f"*/*/{profile}", f"{files}/*/uploads/*", f"{ext}/*"},
-        "s3:PutObject": {f"*/*/{profile}", f"{files}/*/downloads/*"},
+        "s3:PutObject": {f"*/*/{profile}", f"{files}/*/downloads/*", f"{files}/*/logs/*"},
         "s3:AbortMultipartUpload": {f"*/*/{profile}", f"{files}/*/downloads/*"},
     }
     got = {}
@@ -944,7 +944,7 @@ def check_object_prefixes(t):
     # "/" included, as fnmatch's does), and keys the controller never uses.
     use = {
         "s3:GetObject": ["proj_1/ctx_1/profile.tar.gz", "files/proj_1/sess_1/uploads/a.txt", "extensions/proj_1/" + "0f" * 32 + ".zip"],
-        "s3:PutObject": ["proj_1/ctx_1/profile.tar.gz", "files/proj_1/sess_1/downloads/a-1.csv"],
+        "s3:PutObject": ["proj_1/ctx_1/profile.tar.gz", "files/proj_1/sess_1/downloads/a-1.csv", "files/proj_1/sess_1/logs/1700000000000-000000.jsonl"],
     }
     never = ["extension-uploads/proj_1/u.zip", "proj_1/ctx_1/other.tar.gz", "files/proj_1/sess_1/other/a", "anything"]
     for a, keys in use.items():

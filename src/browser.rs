@@ -296,6 +296,11 @@ impl Browser {
         self.serving.proxy.files()
     }
 
+    /// Where the proxy's CDP clients find the session's log recorder.
+    pub(crate) fn session_log(&self) -> &Arc<crate::session_log::Slot> {
+        self.serving.proxy.session_log()
+    }
+
     /// Binds the proxy's authenticator to the claimed session (once).
     pub(crate) fn bind(&self, session_id: String, project_id: Option<String>) -> bool {
         self.serving.proxy.bind_session(session_id, project_id)
@@ -345,6 +350,14 @@ impl Browser {
     /// (`proxyBytes`; the CDP bytes relayed are the proxy's metrics).
     pub(crate) fn proxy_bytes(&self) -> u64 {
         self.hop.proxied_bytes()
+    }
+
+    /// Where what the egress hop has to tell the session (its proxy's failures) goes from now
+    /// on: the session's log, or nowhere.
+    pub(crate) fn set_egress_notes(&self, recorder: Option<crate::session_log::Recorder>) {
+        self.hop.set_notes(
+            recorder.map(|r| Arc::new(move |m: String| r.note(m)) as crate::chrome::egress::Notes),
+        );
     }
 
     /// Applies the session's egress: its proxy routes to every connection from now on (the

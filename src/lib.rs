@@ -46,6 +46,8 @@
 //! - [`scale_in`]: a claimed pool task's protection from the service's scale-in.
 //! - [`task_api`]: the control plane's task API as a task on AWS calls it (`TASK_API_URL`):
 //!   a pool task's claims, a task's session credentials.
+//! - [`session_log`]: the session's log: the proxy's copies of its clients' CDP traffic,
+//!   queued without blocking the relay, matched into entries and stored in batches.
 //! - [`session_credentials`]: those credentials, as the SDK clients of the session's services
 //!   ask for them (refreshed before they expire).
 //! - [`tls`]: the connect gateway's TLS: a certificate read again from its PEM files when they
@@ -85,6 +87,7 @@ pub(crate) mod scale_in;
 pub(crate) mod secrets;
 pub(crate) mod session;
 pub(crate) mod session_credentials;
+pub mod session_log;
 pub mod shutdown;
 pub mod stores;
 pub(crate) mod task_api;

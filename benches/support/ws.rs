@@ -148,19 +148,23 @@ pub(crate) async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// A `Runtime.evaluate` command of `len` bytes (padded with spaces), the text frames' payload.
+pub(crate) fn text_payload(len: usize) -> Vec<u8> {
+    let mut p = br#"{"id":1,"method":"Runtime.evaluate","params":{"expression":"1+1"}}"#.to_vec();
+    p.truncate(len);
+    p.resize(len, b' ');
+    p
+}
+
 /// One masked client frame (FIN set) with a `len`-byte payload: a CDP-looking JSON text when
 /// `opcode` is 1 (padded with spaces), `x` bytes otherwise.
 pub(crate) fn masked_frame(opcode: u8, len: usize) -> Vec<u8> {
     let mask = [0x37u8, 0xfa, 0x21, 0x3d];
-    let mut payload = if opcode == 1 {
-        let mut p =
-            br#"{"id":1,"method":"Runtime.evaluate","params":{"expression":"1+1"}}"#.to_vec();
-        p.truncate(len);
-        p
+    let payload = if opcode == 1 {
+        text_payload(len)
     } else {
-        Vec::new()
+        vec![b'x'; len]
     };
-    payload.resize(len, if opcode == 1 { b' ' } else { b'x' });
     let mut frame = Vec::with_capacity(len + 14);
     frame.push(0x80 | opcode);
     match len {

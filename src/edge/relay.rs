@@ -93,6 +93,11 @@ pub trait Watch: Transform + Send {
     /// This watcher, dropping the client's pongs or not (with keepalive on they answer the
     /// relay's pings, not Chrome's).
     fn dropping_pongs(self: Box<Self>, drop: bool) -> Box<dyn Watch>;
+    /// Who is shown Chrome's messages to this client as they pass, if anyone (taken once,
+    /// when the relay begins).
+    fn downstream_tap(&mut self) -> Option<Box<dyn ws::MessageTap>> {
+        None
+    }
 }
 
 impl Transform for Pongs {
@@ -126,6 +131,21 @@ pub enum RelayEnd {
     ClientRefused(Fatal),
     /// The credential that opened the socket expired; the client was sent a close frame.
     Expired,
+}
+
+impl std::fmt::Display for RelayEnd {
+    /// How a relay ended, as the connection's log line and the session's log say it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::ClientClosed => f.write_str("client_closed"),
+            Self::ChromeClosed => f.write_str("chrome_closed"),
+            Self::ClientError(e) => write!(f, "client_error: {e}"),
+            Self::ChromeError(e) => write!(f, "chrome_error: {e}"),
+            Self::Cancelled => f.write_str("shutdown"),
+            Self::ClientRefused(fatal) => write!(f, "client_refused: {}", fatal.close().1),
+            Self::Expired => f.write_str("credential_expired"),
+        }
+    }
 }
 
 /// Bytes moved by one relay.
@@ -589,7 +609,7 @@ impl Worker {
         );
         // Chrome's message boundaries are tracked where frames go in between them: answers
         // (with an inspector) and pings.
-        let mut downstream = (inspector.is_some() || keepalive.is_some()).then(Downstream::default);
+        let mut downstream = downstream_of(&mut inspector, keepalive.is_some());
         let inspector_id = inspector.as_ref().and_then(|i| i.conn());
         let expires = inspector.as_ref().and_then(|i| i.expires());
         let down = chrome_prefix_flow(chrome_prefix, &mut downstream, &mut inspector);
@@ -724,6 +744,13 @@ fn client_prefix_flow(
     up.bytes = prefix.len() as u64;
     metrics.bytes_client_to_chrome.inc_by(up.bytes);
     up
+}
+
+/// The frame tracker of Chrome's stream, where the relay needs one (with an inspector, whose
+/// tap it shows Chrome's messages, or keepalive).
+fn downstream_of(inspector: &mut Option<Box<dyn Watch>>, keepalive: bool) -> Option<Downstream> {
+    let tap = inspector.as_mut().and_then(|i| i.downstream_tap());
+    (inspector.is_some() || keepalive).then(|| Downstream::default().tapped(tap))
 }
 
 /// The Chrome-to-client flow of a new relay: the bytes Chrome sent after its 101, through the

@@ -191,9 +191,31 @@ pub struct Downstream {
     /// Chrome sent a close frame: nothing of the proxy's may follow it (RFC 6455 §5.5.1).
     closing: bool,
     queued: Vec<u8>,
+    /// Who is shown Chrome's messages as they pass (the session log's copy), if anyone.
+    tap: Option<Box<dyn MessageTap>>,
+    /// The frame being passed is a data frame (its payload goes to the tap).
+    data_frame: bool,
+    /// ... and the last of its message.
+    last_frame: bool,
+}
+
+/// What is shown the payloads of Chrome's data messages as they pass the relay (Chrome's
+/// frames are not masked: the bytes are the message). It must be quick and never block: it
+/// runs on the relay thread.
+pub trait MessageTap: Send + std::fmt::Debug {
+    /// The next payload bytes of the current message.
+    fn payload(&mut self, bytes: &[u8]);
+    /// The current message is complete.
+    fn end(&mut self);
 }
 
 impl Downstream {
+    /// This tracker, showing Chrome's messages to `tap` as they pass.
+    pub fn tapped(mut self, tap: Option<Box<dyn MessageTap>>) -> Self {
+        self.tap = tap;
+        self
+    }
+
     /// Queues whole frames for the client, to go at the next message boundary.
     pub fn queue(&mut self, frames: Vec<u8>) {
         if self.queued.is_empty() {
@@ -231,8 +253,16 @@ impl Downstream {
         while pos < input.len() {
             if self.remaining > 0 {
                 let take = self.remaining.min((input.len() - pos) as u64);
+                if self.data_frame
+                    && let Some(t) = self.tap.as_mut()
+                {
+                    t.payload(&input[pos..pos + take as usize]);
+                }
                 pos += take as usize;
                 self.remaining -= take;
+                if self.remaining == 0 {
+                    self.frame_done();
+                }
                 continue;
             }
             if self.at_boundary() && !self.queued.is_empty() {
@@ -250,13 +280,31 @@ impl Downstream {
                 if !h.is_control() {
                     self.in_message = !h.fin;
                 }
+                self.data_frame = !h.is_control();
+                self.last_frame = h.fin;
                 self.closing |= h.opcode == OP_CLOSE;
+                if h.len == 0 {
+                    self.frame_done();
+                }
             }
         }
         push_input(out, from..pos);
         if self.at_boundary() && !self.queued.is_empty() {
             out.push(Segment::Owned(std::mem::take(&mut self.queued)));
         }
+    }
+}
+
+impl Downstream {
+    /// A frame's payload has passed: the tap learns when it ended a message.
+    fn frame_done(&mut self) {
+        if self.data_frame
+            && self.last_frame
+            && let Some(t) = self.tap.as_mut()
+        {
+            t.end();
+        }
+        self.data_frame = false;
     }
 }
 

@@ -194,6 +194,7 @@ fn warm_run<'a>(
         plan: ContextPlan::default(),
         profile,
         downloads: Default::default(),
+        session_log: Default::default(),
     }
 }
 
@@ -226,6 +227,7 @@ fn claimed_run<'a>(
         plan,
         profile,
         downloads: Default::default(),
+        session_log: Default::default(),
     }
 }
 
@@ -813,7 +815,8 @@ impl ClaimedSession<'_> {
         }
         session.publish();
         run.restore_session_cookies(&session.chrome).await;
-        run.capture_downloads(&session, Some(&self.claim.project_id))
+        let browser = self.claim.browser.as_ref();
+        run.start_records(&session, Some(&self.claim.project_id), browser)
             .await;
         Ok((
             session,

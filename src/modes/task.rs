@@ -47,6 +47,7 @@ pub(super) async fn run(
         plan: ContextPlan::from_config(c),
         profile: launch.user_data_dir.clone(),
         downloads: Default::default(),
+        session_log: Default::default(),
     };
     match serve(&run, launch, task_arn.as_deref()).await {
         Ok(ending) => ending,
@@ -109,7 +110,7 @@ async fn serve(
         });
     }
     run.restore_session_cookies(&session.chrome).await;
-    run.capture_downloads(&session, c.auth.project_id.as_deref())
+    run.start_records(&session, c.auth.project_id.as_deref(), c.browser.as_ref())
         .await;
     // Clients through only now: never to a browser without its extension.
     session.publish();

@@ -33,6 +33,11 @@
 //!   it is judged).
 //!
 //! The upgrade toward Chrome never negotiates permessage-deflate, so payloads are plain.
+//!
+//! When the session is logged ([`Inspector::logging`]), every judged message is copied to the
+//! session's log as it is judged (its first 64 KiB and last bytes, queued without blocking),
+//! with the answers to refused commands and, through the relay's downstream tracker, Chrome's
+//! messages to this client ([`crate::session_log`]).
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -44,6 +49,8 @@ use crate::edge::ws::{
     header_at, header_len, parse_header, push_input, unmask, unmask_into,
 };
 use crate::file_rules::FileRules;
+use crate::session_log::tap::DownTap;
+use crate::session_log::{Dir, Recorder};
 use crate::viewer::handoff::{self, Handoffs};
 
 /// Largest client message (payload bytes, all fragments together). Chrome's own DevTools
@@ -129,6 +136,9 @@ pub struct Inspector {
     scope: guard::Scope,
     /// When the credential that opened the socket expires: the relay ends it then.
     expires: Option<std::time::Instant>,
+    /// The session's log and this connection's id there, when the session is logged: every
+    /// judged message is copied to it (bounded, without blocking).
+    log: Option<(Recorder, u64)>,
 }
 
 impl Default for Inspector {
@@ -149,6 +159,7 @@ impl Inspector {
             drop_pongs: false,
             scope: guard::Scope::Session,
             expires: None,
+            log: None,
         }
     }
 
@@ -175,6 +186,13 @@ impl Inspector {
     /// (keepalive on: they answer the proxy's pings).
     pub fn dropping_pongs(mut self, drop: bool) -> Self {
         self.drop_pongs = drop;
+        self
+    }
+
+    /// This inspector, copying every message of relayed connection `conn` (and, through
+    /// [`Watch::downstream_tap`], Chrome's) to the session's log.
+    pub(crate) fn logging(mut self, log: Option<Recorder>, conn: u64) -> Self {
+        self.log = log.map(|r| (r, conn));
         self
     }
 
@@ -291,6 +309,9 @@ impl Inspector {
     /// Acts on the verdict for a complete message whose frames are `frames`. True for a
     /// withheld `Browser.close`.
     fn decide(&mut self, plain: &[u8], frames: Forward, out: &mut Vec<Segment>) -> bool {
+        if let Some((r, conn)) = &self.log {
+            r.message(*conn, Dir::Up, plain);
+        }
         match guard::judge_in(plain, &self.rules, &self.scope) {
             Verdict::Forward => match frames {
                 Forward::Input(r) => push_input(out, r),
@@ -320,6 +341,9 @@ impl Inspector {
 
     /// Queues `reply` (a complete CDP answer) for the client.
     fn answer(&mut self, reply: &str) {
+        if let Some((r, conn)) = &self.log {
+            r.message(*conn, Dir::Down, reply.as_bytes());
+        }
         self.replies
             .extend(frame_of(OP_TEXT, reply.as_bytes(), false));
         if self.replies.len() > crate::edge::ws::MAX_QUEUED_REPLIES {
@@ -450,6 +474,11 @@ impl Watch for Inspector {
     fn dropping_pongs(mut self: Box<Self>, drop: bool) -> Box<dyn Watch> {
         self.drop_pongs = drop;
         self
+    }
+
+    fn downstream_tap(&mut self) -> Option<Box<dyn crate::edge::ws::MessageTap>> {
+        let (r, conn) = self.log.clone()?;
+        Some(Box::new(DownTap::new(r, conn)))
     }
 }
 
@@ -725,6 +754,65 @@ pub(crate) mod tests {
         let pong = frame(10, true, b"x");
         let (out, _) = run(&pong, 1);
         assert_eq!(out, pong);
+    }
+
+    /// Every message the session's log was sent, as (direction, text).
+    fn logged(rx: &mut crate::session_log::Receiver) -> Vec<(Dir, String)> {
+        let mut got = Vec::new();
+        while let Ok(i) = rx.try_recv() {
+            if let crate::session_log::Item::Message(t) = i {
+                got.push((t.dir, String::from_utf8(t.head).unwrap()));
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn a_logged_connection_copies_each_judged_message_and_each_of_chromes() {
+        let (r, mut rx, _) = Recorder::channel();
+        let mut insp = Inspector::default().logging(Some(r), 7);
+        let cmd = br#"{"id":1,"method":"Page.navigate","params":{"url":"http://127.0.0.1/"}}"#;
+        let refused = br#"{"id":2,"method":"Extensions.loadUnpacked","params":{"path":"/etc"}}"#;
+        let mut stream = frame(1, false, &cmd[..10]);
+        stream.extend(frame(9, true, b"")); // a ping between the fragments: not a message
+        stream.extend(frame(0, true, &cmd[10..]));
+        stream.extend(frame(1, true, refused));
+        for piece in stream.chunks(3) {
+            insp.feed(piece, &mut Vec::new());
+        }
+        let got = logged(&mut rx);
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[0], (Dir::Up, String::from_utf8(cmd.to_vec()).unwrap()));
+        assert_eq!(got[1].0, Dir::Up);
+        // The proxy's own answer to the refused command, as Chrome's would be.
+        assert_eq!(got[2].0, Dir::Down);
+        let answer: serde_json::Value = serde_json::from_str(&got[2].1).unwrap();
+        assert_eq!(answer["id"], 2, "{answer}");
+
+        // Chrome's side: whole messages, however framed and split, control frames not.
+        let mut d = Downstream::default().tapped(insp.downstream_tap());
+        let answer = br#"{"id":1,"result":{"frameId":"F"}}"#;
+        let mut down = frame_with(1, true, answer, None);
+        down.extend(frame_with(9, true, b"pp", None));
+        down.extend(frame_with(1, false, b"{\"method\":", None));
+        down.extend(frame_with(10, true, b"", None));
+        down.extend(frame_with(0, true, b"\"Page.frameNavigated\"}", None));
+        down.extend(frame_with(1, true, b"", None));
+        for piece in down.chunks(2) {
+            d.feed(piece, &mut Vec::new());
+        }
+        let got = logged(&mut rx);
+        assert_eq!(
+            got,
+            [
+                (Dir::Down, String::from_utf8(answer.to_vec()).unwrap()),
+                (Dir::Down, r#"{"method":"Page.frameNavigated"}"#.to_owned()),
+                (Dir::Down, String::new()),
+            ]
+        );
+        // Not logged: nothing is copied, and no tap is offered.
+        let mut quiet = Inspector::default();
+        assert!(quiet.downstream_tap().is_none());
     }
 
     #[test]

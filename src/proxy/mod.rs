@@ -108,6 +108,9 @@ pub struct Proxy {
     viewers_stop: CancellationToken,
     /// A client's request for a person, and the viewers' "done".
     handoffs: Arc<crate::viewer::handoff::Handoffs>,
+    /// The session's log, once a logged session is served: each CDP client's connection takes
+    /// its recorder when it begins.
+    session_log: Arc<crate::session_log::Slot>,
 }
 
 impl Proxy {
@@ -141,7 +144,13 @@ impl Proxy {
             limits,
             relays,
             handoffs,
+            session_log: Arc::default(),
         }))
+    }
+
+    /// Where the session's log recorder goes once the session is known (none: not logged).
+    pub fn session_log(&self) -> &Arc<crate::session_log::Slot> {
+        &self.session_log
     }
 
     /// The session's handoffs (given the live-view URL they hand out once it is known).
@@ -724,6 +733,9 @@ impl Proxy {
             }
         };
         let id = relay::next_id();
+        // A CDP client's traffic is logged (a live viewer's inspector socket is not).
+        let log = upgrade.grant.is_none().then(|| self.session_log.begin(id));
+        let log = log.flatten();
         let job = relay::Job {
             client: client_socket,
             chrome,
@@ -731,12 +743,16 @@ impl Proxy {
             chrome_prefix: upgrade.chrome_prefix,
             inspector: self
                 .inspector(upgrade.grant, id)
+                .map(|i| i.logging(log.clone(), id))
                 .map(|i| Box::new(i) as Box<dyn relay::Watch>),
             on_browser_close: Box::new(on_close),
             metrics: self.metrics.clone(),
             keepalive: self.limits.keepalive,
         };
         let outcome = self.relays.relay(job).await;
+        if let Some(r) = &log {
+            r.connection_ended(id, &outcome.end);
+        }
         self.handoffs.connection_closed(id);
         drop(upgrade.permit);
         self.metrics.outcome(ConnectionEnd::Relayed);
@@ -792,15 +808,7 @@ fn inspector_granted(route: &Route, grant: Option<&crate::viewer::grant::ViewerG
 /// The one log line of a relayed connection.
 fn log_relay_end(outcome: &relay::RelayOutcome, started: Instant) {
     let duration_ms = started.elapsed().as_millis() as u64;
-    let end = match &outcome.end {
-        relay::RelayEnd::ClientClosed => "client_closed".to_owned(),
-        relay::RelayEnd::ChromeClosed => "chrome_closed".to_owned(),
-        relay::RelayEnd::ClientError(e) => format!("client_error: {e}"),
-        relay::RelayEnd::ChromeError(e) => format!("chrome_error: {e}"),
-        relay::RelayEnd::Cancelled => "shutdown".to_owned(),
-        relay::RelayEnd::ClientRefused(f) => format!("client_refused: {}", f.close().1),
-        relay::RelayEnd::Expired => "credential_expired".to_owned(),
-    };
+    let end = &outcome.end;
     info!(
         bytes.client_to_chrome = outcome.client_to_chrome,
         bytes.chrome_to_client = outcome.chrome_to_client,

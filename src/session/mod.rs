@@ -128,6 +128,8 @@ pub(crate) struct Run<'a> {
     pub profile: PathBuf,
     /// The session's downloads being captured, from [`Run::capture_downloads`] to the end.
     pub downloads: std::sync::Mutex<Option<downloads::Capture>>,
+    /// The session's log being written, from [`Run::start_session_log`] to the end.
+    pub session_log: std::sync::Mutex<Option<crate::session_log::Writer>>,
 }
 
 impl Run<'_> {
@@ -299,6 +301,7 @@ impl Run<'_> {
             .close_chrome(crashed, steps.left(Step::ChromeClosed))
             .await;
         let bytes = session.proxy_bytes();
+        session.set_egress_notes(None);
         session.finish();
         let capture = self
             .downloads
@@ -309,6 +312,16 @@ impl Run<'_> {
             // Before the profile and the terminal writes: every finished download is stored
             // before `endedAt`.
             capture.finish(steps.left(Step::Archive)).await;
+        }
+        let log = self
+            .session_log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(log) = log {
+            // Chrome is closed: every relay has ended. The last entries are stored before
+            // `endedAt`, so a log read after the end is whole.
+            log.finish(steps.left(Step::Archive)).await;
         }
         if crashed {
             info!("the browser crashed; the previous archive is kept");
@@ -327,7 +340,7 @@ impl Run<'_> {
     /// CDP connection of its own, into the proxy's downloads directory, stored under the
     /// session's prefix ([`downloads`]). A capture that cannot start is logged; the session is
     /// served without it.
-    pub(crate) async fn capture_downloads(&self, session: &Browser, project_id: Option<&str>) {
+    async fn capture_downloads(&self, session: &Browser, project_id: Option<&str>) {
         let (Some(store), Some(project_id)) = (&self.deps.files, project_id) else {
             return;
         };
@@ -358,6 +371,45 @@ impl Run<'_> {
                 error!(error = %e, "capturing downloads failed to start; downloads are not stored")
             }
         }
+    }
+
+    /// Starts what the session keeps of itself: its log and its downloads. Before READY (no
+    /// client knows where to connect yet).
+    pub(crate) async fn start_records(
+        &self,
+        session: &Browser,
+        project_id: Option<&str>,
+        browser: Option<&wallcrawler_contract::browser::BrowserSettings>,
+    ) {
+        self.start_session_log(session, project_id, browser);
+        self.capture_downloads(session, project_id).await;
+    }
+
+    /// Starts the session's log (where its files store is configured and the session did not
+    /// ask for none: `logSession: false`): the proxy's CDP clients record through it from now
+    /// on ([`crate::session_log`]).
+    fn start_session_log(
+        &self,
+        session: &Browser,
+        project_id: Option<&str>,
+        browser: Option<&wallcrawler_contract::browser::BrowserSettings>,
+    ) {
+        if browser.is_some_and(|b| b.no_session_log) {
+            info!("the session is not logged (logSession: false)");
+            return;
+        }
+        let (Some(store), Some(project_id)) = (&self.deps.files, project_id) else {
+            return;
+        };
+        let (writer, recorder) =
+            crate::session_log::Writer::start(crate::session_log::writer::Sink {
+                store: store.clone(),
+                project_id: project_id.to_owned(),
+                session_id: self.item.id.to_owned(),
+            });
+        session.set_egress_notes(Some(recorder.clone()));
+        session.session_log().set(Some(recorder));
+        *self.session_log.lock().unwrap_or_else(|p| p.into_inner()) = Some(writer);
     }
 
     /// Puts back the session cookies a previous session saved (Chrome never writes them to

@@ -1,6 +1,7 @@
 //! The browser a session asked for (`browserSettings` and Stagehand's `fingerprint`), as the
 //! control plane hands it to the session's controller with its claim (or, for a cold start,
-//! in `SESSION_BROWSER`): the page area, the locales, certificate validation, ad blocking.
+//! in `SESSION_BROWSER`): the page area, the locales, certificate validation, ad blocking,
+//! whether the session is logged.
 //! Nothing here is secret. The controller applies it to a warm browser at claim time.
 
 use std::ops::RangeInclusive;
@@ -65,6 +66,11 @@ pub struct BrowserSettings {
     /// Requests to ad and tracking hosts never leave.
     #[serde(default, skip_serializing_if = "is_false")]
     pub block_ads: bool,
+    /// Nothing of the session is logged (`browserSettings.logSession: false`; logging is the
+    /// default): no entry of its CDP traffic, events or notes is recorded
+    /// ([`crate::session_log`]).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_session_log: bool,
 }
 
 /// Whether `tag` is a locale tag such as `de`, `de-DE` or `zh-Hant-TW` (letters, digits and
@@ -187,8 +193,12 @@ mod tests {
             locales: vec!["de-DE".into()],
             ignore_certificate_errors: true,
             block_ads: true,
+            no_session_log: true,
         };
         assert_eq!(BrowserSettings::from_json(&good.to_json()).unwrap(), good);
+        // Logging is the default: nothing said about it, nothing carried.
+        assert_eq!(BrowserSettings::default().to_json(), "{}");
+        assert!(good.to_json().contains(r#""noSessionLog":true"#));
         assert!(BrowserSettings::from_json(r#"{"viewport":{"width":0,"height":1}}"#).is_err());
         assert!(BrowserSettings::from_json(r#"{"locales":["x y"]}"#).is_err());
         assert!(BrowserSettings::from_json(r#"{"other":1}"#).is_err());

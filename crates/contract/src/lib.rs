@@ -27,6 +27,8 @@
 //! - [`session`]: the session item's lifecycle statuses and their SDK-visible mapping.
 //! - [`session_doc`]: the session item as a document (the local platform's directory of them is
 //!   the local crate's).
+//! - [`session_log`]: a session's log entries (Browserbase's `SessionLog`), where they are
+//!   stored, and the redaction every entry passes.
 //! - [`storage`]: the S3 key layout of context profile archives.
 //! - [`task_api`]: how a task on AWS takes its claim and its session's credentials from the
 //!   control plane (its identity: a signed STS request).
@@ -46,6 +48,7 @@ pub mod retry;
 pub mod secret;
 pub mod session;
 pub mod session_doc;
+pub mod session_log;
 pub mod storage;
 pub mod task_api;
 pub mod task_env;

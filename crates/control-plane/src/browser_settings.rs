@@ -14,7 +14,7 @@
 //! Named (as its path from the body's top: `browserSettings.solveCaptchas`,
 //! `browserSettings.fingerprint.browsers`, `fooBar`) is a field whose value asks for what the
 //! platform does not do: a flag set to true (`solveCaptchas`, `verified`, `advancedStealth`,
-//! `recordSession`, `logSession`), a captcha selector, an `os` other than linux (what the
+//! `recordSession`), a captcha selector, an `os` other than linux (what the
 //! browser reports), a fingerprint list without what the browser is (Chrome, desktop, Linux),
 //! `httpVersion` "1", a `fingerprint.screen` not applied, `proxySettings.caCertificates`, and
 //! every field not known, at the top or inside `browserSettings`. A value asking for what
@@ -28,7 +28,7 @@ use std::fmt;
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::Response;
 use serde_json::{Map, Number, Value};
-use tracing::info;
+use tracing::{info, warn};
 use wallcrawler_contract::browser::{
     BrowserSettings, MAX_LOCALES, VIEWPORT_HEIGHT, VIEWPORT_WIDTH, Viewport, valid_locale,
 };
@@ -280,9 +280,8 @@ const BROWSER_FIELDS: [&str; 15] = [
     "viewport",
 ];
 /// `browserSettings` flags asking for what the platform does not do: named when true.
-const FLAGS_NOT_DONE: [&str; 5] = [
+const FLAGS_NOT_DONE: [&str; 4] = [
     "advancedStealth",
-    "logSession",
     "recordSession",
     "solveCaptchas",
     "verified",
@@ -333,6 +332,11 @@ fn browser_settings(
         locales: fp.locales,
         ignore_certificate_errors: flag(m, AT, "ignoreCertificateErrors")?,
         block_ads: flag(m, AT, "blockAds")?,
+        // Logged unless asked not to be: absent and null are the default, true.
+        no_session_log: match m.get("logSession") {
+            None | Some(Value::Null) => false,
+            Some(_) => !flag(m, AT, "logSession")?,
+        },
     })
 }
 
@@ -561,6 +565,36 @@ fn locales(v: Option<&Value>) -> Result<Vec<String>, Refusal> {
         .collect()
 }
 
+/// The session's first log entry (`GET …/logs`), when its create asked for what this platform
+/// accepts but does not do: a note naming it (as the create's header does), in a chunk of its own whose key
+/// sorts before its controller's (named by now, before the controller starts writing). For a
+/// session that is logged (not `logSession: false`); a store that fails is logged.
+pub async fn note_unsupported(
+    app: &crate::app::App,
+    project_id: &str,
+    session_id: &str,
+    unsupported: &Unsupported,
+) {
+    let Some(names) = unsupported.header_value() else {
+        return;
+    };
+    let now = app.clock.now_millis();
+    let note = wallcrawler_contract::session_log::SessionLog::note(
+        &format!(
+            "the session asked for what this platform accepts but does not do: {names} (named in the create's {} header too)",
+            UNSUPPORTED_HEADER
+        ),
+        now,
+    );
+    let mut line = serde_json::to_vec(&note).unwrap_or_default();
+    line.push(b'\n');
+    let key =
+        wallcrawler_contract::session_log::session_log_chunk_key(project_id, session_id, now, 0);
+    if let Err(e) = app.objects.put(&key, line.into()).await {
+        warn!(session.id = %session_id, error = %crate::error::chain(&e), "the session's note of what it asked for and did not get could not be stored");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -745,6 +779,15 @@ mod tests {
     }
 
     #[test]
+    fn log_session_is_on_unless_false() {
+        assert!(!settings(json!({})).no_session_log);
+        assert!(!settings(json!({"logSession": true})).no_session_log);
+        assert!(!settings(json!({"logSession": null})).no_session_log);
+        assert!(settings(json!({"logSession": false})).no_session_log);
+        assert!(named(json!({"browserSettings": {"logSession": true}})).is_empty());
+    }
+
+    #[test]
     fn flags_are_booleans() {
         let s = settings(json!({"blockAds": true, "ignoreCertificateErrors": true}));
         assert!(s.block_ads && s.ignore_certificate_errors);
@@ -874,7 +917,6 @@ mod tests {
                 "browserSettings.fingerprint.other",
                 "browserSettings.fingerprint.screen",
                 "browserSettings.fingerprint.screen.dpr",
-                "browserSettings.logSession",
                 "browserSettings.newThing",
                 "browserSettings.os",
                 "browserSettings.recordSession",

@@ -16,12 +16,14 @@
 //! - [`egress`]: a create's `proxies` and `allowedDomains` checked into the session's egress,
 //!   and the operator's managed proxy pools they may name.
 //! - [`browser_settings`]: a create's `browserSettings` read into the browser its controller
-//!   makes (viewport, locales, certificate errors, ad blocking), and every field accepted but
+//!   makes (viewport, locales, certificate errors, ad blocking, logging), and every field accepted but
 //!   not done named (`x-wallcrawler-unsupported`).
 //! - [`extensions`]: the extensions API (archives checked, kept per project by content) and
 //!   the lookup of a create's `extensionId`.
 //! - [`files`]: a session's files: `GET /v1/sessions/{id}/downloads` (202 while in progress,
 //!   else the zip, or on AWS a redirect to it).
+//! - [`session_logs`]: a session's log (`GET /v1/sessions/{id}/logs`, and its SSE stream,
+//!   `…/logs/stream`), read from the chunks its controller stores.
 //! - [`zips`]: a zip of stored objects (the writer, bounded) and what a store hands back.
 //! - [`uploads`]: session uploads (files stored for the session's browser, which its
 //!   controller fetches when a client names them).
@@ -72,6 +74,7 @@ pub mod model;
 pub mod router;
 pub mod rules;
 pub mod session_events;
+pub mod session_logs;
 pub mod stores;
 pub mod sweep;
 pub mod task_api;

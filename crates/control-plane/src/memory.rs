@@ -229,6 +229,16 @@ impl ObjectStore for MemObjects {
         let out = crate::zips::write_zip(std::io::Cursor::new(Vec::new()), entries, max)?;
         Ok(crate::zips::Zip::Body(out.into_inner().into()))
     }
+    async fn names_under(&self, prefix: &str, max: usize) -> StoreResult<Vec<String>> {
+        let m = self.0.lock().expect("not poisoned");
+        Ok(m.range(prefix.to_owned()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, _)| &k[prefix.len()..])
+            .filter(|n| !n.is_empty() && !n.contains('/'))
+            .take(max)
+            .map(str::to_owned)
+            .collect())
+    }
 }
 
 /// What a [`MemLauncher`] does when asked to launch.

@@ -46,7 +46,14 @@ pub fn router(app: App) -> Router {
             "/v1/sessions/{id}/uploads",
             post(u::create_upload).layer(DefaultBodyLimit::max(u::MAX_BODY_BYTES)),
         )
-        .route("/v1/sessions/{id}/logs", unimplemented(MethodFilter::GET))
+        .route(
+            "/v1/sessions/{id}/logs",
+            get(crate::session_logs::session_logs),
+        )
+        .route(
+            "/v1/sessions/{id}/logs/stream",
+            get(crate::session_logs::session_logs_stream),
+        )
         .route(
             "/v1/sessions/{id}/recording",
             unimplemented(MethodFilter::GET),

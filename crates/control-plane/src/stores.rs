@@ -294,6 +294,9 @@ pub trait ObjectStore: Send + Sync {
     /// or, where large bodies cannot be answered (S3 behind Lambda), written at `zip_key` and
     /// a presigned GET of it.
     async fn zip_under(&self, prefix: &str, zip_key: &str, max: u64) -> StoreResult<Zip>;
+    /// The names (the rest of their keys) of at most `max` objects directly under the folder
+    /// `prefix`, sorted: a session's log chunks.
+    async fn names_under(&self, prefix: &str, max: usize) -> StoreResult<Vec<String>>;
 }
 
 /// An object read with a size bound ([`ObjectStore::get_at_most`]).

@@ -2232,10 +2232,7 @@ async fn debug_of_a_session_past_its_expiry_is_409() {
 // ---------------------------------------------------------------------------------------------
 // Endpoints Browserbase has and Wallcrawler does not yet.
 
-const NOT_IMPLEMENTED: [(&str, &str); 2] = [
-    ("GET", "/v1/sessions/sess_1/logs"),
-    ("GET", "/v1/sessions/sess_1/recording"),
-];
+const NOT_IMPLEMENTED: [(&str, &str); 1] = [("GET", "/v1/sessions/sess_1/recording")];
 
 #[tokio::test]
 async fn unimplemented_endpoints_are_501() {
@@ -3193,3 +3190,5 @@ mod browser;
 mod egress;
 /// The extensions API and a create's `extensionId`.
 mod extensions;
+/// A session's log and its event stream, read from the chunks its controller stores.
+mod logs;

@@ -27,6 +27,9 @@ mod egress;
 mod handoff;
 /// A page's `debuggerUrl` reaches that page alone and dies with its credential.
 mod inspector;
+/// A session's log: read while it runs and after it ended, secrets never in it, nothing with
+/// `logSession: false`.
+mod logs;
 
 const WAIT: Duration = Duration::from_secs(60);
 

@@ -47,7 +47,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 pub use ads::{AdBlockError, AdLists};
-pub use policy::{EgressAllow, Hop};
+pub use policy::{EgressAllow, Hop, MAX_NOTES, Notes};
 use upstream::{Tunnel, UpstreamError};
 
 /// Connections through the egress at once, per Chrome (Chrome itself keeps at most 256 per
@@ -164,7 +164,8 @@ async fn connection(stream: TcpStream, hop: &Hop, handshake_timeout: Duration) {
         }
         // The session's proxy failed it: the operator's and the session's business.
         Err(e @ EgressError::Proxy { .. }) => {
-            warn!(error = %e, "the session's proxy did not connect; the page gets a network error (nothing went direct)")
+            warn!(error = %e, "the session's proxy did not connect; the page gets a network error (nothing went direct)");
+            hop.note(|| format!("the session's proxy did not connect: {e}; the page got a network error (nothing went direct)"));
         }
         // Chrome's own business (a page's unreachable host): debug, never the destination's
         // name (it may carry what a page encodes in it).

@@ -164,7 +164,17 @@ struct Inner {
     routes: RwLock<Arc<Routes>>,
     proxied_bytes: AtomicU64,
     ads_blocked: AtomicU64,
+    /// Where the session's own notes go (its log), and how many were sent.
+    notes: RwLock<Option<Notes>>,
+    noted: AtomicU64,
 }
+
+/// What takes the session's notes (the session's log: [`crate::session_log`]).
+pub type Notes = Arc<dyn Fn(String) + Send + Sync>;
+
+/// The most notes one session's hop sends (a proxy that fails fails every page's every
+/// connection); past them one more says so.
+pub const MAX_NOTES: u64 = 20;
 
 impl std::fmt::Debug for Hop {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -195,7 +205,30 @@ impl Hop {
                 })),
                 proxied_bytes: AtomicU64::new(0),
                 ads_blocked: AtomicU64::new(0),
+                notes: RwLock::new(None),
+                noted: AtomicU64::new(0),
             }),
+        }
+    }
+
+    /// Where the session's notes go from now on (`None`: nowhere, the count begun again).
+    pub fn set_notes(&self, notes: Option<Notes>) {
+        *self.inner.notes.write().unwrap_or_else(|p| p.into_inner()) = notes;
+        self.inner.noted.store(0, Ordering::Relaxed);
+    }
+
+    /// Tells the session `message` (what its proxy did to it), within [`MAX_NOTES`].
+    pub fn note(&self, message: impl FnOnce() -> String) {
+        let notes = self.inner.notes.read().unwrap_or_else(|p| p.into_inner());
+        let Some(notes) = notes.as_ref() else {
+            return;
+        };
+        match self.inner.noted.fetch_add(1, Ordering::Relaxed) {
+            n if n < MAX_NOTES => notes(message()),
+            MAX_NOTES => notes(format!(
+                "the session's proxy failed {MAX_NOTES} connections; later failures are not noted"
+            )),
+            _ => {}
         }
     }
 

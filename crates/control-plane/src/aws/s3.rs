@@ -34,14 +34,17 @@ impl S3Archives {
 
 const BUCKET: &str = "the contexts bucket";
 
+/// A presigned URL's settings: valid for `ttl_seconds`.
+fn presigning(ttl_seconds: u64) -> StoreResult<aws_sdk_s3::presigning::PresigningConfig> {
+    aws_sdk_s3::presigning::PresigningConfig::expires_in(Duration::from_secs(ttl_seconds))
+        .map_err(|e| StoreError::failed_by("presigning", e))
+}
+
 #[async_trait]
 impl ArchiveUrls for S3Archives {
     /// A SigV4 presigned `PutObject` (at most 7 days, S3's limit).
     async fn presign_put(&self, key: &str, ttl_seconds: u64) -> StoreResult<String> {
-        let cfg = aws_sdk_s3::presigning::PresigningConfig::expires_in(Duration::from_secs(
-            ttl_seconds.min(7 * 24 * 3600),
-        ))
-        .map_err(|e| StoreError::failed_by("presigning", e))?;
+        let cfg = presigning(ttl_seconds.min(7 * 24 * 3600))?;
         let req = self
             .client
             .put_object()
@@ -145,10 +148,7 @@ impl ObjectStore for S3Archives {
         };
         let _ = tokio::fs::remove_file(&tmp).await;
         stored?;
-        let cfg = aws_sdk_s3::presigning::PresigningConfig::expires_in(Duration::from_secs(
-            ZIP_URL_TTL_SECONDS,
-        ))
-        .map_err(|e| StoreError::failed_by("presigning", e))?;
+        let cfg = presigning(ZIP_URL_TTL_SECONDS)?;
         let req = self
             .client
             .get_object()
@@ -158,6 +158,31 @@ impl ObjectStore for S3Archives {
             .await
             .map_err(|e| sdk_error(BUCKET, e))?;
         Ok(Zip::At(req.uri().to_owned()))
+    }
+
+    /// `ListObjectsV2` pages (in key order) until `max` names.
+    async fn names_under(&self, prefix: &str, max: usize) -> StoreResult<Vec<String>> {
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        let mut names = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| sdk_error(BUCKET, e))?;
+            for key in page.contents().iter().filter_map(|o| o.key()) {
+                let name = key.strip_prefix(prefix).unwrap_or("");
+                if !name.is_empty() && !name.contains('/') {
+                    names.push(name.to_owned());
+                }
+                if names.len() >= max {
+                    return Ok(names);
+                }
+            }
+        }
+        Ok(names)
     }
 }
 

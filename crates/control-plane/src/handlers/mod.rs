@@ -89,6 +89,6 @@ pub(crate) async fn own_session(
 /// Browserbase endpoints not implemented yet.
 pub async fn not_implemented(_: Caller) -> ApiResult {
     Err(ApiError::not_implemented(
-        "this endpoint (logs, recordings) is not implemented by Wallcrawler yet",
+        "this endpoint (recordings) is not implemented by Wallcrawler yet",
     ))
 }

@@ -309,6 +309,7 @@ pub async fn create_session(
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let req: CreateSession = parse_body(&body)?;
     let id = crate::limits::new_session_id();
+    let logged = !asked.settings.as_ref().is_some_and(|s| s.no_session_log);
     let new = checked_request(&app, &p, req, asked.settings, &id).await?;
 
     // The context's lease first (a create waiting for a writer holds no slot meanwhile), then
@@ -346,6 +347,10 @@ pub async fn create_session(
         .mark_provisioning(&id, task_arn.as_deref(), &app.now_iso())
         .await?;
     asked.unsupported.log(&id);
+    if logged {
+        crate::browser_settings::note_unsupported(&app, p.project_id(), &id, &asked.unsupported)
+            .await;
+    }
     let mut answer = if app.settings.connect_base.is_some() {
         // Behind the gateway the URL works now: a client that connects before READY is held.
         info!(session.id = %id, project.id = %p.project_id(), "session created; answering with the gateway's connectUrl");

@@ -418,6 +418,30 @@ impl ObjectStore for DirObjects {
             .map_err(|e| StoreError::failed_by("zipping downloads", e))?;
         Ok(crate::zips::Zip::Body(made?.into()))
     }
+    /// The folder's regular files (not links, not the temporary files of a write in
+    /// progress), sorted.
+    async fn names_under(&self, prefix: &str, max: usize) -> StoreResult<Vec<String>> {
+        let mut entries = match tokio::fs::read_dir(self.path(prefix)?).await {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(object_err("listing", prefix, e)),
+        };
+        let mut names = Vec::new();
+        while let Some(e) = entries
+            .next_entry()
+            .await
+            .map_err(|e| object_err("listing", prefix, e))?
+        {
+            let regular = e.file_type().await.is_ok_and(|t| t.is_file());
+            match e.file_name().into_string() {
+                Ok(n) if regular && !n.starts_with('.') => names.push(n),
+                _ => {}
+            }
+        }
+        names.sort();
+        names.truncate(max);
+        Ok(names)
+    }
 }
 
 /// A zip of `dir`'s regular files, sorted by name (a missing `dir`: an empty zip).

@@ -105,8 +105,39 @@ async fn locales_screen_and_flags_reach_the_launcher() {
             locales: vec!["de-DE".into(), "en-US".into()],
             ignore_certificate_errors: true,
             block_ads: true,
+            no_session_log: false,
         })
     );
+}
+
+/// `logSession: false` reaches the controller (which then records nothing); `true`, absent or
+/// null is the default (logged) and carries nothing; it is never named as not done.
+#[tokio::test]
+async fn log_session_false_reaches_the_launcher() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (status, named, resp) = h
+        .create_naming(r#"{"browserSettings": {"logSession": false}}"#)
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{resp}");
+    assert_eq!(named, None);
+    assert_eq!(
+        h.launched_browser(),
+        Some(BrowserSettings {
+            no_session_log: true,
+            ..Default::default()
+        })
+    );
+    assert!(h.launched()[0].claim().browser.unwrap().no_session_log);
+    for asked in ["true", "null"] {
+        let h = Harness::new(LaunchBehaviour::BecomeReady);
+        let (status, named, _) = h
+            .create_naming(&format!(
+                r#"{{"browserSettings": {{"logSession": {asked}}}}}"#
+            ))
+            .await;
+        assert_eq!((status, named), (StatusCode::CREATED, None), "{asked}");
+        assert_eq!(h.launched_browser(), None, "{asked}");
+    }
 }
 
 /// The exact refusals, each naming its field; nothing is launched or kept.
@@ -197,6 +228,44 @@ async fn what_is_not_done_is_named_in_the_answer_and_the_log() {
         !log.contains("value-7d1c"),
         "names only, never values: {log}"
     );
+    // The session's own log says it too, first.
+    let (status, _, entries) = h
+        .exchange(
+            Method::GET,
+            &format!("/v1/sessions/{id}/logs"),
+            &[("x-wc-api-key", KEY_A)],
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{entries}");
+    let first = &entries[0];
+    assert_eq!(first["method"], "Wallcrawler.note", "{entries}");
+    let said = first["response"]["result"]["message"].as_str().unwrap();
+    assert!(
+        said.contains("browserSettings.solveCaptchas,fooBar") && !said.contains("value-7d1c"),
+        "{said}"
+    );
+}
+
+/// `logSession: false`: not even that note.
+#[tokio::test]
+async fn a_session_not_logged_gets_no_note_of_what_is_not_done() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (status, named, body) = h
+        .create_naming(r#"{"browserSettings": {"solveCaptchas": true, "logSession": false}}"#)
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(named.as_deref(), Some("browserSettings.solveCaptchas"));
+    let id = body["id"].as_str().unwrap();
+    let (status, _, entries) = h
+        .exchange(
+            Method::GET,
+            &format!("/v1/sessions/{id}/logs"),
+            &[("x-wc-api-key", KEY_A)],
+            None,
+        )
+        .await;
+    assert_eq!((status, entries), (StatusCode::OK, json!([])));
 }
 
 /// Behind the connect gateway (an answer at once) and when the create answers PENDING, the

@@ -156,11 +156,19 @@ fn a_proxy_refusing_the_credentials_fails_closed_and_says_why() {
     );
     assert_eq!(r["proxyBytes"], 0, "{r}");
     assert_eq!(r["passwordInAnswers"], false, "{r}");
-    let (_data, logged) = stopped_without_the_password(s, &log);
+    let (data, logged) = stopped_without_the_password(s, &log);
     assert!(
         logged.contains("the session's proxy did not connect")
             && logged.contains("the proxy refused the credentials"),
         "the log does not say why: {logged}"
+    );
+    // And the session's own log says it, as a platform note.
+    let noted = files_holding(data.path(), "the session's proxy did not connect: ");
+    assert!(
+        noted
+            .iter()
+            .any(|f| f.contains("/logs/") && f.ends_with(".jsonl")),
+        "the session's log does not say why: {noted:?}"
     );
 }
 
