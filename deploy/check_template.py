@@ -294,7 +294,10 @@ def code_actions(*paths, without=()):
     # A TransactWriteItems is authorised per item, as the item's own write.
     items = {"Put": "dynamodb:PutItem", "Update": "dynamodb:UpdateItem", "Delete": "dynamodb:DeleteItem"}
     transact = {items[k] for k in re.findall(r"\b(Put|Update|Delete)::builder\(\)", src)}
-    return {OPS[o] for o in found if o in OPS} | transact
+    # An object written with tags (`.set_tagging(…)` in a PutObject or multipart chain) is
+    # authorised as PutObjectTagging too.
+    tagging = {"s3:PutObjectTagging"} if re.search(r"\.set_tagging\(", src) else set()
+    return {OPS[o] for o in found if o in OPS} | transact | tagging
 
 
 def env_names_read(*paths):
@@ -931,6 +934,8 @@ def check_object_prefixes(t):
         "s3:GetObject": {f"*/*/{profile}", f"{files}/*/uploads/*", f"{ext}/*"},
         "s3:PutObject": {f"*/*/{profile}", f"{files}/*/downloads/*", f"{files}/*/logs/*"},
         "s3:AbortMultipartUpload": {f"*/*/{profile}", f"{files}/*/downloads/*"},
+        # A log chunk carries its expiry tag (session_log::RECORD_TAGGING).
+        "s3:PutObjectTagging": {f"{files}/*/logs/*"},
     }
     got = {}
     for st in statements(t, "SessionRole"):
@@ -945,6 +950,7 @@ def check_object_prefixes(t):
     use = {
         "s3:GetObject": ["proj_1/ctx_1/profile.tar.gz", "files/proj_1/sess_1/uploads/a.txt", "extensions/proj_1/" + "0f" * 32 + ".zip"],
         "s3:PutObject": ["proj_1/ctx_1/profile.tar.gz", "files/proj_1/sess_1/downloads/a-1.csv", "files/proj_1/sess_1/logs/1700000000000-000000.jsonl"],
+        "s3:PutObjectTagging": ["files/proj_1/sess_1/logs/1700000000000-000000.jsonl"],
     }
     never = ["extension-uploads/proj_1/u.zip", "proj_1/ctx_1/other.tar.gz", "files/proj_1/sess_1/other/a", "anything"]
     for a, keys in use.items():

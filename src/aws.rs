@@ -22,6 +22,7 @@ use wallcrawler_aws::item::{self, Item};
 use wallcrawler_aws::keys::{FetchMode, KeyFetcher};
 use wallcrawler_aws::secrets::{SecretsError, SecretsManagerKeys};
 use wallcrawler_contract::session::attr;
+use wallcrawler_contract::session_log::record_tagging;
 use wallcrawler_contract::{InternalStatus, VerifyingKey};
 
 use crate::stores::{
@@ -510,6 +511,7 @@ impl ArchiveStore for S3Archives {
                 .put_object()
                 .bucket(&self.bucket)
                 .key(key)
+                .set_tagging(record_tagging(key).map(str::to_owned))
                 .body(ByteStream::from(first))
                 .send()
                 .await
@@ -521,6 +523,7 @@ impl ArchiveStore for S3Archives {
             .create_multipart_upload()
             .bucket(&self.bucket)
             .key(key)
+            .set_tagging(record_tagging(key).map(str::to_owned))
             .send()
             .await
             .map_err(|e| sdk_error(BUCKET, e))?;

@@ -620,3 +620,35 @@ fn an_interrupted_upload_keeps_the_previous_archive() {
     assert_eq!(aws::get_object(&bucket, key).as_deref(), Some(&b"new"[..]));
     let _ = Path::new(key);
 }
+
+/// A session log chunk is stored with the tag the bucket's lifecycle rule expires
+/// (`SessionRecordRetentionDays`); a profile archive is not.
+#[test]
+fn a_log_chunk_is_tagged_to_expire_and_an_archive_is_not() {
+    use wallcrawler_contract::session_log::{RECORD_TAGGING, session_log_chunk_key};
+    use wallcrawler_controller::stores::ArchiveStore;
+    let bucket = aws::create_bucket();
+    let store = wallcrawler_controller::aws::S3Archives::new(&aws::sdk(), bucket.clone());
+    let chunk = session_log_chunk_key("proj_a", "sess_1", 1_765_100_000_000, 0);
+    let archive = "proj_a/ctx_1/profile.tar.gz";
+    let tags = |key: &str| {
+        aws::rt()
+            .block_on(store.put(key, Box::pin(&b"{}\n"[..])))
+            .unwrap();
+        let out = aws::rt()
+            .block_on(
+                aws::s3()
+                    .get_object_tagging()
+                    .bucket(&bucket)
+                    .key(key)
+                    .send(),
+            )
+            .unwrap();
+        out.tag_set()
+            .iter()
+            .map(|t| format!("{}={}", t.key(), t.value()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(tags(&chunk), vec![RECORD_TAGGING.to_owned()]);
+    assert_eq!(tags(archive), Vec::<String>::new());
+}

@@ -163,6 +163,19 @@ pub fn session_log_chunk_key(
     )
 }
 
+/// The tag (`key=value`, S3's `x-amz-tagging`) a session's records carry in the contexts
+/// bucket: its lifecycle rule expires what has it after `SessionRecordRetentionDays`
+/// (`deploy/template.yaml`; a rule cannot match `files/*/*/logs/` by prefix).
+pub const RECORD_TAGGING: &str = "wallcrawler-record=session";
+
+/// [`RECORD_TAGGING`] when `key` is a session's record (a log chunk's key), else `None`.
+pub fn record_tagging(key: &str) -> Option<&'static str> {
+    let mut parts = key.strip_prefix("files/")?.split('/');
+    let (_project, _session) = (parts.next()?, parts.next()?);
+    let (dir, name) = (parts.next()?, parts.next()?);
+    (parts.next().is_none() && dir == "logs" && is_chunk_name(name)).then_some(RECORD_TAGGING)
+}
+
 /// Whether `name` (a key below [`session_log_prefix`]) is a chunk's: what the API reads.
 pub fn is_chunk_name(name: &str) -> bool {
     let b = name.as_bytes();
@@ -401,6 +414,21 @@ fn secret_at(s: &str) -> Option<(usize, usize)> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_a_log_chunk_is_tagged_to_expire() {
+        let chunk = session_log_chunk_key("proj_a", "sess_1", 1_765_100_000_000, 3);
+        assert_eq!(record_tagging(&chunk), Some(RECORD_TAGGING));
+        for other in [
+            "files/proj_a/sess_1/downloads/a.pdf",
+            "files/proj_a/sess_1/logs/notes.txt",
+            "files/proj_a/sess_1/logs/x/1765100000000-000003.jsonl",
+            "proj_a/ctx_1/profile.tar.gz",
+            "logs/1765100000000-000003.jsonl",
+        ] {
+            assert_eq!(record_tagging(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn every_secret_holds_a_hint() {

@@ -381,9 +381,11 @@ pub const MAX_SESSION_POLICY_BYTES: usize = 2048;
 pub const SESSION_ITEM_ACTIONS: [&str; 2] = ["dynamodb:GetItem", "dynamodb:UpdateItem"];
 
 /// The S3 actions a controller makes on its session's objects and the bucket.
-pub const SESSION_OBJECT_ACTIONS: [&str; 4] = [
+pub const SESSION_OBJECT_ACTIONS: [&str; 5] = [
     "s3:GetObject",
     "s3:PutObject",
+    // A log chunk is written with its expiry tag (`session_log::RECORD_TAGGING`).
+    "s3:PutObjectTagging",
     "s3:AbortMultipartUpload",
     "s3:ListBucket",
 ];
@@ -598,7 +600,8 @@ mod tests {
                 "Condition": {"ForAllValues:StringEquals":
                     {"dynamodb:LeadingKeys": [scope.session_id]}}},
             {"Effect": "Allow",
-                "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:ListBucket"],
+                "Action": ["s3:GetObject", "s3:PutObject", "s3:PutObjectTagging",
+                    "s3:AbortMultipartUpload", "s3:ListBucket"],
                 "Resource": [
                     bucket,
                     files,

@@ -77,6 +77,7 @@ impl ObjectStore for S3Archives {
             .put_object()
             .bucket(&self.bucket)
             .key(key)
+            .set_tagging(wallcrawler_contract::session_log::record_tagging(key).map(str::to_owned))
             .body(body.into())
             .send()
             .await

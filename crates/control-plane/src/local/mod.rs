@@ -15,6 +15,7 @@
 //!   ([`wallcrawler_local::chrome_uids`]).
 
 pub mod controllers;
+pub mod retention;
 pub mod serve;
 
 use std::collections::BTreeMap;

@@ -49,6 +49,10 @@ pub struct LocalServer {
     app: App,
     /// How often the sweeper runs (`None`: never).
     sweep_every: Option<Duration>,
+    /// The data directory's `contexts/`, where sessions' records are.
+    records: PathBuf,
+    /// How long a session's records are kept (`None`: for ever).
+    retention: Option<Duration>,
 }
 
 /// How clients reach the local platform's sessions.
@@ -142,7 +146,16 @@ impl LocalServer {
             gateway,
             app,
             sweep_every: Some(DEFAULT_SWEEP_EVERY),
+            records: data_dir.join("contexts"),
+            retention: Some(super::retention::DEFAULT_RETENTION),
         })
+    }
+
+    /// Keeps sessions' records (their logs) `days` days after they were last written (0: for
+    /// ever); see [`super::retention`].
+    pub fn retention_days(mut self, days: u64) -> Self {
+        self.retention = (days > 0).then(|| Duration::from_secs(days.saturating_mul(86_400)));
+        self
     }
 
     /// Runs the sweeper ([`crate::sweep`]) every `every` while serving (zero: never).
@@ -179,6 +192,12 @@ impl LocalServer {
         // Aborted when dropped, at the end of `run`.
         let _sweeper = self.sweep_every.map(|every| {
             AbortOnDropHandle::new(tokio::spawn(sweep_periodically(self.app.clone(), every)))
+        });
+        let _expiry = self.retention.map(|keep| {
+            AbortOnDropHandle::new(tokio::spawn(super::retention::expire_periodically(
+                self.records.clone(),
+                keep,
+            )))
         });
         axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown)
