@@ -61,6 +61,8 @@ pub(crate) struct Sink {
     pub project_id: String,
     /// The session.
     pub session_id: String,
+    /// The session's log, which notes each download's start and end (`None`: not logged).
+    pub log: Option<crate::session_log::Recorder>,
 }
 
 /// The session item whose `downloadsInProgress` this capture keeps.
@@ -238,13 +240,27 @@ impl Loop {
         }
     }
 
+    /// Tells the session's log `message`, if it is logged.
+    fn note(&self, message: impl FnOnce() -> String) {
+        if let Some(log) = &self.sink.log {
+            log.note(message());
+        }
+    }
+
     /// Handles one event; the guid of a download to cancel, if any.
     fn on_event(&self, e: &Event) -> Option<String> {
         let guid = e.params["guid"].as_str()?.to_owned();
         match e.method.as_str() {
             "Browser.downloadWillBegin" => {
                 let name = e.params["suggestedFilename"].as_str().unwrap_or_default();
-                self.begin(guid, name)
+                self.note(|| format!("a download began: {name:?}"));
+                let refused = self.begin(guid, name);
+                if refused.is_some() {
+                    self.note(|| {
+                        format!("the download {name:?} was refused: the session's download limits")
+                    });
+                }
+                refused
             }
             "Browser.downloadProgress" => match e.params["state"].as_str() {
                 Some("inProgress") => {
@@ -255,10 +271,13 @@ impl Loop {
                     self.check_bytes(guid, received.max(total))
                 }
                 Some("completed") => {
+                    let bytes = e.params["receivedBytes"].as_u64().unwrap_or(0);
+                    self.note(|| format!("a download completed ({bytes} bytes)"));
                     self.complete(&guid, &e.params);
                     None
                 }
                 Some("canceled") => {
+                    self.note(|| "a download was canceled".to_owned());
                     self.forget(&guid, 0);
                     None
                 }

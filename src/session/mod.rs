@@ -352,6 +352,7 @@ impl Run<'_> {
             store: store.clone(),
             project_id: project_id.to_owned(),
             session_id: self.item.id.to_owned(),
+            log: session.session_log().get(),
         };
         let caps = downloads::Caps {
             max_bytes: self.c.downloads.max_bytes,

@@ -80,6 +80,30 @@ fn playwright_and_puppeteer_downloads_are_stored_and_served_as_a_zip() {
         .join(sid)
         .join("downloads");
     assert_eq!(std::fs::read_dir(&stored).unwrap().count(), 2);
+    // The session's log notes both downloads, begun and completed (stored within its 500 ms
+    // flush: looked for until a generous deadline).
+    let logs = stored.with_file_name("logs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let noted = loop {
+        let text: String = std::fs::read_dir(&logs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .collect();
+        let done = text.matches("a download completed").count();
+        if done >= 2 || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    for said in [
+        "a download began: \\\"report.csv\\\"",
+        "a download began: \\\"data.bin\\\"",
+    ] {
+        assert!(noted.contains(said), "no {said} in the log: {noted}");
+    }
+    assert_eq!(noted.matches("a download completed").count(), 2, "{noted}");
 
     // The stock Python SDK, as written.
     let py = out.path().join("py.zip");
