@@ -220,18 +220,26 @@
     $("logs").replaceChildren();
     $("logs").dataset.source = "";
     for (const box of ["live", "recording", "downloads"]) say(box, "Loading…", "loading");
-    const s = await fields(id, signal);
+    const s = await fields(id, signal).catch((e) => {
+      if (e.name !== "AbortError") $("detail-title").textContent = `${id}: could not be read (${e.message})`;
+      return null;
+    });
     if (!s) return;
     const running = s.status === "RUNNING";
+    // Each part says its own failure (a refused or blocked request: on AWS the downloads'
+    // zip is a redirect to the bucket, which this page's policy does not fetch).
     const parts = [
-      liveView(id, running, signal),
-      running ? streamLogs(id, signal) : readLogs(id, signal),
-      recording(id, signal),
-      downloads(id, signal),
+      ["live", liveView(id, running, signal)],
+      ["logs-state", running ? streamLogs(id, signal) : readLogs(id, signal)],
+      ["recording", recording(id, signal)],
+      ["downloads", downloads(id, signal)],
     ];
-    for (const p of parts) {
+    for (const [box, p] of parts) {
       p.catch((e) => {
-        if (e && e.name !== "AbortError") console.error("dashboard:", e);
+        if (!e || e.name === "AbortError") return;
+        const why = `Could not be read here (${e.message || e}).`;
+        if (box === "logs-state") $(box).textContent = why;
+        else say(box, why, "error");
       });
     }
   }
@@ -277,6 +285,16 @@
     link.href = src;
     const under = el("p");
     under.append(link);
+    // Direct mode: no viewer origin may be framed (the policy's frame-src); the link stays.
+    const refused = (e) => {
+      if (e.effectiveDirective !== "frame-src" || !box.contains(frame)) return;
+      document.removeEventListener("securitypolicyviolation", refused);
+      frame.remove();
+      box.prepend(el("p", "The live view cannot be shown inside this page here.", { class: "state" }));
+      box.dataset.state = "link";
+    };
+    document.addEventListener("securitypolicyviolation", refused);
+    signal.addEventListener("abort", () => document.removeEventListener("securitypolicyviolation", refused));
     box.replaceChildren(frame, under);
     box.dataset.state = "live";
   }
