@@ -11,7 +11,8 @@ gateway role reach only the session item's attributes the code names (the contra
 attr::TASK_READS, TASK_WRITES, GATEWAY_READS: never the token or connectUrl) and only the
 bucket's keys the controller uses, the task role itself reaches no table, bucket, queue or ECS
 task, only the API's role may assume the session role or receive claims, and the task API's
-route is the only one without the API-key authorizer (deploy/test_check_template.py: their
+route is the only one without the API-key authorizer but the dashboard's static page, GET
+/dashboard (deploy/test_check_template.py: their
 failing cases), and every checkov skip carries a reason. Every name built from NamePrefix fits
 its resource type's limit with NamePrefix at its MaxLength (NAME_LIMITS), and every deploy
 command the docs give passes the IAM capability the template needs (CAPABILITY_NAMED_IAM: it
@@ -1108,14 +1109,17 @@ def resource_paths(t):
     return {name: path(name) for name in res}
 
 
-# The task API's route: the only one API Gateway passes on without the API-key authorizer.
+# The task API's route: the only API route API Gateway passes on without the API-key authorizer.
 INTERNAL_PATH = "/v1/internal/{proxy+}"
+# The dashboard's static page, GET only: a browser opens it with no key (it holds no data).
+DASHBOARD_ROUTE = ("/dashboard", "GET")
 
 
 def check_routes(t, gateway=False):
     """Every method of the API goes to the API function (Lambda proxy). Direct mode: all but the
-    task API's POST /v1/internal/{proxy+} behind the API-key authorizer. Gateway mode: every one
-    behind it, and no resource under /v1/internal (the task API is TaskApiService's)."""
+    task API's POST /v1/internal/{proxy+} and the dashboard's GET /dashboard behind the API-key
+    authorizer. Gateway mode: every one but GET /dashboard behind it, and no resource under
+    /v1/internal (the task API is TaskApiService's)."""
     paths = resource_paths(t)
     open_methods = []
     for name, m in resources(t, "AWS::ApiGateway::Method").items():
@@ -1127,6 +1131,8 @@ def check_routes(t, gateway=False):
             f"{name}: Lambda proxy to ApiFunction",
         )
         if p.get("AuthorizationType") == "CUSTOM" and p.get("AuthorizerId") == {"Ref": "ApiAuthorizer"}:
+            continue
+        if (path, p.get("HttpMethod")) == DASHBOARD_ROUTE:
             continue
         open_methods.append((name, path, p.get("HttpMethod")))
     if gateway:

@@ -190,6 +190,12 @@ class LeastPrivilege(GatewayChanges):
         self.assertIn("gateway mode: every method behind the API-key authorizer ([('V1ProxyMethod', '/v1/{proxy+}', 'ANY')])",
                       self.changed(open_up))
 
+    def test_the_dashboards_route_open_to_any_method_fails(self):
+        def any_method(t):
+            ct.props(t, "DashboardMethod")["HttpMethod"] = "ANY"
+        self.assertIn("gateway mode: every method behind the API-key authorizer ([('DashboardMethod', '/dashboard', 'ANY')])",
+                      self.changed(any_method))
+
     def test_tasks_without_the_task_api_fail(self):
         def drop(t):
             (c,) = ct.props(t, "TaskDefinition")["ContainerDefinitions"]
@@ -219,6 +225,15 @@ class DirectModeTaskApi(TemplateChanges):
             m["AuthorizationType"] = "NONE"
             del m["AuthorizerId"]
         self.assertIn("only POST /v1/internal/{proxy+} is without the API-key authorizer", self.changed(open_up))
+
+    def test_the_dashboard_elsewhere_fails(self):
+        def move(t):
+            ct.props(t, "DashboardMethod")["ResourceId"] = {"Ref": "V1ProxyResource"}
+        self.assertIn(
+            "only POST /v1/internal/{proxy+} is without the API-key authorizer "
+            "([('DashboardMethod', '/v1/{proxy+}', 'GET'), ('InternalMethod', '/v1/internal/{proxy+}', 'POST')])",
+            self.changed(move),
+        )
 
     def test_the_task_api_elsewhere_fails(self):
         def move(t):

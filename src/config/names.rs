@@ -23,7 +23,6 @@ pub(super) const PROFILE_MAX_ENTRIES: &str = "PROFILE_MAX_ENTRIES";
 pub(super) const PROXY_HEADER_TIMEOUT_SECONDS: &str = "PROXY_HEADER_TIMEOUT_SECONDS";
 pub(super) const PUBLIC_IP_REQUIRED: &str = "PUBLIC_IP_REQUIRED";
 pub(super) const SHUTDOWN_BUDGET_SECONDS: &str = "SHUTDOWN_BUDGET_SECONDS";
-pub(super) const VIEWER_FRAME_ANCESTORS: &str = "VIEWER_FRAME_ANCESTORS";
 /// The PKCS#8 PEM file `local` and `token` sign with (never a task's or gateway's).
 pub(super) const PRIVATE_KEY_FILE: &str = "WALLCRAWLER_JWT_PRIVATE_KEY_FILE";
 /// Before EdDSA tokens: the HS256 key (refused, naming its replacement).

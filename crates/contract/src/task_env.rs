@@ -120,6 +120,9 @@ pub const CDP_DISCONNECT_TIMEOUT: &str = "CDP_DISCONNECT_TIMEOUT";
 pub const CDP_DISCONNECT_GRACE: &str = "CDP_DISCONNECT_GRACE";
 /// Seconds of silence before the proxy pings an upgraded client (0: never).
 pub const CDP_KEEPALIVE_SECONDS: &str = "CDP_KEEPALIVE_SECONDS";
+/// Who may embed the live viewer's page in a frame: its CSP's `frame-ancestors` sources (the
+/// local platform names its API's origin, where the dashboard is, beside `'self'`).
+pub const VIEWER_FRAME_ANCESTORS: &str = "VIEWER_FRAME_ANCESTORS";
 
 /// The connect gateway's listening address.
 pub const GATEWAY_LISTEN: &str = "GATEWAY_LISTEN";

@@ -44,6 +44,9 @@ pub struct Settings {
     /// `MANAGED_PROXIES_SECRET_ARN`), which `proxies: true` and `{type: "browserbase"}` map
     /// to; empty: such a create is refused.
     pub managed_proxies: crate::egress::ManagedProxies,
+    /// Origins besides the API's own that sessions' files and recordings are downloaded from
+    /// (on AWS the bucket's, where presigned URLs point): the dashboard's `media-src`.
+    pub download_origins: Vec<String>,
 }
 
 impl Default for Settings {
@@ -59,6 +62,7 @@ impl Default for Settings {
             claim_wait: Default::default(),
             pool_share: None,
             managed_proxies: Default::default(),
+            download_origins: Vec::new(),
         }
     }
 }

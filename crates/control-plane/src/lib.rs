@@ -31,6 +31,8 @@
 //! - [`metadata`]: `userMetadata`'s bounds and Browserbase's metadata query (`q`).
 //! - [`usage`]: projects' usage as a running total, each session counted once.
 //! - [`debug`]: a running session's page list, from its proxy.
+//! - [`dashboard`]: `GET /dashboard`, the static page a person opens with an API key to see
+//!   the project's sessions (live view, log, recording, downloads) through the API.
 //! - [`sweep`]: the sweeper, which ends sessions stranded past their claim's deadline or
 //!   their expiry (a Lambda on a schedule, a periodic task of the local platform).
 //! - [`session_events`]: the sessions-stream processor: stream records in, session events
@@ -56,6 +58,7 @@ pub mod auth;
 pub mod aws;
 pub mod browser_settings;
 pub mod cursor;
+pub mod dashboard;
 pub mod debug;
 pub mod egress;
 pub mod error;

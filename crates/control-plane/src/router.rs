@@ -24,9 +24,11 @@ use crate::uploads as u;
 /// Browserbase's SDKs obey it before their own rule (retry 408, 409, 429 and every 5xx).
 const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 
-/// Every `/v1/…` route over `app`, with the retry advice of the module doc.
+/// Every `/v1/…` route over `app`, with the retry advice of the module doc, and the
+/// dashboard's page (`/dashboard`).
 pub fn router(app: App) -> Router {
     Router::new()
+        .route("/dashboard", get(crate::dashboard::dashboard))
         .route(
             "/v1/sessions",
             post(h::create_session)

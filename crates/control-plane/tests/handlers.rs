@@ -3186,6 +3186,8 @@ async fn the_metadata_query_pages_with_the_cursor() {
 /// A create's `browserSettings`: the browser asked for to the launcher, refusals by field, and
 /// what is not done named (`x-wallcrawler-unsupported`).
 mod browser;
+/// The dashboard's page: served without a key, its policy, never framed or stored.
+mod dashboard;
 /// A create's `proxies` and `allowedDomains`: refusals by field, managed pools, secrets kept out.
 mod egress;
 /// The extensions API and a create's `extensionId`.

@@ -14,6 +14,9 @@ use wallcrawler_testkit::node;
 /// The browser a session asks for: viewport, locales, no headless tells, certificates,
 /// unsupported fields named.
 mod browser;
+/// The dashboard as a person uses it: key pasted, the session listed and opened (live view,
+/// log streamed, no recording), hostile metadata shown as text, the key in headers only.
+mod dashboard;
 /// The data directory ours or refused; no planted link followed.
 mod data_dir;
 /// Another user of the machine reaches no browser's DevTools (warm or claimed).

@@ -448,6 +448,21 @@ pub async fn sdk_config() -> SdkConfig {
     wallcrawler_aws::sdk_config(wallcrawler_aws::CallLimits::API).await
 }
 
+/// Where the SDK's presigned URLs of `bucket` point: the endpoint's origin when one is set
+/// (`AWS_ENDPOINT_URL`), else S3's virtual-hosted name in `region`.
+pub(crate) fn bucket_origin(bucket: &str, region: &str, endpoint: Option<&str>) -> String {
+    match endpoint {
+        Some(e) => {
+            let after_scheme = e.find("://").map_or(0, |i| i + 3);
+            let end = e[after_scheme..]
+                .find('/')
+                .map_or(e.len(), |i| after_scheme + i);
+            e[..end].to_owned()
+        }
+        None => format!("https://{bucket}.s3.{region}.amazonaws.com"),
+    }
+}
+
 /// The API on AWS: DynamoDB, S3, ECS and Secrets Manager behind the ports.
 pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
     let dynamo = aws_sdk_dynamodb::Client::new(sdk);
@@ -464,6 +479,11 @@ pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
     {
         settings.region = r.to_owned();
     }
+    settings.download_origins = vec![bucket_origin(
+        &cfg.contexts_bucket,
+        sdk.region().map_or("us-east-1", |r| r.as_ref()),
+        sdk.endpoint_url(),
+    )];
     App {
         sessions: Arc::new(DynamoSessions::new(dynamo.clone(), &cfg.tables.sessions)),
         projects: Arc::new(DynamoProjects::new(dynamo.clone(), &cfg.tables.projects)),
@@ -799,6 +819,22 @@ mod tests {
         assert_eq!(
             with(&slow).unwrap().task_api.unwrap().claim_visibility,
             43_200
+        );
+    }
+
+    #[test]
+    fn the_download_origin_is_where_presigned_urls_point() {
+        assert_eq!(
+            bucket_origin("wc-contexts", "eu-west-1", None),
+            "https://wc-contexts.s3.eu-west-1.amazonaws.com"
+        );
+        assert_eq!(
+            bucket_origin("b", "us-east-1", Some("http://127.0.0.1:5000/")),
+            "http://127.0.0.1:5000"
+        );
+        assert_eq!(
+            bucket_origin("b", "us-east-1", Some("http://127.0.0.1:5000")),
+            "http://127.0.0.1:5000"
         );
     }
 }

@@ -48,7 +48,7 @@ use crate::stores::*;
 use wallcrawler_local::chrome_uids::{ChromeUids, LOCAL_CHROME_UIDS, LOCK_DIR, UidError};
 
 /// Controller settings a local controller takes from `serve`'s own environment when set there.
-pub const PASSED_THROUGH: [&str; 11] = [
+pub const PASSED_THROUGH: [&str; 12] = [
     task_env::CHROME_PATH,
     task_env::CHROME_NETWORK,
     task_env::DOWNLOADS_MAX_BYTES,
@@ -60,6 +60,7 @@ pub const PASSED_THROUGH: [&str; 11] = [
     task_env::BACKGROUND_NICE,
     task_env::EGRESS_ALLOW,
     task_env::AD_BLOCK_LISTS,
+    task_env::VIEWER_FRAME_ANCESTORS,
 ];
 
 /// Controllers share this machine's cores: a warm-up or a close (which no client waits on)
@@ -106,6 +107,9 @@ pub struct Controllers {
     /// Mints each session's control-mode live view for its controller (the API's signer: the
     /// key stays in this process); `None`: controllers get none and refuse handoffs.
     live_views: Option<Arc<dyn Signer>>,
+    /// Who may frame a controller's live viewer (`VIEWER_FRAME_ANCESTORS`): its own origin and
+    /// the dashboard's ([`Self::framed_by_dashboard_at`]).
+    viewer_frame_ancestors: String,
     children: Arc<Mutex<HashMap<String, u32>>>,
     stopping: Arc<AtomicBool>,
 }
@@ -131,6 +135,7 @@ impl Controllers {
             public_key,
             ends,
             live_views: None,
+            viewer_frame_ancestors: "'self'".to_owned(),
             children: Default::default(),
             stopping: Default::default(),
         })
@@ -139,6 +144,15 @@ impl Controllers {
     /// Controllers started from now on get their session's live view, minted by `signer`.
     pub fn with_live_views(mut self, signer: Arc<dyn Signer>) -> Self {
         self.live_views = Some(signer);
+        self
+    }
+
+    /// Controllers' live viewers may be framed by the dashboard of the API on 127.0.0.1:`port`
+    /// (reached as `127.0.0.1` or `localhost`), besides their own origin.
+    /// `VIEWER_FRAME_ANCESTORS` in `serve`'s environment replaces it.
+    pub fn framed_by_dashboard_at(mut self, port: u16) -> Self {
+        self.viewer_frame_ancestors =
+            format!("'self' http://127.0.0.1:{port} http://localhost:{port}");
         self
     }
 
@@ -192,6 +206,10 @@ impl Controllers {
             .env(task_env::EXIT_WITH_PARENT, "true")
             .env(task_env::BACKGROUND_NICE, BACKGROUND_NICE)
             .env(task_env::LOG_FORMAT, "text")
+            .env(
+                task_env::VIEWER_FRAME_ANCESTORS,
+                &self.viewer_frame_ancestors,
+            )
             .env(
                 "RUST_LOG",
                 std::env::var("WALLCRAWLER_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),

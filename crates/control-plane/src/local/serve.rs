@@ -112,10 +112,12 @@ impl LocalServer {
             contexts: contexts.clone(),
         };
         let signer: Arc<dyn crate::stores::Signer> = Arc::new(StaticSigner(key));
-        // Controllers get their session's live view (for handoffs) minted here.
+        // Controllers get their session's live view (for handoffs) minted here, and let the
+        // dashboard on this address frame their viewers.
         let controllers =
             Controllers::new(controller_bin(), data_dir.to_owned(), public_key, ends)?
-                .with_live_views(signer.clone());
+                .with_live_views(signer.clone())
+                .framed_by_dashboard_at(addr.port());
         let pool = match pool {
             0 => None,
             n => Some(LocalPool::new(controllers.clone(), n)?),
