@@ -42,8 +42,9 @@ use tracing::{debug, error, info, warn};
 use wallcrawler_contract::{InternalStatus, time::now_iso8601};
 use wallcrawler_local::claim_queue::DirQueue;
 
-use super::DirSessions;
+use super::{DirSessions, FileMap};
 use crate::error::StoreError;
+use crate::model::ContextRecord;
 use crate::stores::*;
 use wallcrawler_local::chrome_uids::{ChromeUids, LOCAL_CHROME_UIDS, LOCK_DIR, UidError};
 
@@ -88,6 +89,19 @@ pub struct Ends {
     pub slots: Arc<dyn SlotStore>,
     /// Context records, whose writer lease a persisting session gives back at its end.
     pub contexts: Arc<dyn ContextStore>,
+}
+
+impl Ends {
+    /// The slots and contexts files of `data_dir`, with `sessions`.
+    pub fn in_dir(data_dir: &Path, sessions: DirSessions) -> Ends {
+        let slots: FileMap<Vec<String>> = FileMap::new(data_dir.join("active-sessions.json"));
+        let contexts: FileMap<ContextRecord> = FileMap::new(data_dir.join("contexts.json"));
+        Ends {
+            sessions,
+            slots: Arc::new(slots),
+            contexts: Arc::new(contexts),
+        }
+    }
 }
 
 /// What every local controller shares, and the running children (by session id or pool name).

@@ -16,7 +16,6 @@ use super::{
     DirObjects, DirSessions, FileMap, LocalArchives, LocalIdentity, load_or_init, upload_archive,
 };
 use crate::app::{App, Settings};
-use crate::model::ContextRecord;
 use crate::stores::{Launcher, StaticSigner, SystemClock};
 
 /// Where the controller binary is: `WALLCRAWLER_CONTROLLER_BIN`, else next to this executable.
@@ -102,15 +101,8 @@ impl LocalServer {
             url_key: key.mac(URL_KEY_INFO).into_bytes(),
         });
         // One instance of each file store: their locks are per instance.
-        let slots: Arc<FileMap<Vec<String>>> =
-            Arc::new(FileMap::new(data_dir.join("active-sessions.json")));
-        let contexts: Arc<FileMap<ContextRecord>> =
-            Arc::new(FileMap::new(data_dir.join("contexts.json")));
-        let ends = Ends {
-            sessions: sessions.clone(),
-            slots: slots.clone(),
-            contexts: contexts.clone(),
-        };
+        let ends = Ends::in_dir(data_dir, sessions.clone());
+        let (slots, contexts) = (ends.slots.clone(), ends.contexts.clone());
         let signer: Arc<dyn crate::stores::Signer> = Arc::new(StaticSigner(key));
         // Controllers get their session's live view (for handoffs) minted here, and let the
         // dashboard on this address frame their viewers.
