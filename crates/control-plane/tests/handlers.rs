@@ -1098,8 +1098,7 @@ async fn create_accepts_browserbase_fields_and_names_those_it_does_not_implement
     // nothing; the fingerprint's lists name what the browser is).
     assert_eq!(
         named["x-wallcrawler-unsupported"],
-        "apiTimeout,browserSettings.fingerprint.screen,browserSettings.logSession,\
-         browserSettings.recordSession"
+        "apiTimeout,browserSettings.fingerprint.screen,browserSettings.recordSession"
     );
     // `proxies` is honoured, never ignored (see the egress module): managed proxies without an
     // operator's pool are refused, not a session that egresses directly.
@@ -2890,7 +2889,7 @@ async fn a_503_from_an_unreachable_store_leaves_retrying_to_the_client() {
 // Malformed ids: a 400 before any store sees them, never a 500 (which the SDKs retry).
 
 /// Every route that takes an id, with `{id}` where it goes.
-const ID_ROUTES: [(&str, &str, Option<&str>); 11] = [
+const ID_ROUTES: [(&str, &str, Option<&str>); 12] = [
     ("GET", "/v1/sessions/{id}", None),
     ("GET", "/v1/extensions/{id}", None),
     ("DELETE", "/v1/extensions/{id}", None),
@@ -2906,6 +2905,7 @@ const ID_ROUTES: [(&str, &str, Option<&str>); 11] = [
     ("GET", "/v1/projects/{id}", None),
     ("GET", "/v1/projects/{id}/usage", None),
     ("GET", "/v1/sessions/{id}/logs", None),
+    ("GET", "/v1/sessions/{id}/logs/stream", None),
 ];
 
 #[tokio::test]
@@ -2936,16 +2936,11 @@ async fn a_malformed_id_is_a_400_on_every_route_and_never_echoed_whole() {
                 )
                 .await;
             let what = format!("{method} {}", &uri[..uri.len().min(80)]);
-            if route.ends_with("/logs") {
-                // Not implemented: 501 whatever the id, and never retried either.
-                assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{what}");
-            } else {
-                assert_error(
-                    &(status, value.clone()),
-                    StatusCode::BAD_REQUEST,
-                    &["id must be 1 to 128 of the characters A-Z a-z 0-9 _ -"],
-                );
-            }
+            assert_error(
+                &(status, value.clone()),
+                StatusCode::BAD_REQUEST,
+                &["id must be 1 to 128 of the characters A-Z a-z 0-9 _ -"],
+            );
             assert_eq!(
                 headers.get("x-should-retry").map(|v| v.to_str().unwrap()),
                 Some("false"),
