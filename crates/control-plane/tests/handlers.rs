@@ -1098,8 +1098,7 @@ async fn create_accepts_browserbase_fields_and_names_those_it_does_not_implement
     // nothing; the fingerprint's lists name what the browser is).
     assert_eq!(
         named["x-wallcrawler-unsupported"],
-        "apiTimeout,browserSettings.fingerprint.screen,browserSettings.logSession,\
-         browserSettings.recordSession"
+        "apiTimeout,browserSettings.fingerprint.screen,browserSettings.logSession"
     );
     // `proxies` is honoured, never ignored (see the egress module): managed proxies without an
     // operator's pool are refused, not a session that egresses directly.
