@@ -44,6 +44,20 @@ pub struct Settings {
     /// `MANAGED_PROXIES_SECRET_ARN`), which `proxies: true` and `{type: "browserbase"}` map
     /// to; empty: such a create is refused.
     pub managed_proxies: crate::egress::ManagedProxies,
+    /// Where a recording's MP4s are built (`POST …/recording/downloads`).
+    pub mp4: Mp4Build,
+}
+
+/// Where a recording page's MP4 is built (`POST …/recording/downloads`,
+/// the recordings module).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mp4Build {
+    /// Nowhere (no ffmpeg): a request is answered `FAILED`.
+    Unavailable,
+    /// By a task of this process, after the answer (the local platform).
+    Background(std::path::PathBuf),
+    /// Before the answer (a Lambda given ffmpeg: its process freezes once it has answered).
+    Inline(std::path::PathBuf),
 }
 
 impl Default for Settings {
@@ -59,6 +73,8 @@ impl Default for Settings {
             claim_wait: Default::default(),
             pool_share: None,
             managed_proxies: Default::default(),
+            // The local platform's: ffmpeg from the PATH, in this process.
+            mp4: Mp4Build::Background("ffmpeg".into()),
         }
     }
 }
