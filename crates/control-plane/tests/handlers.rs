@@ -3191,3 +3191,5 @@ mod egress;
 mod extensions;
 /// A session's log and its event stream, read from the chunks its controller stores.
 mod logs;
+/// A session's recording: its pages, their playlists, the MP4 downloads' states, the 410.
+mod recordings;
