@@ -71,6 +71,20 @@ impl Default for Limits {
     }
 }
 
+impl From<&crate::config::RecordingSettings> for Limits {
+    fn from(c: &crate::config::RecordingSettings) -> Self {
+        let encoder = EncoderSettings {
+            ffmpeg: c.ffmpeg.clone(),
+            fps: c.fps,
+            ..Limits::default().encoder
+        };
+        Limits {
+            max_bytes: c.max_bytes,
+            encoder,
+        }
+    }
+}
+
 /// The default cap of one session's recording: hours of an ordinary page at the default
 /// rate (about 1 to 5 MiB a minute, see the benchmark).
 pub(crate) const DEFAULT_MAX_BYTES: u64 = 1 << 30;

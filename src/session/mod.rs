@@ -448,7 +448,7 @@ impl Run<'_> {
             session.chrome.browser(),
             session.hubs().clone(),
             sink,
-            crate::recording::Limits::default(),
+            crate::recording::Limits::from(&self.c.recording),
             session.session_log().get(),
         );
         *self.recording.lock().unwrap_or_else(|p| p.into_inner()) = Some(recording);
