@@ -269,6 +269,11 @@ pub(super) fn shutdown_budget(r: &mut Reader<'_>) -> Duration {
     Duration::from_secs(r.number(SHUTDOWN_BUDGET_SECONDS, 25, 1, max))
 }
 
+/// `ITEM_WATCH_SECONDS`: how often a serving controller reads its own session item.
+pub(super) fn item_watch(r: &mut Reader<'_>) -> Duration {
+    Duration::from_secs(r.number(ITEM_WATCH_SECONDS, 5, 1, 300))
+}
+
 /// What a cold-started session asked for: `SESSION_EGRESS` and `SESSION_BROWSER`.
 pub(super) fn session_asked(
     r: &mut Reader<'_>,
@@ -354,10 +359,8 @@ impl RunConfig {
         let expires_at = r.parse::<u64>(SESSION_EXPIRES_AT, "unix seconds");
         let profile_max_bytes = r.number(PROFILE_MAX_BYTES, 2_147_483_648, 1, u64::MAX);
         let profile_max_entries = r.number(PROFILE_MAX_ENTRIES, 100_000, 1, u64::MAX);
-        let downloads = download_settings(&mut r);
-        let recording = recording_settings(&mut r);
-        let shutdown_budget = shutdown_budget(&mut r);
-        let item_watch = Duration::from_secs(r.number(ITEM_WATCH_SECONDS, 5, 1, 300));
+        let (downloads, recording) = (download_settings(&mut r), recording_settings(&mut r));
+        let (shutdown_budget, item_watch) = (shutdown_budget(&mut r), item_watch(&mut r));
         let metadata_uri = r.text(ECS_CONTAINER_METADATA_URI_V4);
         let public_ip_required =
             public_ip_required(&mut r, public_ip.is_some() || metadata_uri.is_some());
