@@ -53,6 +53,10 @@ FROM debian:bookworm-slim
 # blockAds (the egress hop's AD_BLOCK_LISTS default, src/chrome/egress/ads.rs): only those two
 # files (3.4 MB) are kept, not the extension around them (16 MB, which Chrome never loads: the
 # controller starts /usr/lib/chromium/chromium, not the wrapper that would load it).
+# ffmpeg encodes the session's recording (src/recording/: screencast JPEGs → H.264 HLS
+# segments, one niced process per page). Debian's build and its libraries (libavcodec,
+# libavfilter, libx264, …) are the heaviest layer after Chromium: about 225 MB installed beyond
+# what Chromium already brings, measured on the test VM from the dependency closure.
 # hadolint ignore=DL3008
 RUN mkdir -p /tmp/x11-utils/DEBIAN \
     && printf '%s\n' 'Package: x11-utils' 'Version: 99:0+wallcrawler' 'Architecture: all' \
@@ -74,6 +78,7 @@ RUN mkdir -p /tmp/x11-utils/DEBIAN \
         ca-certificates \
         chromium \
         curl \
+        ffmpeg \
         fonts-liberation \
         fonts-noto-color-emoji \
         tini \

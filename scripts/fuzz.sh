@@ -26,6 +26,7 @@ targets=(
   "wallcrawler-contract main fuzz::token_validate"
   "wallcrawler-contract main fuzz::viewer_validate"
   "wallcrawler-contract main fuzz::claim_parse"
+  "wallcrawler-contract main fuzz::recording_page_and_index"
   "wallcrawler-local main fuzz::extension_archive"
   "wallcrawler-controller lib fuzz::cdp::guard"
   "wallcrawler-controller lib fuzz::cdp::guard_one_page"

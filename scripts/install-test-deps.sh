@@ -5,8 +5,9 @@
 #   - Debian packages: chromium, nginx-light, wrk, hyperfine, curl, jq, procps,
 #     python3-venv, libnss3-tools (certutil: the live-view test's second Chromium trusts
 #     the local CA from an NSS db, as a person's would), webext-ublock-origin-chromium
-#     (EasyList and EasyPrivacy, blockAds' lists, as the image has them) (apt runs only if
-#     one is missing)
+#     (EasyList and EasyPrivacy, blockAds' lists, as the image has them), ffmpeg (the
+#     recording's encoder and the tests' judge of its frames, as the image has it) (apt runs
+#     only if one is missing)
 #   - tests/node: `npm ci` from the committed lockfile (skipped when
 #     node_modules was installed from the same lockfile)
 #   - .venv/ (repo root, gitignored) with hadolint, ShellCheck, moto[server], cfn-lint and
@@ -24,7 +25,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NODE_DIR="$ROOT/tests/node"
 HADOLINT_VERSION="2.15.1"
 APT_PACKAGES=(chromium nginx-light wrk hyperfine curl jq procps python3-venv libnss3-tools
-  webext-ublock-origin-chromium)
+  webext-ublock-origin-chromium ffmpeg)
 
 log() { printf '[install-test-deps] %s\n' "$*" >&2; }
 started=$SECONDS

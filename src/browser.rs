@@ -301,6 +301,11 @@ impl Browser {
         self.serving.proxy.session_log()
     }
 
+    /// The pages' screencasts (the live viewers' and the recording's).
+    pub(crate) fn hubs(&self) -> &Arc<crate::viewer::hub::Hubs> {
+        self.serving.proxy.hubs()
+    }
+
     /// Binds the proxy's authenticator to the claimed session (once).
     pub(crate) fn bind(&self, session_id: String, project_id: Option<String>) -> bool {
         self.serving.proxy.bind_session(session_id, project_id)

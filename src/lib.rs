@@ -48,6 +48,8 @@
 //!   a pool task's claims, a task's session credentials.
 //! - [`session_log`]: the session's log: the proxy's copies of its clients' CDP traffic,
 //!   queued without blocking the relay, matched into entries and stored in batches.
+//! - [`recording`]: the session's recording: each page's screencast encoded by ffmpeg into
+//!   HLS segments stored as the session runs.
 //! - [`session_credentials`]: those credentials, as the SDK clients of the session's services
 //!   ask for them (refreshed before they expire).
 //! - [`tls`]: the connect gateway's TLS: a certificate read again from its PEM files when they
@@ -83,6 +85,7 @@ pub mod pool_metric;
 pub mod profile;
 pub mod proxy;
 pub(crate) mod public_ip;
+pub(crate) mod recording;
 pub(crate) mod scale_in;
 pub(crate) mod secrets;
 pub(crate) mod session;

@@ -142,6 +142,12 @@ settings_group! {
         downloads_max_bytes = DOWNLOADS_MAX_BYTES,
         /// Most downloads stored per session; past it a new download is cancelled in the browser and not stored [default: 100].
         downloads_max_files = DOWNLOADS_MAX_FILES,
+        /// Most bytes of recording (HLS segments) stored per session; past it no page is recorded further, with a note in the session's log [default: 1073741824].
+        recording_max_bytes = RECORDING_MAX_BYTES,
+        /// Most frames a second of a page's recording (a faster page's frames are dropped), 1-30 [default: 10].
+        recording_fps = RECORDING_FPS,
+        /// The ffmpeg binary that encodes the session's recording [default: ffmpeg on the PATH].
+        ffmpeg_path = FFMPEG_PATH,
         /// Seconds for the whole shutdown sequence, upload included [default: 25].
         shutdown_budget_seconds = SHUTDOWN_BUDGET_SECONDS,
         /// Seconds between the strongly consistent reads of its own session item a serving controller makes from READY on; when the item turns terminal (a release, the sweeper, the task-state handler) or disappears, the controller ends the session as on SIGTERM, keeping the terminal status. Costs one small consistent GetItem per interval per session [default: 5].

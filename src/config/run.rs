@@ -150,6 +150,8 @@ pub struct RunConfig {
     pub profile_max_entries: u64,
     /// The session's downloads' caps.
     pub downloads: DownloadSettings,
+    /// The session's recording's cap, rate and encoder.
+    pub recording: RecordingSettings,
     /// `SHUTDOWN_BUDGET_SECONDS`: the whole end sequence, upload included.
     pub shutdown_budget: Duration,
     /// `ITEM_WATCH_SECONDS`: how often a serving controller reads its own session item.
@@ -188,6 +190,29 @@ pub(super) fn background_nice(r: &mut Reader<'_>) -> Option<i32> {
     match r.number(BACKGROUND_NICE, 0, 0, 19) {
         0 => None,
         n => Some(n as i32),
+    }
+}
+
+/// How a session's recording is made (where: [`RunConfig::files`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordingSettings {
+    /// `RECORDING_MAX_BYTES`: the most bytes of segments stored per session.
+    pub max_bytes: u64,
+    /// `RECORDING_FPS`: the most frames a second of a page's video.
+    pub fps: u32,
+    /// `FFMPEG_PATH`: the encoder.
+    pub ffmpeg: PathBuf,
+}
+
+/// The recording's cap, rate and encoder.
+pub(super) fn recording_settings(r: &mut Reader<'_>) -> RecordingSettings {
+    RecordingSettings {
+        max_bytes: r.number(RECORDING_MAX_BYTES, 1 << 30, 1, u64::MAX),
+        fps: r.number(RECORDING_FPS, 10, 1, 30) as u32,
+        ffmpeg: r
+            .text(FFMPEG_PATH)
+            .unwrap_or_else(|| "ffmpeg".into())
+            .into(),
     }
 }
 
@@ -242,6 +267,11 @@ pub(super) fn session_egress(
 pub(super) fn shutdown_budget(r: &mut Reader<'_>) -> Duration {
     let max = MAX_SHUTDOWN_BUDGET_SECONDS;
     Duration::from_secs(r.number(SHUTDOWN_BUDGET_SECONDS, 25, 1, max))
+}
+
+/// `ITEM_WATCH_SECONDS`: how often a serving controller reads its own session item.
+pub(super) fn item_watch(r: &mut Reader<'_>) -> Duration {
+    Duration::from_secs(r.number(ITEM_WATCH_SECONDS, 5, 1, 300))
 }
 
 /// What a cold-started session asked for: `SESSION_EGRESS` and `SESSION_BROWSER`.
@@ -329,9 +359,8 @@ impl RunConfig {
         let expires_at = r.parse::<u64>(SESSION_EXPIRES_AT, "unix seconds");
         let profile_max_bytes = r.number(PROFILE_MAX_BYTES, 2_147_483_648, 1, u64::MAX);
         let profile_max_entries = r.number(PROFILE_MAX_ENTRIES, 100_000, 1, u64::MAX);
-        let downloads = download_settings(&mut r);
-        let shutdown_budget = shutdown_budget(&mut r);
-        let item_watch = Duration::from_secs(r.number(ITEM_WATCH_SECONDS, 5, 1, 300));
+        let (downloads, recording) = (download_settings(&mut r), recording_settings(&mut r));
+        let (shutdown_budget, item_watch) = (shutdown_budget(&mut r), item_watch(&mut r));
         let metadata_uri = r.text(ECS_CONTAINER_METADATA_URI_V4);
         let public_ip_required =
             public_ip_required(&mut r, public_ip.is_some() || metadata_uri.is_some());
@@ -363,6 +392,7 @@ impl RunConfig {
             profile_max_bytes,
             profile_max_entries,
             downloads,
+            recording,
             shutdown_budget,
             item_watch,
             metadata_uri,

@@ -74,6 +74,45 @@ fn run_defaults() {
     assert_eq!(c.profile_max_entries, 100_000);
     assert_eq!(c.context, ContextSource::None);
     assert!(!c.keep_alive && !c.context_persist);
+    assert_eq!(
+        c.recording,
+        RecordingSettings {
+            max_bytes: 1 << 30,
+            fps: 10,
+            ffmpeg: "ffmpeg".into(),
+        }
+    );
+}
+
+#[test]
+fn recording_settings_are_read_and_bounded() {
+    let c = RunConfig::from_settings(&map(&[
+        ("SESSION_ID", "sess_1"),
+        ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
+        ("RECORDING_MAX_BYTES", "1000"),
+        ("RECORDING_FPS", "30"),
+        ("FFMPEG_PATH", "/opt/bin/ffmpeg"),
+    ]))
+    .unwrap();
+    assert_eq!(c.recording.max_bytes, 1000);
+    assert_eq!(c.recording.fps, 30);
+    assert_eq!(
+        c.recording.ffmpeg,
+        std::path::PathBuf::from("/opt/bin/ffmpeg")
+    );
+    for (name, bad) in [
+        ("RECORDING_FPS", "31"),
+        ("RECORDING_FPS", "0"),
+        ("RECORDING_MAX_BYTES", "0"),
+    ] {
+        let e = RunConfig::from_settings(&map(&[
+            ("SESSION_ID", "sess_1"),
+            ("WALLCRAWLER_JWT_PUBLIC_KEY", PUBLIC),
+            (name, bad),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains(name), "{name}={bad}: {e}");
+    }
 }
 
 #[test]

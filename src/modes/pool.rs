@@ -195,6 +195,7 @@ fn warm_run<'a>(
         profile,
         downloads: Default::default(),
         session_log: Default::default(),
+        recording: Default::default(),
     }
 }
 
@@ -228,6 +229,7 @@ fn claimed_run<'a>(
         profile,
         downloads: Default::default(),
         session_log: Default::default(),
+        recording: Default::default(),
     }
 }
 

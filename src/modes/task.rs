@@ -48,6 +48,7 @@ pub(super) async fn run(
         profile: launch.user_data_dir.clone(),
         downloads: Default::default(),
         session_log: Default::default(),
+        recording: Default::default(),
     };
     match serve(&run, launch, task_arn.as_deref()).await {
         Ok(ending) => ending,

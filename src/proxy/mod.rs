@@ -103,7 +103,7 @@ pub struct Proxy {
     /// Hyper's HTTP/1.1 server, configured from `limits`.
     server: http1::Builder,
     /// The live viewer's screencasts, one per watched page.
-    hubs: crate::viewer::hub::Hubs,
+    hubs: Arc<crate::viewer::hub::Hubs>,
     /// Cancelled by [`Proxy::close_all_relays`] (shutdown): every viewer is closed.
     viewers_stop: CancellationToken,
     /// A client's request for a person, and the viewers' "done".
@@ -139,7 +139,7 @@ impl Proxy {
             pending: Pending::new(limits.pending),
             reject_permits: Arc::new(Semaphore::new(REJECT_BACKLOG)),
             server: server_builder(&limits),
-            hubs: crate::viewer::hub::Hubs::new(metrics.clone()),
+            hubs: Arc::new(crate::viewer::hub::Hubs::new(metrics.clone())),
             viewers_stop: CancellationToken::new(),
             limits,
             relays,
@@ -151,6 +151,11 @@ impl Proxy {
     /// Where the session's log recorder goes once the session is known (none: not logged).
     pub fn session_log(&self) -> &Arc<crate::session_log::Slot> {
         &self.session_log
+    }
+
+    /// The pages' screencasts, shared by the live viewers and the recording.
+    pub fn hubs(&self) -> &Arc<crate::viewer::hub::Hubs> {
+        &self.hubs
     }
 
     /// The session's handoffs (given the live-view URL they hand out once it is known).

@@ -130,6 +130,8 @@ pub(crate) struct Run<'a> {
     pub downloads: std::sync::Mutex<Option<downloads::Capture>>,
     /// The session's log being written, from [`Run::start_session_log`] to the end.
     pub session_log: std::sync::Mutex<Option<crate::session_log::Writer>>,
+    /// The session's recording, from [`Run::start_recording`] to the end.
+    pub recording: std::sync::Mutex<Option<crate::recording::Recording>>,
 }
 
 impl Run<'_> {
@@ -323,6 +325,16 @@ impl Run<'_> {
             // `endedAt`, so a log read after the end is whole.
             log.finish(steps.left(Step::Archive)).await;
         }
+        let recording = self
+            .recording
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(recording) = recording {
+            // Chrome is closed: every page's screencast has ended. Each page's last segment
+            // and its index are stored before `endedAt`.
+            recording.finish(steps.left(Step::Archive)).await;
+        }
         if crashed {
             info!("the browser crashed; the previous archive is kept");
         } else if let Some((key, archives)) = target {
@@ -383,6 +395,7 @@ impl Run<'_> {
         browser: Option<&wallcrawler_contract::browser::BrowserSettings>,
     ) {
         self.start_session_log(session, project_id, browser);
+        self.start_recording(session, project_id, browser);
         self.capture_downloads(session, project_id).await;
     }
 
@@ -411,6 +424,37 @@ impl Run<'_> {
         session.set_egress_notes(Some(recorder.clone()));
         session.session_log().set(Some(recorder));
         *self.session_log.lock().unwrap_or_else(|p| p.into_inner()) = Some(writer);
+    }
+
+    /// Starts the session's recording (where its files store is configured and the session
+    /// did not ask for none: `recordSession: false`): each page's video stored as it is
+    /// made ([`crate::recording`]).
+    fn start_recording(
+        &self,
+        session: &Browser,
+        project_id: Option<&str>,
+        browser: Option<&wallcrawler_contract::browser::BrowserSettings>,
+    ) {
+        if browser.is_some_and(|b| b.no_recording) {
+            info!("the session is not recorded (recordSession: false)");
+            return;
+        }
+        let (Some(store), Some(project_id)) = (&self.deps.files, project_id) else {
+            return;
+        };
+        let sink = crate::recording::Sink {
+            store: store.clone(),
+            project_id: project_id.to_owned(),
+            session_id: self.item.id.to_owned(),
+        };
+        let recording = crate::recording::Recording::start(
+            session.chrome.browser(),
+            session.hubs().clone(),
+            sink,
+            crate::recording::Limits::from(&self.c.recording),
+            session.session_log().get(),
+        );
+        *self.recording.lock().unwrap_or_else(|p| p.into_inner()) = Some(recording);
     }
 
     /// Puts back the session cookies a previous session saved (Chrome never writes them to

@@ -178,6 +178,7 @@ impl Screencast {
         let params = json!({
             "data": shot["data"],
             "metadata": {"deviceWidth": viewport["clientWidth"], "deviceHeight": viewport["clientHeight"]},
+            "still": true,
         });
         self.publish(&params);
     }
@@ -204,13 +205,18 @@ impl Screencast {
             return;
         };
         let meta = &params["metadata"];
-        let frame = json!({
+        let mut frame = json!({
             "type": "frame",
             "page": self.target,
             "data": data,
             "w": meta["deviceWidth"],
             "h": meta["deviceHeight"],
         });
+        // A screenshot, not the screencast's (its size may differ from the frames to come):
+        // the recording sizes its video from a screencast frame when one comes soon.
+        if params["still"] == true {
+            frame["still"] = json!(true);
+        }
         self.frames.send_replace(Some(Arc::from(frame.to_string())));
     }
 }

@@ -71,6 +71,10 @@ pub struct BrowserSettings {
     /// ([`crate::session_log`]).
     #[serde(default, skip_serializing_if = "is_false")]
     pub no_session_log: bool,
+    /// No page of the session is recorded (`browserSettings.recordSession: false`; recording
+    /// is the default): no video, no replay ([`crate::recording`]).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_recording: bool,
 }
 
 /// Whether `tag` is a locale tag such as `de`, `de-DE` or `zh-Hant-TW` (letters, digits and
@@ -194,6 +198,7 @@ mod tests {
             ignore_certificate_errors: true,
             block_ads: true,
             no_session_log: true,
+            no_recording: true,
         };
         assert_eq!(BrowserSettings::from_json(&good.to_json()).unwrap(), good);
         // Logging is the default: nothing said about it, nothing carried.

@@ -21,6 +21,8 @@
 //!   the control plane hands it to the session's controller, and the rules both apply.
 //! - [`events`]: the session events (created, ready, ended) the sessions-stream processor
 //!   publishes, and which change of the session item makes which.
+//! - [`recording`]: a session's recording: the per-page HLS segments and index the controller
+//!   stores, the playlist made from them, and the MP4 download's state.
 //! - [`retry`]: the one retry policy, and which failures are transient.
 //! - [`secret`]: the JSON shapes of the signing (private) and public key secrets in Secrets
 //!   Manager.
@@ -44,6 +46,7 @@ pub mod claim;
 pub mod egress;
 pub mod events;
 pub mod extension_archive;
+pub mod recording;
 pub mod retry;
 pub mod secret;
 pub mod session;

@@ -41,6 +41,12 @@ pub const FILES_DIR: &str = "FILES_DIR";
 pub const DOWNLOADS_MAX_BYTES: &str = "DOWNLOADS_MAX_BYTES";
 /// The most downloads a session stores.
 pub const DOWNLOADS_MAX_FILES: &str = "DOWNLOADS_MAX_FILES";
+/// The most bytes of recording (HLS segments) a session stores.
+pub const RECORDING_MAX_BYTES: &str = "RECORDING_MAX_BYTES";
+/// The most frames a second of a page's recording.
+pub const RECORDING_FPS: &str = "RECORDING_FPS";
+/// The ffmpeg binary that encodes the recording (and, in the API, builds its MP4s).
+pub const FFMPEG_PATH: &str = "FFMPEG_PATH";
 /// The profile archive's key, when it is not the context's default.
 pub const CONTEXT_S3_KEY: &str = "CONTEXT_S3_KEY";
 /// `true`: upload the profile again when the session ends.

@@ -150,3 +150,41 @@ fn claim_parse() {
     });
     assert!(Claim::parse(&vec![b' '; MAX_CLAIM_BYTES + 1]).is_err());
 }
+
+/// A replay's page id (a client's path) and a stored page index (what the API turns into a
+/// playlist): never a panic; an accepted page id is a small decimal number, so a key made from
+/// it stays in the session's folder; a well-formed index names only plain segment files, and
+/// its playlist has one URL line per segment and no line a segment name could have added.
+#[test]
+fn recording_page_and_index() {
+    use wallcrawler_contract::recording::{
+        PageIndex, index_key, is_segment_name, playlist, valid_page_id,
+    };
+    let seeds = [
+        "0",
+        "12",
+        "999",
+        "../0",
+        "00",
+        "1000",
+        r#"{"pageId":"0","url":"u","startTimeMs":1,"endTimeMs":2,"segments":[{"name":"seg-00000.ts","duration":2.0}],"ended":true}"#,
+        r#"{"pageId":"0","url":"u","startTimeMs":1,"endTimeMs":2,"segments":[{"name":"../seg-00000.ts","duration":2.0}]}"#,
+        r#"{"pageId":"../1","url":"u\n#EXT-X-ENDLIST","startTimeMs":1,"endTimeMs":2,"segments":[]}"#,
+    ];
+    fuzz::run("recording_page_and_index", hostile_text(&seeds, 600), |t| {
+        if valid_page_id(&t) {
+            prop_assert!(t.len() <= 3 && t.bytes().all(|b| b.is_ascii_digit()));
+            prop_assert!(index_key("p", "s", &t).starts_with("files/p/s/recordings/"));
+            prop_assert!(!index_key("p", "s", &t).contains(".."));
+        }
+        if let Ok(i) = serde_json::from_str::<PageIndex>(&t)
+            && i.is_well_formed()
+        {
+            prop_assert!(i.segments.iter().all(|s| is_segment_name(&s.name)));
+            let text = playlist(&i, |n| format!("https://x.test/{n}"));
+            let urls = text.lines().filter(|l| !l.starts_with('#')).count();
+            prop_assert_eq!(urls, i.segments.len());
+        }
+        Ok(())
+    });
+}

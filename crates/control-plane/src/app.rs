@@ -47,6 +47,20 @@ pub struct Settings {
     /// Origins besides the API's own that sessions' files and recordings are downloaded from
     /// (on AWS the bucket's, where presigned URLs point): the dashboard's `media-src`.
     pub download_origins: Vec<String>,
+    /// Where a recording's MP4s are built (`POST …/recording/downloads`).
+    pub mp4: Mp4Build,
+}
+
+/// Where a recording page's MP4 is built (`POST …/recording/downloads`,
+/// the recordings module).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mp4Build {
+    /// Nowhere (no ffmpeg): a request is answered `FAILED`.
+    Unavailable,
+    /// By a task of this process, after the answer (the local platform).
+    Background(std::path::PathBuf),
+    /// Before the answer (a Lambda given ffmpeg: its process freezes once it has answered).
+    Inline(std::path::PathBuf),
 }
 
 impl Default for Settings {
@@ -63,6 +77,8 @@ impl Default for Settings {
             pool_share: None,
             managed_proxies: Default::default(),
             download_origins: Vec::new(),
+            // The local platform's: ffmpeg from the PATH, in this process.
+            mp4: Mp4Build::Background("ffmpeg".into()),
         }
     }
 }

@@ -13,8 +13,8 @@
 //!
 //! Named (as its path from the body's top: `browserSettings.solveCaptchas`,
 //! `browserSettings.fingerprint.browsers`, `fooBar`) is a field whose value asks for what the
-//! platform does not do: a flag set to true (`solveCaptchas`, `verified`, `advancedStealth`,
-//! `recordSession`), a captcha selector, an `os` other than linux (what the
+//! platform does not do: a flag set to true (`solveCaptchas`, `verified`, `advancedStealth`),
+//! a captcha selector, an `os` other than linux (what the
 //! browser reports), a fingerprint list without what the browser is (Chrome, desktop, Linux),
 //! `httpVersion` "1", a `fingerprint.screen` not applied, `proxySettings.caCertificates`, and
 //! every field not known, at the top or inside `browserSettings`. A value asking for what
@@ -280,12 +280,7 @@ const BROWSER_FIELDS: [&str; 15] = [
     "viewport",
 ];
 /// `browserSettings` flags asking for what the platform does not do: named when true.
-const FLAGS_NOT_DONE: [&str; 4] = [
-    "advancedStealth",
-    "recordSession",
-    "solveCaptchas",
-    "verified",
-];
+const FLAGS_NOT_DONE: [&str; 3] = ["advancedStealth", "solveCaptchas", "verified"];
 /// `browserSettings.os`'s values; the browser reports linux.
 const OS: [&str; 5] = ["windows", "mac", "linux", "mobile", "tablet"];
 
@@ -336,6 +331,11 @@ fn browser_settings(
         no_session_log: match m.get("logSession") {
             None | Some(Value::Null) => false,
             Some(_) => !flag(m, AT, "logSession")?,
+        },
+        // Recorded unless asked not to be, likewise.
+        no_recording: match m.get("recordSession") {
+            None | Some(Value::Null) => false,
+            Some(_) => !flag(m, AT, "recordSession")?,
         },
     })
 }
@@ -784,6 +784,10 @@ mod tests {
         assert!(!settings(json!({"logSession": true})).no_session_log);
         assert!(!settings(json!({"logSession": null})).no_session_log);
         assert!(settings(json!({"logSession": false})).no_session_log);
+        assert!(!settings(json!({"recordSession": true})).no_recording);
+        assert!(!settings(json!({"recordSession": null})).no_recording);
+        assert!(settings(json!({"recordSession": false})).no_recording);
+        assert!(named(json!({"browserSettings": {"recordSession": true}})).is_empty());
         assert!(named(json!({"browserSettings": {"logSession": true}})).is_empty());
     }
 
@@ -919,7 +923,6 @@ mod tests {
                 "browserSettings.fingerprint.screen.dpr",
                 "browserSettings.newThing",
                 "browserSettings.os",
-                "browserSettings.recordSession",
                 "browserSettings.solveCaptchas",
                 "browserSettings.verified",
                 "browserSettings.viewport.deviceScaleFactor",

@@ -24,6 +24,8 @@
 //!   else the zip, or on AWS a redirect to it).
 //! - [`session_logs`]: a session's log (`GET /v1/sessions/{id}/logs`, and its SSE stream,
 //!   `…/logs/stream`), read from the chunks its controller stores.
+//! - [`recordings`]: a session's recording: its pages (`…/replays`), a page's HLS playlist with
+//!   signed segment URLs, the MP4 downloads built from the segments, and `…/recording`'s 410.
 //! - [`zips`]: a zip of stored objects (the writer, bounded) and what a store hands back.
 //! - [`uploads`]: session uploads (files stored for the session's browser, which its
 //!   controller fetches when a client names them).
@@ -74,6 +76,7 @@ pub mod local;
 pub mod memory;
 pub mod metadata;
 pub mod model;
+pub mod recordings;
 pub mod router;
 pub mod rules;
 pub mod session_events;

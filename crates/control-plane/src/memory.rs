@@ -173,6 +173,11 @@ impl ArchiveUrls for MemArchives {
     async fn presign_put(&self, key: &str, ttl_seconds: u64) -> StoreResult<String> {
         Ok(format!("https://archives.test/{key}?expires={ttl_seconds}"))
     }
+    async fn presign_get(&self, key: &str, ttl_seconds: u64) -> StoreResult<String> {
+        Ok(format!(
+            "https://archives.test/get/{key}?expires={ttl_seconds}"
+        ))
+    }
     async fn delete(&self, key: &str) -> StoreResult<()> {
         self.0.lock().expect("not poisoned").push(key.to_owned());
         Ok(())

@@ -14,7 +14,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::middleware::map_response;
 use axum::response::Response;
-use axum::routing::{MethodFilter, MethodRouter, get, on, post};
+use axum::routing::{get, post};
 
 use crate::app::App;
 use crate::extensions as x;
@@ -48,18 +48,7 @@ pub fn router(app: App) -> Router {
             "/v1/sessions/{id}/uploads",
             post(u::create_upload).layer(DefaultBodyLimit::max(u::MAX_BODY_BYTES)),
         )
-        .route(
-            "/v1/sessions/{id}/logs",
-            get(crate::session_logs::session_logs),
-        )
-        .route(
-            "/v1/sessions/{id}/logs/stream",
-            get(crate::session_logs::session_logs_stream),
-        )
-        .route(
-            "/v1/sessions/{id}/recording",
-            unimplemented(MethodFilter::GET),
-        )
+        .merge(session_records())
         .route(
             "/v1/extensions",
             post(x::create_extension).layer(DefaultBodyLimit::max(x::MAX_BODY_BYTES)),
@@ -92,9 +81,31 @@ pub fn router(app: App) -> Router {
         .with_state(app)
 }
 
-/// A Browserbase endpoint Wallcrawler does not implement yet: 501, never worth a retry.
-fn unimplemented(methods: MethodFilter) -> MethodRouter<App> {
-    on(methods, h::not_implemented)
+/// What a session keeps of itself: its log and its recording.
+fn session_records() -> Router<App> {
+    Router::new()
+        .route(
+            "/v1/sessions/{id}/logs",
+            get(crate::session_logs::session_logs),
+        )
+        .route(
+            "/v1/sessions/{id}/logs/stream",
+            get(crate::session_logs::session_logs_stream),
+        )
+        .route(
+            "/v1/sessions/{id}/recording",
+            get(crate::recordings::recording_gone),
+        )
+        .route("/v1/sessions/{id}/replays", get(crate::recordings::replays))
+        .route(
+            "/v1/sessions/{id}/replays/{page_id}",
+            get(crate::recordings::replay_page),
+        )
+        .route(
+            "/v1/sessions/{id}/recording/downloads",
+            post(crate::recordings::downloads::create_downloads)
+                .get(crate::recordings::downloads::list_downloads),
+        )
 }
 
 /// `x-should-retry: false` on every failure of the route it wraps, 503 included (the create).

@@ -267,6 +267,9 @@ pub trait ContextStore: Send + Sync {
 pub trait ArchiveUrls: Send + Sync {
     /// A URL accepting one `PUT` of the archive at `key`, valid for `ttl_seconds`.
     async fn presign_put(&self, key: &str, ttl_seconds: u64) -> StoreResult<String>;
+    /// A URL answering a `GET` of the object at `key` (a session's file: a recording's
+    /// segment, its MP4), valid for `ttl_seconds`.
+    async fn presign_get(&self, key: &str, ttl_seconds: u64) -> StoreResult<String>;
     /// Removes the archive at `key`; a missing archive is not an error.
     async fn delete(&self, key: &str) -> StoreResult<()>;
 }

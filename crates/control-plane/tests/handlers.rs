@@ -1094,11 +1094,11 @@ async fn create_accepts_browserbase_fields_and_names_those_it_does_not_implement
     assert_eq!(status, StatusCode::CREATED, "{resp}");
     assert_eq!(resp["status"], "RUNNING");
     // Accepted, never dropped without a word: what is not done is named (the viewport, the
-    // locales and blockAds are done; solveCaptchas false and advancedStealth false ask for
-    // nothing; the fingerprint's lists name what the browser is).
+    // locales, blockAds, logSession and recordSession are done; solveCaptchas false and
+    // advancedStealth false ask for nothing; the fingerprint's lists name what the browser is).
     assert_eq!(
         named["x-wallcrawler-unsupported"],
-        "apiTimeout,browserSettings.fingerprint.screen,browserSettings.recordSession"
+        "apiTimeout,browserSettings.fingerprint.screen"
     );
     // `proxies` is honoured, never ignored (see the egress module): managed proxies without an
     // operator's pool are refused, not a session that egresses directly.
@@ -3189,3 +3189,5 @@ mod egress;
 mod extensions;
 /// A session's log and its event stream, read from the chunks its controller stores.
 mod logs;
+/// A session's recording: its pages, their playlists, the MP4 downloads' states, the 410.
+mod recordings;

@@ -33,6 +33,10 @@ mod inspector;
 /// A session's log: read while it runs and after it ended, secrets never in it, nothing with
 /// `logSession: false`.
 mod logs;
+/// A session's recording: its pages' video while it runs and after, the playlist's signed
+/// segments and the MP4 download showing the page, nothing with `recordSession: false`,
+/// hostile page ids and other projects refused.
+mod recordings;
 
 const WAIT: Duration = Duration::from_secs(60);
 

@@ -472,6 +472,12 @@ pub fn build_app(sdk: &SdkConfig, cfg: &Config) -> App {
         claim_wait: cfg.claim_wait,
         pool_share: cfg.pool_share,
         managed_proxies: cfg.managed_proxies.clone(),
+        // The API's Lambda has no ffmpeg unless a layer brings one (`FFMPEG_PATH`); with one,
+        // a build runs before the answer (the process freezes after it).
+        mp4: match std::env::var_os("FFMPEG_PATH") {
+            Some(p) => crate::app::Mp4Build::Inline(p.into()),
+            None => crate::app::Mp4Build::Unavailable,
+        },
         ..Settings::default()
     };
     if let Some(r) = sdk.region().map(|r| r.as_ref())

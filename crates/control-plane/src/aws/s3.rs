@@ -56,6 +56,20 @@ impl ArchiveUrls for S3Archives {
         Ok(req.uri().to_owned())
     }
 
+    /// A SigV4 presigned `GetObject` (at most 7 days, S3's limit).
+    async fn presign_get(&self, key: &str, ttl_seconds: u64) -> StoreResult<String> {
+        let cfg = presigning(ttl_seconds.min(7 * 24 * 3600))?;
+        let req = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .presigned(cfg)
+            .await
+            .map_err(|e| sdk_error(BUCKET, e))?;
+        Ok(req.uri().to_owned())
+    }
+
     /// `DeleteObject` (succeeds when the object is already gone).
     async fn delete(&self, key: &str) -> StoreResult<()> {
         self.client

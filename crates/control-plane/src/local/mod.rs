@@ -300,6 +300,16 @@ impl ArchiveUrls for LocalArchives {
             self.base_url
         ))
     }
+    /// This server's own signed URL (`/_local/objects/<key>`), signed apart from upload URLs
+    /// (one cannot stand for the other).
+    async fn presign_get(&self, key: &str, ttl_seconds: u64) -> StoreResult<String> {
+        let expires = wallcrawler_contract::time::unix_millis() / 1000 + ttl_seconds;
+        let sig = signature(&self.url_key, &get_message(key), expires);
+        Ok(format!(
+            "{}/_local/objects/{key}?expires={expires}&signature={sig}",
+            self.base_url
+        ))
+    }
     async fn delete(&self, key: &str) -> StoreResult<()> {
         match tokio::fs::remove_file(self.dir.join(key)).await {
             Ok(()) => Ok(()),
@@ -508,6 +518,50 @@ pub async fn upload_archive(
     tokio::fs::rename(&tmp, &path).await.map_err(fail)?;
     info!(key = %key, "archive uploaded to a presigned URL");
     Ok(StatusCode::OK)
+}
+
+/// What a download URL of `key` signs: never an upload's message (a key has no newline).
+fn get_message(key: &str) -> String {
+    format!("GET\n{key}")
+}
+
+/// `GET /_local/objects/<key>?expires=&signature=`: a session's file (a recording's segment,
+/// its MP4) at a URL [`LocalArchives::presign_get`] signed; only keys under `files/`.
+pub async fn download_object(
+    State(archives): State<Arc<LocalArchives>>,
+    axum::extract::Path(key): axum::extract::Path<String>,
+    Query(q): Query<UploadQuery>,
+) -> Result<axum::response::Response, ApiError> {
+    let prefix = format!("{}/", wallcrawler_contract::storage::FILES_PREFIX);
+    if !valid_key(&key) || !key.starts_with(&prefix) {
+        return Err(ApiError::not_found("no such object"));
+    }
+    if q.expires < wallcrawler_contract::time::unix_millis() / 1000 {
+        return Err(ApiError::forbidden("this download URL has expired"));
+    }
+    let want = signature(&archives.url_key, &get_message(&key), q.expires);
+    if !subtle_eq(want.as_bytes(), q.signature.as_bytes()) {
+        return Err(ApiError::forbidden("invalid download URL signature"));
+    }
+    let path = archives.dir.join(&key);
+    let read = tokio::task::spawn_blocking(move || private_fs::read_ours(&path))
+        .await
+        .map_err(|_| ApiError::internal("reading the object failed"))?;
+    let body = match read {
+        Ok(Some(b)) => b,
+        Ok(None) => return Err(ApiError::not_found("no such object")),
+        Err(e) => {
+            return Err(ApiError::internal(format!(
+                "reading the object failed: {e}"
+            )));
+        }
+    };
+    let kind = match key.rsplit('.').next() {
+        Some("ts") => "video/mp2t",
+        Some("mp4") => "video/mp4",
+        _ => "application/octet-stream",
+    };
+    Ok(([(axum::http::header::CONTENT_TYPE, kind)], body).into_response())
 }
 
 fn subtle_eq(a: &[u8], b: &[u8]) -> bool {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::put;
+use axum::routing::{get, put};
 use tokio::net::TcpListener;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::info;
@@ -13,7 +13,8 @@ use wallcrawler_contract::task_env;
 
 use super::controllers::{Controllers, Ends, LocalLauncher, LocalPool};
 use super::{
-    DirObjects, DirSessions, FileMap, LocalArchives, LocalIdentity, load_or_init, upload_archive,
+    DirObjects, DirSessions, FileMap, LocalArchives, LocalIdentity, download_object, load_or_init,
+    upload_archive,
 };
 use crate::app::{App, Settings};
 use crate::stores::{Launcher, StaticSigner, SystemClock};
@@ -67,10 +68,12 @@ pub enum Connect {
     },
 }
 
-/// The API's routes, and the uploads of context archives to the local store beside them.
+/// The API's routes, and beside them the uploads of context archives to the local store and
+/// the downloads of sessions' files from it (signed URLs).
 fn local_router(app: App, archives: Arc<LocalArchives>) -> axum::Router {
     let uploads = axum::Router::new()
         .route("/_local/archives/{*key}", put(upload_archive))
+        .route("/_local/objects/{*key}", get(download_object))
         .with_state(archives)
         .layer(axum::extract::DefaultBodyLimit::disable());
     crate::router::router(app).merge(uploads)

@@ -76,6 +76,9 @@ mod identity;
 /// controller judges them; every refusal.
 mod task_api;
 
+/// A session's recording in the contexts bucket: presigned segment URLs, no MP4 built by the
+/// API's Lambda.
+mod recordings;
 /// Session uploads in the contexts bucket: under the session's prefix, the answer's path in
 /// `uploadsDir`.
 mod uploads;

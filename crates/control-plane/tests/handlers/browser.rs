@@ -106,6 +106,7 @@ async fn locales_screen_and_flags_reach_the_launcher() {
             ignore_certificate_errors: true,
             block_ads: true,
             no_session_log: false,
+            no_recording: false,
         })
     );
 }
@@ -133,6 +134,37 @@ async fn log_session_false_reaches_the_launcher() {
         let (status, named, _) = h
             .create_naming(&format!(
                 r#"{{"browserSettings": {{"logSession": {asked}}}}}"#
+            ))
+            .await;
+        assert_eq!((status, named), (StatusCode::CREATED, None), "{asked}");
+        assert_eq!(h.launched_browser(), None, "{asked}");
+    }
+}
+
+/// `recordSession: false` reaches the controller (which then records no page); `true`,
+/// absent or null is the default (recorded) and carries nothing; it is never named as not
+/// done.
+#[tokio::test]
+async fn record_session_false_reaches_the_launcher() {
+    let h = Harness::new(LaunchBehaviour::BecomeReady);
+    let (status, named, resp) = h
+        .create_naming(r#"{"browserSettings": {"recordSession": false}}"#)
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{resp}");
+    assert_eq!(named, None);
+    assert_eq!(
+        h.launched_browser(),
+        Some(BrowserSettings {
+            no_recording: true,
+            ..Default::default()
+        })
+    );
+    assert!(h.launched()[0].claim().browser.unwrap().no_recording);
+    for asked in ["true", "null"] {
+        let h = Harness::new(LaunchBehaviour::BecomeReady);
+        let (status, named, _) = h
+            .create_naming(&format!(
+                r#"{{"browserSettings": {{"recordSession": {asked}}}}}"#
             ))
             .await;
         assert_eq!((status, named), (StatusCode::CREATED, None), "{asked}");
@@ -297,11 +329,11 @@ async fn proxies_and_allowed_domains_are_never_named() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
     let (status, named, body) = h
         .create_naming(
-            r#"{"proxies": [{"type": "external", "server": "http://p.example:8080"}], "browserSettings": {"allowedDomains": ["example.com"], "recordSession": true}}"#,
+            r#"{"proxies": [{"type": "external", "server": "http://p.example:8080"}], "browserSettings": {"allowedDomains": ["example.com"], "solveCaptchas": true}}"#,
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    assert_eq!(named.as_deref(), Some("browserSettings.recordSession"));
+    assert_eq!(named.as_deref(), Some("browserSettings.solveCaptchas"));
     let launched = h.launched();
     let egress = launched[0].egress.as_ref().unwrap();
     assert_eq!(

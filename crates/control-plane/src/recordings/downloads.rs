@@ -1,0 +1,268 @@
+//! `POST` and `GET /v1/sessions/{id}/recording/downloads`: one MP4 per recorded page, built
+//! from its HLS segments on request (ffmpeg's concat, `-c copy`: no re-encoding,
+//! `+faststart`), `PENDING` then `COMPLETED` with a signed URL (or `FAILED`; asking again
+//! retries).
+//!
+//! Where the build runs is [`Mp4Build`] (the API's settings): locally a task of the server's own process after the
+//! answer; on AWS the API's Lambda has no ffmpeg (none in the `provided.al2023` runtime), so
+//! a request there is answered `FAILED` unless the function is given one (a layer, with
+//! `FFMPEG_PATH`), and then the build runs before the answer (a Lambda's process is frozen
+//! once it has answered, so a build after it would stall), within the function's timeout.
+//!
+//! A page's state is `…/recordings/<pageId>/download.json`
+//! ([`wallcrawler_contract::recording::DownloadState`]), its MP4 `…/recording.mp4`. A
+//! `PENDING` state older than [`BUILD_DEADLINE_MS`] was lost (the process building it ended)
+//! and is built again when asked.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use axum::response::IntoResponse;
+use serde_json::{Value, json};
+use tracing::{info, warn};
+use wallcrawler_contract::recording::{
+    DOWNLOAD_NAME, DownloadState, DownloadStatus, MP4_NAME, PageIndex, page_prefix,
+};
+use wallcrawler_contract::session_doc::SessionDoc;
+use wallcrawler_contract::time::{now_iso8601, unix_millis};
+
+use super::page_indexes;
+use crate::app::{App, Mp4Build};
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::handlers::{ApiResult, PathId, own_session};
+use crate::stores::Bounded;
+
+/// How long a download URL works.
+pub const DOWNLOAD_URL_TTL_SECONDS: u64 = 3600;
+/// How long a build may take: a `PENDING` state older than this was lost.
+pub const BUILD_DEADLINE_MS: u64 = 10 * 60 * 1000;
+/// The most bytes of segments one MP4 is built from (a session's recording is capped at
+/// 1 GiB by its controller).
+pub const MAX_SOURCE_BYTES: u64 = 1 << 30;
+/// The largest segment read (2 s of video; far above what the controller writes).
+const MAX_SEGMENT_BYTES: u64 = 64 << 20;
+/// ffmpeg's own deadline within a build.
+const FFMPEG_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// `POST /v1/sessions/{id}/recording/downloads`: builds each recorded page's MP4 (a page
+/// built or being built is left as it is; a failed or lost one is built again); answers the
+/// pages' states as `GET` does. Another project's session is a 404.
+pub async fn create_downloads(caller: Caller, PathId(id): PathId) -> ApiResult {
+    let (app, p) = caller.into_parts();
+    let s = own_session(&app, &p, &id).await?;
+    for index in page_indexes(&app, &s).await? {
+        let state = read_state(&app, &s, &index.page_id).await;
+        let busy = state.as_ref().is_some_and(|st| {
+            st.status == DownloadStatus::Completed
+                || st.status == DownloadStatus::Pending
+                    && unix_millis().saturating_sub(st.at_ms) < BUILD_DEADLINE_MS
+        });
+        if !busy {
+            start_build(&app, &s, index).await?;
+        }
+    }
+    answer(&app, &s).await
+}
+
+/// `GET /v1/sessions/{id}/recording/downloads`: `{downloads: [{pageId, status, completedAt?,
+/// downloadUrl?}]}`, one per recorded page (`NOT_REQUESTED` before any `POST`), the URL
+/// signed anew for each answer. Another project's session is a 404.
+pub async fn list_downloads(caller: Caller, PathId(id): PathId) -> ApiResult {
+    let (app, p) = caller.into_parts();
+    let s = own_session(&app, &p, &id).await?;
+    answer(&app, &s).await
+}
+
+async fn answer(app: &App, s: &SessionDoc) -> ApiResult {
+    let mut downloads = Vec::new();
+    for index in page_indexes(app, s).await? {
+        downloads.push(download(app, s, &index.page_id).await?);
+    }
+    Ok(axum::Json(json!({ "downloads": downloads })).into_response())
+}
+
+/// A page's entry of the answer.
+async fn download(app: &App, s: &SessionDoc, page_id: &str) -> Result<Value, ApiError> {
+    let state = read_state(app, s, page_id).await;
+    let status = state
+        .as_ref()
+        .map_or(DownloadStatus::NotRequested, |st| st.status);
+    let mut out = json!({"pageId": page_id, "status": status});
+    if let Some(st) = state.filter(|st| st.status == DownloadStatus::Completed) {
+        let key = format!(
+            "{}{MP4_NAME}",
+            page_prefix(&s.project_id, &s.session_id, page_id)
+        );
+        let url = app
+            .archives
+            .presign_get(&key, DOWNLOAD_URL_TTL_SECONDS)
+            .await
+            .map_err(|e| ApiError::internal("the download could not be signed").caused_by(e))?;
+        out["completedAt"] = json!(st.completed_at);
+        out["downloadUrl"] = json!(url);
+    }
+    Ok(out)
+}
+
+fn state_key(s: &SessionDoc, page_id: &str) -> String {
+    format!(
+        "{}{DOWNLOAD_NAME}",
+        page_prefix(&s.project_id, &s.session_id, page_id)
+    )
+}
+
+/// A page's build state, if one was asked for (an unreadable one counts as none).
+async fn read_state(app: &App, s: &SessionDoc, page_id: &str) -> Option<DownloadState> {
+    match app
+        .objects
+        .get_at_most(&state_key(s, page_id), 64 << 10)
+        .await
+    {
+        Ok(Some(Bounded::Whole(b))) => serde_json::from_slice(&b).ok(),
+        _ => None,
+    }
+}
+
+async fn write_state(app: &App, s: &SessionDoc, page_id: &str, state: &DownloadState) {
+    let body = serde_json::to_vec(state).unwrap_or_default();
+    if let Err(e) = app.objects.put(&state_key(s, page_id), body.into()).await {
+        warn!(error = %e, page_id, "a recording download's state could not be stored");
+    }
+}
+
+fn state(status: DownloadStatus, error: Option<String>) -> DownloadState {
+    DownloadState {
+        status,
+        at_ms: unix_millis(),
+        completed_at: (status == DownloadStatus::Completed).then(now_iso8601),
+        error,
+    }
+}
+
+/// Marks the page `PENDING` and builds its MP4 where [`Mp4Build`] says.
+async fn start_build(app: &App, s: &SessionDoc, index: PageIndex) -> Result<(), ApiError> {
+    let page_id = index.page_id.clone();
+    match app.settings.mp4.clone() {
+        Mp4Build::Unavailable => {
+            let why = "MP4s are not built by this deployment (its API has no ffmpeg)";
+            write_state(
+                app,
+                s,
+                &page_id,
+                &state(DownloadStatus::Failed, Some(why.into())),
+            )
+            .await;
+        }
+        Mp4Build::Background(ffmpeg) => {
+            write_state(app, s, &page_id, &state(DownloadStatus::Pending, None)).await;
+            tokio::spawn(build(app.clone(), s.clone(), index, ffmpeg));
+        }
+        Mp4Build::Inline(ffmpeg) => {
+            write_state(app, s, &page_id, &state(DownloadStatus::Pending, None)).await;
+            build(app.clone(), s.clone(), index, ffmpeg).await;
+        }
+    }
+    Ok(())
+}
+
+/// Builds and stores the page's MP4, then its final state.
+async fn build(app: App, s: SessionDoc, index: PageIndex, ffmpeg: PathBuf) {
+    let dir = std::env::temp_dir().join(format!("recording-{}", uuid::Uuid::new_v4()));
+    let result = build_in(&app, &s, &index, &ffmpeg, &dir).await;
+    let _ = tokio::fs::remove_dir_all(&dir).await;
+    let done = match result {
+        Ok(bytes) => {
+            info!(page_id = %index.page_id, bytes, "a recording's MP4 is built");
+            state(DownloadStatus::Completed, None)
+        }
+        Err(e) => {
+            warn!(page_id = %index.page_id, error = %e, "a recording's MP4 could not be built");
+            state(DownloadStatus::Failed, Some(e))
+        }
+    };
+    write_state(&app, &s, &index.page_id, &done).await;
+}
+
+/// The segments fetched into `dir`, joined into an MP4 by ffmpeg, and the MP4 stored; its
+/// size.
+async fn build_in(
+    app: &App,
+    s: &SessionDoc,
+    index: &PageIndex,
+    ffmpeg: &Path,
+    dir: &Path,
+) -> Result<u64, String> {
+    if index.segments.is_empty() {
+        return Err("the page has no stored segment".into());
+    }
+    tokio::fs::create_dir_all(dir)
+        .await
+        .map_err(|e| format!("no scratch directory: {e}"))?;
+    let prefix = page_prefix(&s.project_id, &s.session_id, &index.page_id);
+    let mut list = String::new();
+    let mut total = 0u64;
+    for seg in &index.segments {
+        let body = match app
+            .objects
+            .get_at_most(&format!("{prefix}{}", seg.name), MAX_SEGMENT_BYTES)
+            .await
+        {
+            Ok(Some(Bounded::Whole(b))) => b,
+            Ok(_) => return Err(format!("segment {} is missing or too large", seg.name)),
+            Err(e) => return Err(format!("segment {} could not be read: {e}", seg.name)),
+        };
+        total += body.len() as u64;
+        if total > MAX_SOURCE_BYTES {
+            return Err("the page's segments are too large to join".into());
+        }
+        // Segment names are checked ([`PageIndex::is_well_formed`]): plain file names.
+        tokio::fs::write(dir.join(&seg.name), &body)
+            .await
+            .map_err(|e| format!("writing a segment: {e}"))?;
+        list.push_str(&format!("file '{}'\n", seg.name));
+    }
+    tokio::fs::write(dir.join("list.txt"), list)
+        .await
+        .map_err(|e| format!("writing the list: {e}"))?;
+    join(ffmpeg, dir).await?;
+    let mp4 = tokio::fs::read(dir.join(MP4_NAME))
+        .await
+        .map_err(|e| format!("reading the MP4: {e}"))?;
+    let n = mp4.len() as u64;
+    app.objects
+        .put(&format!("{prefix}{MP4_NAME}"), mp4.into())
+        .await
+        .map_err(|e| format!("storing the MP4: {e}"))?;
+    Ok(n)
+}
+
+/// ffmpeg's concat of `dir/list.txt` into `dir/recording.mp4`, streams copied.
+async fn join(ffmpeg: &Path, dir: &Path) -> Result<(), String> {
+    let args = "-nostdin -hide_banner -loglevel error -y -f concat -safe 0 -i list.txt -c copy \
+                -movflags +faststart -avoid_negative_ts make_zero";
+    let mut cmd = tokio::process::Command::new(ffmpeg);
+    cmd.args(args.split_whitespace())
+        .arg(MP4_NAME)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("ffmpeg could not start: {e}"))?;
+    let out = tokio::time::timeout(FFMPEG_TIMEOUT, child.wait_with_output())
+        .await
+        .map_err(|_| "ffmpeg took too long".to_owned())?
+        .map_err(|e| format!("ffmpeg failed: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    Err(format!(
+        "ffmpeg failed ({}): {}",
+        out.status,
+        err.chars().take(300).collect::<String>()
+    ))
+}
