@@ -933,10 +933,10 @@ def check_object_prefixes(t):
     profile, files, ext = storage_constant("PROFILE_ARCHIVE_NAME"), storage_constant("FILES_PREFIX"), storage_constant("EXTENSIONS_PREFIX")
     want = {
         "s3:GetObject": {f"*/*/{profile}", f"{files}/*/uploads/*", f"{ext}/*"},
-        "s3:PutObject": {f"*/*/{profile}", f"{files}/*/downloads/*", f"{files}/*/logs/*"},
+        "s3:PutObject": {f"*/*/{profile}", f"{files}/*/downloads/*", f"{files}/*/logs/*", f"{files}/*/recordings/*"},
         "s3:AbortMultipartUpload": {f"*/*/{profile}", f"{files}/*/downloads/*"},
-        # A log chunk carries its expiry tag (session_log::RECORD_TAGGING).
-        "s3:PutObjectTagging": {f"{files}/*/logs/*"},
+        # A log chunk and a recording's objects carry their expiry tag (RECORD_TAGGING).
+        "s3:PutObjectTagging": {f"{files}/*/logs/*", f"{files}/*/recordings/*"},
     }
     got = {}
     for st in statements(t, "SessionRole"):
@@ -950,8 +950,8 @@ def check_object_prefixes(t):
     # "/" included, as fnmatch's does), and keys the controller never uses.
     use = {
         "s3:GetObject": ["proj_1/ctx_1/profile.tar.gz", "files/proj_1/sess_1/uploads/a.txt", "extensions/proj_1/" + "0f" * 32 + ".zip"],
-        "s3:PutObject": ["proj_1/ctx_1/profile.tar.gz", "files/proj_1/sess_1/downloads/a-1.csv", "files/proj_1/sess_1/logs/1700000000000-000000.jsonl"],
-        "s3:PutObjectTagging": ["files/proj_1/sess_1/logs/1700000000000-000000.jsonl"],
+        "s3:PutObject": ["proj_1/ctx_1/profile.tar.gz", "files/proj_1/sess_1/downloads/a-1.csv", "files/proj_1/sess_1/logs/1700000000000-000000.jsonl", "files/proj_1/sess_1/recordings/0/seg-00001.ts", "files/proj_1/sess_1/recordings/0.json"],
+        "s3:PutObjectTagging": ["files/proj_1/sess_1/logs/1700000000000-000000.jsonl", "files/proj_1/sess_1/recordings/0/seg-00001.ts"],
     }
     never = ["extension-uploads/proj_1/u.zip", "proj_1/ctx_1/other.tar.gz", "files/proj_1/sess_1/other/a", "anything"]
     for a, keys in use.items():

@@ -163,17 +163,24 @@ pub fn session_log_chunk_key(
     )
 }
 
-/// The tag (`key=value`, S3's `x-amz-tagging`) a session's records carry in the contexts
-/// bucket: its lifecycle rule expires what has it after `SessionRecordRetentionDays`
-/// (`deploy/template.yaml`; a rule cannot match `files/*/*/logs/` by prefix).
+/// The tag (`key=value`, S3's `x-amz-tagging`) a session's records (its log and its
+/// recording) carry in the contexts bucket: its lifecycle rule expires what has it after
+/// `SessionRecordRetentionDays` (`deploy/template.yaml`; a rule cannot match `files/*/*/logs/`
+/// by prefix).
 pub const RECORD_TAGGING: &str = "wallcrawler-record=session";
 
-/// [`RECORD_TAGGING`] when `key` is a session's record (a log chunk's key), else `None`.
+/// [`RECORD_TAGGING`] when `key` is a session's record — a log chunk, or an object of its
+/// recording (`files/<p>/<s>/recordings/…`: indexes, segments, MP4s) — else `None`.
 pub fn record_tagging(key: &str) -> Option<&'static str> {
-    let mut parts = key.strip_prefix("files/")?.split('/');
+    let mut parts = key.strip_prefix("files/")?.splitn(4, '/');
     let (_project, _session) = (parts.next()?, parts.next()?);
-    let (dir, name) = (parts.next()?, parts.next()?);
-    (parts.next().is_none() && dir == "logs" && is_chunk_name(name)).then_some(RECORD_TAGGING)
+    let (dir, rest) = (parts.next()?, parts.next()?);
+    let record = match dir {
+        "logs" => is_chunk_name(rest),
+        "recordings" => !rest.is_empty() && rest.split('/').all(|p| !p.is_empty() && p != ".."),
+        _ => false,
+    };
+    record.then_some(RECORD_TAGGING)
 }
 
 /// Whether `name` (a key below [`session_log_prefix`]) is a chunk's: what the API reads.
@@ -419,10 +426,23 @@ mod tests {
     fn only_a_log_chunk_is_tagged_to_expire() {
         let chunk = session_log_chunk_key("proj_a", "sess_1", 1_765_100_000_000, 3);
         assert_eq!(record_tagging(&chunk), Some(RECORD_TAGGING));
+        for recording in [
+            "files/proj_a/sess_1/recordings/0.json",
+            "files/proj_a/sess_1/recordings/0/seg-00001.ts",
+            "files/proj_a/sess_1/recordings/0/recording.mp4",
+        ] {
+            assert_eq!(
+                record_tagging(recording),
+                Some(RECORD_TAGGING),
+                "{recording}"
+            );
+        }
         for other in [
             "files/proj_a/sess_1/downloads/a.pdf",
             "files/proj_a/sess_1/logs/notes.txt",
             "files/proj_a/sess_1/logs/x/1765100000000-000003.jsonl",
+            "files/proj_a/sess_1/recordings/",
+            "files/proj_a/sess_1/recordings/0//x",
             "proj_a/ctx_1/profile.tar.gz",
             "logs/1765100000000-000003.jsonl",
         ] {

@@ -99,10 +99,11 @@ struct ServeArgs {
     /// create is refused (400).
     #[arg(long, env = "MANAGED_PROXIES_FILE")]
     managed_proxies: Option<PathBuf>,
-    /// Days a session's log is kept after it was last written (checked hourly and at the
-    /// start; the contexts bucket's lifecycle rule does it on AWS); 0 = for ever.
-    #[arg(long, env = "WALLCRAWLER_LOG_RETENTION_DAYS", default_value_t = wallcrawler_control_plane::local::retention::DEFAULT_RETENTION_DAYS)]
-    log_retention_days: u64,
+    /// Days a session's log and recording are kept after they were last written (checked
+    /// hourly and at the start; the contexts bucket's lifecycle rule does it on AWS); 0 = for
+    /// ever.
+    #[arg(long, env = "WALLCRAWLER_RECORDS_RETENTION_DAYS", default_value_t = wallcrawler_control_plane::local::retention::DEFAULT_RETENTION_DAYS)]
+    records_retention_days: u64,
 }
 
 #[derive(Args)]
@@ -351,7 +352,7 @@ async fn serve(args: ServeArgs) -> i32 {
     let server = match bound {
         Ok(s) => s
             .sweep_every(Duration::from_secs(args.sweep_interval_seconds))
-            .retention_days(args.log_retention_days),
+            .retention_days(args.records_retention_days),
         Err(e) => {
             tracing::error!("could not start: {e:#}");
             return 1;
