@@ -14,8 +14,7 @@
 // session is released, and opened again once ended: its log read whole, its recording's state.
 // Every request the page makes, its console and its storage are watched for the key.
 // Prints {"ok":true,...} for the Rust test to judge.
-import http from "node:http";
-import { requireArg, run } from "./lib.mjs";
+import { requireArg, run, serveTwoPages, until } from "./lib.mjs";
 
 const CHROME_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
   "--disable-background-networking", "--disable-component-update", "--disable-sync"];
@@ -24,33 +23,18 @@ const HOSTILE = `<img src=x onerror="window.__pwned=1"><script>window.__pwned=2<
 const HOSTILE_KEY = `<b onmouseover="window.__pwned=3">k</b>`;
 const WAIT = 20000;
 
-async function pages() {
-  const server = http.createServer((req, res) => {
-    res.writeHead(200, { "content-type": "text/html" });
-    res.end(`<title>${req.url}</title><body style="background:rgb(255,0,0)"><h1>${req.url}</h1>`);
-  });
-  await new Promise((r) => server.listen(0, "127.0.0.1", r));
-  const base = `http://127.0.0.1:${server.address().port}`;
-  return { first: `${base}/first`, second: `${base}/second`, close: () => server.close() };
-}
+const pages = () => serveTwoPages((path) => `<title>${path}</title><body style="background:rgb(255,0,0)"><h1>${path}</h1>`);
 
-/** Calls `probe` until it returns a value (not undefined), at most `ms`. */
-async function until(what, ms, probe) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await probe();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-/** The panel's `data-state` once it has left `loading` (and `pending`, unless `pendingToo`). */
+/**
+ * The panel's `data-state` once it has left `loading` and `waiting` (a running session's
+ * recording with no page stored yet), and `pending` unless `pendingToo`.
+ */
 async function settled(page, id, ms, pendingToo = false) {
   const box = page.locator(`#${id}`);
   return until(`#${id} settling`, ms, async () => {
     const s = await box.getAttribute("data-state");
-    return s && s !== "loading" && (pendingToo || s !== "pending") ? s : undefined;
+    const unsettled = ["loading", "waiting", ...(pendingToo ? [] : ["pending"])];
+    return s && !unsettled.includes(s) ? s : undefined;
   });
 }
 
@@ -204,15 +188,18 @@ async function person(args) {
   return out;
 }
 
-/** The list and the session's fields with markup in the metadata's keys and values. */
-async function hostile(args) {
+/**
+ * A session created with `create` (the stock SDK), and a person's dashboard in a headless
+ * Chromium showing it listed: `look(page, row, session)` reads what the scenario judges; the
+ * browser closed and the session released after.
+ */
+async function withListed(args, create, look) {
   const base = requireArg(args, "base");
   const key = requireArg(args, "key");
   const projectId = requireArg(args, "project");
   const { default: Browserbase } = await import("@browserbasehq/sdk");
   const bb = new Browserbase({ apiKey: key, baseURL: base, maxRetries: 0, timeout: 60000 });
-  const userMetadata = { note: HOSTILE, [HOSTILE_KEY]: "x" };
-  const session = await bb.sessions.create({ projectId, userMetadata });
+  const session = await bb.sessions.create({ projectId, ...create });
   const { chromium } = await import("playwright-core");
   const browser = await chromium.launch({
     executablePath: args.chrome || process.env.CHROME_PATH || "/usr/bin/chromium",
@@ -226,6 +213,17 @@ async function hostile(args) {
     await page.click("#use-key");
     const row = page.locator(`#sessions tbody tr[data-id="${session.id}"]`);
     await row.waitFor({ timeout: WAIT });
+    return await look(page, row, session);
+  } finally {
+    await browser.close();
+    await bb.sessions.update(session.id, { status: "REQUEST_RELEASE", projectId });
+  }
+}
+
+/** The list and the session's fields with markup in the metadata's keys and values. */
+async function hostile(args) {
+  const userMetadata = { note: HOSTILE, [HOSTILE_KEY]: "x" };
+  return withListed(args, { userMetadata }, async (page, row, session) => {
     const listText = await row.locator("td.metadata").innerText();
     const listElements = await row.locator("td.metadata *").count();
     await row.locator("button.open").click();
@@ -241,33 +239,12 @@ async function hostile(args) {
       imgsOrScripts: await page.locator("#main img, #main script, #main b").count(),
       pwned: await page.evaluate(() => window.__pwned ?? null),
     };
-  } finally {
-    await browser.close();
-    await bb.sessions.update(session.id, { status: "REQUEST_RELEASE", projectId });
-  }
+  });
 }
 
 /** Direct mode: the viewer is on the session's own port, which the page may not frame. */
 async function direct(args) {
-  const base = requireArg(args, "base");
-  const key = requireArg(args, "key");
-  const projectId = requireArg(args, "project");
-  const { default: Browserbase } = await import("@browserbasehq/sdk");
-  const bb = new Browserbase({ apiKey: key, baseURL: base, maxRetries: 0, timeout: 60000 });
-  const session = await bb.sessions.create({ projectId });
-  const { chromium } = await import("playwright-core");
-  const browser = await chromium.launch({
-    executablePath: args.chrome || process.env.CHROME_PATH || "/usr/bin/chromium",
-    headless: true,
-    args: CHROME_ARGS,
-  });
-  try {
-    const page = await browser.newPage();
-    await page.goto(`${base}/dashboard`);
-    await page.fill("#key", key);
-    await page.click("#use-key");
-    const row = page.locator(`#sessions tbody tr[data-id="${session.id}"]`);
-    await row.waitFor({ timeout: WAIT });
+  return withListed(args, {}, async (page, row, session) => {
     await row.locator("button.open").click();
     const live = await settled(page, "live", WAIT);
     const state = await until("the frame refused", WAIT, async () => {
@@ -285,10 +262,7 @@ async function direct(args) {
       linkOrigin: href ? new URL(href).origin : null,
       linkPath: href ? new URL(href).pathname : null,
     };
-  } finally {
-    await browser.close();
-    await bb.sessions.update(session.id, { status: "REQUEST_RELEASE", projectId });
-  }
+  });
 }
 
 const SCENARIOS = { person, hostile, direct };

@@ -231,7 +231,7 @@
     const parts = [
       ["live", liveView(id, running, signal)],
       ["logs-state", running ? streamLogs(id, signal) : readLogs(id, signal)],
-      ["recording", recording(id, signal)],
+      ["recording", recording(id, running, signal)],
       ["downloads", downloads(id, signal)],
     ];
     for (const [box, p] of parts) {
@@ -475,6 +475,9 @@
 
   // ---- Recording ----------------------------------------------------------------------------
 
+  /** How often a running session's recording is looked for while it has no page. */
+  const RECORDING_POLL_MS = 2000;
+
   const RECORDING_WORDS = {
     NOT_REQUESTED: "The video has not been asked for yet.",
     PENDING: "The video is being made…",
@@ -482,16 +485,35 @@
     FAILED: "The video could not be made.",
   };
 
-  async function recording(id, signal) {
+  /** The session's recorded pages; while it runs (`running`), looked for again until one is. */
+  async function recordedPages(id, running, signal) {
     const box = $("recording");
-    const res = await api(`v1/sessions/${enc(id)}/replays`, { signal });
-    if (res.status === 404 || res.status === 501) {
-      return say(box, "No recording: this platform keeps none for this session.", "none");
+    for (;;) {
+      const res = await api(`v1/sessions/${enc(id)}/replays`, { signal });
+      if (res.status === 404 || res.status === 501) {
+        say(box, "No recording: this platform keeps none for this session.", "none");
+        return null;
+      }
+      if (!res.ok) {
+        say(box, `The recording could not be read (${await problem(res)}).`, "error");
+        return null;
+      }
+      const replays = (await bodyOf(res)) || {};
+      const pages = Array.isArray(replays.pages) ? replays.pages : [];
+      if (pages.length > 0) return pages;
+      if (!running) {
+        say(box, "Recording was off, or no page was recorded.", "off");
+        return null;
+      }
+      say(box, "No page recorded yet: the video appears here as the session runs.", "waiting");
+      await pause(RECORDING_POLL_MS, signal);
     }
-    if (!res.ok) return say(box, `The recording could not be read (${await problem(res)}).`, "error");
-    const replays = (await bodyOf(res)) || {};
-    const pages = Array.isArray(replays.pages) ? replays.pages : [];
-    if (pages.length === 0) return say(box, "Recording was off, or no page was recorded.", "off");
+  }
+
+  async function recording(id, running, signal) {
+    const box = $("recording");
+    const pages = await recordedPages(id, running, signal);
+    if (!pages) return;
     const figures = new Map();
     box.replaceChildren();
     for (const p of pages) {
@@ -502,11 +524,19 @@
       box.append(fig);
       figures.set(text(p.pageId), { fig, state, video: null });
     }
+    if (running) {
+      // An MP4 is made of a whole recording: asked for once the session has ended.
+      for (const { state } of figures.values()) {
+        state.textContent = "Being recorded: the video can be watched once the session ends.";
+      }
+      box.dataset.state = "recording";
+      return;
+    }
     box.dataset.state = "pending";
     await videos(id, figures, signal);
   }
 
-  /** Asks for each page's MP4 (once), then polls until every one is made or failed. */
+  /** Asks for the pages' MP4s (once), then polls until every one is made or failed. */
   async function videos(id, figures, signal) {
     const box = $("recording");
     const path = `v1/sessions/${enc(id)}/recording/downloads`;
@@ -517,7 +547,9 @@
       if (!res.ok) return say(box, `The videos could not be listed (${await problem(res)}).`, "error");
       let list = ((await bodyOf(res)) || {}).downloads;
       list = Array.isArray(list) ? list : [];
-      if (!asked && list.some((d) => d.status === "NOT_REQUESTED")) {
+      // Asked once each time the session is opened: the API builds what is not built, what
+      // failed, and what was built before the recording grew (a running session's).
+      if (!asked && list.length > 0) {
         asked = true;
         const made = await api(path, { method: "POST", signal });
         if (!made.ok) return say(box, `The videos could not be asked for (${await problem(made)}).`, "error");

@@ -46,15 +46,22 @@ const MAX_SEGMENT_BYTES: u64 = 64 << 20;
 const FFMPEG_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// `POST /v1/sessions/{id}/recording/downloads`: builds each recorded page's MP4 (a page
-/// built or being built is left as it is; a failed or lost one is built again); answers the
-/// pages' states as `GET` does. Another project's session is a 404.
+/// built or being built is left as it is; a failed or lost one, or one built before its
+/// recording grew, is built again; one with no segment yet is not built); answers the pages' states as `GET` does. Another
+/// project's session is a 404.
 pub async fn create_downloads(caller: Caller, PathId(id): PathId) -> ApiResult {
     let (app, p) = caller.into_parts();
     let s = own_session(&app, &p, &id).await?;
     for index in page_indexes(&app, &s).await? {
+        if index.segments.is_empty() {
+            // Nothing stored yet (a page just opened): nothing to build, nothing failed.
+            continue;
+        }
         let state = read_state(&app, &s, &index.page_id).await;
+        // A page built while its recording went on (a running session's) is built again
+        // once it has more than the build saw.
         let busy = state.as_ref().is_some_and(|st| {
-            st.status == DownloadStatus::Completed
+            st.status == DownloadStatus::Completed && index.end_time_ms <= st.at_ms
                 || st.status == DownloadStatus::Pending
                     && unix_millis().saturating_sub(st.at_ms) < BUILD_DEADLINE_MS
         });

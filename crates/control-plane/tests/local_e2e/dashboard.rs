@@ -11,7 +11,7 @@ const HOSTILE: &str = r#"<img src=x onerror="window.__pwned=1"><script>window.__
 
 /// The person pastes the key, finds the session listed and filters the list, opens it: the
 /// live view framed from the gateway, the log followed as the session runs (the first
-/// `Page.navigate`, then the second as it happens), no recording, no downloads; after the
+/// `Page.navigate`, then the second as it happens), its recording, no downloads; after the
 /// release the log is read whole. The key never leaves the header of the API's requests.
 #[test]
 fn a_person_pastes_the_key_and_follows_a_running_session_in_the_dashboard() {
@@ -82,13 +82,14 @@ fn a_person_pastes_the_key_and_follows_a_running_session_in_the_dashboard() {
     assert_eq!(r["otherOrigins"], json!([viewer_origin]), "{r}");
 
     assert_eq!(r["downloads"]["state"], "empty", "{r}");
-    // TODO(recordings, s18-rec): this branch has no `/replays` route (404), so the dashboard
-    // says "no recording". Once recordings merge, replace both asserts with
-    // `assert_eq!(r["recordingEnded"]["state"], "ready")` and
-    // `assert!(r["recordingEnded"]["videoReadyState"].as_u64() >= Some(1))`
-    // (dashboard.mjs already waits for a `<video>`'s readyState when the state is "ready").
-    assert_eq!(r["recordingWhileRunning"]["state"], "none", "{r}");
-    assert_eq!(r["recordingEnded"]["state"], "none", "{r}");
+    // The recording: while the session runs its page is listed as being recorded; once it
+    // ended, a <video> of it loads.
+    assert_eq!(r["recordingWhileRunning"]["state"], "recording", "{r}");
+    assert_eq!(r["recordingEnded"]["state"], "ready", "{r}");
+    assert!(
+        r["recordingEnded"]["videoReadyState"].as_u64() >= Some(1),
+        "{r}"
+    );
 
     // The key: in the header of every API request, nowhere else.
     let calls = r["apiCalls"].as_u64().unwrap();
