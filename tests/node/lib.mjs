@@ -118,6 +118,32 @@ export function run(main, { defaultTimeoutMs = 30000 } = {}) {
 }
 
 /**
+ * Serves two pages on 127.0.0.1 (a port of its own), `/first` and `/second`, each the HTML
+ * `body(path)` makes. Returns their URLs and `close()`.
+ */
+export async function serveTwoPages(body) {
+  const http = await import("node:http");
+  const server = http.createServer((req, res) => {
+    res.writeHead(200, { "content-type": "text/html" });
+    res.end(body(req.url));
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  const base = `http://127.0.0.1:${server.address().port}`;
+  return { first: `${base}/first`, second: `${base}/second`, close: () => server.close() };
+}
+
+/** Calls `probe` until it returns a value (not undefined), at most `ms`; names `what` if not. */
+export async function until(what, ms, probe) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await probe();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/**
  * Serves a page on 127.0.0.1 (a port of its own): title "served", `window.fromPage` = 41.
  * Returns its `url` and `close()`.
  */

@@ -8,34 +8,14 @@
 //   unlogged: browserSettings.logSession false; goto /first, release, wait for endedAt, read.
 // Prints {"ok":true,...}: the session's times, its token, and the log entries (whole), for the
 // Rust test to judge.
-import http from "node:http";
-import { requireArg, run } from "./lib.mjs";
+import { requireArg, run, serveTwoPages, until } from "./lib.mjs";
 
 async function client(args) {
   const { default: Browserbase } = await import("@browserbasehq/sdk");
   return new Browserbase({ apiKey: requireArg(args, "key"), baseURL: requireArg(args, "base"), maxRetries: 0, timeout: 60000 });
 }
 
-async function pages() {
-  const server = http.createServer((req, res) => {
-    res.writeHead(200, { "content-type": "text/html" });
-    res.end(`<title>${req.url}</title><script>console.log("on ${req.url}")</script>`);
-  });
-  await new Promise((r) => server.listen(0, "127.0.0.1", r));
-  const base = `http://127.0.0.1:${server.address().port}`;
-  return { first: `${base}/first`, second: `${base}/second`, close: () => server.close() };
-}
-
-/** Calls `probe` until it returns a value (not undefined), at most `ms`. */
-async function until(what, ms, probe) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await probe();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+const pages = () => serveTwoPages((path) => `<title>${path}</title><script>console.log("on ${path}")</script>`);
 
 const navigationTo = (logs, url) =>
   logs.find((e) => e.method === "Page.navigate" && e.request?.params?.url === url);

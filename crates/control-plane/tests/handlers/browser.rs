@@ -23,6 +23,15 @@ impl Harness {
         (status, named, value)
     }
 
+    /// `GET /v1/sessions/{id}/logs`: its status and entries.
+    async fn logs_of(&self, id: &str) -> (StatusCode, Value) {
+        let path = format!("/v1/sessions/{id}/logs");
+        let (status, _, entries) = self
+            .exchange(Method::GET, &path, &[("x-wc-api-key", KEY_A)], None)
+            .await;
+        (status, entries)
+    }
+
     /// The only launch's browser settings.
     fn launched_browser(&self) -> Option<BrowserSettings> {
         let launched = self.launched();
@@ -261,14 +270,7 @@ async fn what_is_not_done_is_named_in_the_answer_and_the_log() {
         "names only, never values: {log}"
     );
     // The session's own log says it too, first.
-    let (status, _, entries) = h
-        .exchange(
-            Method::GET,
-            &format!("/v1/sessions/{id}/logs"),
-            &[("x-wc-api-key", KEY_A)],
-            None,
-        )
-        .await;
+    let (status, entries) = h.logs_of(id).await;
     assert_eq!(status, StatusCode::OK, "{entries}");
     let first = &entries[0];
     assert_eq!(first["method"], "Wallcrawler.note", "{entries}");
@@ -289,14 +291,7 @@ async fn a_session_not_logged_gets_no_note_of_what_is_not_done() {
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(named.as_deref(), Some("browserSettings.solveCaptchas"));
     let id = body["id"].as_str().unwrap();
-    let (status, _, entries) = h
-        .exchange(
-            Method::GET,
-            &format!("/v1/sessions/{id}/logs"),
-            &[("x-wc-api-key", KEY_A)],
-            None,
-        )
-        .await;
+    let (status, entries) = h.logs_of(id).await;
     assert_eq!((status, entries), (StatusCode::OK, json!([])));
 }
 
