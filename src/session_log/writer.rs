@@ -158,7 +158,8 @@ impl State {
     }
 
     /// Appends `e` as a line of the current chunk, written in place (no line of its own to
-    /// allocate and copy: some 700 instructions per entry, scripts/bench/log-cost.sh).
+    /// allocate and copy; the profile of scripts/bench/log-cost.sh showed the growing of that
+    /// line among the writer's costs).
     fn line(&mut self, e: &SessionLog) {
         let start = self.current.len();
         if serde_json::to_writer(&mut self.current, e).is_ok() {
