@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole platform on this machine, no AWS account: installs Chromium when missing (as
-# root on Debian/Ubuntu) and Chromium's managed policy (as root: scripts/lib.sh), builds the controller and the control plane (the one debug build the
+# The whole platform on this machine, no AWS account: installs Chromium and ffmpeg (for
+# recordings) when missing (as root on Debian/Ubuntu) and Chromium's managed policy (as root: scripts/lib.sh), builds the controller and the control plane (the one debug build the
 # tests also use: scripts/lib.sh; WALLCRAWLER_BUILD=release for an optimised one), and runs
 # `wallcrawler-control-plane serve`, which prints `baseURL:`, `apiKey:`, `projectId:` and
 # `gateway:` on stdout. Sessions created through the API run as local controller processes,
@@ -15,6 +15,7 @@ source "$ROOT/scripts/ensure-chromium.sh"
 # shellcheck source=scripts/lib.sh
 source "$ROOT/scripts/lib.sh"
 ensure_chromium
+ensure_ffmpeg
 # The image's managed policy (URL blocklist, download directory) for every Chrome it starts.
 wc_install_chrome_policy platform
 

@@ -154,6 +154,12 @@ pub(crate) async fn record(job: PageJob) {
     let mut child = match encoder::spawn(settings, &encoder::args(settings, size, scratch.path())) {
         Ok(c) => c,
         Err(e) => {
+            if let Some(n) = &job.shared.notes {
+                n.note(format!(
+                    "page {} is not recorded: the video encoder (ffmpeg) could not start",
+                    job.page_id
+                ));
+            }
             return warn!(error = %e, ffmpeg = %settings.ffmpeg.display(),
                 "the encoder could not start; the page is not recorded");
         }

@@ -10,6 +10,8 @@
 //               polled until COMPLETED, the MP4 fetched into <out>/download.mp4; the 410 of
 //               recording.retrieve; hostile page ids and the --foreign session (another
 //               project's) refused; a segment URL with a altered signature refused.
+//   no-encoder: (serve with an FFMPEG_PATH that is no program) a session recorded by default:
+//             its replays and the notes of its log.
 //   unrecorded: browserSettings.recordSession false; goto /red (painted), release, wait for
 //               endedAt, replays.retrieve.
 // Prints {"ok":true,...} for the Rust test to judge (it decodes the files with ffmpeg).
@@ -165,7 +167,21 @@ async function unrecorded(args) {
   return { sessionId: session.id, replays, downloads };
 }
 
-const SCENARIOS = { recorded, unrecorded };
+/** A session recorded by default on a platform whose encoder cannot start (FFMPEG_PATH). */
+async function noEncoder(args) {
+  const bb = await client(args);
+  const projectId = requireArg(args, "project");
+  const { session, browser, page0 } = await showRed(bb, projectId, {});
+  await browser.disconnect();
+  await ended(bb, projectId, session.id);
+  page0.close();
+  const replays = await bb.sessions.replays.retrieve(session.id);
+  const logs = await bb.sessions.logs.list(session.id);
+  const notes = logs.filter((e) => e.method === "Wallcrawler.note").map((e) => e.response?.result?.message);
+  return { sessionId: session.id, replays, notes };
+}
+
+const SCENARIOS = { recorded, unrecorded, "no-encoder": noEncoder };
 
 run(async (args) => {
   const scenario = SCENARIOS[requireArg(args, "scenario")];

@@ -2229,34 +2229,17 @@ async fn debug_of_a_session_past_its_expiry_is_409() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Endpoints Browserbase has and Wallcrawler does not yet.
-
-const NOT_IMPLEMENTED: [(&str, &str); 1] = [("GET", "/v1/sessions/sess_1/recording")];
-
-#[tokio::test]
-async fn unimplemented_endpoints_are_501() {
-    let h = Harness::new(LaunchBehaviour::BecomeReady);
-    for (method, uri) in NOT_IMPLEMENTED {
-        let r = h
-            .call(method.parse().unwrap(), uri, Some(KEY_A), Some("{}"))
-            .await;
-        assert_eq!(r.0, StatusCode::NOT_IMPLEMENTED, "{method} {uri}");
-        assert_error(
-            &r,
-            StatusCode::NOT_IMPLEMENTED,
-            &["not implemented by Wallcrawler yet"],
-        );
-    }
-}
+// The rrweb recording endpoint (deprecated in the SDK; a 410 pointing at /replays for a
+// session, see handlers/recordings.rs): like every route, nothing without a key.
 
 #[tokio::test]
-async fn unimplemented_endpoints_still_need_a_key() {
+async fn the_recording_endpoint_still_needs_a_key() {
     let h = Harness::new(LaunchBehaviour::BecomeReady);
-    for (method, uri) in NOT_IMPLEMENTED {
-        let r = h.call(method.parse().unwrap(), uri, None, None).await;
-        assert_eq!(r.0, StatusCode::UNAUTHORIZED, "{method} {uri}");
-        assert_error(&r, StatusCode::UNAUTHORIZED, &["missing API key"]);
-    }
+    let r = h
+        .call(Method::GET, "/v1/sessions/sess_1/recording", None, None)
+        .await;
+    assert_eq!(r.0, StatusCode::UNAUTHORIZED);
+    assert_error(&r, StatusCode::UNAUTHORIZED, &["missing API key"]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2774,17 +2757,6 @@ async fn a_create_whose_task_fails_tells_clients_not_to_retry() {
         .retry_advice(Method::POST, "/v1/sessions", Some(KEY_A), Some("{}"))
         .await;
     assert_no_retry(got, StatusCode::INTERNAL_SERVER_ERROR, "the task failed");
-}
-
-#[tokio::test]
-async fn every_501_tells_clients_not_to_retry() {
-    let h = Harness::new(LaunchBehaviour::BecomeReady);
-    for (method, uri) in NOT_IMPLEMENTED {
-        let got = h
-            .retry_advice(method.parse().unwrap(), uri, Some(KEY_A), Some("{}"))
-            .await;
-        assert_no_retry(got, StatusCode::NOT_IMPLEMENTED, &format!("{method} {uri}"));
-    }
 }
 
 #[tokio::test]

@@ -369,10 +369,10 @@ fn gated_chromium(template: &str) -> (tempfile::TempDir, PathBuf) {
 const FAILING_CONTROLLER: &str = "#!/bin/sh\nexit 1\n";
 
 /// The stock SDK, with its own retry policy (2 retries of 408/409/429/5xx), sends a create the
-/// platform fails, the 501 endpoint and refused downloads and logs exactly once: `x-should-retry:
+/// platform fails and refused downloads, logs and recording exactly once: `x-should-retry:
 /// false` stops it, so no duplicate session is started.
 #[test]
-fn the_stock_sdk_sends_a_failed_create_and_a_501_only_once() {
+fn the_stock_sdk_sends_a_failed_create_and_a_refusal_only_once() {
     let scripts = tempfile::tempdir().unwrap();
     let failing = executable(scripts.path(), "failing-controller", FAILING_CONTROLLER);
     // One controller per session (a failing pool controller never takes the claim: the create
@@ -382,9 +382,8 @@ fn the_stock_sdk_sends_a_failed_create_and_a_501_only_once() {
     let once = |status: u16| serde_json::json!([status, 1]);
     let got = |what: &str| serde_json::json!([r[what]["status"], r[what]["requests"]]);
     assert_eq!(got("create"), once(500), "{r}");
-    assert_eq!(got("recording"), once(501), "{r}");
     // Implemented now: an unknown session is refused, once.
-    for endpoint in ["downloads", "logs"] {
+    for endpoint in ["downloads", "logs", "recording"] {
         assert_eq!(got(endpoint), once(404), "{endpoint}: {r}");
     }
     let sessions = s.session_docs();

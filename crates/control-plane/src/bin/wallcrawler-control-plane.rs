@@ -341,6 +341,10 @@ async fn serve(args: ServeArgs) -> i32 {
         },
         pool_share: (args.pool_share > 0).then_some(args.pool_share),
         managed_proxies,
+        // The MP4s of recordings, built by this process with the controllers' ffmpeg.
+        mp4: wallcrawler_control_plane::app::Mp4Build::Background(
+            std::env::var_os("FFMPEG_PATH").map_or_else(|| "ffmpeg".into(), Into::into),
+        ),
         ..Settings::default()
     };
     let connect = if args.direct {

@@ -49,8 +49,11 @@ use crate::stores::*;
 use wallcrawler_local::chrome_uids::{ChromeUids, LOCAL_CHROME_UIDS, LOCK_DIR, UidError};
 
 /// Controller settings a local controller takes from `serve`'s own environment when set there.
-pub const PASSED_THROUGH: [&str; 12] = [
+pub const PASSED_THROUGH: [&str; 15] = [
     task_env::CHROME_PATH,
+    task_env::FFMPEG_PATH,
+    task_env::RECORDING_FPS,
+    task_env::RECORDING_MAX_BYTES,
     task_env::CHROME_NETWORK,
     task_env::DOWNLOADS_MAX_BYTES,
     task_env::DOWNLOADS_MAX_FILES,

@@ -173,3 +173,24 @@ fn a_session_created_with_record_session_false_records_nothing() {
     let dir = s.dir().join("contexts/files").join(&s.project).join(sid);
     assert!(!dir.join("recordings").exists(), "{}", dir.display());
 }
+
+/// An encoder that cannot start (`FFMPEG_PATH` naming no program, passed by `serve` to its
+/// controllers): the session runs, no page is listed, and its log says why.
+#[test]
+fn a_page_whose_encoder_cannot_start_is_not_recorded_and_the_log_says_so() {
+    let s = Server::spawn_with(
+        "25",
+        &controller_bin(),
+        &[("FFMPEG_PATH", "/nonexistent/ffmpeg")],
+    );
+    let r = s.node_script("recordings.mjs", "no-encoder", &[]);
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["replays"]["pageCount"], 0, "{r}");
+    let notes = r["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n
+            .as_str()
+            .is_some_and(|n| n.contains("the video encoder (ffmpeg) could not start"))),
+        "{r}"
+    );
+}
