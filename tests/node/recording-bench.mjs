@@ -6,7 +6,7 @@
 // every 33 ms, 30 changes a second), waits W seconds, prints {"phase":"start"}, holds the page N
 // seconds, prints {"phase":"end"} (the shell script reads /proc at both lines), releases the
 // session and waits for its end, then prints {"ok":true,sessionId,pages} (the replays' pages).
-import { emit, requireArg, run } from "./lib.mjs";
+import { emit, requireArg, run, until } from "./lib.mjs";
 
 const PAGES = {
   idle: "data:text/html,<title>idle</title><body style='margin:0;background:%23f00'><h1>still</h1>",
@@ -18,16 +18,6 @@ const PAGES = {
 };
 
 const pause = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function until(what, ms, probe) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await probe();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${ms} ms`);
-    await pause(200);
-  }
-}
 
 run(async (args) => {
   const { default: Browserbase } = await import("@browserbasehq/sdk");

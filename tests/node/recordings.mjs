@@ -18,7 +18,7 @@
 import http from "node:http";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { requireArg, run } from "./lib.mjs";
+import { requireArg, run, until } from "./lib.mjs";
 
 async function client(args) {
   const { default: Browserbase } = await import("@browserbasehq/sdk");
@@ -32,17 +32,6 @@ async function redPage() {
   });
   await new Promise((r) => server.listen(0, "127.0.0.1", r));
   return { url: `http://127.0.0.1:${server.address().port}/red`, close: () => server.close() };
-}
-
-/** Calls `probe` until it returns a value (not undefined), at most `ms`. */
-async function until(what, ms, probe) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await probe();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
 }
 
 async function ended(bb, projectId, id) {

@@ -90,16 +90,28 @@ async function openViewer(browser, base, cred, id, mode = "control") {
 }
 
 /** Waits until the centre pixel of the viewer's canvas, as drawn, is near `want`. */
+/**
+ * Waits until the viewer's canvas shows `want` at its centre. The bound is a hang guard (a
+ * loaded machine runs every session's recording encoder beside the tests): a failure names
+ * the colour wanted and the one shown.
+ */
 async function canvasShows(vp, want) {
-  await vp.waitForFunction(
-    (want) => {
+  const centre = (want) => {
+    const c = document.getElementById("screen");
+    const d = c.getContext("2d").getImageData(c.width >> 1, c.height >> 1, 1, 1).data;
+    return { shown: [d[0], d[1], d[2]], ok: [d[0], d[1], d[2]].every((v, i) => Math.abs(v - want[i]) < 40) };
+  };
+  try {
+    await vp.waitForFunction((want) => {
       const c = document.getElementById("screen");
       const d = c.getContext("2d").getImageData(c.width >> 1, c.height >> 1, 1, 1).data;
       return [d[0], d[1], d[2]].every((v, i) => Math.abs(v - want[i]) < 40);
-    },
-    { timeout: 10000, polling: 20 },
-    want,
-  );
+    }, { timeout: 30000, polling: 20 }, want);
+  } catch (e) {
+    const now = await vp.evaluate(centre, want).catch(() => null);
+    const frames = await vp.evaluate(() => window.viewer?.frames).catch(() => null);
+    throw new Error(`the canvas did not show ${want} (shows ${now?.shown}, ${frames} frames): ${e.message}`);
+  }
 }
 
 const near = (px, want) => px.every((v, i) => Math.abs(v - want[i]) < 40);
@@ -227,7 +239,8 @@ scenarios.sdk = async ({ page, viewer, args, puppeteer }) => {
   const answer = await vp.goto(url);
   if (answer.status() !== 200) throw new Error(`${new URL(url).pathname} answered ${answer.status()}`);
   const tls = answer.securityDetails();
-  await vp.waitForFunction(() => window.viewer && window.viewer.frames > 0, { timeout: 10000 });
+  await vp.waitForFunction(() => window.viewer && window.viewer.frames > 0, { timeout: 30000 })
+    .catch((e) => { throw new Error(`the live view showed no frame: ${e.message}`); });
   await canvasShows(vp, [255, 0, 0]);
   const red = await screenshotCentre(vp);
   if (!near(red, [255, 0, 0])) throw new Error(`screenshot centre ${red}, not red`);

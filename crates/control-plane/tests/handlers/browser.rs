@@ -120,64 +120,36 @@ async fn locales_screen_and_flags_reach_the_launcher() {
     );
 }
 
-/// `logSession: false` reaches the controller (which then records nothing); `true`, absent or
-/// null is the default (logged) and carries nothing; it is never named as not done.
+/// `logSession: false` and `recordSession: false` reach the controller (which then logs, or
+/// records, nothing); `true`, absent or null is the default (logged, recorded) and carries
+/// nothing; neither is ever named as not done.
 #[tokio::test]
-async fn log_session_false_reaches_the_launcher() {
-    let h = Harness::new(LaunchBehaviour::BecomeReady);
-    let (status, named, resp) = h
-        .create_naming(r#"{"browserSettings": {"logSession": false}}"#)
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{resp}");
-    assert_eq!(named, None);
-    assert_eq!(
-        h.launched_browser(),
-        Some(BrowserSettings {
+async fn log_and_record_session_false_reach_the_launcher() {
+    let off = |field| match field {
+        "logSession" => BrowserSettings {
             no_session_log: true,
             ..Default::default()
-        })
-    );
-    assert!(h.launched()[0].claim().browser.unwrap().no_session_log);
-    for asked in ["true", "null"] {
-        let h = Harness::new(LaunchBehaviour::BecomeReady);
-        let (status, named, _) = h
-            .create_naming(&format!(
-                r#"{{"browserSettings": {{"logSession": {asked}}}}}"#
-            ))
-            .await;
-        assert_eq!((status, named), (StatusCode::CREATED, None), "{asked}");
-        assert_eq!(h.launched_browser(), None, "{asked}");
-    }
-}
-
-/// `recordSession: false` reaches the controller (which then records no page); `true`,
-/// absent or null is the default (recorded) and carries nothing; it is never named as not
-/// done.
-#[tokio::test]
-async fn record_session_false_reaches_the_launcher() {
-    let h = Harness::new(LaunchBehaviour::BecomeReady);
-    let (status, named, resp) = h
-        .create_naming(r#"{"browserSettings": {"recordSession": false}}"#)
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{resp}");
-    assert_eq!(named, None);
-    assert_eq!(
-        h.launched_browser(),
-        Some(BrowserSettings {
+        },
+        _ => BrowserSettings {
             no_recording: true,
             ..Default::default()
-        })
-    );
-    assert!(h.launched()[0].claim().browser.unwrap().no_recording);
-    for asked in ["true", "null"] {
-        let h = Harness::new(LaunchBehaviour::BecomeReady);
-        let (status, named, _) = h
-            .create_naming(&format!(
-                r#"{{"browserSettings": {{"recordSession": {asked}}}}}"#
-            ))
-            .await;
-        assert_eq!((status, named), (StatusCode::CREATED, None), "{asked}");
-        assert_eq!(h.launched_browser(), None, "{asked}");
+        },
+    };
+    for field in ["logSession", "recordSession"] {
+        for (asked, want) in [("false", Some(off(field))), ("true", None), ("null", None)] {
+            let h = Harness::new(LaunchBehaviour::BecomeReady);
+            let (status, named, resp) = h
+                .create_naming(&format!(r#"{{"browserSettings": {{"{field}": {asked}}}}}"#))
+                .await;
+            assert_eq!(
+                (status, named),
+                (StatusCode::CREATED, None),
+                "{field} {asked}: {resp}"
+            );
+            assert_eq!(h.launched_browser(), want, "{field} {asked}");
+            // And a pool controller's claim carries it.
+            assert_eq!(h.launched()[0].claim().browser, want, "{field} {asked}");
+        }
     }
 }
 
