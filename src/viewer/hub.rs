@@ -17,12 +17,21 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 use super::input::Command;
-use crate::cdp::{BrowserSocket, Cdp};
+use backon::BackoffBuilder as _;
+use wallcrawler_contract::retry;
+
+use crate::cdp::{BrowserSocket, Cdp, CdpError};
 use crate::telemetry::Metrics;
 use crate::upstream::Endpoint;
 
 /// How long the still frame of a new hub may take.
 const STILL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The first wait before a refused screencast start is tried again (a navigation's commit is
+/// a few milliseconds), doubling up to [`START_MAX_WAIT`], for [`START_WITHIN`] in all.
+const START_FIRST_WAIT: Duration = Duration::from_millis(10);
+const START_MAX_WAIT: Duration = Duration::from_millis(500);
+const START_WITHIN: Duration = Duration::from_secs(5);
 
 /// Input commands waiting for the page, at most (beyond: dropped, as a busy page would).
 const INPUT_QUEUE: usize = 256;
@@ -110,6 +119,30 @@ impl Hubs {
     }
 }
 
+/// Starts the page's screencast and waits for Chrome's answer. A start that lands while the
+/// page commits a navigation is refused ("Not attached to an active page") and, unanswered,
+/// would leave the page without a frame for good (a recording that starts with a new page
+/// meets this on every `newPage()` and `goto()` at once): a refusal is retried for
+/// [`START_WITHIN`], a failed socket is not.
+async fn start(cdp: &mut Cdp) -> Result<(), CdpError> {
+    let params = json!({"format": "jpeg", "quality": 70, "everyNthFrame": 1});
+    let mut waits = retry::restart_delays(START_FIRST_WAIT, START_MAX_WAIT)
+        .with_total_delay(Some(START_WITHIN))
+        .build();
+    loop {
+        match cdp.call("Page.startScreencast", params.clone()).await {
+            Err(e @ CdpError::Command { .. }) => {
+                let Some(wait) = waits.next() else {
+                    return Err(e);
+                };
+                debug!(error = %e, retry_in_ms = wait.as_millis() as u64, "the screencast's start was refused; retrying");
+                tokio::time::sleep(wait).await;
+            }
+            r => return r.map(drop),
+        }
+    }
+}
+
 /// A hub's task: the page's CDP connection.
 struct Screencast {
     target: String,
@@ -129,8 +162,7 @@ impl Screencast {
             Err(e) => return info!(error = %e, "the viewer could not reach the page"),
         };
         self.still(&mut cdp).await;
-        let start = json!({"format": "jpeg", "quality": 70, "everyNthFrame": 1});
-        if let Err(e) = cdp.send("Page.startScreencast", start).await {
+        if let Err(e) = start(&mut cdp).await {
             return info!(error = %e, "the screencast could not start");
         }
         self.metrics.viewer_screencasts_started.inc();
@@ -218,5 +250,68 @@ impl Screencast {
             frame["still"] = json!(true);
         }
         self.frames.send_replace(Some(Arc::from(frame.to_string())));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::{SinkExt as _, StreamExt as _};
+    use tokio::net::TcpListener;
+    use tokio_tungstenite::tungstenite::Message;
+
+    use super::*;
+    use crate::telemetry::Metrics;
+
+    /// Chrome refuses a screencast start that lands while the page commits a navigation (real
+    /// Chromium: a start 5-10 ms into `goto()` of a new page, see the e2e live-view tests); a
+    /// page standing in for it refuses the first two starts, then starts and sends a frame.
+    /// The hub publishes that frame: without the retry it would wait for one forever.
+    #[tokio::test]
+    async fn a_start_refused_while_the_page_commits_a_navigation_is_tried_again() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let page = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+            let mut refused = 0;
+            while let Some(Ok(Message::Text(t))) = ws.next().await {
+                let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                let (id, method) = (&v["id"], v["method"].as_str().unwrap_or_default());
+                let answer = match method {
+                    "Page.screencastFrameAck" => return refused,
+                    "Page.startScreencast" if refused < 2 => {
+                        refused += 1;
+                        let message = "Not attached to an active page";
+                        json!({"id": id, "error": {"code": -32000, "message": message}})
+                    }
+                    "Page.startScreencast" => json!({"id": id, "result": {}}),
+                    // No still: the screenshot is refused too.
+                    _ => json!({"id": id, "error": {"code": -32000, "message": "no"}}),
+                };
+                ws.send(Message::text(answer.to_string())).await.unwrap();
+                if method == "Page.startScreencast" && answer.get("result").is_some() {
+                    let params = json!({"data": "AAAA", "sessionId": 1,
+                        "metadata": {"deviceWidth": 8, "deviceHeight": 6}});
+                    let frame = json!({"method": "Page.screencastFrame", "params": params});
+                    ws.send(Message::text(frame.to_string())).await.unwrap();
+                }
+            }
+            panic!("the hub closed before acknowledging a frame");
+        });
+        let hubs = Hubs::new(Metrics::new());
+        let hub = hubs.watch(&Endpoint::host(addr), "T1");
+        let mut frames = hub.frames();
+        let frame = tokio::time::timeout(Duration::from_secs(20), frames.wait_for(Option::is_some))
+            .await
+            .expect("a frame within 20 s (a hang guard)")
+            .expect("the hub is running")
+            .clone()
+            .unwrap();
+        assert!(frame.contains(r#""data":"AAAA""#), "{frame}");
+        assert_eq!(
+            page.await.unwrap(),
+            2,
+            "both refused starts were tried again"
+        );
     }
 }
