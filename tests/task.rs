@@ -1047,3 +1047,60 @@ fn an_upload_in_the_bucket_is_fetched_when_a_client_names_its_path() {
     c.signal(Signal::SIGTERM);
     assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
 }
+
+/// Recordings on AWS: a task with a files bucket records the page a client shows into the
+/// bucket as it goes, and when the session ends joins each page's segments into its MP4
+/// (`recording.mp4`, the page's index marked `mp4`), so the API's Lambda, which has no ffmpeg,
+/// answers the page's download with it: its frame one second in shows the red page.
+#[test]
+fn a_recorded_page_s_mp4_is_in_the_bucket_when_the_session_ends() {
+    use wallcrawler_contract::recording::{MP4_NAME, PageIndex, index_key, page_prefix};
+    let w = World::new();
+    let (id, t) = w.session("PROVISIONING", vec![]);
+    let env = [
+        ("SESSION_ID", id.as_str()),
+        ("PROJECT_ID", PROJECT),
+        ("SESSIONS_TABLE_NAME", w.table.as_str()),
+        (
+            "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
+            w.secret_arn.as_str(),
+        ),
+        ("FILES_BUCKET_NAME", w.bucket.as_str()),
+    ];
+    let mut c = run_task(&env);
+    let url = wait_ready(&mut c, &t);
+    let red = "data:text/html,<title>red</title><body style='margin:0;background:rgb(255,0,0)'>";
+    let (mut holder, lines) =
+        crate::support::node_spawn("hold.mjs", &["--url", &url, "--goto", red]);
+    let first = lines
+        .recv_timeout(Duration::from_secs(60))
+        .expect("hold.mjs showed the page");
+    assert_eq!(first["connected"], true, "{first}");
+    // Page 1 is the client's (page 0 the first blank tab), kept open by the client.
+    let index = || {
+        aws::get_object(&w.bucket, &index_key(PROJECT, &id, "1"))
+            .map(|b| serde_json::from_slice::<PageIndex>(&b).expect("an index"))
+    };
+    // Two segments (4 s) stored while the session runs; the bound is a hang guard.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while index().is_none_or(|i| i.segments.len() < 2) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no two segments of page 1 stored in 60 s: {}",
+            c.stderr.text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    c.signal(Signal::SIGTERM);
+    assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
+    let _ = holder.wait();
+    let i = index().unwrap();
+    assert!(i.ended && i.mp4, "{i:?}");
+    let key = format!("{}{MP4_NAME}", page_prefix(PROJECT, &id, "1"));
+    let mp4 = aws::get_object(&w.bucket, &key).expect("the page's MP4 is in the bucket");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(MP4_NAME);
+    std::fs::write(&path, &mp4).unwrap();
+    let share = wallcrawler_testkit::video::red_share(&path, "1");
+    assert!(share > 0.9, "the MP4 at 1 s is {share} red");
+}

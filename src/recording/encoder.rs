@@ -15,10 +15,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tracing::debug;
+use wallcrawler_contract::recording::PageIndex;
+use wallcrawler_local::mp4;
 
 /// The name of the playlist ffmpeg keeps in the scratch directory: the segments it lists are
 /// complete.
@@ -36,6 +39,10 @@ pub(crate) struct EncoderSettings {
     /// ffmpeg's niceness (0 = the controller's priority, 19 = the lowest).
     pub nice: i32,
 }
+
+/// How long joining a page's segments into its MP4 may take (a copy, no encoding: well under
+/// a second for an hour of video).
+const JOIN_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The largest side of the video: a larger page is scaled down.
 const MAX_SIDE: u32 = 1280;
@@ -95,16 +102,7 @@ pub(crate) fn spawn(s: &EncoderSettings, args: &[String]) -> std::io::Result<Chi
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()?;
-    if let Some(pid) = child
-        .id()
-        .and_then(|p| rustix::process::Pid::from_raw(p as i32))
-    {
-        // Lower only: the encoder yields the CPU to Chrome and the relay. A failure leaves it
-        // at the controller's priority, still on one thread.
-        if let Err(e) = rustix::process::setpriority_process(Some(pid), s.nice) {
-            debug!(error = %e, "the encoder's priority could not be lowered");
-        }
-    }
+    lower(child.id(), s.nice);
     if let Some(err) = child.stderr.take() {
         tokio::spawn(async move {
             let mut lines = BufReader::new(err).lines();
@@ -114,6 +112,41 @@ pub(crate) fn spawn(s: &EncoderSettings, args: &[String]) -> std::io::Result<Chi
         });
     }
     Ok(child)
+}
+
+/// Lowers process `pid`'s priority to niceness `nice`. Lower only: ffmpeg yields the CPU to
+/// Chrome and the relay. A failure leaves it at the controller's priority.
+fn lower(pid: Option<u32>, nice: i32) {
+    if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32))
+        && let Err(e) = rustix::process::setpriority_process(Some(pid), nice)
+    {
+        debug!(error = %e, "ffmpeg's priority could not be lowered");
+    }
+}
+
+/// Joins `index`'s segments, whose files are in `dir`, into `dir/recording.mp4`
+/// ([`wallcrawler_local::mp4`]: streams copied, no encoding), at the encoder's niceness, within
+/// [`JOIN_TIMEOUT`].
+pub(crate) async fn join_mp4(
+    s: &EncoderSettings,
+    dir: &Path,
+    index: &PageIndex,
+) -> Result<(), String> {
+    mp4::write_list(dir, index).map_err(|e| format!("writing the list: {e}"))?;
+    let mut cmd = Command::from(mp4::join_command(&s.ffmpeg, dir));
+    cmd.kill_on_drop(true);
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("ffmpeg could not start: {e}"))?;
+    lower(child.id(), s.nice);
+    let out = tokio::time::timeout(JOIN_TIMEOUT, child.wait_with_output())
+        .await
+        .map_err(|_| "ffmpeg took too long".to_owned())?
+        .map_err(|e| format!("ffmpeg failed: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(mp4::failure(out.status, &out.stderr))
 }
 
 /// The complete segments ffmpeg's playlist lists, in order: each one's file name and length
@@ -182,5 +215,69 @@ mod tests {
             vec![("seg-00000.ts".into(), 2.0), ("seg-00001.ts".into(), 1.5)]
         );
         assert!(listed_segments("").is_empty());
+    }
+
+    /// Segments as the encoder writes them for an idle page (ffmpeg's HLS muxer, here from a
+    /// test source), joined
+    /// into one MP4 by the real ffmpeg; a missing segment is a failure that says so.
+    #[tokio::test]
+    async fn a_page_s_segments_join_into_one_mp4() {
+        let dir = tempfile::tempdir().unwrap();
+        let made = std::process::Command::new("ffmpeg")
+            .args(["-nostdin", "-loglevel", "error", "-f", "lavfi", "-i"])
+            // An idle page's: one white frame a second, a few hundred bytes a segment (too few
+            // for ffmpeg to tell MPEG-TS by probing).
+            .arg("color=c=white:s=64x48:d=6:r=1")
+            .args(["-c:v", "libx264", "-g", "2", "-f", "hls", "-hls_time", "2"])
+            .args(["-hls_list_size", "0", "-hls_segment_filename"])
+            .arg(dir.path().join("seg-%05d.ts"))
+            .arg(dir.path().join(LOCAL_PLAYLIST))
+            .status()
+            .expect("ffmpeg runs");
+        assert!(made.success());
+        let text = std::fs::read_to_string(dir.path().join(LOCAL_PLAYLIST)).unwrap();
+        let segments: Vec<_> = listed_segments(&text)
+            .into_iter()
+            .map(|(name, duration)| wallcrawler_contract::recording::Segment { name, duration })
+            .collect();
+        assert!(segments.len() >= 2, "{text}");
+        let mut index = PageIndex {
+            page_id: "0".into(),
+            url: String::new(),
+            start_time_ms: 0,
+            end_time_ms: 0,
+            segments,
+            ended: true,
+            mp4: false,
+        };
+        let s = EncoderSettings {
+            ffmpeg: "ffmpeg".into(),
+            fps: 10,
+            segment_seconds: 2,
+            nice: 10,
+        };
+        join_mp4(&s, dir.path(), &index).await.unwrap();
+        let mp4 = std::fs::read(dir.path().join(mp4::MP4_NAME)).unwrap();
+        assert_eq!(&mp4[4..8], b"ftyp", "an MP4");
+        let probe = std::process::Command::new("ffprobe")
+            .args([
+                "-v",
+                "error",
+                "-show_entries",
+                "format=duration",
+                "-of",
+                "csv=p=0",
+            ])
+            .arg(dir.path().join(mp4::MP4_NAME))
+            .output()
+            .unwrap();
+        let seconds: f64 = String::from_utf8_lossy(&probe.stdout)
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(seconds > 4.0, "every segment joined: {seconds} s");
+        index.segments[0].name = "seg-00099.ts".into();
+        let e = join_mp4(&s, dir.path(), &index).await.unwrap_err();
+        assert!(e.contains("seg-00099.ts"), "{e}");
     }
 }

@@ -1,5 +1,6 @@
 //! One page's recording: its hub's frames fed to its encoder ([`feed`]), and the segments the
-//! encoder completes stored with the page's index ([`Store`]) while the page lives.
+//! encoder completes stored with the page's index ([`Store`]) while the page lives; when its
+//! recording ends, the MP4 joined from them.
 //!
 //! The feed takes a frame only when the screencast sent a new one, at most `fps` a second
 //! (a faster page skips frames: the hub keeps the latest only), and repeats the last one every
@@ -18,7 +19,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
-use wallcrawler_contract::recording::{MAX_SEGMENTS, PageIndex, Segment, index_key, page_prefix};
+use wallcrawler_contract::recording::{
+    MAX_SEGMENTS, MP4_NAME, PageIndex, Segment, index_key, page_prefix,
+};
 
 use super::Shared;
 use super::encoder::{self, LOCAL_PLAYLIST};
@@ -194,7 +197,9 @@ pub(crate) async fn record(job: PageJob) {
         let _ = child.kill().await;
     }
     store.store_new(true).await;
-    info!(page_id = %job.page_id, segments = store.index.segments.len(), "the page's recording is stored");
+    store.store_mp4(settings).await;
+    info!(page_id = %job.page_id, segments = store.index.segments.len(), mp4 = store.index.mp4,
+        "the page's recording is stored");
 }
 
 /// Writes the page's frames to the encoder until `stop`, the page's end (its hub's frames
@@ -284,6 +289,7 @@ impl Store {
                 end_time_ms: start,
                 segments: Vec::new(),
                 ended: false,
+                mp4: false,
             },
         }
     }
@@ -302,7 +308,7 @@ impl Store {
                 more = false;
                 break;
             }
-            if !self.store_segment(&name).await {
+            if !self.store_file(&name).await {
                 more = !self.shared.capped();
                 break;
             }
@@ -321,9 +327,34 @@ impl Store {
         more
     }
 
-    /// Stores segment `name` (within the session's cap) and removes its local file; `false`
+    /// Joins the stored segments into the page's MP4 (`recording.mp4`), stores it within the
+    /// session's cap and marks the index, so an API without ffmpeg (AWS's Lambda) answers the
+    /// page's download. One not built is logged (and noted in the session's log): where the
+    /// API has ffmpeg it builds it on request.
+    async fn store_mp4(&mut self, settings: &encoder::EncoderSettings) {
+        if self.index.segments.is_empty() {
+            return;
+        }
+        let why = match encoder::join_mp4(settings, &self.dir, &self.index).await {
+            Err(e) => {
+                warn!(error = %e, "the page's MP4 could not be built");
+                "could not be built"
+            }
+            Ok(()) if self.store_file(MP4_NAME).await => {
+                self.index.mp4 = true;
+                return self.store_index().await;
+            }
+            Ok(()) => "could not be stored (the session's recording cap, or the store)",
+        };
+        if let Some(n) = &self.shared.notes {
+            n.note(format!("page {}: its MP4 {why}", self.index.page_id));
+        }
+    }
+
+    /// Stores file `name` of the scratch directory (within the session's cap) below the page's
+    /// prefix, keeping the local file (the MP4 is joined from the segments at the end); `false`
     /// when it was not stored (the cap met, the store failing: tried again next time).
-    async fn store_segment(&mut self, name: &str) -> bool {
+    async fn store_file(&mut self, name: &str) -> bool {
         let path = self.dir.join(name);
         let Ok(body) = tokio::fs::read(&path).await else {
             return false;
@@ -336,10 +367,9 @@ impl Store {
         let body: crate::stores::BoxRead = Box::pin(std::io::Cursor::new(body));
         if let Err(e) = self.shared.sink.store.put(&key, body).await {
             self.shared.give_back(n);
-            warn!(error = %e, "a recording segment could not be stored; trying again");
+            warn!(error = %e, file = name, "a recording's file could not be stored");
             return false;
         }
-        let _ = tokio::fs::remove_file(&path).await;
         true
     }
 

@@ -1,6 +1,7 @@
-// hold.mjs --url <ws endpoint> [--bearer <token>] [--timeout-ms N (default 120000)]
+// hold.mjs --url <ws endpoint> [--bearer <token>] [--goto <page URL>] [--timeout-ms N (default 120000)]
 //
-// Puppeteer connects and prints {"ok":true,"connected":true,"atEpochMs":T},
+// Puppeteer connects (with --goto, opens a new page showing that URL and keeps it open) and
+// prints {"ok":true,"connected":true,"atEpochMs":T},
 // then waits until the remote side closes the socket and prints
 // {"ok":true,"closed":true,"afterMs":N,"atEpochMs":T} (N = ms since the
 // first line) and exits 0. Used to show that a Chrome crash closes clients
@@ -15,6 +16,7 @@ run(
     const { default: puppeteer } = await import("puppeteer-core");
     const browser = await puppeteer.connect({ browserWSEndpoint: url, headers, protocolTimeout: 20000 });
     const closed = new Promise((resolve) => browser.once("disconnected", () => resolve(Date.now())));
+    if (args.goto) await (await browser.newPage()).goto(args.goto);
     const connectedAt = Date.now();
     emit({ ok: true, connected: true, atEpochMs: connectedAt });
     const at = await closed;

@@ -1,7 +1,7 @@
 //! A session's recording (`GET /v1/sessions/{id}/replays`, `…/replays/{pageId}`,
 //! `…/recording/downloads`): per page, HLS segments (MPEG-TS, H.264) and a small index the
-//! controller writes during the session, the MP4 the API builds from them on request, and the
-//! request's state. Where they are stored, their shapes, and the playlist made from an index.
+//! controller writes during the session, the MP4 built from them (by the controller when the
+//! page's recording ends, or by the API on request while it goes on), and the request's state. Where they are stored, their shapes, and the playlist made from an index.
 //!
 //! Keys, beside the session's log: `files/<projectId>/<sessionId>/recordings/<pageId>.json`
 //! is a page's index ([`PageIndex`]; the API lists them), and the folder
@@ -111,6 +111,10 @@ pub struct PageIndex {
     /// The recording of the page is over (the page closed, the session ended, the cap met).
     #[serde(default)]
     pub ended: bool,
+    /// The controller stored `recording.mp4`, joined from every segment listed, once the
+    /// recording ended (so an API without ffmpeg, AWS's Lambda, can answer downloads).
+    #[serde(default)]
+    pub mp4: bool,
 }
 
 impl PageIndex {
@@ -152,6 +156,42 @@ pub fn playlist(index: &PageIndex, url_of: impl Fn(&str) -> String) -> String {
         out.push_str("#EXT-X-ENDLIST\n");
     }
     out
+}
+
+/// ffmpeg's arguments that join the segments named in `list.txt` (one file name a line, in the
+/// working directory) into one MP4 named [`MP4_NAME`] there: the segments' bytes read as one
+/// MPEG-TS stream (the `concatf` protocol; a page's segments come from one encoder, so they
+/// follow on), streams copied, no re-encoding, the index at the front (`+faststart`: a player
+/// starts before the end). The format is named, not probed: an idle page's segments are a few
+/// hundred bytes each, too few for ffmpeg to tell MPEG-TS (the concat demuxer, which probes each
+/// file, refused them).
+pub const MP4_JOIN_ARGS: [&str; 17] = [
+    "-nostdin",
+    "-hide_banner",
+    "-loglevel",
+    "error",
+    "-y",
+    "-f",
+    "mpegts",
+    "-i",
+    "concatf:list.txt",
+    "-c",
+    "copy",
+    "-movflags",
+    "+faststart",
+    "-avoid_negative_ts",
+    "make_zero",
+    "-f",
+    "mp4",
+];
+
+/// `list.txt` for [`MP4_JOIN_ARGS`]: each segment of `index`, in order, one a line.
+pub fn mp4_join_list(index: &PageIndex) -> String {
+    index
+        .segments
+        .iter()
+        .map(|s| format!("{}\n", s.name))
+        .collect()
 }
 
 /// A page's MP4 build, as `…/recording/downloads` reports it.
@@ -206,7 +246,16 @@ mod tests {
                 },
             ],
             ended,
+            mp4: false,
         }
+    }
+
+    #[test]
+    fn the_join_list_names_the_segments_in_order() {
+        assert_eq!(mp4_join_list(&index(true)), "seg-00000.ts\nseg-00001.ts\n");
+        // An index from before the field: no MP4.
+        let old = r#"{"pageId":"0","url":"","startTimeMs":1,"endTimeMs":2,"segments":[]}"#;
+        assert!(!serde_json::from_str::<PageIndex>(old).unwrap().mp4);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //!   handed out under a lock, and taken back (what still runs as it is killed).
 //! - [`extension_unpack`]: an extension archive that passes the contract's checks, written
 //!   into a new folder.
+//! - [`mp4`]: a recorded page's segments joined into one MP4 by ffmpeg.
 //! - [`session_dir`]: the local platform's session table, one document per session in a
 //!   directory ([`session_dir::DirStore`]: conditional updates under a file lock).
 //! - [`private_fs`]: the local platform's files ours or refused: its directory checked, files
@@ -21,5 +22,6 @@
 pub mod chrome_uids;
 pub mod claim_queue;
 pub mod extension_unpack;
+pub mod mp4;
 pub mod private_fs;
 pub mod session_dir;

@@ -11,6 +11,7 @@
 //! - [`fuzz`]: the fuzz targets' runner (proptest on stable: random and mutated hostile input,
 //!   for a case count or `FUZZ_SECONDS`).
 //! - [`reach`]: what another user of the machine reaches (a loopback scan as uid 65534).
+//! - [`video`]: a recorded video's frame decoded (ffmpeg) and its colour judged.
 //! - `platform` (feature `platform`): the control plane on moto, built as its Lambda builds it.
 // Test code is not held to the shape limits of clippy.toml: a test reads top to bottom.
 #![cfg_attr(test, allow(clippy::too_many_lines, clippy::too_many_arguments))]
@@ -27,6 +28,7 @@ pub mod platform;
 pub mod reach;
 pub mod tables;
 pub mod tar;
+pub mod video;
 
 pub use moto::{Moto, child_env, dummy_credentials, moto, sdk_config};
 

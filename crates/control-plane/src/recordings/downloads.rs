@@ -1,18 +1,21 @@
-//! `POST` and `GET /v1/sessions/{id}/recording/downloads`: one MP4 per recorded page, built
-//! from its HLS segments on request (ffmpeg's concat, `-c copy`: no re-encoding,
-//! `+faststart`), `PENDING` then `COMPLETED` with a signed URL (or `FAILED`; asking again
-//! retries).
+//! `POST` and `GET /v1/sessions/{id}/recording/downloads`: one MP4 per recorded page,
+//! `PENDING` then `COMPLETED` with a signed URL (or `FAILED`; asking again retries).
 //!
-//! Where the build runs is [`Mp4Build`] (the API's settings): locally a task of the server's own process after the
-//! answer; on AWS the API's Lambda has no ffmpeg (none in the `provided.al2023` runtime), so
-//! a request there is answered `FAILED` unless the function is given one (a layer, with
-//! `FFMPEG_PATH`), and then the build runs before the answer (a Lambda's process is frozen
-//! once it has answered, so a build after it would stall), within the function's timeout.
+//! The session's controller joins each page's segments into its MP4 when the page's recording
+//! ends and marks the page's index ([`PageIndex::mp4`]): a request for such a page is
+//! `COMPLETED` at once, wherever the API runs. A page still recording is built on request
+//! where [`Mp4Build`] (the API's settings) says: locally by a task of the server's own
+//! process after the answer (ffmpeg's concat, [`wallcrawler_local::mp4`]); on AWS the API's
+//! Lambda has no ffmpeg (none in the `provided.al2023` runtime), so the page stays `PENDING`
+//! until its controller has stored the MP4 (unless the function is given one, a layer with
+//! `FFMPEG_PATH`: then the build runs before the answer, as a Lambda's process is frozen once
+//! it has answered).
 //!
 //! A page's state is `…/recordings/<pageId>/download.json`
 //! ([`wallcrawler_contract::recording::DownloadState`]), its MP4 `…/recording.mp4`. A
 //! `PENDING` state older than [`BUILD_DEADLINE_MS`] was lost (the process building it ended)
-//! and is built again when asked.
+//! and is built again when asked; an ended page whose controller stored no MP4 is `FAILED`
+//! where the API cannot build it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -25,6 +28,7 @@ use wallcrawler_contract::recording::{
 };
 use wallcrawler_contract::session_doc::SessionDoc;
 use wallcrawler_contract::time::{now_iso8601, unix_millis};
+use wallcrawler_local::mp4;
 
 use super::page_indexes;
 use crate::app::{App, Mp4Build};
@@ -58,6 +62,14 @@ pub async fn create_downloads(caller: Caller, PathId(id): PathId) -> ApiResult {
             continue;
         }
         let state = read_state(&app, &s, &index.page_id).await;
+        if index.mp4 {
+            // Built by the session's controller.
+            if state.is_none_or(|st| st.status != DownloadStatus::Completed) {
+                let done = state_of(DownloadStatus::Completed, None);
+                write_state(&app, &s, &index.page_id, &done).await;
+            }
+            continue;
+        }
         // A page built while its recording went on (a running session's) is built again
         // once it has more than the build saw.
         let busy = state.as_ref().is_some_and(|st| {
@@ -84,14 +96,24 @@ pub async fn list_downloads(caller: Caller, PathId(id): PathId) -> ApiResult {
 async fn answer(app: &App, s: &SessionDoc) -> ApiResult {
     let mut downloads = Vec::new();
     for index in page_indexes(app, s).await? {
-        downloads.push(download(app, s, &index.page_id).await?);
+        downloads.push(download(app, s, &index).await?);
     }
     Ok(axum::Json(json!({ "downloads": downloads })).into_response())
 }
 
-/// A page's entry of the answer.
-async fn download(app: &App, s: &SessionDoc, page_id: &str) -> Result<Value, ApiError> {
-    let state = read_state(app, s, page_id).await;
+/// A page's entry of the answer. A page `PENDING` whose controller has since stored its MP4
+/// is `COMPLETED`.
+async fn download(app: &App, s: &SessionDoc, index: &PageIndex) -> Result<Value, ApiError> {
+    let page_id = index.page_id.as_str();
+    let mut state = read_state(app, s, page_id).await;
+    if index.mp4
+        && let Some(st) = state
+            .as_mut()
+            .filter(|st| st.status == DownloadStatus::Pending)
+    {
+        *st = state_of(DownloadStatus::Completed, None);
+        write_state(app, s, page_id, st).await;
+    }
     let status = state
         .as_ref()
         .map_or(DownloadStatus::NotRequested, |st| st.status);
@@ -138,7 +160,7 @@ async fn write_state(app: &App, s: &SessionDoc, page_id: &str, state: &DownloadS
     }
 }
 
-fn state(status: DownloadStatus, error: Option<String>) -> DownloadState {
+fn state_of(status: DownloadStatus, error: Option<String>) -> DownloadState {
     DownloadState {
         status,
         at_ms: unix_millis(),
@@ -151,22 +173,23 @@ fn state(status: DownloadStatus, error: Option<String>) -> DownloadState {
 async fn start_build(app: &App, s: &SessionDoc, index: PageIndex) -> Result<(), ApiError> {
     let page_id = index.page_id.clone();
     match app.settings.mp4.clone() {
+        // The controller stores it when the page's recording ends, before the session's end.
+        Mp4Build::Unavailable if !index.ended || s.ended_at.is_none() => {
+            let pending = state_of(DownloadStatus::Pending, None);
+            write_state(app, s, &page_id, &pending).await;
+        }
         Mp4Build::Unavailable => {
-            let why = "MP4s are not built by this deployment (its API has no ffmpeg)";
-            write_state(
-                app,
-                s,
-                &page_id,
-                &state(DownloadStatus::Failed, Some(why.into())),
-            )
-            .await;
+            let why = "the session's controller stored no MP4 of the page, and this API has no \
+                       ffmpeg to build one";
+            let failed = state_of(DownloadStatus::Failed, Some(why.into()));
+            write_state(app, s, &page_id, &failed).await;
         }
         Mp4Build::Background(ffmpeg) => {
-            write_state(app, s, &page_id, &state(DownloadStatus::Pending, None)).await;
+            write_state(app, s, &page_id, &state_of(DownloadStatus::Pending, None)).await;
             tokio::spawn(build(app.clone(), s.clone(), index, ffmpeg));
         }
         Mp4Build::Inline(ffmpeg) => {
-            write_state(app, s, &page_id, &state(DownloadStatus::Pending, None)).await;
+            write_state(app, s, &page_id, &state_of(DownloadStatus::Pending, None)).await;
             build(app.clone(), s.clone(), index, ffmpeg).await;
         }
     }
@@ -181,11 +204,11 @@ async fn build(app: App, s: SessionDoc, index: PageIndex, ffmpeg: PathBuf) {
     let done = match result {
         Ok(bytes) => {
             info!(page_id = %index.page_id, bytes, "a recording's MP4 is built");
-            state(DownloadStatus::Completed, None)
+            state_of(DownloadStatus::Completed, None)
         }
         Err(e) => {
             warn!(page_id = %index.page_id, error = %e, "a recording's MP4 could not be built");
-            state(DownloadStatus::Failed, Some(e))
+            state_of(DownloadStatus::Failed, Some(e))
         }
     };
     write_state(&app, &s, &index.page_id, &done).await;
@@ -207,7 +230,6 @@ async fn build_in(
         .await
         .map_err(|e| format!("no scratch directory: {e}"))?;
     let prefix = page_prefix(&s.project_id, &s.session_id, &index.page_id);
-    let mut list = String::new();
     let mut total = 0u64;
     for seg in &index.segments {
         let body = match app
@@ -227,11 +249,8 @@ async fn build_in(
         tokio::fs::write(dir.join(&seg.name), &body)
             .await
             .map_err(|e| format!("writing a segment: {e}"))?;
-        list.push_str(&format!("file '{}'\n", seg.name));
     }
-    tokio::fs::write(dir.join("list.txt"), list)
-        .await
-        .map_err(|e| format!("writing the list: {e}"))?;
+    mp4::write_list(dir, index).map_err(|e| format!("writing the list: {e}"))?;
     join(ffmpeg, dir).await?;
     let mp4 = tokio::fs::read(dir.join(MP4_NAME))
         .await
@@ -246,16 +265,8 @@ async fn build_in(
 
 /// ffmpeg's concat of `dir/list.txt` into `dir/recording.mp4`, streams copied.
 async fn join(ffmpeg: &Path, dir: &Path) -> Result<(), String> {
-    let args = "-nostdin -hide_banner -loglevel error -y -f concat -safe 0 -i list.txt -c copy \
-                -movflags +faststart -avoid_negative_ts make_zero";
-    let mut cmd = tokio::process::Command::new(ffmpeg);
-    cmd.args(args.split_whitespace())
-        .arg(MP4_NAME)
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
+    let mut cmd = tokio::process::Command::from(mp4::join_command(ffmpeg, dir));
+    cmd.kill_on_drop(true);
     let child = cmd
         .spawn()
         .map_err(|e| format!("ffmpeg could not start: {e}"))?;
@@ -266,10 +277,5 @@ async fn join(ffmpeg: &Path, dir: &Path) -> Result<(), String> {
     if out.status.success() {
         return Ok(());
     }
-    let err = String::from_utf8_lossy(&out.stderr);
-    Err(format!(
-        "ffmpeg failed ({}): {}",
-        out.status,
-        err.chars().take(300).collect::<String>()
-    ))
+    Err(mp4::failure(out.status, &out.stderr))
 }

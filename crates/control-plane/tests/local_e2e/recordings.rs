@@ -4,39 +4,9 @@
 //! video judged by decoding it with ffmpeg.
 
 use serde_json::Value;
+use wallcrawler_testkit::video::red_share;
 
 use super::*;
-
-/// The share of mostly red pixels in the frame `at` seconds into the video at `path`
-/// (ffmpeg decodes it to RGB).
-fn red_share(path: &Path, at: &str) -> f64 {
-    let out = Command::new("ffmpeg")
-        .args(["-nostdin", "-loglevel", "error", "-i"])
-        .arg(path)
-        .args([
-            "-ss",
-            at,
-            "-frames:v",
-            "1",
-            "-f",
-            "rawvideo",
-            "-pix_fmt",
-            "rgb24",
-            "-",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success() && !out.stdout.is_empty(),
-        "ffmpeg decoded no frame {at} s into {}: {}",
-        path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let px = out.stdout.chunks_exact(3);
-    let n = px.len();
-    let red = px.filter(|p| p[0] > 200 && p[1] < 60 && p[2] < 60).count();
-    red as f64 / n as f64
-}
 
 /// Another project's session, with a recording in the data directory as its controller
 /// would have stored it: it exists, so a 404 for it is the project's scope at work.

@@ -1,0 +1,47 @@
+//! A recorded page's MP4, joined from its HLS segments by ffmpeg: the command both the
+//! controller (when the page's recording ends) and the local API (on request, while it goes
+//! on) run, with the contract's arguments ([`MP4_JOIN_ARGS`]).
+
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+
+pub use wallcrawler_contract::recording::MP4_NAME;
+use wallcrawler_contract::recording::{MP4_JOIN_ARGS, PageIndex, mp4_join_list};
+
+/// The most characters of ffmpeg's error output kept in a failure's text.
+const ERROR_CHARS: usize = 300;
+
+/// Writes `dir/list.txt`, naming `index`'s segments (plain file names, checked by
+/// [`PageIndex::is_well_formed`]; the segments themselves are the caller's to put in `dir`). A
+/// segment not in `dir` is refused by name (ffmpeg would only say the input is invalid).
+pub fn write_list(dir: &Path, index: &PageIndex) -> std::io::Result<()> {
+    if let Some(missing) = index.segments.iter().find(|s| !dir.join(&s.name).is_file()) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("segment {} is missing", missing.name),
+        ));
+    }
+    std::fs::write(dir.join("list.txt"), mp4_join_list(index))
+}
+
+/// ffmpeg (`ffmpeg`) joining `dir/list.txt`'s segments into `dir/recording.mp4`: no stdin,
+/// its output discarded, its errors piped (for [`failure`]).
+pub fn join_command(ffmpeg: &Path, dir: &Path) -> Command {
+    let mut cmd = Command::new(ffmpeg);
+    cmd.args(MP4_JOIN_ARGS)
+        .arg(MP4_NAME)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// What a join that ended with `status` says, with the start of ffmpeg's `stderr`.
+pub fn failure(status: ExitStatus, stderr: &[u8]) -> String {
+    let err = String::from_utf8_lossy(stderr);
+    format!(
+        "ffmpeg failed ({status}): {}",
+        err.chars().take(ERROR_CHARS).collect::<String>()
+    )
+}
