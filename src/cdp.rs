@@ -162,6 +162,17 @@ impl Cdp {
 }
 
 impl Cdp {
+    /// The next text message Chrome sends on this connection, as it came; `None` once the
+    /// socket is closed.
+    pub async fn next_text(&mut self) -> Result<Option<String>, CdpError> {
+        while let Some(m) = self.ws.next().await {
+            if let Message::Text(t) = m.map_err(CdpError::Socket)? {
+                return Ok(Some(t.as_str().to_owned()));
+            }
+        }
+        Ok(None)
+    }
+
     /// The next message Chrome sends on this connection, answer or event, as JSON; `None` once
     /// the socket is closed. For a client that keeps commands in flight while it reads events.
     pub async fn next_message(&mut self) -> Result<Option<Value>, CdpError> {

@@ -422,6 +422,7 @@ impl Run<'_> {
                 session_id: self.item.id.to_owned(),
             });
         session.set_egress_notes(Some(recorder.clone()));
+        writer.watch_pages(session.chrome.browser(), recorder.clone());
         session.session_log().set(Some(recorder));
         *self.session_log.lock().unwrap_or_else(|p| p.into_inner()) = Some(writer);
     }

@@ -1,7 +1,8 @@
 //! From the messages the proxy saw to log entries: a client's command is held until Chrome
 //! answers its id on the same connection, then logged with the answer; the events worth
 //! logging (navigations, console messages, page errors, crashes, downloads, targets) are
-//! logged as they come. Pure and bounded: it runs on the log's writer task, never on the
+//! logged as they come; those the session's own watch sees ([`WATCHED`]) from it alone while
+//! it runs. Pure and bounded: it runs on the log's writer task, never on the
 //! relay.
 //!
 //! Bounds, whatever a peer sends: a message is at most [`wallcrawler_contract::session_log::MAX_RAW_BODY`]
@@ -54,6 +55,22 @@ const EVENTS: [&str; 16] = [
     "Target.targetCreated",
     "Target.targetDestroyed",
 ];
+
+/// The events the session's own watch of its pages logs ([`super::watch`]): while it runs,
+/// these are logged from it alone, never from a client's copy.
+pub(crate) const WATCHED: [&str; 8] = [
+    "Page.frameNavigated",
+    "Page.navigatedWithinDocument",
+    "Page.javascriptDialogOpening",
+    "Runtime.consoleAPICalled",
+    "Runtime.exceptionThrown",
+    "Log.entryAdded",
+    "Inspector.targetCrashed",
+    "Target.targetCrashed",
+];
+
+/// The connection id of the session's own watch (the proxy's connections count up from 1).
+pub(crate) const WATCH_CONN: u64 = u64::MAX;
 
 /// Which way a message went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -359,6 +376,13 @@ impl Matcher {
             )
         {
             self.learn_session(sid, target);
+        }
+        // While the watch runs, it alone logs what it watches (its own attachments are not
+        // entries), and clients log the rest.
+        let from_watch = t.conn == WATCH_CONN;
+        if self.conns.contains_key(&WATCH_CONN) && WATCHED.contains(&method.as_str()) != from_watch
+        {
+            return;
         }
         if self.events >= MAX_EVENTS {
             if self.events == MAX_EVENTS {
@@ -822,6 +846,39 @@ mod tests {
         assert!(down(&mut m, 1, 3, console.clone()).is_empty());
         assert!(down(&mut m, 1, 3, console).is_empty());
         assert_eq!(m.take_notes().len(), 1, "one note when the cap is reached");
+    }
+
+    /// While the session's own watch runs, what it watches is logged from it once (a client
+    /// watching the same console adds no second entry), its attachment maps its session to the
+    /// page without being an entry, and clients' other events are logged; once it ends,
+    /// clients' copies are logged again.
+    #[test]
+    fn the_watch_logs_what_it_watches_once() {
+        let mut m = Matcher::default();
+        m.opened(1, None);
+        m.opened(WATCH_CONN, None);
+        let attached = json!({"method": "Target.attachedToTarget", "params": {"sessionId": "W",
+            "targetInfo": {"targetId": "PAGE-A", "type": "page"}, "waitingForDebugger": false}});
+        assert!(down(&mut m, WATCH_CONN, 1, attached).is_empty());
+        let console = |sid: &str| {
+            json!({"method": "Runtime.consoleAPICalled", "params": {"type": "log", "args": []},
+                "sessionId": sid})
+        };
+        assert!(
+            down(&mut m, 1, 2, console("C")).is_empty(),
+            "a client's copy"
+        );
+        let own = down(&mut m, WATCH_CONN, 2, console("W"));
+        assert_eq!(own.len(), 1);
+        assert_eq!(own[0].page_id, 1, "the watched page's number");
+        let created = json!({"method": "Target.targetCreated", "params": {"targetInfo": {}}});
+        assert_eq!(
+            down(&mut m, 1, 3, created).len(),
+            1,
+            "not watched: the client's"
+        );
+        assert!(m.closed(WATCH_CONN).is_empty());
+        assert_eq!(down(&mut m, 1, 4, console("C")).len(), 1, "the watch ended");
     }
 
     #[test]

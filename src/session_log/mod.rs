@@ -10,6 +10,8 @@
 //! answers, events picked, secrets redacted by the contract's rules) and stores them in
 //! batches as JSON-lines chunks (the files bucket on AWS, the data directory locally) at
 //! `files/<projectId>/<sessionId>/logs/`, so the API answers while the session runs and after.
+//! The session also watches its pages itself ([`watch`]): their console messages, errors,
+//! navigations and crashes are logged whether or not a client listens.
 //! A session created with `logSession: false` has no recorder: nothing is recorded.
 //!
 //! Who owns what: the session's run starts the writer and puts its recorder in the proxy's
@@ -19,6 +21,7 @@
 
 pub(crate) mod matcher;
 pub(crate) mod tap;
+pub(crate) mod watch;
 pub mod writer;
 
 use std::collections::VecDeque;

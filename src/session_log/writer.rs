@@ -77,6 +77,13 @@ impl Writer {
         (Writer { stop, task }, recorder)
     }
 
+    /// Starts the session's own watch of the pages of the browser at `browser`
+    /// ([`super::watch`]), recording through `recorder`; it ends with the writer or the
+    /// browser.
+    pub(crate) fn watch_pages(&self, browser: crate::cdp::BrowserSocket, recorder: Recorder) {
+        tokio::spawn(super::watch::watch(browser, recorder, self.stop.clone()));
+    }
+
     /// Ends the writer: what was queued is logged, unanswered commands too, and the last
     /// chunk stored, within `within` (past it, what is left is lost and logged).
     pub async fn finish(self, within: Duration) {

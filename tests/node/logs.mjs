@@ -6,6 +6,9 @@
 //             Page.navigate; then goto /second, a Runtime.evaluate through a CDP session,
 //             disconnect, release, wait for endedAt, and read the log again.
 //   unlogged: browserSettings.logSession false; goto /first, release, wait for endedAt, read.
+//   raw:      a raw CDP client (a WebSocket, no Runtime/Page/Log domain enabled) opens a page
+//             that logs a console line and throws; polls the log until both are there; crashes
+//             the page (Page.crash); polls until the crash is there; release, wait, read.
 // Prints {"ok":true,...}: the session's times, its token, and the log entries (whole), for the
 // Rust test to judge.
 import { requireArg, run, serveTwoPages, until } from "./lib.mjs";
@@ -79,7 +82,62 @@ async function unlogged(args) {
   return { sessionId: session.id, first: urls.first, logs };
 }
 
-const SCENARIOS = { logged, unlogged };
+/** A raw CDP connection to `url`: `send(method, params, sessionId)` resolves with the answer. */
+async function rawCdp(url) {
+  const { default: WebSocket } = await import("ws");
+  const ws = new WebSocket(url);
+  await new Promise((ok, no) => {
+    ws.once("open", ok);
+    ws.once("error", no);
+  });
+  let n = 0;
+  const waiting = new Map();
+  ws.on("message", (m) => {
+    const v = JSON.parse(m);
+    if (v.id && waiting.has(v.id)) {
+      waiting.get(v.id)(v);
+      waiting.delete(v.id);
+    }
+  });
+  const send = (method, params = {}, sessionId) =>
+    new Promise((ok) => {
+      const id = ++n;
+      waiting.set(id, ok);
+      ws.send(JSON.stringify({ id, method, params, ...(sessionId ? { sessionId } : {}) }));
+    });
+  return { ws, send };
+}
+
+async function raw(args) {
+  const bb = await client(args);
+  const projectId = requireArg(args, "project");
+  const session = await bb.sessions.create({ projectId });
+  const { ws, send } = await rawCdp(session.connectUrl);
+  const { result: { targetId } } = await send("Target.createTarget", { url: "about:blank" });
+  const { result: { sessionId } } = await send("Target.attachToTarget", { targetId, flatten: true });
+  const page = "data:text/html,<title>raw</title><script>console.log('raw-console-line');" +
+    "setTimeout(() => { throw new Error('raw-page-error') }, 0)</script>";
+  await send("Page.navigate", { url: page }, sessionId);
+  const about = (e, method, text) => e.method === method && JSON.stringify(e.response?.result ?? {}).includes(text);
+  await until("the page's console line and error in the log", 20000, async () => {
+    const logs = await bb.sessions.logs.list(session.id);
+    const both = logs.some((e) => about(e, "Runtime.consoleAPICalled", "raw-console-line")) &&
+      logs.some((e) => about(e, "Runtime.exceptionThrown", "raw-page-error"));
+    return both ? logs : undefined;
+  });
+  // The renderer crashes: no answer comes.
+  send("Page.crash", {}, sessionId);
+  await until("the crash in the log", 20000, async () => {
+    const logs = await bb.sessions.logs.list(session.id);
+    return logs.some((e) => /targetCrashed$/.test(e.method)) ? logs : undefined;
+  });
+  ws.close();
+  await ended(bb, projectId, session.id);
+  const logs = await bb.sessions.logs.list(session.id);
+  return { sessionId: session.id, page, logs };
+}
+
+const SCENARIOS = { logged, unlogged, raw };
 
 run(async (args) => {
   const scenario = SCENARIOS[requireArg(args, "scenario")];

@@ -73,6 +73,15 @@ fn a_session_is_logged_while_it_runs_and_after_it_ends() {
             assert!(within(&res["timestamp"]), "{e}");
         }
     }
+    // The page's console line (Puppeteer watches the console too): logged once.
+    let console: Vec<_> = logs
+        .iter()
+        .filter(|e| {
+            e["method"] == "Runtime.consoleAPICalled" && e.to_string().contains("on /first")
+        })
+        .collect();
+    assert_eq!(console.len(), 1, "{console:?}");
+
     // The navigations were answered, on a page of their own (not the browser's 0).
     for e in logs.iter().filter(|e| e["method"] == "Page.navigate") {
         assert!(e["response"]["result"]["frameId"].is_string(), "{e}");
@@ -109,6 +118,55 @@ fn a_session_is_logged_while_it_runs_and_after_it_ends() {
             "{}",
             c.display()
         );
+    }
+}
+
+/// What happens in a page is logged whether or not a client watches it: a raw CDP client that
+/// enables no domain opens a page that logs a console line and throws, then crashes it; the log
+/// holds the console line (once), the page error, the navigation and the crash, each on the
+/// page's number, and none of the controller's own commands.
+#[test]
+fn a_pages_console_errors_navigations_and_crash_are_logged_unwatched() {
+    let s = Server::start("25");
+    let r = s.node_script("logs.mjs", "raw", &[]);
+    assert_eq!(r["ok"], true, "{r}");
+    let logs = r["logs"].as_array().unwrap();
+    let of = |method: &str, text: &str| -> Vec<&Value> {
+        logs.iter()
+            .filter(|e| e["method"] == method && e.to_string().contains(text))
+            .collect()
+    };
+    let console = of("Runtime.consoleAPICalled", "raw-console-line");
+    assert_eq!(console.len(), 1, "{logs:?}");
+    let error = of("Runtime.exceptionThrown", "raw-page-error");
+    assert_eq!(error.len(), 1, "{logs:?}");
+    let page = r["page"].as_str().unwrap();
+    let navigated = of("Page.frameNavigated", "<title>raw</title>");
+    assert!(!navigated.is_empty(), "{logs:?}");
+    assert!(
+        navigated[0]["response"]["result"]["frame"]["url"]
+            .as_str()
+            .is_some_and(|u| u == page),
+        "{navigated:?}"
+    );
+    let page_id = console[0]["pageId"].as_u64().unwrap();
+    assert!(page_id > 0, "the page's number, not the browser's");
+    assert_eq!(error[0]["pageId"], page_id);
+    assert!(
+        logs.iter().any(|e| e["method"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("targetCrashed"))),
+        "{logs:?}"
+    );
+    for own in [
+        "Runtime.enable",
+        "Page.enable",
+        "Log.enable",
+        "Target.attachToTarget",
+    ] {
+        let n = logs.iter().filter(|e| e["method"] == own).count();
+        let client = usize::from(own == "Target.attachToTarget");
+        assert_eq!(n, client, "{own}: only the client's commands are entries");
     }
 }
 
