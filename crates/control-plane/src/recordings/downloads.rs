@@ -256,6 +256,14 @@ async fn build_in(
         .await
         .map_err(|e| format!("reading the MP4: {e}"))?;
     let n = mp4.len() as u64;
+    // The page's controller may have stored its whole MP4 meanwhile (its recording ended
+    // while this one was built from fewer segments): that one is kept.
+    if super::page_index(app, s, &index.page_id)
+        .await
+        .is_ok_and(|i| i.mp4)
+    {
+        return Ok(n);
+    }
     app.objects
         .put(&format!("{prefix}{MP4_NAME}"), mp4.into())
         .await
