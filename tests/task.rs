@@ -23,6 +23,20 @@ struct World {
 }
 
 impl World {
+    /// A task's environment for session `id` with the bucket as its files store (no context).
+    fn files_env<'a>(&'a self, id: &'a str) -> [(&'a str, &'a str); 5] {
+        [
+            ("SESSION_ID", id),
+            ("PROJECT_ID", PROJECT),
+            ("SESSIONS_TABLE_NAME", self.table.as_str()),
+            (
+                "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
+                self.secret_arn.as_str(),
+            ),
+            ("FILES_BUCKET_NAME", self.bucket.as_str()),
+        ]
+    }
+
     fn new() -> World {
         let signing_key = aws::unique("key");
         World {
@@ -1012,17 +1026,7 @@ fn an_upload_in_the_bucket_is_fetched_when_a_client_names_its_path() {
         &upload_key(PROJECT, "sess_other", "theirs.txt"),
         b"no".to_vec(),
     );
-    let env = [
-        ("SESSION_ID", id.as_str()),
-        ("PROJECT_ID", PROJECT),
-        ("SESSIONS_TABLE_NAME", w.table.as_str()),
-        (
-            "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
-            w.secret_arn.as_str(),
-        ),
-        ("FILES_BUCKET_NAME", w.bucket.as_str()),
-    ];
-    let mut c = run_task(&env);
+    let mut c = run_task(&w.files_env(&id));
     let url = wait_ready(&mut c, &t);
     let item = get_session(&w.table, &id);
     let dir = text(&item, "uploadsDir").expect("uploadsDir written with READY");
@@ -1057,17 +1061,7 @@ fn a_recorded_page_s_mp4_is_in_the_bucket_when_the_session_ends() {
     use wallcrawler_contract::recording::{MP4_NAME, PageIndex, index_key, page_prefix};
     let w = World::new();
     let (id, t) = w.session("PROVISIONING", vec![]);
-    let env = [
-        ("SESSION_ID", id.as_str()),
-        ("PROJECT_ID", PROJECT),
-        ("SESSIONS_TABLE_NAME", w.table.as_str()),
-        (
-            "WALLCRAWLER_JWT_PUBLIC_KEY_SECRET_ARN",
-            w.secret_arn.as_str(),
-        ),
-        ("FILES_BUCKET_NAME", w.bucket.as_str()),
-    ];
-    let mut c = run_task(&env);
+    let mut c = run_task(&w.files_env(&id));
     let url = wait_ready(&mut c, &t);
     let red = "data:text/html,<title>red</title><body style='margin:0;background:rgb(255,0,0)'>";
     let (mut holder, lines) =
