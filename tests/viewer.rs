@@ -207,6 +207,19 @@ fn metric(addr: SocketAddr, name: &str) -> f64 {
         .unwrap()
 }
 
+/// Polls metric `name` until it is `want` (a screencast is counted once Chrome answered its
+/// start, which may come after the page's still frame reached the viewer); its last value.
+fn metric_becomes(addr: SocketAddr, name: &str, want: f64) -> f64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let v = metric(addr, name);
+        if v == want || std::time::Instant::now() > deadline {
+            return v;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_raw_viewer_gets_tabs_and_frames_counts_as_a_client_stops_the_screencast_last_and_is_closed_at_shutdown()
  {
@@ -251,7 +264,7 @@ fn a_raw_viewer_gets_tabs_and_frames_counts_as_a_client_stops_the_screencast_las
     );
     assert_eq!(metric(metrics, "wallcrawler_proxy_clients"), 1.0);
     assert_eq!(
-        metric(metrics, "wallcrawler_viewer_screencasts_started_total"),
+        metric_becomes(metrics, "wallcrawler_viewer_screencasts_started_total", 1.0),
         1.0
     );
 
@@ -274,7 +287,7 @@ fn a_raw_viewer_gets_tabs_and_frames_counts_as_a_client_stops_the_screencast_las
         }
     }
     assert_eq!(
-        metric(metrics, "wallcrawler_viewer_screencasts_started_total"),
+        metric_becomes(metrics, "wallcrawler_viewer_screencasts_started_total", 2.0),
         2.0
     );
 
