@@ -238,5 +238,15 @@ if ((smoke)); then
     die "the image's wallcrawler-control-plane task-api --help failed"
   grep -q "TASK_API_LISTEN" "$work/task-api-help.txt" ||
     die "the image's task-api --help does not name TASK_API_LISTEN"
+  # The recording's encoder and its MP4 join (src/recording/, crates/local/src/mp4.rs):
+  # Debian's ffmpeg runs in the image, with libx264 and the concatf protocol.
+  for list in encoders protocols; do
+    podman run --rm --network none \
+      --entrypoint "[\"/usr/bin/ffmpeg\", \"-hide_banner\", \"-$list\"]" \
+      "$TAG" >"$work/ffmpeg-$list.txt" 2>&1 || die "the image's ffmpeg does not run"
+  done
+  grep -q "libx264 " "$work/ffmpeg-encoders.txt" || die "the image's ffmpeg has no libx264"
+  grep -qx "  concatf" "$work/ffmpeg-protocols.txt" ||
+    die "the image's ffmpeg has no concatf protocol"
   log "smoke: passed in $((SECONDS - t0)) s"
 fi
