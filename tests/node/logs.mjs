@@ -7,8 +7,9 @@
 //             disconnect, release, wait for endedAt, and read the log again.
 //   unlogged: browserSettings.logSession false; goto /first, release, wait for endedAt, read.
 //   raw:      a raw CDP client (a WebSocket, no Runtime/Page/Log domain enabled) opens a page
-//             that logs a console line and throws; polls the log until both are there; crashes
-//             the page (Page.crash); polls until the crash is there; release, wait, read.
+//             that logs a console line and throws; polls the log until both are there;
+//             navigates it again, polls until that navigation is there; crashes the page
+//             (Page.crash); polls until the crash is there; release, wait, read.
 // Prints {"ok":true,...}: the session's times, its token, and the log entries (whole), for the
 // Rust test to judge.
 import { requireArg, run, serveTwoPages, until } from "./lib.mjs";
@@ -125,6 +126,14 @@ async function raw(args) {
       logs.some((e) => about(e, "Runtime.exceptionThrown", "raw-page-error"));
     return both ? logs : undefined;
   });
+  // A navigation once the page is watched (one in the page's first milliseconds, before the
+  // watch has attached, is not logged; its console and errors are, as Chrome replays them).
+  const second = "data:text/html,<title>raw-second</title>";
+  await send("Page.navigate", { url: second }, sessionId);
+  await until("the second navigation in the log", 20000, async () => {
+    const logs = await bb.sessions.logs.list(session.id);
+    return logs.some((e) => about(e, "Page.frameNavigated", "raw-second")) ? logs : undefined;
+  });
   // The renderer crashes: no answer comes.
   send("Page.crash", {}, sessionId);
   await until("the crash in the log", 20000, async () => {
@@ -134,7 +143,7 @@ async function raw(args) {
   ws.close();
   await ended(bb, projectId, session.id);
   const logs = await bb.sessions.logs.list(session.id);
-  return { sessionId: session.id, page, logs };
+  return { sessionId: session.id, page: second, logs };
 }
 
 const SCENARIOS = { logged, unlogged, raw };

@@ -1877,6 +1877,14 @@ fn a_project_beyond_its_share_of_the_pool_gets_its_own_controller_and_leaves_a_w
     ];
     let s = Server::spawn_with("10", &controller_bin(), &env);
     s.add_project("proj_b");
+    // Both warm browsers up and waiting (lowered to the background priority once warm) before
+    // the creates: on a loaded machine a create may otherwise come before either is warm.
+    for n in [1, 2] {
+        let name = s.pool_name(n);
+        wait_for("a warm pool Chrome at BACKGROUND_NICE (19)", || {
+            pool_chrome_nice(&name).is_some_and(|(_, nice)| nice == 19)
+        });
+    }
     // Project A's two simultaneous sessions: one warm, one with a controller of its own.
     let body = format!(r#"{{"projectId":"{}"}}"#, s.project);
     let (a1, a2) = std::thread::scope(|t| {

@@ -122,9 +122,9 @@ fn a_session_is_logged_while_it_runs_and_after_it_ends() {
 }
 
 /// What happens in a page is logged whether or not a client watches it: a raw CDP client that
-/// enables no domain opens a page that logs a console line and throws, then crashes it; the log
-/// holds the console line (once), the page error, the navigation and the crash, each on the
-/// page's number, and none of the controller's own commands.
+/// enables no domain opens a page that logs a console line and throws, navigates it again, then
+/// crashes it; the log holds the console line (once), the page error, the second navigation and
+/// the crash, each on the page's number, and none of the controller's own commands.
 #[test]
 fn a_pages_console_errors_navigations_and_crash_are_logged_unwatched() {
     let s = Server::start("25");
@@ -141,7 +141,7 @@ fn a_pages_console_errors_navigations_and_crash_are_logged_unwatched() {
     let error = of("Runtime.exceptionThrown", "raw-page-error");
     assert_eq!(error.len(), 1, "{logs:?}");
     let page = r["page"].as_str().unwrap();
-    let navigated = of("Page.frameNavigated", "<title>raw</title>");
+    let navigated = of("Page.frameNavigated", "<title>raw-second</title>");
     assert!(!navigated.is_empty(), "{logs:?}");
     assert!(
         navigated[0]["response"]["result"]["frame"]["url"]
@@ -152,6 +152,7 @@ fn a_pages_console_errors_navigations_and_crash_are_logged_unwatched() {
     let page_id = console[0]["pageId"].as_u64().unwrap();
     assert!(page_id > 0, "the page's number, not the browser's");
     assert_eq!(error[0]["pageId"], page_id);
+    assert_eq!(navigated[0]["pageId"], page_id);
     assert!(
         logs.iter().any(|e| e["method"]
             .as_str()
