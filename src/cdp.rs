@@ -162,12 +162,14 @@ impl Cdp {
 }
 
 impl Cdp {
-    /// The next text message Chrome sends on this connection, as it came; `None` once the
-    /// socket is closed.
-    pub async fn next_text(&mut self) -> Result<Option<String>, CdpError> {
+    /// The next text message Chrome sends on this connection, as it came (not copied); `None`
+    /// once the socket is closed.
+    pub async fn next_text(
+        &mut self,
+    ) -> Result<Option<tokio_tungstenite::tungstenite::Utf8Bytes>, CdpError> {
         while let Some(m) = self.ws.next().await {
             if let Message::Text(t) = m.map_err(CdpError::Socket)? {
-                return Ok(Some(t.as_str().to_owned()));
+                return Ok(Some(t));
             }
         }
         Ok(None)

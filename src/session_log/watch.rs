@@ -77,7 +77,7 @@ pub(crate) async fn watch(browser: BrowserSocket, recorder: Recorder, stop: Canc
 /// Attaches to each page as it appears and hands on its events, until the connection ends.
 async fn follow(cdp: &mut Cdp, recorder: &Recorder) -> Result<(), CdpError> {
     while let Some(text) = cdp.next_text().await? {
-        let Ok(head) = serde_json::from_str::<Head<'_>>(&text) else {
+        let Ok(head) = serde_json::from_str::<Head<'_>>(text.as_str()) else {
             continue;
         };
         let Some(method) = head.method.as_deref() else {
