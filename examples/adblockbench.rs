@@ -1,6 +1,7 @@
 //! `adblockbench`: the figures behind `src/chrome/egress/ads.rs` — what the filter lists hold
 //! (network, cosmetic and host rules), how long the hop's engine takes to build and how much
-//! resident memory it holds, what one host check costs, and how many of the lists' host rules
+//! resident memory it holds, how long loading it as a controller kept it (`AD_FILTER_CACHE`)
+//! takes, what one host check costs, and how many of the lists' host rules
 //! the hop ends up refusing a connection for.
 //!
 //! `cargo build --release --example adblockbench && target/release/examples/adblockbench
@@ -109,9 +110,21 @@ fn main() -> Result<()> {
 
     let before = rss_kib();
     let started = Instant::now();
-    let filter = AdFilter::load(&lists)?;
+    let filter = AdFilter::load(&lists, None)?;
     let build_ms = started.elapsed().as_secs_f64() * 1e3;
     let after = rss_kib();
+
+    // The same lists through AD_FILTER_CACHE: built and kept once, then loaded as the
+    // machine's next controller would.
+    let cache = tempfile::tempdir()?;
+    AdFilter::load(&lists, Some(cache.path()))?;
+    let started = Instant::now();
+    let kept = AdFilter::load(&lists, Some(cache.path()))?;
+    let kept_ms = started.elapsed().as_secs_f64() * 1e3;
+    anyhow::ensure!(kept.rules() == filter.rules(), "the kept filter differs");
+    let kept_bytes: u64 = std::fs::read_dir(cache.path())?
+        .map(|e| Ok(e?.metadata()?.len()))
+        .sum::<Result<u64>>()?;
 
     let blocking_hosts: Vec<String> = blocking_hosts.into_iter().step_by(every).collect();
     let (listed_us, refused) = check(&filter, &blocking_hosts);
@@ -125,6 +138,8 @@ fn main() -> Result<()> {
         "engine": {
             "hostRulesLoaded": filter.rules(),
             "buildMs": build_ms.round(),
+            "keptLoadMs": (kept_ms * 10.0).round() / 10.0,
+            "keptFileMiB": (kept_bytes as f64 / 1048576.0 * 10.0).round() / 10.0,
             "rssBeforeKiB": before,
             "rssAfterKiB": after,
             "rssAddedMiB": ((after as f64 - before as f64) / 1024.0 * 10.0).round() / 10.0,

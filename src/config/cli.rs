@@ -116,6 +116,8 @@ settings_group! {
         egress_allow = EGRESS_ALLOW,
         /// The filter lists a session's blockAds loads into the egress hop, once per process, at the first session that asks: comma-separated files in Adblock Plus syntax; only their host rules (||host^) apply. A list that cannot be read is logged and left out; none readable refuses a session that asks for blockAds [default: Debian's EasyList and EasyPrivacy, /usr/share/chromium/extensions/ublock-origin/assets/thirdparties/easylist/{easylist,easyprivacy}.txt, from webext-ublock-origin-chromium].
         ad_block_lists = AD_BLOCK_LISTS,
+        /// A directory (made 0700 if missing) where the ad filter, once built from AD_BLOCK_LISTS, is kept so that the machine's next controller loads it in milliseconds instead of building it again (0.1-0.3 s of CPU); read only when it and the file belong to this user and nobody else may write them. `wallcrawler-control-plane serve` names one in its data directory [default: empty, each controller builds its own].
+        ad_filter_cache = AD_FILTER_CACHE,
         /// A single session's egress as the control plane hands it to a cold-started controller (JSON: proxy routes with their credentials, allowed domains); a pool controller's comes with each claim. Secret: never logged.
         session_egress = SESSION_EGRESS,
         /// A single session's browser settings as the control plane hands them to a cold-started controller (JSON: viewport, locales, ignoreCertificateErrors, blockAds); a pool controller's come with each claim.

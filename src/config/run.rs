@@ -243,6 +243,8 @@ pub struct ChromeSettings {
     pub egress_allow: crate::chrome::egress::EgressAllow,
     /// `AD_BLOCK_LISTS`: the filter lists of a session's `blockAds`.
     pub ad_block_lists: crate::chrome::egress::AdLists,
+    /// `AD_FILTER_CACHE`: where the built ad filter is kept for the machine's next controller.
+    pub ad_filter_cache: Option<PathBuf>,
 }
 
 /// `SESSION_EGRESS`: a cold-started session's egress (a pool controller's comes with each
@@ -330,6 +332,7 @@ pub(super) fn chrome_settings(
                     .ok()
             })
             .unwrap_or_default(),
+        ad_filter_cache: r.text(AD_FILTER_CACHE).map(PathBuf::from),
     }
 }
 

@@ -116,7 +116,11 @@ fn launch_options(
         hurry: None,
         user,
         network,
-        hop: chrome::egress::Hop::with_ad_lists(c.egress_allow.clone(), c.ad_block_lists.clone()),
+        hop: chrome::egress::Hop::with_ad_lists(
+            c.egress_allow.clone(),
+            c.ad_block_lists.clone(),
+            c.ad_filter_cache.clone(),
+        ),
         proxied_udp_only: false,
         headful_user_agent: true,
     };

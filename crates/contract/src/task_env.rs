@@ -120,6 +120,11 @@ pub const EGRESS_ALLOW: &str = "EGRESS_ALLOW";
 /// The filter lists (Adblock Plus syntax, comma-separated file paths) a session's `blockAds`
 /// loads in the egress hop; default: Debian's EasyList and EasyPrivacy.
 pub const AD_BLOCK_LISTS: &str = "AD_BLOCK_LISTS";
+/// A directory where a controller keeps the ad filter it built (the engine of
+/// `AD_BLOCK_LISTS`), so that the machine's next controller loads it instead of building it
+/// again; the local platform names one in its data directory. Unset: each controller builds
+/// its own.
+pub const AD_FILTER_CACHE: &str = "AD_FILTER_CACHE";
 /// How long a session nobody has connected to yet waits.
 pub const CDP_DISCONNECT_TIMEOUT: &str = "CDP_DISCONNECT_TIMEOUT";
 /// How long a session waits once its last client has left.

@@ -40,7 +40,8 @@
 //! The engine is built once per process and list set, on a blocking thread, at the first
 //! session that asks for `blockAds` ([`shared`]; or ahead of it, at the warm-up's
 //! `BACKGROUND_NICE`: [`super::Hop::prepare_block_ads`], [`shared_at`]), and shared by every
-//! connection after it. Measured with
+//! connection after it. With `AD_FILTER_CACHE` the built engine is kept on disk and the
+//! machine's next controller loads it instead of building it ([`super::ad_cache`]). Measured with
 //! `examples/adblockbench.rs` (release build, this 2-core machine shared with other builds,
 //! three runs, 2026-12-07): both Debian lists read and built in 81-145 ms, holding 9.2-9.3 MiB
 //! more resident memory (VmRSS before and after, the lists' text freed); a host is checked in
@@ -49,7 +50,7 @@
 //! took 150-660 ms; in a debug build (tests, the local platform) about 1-1.6 s, this crate's
 //! own parsing unoptimised.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use adblock::Engine;
@@ -57,6 +58,8 @@ use adblock::lists::{FilterSet, ParseOptions, RuleTypes};
 use adblock::request::Request;
 use tokio::sync::OnceCell;
 use tracing::{info, warn};
+
+use super::ad_cache;
 
 /// Where Debian's `webext-ublock-origin-chromium` puts EasyList and EasyPrivacy.
 pub const DEFAULT_LISTS: [&str; 2] = [
@@ -145,8 +148,8 @@ pub enum AdBlockError {
 
 /// The engine over the lists' host rules.
 pub struct AdFilter {
-    engine: Engine,
-    rules: usize,
+    pub(super) engine: Engine,
+    pub(super) rules: usize,
 }
 
 impl std::fmt::Debug for AdFilter {
@@ -183,10 +186,12 @@ impl AdFilter {
         }
     }
 
-    /// Reads and builds `lists` (blocking: a second or so for EasyList and EasyPrivacy). A list
-    /// that cannot be read is logged and left out; none readable, or no host rule in them, is
-    /// an error.
-    pub fn load(lists: &AdLists) -> Result<Self, AdBlockError> {
+    /// Reads and builds `lists` (blocking: a second or so for EasyList and EasyPrivacy), or,
+    /// with a `cache` directory (`AD_FILTER_CACHE`), loads the filter a controller built from
+    /// the same lists before and keeps a new one there ([`super::ad_cache`]). A list that
+    /// cannot be read is logged and left out; none readable, or no host rule in them, is an
+    /// error.
+    pub fn load(lists: &AdLists, cache: Option<&Path>) -> Result<Self, AdBlockError> {
         let names = || {
             lists
                 .paths()
@@ -208,6 +213,17 @@ impl AdFilter {
             return Err(AdBlockError::NoList(names()));
         }
         let started = std::time::Instant::now();
+        let kept = cache.map(|dir| ad_cache::path(dir, &texts));
+        if let Some(filter) = kept.as_deref().and_then(ad_cache::load)
+            && filter.rules > 0
+        {
+            info!(
+                host_rules = filter.rules,
+                ms = started.elapsed().as_millis() as u64,
+                "ad filter loaded as a controller kept it"
+            );
+            return Ok(filter);
+        }
         let filter = Self::from_lists(texts.iter().map(String::as_str));
         if filter.rules == 0 {
             return Err(AdBlockError::NoRule(names()));
@@ -218,6 +234,9 @@ impl AdFilter {
             ms = started.elapsed().as_millis() as u64,
             "ad block lists loaded"
         );
+        if let Some(file) = &kept {
+            ad_cache::store(file, &filter);
+        }
         Ok(filter)
     }
 
@@ -286,15 +305,19 @@ pub fn is_host_rule(line: &str) -> bool {
 /// The engine for `lists`, built once per process (on a blocking thread, at the first call)
 /// and shared: every hop that names the same lists gets the same one. A failed build is not
 /// kept: the next call tries again (and reports again).
-pub async fn shared(lists: &AdLists) -> Result<Arc<AdFilter>, AdBlockError> {
-    shared_at(lists, None).await
+pub async fn shared(lists: &AdLists, cache: Option<&Path>) -> Result<Arc<AdFilter>, AdBlockError> {
+    shared_at(lists, cache, None).await
 }
 
 /// [`shared`], a build this call starts running at `nice` (`None`: as the controller) on a
 /// thread of its own: the warm-up's build ahead of any session, which nobody waits on, yields
 /// to the sessions being driven (Linux: a thread's nice value is its own; the thread ends
 /// with the build, so no pooled thread keeps it).
-pub async fn shared_at(lists: &AdLists, nice: Option<i32>) -> Result<Arc<AdFilter>, AdBlockError> {
+pub async fn shared_at(
+    lists: &AdLists,
+    cache: Option<&Path>,
+    nice: Option<i32>,
+) -> Result<Arc<AdFilter>, AdBlockError> {
     type Cell = Arc<OnceCell<Arc<AdFilter>>>;
     // Only grows by the list sets a process names (one in production).
     static BUILT: Mutex<Vec<(AdLists, Cell)>> = Mutex::new(Vec::new());
@@ -311,11 +334,14 @@ pub async fn shared_at(lists: &AdLists, nice: Option<i32>) -> Result<Arc<AdFilte
     };
     cell.get_or_try_init(|| {
         let lists = lists.clone();
+        let cache = cache.map(Path::to_path_buf);
         async move {
             let Some(nice) = nice else {
-                return tokio::task::spawn_blocking(move || AdFilter::load(&lists).map(Arc::new))
-                    .await
-                    .map_err(AdBlockError::Build)?;
+                return tokio::task::spawn_blocking(move || {
+                    AdFilter::load(&lists, cache.as_deref()).map(Arc::new)
+                })
+                .await
+                .map_err(AdBlockError::Build)?;
             };
             let (tx, rx) = tokio::sync::oneshot::channel();
             let spawned = std::thread::Builder::new()
@@ -323,7 +349,7 @@ pub async fn shared_at(lists: &AdLists, nice: Option<i32>) -> Result<Arc<AdFilte
                 .spawn(move || {
                     // A miss only costs the sessions some speed.
                     let _ = rustix::process::setpriority_process(None, nice);
-                    let _ = tx.send(AdFilter::load(&lists).map(Arc::new));
+                    let _ = tx.send(AdFilter::load(&lists, cache.as_deref()).map(Arc::new));
                 });
             match spawned {
                 Ok(_) => rx.await.unwrap_or(Err(AdBlockError::Stopped)),
@@ -426,6 +452,34 @@ mod tests {
         }
     }
 
+    /// With `AD_FILTER_CACHE` the first build is kept, and a later load (another controller's)
+    /// takes the kept filter instead of building: shown by planting a filter of other rules
+    /// under the same name, which the load then answers with.
+    #[test]
+    fn a_kept_filter_is_loaded_instead_of_built() {
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("list.txt");
+        std::fs::write(&list, "||ads.test^\n").unwrap();
+        let lists = AdLists(vec![list]);
+        let cache = dir.path().join("cache");
+        let built = AdFilter::load(&lists, Some(&cache)).unwrap();
+        assert!(built.blocks("ads.test", 443));
+        let kept: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
+        assert_eq!(kept.len(), 1, "one file, no temporary one left");
+        let file = kept[0].as_ref().unwrap().path();
+
+        ad_cache::store(&file, &AdFilter::from_lists(["||planted.test^\n"]));
+        let loaded = AdFilter::load(&lists, Some(&cache)).unwrap();
+        assert!(loaded.blocks("planted.test", 443), "loaded, not built");
+        assert!(!loaded.blocks("ads.test", 443));
+        // Without the cache, the lists as they are.
+        assert!(
+            AdFilter::load(&lists, None)
+                .unwrap()
+                .blocks("ads.test", 443)
+        );
+    }
+
     #[test]
     fn ad_lists_setting() {
         let l: AdLists = " /a.txt, ,/b.txt ".parse().unwrap();
@@ -442,19 +496,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("missing.txt");
         let none = AdLists(vec![missing.clone()]);
-        assert!(matches!(shared(&none).await, Err(AdBlockError::NoList(_))));
+        assert!(matches!(
+            shared(&none, None).await,
+            Err(AdBlockError::NoList(_))
+        ));
         let empty = dir.path().join("empty.txt");
         std::fs::write(&empty, "! only a comment\n##.ad\n").unwrap();
         assert!(matches!(
-            shared(&AdLists(vec![empty])).await,
+            shared(&AdLists(vec![empty]), None).await,
             Err(AdBlockError::NoRule(_))
         ));
         let tiny = dir.path().join("tiny.txt");
         std::fs::write(&tiny, TINY).unwrap();
         let lists = AdLists(vec![missing, tiny]);
-        let a = shared(&lists).await.unwrap();
+        let a = shared(&lists, None).await.unwrap();
         assert!(a.blocks("g.doubleclick.net", 443));
-        let b = shared(&lists).await.unwrap();
+        let b = shared(&lists, None).await.unwrap();
         assert!(Arc::ptr_eq(&a, &b), "built once, shared");
     }
 
@@ -467,7 +524,7 @@ mod tests {
                 "{p}: install webext-ublock-origin-chromium (scripts/install-test-deps.sh)"
             );
         }
-        let f = shared(&AdLists::default()).await.unwrap();
+        let f = shared(&AdLists::default(), None).await.unwrap();
         assert!(f.rules() > 50_000, "{} host rules", f.rules());
         for host in [
             "pagead2.googlesyndication.com",

@@ -24,6 +24,7 @@
 //!   host ([`ads`]) is refused ("connection not allowed by ruleset") before anything is dialled
 //!   or resolved: the page gets a network error for that resource and loads without it.
 
+mod ad_cache;
 pub mod ads;
 #[cfg(test)]
 mod fuzz;
@@ -654,7 +655,8 @@ mod tests {
         )
         .unwrap();
         let lists: AdLists = list.display().to_string().parse().unwrap();
-        ads_are_refused_with_block_ads(Hop::with_ad_lists(EgressAllow::loopback(), lists)).await;
+        ads_are_refused_with_block_ads(Hop::with_ad_lists(EgressAllow::loopback(), lists, None))
+            .await;
     }
 
     /// Debian's EasyList and EasyPrivacy, which `scripts/install-test-deps.sh` installs.

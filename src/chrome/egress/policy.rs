@@ -4,6 +4,7 @@
 //! at claim time, without a restart).
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -161,6 +162,8 @@ pub struct Hop {
 struct Inner {
     allow: EgressAllow,
     ad_lists: AdLists,
+    /// `AD_FILTER_CACHE`: where the built filter is kept for the machine's next controller.
+    ad_cache: Option<PathBuf>,
     routes: RwLock<Arc<Routes>>,
     proxied_bytes: AtomicU64,
     ads_blocked: AtomicU64,
@@ -189,15 +192,17 @@ impl Hop {
     /// Direct routes only, and `allow` beyond public addresses; ad blocking, when a session
     /// asks for it, by Debian's EasyList and EasyPrivacy.
     pub fn new(allow: EgressAllow) -> Self {
-        Self::with_ad_lists(allow, AdLists::default())
+        Self::with_ad_lists(allow, AdLists::default(), None)
     }
 
-    /// As [`Hop::new`], with ad blocking by `ad_lists` (`AD_BLOCK_LISTS`).
-    pub fn with_ad_lists(allow: EgressAllow, ad_lists: AdLists) -> Self {
+    /// As [`Hop::new`], with ad blocking by `ad_lists` (`AD_BLOCK_LISTS`), the built filter
+    /// kept in `ad_cache` (`AD_FILTER_CACHE`) when given.
+    pub fn with_ad_lists(allow: EgressAllow, ad_lists: AdLists, ad_cache: Option<PathBuf>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 allow,
                 ad_lists,
+                ad_cache,
                 routes: RwLock::new(Arc::new(Routes {
                     routes: Arc::from([]),
                     ads: None,
@@ -282,7 +287,7 @@ impl Hop {
     /// already in force changes nothing and ends nothing.
     pub async fn set_block_ads(&self, on: bool) -> Result<(), AdBlockError> {
         let filter = if on {
-            Some(ads::shared(&self.inner.ad_lists).await?)
+            Some(ads::shared(&self.inner.ad_lists, self.inner.ad_cache.as_deref()).await?)
         } else {
             None
         };
@@ -302,7 +307,10 @@ impl Hop {
     /// A failure is the asking session's to report ([`Hop::set_block_ads`] tries again).
     /// Built at `nice` (a warm-up's `BACKGROUND_NICE`; `None`: the controller's own).
     pub async fn prepare_block_ads(&self, nice: Option<i32>) -> Result<(), AdBlockError> {
-        ads::shared_at(&self.inner.ad_lists, nice).await.map(drop)
+        let cache = self.inner.ad_cache.as_deref();
+        ads::shared_at(&self.inner.ad_lists, cache, nice)
+            .await
+            .map(drop)
     }
 
     /// The rules in force.
@@ -469,6 +477,7 @@ mod tests {
         let hop = Hop::with_ad_lists(
             EgressAllow::default(),
             list.display().to_string().parse().unwrap(),
+            None,
         );
         hop.configure(&everything_through(1)).unwrap();
         hop.prepare_block_ads(None).await.unwrap();
@@ -507,6 +516,7 @@ mod tests {
                 .to_string()
                 .parse()
                 .unwrap(),
+            None,
         );
         let before = hop.way("a.test", 443);
         let e = hop.set_block_ads(true).await.unwrap_err();

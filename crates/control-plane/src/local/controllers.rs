@@ -209,6 +209,7 @@ impl Controllers {
             // Session files (downloads stored, uploads read) live beside the contexts, under
             // `contexts/files/…`, as in the bucket: where the API serves and stores them.
             .env(task_env::FILES_DIR, self.data_dir.join("contexts"))
+            .env(task_env::AD_FILTER_CACHE, self.data_dir.join("ad-filter"))
             .env(task_env::PUBLIC_KEY, &self.public_key)
             .env(task_env::CDP_PROXY_PORT, "0")
             .env(task_env::CDP_PROXY_HOST, "127.0.0.1")

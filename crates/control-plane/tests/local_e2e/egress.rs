@@ -372,5 +372,25 @@ fn block_ads_keeps_ad_hosts_from_ever_reaching_the_proxy() {
             "{host}: {r}"
         );
     }
+    // The filter the controllers built is kept for the next ones (AD_FILTER_CACHE, set by
+    // serve): one file, the controller's own, in a directory nobody else may enter.
+    use std::os::unix::fs::PermissionsExt;
+    let kept_dir = s.dir().join("ad-filter");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&kept_dir), 0o700);
+    let kept: Vec<_> = std::fs::read_dir(&kept_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(
+        kept[0]
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("ad-filter-")
+    );
+    assert_eq!(mode(&kept[0]), 0o600);
     s.stop();
 }
