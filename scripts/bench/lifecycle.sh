@@ -19,6 +19,12 @@
 #   LOG_DIR=''   keep each server's log there (log-<pool>: serve, its gateway and controllers);
 #                with WALLCRAWLER_CONTROLLER_LOG=debug the controllers' and the gateway's
 #                debug lines too (where a connect's time goes)
+#   CPU=1        count the CPU time the platform (serve, its gateway, controllers, Chromes,
+#                ffmpeg) and the client (node) spend while the sessions run, each in a cgroup
+#                of its own (cgroup v1 cpuacct or v2 cpu.stat; needs root): core-seconds per
+#                session, printed and in the JSON ("cpu"). 0, or no cgroup to make: off.
+#                CPU=detail also samples the platform's processes (cpu_by_process.py: by
+#                kind, Chrome's by process type; the sampling itself takes some CPU)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -31,6 +37,7 @@ SETTINGS="${SETTINGS:-}"
 BUILD="${BUILD:-1}"
 OUT_DIR="${OUT_DIR:-$ROOT/bench-results}"
 LOG_DIR="${LOG_DIR:-}"
+CPU="${CPU:-1}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 BIN="$TARGET_DIR/release"
 
@@ -46,18 +53,50 @@ done
 
 work="$(mktemp -d)"
 server_pid=""
+cgroups=()
 cleanup() {
   if [[ -n "$server_pid" ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  # A cgroup still holding a process (a Chrome crash handler outliving its browser) stays.
+  for g in "${cgroups[@]}"; do rmdir "$g" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
+
+# CPU accounting: a cgroup for the platform and one for the client, under the first hierarchy
+# that lets us make them (v1 cpuacct, else v2, mounted alone or beside v1 as "unified").
+cg_platform="" cg_client=""
+if [[ "$CPU" == 1 || "$CPU" == detail ]]; then
+  for root in /sys/fs/cgroup/cpuacct /sys/fs/cgroup /sys/fs/cgroup/unified; do
+    if [[ -f "$root/cpuacct.usage" || -f "$root/cgroup.controllers" ]] \
+      && mkdir "$root/wc-lifecycle-$$-platform" "$root/wc-lifecycle-$$-client" 2>/dev/null; then
+      cg_platform="$root/wc-lifecycle-$$-platform" cg_client="$root/wc-lifecycle-$$-client"
+      cgroups=("$cg_platform" "$cg_client")
+      break
+    fi
+  done
+  [[ -n "$cg_platform" ]] || echo "[lifecycle] no cgroup could be made: CPU time not counted" >&2
+fi
+# Nanoseconds of CPU the processes of cgroup $1 have used ("" without accounting).
+cg_ns() {
+  [[ -n "$1" ]] || return 0
+  if [[ -f "$1/cpuacct.usage" ]]; then cat "$1/cpuacct.usage"; else awk '/^usage_usec/ {print $2 "000"}' "$1/cpu.stat"; fi
+}
+# Becomes "$@" inside cgroup $1 (as it is without one). It execs: call it in a subshell (in
+# the background, a pipeline, a command substitution), whose pid is then the command's.
+in_cgroup() {
+  local g="$1"; shift
+  if [[ -n "$g" ]]; then
+    exec bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$g" "$@"
+  fi
+  exec "$@"
+}
 
 # Starts `serve --pool $1`; sets base, key, project, server_pid.
 start_server() {
   local pool="$1" data="$work/data-$1"
   # The bench's page is served on this machine's loopback, which pages may not reach by default.
   EGRESS_ALLOW=127.0.0.1 WALLCRAWLER_CONTROLLER_BIN="$BIN/wallcrawler-controller" RUST_LOG="${RUST_LOG:-info}" \
-    "$BIN/wallcrawler-control-plane" serve --port 0 --data-dir "$data" --pool "$pool" \
+    in_cgroup "$cg_platform" "$BIN/wallcrawler-control-plane" serve --port 0 --data-dir "$data" --pool "$pool" \
     >"$work/out-$pool" 2>"$work/log-$pool" &
   server_pid=$!
   for _ in $(seq 1 300); do
@@ -89,10 +128,29 @@ first=1
 for pool in $POOLS; do
   start_server "$pool"
   echo "[lifecycle] pool=$pool: $RUNS sessions after $WARMUP warm-up, ${PAUSE_MS} ms apart" >&2
-  result="$(cd tests/node && node lifecycle-bench.mjs --base "$base" --key "$key" --project "$project" \
+  sampler=""
+  if [[ "$CPU" == detail && -n "$cg_platform" ]]; then
+    python3 "$ROOT/scripts/bench/cpu_by_process.py" "$cg_platform" "$work/by-process-$pool.json" &
+    sampler=$!
+  fi
+  p0="$(cg_ns "$cg_platform")" c0="$(cg_ns "$cg_client")"
+  result="$(cd tests/node && in_cgroup "$cg_client" node lifecycle-bench.mjs --base "$base" --key "$key" --project "$project" \
     --runs "$RUNS" --warmup "$WARMUP" --pause-ms "$PAUSE_MS" ${SETTINGS:+--settings "$SETTINGS"} | tail -1)"
+  p1="$(cg_ns "$cg_platform")" c1="$(cg_ns "$cg_client")"
+  if [[ -n "$sampler" ]]; then kill -TERM "$sampler"; wait "$sampler" || true; fi
   stop_server "$pool"
   echo "$result" | grep -q '"ok":true' || { echo "bench failed: $result" >&2; exit 1; }
+  if [[ -n "$cg_platform" ]]; then
+    # From the first session's create to the last one's release, warm-up sessions included:
+    # each session's share of its warm-up (the pool refills at every claim), of the session
+    # and of closing its browser, less the closes still running at the end.
+    result="$(jq -c --argjson p "$((p1 - p0))" --argjson c "$((c1 - c0))" --argjson n "$((RUNS + WARMUP))" \
+      '. + {cpu: {sessions: $n, platformSecondsPerSession: (($p / $n / 1e6 | round) / 1e3),
+                 clientSecondsPerSession: (($c / $n / 1e6 | round) / 1e3)}}' <<<"$result")"
+    if [[ -f "$work/by-process-$pool.json" ]]; then
+      result="$(jq -c --slurpfile b "$work/by-process-$pool.json" '.cpu.byProcess = $b[0]' <<<"$result")"
+    fi
+  fi
   [[ $first == 1 ]] || echo "," >>"$out"
   first=0
   printf '"pool=%s": %s\n' "$pool" "$result" >>"$out"
@@ -102,6 +160,12 @@ for pool in $POOLS; do
     console.log(`pool=${process.argv[2]}  (ms)      p50      p90      min      max`);
     for (const [step, s] of Object.entries(r.ms)) {
       console.log(`  ${step.padEnd(16)}${[s.p50, s.p90, s.min, s.max].map((v) => String(v).padStart(9)).join("")}`);
+    }
+    if (r.cpu) {
+      console.log(`  cpu per session: platform ${r.cpu.platformSecondsPerSession} s, client ${r.cpu.clientSecondsPerSession} s (core-seconds, ${r.cpu.sessions} sessions)`);
+      for (const [k, v] of Object.entries(r.cpu.byProcess ?? {})) {
+        console.log(`    ${k.padEnd(34)}${String((v.cpuSeconds / r.cpu.sessions).toFixed(3)).padStart(7)} s  (${v.processes} processes)`);
+      }
     }' "$result" "$pool"
 done
 echo "}" >>"$out"
