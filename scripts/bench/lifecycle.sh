@@ -56,8 +56,12 @@ server_pid=""
 cgroups=()
 cleanup() {
   if [[ -n "$server_pid" ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-  # A cgroup still holding a process (a Chrome crash handler outliving its browser) stays.
-  for g in "${cgroups[@]}"; do rmdir "$g" 2>/dev/null || true; done
+  # What outlived serve in its cgroup (Chrome's crash handlers, reparented) is ended first.
+  for g in "${cgroups[@]}"; do
+    rmdir "$g" 2>/dev/null && continue
+    xargs -r kill <"$g/cgroup.procs" 2>/dev/null || true
+    for _ in $(seq 1 20); do rmdir "$g" 2>/dev/null && break; sleep 0.1; done
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
