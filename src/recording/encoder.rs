@@ -133,20 +133,7 @@ pub(crate) async fn join_mp4(
     index: &PageIndex,
 ) -> Result<(), String> {
     mp4::write_list(dir, index).map_err(|e| format!("writing the list: {e}"))?;
-    let mut cmd = Command::from(mp4::join_command(&s.ffmpeg, dir));
-    cmd.kill_on_drop(true);
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("ffmpeg could not start: {e}"))?;
-    lower(child.id(), s.nice);
-    let out = tokio::time::timeout(JOIN_TIMEOUT, child.wait_with_output())
-        .await
-        .map_err(|_| "ffmpeg took too long".to_owned())?
-        .map_err(|e| format!("ffmpeg failed: {e}"))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(mp4::failure(out.status, &out.stderr))
+    mp4::join(&s.ffmpeg, dir, JOIN_TIMEOUT, |pid| lower(pid, s.nice)).await
 }
 
 /// The complete segments ffmpeg's playlist lists, in order: each one's file name and length

@@ -24,6 +24,31 @@ pub fn write_list(dir: &Path, index: &PageIndex) -> std::io::Result<()> {
     std::fs::write(dir.join("list.txt"), mp4_join_list(index))
 }
 
+/// Joins `dir/list.txt`'s segments (written by [`write_list`]) into `dir/recording.mp4` with
+/// `ffmpeg`, within `timeout` (killed past it); `started` is given the child's pid (the
+/// controller lowers its priority). The error says why, with the start of ffmpeg's own.
+pub async fn join(
+    ffmpeg: &Path,
+    dir: &Path,
+    timeout: std::time::Duration,
+    started: impl FnOnce(Option<u32>),
+) -> Result<(), String> {
+    let mut cmd = tokio::process::Command::from(join_command(ffmpeg, dir));
+    cmd.kill_on_drop(true);
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("ffmpeg could not start: {e}"))?;
+    started(child.id());
+    let out = tokio::time::timeout(timeout, child.wait_with_output())
+        .await
+        .map_err(|_| "ffmpeg took too long".to_owned())?
+        .map_err(|e| format!("ffmpeg failed: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(failure(out.status, &out.stderr))
+}
+
 /// ffmpeg (`ffmpeg`) joining `dir/list.txt`'s segments into `dir/recording.mp4`: no stdin,
 /// its output discarded, its errors piped (for [`failure`]).
 pub fn join_command(ffmpeg: &Path, dir: &Path) -> Command {

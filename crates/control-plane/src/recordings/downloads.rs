@@ -251,7 +251,7 @@ async fn build_in(
             .map_err(|e| format!("writing a segment: {e}"))?;
     }
     mp4::write_list(dir, index).map_err(|e| format!("writing the list: {e}"))?;
-    join(ffmpeg, dir).await?;
+    mp4::join(ffmpeg, dir, FFMPEG_TIMEOUT, drop).await?;
     let mp4 = tokio::fs::read(dir.join(MP4_NAME))
         .await
         .map_err(|e| format!("reading the MP4: {e}"))?;
@@ -269,21 +269,4 @@ async fn build_in(
         .await
         .map_err(|e| format!("storing the MP4: {e}"))?;
     Ok(n)
-}
-
-/// ffmpeg's concat of `dir/list.txt` into `dir/recording.mp4`, streams copied.
-async fn join(ffmpeg: &Path, dir: &Path) -> Result<(), String> {
-    let mut cmd = tokio::process::Command::from(mp4::join_command(ffmpeg, dir));
-    cmd.kill_on_drop(true);
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("ffmpeg could not start: {e}"))?;
-    let out = tokio::time::timeout(FFMPEG_TIMEOUT, child.wait_with_output())
-        .await
-        .map_err(|_| "ffmpeg took too long".to_owned())?
-        .map_err(|e| format!("ffmpeg failed: {e}"))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(mp4::failure(out.status, &out.stderr))
 }
