@@ -25,6 +25,9 @@
 #                session, printed and in the JSON ("cpu"). 0, or no cgroup to make: off.
 #                CPU=detail also samples the platform's processes (cpu_by_process.py: by
 #                kind, Chrome's by process type; the sampling itself takes some CPU)
+#   IDLE_SECS=0  with CPU accounting and N > 0: first count what the warm pool spends over
+#                this many seconds with nobody connected, 5 s after it is warm (ms of CPU per
+#                second, printed and in the JSON as "idleCpuMsPerSecond")
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -38,6 +41,7 @@ BUILD="${BUILD:-1}"
 OUT_DIR="${OUT_DIR:-$ROOT/bench-results}"
 LOG_DIR="${LOG_DIR:-}"
 CPU="${CPU:-1}"
+IDLE_SECS="${IDLE_SECS:-0}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 BIN="$TARGET_DIR/release"
 
@@ -137,6 +141,14 @@ for pool in $POOLS; do
     python3 "$ROOT/scripts/bench/cpu_by_process.py" "$cg_platform" "$work/by-process-$pool.json" &
     sampler=$!
   fi
+  idle=""
+  if (( IDLE_SECS > 0 && pool > 0 )) && [[ -n "$cg_platform" ]]; then
+    sleep 5 # a fresh Chrome's own work after its start (a few seconds) is not the pool's idling
+    i0="$(cg_ns "$cg_platform")"
+    sleep "$IDLE_SECS" # the measuring window: nobody is connected
+    idle="$(( ($(cg_ns "$cg_platform") - i0) / IDLE_SECS / 1000000 ))"
+    echo "[lifecycle] pool=$pool idle: $idle ms of CPU per second over ${IDLE_SECS} s" >&2
+  fi
   p0="$(cg_ns "$cg_platform")" c0="$(cg_ns "$cg_client")"
   result="$(cd tests/node && in_cgroup "$cg_client" node lifecycle-bench.mjs --base "$base" --key "$key" --project "$project" \
     --runs "$RUNS" --warmup "$WARMUP" --pause-ms "$PAUSE_MS" ${SETTINGS:+--settings "$SETTINGS"} | tail -1)"
@@ -151,6 +163,9 @@ for pool in $POOLS; do
     result="$(jq -c --argjson p "$((p1 - p0))" --argjson c "$((c1 - c0))" --argjson n "$((RUNS + WARMUP))" \
       '. + {cpu: {sessions: $n, platformSecondsPerSession: (($p / $n / 1e6 | round) / 1e3),
                  clientSecondsPerSession: (($c / $n / 1e6 | round) / 1e3)}}' <<<"$result")"
+    if [[ -n "$idle" ]]; then
+      result="$(jq -c --argjson i "$idle" '.cpu.idleCpuMsPerSecond = $i' <<<"$result")"
+    fi
     if [[ -f "$work/by-process-$pool.json" ]]; then
       result="$(jq -c --slurpfile b "$work/by-process-$pool.json" '.cpu.byProcess = $b[0]' <<<"$result")"
     fi

@@ -178,44 +178,32 @@ impl DirRoutes {
 /// the first event after the feed is dropped, or when a read fails (logged: held clients then
 /// fall back to their backoff).
 fn watch_dir(dir: &Path) -> std::io::Result<Arc<ChangeFeed>> {
-    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
     use std::os::unix::fs::DirBuilderExt;
+    use wallcrawler_local::dir_watch::{self, Change};
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    let inotify = Inotify::init(InitFlags::IN_CLOEXEC)?;
-    inotify.add_watch(
-        dir,
-        AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_CLOSE_WRITE,
-    )?;
     let feed = Arc::new(ChangeFeed::default());
     let weak = Arc::downgrade(&feed);
-    std::thread::Builder::new()
-        .name("sessions-watch".into())
-        .spawn(move || {
-            loop {
-                let events = match inotify.read_events() {
-                    Ok(events) => events,
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    Err(e) => {
-                        warn!(error = %e, "watching the sessions directory stopped");
-                        return;
-                    }
-                };
-                let Some(feed) = weak.upgrade() else { return };
-                for e in events {
-                    if e.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
-                        debug!("the sessions directory's change events overflowed");
-                        feed.changed_all();
-                    }
-                    let name = e.name.as_ref().and_then(|n| n.to_str());
-                    if let Some(id) = name.and_then(|n| n.strip_suffix(".json")) {
-                        feed.changed(id);
-                    }
+    dir_watch::watch(&[dir], "sessions-watch", move |change| {
+        let Some(feed) = weak.upgrade() else {
+            return false;
+        };
+        match change {
+            Change::File(name) => {
+                if let Some(id) = name.strip_suffix(".json") {
+                    feed.changed(id);
                 }
             }
-        })?;
+            Change::Overflow => {
+                debug!("the sessions directory's change events overflowed");
+                feed.changed_all();
+            }
+            Change::Failed(e) => warn!(error = %e, "watching the sessions directory stopped"),
+        }
+        true
+    })?;
     Ok(feed)
 }
 

@@ -302,11 +302,7 @@ fn claims(
                 dir: dir.clone(),
                 source,
             })?;
-            Some(Arc::new(DirClaims {
-                queue,
-                owner: p.task_name.clone(),
-                live_view: Default::default(),
-            }))
+            Some(Arc::new(DirClaims::new(queue, p.task_name.clone())))
         }
         _ => None,
     })

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use wallcrawler_contract::claim::{Claim, LIVE_VIEW_MEMBER, MAX_CLAIM_BYTES};
 
+use crate::dir_watch::Change;
 use crate::private_fs;
 
 /// A controller name that can be a file name of its own: 1-128 ASCII letters, digits, `-`, `_`
@@ -122,33 +123,73 @@ impl DirQueue {
 
     /// Takes the oldest visible claim for `owner`, if there is one. Never blocks.
     pub fn take(&self, owner: &str) -> io::Result<Option<Taken>> {
+        self.take_or_when(owner).map(Result::ok)
+    }
+
+    /// Takes the oldest visible claim for `owner` (`Ok`), or says when the first claim handed
+    /// back with a wait becomes visible (`Err(Some(at))`; `Err(None)`: no claim waits at all).
+    /// Never blocks.
+    pub fn take_or_when(
+        &self,
+        owner: &str,
+    ) -> io::Result<Result<Taken, Option<std::time::SystemTime>>> {
         let mut names: Vec<String> = match fs::read_dir(self.dir.join(NEW)) {
             Ok(entries) => entries
                 .flatten()
                 .filter_map(|e| e.file_name().into_string().ok())
                 .filter(|n| n.ends_with(".json"))
                 .collect(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Err(None)),
             Err(e) => return Err(e),
         };
         names.sort();
         let now = std::time::SystemTime::now();
+        let mut next = None;
         for name in names {
-            if hidden_until(&self.dir.join(NEW).join(&name)).is_some_and(|t| t > now) {
+            if let Some(at) = hidden_until(&self.dir.join(NEW).join(&name)).filter(|t| *t > now) {
+                next = Some(next.map_or(at, |n: std::time::SystemTime| n.min(at)));
                 continue;
             }
             let to = self.dir.join(TAKEN).join(Self::owned(&name, owner));
             match fs::rename(self.dir.join(NEW).join(&name), &to) {
                 Ok(()) => {
                     let body = read_bounded(&to)?;
-                    return Ok(Some(Taken { body, name }));
+                    return Ok(Ok(Taken { body, name }));
                 }
                 // Another controller took it first.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
             }
         }
-        Ok(None)
+        Ok(Err(next))
+    }
+
+    /// Wakes `wake` (`notify_one`: a wake with nobody waiting is kept for the next wait)
+    /// whenever a claim moves: sent or handed back into `new/`, taken, served (every claim
+    /// moves by a rename). Until `wake` is dropped, or the watch fails (`failed` is told why;
+    /// whoever waits then only has its own timeout). The directories must exist
+    /// ([`DirQueue::init`]).
+    pub fn wake_on_moves(
+        &self,
+        wake: &std::sync::Arc<tokio::sync::Notify>,
+        failed: impl FnOnce(io::Error) + Send + 'static,
+    ) -> io::Result<()> {
+        let weak = std::sync::Arc::downgrade(wake);
+        let mut failed = Some(failed);
+        let dirs = [NEW, TAKEN, SERVED].map(|d| self.dir.join(d));
+        let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+        crate::dir_watch::watch(&dirs, "claims-watch", move |change| {
+            let Some(wake) = weak.upgrade() else {
+                return false;
+            };
+            if let Change::Failed(e) = change
+                && let Some(failed) = failed.take()
+            {
+                failed(e);
+            }
+            wake.notify_one();
+            true
+        })
     }
 
     /// READY was written: the claim is done (kept in `served/` until its controller exits).
@@ -372,6 +413,45 @@ mod tests {
         assert_eq!(live_view_of(&b.body), None);
         assert_eq!(live_view_of(br#"{"liveView":{"credential":1}}"#), None);
         assert_eq!(live_view_of(b"not json"), None);
+    }
+
+    #[test]
+    fn a_look_says_when_a_claim_handed_back_with_a_wait_becomes_visible() {
+        let d = tempfile::tempdir().unwrap();
+        let q = DirQueue::new(d.path());
+        q.init().unwrap();
+        assert_eq!(q.take_or_when("one").unwrap(), Err(None));
+        let name = q.send(&claim("sess_a")).unwrap();
+        assert!(q.take("one").unwrap().is_some());
+        let before = std::time::SystemTime::now();
+        q.put_back(&name, "one", std::time::Duration::from_secs(60))
+            .unwrap();
+        match q.take_or_when("two").unwrap() {
+            Err(Some(at)) => assert!(at >= before + std::time::Duration::from_secs(59)),
+            other => panic!("expected the time it becomes visible, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn every_move_of_a_claim_wakes_the_watcher() {
+        use std::time::Duration;
+        let d = tempfile::tempdir().unwrap();
+        let q = DirQueue::new(d.path());
+        q.init().unwrap();
+        let wake = std::sync::Arc::new(tokio::sync::Notify::new());
+        q.wake_on_moves(&wake, |e| panic!("the watch failed: {e}"))
+            .unwrap();
+        let woken = || tokio::time::timeout(Duration::from_secs(30), wake.notified());
+        let name = q.send(&claim("sess_a")).unwrap();
+        woken().await.expect("sent: no wake-up");
+        assert!(q.take("one").unwrap().is_some());
+        woken().await.expect("taken: no wake-up");
+        q.put_back(&name, "one", Duration::ZERO).unwrap();
+        woken().await.expect("handed back: no wake-up");
+        assert!(q.take("two").unwrap().is_some());
+        woken().await.expect("taken again: no wake-up");
+        q.complete(&name, "two").unwrap();
+        woken().await.expect("served: no wake-up");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //!
 //! - [`claim_queue`]: the local platform's queue of claims, a directory with SQS's semantics
 //!   ([`claim_queue::DirQueue`]).
+//! - [`dir_watch`]: files moved or written into a directory, told as it happens (inotify).
 //! - [`chrome_uids`]: the uid of its own each Chrome runs as when its controller is root:
 //!   handed out under a lock, and taken back (what still runs as it is killed).
 //! - [`extension_unpack`]: an extension archive that passes the contract's checks, written
@@ -21,6 +22,7 @@
 
 pub mod chrome_uids;
 pub mod claim_queue;
+pub mod dir_watch;
 pub mod extension_unpack;
 pub mod mp4;
 pub mod private_fs;
