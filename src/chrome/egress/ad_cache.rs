@@ -16,6 +16,9 @@
 //! nobody else may write them (the directory is made 0700). A file that fails any check, or
 //! does not load, is ignored (logged) and rebuilt over. Two controllers that build at once
 //! each write a temporary file and rename it into place: the same bytes, the last one stays.
+//! A controller that keeps a filter removes the other kept filters of the directory (older
+//! lists', another binary's: a new file is written only when the name changed), so one file
+//! of about 4 MiB stays, not one more per list update or release.
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -124,8 +127,34 @@ pub(super) fn store(file: &Path, filter: &AdFilter) {
         Ok(())
     })();
     match written {
-        Ok(()) => debug!(file = %file.display(), "ad filter kept for the next controller"),
+        Ok(()) => {
+            debug!(file = %file.display(), "ad filter kept for the next controller");
+            remove_others(dir, file);
+        }
         Err(e) => warn!(file = %file.display(), error = %e, "the ad filter could not be kept"),
+    }
+}
+
+/// Removes the kept filters of `dir` other than `kept` (names of [`path`]'s form only).
+fn remove_others(dir: &Path, kept: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let is_filter = name.to_str().is_some_and(|n| {
+            n.strip_prefix("ad-filter-")
+                .and_then(|n| n.strip_suffix(".bin"))
+                .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        });
+        if is_filter && Some(name.as_os_str()) != kept.file_name() {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => debug!(file = %entry.path().display(), "an older kept ad filter removed"),
+                Err(e) => {
+                    debug!(file = %entry.path().display(), error = %e, "an older kept ad filter stays")
+                }
+            }
+        }
     }
 }
 
@@ -136,6 +165,31 @@ mod tests {
 
     fn filter() -> AdFilter {
         AdFilter::from_lists(["||ads.test^\n@@||ok.ads.test^"])
+    }
+
+    #[test]
+    fn keeping_a_filter_removes_the_older_ones_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let old = path(&cache, &["||old.test^\n".to_owned()]);
+        store(&old, &filter());
+        std::fs::write(cache.join("notes.txt"), "mine").unwrap();
+        std::fs::write(cache.join("ad-filter-mine.bin"), "mine").unwrap();
+        let new = path(&cache, &["||new.test^\n".to_owned()]);
+        store(&new, &filter());
+        let mut names: Vec<String> = std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        let new_name = new.file_name().unwrap().to_str().unwrap().to_owned();
+        let mut expected = [
+            "ad-filter-mine.bin".to_owned(),
+            new_name,
+            "notes.txt".to_owned(),
+        ];
+        expected.sort();
+        assert_eq!(names, expected);
     }
 
     #[test]
