@@ -1885,22 +1885,27 @@ fn a_project_beyond_its_share_of_the_pool_gets_its_own_controller_and_leaves_a_w
             pool_chrome_nice(&name).is_some_and(|(_, nice)| nice == 19)
         });
     }
-    // Project A's two simultaneous sessions: one warm, one with a controller of its own.
+    // Project A's first session is within its share: warm.
     let body = format!(r#"{{"projectId":"{}"}}"#, s.project);
-    let (a1, a2) = std::thread::scope(|t| {
-        let first = t.spawn(|| create(&s, &body));
-        let second = t.spawn(|| create(&s, &body));
-        (first.join().unwrap(), second.join().unwrap())
-    });
-    let mut owners = Vec::new();
-    for v in [&a1, &a2] {
-        assert_eq!(v["status"], "RUNNING", "{v}");
-        owners.push(s.owner(v["id"].as_str().unwrap()));
-    }
-    owners.sort();
     let pool = format!("pool-{}-", s.child.id());
-    assert!(owners[0].starts_with("local:"), "{owners:?}");
-    assert!(owners[1].starts_with(&pool), "{owners:?}");
+    let a1 = create(&s, &body);
+    assert_eq!(a1["status"], "RUNNING", "{a1}");
+    let a1_owner = s.owner(a1["id"].as_str().unwrap());
+    assert!(a1_owner.starts_with(&pool), "{a1_owner}");
+    // Two more at once are beyond it: each gets a controller of its own, however their slot
+    // takes and counter reads interleave (each reads at least its own take's count, 2 or 3).
+    // Two at once with none before could both go cold (both read 2: docs/capacity.md, "at
+    // most `share` go warm"), which is why the first comes alone.
+    let (a2, a3) = std::thread::scope(|t| {
+        let second = t.spawn(|| create(&s, &body));
+        let third = t.spawn(|| create(&s, &body));
+        (second.join().unwrap(), third.join().unwrap())
+    });
+    for v in [&a2, &a3] {
+        assert_eq!(v["status"], "RUNNING", "{v}");
+        let owner = s.owner(v["id"].as_str().unwrap());
+        assert!(owner.starts_with("local:"), "{owner}");
+    }
     // Project B still finds the pool's other warm browser (any later pool controller's Chrome
     // waits at the gate, so it is one of the first two).
     let (status, b) = s.call_for(
@@ -1913,14 +1918,14 @@ fn a_project_beyond_its_share_of_the_pool_gets_its_own_controller_and_leaves_a_w
     assert_eq!(b["status"], "RUNNING", "{b}");
     let b_owner = s.owner(b["id"].as_str().unwrap());
     assert!(
-        b_owner.starts_with(&pool) && b_owner != owners[1],
+        b_owner.starts_with(&pool) && b_owner != a1_owner,
         "{b_owner}"
     );
-    for v in [&a1, &a2, &b] {
+    for v in [&a1, &a2, &a3, &b] {
         drive(v["connectUrl"].as_str().unwrap());
     }
     open_gate(&gate, "more");
-    for v in [&a1, &a2] {
+    for v in [&a1, &a2, &a3] {
         s.release(v["id"].as_str().unwrap());
     }
     let (status, r) = s.call_for(
@@ -1930,7 +1935,7 @@ fn a_project_beyond_its_share_of_the_pool_gets_its_own_controller_and_leaves_a_w
         r#"{"projectId":"proj_b","status":"REQUEST_RELEASE"}"#,
     );
     assert_eq!(status, 200, "{r}");
-    for v in [&a1, &a2] {
+    for v in [&a1, &a2, &a3] {
         s.wait_session(v["id"].as_str().unwrap(), "COMPLETED with endedAt", |d| {
             d["status"] == "COMPLETED" && d["endedAt"].is_string()
         });
