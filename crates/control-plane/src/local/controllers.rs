@@ -901,7 +901,6 @@ mod tests {
             async move {
                 tokio::time::timeout(Duration::from_secs(30), async {
                     while ctl.names().len() < n {
-                        tokio::task::yield_now().await;
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
                 })
