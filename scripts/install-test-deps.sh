@@ -2,7 +2,9 @@
 # Installs what the integration tests and benchmarks need on a fresh Debian 12
 # machine (run as root). Idempotent: each step is skipped when already done.
 #
-#   - Debian packages: chromium, nginx-light, wrk, hyperfine, curl, jq, procps,
+#   - Debian packages: chromium, chromium-headless-shell (the lighter browser an operator may
+#     choose, docs/operating.md; its own tests, and `CHROME_PATH=... scripts/bench/lifecycle.sh`),
+#     nginx-light, wrk, hyperfine, curl, jq, procps,
 #     python3-venv, libnss3-tools (certutil: the live-view test's second Chromium trusts
 #     the local CA from an NSS db, as a person's would), webext-ublock-origin-chromium
 #     (EasyList and EasyPrivacy, blockAds' lists, as the image has them), ffmpeg (the
@@ -17,14 +19,15 @@
 #     networkx 2.6, packaging 23) would downgrade what moto runs on
 #   - chrome/policies/managed/*.json copied to /etc/chromium/policies/managed (as in the image)
 #
-# Never downloads a browser: tests use Debian's /usr/lib/chromium/chromium.
+# Never downloads a browser: tests use Debian's /usr/lib/chromium/chromium (and its
+# chromium-headless-shell beside it).
 # Progress goes to stderr.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NODE_DIR="$ROOT/tests/node"
 HADOLINT_VERSION="2.15.1"
-APT_PACKAGES=(chromium nginx-light wrk hyperfine curl jq procps python3-venv libnss3-tools
+APT_PACKAGES=(chromium chromium-headless-shell nginx-light wrk hyperfine curl jq procps python3-venv libnss3-tools
   webext-ublock-origin-chromium ffmpeg)
 
 log() { printf '[install-test-deps] %s\n' "$*" >&2; }
@@ -60,10 +63,12 @@ if ((${#missing[@]})); then
 else
   log "apt: all present (${APT_PACKAGES[*]})"
 fi
-if [[ ! -x /usr/lib/chromium/chromium ]]; then
-  log "error: /usr/lib/chromium/chromium missing after install"
-  exit 1
-fi
+for b in chromium chromium-headless-shell; do
+  if [[ ! -x /usr/lib/chromium/$b ]]; then
+    log "error: /usr/lib/chromium/$b missing after install"
+    exit 1
+  fi
+done
 
 # --- Chromium's managed policies, installed as the image installs them -----------------
 # Tests then run Chrome under the same URLBlocklist and other policies as production.

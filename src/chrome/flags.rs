@@ -8,7 +8,7 @@ pub const BUILTIN_FLAGS: &str = include_str!("../../chrome/flags.conf");
 /// Flags the controller sets itself; the flags file may not contain them. The proxy flags are
 /// the controller's because a private network's only way out is its SOCKS5 egress
 /// (`netns.rs`), and a proxy chosen in the file would bypass its refusals.
-const OWNED: [&str; 11] = [
+const OWNED: [&str; 12] = [
     "--user-data-dir",
     "--remote-debugging-port",
     "--remote-debugging-address",
@@ -20,6 +20,7 @@ const OWNED: [&str; 11] = [
     "--proxy-pac-url",
     "--proxy-auto-detect",
     "--webrtc-ip-handling-policy",
+    "--force-webrtc-ip-handling-policy",
 ];
 
 /// Flags that would weaken isolation and are refused outright.
@@ -143,15 +144,32 @@ pub fn user_agent(args: &mut Vec<String>, ua: &str) {
     args.insert(at, format!("--user-agent={ua}"));
 }
 
-/// Adds the flag that keeps WebRTC's UDP behind the proxy: with a session's proxy in force, a
+/// Adds the flags that keep WebRTC's UDP behind the proxy: with a session's proxy in force, a
 /// page's ICE gathering (STUN) would otherwise send UDP from the task's own address, which
-/// the egress hop (TCP only) never sees. Before the last argument (the start page).
+/// the egress hop (TCP only) never sees. Before the last argument (the start page). The full
+/// browser reads the first (it sets the preference); a headless shell
+/// ([`is_headless_shell`]) has no such preference and reads only the second, which the full
+/// browser does not know and ignores (`tests/local_e2e/egress.rs` sends STUN through both).
 pub fn proxied_udp_only(args: &mut Vec<String>) {
     let at = args.len().saturating_sub(1);
-    args.insert(
-        at,
-        "--webrtc-ip-handling-policy=disable_non_proxied_udp".to_owned(),
-    );
+    for flag in [
+        "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+        "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+    ] {
+        args.insert(at, flag.to_owned());
+    }
+}
+
+/// Whether `binary` is a Chromium headless shell (Debian's `chromium-headless-shell`, Google's
+/// `chrome-headless-shell`, a build's `headless_shell`), by its file name, rather than the full
+/// browser. The shell starts with about a third of the full browser's CPU, and has no
+/// extensions, no PDF viewer, and the tells of a headless browser (no `window.chrome`, no
+/// plugins, `HeadlessChrome` in `Sec-CH-UA`): `docs/operating.md`, "A lighter browser".
+pub fn is_headless_shell(binary: &Path) -> bool {
+    binary
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.contains("headless-shell") || n.contains("headless_shell"))
 }
 
 #[cfg(test)]
@@ -216,12 +234,32 @@ mod tests {
         assert!(!a.iter().any(|f| f.starts_with("--webrtc")));
         proxied_udp_only(&mut a);
         assert_eq!(
-            a[a.len() - 2..],
+            a[a.len() - 3..],
             [
+                "--force-webrtc-ip-handling-policy=disable_non_proxied_udp".to_owned(),
                 "--webrtc-ip-handling-policy=disable_non_proxied_udp".to_owned(),
                 "about:blank".to_owned()
             ]
         );
+    }
+
+    #[test]
+    fn a_headless_shell_is_known_by_its_name() {
+        for shell in [
+            "/usr/lib/chromium/chromium-headless-shell",
+            "/usr/bin/chromium-headless-shell",
+            "/opt/chrome-headless-shell-linux64/chrome-headless-shell",
+            "out/Release/headless_shell",
+        ] {
+            assert!(is_headless_shell(Path::new(shell)), "{shell}");
+        }
+        for full in [
+            "/usr/lib/chromium/chromium",
+            "/opt/google/chrome/chrome",
+            "/opt/headless-shell/chromium",
+        ] {
+            assert!(!is_headless_shell(Path::new(full)), "{full}");
+        }
     }
 
     #[test]

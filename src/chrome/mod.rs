@@ -120,6 +120,13 @@ pub enum ChromeError {
     /// Running as root with no `CHROME_USER`, no uid of Chrome's own could be taken.
     #[error("running as root with no CHROME_USER, Chrome needs a uid of its own: {0}")]
     OwnUid(#[from] wallcrawler_local::chrome_uids::UidError),
+    /// The binary is a headless shell, which reads no managed policy (so `file://` URLs are not
+    /// blocked), and it would run as the controller's own user, who can read the controller's
+    /// files and `/proc/<pid>/environ`.
+    #[error(
+        "{0} is a headless shell, which applies no managed policy (file:// URLs are not blocked): it runs only as a user other than the controller's (set CHROME_USER, or start the controller as root for a uid of its own)"
+    )]
+    ShellAsControllersUser(PathBuf),
     /// The profile (user data) directory could not be created, cleaned or handed to Chrome's
     /// user.
     #[error("could not prepare the profile directory {path}")]
@@ -177,6 +184,17 @@ pub fn find_chrome(
         }
     }
     Err(ChromeError::NotFound)
+}
+
+/// Refuses a headless shell ([`flags::is_headless_shell`]) that would run as the controller's
+/// own user (`user` `None`): the shell reads no managed policy, so `chrome/policies`'
+/// `file://` block does not hold, and only another user keeps a page from reading the
+/// controller's files (the egress hop still refuses the metadata addresses and loopback).
+pub fn check_shell_user(binary: &Path, user: Option<ChromeUser>) -> Result<(), ChromeError> {
+    if user.is_none() && flags::is_headless_shell(binary) {
+        return Err(ChromeError::ShellAsControllersUser(binary.to_owned()));
+    }
+    Ok(())
 }
 
 /// Makes the kernel kill Chrome when the controller dies, however it dies. Without it a
@@ -284,6 +302,8 @@ pub struct Chrome {
     /// `/devtools/browser/<id>`.
     pub browser_path: String,
     exit: watch::Receiver<Option<ExitStatus>>,
+    /// The binary is a headless shell ([`flags::is_headless_shell`]): it loads no extension.
+    headless_shell: bool,
     /// Stops the egress hop and its connections when dropped.
     _egress: DropGuard,
 }
@@ -464,6 +484,7 @@ impl Chrome {
             endpoint,
             browser_path: String::new(),
             exit: exit_rx,
+            headless_shell: flags::is_headless_shell(&opts.binary),
             _egress: egress,
         };
         // Until Chrome is handed over, a launch that ends any other way — an error, the
@@ -556,6 +577,12 @@ impl Chrome {
     /// through it.
     pub fn endpoint(&self) -> Endpoint {
         self.endpoint.clone()
+    }
+
+    /// Whether this is a headless shell, which loads no extension
+    /// ([`flags::is_headless_shell`]).
+    pub fn is_headless_shell(&self) -> bool {
+        self.headless_shell
     }
 
     /// The browser-level DevTools WebSocket.
@@ -696,6 +723,20 @@ async fn drain<R: tokio::io::AsyncBufRead + Unpin>(reader: R, stream: &'static s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_headless_shell_never_runs_as_the_controller_s_user() {
+        let shell = Path::new("/usr/lib/chromium/chromium-headless-shell");
+        let err = check_shell_user(shell, None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "/usr/lib/chromium/chromium-headless-shell is a headless shell, which applies no managed policy (file:// URLs are not blocked): it runs only as a user other than the controller's (set CHROME_USER, or start the controller as root for a uid of its own)"
+        );
+        let other = ChromeUser::parse("65534:65534").unwrap();
+        assert!(check_shell_user(shell, Some(other)).is_ok());
+        // The full browser applies the policy: its own user is its operator's choice.
+        assert!(check_shell_user(Path::new("/usr/lib/chromium/chromium"), None).is_ok());
+    }
 
     #[test]
     fn find_chrome_prefers_explicit_then_path() {

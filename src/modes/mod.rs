@@ -102,6 +102,7 @@ fn launch_options(
         _ => None,
     };
     let user = c.user.or(own.as_ref().map(OwnUid::user));
+    chrome::check_shell_user(&binary, user)?;
     if user.is_some() {
         chrome::user::ChromeUser::check_privileges()?;
     }

@@ -50,6 +50,11 @@ pub(super) enum ExtensionError {
     /// The blocking unpack stopped (a panic).
     #[error("the unpacking worker stopped")]
     Worker(#[source] tokio::task::JoinError),
+    /// The browser is a headless shell, which has no extensions.
+    #[error(
+        "this platform's browser is a headless shell, which cannot load extensions (its operator sets CHROME_PATH to a full Chromium for them)"
+    )]
+    HeadlessShell,
     /// Chrome did not load it.
     #[error("chrome did not load the extension: {0}")]
     Load(#[source] cdp::CdpError),
@@ -147,6 +152,9 @@ pub(crate) async fn load(chrome: &Chrome, ext: &ExtensionDir) -> Result<String, 
 }
 
 async fn load_checked(chrome: &Chrome, ext: &ExtensionDir) -> Result<String, ExtensionError> {
+    if chrome.is_headless_shell() {
+        return Err(ExtensionError::HeadlessShell);
+    }
     // Chrome resolves the path (links included) before hashing it into the id.
     let root = tokio::fs::canonicalize(&ext.root)
         .await

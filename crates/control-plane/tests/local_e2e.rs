@@ -2131,6 +2131,41 @@ fn a_hostile_archive_in_the_store_fails_the_session_with_its_reason() {
     }
 }
 
+/// A platform whose browser is a headless shell (`CHROME_PATH`, the lighter browser an operator
+/// may choose) cannot load extensions: a session with one fails with that reason, cold and
+/// warm, instead of starting without it.
+#[test]
+fn a_headless_shell_fails_a_session_with_an_extension_and_says_why() {
+    let (_scratch, zip) = mark_zip();
+    let shell = wallcrawler_testkit::headless_shell();
+    for pool in ["0", "1"] {
+        let s = Server::spawn_with(
+            "25",
+            &controller_bin(),
+            &[
+                ("WALLCRAWLER_POOL_SIZE", pool),
+                ("CHROME_PATH", shell.to_str().unwrap()),
+            ],
+        );
+        let ext = upload_extension(&s, &zip);
+        let (status, v) = s.call(
+            "POST",
+            "/v1/sessions",
+            &format!(r#"{{"projectId":"{}","extensionId":"{ext}"}}"#, s.project),
+        );
+        assert_eq!(status, 201, "{v}");
+        let id = v["id"].as_str().unwrap().to_owned();
+        let doc = s.wait_session(&id, "the session failed", |d| d["status"] == "ERROR");
+        assert_eq!(
+            s.doc(&id)["terminationReason"],
+            "this platform's browser is a headless shell, which cannot load extensions (its operator sets CHROME_PATH to a full Chromium for them)",
+            "pool {pool}: {doc}"
+        );
+        assert!(s.doc(&id)["readyAt"].is_null(), "never READY");
+        s.stop();
+    }
+}
+
 use sha2::Digest;
 
 /// The controller binary, built beside this package's.

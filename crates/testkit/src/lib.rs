@@ -42,6 +42,17 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
 }
 
+/// Debian's Chromium headless shell (`chromium-headless-shell`), the lighter browser an operator
+/// may choose. Panics — never skips — when missing.
+pub fn headless_shell() -> PathBuf {
+    let p = PathBuf::from("/usr/lib/chromium/chromium-headless-shell");
+    assert!(
+        p.is_file(),
+        "the Chromium headless shell is not installed: run scripts/install-test-deps.sh (apt-get install chromium-headless-shell)"
+    );
+    p
+}
+
 /// The real Chromium binary (`CHROME_PATH`, else Debian's). Panics — never skips — when
 /// missing.
 pub fn chromium() -> PathBuf {

@@ -212,15 +212,29 @@ fn allowed_domains_let_their_navigations_through_and_no_other() {
     s.stop();
 }
 
-#[test]
-fn with_a_proxy_webrtc_sends_no_udp_beside_it() {
-    let (s, _log) = platform("1", &[]);
+/// The `webrtc` scenario on a platform with `env`: a page's STUN packets with and without a
+/// proxy.
+fn webrtc_stays_behind_the_proxy(env: &[(&str, &str)]) {
+    let (s, _log) = platform("1", env);
     let r = egress(&s, "webrtc", &[]);
     // The probe works: without a proxy the page's ICE gathering reaches the STUN server.
     assert!(r["withoutProxy"]["packets"].as_u64().unwrap() > 0, "{r}");
     assert_eq!(r["withProxy"]["loaded"], "a.test", "{r}");
     assert_eq!(r["withProxy"]["packets"], 0, "{r}");
     s.stop();
+}
+
+#[test]
+fn with_a_proxy_webrtc_sends_no_udp_beside_it() {
+    webrtc_stays_behind_the_proxy(&[]);
+}
+
+/// The same with a headless shell for the browser (`CHROME_PATH`): it has no WebRTC preference
+/// and reads only `--force-webrtc-ip-handling-policy`.
+#[test]
+fn with_a_proxy_a_headless_shell_s_webrtc_sends_no_udp_beside_it_either() {
+    let shell = wallcrawler_testkit::headless_shell();
+    webrtc_stays_behind_the_proxy(&[("CHROME_PATH", shell.to_str().unwrap())]);
 }
 
 #[test]
