@@ -35,6 +35,7 @@ use crate::cdp::{self, BrowserSocket};
 use crate::netns::{ChromeNetwork, NetNs};
 use crate::upstream::{self, Endpoint};
 use user::ChromeUser;
+use wallcrawler_local::dir_watch::Change;
 
 /// Longest a SOCKS5 handshake on Chrome's egress may take, name resolution and dial included.
 const EGRESS_HANDSHAKE: Duration = Duration::from_secs(30);
@@ -184,6 +185,36 @@ pub fn find_chrome(
         }
     }
     Err(ChromeError::NotFound)
+}
+
+tokio::task_local! {
+    /// The first and the longest pause between two looks for DevTools while Chrome starts
+    /// (5 and 100 ms unless a test sets them, to show that the port file's watch is what wakes
+    /// the wait).
+    static READY_POLL: (Duration, Duration);
+}
+
+/// Wakes `written` when Chrome writes `DevToolsActivePort` into `profile` (inotify, on a
+/// thread that ends at the first event after the wait is over), so a launch is ready the moment
+/// DevTools listens rather than at the next look: up to 100 ms later once the looks have backed
+/// off, which a session waiting for a warm-up waited too (Step 22). Without a watch (inotify
+/// refused) the looks alone find it, as before.
+fn wake_on_port_file(profile: &Path, written: &Arc<tokio::sync::Notify>) {
+    let weak = Arc::downgrade(written);
+    let watched = wallcrawler_local::dir_watch::watch(&[profile], "chrome-port", move |change| {
+        let Some(written) = weak.upgrade() else {
+            return false;
+        };
+        match change {
+            Change::File("DevToolsActivePort") | Change::Overflow => written.notify_one(),
+            Change::File(_) => {}
+            Change::Failed(_) => return false,
+        }
+        true
+    });
+    if let Err(e) = watched {
+        debug!(error = %e, "no watch on the profile; DevTools is looked for every 100 ms at most");
+    }
 }
 
 /// Refuses a headless shell ([`flags::is_headless_shell`]) that would run as the controller's
@@ -537,8 +568,14 @@ impl Chrome {
     }
 
     async fn wait_ready(&mut self, opts: &LaunchOptions) -> Result<(), ChromeError> {
-        let mut backoff = Duration::from_millis(5);
+        let (mut backoff, cap) = READY_POLL
+            .try_with(|p| *p)
+            .unwrap_or((Duration::from_millis(5), Duration::from_millis(100)));
         let port_file = opts.user_data_dir.join("DevToolsActivePort");
+        let written = Arc::new(tokio::sync::Notify::new());
+        if self.endpoint.addr.port() == 0 {
+            wake_on_port_file(&opts.user_data_dir, &written);
+        }
         loop {
             if let Some(status) = *self.exit.borrow() {
                 return Err(ChromeError::ExitedEarly(describe_exit(&status)));
@@ -563,8 +600,9 @@ impl Chrome {
             tokio::select! {
                 () = tokio::time::sleep(backoff) => {}
                 _ = exit.changed() => {}
+                () = written.notified() => {}
             }
-            backoff = (backoff * 2).min(Duration::from_millis(100));
+            backoff = (backoff * 2).min(cap);
         }
     }
 
@@ -723,6 +761,36 @@ async fn drain<R: tokio::io::AsyncBufRead + Unpin>(reader: R, stream: &'static s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Real Chromium, its looks for DevTools an hour apart: only the watch of the profile can
+    /// find DevTools within the test's bound.
+    #[tokio::test]
+    async fn a_launch_is_ready_when_chrome_writes_its_port_file_not_at_the_next_look() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = LaunchOptions {
+            binary: wallcrawler_testkit::chromium(),
+            user_data_dir: dir.path().join("profile"),
+            debug_port: 0,
+            flags: flags::parse_flags(flags::BUILTIN_FLAGS).unwrap(),
+            ready_timeout: Duration::from_secs(60),
+            nice: None,
+            hurry: None,
+            user: None,
+            network: ChromeNetwork::Shared,
+            hop: egress::Hop::new(egress::EgressAllow::loopback()),
+            proxied_udp_only: false,
+            headful_user_agent: false,
+        };
+        let tasks = Shutdown::new();
+        let hour = Duration::from_secs(3600);
+        let launch = READY_POLL.scope((hour, hour), Chrome::launch(&opts, &tasks));
+        let chrome = tokio::time::timeout(Duration::from_secs(60), launch)
+            .await
+            .expect("ready within 60 s: woken by the port file")
+            .unwrap();
+        assert!(chrome.browser_path.starts_with("/devtools/browser/"));
+        chrome.close(Duration::from_secs(10)).await;
+    }
 
     #[test]
     fn a_headless_shell_never_runs_as_the_controller_s_user() {
