@@ -25,6 +25,9 @@
 #                session, printed and in the JSON ("cpu"). 0, or no cgroup to make: off.
 #                CPU=detail also samples the platform's processes (cpu_by_process.py: by
 #                kind, Chrome's by process type; the sampling itself takes some CPU)
+#   CHROME_PATH='' the browser binary (serve passes it to its controllers; empty: Debian's
+#                chromium), e.g. /usr/lib/chromium/chromium-headless-shell, the lighter
+#                browser of docs/operating.md; named in the JSON ("browser")
 #   IDLE_SECS=0  with CPU accounting and N > 0: first count what the warm pool spends over
 #                this many seconds with nobody connected, 5 s after it is warm (ms of CPU per
 #                second, printed and in the JSON as "idleCpuMsPerSecond")
@@ -135,7 +138,7 @@ echo "{" >"$out"
 first=1
 for pool in $POOLS; do
   start_server "$pool"
-  echo "[lifecycle] pool=$pool: $RUNS sessions after $WARMUP warm-up, ${PAUSE_MS} ms apart" >&2
+  echo "[lifecycle] pool=$pool: $RUNS sessions after $WARMUP warm-up, ${PAUSE_MS} ms apart, browser ${CHROME_PATH:-chromium}" >&2
   sampler=""
   if [[ "$CPU" == detail && -n "$cg_platform" ]]; then
     python3 "$ROOT/scripts/bench/cpu_by_process.py" "$cg_platform" "$work/by-process-$pool.json" &
@@ -156,6 +159,7 @@ for pool in $POOLS; do
   if [[ -n "$sampler" ]]; then kill -TERM "$sampler"; wait "$sampler" || true; fi
   stop_server "$pool"
   echo "$result" | grep -q '"ok":true' || { echo "bench failed: $result" >&2; exit 1; }
+  result="$(jq -c --arg b "${CHROME_PATH:-chromium}" '. + {browser: $b}' <<<"$result")"
   if [[ -n "$cg_platform" ]]; then
     # From the first session's create to the last one's release, warm-up sessions included:
     # each session's share of its warm-up (the pool refills at every claim), of the session
