@@ -868,6 +868,32 @@ fn a_task_loads_its_sessions_extension_from_s3_before_ready() {
     assert!(!unpacked.exists(), "removed with the session");
 }
 
+/// A task whose browser is a headless shell (`CHROME_PATH`, the lighter browser) fails a
+/// session with an extension with that reason, never READY: the shell has no extensions. (The
+/// local platform refuses such a create first; a control plane that does not know its tasks'
+/// browser leaves it to this.)
+#[test]
+fn a_task_on_a_headless_shell_fails_a_session_with_an_extension_and_says_why() {
+    let w = World::new();
+    let key = put_extension(&w, mark_zip(&[]));
+    let (id, _) = w.session("PROVISIONING", vec![]);
+    let shell = wallcrawler_testkit::headless_shell();
+    let mut env = extension_env(&w, &id, &key);
+    env.push(("CHROME_PATH", shell.to_str().unwrap().to_owned()));
+    let all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut c = run_task(&all);
+    assert_ne!(c.wait_exit().code(), Some(0));
+    let item = get_session(&w.table, &id);
+    assert_eq!(text(&item, "internalStatus").as_deref(), Some("FAILED"));
+    assert_eq!(
+        text(&item, "terminationReason").as_deref(),
+        Some(
+            "this platform's browser is a headless shell, which cannot load extensions (its operator sets CHROME_PATH to a full Chromium for them)"
+        )
+    );
+    assert!(text(&item, "readyAt").is_none(), "never READY");
+}
+
 /// An archive put in the bucket directly (never through the API's checks) with a link entry,
 /// or a `..` name, fails the session with the refusal as its reason, before Chrome starts.
 #[test]

@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+pub use wallcrawler_local::browser::is_headless_shell;
+
 /// The flags file shipped in `chrome/flags.conf`, compiled in.
 pub const BUILTIN_FLAGS: &str = include_str!("../../chrome/flags.conf");
 
@@ -160,18 +162,6 @@ pub fn proxied_udp_only(args: &mut Vec<String>) {
     }
 }
 
-/// Whether `binary` is a Chromium headless shell (Debian's `chromium-headless-shell`, Google's
-/// `chrome-headless-shell`, a build's `headless_shell`), by its file name, rather than the full
-/// browser. The shell starts with about a third of the full browser's CPU, and has no
-/// extensions, no PDF viewer, and the tells of a headless browser (no `window.chrome`, no
-/// plugins, `HeadlessChrome` in `Sec-CH-UA`): `docs/operating.md`, "A lighter browser".
-pub fn is_headless_shell(binary: &Path) -> bool {
-    binary
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.contains("headless-shell") || n.contains("headless_shell"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,25 +231,6 @@ mod tests {
                 "about:blank".to_owned()
             ]
         );
-    }
-
-    #[test]
-    fn a_headless_shell_is_known_by_its_name() {
-        for shell in [
-            "/usr/lib/chromium/chromium-headless-shell",
-            "/usr/bin/chromium-headless-shell",
-            "/opt/chrome-headless-shell-linux64/chrome-headless-shell",
-            "out/Release/headless_shell",
-        ] {
-            assert!(is_headless_shell(Path::new(shell)), "{shell}");
-        }
-        for full in [
-            "/usr/lib/chromium/chromium",
-            "/opt/google/chrome/chrome",
-            "/opt/headless-shell/chromium",
-        ] {
-            assert!(!is_headless_shell(Path::new(full)), "{full}");
-        }
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub struct Settings {
     pub download_origins: Vec<String>,
     /// Where a recording's MP4s are built (`POST …/recording/downloads`).
     pub mp4: Mp4Build,
+    /// Why this platform's sessions cannot have an extension (its browser is a headless shell:
+    /// `serve` with such a `CHROME_PATH`), refusing a create that names one; `None`: they can.
+    pub no_extensions: Option<String>,
 }
 
 /// Where a recording page's MP4 is built (`POST …/recording/downloads`,
@@ -79,6 +82,7 @@ impl Default for Settings {
             download_origins: Vec::new(),
             // The local platform's: ffmpeg from the PATH, in this process.
             mp4: Mp4Build::Background("ffmpeg".into()),
+            no_extensions: None,
         }
     }
 }

@@ -4,6 +4,8 @@
 //!
 //! - [`claim_queue`]: the local platform's queue of claims, a directory with SQS's semantics
 //!   ([`claim_queue::DirQueue`]).
+//! - [`browser`]: which Chromium build a browser binary is (the full browser or a headless
+//!   shell).
 //! - [`dir_watch`]: files moved or written into a directory, told as it happens (inotify).
 //! - [`chrome_uids`]: the uid of its own each Chrome runs as when its controller is root:
 //!   handed out under a lock, and taken back (what still runs as it is killed).
@@ -20,6 +22,7 @@
 #![cfg_attr(test, allow(clippy::too_many_lines, clippy::too_many_arguments))]
 #![warn(missing_docs)]
 
+pub mod browser;
 pub mod chrome_uids;
 pub mod claim_queue;
 pub mod dir_watch;

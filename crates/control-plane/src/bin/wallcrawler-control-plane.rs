@@ -26,6 +26,11 @@ enum Command {
     /// Run the whole platform locally: the API on 127.0.0.1, sessions as local controller
     /// processes, data in a directory. Prints `baseURL:`, `apiKey:` and `projectId:` lines,
     /// and `gateway:` (the connect gateway every connectUrl points at) unless `--direct`.
+    ///
+    /// Controllers take some settings from this environment (CHROME_PATH, FFMPEG_PATH,
+    /// EGRESS_ALLOW, …: docs/operating.md). CHROME_PATH=/usr/lib/chromium/chromium-headless-shell
+    /// runs Chromium's headless shell, the lighter browser: about half the CPU per session, no
+    /// extensions (a create naming one is refused), the tells of a headless browser.
     Serve(ServeArgs),
     /// Serve the task API alone, as the stack's task API service does in gateway mode: `POST
     /// /v1/internal/claims` and `/credentials` for the browser tasks (each proving which task
@@ -311,6 +316,29 @@ async fn task_api(listen: std::net::SocketAddr) -> i32 {
     }
 }
 
+/// The API's settings for `serve`: its arguments, and what it passes on to its controllers
+/// from its environment.
+fn serve_settings(args: &ServeArgs, managed_proxies: ManagedProxies) -> Settings {
+    Settings {
+        create_wait: Duration::from_secs(args.create_wait_seconds),
+        claim_wait: ClaimWait {
+            wait: args.claim_wait_seconds,
+            max: args.claim_wait_max_seconds,
+        },
+        pool_share: (args.pool_share > 0).then_some(args.pool_share),
+        managed_proxies,
+        // The MP4s of recordings, built by this process with the controllers' ffmpeg.
+        mp4: wallcrawler_control_plane::app::Mp4Build::Background(
+            std::env::var_os("FFMPEG_PATH").map_or_else(|| "ffmpeg".into(), Into::into),
+        ),
+        // The controllers' browser (CHROME_PATH, passed on to them): a headless shell loads no
+        // extension, so a create naming one is refused here rather than failed at its start.
+        no_extensions: std::env::var_os("CHROME_PATH")
+            .and_then(|p| wallcrawler_local::browser::no_extensions(std::path::Path::new(&p))),
+        ..Settings::default()
+    }
+}
+
 /// Runs the local platform until a signal; the exit status.
 async fn serve(args: ServeArgs) -> i32 {
     if args.claim_wait_seconds > args.claim_wait_max_seconds {
@@ -333,20 +361,7 @@ async fn serve(args: ServeArgs) -> i32 {
             return 64;
         }
     };
-    let settings = Settings {
-        create_wait: Duration::from_secs(args.create_wait_seconds),
-        claim_wait: ClaimWait {
-            wait: args.claim_wait_seconds,
-            max: args.claim_wait_max_seconds,
-        },
-        pool_share: (args.pool_share > 0).then_some(args.pool_share),
-        managed_proxies,
-        // The MP4s of recordings, built by this process with the controllers' ffmpeg.
-        mp4: wallcrawler_control_plane::app::Mp4Build::Background(
-            std::env::var_os("FFMPEG_PATH").map_or_else(|| "ffmpeg".into(), Into::into),
-        ),
-        ..Settings::default()
-    };
+    let settings = serve_settings(&args, managed_proxies);
     let connect = if args.direct {
         Connect::Direct
     } else {

@@ -289,6 +289,9 @@ async fn session_extension(
         (Some(id), _) | (None, Some(id)) => id,
         (None, None) => return Ok(None),
     };
+    if let Some(why) = &app.settings.no_extensions {
+        return Err(ApiError::bad_request(format!("extensionId: {why}")));
+    }
     let rec = crate::extensions::own_extension(app, p, id).await?;
     let key = rec.archive_key();
     Ok(Some((rec.id, key)))
