@@ -54,14 +54,38 @@ pub const STALE_FILES: [&str; 4] = [
 const VERSION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The `User-Agent` of the Chrome at `binary` without its headless tell, from its `--version`
-/// (a process of a few tens of milliseconds, asked once per controller, at its first launch,
-/// bounded by [`VERSION_TIMEOUT`]; `None`, logged, when it fails or takes longer).
+/// (a process of a few tens of milliseconds, asked once per controller, at its first launch
+/// unless [`ask_user_agent_ahead`] started it earlier, bounded by [`VERSION_TIMEOUT`]; `None`,
+/// logged, when it fails or takes longer).
 async fn user_agent_of(binary: &Path) -> Option<String> {
-    static UA: tokio::sync::OnceCell<Option<String>> = tokio::sync::OnceCell::const_new();
-    UA.get_or_init(|| ask_user_agent(binary)).await.clone()
+    UA.get_or_init(|| async {
+        let asked = ASKED.lock().ok().and_then(|mut a| a.take());
+        read_user_agent(asked.or_else(|| ask_version(binary))?).await
+    })
+    .await
+    .clone()
 }
 
-async fn ask_user_agent(binary: &Path) -> Option<String> {
+/// The User-Agent, once asked.
+static UA: tokio::sync::OnceCell<Option<String>> = tokio::sync::OnceCell::const_new();
+/// A `--version` started ahead of the first launch, not read yet.
+static ASKED: std::sync::Mutex<Option<Child>> = std::sync::Mutex::new(None);
+
+/// Starts the binary's `--version` now, so that the first launch finds its answer, or nearly:
+/// measured on a pool controller's warm-up, asking it at the launch put 23-126 ms between the
+/// launch's start and Chrome's (Step 22), on the path of a session waiting for that warm-up.
+/// Called as soon as the binary is known, before the controller's keys, proxy and profile.
+pub fn ask_user_agent_ahead(binary: &Path) {
+    if UA.initialized() {
+        return;
+    }
+    if let (Some(child), Ok(mut asked)) = (ask_version(binary), ASKED.lock()) {
+        *asked = Some(child);
+    }
+}
+
+/// `binary --version`, started (its own process group, killed when dropped).
+fn ask_version(binary: &Path) -> Option<Child> {
     let child = Command::new(binary)
         .arg("--version")
         .env_clear()
@@ -71,13 +95,17 @@ async fn ask_user_agent(binary: &Path) -> Option<String> {
         .process_group(0)
         .kill_on_drop(true)
         .spawn();
-    let child = match child {
-        Ok(c) => c,
+    match child {
+        Ok(c) => Some(c),
         Err(e) => {
             warn!(error = %e, "Chrome's --version could not start; it keeps its own User-Agent");
-            return None;
+            None
         }
-    };
+    }
+}
+
+/// The User-Agent from a started `--version`'s output, within [`VERSION_TIMEOUT`].
+async fn read_user_agent(child: Child) -> Option<String> {
     // Whatever the binary started (a wrapper's helpers) ends with it, and when a signal drops
     // this future mid-way: its process group is killed.
     let _group = GroupKiller(child.id().map(|p| Pid::from_raw(p as i32)));
@@ -496,7 +524,7 @@ impl Chrome {
                 .ok_or(ChromeError::ExitedEarly("no pid".into()))?,
         );
         let uid = opts.user.map_or_else(nix::unistd::geteuid, |u| u.uid);
-        info!(pid = pid.as_raw(), binary = %opts.binary.display(), sandbox = %sandbox, uid = uid.as_raw(), network = %opts.network, "chrome started");
+        info!(pid = pid.as_raw(), binary = %opts.binary.display(), sandbox = %sandbox, uid = uid.as_raw(), network = %opts.network, elapsed_ms = started.elapsed().as_millis() as u64, "chrome started");
         if let Some(nice) = opts.nice {
             // Set before Chrome has forked its helpers (it is still loading), and inherited by
             // every process it starts later; a miss only costs speed, never correctness.
@@ -790,6 +818,29 @@ mod tests {
             .unwrap();
         assert!(chrome.browser_path.starts_with("/devtools/browser/"));
         chrome.close(Duration::from_secs(10)).await;
+    }
+
+    /// A `--version` asked ahead and read later gives the headful User-Agent (a stand-in binary
+    /// printing Chromium's line; the statics are not touched).
+    #[tokio::test]
+    async fn a_version_asked_ahead_is_read_into_the_user_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("chromium");
+        std::fs::write(
+            &bin,
+            "#!/bin/sh\necho 'Chromium 156.0.8078.129 built on Debian'\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let asked = ask_version(&bin).unwrap();
+        assert_eq!(
+            read_user_agent(asked).await.as_deref(),
+            Some(
+                "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/156.0.0.0 Safari/537.36"
+            )
+        );
+        assert!(ask_version(&dir.path().join("missing")).is_none());
     }
 
     #[test]

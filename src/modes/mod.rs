@@ -97,6 +97,8 @@ fn launch_options(
     user_data_dir: PathBuf,
 ) -> Result<(LaunchOptions, Option<OwnUid>), chrome::ChromeError> {
     let binary = chrome::find_chrome(c.path.as_deref(), std::env::var_os("PATH").as_deref())?;
+    // Every mode's launch sends the headful User-Agent: its `--version` runs meanwhile.
+    chrome::ask_user_agent_ahead(&binary);
     let own = match c.user {
         None if nix::unistd::geteuid().is_root() => Some(OwnUid::take()?),
         _ => None,
