@@ -173,6 +173,24 @@ fn gone(pid: i32) -> bool {
 /// its children in its group; the parent-death signal reaches only the browser process.)
 #[test]
 fn a_signal_while_chrome_starts_leaves_none_of_its_processes() {
+    // A "browser" that answers `--version`, starts a helper, then never becomes ready.
+    interrupted_start_leaves_nothing(
+        "if [ \"$1\" = --version ]; then echo 'Chromium 156.0.0.1'; exit 0; fi\n",
+        "signal received while Chrome was starting",
+    );
+}
+
+/// The same while the binary's `--version` (asked ahead of the launch, for the User-Agent)
+/// has not answered: what it started is killed with it.
+#[test]
+fn a_signal_while_the_version_is_asked_leaves_none_of_its_processes() {
+    interrupted_start_leaves_nothing("", "shutting down");
+}
+
+/// Starts `local` on a "browser" script that runs `preamble`, then starts a helper (its pid in a
+/// marker file) and never becomes ready; SIGTERM once the helper runs: the controller exits 0,
+/// its log says `says`, and the helper is gone.
+fn interrupted_start_leaves_nothing(preamble: &str, says: &str) {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     // Chrome runs as a uid of its own (the controller is root): it must run the script and
@@ -180,11 +198,10 @@ fn a_signal_while_chrome_starts_leaves_none_of_its_processes() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
     let marker = dir.path().join("helper.pid");
     let chrome = dir.path().join("chromium");
-    // A "browser" that starts a helper, then never becomes ready.
     std::fs::write(
         &chrome,
         format!(
-            "#!/bin/sh\nsleep 600 &\necho $! > '{m}.tmp' && mv '{m}.tmp' '{m}'\nexec sleep 600\n",
+            "#!/bin/sh\n{preamble}sleep 600 &\necho $! > '{m}.tmp' && mv '{m}.tmp' '{m}'\nexec sleep 600\n",
             m = marker.display()
         ),
     )
@@ -212,18 +229,12 @@ fn a_signal_while_chrome_starts_leaves_none_of_its_processes() {
         .unwrap();
     c.signal(Signal::SIGTERM);
     assert_eq!(c.wait_exit().code(), Some(0), "{}", c.stderr.text());
-    assert!(
-        c.stderr
-            .text()
-            .contains("signal received while Chrome was starting"),
-        "{}",
-        c.stderr.text()
-    );
+    assert!(c.stderr.text().contains(says), "{}", c.stderr.text());
     let deadline = Instant::now() + WAIT;
     while !gone(helper) {
         assert!(
             Instant::now() < deadline,
-            "Chrome's helper {helper} outlived the interrupted start"
+            "the browser's helper {helper} outlived the interrupted start"
         );
         // No event announces that the kernel finished tearing a process down; poll /proc.
         std::thread::sleep(Duration::from_millis(20));

@@ -58,30 +58,34 @@ const VERSION_TIMEOUT: Duration = Duration::from_secs(5);
 /// unless [`ask_user_agent_ahead`] started it earlier, bounded by [`VERSION_TIMEOUT`]; `None`,
 /// logged, when it fails or takes longer).
 async fn user_agent_of(binary: &Path) -> Option<String> {
-    UA.get_or_init(|| async {
-        let asked = ASKED.lock().ok().and_then(|mut a| a.take());
-        read_user_agent(asked.or_else(|| ask_version(binary))?).await
-    })
-    .await
-    .clone()
+    UA.get_or_init(|| async { read_user_agent(ask_version(binary)?).await })
+        .await
+        .clone()
 }
 
 /// The User-Agent, once asked.
 static UA: tokio::sync::OnceCell<Option<String>> = tokio::sync::OnceCell::const_new();
-/// A `--version` started ahead of the first launch, not read yet.
-static ASKED: std::sync::Mutex<Option<Child>> = std::sync::Mutex::new(None);
 
 /// Starts the binary's `--version` now, so that the first launch finds its answer, or nearly:
 /// measured on a pool controller's warm-up, asking it at the launch put 23-126 ms between the
 /// launch's start and Chrome's (Step 22), on the path of a session waiting for that warm-up.
 /// Called as soon as the binary is known, before the controller's keys, proxy and profile.
-pub fn ask_user_agent_ahead(binary: &Path) {
+/// The answer is read by a task of `tasks`: a launch meanwhile waits for it, and the run's end
+/// stops it, killing what the binary started (as an interrupted launch does).
+pub fn ask_user_agent_ahead(binary: &Path, tasks: &Shutdown) {
     if UA.initialized() {
         return;
     }
-    if let (Some(child), Ok(mut asked)) = (ask_version(binary), ASKED.lock()) {
-        *asked = Some(child);
-    }
+    let Some(child) = ask_version(binary) else {
+        return;
+    };
+    let stop = tasks.token().clone();
+    tasks.spawn(async move {
+        tokio::select! {
+            _ = UA.get_or_init(|| read_user_agent(child)) => {}
+            () = stop.cancelled() => {}
+        }
+    });
 }
 
 /// `binary --version`, started (its own process group, killed when dropped).

@@ -39,6 +39,7 @@ pub(crate) async fn run(c: LocalConfig, flags: Vec<String>, tasks: Shutdown) -> 
             return Ending::Aborted;
         }
     };
+    crate::chrome::ask_user_agent_ahead(&chrome.binary, &tasks);
     if !c.chrome.egress_allow.is_empty() {
         info!(allow = ?c.chrome.egress_allow, "pages may reach these non-public addresses (your machine's loopback by default in local mode; EGRESS_ALLOW changes it)");
     }

@@ -59,6 +59,8 @@ pub(crate) async fn run(c: RunConfig, flags: Vec<String>, tasks: Shutdown) -> En
             return Ending::Aborted;
         }
     };
+    // Every launch sends the headful User-Agent: its `--version` runs while keys load.
+    chrome::ask_user_agent_ahead(&launch.binary, &tasks);
     let ending = match &c.pool {
         Some(pool) => pool::run(&c, pool, launch, &deps, &tasks).await,
         None => task::run(&c, launch, &deps, &tasks).await,
@@ -97,8 +99,6 @@ fn launch_options(
     user_data_dir: PathBuf,
 ) -> Result<(LaunchOptions, Option<OwnUid>), chrome::ChromeError> {
     let binary = chrome::find_chrome(c.path.as_deref(), std::env::var_os("PATH").as_deref())?;
-    // Every mode's launch sends the headful User-Agent: its `--version` runs meanwhile.
-    chrome::ask_user_agent_ahead(&binary);
     let own = match c.user {
         None if nix::unistd::geteuid().is_root() => Some(OwnUid::take()?),
         _ => None,
